@@ -1,1 +1,76 @@
-//! ivory-policy
+//! ivory-policy: Kyverno `ImageValidatingPolicy` types, loading, validation and compilation.
+//!
+//! Raw documents ([`types::PolicyDocument`]) go through [`compile`] exactly once and become
+//! [`CompiledPolicy`] values with every CEL program, glob and regexp checked. Loading
+//! ([`load_path`], [`load_str`]) collects every error of every document instead of stopping at the
+//! first. This crate is synchronous and does no IO besides reading policy files.
+
+mod autogen;
+mod compile;
+pub mod compiled;
+mod error;
+mod glob;
+mod load;
+mod pem;
+pub mod types;
+mod validate;
+
+pub use autogen::{CRONJOBS, DEFAULTS, autogen_rules, eligible_rule, rewrite as autogen_rewrite};
+pub use compile::compile;
+pub use compiled::{
+    CompiledAttestor, CompiledAuditAnnotation, CompiledPolicy, CompiledValidation, ImageMatcher,
+    NamedProgram, Origin,
+};
+pub use error::{PolicyError, Result};
+pub use glob::compile_image_glob;
+pub use load::{LoadReport, load_path, load_str};
+
+/// The embedded default policy (`policies/default.yaml`): pin every pod image to its digest.
+pub const DEFAULT_POLICY_YAML: &str = include_str!("../../../policies/default.yaml");
+
+/// The embedded default policy, compiled. It has no file origin, so errors would read
+/// `ImageValidatingPolicy/ivory-pin-digests`.
+pub fn default_policy() -> CompiledPolicy {
+    let report = load_str(DEFAULT_POLICY_YAML, "embedded default policy");
+    let mut policies = report.policies.into_iter();
+    // The text is compiled into the binary and `tests::default_policy_loads` proves it valid,
+    // so a failure here is a build defect, not bad input.
+    let mut policy = policies
+        .next()
+        .expect("embedded policies/default.yaml must compile");
+    policy.origin = Origin {
+        file: None,
+        document: 1,
+    };
+    for variant in &mut policy.autogen {
+        variant.origin = policy.origin.clone();
+    }
+    policy
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_policy_loads() {
+        let report = load_str(DEFAULT_POLICY_YAML, "default.yaml");
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        assert_eq!(report.policies.len(), 1);
+        let p = default_policy();
+        assert_eq!(p.name, "ivory-pin-digests");
+        assert_eq!(p.kind, types::PolicyKind::ImageValidatingPolicy);
+        assert_eq!(p.origin, Origin { file: None, document: 1 });
+        assert!(p.mutate_digest && p.verify_digest && !p.required);
+        assert_eq!(p.failure_policy, types::FailurePolicy::Fail);
+        assert!(p.attestors.is_empty());
+        assert_eq!(p.validations.len(), 1);
+        let rule = &p.match_constraints.resource_rules[0];
+        assert_eq!(rule.resources, ["pods"]);
+        assert_eq!(rule.operations, ["CREATE", "UPDATE"]);
+        assert_eq!(
+            p.autogen.iter().map(|v| v.autogen_config.as_deref()).collect::<Vec<_>>(),
+            [Some(DEFAULTS), Some(CRONJOBS)]
+        );
+    }
+}

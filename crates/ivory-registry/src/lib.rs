@@ -1,1 +1,25 @@
-//! ivory-registry
+//! ivory-registry: OCI registry access for verification and digest pinning.
+//!
+//! Built on oci-client. Every call takes an absolute deadline, runs under a per-registry
+//! concurrency cap, retries 429/503 only while the deadline allows, enforces size limits,
+//! and is counted per registry host. One oci-client per credential set keeps tokens and
+//! pooled connections without mixing tenants' credentials.
+
+pub use auth::Credentials;
+pub use client::{MAX_INDEX_DEPTH, Platform, Registry};
+pub use config::{
+    Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BLOB_BYTES, DEFAULT_MAX_MANIFEST_BYTES,
+    DEFAULT_MAX_PAGES, DEFAULT_PAGE_SIZE, DEFAULT_PER_REGISTRY_CONCURRENCY, DEFAULT_USER_AGENT,
+};
+pub use error::{Error, Result};
+pub use manifest::{
+    ACCEPTED_MEDIA_TYPES, DOCKER_MANIFEST, DOCKER_MANIFEST_LIST, Manifest, OCI_INDEX, OCI_MANIFEST,
+};
+pub use stats::RegistryStats;
+
+mod auth;
+mod client;
+mod config;
+mod error;
+mod manifest;
+mod stats;

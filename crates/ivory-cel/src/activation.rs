@@ -1,0 +1,277 @@
+//! Per-evaluation bindings and the bridge from CEL functions to the engine's [`Host`].
+
+use cel::common::types::Type;
+use cel::common::value::{CowVal, Val};
+use cel::context::VariableResolver;
+use cel::{ExecutionError, IdedExpr, Value};
+
+use crate::EvalError;
+use crate::convert::{json_to_val, json_to_value, value_to_json};
+
+/// Implemented by the engine: answers the Kyverno verification / image-data functions.
+/// Errors are strings that become CEL runtime errors.
+pub trait Host: Send + Sync {
+    fn verify_image_signatures(
+        &self,
+        image: &str,
+        attestors: &[serde_json::Value],
+    ) -> Result<i64, String>;
+    fn verify_attestation_signatures(
+        &self,
+        image: &str,
+        attestation: &str,
+        attestors: &[serde_json::Value],
+    ) -> Result<i64, String>;
+    fn extract_payload(&self, image: &str, attestation: &str) -> Result<serde_json::Value, String>;
+    /// `getImageData(img)`, `image.GetMetadata(img)`, `image.getMetadata(img)`.
+    fn image_data(&self, image: &str) -> Result<serde_json::Value, String>;
+}
+
+/// A host for contexts without registry access: every call errors.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHost;
+
+const NOT_AVAILABLE: &str = "not available in this context";
+
+impl Host for NoHost {
+    fn verify_image_signatures(&self, _: &str, _: &[serde_json::Value]) -> Result<i64, String> {
+        Err(NOT_AVAILABLE.into())
+    }
+    fn verify_attestation_signatures(
+        &self,
+        _: &str,
+        _: &str,
+        _: &[serde_json::Value],
+    ) -> Result<i64, String> {
+        Err(NOT_AVAILABLE.into())
+    }
+    fn extract_payload(&self, _: &str, _: &str) -> Result<serde_json::Value, String> {
+        Err(NOT_AVAILABLE.into())
+    }
+    fn image_data(&self, _: &str) -> Result<serde_json::Value, String> {
+        Err(NOT_AVAILABLE.into())
+    }
+}
+
+/// Name under which the host is visible to library functions. `$` cannot appear in a CEL
+/// identifier, so expressions cannot reach it.
+pub(crate) const HOST_VAR: &str = "$ivory_host";
+
+/// Per-evaluation bindings.
+pub struct Activation<'a> {
+    host: &'a dyn Host,
+    vars: Vec<(String, Box<dyn Val>)>,
+}
+
+impl<'a> Activation<'a> {
+    pub fn new(host: &'a dyn Host) -> Self {
+        Self {
+            host,
+            vars: Vec::new(),
+        }
+    }
+
+    /// Binds `name` to a JSON value (converted once, here). Rebinding replaces.
+    pub fn bind_json(&mut self, name: &str, value: &serde_json::Value) {
+        self.bind_val(name, json_to_val(value));
+    }
+
+    /// Binds `name` to a CEL value. Rebinding replaces.
+    pub fn bind_value(&mut self, name: &str, value: Value) {
+        let val: Box<dyn Val> = match value.try_into() {
+            Ok(v) => v,
+            // Only function values fail to convert; bind them as null rather than panic.
+            Err(_) => Box::new(cel::common::types::CelNull),
+        };
+        self.bind_val(name, val);
+    }
+
+    fn bind_val(&mut self, name: &str, val: Box<dyn Val>) {
+        match self.vars.iter_mut().find(|(n, _)| n == name) {
+            Some(slot) => slot.1 = val,
+            None => self.vars.push((name.to_owned(), val)),
+        }
+    }
+
+    pub fn is_bound(&self, name: &str) -> bool {
+        self.vars.iter().any(|(n, _)| n == name)
+    }
+}
+
+impl VariableResolver for Activation<'_> {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        if variable == HOST_VAR {
+            return Some(CowVal::owned(HostVal(self.host)));
+        }
+        self.vars
+            .iter()
+            .find(|(n, _)| n == variable)
+            .map(|(_, v)| CowVal::Borrowed(v.as_ref()))
+    }
+}
+
+pub(crate) fn evaluate(expr: &IdedExpr, act: &Activation<'_>) -> Result<Value, EvalError> {
+    let root = &crate::library::get().context;
+    let mut scope = root.new_inner_scope();
+    scope.set_variable_resolver(act);
+    scope.resolve(expr).map_err(EvalError::from)
+}
+
+static HOST_TYPE: Type = Type::new_unspecified_type("ivory.host");
+
+/// The host as a CEL value. Library functions reach it through [`call_host`]; the request
+/// travels as an index so that no `'static` downcast of the borrowed host is needed.
+#[derive(Clone, Copy)]
+struct HostVal<'a>(&'a dyn Host);
+
+impl std::fmt::Debug for HostVal<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HostVal")
+    }
+}
+
+impl Val for HostVal<'_> {
+    fn get_type(&self) -> &Type {
+        &HOST_TYPE
+    }
+
+    fn cel_type() -> &'static Type {
+        &HOST_TYPE
+    }
+
+    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn cel::common::traits::Indexer + 'v)>
+    where
+        Self: 'v,
+    {
+        Some(self)
+    }
+
+    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
+    where
+        Self: 'v,
+    {
+        Box::new(*self)
+    }
+}
+
+impl cel::common::traits::Indexer for HostVal<'_> {
+    fn get<'b, 'v>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        let request = Value::try_from(idx)?;
+        let result = dispatch(self.0, &request)?;
+        let val: Box<dyn Val> = result.try_into()?;
+        Ok(CowVal::Owned(val))
+    }
+
+    fn steal<'v>(self: Box<Self>, idx: &dyn Val) -> Result<Box<dyn Val + 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        self.get(idx).map(CowVal::into_owned)
+    }
+}
+
+/// Host operations, encoded as `[op, args...]` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HostOp {
+    VerifyImageSignatures,
+    VerifyAttestationSignatures,
+    ExtractPayload,
+    ImageData,
+}
+
+impl HostOp {
+    fn code(self) -> i64 {
+        self as i64
+    }
+
+    fn from_code(c: i64) -> Option<Self> {
+        [
+            Self::VerifyImageSignatures,
+            Self::VerifyAttestationSignatures,
+            Self::ExtractPayload,
+            Self::ImageData,
+        ]
+        .into_iter()
+        .find(|op| op.code() == c)
+    }
+
+    pub(crate) fn function_name(self) -> &'static str {
+        match self {
+            Self::VerifyImageSignatures => "verifyImageSignatures",
+            Self::VerifyAttestationSignatures => "verifyAttestationSignatures",
+            Self::ExtractPayload => "extractPayload",
+            Self::ImageData => "getImageData",
+        }
+    }
+}
+
+/// Calls the evaluation's host from inside a library function.
+pub(crate) fn call_host(
+    ftx: &cel::FunctionContext<'_, '_>,
+    op: HostOp,
+    args: Vec<Value>,
+) -> Result<Value, ExecutionError> {
+    let host = ftx
+        .ptx
+        .get_variable(HOST_VAR)
+        .ok_or_else(|| ExecutionError::function_error(op.function_name(), NOT_AVAILABLE))?;
+    let indexer = host
+        .as_indexer()
+        .ok_or_else(|| ExecutionError::function_error(op.function_name(), NOT_AVAILABLE))?;
+    let mut request = Vec::with_capacity(args.len() + 1);
+    request.push(Value::Int(op.code()));
+    request.extend(args);
+    let request: Box<dyn Val> = Value::List(std::sync::Arc::new(request)).try_into()?;
+    let result = indexer.get(request.as_ref())?;
+    Value::try_from(result.as_ref())
+}
+
+fn dispatch(host: &dyn Host, request: &Value) -> Result<Value, ExecutionError> {
+    let bad = || ExecutionError::function_error("host", "malformed host request");
+    let Value::List(items) = request else {
+        return Err(bad());
+    };
+    let (Some(Value::Int(code)), rest) = (items.first(), items.get(1..).unwrap_or_default())
+    else {
+        return Err(bad());
+    };
+    let op = HostOp::from_code(*code).ok_or_else(bad)?;
+    let name = op.function_name();
+    let fail = |m: String| ExecutionError::function_error(name, m);
+    match (op, rest) {
+        (HostOp::VerifyImageSignatures, [Value::String(img), attestors]) => host
+            .verify_image_signatures(img, &json_list(attestors)?)
+            .map(Value::Int)
+            .map_err(fail),
+        (
+            HostOp::VerifyAttestationSignatures,
+            [Value::String(img), Value::String(att), attestors],
+        ) => host
+            .verify_attestation_signatures(img, att, &json_list(attestors)?)
+            .map(Value::Int)
+            .map_err(fail),
+        (HostOp::ExtractPayload, [Value::String(img), Value::String(att)]) => host
+            .extract_payload(img, att)
+            .map(|j| json_to_value(&j))
+            .map_err(fail),
+        (HostOp::ImageData, [Value::String(img)]) => host
+            .image_data(img)
+            .map(|j| json_to_value(&j))
+            .map_err(fail),
+        _ => Err(bad()),
+    }
+}
+
+fn json_list(v: &Value) -> Result<Vec<serde_json::Value>, ExecutionError> {
+    let json = value_to_json(v).map_err(|e| ExecutionError::function_error("host", e))?;
+    match json {
+        serde_json::Value::Array(items) => Ok(items),
+        other => Err(ExecutionError::function_error(
+            "host",
+            format!("expected a list of attestors, got {other}"),
+        )),
+    }
+}

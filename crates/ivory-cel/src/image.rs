@@ -1,0 +1,288 @@
+//! Container image references, parsed with go-containerregistry's `name.ParseReference` rules
+//! (what Kyverno's CEL `image` library uses), plus Kyverno's `GetImageInfo().String()`
+//! normalisation used for digest pinning.
+
+use thiserror::Error;
+
+/// Docker Hub's canonical registry host (`RegistryStr()` of a bare name).
+pub const DEFAULT_REGISTRY: &str = "index.docker.io";
+/// Registry Kyverno prepends when normalising bare names (`docker.io/nginx:latest`).
+pub const KYVERNO_DEFAULT_REGISTRY: &str = "docker.io";
+const DEFAULT_TAG: &str = "latest";
+const REPOSITORY_CHARS: &str = "abcdefghijklmnopqrstuvwxyz0123456789_-./";
+const TAG_CHARS: &str = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.";
+const DIGEST_CHARS: &str = "sh:0123456789abcdef";
+
+/// An image reference that could not be parsed; names the input.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("could not parse image reference {input:?}: {reason}")]
+pub struct ImageRefError {
+    pub input: String,
+    pub reason: String,
+}
+
+pub type Result<T> = std::result::Result<T, ImageRefError>;
+
+/// A parsed image reference (tag or digest form).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ImageReference {
+    original: String,
+    /// Canonical registry host (`index.docker.io` for Docker Hub).
+    registry: String,
+    /// Repository with the implicit `library/` namespace added on Docker Hub.
+    repository: String,
+    /// Tag as used by ggcr: implicit `latest`; `None` for digest references.
+    tag: Option<String>,
+    /// Tag as written, kept even next to a digest.
+    original_tag: Option<String>,
+    digest: Option<String>,
+    /// Kyverno's registry/path split (docker distribution rules), used for normalisation.
+    kyverno_registry: String,
+    kyverno_path: String,
+}
+
+impl ImageReference {
+    /// Parses `s` like go-containerregistry `name.ParseReference` (weak validation):
+    /// first as a tag reference, then as a digest reference.
+    pub fn parse(s: &str) -> Result<Self> {
+        let err = |reason: String| ImageRefError {
+            input: s.to_owned(),
+            reason,
+        };
+        if s.is_empty() {
+            return Err(err("a repository name must be specified".into()));
+        }
+        let (repo_part, tag, digest) = match parse_tag(s) {
+            Ok((base, tag)) => (base, Some(tag), None),
+            Err(tag_err) => match parse_digest(s) {
+                Ok((base, original_tag, digest)) => (base, original_tag, Some(digest)),
+                Err(digest_err) => {
+                    // Report the more relevant failure: digest problems when an '@' is present.
+                    return Err(err(if s.contains('@') { digest_err } else { tag_err }));
+                }
+            },
+        };
+        let (registry, repo) = split_repository(repo_part).map_err(err)?;
+        let repository = if !repo.contains('/') && registry == DEFAULT_REGISTRY {
+            format!("library/{repo}")
+        } else {
+            repo.to_owned()
+        };
+        let (kyverno_registry, kyverno_path) = kyverno_split(repo_part);
+        let original_tag = tag.clone();
+        Ok(Self {
+            original: s.to_owned(),
+            registry,
+            repository,
+            tag: if digest.is_some() {
+                None
+            } else {
+                Some(tag.unwrap_or_else(|| DEFAULT_TAG.to_owned()))
+            },
+            original_tag: original_tag.filter(|t| !t.is_empty()),
+            digest,
+            kyverno_registry,
+            kyverno_path,
+        })
+    }
+
+    /// The string this reference was parsed from.
+    pub fn original(&self) -> &str {
+        &self.original
+    }
+
+    /// ggcr `RegistryStr()`: `index.docker.io` for Docker Hub names.
+    pub fn registry(&self) -> &str {
+        &self.registry
+    }
+
+    /// ggcr `RepositoryStr()`: `library/nginx` for `nginx`.
+    pub fn repository(&self) -> &str {
+        &self.repository
+    }
+
+    /// Tag of a tag reference (implicit `latest`); `None` for digest references.
+    pub fn tag(&self) -> Option<&str> {
+        self.tag.as_deref()
+    }
+
+    /// `sha256:…` for digest references.
+    pub fn digest(&self) -> Option<&str> {
+        self.digest.as_deref()
+    }
+
+    /// Tag or digest (ggcr `Identifier()`).
+    pub fn identifier(&self) -> &str {
+        self.digest
+            .as_deref()
+            .or(self.tag.as_deref())
+            .unwrap_or(DEFAULT_TAG)
+    }
+
+    /// Tag as written, also in `repo:tag@digest`; `None` when no tag was written.
+    pub fn original_tag(&self) -> Option<&str> {
+        self.original_tag.as_deref()
+    }
+
+    /// Kyverno `GetImageInfo().String()`: `docker.io/nginx:latest` for `nginx`,
+    /// `reg/path@sha256:…` for digest references (the tag is dropped then).
+    pub fn kyverno_normalized(&self) -> String {
+        match &self.digest {
+            Some(d) => format!("{}/{}@{d}", self.kyverno_registry, self.kyverno_path),
+            None => format!(
+                "{}/{}:{}",
+                self.kyverno_registry,
+                self.kyverno_path,
+                self.original_tag.as_deref().unwrap_or(DEFAULT_TAG)
+            ),
+        }
+    }
+
+    /// Pinned form: `<registry>/<path>:<tag>@<digest>` (tag kept, `latest` when absent).
+    pub fn with_digest(&self, digest: &str) -> String {
+        format!(
+            "{}/{}:{}@{digest}",
+            self.kyverno_registry,
+            self.kyverno_path,
+            self.original_tag.as_deref().unwrap_or(DEFAULT_TAG)
+        )
+    }
+}
+
+impl std::fmt::Display for ImageReference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.original)
+    }
+}
+
+/// ggcr `NewTag` (weak): returns (repository part, tag-as-written-or-empty).
+fn parse_tag(s: &str) -> std::result::Result<(&str, String), String> {
+    let mut base = s;
+    let mut tag = "";
+    if let Some((b, t)) = s.rsplit_once(':') {
+        // A ':' followed by a '/' belongs to a registry port, not a tag.
+        if !t.contains('/') {
+            if t.is_empty() {
+                return Err(format!("{s} must specify a tag name after the colon"));
+            }
+            base = b;
+            tag = t;
+        }
+    }
+    if !tag.is_empty() {
+        check_element("tag", tag, TAG_CHARS, 1, 128)?;
+    }
+    // Validate the repository here too so that `repo@sha256:…` falls through to the digest parser.
+    split_repository(base)?;
+    Ok((base, tag.to_owned()))
+}
+
+/// ggcr `NewDigest`: returns (repository part, tag written before '@', digest).
+fn parse_digest(s: &str) -> std::result::Result<(&str, Option<String>, String), String> {
+    let parts: Vec<&str> = s.split('@').collect();
+    let [base, digest] = parts[..] else {
+        return Err(format!("a digest must contain exactly one '@' separator (e.g. registry/repository@digest) saw: {s}"));
+    };
+    check_element("digest", digest, DIGEST_CHARS, 7 + 64, 7 + 64)?;
+    if !digest.starts_with("sha256:") {
+        return Err(format!("unsupported digest algorithm: {digest}"));
+    }
+    // A tag before the digest is accepted (and validated) but not used by ggcr.
+    match parse_tag(base) {
+        Ok((repo, tag)) => Ok((repo, Some(tag), digest.to_owned())),
+        Err(_) => {
+            split_repository(base)?;
+            Ok((base, None, digest.to_owned()))
+        }
+    }
+}
+
+/// ggcr `NewRepository` + `NewRegistry`: returns (canonical registry, repository as written).
+fn split_repository(name: &str) -> std::result::Result<(String, &str), String> {
+    if name.is_empty() {
+        return Err("a repository name must be specified".into());
+    }
+    let (registry, repo) = match name.split_once('/') {
+        Some((first, rest)) if first.contains('.') || first.contains(':') => (first, rest),
+        _ => ("", name),
+    };
+    check_element("repository", repo, REPOSITORY_CHARS, 2, 255)?;
+    check_registry(registry)?;
+    let registry = match registry {
+        "" | KYVERNO_DEFAULT_REGISTRY => DEFAULT_REGISTRY.to_owned(),
+        r => r.to_owned(),
+    };
+    Ok((registry, repo))
+}
+
+/// ggcr `checkRegistry`: must be a valid RFC 3986 authority (host[:port]).
+fn check_registry(name: &str) -> std::result::Result<(), String> {
+    let bad = || format!("registries must be valid RFC 3986 URI authorities: {name}");
+    if name.is_empty() {
+        return Ok(());
+    }
+    let (host, port) = if name.starts_with('[') {
+        match name.find(']') {
+            Some(i) => (&name[..=i], name[i + 1..].strip_prefix(':')),
+            None => return Err(bad()),
+        }
+    } else {
+        match name.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (name, None),
+        }
+    };
+    if host.len() + port.map_or(0, |p| p.len() + 1) != name.len() {
+        return Err(bad());
+    }
+    if let Some(p) = port
+        && !p.chars().all(|c| c.is_ascii_digit())
+    {
+        return Err(bad());
+    }
+    let host_ok = if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        inner.parse::<std::net::Ipv6Addr>().is_ok()
+    } else {
+        !host.is_empty()
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-._~!$&'()*+,;=%".contains(c))
+    };
+    if host_ok { Ok(()) } else { Err(bad()) }
+}
+
+fn check_element(
+    what: &str,
+    element: &str,
+    allowed: &str,
+    min: usize,
+    max: usize,
+) -> std::result::Result<(), String> {
+    let n = element.chars().count();
+    if n < min || n > max {
+        return Err(format!(
+            "{what} must be between {min} and {max} characters in length: {element}"
+        ));
+    }
+    if element.chars().any(|c| !allowed.contains(c)) {
+        return Err(format!(
+            "{what} can only contain the characters `{allowed}`: {element}"
+        ));
+    }
+    Ok(())
+}
+
+/// Kyverno `addDefaultRegistry` + docker distribution `Domain`/`Path` split (no `library/`).
+fn kyverno_split(repo_part: &str) -> (String, String) {
+    match repo_part.split_once('/') {
+        Some((first, rest))
+            if first.contains(['.', ':']) || first == "localhost" || first != first.to_lowercase() =>
+        {
+            (first.to_owned(), rest.to_owned())
+        }
+        _ => (KYVERNO_DEFAULT_REGISTRY.to_owned(), repo_part.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

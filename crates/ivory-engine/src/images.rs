@@ -1,0 +1,172 @@
+//! Finding container images in admitted objects, and `matchImageReferences`.
+//!
+//! Two extractors exist, as in Kyverno:
+//! * [`builtin_images`] feeds the CEL `images` variable during validation. Kyverno chooses it by
+//!   `requestResource` GVR (`pkg/cel/compiler/images.go`).
+//! * [`image_pointers`] feeds digest pinning and knows JSON pointers. Kyverno chooses it by kind
+//!   (`pkg/utils/api/image.go`), which adds ReplicationController.
+//!
+//! Both report every container list of the pod spec: `containers`, `initContainers` and
+//! `ephemeralContainers` (Kyverno's built-in CEL extractors also have all three keys). An
+//! ivory improvement: when `requestResource` is not one of the known GVRs (e.g. a request made
+//! against `apps/v1beta1` and converted by the API server), the converted `resource` is tried
+//! too, since that is the version the object in the review is encoded in.
+
+use std::collections::BTreeMap;
+
+use ivory_cel::{Activation, NoHost};
+use ivory_policy::compiled::{CompiledPolicy, ImageMatcher};
+use serde_json::Value;
+
+use crate::admission::{AdmissionRequest, GroupVersionResource};
+use crate::matching::MatchError;
+
+/// Keys of the image map, in the order pointers are reported.
+pub const CONTAINER_FIELDS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
+
+const POD_SPEC: &str = "/spec";
+const TEMPLATE_SPEC: &str = "/spec/template/spec";
+const CRONJOB_SPEC: &str = "/spec/jobTemplate/spec/template/spec";
+
+/// Where the pod spec lives for a GVR the validating extractors know (§2.2).
+fn pod_spec_for_gvr(gvr: &GroupVersionResource) -> Option<&'static str> {
+    match (gvr.group.as_str(), gvr.version.as_str(), gvr.resource.as_str()) {
+        ("", "v1", "pods") => Some(POD_SPEC),
+        ("apps", "v1", "deployments" | "statefulsets" | "daemonsets" | "replicasets")
+        | ("batch", "v1", "jobs") => Some(TEMPLATE_SPEC),
+        ("batch", "v1", "cronjobs") => Some(CRONJOB_SPEC),
+        _ => None,
+    }
+}
+
+/// Where the pod spec lives for a kind the digest-pinning extractor knows (§3.3 step 2).
+fn pod_spec_for_kind(kind: &str) -> Option<&'static str> {
+    match kind {
+        "Pod" => Some(POD_SPEC),
+        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "ReplicationController"
+        | "Job" => Some(TEMPLATE_SPEC),
+        "CronJob" => Some(CRONJOB_SPEC),
+        _ => None,
+    }
+}
+
+/// The built-in `images` map for validation: `containers`, `initContainers` and
+/// `ephemeralContainers`, each always present for a known GVR (possibly empty), taken from
+/// `object` or, when there is none (DELETE), `oldObject`. Unknown GVRs give an empty map: only
+/// `spec.images` extractors apply to them.
+pub fn builtin_images(req: &AdmissionRequest) -> BTreeMap<String, Vec<String>> {
+    let spec = pod_spec_for_gvr(req.original_resource()).or_else(|| pod_spec_for_gvr(&req.resource));
+    let Some(spec) = spec else {
+        return BTreeMap::new();
+    };
+    CONTAINER_FIELDS
+        .iter()
+        .map(|field| {
+            let images = containers(req.subject(), spec, field)
+                .map(|(_, image)| image.to_owned())
+                .collect();
+            ((*field).to_owned(), images)
+        })
+        .collect()
+}
+
+/// One image field found in an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageAt {
+    /// JSON pointer of the `image` field, e.g. `/spec/template/spec/containers/0/image`.
+    pub pointer: String,
+    /// The image exactly as written.
+    pub image: String,
+    /// `containers`, `initContainers` or `ephemeralContainers`.
+    pub field: &'static str,
+}
+
+/// Every container image of `object` (of kind `kind`) with its JSON pointer, for digest
+/// pinning. Unknown kinds have none. Containers without a string `image` are skipped.
+pub fn image_pointers(object: &Value, kind: &str) -> Vec<ImageAt> {
+    let Some(spec) = pod_spec_for_kind(kind) else {
+        return Vec::new();
+    };
+    CONTAINER_FIELDS
+        .iter()
+        .flat_map(|field| {
+            containers(Some(object), spec, field).map(move |(index, image)| ImageAt {
+                pointer: format!("{spec}/{}/{index}/image", escape_pointer_token(field)),
+                image: image.to_owned(),
+                field,
+            })
+        })
+        .collect()
+}
+
+/// `(index, image)` of each container in `<spec>/<field>` that has a string image.
+fn containers<'v>(
+    object: Option<&'v Value>,
+    spec: &str,
+    field: &str,
+) -> impl Iterator<Item = (usize, &'v str)> {
+    object
+        .and_then(|o| o.pointer(spec))
+        .and_then(|s| s.get(field))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, c)| c.get("image").and_then(Value::as_str).map(|image| (i, image)))
+}
+
+/// RFC 6901 escaping of one reference token.
+pub fn escape_pointer_token(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+/// Whether `image` is selected by the policy's `matchImageReferences`: any glob or CEL
+/// expression (with `ref` bound to the image) matching selects it; an empty list selects every
+/// image. Entries are tried in order and the first evaluation error is returned.
+pub fn matches_image(policy: &CompiledPolicy, image: &str) -> Result<bool, MatchError> {
+    if policy.image_matchers.is_empty() {
+        return Ok(true);
+    }
+    for (index, matcher) in policy.image_matchers.iter().enumerate() {
+        let matched = match matcher {
+            ImageMatcher::Glob { matcher, .. } => matcher.is_match(image),
+            ImageMatcher::Expression(program) => {
+                let mut act = Activation::new(&NoHost);
+                act.bind_json("ref", &Value::String(image.to_owned()));
+                program
+                    .evaluate_bool(&act)
+                    .map_err(|e| MatchError::ImageReference {
+                        index,
+                        image: image.to_owned(),
+                        message: e.to_string(),
+                    })?
+            }
+        };
+        if matched {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Keeps only the images the policy selects; every key stays present (possibly empty), as the
+/// CEL `images` variable requires.
+pub fn filter_images(
+    policy: &CompiledPolicy,
+    images: &BTreeMap<String, Vec<String>>,
+) -> Result<BTreeMap<String, Vec<String>>, MatchError> {
+    let mut out = BTreeMap::new();
+    for (key, list) in images {
+        let mut kept = Vec::with_capacity(list.len());
+        for image in list {
+            if matches_image(policy, image)? {
+                kept.push(image.clone());
+            }
+        }
+        out.insert(key.clone(), kept);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,372 @@
+//! Which policies apply to a request: route selection, `matchConstraints` (the
+//! ValidatingAdmissionPolicy rules of k8s.io/apiserver `policy/matching` and `webhook/predicates`),
+//! label selectors and `matchConditions`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ivory_cel::{Activation, NoHost};
+use ivory_policy::compiled::CompiledPolicy;
+use ivory_policy::types::{
+    FailurePolicy, LabelSelector, MatchResources, NamedRuleWithOperations, PolicyKind,
+};
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::admission::{AdmissionRequest, GroupVersionResource, Operation};
+
+/// Why matching could not decide.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum MatchError {
+    #[error("invalid {field}: {message}")]
+    InvalidSelector { field: String, message: String },
+    #[error("namespace {namespace:?} is unknown, cannot evaluate spec.matchConstraints.namespaceSelector")]
+    NamespaceUnavailable { namespace: String },
+    #[error("matchCondition {name:?} failed to evaluate: {message}")]
+    Condition { name: String, message: String },
+    #[error("matchImageReferences[{index}] failed to evaluate for image {image}: {message}")]
+    ImageReference {
+        index: usize,
+        image: String,
+        message: String,
+    },
+}
+
+pub type Result<T, E = MatchError> = std::result::Result<T, E>;
+
+/// Which webhook path a request came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// `/nivpol/...` (NamespacedImageValidatingPolicy) rather than `/ivpol/...`.
+    pub namespaced: bool,
+}
+
+/// Policy names from the webhook path that no loaded policy of the route's kind carries.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("unknown {kind} policies: {}", names.join(", "))]
+pub struct UnknownPolicies {
+    pub kind: &'static str,
+    pub names: Vec<String>,
+}
+
+/// Picks the policies a route names, each followed by its autogen variants.
+///
+/// The cluster route takes `ImageValidatingPolicy` objects by name; the namespaced route takes
+/// `NamespacedImageValidatingPolicy` objects by name whose namespace is the request's (a name
+/// that exists only in other namespaces is known but not selected). Policies with
+/// `evaluation.admission.enabled: false` are never selected. Names that match no policy of the
+/// route's kind at all are reported so the caller can answer explicitly instead of silently
+/// allowing.
+pub fn select_policies<'a>(
+    all: &'a [Arc<CompiledPolicy>],
+    route: Route,
+    names: &[String],
+    request_namespace: Option<&str>,
+) -> Result<Vec<&'a CompiledPolicy>, UnknownPolicies> {
+    let kind = if route.namespaced {
+        PolicyKind::NamespacedImageValidatingPolicy
+    } else {
+        PolicyKind::ImageValidatingPolicy
+    };
+    let mut unknown: Vec<String> = Vec::new();
+    let mut selected: Vec<&'a CompiledPolicy> = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].contains(name) {
+            continue;
+        }
+        let mut known = false;
+        for policy in all.iter().map(Arc::as_ref) {
+            if policy.kind != kind || &policy.name != name {
+                continue;
+            }
+            known = true;
+            let in_scope = !route.namespaced || policy.namespace.as_deref() == request_namespace;
+            if in_scope && policy.spec.admission_enabled() {
+                selected.push(policy);
+                selected.extend(policy.autogen.iter());
+            }
+        }
+        if !known {
+            unknown.push(name.clone());
+        }
+    }
+    if unknown.is_empty() {
+        Ok(selected)
+    } else {
+        Err(UnknownPolicies {
+            kind: kind.as_str(),
+            names: unknown,
+        })
+    }
+}
+
+/// Evaluates `spec.matchConstraints` like the API server does for a ValidatingAdmissionPolicy:
+/// namespaceSelector, objectSelector, excludeResourceRules, then resourceRules.
+///
+/// `namespace_object` is the request namespace's Namespace object; it is only needed when the
+/// request is namespaced and the policy has a non-empty namespaceSelector.
+pub fn matches_constraints(
+    policy: &CompiledPolicy,
+    req: &AdmissionRequest,
+    namespace_object: Option<&Value>,
+) -> Result<bool> {
+    let constraints = &policy.match_constraints;
+    if !namespace_selector_matches(constraints, req, namespace_object)? {
+        return Ok(false);
+    }
+    if !object_selector_matches(constraints, req)? {
+        return Ok(false);
+    }
+    let exact = constraints.match_policy.as_deref() == Some("Exact");
+    if rules_match(&constraints.exclude_resource_rules, req, exact) {
+        return Ok(false);
+    }
+    // An empty rule list matches everything (policy admission rejects it anyway).
+    Ok(constraints.resource_rules.is_empty() || rules_match(&constraints.resource_rules, req, exact))
+}
+
+const NAMESPACES: &str = "namespaces";
+
+fn is_namespace_request(req: &AdmissionRequest) -> bool {
+    req.resource.group.is_empty() && req.resource.resource == NAMESPACES
+}
+
+fn namespace_selector_matches(
+    constraints: &MatchResources,
+    req: &AdmissionRequest,
+    namespace_object: Option<&Value>,
+) -> Result<bool> {
+    let Some(selector) = constraints.namespace_selector.as_ref() else {
+        return Ok(true);
+    };
+    let namespace_request = is_namespace_request(req);
+    // Cluster-scoped requests other than Namespaces are never excluded (k8s semantics).
+    if req.namespace().is_none() && !namespace_request {
+        return Ok(true);
+    }
+    if selector_is_empty(selector) {
+        return Ok(true);
+    }
+    let labels = if namespace_request && req.sub_resource().is_empty() {
+        // A Namespace being created or updated is judged by its own (new) labels; on DELETE
+        // the object being deleted is the current state.
+        object_labels(req.subject())
+    } else {
+        match namespace_object {
+            Some(ns) => object_labels(Some(ns)),
+            None => {
+                return Err(MatchError::NamespaceUnavailable {
+                    namespace: req.namespace.clone(),
+                });
+            }
+        }
+    };
+    selector_matches(selector, &labels, "spec.matchConstraints.namespaceSelector")
+}
+
+fn object_selector_matches(constraints: &MatchResources, req: &AdmissionRequest) -> Result<bool> {
+    let Some(selector) = constraints.object_selector.as_ref() else {
+        return Ok(true);
+    };
+    if selector_is_empty(selector) {
+        return Ok(true);
+    }
+    const FIELD: &str = "spec.matchConstraints.objectSelector";
+    // Either the new or the old object may carry the labels (k8s matches both).
+    for object in [req.object.as_ref(), req.old_object.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        if selector_matches(selector, &object_labels(Some(object)), FIELD)? {
+            return Ok(true);
+        }
+    }
+    // Still surface a malformed selector even when there is nothing to match it against.
+    selector_matches(selector, &BTreeMap::new(), FIELD)?;
+    Ok(false)
+}
+
+/// `metadata.labels` of an object (empty when absent or not strings).
+pub fn object_labels(object: Option<&Value>) -> BTreeMap<String, String> {
+    object
+        .and_then(|o| o.pointer("/metadata/labels"))
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn selector_is_empty(selector: &LabelSelector) -> bool {
+    selector.match_labels.is_empty() && selector.match_expressions.is_empty()
+}
+
+/// Evaluates a Kubernetes label selector (`matchLabels` AND every `matchExpressions` entry).
+/// An empty selector matches everything. Malformed requirements (unknown operator, values on
+/// `Exists`, no values on `In`) are errors naming `field`.
+pub fn selector_matches(
+    selector: &LabelSelector,
+    labels: &BTreeMap<String, String>,
+    field: &str,
+) -> Result<bool> {
+    let invalid = |message: String| MatchError::InvalidSelector {
+        field: field.to_owned(),
+        message,
+    };
+    let mut matched = selector
+        .match_labels
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    for (i, req) in selector.match_expressions.iter().enumerate() {
+        let value = labels.get(&req.key);
+        let ok = match req.operator.as_str() {
+            "In" | "NotIn" => {
+                if req.values.is_empty() {
+                    return Err(invalid(format!(
+                        "matchExpressions[{i}]: values must be non-empty for operator {}",
+                        req.operator
+                    )));
+                }
+                let contained = value.is_some_and(|v| req.values.contains(v));
+                if req.operator == "In" {
+                    contained
+                } else {
+                    !contained
+                }
+            }
+            "Exists" | "DoesNotExist" => {
+                if !req.values.is_empty() {
+                    return Err(invalid(format!(
+                        "matchExpressions[{i}]: values must be empty for operator {}",
+                        req.operator
+                    )));
+                }
+                (req.operator == "Exists") == value.is_some()
+            }
+            other => {
+                return Err(invalid(format!(
+                    "matchExpressions[{i}]: unknown operator {other:?}"
+                )));
+            }
+        };
+        matched &= ok;
+    }
+    Ok(matched)
+}
+
+/// The resource/kind/sub-resource a rule is compared against.
+struct Target<'r> {
+    resource: &'r GroupVersionResource,
+    sub_resource: &'r str,
+}
+
+/// With `Exact` only the resource the client addressed counts; with `Equivalent` (the default)
+/// the resource the API server converted the request to (what the webhook matched) counts too,
+/// e.g. `apps/v1` for a request made against `apps/v1beta1`.
+fn targets(req: &AdmissionRequest, exact: bool) -> Vec<Target<'_>> {
+    let original = Target {
+        resource: req.original_resource(),
+        sub_resource: req
+            .request_sub_resource
+            .as_deref()
+            .unwrap_or(req.sub_resource()),
+    };
+    if exact {
+        return vec![original];
+    }
+    let converted = Target {
+        resource: &req.resource,
+        sub_resource: req.sub_resource(),
+    };
+    let same = converted.resource == original.resource
+        && converted.sub_resource == original.sub_resource;
+    if same {
+        vec![converted]
+    } else {
+        vec![converted, original]
+    }
+}
+
+fn rules_match(rules: &[NamedRuleWithOperations], req: &AdmissionRequest, exact: bool) -> bool {
+    targets(req, exact)
+        .iter()
+        .any(|t| rules.iter().any(|rule| rule_matches(rule, req, t)))
+}
+
+fn rule_matches(rule: &NamedRuleWithOperations, req: &AdmissionRequest, t: &Target<'_>) -> bool {
+    scope_matches(rule.scope.as_deref(), req, t.resource)
+        && operation_matches(&rule.operations, req.operation)
+        && exact_or_wildcard(&rule.api_groups, &t.resource.group)
+        && exact_or_wildcard(&rule.api_versions, &t.resource.version)
+        && resource_matches(&rule.resources, &t.resource.resource, t.sub_resource)
+        && (rule.resource_names.is_empty() || rule.resource_names.contains(&req.name))
+}
+
+fn exact_or_wildcard(items: &[String], requested: &str) -> bool {
+    items.iter().any(|i| i == "*" || i == requested)
+}
+
+fn operation_matches(ops: &[String], op: Operation) -> bool {
+    ops.iter().any(|o| o == "*" || o == op.as_str())
+}
+
+/// `pods` matches only the main resource, `pods/ephemeralcontainers` only that sub-resource,
+/// `*/scale` every scale sub-resource, `*/*` everything.
+fn resource_matches(resources: &[String], resource: &str, sub_resource: &str) -> bool {
+    resources.iter().any(|r| {
+        let (res, sub) = r.split_once('/').unwrap_or((r.as_str(), ""));
+        (res == "*" || res == resource) && (sub == "*" || sub == sub_resource)
+    })
+}
+
+fn scope_matches(scope: Option<&str>, req: &AdmissionRequest, resource: &GroupVersionResource) -> bool {
+    let namespace_object = resource.group.is_empty() && resource.resource == NAMESPACES;
+    match scope {
+        None | Some("*") => true,
+        // Namespace objects are cluster-scoped even though their requests carry a namespace.
+        Some("Namespaced") => !namespace_object && req.namespace().is_some(),
+        Some("Cluster") => namespace_object || req.namespace().is_none(),
+        Some(_) => false,
+    }
+}
+
+/// Evaluates `spec.matchConditions` (all must be true) with `object`, `oldObject`, `request` and
+/// `namespaceObject` bound. An evaluation error makes the policy not match under
+/// `failurePolicy: Ignore` and is returned under `Fail`.
+pub fn matches_conditions(
+    policy: &CompiledPolicy,
+    req: &AdmissionRequest,
+    namespace_object: Option<&Value>,
+) -> Result<bool> {
+    if policy.match_conditions.is_empty() {
+        return Ok(true);
+    }
+    let null = Value::Null;
+    let request = req.to_json();
+    let mut act = Activation::new(&NoHost);
+    act.bind_json("object", req.object.as_ref().unwrap_or(&null));
+    act.bind_json("oldObject", req.old_object.as_ref().unwrap_or(&null));
+    act.bind_json("request", &request);
+    act.bind_json("namespaceObject", namespace_object.unwrap_or(&null));
+    for condition in &policy.match_conditions {
+        match condition.program.evaluate_bool(&act) {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(e) => {
+                return match policy.failure_policy {
+                    FailurePolicy::Ignore => Ok(false),
+                    FailurePolicy::Fail => Err(MatchError::Condition {
+                        name: condition.name.clone(),
+                        message: e.to_string(),
+                    }),
+                };
+            }
+        }
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,369 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ivory_policy::types::{
+    FailurePolicy, LabelSelector, LabelSelectorRequirement, NamedRuleWithOperations, PolicyKind,
+    PolicySpec,
+};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::admission::testutil::{condition, pod_rule, policy, request, rule};
+use crate::admission::{AdmissionRequest, GroupVersionResource};
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn expr(key: &str, op: &str, values: &[&str]) -> LabelSelectorRequirement {
+    LabelSelectorRequirement {
+        key: key.to_owned(),
+        operator: op.to_owned(),
+        values: values.iter().map(|s| (*s).to_owned()).collect(),
+    }
+}
+
+fn selector(match_labels: &[(&str, &str)], exprs: Vec<LabelSelectorRequirement>) -> LabelSelector {
+    LabelSelector {
+        match_labels: labels(match_labels),
+        match_expressions: exprs,
+    }
+}
+
+fn namespace(labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": labels}})
+}
+
+fn matches_rule(r: NamedRuleWithOperations, req: &AdmissionRequest) -> bool {
+    matches_constraints(&policy("p", vec![r]), req, None).unwrap()
+}
+
+#[test]
+fn resource_rule_fields() {
+    let pod = request("pod-create.json");
+    let update = request("pod-update.json");
+    let delete = request("pod-delete.json");
+    let eph = request("pod-ephemeralcontainers.json");
+    let deploy = request("deployment-create.json");
+    let mut scale = request("deployment-create.json");
+    scale.sub_resource = Some("scale".into());
+    scale.request_sub_resource = Some("scale".into());
+    let ns = request("namespace-create.json");
+    let mut clusterrole = request("configmap-create.json");
+    clusterrole.namespace = String::new();
+    clusterrole.resource = GroupVersionResource::new("rbac.authorization.k8s.io", "v1", "clusterroles");
+    clusterrole.request_resource = None;
+
+    let all = &["*"][..];
+    let with_scope = |scope: &str, resources: &[&str]| NamedRuleWithOperations {
+        scope: Some(scope.to_owned()),
+        ..rule(all, all, all, resources)
+    };
+    let with_names = |names: &[&str]| NamedRuleWithOperations {
+        resource_names: names.iter().map(|s| (*s).to_owned()).collect(),
+        ..pod_rule()
+    };
+    let cases: Vec<(&str, NamedRuleWithOperations, &AdmissionRequest, bool)> = vec![
+        // operations
+        ("create op", rule(&["CREATE"], &[""], &["v1"], &["pods"]), &pod, true),
+        ("create op vs update", rule(&["CREATE"], &[""], &["v1"], &["pods"]), &update, false),
+        ("update op", rule(&["UPDATE"], &[""], &["v1"], &["pods"]), &update, true),
+        ("delete op", rule(&["DELETE"], &[""], &["v1"], &["pods"]), &delete, true),
+        ("wildcard op", rule(all, &[""], &["v1"], &["pods"]), &delete, true),
+        ("no op", rule(&[], &[""], &["v1"], &["pods"]), &pod, false),
+        // apiGroups
+        ("core group", pod_rule(), &pod, true),
+        ("apps group vs pod", rule(all, &["apps"], &["v1"], &["pods"]), &pod, false),
+        ("apps group", rule(all, &["apps"], &["v1"], &["deployments"]), &deploy, true),
+        ("wildcard group", rule(all, all, &["v1"], &["deployments"]), &deploy, true),
+        // apiVersions
+        ("v1beta1 vs v1", rule(all, &[""], &["v1beta1"], &["pods"]), &pod, false),
+        ("wildcard version", rule(all, &[""], all, &["pods"]), &pod, true),
+        // resources and subresources
+        ("pods vs subresource", rule(all, &[""], &["v1"], &["pods"]), &eph, false),
+        ("explicit subresource", rule(all, &[""], &["v1"], &["pods/ephemeralcontainers"]), &eph, true),
+        ("explicit subresource vs pod", rule(all, &[""], &["v1"], &["pods/ephemeralcontainers"]), &pod, false),
+        ("pods/*", rule(all, &[""], &["v1"], &["pods/*"]), &eph, true),
+        ("pods/* vs pod", rule(all, &[""], &["v1"], &["pods/*"]), &pod, false),
+        ("* vs pod", rule(all, all, all, &["*"]), &pod, true),
+        ("* vs subresource", rule(all, all, all, &["*"]), &eph, false),
+        ("*/* vs subresource", rule(all, all, all, &["*/*"]), &eph, true),
+        ("*/* vs pod", rule(all, all, all, &["*/*"]), &pod, true),
+        ("*/scale", rule(all, all, all, &["*/scale"]), &scale, true),
+        ("*/scale vs deployment", rule(all, all, all, &["*/scale"]), &deploy, false),
+        ("deployments/scale", rule(all, &["apps"], &["v1"], &["deployments/scale"]), &scale, true),
+        ("deployments vs scale", rule(all, &["apps"], &["v1"], &["deployments"]), &scale, false),
+        ("two resources", rule(all, all, all, &["configmaps", "pods"]), &pod, true),
+        // scope
+        ("Namespaced pod", with_scope("Namespaced", &["*"]), &pod, true),
+        ("Cluster pod", with_scope("Cluster", &["*"]), &pod, false),
+        ("Cluster namespace", with_scope("Cluster", &["*"]), &ns, true),
+        ("Namespaced namespace", with_scope("Namespaced", &["*"]), &ns, false),
+        ("Cluster clusterrole", with_scope("Cluster", &["*"]), &clusterrole, true),
+        ("Namespaced clusterrole", with_scope("Namespaced", &["*"]), &clusterrole, false),
+        ("* scope", with_scope("*", &["*"]), &clusterrole, true),
+        ("bogus scope", with_scope("Galaxy", &["*"]), &pod, false),
+        // resourceNames
+        ("resourceNames hit", with_names(&["other", "web"]), &pod, true),
+        ("resourceNames miss", with_names(&["other"]), &pod, false),
+    ];
+    for (name, r, req, want) in cases {
+        assert_eq!(matches_rule(r, req), want, "{name}");
+    }
+}
+
+#[test]
+fn exclude_resource_rules_win() {
+    let mut p = policy("p", vec![pod_rule()]);
+    p.match_constraints.exclude_resource_rules = vec![rule(&["UPDATE"], &[""], &["v1"], &["pods"])];
+    assert!(matches_constraints(&p, &request("pod-create.json"), None).unwrap());
+    assert!(!matches_constraints(&p, &request("pod-update.json"), None).unwrap());
+    // No resourceRules: everything not excluded matches.
+    p.match_constraints.resource_rules.clear();
+    assert!(matches_constraints(&p, &request("configmap-create.json"), None).unwrap());
+}
+
+#[test]
+fn match_policy_equivalent_and_exact() {
+    // A request made against apps/v1beta1 that the API server converted to apps/v1.
+    let mut req = request("deployment-create.json");
+    req.request_resource = Some(GroupVersionResource::new("apps", "v1beta1", "deployments"));
+    let v1 = rule(&["CREATE"], &["apps"], &["v1"], &["deployments"]);
+    let v1beta1 = rule(&["CREATE"], &["apps"], &["v1beta1"], &["deployments"]);
+    let cases = [
+        (None, v1.clone(), true),
+        (Some("Equivalent"), v1.clone(), true),
+        (Some("Equivalent"), v1beta1.clone(), true),
+        (Some("Exact"), v1, false),
+        (Some("Exact"), v1beta1, true),
+    ];
+    for (mp, r, want) in cases {
+        let mut p = policy("p", vec![r.clone()]);
+        p.match_constraints.match_policy = mp.map(str::to_owned);
+        assert_eq!(matches_constraints(&p, &req, None).unwrap(), want, "{mp:?} {:?}", r.api_versions);
+    }
+}
+
+#[test]
+fn namespace_selector() {
+    let pod = request("pod-create.json");
+    let prod = namespace(json!({"env": "prod"}));
+    let dev = namespace(json!({"env": "dev"}));
+    let mut p = policy("p", vec![rule(&["*"], &["*"], &["*"], &["*"])]);
+    p.match_constraints.namespace_selector = Some(selector(&[("env", "prod")], vec![]));
+
+    assert!(matches_constraints(&p, &pod, Some(&prod)).unwrap());
+    assert!(!matches_constraints(&p, &pod, Some(&dev)).unwrap());
+    assert_eq!(
+        matches_constraints(&p, &pod, None).unwrap_err(),
+        MatchError::NamespaceUnavailable { namespace: "default".into() }
+    );
+
+    // Cluster-scoped, non-Namespace requests always pass the namespaceSelector.
+    let mut clusterrole = request("configmap-create.json");
+    clusterrole.namespace = String::new();
+    clusterrole.resource = GroupVersionResource::new("rbac.authorization.k8s.io", "v1", "clusterroles");
+    assert!(matches_constraints(&p, &clusterrole, None).unwrap());
+
+    // A Namespace is judged by its own labels (env=prod in the fixture), not a lookup.
+    let ns = request("namespace-create.json");
+    assert!(matches_constraints(&p, &ns, None).unwrap());
+    p.match_constraints.namespace_selector = Some(selector(&[("env", "dev")], vec![]));
+    assert!(!matches_constraints(&p, &ns, Some(&prod)).unwrap());
+
+    // An empty selector matches without needing the namespace.
+    p.match_constraints.namespace_selector = Some(LabelSelector::default());
+    assert!(matches_constraints(&p, &pod, None).unwrap());
+}
+
+#[test]
+fn object_selector_uses_object_or_old_object() {
+    let mut p = policy("p", vec![rule(&["*"], &[""], &["v1"], &["pods"])]);
+    p.match_constraints.object_selector = Some(selector(&[("app", "web")], vec![]));
+    assert!(matches_constraints(&p, &request("pod-create.json"), None).unwrap());
+    assert!(matches_constraints(&p, &request("pod-delete.json"), None).unwrap());
+
+    let mut relabelled = request("pod-update.json");
+    relabelled.object.as_mut().unwrap()["metadata"]["labels"] = json!({"app": "other"});
+    assert!(matches_constraints(&p, &relabelled, None).unwrap(), "old object still matches");
+    relabelled.old_object.as_mut().unwrap()["metadata"]["labels"] = json!({});
+    assert!(!matches_constraints(&p, &relabelled, None).unwrap());
+
+    p.match_constraints.object_selector = Some(selector(&[("app", "api")], vec![]));
+    assert!(!matches_constraints(&p, &request("pod-create.json"), None).unwrap());
+
+    p.match_constraints.object_selector = Some(selector(&[], vec![expr("app", "Bogus", &[])]));
+    assert!(matches!(
+        matches_constraints(&p, &request("pod-create.json"), None),
+        Err(MatchError::InvalidSelector { .. })
+    ));
+}
+
+#[test]
+fn label_selector_operators() {
+    let l = labels(&[("app", "web"), ("tier", "frontend")]);
+    let cases: Vec<(&str, LabelSelector, bool)> = vec![
+        ("empty", selector(&[], vec![]), true),
+        ("matchLabels hit", selector(&[("app", "web")], vec![]), true),
+        ("matchLabels miss", selector(&[("app", "api")], vec![]), false),
+        ("matchLabels missing key", selector(&[("team", "a")], vec![]), false),
+        ("In hit", selector(&[], vec![expr("app", "In", &["api", "web"])]), true),
+        ("In miss", selector(&[], vec![expr("app", "In", &["api"])]), false),
+        ("In missing key", selector(&[], vec![expr("team", "In", &["a"])]), false),
+        ("NotIn hit", selector(&[], vec![expr("app", "NotIn", &["web"])]), false),
+        ("NotIn miss", selector(&[], vec![expr("app", "NotIn", &["api"])]), true),
+        ("NotIn missing key", selector(&[], vec![expr("team", "NotIn", &["a"])]), true),
+        ("Exists", selector(&[], vec![expr("tier", "Exists", &[])]), true),
+        ("Exists missing", selector(&[], vec![expr("team", "Exists", &[])]), false),
+        ("DoesNotExist", selector(&[], vec![expr("team", "DoesNotExist", &[])]), true),
+        ("DoesNotExist present", selector(&[], vec![expr("app", "DoesNotExist", &[])]), false),
+        (
+            "all must hold",
+            selector(&[("app", "web")], vec![expr("tier", "In", &["backend"])]),
+            false,
+        ),
+        (
+            "all hold",
+            selector(&[("app", "web")], vec![expr("tier", "In", &["frontend"]), expr("x", "DoesNotExist", &[])]),
+            true,
+        ),
+    ];
+    for (name, s, want) in cases {
+        assert_eq!(selector_matches(&s, &l, "sel").unwrap(), want, "{name}");
+    }
+    let invalid = [
+        expr("app", "Equals", &["web"]),
+        expr("app", "In", &[]),
+        expr("app", "NotIn", &[]),
+        expr("app", "Exists", &["web"]),
+        expr("app", "DoesNotExist", &["web"]),
+    ];
+    for e in invalid {
+        let err = selector_matches(&selector(&[], vec![e.clone()]), &l, "spec.x").unwrap_err();
+        match err {
+            MatchError::InvalidSelector { field, .. } => assert_eq!(field, "spec.x"),
+            other => panic!("{e:?}: {other:?}"),
+        }
+    }
+}
+
+fn named(kind: PolicyKind, name: &str, ns: Option<&str>) -> CompiledPolicy {
+    let mut p = policy(name, vec![pod_rule()]);
+    p.kind = kind;
+    p.namespace = ns.map(str::to_owned);
+    p
+}
+
+fn names(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[test]
+fn select_policies_by_route() {
+    use PolicyKind::{ImageValidatingPolicy as Ivp, NamespacedImageValidatingPolicy as Nivp};
+    let mut with_autogen = named(Ivp, "a", None);
+    let mut variant = named(Ivp, "a", None);
+    variant.autogen_config = Some("defaults".into());
+    with_autogen.autogen = vec![variant];
+    let mut disabled = named(Ivp, "off", None);
+    let mut spec = PolicySpec::default();
+    spec.evaluation = Some(ivory_policy::types::Evaluation {
+        admission: Some(ivory_policy::types::Enabled { enabled: Some(false) }),
+        ..Default::default()
+    });
+    disabled.spec = Arc::new(spec);
+    let all: Vec<Arc<CompiledPolicy>> = vec![
+        Arc::new(with_autogen),
+        Arc::new(named(Ivp, "b", None)),
+        Arc::new(named(Nivp, "a", Some("default"))),
+        Arc::new(named(Nivp, "n", Some("default"))),
+        Arc::new(named(Nivp, "n", Some("other"))),
+        Arc::new(named(Nivp, "elsewhere", Some("other"))),
+        Arc::new(disabled),
+    ];
+    let cluster = Route { namespaced: false };
+    let namespaced = Route { namespaced: true };
+    let describe = |v: Vec<&CompiledPolicy>| -> Vec<String> {
+        v.iter()
+            .map(|p| {
+                format!(
+                    "{}:{}:{}:{}",
+                    p.kind.as_str(),
+                    p.namespace.as_deref().unwrap_or("-"),
+                    p.name,
+                    p.autogen_config.as_deref().unwrap_or("-")
+                )
+            })
+            .collect()
+    };
+
+    let got = select_policies(&all, cluster, &names(&["b", "a", "a"]), Some("default")).unwrap();
+    assert_eq!(
+        describe(got),
+        vec![
+            "ImageValidatingPolicy:-:b:-",
+            "ImageValidatingPolicy:-:a:-",
+            "ImageValidatingPolicy:-:a:defaults",
+        ]
+    );
+    let got = select_policies(&all, namespaced, &names(&["n", "a", "elsewhere"]), Some("default")).unwrap();
+    assert_eq!(
+        describe(got),
+        vec![
+            "NamespacedImageValidatingPolicy:default:n:-",
+            "NamespacedImageValidatingPolicy:default:a:-",
+        ]
+    );
+    let got = select_policies(&all, namespaced, &names(&["n"]), None).unwrap();
+    assert!(got.is_empty(), "cluster-scoped request on the namespaced route");
+    assert!(select_policies(&all, cluster, &names(&["off"]), None).unwrap().is_empty());
+    assert!(select_policies(&all, cluster, &[], None).unwrap().is_empty());
+
+    let err = select_policies(&all, cluster, &names(&["a", "n", "zz"]), None).unwrap_err();
+    assert_eq!(err.names, names(&["n", "zz"]));
+    assert_eq!(err.to_string(), "unknown ImageValidatingPolicy policies: n, zz");
+    let err = select_policies(&all, namespaced, &names(&["b"]), Some("default")).unwrap_err();
+    assert_eq!(err.names, names(&["b"]));
+}
+
+#[test]
+fn match_conditions_bind_admission_variables() {
+    let pod = request("pod-create.json");
+    let prod = namespace(json!({"env": "prod"}));
+    let cases = [
+        ("object.metadata.name == 'web'", true),
+        ("object.metadata.name == 'api'", false),
+        ("request.operation == 'CREATE'", true),
+        ("request.userInfo.username == 'alice'", true),
+        ("oldObject == null", true),
+        ("namespaceObject.metadata.labels.env == 'prod'", true),
+    ];
+    for (e, want) in cases {
+        let mut p = policy("p", vec![pod_rule()]);
+        p.match_conditions = vec![condition("c", e)];
+        assert_eq!(matches_conditions(&p, &pod, Some(&prod)).unwrap(), want, "{e}");
+    }
+    // All conditions must hold.
+    let mut p = policy("p", vec![pod_rule()]);
+    p.match_conditions = vec![
+        condition("a", "true"),
+        condition("b", "object.metadata.name == 'api'"),
+    ];
+    assert!(!matches_conditions(&p, &pod, None).unwrap());
+}
+
+#[test]
+fn match_condition_errors_follow_failure_policy() {
+    let pod = request("pod-create.json");
+    let mut p = policy("p", vec![pod_rule()]);
+    p.match_conditions = vec![condition("broken", "object.spec.nothere == 1")];
+    match matches_conditions(&p, &pod, None).unwrap_err() {
+        MatchError::Condition { name, .. } => assert_eq!(name, "broken"),
+        other => panic!("{other:?}"),
+    }
+    p.failure_policy = FailurePolicy::Ignore;
+    assert!(!matches_conditions(&p, &pod, None).unwrap());
+}

@@ -1,0 +1,369 @@
+//! The mutating stage: pin matched images to digests (Kyverno §3.3). No signature is verified
+//! here; the validating stage sees the pinned images.
+//!
+//! Differences from Kyverno, on purpose:
+//! * Digests are resolved concurrently, once per distinct (image, credentials) pair, and every
+//!   lookup is bounded by the request deadline.
+//! * Budget exhaustion ([`VerifyError::DeadlineExceeded`], or the deadline passing while
+//!   waiting) applies the policy's `failurePolicy` instead of leaking past the API server's
+//!   timeout: `Fail` denies naming the image, registry and budget; `Ignore` admits the image
+//!   unpinned with a warning and the audit annotation [`AUDIT_UNPINNED_IMAGES`].
+//! * Images that cannot be parsed are left alone (the validating stage judges them).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::future::join_all;
+use ivory_cel::image::ImageReference;
+use ivory_policy::compiled::CompiledPolicy;
+use ivory_policy::types::{Credentials, FailurePolicy, ValidationAction};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::admission::{AdmissionRequest, Operation};
+use crate::decision::{Decision, PatchOp, PolicyResult, Status};
+use crate::images::{ImageAt, image_pointers, matches_image};
+use crate::matching::{matches_conditions, matches_constraints};
+use crate::verifier::{ImageVerifier, VerifyError};
+
+/// Audit annotation listing images admitted without a digest because the time budget ran out
+/// under `failurePolicy: Ignore`. The API server prefixes audit annotation keys with the webhook
+/// name (`<webhook>/unpinned-images`), so the key itself must not contain a `/`.
+pub const AUDIT_UNPINNED_IMAGES: &str = "unpinned-images";
+
+/// Operation reported in synthesized deadline errors.
+const RESOLVE_OPERATION: &str = "resolving the image digest";
+
+/// Pins matched images of `req` to digests for `policies` (already selected for the route).
+///
+/// Never returns later than `deadline` plus local bookkeeping: every registry lookup is wrapped
+/// in `tokio::time::timeout_at(deadline, …)`.
+pub async fn mutate(
+    verifier: &dyn ImageVerifier,
+    policies: &[&CompiledPolicy],
+    req: &AdmissionRequest,
+    namespace_object: Option<&Value>,
+    deadline: Instant,
+) -> Decision {
+    let allow = Decision {
+        allowed: true,
+        ..Decision::default()
+    };
+    // Kyverno's mutate route only handles CREATE, UPDATE and CONNECT; DELETE passes untouched.
+    if !matches!(
+        req.operation,
+        Operation::Create | Operation::Update | Operation::Connect
+    ) {
+        return allow;
+    }
+    let Some(object) = req.object.as_ref() else {
+        return allow;
+    };
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or(&req.kind.kind);
+    let pointers = image_pointers(object, kind);
+
+    let plans: Vec<Plan<'_>> = policies
+        .iter()
+        .filter(|p| p.mutate_digest)
+        .filter_map(|p| plan(p, req, namespace_object, &pointers))
+        .collect();
+    let lookups = distinct_lookups(&plans);
+    let started = Instant::now();
+    let resolved = join_all(lookups.iter().map(|(reference, credentials)| {
+        resolve(verifier, reference, *credentials, deadline, started)
+    }))
+    .await;
+    decide(&plans, &lookups, &resolved)
+}
+
+/// One image a policy wants pinned.
+struct Target {
+    pointer: String,
+    /// Parsed from Kyverno's normalized form (`docker.io/nginx:latest`).
+    reference: ImageReference,
+    normalized: String,
+}
+
+/// What one matching policy wants, or why it could not be evaluated.
+struct Plan<'p> {
+    policy: &'p CompiledPolicy,
+    targets: Vec<Target>,
+    error: Option<String>,
+}
+
+/// `None` when the policy does not apply to the request.
+fn plan<'p>(
+    policy: &'p CompiledPolicy,
+    req: &AdmissionRequest,
+    namespace_object: Option<&Value>,
+    pointers: &[ImageAt],
+) -> Option<Plan<'p>> {
+    let failed = |error: String| {
+        Some(Plan {
+            policy,
+            targets: Vec::new(),
+            error: Some(error),
+        })
+    };
+    match matches_constraints(policy, req, namespace_object) {
+        Ok(true) => {}
+        Ok(false) => return None,
+        Err(e) => return failed(format!("failed to execute matching: {e}")),
+    }
+    match matches_conditions(policy, req, namespace_object) {
+        Ok(true) => {}
+        Ok(false) => return None,
+        Err(e) => return failed(format!("failed to evaluate match conditions: {e}")),
+    }
+    let mut targets = Vec::new();
+    for at in pointers {
+        let Some((reference, normalized)) = normalize(&at.image) else {
+            continue;
+        };
+        if reference.digest().is_some() {
+            continue;
+        }
+        // Pinning matches on the normalized string (Kyverno; validation uses the raw one).
+        match matches_image(policy, &normalized) {
+            Ok(true) => targets.push(Target {
+                pointer: at.pointer.clone(),
+                reference,
+                normalized,
+            }),
+            Ok(false) => {}
+            Err(e) => return failed(format!("failed to update digest: {e}")),
+        }
+    }
+    Some(Plan {
+        policy,
+        targets,
+        error: None,
+    })
+}
+
+/// Kyverno's `GetImageInfo().String()` for `image`, parsed back; `None` when unparsable.
+fn normalize(image: &str) -> Option<(ImageReference, String)> {
+    let normalized = match ImageReference::parse(image) {
+        Ok(r) => r.kyverno_normalized(),
+        Err(e) => {
+            tracing::debug!(image, error = %e, "not pinning an unparsable image");
+            return None;
+        }
+    };
+    let reference = ImageReference::parse(&normalized).ok()?;
+    Some((reference, normalized))
+}
+
+type Lookup<'p> = (String, Option<&'p Credentials>);
+
+fn distinct_lookups<'p>(plans: &[Plan<'p>]) -> Vec<Lookup<'p>> {
+    let mut lookups: Vec<Lookup<'p>> = Vec::new();
+    for plan in plans {
+        let credentials = plan.policy.spec.credentials.as_ref();
+        for t in &plan.targets {
+            if !lookups
+                .iter()
+                .any(|(i, c)| *i == t.normalized && *c == credentials)
+            {
+                lookups.push((t.normalized.clone(), credentials));
+            }
+        }
+    }
+    lookups
+}
+
+fn lookup_index(lookups: &[Lookup<'_>], image: &str, credentials: Option<&Credentials>) -> Option<usize> {
+    lookups
+        .iter()
+        .position(|(i, c)| i == image && *c == credentials)
+}
+
+async fn resolve(
+    verifier: &dyn ImageVerifier,
+    image: &str,
+    credentials: Option<&Credentials>,
+    deadline: Instant,
+    started: Instant,
+) -> Result<String, VerifyError> {
+    let outcome =
+        tokio::time::timeout_at(deadline, verifier.resolve_digest(image, credentials, deadline))
+            .await;
+    let digest = match outcome {
+        Ok(result) => result?,
+        Err(_elapsed) => {
+            return Err(VerifyError::DeadlineExceeded {
+                image: image.to_owned(),
+                registry: ImageReference::parse(image)
+                    .map(|r| r.registry().to_owned())
+                    .unwrap_or_default(),
+                operation: RESOLVE_OPERATION.to_owned(),
+                budget_ms: u64::try_from(deadline.saturating_duration_since(started).as_millis())
+                    .unwrap_or(u64::MAX),
+            });
+        }
+    };
+    if is_digest(&digest) {
+        Ok(digest)
+    } else {
+        Err(VerifyError::Unavailable {
+            image: image.to_owned(),
+            registry: ImageReference::parse(image)
+                .map(|r| r.registry().to_owned())
+                .unwrap_or_default(),
+            message: format!("registry returned an invalid digest {digest:?}"),
+        })
+    }
+}
+
+/// `algorithm:hex` with a lowercase-alphanumeric algorithm and a non-empty hex part, so a bad
+/// answer can never produce a broken image string in the patch.
+fn is_digest(s: &str) -> bool {
+    s.split_once(':').is_some_and(|(alg, hex)| {
+        !alg.is_empty()
+            && alg
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'+' || b == b'.' || b == b'_' || b == b'-')
+            && hex.len() >= 32
+            && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    })
+}
+
+/// What happened to one policy.
+#[derive(Default)]
+struct Outcome {
+    /// Errors that count as a policy error under Kyverno rules (actions decide).
+    errors: Vec<String>,
+    /// Budget exhaustion under `failurePolicy: Fail` (always denies).
+    budget_failures: Vec<String>,
+    /// Budget exhaustion under `failurePolicy: Ignore`: (image, reason).
+    unpinned: Vec<(String, String)>,
+    patch: Vec<PatchOp>,
+}
+
+fn decide(plans: &[Plan<'_>], lookups: &[Lookup<'_>], resolved: &[Result<String, VerifyError>]) -> Decision {
+    let mut decision = Decision {
+        allowed: true,
+        ..Decision::default()
+    };
+    let mut denials = Vec::new();
+    let mut patch: Vec<PatchOp> = Vec::new();
+    let mut unpinned_images = BTreeSet::new();
+    for plan in plans {
+        let policy = plan.policy;
+        let outcome = evaluate_plan(plan, lookups, resolved);
+        let deny = policy.actions.contains(&ValidationAction::Deny);
+        let warn = policy.actions.contains(&ValidationAction::Warn);
+        let mut message = String::new();
+        if !outcome.errors.is_empty() || !outcome.budget_failures.is_empty() {
+            let all: Vec<&str> = outcome
+                .errors
+                .iter()
+                .chain(&outcome.budget_failures)
+                .map(String::as_str)
+                .collect();
+            message = all.join("; ");
+            let line = format!("Policy {} error: {message}", policy.name);
+            if (deny && !outcome.errors.is_empty()) || !outcome.budget_failures.is_empty() {
+                denials.push(line.clone());
+            }
+            if warn {
+                decision.warnings.push(line);
+            }
+        }
+        for (image, reason) in &outcome.unpinned {
+            decision.warnings.push(format!(
+                "Policy {}: image {image} admitted without a pinned digest (failurePolicy Ignore): {reason}",
+                policy.name
+            ));
+            unpinned_images.insert(image.clone());
+        }
+        for op in outcome.patch {
+            if !patch.iter().any(|p| p.path == op.path) {
+                patch.push(op);
+            }
+        }
+        let errored = !message.is_empty() || !outcome.unpinned.is_empty();
+        if message.is_empty() && !outcome.unpinned.is_empty() {
+            message = outcome
+                .unpinned
+                .iter()
+                .map(|(_, reason)| reason.as_str())
+                .collect::<Vec<_>>()
+                .join("; ");
+        }
+        decision.results.push(PolicyResult {
+            policy: policy.name.clone(),
+            namespace: policy.namespace.clone(),
+            status: if errored { Status::Error } else { Status::Pass },
+            message,
+            properties: BTreeMap::new(),
+            images: plan.targets.iter().map(|t| t.normalized.clone()).collect(),
+            deny,
+            warn,
+            audit: policy.actions.contains(&ValidationAction::Audit),
+        });
+    }
+    if !unpinned_images.is_empty() {
+        decision.audit_annotations.insert(
+            AUDIT_UNPINNED_IMAGES.to_owned(),
+            unpinned_images.into_iter().collect::<Vec<_>>().join(","),
+        );
+    }
+    if denials.is_empty() {
+        decision.patch = patch;
+    } else {
+        decision.allowed = false;
+        decision.message = Some(denials.join("; "));
+    }
+    decision
+}
+
+fn evaluate_plan(plan: &Plan<'_>, lookups: &[Lookup<'_>], resolved: &[Result<String, VerifyError>]) -> Outcome {
+    let mut outcome = Outcome::default();
+    if let Some(error) = &plan.error {
+        outcome.errors.push(error.clone());
+        return outcome;
+    }
+    let credentials = plan.policy.spec.credentials.as_ref();
+    let mut digest_errors = Vec::new();
+    let mut budget_errors = Vec::new();
+    for t in &plan.targets {
+        let result = lookup_index(lookups, &t.normalized, credentials).and_then(|i| resolved.get(i));
+        match result {
+            Some(Ok(digest)) => outcome.patch.push(PatchOp {
+                path: t.pointer.clone(),
+                value: t.reference.with_digest(digest),
+            }),
+            Some(Err(e)) if e.is_deadline() => match plan.policy.failure_policy {
+                FailurePolicy::Fail => budget_errors.push(resolve_failure(&t.normalized, e)),
+                FailurePolicy::Ignore => outcome.unpinned.push((t.normalized.clone(), e.to_string())),
+            },
+            Some(Err(e)) => digest_errors.push(resolve_failure(&t.normalized, e)),
+            // Every target was registered as a lookup; this is unreachable but must not panic.
+            None => digest_errors.push(format!(
+                "failed to resolve digest for image {}: no lookup was made",
+                t.normalized
+            )),
+        }
+    }
+    if !digest_errors.is_empty() {
+        outcome
+            .errors
+            .push(format!("failed to update digest: {}", digest_errors.join("; ")));
+    }
+    if !budget_errors.is_empty() {
+        outcome
+            .budget_failures
+            .push(format!("failed to update digest: {}", budget_errors.join("; ")));
+    }
+    outcome
+}
+
+fn resolve_failure(image: &str, e: &VerifyError) -> String {
+    format!("failed to resolve digest for image {image}: {e}")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,492 @@
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use base64::Engine as _;
+use futures::future::BoxFuture;
+use ivory_policy::compiled::CompiledPolicy;
+use ivory_policy::types::{Credentials, FailurePolicy, PolicySpec, ValidationAction};
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::*;
+use crate::admission::testutil::{condition, glob, pod_rule, policy, request, rule};
+use crate::admission::{response_from_decision, review_response};
+use crate::decision::{PatchOp, Status};
+use crate::verifier::{ImageVerifier, Verification, VerifyRequest};
+
+fn digest(c: char) -> String {
+    format!("sha256:{}", c.to_string().repeat(64))
+}
+
+/// In-memory registry: normalized image -> digest, optional per-image delay or error.
+#[derive(Default)]
+struct Fake {
+    digests: HashMap<String, String>,
+    delays: HashMap<String, Duration>,
+    errors: HashMap<String, VerifyError>,
+    calls: Mutex<Vec<(String, bool)>>,
+}
+
+impl Fake {
+    fn standard() -> Self {
+        let mut f = Self::default();
+        f.digests.insert("docker.io/nginx:latest".into(), digest('a'));
+        f.digests.insert("docker.io/busybox:1.36".into(), digest('b'));
+        f.digests
+            .insert("ghcr.io/kyverno/test-verify-image:signed".into(), digest('c'));
+        f.digests.insert("docker.io/alpine:3.20".into(), digest('d'));
+        f.digests
+            .insert("registry.example.com/team/api:1.0".into(), digest('e'));
+        f
+    }
+
+    fn unavailable(mut self, image: &str, message: &str) -> Self {
+        self.errors.insert(
+            image.into(),
+            VerifyError::Unavailable {
+                image: image.into(),
+                registry: "index.docker.io".into(),
+                message: message.into(),
+            },
+        );
+        self
+    }
+
+    fn slow(mut self, image: &str, delay: Duration) -> Self {
+        self.delays.insert(image.into(), delay);
+        self
+    }
+
+    fn calls(&self) -> Vec<(String, bool)> {
+        let mut c = self.calls.lock().unwrap().clone();
+        c.sort();
+        c
+    }
+}
+
+impl ImageVerifier for Fake {
+    fn resolve_digest<'a>(
+        &'a self,
+        image: &'a str,
+        credentials: Option<&'a Credentials>,
+        _deadline: Instant,
+    ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        Box::pin(async move {
+            self.calls
+                .lock()
+                .unwrap()
+                .push((image.to_owned(), credentials.is_some()));
+            if let Some(d) = self.delays.get(image) {
+                tokio::time::sleep(*d).await;
+            }
+            if let Some(e) = self.errors.get(image) {
+                return Err(e.clone());
+            }
+            self.digests.get(image).cloned().ok_or_else(|| VerifyError::Unavailable {
+                image: image.into(),
+                registry: "test".into(),
+                message: "manifest unknown".into(),
+            })
+        })
+    }
+
+    fn verify<'a>(
+        &'a self,
+        _request: &'a VerifyRequest,
+        _deadline: Instant,
+    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
+        panic!("the mutating stage must not verify signatures")
+    }
+
+    fn image_data<'a>(
+        &'a self,
+        _image: &'a str,
+        _credentials: Option<&'a Credentials>,
+        _deadline: Instant,
+    ) -> BoxFuture<'a, Result<serde_json::Value, VerifyError>> {
+        panic!("the mutating stage must not fetch image data")
+    }
+}
+
+fn op(path: &str, value: String) -> PatchOp {
+    PatchOp {
+        path: path.into(),
+        value,
+    }
+}
+
+fn pod_pins() -> Vec<PatchOp> {
+    vec![
+        op(
+            "/spec/initContainers/0/image",
+            format!("docker.io/busybox:1.36@{}", digest('b')),
+        ),
+        op(
+            "/spec/containers/0/image",
+            format!("docker.io/nginx:latest@{}", digest('a')),
+        ),
+        op(
+            "/spec/containers/1/image",
+            format!("ghcr.io/kyverno/test-verify-image:signed@{}", digest('c')),
+        ),
+    ]
+}
+
+fn pod_policy(name: &str) -> CompiledPolicy {
+    policy(name, vec![pod_rule()])
+}
+
+fn later(secs: u64) -> Instant {
+    Instant::now() + Duration::from_secs(secs)
+}
+
+async fn run(fake: &Fake, policies: &[&CompiledPolicy], file: &str) -> Decision {
+    mutate(fake, policies, &request(file), None, later(10)).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn pins_every_undigested_image_once() {
+    let fake = Fake::standard();
+    let p = pod_policy("pin");
+    let d = run(&fake, &[&p], "pod-create.json").await;
+    assert!(d.allowed);
+    assert_eq!(d.message, None);
+    assert_eq!(d.patch, pod_pins());
+    assert!(d.warnings.is_empty());
+    assert_eq!(d.results.len(), 1);
+    assert_eq!(d.results[0].status, Status::Pass);
+    assert_eq!(
+        fake.calls(),
+        vec![
+            ("docker.io/busybox:1.36".to_owned(), false),
+            ("docker.io/nginx:latest".to_owned(), false),
+            ("ghcr.io/kyverno/test-verify-image:signed".to_owned(), false),
+        ],
+        "the digest reference is never looked up"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn controllers_are_pinned_in_their_template() {
+    let fake = Fake::standard();
+    let p = policy(
+        "pin",
+        vec![rule(&["CREATE"], &["apps"], &["v1"], &["deployments"])],
+    );
+    let d = run(&fake, &[&p], "deployment-create.json").await;
+    assert_eq!(
+        d.patch,
+        vec![
+            op(
+                "/spec/template/spec/initContainers/0/image",
+                format!("docker.io/alpine:3.20@{}", digest('d'))
+            ),
+            op(
+                "/spec/template/spec/containers/0/image",
+                format!("registry.example.com/team/api:1.0@{}", digest('e'))
+            ),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn match_image_references_use_the_normalized_string() {
+    let fake = Fake::standard();
+    let mut p = pod_policy("docker-hub");
+    p.image_matchers = vec![glob("docker.io/*")];
+    let d = run(&fake, &[&p], "pod-create.json").await;
+    assert_eq!(d.patch, pod_pins()[..2].to_vec());
+    assert_eq!(
+        d.results[0].images,
+        vec!["docker.io/busybox:1.36", "docker.io/nginx:latest"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn patches_are_deduplicated_across_policies() {
+    let fake = Fake::standard();
+    let mut nginx = pod_policy("nginx-only");
+    nginx.image_matchers = vec![glob("docker.io/nginx*")];
+    let all = pod_policy("all");
+    let d = run(&fake, &[&nginx, &all], "pod-create.json").await;
+    // nginx (first policy) comes first; the second policy adds only the other paths.
+    assert_eq!(
+        d.patch,
+        vec![pod_pins()[1].clone(), pod_pins()[0].clone(), pod_pins()[2].clone()]
+    );
+    assert_eq!(fake.calls().len(), 3, "one lookup per distinct image");
+    assert_eq!(d.results.len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn different_credentials_are_looked_up_separately() {
+    let fake = Fake::standard();
+    let plain = pod_policy("plain");
+    let mut creds = pod_policy("creds");
+    creds.spec = std::sync::Arc::new(PolicySpec {
+        credentials: Some(Credentials {
+            secrets: vec!["regcred".into()],
+            ..Credentials::default()
+        }),
+        ..PolicySpec::default()
+    });
+    let d = run(&fake, &[&plain, &creds], "pod-create.json").await;
+    assert_eq!(d.patch, pod_pins());
+    assert_eq!(fake.calls().len(), 6);
+    assert_eq!(fake.calls().iter().filter(|(_, c)| *c).count(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolution_failure_with_deny_denies_without_patch() {
+    let fake = Fake::standard().unavailable("docker.io/nginx:latest", "503 Service Unavailable");
+    let p = pod_policy("pin");
+    let d = run(&fake, &[&p], "pod-create.json").await;
+    assert!(!d.allowed);
+    assert!(d.patch.is_empty());
+    assert_eq!(
+        d.message.as_deref(),
+        Some(
+            "Policy pin error: failed to update digest: failed to resolve digest for image \
+             docker.io/nginx:latest: registry index.docker.io failed for image \
+             docker.io/nginx:latest: 503 Service Unavailable"
+        )
+    );
+    assert_eq!(d.results[0].status, Status::Error);
+    assert!(d.warnings.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_are_joined_per_policy_and_across_policies() {
+    let fake = Fake::standard()
+        .unavailable("docker.io/nginx:latest", "boom")
+        .unavailable("docker.io/busybox:1.36", "bang");
+    let a = pod_policy("a");
+    let b = pod_policy("b");
+    let d = run(&fake, &[&a, &b], "pod-create.json").await;
+    let one = "failed to update digest: failed to resolve digest for image docker.io/busybox:1.36: \
+               registry index.docker.io failed for image docker.io/busybox:1.36: bang; \
+               failed to resolve digest for image docker.io/nginx:latest: \
+               registry index.docker.io failed for image docker.io/nginx:latest: boom";
+    assert_eq!(
+        d.message.unwrap(),
+        format!("Policy a error: {one}; Policy b error: {one}")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolution_failure_with_warn_warns_and_pins_the_rest() {
+    let fake = Fake::standard().unavailable("docker.io/nginx:latest", "503");
+    let mut p = pod_policy("pin");
+    p.actions = vec![ValidationAction::Warn];
+    let d = run(&fake, &[&p], "pod-create.json").await;
+    assert!(d.allowed);
+    assert_eq!(d.patch, vec![pod_pins()[0].clone(), pod_pins()[2].clone()]);
+    assert_eq!(
+        d.warnings,
+        vec![
+            "Policy pin error: failed to update digest: failed to resolve digest for image \
+             docker.io/nginx:latest: registry index.docker.io failed for image \
+             docker.io/nginx:latest: 503"
+        ]
+    );
+
+    // Audit only: no warning, no denial, the result still records the error.
+    p.actions = vec![ValidationAction::Audit];
+    let d = run(&fake, &[&p], "pod-create.json").await;
+    assert!(d.allowed);
+    assert!(d.warnings.is_empty());
+    assert_eq!(d.patch.len(), 2);
+    assert_eq!(d.results[0].status, Status::Error);
+    assert!(d.results[0].message.contains("503"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_digest_from_the_registry_is_an_error() {
+    let mut fake = Fake::standard();
+    fake.digests
+        .insert("docker.io/nginx:latest".into(), "latest".into());
+    let p = pod_policy("pin");
+    let d = run(&fake, &[&p], "pod-create.json").await;
+    assert!(!d.allowed);
+    assert!(
+        d.message.unwrap().contains("invalid digest \"latest\""),
+        "a bad answer never reaches the patch"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lookups_run_concurrently() {
+    let fake = Fake::standard()
+        .slow("docker.io/nginx:latest", Duration::from_secs(1))
+        .slow("docker.io/busybox:1.36", Duration::from_secs(1))
+        .slow("ghcr.io/kyverno/test-verify-image:signed", Duration::from_secs(1));
+    let p = pod_policy("pin");
+    let start = Instant::now();
+    let d = mutate(&fake, &[&p], &request("pod-create.json"), None, later(5)).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    assert_eq!(d.patch, pod_pins());
+}
+
+#[tokio::test(start_paused = true)]
+async fn deadline_with_failure_policy_fail_denies() {
+    let fake = Fake::standard().slow("docker.io/nginx:latest", Duration::from_secs(30));
+    let mut p = pod_policy("pin");
+    p.actions = vec![ValidationAction::Warn]; // budget exhaustion denies regardless of actions
+    let start = Instant::now();
+    let deadline = later(2);
+    let d = mutate(&fake, &[&p], &request("pod-create.json"), None, deadline).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(2), "never waits past the deadline");
+    assert!(!d.allowed);
+    assert!(d.patch.is_empty());
+    let message = d.message.unwrap();
+    assert_eq!(
+        message,
+        "Policy pin error: failed to update digest: failed to resolve digest for image \
+         docker.io/nginx:latest: time budget of 2000ms exhausted while resolving the image \
+         digest for image docker.io/nginx:latest at registry index.docker.io"
+    );
+    assert_eq!(d.warnings, vec![message]);
+    assert!(d.audit_annotations.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn deadline_with_failure_policy_ignore_admits_unpinned() {
+    let fake = Fake::standard().slow("docker.io/nginx:latest", Duration::from_secs(30));
+    let mut p = pod_policy("pin");
+    p.failure_policy = FailurePolicy::Ignore;
+    let start = Instant::now();
+    let d = mutate(&fake, &[&p], &request("pod-create.json"), None, later(2)).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    assert!(d.allowed);
+    assert_eq!(d.patch, vec![pod_pins()[0].clone(), pod_pins()[2].clone()]);
+    assert_eq!(d.warnings.len(), 1);
+    assert!(
+        d.warnings[0].starts_with(
+            "Policy pin: image docker.io/nginx:latest admitted without a pinned digest"
+        ),
+        "{}",
+        d.warnings[0]
+    );
+    assert_eq!(
+        d.audit_annotations.get(AUDIT_UNPINNED_IMAGES).map(String::as_str),
+        Some("docker.io/nginx:latest")
+    );
+    assert_eq!(d.results[0].status, Status::Error);
+}
+
+#[tokio::test(start_paused = true)]
+async fn verifier_deadline_error_applies_failure_policy() {
+    let mut fake = Fake::standard();
+    fake.errors.insert(
+        "docker.io/nginx:latest".into(),
+        VerifyError::DeadlineExceeded {
+            image: "docker.io/nginx:latest".into(),
+            registry: "index.docker.io".into(),
+            operation: "fetching the manifest".into(),
+            budget_ms: 1500,
+        },
+    );
+    let mut p = pod_policy("pin");
+    p.actions = vec![ValidationAction::Audit];
+    let d = run(&fake, &[&p], "pod-create.json").await;
+    assert!(!d.allowed);
+    assert!(d.message.unwrap().contains(
+        "time budget of 1500ms exhausted while fetching the manifest for image \
+         docker.io/nginx:latest at registry index.docker.io"
+    ));
+    p.failure_policy = FailurePolicy::Ignore;
+    let d = run(&fake, &[&p], "pod-create.json").await;
+    assert!(d.allowed);
+    assert_eq!(d.patch.len(), 2);
+    assert!(d.audit_annotations.contains_key(AUDIT_UNPINNED_IMAGES));
+}
+
+#[tokio::test(start_paused = true)]
+async fn skipped_requests_and_policies() {
+    let fake = Fake::standard();
+    let p = policy("pin", vec![rule(&["*"], &["*"], &["*"], &["*"])]);
+    let mut off = pod_policy("off");
+    off.mutate_digest = false;
+    let cases = [
+        ("pod-delete.json", vec![&p]),
+        ("configmap-create.json", vec![&p]),
+        ("namespace-create.json", vec![&p]),
+        ("pod-create.json", vec![&off]),
+    ];
+    for (file, policies) in cases {
+        let d = run(&fake, &policies, file).await;
+        assert!(d.allowed, "{file}");
+        assert!(d.patch.is_empty(), "{file}");
+        assert!(d.message.is_none(), "{file}");
+    }
+    // A policy that does not match the request (rule for deployments) is silent.
+    let deploy_only = policy("d", vec![rule(&["CREATE"], &["apps"], &["v1"], &["deployments"])]);
+    let d = run(&fake, &[&deploy_only], "pod-create.json").await;
+    assert!(d.results.is_empty());
+    assert!(fake.calls().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn ephemeral_containers_are_pinned() {
+    let mut fake = Fake::standard();
+    fake.digests.insert("docker.io/busybox:debug".into(), digest('f'));
+    let p = policy(
+        "debug",
+        vec![rule(&["UPDATE"], &[""], &["v1"], &["pods/ephemeralcontainers"])],
+    );
+    let d = run(&fake, &[&p], "pod-ephemeralcontainers.json").await;
+    assert!(d.patch.contains(&op(
+        "/spec/ephemeralContainers/0/image",
+        format!("docker.io/busybox:debug@{}", digest('f'))
+    )));
+}
+
+#[tokio::test(start_paused = true)]
+async fn match_conditions_gate_mutation() {
+    let fake = Fake::standard();
+    let mut p = pod_policy("pin");
+    p.match_conditions = vec![condition("only-api", "object.metadata.name == 'api'")];
+    let d = run(&fake, &[&p], "pod-create.json").await;
+    assert!(d.patch.is_empty() && d.results.is_empty());
+
+    p.match_conditions = vec![condition("broken", "object.spec.nothere")];
+    let d = run(&fake, &[&p], "pod-create.json").await;
+    assert!(!d.allowed);
+    assert!(d
+        .message
+        .unwrap()
+        .starts_with("Policy pin error: failed to evaluate match conditions: matchCondition \"broken\""));
+
+    p.failure_policy = FailurePolicy::Ignore;
+    let d = run(&fake, &[&p], "pod-create.json").await;
+    assert!(d.allowed && d.patch.is_empty() && d.results.is_empty());
+    assert!(fake.calls().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn response_patch_decodes_to_the_ops() {
+    let fake = Fake::standard();
+    let p = pod_policy("pin");
+    let req = request("pod-create.json");
+    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    let wire = review_response(&response_from_decision(&req, &d));
+    assert_eq!(wire["response"]["uid"], "pod-create-uid");
+    assert_eq!(wire["response"]["allowed"], true);
+    assert_eq!(wire["response"]["patchType"], "JSONPatch");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(wire["response"]["patch"].as_str().unwrap())
+        .unwrap();
+    let patch: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(
+        patch,
+        json!([
+            {"op": "replace", "path": "/spec/initContainers/0/image",
+             "value": format!("docker.io/busybox:1.36@{}", digest('b'))},
+            {"op": "replace", "path": "/spec/containers/0/image",
+             "value": format!("docker.io/nginx:latest@{}", digest('a'))},
+            {"op": "replace", "path": "/spec/containers/1/image",
+             "value": format!("ghcr.io/kyverno/test-verify-image:signed@{}", digest('c'))},
+        ])
+    );
+}

@@ -1,0 +1,180 @@
+//! The CEL activation of one policy evaluation: the request's bindings, the lazily evaluated
+//! `variables`, and the policy's `images`, `attestors` and `attestations`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use ivory_cel::{Activation, EvalError, Host, Program, Value};
+use ivory_policy::compiled::{CompiledPolicy, NamedProgram};
+use serde_json::Value as Json;
+
+use crate::admission::AdmissionRequest;
+
+/// The request-level bindings, built once per AdmissionRequest.
+#[derive(Debug)]
+pub(super) struct RequestData {
+    /// `object`, or `oldObject` on DELETE (Kyverno's admission attributes).
+    object: Json,
+    old_object: Json,
+    request: Json,
+    namespace_object: Json,
+}
+
+impl RequestData {
+    pub(super) fn new(req: &AdmissionRequest, namespace_object: Option<&Json>) -> Self {
+        Self {
+            object: req.subject().cloned().unwrap_or(Json::Null),
+            old_object: req.old_object.clone().unwrap_or(Json::Null),
+            request: req.to_json(),
+            namespace_object: namespace_object.cloned().unwrap_or(Json::Null),
+        }
+    }
+}
+
+/// Evaluates a policy's programs against one request, memoizing variables.
+pub(super) struct Evaluator<'a> {
+    data: &'a RequestData,
+    json_mode: bool,
+    variables: &'a [NamedProgram],
+    memo: HashMap<String, Result<Value, String>>,
+    /// `images`, `attestors`, `attestations` once known (not bound for matchConditions).
+    policy_bindings: Vec<(&'static str, Json)>,
+    host: &'a dyn Host,
+}
+
+impl<'a> Evaluator<'a> {
+    pub(super) fn new(data: &'a RequestData, policy: &'a CompiledPolicy, host: &'a dyn Host) -> Self {
+        Self {
+            data,
+            json_mode: policy.json_mode,
+            variables: &policy.variables,
+            memo: HashMap::new(),
+            policy_bindings: Vec::new(),
+            host,
+        }
+    }
+
+    /// Binds `images`, `attestors` (name → object) and `attestations` (name → name).
+    pub(super) fn bind_policy(
+        &mut self,
+        images: &BTreeMap<String, Vec<String>>,
+        attestors: Json,
+        attestation_names: impl IntoIterator<Item = String>,
+    ) {
+        let attestations: serde_json::Map<String, Json> = attestation_names
+            .into_iter()
+            .map(|n| (n.clone(), Json::String(n)))
+            .collect();
+        self.policy_bindings = vec![
+            ("images", serde_json::to_value(images).unwrap_or(Json::Null)),
+            ("attestors", attestors),
+            ("attestations", Json::Object(attestations)),
+        ];
+    }
+
+    /// The same evaluator with another host (the verification host after prefetch); the
+    /// variable memo starts afresh so that variables may call verification functions.
+    pub(super) fn with_host<'b>(&self, host: &'b dyn Host) -> Evaluator<'b>
+    where
+        'a: 'b,
+    {
+        Evaluator {
+            data: self.data,
+            json_mode: self.json_mode,
+            variables: self.variables,
+            memo: HashMap::new(),
+            policy_bindings: self.policy_bindings.clone(),
+            host,
+        }
+    }
+
+    pub(super) fn bool(&mut self, program: &Program) -> Result<bool, String> {
+        self.eval(program, |p, a| p.evaluate_bool(a))
+    }
+
+    pub(super) fn string(&mut self, program: &Program) -> Result<String, String> {
+        self.eval(program, |p, a| p.evaluate_string(a))
+    }
+
+    pub(super) fn optional_string(&mut self, program: &Program) -> Result<Option<String>, String> {
+        self.eval(program, |p, a| p.evaluate_optional_string(a))
+    }
+
+    pub(super) fn json(&mut self, program: &Program) -> Result<Json, String> {
+        self.eval(program, |p, a| p.evaluate_json(a))
+    }
+
+    /// Evaluates `program` after evaluating (once) the variables it needs.
+    fn eval<T>(
+        &mut self,
+        program: &Program,
+        run: impl Fn(&Program, &Activation<'_>) -> Result<T, EvalError>,
+    ) -> Result<T, String> {
+        let vars = self.resolve(&self.needed(program), &mut Vec::new())?;
+        let act = self.activation(vars);
+        run(program, &act).map_err(|e| e.to_string())
+    }
+
+    fn needed(&self, program: &Program) -> Vec<String> {
+        if self.json_mode {
+            return Vec::new();
+        }
+        if program.uses_variables_dynamically() {
+            return self.variables.iter().map(|v| v.name.clone()).collect();
+        }
+        program.variable_refs().to_vec()
+    }
+
+    /// Evaluates the named variables (and theirs, transitively), memoized. A variable's error
+    /// surfaces only when a program needs it. Undeclared names are left for CEL to report.
+    fn resolve(
+        &mut self,
+        names: &[String],
+        stack: &mut Vec<String>,
+    ) -> Result<HashMap<String, Value>, String> {
+        let mut out = HashMap::new();
+        for name in names {
+            if !self.memo.contains_key(name) {
+                let variables = self.variables;
+                let Some(var) = variables.iter().find(|v| &v.name == name) else {
+                    continue;
+                };
+                if stack.contains(name) {
+                    return Err(format!("variable {name:?} refers to itself"));
+                }
+                stack.push(name.clone());
+                let deps = self.needed(&var.program);
+                let result = self.resolve(&deps, stack).and_then(|vars| {
+                    let act = self.activation(vars);
+                    var.program.evaluate(&act).map_err(|e| e.to_string())
+                });
+                stack.pop();
+                let result =
+                    result.map_err(|e| format!("composited variable {name:?} fails to evaluate: {e}"));
+                self.memo.insert(name.clone(), result);
+            }
+            match self.memo.get(name) {
+                Some(Ok(value)) => {
+                    out.insert(name.clone(), value.clone());
+                }
+                Some(Err(e)) => return Err(e.clone()),
+                None => {}
+            }
+        }
+        Ok(out)
+    }
+
+    fn activation(&self, vars: HashMap<String, Value>) -> Activation<'a> {
+        let mut act = Activation::new(self.host);
+        act.bind_json("object", &self.data.object);
+        if !self.json_mode {
+            act.bind_json("oldObject", &self.data.old_object);
+            act.bind_json("request", &self.data.request);
+            act.bind_json("namespaceObject", &self.data.namespace_object);
+            act.bind_value("variables", Value::from(vars));
+        }
+        for (name, value) in &self.policy_bindings {
+            act.bind_json(name, value);
+        }
+        act
+    }
+}

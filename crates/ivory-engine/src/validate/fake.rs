@@ -1,0 +1,159 @@
+//! An in-memory [`ImageVerifier`] for the validating stage's tests.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use ivory_policy::types::Credentials;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::verifier::{ImageVerifier, Verification, VerifyError, VerifyRequest};
+
+/// How every call behaves besides the verdict table.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) enum Mode {
+    #[default]
+    Answer,
+    /// Every call reports a spent budget itself.
+    Deadline,
+    /// Every call fails to reach the registry.
+    Unavailable,
+    /// Every call sleeps this long first (use with paused time).
+    Sleep(Duration),
+}
+
+/// Verdicts by (image, attestor name, attestation name); everything else is NotVerified.
+#[derive(Default)]
+pub(super) struct FakeVerifier {
+    verified: HashSet<(String, String, Option<String>)>,
+    payloads: HashMap<(String, String), Value>,
+    mode: Mode,
+    pub(super) calls: AtomicUsize,
+    pub(super) requests: Mutex<Vec<VerifyRequest>>,
+}
+
+impl FakeVerifier {
+    pub(super) fn new() -> Self {
+        Self::default()
+    }
+
+    pub(super) fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// `attestor` signed `image`.
+    pub(super) fn sign(mut self, image: &str, attestor: &str) -> Self {
+        self.verified
+            .insert((image.to_owned(), attestor.to_owned(), None));
+        self
+    }
+
+    /// `attestor` attested `image` with attestation `name`, whose statement is `payload`.
+    pub(super) fn attest(mut self, image: &str, attestor: &str, name: &str, payload: Value) -> Self {
+        self.verified
+            .insert((image.to_owned(), attestor.to_owned(), Some(name.to_owned())));
+        self.payloads
+            .insert((image.to_owned(), name.to_owned()), payload);
+        self
+    }
+
+    pub(super) fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn requests(&self) -> Vec<VerifyRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    async fn answer(&self, request: &VerifyRequest) -> Result<Verification, VerifyError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.requests.lock().unwrap().push(request.clone());
+        match self.mode {
+            Mode::Answer => {}
+            Mode::Sleep(d) => tokio::time::sleep(d).await,
+            Mode::Deadline => {
+                return Err(VerifyError::DeadlineExceeded {
+                    image: request.image.clone(),
+                    registry: "ghcr.io".into(),
+                    operation: "fetching the manifest".into(),
+                    budget_ms: 2000,
+                });
+            }
+            Mode::Unavailable => {
+                return Err(VerifyError::Unavailable {
+                    image: request.image.clone(),
+                    registry: "ghcr.io".into(),
+                    message: "503 Service Unavailable".into(),
+                });
+            }
+        }
+        if request.attestor.notary.is_some() {
+            return Ok(Verification::NotVerified {
+                digest: None,
+                reason: "notary attestors are not supported".into(),
+            });
+        }
+        let attestation = request.attestation.as_ref().map(|a| a.name.clone());
+        let key = (
+            request.image.clone(),
+            request.attestor.name.clone(),
+            attestation.clone(),
+        );
+        if !self.verified.contains(&key) {
+            return Ok(Verification::NotVerified {
+                digest: Some(DIGEST.into()),
+                reason: "no matching signatures".into(),
+            });
+        }
+        let payload =
+            attestation.and_then(|a| self.payloads.get(&(request.image.clone(), a)).cloned());
+        Ok(Verification::Verified {
+            digest: DIGEST.into(),
+            payload,
+        })
+    }
+}
+
+pub(super) const DIGEST: &str =
+    "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+
+impl ImageVerifier for FakeVerifier {
+    fn resolve_digest<'a>(
+        &'a self,
+        _image: &'a str,
+        _credentials: Option<&'a Credentials>,
+        _deadline: Instant,
+    ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        async { Ok(DIGEST.to_owned()) }.boxed()
+    }
+
+    fn verify<'a>(
+        &'a self,
+        request: &'a VerifyRequest,
+        _deadline: Instant,
+    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
+        self.answer(request).boxed()
+    }
+
+    fn image_data<'a>(
+        &'a self,
+        image: &'a str,
+        _credentials: Option<&'a Credentials>,
+        _deadline: Instant,
+    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
+        async move {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Ok(json!({
+                "image": image,
+                "digest": DIGEST,
+                "config": {"architecture": "amd64", "os": "linux"},
+            }))
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,200 @@
+//! The verification host: answers the CEL verification functions synchronously from the results
+//! prefetched for the request, and records per-image evidence for `required`.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use ivory_cel::Host;
+use ivory_policy::compiled::CompiledPolicy;
+use ivory_policy::types::Attestation;
+use serde_json::Value;
+
+use super::prefetch::{Outcome, Prefetched, VerifyKey};
+use crate::verifier::Verification;
+
+/// Kyverno's error when a payload is asked for before its attestation was verified.
+pub(super) const PAYLOAD_NOT_VERIFIED: &str = "failed to get payload: intoto attestation payload cannot be fetch before verifying intoto attestation";
+
+/// Request-scoped evidence shared by all policies: image → verified (monotonic OR). An image
+/// is present once any policy asked a verification function about it with attestors.
+#[derive(Debug, Default)]
+pub(super) struct Evidence {
+    images: Mutex<BTreeMap<String, bool>>,
+}
+
+/// What the request learnt about one image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ImageEvidence {
+    NeverAttempted,
+    Failed,
+    Verified,
+}
+
+impl Evidence {
+    fn images(&self) -> MutexGuard<'_, BTreeMap<String, bool>> {
+        // Nothing panics while holding the lock; recover the data if a test thread did.
+        self.images.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn record(&self, image: &str, verified: bool) {
+        let mut images = self.images();
+        let entry = images.entry(image.to_owned()).or_insert(false);
+        *entry |= verified;
+    }
+
+    pub(super) fn of(&self, image: &str) -> ImageEvidence {
+        match self.images().get(image) {
+            None => ImageEvidence::NeverAttempted,
+            Some(false) => ImageEvidence::Failed,
+            Some(true) => ImageEvidence::Verified,
+        }
+    }
+}
+
+/// The [`Host`] for one policy evaluation.
+pub(super) struct PolicyHost<'a> {
+    pub(super) policy: &'a CompiledPolicy,
+    /// Whether an image matches the policy's `matchImageReferences` (Kyverno answers 0 otherwise).
+    pub(super) matches: &'a (dyn Fn(&str) -> bool + Sync),
+    /// Names of notary attestors (they cannot verify in-toto attestations).
+    pub(super) notary_attestors: &'a [String],
+    pub(super) prefetched: &'a Prefetched,
+    pub(super) keys: &'a BTreeMap<VerifyKey, usize>,
+    pub(super) image_data: &'a BTreeMap<String, usize>,
+    pub(super) evidence: &'a Evidence,
+    /// Payloads verified during this policy's evaluation: (image, attestation name) → statement.
+    pub(super) payloads: Mutex<BTreeMap<(String, String), Value>>,
+}
+
+impl PolicyHost<'_> {
+    fn attestation(&self, name: &str) -> Result<&Attestation, String> {
+        self.policy
+            .attestations
+            .iter()
+            .find(|a| a.name == name)
+            .ok_or_else(|| format!("attestation not found in policy: {name}"))
+    }
+
+    /// Counts the attestors that verified (image, attestation); records the evidence.
+    fn count(
+        &self,
+        image: &str,
+        attestation: Option<&str>,
+        attestors: &[Value],
+    ) -> Result<i64, String> {
+        let mut count = 0i64;
+        for attestor in attestors {
+            let name = attestor_name(attestor)?;
+            let key = VerifyKey {
+                image: image.to_owned(),
+                attestor: name.to_owned(),
+                attestation: attestation.map(str::to_owned),
+            };
+            let Some(&index) = self.keys.get(&key) else {
+                return Err(not_prepared(image, name, attestation));
+            };
+            match self.prefetched.outcome(index) {
+                Some(Outcome::Verify(Ok(Verification::Verified { payload, .. }))) => {
+                    count += 1;
+                    if let (Some(att), Some(payload)) = (attestation, payload) {
+                        self.payloads
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .entry((image.to_owned(), att.to_owned()))
+                            .or_insert_with(|| payload.clone());
+                    }
+                }
+                Some(Outcome::Verify(Ok(Verification::NotVerified { .. }))) => {}
+                Some(Outcome::Verify(Err(err))) => return Err(err.to_string()),
+                Some(Outcome::ImageData(_)) | None => {
+                    return Err(not_prepared(image, name, attestation));
+                }
+            }
+        }
+        if !attestors.is_empty() {
+            self.evidence.record(image, count > 0);
+        }
+        Ok(count)
+    }
+}
+
+impl Host for PolicyHost<'_> {
+    fn verify_image_signatures(&self, image: &str, attestors: &[Value]) -> Result<i64, String> {
+        if !(self.matches)(image) {
+            return Ok(0);
+        }
+        self.count(image, None, attestors)
+    }
+
+    fn verify_attestation_signatures(
+        &self,
+        image: &str,
+        attestation: &str,
+        attestors: &[Value],
+    ) -> Result<i64, String> {
+        if !(self.matches)(image) {
+            return Ok(0);
+        }
+        let att = self.attestation(attestation)?;
+        if att.intoto.is_some() {
+            for attestor in attestors {
+                let name = attestor_name(attestor)?;
+                if self.notary_attestors.iter().any(|n| n == name) {
+                    return Err(
+                        "notary verifier only supports oci 1.1 referrers as attestations".into(),
+                    );
+                }
+            }
+        }
+        self.count(image, Some(attestation), attestors)
+    }
+
+    fn extract_payload(&self, image: &str, attestation: &str) -> Result<Value, String> {
+        let att = self.attestation(attestation)?;
+        let verified = self
+            .payloads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(image.to_owned(), attestation.to_owned()))
+            .cloned();
+        match verified {
+            Some(payload) => Ok(payload),
+            // Kyverno falls back to live, unverified referrer data here (#17130); ivory never
+            // returns a payload that was not verified.
+            None if att.referrer.is_some() => Err(format!(
+                "failed to get payload: referrer attestation {attestation} cannot be fetched before verifying it"
+            )),
+            None => Err(PAYLOAD_NOT_VERIFIED.to_owned()),
+        }
+    }
+
+    fn image_data(&self, image: &str) -> Result<Value, String> {
+        let Some(&index) = self.image_data.get(image) else {
+            return Err(format!(
+                "failed to get imagedata: image {image} is not one of the images extracted from the request"
+            ));
+        };
+        match self.prefetched.outcome(index) {
+            Some(Outcome::ImageData(Ok(data))) => Ok(data.clone()),
+            Some(Outcome::ImageData(Err(err))) => Err(format!("failed to get imagedata: {err}")),
+            Some(Outcome::Verify(_)) | None => Err(format!("failed to get imagedata: {image}")),
+        }
+    }
+}
+
+fn attestor_name(attestor: &Value) -> Result<&str, String> {
+    attestor
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| "attestor argument is not one of the policy's attestors (no name)".to_owned())
+}
+
+fn not_prepared(image: &str, attestor: &str, attestation: Option<&str>) -> String {
+    let what = match attestation {
+        Some(att) => format!("attestation {att} of image {image}"),
+        None => format!("signature of image {image}"),
+    };
+    format!(
+        "{what} was not verified by attestor {attestor}: ivory verifies only the policy's matched images with its declared attestors and attestations"
+    )
+}

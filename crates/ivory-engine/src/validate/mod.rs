@@ -1,0 +1,103 @@
+//! The validating stage (Kyverno 1.19 `HandleValidating`, single phase): match, extract and
+//! filter images, `verifyDigest`, prefetch every verification the policies' CEL can ask for
+//! (concurrently, under the request deadline), evaluate the validations synchronously against
+//! those answers, enforce `required` across all policies, then apply Deny/Warn/Audit.
+//!
+//! Annotations on the object are never evidence: verification always happens here.
+
+mod context;
+mod evaluate;
+mod host;
+mod plan;
+mod prefetch;
+mod response;
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;
+
+use ivory_policy::compiled::CompiledPolicy;
+use ivory_policy::types::ValidationAction;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use self::context::RequestData;
+use self::evaluate::Evaluated;
+use self::host::Evidence;
+use self::plan::{Prepared, RequestInputs};
+use self::prefetch::{JobSet, Prefetched};
+use crate::admission::AdmissionRequest;
+use crate::decision::{Decision, PolicyResult, Status};
+use crate::images;
+use crate::verifier::ImageVerifier;
+
+pub use self::response::SKIPPED_ANNOTATION;
+
+/// Prefix of every evaluation error, as Kyverno words it.
+const EVAL_FAILED: &str = "failed to evaluate policy";
+
+/// Validates one AdmissionRequest against `policies` (already selected for its route). Never
+/// fails: errors become policy results, and the policies' actions and failure policies decide.
+/// Returns by `deadline` (plus CPU-bound CEL evaluation).
+pub async fn validate(
+    verifier: &dyn ImageVerifier,
+    policies: &[&CompiledPolicy],
+    req: &AdmissionRequest,
+    namespace_object: Option<&Value>,
+    deadline: Instant,
+) -> Decision {
+    let started = Instant::now();
+    let data = RequestData::new(req, namespace_object);
+    let builtin = images::builtin_images(req);
+    let inputs = RequestInputs {
+        req,
+        namespace_object,
+        data: &data,
+        builtin: &builtin,
+    };
+    let mut jobs = JobSet::default();
+    let prepared: Vec<Prepared<'_>> = policies
+        .iter()
+        .map(|policy| plan::prepare(policy, &inputs, &mut jobs))
+        .collect();
+    let prefetched = if jobs.is_empty() {
+        Prefetched::default()
+    } else {
+        prefetch::run(verifier, jobs, started, deadline).await
+    };
+
+    let evidence = Evidence::default();
+    let mut evaluated = Vec::with_capacity(prepared.len());
+    for prepared in prepared {
+        match prepared {
+            Prepared::NotMatched => {}
+            Prepared::Done(result) => evaluated.push(Evaluated::decided(result)),
+            Prepared::Ready(plan) => {
+                evaluated.push(evaluate::run(*plan, &prefetched, &evidence));
+            }
+        }
+    }
+    response::enforce_required(&mut evaluated, &evidence);
+    response::decide(evaluated)
+}
+
+/// A result of `policy` with its actions filled in.
+fn result(
+    policy: &CompiledPolicy,
+    status: Status,
+    message: String,
+    images: Vec<String>,
+) -> PolicyResult {
+    PolicyResult {
+        policy: policy.name.clone(),
+        namespace: policy.namespace.clone(),
+        status,
+        message,
+        properties: Default::default(),
+        images,
+        deny: policy.actions.contains(&ValidationAction::Deny),
+        warn: policy.actions.contains(&ValidationAction::Warn),
+        audit: policy.actions.contains(&ValidationAction::Audit),
+    }
+}

@@ -1,0 +1,328 @@
+//! Everything a policy needs before any network call: matching, matchConditions, image
+//! extraction and filtering, `verifyDigest`, attestor CEL fields, and the list of
+//! verification questions to prefetch.
+
+use std::collections::BTreeMap;
+
+use ivory_cel::image::ImageReference;
+use ivory_cel::{NoHost, Program};
+use ivory_policy::compiled::{CompiledAttestor, CompiledPolicy};
+use ivory_policy::types::{Attestor, FailurePolicy};
+use serde_json::Value as Json;
+
+use super::context::{Evaluator, RequestData};
+use super::prefetch::{Job, JobSet, VerifyKey};
+use super::{EVAL_FAILED, result};
+use crate::admission::AdmissionRequest;
+use crate::decision::{PolicyResult, Status};
+use crate::{images, matching};
+use crate::verifier::VerifyRequest;
+
+/// CEL functions that need signature verdicts / attestation verdicts / image metadata.
+const SIGNATURE_FUNCTIONS: [&str; 1] = ["verifyImageSignatures"];
+const ATTESTATION_FUNCTIONS: [&str; 2] = ["verifyAttestationSignatures", "extractPayload"];
+const IMAGE_DATA_FUNCTIONS: [&str; 5] = [
+    "getImageData",
+    "image.GetMetadata",
+    "image.getMetadata",
+    "GetMetadata",
+    "getMetadata",
+];
+
+/// A policy that matched and is ready for evaluation once the prefetch is done.
+pub(super) struct Plan<'a> {
+    pub(super) policy: &'a CompiledPolicy,
+    /// Holds the policy's `images`/`attestors`/`attestations` bindings.
+    pub(super) eval: Evaluator<'a>,
+    /// Images after matchImageReferences, flat, first occurrence order.
+    pub(super) matched: Vec<String>,
+    pub(super) notary_attestors: Vec<String>,
+    pub(super) keys: BTreeMap<VerifyKey, usize>,
+    pub(super) image_data: BTreeMap<String, usize>,
+}
+
+pub(super) enum Prepared<'a> {
+    /// matchConstraints/matchConditions did not select the request: no result at all.
+    NotMatched,
+    /// Decided before verification (matching error, extraction error, missing digest, ...).
+    Done(PolicyResult),
+    Ready(Box<Plan<'a>>),
+}
+
+/// Inputs shared by all policies of one request.
+pub(super) struct RequestInputs<'a> {
+    pub(super) req: &'a AdmissionRequest,
+    pub(super) namespace_object: Option<&'a Json>,
+    pub(super) data: &'a RequestData,
+    /// Built-in extractor output (Kubernetes mode), unfiltered.
+    pub(super) builtin: &'a BTreeMap<String, Vec<String>>,
+}
+
+pub(super) fn prepare<'a>(
+    policy: &'a CompiledPolicy,
+    inputs: &RequestInputs<'a>,
+    jobs: &mut JobSet,
+) -> Prepared<'a> {
+    let fail = |status: Status, message: String, images: &[String]| {
+        Prepared::Done(result(policy, status, message, images.to_vec()))
+    };
+    // JSON payloads have no resource: a JSON-mode policy without rules matches every payload.
+    let skip_constraints = policy.json_mode && policy.match_constraints.resource_rules.is_empty();
+    if !skip_constraints {
+        match matching::matches_constraints(policy, inputs.req, inputs.namespace_object) {
+            Ok(true) => {}
+            Ok(false) => return Prepared::NotMatched,
+            Err(e) => {
+                return fail(Status::Error, format!("failed to execute matching: {e}"), &[]);
+            }
+        }
+    }
+    let mut eval = Evaluator::new(inputs.data, policy, &NoHost);
+    match match_conditions(policy, &mut eval) {
+        Ok(true) => {}
+        Ok(false) => return Prepared::NotMatched,
+        Err(message) => return fail(Status::Error, message, &[]),
+    }
+
+    let extracted = match extract_images(policy, inputs.builtin, &mut eval) {
+        Ok(images) => images,
+        Err(message) => return fail(Status::Error, format!("{EVAL_FAILED}: {message}"), &[]),
+    };
+    let images = match images::filter_images(policy, &extracted) {
+        Ok(images) => images,
+        Err(e) => return fail(Status::Error, format!("{EVAL_FAILED}: {e}"), &[]),
+    };
+    let matched = flatten(&images);
+    if policy.verify_digest
+        && let Some(image) = matched.iter().find(|i| !has_digest(i))
+    {
+        return fail(
+            Status::Fail,
+            format!("image {image} does not have a digest"),
+            &matched,
+        );
+    }
+
+    let attestors = match evaluate_attestors(&policy.attestors, &mut eval) {
+        Ok(attestors) => attestors,
+        Err(message) => {
+            return fail(Status::Error, format!("{EVAL_FAILED}: {message}"), &matched);
+        }
+    };
+    let attestor_map: serde_json::Map<String, Json> = attestors
+        .iter()
+        .map(|(a, json)| (a.name.clone(), json.clone()))
+        .collect();
+    eval.bind_policy(
+        &images,
+        Json::Object(attestor_map),
+        policy.attestations.iter().map(|a| a.name.clone()),
+    );
+
+    let mut plan = Plan {
+        policy,
+        eval,
+        notary_attestors: attestors
+            .iter()
+            .filter(|(a, _)| a.notary.is_some())
+            .map(|(a, _)| a.name.clone())
+            .collect(),
+        matched,
+        keys: BTreeMap::new(),
+        image_data: BTreeMap::new(),
+    };
+    plan_jobs(&mut plan, &attestors, &extracted, jobs);
+    Prepared::Ready(Box::new(plan))
+}
+
+/// All conditions true ⇒ matched; any false ⇒ not matched (even if another errored); else an
+/// error is "not matched" under `failurePolicy: Ignore` and a policy error under `Fail`.
+fn match_conditions(policy: &CompiledPolicy, eval: &mut Evaluator<'_>) -> Result<bool, String> {
+    let mut first_error = None;
+    for condition in &policy.match_conditions {
+        match eval.bool(&condition.program) {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(e) => {
+                first_error.get_or_insert_with(|| {
+                    matching::MatchError::Condition {
+                        name: condition.name.clone(),
+                        message: e,
+                    }
+                    .to_string()
+                });
+            }
+        }
+    }
+    match (first_error, policy.failure_policy) {
+        (None, _) => Ok(true),
+        (Some(_), FailurePolicy::Ignore) => Ok(false),
+        (Some(e), FailurePolicy::Fail) => Err(format!("{EVAL_FAILED}: {e}")),
+    }
+}
+
+/// Built-in extractors (Kubernetes mode only), then `spec.images` (same name overrides).
+fn extract_images(
+    policy: &CompiledPolicy,
+    builtin: &BTreeMap<String, Vec<String>>,
+    eval: &mut Evaluator<'_>,
+) -> Result<BTreeMap<String, Vec<String>>, String> {
+    let mut images = if policy.json_mode {
+        BTreeMap::new()
+    } else {
+        builtin.clone()
+    };
+    for extractor in &policy.image_extractors {
+        let value = eval
+            .json(&extractor.program)
+            .map_err(|e| format!("images.{}: {e}", extractor.name))?;
+        images.insert(extractor.name.clone(), string_list(&extractor.name, value)?);
+    }
+    Ok(images)
+}
+
+fn string_list(name: &str, value: Json) -> Result<Vec<String>, String> {
+    let Json::Array(items) = value else {
+        return Err(format!("images.{name}: expected a list of strings, got {value}"));
+    };
+    items
+        .into_iter()
+        .map(|item| match item {
+            Json::String(s) => Ok(s),
+            other => Err(format!("images.{name}: expected a string, got {other}")),
+        })
+        .collect()
+}
+
+/// The images of all extractors, de-duplicated, in extractor order.
+fn flatten(images: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+    let mut flat: Vec<String> = Vec::new();
+    for image in images.values().flatten() {
+        if !flat.contains(image) {
+            flat.push(image.clone());
+        }
+    }
+    flat
+}
+
+/// A digest reference as go-containerregistry `name.NewDigest` accepts it.
+fn has_digest(image: &str) -> bool {
+    ImageReference::parse(image).is_ok_and(|r| r.digest().is_some())
+}
+
+/// Evaluates each attestor's CEL-sourced fields into place: (attestor, its JSON for CEL).
+fn evaluate_attestors(
+    attestors: &[CompiledAttestor],
+    eval: &mut Evaluator<'_>,
+) -> Result<Vec<(Attestor, Json)>, String> {
+    let mut out = Vec::with_capacity(attestors.len());
+    for compiled in attestors {
+        let name = &compiled.attestor.name;
+        let mut json = serde_json::to_value(&compiled.attestor)
+            .map_err(|e| format!("attestor {name}: {e}"))?;
+        for (pointer, program) in &compiled.fields {
+            let value = eval
+                .string(program)
+                .map_err(|e| format!("attestor {name}: {pointer}: {e}"))?;
+            set_pointer(&mut json, pointer, Json::String(value))
+                .map_err(|e| format!("attestor {name}: {e}"))?;
+        }
+        let attestor: Attestor =
+            serde_json::from_value(json.clone()).map_err(|e| format!("attestor {name}: {e}"))?;
+        out.push((attestor, json));
+    }
+    Ok(out)
+}
+
+/// Writes `value` at RFC 6901 `pointer`, creating objects on the way.
+fn set_pointer(root: &mut Json, pointer: &str, value: Json) -> Result<(), String> {
+    let mut target = root;
+    let tokens: Vec<String> = pointer
+        .split('/')
+        .skip(1)
+        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    let Some((last, parents)) = tokens.split_last() else {
+        return Err(format!("invalid field pointer {pointer:?}"));
+    };
+    for token in parents {
+        if target.is_null() {
+            *target = Json::Object(serde_json::Map::new());
+        }
+        let Json::Object(map) = target else {
+            return Err(format!("field pointer {pointer:?} crosses a non-object"));
+        };
+        target = map.entry(token.clone()).or_insert(Json::Null);
+    }
+    if target.is_null() {
+        *target = Json::Object(serde_json::Map::new());
+    }
+    let Json::Object(map) = target else {
+        return Err(format!("field pointer {pointer:?} crosses a non-object"));
+    };
+    map.insert(last.clone(), value);
+    Ok(())
+}
+
+/// Every program of the policy that runs after the prefetch.
+fn programs(policy: &CompiledPolicy) -> impl Iterator<Item = &Program> {
+    policy
+        .validations
+        .iter()
+        .flat_map(|v| std::iter::once(&v.expression).chain(v.message_expression.as_ref()))
+        .chain(policy.variables.iter().map(|v| &v.program))
+        .chain(policy.audit_annotations.iter().map(|a| &a.value_expression))
+}
+
+fn calls_any(policy: &CompiledPolicy, names: &[&str]) -> bool {
+    programs(policy).any(|p| names.iter().any(|n| p.calls_function(n)))
+}
+
+/// Registers every question the policy's CEL can ask: matched images × attestors (× attestations),
+/// and image data for every extracted image.
+fn plan_jobs(
+    plan: &mut Plan<'_>,
+    attestors: &[(Attestor, Json)],
+    extracted: &BTreeMap<String, Vec<String>>,
+    jobs: &mut JobSet,
+) {
+    let policy = plan.policy;
+    let credentials = policy.spec.credentials.clone();
+    let mut attestations = Vec::new();
+    if calls_any(policy, &SIGNATURE_FUNCTIONS) {
+        attestations.push(None);
+    }
+    if calls_any(policy, &ATTESTATION_FUNCTIONS) {
+        attestations.extend(policy.attestations.iter().map(Some));
+    }
+    for image in &plan.matched {
+        for attestation in &attestations {
+            for (attestor, _) in attestors {
+                let index = jobs.add(Job::Verify(VerifyRequest {
+                    image: image.clone(),
+                    attestor: attestor.clone(),
+                    attestation: attestation.cloned(),
+                    credentials: credentials.clone(),
+                }));
+                let key = VerifyKey {
+                    image: image.clone(),
+                    attestor: attestor.name.clone(),
+                    attestation: attestation.map(|a| a.name.clone()),
+                };
+                plan.keys.insert(key, index);
+            }
+        }
+    }
+    if calls_any(policy, &IMAGE_DATA_FUNCTIONS) {
+        let all = plan.matched.iter().chain(extracted.values().flatten());
+        for image in all {
+            if !plan.image_data.contains_key(image) {
+                let index = jobs.add(Job::ImageData {
+                    image: image.clone(),
+                    credentials: credentials.clone(),
+                });
+                plan.image_data.insert(image.clone(), index);
+            }
+        }
+    }
+}

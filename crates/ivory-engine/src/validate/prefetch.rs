@@ -1,0 +1,185 @@
+//! Concurrent prefetch of every verification answer a policy's CEL can ask for. cel-rust is
+//! synchronous, so the network work happens here, before evaluation, under the request deadline.
+
+use std::collections::HashMap;
+
+use futures::future::join_all;
+use ivory_cel::image::ImageReference;
+use ivory_policy::types::Credentials;
+use serde_json::Value;
+use tokio::time::{Instant, timeout_at};
+
+use crate::verifier::{ImageVerifier, Verification, VerifyError, VerifyRequest};
+
+/// One (image, attestor, attestation) question as a policy's CEL names it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) struct VerifyKey {
+    pub(super) image: String,
+    pub(super) attestor: String,
+    pub(super) attestation: Option<String>,
+}
+
+/// One call to the verifier.
+#[derive(Clone, Debug)]
+pub(super) enum Job {
+    Verify(VerifyRequest),
+    ImageData {
+        image: String,
+        credentials: Option<Credentials>,
+    },
+}
+
+impl Job {
+    fn image(&self) -> &str {
+        match self {
+            Self::Verify(r) => &r.image,
+            Self::ImageData { image, .. } => image,
+        }
+    }
+
+    fn operation(&self) -> String {
+        match self {
+            Self::Verify(VerifyRequest {
+                attestor,
+                attestation: None,
+                ..
+            }) => format!("verifying the signature with attestor {}", attestor.name),
+            Self::Verify(VerifyRequest {
+                attestor,
+                attestation: Some(att),
+                ..
+            }) => format!(
+                "verifying attestation {} with attestor {}",
+                att.name, attestor.name
+            ),
+            Self::ImageData { .. } => "fetching image data".to_owned(),
+        }
+    }
+
+    /// Identical questions from several policies are asked once.
+    fn dedupe_key(&self) -> Option<String> {
+        let value = match self {
+            Self::Verify(r) => serde_json::to_string(&(
+                "verify",
+                &r.image,
+                &r.attestor,
+                &r.attestation,
+                &r.credentials,
+            )),
+            Self::ImageData { image, credentials } => {
+                serde_json::to_string(&("image_data", image, credentials))
+            }
+        };
+        value.ok()
+    }
+}
+
+/// The answer to one [`Job`].
+#[derive(Clone, Debug)]
+pub(super) enum Outcome {
+    Verify(Result<Verification, VerifyError>),
+    ImageData(Result<Value, VerifyError>),
+}
+
+impl Outcome {
+    pub(super) fn error(&self) -> Option<&VerifyError> {
+        match self {
+            Self::Verify(Err(e)) | Self::ImageData(Err(e)) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// The jobs of all policies of one request, de-duplicated.
+#[derive(Debug, Default)]
+pub(super) struct JobSet {
+    jobs: Vec<Job>,
+    seen: HashMap<String, usize>,
+}
+
+impl JobSet {
+    /// Adds `job` (or finds its twin) and returns its index in the eventual [`Prefetched`].
+    pub(super) fn add(&mut self, job: Job) -> usize {
+        let key = job.dedupe_key();
+        if let Some(&index) = key.as_ref().and_then(|k| self.seen.get(k)) {
+            return index;
+        }
+        let index = self.jobs.len();
+        self.jobs.push(job);
+        if let Some(key) = key {
+            self.seen.insert(key, index);
+        }
+        index
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+}
+
+/// Answers, indexed like the [`JobSet`] they came from.
+#[derive(Debug, Default)]
+pub(super) struct Prefetched {
+    outcomes: Vec<Outcome>,
+}
+
+impl Prefetched {
+    pub(super) fn outcome(&self, index: usize) -> Option<&Outcome> {
+        self.outcomes.get(index)
+    }
+}
+
+/// Runs every job concurrently; none outlives `deadline`. `started` is when the request's
+/// budget began (for error messages).
+pub(super) async fn run(
+    verifier: &dyn ImageVerifier,
+    jobs: JobSet,
+    started: Instant,
+    deadline: Instant,
+) -> Prefetched {
+    let budget_ms = u64::try_from(deadline.saturating_duration_since(started).as_millis())
+        .unwrap_or(u64::MAX);
+    let calls = jobs
+        .jobs
+        .iter()
+        .map(|job| run_one(verifier, job, deadline, budget_ms));
+    Prefetched {
+        outcomes: join_all(calls).await,
+    }
+}
+
+async fn run_one(
+    verifier: &dyn ImageVerifier,
+    job: &Job,
+    deadline: Instant,
+    budget_ms: u64,
+) -> Outcome {
+    let expired = || VerifyError::DeadlineExceeded {
+        image: job.image().to_owned(),
+        registry: registry_of(job.image()),
+        operation: job.operation(),
+        budget_ms,
+    };
+    match job {
+        Job::Verify(request) => Outcome::Verify(
+            timeout_at(deadline, verifier.verify(request, deadline))
+                .await
+                .unwrap_or_else(|_| Err(expired())),
+        ),
+        Job::ImageData { image, credentials } => Outcome::ImageData(
+            timeout_at(
+                deadline,
+                verifier.image_data(image, credentials.as_ref(), deadline),
+            )
+            .await
+            .unwrap_or_else(|_| Err(expired())),
+        ),
+    }
+}
+
+/// The registry host of `image` for messages; the raw string when it does not parse.
+pub(super) fn registry_of(image: &str) -> String {
+    ImageReference::parse(image)
+        .map(|r| r.registry().to_owned())
+        .unwrap_or_else(|_| image.to_owned())
+}

@@ -1,0 +1,80 @@
+//! `required` across all policies of the request, then the Deny/Warn/Audit response.
+
+use super::evaluate::Evaluated;
+use super::host::{Evidence, ImageEvidence};
+use crate::decision::{Decision, Status};
+
+/// Audit annotation listing the policies whose verification was skipped (`failurePolicy:
+/// Ignore` after the time budget ran out); the API server prefixes it with the webhook name.
+pub const SKIPPED_ANNOTATION: &str = "verification-skipped";
+
+/// Kyverno §3.2 step 11: a passing policy with `required` fails unless each of its matched
+/// images was verified by some policy of this request. Images are checked in sorted order so
+/// that container order never changes the message.
+pub(super) fn enforce_required(evaluated: &mut [Evaluated], evidence: &Evidence) {
+    for item in evaluated.iter_mut() {
+        if !item.required || item.result.status != Status::Pass {
+            continue;
+        }
+        let mut images = item.result.images.clone();
+        images.sort();
+        for image in images {
+            let message = match evidence.of(&image) {
+                ImageEvidence::Verified => continue,
+                ImageEvidence::Failed => {
+                    format!("image {image} failed signature or attestation verification")
+                }
+                ImageEvidence::NeverAttempted => format!(
+                    "image {image} is not verified: no policy performed a signature or attestation check on it"
+                ),
+            };
+            item.result.status = Status::Fail;
+            item.result.message = message;
+            break;
+        }
+    }
+}
+
+/// Deny: fail/error denies (`Policy <name> failed|error: <msg>`, joined by `; `); Warn: the same
+/// strings as warnings; Audit only: nothing in the response.
+pub(super) fn decide(evaluated: Vec<Evaluated>) -> Decision {
+    let mut decision = Decision {
+        allowed: true,
+        ..Decision::default()
+    };
+    let mut denials = Vec::new();
+    let mut skipped = Vec::new();
+    for item in evaluated {
+        let result = &item.result;
+        if let Some(why) = &item.skipped {
+            decision
+                .warnings
+                .push(format!("Policy {}: {why}", result.policy));
+            skipped.push(format!("{}: {why}", result.policy));
+        }
+        let text = match result.status {
+            Status::Fail => format!("Policy {} failed: {}", result.policy, result.message),
+            Status::Error => format!("Policy {} error: {}", result.policy, result.message),
+            Status::Pass | Status::Skip => String::new(),
+        };
+        if !text.is_empty() {
+            if result.warn {
+                decision.warnings.push(text.clone());
+            }
+            if result.deny {
+                denials.push(text);
+            }
+        }
+        decision.results.push(item.result);
+    }
+    if !skipped.is_empty() {
+        decision
+            .audit_annotations
+            .insert(SKIPPED_ANNOTATION.to_owned(), skipped.join("; "));
+    }
+    if !denials.is_empty() {
+        decision.allowed = false;
+        decision.message = Some(denials.join("; "));
+    }
+    decision
+}

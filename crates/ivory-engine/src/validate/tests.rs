@@ -1,0 +1,878 @@
+//! Table-driven tests of the validating stage against an in-memory verifier.
+
+use std::time::Duration;
+
+use ivory_policy::CompiledPolicy;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::fake::{FakeVerifier, Mode};
+use super::{SKIPPED_ANNOTATION, validate};
+use crate::admission::AdmissionRequest;
+use crate::decision::{Decision, Status};
+
+const SIGNED: &str = "ghcr.io/kyverno/test-verify-image:signed";
+const UNSIGNED: &str = "ghcr.io/kyverno/test-verify-image:unsigned";
+const PINNED: &str =
+    "ghcr.io/org/tool@sha256:abababababababababababababababababababababababababababababababab";
+
+const KEY: &str = "        -----BEGIN PUBLIC KEY-----
+        MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE6QsNef3SKYhJVYSVj+ZfbPwJd0pv
+        DLYNHXITZkhIzfE+apcxDjCCkDPcJ3A3zvhPATYOIsCxYPch7Q2JdJLsDQ==
+        -----END PUBLIC KEY-----
+";
+
+const PODS: &str = "matchConstraints:
+  resourceRules:
+  - apiGroups: ['']
+    apiVersions: ['v1']
+    operations: ['CREATE', 'UPDATE', 'DELETE']
+    resources: ['pods', 'pods/ephemeralcontainers']
+";
+
+const VERIFY_ALL: &str = "validations:
+- expression: >-
+    (images.containers + images.initContainers + images.ephemeralContainers)
+      .map(image, verifyImageSignatures(image, [attestors.cosign])).all(e, e > 0)
+  message: failed the image Signature verification
+";
+
+/// A cosign key attestor named `name`.
+fn key_attestor(name: &str) -> String {
+    format!("- name: {name}\n  cosign:\n    key:\n      data: |\n{KEY}")
+}
+
+fn attestors(names: &[&str]) -> String {
+    let list: String = names.iter().map(|n| key_attestor(n)).collect();
+    format!("attestors:\n{list}")
+}
+
+fn load(yaml: &str) -> CompiledPolicy {
+    let report = ivory_policy::load_str(yaml, "test.yaml");
+    assert!(report.errors.is_empty(), "{yaml}\n{:?}", report.errors);
+    report.policies.into_iter().next().expect("one policy")
+}
+
+/// An ImageValidatingPolicy `name` whose spec is `spec` (unindented YAML).
+fn policy(name: &str, spec: &str) -> CompiledPolicy {
+    let body: String = spec.lines().map(|l| format!("  {l}\n")).collect();
+    load(&format!(
+        "apiVersion: policies.kyverno.io/v1\nkind: ImageValidatingPolicy\nmetadata:\n  name: {name}\nspec:\n{body}"
+    ))
+}
+
+/// A policy on pods with `matchImageReferences: ghcr.io/*`, key attestor `cosign` and `extra`.
+fn pod_policy(name: &str, extra: &str) -> CompiledPolicy {
+    policy(
+        name,
+        &format!(
+            "{PODS}matchImageReferences:\n- glob: 'ghcr.io/*'\n{}{extra}",
+            attestors(&["cosign"])
+        ),
+    )
+}
+
+fn no_digest(extra: &str) -> String {
+    format!("validationConfigurations:\n  verifyDigest: false\n{extra}")
+}
+
+/// Neither `verifyDigest` nor `required`.
+fn lenient(extra: &str) -> String {
+    format!("validationConfigurations:\n  verifyDigest: false\n  required: false\n{extra}")
+}
+
+fn containers(images: &[&str]) -> Value {
+    images
+        .iter()
+        .enumerate()
+        .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
+        .collect()
+}
+
+/// A Pod AdmissionRequest.
+fn pod(op: &str, app: &[&str], init: &[&str], ephemeral: &[&str], annotations: Value) -> AdmissionRequest {
+    let object = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}, "annotations": annotations},
+        "spec": {
+            "containers": containers(app),
+            "initContainers": containers(init),
+            "ephemeralContainers": containers(ephemeral),
+        },
+    });
+    let (object, old) = match op {
+        "DELETE" => (Value::Null, object),
+        _ => (object, Value::Null),
+    };
+    request(json!({
+        "uid": "u",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+        "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+        "name": "web",
+        "namespace": "default",
+        "operation": op,
+        "userInfo": {"username": "alice"},
+        "object": object,
+        "oldObject": old,
+    }))
+}
+
+fn create(app: &[&str]) -> AdmissionRequest {
+    pod("CREATE", app, &[], &[], json!({}))
+}
+
+fn request(json: Value) -> AdmissionRequest {
+    serde_json::from_value(json).expect("valid AdmissionRequest")
+}
+
+async fn run(verifier: &FakeVerifier, policies: &[&CompiledPolicy], req: &AdmissionRequest) -> Decision {
+    validate(verifier, policies, req, None, Instant::now() + Duration::from_secs(10)).await
+}
+
+fn statuses(d: &Decision) -> Vec<(String, Status, String)> {
+    d.results
+        .iter()
+        .map(|r| (r.policy.clone(), r.status, r.message.clone()))
+        .collect()
+}
+
+#[tokio::test]
+async fn signed_and_unsigned_images() {
+    let pol = pod_policy("sig", &no_digest(VERIFY_ALL));
+    let denied = "Policy sig failed: failed the image Signature verification";
+    let cases: &[(&[&str], Option<&str>, usize)] = &[
+        (&[SIGNED], None, 1),
+        (&[UNSIGNED], Some(denied), 1),
+        (&[SIGNED, UNSIGNED], Some(denied), 2),
+        // Not selected by matchImageReferences: never verified, nothing required of it.
+        (&["nginx:1.27"], None, 0),
+    ];
+    for (images, message, calls) in cases {
+        let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+        let d = run(&verifier, &[&pol], &create(images)).await;
+        assert_eq!(d.message.as_deref(), *message, "{images:?}");
+        assert_eq!(d.allowed, message.is_none(), "{images:?}");
+        assert_eq!(verifier.calls(), *calls, "{images:?}");
+    }
+}
+
+#[tokio::test]
+async fn attestor_count_semantics() {
+    let any = "images.containers.map(i, verifyImageSignatures(i, [attestors.a, attestors.b])).all(e, e > 0)";
+    let all = "images.containers.map(i, verifyImageSignatures(i, [attestors.a, attestors.b])).all(e, e == size([attestors.a, attestors.b]))";
+    let cases: &[(&str, &[&str], bool)] = &[
+        (any, &["a"], true),
+        (any, &["a", "b"], true),
+        (any, &[], false),
+        (all, &["a"], false),
+        (all, &["a", "b"], true),
+    ];
+    for (expr, signers, allowed) in cases {
+        let pol = policy(
+            "count",
+            &format!(
+                "{PODS}{}{}validations:\n- expression: '{expr}'\n",
+                attestors(&["a", "b"]),
+                no_digest("")
+            ),
+        );
+        let verifier = signers
+            .iter()
+            .fold(FakeVerifier::new(), |v, s| v.sign(SIGNED, s));
+        let d = run(&verifier, &[&pol], &create(&[SIGNED])).await;
+        assert_eq!(d.allowed, *allowed, "{expr} signed by {signers:?}: {:?}", d.message);
+        // One signer is enough for `required` in every case where any attestor verified.
+        if !allowed && !signers.is_empty() {
+            assert_eq!(
+                d.message.as_deref(),
+                Some("Policy count failed: CEL expression validation failed at index 0")
+            );
+        }
+    }
+}
+
+/// Kyverno example (d): keyless attestor, in-toto attestation, extractPayload.
+const EXAMPLE_D: &str = r#"apiVersion: policies.kyverno.io/v1beta1
+kind: ImageValidatingPolicy
+metadata:
+  name: ivpol-cosign-attestation-extract-cache
+spec:
+  webhookConfiguration:
+    timeoutSeconds: 30
+  failurePolicy: Fail
+  validationActions: [Deny]
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        operations: ["CREATE"]
+        resources: ["pods"]
+  matchImageReferences:
+    - glob: ghcr.io/kyverno/test-images/cosign:*
+  validationConfigurations:
+    mutateDigest: false
+    verifyDigest: false
+    required: false
+  attestors:
+    - name: cosign
+      cosign:
+        keyless:
+          identities:
+            - issuer: https://token.actions.githubusercontent.com
+              subject: https://github.com/kyverno/test-images/.github/workflows/cosign.yml@refs/heads/main
+        ctlog:
+          url: https://rekor.sigstore.dev
+          insecureIgnoreSCT: true
+  attestations:
+    - name: slsa
+      intoto:
+        type: https://slsa.dev/provenance/v1
+  validations:
+    - expression: >-
+        images.containers.map(image, verifyAttestationSignatures(image, attestations.slsa, [attestors.cosign])).all(e, e > 0)
+      message: failed to verify SLSA intoto attestation with Cosign keyless
+    - expression: >-
+        images.containers.map(image, has(extractPayload(image, attestations.slsa).predicate.buildDefinition)).all(e, e)
+      message: failed to extract SLSA intoto attestation payload after verification
+"#;
+
+#[tokio::test]
+async fn example_d_attestation_and_payload() {
+    let pol = load(EXAMPLE_D);
+    let image = "ghcr.io/kyverno/test-images/cosign:v3-keyless";
+    let statement = |predicate: Value| {
+        json!({"_type": "https://in-toto.io/Statement/v1", "subject": [], "predicateType": "https://slsa.dev/provenance/v1", "predicate": predicate})
+    };
+    let name = "Policy ivpol-cosign-attestation-extract-cache failed";
+    let cases = [
+        (
+            FakeVerifier::new().attest(image, "cosign", "slsa", statement(json!({"buildDefinition": {}}))),
+            None,
+        ),
+        (
+            FakeVerifier::new().attest(image, "cosign", "slsa", statement(json!({"runDetails": {}}))),
+            Some(format!("{name}: failed to extract SLSA intoto attestation payload after verification")),
+        ),
+        (
+            // Signed, but the attestation is absent.
+            FakeVerifier::new().sign(image, "cosign"),
+            Some(format!("{name}: failed to verify SLSA intoto attestation with Cosign keyless")),
+        ),
+    ];
+    for (verifier, message) in cases {
+        let d = run(&verifier, &[&pol], &create(&[image])).await;
+        assert_eq!(d.message, message);
+        let requests = verifier.requests();
+        assert_eq!(requests.len(), 1, "one image × one attestation × one attestor");
+        assert_eq!(requests[0].attestation.as_ref().map(|a| a.name.as_str()), Some("slsa"));
+    }
+}
+
+#[tokio::test]
+async fn payload_is_never_returned_before_verification() {
+    let image = "ghcr.io/a/b:1";
+    let pol = pod_policy(
+        "payload",
+        &no_digest(
+            "attestations:\n- name: slsa\n  intoto:\n    type: https://slsa.dev/provenance/v1\nvalidations:\n- expression: \"images.containers.all(i, extractPayload(i, attestations.slsa).predicateType != '')\"\n",
+        ),
+    );
+    let verifier = FakeVerifier::new().attest(image, "cosign", "slsa", json!({"predicateType": "x"}));
+    let d = run(&verifier, &[&pol], &create(&[image])).await;
+    let message = d.message.unwrap();
+    assert!(message.starts_with("Policy payload error: failed to evaluate policy: "), "{message}");
+    assert!(
+        message.contains("failed to get payload: intoto attestation payload cannot be fetch before verifying intoto attestation"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_attestation_is_an_error() {
+    let pol = pod_policy(
+        "att",
+        &no_digest("validations:\n- expression: \"images.containers.all(i, verifyAttestationSignatures(i, 'nope', [attestors.cosign]) > 0)\"\n"),
+    );
+    let d = run(&FakeVerifier::new(), &[&pol], &create(&[SIGNED])).await;
+    let message = d.message.unwrap();
+    assert!(message.contains("attestation not found in policy: nope"), "{message}");
+    assert!(!d.allowed);
+}
+
+#[tokio::test]
+async fn failure_messages() {
+    let cases = [
+        ("message: static text\n", "static text"),
+        (
+            "message: static text\n  messageExpression: \"'name is ' + object.metadata.name\"\n",
+            "name is web",
+        ),
+        // An empty messageExpression result falls back to message.
+        ("message: static text\n  messageExpression: \"''\"\n", "static text"),
+        ("{}\n", "CEL expression validation failed at index 1"),
+    ];
+    for (fields, expected) in cases {
+        let fields = fields.replace("{}\n", "");
+        let pol = pod_policy(
+            "msg",
+            &lenient(&format!(
+                "validations:\n- expression: 'true'\n- expression: 'false'\n  {fields}"
+            )),
+        );
+        let d = run(&FakeVerifier::new(), &[&pol], &create(&[SIGNED])).await;
+        assert_eq!(d.message, Some(format!("Policy msg failed: {expected}")), "{fields}");
+    }
+}
+
+#[tokio::test]
+async fn cel_runtime_error_is_a_policy_error() {
+    let pol = pod_policy(
+        "boom",
+        &no_digest("validations:\n- expression: 'object.spec.nothing.here == 1'\n"),
+    );
+    let d = run(&FakeVerifier::new(), &[&pol], &create(&[SIGNED])).await;
+    assert!(!d.allowed);
+    let message = d.message.unwrap();
+    assert!(message.starts_with("Policy boom error: failed to evaluate policy: "), "{message}");
+    assert_eq!(d.results[0].status, Status::Error);
+}
+
+#[tokio::test]
+async fn match_condition_errors_follow_failure_policy() {
+    for (failure_policy, matched) in [("Ignore", false), ("Fail", true)] {
+        let pol = pod_policy(
+            "cond",
+            &format!(
+                "failurePolicy: {failure_policy}\nmatchConditions:\n- name: broken\n  expression: \"object.metadata.labels.missing == 'x'\"\n{}",
+                no_digest(VERIFY_ALL)
+            ),
+        );
+        let d = run(&FakeVerifier::new(), &[&pol], &create(&[UNSIGNED])).await;
+        if matched {
+            assert!(!d.allowed);
+            let message = d.message.unwrap();
+            assert!(message.starts_with("Policy cond error: failed to evaluate policy: "), "{message}");
+            assert!(message.contains("broken"), "{message}");
+        } else {
+            assert!(d.allowed);
+            assert!(d.results.is_empty(), "not matched is not listed");
+        }
+    }
+    // A false condition skips the policy even when another condition errors.
+    let pol = pod_policy(
+        "cond",
+        &format!(
+            "matchConditions:\n- name: broken\n  expression: \"object.metadata.labels.missing == 'x'\"\n- name: never\n  expression: 'false'\n{}",
+            no_digest(VERIFY_ALL)
+        ),
+    );
+    let d = run(&FakeVerifier::new(), &[&pol], &create(&[UNSIGNED])).await;
+    assert!(d.allowed && d.results.is_empty());
+}
+
+#[tokio::test]
+async fn variables_are_lazy() {
+    let cases = [
+        // An erroring variable nobody reads is harmless.
+        ("validations:\n- expression: 'variables.good == \"web\"'\n", true, None),
+        // Variables may use other variables.
+        ("validations:\n- expression: 'variables.both == \"web!\"'\n", true, None),
+        ("validations:\n- expression: 'variables.bad == 1'\n", false, Some("bad")),
+    ];
+    for (validations, allowed, error) in cases {
+        let pol = pod_policy(
+            "vars",
+            &lenient(&format!(
+                "variables:\n- name: bad\n  expression: object.spec.nothing.here\n- name: good\n  expression: object.metadata.name\n- name: both\n  expression: \"variables.good + '!'\"\n{validations}"
+            )),
+        );
+        let d = run(&FakeVerifier::new(), &[&pol], &create(&[SIGNED])).await;
+        assert_eq!(d.allowed, allowed, "{validations}: {:?}", d.message);
+        if let Some(name) = error {
+            let message = d.message.unwrap();
+            assert!(message.contains("error: failed to evaluate policy"), "{message}");
+            assert!(message.contains(name), "{message}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn verify_digest() {
+    let pol = pod_policy("digest", VERIFY_ALL);
+    let cases: &[(&[&str], Option<String>)] = &[
+        (&[PINNED], None),
+        (
+            &[PINNED, SIGNED],
+            Some(format!("Policy digest failed: image {SIGNED} does not have a digest")),
+        ),
+    ];
+    for (images, message) in cases {
+        let verifier = FakeVerifier::new().sign(PINNED, "cosign").sign(SIGNED, "cosign");
+        let d = run(&verifier, &[&pol], &create(images)).await;
+        assert_eq!(&d.message, message);
+        if message.is_some() {
+            assert_eq!(verifier.calls(), 0, "no verification once a digest is missing");
+        }
+    }
+}
+
+/// A policy that checks something else and requires its images to be verified.
+fn requiring(name: &str) -> CompiledPolicy {
+    pod_policy(name, &no_digest("validations:\n- expression: 'true'\n"))
+}
+
+#[tokio::test]
+async fn required_across_policies() {
+    let verifying = pod_policy(
+        "verifier",
+        "validationConfigurations:\n  verifyDigest: false\n  required: false\nvalidations:\n- expression: images.containers.map(i, verifyImageSignatures(i, [attestors.cosign])).all(e, e >= 0)\n",
+    );
+    let pinned = requiring("pinned");
+    let not_verified = format!(
+        "Policy pinned failed: image {SIGNED} is not verified: no policy performed a signature or attestation check on it"
+    );
+    let failed = format!("Policy pinned failed: image {UNSIGNED} failed signature or attestation verification");
+    let cases: Vec<(Vec<&CompiledPolicy>, &str, Option<String>)> = vec![
+        (vec![&pinned], SIGNED, Some(not_verified)),
+        (vec![&pinned, &verifying], SIGNED, None),
+        // Evidence from a policy evaluated later counts too.
+        (vec![&verifying, &pinned], SIGNED, None),
+        (vec![&pinned, &verifying], UNSIGNED, Some(failed)),
+    ];
+    for (policies, image, message) in cases {
+        let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+        let d = run(&verifier, &policies, &create(&[image])).await;
+        assert_eq!(d.message, message, "{image}");
+    }
+}
+
+#[tokio::test]
+async fn validation_actions() {
+    let failing = |actions: &str| {
+        pod_policy(
+            "act",
+            &no_digest(&format!("validationActions: {actions}\n{VERIFY_ALL}")),
+        )
+    };
+    let text = "Policy act failed: failed the image Signature verification".to_owned();
+    let cases = [
+        ("[Deny]", false, Some(text.clone()), vec![]),
+        ("[Warn]", true, None, vec![text.clone()]),
+        ("[Audit]", true, None, vec![]),
+        ("[Deny, Warn]", false, Some(text.clone()), vec![text.clone()]),
+    ];
+    for (actions, allowed, message, warnings) in cases {
+        let pol = failing(actions);
+        let d = run(&FakeVerifier::new(), &[&pol], &create(&[UNSIGNED])).await;
+        assert_eq!(d.allowed, allowed, "{actions}");
+        assert_eq!(d.message, message, "{actions}");
+        assert_eq!(d.warnings, warnings, "{actions}");
+        assert_eq!(d.results.len(), 1, "{actions}: the result is listed for reports");
+        assert_eq!(d.results[0].status, Status::Fail);
+    }
+}
+
+#[tokio::test]
+async fn errors_of_several_deny_policies_are_joined() {
+    let a = pod_policy("a", &no_digest(VERIFY_ALL));
+    let b = pod_policy("b", &no_digest("validations:\n- expression: 'object.nothing.x'\n"));
+    let d = run(&FakeVerifier::new(), &[&a, &b], &create(&[UNSIGNED])).await;
+    let message = d.message.unwrap();
+    assert!(
+        message.starts_with("Policy a failed: failed the image Signature verification; Policy b error: failed to evaluate policy: "),
+        "{message}"
+    );
+}
+
+/// Kyverno example (f): JSON mode, custom extractor, notary attestor.
+const EXAMPLE_F: &str = r#"apiVersion: policies.kyverno.io/v1beta1
+kind: ImageValidatingPolicy
+metadata:
+  name: ivpol-cli-sample
+spec:
+  evaluation:
+    mode: JSON
+  validationConfigurations:
+    verifyDigest: false
+  matchImageReferences:
+    - glob: ghcr.io/*
+  images:
+  - name: "bar"
+    expression: "[object.foo.bar,]"
+  attestors:
+    - name: notary
+      notary:
+        certs:
+          value: |-
+            -----BEGIN CERTIFICATE-----
+            MIIDTTCCAjWgAwIBAgIJAPI+zAzn4s0xMA0GCSqGSIb3DQEBCwUAMEwxCzAJBgNV
+            -----END CERTIFICATE-----
+  attestations:
+    - name: sbom
+      referrer:
+        type: sbom/cyclone-dx
+  validations:
+    - expression: >-
+        images.bar.map(image, verifyImageSignatures(image, [attestors.notary])).all(e, e > 0)
+      message: failed to verify image with notary cert
+"#;
+
+fn json_payload(payload: Value) -> AdmissionRequest {
+    request(json!({
+        "uid": "json",
+        "kind": {"group": "", "version": "v1", "kind": "Payload"},
+        "resource": {"group": "", "version": "v1", "resource": "payloads"},
+        "operation": "CREATE",
+        "object": payload,
+    }))
+}
+
+#[tokio::test]
+async fn example_f_json_mode_with_custom_extractor() {
+    let payload = json!({"foo": {"bar": SIGNED}});
+    // ivory does not verify notary signatures: the verifier answers NotVerified.
+    let notary = load(EXAMPLE_F);
+    let verifier = FakeVerifier::new().sign(SIGNED, "notary");
+    let d = run(&verifier, &[&notary], &json_payload(payload.clone())).await;
+    assert_eq!(
+        d.message.as_deref(),
+        Some("Policy ivpol-cli-sample failed: failed to verify image with notary cert")
+    );
+    assert_eq!(d.results[0].images, [SIGNED]);
+    let requests = verifier.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].image, SIGNED);
+
+    // The same policy with a cosign attestor passes, and `required` is met by that check.
+    let cosign = load(
+        &EXAMPLE_F
+            .replace("attestors.notary", "attestors.cosign")
+            .replace(
+                "    - name: notary\n      notary:\n        certs:\n          value: |-\n            -----BEGIN CERTIFICATE-----\n            MIIDTTCCAjWgAwIBAgIJAPI+zAzn4s0xMA0GCSqGSIb3DQEBCwUAMEwxCzAJBgNV\n            -----END CERTIFICATE-----\n",
+                &key_attestor("cosign").lines().map(|l| format!("    {l}\n")).collect::<String>(),
+            ),
+    );
+    let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+    let d = run(&verifier, &[&cosign], &json_payload(payload)).await;
+    assert!(d.allowed, "{:?}", d.message);
+    assert_eq!(d.results[0].status, Status::Pass);
+}
+
+#[tokio::test]
+async fn json_mode_binds_only_object() {
+    let pol = policy(
+        "json",
+        "evaluation:\n  mode: JSON\nimages:\n- name: all\n  expression: '[object.image]'\nattestors: []\nvalidationConfigurations:\n  verifyDigest: false\n  required: false\nvalidations:\n- expression: \"images.all == [object.image] && size(images) == 1\"\n",
+    );
+    let d = run(&FakeVerifier::new(), &[&pol], &json_payload(json!({"image": SIGNED}))).await;
+    assert!(d.allowed, "{:?}", d.results);
+    assert_eq!(d.results[0].status, Status::Pass);
+}
+
+/// Kyverno example (l): Audit only, messageExpression and auditAnnotations on a Deployment.
+fn example_l() -> CompiledPolicy {
+    policy(
+        "check-env",
+        &format!(
+            r#"validationActions: [Audit]
+matchConstraints:
+  resourceRules:
+  - apiGroups:   [apps]
+    apiVersions: [v1]
+    operations:  [CREATE, UPDATE]
+    resources:   [deployments]
+{}validationConfigurations:
+  verifyDigest: false
+variables:
+  - name: environment
+    expression: >-
+      has(object.metadata.labels) && 'env' in object.metadata.labels && object.metadata.labels['env'] == 'prod'
+validations:
+  - expression: >-
+      variables.environment == true
+    messageExpression: >-
+      'Deployment labels must be env=prod' + (has(object.metadata.labels) && 'env' in object.metadata.labels ? ' but found env=' + string(object.metadata.labels['env']) : ' but no env label is present')
+  - expression: >-
+      images.containers.map(image, verifyImageSignatures(image, [attestors.notary])).all(e, e > 0)
+    message: failed to verify image with notary cert
+auditAnnotations:
+  - key: label
+    valueExpression: >-
+      has(object.metadata.labels) && 'env' in object.metadata.labels ? string(object.metadata.labels['env']) : ''
+"#,
+            attestors(&["notary"])
+        ),
+    )
+}
+
+fn deployment(labels: Value, image: &str) -> AdmissionRequest {
+    request(json!({
+        "uid": "d",
+        "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+        "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+        "requestResource": {"group": "apps", "version": "v1", "resource": "deployments"},
+        "name": "web",
+        "namespace": "default",
+        "operation": "CREATE",
+        "object": {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default", "labels": labels},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": image}]}}},
+        },
+    }))
+}
+
+#[tokio::test]
+async fn example_l_audit_annotations_and_message_expression() {
+    let pol = example_l();
+    let cases = [
+        (
+            json!({"env": "staging"}),
+            Status::Fail,
+            "Deployment labels must be env=prod but found env=staging",
+            Some("staging"),
+        ),
+        (
+            json!({"app": "web"}),
+            Status::Fail,
+            "Deployment labels must be env=prod but no env label is present",
+            None,
+        ),
+        (json!({"env": "prod"}), Status::Pass, "", Some("prod")),
+    ];
+    for (labels, status, message, label) in cases {
+        let verifier = FakeVerifier::new().sign(SIGNED, "notary");
+        let d = run(&verifier, &[&pol], &deployment(labels.clone(), SIGNED)).await;
+        // Audit only: the response is untouched.
+        assert!(d.allowed && d.message.is_none() && d.warnings.is_empty(), "{labels}");
+        let r = &d.results[0];
+        assert_eq!((r.status, r.message.as_str()), (status, message), "{labels}");
+        assert_eq!(r.properties.get("label").map(String::as_str), label, "{labels}");
+        assert!(r.audit && !r.deny && !r.warn);
+    }
+}
+
+#[tokio::test]
+async fn delete_requests_see_the_old_object_as_object() {
+    let pol = pod_policy(
+        "del",
+        &lenient("validations:\n- expression: \"request.operation == 'DELETE' && object.metadata.name == 'web' && oldObject.metadata.name == 'web' && images.containers == ['ghcr.io/kyverno/test-verify-image:signed']\"\n"),
+    );
+    let d = run(&FakeVerifier::new(), &[&pol], &pod("DELETE", &[SIGNED], &[], &[], json!({}))).await;
+    assert_eq!(statuses(&d), [("del".to_owned(), Status::Pass, String::new())]);
+}
+
+#[tokio::test]
+async fn budget_exhaustion_follows_failure_policy() {
+    for failure_policy in ["Fail", "Ignore"] {
+        let pol = pod_policy(
+            "budget",
+            &no_digest(&format!("failurePolicy: {failure_policy}\n{VERIFY_ALL}")),
+        );
+        let verifier = FakeVerifier::new().mode(Mode::Deadline);
+        let d = run(&verifier, &[&pol], &create(&[SIGNED])).await;
+        let why = format!(
+            "time budget of 2000ms exhausted while fetching the manifest for image {SIGNED} at registry ghcr.io"
+        );
+        if failure_policy == "Fail" {
+            assert!(!d.allowed);
+            assert_eq!(d.message, Some(format!("Policy budget error: {why}")));
+            assert!(d.audit_annotations.is_empty());
+        } else {
+            assert!(d.allowed, "{:?}", d.message);
+            let skipped = format!("verification skipped: {why} (failurePolicy Ignore)");
+            assert_eq!(d.warnings, [format!("Policy budget: {skipped}")]);
+            assert_eq!(
+                d.audit_annotations.get(SKIPPED_ANNOTATION),
+                Some(&format!("budget: {skipped}"))
+            );
+            assert_eq!(d.results[0].status, Status::Skip);
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_verifier_that_outlives_the_deadline_is_cut_off() {
+    for failure_policy in ["Fail", "Ignore"] {
+        let pol = pod_policy(
+            "slow",
+            &no_digest(&format!("failurePolicy: {failure_policy}\n{VERIFY_ALL}")),
+        );
+        let verifier = FakeVerifier::new()
+            .sign(SIGNED, "cosign")
+            .mode(Mode::Sleep(Duration::from_secs(60)));
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(2);
+        let d = validate(&verifier, &[&pol], &create(&[SIGNED]), None, deadline).await;
+        assert_eq!(Instant::now() - start, Duration::from_secs(2), "returns at the deadline");
+        let why = format!(
+            "time budget of 2000ms exhausted while verifying the signature with attestor cosign for image {SIGNED} at registry ghcr.io"
+        );
+        if failure_policy == "Fail" {
+            assert_eq!(d.message, Some(format!("Policy slow error: {why}")));
+        } else {
+            assert!(d.allowed);
+            assert_eq!(
+                d.warnings,
+                [format!("Policy slow: verification skipped: {why} (failurePolicy Ignore)")]
+            );
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn prefetch_runs_concurrently() {
+    let pol = policy(
+        "many",
+        &format!(
+            "{PODS}{}{}validations:\n- expression: '(images.containers + images.initContainers).all(i, verifyImageSignatures(i, [attestors.a, attestors.b]) == 2)'\n",
+            attestors(&["a", "b"]),
+            no_digest("")
+        ),
+    );
+    let images = ["ghcr.io/a:1", "ghcr.io/b:1", "ghcr.io/c:1"];
+    let verifier = images
+        .iter()
+        .fold(FakeVerifier::new(), |v, i| v.sign(i, "a").sign(i, "b"))
+        .mode(Mode::Sleep(Duration::from_secs(1)));
+    let start = Instant::now();
+    let req = pod("CREATE", &images[..2], &images[2..], &[], json!({}));
+    let d = validate(&verifier, &[&pol], &req, None, start + Duration::from_secs(10)).await;
+    assert!(d.allowed, "{:?}", d.message);
+    assert_eq!(verifier.calls(), 6, "3 images × 2 attestors");
+    assert_eq!(Instant::now() - start, Duration::from_secs(1), "calls overlap");
+}
+
+#[tokio::test]
+async fn identical_questions_are_asked_once_per_request() {
+    let a = pod_policy("a", &no_digest(VERIFY_ALL));
+    let b = pod_policy("b", &no_digest(VERIFY_ALL));
+    let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+    let d = run(&verifier, &[&a, &b], &create(&[SIGNED])).await;
+    assert!(d.allowed);
+    assert_eq!(verifier.calls(), 1);
+}
+
+#[tokio::test]
+async fn unreachable_registry_is_a_policy_error() {
+    let pol = pod_policy("down", &no_digest(VERIFY_ALL));
+    let verifier = FakeVerifier::new().mode(Mode::Unavailable);
+    let d = run(&verifier, &[&pol], &create(&[SIGNED])).await;
+    assert_eq!(
+        d.message,
+        Some(format!(
+            "Policy down error: failed to evaluate policy: registry ghcr.io failed for image {SIGNED}: 503 Service Unavailable"
+        ))
+    );
+}
+
+#[tokio::test]
+async fn policies_without_verification_calls_do_not_prefetch() {
+    let pol = pod_policy("plain", &lenient("validations:\n- expression: 'true'\n"));
+    let verifier = FakeVerifier::new();
+    let d = run(&verifier, &[&pol], &create(&[SIGNED])).await;
+    assert!(d.allowed);
+    assert_eq!(verifier.calls(), 0);
+}
+
+#[tokio::test]
+async fn attestor_expressions_are_evaluated_into_place() {
+    let key = KEY.lines().map(str::trim).collect::<Vec<_>>().join("\n");
+    let pol = policy(
+        "dyn",
+        &format!(
+            "{PODS}attestors:\n- name: cosign\n  cosign:\n    key:\n      expression: object.metadata.annotations['key']\n{}",
+            no_digest(VERIFY_ALL)
+        ),
+    );
+    let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+    let d = run(&verifier, &[&pol], &pod("CREATE", &[SIGNED], &[], &[], json!({"key": key}))).await;
+    assert!(d.allowed, "{:?}", d.message);
+    let requests = verifier.requests();
+    let data = requests[0].attestor.cosign.as_ref().and_then(|c| c.key.as_ref()).and_then(|k| k.data.clone());
+    assert_eq!(data.as_deref(), Some(key.as_str()));
+}
+
+// --- security ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn forged_outcome_annotations_are_never_evidence() {
+    let pol = pod_policy("sec", &no_digest(VERIFY_ALL));
+    let forged = json!({
+        "kyverno.io/image-verification-outcomes": format!("{{\"sec\":{{\"{UNSIGNED}\":\"pass\"}}}}"),
+        "kyverno.io/verify-images": format!("{{\"{UNSIGNED}\":\"pass\"}}"),
+    });
+    let verifier = FakeVerifier::new();
+    let d = run(&verifier, &[&pol], &pod("CREATE", &[UNSIGNED], &[], &[], forged)).await;
+    assert!(!d.allowed);
+    assert_eq!(verifier.calls(), 1, "verification happened despite the annotation");
+
+    // Nor does an annotation satisfy `required`.
+    let pinned = requiring("req");
+    let forged = json!({"kyverno.io/verify-images": format!("{{\"{SIGNED}\":\"pass\"}}")});
+    let d = run(&FakeVerifier::new(), &[&pinned], &pod("CREATE", &[SIGNED], &[], &[], forged)).await;
+    assert!(!d.allowed);
+}
+
+#[tokio::test]
+async fn container_order_never_changes_the_outcome() {
+    let pol = pod_policy("order", &no_digest(VERIFY_ALL));
+    let pinned = requiring("pinned");
+    let orders: [&[&str]; 3] = [
+        &[SIGNED, UNSIGNED, "ghcr.io/z:1"],
+        &[UNSIGNED, "ghcr.io/z:1", SIGNED],
+        &["ghcr.io/z:1", SIGNED, UNSIGNED],
+    ];
+    let mut seen = Vec::new();
+    for order in orders {
+        let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+        let d = run(&verifier, &[&pol, &pinned], &create(order)).await;
+        seen.push((d.allowed, d.message.clone()));
+    }
+    assert!(seen.iter().all(|s| s == &seen[0]), "{seen:#?}");
+    assert!(!seen[0].0);
+}
+
+#[tokio::test]
+async fn every_container_kind_is_subject_to_required() {
+    // The validation only looks at `containers`; the other kinds must still be verified.
+    let pol = pod_policy(
+        "containers-only",
+        &no_digest("validations:\n- expression: images.containers.map(i, verifyImageSignatures(i, [attestors.cosign])).all(e, e > 0)\n"),
+    );
+    let other = "ghcr.io/sneaky/tool:1";
+    let cases = [
+        pod("CREATE", &[SIGNED], &[other], &[], json!({})),
+        pod("UPDATE", &[SIGNED], &[], &[other], json!({})),
+    ];
+    for req in cases {
+        let verifier = FakeVerifier::new().sign(SIGNED, "cosign").sign(other, "cosign");
+        let d = run(&verifier, &[&pol], &req).await;
+        assert_eq!(
+            d.message,
+            Some(format!(
+                "Policy containers-only failed: image {other} is not verified: no policy performed a signature or attestation check on it"
+            ))
+        );
+    }
+    // Verifying every kind satisfies it.
+    let all = pod_policy("all", &no_digest(VERIFY_ALL));
+    let verifier = FakeVerifier::new().sign(SIGNED, "cosign").sign(other, "cosign");
+    let d = run(&verifier, &[&all], &pod("CREATE", &[SIGNED], &[other], &[other], json!({}))).await;
+    assert!(d.allowed, "{:?}", d.message);
+}
+
+#[test]
+fn the_validate_future_is_send() {
+    fn assert_send<T: Send>(_: &T) {}
+    let verifier = FakeVerifier::new();
+    let pol = pod_policy("send", VERIFY_ALL);
+    let req = create(&[SIGNED]);
+    let policies = [&pol];
+    let future = validate(&verifier, &policies, &req, None, Instant::now());
+    assert_send(&future);
+}

@@ -1,0 +1,434 @@
+//! `PolicyDocument` → [`CompiledPolicy`]: structural validation, CEL compilation in the scope
+//! Kyverno gives each field, glob compilation, hashing and autogen variants.
+
+use std::sync::{Arc, LazyLock};
+
+use ivory_cel::{CompileError, Program, Scope};
+use regex::Regex;
+use sha2::{Digest, Sha256};
+
+use crate::autogen;
+use crate::compiled::{
+    CompiledAttestor, CompiledAuditAnnotation, CompiledPolicy, CompiledValidation, ImageMatcher,
+    NamedProgram, Origin,
+};
+use crate::error::{Errors, PolicyError, location};
+use crate::types::{
+    API_GROUP, API_VERSIONS, Attestor, NamedExpression, PolicyDocument, PolicyKind, PolicySpec,
+};
+use crate::validate;
+
+/// Variables bound in `matchConditions`.
+const MATCH_CONDITION_VARS: [&str; 4] = ["object", "oldObject", "request", "namespaceObject"];
+/// Variables bound everywhere else in `evaluation.mode: Kubernetes`.
+const KUBERNETES_VARS: [&str; 8] = [
+    "object",
+    "oldObject",
+    "request",
+    "namespaceObject",
+    "variables",
+    "images",
+    "attestors",
+    "attestations",
+];
+/// Variables bound in `evaluation.mode: JSON`.
+const JSON_VARS: [&str; 4] = ["object", "images", "attestors", "attestations"];
+
+/// Kyverno CEL libraries ivory does not implement, recognised in expressions that fail to compile.
+static UNSUPPORTED_LIBRARY: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"\b(resource|http|globalContext)\s*\.\s*[A-Za-z]+\s*\(|\b(image)\s*\.\s*[Gg]etMetadata\s*\(")
+        .ok()
+});
+
+/// Validates and compiles one policy document. Every problem found is returned, not just the
+/// first; errors are located with `origin` (or `<kind>/<name>` when it has no file).
+pub fn compile(doc: &PolicyDocument, origin: Origin) -> Result<CompiledPolicy, Vec<PolicyError>> {
+    let label = format!("{}/{}", doc.kind, qualified_name(doc));
+    let loc = location(&origin, &label);
+    let mut errs = Errors::default();
+    let kind = header(doc, &mut errs);
+    if let Some(kind) = kind {
+        validate::metadata(kind, &doc.metadata, &mut errs);
+    }
+    validate::spec(&doc.spec, &mut errs);
+    let Some(kind) = kind else {
+        return Err(errs.into_policy_errors(&loc));
+    };
+    let namespace = match kind {
+        PolicyKind::NamespacedImageValidatingPolicy => doc.metadata.namespace.clone(),
+        // The API server drops a namespace on cluster-scoped objects; so do we.
+        PolicyKind::ImageValidatingPolicy => None,
+    };
+    let hash = policy_hash(kind, namespace.as_deref(), &doc.metadata.name, &doc.spec);
+    let head = Head {
+        kind,
+        name: doc.metadata.name.clone(),
+        namespace,
+        origin,
+        hash,
+    };
+    let mut parent = compile_spec(&head, Arc::new(doc.spec.clone()), None, &mut errs);
+    if !errs.is_empty() {
+        return Err(errs.into_policy_errors(&loc));
+    }
+    for (config, spec) in autogen::variants(&doc.spec) {
+        let mut variant_errs = Errors::default();
+        let variant = compile_spec(&head, Arc::new(spec), Some(config), &mut variant_errs);
+        parent.autogen.push(variant);
+        errs.extend(variant_errs.with_field_suffix(&format!(" (autogen {config})")));
+    }
+    if errs.is_empty() {
+        Ok(parent)
+    } else {
+        Err(errs.into_policy_errors(&loc))
+    }
+}
+
+/// The facts shared by a policy and its autogen variants.
+struct Head {
+    kind: PolicyKind,
+    name: String,
+    namespace: Option<String>,
+    origin: Origin,
+    hash: String,
+}
+
+fn qualified_name(doc: &PolicyDocument) -> String {
+    match (&doc.metadata.namespace, PolicyKind::from_kind(&doc.kind)) {
+        (Some(ns), Some(PolicyKind::NamespacedImageValidatingPolicy)) => {
+            format!("{ns}/{}", doc.metadata.name)
+        }
+        _ => doc.metadata.name.clone(),
+    }
+}
+
+/// Checks `apiVersion` and `kind`; returns the kind when it is a policy kind.
+fn header(doc: &PolicyDocument, errs: &mut Errors) -> Option<PolicyKind> {
+    let supported: Vec<String> = API_VERSIONS
+        .iter()
+        .map(|v| format!("{API_GROUP}/{v}"))
+        .collect();
+    if !supported.contains(&doc.api_version) {
+        let list: Vec<&str> = supported.iter().map(String::as_str).collect();
+        errs.unsupported("apiVersion", &doc.api_version, &list);
+    }
+    let kind = PolicyKind::from_kind(&doc.kind);
+    if kind.is_none() {
+        errs.unsupported(
+            "kind",
+            &doc.kind,
+            &[
+                "ImageValidatingPolicy",
+                "ImageVerificationPolicy",
+                "NamespacedImageValidatingPolicy",
+            ],
+        );
+    }
+    kind
+}
+
+/// Compiles the CEL, globs and flags of one spec (the policy itself or an autogen variant).
+fn compile_spec(
+    head: &Head,
+    spec: Arc<PolicySpec>,
+    autogen_config: Option<&str>,
+    errs: &mut Errors,
+) -> CompiledPolicy {
+    let json_mode = spec.json_mode();
+    let mut cel = CelCompiler {
+        errs,
+        json_mode,
+        main: Scope::new(if json_mode { &JSON_VARS[..] } else { &KUBERNETES_VARS[..] }.iter().copied()),
+        variables: spec.variables.iter().map(|v| v.name.clone()).collect(),
+    };
+    let match_scope = Scope::new(MATCH_CONDITION_VARS);
+    let match_conditions = cel.named(&spec.match_conditions, "spec.matchConditions", &match_scope);
+    let image_matchers = cel.image_matchers(&spec);
+    let variables = cel.variables(&spec.variables);
+    let main = cel.main.clone();
+    let image_extractors = cel.named(&spec.images, "spec.images", &main);
+    let validations = cel.validations(&spec);
+    let audit_annotations = cel.audit_annotations(&spec);
+    let attestors = cel.attestors(spec.attestors.as_deref().unwrap_or_default());
+    let match_constraints = spec.match_constraints.clone().unwrap_or_default();
+    CompiledPolicy {
+        kind: head.kind,
+        name: head.name.clone(),
+        namespace: head.namespace.clone(),
+        origin: head.origin.clone(),
+        hash: head.hash.clone(),
+        actions: spec.validation_actions(),
+        failure_policy: spec.failure_policy(),
+        match_constraints,
+        match_conditions,
+        image_matchers,
+        variables,
+        image_extractors,
+        validations,
+        audit_annotations,
+        attestors,
+        attestations: spec.attestations.clone(),
+        mutate_digest: spec.mutate_digest(),
+        verify_digest: spec.verify_digest(),
+        required: spec.required(),
+        json_mode,
+        autogen_config: autogen_config.map(str::to_owned),
+        autogen: Vec::new(),
+        spec,
+    }
+}
+
+struct CelCompiler<'e> {
+    errs: &'e mut Errors,
+    json_mode: bool,
+    /// Scope of validations, variables, image extractors and attestor expressions.
+    main: Scope,
+    /// Declared `spec.variables` names, in order.
+    variables: Vec<String>,
+}
+
+impl CelCompiler<'_> {
+    /// Compiles one expression; on failure records the error at `field` and returns `None`.
+    fn expr(&mut self, source: &str, field: &str, scope: &Scope) -> Option<Program> {
+        if source.trim().is_empty() {
+            // Reported by validation as `Required value`.
+            return None;
+        }
+        match ivory_cel::compile(source, scope) {
+            Ok(program) => {
+                self.check_variable_refs(&program, field, None);
+                Some(program)
+            }
+            Err(err) => {
+                let reason = self.explain(source, &err, scope);
+                self.errs.push(field, reason);
+                None
+            }
+        }
+    }
+
+    /// Turns a compile error into the message users see, naming unsupported Kyverno libraries
+    /// and variables that the field's scope lacks.
+    fn explain(&self, source: &str, err: &CompileError, scope: &Scope) -> String {
+        if let Some(caps) = UNSUPPORTED_LIBRARY.as_ref().and_then(|re| re.captures(source))
+            && let Some(lib) = caps.get(1).or_else(|| caps.get(2))
+        {
+            return format!("Kyverno library '{}' is not supported by ivory", lib.as_str());
+        }
+        if let CompileError::UndeclaredReference(name) = err
+            && KUBERNETES_VARS.contains(&name.as_str())
+        {
+            let hint = if !scope.contains("variables") && scope.contains("request") {
+                "matchConditions can only use object, oldObject, request and namespaceObject"
+            } else if self.json_mode {
+                "evaluation.mode JSON binds only object, images, attestors and attestations"
+            } else {
+                ""
+            };
+            if !hint.is_empty() {
+                return format!("{err} ({hint})");
+            }
+        }
+        err.to_string()
+    }
+
+    /// `variables.NAME` must name a declared variable; inside `spec.variables[i]` it must name an
+    /// earlier one (Kyverno evaluates variables in order).
+    fn check_variable_refs(&mut self, program: &Program, field: &str, index: Option<usize>) {
+        for name in program.variable_refs() {
+            match self.variables.iter().position(|v| v == name) {
+                None => self
+                    .errs
+                    .push(field, format!("undeclared variable 'variables.{name}'")),
+                Some(pos) if index.is_some_and(|i| pos >= i) => self.errs.push(
+                    field,
+                    format!("variable 'variables.{name}' is declared at or after this one (spec.variables[{pos}]); a variable may only use earlier variables"),
+                ),
+                Some(_) => {}
+            }
+        }
+    }
+
+    fn named(&mut self, list: &[NamedExpression], field: &str, scope: &Scope) -> Vec<NamedProgram> {
+        list.iter()
+            .enumerate()
+            .filter_map(|(i, item)| {
+                let program = self.expr(&item.expression, &format!("{field}[{i}].expression"), scope)?;
+                Some(NamedProgram {
+                    name: item.name.clone(),
+                    program,
+                })
+            })
+            .collect()
+    }
+
+    fn variables(&mut self, list: &[NamedExpression]) -> Vec<NamedProgram> {
+        let scope = self.main.clone();
+        let mut out = Vec::with_capacity(list.len());
+        for (i, item) in list.iter().enumerate() {
+            let field = format!("spec.variables[{i}].expression");
+            if item.expression.trim().is_empty() {
+                continue;
+            }
+            match ivory_cel::compile(&item.expression, &scope) {
+                Ok(program) => {
+                    self.check_variable_refs(&program, &field, Some(i));
+                    out.push(NamedProgram {
+                        name: item.name.clone(),
+                        program,
+                    });
+                }
+                Err(err) => {
+                    let reason = self.explain(&item.expression, &err, &scope);
+                    self.errs.push(field, reason);
+                }
+            }
+        }
+        out
+    }
+
+    fn image_matchers(&mut self, spec: &PolicySpec) -> Vec<ImageMatcher> {
+        let ref_scope = Scope::new(["ref"]);
+        let mut out = Vec::new();
+        for (i, m) in spec.match_image_references.iter().enumerate() {
+            match (&m.glob, &m.expression) {
+                (Some(glob), None) => {
+                    // An invalid glob was already reported by validation.
+                    if let Ok(matcher) = crate::glob::compile_image_glob(glob) {
+                        out.push(ImageMatcher::Glob {
+                            pattern: glob.clone(),
+                            matcher,
+                        });
+                    }
+                }
+                (None, Some(expr)) => {
+                    let field = format!("spec.matchImageReferences[{i}].expression");
+                    if let Some(p) = self.expr(expr, &field, &ref_scope) {
+                        out.push(ImageMatcher::Expression(p));
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    fn validations(&mut self, spec: &PolicySpec) -> Vec<CompiledValidation> {
+        let scope = self.main.clone();
+        let mut out = Vec::new();
+        for (i, v) in spec.validations.as_deref().unwrap_or_default().iter().enumerate() {
+            let field = format!("spec.validations[{i}]");
+            let expression = self.expr(&v.expression, &format!("{field}.expression"), &scope);
+            let message_expression = v
+                .message_expression
+                .as_deref()
+                .filter(|m| !m.trim().is_empty())
+                .and_then(|m| self.expr(m, &format!("{field}.messageExpression"), &scope));
+            if let Some(expression) = expression {
+                out.push(CompiledValidation {
+                    expression,
+                    message: v.message.clone(),
+                    message_expression,
+                });
+            }
+        }
+        out
+    }
+
+    fn audit_annotations(&mut self, spec: &PolicySpec) -> Vec<CompiledAuditAnnotation> {
+        let scope = self.main.clone();
+        spec.audit_annotations
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| {
+                let field = format!("spec.auditAnnotations[{i}].valueExpression");
+                let value_expression = self.expr(&a.value_expression, &field, &scope)?;
+                Some(CompiledAuditAnnotation {
+                    key: a.key.clone(),
+                    value_expression,
+                })
+            })
+            .collect()
+    }
+
+    fn attestors(&mut self, list: &[Attestor]) -> Vec<CompiledAttestor> {
+        let scope = self.main.clone();
+        list.iter()
+            .enumerate()
+            .map(|(i, attestor)| {
+                let mut fields = Vec::new();
+                for (pointer, field, source) in attestor_expressions(attestor) {
+                    let field = format!("spec.attestors[{i}].{field}");
+                    if let Some(p) = self.expr(source, &field, &scope) {
+                        fields.push((pointer.to_owned(), p));
+                    }
+                }
+                CompiledAttestor {
+                    attestor: attestor.clone(),
+                    fields,
+                }
+            })
+            .collect()
+    }
+}
+
+/// (JSON pointer the result is written to, field path, CEL source) of every CEL-sourced field.
+fn attestor_expressions(a: &Attestor) -> Vec<(&'static str, &'static str, &str)> {
+    let mut out = Vec::new();
+    if let Some(c) = &a.cosign {
+        if let Some(e) = c.key.as_ref().and_then(|k| k.expression.as_deref()) {
+            out.push(("/cosign/key/data", "cosign.key.expression", e));
+        }
+        if let Some(cert) = &c.certificate {
+            if let Some(e) = cert.cert.as_ref().and_then(|s| s.expression.as_deref()) {
+                out.push(("/cosign/certificate/cert/value", "cosign.certificate.cert.expression", e));
+            }
+            if let Some(e) = cert.cert_chain.as_ref().and_then(|s| s.expression.as_deref()) {
+                out.push((
+                    "/cosign/certificate/certChain/value",
+                    "cosign.certificate.certChain.expression",
+                    e,
+                ));
+            }
+        }
+        if let Some(e) = c.trusted_root.as_ref().and_then(|s| s.expression.as_deref()) {
+            out.push(("/cosign/trustedRoot/value", "cosign.trustedRoot.expression", e));
+        }
+    }
+    if let Some(n) = &a.notary {
+        if let Some(e) = n.certs.as_ref().and_then(|s| s.expression.as_deref()) {
+            out.push(("/notary/certs/value", "notary.certs.expression", e));
+        }
+        if let Some(e) = n.tsa_certs.as_ref().and_then(|s| s.expression.as_deref()) {
+            out.push(("/notary/tsaCerts/value", "notary.tsaCerts.expression", e));
+        }
+    }
+    out
+}
+
+/// Hex sha256 over kind, namespace, name and the key-sorted JSON of the spec.
+pub(crate) fn policy_hash(kind: PolicyKind, namespace: Option<&str>, name: &str, spec: &PolicySpec) -> String {
+    let json = serde_json::to_value(spec).map(canonical).unwrap_or_default();
+    let mut hasher = Sha256::new();
+    for part in [kind.as_str(), namespace.unwrap_or_default(), name] {
+        hasher.update(part.as_bytes());
+        hasher.update([0u8]);
+    }
+    hasher.update(json.to_string().as_bytes());
+    hex::encode(hasher.finalize())
+}
+
+/// Sorts object keys recursively so the hash does not depend on map ordering features.
+fn canonical(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<_> = map.into_iter().map(|(k, v)| (k, canonical(v))).collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(entries.into_iter().collect())
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(canonical).collect())
+        }
+        other => other,
+    }
+}

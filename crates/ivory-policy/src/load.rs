@@ -1,0 +1,355 @@
+//! Loading policies from files, directories and strings (multi-document YAML, JSON objects,
+//! arrays and `kind: List`). One bad document never stops the others.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::compile::compile;
+use crate::compiled::{CompiledPolicy, Origin};
+use crate::error::{PolicyError, location};
+use crate::types::{API_GROUP, PolicyDocument, PolicyKind};
+
+/// Directory recursion limit (guards against symlink loops).
+const MAX_DEPTH: usize = 16;
+
+/// What a load produced: compiled policies, every error, and notes about skipped documents.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    pub policies: Vec<CompiledPolicy>,
+    pub errors: Vec<PolicyError>,
+    /// `<file> (doc <n>): skipped <apiVersion> <kind> "<name>": <why>` for non-policy documents.
+    pub skipped: Vec<String>,
+}
+
+impl LoadReport {
+    /// Appends another report, re-checking duplicate names across both.
+    pub fn merge(&mut self, other: LoadReport) {
+        self.errors.extend(other.errors);
+        self.skipped.extend(other.skipped);
+        for policy in other.policies {
+            self.push_policy(policy);
+        }
+    }
+
+    /// Adds a policy unless one with the same kind, namespace and name is already loaded.
+    fn push_policy(&mut self, policy: CompiledPolicy) {
+        let clash = self.policies.iter().find(|p| {
+            p.kind == policy.kind && p.namespace == policy.namespace && p.name == policy.name
+        });
+        match clash {
+            Some(first) => {
+                let label = display_label(&policy);
+                let reason = format!(
+                    "Duplicate value: {:?}: {} is already defined by {}",
+                    policy.name,
+                    policy.kind.as_str(),
+                    location(&first.origin, &display_label(first)),
+                );
+                self.errors.push(PolicyError::new(
+                    location(&policy.origin, &label),
+                    "metadata.name",
+                    reason,
+                ));
+            }
+            None => self.policies.push(policy),
+        }
+    }
+}
+
+fn display_label(p: &CompiledPolicy) -> String {
+    match &p.namespace {
+        Some(ns) => format!("{}/{ns}/{}", p.kind.as_str(), p.name),
+        None => format!("{}/{}", p.kind.as_str(), p.name),
+    }
+}
+
+/// Loads a file, or every `*.yaml`, `*.yml` and `*.json` file under a directory (recursively, in
+/// sorted order). Entries whose name starts with `.` are skipped: Kubernetes ConfigMap volumes
+/// hold each file a second time under `..data/` and `..<timestamp>/`.
+pub fn load_path(path: impl AsRef<Path>) -> LoadReport {
+    let path = path.as_ref();
+    let mut report = LoadReport::default();
+    let mut files = Vec::new();
+    match fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => collect_files(path, 0, &mut files, &mut report),
+        Ok(_) => files.push(path.to_path_buf()),
+        Err(e) => report.errors.push(read_error(path, &e)),
+    }
+    for file in files {
+        match fs::read_to_string(&file) {
+            Ok(text) => {
+                let json = file.extension().is_some_and(|e| e == "json");
+                report.merge(load_text(&text, &file, json));
+            }
+            Err(e) => report.errors.push(read_error(&file, &e)),
+        }
+    }
+    report
+}
+
+/// Loads policies from text; `origin` names the source in messages (like a file name). Text
+/// starting with `{` or `[` is read as JSON, anything else as (multi-document) YAML.
+pub fn load_str(text: &str, origin: &str) -> LoadReport {
+    let json = text.trim_start().starts_with(['{', '[']);
+    load_text(text, Path::new(origin), json)
+}
+
+fn read_error(path: &Path, err: &std::io::Error) -> PolicyError {
+    PolicyError::new(path.display().to_string(), "", format!("failed to read: {err}"))
+}
+
+fn collect_files(dir: &Path, depth: usize, files: &mut Vec<PathBuf>, report: &mut LoadReport) {
+    if depth > MAX_DEPTH {
+        report.errors.push(PolicyError::new(
+            dir.display().to_string(),
+            "",
+            format!("directory nesting deeper than {MAX_DEPTH} levels (symlink loop?)"),
+        ));
+        return;
+    }
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            report.errors.push(read_error(dir, &e));
+            return;
+        }
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| !n.starts_with('.'))
+        })
+        .collect();
+    paths.sort();
+    for p in paths {
+        match fs::metadata(&p) {
+            Ok(meta) if meta.is_dir() => collect_files(&p, depth + 1, files, report),
+            Ok(_) if has_policy_extension(&p) => files.push(p),
+            Ok(_) => {}
+            Err(e) => report.errors.push(read_error(&p, &e)),
+        }
+    }
+}
+
+fn has_policy_extension(p: &Path) -> bool {
+    p.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
+}
+
+/// One parsed document: its 1-based number and its value or syntax error.
+struct RawDocument {
+    number: usize,
+    value: Result<Value, String>,
+}
+
+fn load_text(text: &str, file: &Path, json: bool) -> LoadReport {
+    let mut report = LoadReport::default();
+    let docs = if json {
+        vec![RawDocument {
+            number: 1,
+            value: serde_json::from_str(text).map_err(|e| format!("JSON syntax error: {e}")),
+        }]
+    } else {
+        yaml_documents(text)
+    };
+    for doc in docs {
+        let origin = Origin {
+            file: Some(file.to_path_buf()),
+            document: doc.number,
+        };
+        match doc.value {
+            Ok(value) => load_value(value, "", &origin, &mut report),
+            Err(reason) => report
+                .errors
+                .push(PolicyError::new(location(&origin, ""), "", reason)),
+        }
+    }
+    report
+}
+
+/// Handles one document, expanding arrays and `kind: List`; `prefix` locates list items.
+fn load_value(value: Value, prefix: &str, origin: &Origin, report: &mut LoadReport) {
+    let loc = location(origin, "");
+    let obj = match value {
+        Value::Null => return,
+        Value::Array(items) => {
+            for (i, item) in items.into_iter().enumerate() {
+                load_value(item, &format!("{prefix}[{i}]."), origin, report);
+            }
+            return;
+        }
+        Value::Object(obj) => obj,
+        other => {
+            report.errors.push(PolicyError::new(
+                loc,
+                prefix.trim_end_matches('.'),
+                format!("Invalid value: a document must be an object, found {}", json_type(&other)),
+            ));
+            return;
+        }
+    };
+    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let name = obj
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if kind == "List" {
+        match obj.get("items").cloned() {
+            Some(Value::Array(items)) => {
+                for (i, item) in items.into_iter().enumerate() {
+                    load_value(item, &format!("{prefix}items[{i}]."), origin, report);
+                }
+            }
+            _ => report.skipped.push(format!("{loc}: skipped a List without items")),
+        }
+        return;
+    }
+    let group = api_version.split_once('/').map_or("", |(g, _)| g);
+    if group != API_GROUP || PolicyKind::from_kind(&kind).is_none() {
+        let at = if prefix.is_empty() { String::new() } else { format!(" ({})", prefix.trim_end_matches('.')) };
+        report.skipped.push(format!(
+            "{loc}{at}: skipped {api_version} {kind} {name:?}: not an image validating policy"
+        ));
+        return;
+    }
+    match parse_document(Value::Object(obj)) {
+        Ok(doc) => match compile(&doc, origin.clone()) {
+            Ok(policy) => report.push_policy(policy),
+            Err(errors) => report
+                .errors
+                .extend(errors.into_iter().map(|e| with_prefix(e, prefix))),
+        },
+        Err((field, reason)) => report
+            .errors
+            .push(PolicyError::new(loc, format!("{prefix}{field}"), reason)),
+    }
+}
+
+fn with_prefix(mut err: PolicyError, prefix: &str) -> PolicyError {
+    if !prefix.is_empty() {
+        err.field = format!("{prefix}{}", err.field);
+    }
+    err
+}
+
+/// Deserializes a policy object, reporting type errors with their field path.
+fn parse_document(value: Value) -> Result<PolicyDocument, (String, String)> {
+    if value.get("spec").is_none_or(Value::is_null) {
+        return Err(("spec".to_owned(), "Required value".to_owned()));
+    }
+    serde_path_to_error::deserialize::<_, PolicyDocument>(value).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { String::new() } else { path };
+        (field, e.into_inner().to_string())
+    })
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Splits a YAML stream at document markers and parses each document on its own, so a syntax
+/// error in one document does not hide the ones after it (serde_yaml stops at the first error).
+fn yaml_documents(text: &str) -> Vec<RawDocument> {
+    let mut docs = Vec::new();
+    for chunk in split_yaml(text) {
+        if !chunk.has_content() {
+            continue;
+        }
+        let number = docs.len() + 1;
+        let value = serde_yaml::from_str::<Value>(&chunk.text)
+            .map_err(|e| yaml_error(&e, chunk.first_line));
+        docs.push(RawDocument { number, value });
+    }
+    docs
+}
+
+struct Chunk {
+    /// 1-based line number of the chunk's first line in the whole text.
+    first_line: usize,
+    text: String,
+}
+
+impl Chunk {
+    fn has_content(&self) -> bool {
+        self.text.lines().any(|l| {
+            let t = l.trim();
+            !t.is_empty() && !t.starts_with('#') && !t.starts_with('%')
+        })
+    }
+}
+
+fn split_yaml(text: &str) -> Vec<Chunk> {
+    let mut chunks = vec![Chunk {
+        first_line: 1,
+        text: String::new(),
+    }];
+    for (i, line) in text.lines().enumerate() {
+        let marker = ["---", "..."]
+            .iter()
+            .find(|m| line.strip_prefix(**m).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t'])));
+        let current = match marker {
+            Some(m) => {
+                chunks.push(Chunk {
+                    first_line: i + 1,
+                    text: String::new(),
+                });
+                let last = chunks.len() - 1;
+                let chunk = &mut chunks[last];
+                // Keep content after `---` (e.g. `--- {a: 1}`) in place so columns still match.
+                if *m == "---" {
+                    chunk.text.push_str("   ");
+                    chunk.text.push_str(&line[3..]);
+                }
+                chunk.text.push('\n');
+                continue;
+            }
+            None => chunks.len() - 1,
+        };
+        let chunk = &mut chunks[current];
+        chunk.text.push_str(line);
+        chunk.text.push('\n');
+    }
+    chunks
+}
+
+/// serde_yaml's message with the line number made relative to the whole file.
+fn yaml_error(err: &serde_yaml::Error, first_line: usize) -> String {
+    let msg = err.to_string();
+    match err.location() {
+        Some(loc) => {
+            let inner = format!("at line {} column {}", loc.line(), loc.column());
+            let outer = format!("at line {} column {}", loc.line() + first_line - 1, loc.column());
+            if msg.contains(&inner) {
+                format!("YAML syntax error: {}", msg.replacen(&inner, &outer, 1))
+            } else {
+                format!("YAML syntax error {outer}: {msg}")
+            }
+        }
+        None => format!("YAML error: {msg}"),
+    }
+}
+
+/// `kind/[namespace/]name` of every loaded policy, in load order (for tests).
+#[cfg(test)]
+pub(crate) fn names(report: &LoadReport) -> Vec<String> {
+    report.policies.iter().map(display_label).collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,3 @@
+//! Integration tests: every shipped policy file (Kyverno examples, samples, default) loads.
+
+mod files;

@@ -1,0 +1,58 @@
+//! Client configuration: plain values, built once by the binary.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Manifests larger than this are refused (Distribution itself caps manifests at 4 MiB).
+pub const DEFAULT_MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
+/// Signature and attestation blobs larger than this are refused.
+pub const DEFAULT_MAX_BLOB_BYTES: usize = 8 * 1024 * 1024;
+/// Concurrent calls in flight per registry host.
+pub const DEFAULT_PER_REGISTRY_CONCURRENCY: usize = 16;
+/// TCP+TLS connect budget; the per-call deadline still applies on top.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Entries per page for tag and catalog listings.
+pub const DEFAULT_PAGE_SIZE: usize = 1000;
+/// Upper bound on listing pages, so a registry that ignores `last` cannot loop us.
+pub const DEFAULT_MAX_PAGES: usize = 1000;
+/// User agent sent to registries.
+pub const DEFAULT_USER_AGENT: &str = concat!("ivory/", env!("CARGO_PKG_VERSION"));
+
+/// Registry client settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Extra trusted roots (PEM, one or more certificates), as given by `--registry-ca`.
+    pub ca_bundle_pem: Option<Vec<u8>>,
+    /// A docker `config.json` whose `auths` apply when a request carries no matching secret.
+    pub docker_config: Option<PathBuf>,
+    /// Maximum concurrent calls per registry host.
+    pub per_registry_concurrency: usize,
+    /// Manifest size limit in bytes.
+    pub max_manifest_bytes: usize,
+    /// Default blob size limit in bytes (callers pass their own to `fetch_blob`).
+    pub max_blob_bytes: usize,
+    /// User agent header.
+    pub user_agent: String,
+    /// Connect timeout per connection attempt.
+    pub connect_timeout: Duration,
+    /// Page size for `list_tags` and `catalog`.
+    pub page_size: usize,
+    /// Page count limit for `list_tags` and `catalog`.
+    pub max_pages: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            ca_bundle_pem: None,
+            docker_config: None,
+            per_registry_concurrency: DEFAULT_PER_REGISTRY_CONCURRENCY,
+            max_manifest_bytes: DEFAULT_MAX_MANIFEST_BYTES,
+            max_blob_bytes: DEFAULT_MAX_BLOB_BYTES,
+            user_agent: DEFAULT_USER_AGENT.to_string(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            page_size: DEFAULT_PAGE_SIZE,
+            max_pages: DEFAULT_MAX_PAGES,
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! ivory-testkit: test support shared by ivory's crates (never shipped).
+//!
+//! - [`RegistryHarness`]: the real `docker-registry` binary on loopback, with TLS from a
+//!   generated CA and no auth, htpasswd basic auth, or bearer tokens from an in-process
+//!   token server; request log parsed from Distribution's JSON log.
+//! - [`OciLayout`] / [`write_simple_image`] and [`Harness::push_oci_layout`]: fixtures.
+//! - [`FaultServer`], [`HungRegistry`], [`refused_host`]: faults on demand.
+
+pub use error::{Error, Result};
+pub use fault::{DEEP_LEVELS, FaultOptions, FaultServer, HungRegistry, refused_host};
+pub use layout::{
+    Descriptor, OCI_CONFIG, OCI_INDEX, OCI_LAYER, OCI_MANIFEST, OciLayout, REF_NAME, SimpleImage,
+    sha256_digest, write_simple_image,
+};
+pub use pki::{TestPki, TokenSigner};
+pub use registry::{
+    AuthMode, Harness, HarnessOptions, LoggedRequest, REGISTRY_BINARY, RegistryHarness,
+};
+pub use token::{TOKEN_ISSUER, TOKEN_SERVICE, TOKEN_TTL_SECS};
+
+mod error;
+mod fault;
+mod layout;
+mod pki;
+mod push;
+mod registry;
+mod token;

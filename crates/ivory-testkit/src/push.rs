@@ -1,0 +1,218 @@
+//! Pushes content into a harness registry over plain reqwest (test support, not product).
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, LOCATION};
+use serde_json::Value;
+
+use crate::error::{Error, Result, io};
+use crate::layout::{OCI_INDEX, OCI_MANIFEST, REF_NAME, sha256_digest};
+use crate::registry::Harness;
+
+/// One manifest of a layout, in push order (children before parents).
+struct Node {
+    digest: String,
+    media_type: String,
+    bytes: Vec<u8>,
+    blobs: Vec<String>,
+}
+
+impl Harness {
+    /// Uploads a blob (monolithic POST + PUT) and returns its digest.
+    pub async fn push_blob(&self, repo: &str, bytes: &[u8]) -> Result<String> {
+        let digest = sha256_digest(bytes);
+        let client = self.http_client()?;
+        let auth = self.push_authorization(repo)?;
+        let url = format!("{}/v2/{repo}/blobs/uploads/", self.base_url());
+        let mut req = client.post(&url).header("Content-Length", "0");
+        if let Some(a) = &auth {
+            req = req.header(AUTHORIZATION, a);
+        }
+        let res = req.send().await.map_err(http(&url))?;
+        if res.status().as_u16() != 202 {
+            return Err(Error::Http(format!("POST {url}: HTTP {}", res.status())));
+        }
+        let location = res
+            .headers()
+            .get(LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .ok_or_else(|| Error::Http(format!("POST {url}: no Location")))?;
+        let mut put_url = if location.starts_with('/') {
+            format!("{}{location}", self.base_url())
+        } else {
+            location.to_string()
+        };
+        put_url.push(if put_url.contains('?') { '&' } else { '?' });
+        put_url.push_str(&format!("digest={digest}"));
+        let mut req = client
+            .put(&put_url)
+            .header(CONTENT_TYPE, "application/octet-stream")
+            .body(bytes.to_vec());
+        if let Some(a) = &auth {
+            req = req.header(AUTHORIZATION, a);
+        }
+        let res = req.send().await.map_err(http(&put_url))?;
+        if res.status().as_u16() != 201 {
+            let status = res.status();
+            let body = res.text().await.unwrap_or_default();
+            return Err(Error::Http(format!("PUT blob {digest}: HTTP {status}: {body}")));
+        }
+        Ok(digest)
+    }
+
+    /// Uploads a manifest under `reference` (tag or digest); returns its digest.
+    pub async fn push_manifest(
+        &self,
+        repo: &str,
+        reference: &str,
+        media_type: &str,
+        bytes: &[u8],
+    ) -> Result<String> {
+        let client = self.http_client()?;
+        let url = format!("{}/v2/{repo}/manifests/{reference}", self.base_url());
+        let mut req = client
+            .put(&url)
+            .header(CONTENT_TYPE, media_type)
+            .body(bytes.to_vec());
+        if let Some(a) = self.push_authorization(repo)? {
+            req = req.header(AUTHORIZATION, a);
+        }
+        let res = req.send().await.map_err(http(&url))?;
+        if res.status().as_u16() != 201 {
+            let status = res.status();
+            let body = res.text().await.unwrap_or_default();
+            return Err(Error::Http(format!("PUT {url}: HTTP {status}: {body}")));
+        }
+        Ok(sha256_digest(bytes))
+    }
+
+    /// Pushes an OCI image layout: every blob, then every manifest (children before
+    /// parents, by digest), then a tag for each `index.json` entry annotated with
+    /// `org.opencontainers.image.ref.name`. Returns tag → digest.
+    pub async fn push_oci_layout(&self, dir: &Path, repo: &str) -> Result<BTreeMap<String, String>> {
+        let index = read_json(dir, &dir.join("index.json"))?;
+        let entries = index
+            .get("manifests")
+            .and_then(|m| m.as_array())
+            .cloned()
+            .unwrap_or_default();
+        let mut nodes = Vec::new();
+        let mut seen = HashSet::new();
+        let mut tags = BTreeMap::new();
+        for entry in &entries {
+            let digest = str_field(dir, entry, "digest")?;
+            plan(dir, &digest, entry.get("mediaType"), &mut seen, &mut nodes, 0)?;
+            if let Some(tag) = entry
+                .get("annotations")
+                .and_then(|a| a.get(REF_NAME))
+                .and_then(|t| t.as_str())
+            {
+                tags.insert(tag.to_string(), digest);
+            }
+        }
+        let mut pushed_blobs = HashSet::new();
+        for node in &nodes {
+            for blob in &node.blobs {
+                if pushed_blobs.insert(blob.clone()) {
+                    self.push_blob(repo, &read_blob(dir, blob)?).await?;
+                }
+            }
+        }
+        for node in &nodes {
+            self.push_manifest(repo, &node.digest, &node.media_type, &node.bytes)
+                .await?;
+        }
+        for (tag, digest) in &tags {
+            let node = nodes
+                .iter()
+                .find(|n| &n.digest == digest)
+                .ok_or_else(|| layout_err(dir, format!("tag {tag} has no manifest")))?;
+            self.push_manifest(repo, tag, &node.media_type, &node.bytes)
+                .await?;
+        }
+        Ok(tags)
+    }
+}
+
+/// Depth-first: children land in `nodes` before their parent.
+fn plan(
+    dir: &Path,
+    digest: &str,
+    declared: Option<&Value>,
+    seen: &mut HashSet<String>,
+    nodes: &mut Vec<Node>,
+    depth: usize,
+) -> Result<()> {
+    if depth > 8 {
+        return Err(layout_err(dir, format!("index nesting too deep at {digest}")));
+    }
+    if !seen.insert(digest.to_string()) {
+        return Ok(());
+    }
+    let bytes = read_blob(dir, digest)?;
+    let json: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| layout_err(dir, format!("manifest {digest} is not JSON: {e}")))?;
+    let media_type = json
+        .get("mediaType")
+        .and_then(|m| m.as_str())
+        .or_else(|| declared.and_then(|d| d.as_str()))
+        .unwrap_or(if json.get("manifests").is_some() {
+            OCI_INDEX
+        } else {
+            OCI_MANIFEST
+        })
+        .to_string();
+    let mut blobs = Vec::new();
+    if let Some(children) = json.get("manifests").and_then(|m| m.as_array()) {
+        for child in children {
+            let d = str_field(dir, child, "digest")?;
+            plan(dir, &d, child.get("mediaType"), seen, nodes, depth + 1)?;
+        }
+    } else {
+        if let Some(c) = json.get("config") {
+            blobs.push(str_field(dir, c, "digest")?);
+        }
+        for layer in json.get("layers").and_then(|l| l.as_array()).into_iter().flatten() {
+            blobs.push(str_field(dir, layer, "digest")?);
+        }
+    }
+    nodes.push(Node {
+        digest: digest.to_string(),
+        media_type,
+        bytes,
+        blobs,
+    });
+    Ok(())
+}
+
+fn read_blob(dir: &Path, digest: &str) -> Result<Vec<u8>> {
+    let (alg, hex) = digest
+        .split_once(':')
+        .ok_or_else(|| layout_err(dir, format!("bad digest {digest}")))?;
+    let path = dir.join("blobs").join(alg).join(hex);
+    std::fs::read(&path).map_err(io(format!("reading {}", path.display())))
+}
+
+fn read_json(dir: &Path, path: &Path) -> Result<Value> {
+    let bytes = std::fs::read(path).map_err(io(format!("reading {}", path.display())))?;
+    serde_json::from_slice(&bytes).map_err(|e| layout_err(dir, format!("{}: {e}", path.display())))
+}
+
+fn str_field(dir: &Path, v: &Value, field: &str) -> Result<String> {
+    v.get(field)
+        .and_then(|f| f.as_str())
+        .map(str::to_string)
+        .ok_or_else(|| layout_err(dir, format!("descriptor without {field}: {v}")))
+}
+
+fn layout_err(dir: &Path, detail: String) -> Error {
+    Error::Layout {
+        path: dir.display().to_string(),
+        detail,
+    }
+}
+
+fn http(url: &str) -> impl FnOnce(reqwest::Error) -> Error + '_ {
+    move |e| Error::Http(format!("{url}: {e}"))
+}

@@ -1,0 +1,121 @@
+//! Trust material from policy text: PEM public keys, certificates and chains, and the
+//! `hashAlgorithm` names cosign accepts. Parsing only; every check is done by sigstore-verify.
+
+use base64::Engine as _;
+use sigstore_verify::crypto::{KeyAlgorithm, SigningScheme};
+use sigstore_verify::types::{DerCertificate, DerPublicKey, HashAlgorithm};
+
+/// A public key from `key.data`, with the scheme its signatures use.
+#[derive(Clone, Debug)]
+pub(crate) struct PublicKey {
+    pub(crate) der: DerPublicKey,
+    pub(crate) hash: HashAlgorithm,
+    pub(crate) scheme: SigningScheme,
+}
+
+/// Parses a PEM `PUBLIC KEY` (P-256, P-384, RSA, Ed25519). `hash_algorithm` is cosign's
+/// `--signing-algorithm` hash: `sha256` (default), `sha384`, `sha512`; `sha224` has no
+/// implementation in the crypto provider and is rejected by name.
+pub(crate) fn parse_public_key(pem: &str, hash_algorithm: Option<&str>) -> Result<PublicKey, String> {
+    let der = DerPublicKey::from_pem(pem.trim())
+        .map_err(|e| format!("key.data is not a PEM public key: {e}"))?;
+    let algorithm = KeyAlgorithm::from_spki(&der)
+        .map_err(|e| format!("key.data has an unsupported key type: {e}"))?;
+    let hash = parse_hash(hash_algorithm)?;
+    let scheme = algorithm
+        .resolve_signing_scheme(hash)
+        .map_err(|e| format!("key.hashAlgorithm does not fit the key: {e}"))?;
+    Ok(PublicKey { der, hash, scheme })
+}
+
+fn parse_hash(name: Option<&str>) -> Result<HashAlgorithm, String> {
+    match name.map(str::to_ascii_lowercase).as_deref() {
+        None | Some("") | Some("sha256") => Ok(HashAlgorithm::Sha2256),
+        Some("sha384") => Ok(HashAlgorithm::Sha2384),
+        Some("sha512") => Ok(HashAlgorithm::Sha2512),
+        Some(other) => Err(format!("key.hashAlgorithm {other} is not supported")),
+    }
+}
+
+/// Parses every `CERTIFICATE` block of a PEM bundle. Kyverno also accepts the PEM wrapped
+/// in base64, so that form is unwrapped first.
+pub(crate) fn parse_certificates(text: &str, field: &str) -> Result<Vec<DerCertificate>, String> {
+    let text = unwrap_base64_pem(text);
+    let blocks: Vec<&str> = pem_blocks(&text);
+    if blocks.is_empty() {
+        return Err(format!("{field} holds no PEM certificate"));
+    }
+    blocks
+        .into_iter()
+        .map(|b| DerCertificate::from_pem(b).map_err(|e| format!("{field} is not a PEM certificate: {e}")))
+        .collect()
+}
+
+/// Public key of a certificate, for the `certificate` attestor.
+pub(crate) fn certificate_key(cert: &DerCertificate) -> Result<PublicKey, String> {
+    let info = sigstore_verify::crypto::parse_certificate_info(cert)
+        .map_err(|e| format!("certificate.cert cannot be parsed: {e}"))?;
+    Ok(PublicKey {
+        der: info.public_key,
+        hash: HashAlgorithm::Sha2256,
+        scheme: info.key_algorithm.default_signing_scheme(),
+    })
+}
+
+fn unwrap_base64_pem(text: &str) -> String {
+    if text.contains("-----BEGIN") {
+        return text.to_owned();
+    }
+    let compact: String = text.split_whitespace().collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(compact)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .unwrap_or_else(|| text.to_owned())
+}
+
+/// Splits a PEM bundle into its blocks (each `-----BEGIN` … `-----END …-----`).
+fn pem_blocks(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("-----BEGIN") {
+        let after = &rest[start..];
+        let Some(end_marker) = after.find("-----END") else { break };
+        let tail = &after[end_marker..];
+        // The END line closes with five dashes after its label.
+        let close = tail[8..].find("-----").map(|i| 8 + i + 5).unwrap_or(tail.len());
+        out.push(&after[..end_marker + close]);
+        rest = &after[end_marker + close..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P256: &str = include_str!("../tests/data/keys/alice.pub");
+
+    #[test]
+    fn parses_p256_with_default_and_sha384() {
+        let k = parse_public_key(P256, None).unwrap();
+        assert_eq!(k.scheme, SigningScheme::EcdsaP256Sha256);
+        let k = parse_public_key(P256, Some("sha384")).unwrap();
+        assert_eq!(k.scheme, SigningScheme::EcdsaP256Sha384);
+    }
+
+    #[test]
+    fn rejects_unknown_hash_and_garbage() {
+        assert!(parse_public_key(P256, Some("sha224")).unwrap_err().contains("sha224"));
+        assert!(parse_public_key("not a key", None).unwrap_err().contains("key.data"));
+    }
+
+    #[test]
+    fn splits_pem_bundles_and_base64_wrapping() {
+        let chain = include_str!("../tests/data/ratify-keyless/chain.pem");
+        assert_eq!(parse_certificates(chain, "chain").unwrap().len(), 2);
+        let wrapped = base64::engine::general_purpose::STANDARD.encode(chain);
+        assert_eq!(parse_certificates(&wrapped, "chain").unwrap().len(), 2);
+        assert!(parse_certificates("nothing", "certificate.cert").is_err());
+    }
+}

@@ -1,0 +1,231 @@
+//! An attestor turned into what verification needs: the authority (key, certificate or keyless
+//! identities), the sigstore-verify `Verifier` built from its trust material, and its flags.
+//! Building a plan does no IO; failures are definite verdicts about the policy's attestor.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ivory_policy::types::{Attestor, Cosign, Identity};
+use regex::Regex;
+use sigstore_verify::Verifier;
+use sigstore_verify::types::DerCertificate;
+
+use crate::keys::{PublicKey, certificate_key, parse_certificates, parse_public_key};
+use crate::trust::verifier_for;
+
+/// Why an attestor cannot verify anything, whatever the image.
+pub const NOTARY_UNSUPPORTED: &str = "notary attestors are not supported by ivory";
+/// `key.kms` without `key.data`.
+pub const KMS_UNSUPPORTED: &str = "KMS keys are not supported by ivory";
+
+/// Who may have signed.
+#[derive(Debug)]
+pub(crate) enum Authority {
+    /// `key.data`.
+    Key(PublicKey),
+    /// `certificate.cert` (and `certChain`, checked against the cert).
+    Certificate(PublicKey),
+    /// `keyless.identities`: any rule may match.
+    Keyless(Vec<IdentityRule>),
+}
+
+/// One `keyless.identities[]` entry with its regexps compiled.
+#[derive(Debug)]
+pub(crate) struct IdentityRule {
+    issuer: Option<String>,
+    issuer_re: Option<Regex>,
+    subject: Option<String>,
+    subject_re: Option<Regex>,
+}
+
+impl IdentityRule {
+    fn new(identity: &Identity, index: usize) -> Result<Self, String> {
+        let compile = |re: &Option<String>, field: &str| {
+            re.as_deref()
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    Regex::new(s).map_err(|e| {
+                        format!("keyless.identities[{index}].{field} is not a valid regexp: {e}")
+                    })
+                })
+                .transpose()
+        };
+        let non_empty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
+        Ok(Self {
+            issuer: non_empty(&identity.issuer),
+            issuer_re: compile(&identity.issuer_reg_exp, "issuerRegExp")?,
+            subject: non_empty(&identity.subject),
+            subject_re: compile(&identity.subject_reg_exp, "subjectRegExp")?,
+        })
+    }
+
+    /// cosign's `CheckCertificatePolicy`: the regexp (unanchored) wins over the exact value,
+    /// and a side with neither places no constraint.
+    pub(crate) fn matches(&self, subject: &str, issuer: &str) -> bool {
+        let ok = |exact: &Option<String>, re: &Option<Regex>, value: &str| match (re, exact) {
+            (Some(r), _) => r.is_match(value),
+            (None, Some(e)) => e == value,
+            (None, None) => true,
+        };
+        ok(&self.subject, &self.subject_re, subject) && ok(&self.issuer, &self.issuer_re, issuer)
+    }
+}
+
+/// A ready-to-use attestor.
+pub struct Plan {
+    pub(crate) authority: Authority,
+    /// `None` for key/certificate attestors with `insecureIgnoreTlog` (no Sigstore trust at all).
+    pub(crate) verifier: Option<Arc<Verifier>>,
+    pub(crate) ignore_tlog: bool,
+    pub(crate) ignore_sct: bool,
+    pub(crate) annotations: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plan")
+            .field("authority", &self.authority)
+            .field("has_trust_root", &self.verifier.is_some())
+            .field("ignore_tlog", &self.ignore_tlog)
+            .field("ignore_sct", &self.ignore_sct)
+            .field("annotations", &self.annotations)
+            .finish()
+    }
+}
+
+impl Plan {
+    /// Builds the plan for `attestor`; `Err` is the NotVerified reason.
+    pub fn new(attestor: &Attestor, default_root: &str) -> Result<Self, String> {
+        let Some(cosign) = &attestor.cosign else {
+            return Err(if attestor.notary.is_some() {
+                NOTARY_UNSUPPORTED.to_owned()
+            } else {
+                format!("attestor {} has neither cosign nor notary", attestor.name)
+            });
+        };
+        let ctlog = cosign.ctlog.clone().unwrap_or_default();
+        let ignore_tlog = ctlog.insecure_ignore_tlog.unwrap_or(false);
+        let ignore_sct = ctlog.insecure_ignore_sct.unwrap_or(false);
+        let authority = authority(cosign)?;
+        let needs_trust = matches!(authority, Authority::Keyless(_)) || !ignore_tlog;
+        let verifier = if needs_trust { Some(verifier_for(cosign, default_root)?) } else { None };
+        Ok(Self {
+            authority,
+            verifier,
+            ignore_tlog,
+            ignore_sct,
+            annotations: cosign.annotations.clone(),
+        })
+    }
+}
+
+/// Kyverno's precedence: keyless, then key (data before kms), then certificate.
+fn authority(cosign: &Cosign) -> Result<Authority, String> {
+    if let Some(keyless) = &cosign.keyless {
+        if keyless.identities.is_empty() {
+            return Err("keyless attestor needs at least one identity".into());
+        }
+        let rules = keyless
+            .identities
+            .iter()
+            .enumerate()
+            .map(|(i, id)| IdentityRule::new(id, i))
+            .collect::<Result<_, _>>()?;
+        return Ok(Authority::Keyless(rules));
+    }
+    if let Some(key) = &cosign.key {
+        if let Some(data) = key.data.as_deref().filter(|d| !d.trim().is_empty()) {
+            return parse_public_key(data, key.hash_algorithm.as_deref()).map(Authority::Key);
+        }
+        if key.kms.as_deref().is_some_and(|k| !k.is_empty()) {
+            return Err(KMS_UNSUPPORTED.into());
+        }
+    }
+    if let Some(cert) = &cosign.certificate {
+        let text = cert.cert.as_ref().and_then(|s| s.value.as_deref()).unwrap_or_default();
+        let leaf = first_cert(text, "certificate.cert")?;
+        if let Some(chain) = cert.cert_chain.as_ref().and_then(|s| s.value.as_deref()) {
+            let chain = parse_certificates(chain, "certificate.certChain")?;
+            crate::chain::verify_chain(&leaf, &chain)?;
+        }
+        return certificate_key(&leaf).map(Authority::Certificate);
+    }
+    Err("cosign verifier needs to have one key, keyless or certificate fields set".into())
+}
+
+fn first_cert(text: &str, field: &str) -> Result<DerCertificate, String> {
+    parse_certificates(text, field)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("{field} holds no certificate"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
+    use ivory_policy::types::{CosignKey, Keyless, Notary};
+
+    fn cosign(c: Cosign) -> Attestor {
+        Attestor { name: "a".into(), cosign: Some(c), notary: None }
+    }
+
+    #[test]
+    fn unsupported_and_empty_attestors_are_named() {
+        let notary = Attestor { name: "n".into(), cosign: None, notary: Some(Notary::default()) };
+        assert_eq!(Plan::new(&notary, PUBLIC_GOOD_TRUSTED_ROOT).unwrap_err(), NOTARY_UNSUPPORTED);
+        let kms = cosign(Cosign {
+            key: Some(CosignKey { kms: Some("awskms:///x".into()), ..CosignKey::default() }),
+            ..Cosign::default()
+        });
+        assert_eq!(Plan::new(&kms, PUBLIC_GOOD_TRUSTED_ROOT).unwrap_err(), KMS_UNSUPPORTED);
+        let empty = cosign(Cosign::default());
+        assert!(Plan::new(&empty, PUBLIC_GOOD_TRUSTED_ROOT).unwrap_err().contains("one key"));
+    }
+
+    #[test]
+    fn keyless_rules_match_exact_and_regexp() {
+        let ids = vec![
+            Identity {
+                issuer: Some("https://github.com/login/oauth".into()),
+                subject_reg_exp: Some(r"@example\.com$".into()),
+                ..Identity::default()
+            },
+            Identity {
+                issuer_reg_exp: Some("token.actions".into()),
+                subject: Some("https://x/y".into()),
+                ..Identity::default()
+            },
+        ];
+        let plan = Plan::new(
+            &cosign(Cosign {
+                keyless: Some(Keyless { identities: ids, ..Keyless::default() }),
+                ..Cosign::default()
+            }),
+            PUBLIC_GOOD_TRUSTED_ROOT,
+        )
+        .unwrap();
+        let Authority::Keyless(rules) = &plan.authority else { panic!("keyless expected") };
+        let any = |s: &str, i: &str| rules.iter().any(|r| r.matches(s, i));
+        assert!(any("me@example.com", "https://github.com/login/oauth"));
+        assert!(!any("me@example.org", "https://github.com/login/oauth"));
+        assert!(any("https://x/y", "https://token.actions.githubusercontent.com"));
+        assert!(!any("https://x/y/z", "https://token.actions.githubusercontent.com"));
+    }
+
+    #[test]
+    fn bad_regexp_is_named() {
+        let bad = |id: Identity| {
+            Plan::new(
+                &cosign(Cosign {
+                    keyless: Some(Keyless { identities: vec![id], ..Keyless::default() }),
+                    ..Cosign::default()
+                }),
+                PUBLIC_GOOD_TRUSTED_ROOT,
+            )
+            .unwrap_err()
+        };
+        let e = bad(Identity { subject_reg_exp: Some("(".into()), issuer: Some("i".into()), ..Identity::default() });
+        assert!(e.contains("subjectRegExp"), "{e}");
+    }
+}

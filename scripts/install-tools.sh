@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs the pinned signing tools used to generate fixtures/ into the git-ignored .tools/.
+# Idempotent: a tool is built only when its pinned binary is missing.
+# Go builds are slow (several minutes each on a small machine); npm ci is quick.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TOOLS="$ROOT/.tools"
+
+COSIGN_V2_VERSION="v2.6.5"
+COSIGN_V3_VERSION="v3.1.3"
+CRANE_VERSION="v0.22.1"
+
+export GOTOOLCHAIN=local
+export GOFLAGS="${GOFLAGS:-} -trimpath"
+export CGO_ENABLED=0
+
+# install NAME VERSION MODULE_PATH: builds into .tools/NAME-VERSION/ and symlinks .tools/bin/NAME.
+install_go_tool() {
+  local name="$1" version="$2" pkg="$3"
+  local dir="$TOOLS/$name-$version"
+  local bin="$dir/$(basename "$pkg")"
+  mkdir -p "$TOOLS/bin"
+  if [[ -x "$bin" ]]; then
+    echo "install-tools: $name $version already present ($bin)"
+  else
+    echo "install-tools: building $name $version (go install $pkg@$version) ..."
+    GOBIN="$dir" go install "$pkg@$version"
+  fi
+  ln -sfn "$bin" "$TOOLS/bin/$name"
+}
+
+install_go_tool crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane
+install_go_tool cosign2 "$COSIGN_V2_VERSION" github.com/sigstore/cosign/v2/cmd/cosign
+install_go_tool cosign3 "$COSIGN_V3_VERSION" github.com/sigstore/cosign/v3/cmd/cosign
+
+# Node helpers (sigstore-js signing with @sigstore/mock, @sigstore/oci attachment).
+JS_DIR="$ROOT/fixtures/gen/js"
+if [[ -f "$JS_DIR/package-lock.json" ]]; then
+  if [[ -d "$JS_DIR/node_modules" && "$JS_DIR/node_modules/.package-lock.json" -nt "$JS_DIR/package-lock.json" ]]; then
+    echo "install-tools: node_modules up to date"
+  else
+    echo "install-tools: npm ci in fixtures/gen/js"
+    (cd "$JS_DIR" && npm ci --no-audit --no-fund)
+  fi
+fi
+
+"$TOOLS/bin/crane" version
+"$TOOLS/bin/cosign2" version 2>/dev/null | grep -E '^GitVersion' || true
+"$TOOLS/bin/cosign3" version 2>/dev/null | grep -E '^GitVersion' || true

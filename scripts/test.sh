@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what the tests need (Debian packages),
+# then format check, clippy and every test of the workspace. `.ci/run` calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs=()
+command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
+command -v htpasswd >/dev/null || need_pkgs+=(apache2-utils)
+command -v openssl >/dev/null || need_pkgs+=(openssl)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "installing: ${need_pkgs[*]}"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked "$@"
