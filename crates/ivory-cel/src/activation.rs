@@ -234,8 +234,7 @@ fn dispatch(host: &dyn Host, request: &Value) -> Result<Value, ExecutionError> {
     let Value::List(items) = request else {
         return Err(bad());
     };
-    let (Some(Value::Int(code)), rest) = (items.first(), items.get(1..).unwrap_or_default())
-    else {
+    let (Some(Value::Int(code)), rest) = (items.first(), items.get(1..).unwrap_or_default()) else {
         return Err(bad());
     };
     let op = HostOp::from_code(*code).ok_or_else(bad)?;

@@ -18,6 +18,8 @@ pub(crate) struct Analysis {
     pub variable_refs: Vec<String>,
     pub dynamic_variables: bool,
     pub functions: BTreeSet<String>,
+    /// Deepest nesting of the tree, as the interpreter recurses through it.
+    pub max_depth: usize,
 }
 
 pub(crate) fn analyze(
@@ -29,6 +31,7 @@ pub(crate) fn analyze(
         scope,
         lib,
         bound: Vec::new(),
+        depth: 0,
         out: Analysis::default(),
     };
     walker.walk(expr)?;
@@ -40,6 +43,7 @@ struct Walker<'s> {
     lib: &'s Library,
     /// Comprehension variables in scope, innermost last.
     bound: Vec<String>,
+    depth: usize,
     out: Analysis,
 }
 
@@ -60,6 +64,17 @@ impl Walker<'_> {
     }
 
     fn walk(&mut self, e: &mut IdedExpr) -> Result<(), CompileError> {
+        if self.depth >= crate::MAX_AST_DEPTH {
+            return Err(CompileError::TooDeep(crate::MAX_AST_DEPTH));
+        }
+        self.depth += 1;
+        self.out.max_depth = self.out.max_depth.max(self.depth);
+        let result = self.walk_inner(e);
+        self.depth -= 1;
+        result
+    }
+
+    fn walk_inner(&mut self, e: &mut IdedExpr) -> Result<(), CompileError> {
         if matches!(e.expr, Expr::Select(_)) {
             return self.walk_select(e);
         }
@@ -84,24 +99,29 @@ impl Walker<'_> {
                 res
             }
             Expr::List(list) => list.elements.iter_mut().try_for_each(|el| self.walk(el)),
-            Expr::Map(map) => map.entries.iter_mut().try_for_each(|entry| match &mut entry.expr {
-                EntryExpr::MapEntry(me) => {
-                    self.walk(&mut me.key)?;
-                    self.walk(&mut me.value)
-                }
-                EntryExpr::StructField(sf) => self.walk(&mut sf.value),
-            }),
-            Expr::Struct(st) => {
-                if !self.lib.has_type(&st.type_name) {
-                    return Err(CompileError::UndeclaredReference(st.type_name.clone()));
-                }
-                st.entries.iter_mut().try_for_each(|entry| match &mut entry.expr {
+            Expr::Map(map) => map
+                .entries
+                .iter_mut()
+                .try_for_each(|entry| match &mut entry.expr {
                     EntryExpr::MapEntry(me) => {
                         self.walk(&mut me.key)?;
                         self.walk(&mut me.value)
                     }
                     EntryExpr::StructField(sf) => self.walk(&mut sf.value),
-                })
+                }),
+            Expr::Struct(st) => {
+                if !self.lib.has_type(&st.type_name) {
+                    return Err(CompileError::UndeclaredReference(st.type_name.clone()));
+                }
+                st.entries
+                    .iter_mut()
+                    .try_for_each(|entry| match &mut entry.expr {
+                        EntryExpr::MapEntry(me) => {
+                            self.walk(&mut me.key)?;
+                            self.walk(&mut me.value)
+                        }
+                        EntryExpr::StructField(sf) => self.walk(&mut sf.value),
+                    })
             }
         }
     }
@@ -118,6 +138,9 @@ impl Walker<'_> {
             return Ok(());
         }
         if let Some(segments) = e.expr_qualified_segments() {
+            if self.depth + segments.len() > crate::MAX_AST_DEPTH {
+                return Err(CompileError::TooDeep(crate::MAX_AST_DEPTH));
+            }
             return self.check_qualified(&segments);
         }
         match &mut e.expr {
@@ -191,7 +214,9 @@ impl Walker<'_> {
             .target
             .as_deref()
             .and_then(|t| qualified_segments(&t.expr))
-            .filter(|segs| !self.is_bound(&segs[0]) && !self.scope.contains(&segs[0]))
+            // As at runtime, a namespaced function wins over a declared variable of the same
+            // root name; only comprehension variables shadow it.
+            .filter(|segs| !self.is_bound(&segs[0]))
             .map(|segs| format!("{}.{}", segs.join("."), call.func_name))
             .filter(|qualified| self.lib.knows_function(qualified, false));
         match namespaced {

@@ -3,12 +3,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use cel::Value;
 use cel::common::types::{
     CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt,
 };
 use cel::common::value::Val;
 use cel::objects::{Key, Map, OptionalValue};
-use cel::Value;
 
 use crate::EvalError;
 
@@ -20,9 +20,9 @@ pub(crate) fn json_to_val(v: &serde_json::Value) -> Box<dyn Val> {
         serde_json::Value::Bool(b) => Box::new(CelBool::from(*b)),
         serde_json::Value::Number(n) => number_val(n),
         serde_json::Value::String(s) => Box::new(CelString::from(s.clone())),
-        serde_json::Value::Array(items) => {
-            Box::new(CelList::from(items.iter().map(json_to_val).collect::<Vec<_>>()))
-        }
+        serde_json::Value::Array(items) => Box::new(CelList::from(
+            items.iter().map(json_to_val).collect::<Vec<_>>(),
+        )),
         serde_json::Value::Object(obj) => {
             let map: HashMap<CelMapKey<'static>, Box<dyn Val>> = obj
                 .iter()
@@ -100,7 +100,9 @@ pub fn value_to_json(v: &Value) -> Result<serde_json::Value, EvalError> {
             }
             serde_json::Value::Object(out)
         }
-        Value::Duration(d) => serde_json::Value::String(format!("{}s", d.num_milliseconds() as f64 / 1000.0)),
+        Value::Duration(d) => {
+            serde_json::Value::String(format!("{}s", d.num_milliseconds() as f64 / 1000.0))
+        }
         Value::Timestamp(t) => serde_json::Value::String(t.to_rfc3339()),
         Value::Opaque(o) => {
             if let Some(opt) = o.downcast_ref::<OptionalValue>() {
@@ -154,7 +156,8 @@ mod tests {
 
     #[test]
     fn json_roundtrip_keeps_structure_and_number_kinds() {
-        let j = json!({"a": [1, -2, 18446744073709551615u64, 1.5, "s", null, true], "b": {"c": {}}});
+        let j =
+            json!({"a": [1, -2, 18446744073709551615u64, 1.5, "s", null, true], "b": {"c": {}}});
         let back = value_to_json(&json_to_value(&j)).unwrap();
         assert_eq!(back, j);
     }

@@ -13,6 +13,10 @@ pub enum CompileError {
     UndeclaredReference(String),
     #[error("undeclared reference to function '{0}'")]
     UnknownFunction(String),
+    #[error("expression nested too deeply (max depth {0})")]
+    TooDeep(usize),
+    #[error("internal compiler error: {0}")]
+    Internal(String),
     #[error("expression too long: {len} bytes (max {max})")]
     TooLong { len: usize, max: usize },
 }

@@ -53,7 +53,7 @@ impl ImageReference {
             return Err(err("a repository name must be specified".into()));
         }
         let (repo_part, tag, digest) = match parse_tag(s) {
-            Ok((base, tag)) => (base, Some(tag), None),
+            Ok((base, tag)) => (base, Some(tag).filter(|t| !t.is_empty()), None),
             Err(tag_err) => match parse_digest(s) {
                 Ok((base, original_tag, digest)) => (base, original_tag, Some(digest)),
                 Err(digest_err) => {
@@ -79,7 +79,7 @@ impl ImageReference {
             } else {
                 Some(tag.unwrap_or_else(|| DEFAULT_TAG.to_owned()))
             },
-            original_tag: original_tag.filter(|t| !t.is_empty()),
+            original_tag,
             digest,
             kyverno_registry,
             kyverno_path,
@@ -181,7 +181,9 @@ fn parse_tag(s: &str) -> std::result::Result<(&str, String), String> {
 fn parse_digest(s: &str) -> std::result::Result<(&str, Option<String>, String), String> {
     let parts: Vec<&str> = s.split('@').collect();
     let [base, digest] = parts[..] else {
-        return Err(format!("a digest must contain exactly one '@' separator (e.g. registry/repository@digest) saw: {s}"));
+        return Err(format!(
+            "a digest must contain exactly one '@' separator (e.g. registry/repository@digest) saw: {s}"
+        ));
     };
     check_element("digest", digest, DIGEST_CHARS, 7 + 64, 7 + 64)?;
     if !digest.starts_with("sha256:") {
@@ -189,7 +191,7 @@ fn parse_digest(s: &str) -> std::result::Result<(&str, Option<String>, String), 
     }
     // A tag before the digest is accepted (and validated) but not used by ggcr.
     match parse_tag(base) {
-        Ok((repo, tag)) => Ok((repo, Some(tag), digest.to_owned())),
+        Ok((repo, tag)) => Ok((repo, Some(tag).filter(|t| !t.is_empty()), digest.to_owned())),
         Err(_) => {
             split_repository(base)?;
             Ok((base, None, digest.to_owned()))
@@ -276,7 +278,9 @@ fn check_element(
 fn kyverno_split(repo_part: &str) -> (String, String) {
     match repo_part.split_once('/') {
         Some((first, rest))
-            if first.contains(['.', ':']) || first == "localhost" || first != first.to_lowercase() =>
+            if first.contains(['.', ':'])
+                || first == "localhost"
+                || first != first.to_lowercase() =>
         {
             (first.to_owned(), rest.to_owned())
         }

@@ -22,6 +22,12 @@ pub use error::{CompileError, EvalError};
 
 /// Longest accepted expression source; policies are small, this bounds parser work.
 pub const MAX_SOURCE_LEN: usize = 100_000;
+/// Deepest accepted expression tree; bounds the interpreter's recursion at evaluation.
+pub const MAX_AST_DEPTH: usize = 200;
+const COMPILE_STACK_SIZE: usize = 256 * 1024 * 1024;
+/// Programs up to this depth evaluate on the caller's stack (fits a 2 MiB thread stack).
+const INLINE_EVAL_DEPTH: usize = 24;
+const DEEP_EVAL_STACK_SIZE: usize = 128 * 1024 * 1024;
 
 /// Declared top-level variable names an expression may reference.
 #[derive(Debug, Clone, Default)]
@@ -50,11 +56,25 @@ pub fn compile(source: &str, scope: &Scope) -> Result<Program, CompileError> {
         });
     }
     let lib = library::get();
-    let mut expr = lib
-        .parser()
-        .parse(source)
-        .map_err(|e| CompileError::Parse(e.to_string()))?;
-    let analysis = check::analyze(&mut expr, scope, lib)?;
+    // The parser recurses per nesting level before its own depth limit applies, so parse on
+    // a thread with a large stack; the accepted AST depth is then bounded by the checker so
+    // that evaluation fits ordinary thread stacks.
+    let (expr, analysis) = std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("ivory-cel-compile".into())
+            .stack_size(COMPILE_STACK_SIZE)
+            .spawn_scoped(s, || {
+                let mut expr = lib
+                    .parser()
+                    .parse(source)
+                    .map_err(|e| CompileError::Parse(truncate(e.to_string())))?;
+                let analysis = check::analyze(&mut expr, scope, lib)?;
+                Ok::<_, CompileError>((expr, analysis))
+            })
+            .map_err(|e| CompileError::Internal(format!("cannot start compiler thread: {e}")))?
+            .join()
+            .map_err(|_| CompileError::Internal("compiler thread panicked".into()))?
+    })?;
     Ok(Program {
         inner: Arc::new(Inner {
             source: source.to_owned(),
@@ -62,8 +82,23 @@ pub fn compile(source: &str, scope: &Scope) -> Result<Program, CompileError> {
             variable_refs: analysis.variable_refs,
             dynamic_variables: analysis.dynamic_variables,
             functions: analysis.functions,
+            depth: analysis.max_depth,
         }),
     })
+}
+
+/// Parse errors quote the source per error; keep messages readable for huge inputs.
+fn truncate(mut msg: String) -> String {
+    const MAX: usize = 2000;
+    if msg.len() > MAX {
+        let mut end = MAX;
+        while !msg.is_char_boundary(end) {
+            end -= 1;
+        }
+        msg.truncate(end);
+        msg.push_str(" …");
+    }
+    msg
 }
 
 /// A compiled expression; cheap to clone and shareable across threads.
@@ -79,6 +114,7 @@ struct Inner {
     variable_refs: Vec<String>,
     dynamic_variables: bool,
     functions: BTreeSet<String>,
+    depth: usize,
 }
 
 impl Program {
@@ -87,7 +123,20 @@ impl Program {
     }
 
     pub fn evaluate(&self, act: &Activation<'_>) -> Result<Value, EvalError> {
-        activation::evaluate(&self.inner.expr, act)
+        if self.inner.depth <= INLINE_EVAL_DEPTH {
+            return activation::evaluate(&self.inner.expr, act);
+        }
+        // The interpreter recurses per tree level with large frames (tens of KiB in debug
+        // builds); run rare deep programs on a thread with a large stack.
+        std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("ivory-cel-eval".into())
+                .stack_size(DEEP_EVAL_STACK_SIZE)
+                .spawn_scoped(s, || activation::evaluate(&self.inner.expr, act))
+                .map_err(|e| EvalError::Runtime(format!("cannot start evaluation thread: {e}")))?
+                .join()
+                .map_err(|_| EvalError::Runtime("evaluation thread panicked".into()))?
+        })
     }
 
     pub fn evaluate_bool(&self, act: &Activation<'_>) -> Result<bool, EvalError> {
@@ -120,8 +169,8 @@ impl Program {
         value_to_json(&self.evaluate(act)?)
     }
 
-    /// Names read as `variables.NAME`, `variables[?]"NAME"]` or `has(variables.NAME)`, in
-    /// first-use order, deduplicated.
+    /// Names read as `variables.NAME`, `variables["NAME"]`, `variables.?NAME`,
+    /// `variables[?"NAME"]` or `has(variables.NAME)`, in first-use order, deduplicated.
     pub fn variable_refs(&self) -> &[String] {
         &self.inner.variable_refs
     }

@@ -53,10 +53,10 @@ impl Host for FakeHost {
         image: &str,
         attestors: &[serde_json::Value],
     ) -> Result<i64, String> {
-        self.calls
-            .lock()
-            .unwrap()
-            .push(format!("sig {image} {}", serde_json::Value::from(attestors.to_vec())));
+        self.calls.lock().unwrap().push(format!(
+            "sig {image} {}",
+            serde_json::Value::from(attestors.to_vec())
+        ));
         if image.starts_with("ghcr.io/") {
             Ok(attestors.len() as i64)
         } else if image == "broken" {
@@ -105,9 +105,15 @@ fn compiles_and_evaluates_basic_expressions() {
     assert!(eval_bool("1 + 2 == 3"));
     assert!(eval_bool("object.metadata.name == 'p'"));
     assert!(eval_bool("object.spec.containers.all(c, c.image != '')"));
-    assert!(eval_bool("object.spec.containers.exists_one(c, c.name == 'a')"));
-    assert!(eval_bool("object.spec.containers.map(c, c.name) == ['a', 'b']"));
-    assert!(eval_bool("object.spec.containers.filter(c, c.name == 'b').size() == 1"));
+    assert!(eval_bool(
+        "object.spec.containers.exists_one(c, c.name == 'a')"
+    ));
+    assert!(eval_bool(
+        "object.spec.containers.map(c, c.name) == ['a', 'b']"
+    ));
+    assert!(eval_bool(
+        "object.spec.containers.filter(c, c.name == 'b').size() == 1"
+    ));
 }
 
 #[test]
@@ -118,7 +124,11 @@ fn undeclared_reference_is_a_compile_error() {
     assert_eq!(err, CompileError::UndeclaredReference("x".into()));
     // comprehension variables are bound only inside their macro
     assert!(compile("object.spec.containers.all(c, c.name != '')", &scope()).is_ok());
-    let err = compile("object.spec.containers.all(c, true) && c.name == ''", &scope()).unwrap_err();
+    let err = compile(
+        "object.spec.containers.all(c, true) && c.name == ''",
+        &scope(),
+    )
+    .unwrap_err();
     assert_eq!(err, CompileError::UndeclaredReference("c".into()));
     // variables is only available when declared
     let err = compile("variables.a", &Scope::new(["object"])).unwrap_err();
@@ -128,11 +138,14 @@ fn undeclared_reference_is_a_compile_error() {
 #[test]
 fn unknown_function_is_a_compile_error() {
     let err = compile("verifyImageSignaturez('a', [])", &scope()).unwrap_err();
-    assert_eq!(err, CompileError::UnknownFunction("verifyImageSignaturez".into()));
+    assert_eq!(
+        err,
+        CompileError::UnknownFunction("verifyImageSignaturez".into())
+    );
     let err = compile("'a'.startsWit('a')", &scope()).unwrap_err();
     assert_eq!(err, CompileError::UnknownFunction("startsWit".into()));
     let err = compile("sets.containz([1], [1])", &scope()).unwrap_err();
-    assert!(matches!(err, CompileError::UndeclaredReference(ref n) if n == "sets"), "{err}");
+    assert_eq!(err, CompileError::UnknownFunction("containz".into()));
 }
 
 #[test]
@@ -161,14 +174,23 @@ fn parse_errors_are_reported() {
     assert!(matches!(err, CompileError::Parse(_)), "{err:?}");
     assert!(!err.to_string().is_empty());
     assert!(matches!(compile("", &scope()), Err(CompileError::Parse(_))));
-    assert!(matches!(compile("'unterminated", &scope()), Err(CompileError::Parse(_))));
+    assert!(matches!(
+        compile("'unterminated", &scope()),
+        Err(CompileError::Parse(_))
+    ));
 }
 
 #[test]
 fn optional_syntax() {
-    assert!(eval_bool("object.?metadata.?labels.?env.orValue('none') == 'prod'"));
-    assert!(eval_bool("object.?metadata.?annotations.?x.orValue('none') == 'none'"));
-    assert!(eval_bool("object.spec.?initContainers.orValue([]).size() == 0"));
+    assert!(eval_bool(
+        "object.?metadata.?labels.?env.orValue('none') == 'prod'"
+    ));
+    assert!(eval_bool(
+        "object.?metadata.?annotations.?x.orValue('none') == 'none'"
+    ));
+    assert!(eval_bool(
+        "object.spec.?initContainers.orValue([]).size() == 0"
+    ));
     assert!(eval_bool("!object.?spec.?nope.hasValue()"));
     assert!(eval_bool("{'a': 1}[?'a'].orValue(0) == 1"));
 }
@@ -191,8 +213,17 @@ fn kyverno_example_expressions() {
         assert_eq!(p.evaluate_bool(&act), Ok(true), "{src}");
     }
     let calls = host.calls.lock().unwrap();
-    assert!(calls.contains(&r#"sig ghcr.io/acme/app:1.0 [{"cosign":{"key":{"data":"PEM"}},"name":"cosign"}]"#.to_owned()), "{calls:?}");
-    assert!(calls.contains(&"att ghcr.io/acme/side:2 sbom 1".to_owned()), "{calls:?}");
+    assert!(
+        calls.contains(
+            &r#"sig ghcr.io/acme/app:1.0 [{"cosign":{"key":{"data":"PEM"}},"name":"cosign"}]"#
+                .to_owned()
+        ),
+        "{calls:?}"
+    );
+    assert!(
+        calls.contains(&"att ghcr.io/acme/side:2 sbom 1".to_owned()),
+        "{calls:?}"
+    );
 }
 
 #[test]
@@ -205,22 +236,38 @@ fn match_image_reference_expression() {
     act.bind_json("ref", &json!("nginx"));
     assert_eq!(p.evaluate_bool(&act), Ok(false));
     act.bind_json("ref", &json!("Bad Ref"));
-    assert!(p.evaluate_bool(&act).unwrap_err().to_string().contains("Bad Ref"));
+    assert!(
+        p.evaluate_bool(&act)
+            .unwrap_err()
+            .to_string()
+            .contains("Bad Ref")
+    );
 }
 
 #[test]
 fn host_errors_and_wrong_arguments_are_runtime_errors() {
     let host = FakeHost::default();
     let act = ivpol_activation(&host);
-    let p = compile("verifyImageSignatures('broken', [attestors.cosign]) > 0", &scope()).unwrap();
+    let p = compile(
+        "verifyImageSignatures('broken', [attestors.cosign]) > 0",
+        &scope(),
+    )
+    .unwrap();
     let err = p.evaluate(&act).unwrap_err().to_string();
     assert!(err.contains("registry unreachable"), "{err}");
-    let p = compile("verifyImageSignatures('ghcr.io/a/b', 'notalist') > 0", &scope()).unwrap();
+    let p = compile(
+        "verifyImageSignatures('ghcr.io/a/b', 'notalist') > 0",
+        &scope(),
+    )
+    .unwrap();
     let err = p.evaluate(&act).unwrap_err().to_string();
     assert!(err.contains("verifyImageSignatures"), "{err}");
     // NoHost refuses politely
     let p = compile("getImageData('x')", &scope()).unwrap();
-    let err = p.evaluate(&Activation::new(&NoHost)).unwrap_err().to_string();
+    let err = p
+        .evaluate(&Activation::new(&NoHost))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("not available in this context"), "{err}");
 }
 
@@ -233,7 +280,11 @@ fn image_comprehension_variable_shadows_the_library_object() {
     )
     .unwrap();
     assert_eq!(p.evaluate_bool(&act), Ok(true));
-    let p = compile("images.containers.all(image, image.startsWith('ghcr.io/'))", &scope()).unwrap();
+    let p = compile(
+        "images.containers.all(image, image.startsWith('ghcr.io/'))",
+        &scope(),
+    )
+    .unwrap();
     assert_eq!(p.evaluate_bool(&act), Ok(true));
 }
 
@@ -276,9 +327,15 @@ fn typed_evaluation_helpers() {
     assert_eq!(p.evaluate_string(&act), Ok("ab".into()));
     assert_eq!(
         p.evaluate_bool(&act),
-        Err(EvalError::UnexpectedType { expected: "bool", got: "string".into() })
+        Err(EvalError::UnexpectedType {
+            expected: "bool",
+            got: "string".into()
+        })
     );
-    assert_eq!(p.evaluate_bool(&act).unwrap_err().to_string(), "expected bool, got string");
+    assert_eq!(
+        p.evaluate_bool(&act).unwrap_err().to_string(),
+        "expected bool, got string"
+    );
     let p = compile("null", &scope()).unwrap();
     assert_eq!(p.evaluate_optional_string(&act), Ok(None));
     let p = compile("optional.none()", &scope()).unwrap();
@@ -288,7 +345,10 @@ fn typed_evaluation_helpers() {
     let p = compile("1", &scope()).unwrap();
     assert!(p.evaluate_optional_string(&act).is_err());
     let p = compile("{'a': [1, 'b', null, 1.5, true]}", &scope()).unwrap();
-    assert_eq!(p.evaluate_json(&act), Ok(json!({"a": [1, "b", null, 1.5, true]})));
+    assert_eq!(
+        p.evaluate_json(&act),
+        Ok(json!({"a": [1, "b", null, 1.5, true]}))
+    );
     let p = compile("ip('10.0.0.1')", &scope()).unwrap();
     assert_eq!(p.evaluate_json(&act), Ok(json!("10.0.0.1")));
     assert_eq!(p.source(), "ip('10.0.0.1')");
@@ -298,7 +358,9 @@ fn typed_evaluation_helpers() {
 fn runtime_type_mismatch_is_a_clear_error() {
     let err = eval("object.metadata.name + 1").unwrap_err().to_string();
     assert!(!err.is_empty());
-    let err = eval("object.metadata.missing == 'x'").unwrap_err().to_string();
+    let err = eval("object.metadata.missing == 'x'")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("missing"), "{err}");
     let err = eval("quantity(1)").unwrap_err().to_string();
     assert!(err.contains("quantity") && err.contains("int"), "{err}");
@@ -313,7 +375,13 @@ fn bindings_can_be_replaced_and_values_bound() {
     assert!(act.is_bound("ref"));
     assert_eq!(p.evaluate_bool(&act), Ok(true));
     let unbound = compile("object.x", &scope()).unwrap();
-    assert!(unbound.evaluate(&act).unwrap_err().to_string().contains("object"));
+    assert!(
+        unbound
+            .evaluate(&act)
+            .unwrap_err()
+            .to_string()
+            .contains("object")
+    );
 }
 
 #[test]
@@ -353,10 +421,286 @@ fn adversarial_inputs_error_instead_of_panicking() {
     assert!(eval("'a'.matches('a{100000}{100000}')").is_err());
     // too long
     let long = "1 + ".repeat(MAX_SOURCE_LEN / 4 + 1) + "1";
-    assert!(matches!(compile(&long, &scope()), Err(CompileError::TooLong { .. })));
+    assert!(matches!(
+        compile(&long, &scope()),
+        Err(CompileError::TooLong { .. })
+    ));
     // odd but valid things
     assert!(eval("[].all(x, x > 0)").is_ok());
     assert!(eval("'\\u0000'.size() == 1").is_ok());
     assert!(eval("quantity('1e99999')").is_err());
     assert!(eval("semver('99999999999999999999999.0.0')").is_err());
+}
+
+#[test]
+fn the_deepest_accepted_expression_evaluates_on_a_small_stack() {
+    // A flat chain of additions just under the depth limit (each `+` is one level).
+    let n = MAX_AST_DEPTH - 2;
+    let src = format!("{}1", "1 + ".repeat(n));
+    let p = compile(&src, &scope()).unwrap();
+    let handle = std::thread::Builder::new()
+        .stack_size(2 * 1024 * 1024)
+        .spawn(move || p.evaluate(&Activation::new(&NoHost)))
+        .unwrap();
+    assert_eq!(handle.join().unwrap(), Ok(Value::Int(n as i64 + 1)));
+    let too_deep = format!("{}1", "1 + ".repeat(MAX_AST_DEPTH + 5));
+    assert_eq!(
+        compile(&too_deep, &scope()).unwrap_err(),
+        CompileError::TooDeep(MAX_AST_DEPTH)
+    );
+}
+
+#[test]
+fn inline_evaluation_fits_a_small_stack() {
+    // Deepest program still evaluated on the caller's stack.
+    let n = 22;
+    let src = format!("{}1", "1 + ".repeat(n));
+    let p = compile(&src, &scope()).unwrap();
+    assert!(p.inner.depth <= 24, "{}", p.inner.depth);
+    let handle = std::thread::Builder::new()
+        .stack_size(1024 * 1024)
+        .spawn(move || p.evaluate(&Activation::new(&NoHost)))
+        .unwrap();
+    assert_eq!(handle.join().unwrap(), Ok(Value::Int(n as i64 + 1)));
+}
+
+#[test]
+fn namespaced_functions_win_over_declared_variables() {
+    let s = Scope::new(["image", "sets"]);
+    let p = compile(
+        "sets.contains([1], [1]) && image.GetMetadata('x') != null",
+        &s,
+    )
+    .unwrap();
+    assert!(p.calls_function("image.GetMetadata"));
+}
+
+/// Calls every library function with arguments of many types, as global and member calls:
+/// errors are fine, panics are not.
+#[test]
+fn library_functions_never_panic_on_wrong_arguments() {
+    const FUNCTIONS: &[&str] = &[
+        "matches",
+        "find",
+        "findAll",
+        "ip",
+        "isIP",
+        "ip.isCanonical",
+        "family",
+        "isUnspecified",
+        "isLoopback",
+        "isLinkLocalMulticast",
+        "isLinkLocalUnicast",
+        "isGlobalUnicast",
+        "cidr",
+        "isCIDR",
+        "containsIP",
+        "containsCIDR",
+        "masked",
+        "prefixLength",
+        "url",
+        "isURL",
+        "getScheme",
+        "getHost",
+        "getHostname",
+        "getPort",
+        "getEscapedPath",
+        "getQuery",
+        "quantity",
+        "isQuantity",
+        "isInteger",
+        "asInteger",
+        "asApproximateFloat",
+        "sign",
+        "add",
+        "sub",
+        "compareTo",
+        "isGreaterThan",
+        "isLessThan",
+        "semver",
+        "isSemver",
+        "major",
+        "minor",
+        "patch",
+        "sets.contains",
+        "sets.equivalent",
+        "sets.intersects",
+        "parseImageReference",
+        "image",
+        "isImage",
+        "registry",
+        "repository",
+        "identifier",
+        "tag",
+        "digest",
+        "containsDigest",
+        "verifyImageSignatures",
+        "verifyAttestationSignatures",
+        "extractPayload",
+        "getImageData",
+        "image.GetMetadata",
+        "isSorted",
+        "sum",
+        "min",
+        "max",
+        "indexOf",
+        "lastIndexOf",
+        "jsonpatch.escapeKey",
+        "string",
+        "size",
+        "int",
+        "base64.decode",
+        "math.greatest",
+        "lists.range",
+        "optional.of",
+        "orValue",
+        "charAt",
+        "substring",
+    ];
+    const VALUES: &[&str] = &[
+        "1",
+        "-9223372036854775808",
+        "18446744073709551615u",
+        "1.5",
+        "'x'",
+        "''",
+        "b'\\xff'",
+        "null",
+        "true",
+        "[]",
+        "[1, 'a']",
+        "{'a': 1}",
+        "ip('::1')",
+        "cidr('10.0.0.0/8')",
+        "quantity('1Ei')",
+        "semver('1.0.0')",
+        "image('nginx')",
+        "url('/p?q=1')",
+        "optional.none()",
+        "'1.2.3.4'",
+        "'10.0.0.0/8'",
+        "'(('",
+        "-1",
+    ];
+    let scope = Scope::new(["x"]);
+    let host = FakeHost::default();
+    let act = Activation::new(&host);
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    for _ in 0..3000 {
+        let f = FUNCTIONS[next(FUNCTIONS.len())];
+        let args: Vec<&str> = (0..next(4)).map(|_| VALUES[next(VALUES.len())]).collect();
+        let src = if f.contains('.') || next(2) == 0 || args.is_empty() {
+            format!("{f}({})", args.join(", "))
+        } else {
+            format!("{}.{f}({})", args[0], args[1..].join(", "))
+        };
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            match compile(&src, &scope) {
+                Ok(p) => {
+                    let _ = p.evaluate(&act).and_then(|v| value_to_json(&v));
+                }
+                Err(CompileError::Internal(e)) => panic!("internal compiler error: {e}"),
+                Err(_) => {}
+            }
+        }));
+        assert!(result.is_ok(), "panicked on {src}");
+    }
+}
+
+/// Random token soup: compile and evaluation return errors, never panic the caller.
+#[test]
+fn token_soup_never_panics() {
+    const TOKENS: &[&str] = &[
+        "1",
+        "1u",
+        "1.0",
+        "'s'",
+        "b'b'",
+        "null",
+        "true",
+        "x",
+        "object",
+        "[",
+        "]",
+        "{",
+        "}",
+        "(",
+        ")",
+        ",",
+        ":",
+        ".",
+        ".?",
+        "[?",
+        "?",
+        "+",
+        "-",
+        "*",
+        "/",
+        "%",
+        "==",
+        "<",
+        "&&",
+        "||",
+        "!",
+        "in",
+        "has",
+        "map",
+        "all",
+        "exists_one",
+        "filter",
+        "cel.bind",
+        "size",
+        "e",
+        "`a-b`",
+        "optional.of",
+        "orValue",
+        "\\",
+        "\"",
+        "'",
+        "é",
+        "\u{0}",
+        "0x",
+        "1e",
+        "9223372036854775808",
+    ];
+    let scope = Scope::new(["x", "object"]);
+    let mut act = Activation::new(&NoHost);
+    act.bind_json("x", &json!({"a": [1, 2], "s": "v"}));
+    act.bind_json("object", &pod());
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut internal = Vec::new();
+    for _ in 0..1500 {
+        let src: Vec<&str> = (0..1 + next(12))
+            .map(|_| TOKENS[next(TOKENS.len())])
+            .collect();
+        let src = src.join(if next(2) == 0 { " " } else { "" });
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            match compile(&src, &scope) {
+                Ok(p) => {
+                    let _ = p.evaluate(&act);
+                    None
+                }
+                Err(CompileError::Internal(e)) => Some(e),
+                Err(_) => None,
+            }
+        }));
+        match result {
+            Ok(Some(e)) => internal.push(format!("{src}: {e}")),
+            Ok(None) => {}
+            Err(_) => panic!("panicked on {src}"),
+        }
+    }
+    assert!(internal.is_empty(), "{internal:#?}");
 }

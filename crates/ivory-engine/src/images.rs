@@ -30,7 +30,11 @@ const CRONJOB_SPEC: &str = "/spec/jobTemplate/spec/template/spec";
 
 /// Where the pod spec lives for a GVR the validating extractors know (§2.2).
 fn pod_spec_for_gvr(gvr: &GroupVersionResource) -> Option<&'static str> {
-    match (gvr.group.as_str(), gvr.version.as_str(), gvr.resource.as_str()) {
+    match (
+        gvr.group.as_str(),
+        gvr.version.as_str(),
+        gvr.resource.as_str(),
+    ) {
         ("", "v1", "pods") => Some(POD_SPEC),
         ("apps", "v1", "deployments" | "statefulsets" | "daemonsets" | "replicasets")
         | ("batch", "v1", "jobs") => Some(TEMPLATE_SPEC),
@@ -43,7 +47,11 @@ fn pod_spec_for_gvr(gvr: &GroupVersionResource) -> Option<&'static str> {
 fn pod_spec_for_kind(kind: &str) -> Option<&'static str> {
     match kind {
         "Pod" => Some(POD_SPEC),
-        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "ReplicationController"
+        "Deployment"
+        | "StatefulSet"
+        | "DaemonSet"
+        | "ReplicaSet"
+        | "ReplicationController"
         | "Job" => Some(TEMPLATE_SPEC),
         "CronJob" => Some(CRONJOB_SPEC),
         _ => None,
@@ -55,7 +63,8 @@ fn pod_spec_for_kind(kind: &str) -> Option<&'static str> {
 /// `object` or, when there is none (DELETE), `oldObject`. Unknown GVRs give an empty map: only
 /// `spec.images` extractors apply to them.
 pub fn builtin_images(req: &AdmissionRequest) -> BTreeMap<String, Vec<String>> {
-    let spec = pod_spec_for_gvr(req.original_resource()).or_else(|| pod_spec_for_gvr(&req.resource));
+    let spec =
+        pod_spec_for_gvr(req.original_resource()).or_else(|| pod_spec_for_gvr(&req.resource));
     let Some(spec) = spec else {
         return BTreeMap::new();
     };
@@ -112,7 +121,11 @@ fn containers<'v>(
         .into_iter()
         .flatten()
         .enumerate()
-        .filter_map(|(i, c)| c.get("image").and_then(Value::as_str).map(|image| (i, image)))
+        .filter_map(|(i, c)| {
+            c.get("image")
+                .and_then(Value::as_str)
+                .map(|image| (i, image))
+        })
 }
 
 /// RFC 6901 escaping of one reference token.

@@ -20,7 +20,9 @@ use crate::admission::{AdmissionRequest, GroupVersionResource, Operation};
 pub enum MatchError {
     #[error("invalid {field}: {message}")]
     InvalidSelector { field: String, message: String },
-    #[error("namespace {namespace:?} is unknown, cannot evaluate spec.matchConstraints.namespaceSelector")]
+    #[error(
+        "namespace {namespace:?} is unknown, cannot evaluate spec.matchConstraints.namespaceSelector"
+    )]
     NamespaceUnavailable { namespace: String },
     #[error("matchCondition {name:?} failed to evaluate: {message}")]
     Condition { name: String, message: String },
@@ -122,7 +124,8 @@ pub fn matches_constraints(
         return Ok(false);
     }
     // An empty rule list matches everything (policy admission rejects it anyway).
-    Ok(constraints.resource_rules.is_empty() || rules_match(&constraints.resource_rules, req, exact))
+    Ok(constraints.resource_rules.is_empty()
+        || rules_match(&constraints.resource_rules, req, exact))
 }
 
 const NAMESPACES: &str = "namespaces";
@@ -280,8 +283,8 @@ fn targets(req: &AdmissionRequest, exact: bool) -> Vec<Target<'_>> {
         resource: &req.resource,
         sub_resource: req.sub_resource(),
     };
-    let same = converted.resource == original.resource
-        && converted.sub_resource == original.sub_resource;
+    let same =
+        converted.resource == original.resource && converted.sub_resource == original.sub_resource;
     if same {
         vec![converted]
     } else {
@@ -313,7 +316,8 @@ fn operation_matches(ops: &[String], op: Operation) -> bool {
 }
 
 /// `pods` matches only the main resource, `pods/ephemeralcontainers` only that sub-resource,
-/// `*/scale` every scale sub-resource, `*/*` everything.
+/// `*/scale` every scale sub-resource, `*/*` everything; as in k8s, `pods/*` also matches the
+/// main `pods` resource (an empty sub-resource satisfies `*`).
 fn resource_matches(resources: &[String], resource: &str, sub_resource: &str) -> bool {
     resources.iter().any(|r| {
         let (res, sub) = r.split_once('/').unwrap_or((r.as_str(), ""));
@@ -321,7 +325,11 @@ fn resource_matches(resources: &[String], resource: &str, sub_resource: &str) ->
     })
 }
 
-fn scope_matches(scope: Option<&str>, req: &AdmissionRequest, resource: &GroupVersionResource) -> bool {
+fn scope_matches(
+    scope: Option<&str>,
+    req: &AdmissionRequest,
+    resource: &GroupVersionResource,
+) -> bool {
     let namespace_object = resource.group.is_empty() && resource.resource == NAMESPACES;
     match scope {
         None | Some("*") => true,

@@ -174,7 +174,11 @@ fn distinct_lookups<'p>(plans: &[Plan<'p>]) -> Vec<Lookup<'p>> {
     lookups
 }
 
-fn lookup_index(lookups: &[Lookup<'_>], image: &str, credentials: Option<&Credentials>) -> Option<usize> {
+fn lookup_index(
+    lookups: &[Lookup<'_>],
+    image: &str,
+    credentials: Option<&Credentials>,
+) -> Option<usize> {
     lookups
         .iter()
         .position(|(i, c)| i == image && *c == credentials)
@@ -187,9 +191,11 @@ async fn resolve(
     deadline: Instant,
     started: Instant,
 ) -> Result<String, VerifyError> {
-    let outcome =
-        tokio::time::timeout_at(deadline, verifier.resolve_digest(image, credentials, deadline))
-            .await;
+    let outcome = tokio::time::timeout_at(
+        deadline,
+        verifier.resolve_digest(image, credentials, deadline),
+    )
+    .await;
     let digest = match outcome {
         Ok(result) => result?,
         Err(_elapsed) => {
@@ -222,9 +228,14 @@ async fn resolve(
 fn is_digest(s: &str) -> bool {
     s.split_once(':').is_some_and(|(alg, hex)| {
         !alg.is_empty()
-            && alg
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'+' || b == b'.' || b == b'_' || b == b'-')
+            && alg.bytes().all(|b| {
+                b.is_ascii_lowercase()
+                    || b.is_ascii_digit()
+                    || b == b'+'
+                    || b == b'.'
+                    || b == b'_'
+                    || b == b'-'
+            })
             && hex.len() >= 32
             && hex.bytes().all(|b| b.is_ascii_hexdigit())
     })
@@ -242,7 +253,11 @@ struct Outcome {
     patch: Vec<PatchOp>,
 }
 
-fn decide(plans: &[Plan<'_>], lookups: &[Lookup<'_>], resolved: &[Result<String, VerifyError>]) -> Decision {
+fn decide(
+    plans: &[Plan<'_>],
+    lookups: &[Lookup<'_>],
+    resolved: &[Result<String, VerifyError>],
+) -> Decision {
     let mut decision = Decision {
         allowed: true,
         ..Decision::default()
@@ -285,25 +300,11 @@ fn decide(plans: &[Plan<'_>], lookups: &[Lookup<'_>], resolved: &[Result<String,
             }
         }
         let errored = !message.is_empty() || !outcome.unpinned.is_empty();
-        if message.is_empty() && !outcome.unpinned.is_empty() {
-            message = outcome
-                .unpinned
-                .iter()
-                .map(|(_, reason)| reason.as_str())
-                .collect::<Vec<_>>()
-                .join("; ");
+        if message.is_empty() {
+            let reasons: Vec<&str> = outcome.unpinned.iter().map(|(_, r)| r.as_str()).collect();
+            message = reasons.join("; ");
         }
-        decision.results.push(PolicyResult {
-            policy: policy.name.clone(),
-            namespace: policy.namespace.clone(),
-            status: if errored { Status::Error } else { Status::Pass },
-            message,
-            properties: BTreeMap::new(),
-            images: plan.targets.iter().map(|t| t.normalized.clone()).collect(),
-            deny,
-            warn,
-            audit: policy.actions.contains(&ValidationAction::Audit),
-        });
+        decision.results.push(result_for(plan, errored, message));
     }
     if !unpinned_images.is_empty() {
         decision.audit_annotations.insert(
@@ -320,7 +321,26 @@ fn decide(plans: &[Plan<'_>], lookups: &[Lookup<'_>], resolved: &[Result<String,
     decision
 }
 
-fn evaluate_plan(plan: &Plan<'_>, lookups: &[Lookup<'_>], resolved: &[Result<String, VerifyError>]) -> Outcome {
+fn result_for(plan: &Plan<'_>, errored: bool, message: String) -> PolicyResult {
+    let policy = plan.policy;
+    PolicyResult {
+        policy: policy.name.clone(),
+        namespace: policy.namespace.clone(),
+        status: if errored { Status::Error } else { Status::Pass },
+        message,
+        properties: BTreeMap::new(),
+        images: plan.targets.iter().map(|t| t.normalized.clone()).collect(),
+        deny: policy.actions.contains(&ValidationAction::Deny),
+        warn: policy.actions.contains(&ValidationAction::Warn),
+        audit: policy.actions.contains(&ValidationAction::Audit),
+    }
+}
+
+fn evaluate_plan(
+    plan: &Plan<'_>,
+    lookups: &[Lookup<'_>],
+    resolved: &[Result<String, VerifyError>],
+) -> Outcome {
     let mut outcome = Outcome::default();
     if let Some(error) = &plan.error {
         outcome.errors.push(error.clone());
@@ -330,7 +350,8 @@ fn evaluate_plan(plan: &Plan<'_>, lookups: &[Lookup<'_>], resolved: &[Result<Str
     let mut digest_errors = Vec::new();
     let mut budget_errors = Vec::new();
     for t in &plan.targets {
-        let result = lookup_index(lookups, &t.normalized, credentials).and_then(|i| resolved.get(i));
+        let result =
+            lookup_index(lookups, &t.normalized, credentials).and_then(|i| resolved.get(i));
         match result {
             Some(Ok(digest)) => outcome.patch.push(PatchOp {
                 path: t.pointer.clone(),
@@ -338,7 +359,9 @@ fn evaluate_plan(plan: &Plan<'_>, lookups: &[Lookup<'_>], resolved: &[Result<Str
             }),
             Some(Err(e)) if e.is_deadline() => match plan.policy.failure_policy {
                 FailurePolicy::Fail => budget_errors.push(resolve_failure(&t.normalized, e)),
-                FailurePolicy::Ignore => outcome.unpinned.push((t.normalized.clone(), e.to_string())),
+                FailurePolicy::Ignore => {
+                    outcome.unpinned.push((t.normalized.clone(), e.to_string()))
+                }
             },
             Some(Err(e)) => digest_errors.push(resolve_failure(&t.normalized, e)),
             // Every target was registered as a lookup; this is unreachable but must not panic.
@@ -349,14 +372,16 @@ fn evaluate_plan(plan: &Plan<'_>, lookups: &[Lookup<'_>], resolved: &[Result<Str
         }
     }
     if !digest_errors.is_empty() {
-        outcome
-            .errors
-            .push(format!("failed to update digest: {}", digest_errors.join("; ")));
+        outcome.errors.push(format!(
+            "failed to update digest: {}",
+            digest_errors.join("; ")
+        ));
     }
     if !budget_errors.is_empty() {
-        outcome
-            .budget_failures
-            .push(format!("failed to update digest: {}", budget_errors.join("; ")));
+        outcome.budget_failures.push(format!(
+            "failed to update digest: {}",
+            budget_errors.join("; ")
+        ));
     }
     outcome
 }

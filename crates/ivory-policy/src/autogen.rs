@@ -15,7 +15,10 @@ pub const CRONJOBS: &str = "cronjobs";
 
 /// `(group, controllers)` of the `defaults` config, in the order Kyverno lists them.
 const DEFAULT_TARGETS: [(&str, &[&str]); 2] = [
-    ("apps", &["daemonsets", "deployments", "replicasets", "statefulsets"]),
+    (
+        "apps",
+        &["daemonsets", "deployments", "replicasets", "statefulsets"],
+    ),
     ("batch", &["jobs"]),
 ];
 
@@ -41,7 +44,11 @@ pub fn eligible_rule(spec: &PolicySpec) -> Option<&NamedRuleWithOperations> {
 }
 
 /// Resource rules of one autogen config for the spec's controllers (empty when none apply).
-pub fn target_rules(config: &str, pod_rule: &NamedRuleWithOperations, controllers: &[String]) -> Vec<NamedRuleWithOperations> {
+pub fn target_rules(
+    config: &str,
+    pod_rule: &NamedRuleWithOperations,
+    controllers: &[String],
+) -> Vec<NamedRuleWithOperations> {
     let wanted = |c: &str| controllers.iter().any(|w| w == c);
     let rule = |group: &str, resources: Vec<String>| NamedRuleWithOperations {
         resource_names: Vec::new(),

@@ -35,10 +35,8 @@ const KUBERNETES_VARS: [&str; 8] = [
 const JSON_VARS: [&str; 4] = ["object", "images", "attestors", "attestations"];
 
 /// Kyverno CEL libraries ivory does not implement, recognised in expressions that fail to compile.
-static UNSUPPORTED_LIBRARY: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    Regex::new(r"\b(resource|http|globalContext)\s*\.\s*[A-Za-z]+\s*\(|\b(image)\s*\.\s*[Gg]etMetadata\s*\(")
-        .ok()
-});
+static UNSUPPORTED_LIBRARY: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"\b(resource|http|globalContext)\s*\.\s*[A-Za-z]+\s*\(").ok());
 
 /// Validates and compiles one policy document. Every problem found is returned, not just the
 /// first; errors are located with `origin` (or `<kind>/<name>` when it has no file).
@@ -138,7 +136,15 @@ fn compile_spec(
     let mut cel = CelCompiler {
         errs,
         json_mode,
-        main: Scope::new(if json_mode { &JSON_VARS[..] } else { &KUBERNETES_VARS[..] }.iter().copied()),
+        main: Scope::new(
+            if json_mode {
+                &JSON_VARS[..]
+            } else {
+                &KUBERNETES_VARS[..]
+            }
+            .iter()
+            .copied(),
+        ),
         variables: spec.variables.iter().map(|v| v.name.clone()).collect(),
     };
     let match_scope = Scope::new(MATCH_CONDITION_VARS);
@@ -210,10 +216,15 @@ impl CelCompiler<'_> {
     /// Turns a compile error into the message users see, naming unsupported Kyverno libraries
     /// and variables that the field's scope lacks.
     fn explain(&self, source: &str, err: &CompileError, scope: &Scope) -> String {
-        if let Some(caps) = UNSUPPORTED_LIBRARY.as_ref().and_then(|re| re.captures(source))
-            && let Some(lib) = caps.get(1).or_else(|| caps.get(2))
+        if let Some(caps) = UNSUPPORTED_LIBRARY
+            .as_ref()
+            .and_then(|re| re.captures(source))
+            && let Some(lib) = caps.get(1)
         {
-            return format!("Kyverno library '{}' is not supported by ivory", lib.as_str());
+            return format!(
+                "Kyverno library '{}' is not supported by ivory",
+                lib.as_str()
+            );
         }
         if let CompileError::UndeclaredReference(name) = err
             && KUBERNETES_VARS.contains(&name.as_str())
@@ -253,7 +264,8 @@ impl CelCompiler<'_> {
         list.iter()
             .enumerate()
             .filter_map(|(i, item)| {
-                let program = self.expr(&item.expression, &format!("{field}[{i}].expression"), scope)?;
+                let program =
+                    self.expr(&item.expression, &format!("{field}[{i}].expression"), scope)?;
                 Some(NamedProgram {
                     name: item.name.clone(),
                     program,
@@ -316,7 +328,13 @@ impl CelCompiler<'_> {
     fn validations(&mut self, spec: &PolicySpec) -> Vec<CompiledValidation> {
         let scope = self.main.clone();
         let mut out = Vec::new();
-        for (i, v) in spec.validations.as_deref().unwrap_or_default().iter().enumerate() {
+        for (i, v) in spec
+            .validations
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
             let field = format!("spec.validations[{i}]");
             let expression = self.expr(&v.expression, &format!("{field}.expression"), &scope);
             let message_expression = v
@@ -381,9 +399,17 @@ fn attestor_expressions(a: &Attestor) -> Vec<(&'static str, &'static str, &str)>
         }
         if let Some(cert) = &c.certificate {
             if let Some(e) = cert.cert.as_ref().and_then(|s| s.expression.as_deref()) {
-                out.push(("/cosign/certificate/cert/value", "cosign.certificate.cert.expression", e));
+                out.push((
+                    "/cosign/certificate/cert/value",
+                    "cosign.certificate.cert.expression",
+                    e,
+                ));
             }
-            if let Some(e) = cert.cert_chain.as_ref().and_then(|s| s.expression.as_deref()) {
+            if let Some(e) = cert
+                .cert_chain
+                .as_ref()
+                .and_then(|s| s.expression.as_deref())
+            {
                 out.push((
                     "/cosign/certificate/certChain/value",
                     "cosign.certificate.certChain.expression",
@@ -391,8 +417,16 @@ fn attestor_expressions(a: &Attestor) -> Vec<(&'static str, &'static str, &str)>
                 ));
             }
         }
-        if let Some(e) = c.trusted_root.as_ref().and_then(|s| s.expression.as_deref()) {
-            out.push(("/cosign/trustedRoot/value", "cosign.trustedRoot.expression", e));
+        if let Some(e) = c
+            .trusted_root
+            .as_ref()
+            .and_then(|s| s.expression.as_deref())
+        {
+            out.push((
+                "/cosign/trustedRoot/value",
+                "cosign.trustedRoot.expression",
+                e,
+            ));
         }
     }
     if let Some(n) = &a.notary {
@@ -407,8 +441,15 @@ fn attestor_expressions(a: &Attestor) -> Vec<(&'static str, &'static str, &str)>
 }
 
 /// Hex sha256 over kind, namespace, name and the key-sorted JSON of the spec.
-pub(crate) fn policy_hash(kind: PolicyKind, namespace: Option<&str>, name: &str, spec: &PolicySpec) -> String {
-    let json = serde_json::to_value(spec).map(canonical).unwrap_or_default();
+pub(crate) fn policy_hash(
+    kind: PolicyKind,
+    namespace: Option<&str>,
+    name: &str,
+    spec: &PolicySpec,
+) -> String {
+    let json = serde_json::to_value(spec)
+        .map(canonical)
+        .unwrap_or_default();
     let mut hasher = Sha256::new();
     for part in [kind.as_str(), namespace.unwrap_or_default(), name] {
         hasher.update(part.as_bytes());
@@ -432,3 +473,6 @@ fn canonical(value: serde_json::Value) -> serde_json::Value {
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -27,7 +27,11 @@ impl fmt::Display for PolicyError {
 }
 
 impl PolicyError {
-    pub fn new(location: impl Into<String>, field: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub fn new(
+        location: impl Into<String>,
+        field: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
         Self {
             location: location.into(),
             field: field.into(),
@@ -64,7 +68,12 @@ impl Errors {
     }
 
     /// `Unsupported value: "x": supported values: "a", "b"`.
-    pub(crate) fn unsupported(&mut self, field: impl Into<String>, value: &str, supported: &[&str]) {
+    pub(crate) fn unsupported(
+        &mut self,
+        field: impl Into<String>,
+        value: &str,
+        supported: &[&str],
+    ) {
         let list = supported
             .iter()
             .map(|s| format!("{s:?}"))
@@ -154,13 +163,20 @@ mod tests {
     fn display_without_file_or_field() {
         let loc = location(&Origin::default(), "ImageValidatingPolicy/x");
         assert_eq!(loc, "ImageValidatingPolicy/x");
-        assert_eq!(PolicyError::new(loc, "", "boom").to_string(), "ImageValidatingPolicy/x: boom");
+        assert_eq!(
+            PolicyError::new(loc, "", "boom").to_string(),
+            "ImageValidatingPolicy/x: boom"
+        );
     }
 
     #[test]
     fn unsupported_lists_values_quoted() {
         let mut errs = Errors::default();
-        errs.unsupported("spec.validationActions[0]", "test", &["Deny", "Audit", "Warn"]);
+        errs.unsupported(
+            "spec.validationActions[0]",
+            "test",
+            &["Deny", "Audit", "Warn"],
+        );
         let out = errs.into_policy_errors("");
         assert_eq!(
             out[0].to_string(),

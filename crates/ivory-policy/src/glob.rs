@@ -46,14 +46,23 @@ mod tests {
 
     #[test]
     fn star_crosses_slashes() {
-        assert!(matches("ghcr.io/*", "ghcr.io/kyverno/test-verify-image:signed"));
-        assert!(matches("ghcr.io/**", "ghcr.io/kyverno/test-verify-image:signed"));
+        assert!(matches(
+            "ghcr.io/*",
+            "ghcr.io/kyverno/test-verify-image:signed"
+        ));
+        assert!(matches(
+            "ghcr.io/**",
+            "ghcr.io/kyverno/test-verify-image:signed"
+        ));
         assert!(matches("*", "docker.io/library/nginx:1.27"));
         assert!(matches(
             "ghcr.io/kyverno/test-images/cosign:*",
             "ghcr.io/kyverno/test-images/cosign:signed"
         ));
-        assert!(matches("docker.io/kyverno/kyverno*", "docker.io/kyverno/kyverno:v1.14.0"));
+        assert!(matches(
+            "docker.io/kyverno/kyverno*",
+            "docker.io/kyverno/kyverno:v1.14.0"
+        ));
     }
 
     #[test]
@@ -62,7 +71,10 @@ mod tests {
         assert!(!matches("ghcr.io/**", "ghcr.io"));
         assert!(!matches("ghcr.io/kyverno/*", "ghcr.io/other/x"));
         assert!(matches("ghcr.io/kyverno/app:v?", "ghcr.io/kyverno/app:v1"));
-        assert!(!matches("ghcr.io/kyverno/app:v?", "ghcr.io/kyverno/app:v10"));
+        assert!(!matches(
+            "ghcr.io/kyverno/app:v?",
+            "ghcr.io/kyverno/app:v10"
+        ));
         assert!(matches("ghcr.io/{a,b}/*", "ghcr.io/b/x"));
         assert!(matches("ghcr.io/[ab]x", "ghcr.io/ax"));
         assert!(matches("ghcr.io/[!ab]x", "ghcr.io/cx"));

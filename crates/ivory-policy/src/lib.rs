@@ -15,6 +15,9 @@ mod pem;
 pub mod types;
 mod validate;
 
+#[cfg(test)]
+mod testutil;
+
 pub use autogen::{CRONJOBS, DEFAULTS, autogen_rules, eligible_rule, rewrite as autogen_rewrite};
 pub use compile::compile;
 pub use compiled::{
@@ -60,7 +63,13 @@ mod tests {
         let p = default_policy();
         assert_eq!(p.name, "ivory-pin-digests");
         assert_eq!(p.kind, types::PolicyKind::ImageValidatingPolicy);
-        assert_eq!(p.origin, Origin { file: None, document: 1 });
+        assert_eq!(
+            p.origin,
+            Origin {
+                file: None,
+                document: 1
+            }
+        );
         assert!(p.mutate_digest && p.verify_digest && !p.required);
         assert_eq!(p.failure_policy, types::FailurePolicy::Fail);
         assert!(p.attestors.is_empty());
@@ -69,7 +78,10 @@ mod tests {
         assert_eq!(rule.resources, ["pods"]);
         assert_eq!(rule.operations, ["CREATE", "UPDATE"]);
         assert_eq!(
-            p.autogen.iter().map(|v| v.autogen_config.as_deref()).collect::<Vec<_>>(),
+            p.autogen
+                .iter()
+                .map(|v| v.autogen_config.as_deref())
+                .collect::<Vec<_>>(),
             [Some(DEFAULTS), Some(CRONJOBS)]
         );
     }

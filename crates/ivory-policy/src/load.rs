@@ -3,7 +3,9 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
+use regex::Regex;
 use serde_json::Value;
 
 use crate::compile::compile;
@@ -97,7 +99,11 @@ pub fn load_str(text: &str, origin: &str) -> LoadReport {
 }
 
 fn read_error(path: &Path, err: &std::io::Error) -> PolicyError {
-    PolicyError::new(path.display().to_string(), "", format!("failed to read: {err}"))
+    PolicyError::new(
+        path.display().to_string(),
+        "",
+        format!("failed to read: {err}"),
+    )
 }
 
 fn collect_files(dir: &Path, depth: usize, files: &mut Vec<PathBuf>, report: &mut LoadReport) {
@@ -188,13 +194,24 @@ fn load_value(value: Value, prefix: &str, origin: &Origin, report: &mut LoadRepo
             report.errors.push(PolicyError::new(
                 loc,
                 prefix.trim_end_matches('.'),
-                format!("Invalid value: a document must be an object, found {}", json_type(&other)),
+                format!(
+                    "Invalid value: a document must be an object, found {}",
+                    json_type(&other)
+                ),
             ));
             return;
         }
     };
-    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_owned();
-    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let api_version = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let kind = obj
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     let name = obj
         .get("metadata")
         .and_then(|m| m.get("name"))
@@ -208,13 +225,19 @@ fn load_value(value: Value, prefix: &str, origin: &Origin, report: &mut LoadRepo
                     load_value(item, &format!("{prefix}items[{i}]."), origin, report);
                 }
             }
-            _ => report.skipped.push(format!("{loc}: skipped a List without items")),
+            _ => report
+                .skipped
+                .push(format!("{loc}: skipped a List without items")),
         }
         return;
     }
     let group = api_version.split_once('/').map_or("", |(g, _)| g);
     if group != API_GROUP || PolicyKind::from_kind(&kind).is_none() {
-        let at = if prefix.is_empty() { String::new() } else { format!(" ({})", prefix.trim_end_matches('.')) };
+        let at = if prefix.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", prefix.trim_end_matches('.'))
+        };
         report.skipped.push(format!(
             "{loc}{at}: skipped {api_version} {kind} {name:?}: not an image validating policy"
         ));
@@ -227,9 +250,11 @@ fn load_value(value: Value, prefix: &str, origin: &Origin, report: &mut LoadRepo
                 .errors
                 .extend(errors.into_iter().map(|e| with_prefix(e, prefix))),
         },
-        Err((field, reason)) => report
-            .errors
-            .push(PolicyError::new(loc, format!("{prefix}{field}"), reason)),
+        Err((field, reason)) => {
+            report
+                .errors
+                .push(PolicyError::new(loc, format!("{prefix}{field}"), reason))
+        }
     }
 }
 
@@ -300,9 +325,10 @@ fn split_yaml(text: &str) -> Vec<Chunk> {
         text: String::new(),
     }];
     for (i, line) in text.lines().enumerate() {
-        let marker = ["---", "..."]
-            .iter()
-            .find(|m| line.strip_prefix(**m).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t'])));
+        let marker = ["---", "..."].iter().find(|m| {
+            line.strip_prefix(**m)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t']))
+        });
         let current = match marker {
             Some(m) => {
                 chunks.push(Chunk {
@@ -328,22 +354,20 @@ fn split_yaml(text: &str) -> Vec<Chunk> {
     chunks
 }
 
-/// serde_yaml's message with the line number made relative to the whole file.
+/// serde_yaml's message with every `at line N` made relative to the whole file.
 fn yaml_error(err: &serde_yaml::Error, first_line: usize) -> String {
     let msg = err.to_string();
-    match err.location() {
-        Some(loc) => {
-            let inner = format!("at line {} column {}", loc.line(), loc.column());
-            let outer = format!("at line {} column {}", loc.line() + first_line - 1, loc.column());
-            if msg.contains(&inner) {
-                format!("YAML syntax error: {}", msg.replacen(&inner, &outer, 1))
-            } else {
-                format!("YAML syntax error {outer}: {msg}")
-            }
-        }
-        None => format!("YAML error: {msg}"),
-    }
+    let Some(re) = YAML_LINE.as_ref() else {
+        return format!("YAML syntax error: {msg}");
+    };
+    let fixed = re.replace_all(&msg, |caps: &regex::Captures<'_>| {
+        let line: usize = caps[1].parse().unwrap_or(0);
+        format!("at line {}", line + first_line - 1)
+    });
+    format!("YAML syntax error: {fixed}")
 }
+
+static YAML_LINE: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"at line (\d+)").ok());
 
 /// `kind/[namespace/]name` of every loaded policy, in load order (for tests).
 #[cfg(test)]

@@ -25,7 +25,9 @@ impl PolicyKind {
     /// Maps a `kind` string to a policy kind; `ImageVerificationPolicy` is the pre-release alias.
     pub fn from_kind(kind: &str) -> Option<Self> {
         match kind {
-            "ImageValidatingPolicy" | "ImageVerificationPolicy" => Some(Self::ImageValidatingPolicy),
+            "ImageValidatingPolicy" | "ImageVerificationPolicy" => {
+                Some(Self::ImageValidatingPolicy)
+            }
             "NamespacedImageValidatingPolicy" => Some(Self::NamespacedImageValidatingPolicy),
             _ => None,
         }

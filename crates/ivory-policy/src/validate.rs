@@ -354,13 +354,20 @@ fn cosign(c: &Cosign, field: &str, errs: &mut Errors) {
             && let Some(v) = &root.value
             && let Err(e) = serde_json::from_str::<serde_json::Value>(v)
         {
-            errs.invalid(format!("{f}.value"), format!("not a JSON trusted root: {e}"));
+            errs.invalid(
+                format!("{f}.value"),
+                format!("not a JSON trusted root: {e}"),
+            );
         }
     }
 }
 
 fn cosign_key(key: &CosignKey, field: &str, errs: &mut Errors) {
-    match (key.data.as_deref(), key.expression.as_deref(), key.kms.as_deref()) {
+    match (
+        key.data.as_deref(),
+        key.expression.as_deref(),
+        key.kms.as_deref(),
+    ) {
         (None, None, None) => errs.required(field, "one of data, expression or kms is required"),
         (Some(_), Some(_), _) => {
             errs.forbidden(field, "data and expression are mutually exclusive");
@@ -401,7 +408,11 @@ fn cosign_keyless(keyless: &Keyless, field: &str, errs: &mut Errors) {
         let f = format!("{field}.identities[{i}]");
         let set = |v: &Option<String>| v.as_deref().is_some_and(|s| !s.is_empty());
         // An identity without any constraint would accept every Fulcio certificate.
-        if !set(&id.issuer) && !set(&id.issuer_reg_exp) && !set(&id.subject) && !set(&id.subject_reg_exp) {
+        if !set(&id.issuer)
+            && !set(&id.issuer_reg_exp)
+            && !set(&id.subject)
+            && !set(&id.subject_reg_exp)
+        {
             errs.required(
                 f.clone(),
                 "at least one of issuer, issuerRegExp, subject or subjectRegExp is required",
@@ -525,3 +536,6 @@ fn is_dns1123_label(s: &str) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,15 +1,121 @@
+//! Every shipped policy file loads: Kyverno's documented examples, ivory's samples and the
+//! embedded default; Kyverno libraries ivory lacks fail with a clear message.
+
 use std::path::{Path, PathBuf};
 
-use ivory_policy::load_path;
+use ivory_policy::types::PolicyKind;
+use ivory_policy::{CompiledPolicy, LoadReport, load_path};
 
-fn data(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(rel)
+fn repo_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+fn assert_clean(report: &LoadReport) {
+    let errors: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
+fn find<'a>(report: &'a LoadReport, name: &str) -> &'a CompiledPolicy {
+    report
+        .policies
+        .iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("policy {name} not loaded"))
 }
 
 #[test]
 fn kyverno_examples_load_unchanged() {
-    let report = load_path(data("kyverno"));
+    let report = load_path(repo_path("tests/data/kyverno"));
+    assert_clean(&report);
+    assert!(report.skipped.is_empty());
+    let mut names: Vec<&str> = report.policies.iter().map(|p| p.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "ivpol-autogen-deployments-cronjobs",
+            "ivpol-cli-sample",
+            "ivpol-cosign-attestation-extract-cache",
+            "ivpol-credentials",
+            "ivpol-ephemeral",
+            "ivpol-match-expression",
+            "ivpol-mutate-digest",
+            "ivpol-report-admission",
+            "ivpol-sample",
+            "nivpol-deny",
+            "verify-image-ivpol",
+        ]
+    );
+
+    // (a) notary + referrer: loads; verification of notary is a runtime concern.
+    let a = find(&report, "ivpol-sample");
+    assert_eq!(a.spec.timeout_seconds(), Some(20));
+    assert!(a.attestors[0].attestor.notary.is_some());
+    assert_eq!(a.validations.len(), 3);
+    assert_eq!(a.autogen.len(), 2);
+    // (e) digest pinning only, `ghcr.io/**` glob.
+    let e = find(&report, "ivpol-mutate-digest");
+    assert!(e.mutate_digest && !e.verify_digest && !e.required && e.attestors.is_empty());
+    // (f) JSON mode without matchConstraints, custom extractor.
+    let f = find(&report, "ivpol-cli-sample");
+    assert!(f.json_mode);
+    assert_eq!(f.image_extractors[0].name, "bar");
+    assert!(f.autogen.is_empty());
+    // (g) autogen restricted to deployments and cronjobs.
+    let g = find(&report, "ivpol-autogen-deployments-cronjobs");
+    let rules = ivory_policy::autogen_rules(g);
+    let resources: Vec<&str> = rules
+        .iter()
+        .flat_map(|r| r.resources.iter().map(String::as_str))
+        .collect();
+    assert_eq!(resources, ["deployments", "cronjobs"]);
+    assert_eq!(
+        g.autogen[1].match_conditions[0].program.source(),
+        "has(object.spec.jobTemplate.spec.template.metadata.labels) && has(object.spec.jobTemplate.spec.template.metadata.labels.prod) && object.spec.jobTemplate.spec.template.metadata.labels.prod == 'true'"
+    );
+    // (i) ephemeral containers disable autogen; (l) deployments policy is not autogen'd.
+    assert!(find(&report, "ivpol-ephemeral").autogen.is_empty());
+    assert!(find(&report, "ivpol-report-admission").autogen.is_empty());
+    // (j) namespaced.
+    let j = find(&report, "nivpol-deny");
+    assert_eq!(j.kind, PolicyKind::NamespacedImageValidatingPolicy);
+    assert_eq!(j.namespace.as_deref(), Some("test-ns"));
+}
+
+#[test]
+fn kyverno_libraries_ivory_lacks_are_reported() {
+    let dir = repo_path("tests/data/kyverno-library");
+    let report = load_path(&dir);
     let errors: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
-    assert!(errors.is_empty(), "{errors:#?}");
-    assert_eq!(report.policies.len(), 11);
+    assert_eq!(
+        errors,
+        [format!(
+            "{}/b-notary-configmap-cert.yaml (doc 1): spec.variables[0].expression: Kyverno library 'resource' is not supported by ivory",
+            dir.display()
+        )]
+    );
+    // (o) `image.GetMetadata` is provided by ivory-cel, so that example loads.
+    let names: Vec<&str> = report.policies.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["ivpol-image-data-arch"]);
+    assert!(
+        report.policies[0].variables[1]
+            .program
+            .calls_function("image.GetMetadata")
+    );
+}
+
+#[test]
+fn samples_load() {
+    let report = load_path(repo_path("../../policies/samples"));
+    assert_clean(&report);
+    assert!(report.policies.len() >= 6, "{}", report.policies.len());
+}
+
+#[test]
+fn default_policy_file_matches_embedded() {
+    let report = load_path(repo_path("../../policies/default.yaml"));
+    assert_clean(&report);
+    let embedded = ivory_policy::default_policy();
+    assert_eq!(report.policies[0].hash, embedded.hash);
+    assert_eq!(embedded.origin.file, None);
 }

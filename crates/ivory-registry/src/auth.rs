@@ -244,9 +244,6 @@ mod tests {
             registry_auth("h", &Credentials::anonymous(), &global),
             RegistryAuth::Basic("global".into(), "g".into())
         );
-        assert_eq!(
-            registry_auth("x", &c, &global),
-            RegistryAuth::Anonymous
-        );
+        assert_eq!(registry_auth("x", &c, &global), RegistryAuth::Anonymous);
     }
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use oci_client::token_cache::RegistryTokenType;
+use oci_client::{Client, Reference, RegistryOperation};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use tokio::sync::Semaphore;
@@ -59,6 +60,8 @@ struct Inner {
     clients: moka::sync::Cache<ClientKey, Client>,
     gates: Mutex<HashMap<String, Arc<Semaphore>>>,
     plain_http: Mutex<HashSet<String>>,
+    /// Hosts whose `/v2/` answered without a Bearer challenge (true) or with one (false).
+    open_hosts: Mutex<HashMap<String, bool>>,
     stats: StatsTable,
 }
 
@@ -133,6 +136,12 @@ impl Registry {
         }
         // oci-client wants a 'static user agent; one small leak per Registry.
         let user_agent: &'static str = Box::leak(config.user_agent.clone().into_boxed_str());
+        // Building one client now surfaces a bad CA bundle at startup, not on first use.
+        Client::try_from(client_config(&roots, false, false, &config, user_agent)).map_err(
+            |e| Error::Config {
+                detail: format!("registry CA bundle rejected: {e}"),
+            },
+        )?;
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
@@ -145,6 +154,7 @@ impl Registry {
                     .build(),
                 gates: Mutex::default(),
                 plain_http: Mutex::default(),
+                open_hosts: Mutex::default(),
                 stats: StatsTable::default(),
             }),
         })
@@ -168,12 +178,18 @@ impl Registry {
             return Ok(d.to_string());
         }
         let t = &t;
-        self.call("resolve_digest", t, creds, deadline, move |client| async move {
-            client
-                .fetch_manifest_digest(&t.reference, &t.auth)
-                .await
-                .map_err(|e| t.site().classify(e))
-        })
+        self.call(
+            "resolve_digest",
+            t,
+            creds,
+            deadline,
+            move |client| async move {
+                client
+                    .fetch_manifest_digest(&t.reference, &t.auth)
+                    .await
+                    .map_err(|e| t.site().classify(e))
+            },
+        )
         .await
     }
 
@@ -198,12 +214,18 @@ impl Registry {
         let limit = self.inner.config.max_manifest_bytes;
         let counters = self.inner.stats.for_host(&t.host);
         let (bytes, digest) = self
-            .call("fetch_manifest", t, creds, deadline, move |client| async move {
-                client
-                    .pull_manifest_raw(&t.reference, &t.auth, ACCEPTED_MEDIA_TYPES)
-                    .await
-                    .map_err(|e| t.site().classify(e))
-            })
+            .call(
+                "fetch_manifest",
+                t,
+                creds,
+                deadline,
+                move |client| async move {
+                    client
+                        .pull_manifest_raw(&t.reference, &t.auth, ACCEPTED_MEDIA_TYPES)
+                        .await
+                        .map_err(|e| t.site().classify(e))
+                },
+            )
             .await?;
         counters.bytes(bytes.len());
         // oci-client buffers the body before we can see it; the deadline bounds that read.
@@ -248,9 +270,9 @@ impl Registry {
             }
             t.reference = t.reference.clone_with_digest(child);
         }
-        Err(t.site().invalid_manifest(format!(
-            "index nesting deeper than {MAX_INDEX_DEPTH}"
-        )))
+        Err(t
+            .site()
+            .invalid_manifest(format!("index nesting deeper than {MAX_INDEX_DEPTH}")))
     }
 
     /// Fetches a blob by digest from the repository of `repo_ref`, refusing more than
@@ -421,6 +443,8 @@ impl Registry {
             }
             // A registry that ignores `n` or `last` returns everything or repeats itself.
             if count < n || added == 0 || count > n {
+                // Distribution 2.8 returns tags unsorted; callers get a stable order.
+                all.sort();
                 return Ok(all);
             }
             last = all.last().cloned();
@@ -457,7 +481,16 @@ impl Registry {
             let plain = self.is_plain_http(&t.host, creds);
             let client = self.client(t, creds.allow_insecure, plain)?;
             let res = self
-                .attempt(op, t, deadline, budget, &counters, &gate, f(client))
+                .attempt(
+                    op,
+                    t,
+                    deadline,
+                    budget,
+                    &counters,
+                    &gate,
+                    &client,
+                    f(client.clone()),
+                )
                 .await;
             let err = match res {
                 Ok(v) => return Ok(v),
@@ -469,6 +502,10 @@ impl Registry {
                 continue;
             }
             let Some(status) = err.retry_status() else {
+                if t.auth == RegistryAuth::Anonymous && matches!(err, Error::Unauthorized { .. }) {
+                    // The host may have started challenging; probe again next time.
+                    self.set_open(&t.host, None);
+                }
                 counters.error();
                 return Err(err);
             };
@@ -498,19 +535,32 @@ impl Registry {
         budget: Duration,
         counters: &Counters,
         gate: &Arc<Semaphore>,
+        client: &Client,
         fut: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        let deadline_err = || {
-            counters.error();
-            t.site().deadline(op, budget)
-        };
+        // Errors are counted once, by `call`.
+        let deadline_err = || t.site().deadline(op, budget);
         let _permit = match timeout_at(deadline, gate.clone().acquire_owned()).await {
             Ok(Ok(p)) => p,
-            Ok(Err(_)) => return Err(Error::Config {
-                detail: "registry concurrency gate closed".into(),
-            }),
+            Ok(Err(_)) => {
+                return Err(Error::Config {
+                    detail: "registry concurrency gate closed".into(),
+                });
+            }
             Err(_) => return Err(deadline_err()),
         };
+        // The permit can arrive exactly at the deadline; do not start a doomed request.
+        if Instant::now() >= deadline {
+            return Err(deadline_err());
+        }
+        if t.auth == RegistryAuth::Anonymous
+            && self
+                .skip_anonymous_ping(client, t, deadline, counters)
+                .await
+                .is_none()
+        {
+            return Err(deadline_err());
+        }
         counters.request();
         let started = Instant::now();
         let res = timeout_at(deadline, fut).await;
@@ -519,6 +569,76 @@ impl Registry {
             Ok(r) => r,
             Err(_) => Err(deadline_err()),
         }
+    }
+
+    /// oci-client pings `/v2/` before every anonymous request because it caches no
+    /// "anonymous" token. Probe each host once (through oci-client's own auth flow); for
+    /// hosts without a Bearer challenge, seed the token cache with an empty Basic login,
+    /// which open registries ignore and challenging ones answer with 401 as before.
+    /// `None` when the deadline passed during the probe.
+    async fn skip_anonymous_ping(
+        &self,
+        client: &Client,
+        t: &Target,
+        deadline: Instant,
+        counters: &Counters,
+    ) -> Option<()> {
+        let open = match self.open_state(&t.host) {
+            Some(open) => open,
+            None => {
+                counters.request();
+                let probe = client.auth(
+                    &t.reference,
+                    &RegistryAuth::Anonymous,
+                    RegistryOperation::Pull,
+                );
+                match timeout_at(deadline, probe).await {
+                    Ok(Ok(None)) => {
+                        self.set_open(&t.host, Some(true));
+                        true
+                    }
+                    Ok(Ok(Some(_))) => {
+                        self.set_open(&t.host, Some(false));
+                        false
+                    }
+                    // Failures surface from the real request that follows.
+                    Ok(Err(_)) => false,
+                    Err(_) => return None,
+                }
+            }
+        };
+        if open {
+            client
+                .tokens
+                .insert(
+                    &t.reference,
+                    RegistryOperation::Pull,
+                    RegistryTokenType::Basic(String::new(), String::new()),
+                )
+                .await;
+        }
+        Some(())
+    }
+
+    fn open_state(&self, host: &str) -> Option<bool> {
+        let hosts = self
+            .inner
+            .open_hosts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        hosts.get(host).copied()
+    }
+
+    fn set_open(&self, host: &str, open: Option<bool>) {
+        let mut hosts = self
+            .inner
+            .open_hosts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match open {
+            Some(o) => hosts.insert(host.to_string(), o),
+            None => hosts.remove(host),
+        };
     }
 
     fn gate(&self, host: &str) -> Arc<Semaphore> {
@@ -557,33 +677,47 @@ impl Registry {
         if let Some(c) = self.inner.clients.get(&key) {
             return Ok(c);
         }
-        let config = ClientConfig {
-            protocol: if plain_http {
-                ClientProtocol::Http
-            } else {
-                ClientProtocol::Https
-            },
-            accept_invalid_certificates: insecure,
-            extra_root_certificates: self
-                .inner
-                .roots
-                .iter()
-                .map(|der| Certificate {
-                    encoding: CertificateEncoding::Der,
-                    data: der.clone(),
-                })
-                .collect(),
-            // We pick platforms ourselves (fetch_platform_manifest).
-            platform_resolver: None,
-            connect_timeout: Some(self.inner.config.connect_timeout),
-            user_agent: self.inner.user_agent,
-            ..ClientConfig::default()
-        };
+        let config = client_config(
+            &self.inner.roots,
+            insecure,
+            plain_http,
+            &self.inner.config,
+            self.inner.user_agent,
+        );
         let client = Client::try_from(config).map_err(|e| Error::Config {
             detail: format!("building registry client for {}: {e}", t.host),
         })?;
         self.inner.clients.insert(key, client.clone());
         Ok(client)
+    }
+}
+
+fn client_config(
+    roots: &[Vec<u8>],
+    insecure: bool,
+    plain_http: bool,
+    config: &Config,
+    user_agent: &'static str,
+) -> ClientConfig {
+    ClientConfig {
+        protocol: if plain_http {
+            ClientProtocol::Http
+        } else {
+            ClientProtocol::Https
+        },
+        accept_invalid_certificates: insecure,
+        extra_root_certificates: roots
+            .iter()
+            .map(|der| Certificate {
+                encoding: CertificateEncoding::Der,
+                data: der.clone(),
+            })
+            .collect(),
+        // We pick platforms ourselves (fetch_platform_manifest).
+        platform_resolver: None,
+        connect_timeout: Some(config.connect_timeout),
+        user_agent,
+        ..ClientConfig::default()
     }
 }
 
@@ -612,9 +746,10 @@ fn check_digest(t: &Target, digest: &str) -> Result<()> {
         Some(("sha256", hex)) => hex.len() == 64,
         Some(("sha512", hex)) => hex.len() == 128,
         _ => false,
-    } && digest
-        .split_once(':')
-        .is_some_and(|(_, h)| h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+    } && digest.split_once(':').is_some_and(|(_, h)| {
+        h.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    });
     if ok {
         Ok(())
     } else {
@@ -696,11 +831,13 @@ mod tests {
             parse_ca_bundle(b"hello"),
             Err(Error::Config { .. })
         ));
-        assert!(Registry::new(Config {
-            ca_bundle_pem: Some(b"".to_vec()),
-            ..Config::default()
-        })
-        .is_err());
+        assert!(
+            Registry::new(Config {
+                ca_bundle_pem: Some(b"".to_vec()),
+                ..Config::default()
+            })
+            .is_err()
+        );
     }
 
     #[test]
@@ -739,7 +876,10 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(got, d);
-        let err = r.resolve_digest("UPPER/Case::", &c, deadline).await.unwrap_err();
+        let err = r
+            .resolve_digest("UPPER/Case::", &c, deadline)
+            .await
+            .unwrap_err();
         assert!(matches!(err, Error::InvalidReference { .. }), "{err}");
         let err = r
             .fetch_blob("unreachable.invalid/x", "md5:abc", 10, &c, deadline)

@@ -13,7 +13,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The caller's deadline passed before the registry answered.
-    #[error("{op} for image {image} on registry {registry} exceeded its deadline (budget {budget:?})")]
+    #[error(
+        "{op} for image {image} on registry {registry} exceeded its deadline (budget {budget:?})"
+    )]
     DeadlineExceeded {
         op: &'static str,
         image: String,

@@ -12,8 +12,12 @@ pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.
 pub const DOCKER_MANIFEST_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 
 /// Every manifest media type we ask for and accept.
-pub const ACCEPTED_MEDIA_TYPES: &[&str] =
-    &[OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_MANIFEST_LIST];
+pub const ACCEPTED_MEDIA_TYPES: &[&str] = &[
+    OCI_MANIFEST,
+    OCI_INDEX,
+    DOCKER_MANIFEST,
+    DOCKER_MANIFEST_LIST,
+];
 
 /// A fetched manifest: digest-verified bytes and parsed JSON.
 #[derive(Clone, Debug)]
@@ -82,9 +86,7 @@ pub(crate) fn parse(site: &Site<'_>, digest: String, bytes: Vec<u8>) -> Result<M
         obj.get("config").is_some_and(|c| c.is_object())
     };
     if !shape_ok {
-        return Err(site.invalid_manifest(format!(
-            "body does not match media type {media_type}"
-        )));
+        return Err(site.invalid_manifest(format!("body does not match media type {media_type}")));
     }
     Ok(Manifest {
         digest,
@@ -93,7 +95,6 @@ pub(crate) fn parse(site: &Site<'_>, digest: String, bytes: Vec<u8>) -> Result<M
         json,
     })
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -114,7 +115,10 @@ mod tests {
     fn accepts_every_known_type_and_infers_missing_media_type() {
         let m = p(r#"{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","config":{},"layers":[]}"#).unwrap();
         assert!(!m.is_index());
-        let m = p(r#"{"schemaVersion":2,"manifests":[{"digest":"sha256:a","platform":{"os":"linux"}}]}"#).unwrap();
+        let m = p(
+            r#"{"schemaVersion":2,"manifests":[{"digest":"sha256:a","platform":{"os":"linux"}}]}"#,
+        )
+        .unwrap();
         assert!(m.is_index());
         assert_eq!(m.media_type, OCI_INDEX);
         assert_eq!(m.children()[0].0, "sha256:a");
@@ -125,11 +129,17 @@ mod tests {
     #[test]
     fn refuses_unknown_malformed_and_schema1() {
         for (body, want) in [
-            (r#"{"schemaVersion":2,"mediaType":"application/x-evil","config":{}}"#, "unknown media type"),
+            (
+                r#"{"schemaVersion":2,"mediaType":"application/x-evil","config":{}}"#,
+                "unknown media type",
+            ),
             (r#"{"schemaVersion":1,"name":"x"}"#, "schemaVersion 1"),
             ("[1,2]", "not a JSON object"),
             ("{oops", "not JSON"),
-            (r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","config":{}}"#, "does not match"),
+            (
+                r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","config":{}}"#,
+                "does not match",
+            ),
         ] {
             let err = p(body).unwrap_err().to_string();
             assert!(err.contains(want), "{body}: {err}");

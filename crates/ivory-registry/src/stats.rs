@@ -105,7 +105,12 @@ mod tests {
         assert_eq!(snap.len(), 2);
         assert_eq!(snap[0].registry, "a:1");
         assert_eq!(
-            (snap[0].requests, snap[0].errors, snap[0].throttled, snap[0].bytes),
+            (
+                snap[0].requests,
+                snap[0].errors,
+                snap[0].throttled,
+                snap[0].bytes
+            ),
             (2, 1, 1, 10)
         );
         assert_eq!(snap[0].latency_sum, Duration::from_millis(3));

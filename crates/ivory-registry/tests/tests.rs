@@ -1,1 +1,15 @@
-//! placeholder
+//! Integration tests against the real `docker-registry` (CNCF Distribution 2.8) started by
+//! ivory-testkit, plus in-process fault servers for what a real registry cannot do.
+//!
+//! - `auth`: anonymous, basic (explicit, secret, config file) and token flows, request counts.
+//! - `tls`: custom CA, missing CA, allowInsecureRegistry.
+//! - `fetch`: manifests, blobs, limits, platforms, referrers fallback.
+//! - `listing`: tag and catalog pagination.
+//! - `faults`: deadlines, refusals, 429/503, malformed and looping manifests, concurrency cap.
+
+mod auth;
+mod faults;
+mod fetch;
+mod listing;
+mod tls;
+mod util;

@@ -139,7 +139,8 @@ fn build_state(opts: &FaultOptions) -> FaultState {
     let mut blobs = HashMap::new();
     let mut digests = HashMap::new();
 
-    let config = br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#;
+    let config =
+        br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#;
     let config_digest = sha256_digest(config);
     blobs.insert(config_digest.clone(), config.to_vec());
     let good_body = json!({
@@ -150,11 +151,23 @@ fn build_state(opts: &FaultOptions) -> FaultState {
     })
     .to_string()
     .into_bytes();
-    let good = put(&mut manifests, "good", entry(good_body.clone(), OCI_MANIFEST, true));
+    let good = put(
+        &mut manifests,
+        "good",
+        entry(good_body.clone(), OCI_MANIFEST, true),
+    );
     digests.insert("good", good.clone());
     digests.insert("good-config", config_digest);
-    put(&mut manifests, "throttled", entry(good_body.clone(), OCI_MANIFEST, true));
-    put(&mut manifests, "nodigest", entry(good_body.clone(), OCI_MANIFEST, false));
+    put(
+        &mut manifests,
+        "throttled",
+        entry(good_body.clone(), OCI_MANIFEST, true),
+    );
+    put(
+        &mut manifests,
+        "nodigest",
+        entry(good_body.clone(), OCI_MANIFEST, false),
+    );
     let wrong = Arc::new(Entry {
         body: good_body.clone(),
         media_type: OCI_MANIFEST.to_string(),
@@ -169,7 +182,11 @@ fn build_state(opts: &FaultOptions) -> FaultState {
         "config": {"mediaType": OCI_CONFIG, "digest": sha256_digest(config), "size": config.len()},
         "layers": [], "annotations": {"pad": pad},
     });
-    put(&mut manifests, "big", entry(big.to_string().into_bytes(), OCI_MANIFEST, true));
+    put(
+        &mut manifests,
+        "big",
+        entry(big.to_string().into_bytes(), OCI_MANIFEST, true),
+    );
 
     let big_blob = vec![b'z'; opts.big_blob_bytes];
     let big_blob_digest = sha256_digest(&big_blob);
@@ -180,7 +197,11 @@ fn build_state(opts: &FaultOptions) -> FaultState {
         "config": {"mediaType": OCI_CONFIG, "digest": big_blob_digest, "size": big_blob.len()},
         "layers": [],
     });
-    put(&mut manifests, "bigblob", entry(bigblob.to_string().into_bytes(), OCI_MANIFEST, true));
+    put(
+        &mut manifests,
+        "bigblob",
+        entry(bigblob.to_string().into_bytes(), OCI_MANIFEST, true),
+    );
 
     // An index cannot contain its own digest; the server serves the same body for it.
     let self_digest = sha256_digest(b"ivory-testkit loop");
@@ -211,15 +232,29 @@ fn build_state(opts: &FaultOptions) -> FaultState {
         .into_bytes();
         let d = sha256_digest(&body);
         let len = body.len();
-        manifests.insert(("deep".to_string(), d.clone()), entry(body.clone(), OCI_INDEX, true));
-        manifests.insert(("deep".to_string(), "latest".to_string()), entry(body, OCI_INDEX, true));
+        manifests.insert(
+            ("deep".to_string(), d.clone()),
+            entry(body.clone(), OCI_INDEX, true),
+        );
+        manifests.insert(
+            ("deep".to_string(), "latest".to_string()),
+            entry(body, OCI_INDEX, true),
+        );
         child = (d, OCI_INDEX.to_string(), len);
     }
     digests.insert("deep", child.0);
 
     let unknown = json!({"schemaVersion": 2, "mediaType": "application/vnd.example.unknown+json", "config": {}});
-    put(&mut manifests, "unknowntype", entry(unknown.to_string().into_bytes(), OCI_MANIFEST, true));
-    put(&mut manifests, "malformed", entry(b"{not json".to_vec(), OCI_MANIFEST, true));
+    put(
+        &mut manifests,
+        "unknowntype",
+        entry(unknown.to_string().into_bytes(), OCI_MANIFEST, true),
+    );
+    put(
+        &mut manifests,
+        "malformed",
+        entry(b"{not json".to_vec(), OCI_MANIFEST, true),
+    );
 
     FaultState {
         manifests,
@@ -233,11 +268,11 @@ fn build_state(opts: &FaultOptions) -> FaultState {
 async fn handle(State(state): State<Arc<FaultState>>, method: Method, uri: Uri) -> Response {
     let path = uri.path().to_string();
     let res = route(&state, &method, &path);
-    state
-        .log
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push((method.to_string(), path, res.status().as_u16()));
+    state.log.lock().unwrap_or_else(|p| p.into_inner()).push((
+        method.to_string(),
+        path,
+        res.status().as_u16(),
+    ));
     res
 }
 
@@ -311,7 +346,12 @@ fn not_found(method: &Method) -> Response {
     respond(StatusCode::NOT_FOUND, &[], body, method)
 }
 
-fn respond(status: StatusCode, headers: &[(&str, &str)], body: Vec<u8>, method: &Method) -> Response {
+fn respond(
+    status: StatusCode,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+    method: &Method,
+) -> Response {
     let mut b = Response::builder()
         .status(status)
         .header(header::CONTENT_LENGTH, body.len());
@@ -323,7 +363,8 @@ fn respond(status: StatusCode, headers: &[(&str, &str)], body: Vec<u8>, method: 
     } else {
         Body::from(body)
     };
-    b.body(body).unwrap_or_else(|_| Response::new(Body::empty()))
+    b.body(body)
+        .unwrap_or_else(|_| Response::new(Body::empty()))
 }
 
 /// Accepts TCP connections on 127.0.0.1 and never answers (deadline tests).

@@ -137,8 +137,7 @@ impl OciLayout {
     pub fn finish(&self) -> Result<()> {
         let index = json!({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": self.entries});
         let path = self.dir.join("index.json");
-        std::fs::write(&path, index.to_string())
-            .map_err(io(format!("writing {}", path.display())))
+        std::fs::write(&path, index.to_string()).map_err(io(format!("writing {}", path.display())))
     }
 }
 

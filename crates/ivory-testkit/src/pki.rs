@@ -29,7 +29,9 @@ impl TestPki {
     pub fn generate(ca_name: &str) -> Result<Self> {
         let ca_key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(pki)?;
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(pki)?;
-        ca_params.distinguished_name.push(DnType::CommonName, ca_name);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, ca_name);
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca_params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,

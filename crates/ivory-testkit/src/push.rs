@@ -56,7 +56,9 @@ impl Harness {
         if res.status().as_u16() != 201 {
             let status = res.status();
             let body = res.text().await.unwrap_or_default();
-            return Err(Error::Http(format!("PUT blob {digest}: HTTP {status}: {body}")));
+            return Err(Error::Http(format!(
+                "PUT blob {digest}: HTTP {status}: {body}"
+            )));
         }
         Ok(digest)
     }
@@ -90,7 +92,11 @@ impl Harness {
     /// Pushes an OCI image layout: every blob, then every manifest (children before
     /// parents, by digest), then a tag for each `index.json` entry annotated with
     /// `org.opencontainers.image.ref.name`. Returns tag → digest.
-    pub async fn push_oci_layout(&self, dir: &Path, repo: &str) -> Result<BTreeMap<String, String>> {
+    pub async fn push_oci_layout(
+        &self,
+        dir: &Path,
+        repo: &str,
+    ) -> Result<BTreeMap<String, String>> {
         let index = read_json(dir, &dir.join("index.json"))?;
         let entries = index
             .get("manifests")
@@ -102,7 +108,14 @@ impl Harness {
         let mut tags = BTreeMap::new();
         for entry in &entries {
             let digest = str_field(dir, entry, "digest")?;
-            plan(dir, &digest, entry.get("mediaType"), &mut seen, &mut nodes, 0)?;
+            plan(
+                dir,
+                &digest,
+                entry.get("mediaType"),
+                &mut seen,
+                &mut nodes,
+                0,
+            )?;
             if let Some(tag) = entry
                 .get("annotations")
                 .and_then(|a| a.get(REF_NAME))
@@ -145,7 +158,10 @@ fn plan(
     depth: usize,
 ) -> Result<()> {
     if depth > 8 {
-        return Err(layout_err(dir, format!("index nesting too deep at {digest}")));
+        return Err(layout_err(
+            dir,
+            format!("index nesting too deep at {digest}"),
+        ));
     }
     if !seen.insert(digest.to_string()) {
         return Ok(());
@@ -173,7 +189,12 @@ fn plan(
         if let Some(c) = json.get("config") {
             blobs.push(str_field(dir, c, "digest")?);
         }
-        for layer in json.get("layers").and_then(|l| l.as_array()).into_iter().flatten() {
+        for layer in json
+            .get("layers")
+            .and_then(|l| l.as_array())
+            .into_iter()
+            .flatten()
+        {
             blobs.push(str_field(dir, layer, "digest")?);
         }
     }

@@ -114,10 +114,10 @@ impl RegistryHarness {
         let config_path = dir.path().join("config.yml");
         write(&config_path, config.as_bytes())?;
 
-        let log_path = dir.path().join("registry.log");
-        let stderr = std::fs::File::create(&log_path).map_err(io("creating registry log"))?;
-        let stdout = std::fs::File::create(dir.path().join("access.log"))
-            .map_err(io("creating access log"))?;
+        let log_path = dir.path().join("access.log");
+        let stdout = std::fs::File::create(&log_path).map_err(io("creating access log"))?;
+        let stderr = std::fs::File::create(dir.path().join("registry.log"))
+            .map_err(io("creating registry log"))?;
         let child = Command::new(REGISTRY_BINARY)
             .arg("serve")
             .arg(&config_path)
@@ -184,7 +184,7 @@ impl Harness {
         self.dir.as_ref().map(|d| d.path())
     }
 
-    /// Requests the registry logged since start or the last [`Harness::reset_requests`],
+    /// Requests in the registry's access log since start or the last [`Harness::reset_requests`],
     /// as `(method, path?query, status)`.
     pub fn requests(&self) -> Vec<LoggedRequest> {
         std::thread::sleep(LOG_SETTLE);
@@ -207,7 +207,13 @@ impl Harness {
     pub fn token_requests(&self) -> Vec<String> {
         self.token_server
             .as_ref()
-            .map(|t| t.state.log.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .map(|t| {
+                t.state
+                    .log
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone()
+            })
             .unwrap_or_default()
     }
 
@@ -222,9 +228,12 @@ impl Harness {
         }
     }
 
-    /// Registry stderr so far (for failure messages).
+    /// Registry stderr (JSON app log) so far, for failure messages.
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+        self.dir
+            .as_ref()
+            .and_then(|d| std::fs::read_to_string(d.path().join("registry.log")).ok())
+            .unwrap_or_default()
     }
 
     /// `Authorization` header value for pushing to `repo`, if the mode needs one.
@@ -326,22 +335,21 @@ fn tail(s: &str) -> String {
     lines[lines.len().saturating_sub(5)..].join("\n")
 }
 
-/// Parses Distribution's JSON log: one `response completed` line per request.
+/// Parses Distribution's access log (Apache combined format, one line per request,
+/// including 401 challenges and router 404s that the JSON app log omits).
 fn parse_log(text: &str) -> Vec<LoggedRequest> {
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|v| {
-            v.get("msg")
-                .and_then(|m| m.as_str())
-                .is_some_and(|m| m.starts_with("response completed"))
-        })
-        .filter_map(|v| {
-            let method = v.get("http.request.method")?.as_str()?.to_string();
-            let uri = v.get("http.request.uri")?.as_str()?.to_string();
-            let status = u16::try_from(v.get("http.response.status")?.as_u64()?).ok()?;
-            Some((method, uri, status))
-        })
-        .collect()
+    text.lines().filter_map(parse_line).collect()
+}
+
+fn parse_line(line: &str) -> Option<LoggedRequest> {
+    // 127.0.0.1 - - [date] "HEAD /v2/ HTTP/1.1" 200 2 "" "agent"
+    let (_, rest) = line.split_once('"')?;
+    let (request, rest) = rest.split_once('"')?;
+    let mut parts = request.split(' ');
+    let method = parts.next()?.to_string();
+    let uri = parts.next()?.to_string();
+    let status = rest.split_whitespace().next()?.parse().ok()?;
+    Some((method, uri, status))
 }
 
 #[cfg(test)]
@@ -349,11 +357,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_response_completed_lines_only() {
-        let log = r#"{"msg":"listening on 127.0.0.1:1","level":"info"}
-{"http.request.method":"HEAD","http.request.uri":"/v2/a/manifests/1","http.response.status":200,"msg":"response completed"}
-not json
-{"http.request.method":"GET","http.request.uri":"/v2/x","http.response.status":404,"msg":"response completed with error"}"#;
+    fn parses_combined_access_log_lines() {
+        let log = r#"127.0.0.1 - - [02/Dec/2026:11:05:29 +0000] "HEAD /v2/a/manifests/1 HTTP/1.1" 200 0 "" "ua"
+garbage
+127.0.0.1 - - [02/Dec/2026:11:05:29 +0000] "GET /v2/x HTTP/1.1" 404 91 "" "oci-client/0.18""#;
         assert_eq!(
             parse_log(log),
             vec![

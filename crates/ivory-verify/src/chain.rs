@@ -19,19 +19,25 @@ pub(crate) fn verify_chain(leaf: &DerCertificate, chain: &[DerCertificate]) -> R
         return Err("certificate.certChain holds no certificate".into());
     };
     if chain.len() > MAX_CHAIN {
-        return Err(format!("certificate.certChain has more than {MAX_CHAIN} certificates"));
+        return Err(format!(
+            "certificate.certChain has more than {MAX_CHAIN} certificates"
+        ));
     }
     let root_der = CertificateDer::from(root.as_bytes());
     let anchor = webpki::anchor_from_trusted_cert(&root_der)
         .map_err(|e| format!("certificate.certChain root cannot be used: {e}"))?;
-    let intermediates: Vec<CertificateDer<'_>> =
-        intermediates.iter().map(|c| CertificateDer::from(c.as_bytes())).collect();
+    let intermediates: Vec<CertificateDer<'_>> = intermediates
+        .iter()
+        .map(|c| CertificateDer::from(c.as_bytes()))
+        .collect();
     let leaf_der = CertificateDer::from(leaf.as_bytes());
     let ee = EndEntityCert::try_from(&leaf_der)
         .map_err(|e| format!("certificate.cert cannot be parsed: {e}"))?;
     let info = sigstore_verify::crypto::parse_certificate_info(leaf)
         .map_err(|e| format!("certificate.cert cannot be parsed: {e}"))?;
-    let at = u64::try_from(info.not_before.as_second()).unwrap_or(0).saturating_add(1);
+    let at = u64::try_from(info.not_before.as_second())
+        .unwrap_or(0)
+        .saturating_add(1);
     ee.verify_for_usage(
         WEBPKI_VERIFICATION_ALGS,
         &[anchor],
@@ -52,8 +58,10 @@ mod tests {
 
     #[test]
     fn fulcio_leaf_chains_to_its_chain_and_not_to_another() {
-        let leaf = parse_certificates(include_str!("../tests/data/ratify-keyless/cert.pem"), "c").unwrap();
-        let chain = parse_certificates(include_str!("../tests/data/ratify-keyless/chain.pem"), "c").unwrap();
+        let leaf =
+            parse_certificates(include_str!("../tests/data/ratify-keyless/cert.pem"), "c").unwrap();
+        let chain = parse_certificates(include_str!("../tests/data/ratify-keyless/chain.pem"), "c")
+            .unwrap();
         verify_chain(&leaf[0], &chain).unwrap();
         // The root alone is not enough: the intermediate is missing.
         let err = verify_chain(&leaf[0], &chain[1..]).unwrap_err();

@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 use serde_json::Value;
-use sigstore_verify::types::{Bundle, SignatureBytes, SignatureContent, Sha256Hash};
+use sigstore_verify::types::{Bundle, Sha256Hash, SignatureBytes, SignatureContent};
 use sigstore_verify::{PublicKeyVerificationPolicy, VerificationPolicy};
 
 use crate::envelope::{Envelope, RawDsse, SimpleSigning};
@@ -49,9 +49,15 @@ pub fn evaluate(
     }
 }
 
-fn evaluate_signatures(plan: &Plan, digest: &str, envelopes: &[Envelope]) -> Result<Accepted, String> {
-    let candidates: Vec<&Envelope> =
-        envelopes.iter().filter(|e| !matches!(e, Envelope::Dsse(_))).collect();
+fn evaluate_signatures(
+    plan: &Plan,
+    digest: &str,
+    envelopes: &[Envelope],
+) -> Result<Accepted, String> {
+    let candidates: Vec<&Envelope> = envelopes
+        .iter()
+        .filter(|e| !matches!(e, Envelope::Dsse(_)))
+        .collect();
     if candidates.is_empty() {
         return Err(NO_SIGNATURES.into());
     }
@@ -62,7 +68,9 @@ fn evaluate_signatures(plan: &Plan, digest: &str, envelopes: &[Envelope]) -> Res
             Content::Statement(st) => {
                 let found = predicate_type_of(&st);
                 if found != COSIGN_SIGN_PREDICATE {
-                    return Err(format!("bundle predicate type {found} is not a cosign signature"));
+                    return Err(format!(
+                        "bundle predicate type {found} is not a cosign signature"
+                    ));
                 }
                 check_bundle_annotations(plan, &st)
             }
@@ -81,8 +89,10 @@ fn evaluate_attestations(
     envelopes: &[Envelope],
     wanted: &str,
 ) -> Result<Accepted, String> {
-    let candidates: Vec<&Envelope> =
-        envelopes.iter().filter(|e| !matches!(e, Envelope::SimpleSigning(_))).collect();
+    let candidates: Vec<&Envelope> = envelopes
+        .iter()
+        .filter(|e| !matches!(e, Envelope::SimpleSigning(_)))
+        .collect();
     if candidates.is_empty() {
         return Err(format!("{NO_ATTESTATIONS}: {NO_SIGNATURES}"));
     }
@@ -93,7 +103,9 @@ fn evaluate_attestations(
             Ok(Content::Statement(st)) => {
                 let t = predicate_type_of(&st).to_owned();
                 if t == wanted {
-                    return Ok(Accepted { statement: Some(st) });
+                    return Ok(Accepted {
+                        statement: Some(st),
+                    });
                 }
                 if t != COSIGN_SIGN_PREDICATE && !found_types.contains(&t) {
                     found_types.push(t);
@@ -119,20 +131,33 @@ fn push_reason(reasons: &mut Vec<String>, reason: String) {
 }
 
 fn join_reasons(prefix: &str, reasons: &[String]) -> String {
-    let shown: Vec<&str> = reasons.iter().take(MAX_REASONS).map(String::as_str).collect();
+    let shown: Vec<&str> = reasons
+        .iter()
+        .take(MAX_REASONS)
+        .map(String::as_str)
+        .collect();
     let more = reasons.len().saturating_sub(MAX_REASONS);
-    let tail = if more > 0 { format!(" (and {more} more)") } else { String::new() };
+    let tail = if more > 0 {
+        format!(" (and {more} more)")
+    } else {
+        String::new()
+    };
     format!("{prefix}: {}{tail}", shown.join("; "))
 }
 
 fn predicate_type_of(statement: &Value) -> &str {
-    statement.get("predicateType").and_then(Value::as_str).unwrap_or_default()
+    statement
+        .get("predicateType")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 /// Cryptographic and trust verification of one envelope.
 fn verify_envelope(plan: &Plan, digest: &str, env: &Envelope) -> Result<Content, String> {
     match (&plan.authority, plan.ignore_tlog) {
-        (Authority::Key(key) | Authority::Certificate(key), true) => verify_offline(key, digest, env),
+        (Authority::Key(key) | Authority::Certificate(key), true) => {
+            verify_offline(key, digest, env)
+        }
         _ => verify_with_sigstore(plan, digest, env),
     }
 }
@@ -142,23 +167,36 @@ fn verify_envelope(plan: &Plan, digest: &str, env: &Envelope) -> Result<Content,
 fn verify_offline(key: &PublicKey, digest: &str, env: &Envelope) -> Result<Content, String> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let check = |data: &[u8], sig: &[u8]| {
-        sigstore_verify::crypto::verify_signature(&key.der, data, &SignatureBytes::new(sig.to_vec()), key.scheme)
-            .map_err(|e| format!("invalid signature: {e}"))
+        sigstore_verify::crypto::verify_signature(
+            &key.der,
+            data,
+            &SignatureBytes::new(sig.to_vec()),
+            key.scheme,
+        )
+        .map_err(|e| format!("invalid signature: {e}"))
     };
     match env {
         Envelope::SimpleSigning(l) => {
-            let sig = l.signature.as_deref().ok_or("signature layer has no signature annotation")?;
-            let sig = b64.decode(sig.trim()).map_err(|e| format!("malformed signature annotation: {e}"))?;
+            let sig = l
+                .signature
+                .as_deref()
+                .ok_or("signature layer has no signature annotation")?;
+            let sig = b64
+                .decode(sig.trim())
+                .map_err(|e| format!("malformed signature annotation: {e}"))?;
             check(&l.blob, &sig)?;
             Ok(Content::Simple(l.blob.clone()))
         }
         Envelope::Dsse(l) => {
-            let raw: RawDsse =
-                serde_json::from_slice(&l.blob).map_err(|e| format!("malformed DSSE envelope: {e}"))?;
-            let payload = b64.decode(raw.payload.as_bytes()).map_err(|e| format!("malformed DSSE payload: {e}"))?;
+            let raw: RawDsse = serde_json::from_slice(&l.blob)
+                .map_err(|e| format!("malformed DSSE envelope: {e}"))?;
+            let payload = b64
+                .decode(raw.payload.as_bytes())
+                .map_err(|e| format!("malformed DSSE payload: {e}"))?;
             let pae = sigstore_verify::types::dsse::pae(&raw.payload_type, &payload);
             let any = raw.signatures.iter().any(|s| {
-                b64.decode(s.sig.as_bytes()).is_ok_and(|sig| check(&pae, &sig).is_ok())
+                b64.decode(s.sig.as_bytes())
+                    .is_ok_and(|sig| check(&pae, &sig).is_ok())
             });
             if !any {
                 return Err("invalid signature: no DSSE signature verifies with the key".into());
@@ -180,11 +218,16 @@ fn verify_offline(key: &PublicKey, digest: &str, env: &Envelope) -> Result<Conte
 
 /// Everything else goes through sigstore-verify on a bundle (legacy layers are rewritten).
 fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Content, String> {
-    let verifier = plan.verifier.as_ref().ok_or("attestor has no trust material")?;
+    let verifier = plan
+        .verifier
+        .as_ref()
+        .ok_or("attestor has no trust material")?;
     let use_key = !matches!(plan.authority, Authority::Keyless(_));
     let bundle = env.to_bundle(use_key)?;
     let Some(bundle) = bundle else {
-        return Err(format!("{TLOG_FAILED}: signature has no transparency log entry"));
+        return Err(format!(
+            "{TLOG_FAILED}: signature has no transparency log entry"
+        ));
     };
     let image_hash = image_digest(digest)?;
     let result = match (&plan.authority, &bundle.content, env) {
@@ -197,11 +240,15 @@ fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Con
     if let (Authority::Keyless(rules), Some(id)) = (&plan.authority, &result) {
         let (subject, issuer) = id;
         if !rules.iter().any(|r| r.matches(subject, issuer)) {
-            return Err(format!("none of the expected identities matched what was in the certificate, got subjects [{subject}] with issuer {issuer}"));
+            return Err(format!(
+                "none of the expected identities matched what was in the certificate, got subjects [{subject}] with issuer {issuer}"
+            ));
         }
     }
     match &bundle.content {
-        SignatureContent::DsseEnvelope(d) => statement_content(&d.payload_type, d.payload.as_bytes(), digest),
+        SignatureContent::DsseEnvelope(d) => {
+            statement_content(&d.payload_type, d.payload.as_bytes(), digest)
+        }
         _ => match env {
             Envelope::SimpleSigning(l) => Ok(Content::Simple(l.blob.clone())),
             _ => Err("unexpected bundle content".into()),
@@ -231,7 +278,9 @@ fn run<'a>(
             }
             verifier.verify(artifact, bundle, &policy).map(|r| {
                 Some((
-                    r.identity().map(|i| i.as_str().to_owned()).unwrap_or_default(),
+                    r.identity()
+                        .map(|i| i.as_str().to_owned())
+                        .unwrap_or_default(),
                     r.issuer().unwrap_or_default().to_owned(),
                 ))
             })
@@ -260,14 +309,17 @@ fn statement_content(payload_type: &str, payload: &[u8], digest: &str) -> Result
     if payload_type != IN_TOTO_PAYLOAD_TYPE {
         return Err(format!("DSSE payload type {payload_type} is not in-toto"));
     }
-    let st: Value = serde_json::from_slice(payload).map_err(|e| format!("malformed in-toto statement: {e}"))?;
+    let st: Value =
+        serde_json::from_slice(payload).map_err(|e| format!("malformed in-toto statement: {e}"))?;
     let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
     let bound = st
         .get("subject")
         .and_then(Value::as_array)
         .is_some_and(|subjects| {
             subjects.iter().any(|s| {
-                s.pointer("/digest/sha256").and_then(Value::as_str).is_some_and(|d| d.eq_ignore_ascii_case(hex))
+                s.pointer("/digest/sha256")
+                    .and_then(Value::as_str)
+                    .is_some_and(|d| d.eq_ignore_ascii_case(hex))
             })
         });
     if !bound {
@@ -278,8 +330,8 @@ fn statement_content(payload_type: &str, payload: &[u8], digest: &str) -> Result
 
 /// The simple-signing payload must name this digest and carry the attestor's annotations.
 fn check_simple_signing(plan: &Plan, digest: &str, payload: &[u8]) -> Result<(), String> {
-    let ss: SimpleSigning =
-        serde_json::from_slice(payload).map_err(|e| format!("malformed simple-signing payload: {e}"))?;
+    let ss: SimpleSigning = serde_json::from_slice(payload)
+        .map_err(|e| format!("malformed simple-signing payload: {e}"))?;
     let signed = &ss.critical.image.docker_manifest_digest;
     if signed != digest {
         return Err(format!("signature is for digest {signed}, not {digest}"));
@@ -294,17 +346,25 @@ fn check_bundle_annotations(plan: &Plan, statement: &Value) -> Result<(), String
     check_annotations(plan, map)
 }
 
-fn check_annotations(plan: &Plan, optional: Option<&serde_json::Map<String, Value>>) -> Result<(), String> {
+fn check_annotations(
+    plan: &Plan,
+    optional: Option<&serde_json::Map<String, Value>>,
+) -> Result<(), String> {
     for (k, v) in &plan.annotations {
         let got = optional.and_then(|m| m.get(k));
         let matches = match got {
             Some(Value::String(s)) => s == v,
-            Some(other) => other.to_string() == *v,
+            Some(other) => other.to_string().as_str() == v.as_str(),
             None => false,
         };
         if !matches {
-            return Err(format!("annotation {k}={v} is not in the signature payload"));
+            return Err(format!(
+                "annotation {k}={v} is not in the signature payload"
+            ));
         }
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -53,7 +53,10 @@ pub struct Legacy {
 
 impl Legacy {
     /// Picks the annotations cosign writes from a layer descriptor's annotation map.
-    pub fn from_annotations(blob: Vec<u8>, annotations: Option<&serde_json::Map<String, Value>>) -> Self {
+    pub fn from_annotations(
+        blob: Vec<u8>,
+        annotations: Option<&serde_json::Map<String, Value>>,
+    ) -> Self {
         let get = |k: &str| {
             annotations
                 .and_then(|a| a.get(k))
@@ -100,9 +103,16 @@ fn tlog_entry(annotation: &str) -> Result<Value, String> {
         .map_err(|e| format!("malformed Rekor body: {e}"))?;
     let body_json: Value =
         serde_json::from_slice(&body).map_err(|e| format!("malformed Rekor body: {e}"))?;
-    let kind = body_json.get("kind").and_then(Value::as_str).unwrap_or_default();
-    let version = body_json.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
-    let log_id = hex::decode(&rb.payload.log_id).map_err(|e| format!("malformed Rekor logID: {e}"))?;
+    let kind = body_json
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let version = body_json
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let log_id =
+        hex::decode(&rb.payload.log_id).map_err(|e| format!("malformed Rekor logID: {e}"))?;
     Ok(json!({
         "logIndex": rb.payload.log_index.to_string(),
         "logId": { "keyId": b64.encode(log_id) },
@@ -124,8 +134,10 @@ fn material(legacy: &Legacy, use_key: bool) -> Result<Value, String> {
     if let Some(chain) = &legacy.chain {
         certs.extend(parse_certificates(chain, ANNOTATION_CHAIN)?);
     }
-    let certificates: Vec<Value> =
-        certs.iter().map(|c| json!({ "rawBytes": b64.encode(c.as_bytes()) })).collect();
+    let certificates: Vec<Value> = certs
+        .iter()
+        .map(|c| json!({ "rawBytes": b64.encode(c.as_bytes()) }))
+        .collect();
     Ok(json!({ "x509CertificateChain": { "certificates": certificates } }))
 }
 
@@ -137,19 +149,26 @@ impl Envelope {
     pub(crate) fn to_bundle(&self, use_key: bool) -> Result<Option<Bundle>, String> {
         let (legacy, content) = match self {
             Self::Bundle(json) => {
-                let text = std::str::from_utf8(json).map_err(|e| format!("bundle is not UTF-8: {e}"))?;
+                let text =
+                    std::str::from_utf8(json).map_err(|e| format!("bundle is not UTF-8: {e}"))?;
                 return Bundle::from_json(text)
                     .map(Some)
                     .map_err(|e| format!("malformed Sigstore bundle: {e}"));
             }
             Self::SimpleSigning(l) => {
-                let sig = l.signature.as_deref().ok_or("signature layer has no signature annotation")?;
+                let sig = l
+                    .signature
+                    .as_deref()
+                    .ok_or("signature layer has no signature annotation")?;
                 let b64 = base64::engine::general_purpose::STANDARD;
                 let digest = b64.encode(Sha256::digest(&l.blob));
-                (l, json!({ "messageSignature": {
-                    "messageDigest": { "algorithm": "SHA2_256", "digest": digest },
-                    "signature": sig.trim(),
-                }}))
+                (
+                    l,
+                    json!({ "messageSignature": {
+                        "messageDigest": { "algorithm": "SHA2_256", "digest": digest },
+                        "signature": sig.trim(),
+                    }}),
+                )
             }
             Self::Dsse(l) => {
                 let env: Value = serde_json::from_slice(&l.blob)
@@ -157,7 +176,9 @@ impl Envelope {
                 (l, json!({ "dsseEnvelope": env }))
             }
         };
-        let Some(rekor) = &legacy.rekor_bundle else { return Ok(None) };
+        let Some(rekor) = &legacy.rekor_bundle else {
+            return Ok(None);
+        };
         let mut material = material(legacy, use_key)?;
         material["tlogEntries"] = json!([tlog_entry(rekor)?]);
         let mut doc = json!({ "mediaType": BUNDLE_V01, "verificationMaterial": material });
@@ -212,16 +233,25 @@ mod tests {
     fn ratify_keyless() -> Legacy {
         Legacy {
             blob: include_bytes!("../tests/data/ratify-keyless/payload.json").to_vec(),
-            signature: Some(include_str!("../tests/data/ratify-keyless/signature.b64").trim().into()),
+            signature: Some(
+                include_str!("../tests/data/ratify-keyless/signature.b64")
+                    .trim()
+                    .into(),
+            ),
             certificate: Some(include_str!("../tests/data/ratify-keyless/cert.pem").into()),
             chain: Some(include_str!("../tests/data/ratify-keyless/chain.pem").into()),
-            rekor_bundle: Some(include_str!("../tests/data/ratify-keyless/rekor-bundle.json").into()),
+            rekor_bundle: Some(
+                include_str!("../tests/data/ratify-keyless/rekor-bundle.json").into(),
+            ),
         }
     }
 
     #[test]
     fn legacy_keyless_becomes_v01_bundle_with_set() {
-        let bundle = Envelope::SimpleSigning(ratify_keyless()).to_bundle(false).unwrap().unwrap();
+        let bundle = Envelope::SimpleSigning(ratify_keyless())
+            .to_bundle(false)
+            .unwrap()
+            .unwrap();
         assert!(bundle.has_inclusion_promise());
         assert_eq!(bundle.verification_material.tlog_entries.len(), 1);
         assert!(bundle.signing_certificate().is_some());
@@ -231,7 +261,12 @@ mod tests {
     fn legacy_without_rekor_has_no_bundle_and_bad_rekor_is_named() {
         let mut l = ratify_keyless();
         l.rekor_bundle = None;
-        assert!(Envelope::SimpleSigning(l.clone()).to_bundle(false).unwrap().is_none());
+        assert!(
+            Envelope::SimpleSigning(l.clone())
+                .to_bundle(false)
+                .unwrap()
+                .is_none()
+        );
         l.rekor_bundle = Some("{}".into());
         let err = Envelope::SimpleSigning(l).to_bundle(false).unwrap_err();
         assert!(err.contains(ANNOTATION_REKOR_BUNDLE), "{err}");

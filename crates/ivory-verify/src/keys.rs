@@ -9,28 +9,33 @@ use sigstore_verify::types::{DerCertificate, DerPublicKey, HashAlgorithm};
 #[derive(Clone, Debug)]
 pub(crate) struct PublicKey {
     pub(crate) der: DerPublicKey,
-    pub(crate) hash: HashAlgorithm,
     pub(crate) scheme: SigningScheme,
 }
 
-/// Parses a PEM `PUBLIC KEY` (P-256, P-384, RSA, Ed25519). `hash_algorithm` is cosign's
-/// `--signing-algorithm` hash: `sha256` (default), `sha384`, `sha512`; `sha224` has no
-/// implementation in the crypto provider and is rejected by name.
-pub(crate) fn parse_public_key(pem: &str, hash_algorithm: Option<&str>) -> Result<PublicKey, String> {
+/// Parses a PEM `PUBLIC KEY` (P-256, P-384, RSA, Ed25519). `hash_algorithm` is Kyverno's
+/// `key.hashAlgorithm`: `sha256`, `sha384`, `sha512`; `sha224` has no implementation in the
+/// crypto provider and is rejected by name.
+pub(crate) fn parse_public_key(
+    pem: &str,
+    hash_algorithm: Option<&str>,
+) -> Result<PublicKey, String> {
     let der = DerPublicKey::from_pem(pem.trim())
         .map_err(|e| format!("key.data is not a PEM public key: {e}"))?;
     let algorithm = KeyAlgorithm::from_spki(&der)
         .map_err(|e| format!("key.data has an unsupported key type: {e}"))?;
-    let hash = parse_hash(hash_algorithm)?;
-    let scheme = algorithm
-        .resolve_signing_scheme(hash)
-        .map_err(|e| format!("key.hashAlgorithm does not fit the key: {e}"))?;
-    Ok(PublicKey { der, hash, scheme })
+    // Unset: the key's own default (P-384 signs with SHA-384, as cosign does); set: honoured.
+    let scheme = match hash_algorithm.filter(|h| !h.is_empty()) {
+        None => algorithm.default_signing_scheme(),
+        Some(name) => algorithm
+            .resolve_signing_scheme(parse_hash(Some(name))?)
+            .map_err(|e| format!("key.hashAlgorithm does not fit the key: {e}"))?,
+    };
+    Ok(PublicKey { der, scheme })
 }
 
 fn parse_hash(name: Option<&str>) -> Result<HashAlgorithm, String> {
     match name.map(str::to_ascii_lowercase).as_deref() {
-        None | Some("") | Some("sha256") => Ok(HashAlgorithm::Sha2256),
+        None | Some("sha256") => Ok(HashAlgorithm::Sha2256),
         Some("sha384") => Ok(HashAlgorithm::Sha2384),
         Some("sha512") => Ok(HashAlgorithm::Sha2512),
         Some(other) => Err(format!("key.hashAlgorithm {other} is not supported")),
@@ -47,7 +52,10 @@ pub(crate) fn parse_certificates(text: &str, field: &str) -> Result<Vec<DerCerti
     }
     blocks
         .into_iter()
-        .map(|b| DerCertificate::from_pem(b).map_err(|e| format!("{field} is not a PEM certificate: {e}")))
+        .map(|b| {
+            DerCertificate::from_pem(b)
+                .map_err(|e| format!("{field} is not a PEM certificate: {e}"))
+        })
         .collect()
 }
 
@@ -57,7 +65,6 @@ pub(crate) fn certificate_key(cert: &DerCertificate) -> Result<PublicKey, String
         .map_err(|e| format!("certificate.cert cannot be parsed: {e}"))?;
     Ok(PublicKey {
         der: info.public_key,
-        hash: HashAlgorithm::Sha2256,
         scheme: info.key_algorithm.default_signing_scheme(),
     })
 }
@@ -80,10 +87,15 @@ fn pem_blocks(text: &str) -> Vec<&str> {
     let mut rest = text;
     while let Some(start) = rest.find("-----BEGIN") {
         let after = &rest[start..];
-        let Some(end_marker) = after.find("-----END") else { break };
+        let Some(end_marker) = after.find("-----END") else {
+            break;
+        };
         let tail = &after[end_marker..];
         // The END line closes with five dashes after its label.
-        let close = tail[8..].find("-----").map(|i| 8 + i + 5).unwrap_or(tail.len());
+        let close = tail[8..]
+            .find("-----")
+            .map(|i| 8 + i + 5)
+            .unwrap_or(tail.len());
         out.push(&after[..end_marker + close]);
         rest = &after[end_marker + close..];
     }
@@ -106,8 +118,16 @@ mod tests {
 
     #[test]
     fn rejects_unknown_hash_and_garbage() {
-        assert!(parse_public_key(P256, Some("sha224")).unwrap_err().contains("sha224"));
-        assert!(parse_public_key("not a key", None).unwrap_err().contains("key.data"));
+        assert!(
+            parse_public_key(P256, Some("sha224"))
+                .unwrap_err()
+                .contains("sha224")
+        );
+        assert!(
+            parse_public_key("not a key", None)
+                .unwrap_err()
+                .contains("key.data")
+        );
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! * [`plan`]: an attestor turned into keys, identities and a trust root.
 //! * [`envelope`]: signature material as stored in registries.
 
-pub mod check;
 mod chain;
+pub mod check;
 pub mod envelope;
 mod keys;
 pub mod plan;
@@ -17,3 +17,6 @@ pub use check::{Accepted, evaluate};
 pub use envelope::{Envelope, Legacy};
 pub use plan::Plan;
 pub use trust::PUBLIC_GOOD_TRUSTED_ROOT;
+pub use verifier::{CosignVerifier, CredentialsResolver, VerifierConfig};
+
+mod verifier;

@@ -108,7 +108,11 @@ impl Plan {
         let ignore_sct = ctlog.insecure_ignore_sct.unwrap_or(false);
         let authority = authority(cosign)?;
         let needs_trust = matches!(authority, Authority::Keyless(_)) || !ignore_tlog;
-        let verifier = if needs_trust { Some(verifier_for(cosign, default_root)?) } else { None };
+        let verifier = if needs_trust {
+            Some(verifier_for(cosign, default_root)?)
+        } else {
+            None
+        };
         Ok(Self {
             authority,
             verifier,
@@ -142,7 +146,11 @@ fn authority(cosign: &Cosign) -> Result<Authority, String> {
         }
     }
     if let Some(cert) = &cosign.certificate {
-        let text = cert.cert.as_ref().and_then(|s| s.value.as_deref()).unwrap_or_default();
+        let text = cert
+            .cert
+            .as_ref()
+            .and_then(|s| s.value.as_deref())
+            .unwrap_or_default();
         let leaf = first_cert(text, "certificate.cert")?;
         if let Some(chain) = cert.cert_chain.as_ref().and_then(|s| s.value.as_deref()) {
             let chain = parse_certificates(chain, "certificate.certChain")?;
@@ -167,20 +175,41 @@ mod tests {
     use ivory_policy::types::{CosignKey, Keyless, Notary};
 
     fn cosign(c: Cosign) -> Attestor {
-        Attestor { name: "a".into(), cosign: Some(c), notary: None }
+        Attestor {
+            name: "a".into(),
+            cosign: Some(c),
+            notary: None,
+        }
     }
 
     #[test]
     fn unsupported_and_empty_attestors_are_named() {
-        let notary = Attestor { name: "n".into(), cosign: None, notary: Some(Notary::default()) };
-        assert_eq!(Plan::new(&notary, PUBLIC_GOOD_TRUSTED_ROOT).unwrap_err(), NOTARY_UNSUPPORTED);
+        let notary = Attestor {
+            name: "n".into(),
+            cosign: None,
+            notary: Some(Notary::default()),
+        };
+        assert_eq!(
+            Plan::new(&notary, PUBLIC_GOOD_TRUSTED_ROOT).unwrap_err(),
+            NOTARY_UNSUPPORTED
+        );
         let kms = cosign(Cosign {
-            key: Some(CosignKey { kms: Some("awskms:///x".into()), ..CosignKey::default() }),
+            key: Some(CosignKey {
+                kms: Some("awskms:///x".into()),
+                ..CosignKey::default()
+            }),
             ..Cosign::default()
         });
-        assert_eq!(Plan::new(&kms, PUBLIC_GOOD_TRUSTED_ROOT).unwrap_err(), KMS_UNSUPPORTED);
+        assert_eq!(
+            Plan::new(&kms, PUBLIC_GOOD_TRUSTED_ROOT).unwrap_err(),
+            KMS_UNSUPPORTED
+        );
         let empty = cosign(Cosign::default());
-        assert!(Plan::new(&empty, PUBLIC_GOOD_TRUSTED_ROOT).unwrap_err().contains("one key"));
+        assert!(
+            Plan::new(&empty, PUBLIC_GOOD_TRUSTED_ROOT)
+                .unwrap_err()
+                .contains("one key")
+        );
     }
 
     #[test]
@@ -199,18 +228,29 @@ mod tests {
         ];
         let plan = Plan::new(
             &cosign(Cosign {
-                keyless: Some(Keyless { identities: ids, ..Keyless::default() }),
+                keyless: Some(Keyless {
+                    identities: ids,
+                    ..Keyless::default()
+                }),
                 ..Cosign::default()
             }),
             PUBLIC_GOOD_TRUSTED_ROOT,
         )
         .unwrap();
-        let Authority::Keyless(rules) = &plan.authority else { panic!("keyless expected") };
+        let Authority::Keyless(rules) = &plan.authority else {
+            panic!("keyless expected")
+        };
         let any = |s: &str, i: &str| rules.iter().any(|r| r.matches(s, i));
         assert!(any("me@example.com", "https://github.com/login/oauth"));
         assert!(!any("me@example.org", "https://github.com/login/oauth"));
-        assert!(any("https://x/y", "https://token.actions.githubusercontent.com"));
-        assert!(!any("https://x/y/z", "https://token.actions.githubusercontent.com"));
+        assert!(any(
+            "https://x/y",
+            "https://token.actions.githubusercontent.com"
+        ));
+        assert!(!any(
+            "https://x/y/z",
+            "https://token.actions.githubusercontent.com"
+        ));
     }
 
     #[test]
@@ -218,14 +258,21 @@ mod tests {
         let bad = |id: Identity| {
             Plan::new(
                 &cosign(Cosign {
-                    keyless: Some(Keyless { identities: vec![id], ..Keyless::default() }),
+                    keyless: Some(Keyless {
+                        identities: vec![id],
+                        ..Keyless::default()
+                    }),
                     ..Cosign::default()
                 }),
                 PUBLIC_GOOD_TRUSTED_ROOT,
             )
             .unwrap_err()
         };
-        let e = bad(Identity { subject_reg_exp: Some("(".into()), issuer: Some("i".into()), ..Identity::default() });
+        let e = bad(Identity {
+            subject_reg_exp: Some("(".into()),
+            issuer: Some("i".into()),
+            ..Identity::default()
+        });
         assert!(e.contains("subjectRegExp"), "{e}");
     }
 }

@@ -27,25 +27,40 @@ const EPOCH: &str = "1970-01-01T00:00:00Z";
 /// Builds the verifier for one cosign attestor. `default_root` is the process-wide root (the
 /// embedded public-good one unless configured otherwise).
 pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Arc<Verifier>, String> {
-    let mut root: Value = match cosign.trusted_root.as_ref().and_then(|s| s.value.as_deref()) {
+    let mut root: Value = match cosign
+        .trusted_root
+        .as_ref()
+        .and_then(|s| s.value.as_deref())
+    {
         Some(text) if !text.trim().is_empty() => serde_json::from_str(text)
             .map_err(|e| format!("trustedRoot is not a trusted_root.json document: {e}"))?,
         _ => serde_json::from_str(default_root)
             .map_err(|e| format!("the default trusted root is not valid JSON: {e}"))?,
     };
-    if let Some(roots) = cosign.keyless.as_ref().and_then(|k| k.roots.as_deref()) {
-        if !roots.trim().is_empty() {
-            root["certificateAuthorities"] = json!([authority(roots, "keyless.roots")?]);
-        }
+    let roots = cosign.keyless.as_ref().and_then(|k| k.roots.as_deref());
+    if let Some(roots) = roots.filter(|r| !r.trim().is_empty()) {
+        root["certificateAuthorities"] = json!([authority(roots, "keyless.roots")?]);
     }
     if let Some(ctlog) = &cosign.ctlog {
-        if let Some(pem) = ctlog.rekor_pub_key.as_deref().filter(|s| !s.trim().is_empty()) {
+        if let Some(pem) = ctlog
+            .rekor_pub_key
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+        {
             root["tlogs"] = json!([log_entry(pem, "ctlog.rekorPubKey")?]);
         }
-        if let Some(pem) = ctlog.ct_log_pub_key.as_deref().filter(|s| !s.trim().is_empty()) {
+        if let Some(pem) = ctlog
+            .ct_log_pub_key
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+        {
             root["ctlogs"] = json!([log_entry(pem, "ctlog.ctLogPubKey")?]);
         }
-        if let Some(pem) = ctlog.tsa_cert_chain.as_deref().filter(|s| !s.trim().is_empty()) {
+        if let Some(pem) = ctlog
+            .tsa_cert_chain
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+        {
             root["timestampAuthorities"] = json!([authority(pem, "ctlog.tsaCertChain")?]);
         }
     }
@@ -121,10 +136,15 @@ mod tests {
         };
         assert!(verifier_for(&cosign, PUBLIC_GOOD_TRUSTED_ROOT).is_ok());
         let bad = Cosign {
-            trusted_root: Some(StringSource { value: Some("{".into()), expression: None }),
+            trusted_root: Some(StringSource {
+                value: Some("{".into()),
+                expression: None,
+            }),
             ..Cosign::default()
         };
-        let err = verifier_for(&bad, PUBLIC_GOOD_TRUSTED_ROOT).unwrap_err();
+        let Err(err) = verifier_for(&bad, PUBLIC_GOOD_TRUSTED_ROOT) else {
+            panic!("bad root accepted")
+        };
         assert!(err.contains("trustedRoot"), "{err}");
     }
 }

@@ -52,11 +52,20 @@ pub(super) fn register(r: &mut Registry) {
     r.add("registry", |a| member(a, |i| string(i.registry())));
     r.add("repository", |a| member(a, |i| string(i.repository())));
     r.add("identifier", |a| member(a, |i| string(i.identifier())));
-    r.add("tag", |a| member(a, |i| string(i.tag().unwrap_or_default())));
-    r.add("digest", |a| member(a, |i| string(i.digest().unwrap_or_default())));
-    r.add("containsDigest", |a| member(a, |i| Value::Bool(i.digest().is_some())));
+    r.add("tag", |a| {
+        member(a, |i| string(i.tag().unwrap_or_default()))
+    });
+    r.add("digest", |a| {
+        member(a, |i| string(i.digest().unwrap_or_default()))
+    });
+    r.add("containsDigest", |a| {
+        member(a, |i| Value::Bool(i.digest().is_some()))
+    });
 
-    r.add_raw("verifyImageSignatures", host_fn(HostOp::VerifyImageSignatures));
+    r.add_raw(
+        "verifyImageSignatures",
+        host_fn(HostOp::VerifyImageSignatures),
+    );
     r.add_raw(
         "verifyAttestationSignatures",
         host_fn(HostOp::VerifyAttestationSignatures),

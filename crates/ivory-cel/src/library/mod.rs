@@ -1,6 +1,7 @@
 //! The function library: cel stdlib + extensions, Kubernetes libraries and Kyverno's image
 //! functions. Built once per process; every evaluation runs in a child scope of it.
 
+mod k8s_lists;
 mod kyverno;
 mod net;
 mod quantity;
@@ -103,6 +104,7 @@ fn build() -> Library {
         ("math", env.add_extension(cel::extensions::math)),
         ("encoders", env.add_extension(cel::extensions::encoders)),
         ("string overloads", add_string_overloads(&mut env)),
+        ("list overloads", k8s_lists::add_overloads(&mut env)),
     ] {
         // Declarations are static; a failure is a bug caught by every test.
         if let Err(e) = result {
@@ -119,6 +121,7 @@ fn build() -> Library {
     semvers::register(&mut registry);
     sets::register(&mut registry);
     kyverno::register(&mut registry);
+    k8s_lists::register(&mut registry);
     for (name, handlers) in registry.handlers {
         if let Err(e) = context.add_function(name, dispatcher(name, handlers)) {
             panic!("ivory-cel: declaring function {name} failed: {e}");
@@ -159,7 +162,11 @@ pub(crate) fn call_values(ftx: &FunctionContext<'_, '_>) -> Result<Vec<Value>, E
 }
 
 fn display_name(name: &str) -> &str {
-    if name == MATCHES_CACHED { "matches" } else { name }
+    if name == MATCHES_CACHED {
+        "matches"
+    } else {
+        name
+    }
 }
 
 pub(crate) fn no_overload(name: &str, args: &[Value], member: bool) -> ExecutionError {
@@ -209,8 +216,19 @@ const STRINGABLE_TYPES: &[&str] = &[
 fn add_string_overloads(env: &mut Env) -> Result<(), cel::DeclarationError> {
     for name in STRINGABLE_TYPES {
         let t = || Type::new_opaque_type(*name);
-        env.add_overload("string", &format!("string_{name}"), vec![t()], opaque_string)?;
-        env.add_member_overload("string", &format!("{name}_string"), t(), vec![], opaque_string)?;
+        env.add_overload(
+            "string",
+            &format!("string_{name}"),
+            vec![t()],
+            opaque_string,
+        )?;
+        env.add_member_overload(
+            "string",
+            &format!("{name}_string"),
+            t(),
+            vec![],
+            opaque_string,
+        )?;
     }
     Ok(())
 }

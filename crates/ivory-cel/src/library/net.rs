@@ -53,14 +53,17 @@ pub(crate) fn parse_ip(s: &str) -> Result<IpAddr, String> {
 
 pub(crate) fn parse_cidr(s: &str) -> Result<IpNet, String> {
     let Some((addr, _)) = s.split_once('/') else {
-        return Err(format!("network address parse error during conversion from string: {s:?} has no prefix length"));
+        return Err(format!(
+            "network address parse error during conversion from string: {s:?} has no prefix length"
+        ));
     };
     if addr.contains('%') {
         return Err(format!("CIDR with zone value is not allowed: {s}"));
     }
     parse_ip(addr)?;
-    s.parse::<IpNet>()
-        .map_err(|e| format!("network address parse error during conversion from string: {s:?}: {e}"))
+    s.parse::<IpNet>().map_err(|e| {
+        format!("network address parse error during conversion from string: {s:?}: {e}")
+    })
 }
 
 fn is_link_local_multicast(ip: &IpAddr) -> bool {
@@ -119,15 +122,21 @@ pub(super) fn register(r: &mut Registry) {
     r.add("family", |a| {
         ip_member(a, |ip| Value::Int(if ip.is_ipv4() { 4 } else { 6 }))
     });
-    r.add("isUnspecified", |a| ip_member(a, |ip| Value::Bool(ip.is_unspecified())));
-    r.add("isLoopback", |a| ip_member(a, |ip| Value::Bool(ip.is_loopback())));
+    r.add("isUnspecified", |a| {
+        ip_member(a, |ip| Value::Bool(ip.is_unspecified()))
+    });
+    r.add("isLoopback", |a| {
+        ip_member(a, |ip| Value::Bool(ip.is_loopback()))
+    });
     r.add("isLinkLocalMulticast", |a| {
         ip_member(a, |ip| Value::Bool(is_link_local_multicast(ip)))
     });
     r.add("isLinkLocalUnicast", |a| {
         ip_member(a, |ip| Value::Bool(is_link_local_unicast(ip)))
     });
-    r.add("isGlobalUnicast", |a| ip_member(a, |ip| Value::Bool(is_global_unicast(ip))));
+    r.add("isGlobalUnicast", |a| {
+        ip_member(a, |ip| Value::Bool(is_global_unicast(ip)))
+    });
 
     r.add("cidr", |a| match a {
         [Value::String(s)] => Some(parse_cidr(s).map(|c| wrap(Cidr(c)))),
@@ -166,5 +175,7 @@ pub(super) fn register(r: &mut Registry) {
         _ => None,
     });
     r.add("masked", |a| cidr_member(a, |c| wrap(Cidr(c.trunc()))));
-    r.add("prefixLength", |a| cidr_member(a, |c| Value::Int(i64::from(c.prefix_len()))));
+    r.add("prefixLength", |a| {
+        cidr_member(a, |c| Value::Int(i64::from(c.prefix_len())))
+    });
 }

@@ -38,7 +38,11 @@ pub(super) fn to_string(o: &dyn Opaque) -> Option<String> {
 /// Parses `<signedNumber><suffix>` (binary SI `Ki…Ei`, decimal SI `n u m k M G T P E`,
 /// or decimal exponent `e<n>`/`E<n>`).
 pub(crate) fn parse(s: &str) -> Result<Quantity, String> {
-    let err = || format!("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {s:?}");
+    let err = || {
+        format!(
+            "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {s:?}"
+        )
+    };
     let (negative, body) = match s.as_bytes().first() {
         Some(b'-') => (true, &s[1..]),
         Some(b'+') => (false, &s[1..]),
@@ -57,7 +61,11 @@ pub(crate) fn parse(s: &str) -> Result<Quantity, String> {
     if digits.len() > 36 {
         return Err(too_large(s));
     }
-    let mantissa: i128 = if digits.is_empty() { 0 } else { digits.parse().map_err(|_| err())? };
+    let mantissa: i128 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().map_err(|_| err())?
+    };
     let frac_len = i64::try_from(frac_part.len()).map_err(|_| err())?;
     let (pow2, pow10) = suffix_powers(suffix).ok_or_else(err)?;
     let nanos = scale(mantissa, pow2, pow10 + 9 - frac_len).ok_or_else(|| too_large(s))?;
@@ -93,7 +101,10 @@ fn suffix_powers(suffix: &str) -> Option<(u32, i64)> {
         _ => {
             let exp = suffix.strip_prefix(['e', 'E'])?;
             let sign_ok = exp.strip_prefix(['+', '-']).unwrap_or(exp);
-            if sign_ok.is_empty() || !sign_ok.chars().all(|c| c.is_ascii_digit()) || sign_ok.len() > 4 {
+            if sign_ok.is_empty()
+                || !sign_ok.chars().all(|c| c.is_ascii_digit())
+                || sign_ok.len() > 4
+            {
                 return None;
             }
             (0, exp.parse().ok()?)
@@ -115,15 +126,26 @@ fn scale(m: i128, pow2: u32, pow10: i64) -> Option<i128> {
         let p = 10i128.checked_pow(neg)?;
         v = v / p + i128::from(v % p != 0);
     }
-    if v.abs() > 10i128.pow(36) { None } else { Some(v) }
+    if v.abs() > 10i128.pow(36) {
+        None
+    } else {
+        Some(v)
+    }
 }
 
 fn as_integer(q: &Quantity) -> Result<i64, String> {
     if q.nanos % NANO != 0 {
-        return Err(format!("cannot convert value to integer: {} is not a whole number", q.original));
+        return Err(format!(
+            "cannot convert value to integer: {} is not a whole number",
+            q.original
+        ));
     }
-    i64::try_from(q.nanos / NANO)
-        .map_err(|_| format!("cannot convert value to integer: {} overflows int", q.original))
+    i64::try_from(q.nanos / NANO).map_err(|_| {
+        format!(
+            "cannot convert value to integer: {} overflows int",
+            q.original
+        )
+    })
 }
 
 fn operand(v: &Value) -> Option<i128> {
@@ -162,7 +184,11 @@ fn arith(a: &[Value], sub: bool) -> Option<Result<Value, String>> {
 
 fn compare(a: &[Value]) -> Option<Ordering> {
     let [q, other] = a else { return None };
-    Some(opaque::<Quantity>(q)?.nanos.cmp(&opaque::<Quantity>(other)?.nanos))
+    Some(
+        opaque::<Quantity>(q)?
+            .nanos
+            .cmp(&opaque::<Quantity>(other)?.nanos),
+    )
 }
 
 fn member(a: &[Value], f: fn(&Quantity) -> Result<Value, String>) -> Option<Result<Value, String>> {
@@ -181,17 +207,27 @@ pub(super) fn register(r: &mut Registry) {
         [Value::String(s)] => Some(Ok(Value::Bool(parse(s).is_ok()))),
         _ => None,
     });
-    r.add("isInteger", |a| member(a, |q| Ok(Value::Bool(as_integer(q).is_ok()))));
-    r.add("asInteger", |a| member(a, |q| as_integer(q).map(Value::Int)));
+    r.add("isInteger", |a| {
+        member(a, |q| Ok(Value::Bool(as_integer(q).is_ok())))
+    });
+    r.add("asInteger", |a| {
+        member(a, |q| as_integer(q).map(Value::Int))
+    });
     r.add("asApproximateFloat", |a| {
         member(a, |q| Ok(Value::Float(q.nanos as f64 / NANO as f64)))
     });
-    r.add("sign", |a| member(a, |q| Ok(Value::Int(q.nanos.signum() as i64))));
+    r.add("sign", |a| {
+        member(a, |q| Ok(Value::Int(q.nanos.signum() as i64)))
+    });
     r.add("add", |a| arith(a, false));
     r.add("sub", |a| arith(a, true));
     r.add("compareTo", |a| {
         compare(a).map(|o| Ok(Value::Int(o as i64)))
     });
-    r.add("isGreaterThan", |a| compare(a).map(|o| Ok(Value::Bool(o.is_gt()))));
-    r.add("isLessThan", |a| compare(a).map(|o| Ok(Value::Bool(o.is_lt()))));
+    r.add("isGreaterThan", |a| {
+        compare(a).map(|o| Ok(Value::Bool(o.is_gt())))
+    });
+    r.add("isLessThan", |a| {
+        compare(a).map(|o| Ok(Value::Bool(o.is_lt())))
+    });
 }

@@ -32,13 +32,15 @@ pub(crate) fn compiled(pattern: &str) -> Result<Arc<Regex>, String> {
 
 pub(super) fn register(r: &mut Registry) {
     r.add(MATCHES_CACHED, |a| match a {
-        [Value::String(s), Value::String(p)] => Some(compiled(p).map(|re| Value::Bool(re.is_match(s)))),
+        [Value::String(s), Value::String(p)] => {
+            Some(compiled(p).map(|re| Value::Bool(re.is_match(s))))
+        }
         _ => None,
     });
     r.add("find", |a| match a {
-        [Value::String(s), Value::String(p)] => Some(compiled(p).map(|re| {
-            string(re.find(s).map(|m| m.as_str()).unwrap_or_default())
-        })),
+        [Value::String(s), Value::String(p)] => {
+            Some(compiled(p).map(|re| string(re.find(s).map(|m| m.as_str()).unwrap_or_default())))
+        }
         _ => None,
     });
     r.add("findAll", |a| match a {
@@ -52,6 +54,10 @@ pub(super) fn register(r: &mut Registry) {
 fn find_all(s: &str, pattern: &str, limit: i64) -> Result<Value, String> {
     let re = compiled(pattern)?;
     let take = usize::try_from(limit).unwrap_or(usize::MAX);
-    let found: Vec<Value> = re.find_iter(s).take(take).map(|m| string(m.as_str())).collect();
+    let found: Vec<Value> = re
+        .find_iter(s)
+        .take(take)
+        .map(|m| string(m.as_str()))
+        .collect();
     Ok(Value::List(Arc::new(found)))
 }

@@ -37,7 +37,11 @@ pub(crate) fn parse(s: &str, normalize: bool) -> Result<Version, String> {
         .split('.')
         .map(|p| {
             let t = p.trim_start_matches('0');
-            if t.is_empty() && !p.is_empty() { "0".to_owned() } else { t.to_owned() }
+            if t.is_empty() && !p.is_empty() {
+                "0".to_owned()
+            } else {
+                t.to_owned()
+            }
         })
         .collect();
     while parts.len() < 3 {
@@ -56,7 +60,11 @@ fn construct(a: &[Value]) -> Option<Result<Version, String>> {
 
 fn compare(a: &[Value]) -> Option<Ordering> {
     let [x, y] = a else { return None };
-    Some(opaque::<Semver>(x)?.0.cmp_precedence(&opaque::<Semver>(y)?.0))
+    Some(
+        opaque::<Semver>(x)?
+            .0
+            .cmp_precedence(&opaque::<Semver>(y)?.0),
+    )
 }
 
 fn member(a: &[Value], f: fn(&Version) -> u64) -> Option<Result<Value, String>> {
@@ -71,12 +79,22 @@ fn member(a: &[Value], f: fn(&Version) -> u64) -> Option<Result<Value, String>> 
 }
 
 pub(super) fn register(r: &mut Registry) {
-    r.add("semver", |a| construct(a).map(|r| r.map(|v| wrap(Semver(v)))));
-    r.add("isSemver", |a| construct(a).map(|r| Ok(Value::Bool(r.is_ok()))));
+    r.add("semver", |a| {
+        construct(a).map(|r| r.map(|v| wrap(Semver(v))))
+    });
+    r.add("isSemver", |a| {
+        construct(a).map(|r| Ok(Value::Bool(r.is_ok())))
+    });
     r.add("major", |a| member(a, |v| v.major));
     r.add("minor", |a| member(a, |v| v.minor));
     r.add("patch", |a| member(a, |v| v.patch));
-    r.add("compareTo", |a| compare(a).map(|o| Ok(Value::Int(o as i64))));
-    r.add("isGreaterThan", |a| compare(a).map(|o| Ok(Value::Bool(o.is_gt()))));
-    r.add("isLessThan", |a| compare(a).map(|o| Ok(Value::Bool(o.is_lt()))));
+    r.add("compareTo", |a| {
+        compare(a).map(|o| Ok(Value::Int(o as i64)))
+    });
+    r.add("isGreaterThan", |a| {
+        compare(a).map(|o| Ok(Value::Bool(o.is_gt())))
+    });
+    r.add("isLessThan", |a| {
+        compare(a).map(|o| Ok(Value::Bool(o.is_lt())))
+    });
 }

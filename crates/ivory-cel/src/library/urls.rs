@@ -31,7 +31,8 @@ pub(super) fn to_string(o: &dyn Opaque) -> Option<String> {
 
 /// An absolute URL (`scheme://…`, `scheme:opaque`) or an absolute path (`/…`).
 pub(crate) fn parse(s: &str) -> Result<Url, String> {
-    let err = |why: &str| format!("URL parse error during conversion from string: parse {s:?}: {why}");
+    let err =
+        |why: &str| format!("URL parse error during conversion from string: parse {s:?}: {why}");
     if s.is_empty() {
         return Err(err("empty url"));
     }
@@ -105,7 +106,9 @@ fn port(host: &str) -> &str {
 fn query_map(query: &str) -> Value {
     let mut map: HashMap<String, Vec<Value>> = HashMap::new();
     for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
-        map.entry(k.into_owned()).or_default().push(string(v.into_owned()));
+        map.entry(k.into_owned())
+            .or_default()
+            .push(string(v.into_owned()));
     }
     let map = map
         .into_iter()
@@ -132,8 +135,12 @@ pub(super) fn register(r: &mut Registry) {
     });
     r.add("getScheme", |a| url_member(a, |u| string(u.scheme.clone())));
     r.add("getHost", |a| url_member(a, |u| string(u.host.clone())));
-    r.add("getHostname", |a| url_member(a, |u| string(hostname(&u.host))));
+    r.add("getHostname", |a| {
+        url_member(a, |u| string(hostname(&u.host)))
+    });
     r.add("getPort", |a| url_member(a, |u| string(port(&u.host))));
-    r.add("getEscapedPath", |a| url_member(a, |u| string(u.path.clone())));
+    r.add("getEscapedPath", |a| {
+        url_member(a, |u| string(u.path.clone()))
+    });
     r.add("getQuery", |a| url_member(a, |u| query_map(&u.query)));
 }

@@ -9,19 +9,136 @@ use crate::decision::{Decision, PatchOp};
 fn parses_every_fixture() {
     // (file, operation, kind, resource, subResource, namespace, has object, has oldObject)
     let cases = [
-        ("pod-create.json", Operation::Create, "Pod", "pods", "", "default", true, false),
-        ("pod-update.json", Operation::Update, "Pod", "pods", "", "default", true, true),
-        ("pod-delete.json", Operation::Delete, "Pod", "pods", "", "default", false, true),
-        ("pod-ephemeralcontainers.json", Operation::Update, "Pod", "pods", "ephemeralcontainers", "default", true, true),
-        ("deployment-create.json", Operation::Create, "Deployment", "deployments", "", "apps", true, false),
-        ("statefulset-create.json", Operation::Create, "StatefulSet", "statefulsets", "", "apps", true, false),
-        ("daemonset-create.json", Operation::Create, "DaemonSet", "daemonsets", "", "apps", true, false),
-        ("replicaset-create.json", Operation::Create, "ReplicaSet", "replicasets", "", "apps", true, false),
-        ("job-create.json", Operation::Create, "Job", "jobs", "", "apps", true, false),
-        ("cronjob-create.json", Operation::Create, "CronJob", "cronjobs", "", "apps", true, false),
-        ("replicationcontroller-create.json", Operation::Create, "ReplicationController", "replicationcontrollers", "", "apps", true, false),
-        ("namespace-create.json", Operation::Create, "Namespace", "namespaces", "", "team-a", true, false),
-        ("configmap-create.json", Operation::Create, "ConfigMap", "configmaps", "", "default", true, false),
+        (
+            "pod-create.json",
+            Operation::Create,
+            "Pod",
+            "pods",
+            "",
+            "default",
+            true,
+            false,
+        ),
+        (
+            "pod-update.json",
+            Operation::Update,
+            "Pod",
+            "pods",
+            "",
+            "default",
+            true,
+            true,
+        ),
+        (
+            "pod-delete.json",
+            Operation::Delete,
+            "Pod",
+            "pods",
+            "",
+            "default",
+            false,
+            true,
+        ),
+        (
+            "pod-ephemeralcontainers.json",
+            Operation::Update,
+            "Pod",
+            "pods",
+            "ephemeralcontainers",
+            "default",
+            true,
+            true,
+        ),
+        (
+            "deployment-create.json",
+            Operation::Create,
+            "Deployment",
+            "deployments",
+            "",
+            "apps",
+            true,
+            false,
+        ),
+        (
+            "statefulset-create.json",
+            Operation::Create,
+            "StatefulSet",
+            "statefulsets",
+            "",
+            "apps",
+            true,
+            false,
+        ),
+        (
+            "daemonset-create.json",
+            Operation::Create,
+            "DaemonSet",
+            "daemonsets",
+            "",
+            "apps",
+            true,
+            false,
+        ),
+        (
+            "replicaset-create.json",
+            Operation::Create,
+            "ReplicaSet",
+            "replicasets",
+            "",
+            "apps",
+            true,
+            false,
+        ),
+        (
+            "job-create.json",
+            Operation::Create,
+            "Job",
+            "jobs",
+            "",
+            "apps",
+            true,
+            false,
+        ),
+        (
+            "cronjob-create.json",
+            Operation::Create,
+            "CronJob",
+            "cronjobs",
+            "",
+            "apps",
+            true,
+            false,
+        ),
+        (
+            "replicationcontroller-create.json",
+            Operation::Create,
+            "ReplicationController",
+            "replicationcontrollers",
+            "",
+            "apps",
+            true,
+            false,
+        ),
+        (
+            "namespace-create.json",
+            Operation::Create,
+            "Namespace",
+            "namespaces",
+            "",
+            "team-a",
+            true,
+            false,
+        ),
+        (
+            "configmap-create.json",
+            Operation::Create,
+            "ConfigMap",
+            "configmaps",
+            "",
+            "default",
+            true,
+            false,
+        ),
     ];
     for (file, op, kind, resource, sub, ns, has_object, has_old) in cases {
         let req = request(file);
@@ -56,18 +173,26 @@ fn parse_errors_are_explicit() {
     let cases: Vec<(&str, Vec<u8>, AdmissionError)> = vec![
         (
             "v1beta1",
-            review(json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": good_request})),
-            AdmissionError::UnsupportedVersion { found: "admission.k8s.io/v1beta1".into() },
+            review(
+                json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": good_request}),
+            ),
+            AdmissionError::UnsupportedVersion {
+                found: "admission.k8s.io/v1beta1".into(),
+            },
         ),
         (
             "no apiVersion",
             review(json!({"kind": "AdmissionReview", "request": good_request})),
-            AdmissionError::UnsupportedVersion { found: String::new() },
+            AdmissionError::UnsupportedVersion {
+                found: String::new(),
+            },
         ),
         (
             "wrong kind",
             review(json!({"apiVersion": API_VERSION, "kind": "Pod", "request": good_request})),
-            AdmissionError::WrongKind { found: "Pod".into() },
+            AdmissionError::WrongKind {
+                found: "Pod".into(),
+            },
         ),
         (
             "no request",
@@ -78,7 +203,12 @@ fn parse_errors_are_explicit() {
     for (name, body, want) in cases {
         assert_eq!(AdmissionReview::parse(&body).unwrap_err(), want, "{name}");
     }
-    assert!(AdmissionReview::parse(&review(json!({"apiVersion": API_VERSION, "request": good_request}))).is_ok());
+    assert!(
+        AdmissionReview::parse(&review(
+            json!({"apiVersion": API_VERSION, "request": good_request})
+        ))
+        .is_ok()
+    );
 }
 
 #[test]
@@ -158,7 +288,10 @@ fn allowed_response_carries_base64_json_patch() {
     let mut object = req.object.clone().unwrap();
     let parsed: json_patch::Patch = serde_json::from_value(patch).unwrap();
     json_patch::patch(&mut object, &parsed).unwrap();
-    assert_eq!(object["spec"]["containers"][0]["image"], ops()[0].value.as_str());
+    assert_eq!(
+        object["spec"]["containers"][0]["image"],
+        ops()[0].value.as_str()
+    );
 
     let wire = review_response(&resp);
     assert_eq!(wire["apiVersion"], "admission.k8s.io/v1");

@@ -22,21 +22,64 @@ fn map(init: &[&str], containers: &[&str], eph: &[&str]) -> BTreeMap<String, Vec
 #[test]
 fn builtin_images_per_kind() {
     let tool = format!("ghcr.io/org/tool@{DIG}");
-    let pod_containers = ["nginx", "ghcr.io/kyverno/test-verify-image:signed", tool.as_str()];
+    let pod_containers = [
+        "nginx",
+        "ghcr.io/kyverno/test-verify-image:signed",
+        tool.as_str(),
+    ];
     let cases: Vec<(&str, BTreeMap<String, Vec<String>>)> = vec![
-        ("pod-create.json", map(&["busybox:1.36"], &pod_containers, &[])),
-        ("pod-delete.json", map(&["busybox:1.36"], &pod_containers, &[])),
+        (
+            "pod-create.json",
+            map(&["busybox:1.36"], &pod_containers, &[]),
+        ),
+        (
+            "pod-delete.json",
+            map(&["busybox:1.36"], &pod_containers, &[]),
+        ),
         (
             "pod-update.json",
-            map(&["busybox:1.36"], &["nginx:1.27", pod_containers[1], pod_containers[2]], &[]),
+            map(
+                &["busybox:1.36"],
+                &["nginx:1.27", pod_containers[1], pod_containers[2]],
+                &[],
+            ),
         ),
-        ("pod-ephemeralcontainers.json", map(&["busybox:1.36"], &pod_containers, &["busybox:debug"])),
-        ("deployment-create.json", map(&["alpine:3.20"], &["registry.example.com/team/api:1.0"], &[])),
-        ("statefulset-create.json", map(&["registry.example.com/team/migrate:2"], &["postgres:16"], &[])),
-        ("daemonset-create.json", map(&[], &["quay.io/prometheus/node-exporter:v1.8.0"], &[])),
-        ("replicaset-create.json", map(&[], &["registry.example.com/team/api:1.0"], &[])),
-        ("job-create.json", map(&["busybox"], &["registry.example.com/team/migrate:2"], &[])),
-        ("cronjob-create.json", map(&["alpine"], &["registry.example.com/team/report:3"], &[])),
+        (
+            "pod-ephemeralcontainers.json",
+            map(&["busybox:1.36"], &pod_containers, &["busybox:debug"]),
+        ),
+        (
+            "deployment-create.json",
+            map(
+                &["alpine:3.20"],
+                &["registry.example.com/team/api:1.0"],
+                &[],
+            ),
+        ),
+        (
+            "statefulset-create.json",
+            map(
+                &["registry.example.com/team/migrate:2"],
+                &["postgres:16"],
+                &[],
+            ),
+        ),
+        (
+            "daemonset-create.json",
+            map(&[], &["quay.io/prometheus/node-exporter:v1.8.0"], &[]),
+        ),
+        (
+            "replicaset-create.json",
+            map(&[], &["registry.example.com/team/api:1.0"], &[]),
+        ),
+        (
+            "job-create.json",
+            map(&["busybox"], &["registry.example.com/team/migrate:2"], &[]),
+        ),
+        (
+            "cronjob-create.json",
+            map(&["alpine"], &["registry.example.com/team/report:3"], &[]),
+        ),
         // Not in Kyverno's validating extractor table: only spec.images applies.
         ("replicationcontroller-create.json", BTreeMap::new()),
         ("namespace-create.json", BTreeMap::new()),
@@ -52,7 +95,10 @@ fn builtin_images_by_gvr_not_kind() {
     // A converted request: the client used apps/v1beta1, the object is apps/v1.
     let mut req = request("deployment-create.json");
     req.request_resource = Some(GroupVersionResource::new("apps", "v1beta1", "deployments"));
-    assert_eq!(builtin_images(&req)["containers"], vec!["registry.example.com/team/api:1.0"]);
+    assert_eq!(
+        builtin_images(&req)["containers"],
+        vec!["registry.example.com/team/api:1.0"]
+    );
     // Unknown GVR entirely: nothing, even though the object has a pod template.
     req.resource = GroupVersionResource::new("apps", "v1beta2", "deployments");
     assert!(builtin_images(&req).is_empty());
@@ -73,7 +119,9 @@ fn pointers(file: &str) -> Vec<(String, String)> {
 }
 
 fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
-    v.iter().map(|(p, i)| ((*p).to_owned(), (*i).to_owned())).collect()
+    v.iter()
+        .map(|(p, i)| ((*p).to_owned(), (*i).to_owned()))
+        .collect()
 }
 
 #[test]
@@ -86,7 +134,10 @@ fn image_pointers_per_kind() {
             pairs(&[
                 ("/spec/initContainers/0/image", "busybox:1.36"),
                 ("/spec/containers/0/image", "nginx"),
-                ("/spec/containers/1/image", "ghcr.io/kyverno/test-verify-image:signed"),
+                (
+                    "/spec/containers/1/image",
+                    "ghcr.io/kyverno/test-verify-image:signed",
+                ),
                 ("/spec/containers/2/image", &tool),
             ]),
         ),
@@ -95,7 +146,10 @@ fn image_pointers_per_kind() {
             pairs(&[
                 ("/spec/initContainers/0/image", "busybox:1.36"),
                 ("/spec/containers/0/image", "nginx"),
-                ("/spec/containers/1/image", "ghcr.io/kyverno/test-verify-image:signed"),
+                (
+                    "/spec/containers/1/image",
+                    "ghcr.io/kyverno/test-verify-image:signed",
+                ),
                 ("/spec/containers/2/image", &tool),
                 ("/spec/ephemeralContainers/0/image", "busybox:debug"),
             ]),
@@ -104,29 +158,44 @@ fn image_pointers_per_kind() {
             "deployment-create.json",
             pairs(&[
                 (&format!("{t}/initContainers/0/image"), "alpine:3.20"),
-                (&format!("{t}/containers/0/image"), "registry.example.com/team/api:1.0"),
+                (
+                    &format!("{t}/containers/0/image"),
+                    "registry.example.com/team/api:1.0",
+                ),
             ]),
         ),
         (
             "statefulset-create.json",
             pairs(&[
-                (&format!("{t}/initContainers/0/image"), "registry.example.com/team/migrate:2"),
+                (
+                    &format!("{t}/initContainers/0/image"),
+                    "registry.example.com/team/migrate:2",
+                ),
                 (&format!("{t}/containers/0/image"), "postgres:16"),
             ]),
         ),
         (
             "daemonset-create.json",
-            pairs(&[(&format!("{t}/containers/0/image"), "quay.io/prometheus/node-exporter:v1.8.0")]),
+            pairs(&[(
+                &format!("{t}/containers/0/image"),
+                "quay.io/prometheus/node-exporter:v1.8.0",
+            )]),
         ),
         (
             "replicaset-create.json",
-            pairs(&[(&format!("{t}/containers/0/image"), "registry.example.com/team/api:1.0")]),
+            pairs(&[(
+                &format!("{t}/containers/0/image"),
+                "registry.example.com/team/api:1.0",
+            )]),
         ),
         (
             "job-create.json",
             pairs(&[
                 (&format!("{t}/initContainers/0/image"), "busybox"),
-                (&format!("{t}/containers/0/image"), "registry.example.com/team/migrate:2"),
+                (
+                    &format!("{t}/containers/0/image"),
+                    "registry.example.com/team/migrate:2",
+                ),
             ]),
         ),
         (
@@ -136,7 +205,10 @@ fn image_pointers_per_kind() {
         (
             "cronjob-create.json",
             pairs(&[
-                ("/spec/jobTemplate/spec/template/spec/initContainers/0/image", "alpine"),
+                (
+                    "/spec/jobTemplate/spec/template/spec/initContainers/0/image",
+                    "alpine",
+                ),
                 (
                     "/spec/jobTemplate/spec/template/spec/containers/0/image",
                     "registry.example.com/team/report:3",
@@ -181,19 +253,68 @@ fn match_image_references() {
     let signed = "ghcr.io/kyverno/test-verify-image:signed";
     let cases: Vec<(&str, Vec<ImageMatcher>, &str, bool)> = vec![
         ("empty matches all", vec![], "nginx", true),
-        ("glob crosses slashes", vec![glob("ghcr.io/*")], signed, true),
-        ("glob miss", vec![glob("ghcr.io/*")], "docker.io/nginx:latest", false),
-        ("raw vs normalized", vec![glob("docker.io/*")], "nginx", false),
-        ("normalized", vec![glob("docker.io/*")], "docker.io/nginx:latest", true),
-        ("OR across entries", vec![glob("quay.io/*"), glob("ghcr.io/*")], signed, true),
-        ("expression", vec![expr("ref.startsWith('ghcr.io/')")], signed, true),
-        ("expression miss", vec![expr("ref.startsWith('ghcr.io/')")], "nginx", false),
-        ("glob then expression", vec![glob("quay.io/*"), expr("ref == 'nginx'")], "nginx", true),
+        (
+            "glob crosses slashes",
+            vec![glob("ghcr.io/*")],
+            signed,
+            true,
+        ),
+        (
+            "glob miss",
+            vec![glob("ghcr.io/*")],
+            "docker.io/nginx:latest",
+            false,
+        ),
+        (
+            "raw vs normalized",
+            vec![glob("docker.io/*")],
+            "nginx",
+            false,
+        ),
+        (
+            "normalized",
+            vec![glob("docker.io/*")],
+            "docker.io/nginx:latest",
+            true,
+        ),
+        (
+            "OR across entries",
+            vec![glob("quay.io/*"), glob("ghcr.io/*")],
+            signed,
+            true,
+        ),
+        (
+            "expression",
+            vec![expr("ref.startsWith('ghcr.io/')")],
+            signed,
+            true,
+        ),
+        (
+            "expression miss",
+            vec![expr("ref.startsWith('ghcr.io/')")],
+            "nginx",
+            false,
+        ),
+        (
+            "glob then expression",
+            vec![glob("quay.io/*"), expr("ref == 'nginx'")],
+            "nginx",
+            true,
+        ),
         // The first match wins before a later entry could error.
-        ("short circuit", vec![glob("*"), expr("ref.nothere == 1")], "nginx", true),
+        (
+            "short circuit",
+            vec![glob("*"), expr("ref.nothere == 1")],
+            "nginx",
+            true,
+        ),
     ];
     for (name, matchers, image, want) in cases {
-        assert_eq!(matches_image(&policy_with(matchers), image).unwrap(), want, "{name}");
+        assert_eq!(
+            matches_image(&policy_with(matchers), image).unwrap(),
+            want,
+            "{name}"
+        );
     }
     let err = matches_image(
         &policy_with(vec![glob("quay.io/*"), expr("ref.nothere == 1")]),
@@ -218,7 +339,10 @@ fn filter_images_keeps_every_key() {
         got,
         map(
             &[],
-            &["ghcr.io/kyverno/test-verify-image:signed", &format!("ghcr.io/org/tool@{DIG}")],
+            &[
+                "ghcr.io/kyverno/test-verify-image:signed",
+                &format!("ghcr.io/org/tool@{DIG}")
+            ],
             &[]
         )
     );

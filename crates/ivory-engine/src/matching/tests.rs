@@ -52,9 +52,11 @@ fn resource_rule_fields() {
     scale.sub_resource = Some("scale".into());
     scale.request_sub_resource = Some("scale".into());
     let ns = request("namespace-create.json");
+    let cm = request("configmap-create.json");
     let mut clusterrole = request("configmap-create.json");
     clusterrole.namespace = String::new();
-    clusterrole.resource = GroupVersionResource::new("rbac.authorization.k8s.io", "v1", "clusterroles");
+    clusterrole.resource =
+        GroupVersionResource::new("rbac.authorization.k8s.io", "v1", "clusterroles");
     clusterrole.request_resource = None;
 
     let all = &["*"][..];
@@ -68,46 +70,178 @@ fn resource_rule_fields() {
     };
     let cases: Vec<(&str, NamedRuleWithOperations, &AdmissionRequest, bool)> = vec![
         // operations
-        ("create op", rule(&["CREATE"], &[""], &["v1"], &["pods"]), &pod, true),
-        ("create op vs update", rule(&["CREATE"], &[""], &["v1"], &["pods"]), &update, false),
-        ("update op", rule(&["UPDATE"], &[""], &["v1"], &["pods"]), &update, true),
-        ("delete op", rule(&["DELETE"], &[""], &["v1"], &["pods"]), &delete, true),
-        ("wildcard op", rule(all, &[""], &["v1"], &["pods"]), &delete, true),
+        (
+            "create op",
+            rule(&["CREATE"], &[""], &["v1"], &["pods"]),
+            &pod,
+            true,
+        ),
+        (
+            "create op vs update",
+            rule(&["CREATE"], &[""], &["v1"], &["pods"]),
+            &update,
+            false,
+        ),
+        (
+            "update op",
+            rule(&["UPDATE"], &[""], &["v1"], &["pods"]),
+            &update,
+            true,
+        ),
+        (
+            "delete op",
+            rule(&["DELETE"], &[""], &["v1"], &["pods"]),
+            &delete,
+            true,
+        ),
+        (
+            "wildcard op",
+            rule(all, &[""], &["v1"], &["pods"]),
+            &delete,
+            true,
+        ),
         ("no op", rule(&[], &[""], &["v1"], &["pods"]), &pod, false),
         // apiGroups
         ("core group", pod_rule(), &pod, true),
-        ("apps group vs pod", rule(all, &["apps"], &["v1"], &["pods"]), &pod, false),
-        ("apps group", rule(all, &["apps"], &["v1"], &["deployments"]), &deploy, true),
-        ("wildcard group", rule(all, all, &["v1"], &["deployments"]), &deploy, true),
+        (
+            "apps group vs pod",
+            rule(all, &["apps"], &["v1"], &["pods"]),
+            &pod,
+            false,
+        ),
+        (
+            "apps group",
+            rule(all, &["apps"], &["v1"], &["deployments"]),
+            &deploy,
+            true,
+        ),
+        (
+            "wildcard group",
+            rule(all, all, &["v1"], &["deployments"]),
+            &deploy,
+            true,
+        ),
         // apiVersions
-        ("v1beta1 vs v1", rule(all, &[""], &["v1beta1"], &["pods"]), &pod, false),
-        ("wildcard version", rule(all, &[""], all, &["pods"]), &pod, true),
+        (
+            "v1beta1 vs v1",
+            rule(all, &[""], &["v1beta1"], &["pods"]),
+            &pod,
+            false,
+        ),
+        (
+            "wildcard version",
+            rule(all, &[""], all, &["pods"]),
+            &pod,
+            true,
+        ),
         // resources and subresources
-        ("pods vs subresource", rule(all, &[""], &["v1"], &["pods"]), &eph, false),
-        ("explicit subresource", rule(all, &[""], &["v1"], &["pods/ephemeralcontainers"]), &eph, true),
-        ("explicit subresource vs pod", rule(all, &[""], &["v1"], &["pods/ephemeralcontainers"]), &pod, false),
+        (
+            "pods vs subresource",
+            rule(all, &[""], &["v1"], &["pods"]),
+            &eph,
+            false,
+        ),
+        (
+            "explicit subresource",
+            rule(all, &[""], &["v1"], &["pods/ephemeralcontainers"]),
+            &eph,
+            true,
+        ),
+        (
+            "explicit subresource vs pod",
+            rule(all, &[""], &["v1"], &["pods/ephemeralcontainers"]),
+            &pod,
+            false,
+        ),
         ("pods/*", rule(all, &[""], &["v1"], &["pods/*"]), &eph, true),
-        ("pods/* vs pod", rule(all, &[""], &["v1"], &["pods/*"]), &pod, false),
+        // As in k8s: a `*` sub-resource also matches the main resource.
+        (
+            "pods/* vs pod",
+            rule(all, &[""], &["v1"], &["pods/*"]),
+            &pod,
+            true,
+        ),
+        (
+            "pods/* vs configmap",
+            rule(all, &[""], &["v1"], &["pods/*"]),
+            &cm,
+            false,
+        ),
         ("* vs pod", rule(all, all, all, &["*"]), &pod, true),
         ("* vs subresource", rule(all, all, all, &["*"]), &eph, false),
-        ("*/* vs subresource", rule(all, all, all, &["*/*"]), &eph, true),
+        (
+            "*/* vs subresource",
+            rule(all, all, all, &["*/*"]),
+            &eph,
+            true,
+        ),
         ("*/* vs pod", rule(all, all, all, &["*/*"]), &pod, true),
         ("*/scale", rule(all, all, all, &["*/scale"]), &scale, true),
-        ("*/scale vs deployment", rule(all, all, all, &["*/scale"]), &deploy, false),
-        ("deployments/scale", rule(all, &["apps"], &["v1"], &["deployments/scale"]), &scale, true),
-        ("deployments vs scale", rule(all, &["apps"], &["v1"], &["deployments"]), &scale, false),
-        ("two resources", rule(all, all, all, &["configmaps", "pods"]), &pod, true),
+        (
+            "*/scale vs deployment",
+            rule(all, all, all, &["*/scale"]),
+            &deploy,
+            false,
+        ),
+        (
+            "deployments/scale",
+            rule(all, &["apps"], &["v1"], &["deployments/scale"]),
+            &scale,
+            true,
+        ),
+        (
+            "deployments vs scale",
+            rule(all, &["apps"], &["v1"], &["deployments"]),
+            &scale,
+            false,
+        ),
+        (
+            "two resources",
+            rule(all, all, all, &["configmaps", "pods"]),
+            &pod,
+            true,
+        ),
         // scope
-        ("Namespaced pod", with_scope("Namespaced", &["*"]), &pod, true),
+        (
+            "Namespaced pod",
+            with_scope("Namespaced", &["*"]),
+            &pod,
+            true,
+        ),
         ("Cluster pod", with_scope("Cluster", &["*"]), &pod, false),
-        ("Cluster namespace", with_scope("Cluster", &["*"]), &ns, true),
-        ("Namespaced namespace", with_scope("Namespaced", &["*"]), &ns, false),
-        ("Cluster clusterrole", with_scope("Cluster", &["*"]), &clusterrole, true),
-        ("Namespaced clusterrole", with_scope("Namespaced", &["*"]), &clusterrole, false),
+        (
+            "Cluster namespace",
+            with_scope("Cluster", &["*"]),
+            &ns,
+            true,
+        ),
+        (
+            "Namespaced namespace",
+            with_scope("Namespaced", &["*"]),
+            &ns,
+            false,
+        ),
+        (
+            "Cluster clusterrole",
+            with_scope("Cluster", &["*"]),
+            &clusterrole,
+            true,
+        ),
+        (
+            "Namespaced clusterrole",
+            with_scope("Namespaced", &["*"]),
+            &clusterrole,
+            false,
+        ),
         ("* scope", with_scope("*", &["*"]), &clusterrole, true),
         ("bogus scope", with_scope("Galaxy", &["*"]), &pod, false),
         // resourceNames
-        ("resourceNames hit", with_names(&["other", "web"]), &pod, true),
+        (
+            "resourceNames hit",
+            with_names(&["other", "web"]),
+            &pod,
+            true,
+        ),
         ("resourceNames miss", with_names(&["other"]), &pod, false),
     ];
     for (name, r, req, want) in cases {
@@ -143,7 +277,12 @@ fn match_policy_equivalent_and_exact() {
     for (mp, r, want) in cases {
         let mut p = policy("p", vec![r.clone()]);
         p.match_constraints.match_policy = mp.map(str::to_owned);
-        assert_eq!(matches_constraints(&p, &req, None).unwrap(), want, "{mp:?} {:?}", r.api_versions);
+        assert_eq!(
+            matches_constraints(&p, &req, None).unwrap(),
+            want,
+            "{mp:?} {:?}",
+            r.api_versions
+        );
     }
 }
 
@@ -159,13 +298,16 @@ fn namespace_selector() {
     assert!(!matches_constraints(&p, &pod, Some(&dev)).unwrap());
     assert_eq!(
         matches_constraints(&p, &pod, None).unwrap_err(),
-        MatchError::NamespaceUnavailable { namespace: "default".into() }
+        MatchError::NamespaceUnavailable {
+            namespace: "default".into()
+        }
     );
 
     // Cluster-scoped, non-Namespace requests always pass the namespaceSelector.
     let mut clusterrole = request("configmap-create.json");
     clusterrole.namespace = String::new();
-    clusterrole.resource = GroupVersionResource::new("rbac.authorization.k8s.io", "v1", "clusterroles");
+    clusterrole.resource =
+        GroupVersionResource::new("rbac.authorization.k8s.io", "v1", "clusterroles");
     assert!(matches_constraints(&p, &clusterrole, None).unwrap());
 
     // A Namespace is judged by its own labels (env=prod in the fixture), not a lookup.
@@ -173,6 +315,13 @@ fn namespace_selector() {
     assert!(matches_constraints(&p, &ns, None).unwrap());
     p.match_constraints.namespace_selector = Some(selector(&[("env", "dev")], vec![]));
     assert!(!matches_constraints(&p, &ns, Some(&prod)).unwrap());
+
+    // Deleting a Namespace: its labels come from oldObject.
+    let mut ns_delete = request("namespace-create.json");
+    ns_delete.operation = crate::admission::Operation::Delete;
+    ns_delete.old_object = ns_delete.object.take();
+    p.match_constraints.namespace_selector = Some(selector(&[("env", "prod")], vec![]));
+    assert!(matches_constraints(&p, &ns_delete, None).unwrap());
 
     // An empty selector matches without needing the namespace.
     p.match_constraints.namespace_selector = Some(LabelSelector::default());
@@ -188,7 +337,10 @@ fn object_selector_uses_object_or_old_object() {
 
     let mut relabelled = request("pod-update.json");
     relabelled.object.as_mut().unwrap()["metadata"]["labels"] = json!({"app": "other"});
-    assert!(matches_constraints(&p, &relabelled, None).unwrap(), "old object still matches");
+    assert!(
+        matches_constraints(&p, &relabelled, None).unwrap(),
+        "old object still matches"
+    );
     relabelled.old_object.as_mut().unwrap()["metadata"]["labels"] = json!({});
     assert!(!matches_constraints(&p, &relabelled, None).unwrap());
 
@@ -208,18 +360,66 @@ fn label_selector_operators() {
     let cases: Vec<(&str, LabelSelector, bool)> = vec![
         ("empty", selector(&[], vec![]), true),
         ("matchLabels hit", selector(&[("app", "web")], vec![]), true),
-        ("matchLabels miss", selector(&[("app", "api")], vec![]), false),
-        ("matchLabels missing key", selector(&[("team", "a")], vec![]), false),
-        ("In hit", selector(&[], vec![expr("app", "In", &["api", "web"])]), true),
-        ("In miss", selector(&[], vec![expr("app", "In", &["api"])]), false),
-        ("In missing key", selector(&[], vec![expr("team", "In", &["a"])]), false),
-        ("NotIn hit", selector(&[], vec![expr("app", "NotIn", &["web"])]), false),
-        ("NotIn miss", selector(&[], vec![expr("app", "NotIn", &["api"])]), true),
-        ("NotIn missing key", selector(&[], vec![expr("team", "NotIn", &["a"])]), true),
-        ("Exists", selector(&[], vec![expr("tier", "Exists", &[])]), true),
-        ("Exists missing", selector(&[], vec![expr("team", "Exists", &[])]), false),
-        ("DoesNotExist", selector(&[], vec![expr("team", "DoesNotExist", &[])]), true),
-        ("DoesNotExist present", selector(&[], vec![expr("app", "DoesNotExist", &[])]), false),
+        (
+            "matchLabels miss",
+            selector(&[("app", "api")], vec![]),
+            false,
+        ),
+        (
+            "matchLabels missing key",
+            selector(&[("team", "a")], vec![]),
+            false,
+        ),
+        (
+            "In hit",
+            selector(&[], vec![expr("app", "In", &["api", "web"])]),
+            true,
+        ),
+        (
+            "In miss",
+            selector(&[], vec![expr("app", "In", &["api"])]),
+            false,
+        ),
+        (
+            "In missing key",
+            selector(&[], vec![expr("team", "In", &["a"])]),
+            false,
+        ),
+        (
+            "NotIn hit",
+            selector(&[], vec![expr("app", "NotIn", &["web"])]),
+            false,
+        ),
+        (
+            "NotIn miss",
+            selector(&[], vec![expr("app", "NotIn", &["api"])]),
+            true,
+        ),
+        (
+            "NotIn missing key",
+            selector(&[], vec![expr("team", "NotIn", &["a"])]),
+            true,
+        ),
+        (
+            "Exists",
+            selector(&[], vec![expr("tier", "Exists", &[])]),
+            true,
+        ),
+        (
+            "Exists missing",
+            selector(&[], vec![expr("team", "Exists", &[])]),
+            false,
+        ),
+        (
+            "DoesNotExist",
+            selector(&[], vec![expr("team", "DoesNotExist", &[])]),
+            true,
+        ),
+        (
+            "DoesNotExist present",
+            selector(&[], vec![expr("app", "DoesNotExist", &[])]),
+            false,
+        ),
         (
             "all must hold",
             selector(&[("app", "web")], vec![expr("tier", "In", &["backend"])]),
@@ -227,7 +427,13 @@ fn label_selector_operators() {
         ),
         (
             "all hold",
-            selector(&[("app", "web")], vec![expr("tier", "In", &["frontend"]), expr("x", "DoesNotExist", &[])]),
+            selector(
+                &[("app", "web")],
+                vec![
+                    expr("tier", "In", &["frontend"]),
+                    expr("x", "DoesNotExist", &[]),
+                ],
+            ),
             true,
         ),
     ];
@@ -269,12 +475,15 @@ fn select_policies_by_route() {
     variant.autogen_config = Some("defaults".into());
     with_autogen.autogen = vec![variant];
     let mut disabled = named(Ivp, "off", None);
-    let mut spec = PolicySpec::default();
-    spec.evaluation = Some(ivory_policy::types::Evaluation {
-        admission: Some(ivory_policy::types::Enabled { enabled: Some(false) }),
-        ..Default::default()
+    disabled.spec = Arc::new(PolicySpec {
+        evaluation: Some(ivory_policy::types::Evaluation {
+            admission: Some(ivory_policy::types::Enabled {
+                enabled: Some(false),
+            }),
+            ..Default::default()
+        }),
+        ..PolicySpec::default()
     });
-    disabled.spec = Arc::new(spec);
     let all: Vec<Arc<CompiledPolicy>> = vec![
         Arc::new(with_autogen),
         Arc::new(named(Ivp, "b", None)),
@@ -309,7 +518,13 @@ fn select_policies_by_route() {
             "ImageValidatingPolicy:-:a:defaults",
         ]
     );
-    let got = select_policies(&all, namespaced, &names(&["n", "a", "elsewhere"]), Some("default")).unwrap();
+    let got = select_policies(
+        &all,
+        namespaced,
+        &names(&["n", "a", "elsewhere"]),
+        Some("default"),
+    )
+    .unwrap();
     assert_eq!(
         describe(got),
         vec![
@@ -318,13 +533,27 @@ fn select_policies_by_route() {
         ]
     );
     let got = select_policies(&all, namespaced, &names(&["n"]), None).unwrap();
-    assert!(got.is_empty(), "cluster-scoped request on the namespaced route");
-    assert!(select_policies(&all, cluster, &names(&["off"]), None).unwrap().is_empty());
-    assert!(select_policies(&all, cluster, &[], None).unwrap().is_empty());
+    assert!(
+        got.is_empty(),
+        "cluster-scoped request on the namespaced route"
+    );
+    assert!(
+        select_policies(&all, cluster, &names(&["off"]), None)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        select_policies(&all, cluster, &[], None)
+            .unwrap()
+            .is_empty()
+    );
 
     let err = select_policies(&all, cluster, &names(&["a", "n", "zz"]), None).unwrap_err();
     assert_eq!(err.names, names(&["n", "zz"]));
-    assert_eq!(err.to_string(), "unknown ImageValidatingPolicy policies: n, zz");
+    assert_eq!(
+        err.to_string(),
+        "unknown ImageValidatingPolicy policies: n, zz"
+    );
     let err = select_policies(&all, namespaced, &names(&["b"]), Some("default")).unwrap_err();
     assert_eq!(err.names, names(&["b"]));
 }
@@ -344,7 +573,11 @@ fn match_conditions_bind_admission_variables() {
     for (e, want) in cases {
         let mut p = policy("p", vec![pod_rule()]);
         p.match_conditions = vec![condition("c", e)];
-        assert_eq!(matches_conditions(&p, &pod, Some(&prod)).unwrap(), want, "{e}");
+        assert_eq!(
+            matches_conditions(&p, &pod, Some(&prod)).unwrap(),
+            want,
+            "{e}"
+        );
     }
     // All conditions must hold.
     let mut p = policy("p", vec![pod_rule()]);

@@ -31,11 +31,16 @@ struct Fake {
 impl Fake {
     fn standard() -> Self {
         let mut f = Self::default();
-        f.digests.insert("docker.io/nginx:latest".into(), digest('a'));
-        f.digests.insert("docker.io/busybox:1.36".into(), digest('b'));
         f.digests
-            .insert("ghcr.io/kyverno/test-verify-image:signed".into(), digest('c'));
-        f.digests.insert("docker.io/alpine:3.20".into(), digest('d'));
+            .insert("docker.io/nginx:latest".into(), digest('a'));
+        f.digests
+            .insert("docker.io/busybox:1.36".into(), digest('b'));
+        f.digests.insert(
+            "ghcr.io/kyverno/test-verify-image:signed".into(),
+            digest('c'),
+        );
+        f.digests
+            .insert("docker.io/alpine:3.20".into(), digest('d'));
         f.digests
             .insert("registry.example.com/team/api:1.0".into(), digest('e'));
         f
@@ -83,11 +88,14 @@ impl ImageVerifier for Fake {
             if let Some(e) = self.errors.get(image) {
                 return Err(e.clone());
             }
-            self.digests.get(image).cloned().ok_or_else(|| VerifyError::Unavailable {
-                image: image.into(),
-                registry: "test".into(),
-                message: "manifest unknown".into(),
-            })
+            self.digests
+                .get(image)
+                .cloned()
+                .ok_or_else(|| VerifyError::Unavailable {
+                    image: image.into(),
+                    registry: "test".into(),
+                    message: "manifest unknown".into(),
+                })
         })
     }
 
@@ -191,6 +199,30 @@ async fn controllers_are_pinned_in_their_template() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn replication_controllers_are_pinned() {
+    let mut fake = Fake::standard();
+    fake.digests
+        .insert("docker.io/httpd:2.4".into(), digest('9'));
+    let p = policy(
+        "rc",
+        vec![rule(
+            &["CREATE"],
+            &[""],
+            &["v1"],
+            &["replicationcontrollers"],
+        )],
+    );
+    let d = run(&fake, &[&p], "replicationcontroller-create.json").await;
+    assert_eq!(
+        d.patch,
+        vec![op(
+            "/spec/template/spec/containers/0/image",
+            format!("docker.io/httpd:2.4@{}", digest('9'))
+        )]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn match_image_references_use_the_normalized_string() {
     let fake = Fake::standard();
     let mut p = pod_policy("docker-hub");
@@ -213,7 +245,11 @@ async fn patches_are_deduplicated_across_policies() {
     // nginx (first policy) comes first; the second policy adds only the other paths.
     assert_eq!(
         d.patch,
-        vec![pod_pins()[1].clone(), pod_pins()[0].clone(), pod_pins()[2].clone()]
+        vec![
+            pod_pins()[1].clone(),
+            pod_pins()[0].clone(),
+            pod_pins()[2].clone()
+        ]
     );
     assert_eq!(fake.calls().len(), 3, "one lookup per distinct image");
     assert_eq!(d.results.len(), 2);
@@ -320,7 +356,10 @@ async fn lookups_run_concurrently() {
     let fake = Fake::standard()
         .slow("docker.io/nginx:latest", Duration::from_secs(1))
         .slow("docker.io/busybox:1.36", Duration::from_secs(1))
-        .slow("ghcr.io/kyverno/test-verify-image:signed", Duration::from_secs(1));
+        .slow(
+            "ghcr.io/kyverno/test-verify-image:signed",
+            Duration::from_secs(1),
+        );
     let p = pod_policy("pin");
     let start = Instant::now();
     let d = mutate(&fake, &[&p], &request("pod-create.json"), None, later(5)).await;
@@ -336,7 +375,11 @@ async fn deadline_with_failure_policy_fail_denies() {
     let start = Instant::now();
     let deadline = later(2);
     let d = mutate(&fake, &[&p], &request("pod-create.json"), None, deadline).await;
-    assert_eq!(start.elapsed(), Duration::from_secs(2), "never waits past the deadline");
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(2),
+        "never waits past the deadline"
+    );
     assert!(!d.allowed);
     assert!(d.patch.is_empty());
     let message = d.message.unwrap();
@@ -369,7 +412,9 @@ async fn deadline_with_failure_policy_ignore_admits_unpinned() {
         d.warnings[0]
     );
     assert_eq!(
-        d.audit_annotations.get(AUDIT_UNPINNED_IMAGES).map(String::as_str),
+        d.audit_annotations
+            .get(AUDIT_UNPINNED_IMAGES)
+            .map(String::as_str),
         Some("docker.io/nginx:latest")
     );
     assert_eq!(d.results[0].status, Status::Error);
@@ -421,7 +466,10 @@ async fn skipped_requests_and_policies() {
         assert!(d.message.is_none(), "{file}");
     }
     // A policy that does not match the request (rule for deployments) is silent.
-    let deploy_only = policy("d", vec![rule(&["CREATE"], &["apps"], &["v1"], &["deployments"])]);
+    let deploy_only = policy(
+        "d",
+        vec![rule(&["CREATE"], &["apps"], &["v1"], &["deployments"])],
+    );
     let d = run(&fake, &[&deploy_only], "pod-create.json").await;
     assert!(d.results.is_empty());
     assert!(fake.calls().is_empty());
@@ -430,10 +478,16 @@ async fn skipped_requests_and_policies() {
 #[tokio::test(start_paused = true)]
 async fn ephemeral_containers_are_pinned() {
     let mut fake = Fake::standard();
-    fake.digests.insert("docker.io/busybox:debug".into(), digest('f'));
+    fake.digests
+        .insert("docker.io/busybox:debug".into(), digest('f'));
     let p = policy(
         "debug",
-        vec![rule(&["UPDATE"], &[""], &["v1"], &["pods/ephemeralcontainers"])],
+        vec![rule(
+            &["UPDATE"],
+            &[""],
+            &["v1"],
+            &["pods/ephemeralcontainers"],
+        )],
     );
     let d = run(&fake, &[&p], "pod-ephemeralcontainers.json").await;
     assert!(d.patch.contains(&op(
@@ -453,10 +507,9 @@ async fn match_conditions_gate_mutation() {
     p.match_conditions = vec![condition("broken", "object.spec.nothere")];
     let d = run(&fake, &[&p], "pod-create.json").await;
     assert!(!d.allowed);
-    assert!(d
-        .message
-        .unwrap()
-        .starts_with("Policy pin error: failed to evaluate match conditions: matchCondition \"broken\""));
+    assert!(d.message.unwrap().starts_with(
+        "Policy pin error: failed to evaluate match conditions: matchCondition \"broken\""
+    ));
 
     p.failure_policy = FailurePolicy::Ignore;
     let d = run(&fake, &[&p], "pod-create.json").await;
@@ -489,4 +542,69 @@ async fn response_patch_decodes_to_the_ops() {
              "value": format!("ghcr.io/kyverno/test-verify-image:signed@{}", digest('c'))},
         ])
     );
+}
+
+/// Policies as users write them, through ivory-policy's loader (autogen included).
+fn load(yaml: &str) -> Vec<std::sync::Arc<CompiledPolicy>> {
+    let report = ivory_policy::load_str(yaml, "test.yaml");
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    report
+        .policies
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn default_policy_pins_controllers_through_autogen() {
+    use crate::matching::{Route, select_policies};
+    let fake = Fake::standard();
+    let all = vec![std::sync::Arc::new(ivory_policy::default_policy())];
+    let selected = select_policies(
+        &all,
+        Route { namespaced: false },
+        &["ivory-pin-digests".to_owned()],
+        Some("apps"),
+    )
+    .unwrap();
+    assert_eq!(selected.len(), 3, "the policy and its two autogen variants");
+    let d = run(&fake, &selected, "deployment-create.json").await;
+    assert!(d.allowed);
+    assert_eq!(d.patch.len(), 2);
+    assert_eq!(d.patch[1].path, "/spec/template/spec/containers/0/image");
+    assert_eq!(d.results.len(), 1, "only the deployments variant matched");
+    assert_eq!(d.results[0].policy, "ivory-pin-digests");
+    let d = run(&fake, &selected, "pod-create.json").await;
+    assert_eq!(d.patch, pod_pins());
+}
+
+#[tokio::test(start_paused = true)]
+async fn loaded_policy_with_cel_image_reference() {
+    let fake = Fake::standard();
+    let policies = load(
+        r#"
+apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata:
+  name: ghcr-only
+spec:
+  validationActions: [Warn]
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        operations: ["CREATE"]
+        resources: ["pods"]
+  matchImageReferences:
+    - expression: "parseImageReference(ref).registry() == 'ghcr.io'"
+  attestors: []
+  validations:
+    - expression: "true"
+"#,
+    );
+    let p = &policies[0];
+    assert_eq!(p.actions, vec![ValidationAction::Warn]);
+    let d = run(&fake, &[p], "pod-create.json").await;
+    assert_eq!(d.patch, vec![pod_pins()[2].clone()]);
+    assert_eq!(fake.calls().len(), 1);
 }

@@ -30,7 +30,8 @@ impl RequestData {
     }
 }
 
-/// Evaluates a policy's programs against one request, memoizing variables.
+/// Evaluates a policy's programs against one request, memoizing variables. The request's
+/// JSON is converted to CEL once per evaluator; only `variables` is rebound per program.
 pub(super) struct Evaluator<'a> {
     data: &'a RequestData,
     json_mode: bool,
@@ -38,18 +39,22 @@ pub(super) struct Evaluator<'a> {
     memo: HashMap<String, Result<Value, String>>,
     /// `images`, `attestors`, `attestations` once known (not bound for matchConditions).
     policy_bindings: Vec<(&'static str, Json)>,
-    host: &'a dyn Host,
+    act: Activation<'a>,
 }
 
 impl<'a> Evaluator<'a> {
-    pub(super) fn new(data: &'a RequestData, policy: &'a CompiledPolicy, host: &'a dyn Host) -> Self {
+    pub(super) fn new(
+        data: &'a RequestData,
+        policy: &'a CompiledPolicy,
+        host: &'a dyn Host,
+    ) -> Self {
         Self {
             data,
             json_mode: policy.json_mode,
             variables: &policy.variables,
             memo: HashMap::new(),
             policy_bindings: Vec::new(),
-            host,
+            act: base_activation(data, policy.json_mode, host),
         }
     }
 
@@ -69,6 +74,9 @@ impl<'a> Evaluator<'a> {
             ("attestors", attestors),
             ("attestations", Json::Object(attestations)),
         ];
+        for (name, value) in &self.policy_bindings {
+            self.act.bind_json(name, value);
+        }
     }
 
     /// The same evaluator with another host (the verification host after prefetch); the
@@ -77,13 +85,17 @@ impl<'a> Evaluator<'a> {
     where
         'a: 'b,
     {
+        let mut act = base_activation(self.data, self.json_mode, host);
+        for (name, value) in &self.policy_bindings {
+            act.bind_json(name, value);
+        }
         Evaluator {
             data: self.data,
             json_mode: self.json_mode,
             variables: self.variables,
             memo: HashMap::new(),
             policy_bindings: self.policy_bindings.clone(),
-            host,
+            act,
         }
     }
 
@@ -110,8 +122,8 @@ impl<'a> Evaluator<'a> {
         run: impl Fn(&Program, &Activation<'_>) -> Result<T, EvalError>,
     ) -> Result<T, String> {
         let vars = self.resolve(&self.needed(program), &mut Vec::new())?;
-        let act = self.activation(vars);
-        run(program, &act).map_err(|e| e.to_string())
+        self.bind_variables(vars);
+        run(program, &self.act).map_err(|e| e.to_string())
     }
 
     fn needed(&self, program: &Program) -> Vec<String> {
@@ -144,12 +156,12 @@ impl<'a> Evaluator<'a> {
                 stack.push(name.clone());
                 let deps = self.needed(&var.program);
                 let result = self.resolve(&deps, stack).and_then(|vars| {
-                    let act = self.activation(vars);
-                    var.program.evaluate(&act).map_err(|e| e.to_string())
+                    self.bind_variables(vars);
+                    var.program.evaluate(&self.act).map_err(|e| e.to_string())
                 });
                 stack.pop();
-                let result =
-                    result.map_err(|e| format!("composited variable {name:?} fails to evaluate: {e}"));
+                let result = result
+                    .map_err(|e| format!("composited variable {name:?} fails to evaluate: {e}"));
                 self.memo.insert(name.clone(), result);
             }
             match self.memo.get(name) {
@@ -163,18 +175,22 @@ impl<'a> Evaluator<'a> {
         Ok(out)
     }
 
-    fn activation(&self, vars: HashMap<String, Value>) -> Activation<'a> {
-        let mut act = Activation::new(self.host);
-        act.bind_json("object", &self.data.object);
+    fn bind_variables(&mut self, vars: HashMap<String, Value>) {
         if !self.json_mode {
-            act.bind_json("oldObject", &self.data.old_object);
-            act.bind_json("request", &self.data.request);
-            act.bind_json("namespaceObject", &self.data.namespace_object);
-            act.bind_value("variables", Value::from(vars));
+            self.act.bind_value("variables", Value::from(vars));
         }
-        for (name, value) in &self.policy_bindings {
-            act.bind_json(name, value);
-        }
-        act
     }
+}
+
+/// The request bindings of the policy's mode: only `object` in JSON mode.
+fn base_activation<'a>(data: &RequestData, json_mode: bool, host: &'a dyn Host) -> Activation<'a> {
+    let mut act = Activation::new(host);
+    act.bind_json("object", &data.object);
+    if !json_mode {
+        act.bind_json("oldObject", &data.old_object);
+        act.bind_json("request", &data.request);
+        act.bind_json("namespaceObject", &data.namespace_object);
+        act.bind_value("variables", Value::from(HashMap::<String, Value>::new()));
+    }
+    act
 }

@@ -99,7 +99,12 @@ fn prefetch_error<'p>(plan: &Plan<'_>, prefetched: &'p Prefetched) -> Option<&'p
 /// failurePolicy; any other failure is an evaluation error, as in Kyverno.
 fn unverifiable(policy: &CompiledPolicy, err: &VerifyError, images: Vec<String>) -> Evaluated {
     if !err.is_deadline() {
-        let result = result(policy, Status::Error, format!("{EVAL_FAILED}: {err}"), images);
+        let result = result(
+            policy,
+            Status::Error,
+            format!("{EVAL_FAILED}: {err}"),
+            images,
+        );
         return Evaluated::decided(result);
     }
     match policy.failure_policy {
@@ -137,7 +142,10 @@ fn failure_message(
 }
 
 /// Non-empty string values of `auditAnnotations`; failing or null ones are left out.
-fn audit_annotations(policy: &CompiledPolicy, eval: &mut Evaluator<'_>) -> BTreeMap<String, String> {
+fn audit_annotations(
+    policy: &CompiledPolicy,
+    eval: &mut Evaluator<'_>,
+) -> BTreeMap<String, String> {
     let mut properties = BTreeMap::new();
     for annotation in &policy.audit_annotations {
         match eval.optional_string(&annotation.value_expression) {

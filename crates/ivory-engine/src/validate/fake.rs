@@ -54,7 +54,13 @@ impl FakeVerifier {
     }
 
     /// `attestor` attested `image` with attestation `name`, whose statement is `payload`.
-    pub(super) fn attest(mut self, image: &str, attestor: &str, name: &str, payload: Value) -> Self {
+    pub(super) fn attest(
+        mut self,
+        image: &str,
+        attestor: &str,
+        name: &str,
+        payload: Value,
+    ) -> Self {
         self.verified
             .insert((image.to_owned(), attestor.to_owned(), Some(name.to_owned())));
         self.payloads

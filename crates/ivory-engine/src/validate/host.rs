@@ -183,10 +183,9 @@ impl Host for PolicyHost<'_> {
 }
 
 fn attestor_name(attestor: &Value) -> Result<&str, String> {
-    attestor
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| "attestor argument is not one of the policy's attestors (no name)".to_owned())
+    attestor.get("name").and_then(Value::as_str).ok_or_else(|| {
+        "attestor argument is not one of the policy's attestors (no name)".to_owned()
+    })
 }
 
 fn not_prepared(image: &str, attestor: &str, attestation: Option<&str>) -> String {

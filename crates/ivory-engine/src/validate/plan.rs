@@ -15,8 +15,8 @@ use super::prefetch::{Job, JobSet, VerifyKey};
 use super::{EVAL_FAILED, result};
 use crate::admission::AdmissionRequest;
 use crate::decision::{PolicyResult, Status};
-use crate::{images, matching};
 use crate::verifier::VerifyRequest;
+use crate::{images, matching};
 
 /// CEL functions that need signature verdicts / attestation verdicts / image metadata.
 const SIGNATURE_FUNCTIONS: [&str; 1] = ["verifyImageSignatures"];
@@ -73,7 +73,11 @@ pub(super) fn prepare<'a>(
             Ok(true) => {}
             Ok(false) => return Prepared::NotMatched,
             Err(e) => {
-                return fail(Status::Error, format!("failed to execute matching: {e}"), &[]);
+                return fail(
+                    Status::Error,
+                    format!("failed to execute matching: {e}"),
+                    &[],
+                );
             }
         }
     }
@@ -93,8 +97,9 @@ pub(super) fn prepare<'a>(
         Err(e) => return fail(Status::Error, format!("{EVAL_FAILED}: {e}"), &[]),
     };
     let matched = flatten(&images);
+    // The smallest offending image is named, so container order never changes the message.
     if policy.verify_digest
-        && let Some(image) = matched.iter().find(|i| !has_digest(i))
+        && let Some(image) = matched.iter().filter(|i| !has_digest(i)).min()
     {
         return fail(
             Status::Fail,
@@ -183,7 +188,9 @@ fn extract_images(
 
 fn string_list(name: &str, value: Json) -> Result<Vec<String>, String> {
     let Json::Array(items) = value else {
-        return Err(format!("images.{name}: expected a list of strings, got {value}"));
+        return Err(format!(
+            "images.{name}: expected a list of strings, got {value}"
+        ));
     };
     items
         .into_iter()
@@ -194,7 +201,7 @@ fn string_list(name: &str, value: Json) -> Result<Vec<String>, String> {
         .collect()
 }
 
-/// The images of all extractors, de-duplicated, in extractor order.
+/// The images of all extractors (by extractor name), de-duplicated.
 fn flatten(images: &BTreeMap<String, Vec<String>>) -> Vec<String> {
     let mut flat: Vec<String> = Vec::new();
     for image in images.values().flatten() {
@@ -298,12 +305,16 @@ fn plan_jobs(
     for image in &plan.matched {
         for attestation in &attestations {
             for (attestor, _) in attestors {
-                let index = jobs.add(Job::Verify(VerifyRequest {
+                // The host rejects notary × in-toto before looking anything up (Kyverno's error).
+                if attestor.notary.is_some() && attestation.is_some_and(|a| a.intoto.is_some()) {
+                    continue;
+                }
+                let index = jobs.add(Job::Verify(Box::new(VerifyRequest {
                     image: image.clone(),
                     attestor: attestor.clone(),
                     attestation: attestation.cloned(),
                     credentials: credentials.clone(),
-                }));
+                })));
                 let key = VerifyKey {
                     image: image.clone(),
                     attestor: attestor.name.clone(),

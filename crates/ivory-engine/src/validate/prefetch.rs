@@ -22,7 +22,7 @@ pub(super) struct VerifyKey {
 /// One call to the verifier.
 #[derive(Clone, Debug)]
 pub(super) enum Job {
-    Verify(VerifyRequest),
+    Verify(Box<VerifyRequest>),
     ImageData {
         image: String,
         credentials: Option<Credentials>,
@@ -39,19 +39,16 @@ impl Job {
 
     fn operation(&self) -> String {
         match self {
-            Self::Verify(VerifyRequest {
-                attestor,
-                attestation: None,
-                ..
-            }) => format!("verifying the signature with attestor {}", attestor.name),
-            Self::Verify(VerifyRequest {
-                attestor,
-                attestation: Some(att),
-                ..
-            }) => format!(
-                "verifying attestation {} with attestor {}",
-                att.name, attestor.name
-            ),
+            Self::Verify(request) => match &request.attestation {
+                None => format!(
+                    "verifying the signature with attestor {}",
+                    request.attestor.name
+                ),
+                Some(att) => format!(
+                    "verifying attestation {} with attestor {}",
+                    att.name, request.attestor.name
+                ),
+            },
             Self::ImageData { .. } => "fetching image data".to_owned(),
         }
     }
@@ -137,8 +134,8 @@ pub(super) async fn run(
     started: Instant,
     deadline: Instant,
 ) -> Prefetched {
-    let budget_ms = u64::try_from(deadline.saturating_duration_since(started).as_millis())
-        .unwrap_or(u64::MAX);
+    let budget_ms =
+        u64::try_from(deadline.saturating_duration_since(started).as_millis()).unwrap_or(u64::MAX);
     let calls = jobs
         .jobs
         .iter()

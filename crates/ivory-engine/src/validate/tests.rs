@@ -90,7 +90,13 @@ fn containers(images: &[&str]) -> Value {
 }
 
 /// A Pod AdmissionRequest.
-fn pod(op: &str, app: &[&str], init: &[&str], ephemeral: &[&str], annotations: Value) -> AdmissionRequest {
+fn pod(
+    op: &str,
+    app: &[&str],
+    init: &[&str],
+    ephemeral: &[&str],
+    annotations: Value,
+) -> AdmissionRequest {
     let object = json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -128,8 +134,19 @@ fn request(json: Value) -> AdmissionRequest {
     serde_json::from_value(json).expect("valid AdmissionRequest")
 }
 
-async fn run(verifier: &FakeVerifier, policies: &[&CompiledPolicy], req: &AdmissionRequest) -> Decision {
-    validate(verifier, policies, req, None, Instant::now() + Duration::from_secs(10)).await
+async fn run(
+    verifier: &FakeVerifier,
+    policies: &[&CompiledPolicy],
+    req: &AdmissionRequest,
+) -> Decision {
+    validate(
+        verifier,
+        policies,
+        req,
+        None,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .await
 }
 
 fn statuses(d: &Decision) -> Vec<(String, Status, String)> {
@@ -183,7 +200,11 @@ async fn attestor_count_semantics() {
             .iter()
             .fold(FakeVerifier::new(), |v, s| v.sign(SIGNED, s));
         let d = run(&verifier, &[&pol], &create(&[SIGNED])).await;
-        assert_eq!(d.allowed, *allowed, "{expr} signed by {signers:?}: {:?}", d.message);
+        assert_eq!(
+            d.allowed, *allowed,
+            "{expr} signed by {signers:?}: {:?}",
+            d.message
+        );
         // One signer is enough for `required` in every case where any attestor verified.
         if !allowed && !signers.is_empty() {
             assert_eq!(
@@ -243,31 +264,50 @@ spec:
 async fn example_d_attestation_and_payload() {
     let pol = load(EXAMPLE_D);
     let image = "ghcr.io/kyverno/test-images/cosign:v3-keyless";
-    let statement = |predicate: Value| {
-        json!({"_type": "https://in-toto.io/Statement/v1", "subject": [], "predicateType": "https://slsa.dev/provenance/v1", "predicate": predicate})
-    };
+    let statement = |predicate: Value| json!({"_type": "https://in-toto.io/Statement/v1", "subject": [], "predicateType": "https://slsa.dev/provenance/v1", "predicate": predicate});
     let name = "Policy ivpol-cosign-attestation-extract-cache failed";
     let cases = [
         (
-            FakeVerifier::new().attest(image, "cosign", "slsa", statement(json!({"buildDefinition": {}}))),
+            FakeVerifier::new().attest(
+                image,
+                "cosign",
+                "slsa",
+                statement(json!({"buildDefinition": {}})),
+            ),
             None,
         ),
         (
-            FakeVerifier::new().attest(image, "cosign", "slsa", statement(json!({"runDetails": {}}))),
-            Some(format!("{name}: failed to extract SLSA intoto attestation payload after verification")),
+            FakeVerifier::new().attest(
+                image,
+                "cosign",
+                "slsa",
+                statement(json!({"runDetails": {}})),
+            ),
+            Some(format!(
+                "{name}: failed to extract SLSA intoto attestation payload after verification"
+            )),
         ),
         (
             // Signed, but the attestation is absent.
             FakeVerifier::new().sign(image, "cosign"),
-            Some(format!("{name}: failed to verify SLSA intoto attestation with Cosign keyless")),
+            Some(format!(
+                "{name}: failed to verify SLSA intoto attestation with Cosign keyless"
+            )),
         ),
     ];
     for (verifier, message) in cases {
         let d = run(&verifier, &[&pol], &create(&[image])).await;
         assert_eq!(d.message, message);
         let requests = verifier.requests();
-        assert_eq!(requests.len(), 1, "one image × one attestation × one attestor");
-        assert_eq!(requests[0].attestation.as_ref().map(|a| a.name.as_str()), Some("slsa"));
+        assert_eq!(
+            requests.len(),
+            1,
+            "one image × one attestation × one attestor"
+        );
+        assert_eq!(
+            requests[0].attestation.as_ref().map(|a| a.name.as_str()),
+            Some("slsa")
+        );
     }
 }
 
@@ -280,10 +320,14 @@ async fn payload_is_never_returned_before_verification() {
             "attestations:\n- name: slsa\n  intoto:\n    type: https://slsa.dev/provenance/v1\nvalidations:\n- expression: \"images.containers.all(i, extractPayload(i, attestations.slsa).predicateType != '')\"\n",
         ),
     );
-    let verifier = FakeVerifier::new().attest(image, "cosign", "slsa", json!({"predicateType": "x"}));
+    let verifier =
+        FakeVerifier::new().attest(image, "cosign", "slsa", json!({"predicateType": "x"}));
     let d = run(&verifier, &[&pol], &create(&[image])).await;
     let message = d.message.unwrap();
-    assert!(message.starts_with("Policy payload error: failed to evaluate policy: "), "{message}");
+    assert!(
+        message.starts_with("Policy payload error: failed to evaluate policy: "),
+        "{message}"
+    );
     assert!(
         message.contains("failed to get payload: intoto attestation payload cannot be fetch before verifying intoto attestation"),
         "{message}"
@@ -294,11 +338,16 @@ async fn payload_is_never_returned_before_verification() {
 async fn unknown_attestation_is_an_error() {
     let pol = pod_policy(
         "att",
-        &no_digest("validations:\n- expression: \"images.containers.all(i, verifyAttestationSignatures(i, 'nope', [attestors.cosign]) > 0)\"\n"),
+        &no_digest(
+            "validations:\n- expression: \"images.containers.all(i, verifyAttestationSignatures(i, 'nope', [attestors.cosign]) > 0)\"\n",
+        ),
     );
     let d = run(&FakeVerifier::new(), &[&pol], &create(&[SIGNED])).await;
     let message = d.message.unwrap();
-    assert!(message.contains("attestation not found in policy: nope"), "{message}");
+    assert!(
+        message.contains("attestation not found in policy: nope"),
+        "{message}"
+    );
     assert!(!d.allowed);
 }
 
@@ -311,7 +360,10 @@ async fn failure_messages() {
             "name is web",
         ),
         // An empty messageExpression result falls back to message.
-        ("message: static text\n  messageExpression: \"''\"\n", "static text"),
+        (
+            "message: static text\n  messageExpression: \"''\"\n",
+            "static text",
+        ),
         ("{}\n", "CEL expression validation failed at index 1"),
     ];
     for (fields, expected) in cases {
@@ -323,7 +375,11 @@ async fn failure_messages() {
             )),
         );
         let d = run(&FakeVerifier::new(), &[&pol], &create(&[SIGNED])).await;
-        assert_eq!(d.message, Some(format!("Policy msg failed: {expected}")), "{fields}");
+        assert_eq!(
+            d.message,
+            Some(format!("Policy msg failed: {expected}")),
+            "{fields}"
+        );
     }
 }
 
@@ -336,7 +392,10 @@ async fn cel_runtime_error_is_a_policy_error() {
     let d = run(&FakeVerifier::new(), &[&pol], &create(&[SIGNED])).await;
     assert!(!d.allowed);
     let message = d.message.unwrap();
-    assert!(message.starts_with("Policy boom error: failed to evaluate policy: "), "{message}");
+    assert!(
+        message.starts_with("Policy boom error: failed to evaluate policy: "),
+        "{message}"
+    );
     assert_eq!(d.results[0].status, Status::Error);
 }
 
@@ -354,7 +413,10 @@ async fn match_condition_errors_follow_failure_policy() {
         if matched {
             assert!(!d.allowed);
             let message = d.message.unwrap();
-            assert!(message.starts_with("Policy cond error: failed to evaluate policy: "), "{message}");
+            assert!(
+                message.starts_with("Policy cond error: failed to evaluate policy: "),
+                "{message}"
+            );
             assert!(message.contains("broken"), "{message}");
         } else {
             assert!(d.allowed);
@@ -377,10 +439,22 @@ async fn match_condition_errors_follow_failure_policy() {
 async fn variables_are_lazy() {
     let cases = [
         // An erroring variable nobody reads is harmless.
-        ("validations:\n- expression: 'variables.good == \"web\"'\n", true, None),
+        (
+            "validations:\n- expression: 'variables.good == \"web\"'\n",
+            true,
+            None,
+        ),
         // Variables may use other variables.
-        ("validations:\n- expression: 'variables.both == \"web!\"'\n", true, None),
-        ("validations:\n- expression: 'variables.bad == 1'\n", false, Some("bad")),
+        (
+            "validations:\n- expression: 'variables.both == \"web!\"'\n",
+            true,
+            None,
+        ),
+        (
+            "validations:\n- expression: 'variables.bad == 1'\n",
+            false,
+            Some("bad"),
+        ),
     ];
     for (validations, allowed, error) in cases {
         let pol = pod_policy(
@@ -393,7 +467,10 @@ async fn variables_are_lazy() {
         assert_eq!(d.allowed, allowed, "{validations}: {:?}", d.message);
         if let Some(name) = error {
             let message = d.message.unwrap();
-            assert!(message.contains("error: failed to evaluate policy"), "{message}");
+            assert!(
+                message.contains("error: failed to evaluate policy"),
+                "{message}"
+            );
             assert!(message.contains(name), "{message}");
         }
     }
@@ -406,15 +483,23 @@ async fn verify_digest() {
         (&[PINNED], None),
         (
             &[PINNED, SIGNED],
-            Some(format!("Policy digest failed: image {SIGNED} does not have a digest")),
+            Some(format!(
+                "Policy digest failed: image {SIGNED} does not have a digest"
+            )),
         ),
     ];
     for (images, message) in cases {
-        let verifier = FakeVerifier::new().sign(PINNED, "cosign").sign(SIGNED, "cosign");
+        let verifier = FakeVerifier::new()
+            .sign(PINNED, "cosign")
+            .sign(SIGNED, "cosign");
         let d = run(&verifier, &[&pol], &create(images)).await;
         assert_eq!(&d.message, message);
         if message.is_some() {
-            assert_eq!(verifier.calls(), 0, "no verification once a digest is missing");
+            assert_eq!(
+                verifier.calls(),
+                0,
+                "no verification once a digest is missing"
+            );
         }
     }
 }
@@ -434,7 +519,9 @@ async fn required_across_policies() {
     let not_verified = format!(
         "Policy pinned failed: image {SIGNED} is not verified: no policy performed a signature or attestation check on it"
     );
-    let failed = format!("Policy pinned failed: image {UNSIGNED} failed signature or attestation verification");
+    let failed = format!(
+        "Policy pinned failed: image {UNSIGNED} failed signature or attestation verification"
+    );
     let cases: Vec<(Vec<&CompiledPolicy>, &str, Option<String>)> = vec![
         (vec![&pinned], SIGNED, Some(not_verified)),
         (vec![&pinned, &verifying], SIGNED, None),
@@ -462,7 +549,12 @@ async fn validation_actions() {
         ("[Deny]", false, Some(text.clone()), vec![]),
         ("[Warn]", true, None, vec![text.clone()]),
         ("[Audit]", true, None, vec![]),
-        ("[Deny, Warn]", false, Some(text.clone()), vec![text.clone()]),
+        (
+            "[Deny, Warn]",
+            false,
+            Some(text.clone()),
+            vec![text.clone()],
+        ),
     ];
     for (actions, allowed, message, warnings) in cases {
         let pol = failing(actions);
@@ -470,7 +562,11 @@ async fn validation_actions() {
         assert_eq!(d.allowed, allowed, "{actions}");
         assert_eq!(d.message, message, "{actions}");
         assert_eq!(d.warnings, warnings, "{actions}");
-        assert_eq!(d.results.len(), 1, "{actions}: the result is listed for reports");
+        assert_eq!(
+            d.results.len(),
+            1,
+            "{actions}: the result is listed for reports"
+        );
         assert_eq!(d.results[0].status, Status::Fail);
     }
 }
@@ -478,7 +574,10 @@ async fn validation_actions() {
 #[tokio::test]
 async fn errors_of_several_deny_policies_are_joined() {
     let a = pod_policy("a", &no_digest(VERIFY_ALL));
-    let b = pod_policy("b", &no_digest("validations:\n- expression: 'object.nothing.x'\n"));
+    let b = pod_policy(
+        "b",
+        &no_digest("validations:\n- expression: 'object.nothing.x'\n"),
+    );
     let d = run(&FakeVerifier::new(), &[&a, &b], &create(&[UNSIGNED])).await;
     let message = d.message.unwrap();
     assert!(
@@ -567,7 +666,12 @@ async fn json_mode_binds_only_object() {
         "json",
         "evaluation:\n  mode: JSON\nimages:\n- name: all\n  expression: '[object.image]'\nattestors: []\nvalidationConfigurations:\n  verifyDigest: false\n  required: false\nvalidations:\n- expression: \"images.all == [object.image] && size(images) == 1\"\n",
     );
-    let d = run(&FakeVerifier::new(), &[&pol], &json_payload(json!({"image": SIGNED}))).await;
+    let d = run(
+        &FakeVerifier::new(),
+        &[&pol],
+        &json_payload(json!({"image": SIGNED})),
+    )
+    .await;
     assert!(d.allowed, "{:?}", d.results);
     assert_eq!(d.results[0].status, Status::Pass);
 }
@@ -648,10 +752,21 @@ async fn example_l_audit_annotations_and_message_expression() {
         let verifier = FakeVerifier::new().sign(SIGNED, "notary");
         let d = run(&verifier, &[&pol], &deployment(labels.clone(), SIGNED)).await;
         // Audit only: the response is untouched.
-        assert!(d.allowed && d.message.is_none() && d.warnings.is_empty(), "{labels}");
+        assert!(
+            d.allowed && d.message.is_none() && d.warnings.is_empty(),
+            "{labels}"
+        );
         let r = &d.results[0];
-        assert_eq!((r.status, r.message.as_str()), (status, message), "{labels}");
-        assert_eq!(r.properties.get("label").map(String::as_str), label, "{labels}");
+        assert_eq!(
+            (r.status, r.message.as_str()),
+            (status, message),
+            "{labels}"
+        );
+        assert_eq!(
+            r.properties.get("label").map(String::as_str),
+            label,
+            "{labels}"
+        );
         assert!(r.audit && !r.deny && !r.warn);
     }
 }
@@ -660,10 +775,20 @@ async fn example_l_audit_annotations_and_message_expression() {
 async fn delete_requests_see_the_old_object_as_object() {
     let pol = pod_policy(
         "del",
-        &lenient("validations:\n- expression: \"request.operation == 'DELETE' && object.metadata.name == 'web' && oldObject.metadata.name == 'web' && images.containers == ['ghcr.io/kyverno/test-verify-image:signed']\"\n"),
+        &lenient(
+            "validations:\n- expression: \"request.operation == 'DELETE' && object.metadata.name == 'web' && oldObject.metadata.name == 'web' && images.containers == ['ghcr.io/kyverno/test-verify-image:signed']\"\n",
+        ),
     );
-    let d = run(&FakeVerifier::new(), &[&pol], &pod("DELETE", &[SIGNED], &[], &[], json!({}))).await;
-    assert_eq!(statuses(&d), [("del".to_owned(), Status::Pass, String::new())]);
+    let d = run(
+        &FakeVerifier::new(),
+        &[&pol],
+        &pod("DELETE", &[SIGNED], &[], &[], json!({})),
+    )
+    .await;
+    assert_eq!(
+        statuses(&d),
+        [("del".to_owned(), Status::Pass, String::new())]
+    );
 }
 
 #[tokio::test]
@@ -708,7 +833,11 @@ async fn a_verifier_that_outlives_the_deadline_is_cut_off() {
         let start = Instant::now();
         let deadline = start + Duration::from_secs(2);
         let d = validate(&verifier, &[&pol], &create(&[SIGNED]), None, deadline).await;
-        assert_eq!(Instant::now() - start, Duration::from_secs(2), "returns at the deadline");
+        assert_eq!(
+            Instant::now() - start,
+            Duration::from_secs(2),
+            "returns at the deadline"
+        );
         let why = format!(
             "time budget of 2000ms exhausted while verifying the signature with attestor cosign for image {SIGNED} at registry ghcr.io"
         );
@@ -718,7 +847,9 @@ async fn a_verifier_that_outlives_the_deadline_is_cut_off() {
             assert!(d.allowed);
             assert_eq!(
                 d.warnings,
-                [format!("Policy slow: verification skipped: {why} (failurePolicy Ignore)")]
+                [format!(
+                    "Policy slow: verification skipped: {why} (failurePolicy Ignore)"
+                )]
             );
         }
     }
@@ -741,10 +872,21 @@ async fn prefetch_runs_concurrently() {
         .mode(Mode::Sleep(Duration::from_secs(1)));
     let start = Instant::now();
     let req = pod("CREATE", &images[..2], &images[2..], &[], json!({}));
-    let d = validate(&verifier, &[&pol], &req, None, start + Duration::from_secs(10)).await;
+    let d = validate(
+        &verifier,
+        &[&pol],
+        &req,
+        None,
+        start + Duration::from_secs(10),
+    )
+    .await;
     assert!(d.allowed, "{:?}", d.message);
     assert_eq!(verifier.calls(), 6, "3 images × 2 attestors");
-    assert_eq!(Instant::now() - start, Duration::from_secs(1), "calls overlap");
+    assert_eq!(
+        Instant::now() - start,
+        Duration::from_secs(1),
+        "calls overlap"
+    );
 }
 
 #[tokio::test]
@@ -790,10 +932,20 @@ async fn attestor_expressions_are_evaluated_into_place() {
         ),
     );
     let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
-    let d = run(&verifier, &[&pol], &pod("CREATE", &[SIGNED], &[], &[], json!({"key": key}))).await;
+    let d = run(
+        &verifier,
+        &[&pol],
+        &pod("CREATE", &[SIGNED], &[], &[], json!({"key": key})),
+    )
+    .await;
     assert!(d.allowed, "{:?}", d.message);
     let requests = verifier.requests();
-    let data = requests[0].attestor.cosign.as_ref().and_then(|c| c.key.as_ref()).and_then(|k| k.data.clone());
+    let data = requests[0]
+        .attestor
+        .cosign
+        .as_ref()
+        .and_then(|c| c.key.as_ref())
+        .and_then(|k| k.data.clone());
     assert_eq!(data.as_deref(), Some(key.as_str()));
 }
 
@@ -807,14 +959,28 @@ async fn forged_outcome_annotations_are_never_evidence() {
         "kyverno.io/verify-images": format!("{{\"{UNSIGNED}\":\"pass\"}}"),
     });
     let verifier = FakeVerifier::new();
-    let d = run(&verifier, &[&pol], &pod("CREATE", &[UNSIGNED], &[], &[], forged)).await;
+    let d = run(
+        &verifier,
+        &[&pol],
+        &pod("CREATE", &[UNSIGNED], &[], &[], forged),
+    )
+    .await;
     assert!(!d.allowed);
-    assert_eq!(verifier.calls(), 1, "verification happened despite the annotation");
+    assert_eq!(
+        verifier.calls(),
+        1,
+        "verification happened despite the annotation"
+    );
 
     // Nor does an annotation satisfy `required`.
     let pinned = requiring("req");
     let forged = json!({"kyverno.io/verify-images": format!("{{\"{SIGNED}\":\"pass\"}}")});
-    let d = run(&FakeVerifier::new(), &[&pinned], &pod("CREATE", &[SIGNED], &[], &[], forged)).await;
+    let d = run(
+        &FakeVerifier::new(),
+        &[&pinned],
+        &pod("CREATE", &[SIGNED], &[], &[], forged),
+    )
+    .await;
     assert!(!d.allowed);
 }
 
@@ -842,7 +1008,9 @@ async fn every_container_kind_is_subject_to_required() {
     // The validation only looks at `containers`; the other kinds must still be verified.
     let pol = pod_policy(
         "containers-only",
-        &no_digest("validations:\n- expression: images.containers.map(i, verifyImageSignatures(i, [attestors.cosign])).all(e, e > 0)\n"),
+        &no_digest(
+            "validations:\n- expression: images.containers.map(i, verifyImageSignatures(i, [attestors.cosign])).all(e, e > 0)\n",
+        ),
     );
     let other = "ghcr.io/sneaky/tool:1";
     let cases = [
@@ -850,7 +1018,9 @@ async fn every_container_kind_is_subject_to_required() {
         pod("UPDATE", &[SIGNED], &[], &[other], json!({})),
     ];
     for req in cases {
-        let verifier = FakeVerifier::new().sign(SIGNED, "cosign").sign(other, "cosign");
+        let verifier = FakeVerifier::new()
+            .sign(SIGNED, "cosign")
+            .sign(other, "cosign");
         let d = run(&verifier, &[&pol], &req).await;
         assert_eq!(
             d.message,
@@ -861,8 +1031,15 @@ async fn every_container_kind_is_subject_to_required() {
     }
     // Verifying every kind satisfies it.
     let all = pod_policy("all", &no_digest(VERIFY_ALL));
-    let verifier = FakeVerifier::new().sign(SIGNED, "cosign").sign(other, "cosign");
-    let d = run(&verifier, &[&all], &pod("CREATE", &[SIGNED], &[other], &[other], json!({}))).await;
+    let verifier = FakeVerifier::new()
+        .sign(SIGNED, "cosign")
+        .sign(other, "cosign");
+    let d = run(
+        &verifier,
+        &[&all],
+        &pod("CREATE", &[SIGNED], &[other], &[other], json!({})),
+    )
+    .await;
     assert!(d.allowed, "{:?}", d.message);
 }
 
@@ -875,4 +1052,35 @@ fn the_validate_future_is_send() {
     let policies = [&pol];
     let future = validate(&verifier, &policies, &req, None, Instant::now());
     assert_send(&future);
+}
+
+/// Kyverno example (o): image metadata through `image.GetMetadata` in a variable.
+#[tokio::test]
+async fn example_o_image_metadata() {
+    let cases = [("amd64", true), ("arm64", false)];
+    for (arch, allowed) in cases {
+        let pol = policy(
+            "arch",
+            &format!(
+                "{PODS}attestors: []\n{}",
+                lenient(&format!(
+                    "variables:\n  - name: imageRef\n    expression: object.spec.containers[0].image\n  - name: image\n    expression: image.GetMetadata(variables.imageRef)\nvalidations:\n  - expression: variables.image.config.architecture == \"{arch}\"\n    messageExpression: \"'image architecture is not supported: ' + string(variables.image.config.architecture)\"\n"
+                ))
+            ),
+        );
+        let verifier = FakeVerifier::new();
+        let d = run(&verifier, &[&pol], &create(&["nginx:1.27"])).await;
+        assert_eq!(d.allowed, allowed, "{arch}: {:?}", d.message);
+        if !allowed {
+            assert_eq!(
+                d.message.as_deref(),
+                Some("Policy arch failed: image architecture is not supported: amd64")
+            );
+        }
+        assert_eq!(
+            verifier.calls(),
+            1,
+            "image data fetched once, before evaluation"
+        );
+    }
 }

@@ -1,0 +1,344 @@
+//! CEL scopes per field, variable ordering, attestor field pointers, defaults and hashing.
+
+use serde_json::{Value, json};
+
+use crate::compiled::ImageMatcher;
+use crate::testutil::{base, errors_after, load, patch};
+use crate::types::{FailurePolicy, ValidationAction};
+
+type Patch = (&'static str, Option<Value>);
+
+fn set(pointer: &'static str, v: Value) -> Patch {
+    (pointer, Some(v))
+}
+
+#[test]
+fn cel_errors_name_the_field() {
+    let cases: Vec<(Vec<Patch>, Vec<&str>)> = vec![
+        (
+            vec![set(
+                "/spec/validations/0/expression",
+                json!("imagez.containers.size() > 0"),
+            )],
+            vec!["spec.validations[0].expression: undeclared reference 'imagez'"],
+        ),
+        (
+            vec![set(
+                "/spec/validations/0/messageExpression",
+                json!("'bad ' + nope"),
+            )],
+            vec!["spec.validations[0].messageExpression: undeclared reference 'nope'"],
+        ),
+        (
+            vec![set(
+                "/spec/matchConditions/0/expression",
+                json!("variables.first == 'x'"),
+            )],
+            vec![
+                "spec.matchConditions[0].expression: undeclared reference 'variables' (matchConditions can only use object, oldObject, request and namespaceObject)",
+            ],
+        ),
+        (
+            vec![set(
+                "/spec/matchConditions/0/expression",
+                json!("images.containers.size() > 0"),
+            )],
+            vec![
+                "spec.matchConditions[0].expression: undeclared reference 'images' (matchConditions can only use object, oldObject, request and namespaceObject)",
+            ],
+        ),
+        (
+            vec![set(
+                "/spec/matchImageReferences/0",
+                json!({"expression": "object.metadata.name == ref"}),
+            )],
+            vec!["spec.matchImageReferences[0].expression: undeclared reference 'object'"],
+        ),
+        (
+            vec![set(
+                "/spec/images",
+                json!([{"name": "x", "expression": "[objekt.a]"}]),
+            )],
+            vec!["spec.images[0].expression: undeclared reference 'objekt'"],
+        ),
+        (
+            vec![set(
+                "/spec/auditAnnotations",
+                json!([{"key": "k", "valueExpression": "nope"}]),
+            )],
+            vec!["spec.auditAnnotations[0].valueExpression: undeclared reference 'nope'"],
+        ),
+        (
+            vec![set(
+                "/spec/attestors/0/cosign/key",
+                json!({"expression": "variables.nokey"}),
+            )],
+            vec!["spec.attestors[0].cosign.key.expression: undeclared variable 'variables.nokey'"],
+        ),
+        (
+            vec![set(
+                "/spec/variables/0/expression",
+                json!("variables.second + 'y'"),
+            )],
+            vec![
+                "spec.variables[0].expression: variable 'variables.second' is declared at or after this one (spec.variables[1]); a variable may only use earlier variables",
+            ],
+        ),
+        (
+            vec![set(
+                "/spec/variables/0/expression",
+                json!("variables.first"),
+            )],
+            vec![
+                "spec.variables[0].expression: variable 'variables.first' is declared at or after this one (spec.variables[0]); a variable may only use earlier variables",
+            ],
+        ),
+        (
+            vec![set(
+                "/spec/validations/0/expression",
+                json!("resource.get('v1', 'configmaps', 'ns', 'keys').data.x == 'y'"),
+            )],
+            vec![
+                "spec.validations[0].expression: Kyverno library 'resource' is not supported by ivory",
+            ],
+        ),
+    ];
+    for (patches, expected) in cases {
+        assert_eq!(errors_after(&patches), expected, "{patches:?}");
+    }
+}
+
+#[test]
+fn json_mode_binds_only_object_images_attestors_attestations() {
+    let mut doc = base();
+    patch(&mut doc, "/spec/evaluation", Some(json!({"mode": "JSON"})));
+    patch(&mut doc, "/spec/variables", None);
+    patch(&mut doc, "/spec/matchConditions", None);
+    patch(
+        &mut doc,
+        "/spec/images",
+        Some(json!([{"name": "bar", "expression": "[object.foo.bar]"}])),
+    );
+    patch(
+        &mut doc,
+        "/spec/validations/1",
+        Some(json!({"expression": "images.bar.size() > 0 && attestations.slsa != ''"})),
+    );
+    let report = load(&doc);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(report.policies[0].json_mode);
+
+    patch(
+        &mut doc,
+        "/spec/validations/1/expression",
+        Some(json!("oldObject == null")),
+    );
+    patch(
+        &mut doc,
+        "/spec/variables",
+        Some(json!([{"name": "v", "expression": "request.name"}])),
+    );
+    let got: Vec<String> = load(&doc)
+        .errors
+        .iter()
+        .map(|e| format!("{}: {}", e.field, e.reason))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "spec.variables[0].expression: undeclared reference 'request' (evaluation.mode JSON binds only object, images, attestors and attestations)",
+            "spec.validations[1].expression: undeclared reference 'oldObject' (evaluation.mode JSON binds only object, images, attestors and attestations)",
+        ]
+    );
+}
+
+#[test]
+fn compiled_fields_and_defaults() {
+    let mut doc = base();
+    patch(
+        &mut doc,
+        "/spec/matchImageReferences/1",
+        Some(json!({"expression": "ref.startsWith('docker.io/')"})),
+    );
+    patch(
+        &mut doc,
+        "/spec/validations/0/messageExpression",
+        Some(json!("'unsigned: ' + object.metadata.name")),
+    );
+    patch(
+        &mut doc,
+        "/spec/auditAnnotations",
+        Some(json!([{"key": "who", "valueExpression": "request.userInfo.username"}])),
+    );
+    patch(
+        &mut doc,
+        "/spec/attestors/1",
+        Some(json!({"name": "cert", "cosign": {"certificate": {
+        "cert": {"expression": "variables.first"}, "certChain": {"expression": "variables.second"}
+    }, "trustedRoot": {"expression": "'{}'"}}})),
+    );
+    patch(
+        &mut doc,
+        "/spec/attestors/2",
+        Some(json!({"name": "keyexpr", "cosign": {"key": {"expression": "variables.first"}}})),
+    );
+    patch(
+        &mut doc,
+        "/spec/attestors/3",
+        Some(json!({"name": "notary", "notary": {
+            "certs": {"expression": "variables.first"}, "tsaCerts": {"expression": "variables.second"}
+        }})),
+    );
+    let report = load(&doc);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let p = &report.policies[0];
+    assert_eq!(p.name, "base");
+    assert_eq!(p.namespace, None);
+    assert_eq!(p.actions, [ValidationAction::Deny]);
+    assert_eq!(p.failure_policy, FailurePolicy::Fail);
+    assert!(p.mutate_digest && p.verify_digest && p.required && !p.json_mode);
+    assert!(p.spec.admission_enabled() && p.spec.background_enabled());
+    assert_eq!(p.spec.timeout_seconds(), None);
+    assert_eq!(p.autogen_config, None);
+    assert_eq!(p.match_conditions[0].name, "not-system");
+    assert_eq!(
+        p.match_conditions[0].program.source(),
+        "request.namespace != 'kube-system'"
+    );
+    assert_eq!(
+        p.variables
+            .iter()
+            .map(|v| v.name.as_str())
+            .collect::<Vec<_>>(),
+        ["first", "second"]
+    );
+    assert_eq!(p.variables[1].program.variable_refs(), ["first"]);
+    assert!(
+        matches!(&p.image_matchers[0], ImageMatcher::Glob { pattern, matcher }
+        if pattern == "ghcr.io/*" && matcher.is_match("ghcr.io/kyverno/test-verify-image:signed"))
+    );
+    assert!(
+        matches!(&p.image_matchers[1], ImageMatcher::Expression(prog)
+        if prog.source() == "ref.startsWith('docker.io/')")
+    );
+    assert_eq!(p.validations[0].message.as_deref(), Some("not signed"));
+    assert!(p.validations[0].message_expression.is_some());
+    assert!(
+        p.validations[0]
+            .expression
+            .calls_function("verifyImageSignatures")
+    );
+    assert_eq!(p.audit_annotations[0].key, "who");
+    assert_eq!(p.attestations[0].name, "slsa");
+    let pointers: Vec<Vec<&str>> = p
+        .attestors
+        .iter()
+        .map(|a| a.fields.iter().map(|(ptr, _)| ptr.as_str()).collect())
+        .collect();
+    assert_eq!(
+        pointers,
+        vec![
+            vec![],
+            vec![
+                "/cosign/certificate/cert/value",
+                "/cosign/certificate/certChain/value",
+                "/cosign/trustedRoot/value"
+            ],
+            vec!["/cosign/key/data"],
+            vec!["/notary/certs/value", "/notary/tsaCerts/value"],
+        ]
+    );
+    assert_eq!(p.attestors[3].fields[1].1.source(), "variables.second");
+}
+
+#[test]
+fn explicit_flags_override_defaults() {
+    let mut doc = base();
+    patch(
+        &mut doc,
+        "/spec/validationActions",
+        Some(json!(["Warn", "Audit", "Warn"][..2].to_vec())),
+    );
+    patch(&mut doc, "/spec/failurePolicy", Some(json!("Ignore")));
+    patch(
+        &mut doc,
+        "/spec/validationConfigurations",
+        Some(json!({"mutateDigest": false, "verifyDigest": false, "required": false})),
+    );
+    patch(
+        &mut doc,
+        "/spec/evaluation",
+        Some(json!({"admission": {"enabled": false}, "background": {"enabled": false}})),
+    );
+    patch(
+        &mut doc,
+        "/spec/webhookConfiguration",
+        Some(json!({"timeoutSeconds": 7})),
+    );
+    let report = load(&doc);
+    let p = &report.policies[0];
+    assert_eq!(p.actions, [ValidationAction::Audit, ValidationAction::Warn]);
+    assert_eq!(p.failure_policy, FailurePolicy::Ignore);
+    assert!(!p.mutate_digest && !p.verify_digest && !p.required);
+    assert!(!p.spec.admission_enabled() && !p.spec.background_enabled());
+    assert_eq!(p.spec.timeout_seconds(), Some(7));
+}
+
+fn hash_of(doc: &Value) -> String {
+    let report = load(doc);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    report.policies[0].hash.clone()
+}
+
+#[test]
+fn hash_is_stable_and_changes_on_edit() {
+    let doc = base();
+    let h = hash_of(&doc);
+    assert_eq!(h.len(), 64);
+    assert!(h.chars().all(|c| c.is_ascii_hexdigit()));
+    assert_eq!(h, hash_of(&doc), "same input, same hash");
+
+    // Key order and YAML vs JSON do not matter: the spec is canonicalised.
+    let yaml = serde_yaml::to_string(&doc).unwrap();
+    let from_yaml = crate::load::load_str(&yaml, "t.yaml");
+    assert_eq!(from_yaml.policies[0].hash, h);
+
+    let mut edited = doc.clone();
+    patch(
+        &mut edited,
+        "/spec/validations/0/message",
+        Some(json!("still not signed")),
+    );
+    assert_ne!(hash_of(&edited), h);
+
+    let mut renamed = doc.clone();
+    patch(&mut renamed, "/metadata/name", Some(json!("other")));
+    assert_ne!(hash_of(&renamed), h);
+
+    let mut namespaced = doc.clone();
+    patch(
+        &mut namespaced,
+        "/kind",
+        Some(json!("NamespacedImageValidatingPolicy")),
+    );
+    patch(
+        &mut namespaced,
+        "/metadata/namespace",
+        Some(json!("team-a")),
+    );
+    assert_ne!(hash_of(&namespaced), h);
+
+    // Metadata outside kind/namespace/name (labels) is not part of the policy's behaviour.
+    let mut labelled = doc.clone();
+    patch(
+        &mut labelled,
+        "/metadata/labels",
+        Some(json!({"team": "a"})),
+    );
+    assert_eq!(hash_of(&labelled), h);
+
+    // The alias kind is the same policy kind.
+    let mut alias = doc;
+    patch(&mut alias, "/kind", Some(json!("ImageVerificationPolicy")));
+    assert_eq!(hash_of(&alias), h);
+}

@@ -1,0 +1,296 @@
+//! Registries that hang, refuse, throttle, fail, or serve bad manifests: every call ends
+//! in a definite result or a named error before its deadline.
+
+use std::time::Duration;
+
+use ivory_registry::{Config, Credentials, Error, Platform, Registry};
+use ivory_testkit::{FaultOptions, FaultServer, HungRegistry, refused_host};
+use tokio::time::Instant;
+
+use crate::util::ok_deadline;
+
+/// Slack allowed past a deadline before we call it a hang.
+const SLACK: Duration = Duration::from_millis(500);
+
+fn insecure() -> Credentials {
+    Credentials::anonymous().allow_insecure(true)
+}
+
+fn amd64() -> Platform {
+    Platform {
+        os: "linux".into(),
+        architecture: "amd64".into(),
+        variant: None,
+    }
+}
+
+#[tokio::test]
+async fn hung_registry_ends_in_deadline_exceeded_on_time() {
+    let hung = HungRegistry::start().await.unwrap();
+    let r = Registry::new(Config::default()).unwrap();
+    let budget = Duration::from_millis(800);
+    for op in ["resolve", "manifest", "blob"] {
+        let started = Instant::now();
+        let deadline = started + budget;
+        let image = format!("{}/app:v1", hung.host());
+        let err = match op {
+            "resolve" => r
+                .resolve_digest(&image, &Credentials::anonymous(), deadline)
+                .await
+                .err(),
+            "manifest" => r
+                .fetch_manifest(&image, &Credentials::anonymous(), deadline)
+                .await
+                .err(),
+            _ => r
+                .fetch_blob(
+                    &format!("{}/app", hung.host()),
+                    &format!("sha256:{}", "1".repeat(64)),
+                    100,
+                    &Credentials::anonymous(),
+                    deadline,
+                )
+                .await
+                .err(),
+        }
+        .unwrap();
+        let elapsed = started.elapsed();
+        assert!(matches!(err, Error::DeadlineExceeded { .. }), "{op}: {err}");
+        assert!(err.is_transient());
+        assert!(elapsed >= budget, "{op}: gave up early after {elapsed:?}");
+        assert!(elapsed < budget + SLACK, "{op}: took {elapsed:?}");
+        assert!(err.to_string().contains(&hung.host()), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn refused_connection_is_a_transient_transport_error() {
+    let host = refused_host().unwrap();
+    let r = Registry::new(Config::default()).unwrap();
+    let err = r
+        .resolve_digest(
+            &format!("{host}/app:v1"),
+            &Credentials::anonymous(),
+            ok_deadline(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Transport { .. }), "{err}");
+    assert!(err.is_transient());
+}
+
+#[tokio::test]
+async fn concurrency_cap_queues_calls_per_registry() {
+    let hung = HungRegistry::start().await.unwrap();
+    let r = Registry::new(Config {
+        per_registry_concurrency: 1,
+        ..Config::default()
+    })
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_millis(600);
+    let image = format!("{}/app:v1", hung.host());
+    let creds = Credentials::anonymous();
+    let (a, b) = tokio::join!(
+        r.resolve_digest(&image, &creds, deadline),
+        r.resolve_digest(&image, &creds, deadline)
+    );
+    assert!(matches!(a, Err(Error::DeadlineExceeded { .. })));
+    assert!(matches!(b, Err(Error::DeadlineExceeded { .. })));
+    let stats = r.stats();
+    assert_eq!(stats[0].requests, 1, "the second call never got a permit");
+    assert_eq!(stats[0].errors, 2);
+}
+
+#[tokio::test]
+async fn throttling_is_retried_then_succeeds() {
+    let f = FaultServer::start(FaultOptions {
+        throttle_count: 2,
+        ..FaultOptions::default()
+    })
+    .await
+    .unwrap();
+    let r = Registry::new(Config::default()).unwrap();
+    let d = r
+        .resolve_digest(
+            &format!("{}/throttled:latest", f.host()),
+            &insecure(),
+            ok_deadline(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(Some(d.as_str()), f.digest("good"));
+    let statuses: Vec<u16> = f
+        .requests()
+        .into_iter()
+        .filter(|(_, p, _)| p.contains("/manifests/"))
+        .map(|(_, _, s)| s)
+        .collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        2,
+        "{statuses:?}"
+    );
+    assert_eq!(statuses.last(), Some(&200));
+    let stats = r.stats();
+    assert!(stats[0].throttled >= 1, "{stats:?}");
+}
+
+#[tokio::test]
+async fn persistent_503_gives_up_before_the_deadline() {
+    let f = FaultServer::start(FaultOptions::default()).await.unwrap();
+    let r = Registry::new(Config::default()).unwrap();
+    let budget = Duration::from_millis(1500);
+    let started = Instant::now();
+    let err = r
+        .resolve_digest(
+            &format!("{}/unavailable:latest", f.host()),
+            &insecure(),
+            started + budget,
+        )
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(
+        matches!(err, Error::Throttled { status: 503, attempts, .. } if attempts > 1),
+        "{err}"
+    );
+    assert!(err.is_transient());
+    assert!(elapsed < budget + SLACK, "took {elapsed:?}");
+}
+
+#[tokio::test]
+async fn oversized_manifests_and_blobs_are_refused() {
+    let f = FaultServer::start(FaultOptions::default()).await.unwrap();
+    let r = Registry::new(Config::default()).unwrap();
+    let err = r
+        .fetch_manifest(
+            &format!("{}/big:latest", f.host()),
+            &insecure(),
+            ok_deadline(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::TooLarge {
+                what: "manifest",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(!err.is_transient());
+
+    let blob = f.digest("bigblob-config").unwrap().to_string();
+    let err = r
+        .fetch_blob(
+            &format!("{}/bigblob", f.host()),
+            &blob,
+            1 << 20,
+            &insecure(),
+            ok_deadline(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TooLarge { what: "blob", .. }), "{err}");
+    let ok = r
+        .fetch_blob(
+            &format!("{}/bigblob", f.host()),
+            &blob,
+            4 << 20,
+            &insecure(),
+            ok_deadline(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.len(), 2 * 1024 * 1024);
+}
+
+#[tokio::test]
+async fn self_referencing_and_deep_indexes_end_in_errors() {
+    let f = FaultServer::start(FaultOptions::default()).await.unwrap();
+    let r = Registry::new(Config::default()).unwrap();
+    let started = Instant::now();
+    let err = r
+        .fetch_platform_manifest(
+            &format!("{}/loop:latest", f.host()),
+            &amd64(),
+            &insecure(),
+            ok_deadline(),
+        )
+        .await
+        .unwrap_err();
+    // The child "is" the index itself, which its content cannot hash to.
+    assert!(matches!(err, Error::DigestMismatch { .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    let err = r
+        .fetch_platform_manifest(
+            &format!("{}/deep:latest", f.host()),
+            &amd64(),
+            &insecure(),
+            ok_deadline(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidManifest { .. }), "{err}");
+    assert!(err.to_string().contains("nesting deeper"), "{err}");
+}
+
+#[tokio::test]
+async fn digest_header_lies_and_omissions() {
+    let f = FaultServer::start(FaultOptions::default()).await.unwrap();
+    let r = Registry::new(Config::default()).unwrap();
+    let good = f.digest("good").unwrap().to_string();
+
+    // No Docker-Content-Digest: HEAD, then GET and hash the body.
+    let d = r
+        .resolve_digest(
+            &format!("{}/nodigest:latest", f.host()),
+            &insecure(),
+            ok_deadline(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d, good);
+    let calls: Vec<String> = f
+        .requests()
+        .into_iter()
+        .filter(|(_, p, _)| p.contains("nodigest"))
+        .map(|(m, _, _)| m)
+        .collect();
+    assert_eq!(calls, vec!["HEAD", "GET"]);
+
+    // A false header is caught when the body is read.
+    let err = r
+        .fetch_manifest(
+            &format!("{}/wrongdigest:latest", f.host()),
+            &insecure(),
+            ok_deadline(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::DigestMismatch { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn unknown_media_types_and_garbage_are_invalid_manifests() {
+    let f = FaultServer::start(FaultOptions::default()).await.unwrap();
+    let r = Registry::new(Config::default()).unwrap();
+    for repo in ["unknowntype", "malformed"] {
+        let err = r
+            .fetch_manifest(
+                &format!("{}/{repo}:latest", f.host()),
+                &insecure(),
+                ok_deadline(),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidManifest { .. }),
+            "{repo}: {err}"
+        );
+        assert!(!err.is_transient());
+    }
+}

@@ -1,0 +1,81 @@
+//! TLS: the harness CA as `--registry-ca`, a missing CA, and allowInsecureRegistry.
+
+use ivory_registry::{Config, Credentials, Error, Registry};
+use ivory_testkit::{AuthMode, HarnessOptions, RegistryHarness};
+
+use crate::util::{ok_deadline, push_simple, start};
+
+#[tokio::test]
+async fn missing_ca_is_a_clear_tls_error_and_insecure_skips_verification() {
+    let h = start(AuthMode::None).await;
+    let img = push_simple(&h, "app", "v1", "tls").await;
+    let image = format!("{}/app:v1", h.host());
+    let r = Registry::new(Config::default()).unwrap();
+
+    let err = r
+        .resolve_digest(&image, &Credentials::anonymous(), ok_deadline())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Transport { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("certificate"),
+        "TLS cause must be visible: {msg}"
+    );
+    assert!(err.is_transient());
+
+    let insecure = Credentials::anonymous().allow_insecure(true);
+    let d = r
+        .resolve_digest(&image, &insecure, ok_deadline())
+        .await
+        .unwrap();
+    assert_eq!(d, img.manifest.digest);
+}
+
+#[tokio::test]
+async fn plain_http_only_with_allow_insecure() {
+    let h = RegistryHarness::start(HarnessOptions {
+        auth: AuthMode::None,
+        tls: false,
+    })
+    .await
+    .unwrap();
+    let img = push_simple(&h, "app", "v1", "plain").await;
+    let image = format!("{}/app:v1", h.host());
+    let r = Registry::new(Config::default()).unwrap();
+
+    let err = r
+        .resolve_digest(&image, &Credentials::anonymous(), ok_deadline())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Transport { .. }), "{err}");
+
+    let insecure = Credentials::anonymous().allow_insecure(true);
+    let d = r
+        .resolve_digest(&image, &insecure, ok_deadline())
+        .await
+        .unwrap();
+    assert_eq!(d, img.manifest.digest);
+    // The learned scheme sticks: the next call goes straight to HTTP, one HEAD.
+    h.reset_requests();
+    r.resolve_digest(&image, &insecure, ok_deadline())
+        .await
+        .unwrap();
+    assert_eq!(
+        h.requests(),
+        vec![("HEAD".to_string(), "/v2/app/manifests/v1".to_string(), 200)]
+    );
+}
+
+#[test]
+fn bad_ca_bundle_is_refused_at_construction() {
+    let err = Registry::new(Config {
+        ca_bundle_pem: Some(
+            b"-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n".to_vec(),
+        ),
+        ..Config::default()
+    })
+    .err()
+    .unwrap();
+    assert!(matches!(err, Error::Config { .. }), "{err}");
+}

@@ -1,0 +1,626 @@
+//! The async side: [`CosignVerifier`] implements the engine's `ImageVerifier` over
+//! `ivory_registry::Registry`, with ivory's own caches.
+//!
+//! Request floor: a cold tag costs HEAD, then the `.sig`/`.att` tag ∥ referrers, then the
+//! signature blobs in parallel (plus one manifest GET per bundle referrer); a digest skips the
+//! HEAD; a warm (digest, attestor set, attestation) costs nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::{BoxFuture, FutureExt as _, join_all};
+use ivory_engine::verifier::{ImageVerifier, Verification, VerifyError, VerifyRequest};
+use ivory_policy::types::{Attestation, Attestor, Credentials as PolicyCredentials};
+use ivory_registry::{Credentials, Error as RegistryError, Registry};
+use moka::Expiry;
+use moka::future::Cache;
+use oci_client::Reference;
+use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
+use tokio::time::Instant;
+
+use crate::check::{Accepted, evaluate};
+use crate::envelope::{
+    BUNDLE_MEDIA_TYPE_PREFIX, DSSE_MEDIA_TYPE, Envelope, Legacy, SIMPLE_SIGNING_MEDIA_TYPE,
+};
+use crate::plan::Plan;
+use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
+
+/// Cache and limit settings.
+#[derive(Clone, Debug)]
+pub struct VerifierConfig {
+    /// How long a resolved tag → digest is reused.
+    pub tag_ttl: Duration,
+    /// How long a positive verdict is reused.
+    pub verified_ttl: Duration,
+    /// How long a definite negative verdict (no signature, bad signature, wrong identity) is
+    /// reused. Errors (network, deadline, 5xx) are never cached.
+    pub negative_ttl: Duration,
+    /// Entries in the verdict cache.
+    pub max_results: u64,
+    /// Entries in the tag cache.
+    pub max_tags: u64,
+    /// Largest signature layer read.
+    pub max_signature_bytes: usize,
+    /// Most signature layers/referrers read per image.
+    pub max_signatures: usize,
+    /// The trusted root used when an attestor names none (`trusted_root.json` text).
+    pub default_trusted_root: String,
+}
+
+impl Default for VerifierConfig {
+    fn default() -> Self {
+        Self {
+            tag_ttl: Duration::from_secs(30),
+            verified_ttl: Duration::from_secs(3600),
+            negative_ttl: Duration::from_secs(30),
+            max_results: 10_000,
+            max_tags: 10_000,
+            max_signature_bytes: 4 * 1024 * 1024,
+            max_signatures: 50,
+            default_trusted_root: PUBLIC_GOOD_TRUSTED_ROOT.to_owned(),
+        }
+    }
+}
+
+/// Maps a policy's `credentials` to registry credentials (secret lookup lives in the binary).
+pub type CredentialsResolver = Arc<dyn Fn(Option<&PolicyCredentials>) -> Credentials + Send + Sync>;
+
+/// Verdict cache key: never a tag.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ResultKey {
+    digest: String,
+    signature_repo: String,
+    attestor: [u8; 32],
+    attestation: Option<String>,
+}
+
+/// Which signature family to fetch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Family {
+    Signatures,
+    Attestations,
+}
+
+/// Positive verdicts live `verified_ttl`, negative ones `negative_ttl`.
+struct VerdictExpiry {
+    verified: Duration,
+    negative: Duration,
+}
+
+impl Expiry<ResultKey, Verification> for VerdictExpiry {
+    fn expire_after_create(
+        &self,
+        _: &ResultKey,
+        v: &Verification,
+        _: std::time::Instant,
+    ) -> Option<Duration> {
+        Some(if v.is_verified() {
+            self.verified
+        } else {
+            self.negative
+        })
+    }
+}
+
+/// cosign/Sigstore verification with caches; cheap to clone.
+#[derive(Clone)]
+pub struct CosignVerifier {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    config: VerifierConfig,
+    credentials: CredentialsResolver,
+    tags: Cache<String, String>,
+    results: Cache<ResultKey, Verification>,
+    plans: moka::sync::Cache<[u8; 32], Arc<Result<Plan, String>>>,
+}
+
+impl CosignVerifier {
+    /// A verifier over `registry`; `credentials` maps a policy's `credentials` field.
+    pub fn new(
+        registry: Registry,
+        config: VerifierConfig,
+        credentials: CredentialsResolver,
+    ) -> Self {
+        let results = Cache::builder()
+            .max_capacity(config.max_results)
+            .expire_after(VerdictExpiry {
+                verified: config.verified_ttl,
+                negative: config.negative_ttl,
+            })
+            .build();
+        let tags = Cache::builder()
+            .max_capacity(config.max_tags)
+            .time_to_live(config.tag_ttl)
+            .build();
+        let plans = moka::sync::Cache::builder().max_capacity(1_000).build();
+        Self {
+            inner: Arc::new(Inner {
+                registry,
+                config,
+                credentials,
+                tags,
+                results,
+                plans,
+            }),
+        }
+    }
+
+    /// Anonymous access (plus `allowInsecureRegistry`) for policies with `credentials`.
+    pub fn anonymous_credentials() -> CredentialsResolver {
+        Arc::new(|c: Option<&PolicyCredentials>| {
+            Credentials::anonymous()
+                .allow_insecure(c.and_then(|c| c.allow_insecure_registry).unwrap_or(false))
+        })
+    }
+
+    /// The registry this verifier reads from (for its request counters).
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    async fn resolve(
+        &self,
+        image: &str,
+        creds: &Credentials,
+        deadline: Instant,
+    ) -> Result<String, VerifyError> {
+        let reference: Reference = image
+            .parse()
+            .map_err(|e| unavailable(image, "", format!("invalid image reference: {e}")))?;
+        if let Some(d) = reference.digest() {
+            return Ok(d.to_owned());
+        }
+        let key = reference.whole();
+        let registry = &self.inner.registry;
+        self.inner
+            .tags
+            .try_get_with(key, async {
+                registry
+                    .resolve_digest(image, creds, deadline)
+                    .await
+                    .map_err(|e| map_error(image, "resolving the digest", e, deadline))
+            })
+            .await
+            .map_err(|e| (*e).clone())
+    }
+
+    fn plan(&self, attestor: &Attestor) -> (Arc<Result<Plan, String>>, [u8; 32]) {
+        let hash = attestor_hash(attestor, &self.inner.config.default_trusted_root);
+        let root = &self.inner.config.default_trusted_root;
+        let plan = self
+            .inner
+            .plans
+            .get_with(hash, || Arc::new(Plan::new(attestor, root)));
+        (plan, hash)
+    }
+
+    async fn verify_request(
+        &self,
+        request: &VerifyRequest,
+        deadline: Instant,
+    ) -> Result<Verification, VerifyError> {
+        let creds = (self.inner.credentials)(request.credentials.as_ref());
+        let digest = self.resolve(&request.image, &creds, deadline).await?;
+        let (plan, hash) = self.plan(&request.attestor);
+        let plan = match plan.as_ref() {
+            Ok(_) => plan,
+            Err(reason) => {
+                return Ok(Verification::NotVerified {
+                    digest: Some(digest),
+                    reason: reason.clone(),
+                });
+            }
+        };
+        let predicate = match attestation_type(request.attestation.as_ref()) {
+            Ok(t) => t,
+            Err(reason) => {
+                return Ok(Verification::NotVerified {
+                    digest: Some(digest),
+                    reason,
+                });
+            }
+        };
+        let reference: Reference = request.image.parse().map_err(|e| {
+            unavailable(&request.image, "", format!("invalid image reference: {e}"))
+        })?;
+        let cosign = request.attestor.cosign.as_ref();
+        let signature_repo = match cosign
+            .and_then(|c| c.source.as_ref())
+            .and_then(|s| s.repository.as_deref())
+        {
+            Some(r) if !r.is_empty() => r.to_owned(),
+            _ => format!("{}/{}", reference.registry(), reference.repository()),
+        };
+        let prefix = cosign
+            .and_then(|c| c.source.as_ref())
+            .and_then(|s| s.tag_prefix.clone())
+            .unwrap_or_default();
+        let key = ResultKey {
+            digest: digest.clone(),
+            signature_repo: format!("{signature_repo}|{prefix}"),
+            attestor: hash,
+            attestation: predicate.clone(),
+        };
+        let family = if predicate.is_some() {
+            Family::Attestations
+        } else {
+            Family::Signatures
+        };
+        let this = self.clone();
+        let image = request.image.clone();
+        self.inner
+            .results
+            .try_get_with(key, async move {
+                let envelopes = this
+                    .fetch(
+                        &image,
+                        &signature_repo,
+                        &prefix,
+                        &digest,
+                        family,
+                        &creds,
+                        deadline,
+                    )
+                    .await?;
+                // A failed plan returned early above; keep the loader total anyway.
+                let verdict = match plan.as_ref() {
+                    Ok(plan) => evaluate(plan, &digest, &envelopes, predicate.as_deref()),
+                    Err(reason) => Err(reason.clone()),
+                };
+                Ok(match verdict {
+                    Ok(Accepted { statement }) => Verification::Verified {
+                        digest,
+                        payload: statement,
+                    },
+                    Err(reason) => Verification::NotVerified {
+                        digest: Some(digest),
+                        reason,
+                    },
+                })
+            })
+            .await
+            .map_err(|e: Arc<VerifyError>| (*e).clone())
+    }
+
+    /// Fetches every signature candidate: the cosign tag (`.sig`/`.att`) and the OCI
+    /// referrers in parallel, then their blobs in parallel.
+    #[allow(clippy::too_many_arguments)]
+    async fn fetch(
+        &self,
+        image: &str,
+        repo: &str,
+        prefix: &str,
+        digest: &str,
+        family: Family,
+        creds: &Credentials,
+        deadline: Instant,
+    ) -> Result<Vec<Envelope>, VerifyError> {
+        let registry = &self.inner.registry;
+        let tag_name = format!("{prefix}{}", digest.replace(':', "-"));
+        let suffix = match family {
+            Family::Signatures => "sig",
+            Family::Attestations => "att",
+        };
+        let tag_ref = format!("{repo}:{tag_name}.{suffix}");
+        let subject_ref = format!("{repo}@{digest}");
+        let (tagged, referrers) = tokio::join!(
+            registry.fetch_manifest(&tag_ref, creds, deadline),
+            registry.referrers(&subject_ref, None, creds, deadline),
+        );
+        let tagged = absent_is_empty(tagged)
+            .map_err(|e| map_error(image, "reading signatures", e, deadline))?;
+        let referrers = absent_is_empty(referrers)
+            .map_err(|e| map_error(image, "listing referrers", e, deadline))?;
+        let max = self.inner.config.max_signatures;
+        let mut legacy_layers = Vec::new();
+        if let Some(m) = tagged {
+            legacy_layers = m
+                .json
+                .get("layers")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            legacy_layers.truncate(max);
+        }
+        let bundle_refs: Vec<String> = referrers
+            .as_ref()
+            .and_then(|r| r.get("manifests"))
+            .and_then(Value::as_array)
+            .map(|ms| {
+                ms.iter()
+                    .filter(|m| {
+                        m.get("artifactType")
+                            .and_then(Value::as_str)
+                            .is_some_and(|t| t.starts_with(BUNDLE_MEDIA_TYPE_PREFIX))
+                    })
+                    .filter_map(|m| m.get("digest").and_then(Value::as_str).map(str::to_owned))
+                    .take(max)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let limit = self.inner.config.max_signature_bytes;
+        let (tag_ref, subject_ref) = (&tag_ref, &subject_ref);
+        let legacy = join_all(legacy_layers.iter().map(|layer| async move {
+            let Some(d) = layer.get("digest").and_then(Value::as_str) else {
+                return Ok(None);
+            };
+            let media = layer
+                .get("mediaType")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let blob = registry
+                .fetch_blob(tag_ref, d, limit, creds, deadline)
+                .await?;
+            let legacy =
+                Legacy::from_annotations(blob, layer.get("annotations").and_then(Value::as_object));
+            Ok(Some(match media {
+                DSSE_MEDIA_TYPE => Envelope::Dsse(legacy),
+                SIMPLE_SIGNING_MEDIA_TYPE => Envelope::SimpleSigning(legacy),
+                _ if family == Family::Attestations => Envelope::Dsse(legacy),
+                _ => Envelope::SimpleSigning(legacy),
+            }))
+        }));
+        let bundles = join_all(bundle_refs.iter().map(|d| async move {
+            let m = registry
+                .fetch_manifest(&format!("{repo}@{d}"), creds, deadline)
+                .await?;
+            let Some(layer) = m.json.pointer("/layers/0").cloned() else {
+                return Ok(None);
+            };
+            let Some(ld) = layer.get("digest").and_then(Value::as_str) else {
+                return Ok(None);
+            };
+            let blob = registry
+                .fetch_blob(subject_ref, ld, limit, creds, deadline)
+                .await?;
+            Ok::<_, RegistryError>(Some(Envelope::Bundle(blob)))
+        }));
+        let (legacy, bundles) = tokio::join!(legacy, bundles);
+        let mut out = Vec::new();
+        for r in legacy.into_iter().chain(bundles) {
+            if let Some(e) = r.map_err(|e: RegistryError| {
+                map_error(image, "reading signature blobs", e, deadline)
+            })? {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn image_data_inner(
+        &self,
+        image: &str,
+        creds: &Credentials,
+        deadline: Instant,
+    ) -> Result<Value, VerifyError> {
+        let reference: Reference = image
+            .parse()
+            .map_err(|e| unavailable(image, "", format!("invalid image reference: {e}")))?;
+        let digest = self.resolve(image, creds, deadline).await?;
+        let registry = &self.inner.registry;
+        let pinned = format!(
+            "{}/{}@{digest}",
+            reference.registry(),
+            reference.repository()
+        );
+        let top = registry
+            .fetch_manifest(&pinned, creds, deadline)
+            .await
+            .map_err(|e| map_error(image, "fetching the manifest", e, deadline))?;
+        let (index, manifest) = if top.is_index() {
+            let platform = ivory_registry::Platform {
+                os: "linux".into(),
+                architecture: "amd64".into(),
+                variant: None,
+            };
+            let m = registry
+                .fetch_platform_manifest(&pinned, &platform, creds, deadline)
+                .await
+                .map_err(|e| map_error(image, "fetching the platform manifest", e, deadline))?;
+            (Some(top.json.clone()), m)
+        } else {
+            (None, top)
+        };
+        let config = match manifest
+            .json
+            .pointer("/config/digest")
+            .and_then(Value::as_str)
+        {
+            Some(d) => {
+                let bytes = registry
+                    .fetch_blob(
+                        &pinned,
+                        d,
+                        self.inner.config.max_signature_bytes,
+                        creds,
+                        deadline,
+                    )
+                    .await
+                    .map_err(|e| map_error(image, "fetching the config", e, deadline))?;
+                serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+            }
+            None => Value::Null,
+        };
+        let tag = reference.tag().map(str::to_owned);
+        Ok(json!({
+            "image": image,
+            "resolvedImage": format!("{}/{}{}@{digest}", reference.registry(), reference.repository(), tag.as_deref().map(|t| format!(":{t}")).unwrap_or_default()),
+            "registry": reference.registry(),
+            "repository": reference.repository(),
+            "identifier": tag.clone().unwrap_or_else(|| digest.clone()),
+            "tag": tag.unwrap_or_default(),
+            "digest": digest,
+            "imageIndex": index,
+            "manifest": manifest.json,
+            "config": config,
+        }))
+    }
+}
+
+/// The in-toto predicate type of the requested attestation; `referrer` attestations are
+/// notary's and cannot be verified by a cosign attestor.
+fn attestation_type(a: Option<&Attestation>) -> Result<Option<String>, String> {
+    match a {
+        None => Ok(None),
+        Some(a) => match (&a.intoto, &a.referrer) {
+            (Some(t), _) => Ok(Some(t.type_.clone())),
+            (None, Some(_)) => Err(format!(
+                "cosign verifier only supports intoto attestations, {} is a referrer attestation",
+                a.name
+            )),
+            (None, None) => Err(format!(
+                "attestation {} has neither intoto nor referrer",
+                a.name
+            )),
+        },
+    }
+}
+
+/// SHA-256 over the attestor (CEL fields already resolved, so trust material is inside) and
+/// the default trusted root it falls back to.
+fn attestor_hash(attestor: &Attestor, default_root: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    // The name does not change what verifies; the rest does.
+    let body = json!({ "cosign": attestor.cosign, "notary": attestor.notary });
+    h.update(body.to_string().as_bytes());
+    h.update(Sha256::digest(default_root.as_bytes()));
+    h.finalize().into()
+}
+
+/// A missing tag or referrers list means "none", not an error.
+fn absent_is_empty<T>(r: Result<T, RegistryError>) -> Result<Option<T>, RegistryError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(RegistryError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn unavailable(image: &str, registry: &str, message: String) -> VerifyError {
+    VerifyError::Unavailable {
+        image: image.to_owned(),
+        registry: registry.to_owned(),
+        message,
+    }
+}
+
+fn map_error(image: &str, operation: &str, e: RegistryError, deadline: Instant) -> VerifyError {
+    let registry = registry_of(&e);
+    match e {
+        RegistryError::DeadlineExceeded { budget, .. } => VerifyError::DeadlineExceeded {
+            image: image.to_owned(),
+            registry,
+            operation: operation.to_owned(),
+            budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
+        },
+        other => {
+            if Instant::now() >= deadline {
+                return VerifyError::DeadlineExceeded {
+                    image: image.to_owned(),
+                    registry,
+                    operation: operation.to_owned(),
+                    budget_ms: 0,
+                };
+            }
+            unavailable(image, &registry, other.to_string())
+        }
+    }
+}
+
+fn registry_of(e: &RegistryError) -> String {
+    use RegistryError as E;
+    match e {
+        E::DeadlineExceeded { registry, .. }
+        | E::NotFound { registry, .. }
+        | E::Unauthorized { registry, .. }
+        | E::TooLarge { registry, .. }
+        | E::Throttled { registry, .. }
+        | E::Server { registry, .. }
+        | E::Transport { registry, .. }
+        | E::InvalidReference { registry, .. }
+        | E::InvalidManifest { registry, .. }
+        | E::DigestMismatch { registry, .. }
+        | E::Rejected { registry, .. } => registry.clone(),
+        _ => String::new(),
+    }
+}
+
+/// Runs `fut` until `deadline`; past it, a named deadline error instead of a hang.
+async fn bounded<T>(
+    image: &str,
+    operation: &str,
+    deadline: Instant,
+    fut: impl std::future::Future<Output = Result<T, VerifyError>>,
+) -> Result<T, VerifyError> {
+    let budget = deadline.saturating_duration_since(Instant::now());
+    match tokio::time::timeout_at(deadline, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(VerifyError::DeadlineExceeded {
+            image: image.to_owned(),
+            registry: image
+                .parse::<Reference>()
+                .map(|r| r.registry().to_owned())
+                .unwrap_or_default(),
+            operation: operation.to_owned(),
+            budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
+        }),
+    }
+}
+
+impl ImageVerifier for CosignVerifier {
+    fn resolve_digest<'a>(
+        &'a self,
+        image: &'a str,
+        credentials: Option<&'a PolicyCredentials>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        async move {
+            let creds = (self.inner.credentials)(credentials);
+            bounded(
+                image,
+                "resolving the digest",
+                deadline,
+                self.resolve(image, &creds, deadline),
+            )
+            .await
+        }
+        .boxed()
+    }
+
+    fn verify<'a>(
+        &'a self,
+        request: &'a VerifyRequest,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
+        bounded(
+            &request.image,
+            "verifying signatures",
+            deadline,
+            self.verify_request(request, deadline),
+        )
+        .boxed()
+    }
+
+    fn image_data<'a>(
+        &'a self,
+        image: &'a str,
+        credentials: Option<&'a PolicyCredentials>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
+        async move {
+            let creds = (self.inner.credentials)(credentials);
+            bounded(
+                image,
+                "fetching image data",
+                deadline,
+                self.image_data_inner(image, &creds, deadline),
+            )
+            .await
+        }
+        .boxed()
+    }
+}

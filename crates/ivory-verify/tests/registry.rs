@@ -1,0 +1,282 @@
+//! ivory-verify through a real Distribution registry (ivory-testkit) with the fixtures in
+//! `fixtures/oci/ivory` (signed by real cosign). Request counts come from the registry's own
+//! access log.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ivory_engine::verifier::{ImageVerifier, Verification, VerifyRequest};
+use ivory_policy::types::{Attestation, Attestor, Cosign, CosignKey, Ctlog, TypeRef};
+use ivory_registry::{Config, Registry};
+use ivory_testkit::{Harness, HarnessOptions, HungRegistry, RegistryHarness};
+use ivory_verify::{CosignVerifier, VerifierConfig};
+use tokio::time::Instant;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
+fn key(name: &str) -> String {
+    std::fs::read_to_string(fixtures().join("keys").join(name)).unwrap()
+}
+
+fn key_attestor(pem: &str) -> Attestor {
+    Attestor {
+        name: "key".into(),
+        cosign: Some(Cosign {
+            key: Some(CosignKey {
+                data: Some(pem.into()),
+                ..CosignKey::default()
+            }),
+            ctlog: Some(Ctlog {
+                insecure_ignore_tlog: Some(true),
+                ..Ctlog::default()
+            }),
+            ..Cosign::default()
+        }),
+        notary: None,
+    }
+}
+
+fn verifier(h: &Harness) -> CosignVerifier {
+    let config = Config {
+        ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
+        ..Config::default()
+    };
+    CosignVerifier::new(
+        Registry::new(config).unwrap(),
+        VerifierConfig::default(),
+        CosignVerifier::anonymous_credentials(),
+    )
+}
+
+async fn push(h: &Harness, layout: &str) -> String {
+    let repo = format!("ivory/{layout}");
+    let tags = h
+        .push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
+        .await
+        .unwrap();
+    assert!(tags.contains_key("v1"), "{layout} has no v1 tag: {tags:?}");
+    format!("{}/{repo}", h.host())
+}
+
+fn request(image: String, attestor: Attestor, attestation: Option<Attestation>) -> VerifyRequest {
+    VerifyRequest {
+        image,
+        attestor,
+        attestation,
+        credentials: None,
+    }
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(20)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_signatures_attestations_caches_and_coalescing() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let v = verifier(&h);
+
+    // Positive and negative key cases, legacy `.sig` format.
+    let p256 = push(&h, "sig-p256").await;
+    let ok = v
+        .verify(
+            &request(
+                format!("{p256}:v1"),
+                key_attestor(&key("cosign-p256.pub")),
+                None,
+            ),
+            soon(),
+        )
+        .await
+        .unwrap();
+    assert!(ok.is_verified(), "{ok:?}");
+    let wrong = v
+        .verify(
+            &request(
+                format!("{p256}:v1"),
+                key_attestor(&key("untrusted-p256.pub")),
+                None,
+            ),
+            soon(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&wrong, Verification::NotVerified { reason, .. } if reason.contains("invalid signature")),
+        "{wrong:?}"
+    );
+    let unsigned = push(&h, "unsigned").await;
+    let none = v
+        .verify(
+            &request(
+                format!("{unsigned}:v1"),
+                key_attestor(&key("cosign-p256.pub")),
+                None,
+            ),
+            soon(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&none, Verification::NotVerified { reason, .. } if reason == "signatures not found"),
+        "{none:?}"
+    );
+
+    // Attestation (`.att`, DSSE) with the verified statement as payload.
+    let att = push(&h, "att-p256").await;
+    let slsa = Attestation {
+        name: "slsa".into(),
+        intoto: Some(TypeRef {
+            type_: "https://slsa.dev/provenance/v1".into(),
+        }),
+        referrer: None,
+    };
+    let got = v
+        .verify(
+            &request(
+                format!("{att}:v1"),
+                key_attestor(&key("cosign-p256.pub")),
+                Some(slsa),
+            ),
+            soon(),
+        )
+        .await
+        .unwrap();
+    let Verification::Verified {
+        payload: Some(st), ..
+    } = &got
+    else {
+        panic!("{got:?}")
+    };
+    assert_eq!(st["predicateType"], "https://slsa.dev/provenance/v1");
+    let missing = Attestation {
+        name: "vex".into(),
+        intoto: Some(TypeRef {
+            type_: "https://openvex.dev/ns".into(),
+        }),
+        referrer: None,
+    };
+    let got = v
+        .verify(
+            &request(
+                format!("{att}:v1"),
+                key_attestor(&key("cosign-p256.pub")),
+                Some(missing),
+            ),
+            soon(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&got, Verification::NotVerified { reason, .. } if reason.starts_with("required predicate type https://openvex.dev/ns not found")),
+        "{got:?}"
+    );
+
+    // Request counts on a fresh verifier and a fresh image.
+    let ed = push(&h, "sig-p384").await;
+    let fresh = verifier(&h);
+    let attestor = key_attestor(&key("p384.pub"));
+    h.reset_requests();
+    let cold = fresh
+        .verify(&request(format!("{ed}:v1"), attestor.clone(), None), soon())
+        .await
+        .unwrap();
+    assert!(cold.is_verified(), "{cold:?}");
+    let cold_tag = h.requests();
+    eprintln!("cold tag: {} requests: {cold_tag:?}", cold_tag.len());
+    h.reset_requests();
+    let warm = fresh
+        .verify(&request(format!("{ed}:v1"), attestor.clone(), None), soon())
+        .await
+        .unwrap();
+    assert_eq!(warm, cold);
+    let warm_requests = h.requests();
+    assert!(
+        warm_requests.is_empty(),
+        "warm path hit the registry: {warm_requests:?}"
+    );
+
+    // A digest reference: no HEAD. Then 16 concurrent identical misses on another verifier.
+    let digest = match &cold {
+        Verification::Verified { digest, .. } => digest.clone(),
+        other => panic!("{other:?}"),
+    };
+    let by_digest = format!("{ed}@{digest}");
+    let third = verifier(&h);
+    h.reset_requests();
+    assert!(
+        third
+            .verify(&request(by_digest.clone(), attestor.clone(), None), soon())
+            .await
+            .unwrap()
+            .is_verified()
+    );
+    let cold_digest = h.requests();
+    eprintln!(
+        "cold digest: {} requests: {cold_digest:?}",
+        cold_digest.len()
+    );
+    assert!(cold_tag.iter().any(|(m, _, _)| m == "HEAD"), "{cold_tag:?}");
+    assert!(
+        !cold_digest.iter().any(|(m, _, _)| m == "HEAD"),
+        "digest refs skip the HEAD: {cold_digest:?}"
+    );
+
+    let fourth = Arc::new(verifier(&h));
+    h.reset_requests();
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (v, r) = (
+                fourth.clone(),
+                request(by_digest.clone(), attestor.clone(), None),
+            );
+            tokio::spawn(async move { v.verify(&r, soon()).await })
+        })
+        .collect();
+    for t in tasks {
+        assert!(t.await.unwrap().unwrap().is_verified());
+    }
+    let coalesced = h.requests();
+    eprintln!("16 concurrent misses: {} requests", coalesced.len());
+    // One fetch set: the signature tag, the referrers probe and the blob once each (pings aside).
+    let fetches: Vec<_> = coalesced
+        .iter()
+        .filter(|(_, path, _)| path != "/v2/")
+        .collect();
+    let single: Vec<_> = cold_digest
+        .iter()
+        .filter(|(_, path, _)| path != "/v2/")
+        .collect();
+    assert_eq!(fetches, single, "16 identical misses must share one fetch");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_that_never_answers_ends_in_a_deadline_error() {
+    let hung = HungRegistry::start().await.unwrap();
+    let v = CosignVerifier::new(
+        Registry::new(Config::default()).unwrap(),
+        VerifierConfig::default(),
+        CosignVerifier::anonymous_credentials(),
+    );
+    let image = format!("{}/ivory/hung:v1", hung.host());
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(800);
+    let err = v
+        .verify(
+            &request(image, key_attestor(&key("cosign-p256.pub")), None),
+            deadline,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_deadline(), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "took {:?}",
+        started.elapsed()
+    );
+}
