@@ -13,6 +13,7 @@ mod glob;
 mod load;
 mod pem;
 pub mod types;
+mod unknown;
 mod validate;
 
 #[cfg(test)]

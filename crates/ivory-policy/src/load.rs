@@ -12,6 +12,7 @@ use crate::compile::compile;
 use crate::compiled::{CompiledPolicy, Origin};
 use crate::error::{PolicyError, location};
 use crate::types::{API_GROUP, PolicyDocument, PolicyKind};
+use crate::unknown::unknown_fields;
 
 /// Directory recursion limit (guards against symlink loops).
 const MAX_DEPTH: usize = 16;
@@ -243,19 +244,37 @@ fn load_value(value: Value, prefix: &str, origin: &Origin, report: &mut LoadRepo
         ));
         return;
     }
+    let input_spec = obj.get("spec").cloned().unwrap_or_default();
     match parse_document(Value::Object(obj)) {
-        Ok(doc) => match compile(&doc, origin.clone()) {
-            Ok(policy) => report.push_policy(policy),
-            Err(errors) => report
-                .errors
-                .extend(errors.into_iter().map(|e| with_prefix(e, prefix))),
-        },
+        Ok(doc) => {
+            let unknown = unknown_spec_fields(&input_spec, &doc);
+            match compile(&doc, origin.clone()) {
+                Ok(policy) if unknown.is_empty() => report.push_policy(policy),
+                Ok(_) => {}
+                Err(errors) => report
+                    .errors
+                    .extend(errors.into_iter().map(|e| with_prefix(e, prefix))),
+            }
+            report.errors.extend(
+                unknown.into_iter().map(|field| {
+                    PolicyError::new(&loc, format!("{prefix}{field}"), "unknown field")
+                }),
+            );
+        }
         Err((field, reason)) => {
             report
                 .errors
                 .push(PolicyError::new(loc, format!("{prefix}{field}"), reason))
         }
     }
+}
+
+fn unknown_spec_fields(input: &Value, doc: &PolicyDocument) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(parsed) = serde_json::to_value(&doc.spec) {
+        unknown_fields(input, &parsed, "spec", &mut out);
+    }
+    out
 }
 
 fn with_prefix(mut err: PolicyError, prefix: &str) -> PolicyError {

@@ -61,7 +61,8 @@ struct Inner {
     gates: Mutex<HashMap<String, Arc<Semaphore>>>,
     plain_http: Mutex<HashSet<String>>,
     /// Hosts whose `/v2/` answered without a Bearer challenge (true) or with one (false).
-    open_hosts: Mutex<HashMap<String, bool>>,
+    /// Forgotten on 401 so a host that starts challenging is probed again.
+    no_bearer_hosts: Mutex<HashMap<String, bool>>,
     stats: StatsTable,
 }
 
@@ -154,7 +155,7 @@ impl Registry {
                     .build(),
                 gates: Mutex::default(),
                 plain_http: Mutex::default(),
-                open_hosts: Mutex::default(),
+                no_bearer_hosts: Mutex::default(),
                 stats: StatsTable::default(),
             }),
         })
@@ -502,7 +503,7 @@ impl Registry {
                 continue;
             }
             let Some(status) = err.retry_status() else {
-                if t.auth == RegistryAuth::Anonymous && matches!(err, Error::Unauthorized { .. }) {
+                if matches!(err, Error::Unauthorized { .. }) {
                     // The host may have started challenging; probe again next time.
                     self.set_open(&t.host, None);
                 }
@@ -553,11 +554,10 @@ impl Registry {
         if Instant::now() >= deadline {
             return Err(deadline_err());
         }
-        if t.auth == RegistryAuth::Anonymous
-            && self
-                .skip_anonymous_ping(client, t, deadline, counters)
-                .await
-                .is_none()
+        if self
+            .skip_ping(client, t, deadline, counters)
+            .await
+            .is_none()
         {
             return Err(deadline_err());
         }
@@ -571,27 +571,29 @@ impl Registry {
         }
     }
 
-    /// oci-client pings `/v2/` before every anonymous request because it caches no
-    /// "anonymous" token. Probe each host once (through oci-client's own auth flow); for
-    /// hosts without a Bearer challenge, seed the token cache with an empty Basic login,
-    /// which open registries ignore and challenging ones answer with 401 as before.
+    /// oci-client pings `/v2/` before every request for which it cached no token, and it
+    /// caches none for anonymous access or for hosts that do not challenge. Probe each host
+    /// once (through oci-client's own auth flow); for hosts without a Bearer challenge, seed
+    /// the token cache with the Basic login (empty when anonymous), which open registries
+    /// ignore and Basic-challenging ones check as they would after a ping.
     /// `None` when the deadline passed during the probe.
-    async fn skip_anonymous_ping(
+    async fn skip_ping(
         &self,
         client: &Client,
         t: &Target,
         deadline: Instant,
         counters: &Counters,
     ) -> Option<()> {
+        let login = match &t.auth {
+            RegistryAuth::Anonymous => (String::new(), String::new()),
+            RegistryAuth::Basic(u, p) => (u.clone(), p.clone()),
+            RegistryAuth::Bearer(_) => return Some(()),
+        };
         let open = match self.open_state(&t.host) {
             Some(open) => open,
             None => {
                 counters.request();
-                let probe = client.auth(
-                    &t.reference,
-                    &RegistryAuth::Anonymous,
-                    RegistryOperation::Pull,
-                );
+                let probe = client.auth(&t.reference, &t.auth, RegistryOperation::Pull);
                 match timeout_at(deadline, probe).await {
                     Ok(Ok(None)) => {
                         self.set_open(&t.host, Some(true));
@@ -613,7 +615,7 @@ impl Registry {
                 .insert(
                     &t.reference,
                     RegistryOperation::Pull,
-                    RegistryTokenType::Basic(String::new(), String::new()),
+                    RegistryTokenType::Basic(login.0, login.1),
                 )
                 .await;
         }
@@ -623,7 +625,7 @@ impl Registry {
     fn open_state(&self, host: &str) -> Option<bool> {
         let hosts = self
             .inner
-            .open_hosts
+            .no_bearer_hosts
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         hosts.get(host).copied()
@@ -632,7 +634,7 @@ impl Registry {
     fn set_open(&self, host: &str, open: Option<bool>) {
         let mut hosts = self
             .inner
-            .open_hosts
+            .no_bearer_hosts
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         match open {

@@ -222,11 +222,11 @@ impl Site<'_> {
             OciDistributionError::RegistryError { envelope, url } => {
                 let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
                 let detail = format!("{} ({url})", truncate(&envelope.to_string()));
-                self.from_codes(&codes, detail)
+                self.by_codes(&codes, detail)
             }
             OciDistributionError::ServerError { code, url, message } => {
                 let detail = format!("{} ({url})", truncate(&message));
-                self.from_status(code, detail)
+                self.by_status(code, detail)
             }
             OciDistributionError::DigestError(DigestError::VerificationError {
                 expected,
@@ -243,9 +243,9 @@ impl Site<'_> {
         }
     }
 
-    fn from_codes(&self, codes: &[&OciErrorCode], detail: String) -> Error {
+    fn by_codes(&self, codes: &[&OciErrorCode], detail: String) -> Error {
         let (image, registry) = (self.image(), self.registry());
-        let has = |c: &OciErrorCode| codes.iter().any(|x| *x == c);
+        let has = |c: &OciErrorCode| codes.contains(&c);
         if has(&OciErrorCode::Toomanyrequests) {
             Error::Throttled {
                 image,
@@ -275,7 +275,7 @@ impl Site<'_> {
         }
     }
 
-    pub(crate) fn from_status(&self, code: u16, detail: String) -> Error {
+    pub(crate) fn by_status(&self, code: u16, detail: String) -> Error {
         let (image, registry) = (self.image(), self.registry());
         match code {
             404 => Error::NotFound {
@@ -349,20 +349,20 @@ mod tests {
     fn status_codes_map_to_definite_or_transient_variants() {
         let s = site();
         assert!(matches!(
-            s.from_status(404, "x".into()),
+            s.by_status(404, "x".into()),
             Error::NotFound { .. }
         ));
-        assert!(!s.from_status(404, "x".into()).is_transient());
+        assert!(!s.by_status(404, "x".into()).is_transient());
         assert!(matches!(
-            s.from_status(403, "x".into()),
+            s.by_status(403, "x".into()),
             Error::Unauthorized { .. }
         ));
-        assert!(s.from_status(429, "x".into()).is_transient());
-        assert_eq!(s.from_status(429, "x".into()).retry_status(), Some(429));
-        assert_eq!(s.from_status(503, "x".into()).retry_status(), Some(503));
-        assert_eq!(s.from_status(500, "x".into()).retry_status(), None);
-        assert!(s.from_status(500, "x".into()).is_transient());
-        assert!(!s.from_status(400, "x".into()).is_transient());
+        assert!(s.by_status(429, "x".into()).is_transient());
+        assert_eq!(s.by_status(429, "x".into()).retry_status(), Some(429));
+        assert_eq!(s.by_status(503, "x".into()).retry_status(), Some(503));
+        assert_eq!(s.by_status(500, "x".into()).retry_status(), None);
+        assert!(s.by_status(500, "x".into()).is_transient());
+        assert!(!s.by_status(400, "x".into()).is_transient());
     }
 
     #[test]

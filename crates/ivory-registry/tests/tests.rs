@@ -7,6 +7,9 @@
 //! - `listing`: tag and catalog pagination.
 //! - `faults`: deadlines, refusals, 429/503, malformed and looping manifests, concurrency cap.
 
+// Setup helpers outside #[test] fns panic on failure by design.
+#![allow(clippy::unwrap_used)]
+
 mod auth;
 mod faults;
 mod fetch;

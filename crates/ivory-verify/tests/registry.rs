@@ -2,6 +2,9 @@
 //! `fixtures/oci/ivory` (signed by real cosign). Request counts come from the registry's own
 //! access log.
 
+// Test helpers outside #[test] fns: failing fast is the point.
+#![allow(clippy::unwrap_used)]
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

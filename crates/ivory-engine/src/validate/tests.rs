@@ -335,20 +335,61 @@ async fn payload_is_never_returned_before_verification() {
 }
 
 #[tokio::test]
-async fn unknown_attestation_is_an_error() {
-    let pol = pod_policy(
-        "att",
-        &no_digest(
-            "validations:\n- expression: \"images.containers.all(i, verifyAttestationSignatures(i, 'nope', [attestors.cosign]) > 0)\"\n",
+async fn host_answers_outside_the_prefetched_set() {
+    let notary = "attestors:\n- name: notary\n  notary:\n    certs:\n      value: |-\n        -----BEGIN CERTIFICATE-----\n        MIIDTTCCAjWgAwIBAgIJAPI+zAzn4s0xMA0GCSqGSIb3DQEBCwUAMEwxCzAJBgNV\n        -----END CERTIFICATE-----\n";
+    let slsa = "attestations:\n- name: slsa\n  intoto:\n    type: https://slsa.dev/provenance/v1\n";
+    let cases: [(String, Result<(), &str>); 4] = [
+        // Images outside matchImageReferences count 0, as in Kyverno.
+        (
+            format!(
+                "{}validations:\n- expression: \"verifyImageSignatures('docker.io/library/nginx:1', [attestors.cosign]) == 0\"\n",
+                attestors(&["cosign"])
+            ),
+            Ok(()),
         ),
-    );
-    let d = run(&FakeVerifier::new(), &[&pol], &create(&[SIGNED])).await;
-    let message = d.message.unwrap();
-    assert!(
-        message.contains("attestation not found in policy: nope"),
-        "{message}"
-    );
-    assert!(!d.allowed);
+        (
+            format!(
+                "{}validations:\n- expression: \"verifyImageSignatures('ghcr.io/not/extracted:1', [attestors.cosign]) == 0\"\n",
+                attestors(&["cosign"])
+            ),
+            Err("signature of image ghcr.io/not/extracted:1 was not verified by attestor cosign"),
+        ),
+        (
+            format!(
+                "{}validations:\n- expression: \"images.containers.all(i, verifyAttestationSignatures(i, 'nope', [attestors.cosign]) > 0)\"\n",
+                attestors(&["cosign"])
+            ),
+            Err("attestation not found in policy: nope"),
+        ),
+        (
+            format!(
+                "{notary}{slsa}validations:\n- expression: \"images.containers.all(i, verifyAttestationSignatures(i, attestations.slsa, [attestors.notary]) > 0)\"\n"
+            ),
+            Err("notary verifier only supports oci 1.1 referrers as attestations"),
+        ),
+    ];
+    for (spec, expected) in cases {
+        let pol = policy(
+            "host",
+            &format!(
+                "{PODS}matchImageReferences:\n- glob: 'ghcr.io/*'\n{}",
+                lenient(&spec)
+            ),
+        );
+        let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+        let d = run(&verifier, &[&pol], &create(&[SIGNED])).await;
+        match expected {
+            Ok(()) => assert!(d.allowed, "{spec}: {:?}", d.message),
+            Err(text) => {
+                let message = d.message.unwrap_or_default();
+                assert!(
+                    message.starts_with("Policy host error: failed to evaluate policy: "),
+                    "{message}"
+                );
+                assert!(message.contains(text), "{message}");
+            }
+        }
+    }
 }
 
 #[tokio::test]

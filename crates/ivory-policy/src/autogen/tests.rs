@@ -24,7 +24,6 @@ fn configs(p: &CompiledPolicy) -> Vec<&str> {
 
 #[test]
 fn eligibility() {
-    let rule = "/spec/matchConstraints/resourceRules/0";
     let not_eligible: Vec<Vec<(&str, Option<Value>)>> = vec![
         vec![(
             "/spec/matchConstraints/resourceRules/0/resources",
@@ -66,7 +65,6 @@ fn eligibility() {
     for patches in not_eligible {
         assert!(compiled(&patches).autogen.is_empty(), "{patches:?}");
     }
-    let _ = rule;
     // An empty object selector does not prevent autogen.
     let p = compiled(&[("/spec/matchConstraints/objectSelector", Some(json!({})))]);
     assert_eq!(configs(&p), [DEFAULTS, CRONJOBS]);
