@@ -274,6 +274,8 @@ fn unknown_spec_fields(input: &Value, doc: &PolicyDocument) -> Vec<String> {
     if let Ok(parsed) = serde_json::to_value(&doc.spec) {
         unknown_fields(input, &parsed, "spec", &mut out);
     }
+    // Sorted so the order does not depend on serde_json's map implementation.
+    out.sort();
     out
 }
 

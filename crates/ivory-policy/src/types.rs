@@ -327,7 +327,13 @@ pub struct CosignCertificate {
 pub struct Ctlog {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ct_log_pub_key: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The CRD spells this `insecureIgnoreSCT` (camelCase would give `insecureIgnoreSct`).
+    #[serde(
+        default,
+        rename = "insecureIgnoreSCT",
+        alias = "insecureIgnoreSct",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub insecure_ignore_sct: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub insecure_ignore_tlog: Option<bool>,

@@ -76,6 +76,8 @@ pub struct Plan {
     pub(crate) authority: Authority,
     /// `None` for key/certificate attestors with `insecureIgnoreTlog` (no Sigstore trust at all).
     pub(crate) verifier: Option<Arc<Verifier>>,
+    /// Certificate authorities of the trust root (keyless signatures without log entries).
+    pub(crate) ca_certs: Vec<DerCertificate>,
     pub(crate) ignore_tlog: bool,
     pub(crate) ignore_sct: bool,
     pub(crate) annotations: BTreeMap<String, String>,
@@ -108,14 +110,16 @@ impl Plan {
         let ignore_sct = ctlog.insecure_ignore_sct.unwrap_or(false);
         let authority = authority(cosign)?;
         let needs_trust = matches!(authority, Authority::Keyless(_)) || !ignore_tlog;
-        let verifier = if needs_trust {
-            Some(verifier_for(cosign, default_root)?)
+        let (verifier, ca_certs) = if needs_trust {
+            let trust = verifier_for(cosign, default_root)?;
+            (Some(trust.verifier), trust.ca_certs)
         } else {
-            None
+            (None, Vec::new())
         };
         Ok(Self {
             authority,
             verifier,
+            ca_certs,
             ignore_tlog,
             ignore_sct,
             annotations: cosign.annotations.clone(),

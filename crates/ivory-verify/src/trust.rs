@@ -12,7 +12,7 @@ use sha2::{Digest as _, Sha256};
 use sigstore_verify::Verifier;
 use sigstore_verify::crypto::KeyAlgorithm;
 use sigstore_verify::trust_root::{SIGSTORE_PRODUCTION_TRUSTED_ROOT, TrustedRoot};
-use sigstore_verify::types::DerPublicKey;
+use sigstore_verify::types::{DerCertificate, DerPublicKey};
 
 use crate::keys::parse_certificates;
 
@@ -24,9 +24,16 @@ const TRUSTED_ROOT_MEDIA_TYPE: &str = "application/vnd.dev.sigstore.trustedroot+
 /// A validity start far enough back for any signature; custom keys carry no window.
 const EPOCH: &str = "1970-01-01T00:00:00Z";
 
-/// Builds the verifier for one cosign attestor. `default_root` is the process-wide root (the
+/// Trust for one attestor: the sigstore-verify `Verifier` and the certificate authorities'
+/// certificates (for keyless signatures that carry no log entry or timestamp).
+pub(crate) struct Trust {
+    pub(crate) verifier: Arc<Verifier>,
+    pub(crate) ca_certs: Vec<DerCertificate>,
+}
+
+/// Builds the trust for one cosign attestor. `default_root` is the process-wide root (the
 /// embedded public-good one unless configured otherwise).
-pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Arc<Verifier>, String> {
+pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust, String> {
     let mut root: Value = match cosign
         .trusted_root
         .as_ref()
@@ -69,9 +76,8 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Arc<Ve
     }
     let parsed = TrustedRoot::from_json(&root.to_string())
         .map_err(|e| format!("trusted root cannot be used: {e}"))?;
-    Verifier::new(&parsed)
-        .map(Arc::new)
-        .map_err(|e| format!("trusted root cannot be used: {e}"))
+    let verifier = Verifier::new(&parsed).map_err(|e| format!("trusted root cannot be used: {e}"))?;
+    Ok(Trust { verifier: Arc::new(verifier), ca_certs: parsed.fulcio_certs() })
 }
 
 /// A `certificateAuthorities`/`timestampAuthorities` entry from a PEM chain (leaf first).

@@ -39,7 +39,7 @@ impl Evidence {
     fn record(&self, image: &str, verified: bool) {
         let mut images = self.images();
         let entry = images.entry(image.to_owned()).or_insert(false);
-        *entry = true;
+        *entry |= verified;
     }
 
     pub(super) fn of(&self, image: &str) -> ImageEvidence {

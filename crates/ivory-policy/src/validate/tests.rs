@@ -383,6 +383,31 @@ fn top_level_enums_and_limits() {
             vec![],
         ),
         (
+            "unknown fields",
+            vec![
+                set("/spec/validationConfiguration", json!({"required": false})),
+                set("/spec/attestors/0/cosign/keyy", json!({"data": "x"})),
+            ],
+            vec![
+                "spec.attestors[0].cosign.keyy: unknown field",
+                "spec.validationConfiguration: unknown field",
+            ],
+        ),
+        (
+            "pullSecrets alias and insecureIgnoreSCT spelling",
+            vec![
+                set(
+                    "/spec/attestors/0/cosign/source",
+                    json!({"pullSecrets": [{"name": "regcred"}], "repository": "ghcr.io/acme/sigs"}),
+                ),
+                set(
+                    "/spec/attestors/0/cosign/ctlog",
+                    json!({"insecureIgnoreSCT": true, "insecureIgnoreTlog": true}),
+                ),
+            ],
+            vec![],
+        ),
+        (
             "too many match conditions",
             vec![set(
                 "/spec/matchConditions",
