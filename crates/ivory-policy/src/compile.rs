@@ -146,6 +146,11 @@ fn compile_spec(
             .copied(),
         ),
         variables: spec.variables.iter().map(|v| v.name.clone()).collect(),
+        attestors: spec
+            .attestors
+            .as_ref()
+            .map(|list| list.iter().map(|a| a.name.clone()).collect()),
+        attestations: spec.attestations.iter().map(|a| a.name.clone()).collect(),
     };
     let match_scope = Scope::new(MATCH_CONDITION_VARS);
     let match_conditions = cel.named(&spec.match_conditions, "spec.matchConditions", &match_scope);
@@ -191,6 +196,10 @@ struct CelCompiler<'e> {
     main: Scope,
     /// Declared `spec.variables` names, in order.
     variables: Vec<String>,
+    /// Declared `spec.attestors` names (`None` when the key is missing, already an error).
+    attestors: Option<Vec<String>>,
+    /// Declared `spec.attestations` names.
+    attestations: Vec<String>,
 }
 
 impl CelCompiler<'_> {
@@ -203,6 +212,7 @@ impl CelCompiler<'_> {
         match ivory_cel::compile(source, scope) {
             Ok(program) => {
                 self.check_variable_refs(&program, field, None);
+                self.check_member_refs(source, field, scope);
                 Some(program)
             }
             Err(err) => {
@@ -260,6 +270,29 @@ impl CelCompiler<'_> {
         }
     }
 
+    /// `attestors.NAME` and `attestations.NAME` must name a declared attestor / attestation.
+    fn check_member_refs(&mut self, source: &str, field: &str, scope: &Scope) {
+        for (map, key) in crate::refs::member_refs(source) {
+            if !scope.contains(&map) {
+                continue;
+            }
+            let (declared, what) = match (map.as_str(), &self.attestors) {
+                ("attestors", Some(attestors)) => (attestors, "attestor"),
+                ("attestors", None) => continue,
+                _ => (&self.attestations, "attestation"),
+            };
+            if !declared.contains(&key) {
+                self.errs.push(
+                    field,
+                    format!(
+                        "undeclared {what} '{key}' (declared: {})",
+                        list_or_none(declared)
+                    ),
+                );
+            }
+        }
+    }
+
     fn named(&mut self, list: &[NamedExpression], field: &str, scope: &Scope) -> Vec<NamedProgram> {
         list.iter()
             .enumerate()
@@ -285,6 +318,7 @@ impl CelCompiler<'_> {
             match ivory_cel::compile(&item.expression, &scope) {
                 Ok(program) => {
                     self.check_variable_refs(&program, &field, Some(i));
+                    self.check_member_refs(&item.expression, &field, &scope);
                     out.push(NamedProgram {
                         name: item.name.clone(),
                         program,
@@ -438,6 +472,14 @@ fn attestor_expressions(a: &Attestor) -> Vec<(&'static str, &'static str, &str)>
         }
     }
     out
+}
+
+fn list_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// Hex sha256 over kind, namespace, name and the key-sorted JSON of the spec.

@@ -12,6 +12,7 @@ mod error;
 mod glob;
 mod load;
 mod pem;
+mod refs;
 pub mod types;
 mod unknown;
 mod validate;

@@ -53,6 +53,17 @@ fn kyverno_examples_load_unchanged() {
     assert!(a.attestors[0].attestor.notary.is_some());
     assert_eq!(a.validations.len(), 3);
     assert_eq!(a.autogen.len(), 2);
+    // (d) keyless + SLSA; note the CRD's `insecureIgnoreSCT` spelling.
+    let d = find(&report, "ivpol-cosign-attestation-extract-cache");
+    let cosign = d.attestors[0].attestor.cosign.as_ref().unwrap();
+    let ctlog = cosign.ctlog.as_ref().unwrap();
+    assert_eq!(ctlog.insecure_ignore_sct, Some(true));
+    assert_eq!(ctlog.url.as_deref(), Some("https://rekor.sigstore.dev"));
+    assert_eq!(cosign.keyless.as_ref().unwrap().identities.len(), 1);
+    assert_eq!(
+        d.attestations[0].intoto.as_ref().unwrap().type_,
+        "https://slsa.dev/provenance/v1"
+    );
     // (e) digest pinning only, `ghcr.io/**` glob.
     let e = find(&report, "ivpol-mutate-digest");
     assert!(e.mutate_digest && !e.verify_digest && !e.required && e.attestors.is_empty());

@@ -2,32 +2,30 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
-use oci_client::token_cache::RegistryTokenType;
-use oci_client::{Client, Reference, RegistryOperation};
+use oci_client::{Client, Reference};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use tokio::sync::Semaphore;
-use tokio::time::{Instant, timeout_at};
+use tokio::time::Instant;
 
 use crate::auth::{Credentials, registry_auth};
 use crate::config::Config;
 use crate::error::{Error, Result, Site};
 use crate::manifest::{self, ACCEPTED_MEDIA_TYPES, Manifest};
-use crate::stats::{Counters, RegistryStats, StatsTable};
+use crate::stats::{RegistryStats, StatsTable};
 
-/// First retry delay after a 429/503; doubles per attempt.
-const RETRY_BASE: Duration = Duration::from_millis(100);
-/// Longest single retry delay.
-const RETRY_CAP: Duration = Duration::from_secs(2);
-/// Attempts per call, whatever the deadline.
-const MAX_ATTEMPTS: u32 = 8;
+use limit::LimitedWriter;
+use transport::{ClientKey, client_config};
+
+mod limit;
+#[cfg(test)]
+mod tests;
+mod transport;
+
 /// Index-in-index nesting we follow before calling the manifest unsound.
 pub const MAX_INDEX_DEPTH: usize = 4;
 /// Clients kept (one per registry host × credential set × scheme).
@@ -64,33 +62,6 @@ struct Inner {
     /// Forgotten on 401 so a host that starts challenging is probed again.
     no_bearer_hosts: Mutex<HashMap<String, bool>>,
     stats: StatsTable,
-}
-
-/// One oci-client per credential set: oci-client keeps the first auth it sees per
-/// registry (oras-project/rust-oci-client#221), so clients must never be shared across creds.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct ClientKey {
-    host: String,
-    auth: AuthKey,
-    insecure: bool,
-    plain_http: bool,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum AuthKey {
-    Anonymous,
-    Basic(String, String),
-    Bearer(String),
-}
-
-impl From<&RegistryAuth> for AuthKey {
-    fn from(a: &RegistryAuth) -> Self {
-        match a {
-            RegistryAuth::Anonymous => AuthKey::Anonymous,
-            RegistryAuth::Basic(u, p) => AuthKey::Basic(u.clone(), p.clone()),
-            RegistryAuth::Bearer(t) => AuthKey::Bearer(t.clone()),
-        }
-    }
 }
 
 /// What one call needs: parsed reference, where errors point, and the auth to use.
@@ -458,274 +429,6 @@ impl Registry {
             ),
         ))
     }
-
-    /// Runs `f` under the host's concurrency cap and the deadline, retrying 429/503 while
-    /// the deadline allows, and falling back to plain HTTP for insecure credentials.
-    async fn call<T, F, Fut>(
-        &self,
-        op: &'static str,
-        t: &Target,
-        creds: &Credentials,
-        deadline: Instant,
-        f: F,
-    ) -> Result<T>
-    where
-        F: Fn(Client) -> Fut,
-        Fut: Future<Output = Result<T>>,
-    {
-        let budget = deadline.saturating_duration_since(Instant::now());
-        let counters = self.inner.stats.for_host(&t.host);
-        let gate = self.gate(&t.host);
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            let plain = self.is_plain_http(&t.host, creds);
-            let client = self.client(t, creds.allow_insecure, plain)?;
-            let res = self
-                .attempt(
-                    op,
-                    t,
-                    deadline,
-                    budget,
-                    &counters,
-                    &gate,
-                    &client,
-                    f(client.clone()),
-                )
-                .await;
-            let err = match res {
-                Ok(v) => return Ok(v),
-                Err(e) => e,
-            };
-            if creds.allow_insecure && !plain && matches!(err, Error::Transport { .. }) {
-                // Kyverno's allowInsecureRegistry: TLS failed, so try plain HTTP once.
-                self.mark_plain_http(&t.host);
-                continue;
-            }
-            let Some(status) = err.retry_status() else {
-                if matches!(err, Error::Unauthorized { .. }) {
-                    // The host may have started challenging; probe again next time.
-                    self.set_open(&t.host, None);
-                }
-                counters.error();
-                return Err(err);
-            };
-            counters.throttled();
-            let delay = backoff(attempts);
-            if attempts < MAX_ATTEMPTS && Instant::now() + delay < deadline {
-                tracing::debug!(registry = %t.host, image = %t.image, status, attempts, ?delay, "retrying");
-                tokio::time::sleep(delay).await;
-                continue;
-            }
-            counters.error();
-            return Err(Error::Throttled {
-                image: t.image.clone(),
-                registry: t.host.clone(),
-                status,
-                attempts,
-            });
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn attempt<T>(
-        &self,
-        op: &'static str,
-        t: &Target,
-        deadline: Instant,
-        budget: Duration,
-        counters: &Counters,
-        gate: &Arc<Semaphore>,
-        client: &Client,
-        fut: impl Future<Output = Result<T>>,
-    ) -> Result<T> {
-        // Errors are counted once, by `call`.
-        let deadline_err = || t.site().deadline(op, budget);
-        let _permit = match timeout_at(deadline, gate.clone().acquire_owned()).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(_)) => {
-                return Err(Error::Config {
-                    detail: "registry concurrency gate closed".into(),
-                });
-            }
-            Err(_) => return Err(deadline_err()),
-        };
-        // The permit can arrive exactly at the deadline; do not start a doomed request.
-        if Instant::now() >= deadline {
-            return Err(deadline_err());
-        }
-        if self
-            .skip_ping(client, t, deadline, counters)
-            .await
-            .is_none()
-        {
-            return Err(deadline_err());
-        }
-        counters.request();
-        let started = Instant::now();
-        let res = timeout_at(deadline, fut).await;
-        counters.latency(started.elapsed());
-        match res {
-            Ok(r) => r,
-            Err(_) => Err(deadline_err()),
-        }
-    }
-
-    /// oci-client pings `/v2/` before every request for which it cached no token, and it
-    /// caches none for anonymous access or for hosts that do not challenge. Probe each host
-    /// once (through oci-client's own auth flow); for hosts without a Bearer challenge, seed
-    /// the token cache with the Basic login (empty when anonymous), which open registries
-    /// ignore and Basic-challenging ones check as they would after a ping.
-    /// `None` when the deadline passed during the probe.
-    async fn skip_ping(
-        &self,
-        client: &Client,
-        t: &Target,
-        deadline: Instant,
-        counters: &Counters,
-    ) -> Option<()> {
-        let login = match &t.auth {
-            RegistryAuth::Anonymous => (String::new(), String::new()),
-            RegistryAuth::Basic(u, p) => (u.clone(), p.clone()),
-            RegistryAuth::Bearer(_) => return Some(()),
-        };
-        let open = match self.open_state(&t.host) {
-            Some(open) => open,
-            None => {
-                counters.request();
-                let probe = client.auth(&t.reference, &t.auth, RegistryOperation::Pull);
-                match timeout_at(deadline, probe).await {
-                    Ok(Ok(None)) => {
-                        self.set_open(&t.host, Some(true));
-                        true
-                    }
-                    Ok(Ok(Some(_))) => {
-                        self.set_open(&t.host, Some(false));
-                        false
-                    }
-                    // Failures surface from the real request that follows.
-                    Ok(Err(_)) => false,
-                    Err(_) => return None,
-                }
-            }
-        };
-        if open {
-            client
-                .tokens
-                .insert(
-                    &t.reference,
-                    RegistryOperation::Pull,
-                    RegistryTokenType::Basic(login.0, login.1),
-                )
-                .await;
-        }
-        Some(())
-    }
-
-    fn open_state(&self, host: &str) -> Option<bool> {
-        let hosts = self
-            .inner
-            .no_bearer_hosts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        hosts.get(host).copied()
-    }
-
-    fn set_open(&self, host: &str, open: Option<bool>) {
-        let mut hosts = self
-            .inner
-            .no_bearer_hosts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match open {
-            Some(o) => hosts.insert(host.to_string(), o),
-            None => hosts.remove(host),
-        };
-    }
-
-    fn gate(&self, host: &str) -> Arc<Semaphore> {
-        let mut gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
-        gates
-            .entry(host.to_string())
-            .or_insert_with(|| Arc::new(Semaphore::new(self.inner.config.per_registry_concurrency)))
-            .clone()
-    }
-
-    fn is_plain_http(&self, host: &str, creds: &Credentials) -> bool {
-        creds.allow_insecure
-            && self
-                .inner
-                .plain_http
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains(host)
-    }
-
-    fn mark_plain_http(&self, host: &str) {
-        self.inner
-            .plain_http
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(host.to_string());
-    }
-
-    fn client(&self, t: &Target, insecure: bool, plain_http: bool) -> Result<Client> {
-        let key = ClientKey {
-            host: t.host.clone(),
-            auth: AuthKey::from(&t.auth),
-            insecure,
-            plain_http,
-        };
-        if let Some(c) = self.inner.clients.get(&key) {
-            return Ok(c);
-        }
-        let config = client_config(
-            &self.inner.roots,
-            insecure,
-            plain_http,
-            &self.inner.config,
-            self.inner.user_agent,
-        );
-        let client = Client::try_from(config).map_err(|e| Error::Config {
-            detail: format!("building registry client for {}: {e}", t.host),
-        })?;
-        self.inner.clients.insert(key, client.clone());
-        Ok(client)
-    }
-}
-
-fn client_config(
-    roots: &[Vec<u8>],
-    insecure: bool,
-    plain_http: bool,
-    config: &Config,
-    user_agent: &'static str,
-) -> ClientConfig {
-    ClientConfig {
-        protocol: if plain_http {
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
-        },
-        accept_invalid_certificates: insecure,
-        extra_root_certificates: roots
-            .iter()
-            .map(|der| Certificate {
-                encoding: CertificateEncoding::Der,
-                data: der.clone(),
-            })
-            .collect(),
-        // We pick platforms ourselves (fetch_platform_manifest).
-        platform_resolver: None,
-        connect_timeout: Some(config.connect_timeout),
-        user_agent,
-        ..ClientConfig::default()
-    }
-}
-
-fn backoff(attempt: u32) -> Duration {
-    let factor = 1u32 << attempt.saturating_sub(1).min(10);
-    RETRY_BASE.saturating_mul(factor).min(RETRY_CAP)
 }
 
 fn parse_ca_bundle(pem: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -772,136 +475,4 @@ fn platform_matches(p: Option<&serde_json::Value>, want: &Platform) -> bool {
             .variant
             .as_deref()
             .is_none_or(|v| field("variant") == Some(v))
-}
-
-/// Collects a blob in memory and fails the stream once it passes the limit.
-struct LimitedWriter {
-    buf: Vec<u8>,
-    limit: usize,
-    exceeded: bool,
-}
-
-impl LimitedWriter {
-    fn new(limit: usize) -> Self {
-        Self {
-            buf: Vec::new(),
-            limit,
-            exceeded: false,
-        }
-    }
-}
-
-impl tokio::io::AsyncWrite for LimitedWriter {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        if self.buf.len().saturating_add(data.len()) > self.limit {
-            self.exceeded = true;
-            return Poll::Ready(Err(std::io::Error::other("blob size limit exceeded")));
-        }
-        self.buf.extend_from_slice(data);
-        Poll::Ready(Ok(data.len()))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_and_caps() {
-        assert_eq!(backoff(1), Duration::from_millis(100));
-        assert_eq!(backoff(2), Duration::from_millis(200));
-        assert_eq!(backoff(5), Duration::from_millis(1600));
-        assert_eq!(backoff(6), RETRY_CAP);
-        assert_eq!(backoff(40), RETRY_CAP);
-    }
-
-    #[test]
-    fn ca_bundle_must_hold_a_certificate() {
-        assert!(matches!(
-            parse_ca_bundle(b"hello"),
-            Err(Error::Config { .. })
-        ));
-        assert!(
-            Registry::new(Config {
-                ca_bundle_pem: Some(b"".to_vec()),
-                ..Config::default()
-            })
-            .is_err()
-        );
-    }
-
-    #[test]
-    fn zero_concurrency_is_refused() {
-        let err = Registry::new(Config {
-            per_registry_concurrency: 0,
-            ..Config::default()
-        })
-        .err()
-        .unwrap();
-        assert!(err.to_string().contains("per_registry_concurrency"));
-    }
-
-    #[test]
-    fn platform_matching_honours_variant() {
-        let p = serde_json::json!({"os":"linux","architecture":"arm64","variant":"v8"});
-        let mut want = Platform {
-            os: "linux".into(),
-            architecture: "arm64".into(),
-            variant: None,
-        };
-        assert!(platform_matches(Some(&p), &want));
-        want.variant = Some("v7".into());
-        assert!(!platform_matches(Some(&p), &want));
-        assert!(!platform_matches(None, &want));
-    }
-
-    #[tokio::test]
-    async fn digest_refs_and_bad_input_need_no_network() {
-        let r = Registry::new(Config::default()).unwrap();
-        let c = Credentials::anonymous();
-        let d = format!("sha256:{}", "a".repeat(64));
-        let deadline = Instant::now() + Duration::from_secs(1);
-        let got = r
-            .resolve_digest(&format!("unreachable.invalid/x@{d}"), &c, deadline)
-            .await
-            .unwrap();
-        assert_eq!(got, d);
-        let err = r
-            .resolve_digest("UPPER/Case::", &c, deadline)
-            .await
-            .unwrap_err();
-        assert!(matches!(err, Error::InvalidReference { .. }), "{err}");
-        let err = r
-            .fetch_blob("unreachable.invalid/x", "md5:abc", 10, &c, deadline)
-            .await
-            .unwrap_err();
-        assert!(matches!(err, Error::InvalidReference { .. }), "{err}");
-        let err = r
-            .referrers("unreachable.invalid/x:tag", None, &c, deadline)
-            .await
-            .unwrap_err();
-        assert!(err.to_string().contains("need a digest"), "{err}");
-        assert!(r.stats().is_empty());
-    }
-
-    #[tokio::test]
-    async fn limited_writer_stops_at_limit() {
-        use tokio::io::AsyncWriteExt;
-        let mut w = LimitedWriter::new(4);
-        w.write_all(b"abc").await.unwrap();
-        assert!(w.write_all(b"de").await.is_err());
-        assert!(w.exceeded);
-    }
 }

@@ -92,6 +92,22 @@ async fn basic_auth_resolves_and_caches_credentials_per_repo() {
         vec!["HEAD /v2/private/app/manifests/v1 200".to_string()],
         "warm basic auth is one request"
     );
+    let other = push_simple(&h, "private/other", "v1", "basic2").await;
+    h.reset_requests();
+    let d = r
+        .resolve_digest(
+            &format!("{}/private/other:v1", h.host()),
+            &creds,
+            ok_deadline(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d, other.manifest.digest);
+    assert_eq!(
+        seq(&h),
+        vec!["HEAD /v2/private/other/manifests/v1 200".to_string()],
+        "a new repository on a probed Basic host needs no ping"
+    );
 
     // Wrong password and no credentials are definite Unauthorized answers.
     let bad = Credentials::anonymous().with_basic(h.host(), "alice", "wrong");

@@ -1,6 +1,7 @@
 //! Integration tests against the real `docker-registry` (CNCF Distribution 2.8) started by
 //! ivory-testkit, plus in-process fault servers for what a real registry cannot do.
 //!
+//! - `budget`: the cold verification path's request sequence.
 //! - `auth`: anonymous, basic (explicit, secret, config file) and token flows, request counts.
 //! - `tls`: custom CA, missing CA, allowInsecureRegistry.
 //! - `fetch`: manifests, blobs, limits, platforms, referrers fallback.
@@ -11,6 +12,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod auth;
+mod budget;
 mod faults;
 mod fetch;
 mod listing;

@@ -1,6 +1,9 @@
-//! `certificate.certChain`: the attestor's certificate must chain to the last certificate of
-//! the chain (the root), with the code-signing EKU, as cosign's
-//! `ValidateAndUnpackCertWithChain` requires. Path building is rustls-webpki's.
+//! Certificate paths, built by rustls-webpki with the code-signing EKU:
+//! * `certificate.certChain`: the attestor's certificate must chain to the last certificate of
+//!   the chain (the root), as cosign's `ValidateAndUnpackCertWithChain` requires;
+//! * keyless signatures that carry neither a log entry nor a timestamp (`insecureIgnoreTlog`):
+//!   the signing certificate must chain to the trust root's certificate authorities *now*, as
+//!   cosign checks them (so an expired or not-yet-valid certificate fails).
 
 use rustls_pki_types::{CertificateDer, UnixTime};
 use sigstore_verify::crypto::WEBPKI_VERIFICATION_ALGS;
@@ -49,6 +52,46 @@ pub(crate) fn verify_chain(leaf: &DerCertificate, chain: &[DerCertificate]) -> R
     )
     .map(|_| ())
     .map_err(|e| format!("certificate.cert does not chain to certificate.certChain: {e}"))
+}
+
+/// Checks `leaf` (with `intermediates`) against every certificate in `anchors` at `at`
+/// (seconds since the epoch).
+pub(crate) fn verify_to_anchors(
+    leaf: &DerCertificate,
+    intermediates: &[DerCertificate],
+    anchors: &[DerCertificate],
+    at: u64,
+) -> Result<(), String> {
+    let anchor_ders: Vec<CertificateDer<'_>> = anchors
+        .iter()
+        .map(|c| CertificateDer::from(c.as_bytes()))
+        .collect();
+    let anchors: Vec<_> = anchor_ders
+        .iter()
+        .filter_map(|d| webpki::anchor_from_trusted_cert(d).ok())
+        .collect();
+    if anchors.is_empty() {
+        return Err("the trust root has no usable certificate authority".into());
+    }
+    let mut chain: Vec<CertificateDer<'_>> = intermediates
+        .iter()
+        .map(|c| CertificateDer::from(c.as_bytes()))
+        .collect();
+    chain.extend(anchor_ders.iter().cloned());
+    let leaf_der = CertificateDer::from(leaf.as_bytes());
+    let ee = EndEntityCert::try_from(&leaf_der)
+        .map_err(|e| format!("signing certificate cannot be parsed: {e}"))?;
+    ee.verify_for_usage(
+        WEBPKI_VERIFICATION_ALGS,
+        &anchors,
+        &chain,
+        UnixTime::since_unix_epoch(std::time::Duration::from_secs(at)),
+        KeyUsage::required(ID_KP_CODE_SIGNING),
+        None,
+        None,
+    )
+    .map(|_| ())
+    .map_err(|e| format!("signing certificate is not trusted now: {e}"))
 }
 
 #[cfg(test)]

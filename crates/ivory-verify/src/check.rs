@@ -3,12 +3,13 @@
 
 use base64::Engine as _;
 use serde_json::Value;
+use sigstore_verify::types::bundle::TimestampVerificationData;
 use sigstore_verify::types::{Bundle, Sha256Hash, SignatureBytes, SignatureContent};
-use sigstore_verify::{PublicKeyVerificationPolicy, VerificationPolicy};
+use sigstore_verify::{PublicKeyVerificationPolicy, TimestampError, VerificationPolicy};
 
-use crate::envelope::{Envelope, RawDsse, SimpleSigning};
-use crate::keys::PublicKey;
-use crate::plan::{Authority, Plan};
+use crate::envelope::{ANNOTATION_CERTIFICATE, ANNOTATION_CHAIN, Envelope, RawDsse, SimpleSigning};
+use crate::keys::{PublicKey, parse_certificates};
+use crate::plan::{Authority, IdentityRule, Plan};
 
 /// The predicate type cosign v3 uses for image signatures stored as bundles.
 pub const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
@@ -65,15 +66,9 @@ fn evaluate_signatures(
     for env in candidates {
         let outcome = verify_envelope(plan, digest, env).and_then(|content| match content {
             Content::Simple(payload) => check_simple_signing(plan, digest, &payload),
-            Content::Statement(st) => {
-                let found = predicate_type_of(&st);
-                if found != COSIGN_SIGN_PREDICATE {
-                    return Err(format!(
-                        "bundle predicate type {found} is not a cosign signature"
-                    ));
-                }
-                check_bundle_annotations(plan, &st)
-            }
+            // cosign accepts any verified statement whose subject is the image as a signature
+            // (Kyverno's github-attestation case), not only the cosign/sign/v1 predicate.
+            Content::Statement(st) => check_bundle_annotations(plan, &st),
         });
         match outcome {
             Ok(()) => return Ok(Accepted { statement: None }),
@@ -225,6 +220,9 @@ fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Con
     let use_key = !matches!(plan.authority, Authority::Keyless(_));
     let bundle = env.to_bundle(use_key)?;
     let Some(bundle) = bundle else {
+        if let (Authority::Keyless(rules), true) = (&plan.authority, plan.ignore_tlog) {
+            return verify_keyless_offline(plan, rules, digest, env);
+        }
         return Err(format!(
             "{TLOG_FAILED}: signature has no transparency log entry"
         ));
@@ -240,9 +238,7 @@ fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Con
     if let (Authority::Keyless(rules), Some(id)) = (&plan.authority, &result) {
         let (subject, issuer) = id;
         if !rules.iter().any(|r| r.matches(subject, issuer)) {
-            return Err(format!(
-                "none of the expected identities matched what was in the certificate, got subjects [{subject}] with issuer {issuer}"
-            ));
+            return Err(identity_mismatch(subject, issuer));
         }
     }
     match &bundle.content {
@@ -256,14 +252,103 @@ fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Con
     }
 }
 
+/// Keyless with `insecureIgnoreTlog` and a legacy layer without a Rekor entry: the layer's
+/// certificate must chain to the trust root now and name an accepted identity; its key then
+/// verifies the signature.
+fn verify_keyless_offline(
+    plan: &Plan,
+    rules: &[IdentityRule],
+    digest: &str,
+    env: &Envelope,
+) -> Result<Content, String> {
+    let (Envelope::SimpleSigning(l) | Envelope::Dsse(l)) = env else {
+        return Err(format!(
+            "{TLOG_FAILED}: bundle has no transparency log entry"
+        ));
+    };
+    let cert = l
+        .certificate
+        .as_deref()
+        .ok_or("keyless signature has no certificate")?;
+    let leaf = parse_certificates(cert, ANNOTATION_CERTIFICATE)?
+        .into_iter()
+        .next()
+        .ok_or("keyless signature has no certificate")?;
+    let chain = match &l.chain {
+        Some(c) => parse_certificates(c, ANNOTATION_CHAIN)?,
+        None => Vec::new(),
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    crate::chain::verify_to_anchors(&leaf, &chain, &plan.ca_certs, now)?;
+    let info = sigstore_verify::crypto::parse_certificate_info(&leaf)
+        .map_err(|e| format!("signing certificate cannot be parsed: {e}"))?;
+    let subject = info
+        .identity
+        .as_ref()
+        .map(|i| i.as_str().to_owned())
+        .unwrap_or_default();
+    let issuer = info.issuer.clone().unwrap_or_default();
+    if !rules.iter().any(|r| r.matches(&subject, &issuer)) {
+        return Err(identity_mismatch(&subject, &issuer));
+    }
+    let key = PublicKey {
+        der: info.public_key,
+        scheme: info.key_algorithm.default_signing_scheme(),
+    };
+    verify_offline(&key, digest, env)
+}
+
+fn identity_mismatch(subject: &str, issuer: &str) -> String {
+    format!(
+        "none of the expected identities matched what was in the certificate, got subjects [{subject}] with issuer {issuer}"
+    )
+}
+
 /// Runs sigstore-verify; returns the certificate identity (subject, issuer) for keyless.
+///
+/// sigstore-tsa 0.15.1 cannot decode an RFC 3161 `genTime` with fractional seconds (which RFC
+/// 3161 allows and e.g. @sigstore/mock's TSA emits). When such a token rides along with a Rekor
+/// v1 entry whose SET/inclusion proof is verified anyway, the entry alone establishes the
+/// signing time, so verification is retried without the undecodable timestamps. Without a
+/// checked log entry there is no retry: the timestamp was the only time evidence.
 fn run<'a>(
+    plan: &Plan,
+    verifier: &sigstore_verify::Verifier,
+    artifact: impl Into<sigstore_verify::types::Artifact<'a>> + Clone,
+    bundle: &Bundle,
+) -> Result<Option<(String, String)>, String> {
+    match run_once(plan, verifier, artifact.clone(), bundle) {
+        Err(sigstore_verify::Error::Timestamp(TimestampError::Invalid(detail)))
+            if !plan.ignore_tlog && has_promised_entry(bundle) && detail.contains("decode") =>
+        {
+            let mut without = bundle.clone();
+            without.verification_material.timestamp_verification_data =
+                TimestampVerificationData::new(Vec::new());
+            run_once(plan, verifier, artifact, &without).map_err(describe)
+        }
+        other => other.map_err(describe),
+    }
+}
+
+/// A Rekor v1 entry with an inclusion promise: it carries its own verified integrated time.
+fn has_promised_entry(bundle: &Bundle) -> bool {
+    bundle
+        .verification_material
+        .tlog_entries
+        .iter()
+        .any(|e| e.inclusion_promise.is_some() && e.integrated_time.is_some())
+}
+
+fn run_once<'a>(
     plan: &Plan,
     verifier: &sigstore_verify::Verifier,
     artifact: impl Into<sigstore_verify::types::Artifact<'a>>,
     bundle: &Bundle,
-) -> Result<Option<(String, String)>, String> {
-    let result = match &plan.authority {
+) -> Result<Option<(String, String)>, sigstore_verify::Error> {
+    match &plan.authority {
         Authority::Key(key) | Authority::Certificate(key) => {
             let policy = PublicKeyVerificationPolicy::new(key.der.clone());
             verifier.verify(artifact, bundle, &policy).map(|_| None)
@@ -285,8 +370,7 @@ fn run<'a>(
                 ))
             })
         }
-    };
-    result.map_err(describe)
+    }
 }
 
 fn describe(e: sigstore_verify::Error) -> String {

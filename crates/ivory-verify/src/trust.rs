@@ -76,8 +76,12 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust,
     }
     let parsed = TrustedRoot::from_json(&root.to_string())
         .map_err(|e| format!("trusted root cannot be used: {e}"))?;
-    let verifier = Verifier::new(&parsed).map_err(|e| format!("trusted root cannot be used: {e}"))?;
-    Ok(Trust { verifier: Arc::new(verifier), ca_certs: parsed.fulcio_certs() })
+    let verifier =
+        Verifier::new(&parsed).map_err(|e| format!("trusted root cannot be used: {e}"))?;
+    Ok(Trust {
+        verifier: Arc::new(verifier),
+        ca_certs: parsed.fulcio_certs(),
+    })
 }
 
 /// A `certificateAuthorities`/`timestampAuthorities` entry from a PEM chain (leaf first).

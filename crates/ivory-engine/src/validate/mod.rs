@@ -64,7 +64,10 @@ pub async fn validate(
     let prefetched = if jobs.is_empty() {
         Prefetched::default()
     } else {
-        prefetch::run(verifier, jobs, started, deadline).await
+        let count = jobs.len();
+        let prefetched = prefetch::run(verifier, jobs, started, deadline).await;
+        tracing::debug!(calls = count, elapsed = ?started.elapsed(), "verification prefetch done");
+        prefetched
     };
 
     let evidence = Evidence::default();

@@ -112,6 +112,10 @@ impl JobSet {
     pub(super) fn is_empty(&self) -> bool {
         self.jobs.is_empty()
     }
+
+    pub(super) fn len(&self) -> usize {
+        self.jobs.len()
+    }
 }
 
 /// Answers, indexed like the [`JobSet`] they came from.

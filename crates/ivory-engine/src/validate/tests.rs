@@ -833,6 +833,49 @@ async fn delete_requests_see_the_old_object_as_object() {
 }
 
 #[tokio::test]
+async fn request_and_namespace_bindings() {
+    let pol = pod_policy(
+        "bindings",
+        &lenient(
+            "validations:\n- expression: \"request.userInfo.username == 'alice' && request.namespace == 'default' && namespaceObject.metadata.labels.env == 'prod' && oldObject == null\"\n",
+        ),
+    );
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {"env": "prod"}}});
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let req = create(&[SIGNED]);
+    let d = validate(
+        &FakeVerifier::new(),
+        &[&pol],
+        &req,
+        Some(&namespace),
+        deadline,
+    )
+    .await;
+    assert_eq!(d.results[0].status, Status::Pass, "{:?}", d.results);
+    // Without the Namespace object the same expression cannot evaluate.
+    let d = validate(&FakeVerifier::new(), &[&pol], &req, None, deadline).await;
+    assert_eq!(d.results[0].status, Status::Error);
+}
+
+#[tokio::test]
+async fn matching_errors_are_policy_errors() {
+    let pol = policy(
+        "ns",
+        &format!(
+            "{PODS}  namespaceSelector:\n    matchLabels:\n      env: prod\nattestors: []\n{}",
+            lenient("validations:\n- expression: 'true'\n")
+        ),
+    );
+    let d = run(&FakeVerifier::new(), &[&pol], &create(&[SIGNED])).await;
+    let message = d.message.unwrap_or_default();
+    assert!(
+        message.starts_with("Policy ns error: failed to execute matching: "),
+        "{message}"
+    );
+    assert_eq!(d.results[0].status, Status::Error);
+}
+
+#[tokio::test]
 async fn budget_exhaustion_follows_failure_policy() {
     for failure_policy in ["Fail", "Ignore"] {
         let pol = pod_policy(
@@ -1054,9 +1097,14 @@ async fn every_container_kind_is_subject_to_required() {
         ),
     );
     let other = "ghcr.io/sneaky/tool:1";
+    // `kubectl debug`: an UPDATE on the pods/ephemeralcontainers subresource.
+    let mut debug = pod("UPDATE", &[SIGNED], &[], &[other], json!({}));
+    debug.sub_resource = Some("ephemeralcontainers".to_owned());
+    debug.request_sub_resource = Some("ephemeralcontainers".to_owned());
     let cases = [
         pod("CREATE", &[SIGNED], &[other], &[], json!({})),
         pod("UPDATE", &[SIGNED], &[], &[other], json!({})),
+        debug,
     ];
     for req in cases {
         let verifier = FakeVerifier::new()

@@ -96,6 +96,18 @@ fn cel_errors_name_the_field() {
         (
             vec![set(
                 "/spec/validations/0/expression",
+                json!(
+                    "verifyImageSignatures('x', [attestors.cosgin]) > 0 && verifyAttestationSignatures('x', attestations['sbom'], [attestors['cosign']]) > 0"
+                ),
+            )],
+            vec![
+                "spec.validations[0].expression: undeclared attestor 'cosgin' (declared: cosign)",
+                "spec.validations[0].expression: undeclared attestation 'sbom' (declared: slsa)",
+            ],
+        ),
+        (
+            vec![set(
+                "/spec/validations/0/expression",
                 json!("resource.get('v1', 'configmaps', 'ns', 'keys').data.x == 'y'"),
             )],
             vec![
@@ -341,4 +353,43 @@ fn hash_is_stable_and_changes_on_edit() {
     let mut alias = doc;
     patch(&mut alias, "/kind", Some(json!("ImageVerificationPolicy")));
     assert_eq!(hash_of(&alias), h);
+}
+
+#[test]
+fn compile_without_file_is_located_by_kind_and_name() {
+    let mut doc = base();
+    patch(&mut doc, "/spec/failurePolicy", Some(json!("Later")));
+    let parsed: crate::types::PolicyDocument = serde_json::from_value(doc.clone()).unwrap();
+    let errors = crate::compile(&parsed, crate::Origin::default()).unwrap_err();
+    assert_eq!(
+        errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        [
+            "ImageValidatingPolicy/base: spec.failurePolicy: Unsupported value: \"Later\": supported values: \"Ignore\", \"Fail\""
+        ]
+    );
+
+    patch(
+        &mut doc,
+        "/kind",
+        Some(json!("NamespacedImageValidatingPolicy")),
+    );
+    patch(&mut doc, "/metadata/namespace", Some(json!("team-a")));
+    let parsed: crate::types::PolicyDocument = serde_json::from_value(doc).unwrap();
+    let errors = crate::compile(&parsed, crate::Origin::default()).unwrap_err();
+    assert_eq!(
+        errors[0].to_string(),
+        "NamespacedImageValidatingPolicy/team-a/base: spec.failurePolicy: Unsupported value: \"Later\": supported values: \"Ignore\", \"Fail\""
+    );
+}
+
+#[test]
+fn compile_rejects_foreign_kinds() {
+    let mut doc = base();
+    patch(&mut doc, "/kind", Some(json!("ValidatingPolicy")));
+    let parsed: crate::types::PolicyDocument = serde_json::from_value(doc).unwrap();
+    let errors = crate::compile(&parsed, crate::Origin::default()).unwrap_err();
+    assert_eq!(
+        errors[0].to_string(),
+        "ValidatingPolicy/base: kind: Unsupported value: \"ValidatingPolicy\": supported values: \"ImageValidatingPolicy\", \"ImageVerificationPolicy\", \"NamespacedImageValidatingPolicy\""
+    );
 }

@@ -511,7 +511,7 @@ fn attestors() {
     run(vec![
         (
             "neither cosign nor notary",
-            vec![set("/spec/attestors/0", json!({"name": "x"}))],
+            vec![set("/spec/attestors/0", json!({"name": "cosign"}))],
             vec!["spec.attestors[0]: Invalid value: exactly one of cosign or notary must be set"],
         ),
         (
@@ -713,6 +713,7 @@ fn attestors() {
             vec![
                 "spec.attestors[0].notary.certs: Required value",
                 "spec.attestors[0].notary.tsaCerts.value: Invalid value: not valid PEM: no PEM block found (expected -----BEGIN ...-----)",
+                "spec.validations[0].expression: undeclared attestor 'cosign' (declared: n)",
             ],
         ),
     ]);
