@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
 use regex::Regex;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::compile::compile;
 use crate::compiled::{CompiledPolicy, Origin};
@@ -181,46 +181,49 @@ fn load_text(text: &str, file: &Path, json: bool) -> LoadReport {
 
 /// Handles one document, expanding arrays and `kind: List`; `prefix` locates list items.
 fn load_value(value: Value, prefix: &str, origin: &Origin, report: &mut LoadReport) {
-    let loc = location(origin, "");
-    let obj = match value {
-        Value::Null => return,
+    match value {
+        Value::Null => {}
         Value::Array(items) => {
             for (i, item) in items.into_iter().enumerate() {
                 load_value(item, &format!("{prefix}[{i}]."), origin, report);
             }
-            return;
         }
-        Value::Object(obj) => obj,
-        other => {
-            report.errors.push(PolicyError::new(
-                loc,
-                prefix.trim_end_matches('.'),
-                format!(
-                    "Invalid value: a document must be an object, found {}",
-                    json_type(&other)
-                ),
-            ));
-            return;
-        }
-    };
-    let api_version = obj
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let kind = obj
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let name = obj
-        .get("metadata")
-        .and_then(|m| m.get("name"))
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
+        Value::Object(obj) => load_object(obj, prefix, origin, report),
+        other => report.errors.push(PolicyError::new(
+            location(origin, ""),
+            prefix.trim_end_matches('.'),
+            format!(
+                "Invalid value: a document must be an object, found {}",
+                json_type(&other)
+            ),
+        )),
+    }
+}
+
+fn str_at<'v>(obj: &'v Map<String, Value>, pointer: &str) -> &'v str {
+    let mut value = None;
+    for (i, key) in pointer.split('/').enumerate() {
+        value = if i == 0 {
+            obj.get(key)
+        } else {
+            value.and_then(|v| v.get(key))
+        };
+    }
+    value.and_then(Value::as_str).unwrap_or_default()
+}
+
+/// Expands `kind: List`, skips non-policies with a note and loads policies.
+fn load_object(
+    mut obj: Map<String, Value>,
+    prefix: &str,
+    origin: &Origin,
+    report: &mut LoadReport,
+) {
+    let loc = location(origin, "");
+    let api_version = str_at(&obj, "apiVersion");
+    let kind = str_at(&obj, "kind");
     if kind == "List" {
-        match obj.get("items").cloned() {
+        match obj.remove("items") {
             Some(Value::Array(items)) => {
                 for (i, item) in items.into_iter().enumerate() {
                     load_value(item, &format!("{prefix}items[{i}]."), origin, report);
@@ -233,40 +236,47 @@ fn load_value(value: Value, prefix: &str, origin: &Origin, report: &mut LoadRepo
         return;
     }
     let group = api_version.split_once('/').map_or("", |(g, _)| g);
-    if group != API_GROUP || PolicyKind::from_kind(&kind).is_none() {
+    if group != API_GROUP || PolicyKind::from_kind(kind).is_none() {
         let at = if prefix.is_empty() {
             String::new()
         } else {
             format!(" ({})", prefix.trim_end_matches('.'))
         };
+        let name = str_at(&obj, "metadata/name");
         report.skipped.push(format!(
             "{loc}{at}: skipped {api_version} {kind} {name:?}: not an image validating policy"
         ));
         return;
     }
+    load_policy(obj, prefix, origin, report);
+}
+
+/// Deserializes, checks for unknown fields and compiles one policy object.
+fn load_policy(obj: Map<String, Value>, prefix: &str, origin: &Origin, report: &mut LoadReport) {
+    let loc = location(origin, "");
     let input_spec = obj.get("spec").cloned().unwrap_or_default();
-    match parse_document(Value::Object(obj)) {
-        Ok(doc) => {
-            let unknown = unknown_spec_fields(&input_spec, &doc);
-            match compile(&doc, origin.clone()) {
-                Ok(policy) if unknown.is_empty() => report.push_policy(policy),
-                Ok(_) => {}
-                Err(errors) => report
-                    .errors
-                    .extend(errors.into_iter().map(|e| with_prefix(e, prefix))),
-            }
-            report.errors.extend(
-                unknown.into_iter().map(|field| {
-                    PolicyError::new(&loc, format!("{prefix}{field}"), "unknown field")
-                }),
-            );
-        }
+    let doc = match parse_document(Value::Object(obj)) {
+        Ok(doc) => doc,
         Err((field, reason)) => {
             report
                 .errors
-                .push(PolicyError::new(loc, format!("{prefix}{field}"), reason))
+                .push(PolicyError::new(loc, format!("{prefix}{field}"), reason));
+            return;
         }
+    };
+    let unknown = unknown_spec_fields(&input_spec, &doc);
+    match compile(&doc, origin.clone()) {
+        Ok(policy) if unknown.is_empty() => report.push_policy(policy),
+        Ok(_) => {}
+        Err(errors) => report
+            .errors
+            .extend(errors.into_iter().map(|e| with_prefix(e, prefix))),
     }
+    report.errors.extend(
+        unknown
+            .into_iter()
+            .map(|field| PolicyError::new(&loc, format!("{prefix}{field}"), "unknown field")),
+    );
 }
 
 fn unknown_spec_fields(input: &Value, doc: &PolicyDocument) -> Vec<String> {

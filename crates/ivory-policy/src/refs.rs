@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-/// String literals, blanked before scanning so messages mentioning `attestors.x` are ignored.
+/// String literals: a match starting inside one (e.g. a message mentioning `attestors.x`) is ignored.
 static STRING_LITERAL: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r#"'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*""#).ok());
 
@@ -20,7 +20,6 @@ pub(crate) fn member_refs(source: &str) -> Vec<(String, String)> {
     let (Some(strings), Some(member)) = (STRING_LITERAL.as_ref(), MEMBER.as_ref()) else {
         return Vec::new();
     };
-    // Keep bracketed keys: blank only literals that are not a `[...]` index.
     let mut out = Vec::new();
     for caps in member.captures_iter(source) {
         let key = caps.get(2).or_else(|| caps.get(3)).or_else(|| caps.get(4));

@@ -1,1 +1,17 @@
-pub fn _x() {}
+//! ivory-server: the admission webhook over HTTPS (axum + rustls, HTTP/1.1 and HTTP/2).
+//!
+//! [`router`] builds the routes over an [`AppState`]; [`serve`] runs them with TLS reload and
+//! graceful shutdown; [`policies`] holds the hot-reloaded policy set; [`webhooks`] renders the
+//! webhook configurations that point the API server at those routes.
+
+pub mod budget;
+pub mod metrics;
+pub mod policies;
+mod routes;
+mod serve;
+pub mod webhooks;
+
+pub use metrics::{Metrics, RegistryStatsSource};
+pub use policies::{FileSource, PolicyStore, Snapshot};
+pub use routes::{AppState, DEFAULT_BODY_LIMIT, namespace_object, router};
+pub use serve::{Error, Listen, Result, ServeOptions, serve, shutdown_signal};

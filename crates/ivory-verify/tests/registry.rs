@@ -10,9 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ivory_engine::verifier::{ImageVerifier, Verification, VerifyRequest};
-use ivory_policy::types::{Attestation, Attestor, Cosign, CosignKey, Ctlog, TypeRef};
+use ivory_policy::types::{
+    Attestation, Attestor, Cosign, CosignKey, Credentials, Ctlog, Source, TypeRef,
+};
 use ivory_registry::{Config, Registry};
-use ivory_testkit::{Harness, HarnessOptions, HungRegistry, RegistryHarness};
+use ivory_testkit::{
+    FaultOptions, FaultServer, Harness, HarnessOptions, HungRegistry, RegistryHarness, refused_host,
+};
 use ivory_verify::{CosignVerifier, VerifierConfig};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -248,14 +252,17 @@ async fn key_signatures_attestations_caches_and_coalescing() {
     let coalesced = h.requests();
     eprintln!("16 concurrent misses: {} requests", coalesced.len());
     // One fetch set: the signature tag, the referrers probe and the blob once each (pings aside).
-    let fetches: Vec<_> = coalesced
-        .iter()
-        .filter(|(_, path, _)| path != "/v2/")
-        .collect();
-    let single: Vec<_> = cold_digest
-        .iter()
-        .filter(|(_, path, _)| path != "/v2/")
-        .collect();
+    // (sorted: the tag and the referrers probe run in parallel)
+    let without_pings = |log: &[(String, String, u16)]| {
+        let mut v: Vec<_> = log
+            .iter()
+            .filter(|(_, path, _)| path != "/v2/")
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    };
+    let (fetches, single) = (without_pings(&coalesced), without_pings(&cold_digest));
     assert_eq!(fetches, single, "16 identical misses must share one fetch");
 }
 
@@ -360,4 +367,184 @@ async fn fixtures_manifest_verdicts() {
     }
     eprintln!("{checked} manifest checks, {} mismatches", failures.len());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_verdicts_are_cached_briefly() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let unsigned = push(&h, "unsigned").await;
+    let config = Config {
+        ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
+        ..Config::default()
+    };
+    let short = VerifierConfig {
+        negative_ttl: Duration::from_secs(3),
+        ..VerifierConfig::default()
+    };
+    let v = CosignVerifier::new(
+        Registry::new(config).unwrap(),
+        short,
+        CosignVerifier::anonymous_credentials(),
+    );
+    let digest = v
+        .resolve_digest(&format!("{unsigned}:v1"), None, soon())
+        .await
+        .unwrap();
+    let image = format!("{unsigned}@{digest}");
+    let attestor = key_attestor(&key("cosign-p256.pub"));
+    h.reset_requests();
+    let first = v
+        .verify(&request(image.clone(), attestor.clone(), None), soon())
+        .await
+        .unwrap();
+    assert!(!first.is_verified());
+    assert!(!h.requests().is_empty());
+    h.reset_requests();
+    let again = v
+        .verify(&request(image.clone(), attestor.clone(), None), soon())
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    assert!(
+        h.requests().is_empty(),
+        "a fresh negative verdict is served from the cache"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.reset_requests();
+    v.verify(&request(image, attestor, None), soon())
+        .await
+        .unwrap();
+    assert!(
+        !h.requests().is_empty(),
+        "an expired negative verdict is fetched again"
+    );
+}
+
+fn insecure(image: String) -> VerifyRequest {
+    let mut r = request(image, key_attestor(&key("cosign-p256.pub")), None);
+    r.credentials = Some(Credentials {
+        allow_insecure_registry: Some(true),
+        ..Credentials::default()
+    });
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_errors_are_named_and_never_cached() {
+    let f = FaultServer::start(FaultOptions::default()).await.unwrap();
+    let v = CosignVerifier::new(
+        Registry::new(Config::default()).unwrap(),
+        VerifierConfig::default(),
+        CosignVerifier::anonymous_credentials(),
+    );
+    let good = f.digest("good").unwrap().to_owned();
+
+    // 503 on every manifest: a named error, and the next call asks the registry again.
+    let broken = insecure(format!("{}/unavailable@{good}", f.host()));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let err = v.verify(&broken, deadline).await.unwrap_err();
+    assert!(!err.is_deadline() || Instant::now() >= deadline, "{err}");
+    assert!(err.to_string().contains("unavailable"), "{err}");
+    let before = f.requests().len();
+    assert!(
+        v.verify(&broken, Instant::now() + Duration::from_secs(5))
+            .await
+            .is_err()
+    );
+    assert!(f.requests().len() > before, "errors must not be cached");
+
+    // 429 twice, then answers: a definite verdict inside the deadline.
+    let throttled = insecure(format!("{}/throttled:latest", f.host()));
+    let verdict = v
+        .verify(&throttled, Instant::now() + Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&verdict, Verification::NotVerified { reason, .. } if reason == "signatures not found"),
+        "{verdict:?}"
+    );
+
+    // Connection refused: a named error, quickly.
+    let refused = insecure(format!("{}/x:v1", refused_host().unwrap()));
+    let err = v
+        .verify(&refused, Instant::now() + Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ivory_engine::verifier::VerifyError::Unavailable { .. }),
+        "{err}"
+    );
+}
+
+/// `source.repository`: the image lives in one repository, its signatures in another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signatures_stored_in_another_repository() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let signatures = push(&h, "sig-p256").await;
+    // The same image alone (no .sig) in another repository.
+    let src = fixtures().join("oci/ivory/sig-p256");
+    let index: Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("index.json")).unwrap()).unwrap();
+    let entry = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == "v1")
+        .unwrap();
+    let blob = |d: &str| {
+        std::fs::read(
+            src.join("blobs/sha256")
+                .join(d.trim_start_matches("sha256:")),
+        )
+        .unwrap()
+    };
+    let manifest_bytes = blob(entry["digest"].as_str().unwrap());
+    let manifest: Value = serde_json::from_slice(&manifest_bytes).unwrap();
+    let repo = "ivory/elsewhere";
+    h.push_blob(repo, &blob(manifest["config"]["digest"].as_str().unwrap()))
+        .await
+        .unwrap();
+    for layer in manifest["layers"].as_array().unwrap() {
+        h.push_blob(repo, &blob(layer["digest"].as_str().unwrap()))
+            .await
+            .unwrap();
+    }
+    h.push_manifest(
+        repo,
+        "v1",
+        entry["mediaType"].as_str().unwrap(),
+        &manifest_bytes,
+    )
+    .await
+    .unwrap();
+    let image = format!("{}/{repo}:v1", h.host());
+
+    let v = verifier(&h);
+    let plain = v
+        .verify(
+            &request(image.clone(), key_attestor(&key("cosign-p256.pub")), None),
+            soon(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&plain, Verification::NotVerified { reason, .. } if reason == "signatures not found"),
+        "{plain:?}"
+    );
+    let mut attestor = key_attestor(&key("cosign-p256.pub"));
+    if let Some(c) = attestor.cosign.as_mut() {
+        c.source = Some(Source {
+            repository: Some(signatures),
+            ..Source::default()
+        });
+    }
+    let moved = v
+        .verify(&request(image, attestor, None), soon())
+        .await
+        .unwrap();
+    assert!(moved.is_verified(), "{moved:?}");
 }

@@ -335,3 +335,21 @@ fn pem_in_yaml_block_scalar_loads() {
         Some(PUBLIC_KEY)
     );
 }
+
+#[test]
+fn marker_lines_with_content_and_odd_documents() {
+    let inline = serde_json::to_string(
+        &serde_yaml::from_str::<serde_json::Value>(&ivpol("inline")).unwrap(),
+    )
+    .unwrap();
+    let text = format!(
+        "--- {inline}\n---\napiVersion: v1\nkind: List\n---\napiVersion: policies.kyverno.io/v1\nkind: ImageValidatingPolicy\nmetadata: {{name: nospec}}\nspec: null\n"
+    );
+    let report = load_str(&text, "m.yaml");
+    assert_eq!(names(&report), ["ImageValidatingPolicy/inline"]);
+    assert_eq!(
+        report.skipped,
+        ["m.yaml (doc 2): skipped a List without items"]
+    );
+    assert_eq!(messages(&report), ["m.yaml (doc 3): spec: Required value"]);
+}

@@ -95,8 +95,12 @@ impl Registry {
             };
             if creds.allow_insecure && !plain && matches!(err, Error::Transport { .. }) {
                 // Kyverno's allowInsecureRegistry: TLS failed, so try plain HTTP once.
-                self.mark_plain_http(&t.host);
+                self.mark_plain_http(&t.host, true);
                 continue;
+            }
+            if plain && matches!(err, Error::Transport { .. }) {
+                // Plain HTTP failed too: try TLS first again next time (the host may be back).
+                self.mark_plain_http(&t.host, false);
             }
             let Some(status) = err.retry_status() else {
                 if matches!(err, Error::Unauthorized { .. }) {
@@ -257,12 +261,17 @@ impl Registry {
                 .contains(host)
     }
 
-    fn mark_plain_http(&self, host: &str) {
-        self.inner
+    fn mark_plain_http(&self, host: &str, plain: bool) {
+        let mut hosts = self
+            .inner
             .plain_http
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(host.to_string());
+            .unwrap_or_else(|p| p.into_inner());
+        if plain {
+            hosts.insert(host.to_string());
+        } else {
+            hosts.remove(host);
+        }
     }
 
     pub(super) fn client(&self, t: &Target, insecure: bool, plain_http: bool) -> Result<Client> {

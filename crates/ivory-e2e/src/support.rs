@@ -1,0 +1,135 @@
+//! Small helpers for cluster tests: unique names, namespaces, polling, unused ports.
+
+use std::collections::BTreeMap;
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+
+use crate::{Error, Result};
+
+/// Interval between attempts in [`eventually`].
+const POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// A DNS-label name `prefix-<unique suffix>`, unique within this process and very likely across
+/// processes sharing a cluster.
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{prefix}-{:x}-{n}", nanos ^ std::process::id())
+}
+
+/// Creates a namespace named `prefix-<unique suffix>` and returns its name. Namespaces carry the
+/// `kubernetes.io/metadata.name` label, which webhook `namespaceSelector`s can match.
+pub async fn create_namespace(client: &Client, prefix: &str) -> Result<String> {
+    let name = unique_name(prefix);
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(BTreeMap::from([(
+                "ivory-e2e".to_owned(),
+                "true".to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await?;
+    Ok(name)
+}
+
+/// Runs `check` until it returns `Ok`, at most for `timeout`. For what the API server applies
+/// asynchronously, such as a new webhook configuration reaching its admission chain.
+pub async fn eventually<T, E, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::result::Result<T, E>>,
+    E: Display,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match check().await {
+            Ok(value) => return Ok(value),
+            Err(err) => err.to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout {
+                what: what.to_owned(),
+                timeout,
+                last,
+            });
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// A port on 127.0.0.1 with nothing listening on it (bound, then released): a webhook URL there
+/// gets "connection refused".
+pub fn unused_local_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(Error::Port)?;
+    Ok(listener.local_addr().map_err(Error::Port)?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_names_differ_and_are_dns_labels() {
+        let a = unique_name("e2e");
+        let b = unique_name("e2e");
+        assert_ne!(a, b);
+        for name in [&a, &b] {
+            assert!(name.starts_with("e2e-"), "{name}");
+            assert!(name.len() <= 63, "{name}");
+            assert!(
+                name.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+                "{name}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn eventually_retries_until_ok() {
+        let mut calls = 0;
+        let value = eventually("third call", Duration::from_secs(5), || {
+            calls += 1;
+            let result = if calls < 3 { Err("not yet") } else { Ok(calls) };
+            async move { result }
+        })
+        .await
+        .unwrap();
+        assert_eq!(value, 3);
+    }
+
+    #[tokio::test]
+    async fn eventually_times_out_with_the_last_error() {
+        let err = eventually("never", Duration::from_millis(300), || async {
+            Err::<(), _>("still failing")
+        })
+        .await
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("never") && text.contains("still failing"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn unused_port_is_refused() {
+        let port = unused_local_port().unwrap();
+        assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+    }
+}

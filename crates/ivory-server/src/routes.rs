@@ -1,0 +1,340 @@
+//! The HTTP surface: the four admission routes plus `/healthz`, `/readyz` and `/metrics`.
+//!
+//! Every admission answer is an `admission.k8s.io/v1` AdmissionReview with the request's uid,
+//! except for bodies that are not one: those get 400 with the parse error (413 past the body
+//! limit), so the API server applies the webhook's failurePolicy.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{get, post};
+use ivory_engine::admission::{
+    AdmissionRequest, AdmissionResponse, AdmissionReview, ResponseStatus, response_from_decision,
+    review_response,
+};
+use ivory_engine::decision::Decision;
+use ivory_engine::matching::{Route, UnknownPolicies, select_policies};
+use ivory_engine::verifier::ImageVerifier;
+use ivory_engine::{mutate, validate};
+use ivory_policy::CompiledPolicy;
+use ivory_policy::types::FailurePolicy;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::budget::{Budget, timeout_from_query};
+use crate::metrics::Metrics;
+use crate::policies::PolicyStore;
+
+/// Default request body limit: an UPDATE review carries `object` and `oldObject`, and etcd
+/// caps one object at 1.5 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 3 * 1024 * 1024;
+
+/// Shared state of every handler; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub verifier: Arc<dyn ImageVerifier>,
+    pub policies: Arc<PolicyStore>,
+    pub metrics: Arc<Metrics>,
+    /// Largest accepted request body in bytes.
+    pub body_limit: usize,
+}
+
+impl AppState {
+    /// State with the default body limit.
+    pub fn new(
+        verifier: Arc<dyn ImageVerifier>,
+        policies: Arc<PolicyStore>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            verifier,
+            policies,
+            metrics,
+            body_limit: DEFAULT_BODY_LIMIT,
+        }
+    }
+}
+
+/// Which of the two webhook stages a route serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Mutate,
+    Validate,
+}
+
+/// The router with all routes and the body limit.
+pub fn router(state: AppState) -> Router {
+    let limit = state.body_limit;
+    Router::new()
+        .route("/ivpol/mutate/{*names}", post(ivpol_mutate))
+        .route("/ivpol/validate/{*names}", post(ivpol_validate))
+        .route("/nivpol/mutate/{*names}", post(nivpol_mutate))
+        .route("/nivpol/validate/{*names}", post(nivpol_validate))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+type Body = Result<Bytes, BytesRejection>;
+
+async fn ivpol_mutate(s: State<AppState>, p: Path<String>, q: RawQuery, b: Body) -> Response {
+    admit(s, Stage::Mutate, false, p, q, b).await
+}
+async fn ivpol_validate(s: State<AppState>, p: Path<String>, q: RawQuery, b: Body) -> Response {
+    admit(s, Stage::Validate, false, p, q, b).await
+}
+async fn nivpol_mutate(s: State<AppState>, p: Path<String>, q: RawQuery, b: Body) -> Response {
+    admit(s, Stage::Mutate, true, p, q, b).await
+}
+async fn nivpol_validate(s: State<AppState>, p: Path<String>, q: RawQuery, b: Body) -> Response {
+    admit(s, Stage::Validate, true, p, q, b).await
+}
+
+fn route_label(stage: Stage, namespaced: bool) -> &'static str {
+    match (namespaced, stage) {
+        (false, Stage::Mutate) => "ivpol_mutate",
+        (false, Stage::Validate) => "ivpol_validate",
+        (true, Stage::Mutate) => "nivpol_mutate",
+        (true, Stage::Validate) => "nivpol_validate",
+    }
+}
+
+async fn admit(
+    State(state): State<AppState>,
+    stage: Stage,
+    namespaced: bool,
+    Path(names): Path<String>,
+    RawQuery(query): RawQuery,
+    body: Body,
+) -> Response {
+    let start = Instant::now();
+    let _guard = state.metrics.in_flight();
+    let label = route_label(stage, namespaced);
+    let (outcome, response) = answer(&state, stage, namespaced, &names, query, body, start).await;
+    state
+        .metrics
+        .observe_admission(label, outcome, start.elapsed());
+    response
+}
+
+/// Handles one request; returns the metrics outcome and the HTTP response.
+async fn answer(
+    state: &AppState,
+    stage: Stage,
+    namespaced: bool,
+    names: &str,
+    query: Option<String>,
+    body: Body,
+    start: Instant,
+) -> (&'static str, Response) {
+    let label = route_label(stage, namespaced);
+    let bytes = match body {
+        Ok(bytes) => bytes,
+        Err(rejection) => {
+            tracing::warn!(route = label, error = %rejection.body_text(), "rejected request body");
+            return ("bad_request", rejection.into_response());
+        }
+    };
+    let review = match AdmissionReview::parse(&bytes) {
+        Ok(review) => review,
+        Err(e) => {
+            tracing::warn!(route = label, error = %e, "malformed AdmissionReview");
+            return ("bad_request", (StatusCode::BAD_REQUEST, e.to_string()).into_response());
+        }
+    };
+    let req = review.request;
+    let snapshot = state.policies.snapshot();
+    if !snapshot.is_ready() {
+        let msg = "ivory has no policy set loaded yet";
+        return ("not_ready", (StatusCode::SERVICE_UNAVAILABLE, msg).into_response());
+    }
+    let names: Vec<String> = names
+        .split('/')
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let route = Route { namespaced };
+    let selected = match select_policies(snapshot.policies(), route, &names, req.namespace()) {
+        Ok(selected) => selected,
+        Err(unknown) => {
+            tracing::warn!(route = label, uid = %req.uid, error = %unknown, "unknown policy names");
+            return ("unknown_policy", review_json(&unknown_response(&req, &unknown)));
+        }
+    };
+    let budget = Budget::new(start, timeout_from_query(query.as_deref()), policy_timeout(&selected));
+    let ns_object = req.namespace().map(namespace_object);
+    let decision = run_engine(state, stage, &selected, &req, ns_object.as_ref(), budget).await;
+    if Instant::now() >= budget.deadline {
+        state.metrics.deadline_expired(label);
+    }
+    let resp = response_from_decision(&req, &decision);
+    let outcome = if !resp.allowed {
+        "denied"
+    } else if resp.patch.is_some() {
+        "patched"
+    } else {
+        "allowed"
+    };
+    tracing::info!(
+        route = label,
+        uid = %req.uid,
+        kind = %req.kind.kind,
+        namespace = %req.namespace,
+        name = %req.name,
+        operation = req.operation.as_str(),
+        dry_run = req.dry_run.unwrap_or(false),
+        outcome,
+        elapsed_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
+        budget_ms = u64::try_from(budget.budget.as_millis()).unwrap_or(u64::MAX),
+        message = decision.message.as_deref().unwrap_or(""),
+        "admission"
+    );
+    (outcome, review_json(&resp))
+}
+
+/// Runs the engine under a backstop: the engine promises to return by the deadline, and if it
+/// ever does not, the request is still answered (by the policies' failure policy) before the
+/// API server gives up.
+async fn run_engine(
+    state: &AppState,
+    stage: Stage,
+    selected: &[&CompiledPolicy],
+    req: &AdmissionRequest,
+    ns_object: Option<&Value>,
+    budget: Budget,
+) -> Decision {
+    let verifier = state.verifier.as_ref();
+    let engine = async {
+        match stage {
+            Stage::Mutate => {
+                mutate::mutate(verifier, selected, req, ns_object, budget.deadline).await
+            }
+            Stage::Validate => {
+                validate::validate(verifier, selected, req, ns_object, budget.deadline).await
+            }
+        }
+    };
+    let backstop = budget.deadline + (budget.timeout - budget.budget) / 2;
+    match tokio::time::timeout_at(backstop, engine).await {
+        Ok(decision) => decision,
+        Err(_) => backstop_decision(selected, budget.budget),
+    }
+}
+
+fn backstop_decision(selected: &[&CompiledPolicy], budget: Duration) -> Decision {
+    let mut names: Vec<&str> = selected.iter().map(|p| p.name.as_str()).collect();
+    names.dedup();
+    let message = format!(
+        "ivory: time budget of {}ms exhausted before policies {} finished",
+        budget.as_millis(),
+        names.join(", ")
+    );
+    if selected
+        .iter()
+        .any(|p| p.failure_policy == FailurePolicy::Fail)
+    {
+        Decision {
+            allowed: false,
+            message: Some(message),
+            ..Decision::default()
+        }
+    } else {
+        let mut d = Decision {
+            allowed: true,
+            warnings: vec![message.clone()],
+            ..Decision::default()
+        };
+        d.audit_annotations
+            .insert(validate::SKIPPED_ANNOTATION.to_owned(), message);
+        d
+    }
+}
+
+/// The tightest `webhookConfiguration.timeoutSeconds` of the selected policies.
+fn policy_timeout(selected: &[&CompiledPolicy]) -> Option<Duration> {
+    selected
+        .iter()
+        .filter_map(|p| p.spec.timeout_seconds())
+        .filter_map(|s| u64::try_from(s).ok())
+        .min()
+        .map(Duration::from_secs)
+}
+
+/// Without a Namespace informer, `namespaceObject` is synthesized from the request's namespace
+/// with the one label the API server guarantees on every Namespace
+/// (`kubernetes.io/metadata.name`). Selectors on other namespace labels therefore do not match.
+pub fn namespace_object(namespace: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": namespace,
+            "labels": {"kubernetes.io/metadata.name": namespace},
+        },
+    })
+}
+
+/// Names that match no loaded policy mean the webhook configuration and the loaded set
+/// disagree. ivory fails closed and says so, instead of silently admitting unverified images.
+fn unknown_response(req: &AdmissionRequest, unknown: &UnknownPolicies) -> AdmissionResponse {
+    AdmissionResponse {
+        uid: req.uid.clone(),
+        allowed: false,
+        status: Some(ResponseStatus {
+            status: "Failure".to_owned(),
+            message: format!(
+                "ivory: {unknown} (the webhook configuration names policies that are not loaded)"
+            ),
+            code: Some(404),
+            reason: Some("NotFound".to_owned()),
+        }),
+        ..AdmissionResponse::default()
+    }
+}
+
+fn review_json(resp: &AdmissionResponse) -> Response {
+    Json(review_response(resp)).into_response()
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    let snapshot = state.policies.snapshot();
+    let mut text = if snapshot.is_ready() {
+        format!("ready: {} policies loaded\n", snapshot.policies().len())
+    } else {
+        "not ready: no policy set loaded\n".to_owned()
+    };
+    if !snapshot.errors.is_empty() {
+        text.push_str("policy errors (the last good set stays active):\n");
+        for e in &snapshot.errors {
+            text.push_str(&format!("  {e}\n"));
+        }
+    }
+    let status = if snapshot.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, text).into_response()
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,157 @@
+//! Serving the router: HTTPS (HTTP/1.1 and HTTP/2 via ALPN) with certificate reload, or plain
+//! HTTP for local use, and graceful shutdown with a grace period.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use axum::Router;
+use axum_server::Handle;
+use axum_server::tls_rustls::RustlsConfig;
+use thiserror::Error;
+use tokio::time::MissedTickBehavior;
+
+/// Why the server could not run.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("failed to load TLS certificate {cert} / key {key}: {source}")]
+    Tls {
+        cert: PathBuf,
+        key: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to serve on {addr}: {source}")]
+    Serve {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// `Result` with this module's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How to listen.
+#[derive(Clone, Debug)]
+pub enum Listen {
+    /// HTTPS with a PEM certificate chain and key, reloaded when either file changes.
+    Tls { cert: PathBuf, key: PathBuf },
+    /// Plain HTTP (local use only).
+    Insecure,
+}
+
+/// Serving settings.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub addr: SocketAddr,
+    pub listen: Listen,
+    /// In-flight requests get this long to finish after the shutdown signal.
+    pub grace: Duration,
+    /// How often the certificate files are checked for changes.
+    pub cert_poll: Duration,
+}
+
+/// Serves `router` until `shutdown` resolves, then stops accepting and lets in-flight
+/// requests finish within the grace period. Logs `listening` with the bound address.
+pub async fn serve(
+    router: Router,
+    opts: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let handle: Handle<SocketAddr> = Handle::new();
+    let grace = opts.grace;
+    let stopper = handle.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down");
+        stopper.graceful_shutdown(Some(grace));
+    });
+    let announcer = handle.clone();
+    let tls = matches!(opts.listen, Listen::Tls { .. });
+    tokio::spawn(async move {
+        if let Some(addr) = announcer.listening().await {
+            tracing::info!(addr = %addr, tls, "listening");
+        }
+    });
+    let service = router.into_make_service();
+    let addr = opts.addr;
+    let served = match opts.listen {
+        Listen::Tls { cert, key } => {
+            let config = RustlsConfig::from_pem_file(&cert, &key)
+                .await
+                .map_err(|source| Error::Tls {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    source,
+                })?;
+            let reload = tokio::spawn(watch_certificate(config.clone(), cert, key, opts.cert_poll));
+            let served = axum_server::bind_rustls(addr, config)
+                .handle(handle)
+                .serve(service)
+                .await;
+            reload.abort();
+            served
+        }
+        Listen::Insecure => axum_server::bind(addr).handle(handle).serve(service).await,
+    };
+    served.map_err(|source| Error::Serve { addr, source })
+}
+
+/// Reloads the certificate when the files' contents change. A broken pair (half-written
+/// renewal) is logged and the current certificate stays until a good pair appears.
+async fn watch_certificate(config: RustlsConfig, cert: PathBuf, key: PathBuf, every: Duration) {
+    let mut last = read_pair(&cert, &key).await;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = read_pair(&cert, &key).await;
+        if now == last {
+            continue;
+        }
+        let Some((c, k)) = now.clone() else {
+            tracing::error!(cert = %cert.display(), key = %key.display(), "TLS files unreadable; keeping the current certificate");
+            last = now;
+            continue;
+        };
+        match config.reload_from_pem(c, k).await {
+            Ok(()) => {
+                tracing::info!(cert = %cert.display(), "TLS certificate reloaded");
+                last = now;
+            }
+            // Not recorded as seen: the next tick retries, so a key written after its
+            // certificate is picked up.
+            Err(e) => tracing::error!(cert = %cert.display(), error = %e, "TLS reload failed; keeping the current certificate"),
+        }
+    }
+}
+
+async fn read_pair(cert: &Path, key: &Path) -> Option<(Vec<u8>, Vec<u8>)> {
+    let c = tokio::fs::read(cert).await.ok()?;
+    let k = tokio::fs::read(key).await.ok()?;
+    Some((c, k))
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
