@@ -34,12 +34,9 @@ async fn missing_ca_is_a_clear_tls_error_and_insecure_skips_verification() {
 
 #[tokio::test]
 async fn plain_http_only_with_allow_insecure() {
-    let h = RegistryHarness::start(HarnessOptions {
-        auth: AuthMode::None,
-        tls: false,
-    })
-    .await
-    .unwrap();
+    let h = RegistryHarness::start(HarnessOptions::plain_http())
+        .await
+        .unwrap();
     let img = push_simple(&h, "app", "v1", "plain").await;
     let image = format!("{}/app:v1", h.host());
     let r = Registry::new(Config::default()).unwrap();

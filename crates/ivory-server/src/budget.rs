@@ -37,7 +37,11 @@ pub struct Budget {
 impl Budget {
     /// The budget for a request that arrived at `start` with query `timeout` and selected
     /// policies whose tightest `webhookConfiguration.timeoutSeconds` is `policy_timeout`.
-    pub fn new(start: Instant, timeout: Option<Duration>, policy_timeout: Option<Duration>) -> Self {
+    pub fn new(
+        start: Instant,
+        timeout: Option<Duration>,
+        policy_timeout: Option<Duration>,
+    ) -> Self {
         let mut timeout = timeout.unwrap_or(DEFAULT_TIMEOUT);
         if let Some(p) = policy_timeout.filter(|p| !p.is_zero()) {
             timeout = timeout.min(p);
@@ -130,13 +134,24 @@ mod tests {
         assert_eq!(b.budget, Duration::from_millis(2700));
         assert_eq!(b.deadline, now + Duration::from_millis(2700));
         let b = Budget::new(now, None, None);
-        assert_eq!((b.timeout, b.budget), (DEFAULT_TIMEOUT, Duration::from_secs(9)));
+        assert_eq!(
+            (b.timeout, b.budget),
+            (DEFAULT_TIMEOUT, Duration::from_secs(9))
+        );
         let b = Budget::new(now, Some(Duration::from_secs(30)), None);
         assert_eq!(b.budget, Duration::from_secs(29));
         // The policy's own timeout wins when tighter, never when looser.
-        let b = Budget::new(now, Some(Duration::from_secs(10)), Some(Duration::from_secs(5)));
+        let b = Budget::new(
+            now,
+            Some(Duration::from_secs(10)),
+            Some(Duration::from_secs(5)),
+        );
         assert_eq!(b.budget, Duration::from_millis(4500));
-        let b = Budget::new(now, Some(Duration::from_secs(2)), Some(Duration::from_secs(5)));
+        let b = Budget::new(
+            now,
+            Some(Duration::from_secs(2)),
+            Some(Duration::from_secs(5)),
+        );
         assert_eq!(b.budget, Duration::from_millis(1800));
     }
 }

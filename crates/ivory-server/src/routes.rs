@@ -147,14 +147,20 @@ async fn answer(
         Ok(review) => review,
         Err(e) => {
             tracing::warn!(route = label, error = %e, "malformed AdmissionReview");
-            return ("bad_request", (StatusCode::BAD_REQUEST, e.to_string()).into_response());
+            return (
+                "bad_request",
+                (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+            );
         }
     };
     let req = review.request;
     let snapshot = state.policies.snapshot();
     if !snapshot.is_ready() {
         let msg = "ivory has no policy set loaded yet";
-        return ("not_ready", (StatusCode::SERVICE_UNAVAILABLE, msg).into_response());
+        return (
+            "not_ready",
+            (StatusCode::SERVICE_UNAVAILABLE, msg).into_response(),
+        );
     }
     let names: Vec<String> = names
         .split('/')
@@ -166,10 +172,17 @@ async fn answer(
         Ok(selected) => selected,
         Err(unknown) => {
             tracing::warn!(route = label, uid = %req.uid, error = %unknown, "unknown policy names");
-            return ("unknown_policy", review_json(&unknown_response(&req, &unknown)));
+            return (
+                "unknown_policy",
+                review_json(&unknown_response(&req, &unknown)),
+            );
         }
     };
-    let budget = Budget::new(start, timeout_from_query(query.as_deref()), policy_timeout(&selected));
+    let budget = Budget::new(
+        start,
+        timeout_from_query(query.as_deref()),
+        policy_timeout(&selected),
+    );
     let ns_object = req.namespace().map(namespace_object);
     let decision = run_engine(state, stage, &selected, &req, ns_object.as_ref(), budget).await;
     if Instant::now() >= budget.deadline {

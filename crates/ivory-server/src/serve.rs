@@ -123,7 +123,9 @@ async fn watch_certificate(config: RustlsConfig, cert: PathBuf, key: PathBuf, ev
             }
             // Not recorded as seen: the next tick retries, so a key written after its
             // certificate is picked up.
-            Err(e) => tracing::error!(cert = %cert.display(), error = %e, "TLS reload failed; keeping the current certificate"),
+            Err(e) => {
+                tracing::error!(cert = %cert.display(), error = %e, "TLS reload failed; keeping the current certificate")
+            }
         }
     }
 }

@@ -182,7 +182,10 @@ fn for_kind(
                 &format!("{base}-{}{suffix}", failure_str(failure)),
                 &format!("{path}/{}", names.into_iter().collect::<Vec<_>>().join("/")),
                 failure,
-                rules.iter().filter_map(|r| serde_json::from_str(r).ok()).collect(),
+                rules
+                    .iter()
+                    .filter_map(|r| serde_json::from_str(r).ok())
+                    .collect(),
                 first,
                 stage,
                 opts,
@@ -267,7 +270,10 @@ fn webhook(
 
 fn facts<'a>(policy: &'a CompiledPolicy, opts: &Options) -> Facts<'a> {
     let mc = &policy.match_constraints;
-    let mut ns = merge(mc.namespace_selector.as_ref(), opts.namespace_selector.as_ref());
+    let mut ns = merge(
+        mc.namespace_selector.as_ref(),
+        opts.namespace_selector.as_ref(),
+    );
     if let Some(namespace) = &policy.namespace {
         ns.match_expressions.push(LabelSelectorRequirement {
             key: NAME_LABEL.to_owned(),
@@ -286,7 +292,10 @@ fn facts<'a>(policy: &'a CompiledPolicy, opts: &Options) -> Facts<'a> {
         policy,
         namespace_selector: selector_json(&ns),
         object_selector: selector_json(&mc.object_selector.clone().unwrap_or_default()),
-        rules: rules.iter().filter_map(|r| serde_json::from_str(r).ok()).collect(),
+        rules: rules
+            .iter()
+            .filter_map(|r| serde_json::from_str(r).ok())
+            .collect(),
         conditions,
         fine_grained,
     }
@@ -298,7 +307,8 @@ fn merge(a: Option<&LabelSelector>, b: Option<&LabelSelector>) -> LabelSelector 
     if let Some(b) = b {
         out.match_labels
             .extend(b.match_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        out.match_expressions.extend(b.match_expressions.iter().cloned());
+        out.match_expressions
+            .extend(b.match_expressions.iter().cloned());
     }
     out
 }

@@ -49,6 +49,37 @@ impl Default for HarnessOptions {
     }
 }
 
+impl HarnessOptions {
+    /// TLS + htpasswd basic auth for one user.
+    pub fn basic(user: &str, password: &str) -> Self {
+        Self {
+            auth: AuthMode::Basic {
+                user: user.to_string(),
+                password: password.to_string(),
+            },
+            tls: true,
+        }
+    }
+
+    /// TLS + bearer tokens; `login: None` serves anonymous clients too.
+    pub fn token(login: Option<(&str, &str)>) -> Self {
+        Self {
+            auth: AuthMode::Token {
+                login: login.map(|(u, p)| (u.to_string(), p.to_string())),
+            },
+            tls: true,
+        }
+    }
+
+    /// Plain HTTP, no auth.
+    pub fn plain_http() -> Self {
+        Self {
+            auth: AuthMode::None,
+            tls: false,
+        }
+    }
+}
+
 /// One logged registry request.
 pub type LoggedRequest = (String, String, u16);
 

@@ -90,14 +90,15 @@ async fn requests_reset_and_drop_cleans_up() {
 
 #[tokio::test]
 async fn token_mode_rejects_anonymous_pushes_but_accepts_harness_pushes() {
-    let h = RegistryHarness::start(HarnessOptions {
-        auth: AuthMode::Token {
-            login: Some(("u".into(), "p".into())),
-        },
-        tls: true,
-    })
-    .await
-    .unwrap();
+    let h = RegistryHarness::start(HarnessOptions::token(Some(("u", "p"))))
+        .await
+        .unwrap();
+    assert_eq!(
+        h.auth(),
+        &AuthMode::Token {
+            login: Some(("u".into(), "p".into()))
+        }
+    );
     let dir = tempfile::tempdir().unwrap();
     let img = write_simple_image(dir.path(), "v1", "token").unwrap();
     let tags = h.push_oci_layout(dir.path(), "app").await.unwrap();

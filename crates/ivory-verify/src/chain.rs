@@ -102,8 +102,8 @@ mod tests {
     #[test]
     fn fulcio_leaf_chains_to_its_chain_and_not_to_another() {
         let leaf =
-            parse_certificates(include_str!("../tests/data/ratify-keyless/cert.pem"), "c").unwrap();
-        let chain = parse_certificates(include_str!("../tests/data/ratify-keyless/chain.pem"), "c")
+            parse_certificates(include_str!("../../../fixtures/captured/ratify/legacy-keyless-wabbitnetworks-cosign-image/cert.pem"), "c").unwrap();
+        let chain = parse_certificates(include_str!("../../../fixtures/captured/ratify/legacy-keyless-wabbitnetworks-cosign-image/chain.pem"), "c")
             .unwrap();
         verify_chain(&leaf[0], &chain).unwrap();
         // The root alone is not enough: the intermediate is missing.

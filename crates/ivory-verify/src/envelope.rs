@@ -232,16 +232,16 @@ mod tests {
 
     fn ratify_keyless() -> Legacy {
         Legacy {
-            blob: include_bytes!("../tests/data/ratify-keyless/payload.json").to_vec(),
+            blob: include_bytes!("../../../fixtures/captured/ratify/legacy-keyless-wabbitnetworks-cosign-image/payload.json").to_vec(),
             signature: Some(
-                include_str!("../tests/data/ratify-keyless/signature.b64")
+                include_str!("../../../fixtures/captured/ratify/legacy-keyless-wabbitnetworks-cosign-image/signature.b64")
                     .trim()
                     .into(),
             ),
-            certificate: Some(include_str!("../tests/data/ratify-keyless/cert.pem").into()),
-            chain: Some(include_str!("../tests/data/ratify-keyless/chain.pem").into()),
+            certificate: Some(include_str!("../../../fixtures/captured/ratify/legacy-keyless-wabbitnetworks-cosign-image/cert.pem").into()),
+            chain: Some(include_str!("../../../fixtures/captured/ratify/legacy-keyless-wabbitnetworks-cosign-image/chain.pem").into()),
             rekor_bundle: Some(
-                include_str!("../tests/data/ratify-keyless/rekor-bundle.json").into(),
+                include_str!("../../../fixtures/captured/ratify/legacy-keyless-wabbitnetworks-cosign-image/rekor-bundle.json").into(),
             ),
         }
     }

@@ -106,7 +106,7 @@ fn pem_blocks(text: &str) -> Vec<&str> {
 mod tests {
     use super::*;
 
-    const P256: &str = include_str!("../tests/data/keys/alice.pub");
+    const P256: &str = include_str!("../../../fixtures/captured/connaisseur/cosign/keys/alice.key");
 
     #[test]
     fn parses_p256_with_default_and_sha384() {
@@ -132,7 +132,9 @@ mod tests {
 
     #[test]
     fn splits_pem_bundles_and_base64_wrapping() {
-        let chain = include_str!("../tests/data/ratify-keyless/chain.pem");
+        let chain = include_str!(
+            "../../../fixtures/captured/ratify/legacy-keyless-wabbitnetworks-cosign-image/chain.pem"
+        );
         assert_eq!(parse_certificates(chain, "chain").unwrap().len(), 2);
         let wrapped = base64::engine::general_purpose::STANDARD.encode(chain);
         assert_eq!(parse_certificates(&wrapped, "chain").unwrap().len(), 2);

@@ -1,10 +1,19 @@
-//! ivory-verify: cosign and Sigstore signature verification for ivory, implementing the
-//! engine's [`ivory_engine::verifier::ImageVerifier`] seam.
+//! ivory-verify: cosign and Sigstore signature verification for ivory. [`CosignVerifier`]
+//! implements the engine's [`ivory_engine::verifier::ImageVerifier`] seam over
+//! `ivory_registry::Registry`, with ivory's own caches.
 //!
-//! * [`check`]: the synchronous core (no IO): legacy `.sig`/`.att` layers and Sigstore bundles
-//!   v0.1–v0.3 checked by sigstore-verify against each attestor's trust material.
-//! * [`plan`]: an attestor turned into keys, identities and a trust root.
-//! * [`envelope`]: signature material as stored in registries.
+//! * [`check`]: the synchronous core (no IO). Legacy cosign `.sig` (simple signing, several
+//!   signatures per manifest) and `.att` (DSSE in-toto) layers are rewritten as v0.1 Sigstore
+//!   bundles, so sigstore-verify checks every format alike (Fulcio chain, SCT, Rekor SET and
+//!   inclusion proof, Rekor v2, RFC 3161 timestamps, tlog-body consistency); Sigstore bundles
+//!   v0.1–v0.3 from OCI referrers go in as they are.
+//! * [`plan`]: an attestor turned into a key, a certificate or keyless identities, plus its
+//!   trust root ([`trust`]: the embedded public-good `trusted_root.json`, `trustedRoot`,
+//!   `keyless.roots` and `ctlog` keys).
+//! * [`envelope`]: signature material as registries store it.
+//! * `verifier`: discovery (`.sig`/`.att` tag ∥ referrers, blobs in parallel), caches
+//!   (tag → digest; verdicts by digest + attestor hash + attestation, short-lived when
+//!   negative, never for errors; concurrent identical misses coalesced), deadlines.
 
 mod chain;
 pub mod check;
@@ -12,11 +21,10 @@ pub mod envelope;
 mod keys;
 pub mod plan;
 pub mod trust;
+mod verifier;
 
-pub use check::{Accepted, evaluate};
+pub use check::{Accepted, NO_ATTESTATIONS, NO_SIGNATURES, TLOG_FAILED, evaluate};
 pub use envelope::{Envelope, Legacy};
-pub use plan::Plan;
+pub use plan::{KMS_UNSUPPORTED, NOTARY_UNSUPPORTED, Plan, TUF_UNSUPPORTED};
 pub use trust::PUBLIC_GOOD_TRUSTED_ROOT;
 pub use verifier::{CosignVerifier, CredentialsResolver, VerifierConfig};
-
-mod verifier;

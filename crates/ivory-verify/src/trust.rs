@@ -139,7 +139,10 @@ mod tests {
     fn overrides_rekor_key_and_rejects_bad_trusted_root() {
         let cosign = Cosign {
             ctlog: Some(Ctlog {
-                rekor_pub_key: Some(include_str!("../tests/data/keys/alice.pub").into()),
+                rekor_pub_key: Some(
+                    include_str!("../../../fixtures/captured/connaisseur/cosign/keys/alice.key")
+                        .into(),
+                ),
                 ..Ctlog::default()
             }),
             ..Cosign::default()

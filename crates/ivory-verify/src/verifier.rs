@@ -82,6 +82,12 @@ enum Family {
     Attestations,
 }
 
+/// Signature candidates, and the first registry error met while collecting them.
+struct Fetched {
+    envelopes: Vec<Envelope>,
+    error: Option<VerifyError>,
+}
+
 /// Positive verdicts live `verified_ttl`, negative ones `negative_ttl`.
 struct VerdictExpiry {
     verified: Duration,
@@ -116,6 +122,8 @@ struct Inner {
     tags: Cache<String, String>,
     results: Cache<ResultKey, Verification>,
     plans: moka::sync::Cache<[u8; 32], Arc<Result<Plan, String>>>,
+    /// SHA-256 of `config.default_trusted_root`, part of every attestor hash.
+    root_hash: [u8; 32],
 }
 
 impl CosignVerifier {
@@ -137,8 +145,10 @@ impl CosignVerifier {
             .time_to_live(config.tag_ttl)
             .build();
         let plans = moka::sync::Cache::builder().max_capacity(1_000).build();
+        let root_hash = Sha256::digest(config.default_trusted_root.as_bytes()).into();
         Self {
             inner: Arc::new(Inner {
+                root_hash,
                 registry,
                 config,
                 credentials,
@@ -189,7 +199,7 @@ impl CosignVerifier {
     }
 
     fn plan(&self, attestor: &Attestor) -> (Arc<Result<Plan, String>>, [u8; 32]) {
-        let hash = attestor_hash(attestor, &self.inner.config.default_trusted_root);
+        let hash = attestor_hash(attestor, &self.inner.root_hash);
         let root = &self.inner.config.default_trusted_root;
         let plan = self
             .inner
@@ -255,7 +265,7 @@ impl CosignVerifier {
         self.inner
             .results
             .try_get_with(key, async move {
-                let envelopes = this
+                let fetched = this
                     .fetch(
                         &image,
                         &signature_repo,
@@ -265,12 +275,17 @@ impl CosignVerifier {
                         &creds,
                         deadline,
                     )
-                    .await?;
+                    .await;
                 // A failed plan returned early above; keep the loader total anyway.
                 let verdict = match plan.as_ref() {
-                    Ok(plan) => evaluate(plan, &digest, &envelopes, predicate.as_deref()),
+                    Ok(plan) => evaluate(plan, &digest, &fetched.envelopes, predicate.as_deref()),
                     Err(reason) => Err(reason.clone()),
                 };
+                // A negative verdict reached on partial data is no verdict: report the error
+                // (never cached) rather than cache a false "not verified".
+                if let (Err(_), Some(e)) = (&verdict, fetched.error) {
+                    return Err(e);
+                }
                 Ok(match verdict {
                     Ok(Accepted { statement }) => Verification::Verified {
                         digest,
@@ -286,8 +301,9 @@ impl CosignVerifier {
             .map_err(|e: Arc<VerifyError>| (*e).clone())
     }
 
-    /// Fetches every signature candidate: the cosign tag (`.sig`/`.att`) and the OCI
-    /// referrers in parallel, then their blobs in parallel.
+    /// Fetches every signature candidate along two independent chains run in parallel: the
+    /// cosign tag (`.sig`/`.att`) then its layers, and the OCI referrers (API or tag schema)
+    /// then each bundle. Neither chain waits for the other.
     #[allow(clippy::too_many_arguments)]
     async fn fetch(
         &self,
@@ -298,8 +314,7 @@ impl CosignVerifier {
         family: Family,
         creds: &Credentials,
         deadline: Instant,
-    ) -> Result<Vec<Envelope>, VerifyError> {
-        let registry = &self.inner.registry;
+    ) -> Fetched {
         let tag_name = format!("{prefix}{}", digest.replace(':', "-"));
         let suffix = match family {
             Family::Signatures => "sig",
@@ -307,44 +322,50 @@ impl CosignVerifier {
         };
         let tag_ref = format!("{repo}:{tag_name}.{suffix}");
         let subject_ref = format!("{repo}@{digest}");
-        let (tagged, referrers) = tokio::join!(
-            registry.fetch_manifest(&tag_ref, creds, deadline),
-            registry.referrers(&subject_ref, None, creds, deadline),
+        let (legacy, bundles) = tokio::join!(
+            self.fetch_tagged(&tag_ref, family, creds, deadline),
+            self.fetch_bundles(repo, &subject_ref, creds, deadline),
         );
-        let tagged = absent_is_empty(tagged)
-            .map_err(|e| map_error(image, "reading signatures", e, deadline))?;
-        let referrers = absent_is_empty(referrers)
-            .map_err(|e| map_error(image, "listing referrers", e, deadline))?;
-        let max = self.inner.config.max_signatures;
-        let mut legacy_layers = Vec::new();
-        if let Some(m) = tagged {
-            legacy_layers = m
-                .json
-                .get("layers")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            legacy_layers.truncate(max);
+        // One failing chain does not hide what the other found (a registry may refuse the
+        // referrers API yet serve `.sig`); the error only matters if nothing verifies.
+        let mut envelopes = Vec::new();
+        let mut error = None;
+        for (found, failure, operation) in [
+            (legacy.0, legacy.1, "reading cosign signatures"),
+            (bundles.0, bundles.1, "reading signature referrers"),
+        ] {
+            envelopes.extend(found);
+            if let (None, Some(e)) = (&error, failure) {
+                error = Some(map_error(image, operation, e, deadline));
+            }
         }
-        let bundle_refs: Vec<String> = referrers
-            .as_ref()
-            .and_then(|r| r.get("manifests"))
+        Fetched { envelopes, error }
+    }
+
+    /// The cosign tag's layers: simple-signing (`.sig`) or DSSE (`.att`).
+    async fn fetch_tagged(
+        &self,
+        tag_ref: &str,
+        family: Family,
+        creds: &Credentials,
+        deadline: Instant,
+    ) -> (Vec<Envelope>, Option<RegistryError>) {
+        let registry = &self.inner.registry;
+        let manifest =
+            match absent_is_empty(registry.fetch_manifest(tag_ref, creds, deadline).await) {
+                Ok(Some(m)) => m,
+                Ok(None) => return (Vec::new(), None),
+                Err(e) => return (Vec::new(), Some(e)),
+            };
+        let mut layers = manifest
+            .json
+            .get("layers")
             .and_then(Value::as_array)
-            .map(|ms| {
-                ms.iter()
-                    .filter(|m| {
-                        m.get("artifactType")
-                            .and_then(Value::as_str)
-                            .is_some_and(|t| t.starts_with(BUNDLE_MEDIA_TYPE_PREFIX))
-                    })
-                    .filter_map(|m| m.get("digest").and_then(Value::as_str).map(str::to_owned))
-                    .take(max)
-                    .collect()
-            })
+            .cloned()
             .unwrap_or_default();
+        layers.truncate(self.inner.config.max_signatures);
         let limit = self.inner.config.max_signature_bytes;
-        let (tag_ref, subject_ref) = (&tag_ref, &subject_ref);
-        let legacy = join_all(legacy_layers.iter().map(|layer| async move {
+        let results = join_all(layers.iter().map(|layer| async move {
             let Some(d) = layer.get("digest").and_then(Value::as_str) else {
                 return Ok(None);
             };
@@ -363,32 +384,56 @@ impl CosignVerifier {
                 _ if family == Family::Attestations => Envelope::Dsse(legacy),
                 _ => Envelope::SimpleSigning(legacy),
             }))
-        }));
-        let bundles = join_all(bundle_refs.iter().map(|d| async move {
+        }))
+        .await;
+        collect(results)
+    }
+
+    /// Sigstore bundles among the image's OCI referrers.
+    async fn fetch_bundles(
+        &self,
+        repo: &str,
+        subject_ref: &str,
+        creds: &Credentials,
+        deadline: Instant,
+    ) -> (Vec<Envelope>, Option<RegistryError>) {
+        let registry = &self.inner.registry;
+        let index =
+            match absent_is_empty(registry.referrers(subject_ref, None, creds, deadline).await) {
+                Ok(Some(i)) => i,
+                Ok(None) => return (Vec::new(), None),
+                Err(e) => return (Vec::new(), Some(e)),
+            };
+        let refs: Vec<String> = index
+            .get("manifests")
+            .and_then(Value::as_array)
+            .map(|ms| {
+                ms.iter()
+                    .filter(|m| {
+                        m.get("artifactType")
+                            .and_then(Value::as_str)
+                            .is_some_and(|t| t.starts_with(BUNDLE_MEDIA_TYPE_PREFIX))
+                    })
+                    .filter_map(|m| m.get("digest").and_then(Value::as_str).map(str::to_owned))
+                    .take(self.inner.config.max_signatures)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let limit = self.inner.config.max_signature_bytes;
+        let results = join_all(refs.iter().map(|d| async move {
             let m = registry
                 .fetch_manifest(&format!("{repo}@{d}"), creds, deadline)
                 .await?;
-            let Some(layer) = m.json.pointer("/layers/0").cloned() else {
-                return Ok(None);
-            };
-            let Some(ld) = layer.get("digest").and_then(Value::as_str) else {
+            let Some(ld) = m.json.pointer("/layers/0/digest").and_then(Value::as_str) else {
                 return Ok(None);
             };
             let blob = registry
                 .fetch_blob(subject_ref, ld, limit, creds, deadline)
                 .await?;
-            Ok::<_, RegistryError>(Some(Envelope::Bundle(blob)))
-        }));
-        let (legacy, bundles) = tokio::join!(legacy, bundles);
-        let mut out = Vec::new();
-        for r in legacy.into_iter().chain(bundles) {
-            if let Some(e) = r.map_err(|e: RegistryError| {
-                map_error(image, "reading signature blobs", e, deadline)
-            })? {
-                out.push(e);
-            }
-        }
-        Ok(out)
+            Ok(Some(Envelope::Bundle(blob)))
+        }))
+        .await;
+        collect(results)
     }
 
     async fn image_data_inner(
@@ -482,13 +527,31 @@ fn attestation_type(a: Option<&Attestation>) -> Result<Option<String>, String> {
 
 /// SHA-256 over the attestor (CEL fields already resolved, so trust material is inside) and
 /// the default trusted root it falls back to.
-fn attestor_hash(attestor: &Attestor, default_root: &str) -> [u8; 32] {
+fn attestor_hash(attestor: &Attestor, root_hash: &[u8; 32]) -> [u8; 32] {
     let mut h = Sha256::new();
     // The name does not change what verifies; the rest does.
     let body = json!({ "cosign": attestor.cosign, "notary": attestor.notary });
     h.update(body.to_string().as_bytes());
-    h.update(Sha256::digest(default_root.as_bytes()));
+    h.update(root_hash);
     h.finalize().into()
+}
+
+/// Envelopes that arrived, and the first error among those that did not.
+fn collect(
+    results: Vec<Result<Option<Envelope>, RegistryError>>,
+) -> (Vec<Envelope>, Option<RegistryError>) {
+    let mut out = Vec::new();
+    let mut error = None;
+    for r in results {
+        match r {
+            Ok(Some(e)) => out.push(e),
+            Ok(None) => {}
+            Err(e) => {
+                error.get_or_insert(e);
+            }
+        }
+    }
+    (out, error)
 }
 
 /// A missing tag or referrers list means "none", not an error.
@@ -622,5 +685,93 @@ impl ImageVerifier for CosignVerifier {
             .await
         }
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ivory_policy::types::{CosignKey, TypeRef};
+
+    fn key_attestor(name: &str, data: &str) -> Attestor {
+        Attestor {
+            name: name.into(),
+            cosign: Some(ivory_policy::types::Cosign {
+                key: Some(CosignKey {
+                    data: Some(data.into()),
+                    ..CosignKey::default()
+                }),
+                ..Default::default()
+            }),
+            notary: None,
+        }
+    }
+
+    #[test]
+    fn attestor_hash_follows_trust_material_not_names() {
+        let root = [7u8; 32];
+        let a = attestor_hash(&key_attestor("a", "KEY1"), &root);
+        assert_eq!(a, attestor_hash(&key_attestor("b", "KEY1"), &root));
+        assert_ne!(a, attestor_hash(&key_attestor("a", "KEY2"), &root));
+        assert_ne!(a, attestor_hash(&key_attestor("a", "KEY1"), &[8u8; 32]));
+    }
+
+    #[test]
+    fn attestation_kinds() {
+        assert_eq!(attestation_type(None), Ok(None));
+        let intoto = Attestation {
+            name: "slsa".into(),
+            intoto: Some(TypeRef {
+                type_: "https://slsa.dev/provenance/v1".into(),
+            }),
+            referrer: None,
+        };
+        assert_eq!(
+            attestation_type(Some(&intoto)),
+            Ok(Some("https://slsa.dev/provenance/v1".into()))
+        );
+        let referrer = Attestation {
+            name: "sbom".into(),
+            intoto: None,
+            referrer: Some(TypeRef {
+                type_: "application/spdx+json".into(),
+            }),
+        };
+        assert!(
+            attestation_type(Some(&referrer))
+                .unwrap_err()
+                .contains("only supports intoto")
+        );
+    }
+
+    #[test]
+    fn verdict_ttls_depend_on_the_verdict() {
+        let e = VerdictExpiry {
+            verified: Duration::from_secs(60),
+            negative: Duration::from_secs(5),
+        };
+        let key = ResultKey {
+            digest: "d".into(),
+            signature_repo: "r".into(),
+            attestor: [0; 32],
+            attestation: None,
+        };
+        let now = std::time::Instant::now();
+        let yes = Verification::Verified {
+            digest: "d".into(),
+            payload: None,
+        };
+        let no = Verification::NotVerified {
+            digest: None,
+            reason: "x".into(),
+        };
+        assert_eq!(
+            e.expire_after_create(&key, &yes, now),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            e.expire_after_create(&key, &no, now),
+            Some(Duration::from_secs(5))
+        );
     }
 }

@@ -548,3 +548,31 @@ async fn signatures_stored_in_another_repository() {
         .unwrap();
     assert!(moved.is_verified(), "{moved:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_data_for_a_manifest_and_an_index() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let v = verifier(&h);
+    let single = push(&h, "sig-p256").await;
+    let data = v
+        .image_data(&format!("{single}:v1"), None, soon())
+        .await
+        .unwrap();
+    assert_eq!(data["tag"], "v1");
+    assert!(data["digest"].as_str().unwrap().starts_with("sha256:"));
+    assert!(data["imageIndex"].is_null());
+    assert!(data["config"].is_object(), "{data}");
+    assert_eq!(
+        data["resolvedImage"],
+        format!("{single}:v1@{}", data["digest"].as_str().unwrap())
+    );
+    let index = push(&h, "sig-index").await;
+    let data = v
+        .image_data(&format!("{index}:v1"), None, soon())
+        .await
+        .unwrap();
+    assert!(data["imageIndex"]["manifests"].is_array(), "{data}");
+    assert!(data["manifest"]["layers"].is_array(), "{data}");
+}

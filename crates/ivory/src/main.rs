@@ -1,1 +1,78 @@
-fn main() {}
+//! `ivory`: a Kyverno ImageValidatingPolicy-compatible admission webhook.
+//!
+//! This file only parses the command line, sets up logging and dispatches; each subcommand
+//! lives in `cmd/<name>.rs` with its own `Args` and `run`. Adding one takes three lines: the
+//! `mod` below, a `Command` variant and a `match` arm.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use tracing_subscriber::EnvFilter;
+
+mod cmd {
+    pub mod serve;
+    pub mod webhooks;
+}
+
+#[derive(Parser)]
+#[command(name = "ivory", version, about, propagate_version = true)]
+struct Cli {
+    /// Log format (logs go to stderr).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Json, env = "IVORY_LOG_FORMAT")]
+    log_format: LogFormat,
+    /// Log level or tracing filter (e.g. `info`, `debug`, `ivory_server=debug,info`).
+    #[arg(long, global = true, default_value = "info", env = "IVORY_LOG")]
+    log_level: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the admission webhook (HTTPS; HTTP/1.1 and HTTP/2).
+    Serve(cmd::serve::Args),
+    /// Print the Mutating- and ValidatingWebhookConfiguration for the policies, as YAML.
+    Webhooks(cmd::webhooks::Args),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Json,
+    Text,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = init_tracing(cli.log_format, &cli.log_level) {
+        eprintln!("error: {e:#}");
+        return ExitCode::from(2);
+    }
+    // reqwest, the registry client and the TLS listener must agree on one provider.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let result = match cli.command {
+        Command::Serve(args) => cmd::serve::run(args).await,
+        Command::Webhooks(args) => cmd::webhooks::run(args).await,
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "ivory failed");
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat, level: &str) -> anyhow::Result<()> {
+    let filter = EnvFilter::try_new(level)
+        .map_err(|e| anyhow::anyhow!("invalid --log-level {level:?}: {e}"))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().with_current_span(false).init(),
+        LogFormat::Text => builder.init(),
+    }
+    Ok(())
+}

@@ -1,1 +1,299 @@
+//! Router tests through `oneshot` with an in-memory verifier (no sockets, no registry).
 
+use std::time::Duration;
+
+use axum::body::{Body as HttpBody, to_bytes};
+use axum::http::Request;
+use base64::Engine as _;
+use futures::future::{BoxFuture, FutureExt as _};
+use ivory_engine::verifier::{Verification, VerifyError, VerifyRequest};
+use ivory_policy::types::Credentials;
+use ivory_policy::{default_policy, load_str};
+use tower::ServiceExt as _;
+
+use super::*;
+
+const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+
+/// Tags resolve to [`DIGEST`]; images on host `hung.example` never answer.
+struct FakeVerifier;
+
+impl ImageVerifier for FakeVerifier {
+    fn resolve_digest<'a>(
+        &'a self,
+        image: &'a str,
+        _: Option<&'a Credentials>,
+        _: Instant,
+    ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        async move {
+            if image.starts_with("hung.example") {
+                std::future::pending::<()>().await;
+            }
+            Ok(DIGEST.to_owned())
+        }
+        .boxed()
+    }
+
+    fn verify<'a>(
+        &'a self,
+        _: &'a VerifyRequest,
+        _: Instant,
+    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
+        async {
+            Ok(Verification::NotVerified {
+                digest: None,
+                reason: "fake".into(),
+            })
+        }
+        .boxed()
+    }
+
+    fn image_data<'a>(
+        &'a self,
+        _: &'a str,
+        _: Option<&'a Credentials>,
+        _: Instant,
+    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
+        async { Ok(json!({})) }.boxed()
+    }
+}
+
+fn state(store: PolicyStore) -> AppState {
+    AppState::new(
+        Arc::new(FakeVerifier),
+        Arc::new(store),
+        Arc::new(Metrics::new()),
+    )
+}
+
+fn ready_state() -> AppState {
+    state(PolicyStore::with_policies(vec![default_policy()]))
+}
+
+fn pod_review(uid: &str, image: &str) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": "web",
+            "namespace": "default",
+            "operation": "CREATE",
+            "dryRun": true,
+            "object": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"containers": [{"name": "c0", "image": image}]},
+            },
+        },
+    })
+}
+
+async fn post(state: &AppState, uri: &str, body: impl Into<HttpBody>) -> (StatusCode, Vec<u8>) {
+    let req = Request::post(uri)
+        .header("content-type", "application/json")
+        .body(body.into())
+        .unwrap();
+    let resp = router(state.clone()).oneshot(req).await.unwrap();
+    let status = resp.status();
+    (
+        status,
+        to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap()
+            .to_vec(),
+    )
+}
+
+async fn get(state: &AppState, uri: &str) -> (StatusCode, String) {
+    let req = Request::get(uri).body(HttpBody::empty()).unwrap();
+    let resp = router(state.clone()).oneshot(req).await.unwrap();
+    let status = resp.status();
+    let body = to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+fn response_of(bytes: &[u8]) -> Value {
+    let v: Value = serde_json::from_slice(bytes).unwrap();
+    assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(v["kind"], "AdmissionReview");
+    v["response"].clone()
+}
+
+#[tokio::test]
+async fn mutate_pins_and_echoes_uid() {
+    let s = ready_state();
+    let body = pod_review("u-1", "nginx:1.27").to_string();
+    let (status, bytes) = post(&s, "/ivpol/mutate/ivory-pin-digests", body).await;
+    assert_eq!(status, StatusCode::OK);
+    let resp = response_of(&bytes);
+    assert_eq!(resp["uid"], "u-1");
+    assert_eq!(resp["allowed"], true);
+    assert_eq!(resp["patchType"], "JSONPatch");
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(resp["patch"].as_str().unwrap())
+        .unwrap();
+    let patch: Value = serde_json::from_slice(&patch).unwrap();
+    assert_eq!(
+        patch,
+        json!([{"op": "replace", "path": "/spec/containers/0/image",
+                "value": format!("docker.io/nginx:1.27@{DIGEST}")}])
+    );
+    let (_, metrics) = get(&s, "/metrics").await;
+    assert!(
+        metrics.contains(
+            r#"ivory_admission_duration_seconds_count{route="ivpol_mutate",outcome="patched"} 1"#
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains("ivory_admission_in_flight 0"), "{metrics}");
+}
+
+#[tokio::test]
+async fn validate_denies_unpinned_image() {
+    let s = ready_state();
+    let body = pod_review("u-2", "nginx:1.27").to_string();
+    let (status, bytes) = post(&s, "/ivpol/validate/ivory-pin-digests", body).await;
+    assert_eq!(status, StatusCode::OK);
+    let resp = response_of(&bytes);
+    assert_eq!(resp["allowed"], false, "{resp}");
+    assert_eq!(resp["status"]["code"], 403);
+    let msg = resp["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("ivory-pin-digests"), "{msg}");
+}
+
+#[tokio::test]
+async fn unknown_policy_names_are_explicit() {
+    let s = ready_state();
+    let body = pod_review("u-3", "nginx:1.27").to_string();
+    let (status, bytes) = post(&s, "/ivpol/validate/ivory-pin-digests/nope/gone", body).await;
+    assert_eq!(status, StatusCode::OK);
+    let resp = response_of(&bytes);
+    assert_eq!(resp["uid"], "u-3");
+    assert_eq!(resp["allowed"], false);
+    assert_eq!(resp["status"]["code"], 404);
+    let msg = resp["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("unknown ImageValidatingPolicy policies: nope, gone"),
+        "{msg}"
+    );
+    // A cluster policy name is unknown on the namespaced route.
+    let body = pod_review("u-4", "nginx:1.27").to_string();
+    let (_, bytes) = post(&s, "/nivpol/mutate/ivory-pin-digests", body).await;
+    assert_eq!(response_of(&bytes)["status"]["code"], 404);
+}
+
+#[tokio::test]
+async fn bad_bodies_are_400_and_oversize_is_413() {
+    let s = ready_state();
+    let (status, bytes) = post(&s, "/ivpol/validate/x", "{not json").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let text = String::from_utf8(bytes).unwrap();
+    assert!(
+        text.starts_with("invalid AdmissionReview JSON at line 1 column 2"),
+        "{text}"
+    );
+    let (status, bytes) = post(
+        &s,
+        "/ivpol/validate/x",
+        r#"{"apiVersion":"admission.k8s.io/v1beta1"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(String::from_utf8(bytes).unwrap().contains("v1beta1"));
+
+    let mut small = ready_state();
+    small.body_limit = 1024;
+    let mut review = pod_review("u-5", "nginx");
+    review["request"]["object"]["metadata"]["annotations"] = json!({"big": "x".repeat(4096)});
+    let (status, _) = post(
+        &small,
+        "/ivpol/validate/ivory-pin-digests",
+        review.to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    // The same server still answers afterwards.
+    let (status, _) = post(
+        &small,
+        "/ivpol/validate/ivory-pin-digests",
+        pod_review("u-6", "nginx").to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, metrics) = get(&small, "/metrics").await;
+    assert!(metrics.contains(r#"outcome="bad_request"} 1"#), "{metrics}");
+}
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let s = state(PolicyStore::default());
+    assert_eq!(get(&s, "/healthz").await.0, StatusCode::OK);
+    let (status, text) = get(&s, "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+    let (status, _) = post(
+        &s,
+        "/ivpol/validate/x",
+        pod_review("u", "nginx").to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+
+    let s = ready_state();
+    let (status, text) = get(&s, "/readyz").await;
+    assert_eq!(
+        (status, text.as_str()),
+        (StatusCode::OK, "ready: 1 policies loaded\n")
+    );
+}
+
+fn hung_policy(failure: &str) -> CompiledPolicy {
+    let text =
+        default_policy_text().replace("failurePolicy: Fail", &format!("failurePolicy: {failure}"));
+    let report = load_str(&text, "hung.yaml");
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    report.policies.into_iter().next().unwrap()
+}
+
+fn default_policy_text() -> String {
+    ivory_policy::DEFAULT_POLICY_YAML.to_owned()
+}
+
+#[tokio::test]
+async fn hung_registry_is_answered_inside_the_timeout() {
+    for (failure, allowed) in [("Fail", false), ("Ignore", true)] {
+        let s = state(PolicyStore::with_policies(vec![hung_policy(failure)]));
+        let started = Instant::now();
+        let body = pod_review("u-h", "hung.example/app:v1").to_string();
+        let (status, bytes) = post(&s, "/ivpol/mutate/ivory-pin-digests?timeout=1s", body).await;
+        let elapsed = started.elapsed();
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            elapsed < Duration::from_millis(1000),
+            "{failure}: took {elapsed:?}"
+        );
+        assert!(
+            elapsed >= Duration::from_millis(850),
+            "{failure}: took {elapsed:?}"
+        );
+        let resp = response_of(&bytes);
+        assert_eq!(resp["allowed"], allowed, "{resp}");
+        let text = resp.to_string();
+        assert!(
+            text.contains("hung.example/app:v1") && text.contains("registry hung.example"),
+            "{text}"
+        );
+        assert!(
+            text.contains("time budget of 89") || text.contains("time budget of 900ms"),
+            "{text}"
+        );
+        let (_, metrics) = get(&s, "/metrics").await;
+        assert!(
+            metrics.contains(r#"ivory_deadline_expiries_total{route="ivpol_mutate"} 1"#),
+            "{metrics}"
+        );
+    }
+}

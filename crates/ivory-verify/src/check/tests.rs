@@ -1,9 +1,11 @@
-//! The core against real captured signatures (see tests/data/PROVENANCE.md).
+//! The core against real captured signatures (`fixtures/captured`, see its PROVENANCE.md).
 
 use std::collections::BTreeMap;
 
 use ivory_policy::types::{Attestor, Cosign, CosignKey, Ctlog, Identity, Keyless};
 use serde_json::Value;
+
+use base64::Engine as _;
 
 use super::*;
 use crate::envelope::Legacy;
@@ -54,7 +56,7 @@ fn plan(a: &Attestor) -> Plan {
 fn simple(dir: &str) -> (Envelope, String) {
     let read = |f: &str| {
         std::fs::read(format!(
-            "{}/tests/data/{dir}/{f}",
+            "{}/../../fixtures/captured/{dir}/{f}",
             env!("CARGO_MANIFEST_DIR")
         ))
         .ok()
@@ -76,12 +78,20 @@ fn simple(dir: &str) -> (Envelope, String) {
 }
 
 fn data(path: &str) -> String {
-    std::fs::read_to_string(format!("{}/tests/data/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    std::fs::read_to_string(format!(
+        "{}/../../fixtures/captured/{path}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
 }
 
 #[test]
 fn keys_of_every_type_verify_offline() {
-    for dir in ["ratify-p256", "ratify-rsa", "busybox"] {
+    for dir in [
+        "ratify/legacy-key-ecdsa-p256",
+        "ratify/legacy-key-rsa2048",
+        "sigstore-rs/legacy-key-busybox",
+    ] {
         let (env, digest) = simple(dir);
         let p = plan(&key_attestor(&data(&format!("{dir}/pubkey.pem")), true));
         assert_eq!(
@@ -94,11 +104,17 @@ fn keys_of_every_type_verify_offline() {
 
 #[test]
 fn wrong_key_and_other_digest_are_rejected() {
-    let (env, digest) = simple("ratify-p256");
-    let wrong = plan(&key_attestor(&data("keys/alice.pub"), true));
+    let (env, digest) = simple("ratify/legacy-key-ecdsa-p256");
+    let wrong = plan(&key_attestor(
+        &data("connaisseur/cosign/keys/alice.key"),
+        true,
+    ));
     let err = evaluate(&wrong, &digest, std::slice::from_ref(&env), None).unwrap_err();
     assert!(err.contains("invalid signature"), "{err}");
-    let right = plan(&key_attestor(&data("ratify-p256/pubkey.pem"), true));
+    let right = plan(&key_attestor(
+        &data("ratify/legacy-key-ecdsa-p256/pubkey.pem"),
+        true,
+    ));
     let other = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
     let err = evaluate(&right, other, &[env], None).unwrap_err();
     assert!(err.contains("signature is for digest"), "{err}");
@@ -106,15 +122,21 @@ fn wrong_key_and_other_digest_are_rejected() {
 
 #[test]
 fn key_without_tlog_entry_fails_when_tlog_is_required() {
-    let (env, digest) = simple("ratify-p256");
-    let p = plan(&key_attestor(&data("ratify-p256/pubkey.pem"), false));
+    let (env, digest) = simple("ratify/legacy-key-ecdsa-p256");
+    let p = plan(&key_attestor(
+        &data("ratify/legacy-key-ecdsa-p256/pubkey.pem"),
+        false,
+    ));
     let err = evaluate(&p, &digest, &[env], None).unwrap_err();
     assert!(err.contains(TLOG_FAILED), "{err}");
 }
 
 #[test]
 fn no_signatures_is_named() {
-    let p = plan(&key_attestor(&data("keys/alice.pub"), true));
+    let p = plan(&key_attestor(
+        &data("connaisseur/cosign/keys/alice.key"),
+        true,
+    ));
     assert_eq!(
         evaluate(&p, "sha256:00", &[], None).unwrap_err(),
         NO_SIGNATURES
@@ -122,8 +144,8 @@ fn no_signatures_is_named() {
 }
 
 fn connaisseur_layers() -> Vec<Envelope> {
-    let manifest: Value = serde_json::from_str(&data("connaisseur/multi.sig.json")).unwrap();
-    let payload = data("connaisseur/payload-7248e52a.json").into_bytes();
+    let manifest: Value = serde_json::from_str(&data("connaisseur/cosign/registry/securesystemsengineering/testimage/manifests/sha256-bfec161fecb0a887df7cb85e4da327c65986ccda7060cf3cd92171c6c90d7533.sig.json")).unwrap();
+    let payload = data("connaisseur/cosign/registry/securesystemsengineering/testimage/blobs/sha256:7248e52a7da336ff63192f2c0a8f12562b0d5368e9cde6ab292cbb4604074f28.json").into_bytes();
     manifest["layers"]
         .as_array()
         .unwrap()
@@ -143,19 +165,22 @@ fn each_of_several_signatures_in_one_sig_manifest_verifies() {
     let layers = connaisseur_layers();
     for who in ["alice", "bob", "charlie"] {
         let p = plan(&key_attestor(
-            &data(&format!("connaisseur/{who}.key")),
+            &data(&format!("connaisseur/cosign/keys/{who}.key")),
             true,
         ));
         assert!(evaluate(&p, digest, &layers, None).is_ok(), "{who}");
     }
-    let other = plan(&key_attestor(&data("ratify-p256/pubkey.pem"), true));
+    let other = plan(&key_attestor(
+        &data("ratify/legacy-key-ecdsa-p256/pubkey.pem"),
+        true,
+    ));
     assert!(evaluate(&other, digest, &layers, None).is_err());
 }
 
 #[test]
 fn annotations_must_be_in_the_payload() {
-    let (env, digest) = simple("ratify-p256");
-    let mut a = key_attestor(&data("ratify-p256/pubkey.pem"), true);
+    let (env, digest) = simple("ratify/legacy-key-ecdsa-p256");
+    let mut a = key_attestor(&data("ratify/legacy-key-ecdsa-p256/pubkey.pem"), true);
     if let Some(c) = a.cosign.as_mut() {
         c.annotations = BTreeMap::from([("env".to_owned(), "prod".to_owned())]);
     }
@@ -165,7 +190,7 @@ fn annotations_must_be_in_the_payload() {
 
 #[test]
 fn legacy_keyless_with_rekor_set_and_sct_verifies_identity() {
-    let (env, digest) = simple("ratify-keyless");
+    let (env, digest) = simple("ratify/legacy-keyless-wabbitnetworks-cosign-image");
     let ok = plan(&keyless_attestor(
         "sozercan@gmail.com",
         "https://github.com/login/oauth",
@@ -181,7 +206,7 @@ fn legacy_keyless_with_rekor_set_and_sct_verifies_identity() {
 
 #[test]
 fn legacy_keyless_with_tampered_set_fails_tlog() {
-    let (env, digest) = simple("ratify-keyless");
+    let (env, digest) = simple("ratify/legacy-keyless-wabbitnetworks-cosign-image");
     let Envelope::SimpleSigning(mut l) = env else {
         unreachable!()
     };
@@ -198,15 +223,17 @@ fn legacy_keyless_with_tampered_set_fails_tlog() {
 }
 
 fn slsa_att() -> (Envelope, String) {
-    let manifest: Value = serde_json::from_str(&data("slsa-v2.0.0/att-manifest.json")).unwrap();
+    let manifest: Value = serde_json::from_str(&data("slsa-verifier/gha_generic_container/v2.0.0/container_workflow_dispatch/blobs/sha256/a3e4bf251423a455ad90c3d706f95f133ed11a8e81e3f34e6fa6d056a1c15529")).unwrap();
     let layer = &manifest["layers"][0];
-    let blob = data("slsa-v2.0.0/layer-1a16dff1.json").into_bytes();
+    let blob = data("slsa-verifier/gha_generic_container/v2.0.0/container_workflow_dispatch/blobs/sha256/1a16dff13cea8be5dd3e4d31640da5f9b6c8a3ff879f728ec8be5d9e2b17499f").into_bytes();
     (
         Envelope::Dsse(Legacy::from_annotations(
             blob,
             layer["annotations"].as_object(),
         )),
-        data("slsa-v2.0.0/digest").trim().to_owned(),
+        data("slsa-verifier/gha_generic_container/v2.0.0/container_workflow_dispatch.digest")
+            .trim()
+            .to_owned(),
     )
 }
 
@@ -276,9 +303,100 @@ const A_TXT: &str = "sha256:a0cfc71271d6e278e57cd332ff957c3f7043fdda354c4cbb190a
 #[test]
 fn bundle_v03_dsse_verifies_and_mismatched_signature_fails() {
     let p = plan(&keyless_attestor(BEACON, GHA));
-    let ok = Envelope::Bundle(data("conformance/happy-path-intoto-in-dsse-v3.json").into_bytes());
+    let ok = Envelope::Bundle(
+        data(
+            "sigstore-conformance/bundle-verify/happy-path-intoto-in-dsse-v3/bundle.sigstore.json",
+        )
+        .into_bytes(),
+    );
     let got = evaluate(&p, A_TXT, &[ok], Some("https://slsa.dev/provenance/v1")).unwrap();
     assert_eq!(got.statement.unwrap()["subject"][0]["name"], "a.txt");
-    let bad = Envelope::Bundle(data("conformance/dsse-mismatch-sig_fail.json").into_bytes());
+    let bad = Envelope::Bundle(
+        data("sigstore-conformance/bundle-verify/dsse-mismatch-sig_fail/bundle.sigstore.json")
+            .into_bytes(),
+    );
     assert!(evaluate(&p, A_TXT, &[bad], Some("https://slsa.dev/provenance/v1")).is_err());
+}
+
+fn workspace_fixture(path: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/../../fixtures/{path}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+fn mock_keyless() -> Plan {
+    let mut a = keyless_attestor(
+        "https://github.com/ivory-test/app/.github/workflows/release.yml@refs/heads/main",
+        GHA,
+    );
+    if let Some(c) = a.cosign.as_mut() {
+        c.trusted_root = Some(ivory_policy::types::StringSource {
+            value: Some(workspace_fixture("keyless/trusted_root.json")),
+            expression: None,
+        });
+    }
+    plan(&a)
+}
+
+fn subject_of(bundle: &Value) -> String {
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(bundle["dsseEnvelope"]["payload"].as_str().unwrap())
+        .unwrap();
+    let st: Value = serde_json::from_slice(&payload).unwrap();
+    format!(
+        "sha256:{}",
+        st["subject"][0]["digest"]["sha256"].as_str().unwrap()
+    )
+}
+
+#[test]
+fn undecodable_tsa_token_is_dropped_only_when_a_log_entry_vouches_for_the_time() {
+    let p = mock_keyless();
+    let text = workspace_fixture("keyless/keyless-js-tsa.bundle.json");
+    let bundle: Value = serde_json::from_str(&text).unwrap();
+    let digest = subject_of(&bundle);
+    let slsa = Some("https://slsa.dev/provenance/v1");
+    assert!(evaluate(&p, &digest, &[Envelope::Bundle(text.into_bytes())], slsa).is_ok());
+    // Without its log entry the timestamp is the only time evidence: no retry, a named failure.
+    let mut no_log = bundle.clone();
+    no_log["verificationMaterial"]["tlogEntries"] = Value::Array(Vec::new());
+    let mut p_no_tlog = mock_keyless();
+    p_no_tlog.ignore_tlog = true;
+    let err = evaluate(
+        &p_no_tlog,
+        &digest,
+        &[Envelope::Bundle(no_log.to_string().into_bytes())],
+        slsa,
+    )
+    .unwrap_err();
+    assert!(err.contains("RFC 3161"), "{err}");
+}
+
+#[test]
+fn rekor_v1_rekord_entries_from_2021_are_named_not_verified() {
+    let dir = "captured/sigstore-rs/legacy-keyless-disallow-service-nodeport";
+    let payload = workspace_fixture(&format!("{dir}/payload.json")).into_bytes();
+    let digest = serde_json::from_slice::<Value>(&payload).unwrap()["critical"]["image"]["docker-manifest-digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let env = Envelope::SimpleSigning(Legacy {
+        blob: payload,
+        signature: Some(
+            workspace_fixture(&format!("{dir}/signature.b64"))
+                .trim()
+                .to_owned(),
+        ),
+        certificate: Some(workspace_fixture(&format!("{dir}/cert.pem"))),
+        chain: None,
+        rekor_bundle: Some(workspace_fixture(&format!("{dir}/rekor-bundle.json"))),
+    });
+    let p = plan(&keyless_attestor(
+        "flavio@castelli.me",
+        "https://github.com/login/oauth",
+    ));
+    let err = evaluate(&p, &digest, &[env], None).unwrap_err();
+    assert!(err.contains("rekord/0.0.1"), "{err}");
 }

@@ -1,0 +1,165 @@
+//! `ivory serve`: wires the registry client, the verifier, the policy source and the metrics
+//! into `ivory-server` and runs it until SIGTERM/SIGINT.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use ivory_registry::{Config as RegistryConfig, Registry};
+use ivory_server::budget::parse_go_duration;
+use ivory_server::{
+    AppState, DEFAULT_BODY_LIMIT, FileSource, Listen, Metrics, PolicyStore, ServeOptions,
+};
+use ivory_verify::{CosignVerifier, VerifierConfig};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Policy file or folder (repeatable; reloaded on change). Without it the embedded default
+    /// policy is served, which pins every Pod image to its digest.
+    #[arg(long = "policies", value_name = "PATH")]
+    policies: Vec<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9443")]
+    listen: SocketAddr,
+    /// PEM certificate chain (reloaded when the file changes).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key (reloaded when the file changes).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve plain HTTP. For local experiments only: the API server requires HTTPS.
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
+    insecure_http: bool,
+    /// Extra CA certificates (PEM) trusted for registries.
+    #[arg(long, value_name = "FILE")]
+    registry_ca: Option<PathBuf>,
+    /// Docker config.json whose `auths` are used for registries.
+    #[arg(long, value_name = "FILE")]
+    docker_config: Option<PathBuf>,
+    /// Watch policies, Namespaces and Secrets through the Kubernetes API. NOT YET SUPPORTED:
+    /// the flag exists so deployments can be written against it; it currently fails at startup.
+    #[arg(long)]
+    kube: bool,
+    /// Largest accepted AdmissionReview body in bytes (larger bodies get 413).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
+    body_limit: usize,
+    /// Time in-flight requests get to finish after SIGTERM/SIGINT (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = duration)]
+    grace_period: Duration,
+    /// How often policy and certificate files are checked for changes (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration)]
+    reload_interval: Duration,
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    parse_go_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 20s or 1m30s"))
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.kube {
+        bail!("--kube is not yet supported: load policies with --policies PATH instead");
+    }
+    let listen = match (&args.tls_cert, &args.tls_key, args.insecure_http) {
+        (Some(cert), Some(key), false) => Listen::Tls {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        (None, None, true) => {
+            warn_insecure();
+            Listen::Insecure
+        }
+        _ => bail!("either --tls-cert FILE --tls-key FILE or --insecure-http is required"),
+    };
+
+    let registry = Registry::new(registry_config(&args)?).context("creating registry client")?;
+    let verifier = CosignVerifier::new(
+        registry,
+        VerifierConfig::default(),
+        CosignVerifier::anonymous_credentials(),
+    );
+    let stats_source = verifier.clone();
+    let metrics = Arc::new(
+        Metrics::new().with_registry_stats(Arc::new(move || stats_source.registry().stats())),
+    );
+    let store = Arc::new(PolicyStore::default());
+    start_policy_source(&args, &store, &metrics).await?;
+
+    let mut state = AppState::new(Arc::new(verifier), store, metrics);
+    state.body_limit = args.body_limit;
+    let opts = ServeOptions {
+        addr: args.listen,
+        listen,
+        grace: args.grace_period,
+        cert_poll: args.reload_interval,
+    };
+    ivory_server::serve(
+        ivory_server::router(state),
+        opts,
+        ivory_server::shutdown_signal(),
+    )
+    .await?;
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn registry_config(args: &Args) -> anyhow::Result<RegistryConfig> {
+    let ca_bundle_pem = match &args.registry_ca {
+        Some(path) => Some(
+            std::fs::read(path)
+                .with_context(|| format!("reading --registry-ca {}", path.display()))?,
+        ),
+        None => None,
+    };
+    if let Some(path) = &args.docker_config {
+        std::fs::metadata(path)
+            .with_context(|| format!("reading --docker-config {}", path.display()))?;
+    }
+    Ok(RegistryConfig {
+        ca_bundle_pem,
+        docker_config: args.docker_config.clone(),
+        ..RegistryConfig::default()
+    })
+}
+
+/// Loads the policies once (the server is not ready until a clean load), then keeps watching.
+async fn start_policy_source(
+    args: &Args,
+    store: &Arc<PolicyStore>,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<()> {
+    if args.policies.is_empty() {
+        store.replace(vec![ivory_policy::default_policy()]);
+        metrics.policies_loaded(1);
+        tracing::info!("serving the embedded default policy (pin every Pod image to its digest)");
+        return Ok(());
+    }
+    let source = FileSource {
+        paths: args.policies.clone(),
+    };
+    let (initial, s, m, src) = (
+        source.fingerprint(),
+        store.clone(),
+        metrics.clone(),
+        source.clone(),
+    );
+    tokio::task::spawn_blocking(move || src.reload_into(&s, &m))
+        .await
+        .context("loading policies")?;
+    tokio::spawn(source.watch(
+        store.clone(),
+        metrics.clone(),
+        args.reload_interval,
+        initial,
+    ));
+    Ok(())
+}
+
+fn warn_insecure() {
+    let text = "--insecure-http: serving admission reviews over PLAIN HTTP. The Kubernetes API \
+                server only calls HTTPS webhooks; use this for local experiments only";
+    eprintln!("WARNING: {text}");
+    tracing::warn!("{text}");
+}

@@ -1,0 +1,75 @@
+//! `ivory webhooks`: print the webhook configurations for the loaded policies as YAML.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use ivory_policy::{LoadReport, default_policy, load_path};
+use ivory_server::webhooks::{Options, Target, generate};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Policy file or folder (repeatable). Without it: the embedded default policy.
+    #[arg(long = "policies", value_name = "PATH")]
+    policies: Vec<PathBuf>,
+    /// Namespace of ivory's Service.
+    #[arg(long, default_value = "ivory")]
+    service_namespace: String,
+    /// Name of ivory's Service.
+    #[arg(long, default_value = "ivory")]
+    service_name: String,
+    /// Port of ivory's Service.
+    #[arg(long, default_value_t = 443)]
+    service_port: u16,
+    /// Call ivory at this base URL (`https://host:port`) instead of through a Service.
+    #[arg(long, value_name = "URL")]
+    url: Option<String>,
+    /// PEM CA bundle written (base64) as every webhook's `clientConfig.caBundle`.
+    #[arg(long, value_name = "FILE")]
+    ca_bundle: Option<PathBuf>,
+    /// Domain part of webhook names (`ivpol.validate.<DOMAIN>-fail`).
+    #[arg(long, default_value = "ivory.svc")]
+    domain: String,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let report = load(&args.policies);
+    if !report.errors.is_empty() {
+        for e in &report.errors {
+            eprintln!("error: {e}");
+        }
+        bail!("{} policy error(s); no webhooks printed", report.errors.len());
+    }
+    let mut opts = Options::for_service(&args.service_namespace, &args.service_name, args.service_port);
+    if let Some(url) = &args.url {
+        if !url.starts_with("https://") {
+            bail!("--url must start with https:// (the API server only calls HTTPS webhooks)");
+        }
+        opts.target = Target::Url(url.clone());
+    }
+    if let Some(path) = &args.ca_bundle {
+        let pem = std::fs::read(path)
+            .with_context(|| format!("reading --ca-bundle {}", path.display()))?;
+        opts.ca_bundle_pem = Some(pem);
+    }
+    opts.domain = args.domain.clone();
+    let (mutating, validating) = generate(&report.policies, &opts);
+    let text = format!(
+        "{}---\n{}",
+        serde_yaml::to_string(&mutating)?,
+        serde_yaml::to_string(&validating)?
+    );
+    print!("{text}");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn load(paths: &[PathBuf]) -> LoadReport {
+    let mut report = LoadReport::default();
+    if paths.is_empty() {
+        report.policies.push(default_policy());
+    }
+    for path in paths {
+        report.merge(load_path(path));
+    }
+    report
+}

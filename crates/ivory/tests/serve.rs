@@ -1,0 +1,353 @@
+//! `ivory serve` as a process over HTTPS, against the real registry (ivory-testkit) with the
+//! cosign-signed fixtures in `fixtures/oci/ivory`.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use ivory_testkit::{Harness, HarnessOptions, HungRegistry, RegistryHarness};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::util::{
+    Ivory, Tls, VERIFY_SIGNED, eventually, fixtures, key_attestor, pod_review, policy,
+};
+
+async fn push(h: &Harness, layout: &str) -> (String, String) {
+    let repo = format!("ivory/{layout}");
+    let tags = h
+        .push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
+        .await
+        .unwrap();
+    (format!("{}/{repo}:v1", h.host()), tags["v1"].clone())
+}
+
+fn write(dir: &std::path::Path, file: &str, text: &str) {
+    std::fs::write(dir.join(file), text).unwrap();
+}
+
+const NO_DIGEST_RULES: &str = "  validationConfigurations:
+    mutateDigest: false
+    verifyDigest: false
+";
+
+fn signed_policy(name: &str, glob: &str, actions: &str, failure: &str) -> String {
+    policy(
+        name,
+        glob,
+        &format!(
+            "  validationActions: [{actions}]\n  failurePolicy: {failure}\n{NO_DIGEST_RULES}{}{VERIFY_SIGNED}",
+            key_attestor()
+        ),
+    )
+}
+
+fn metric(text: &str, line_start: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutate_validate_warn_audit_errors_and_metrics() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let (signed, signed_digest) = push(&h, "sig-p256").await;
+    let (unsigned, _) = push(&h, "unsigned").await;
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let glob = format!("{}/*", h.host());
+    let pin_body = "  attestors: []\n  validations:\n    - expression: \"true\"\n";
+    write(&policies, "pin.yaml", &policy("pin", &glob, pin_body));
+    let deny = signed_policy("require-signed", &glob, "Deny", "Fail");
+    write(&policies, "deny.yaml", &deny);
+    write(&policies, "warn.yaml", &signed_policy("warn-signed", &glob, "Warn", "Fail"));
+    write(&policies, "audit.yaml", &signed_policy("audit-signed", &glob, "Audit", "Fail"));
+    write(dir.path(), "registry-ca.pem", h.ca_pem());
+    let tls = Tls::write(dir.path(), "ivory test CA");
+    let ivory = Ivory::start(
+        &tls,
+        &[
+            "--policies".into(),
+            policies.display().to_string(),
+            "--registry-ca".into(),
+            dir.path().join("registry-ca.pem").display().to_string(),
+        ],
+    )
+    .await;
+
+    // Mutate pins the tag to the digest the registry serves.
+    let resp = ivory
+        .review("/ivpol/mutate/pin", &pod_review("m-1", &[&signed]))
+        .await;
+    assert_eq!(resp["allowed"], true, "{resp}");
+    assert_eq!(resp["patchType"], "JSONPatch");
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(resp["patch"].as_str().unwrap())
+        .unwrap();
+    let patch: Value = serde_json::from_slice(&patch).unwrap();
+    assert_eq!(
+        patch,
+        json!([{"op": "replace", "path": "/spec/containers/0/image",
+                "value": format!("{signed}@{signed_digest}")}])
+    );
+
+    // Validate: signed allowed, unsigned denied with Kyverno's text.
+    let resp = ivory
+        .review("/ivpol/validate/require-signed", &pod_review("v-1", &[&signed]))
+        .await;
+    assert_eq!(resp["allowed"], true, "{resp}");
+    assert!(resp.get("status").is_none(), "{resp}");
+    let mut review = pod_review("v-2", &[&unsigned]);
+    let resp = ivory.review("/ivpol/validate/require-signed", &review).await;
+    assert_eq!(resp["allowed"], false, "{resp}");
+    assert_eq!(resp["status"]["code"], 403);
+    assert_eq!(
+        resp["status"]["message"],
+        "Policy require-signed failed: failed the image Signature verification"
+    );
+    // Dry-run requests get the same answer.
+    review["request"]["dryRun"] = json!(true);
+    let dry = ivory.review("/ivpol/validate/require-signed", &review).await;
+    assert_eq!(dry, resp);
+
+    // Warn: allowed with the failure as a warning. Audit: allowed, nothing in the response.
+    let resp = ivory
+        .review("/ivpol/validate/warn-signed", &pod_review("w-1", &[&unsigned]))
+        .await;
+    assert_eq!(resp["allowed"], true, "{resp}");
+    assert_eq!(
+        resp["warnings"],
+        json!(["Policy warn-signed failed: failed the image Signature verification"])
+    );
+    let resp = ivory
+        .review("/ivpol/validate/audit-signed", &pod_review("a-1", &[&unsigned]))
+        .await;
+    assert_eq!(resp, json!({"uid": "a-1", "allowed": true}));
+
+    // Unknown policy names are an explicit error naming them.
+    let resp = ivory
+        .review("/ivpol/validate/require-signed/no-such-policy", &pod_review("u-1", &[&signed]))
+        .await;
+    assert_eq!(resp["allowed"], false);
+    assert_eq!(resp["status"]["code"], 404);
+    let msg = resp["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("unknown ImageValidatingPolicy policies: no-such-policy"), "{msg}");
+
+    // Bad bodies: 400 with the parse error; oversize: 413; the server keeps serving.
+    let (status, text) = ivory.post("/ivpol/validate/require-signed", "{\"apiVersion\": ").await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("invalid AdmissionReview JSON at line 1"), "{text}");
+    let (status, text) = ivory.post("/ivpol/validate/require-signed", "[]").await;
+    assert_eq!(status, 400, "{text}");
+    let mut big = pod_review("big", &[&signed]);
+    big["request"]["object"]["metadata"]["annotations"] =
+        json!({"filler": "x".repeat(4 * 1024 * 1024)});
+    let (status, _) = ivory.post("/ivpol/validate/require-signed", big.to_string()).await;
+    assert_eq!(status, 413);
+    let (status, _) = ivory.get("/healthz").await;
+    assert_eq!(status, 200);
+
+    // HTTP/2 through ALPN, HTTP/1.1 for clients that only speak it.
+    let h2 = ivory.client().get(ivory.url("/healthz")).send().await.unwrap();
+    assert_eq!(h2.version(), reqwest::Version::HTTP_2);
+    let ca = reqwest::Certificate::from_pem(ivory.ca_pem.as_bytes()).unwrap();
+    let h1 = reqwest::Client::builder()
+        .tls_certs_only([ca])
+        .http1_only()
+        .build()
+        .unwrap();
+    let resp = h1.get(ivory.url("/readyz")).send().await.unwrap();
+    assert_eq!(resp.version(), reqwest::Version::HTTP_11);
+    assert_eq!(resp.text().await.unwrap(), "ready: 4 policies loaded\n");
+
+    let m = ivory.metrics().await;
+    let count = |route: &str, outcome: &str| {
+        metric(
+            &m,
+            &format!(
+                "ivory_admission_duration_seconds_count{{route=\"{route}\",outcome=\"{outcome}\"}}"
+            ),
+        )
+    };
+    assert_eq!(count("ivpol_mutate", "patched"), Some(1.0), "{m}");
+    assert_eq!(count("ivpol_validate", "denied"), Some(3.0), "{m}");
+    assert_eq!(count("ivpol_validate", "allowed"), Some(3.0), "{m}");
+    assert_eq!(count("ivpol_validate", "unknown_policy"), Some(1.0), "{m}");
+    assert_eq!(count("ivpol_validate", "bad_request"), Some(3.0), "{m}");
+    let registry_requests = metric(
+        &m,
+        &format!("ivory_registry_requests_total{{registry=\"{}\"}}", h.host()),
+    );
+    assert!(registry_requests.is_some_and(|n| n >= 3.0), "{m}");
+    assert_eq!(metric(&m, "ivory_policies_loaded "), Some(4.0), "{m}");
+    assert_eq!(metric(&m, "ivory_admission_in_flight "), Some(0.0), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_registry_is_answered_inside_the_api_server_timeout() {
+    let hung = HungRegistry::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let glob = format!("{}/*", hung.host());
+    for failure in ["Fail", "Ignore"] {
+        let lower = failure.to_lowercase();
+        let pin = format!(
+            "  failurePolicy: {failure}\n  attestors: []\n  validations:\n    - expression: \"true\"\n"
+        );
+        write(&policies, &format!("pin-{lower}.yaml"), &policy(&format!("pin-{lower}"), &glob, &pin));
+        let verify = signed_policy(&format!("verify-{lower}"), &glob, "Deny", failure);
+        write(&policies, &format!("verify-{lower}.yaml"), &verify);
+    }
+    let tls = Tls::write(dir.path(), "ivory test CA");
+    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+    let image = format!("{}/ivory/app:v1", hung.host());
+
+    let call = |path: &'static str, uid: &'static str| {
+        let review = pod_review(uid, &[&image]);
+        let ivory = &ivory;
+        async move {
+            let started = Instant::now();
+            let resp = ivory.review(&format!("{path}?timeout=3s"), &review).await;
+            (resp, started.elapsed())
+        }
+    };
+    let (pin_fail, pin_ignore, verify_fail, verify_ignore) = tokio::join!(
+        call("/ivpol/mutate/pin-fail", "pf"),
+        call("/ivpol/mutate/pin-ignore", "pi"),
+        call("/ivpol/validate/verify-fail", "vf"),
+        call("/ivpol/validate/verify-ignore", "vi"),
+    );
+    for (resp, elapsed) in [&pin_fail, &pin_ignore, &verify_fail, &verify_ignore] {
+        // Answered before the API server's 3 s, after spending most of the budget (2.7 s).
+        assert!(*elapsed < Duration::from_secs(3), "{elapsed:?} {resp}");
+        assert!(*elapsed >= Duration::from_millis(2500), "{elapsed:?} {resp}");
+    }
+    for (resp, _) in [&pin_fail, &verify_fail] {
+        assert_eq!(resp["allowed"], false, "{resp}");
+        let msg = resp["status"]["message"].as_str().unwrap();
+        assert!(msg.contains(&image), "{msg}");
+        assert!(msg.contains(&format!("registry {}", hung.host())), "{msg}");
+        assert!(msg.contains("time budget of"), "{msg}");
+    }
+    for (resp, _) in [&pin_ignore, &verify_ignore] {
+        assert_eq!(resp["allowed"], true, "{resp}");
+        assert!(resp.get("patch").is_none(), "{resp}");
+        let warnings = resp["warnings"].to_string();
+        assert!(warnings.contains("time budget of"), "{resp}");
+        assert!(!resp["auditAnnotations"].as_object().unwrap().is_empty(), "{resp}");
+    }
+    let m = ivory.metrics().await;
+    assert_eq!(
+        metric(&m, "ivory_deadline_expiries_total{route=\"ivpol_mutate\"}"),
+        Some(2.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "ivory_deadline_expiries_total{route=\"ivpol_validate\"}"),
+        Some(2.0),
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_hot_reload_and_certificate_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let deny_all = |name: &str, msg: &str| {
+        policy(
+            name,
+            "*",
+            &format!(
+                "{NO_DIGEST_RULES}  attestors: []\n  validations:\n    - expression: \"false\"\n      message: {msg}\n"
+            ),
+        )
+    };
+    write(&policies, "a.yaml", &deny_all("first", "first version"));
+    let tls = Tls::write(dir.path(), "first CA");
+    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+    let pinned = "registry.example/app@sha256:0000000000000000000000000000000000000000000000000000000000000000";
+    let message = |resp: Value| resp["status"]["message"].as_str().unwrap_or("").to_owned();
+
+    let resp = ivory.review("/ivpol/validate/first", &pod_review("r-1", &[pinned])).await;
+    assert_eq!(message(resp), "Policy first failed: first version");
+
+    // A changed policy is picked up.
+    write(&policies, "a.yaml", &deny_all("first", "second version"));
+    let reloaded = eventually(Duration::from_secs(10), || async {
+        let resp = ivory.review("/ivpol/validate/first", &pod_review("r-2", &[pinned])).await;
+        message(resp) == "Policy first failed: second version"
+    })
+    .await;
+    assert!(reloaded, "{}", ivory.logs());
+
+    // A broken file keeps the last good set, and says so on /readyz and in the metrics.
+    write(&policies, "b.yaml", "apiVersion: policies.kyverno.io/v1\nkind: ImageValidatingPolicy\nmetadata: {name: broken}\nspec: {validations: 1}\n");
+    let reported = eventually(Duration::from_secs(10), || async {
+        ivory.get("/readyz").await.1.contains("b.yaml")
+    })
+    .await;
+    assert!(reported, "{}", ivory.logs());
+    let (status, text) = ivory.get("/readyz").await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.starts_with("ready: 1 policies loaded\npolicy errors"), "{text}");
+    let m = ivory.metrics().await;
+    assert!(metric(&m, "ivory_policy_load_errors ").is_some_and(|n| n >= 1.0), "{m}");
+    assert_eq!(metric(&m, "ivory_policy_load_failures_total "), Some(1.0), "{m}");
+    let resp = ivory.review("/ivpol/validate/first", &pod_review("r-3", &[pinned])).await;
+    assert_eq!(message(resp), "Policy first failed: second version");
+    assert!(ivory.logs().contains("keeping the last good set"), "{}", ivory.logs());
+
+    // A new certificate (from a new CA) is served without a restart.
+    let first_ca = tls.ca_pem.clone();
+    let second = Tls::write(dir.path(), "second CA");
+    let swapped = eventually(Duration::from_secs(10), || async {
+        Ivory::client_for(&second.ca_pem)
+            .get(ivory.url("/healthz"))
+            .send()
+            .await
+            .is_ok()
+    })
+    .await;
+    assert!(swapped, "{}", ivory.logs());
+    let old = Ivory::client_for(&first_ca).get(ivory.url("/healthz")).send().await;
+    assert!(old.is_err(), "the old CA must no longer verify the served certificate");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_in_flight_requests() {
+    let hung = HungRegistry::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pin.yaml");
+    let pin = "  attestors: []\n  validations:\n    - expression: \"true\"\n";
+    std::fs::write(&file, policy("pin", &format!("{}/*", hung.host()), pin)).unwrap();
+    let tls = Tls::write(dir.path(), "ivory test CA");
+    let mut ivory = Ivory::start(
+        &tls,
+        &["--policies".into(), file.display().to_string(), "--grace-period".into(), "10s".into()],
+    )
+    .await;
+    let review = pod_review("s-1", &[&format!("{}/ivory/app:v1", hung.host())]);
+    let in_flight = ivory.review("/ivpol/mutate/pin?timeout=2s", &review);
+    let terminate = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let pid = ivory.child.id().unwrap().to_string();
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let (resp, ()) = tokio::join!(in_flight, terminate);
+    assert_eq!(resp["allowed"], false, "{resp}");
+    let status = tokio::time::timeout(Duration::from_secs(10), ivory.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}\n{}", ivory.logs());
+    assert!(ivory.logs().contains("shutting down"), "{}", ivory.logs());
+}

@@ -1,0 +1,12 @@
+//! ivory's integration tests: the real `ivory` binary (`CARGO_BIN_EXE_ivory`) as a process.
+//!
+//! * `serve`: `ivory serve` over HTTPS with a CA the test makes, against the real registry.
+//! * `webhooks`: `ivory webhooks` output.
+//! * `util`: process startup, HTTPS clients, review and policy builders.
+
+// Test helpers outside #[test] fns: failing fast is the point.
+#![allow(clippy::unwrap_used)]
+
+mod serve;
+mod util;
+mod webhooks;

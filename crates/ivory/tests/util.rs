@@ -1,0 +1,238 @@
+//! Running `ivory` as a process: TLS material, startup (the bound address comes from the
+//! `listening` log line), HTTPS clients that trust only the test CA, and review builders.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ivory_testkit::TestPki;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::oneshot;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_ivory");
+
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
+/// A CA plus a 127.0.0.1 server certificate, written to `dir`.
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca_pem: String,
+}
+
+impl Tls {
+    pub fn write(dir: &Path, name: &str) -> Self {
+        let pki = TestPki::generate(name).unwrap();
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::write(&cert, &pki.server_chain_pem).unwrap();
+        std::fs::write(&key, &pki.server_key_pem).unwrap();
+        Self {
+            cert,
+            key,
+            ca_pem: pki.ca_pem,
+        }
+    }
+}
+
+/// A running `ivory serve`; killed on drop.
+pub struct Ivory {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub ca_pem: String,
+    logs: Arc<Mutex<Vec<String>>>,
+}
+
+impl Ivory {
+    /// Starts `ivory serve --listen 127.0.0.1:0 --tls-cert … --tls-key … <extra>`.
+    pub async fn start(tls: &Tls, extra: &[String]) -> Self {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--reload-interval", "300ms"])
+            .arg("--tls-cert")
+            .arg(&tls.cert)
+            .arg("--tls-key")
+            .arg(&tls.key)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = oneshot::channel();
+        let sink = logs.clone();
+        tokio::spawn(async move {
+            let mut tx = Some(tx);
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && v["fields"]["message"] == "listening"
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(v["fields"]["addr"].as_str().unwrap_or("").to_owned());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let addr = match tokio::time::timeout(Duration::from_secs(30), rx).await {
+            Ok(Ok(addr)) => addr.parse().unwrap(),
+            _ => panic!("ivory did not start: {}", logs.lock().unwrap().join("\n")),
+        };
+        Self {
+            child,
+            addr,
+            ca_pem: tls.ca_pem.clone(),
+            logs,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("https://{}{path}", self.addr)
+    }
+
+    /// A fresh client (no pooled connections) trusting only `ca_pem`.
+    pub fn client_for(ca_pem: &str) -> reqwest::Client {
+        let ca = reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap();
+        reqwest::Client::builder()
+            .tls_certs_only([ca])
+            .timeout(Duration::from_secs(20))
+            .build()
+            .unwrap()
+    }
+
+    pub fn client(&self) -> reqwest::Client {
+        Self::client_for(&self.ca_pem)
+    }
+
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+
+    /// POSTs `body` and returns the status and the raw body.
+    pub async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, String) {
+        let resp = self
+            .client()
+            .post(self.url(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.text().await.unwrap())
+    }
+
+    /// POSTs a review and returns `response` (asserting a 200 AdmissionReview).
+    pub async fn review(&self, path: &str, review: &Value) -> Value {
+        let (status, text) = self.post(path, review.to_string()).await;
+        assert_eq!(status, 200, "{path}: {text}\n{}", self.logs());
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["kind"], "AdmissionReview", "{text}");
+        assert_eq!(v["apiVersion"], "admission.k8s.io/v1", "{text}");
+        assert_eq!(v["response"]["uid"], review["request"]["uid"], "{text}");
+        v["response"].clone()
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let resp = self.client().get(self.url(path)).send().await.unwrap();
+        (resp.status().as_u16(), resp.text().await.unwrap())
+    }
+
+    pub async fn metrics(&self) -> String {
+        let (status, text) = self.get("/metrics").await;
+        assert_eq!(status, 200);
+        text
+    }
+}
+
+/// A Pod CREATE review in namespace `default` with one container per image.
+pub fn pod_review(uid: &str, images: &[&str]) -> Value {
+    let containers: Vec<Value> = images
+        .iter()
+        .enumerate()
+        .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
+        .collect();
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": "web",
+            "namespace": "default",
+            "operation": "CREATE",
+            "userInfo": {"username": "alice"},
+            "object": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"containers": containers},
+            },
+        },
+    })
+}
+
+/// An ImageValidatingPolicy for pods whose images match `glob`.
+pub fn policy(name: &str, glob: &str, body: &str) -> String {
+    format!(
+        "apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata:
+  name: {name}
+spec:
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [\"\"]
+        apiVersions: [v1]
+        operations: [CREATE, UPDATE]
+        resources: [pods]
+  matchImageReferences:
+    - glob: \"{glob}\"
+{body}"
+    )
+}
+
+/// `attestors:` with the fixture P-256 key (signatures without transparency log).
+pub fn key_attestor() -> String {
+    let pem = std::fs::read_to_string(fixtures().join("keys/cosign-p256.pub")).unwrap();
+    let indented: String = pem.lines().map(|l| format!("            {l}\n")).collect();
+    format!(
+        "  attestors:
+    - name: key
+      cosign:
+        key:
+          data: |
+{indented}        ctlog:
+          insecureIgnoreTlog: true
+          insecureIgnoreSCT: true
+"
+    )
+}
+
+/// Kyverno's verification check and message.
+pub const VERIFY_SIGNED: &str = "  validations:
+    - expression: >-
+        images.containers.map(image, verifyImageSignatures(image, [attestors.key])).all(e, e > 0)
+      message: failed the image Signature verification
+";
+
+/// Polls `check` every 200 ms until it returns true or `limit` passes.
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < until {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
