@@ -13,5 +13,5 @@ pub mod webhooks;
 
 pub use metrics::{Metrics, RegistryStatsSource};
 pub use policies::{FileSource, PolicyStore, Snapshot};
-pub use routes::{AppState, DEFAULT_BODY_LIMIT, namespace_object, router};
+pub use routes::{AppState, DEFAULT_BODY_LIMIT, NamespaceSource, namespace_object, router};
 pub use serve::{Error, Listen, Result, ServeOptions, serve, shutdown_signal};

@@ -35,12 +35,21 @@ use crate::policies::PolicyStore;
 /// caps one object at 1.5 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 3 * 1024 * 1024;
 
+/// Where `namespaceObject` comes from (a Namespace informer, later). Without one the server
+/// synthesizes it with [`namespace_object`].
+pub trait NamespaceSource: Send + Sync {
+    /// The Namespace object named `name`, or `None` when it is not known.
+    fn namespace(&self, name: &str) -> Option<Value>;
+}
+
 /// Shared state of every handler; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
     pub verifier: Arc<dyn ImageVerifier>,
     pub policies: Arc<PolicyStore>,
     pub metrics: Arc<Metrics>,
+    /// `None`: synthesize namespace objects from the request's namespace name.
+    pub namespaces: Option<Arc<dyn NamespaceSource>>,
     /// Largest accepted request body in bytes.
     pub body_limit: usize,
 }
@@ -56,6 +65,7 @@ impl AppState {
             verifier,
             policies,
             metrics,
+            namespaces: None,
             body_limit: DEFAULT_BODY_LIMIT,
         }
     }
@@ -183,9 +193,12 @@ async fn answer(
         timeout_from_query(query.as_deref()),
         policy_timeout(&selected),
     );
-    let ns_object = req.namespace().map(namespace_object);
+    let ns_object = req.namespace().and_then(|ns| match &state.namespaces {
+        Some(source) => source.namespace(ns),
+        None => Some(namespace_object(ns)),
+    });
     let decision = run_engine(state, stage, &selected, &req, ns_object.as_ref(), budget).await;
-    if Instant::now() >= budget.deadline {
+    if Instant::now() >= budget.deadline || budget_exhausted(&decision) {
         state.metrics.deadline_expired(label);
     }
     let resp = response_from_decision(&req, &decision);
@@ -207,7 +220,7 @@ async fn answer(
         outcome,
         elapsed_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
         budget_ms = u64::try_from(budget.budget.as_millis()).unwrap_or(u64::MAX),
-        message = decision.message.as_deref().unwrap_or(""),
+        denial = decision.message.as_deref().unwrap_or(""),
         "admission"
     );
     (outcome, review_json(&resp))
@@ -269,6 +282,20 @@ fn backstop_decision(selected: &[&CompiledPolicy], budget: Duration) -> Decision
             .insert(validate::SKIPPED_ANNOTATION.to_owned(), message);
         d
     }
+}
+
+/// True when the engine applied a failure policy because the budget ran out. A registry lookup
+/// shared between concurrent requests can end before this request's own deadline, so the clock
+/// alone is not enough: the engine marks such outcomes with its audit annotations (Ignore) or
+/// the `time budget of …` text of `VerifyError::DeadlineExceeded` (Fail).
+fn budget_exhausted(d: &Decision) -> bool {
+    d.audit_annotations
+        .contains_key(mutate::AUDIT_UNPINNED_IMAGES)
+        || d.audit_annotations
+            .contains_key(validate::SKIPPED_ANNOTATION)
+        || d.message
+            .as_deref()
+            .is_some_and(|m| m.contains("time budget of"))
 }
 
 /// The tightest `webhookConfiguration.timeoutSeconds` of the selected policies.

@@ -213,27 +213,27 @@ impl CosignVerifier {
         request: &VerifyRequest,
         deadline: Instant,
     ) -> Result<Verification, VerifyError> {
+        // Verdicts that do not depend on the image (unsupported or malformed attestor, notary,
+        // KMS, referrer attestations) need no registry round trip.
+        let (plan, hash) = self.plan(&request.attestor);
+        let early = match (
+            plan.as_ref(),
+            attestation_type(request.attestation.as_ref()).as_ref(),
+        ) {
+            (Err(reason), _) | (Ok(_), Err(reason)) => Some(reason.clone()),
+            _ => None,
+        };
+        if let Some(reason) = early {
+            let digest = request
+                .image
+                .parse::<Reference>()
+                .ok()
+                .and_then(|r| r.digest().map(str::to_owned));
+            return Ok(Verification::NotVerified { digest, reason });
+        }
+        let predicate = attestation_type(request.attestation.as_ref()).unwrap_or_default();
         let creds = (self.inner.credentials)(request.credentials.as_ref());
         let digest = self.resolve(&request.image, &creds, deadline).await?;
-        let (plan, hash) = self.plan(&request.attestor);
-        let plan = match plan.as_ref() {
-            Ok(_) => plan,
-            Err(reason) => {
-                return Ok(Verification::NotVerified {
-                    digest: Some(digest),
-                    reason: reason.clone(),
-                });
-            }
-        };
-        let predicate = match attestation_type(request.attestation.as_ref()) {
-            Ok(t) => t,
-            Err(reason) => {
-                return Ok(Verification::NotVerified {
-                    digest: Some(digest),
-                    reason,
-                });
-            }
-        };
         let reference: Reference = request.image.parse().map_err(|e| {
             unavailable(&request.image, "", format!("invalid image reference: {e}"))
         })?;
@@ -285,6 +285,14 @@ impl CosignVerifier {
                 // (never cached) rather than cache a false "not verified".
                 if let (Err(_), Some(e)) = (&verdict, fetched.error) {
                     return Err(e);
+                }
+                match &verdict {
+                    Ok(_) => {
+                        tracing::debug!(image = %image, digest = %digest, "signature verified")
+                    }
+                    Err(reason) => {
+                        tracing::debug!(image = %image, digest = %digest, %reason, "not verified")
+                    }
                 }
                 Ok(match verdict {
                     Ok(Accepted { statement }) => Verification::Verified {

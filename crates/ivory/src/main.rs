@@ -76,3 +76,14 @@ fn init_tracing(format: LogFormat, level: &str) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        // Checks every `requires`/`conflicts_with` names a real argument, among others.
+        super::Cli::command().debug_assert();
+    }
+}

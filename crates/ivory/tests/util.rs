@@ -43,6 +43,8 @@ impl Tls {
 /// A running `ivory serve`; killed on drop.
 pub struct Ivory {
     pub child: Child,
+    /// Shared, so requests reuse one connection like the API server does.
+    client: reqwest::Client,
     pub addr: SocketAddr,
     pub ca_pem: String,
     logs: Arc<Mutex<Vec<String>>>,
@@ -52,15 +54,21 @@ impl Ivory {
     /// Starts `ivory serve --listen 127.0.0.1:0 --tls-cert … --tls-key … <extra>`.
     pub async fn start(tls: &Tls, extra: &[String]) -> Self {
         let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--reload-interval", "300ms"])
-            .arg("--tls-cert")
-            .arg(&tls.cert)
-            .arg("--tls-key")
-            .arg(&tls.key)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--reload-interval",
+            "300ms",
+        ])
+        .arg("--tls-cert")
+        .arg(&tls.cert)
+        .arg("--tls-key")
+        .arg(&tls.key)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
         let mut child = cmd.spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
         let logs = Arc::new(Mutex::new(Vec::new()));
@@ -85,6 +93,7 @@ impl Ivory {
         };
         Self {
             child,
+            client: Self::client_for(&tls.ca_pem),
             addr,
             ca_pem: tls.ca_pem.clone(),
             logs,
@@ -106,7 +115,7 @@ impl Ivory {
     }
 
     pub fn client(&self) -> reqwest::Client {
-        Self::client_for(&self.ca_pem)
+        self.client.clone()
     }
 
     pub fn logs(&self) -> String {

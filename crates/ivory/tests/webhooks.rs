@@ -8,7 +8,11 @@ use serde_json::Value;
 use crate::util::{BIN, policy};
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN).arg("webhooks").args(args).output().unwrap();
+    let out = Command::new(BIN)
+        .arg("webhooks")
+        .args(args)
+        .output()
+        .unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8(out.stdout).unwrap(),
@@ -60,6 +64,12 @@ fn prints_both_configurations_for_the_policies() {
         assert_eq!(hook["timeoutSeconds"], 5);
         assert_eq!(hook["failurePolicy"], "Ignore");
         assert_eq!(hook["sideEffects"], "None");
+        assert_eq!(
+            hook["namespaceSelector"],
+            serde_json::json!({"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
+            ]})
+        );
     }
     assert_eq!(docs[0]["webhooks"][0]["reinvocationPolicy"], "IfNeeded");
 }
@@ -73,6 +83,14 @@ fn default_policy_and_errors() {
     assert_eq!(service["namespace"], "sec");
     assert_eq!(service["port"], 8443);
     assert_eq!(service["path"], "/ivpol/validate/ivory-pin-digests");
+    // kube-system and ivory's own namespace are never gated.
+    let excluded: Vec<&Value> = docs[0]["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["values"][0])
+        .collect();
+    assert_eq!(excluded, ["kube-system", "sec"]);
 
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.yaml");

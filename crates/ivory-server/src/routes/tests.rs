@@ -297,3 +297,66 @@ async fn hung_registry_is_answered_inside_the_timeout() {
         );
     }
 }
+
+fn namespaced_policy(namespace: &str) -> CompiledPolicy {
+    let text = ivory_policy::DEFAULT_POLICY_YAML
+        .replace(
+            "kind: ImageValidatingPolicy",
+            "kind: NamespacedImageValidatingPolicy",
+        )
+        .replace(
+            "name: ivory-pin-digests",
+            &format!("name: team-pin\n  namespace: {namespace}"),
+        );
+    let report = load_str(&text, "team.yaml");
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    report.policies.into_iter().next().unwrap()
+}
+
+#[tokio::test]
+async fn namespaced_route_applies_only_in_the_policy_namespace() {
+    let store = PolicyStore::with_policies(vec![
+        namespaced_policy("default"),
+        namespaced_policy("other"),
+    ]);
+    let s = state(store);
+    let body = pod_review("n-1", "nginx:1.27").to_string();
+    let (_, bytes) = post(&s, "/nivpol/mutate/team-pin", body).await;
+    assert_eq!(response_of(&bytes)["patchType"], "JSONPatch");
+    // Same name in another namespace only: known, not applied.
+    let s = state(PolicyStore::with_policies(vec![namespaced_policy("other")]));
+    let body = pod_review("n-2", "nginx:1.27").to_string();
+    let (_, bytes) = post(&s, "/nivpol/mutate/team-pin", body).await;
+    assert_eq!(response_of(&bytes), json!({"uid": "n-2", "allowed": true}));
+    // The cluster route does not know namespaced policies.
+    let body = pod_review("n-3", "nginx:1.27").to_string();
+    let (_, bytes) = post(&s, "/ivpol/mutate/team-pin", body).await;
+    assert_eq!(response_of(&bytes)["status"]["code"], 404);
+}
+
+struct Labelled;
+
+impl NamespaceSource for Labelled {
+    fn namespace(&self, name: &str) -> Option<Value> {
+        (name == "default").then(|| json!({"metadata": {"name": name, "labels": {"tier": "prod"}}}))
+    }
+}
+
+#[tokio::test]
+async fn namespace_objects_come_from_the_source_when_set() {
+    let text = ivory_policy::DEFAULT_POLICY_YAML.replace(
+        "  matchConstraints:\n",
+        "  matchConstraints:\n    namespaceSelector:\n      matchLabels: {tier: prod}\n",
+    );
+    let report = load_str(&text, "prod.yaml");
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let body = pod_review("s-1", "nginx:1.27").to_string();
+    // Synthesized objects only carry the name label: the selector does not match.
+    let s = state(PolicyStore::with_policies(report.policies.clone()));
+    let (_, bytes) = post(&s, "/ivpol/mutate/ivory-pin-digests", body.clone()).await;
+    assert!(response_of(&bytes).get("patch").is_none());
+    let mut s = state(PolicyStore::with_policies(report.policies));
+    s.namespaces = Some(Arc::new(Labelled));
+    let (_, bytes) = post(&s, "/ivpol/mutate/ivory-pin-digests", body).await;
+    assert_eq!(response_of(&bytes)["patchType"], "JSONPatch");
+}

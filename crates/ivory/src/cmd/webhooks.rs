@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
+use ivory_policy::types::{LabelSelector, LabelSelectorRequirement};
 use ivory_policy::{LoadReport, default_policy, load_path};
 use ivory_server::webhooks::{Options, Target, generate};
 
@@ -30,6 +31,10 @@ pub struct Args {
     /// Domain part of webhook names (`ivpol.validate.<DOMAIN>-fail`).
     #[arg(long, default_value = "ivory.svc")]
     domain: String,
+    /// Namespace no webhook applies to (repeatable). With a Service target, the Service's
+    /// namespace is always excluded too, so ivory never gates its own pods.
+    #[arg(long = "exclude-namespace", value_name = "NS", default_values = ["kube-system"])]
+    exclude_namespaces: Vec<String>,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -38,9 +43,16 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         for e in &report.errors {
             eprintln!("error: {e}");
         }
-        bail!("{} policy error(s); no webhooks printed", report.errors.len());
+        bail!(
+            "{} policy error(s); no webhooks printed",
+            report.errors.len()
+        );
     }
-    let mut opts = Options::for_service(&args.service_namespace, &args.service_name, args.service_port);
+    let mut opts = Options::for_service(
+        &args.service_namespace,
+        &args.service_name,
+        args.service_port,
+    );
     if let Some(url) = &args.url {
         if !url.starts_with("https://") {
             bail!("--url must start with https:// (the API server only calls HTTPS webhooks)");
@@ -53,6 +65,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         opts.ca_bundle_pem = Some(pem);
     }
     opts.domain = args.domain.clone();
+    opts.namespace_selector = exclusions(&args);
     let (mutating, validating) = generate(&report.policies, &opts);
     let text = format!(
         "{}---\n{}",
@@ -61,6 +74,28 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     print!("{text}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// One `NotIn` per excluded namespace, as Kyverno writes its own exclusions.
+fn exclusions(args: &Args) -> Option<LabelSelector> {
+    let mut names: Vec<&str> = args.exclude_namespaces.iter().map(String::as_str).collect();
+    if args.url.is_none() {
+        names.push(&args.service_namespace);
+    }
+    names.retain(|n| !n.is_empty());
+    names.dedup();
+    let match_expressions: Vec<LabelSelectorRequirement> = names
+        .into_iter()
+        .map(|n| LabelSelectorRequirement {
+            key: "kubernetes.io/metadata.name".to_owned(),
+            operator: "NotIn".to_owned(),
+            values: vec![n.to_owned()],
+        })
+        .collect();
+    (!match_expressions.is_empty()).then(|| LabelSelector {
+        match_expressions,
+        ..LabelSelector::default()
+    })
 }
 
 fn load(paths: &[PathBuf]) -> LoadReport {

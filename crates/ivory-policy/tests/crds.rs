@@ -1,0 +1,984 @@
+//! `deploy/` stays in step with the serde model: the generated CRDs carry Kyverno's names and
+//! versions, their schema names exactly the fields of `types.rs`, a policy with every field set
+//! validates structurally against it, and the kustomize base, the Helm chart and the certificate
+//! script render what the cluster needs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine as _;
+use ivory_policy::types::{
+    Attestation, Attestor, AuditAnnotation, Autogen, Cosign, CosignCertificate, CosignKey,
+    Credentials, Ctlog, Enabled, Evaluation, Identity, Keyless, LabelSelector,
+    LabelSelectorRequirement, MatchImageReference, MatchResources, NamedExpression,
+    NamedRuleWithOperations, Notary, PodControllers, PolicySpec, SecretReference, Source,
+    StringSource, Tuf, TufRoot, TypeRef, Validation, ValidationConfigurations,
+    WebhookConfiguration,
+};
+use serde_json::{Value, json};
+
+const IVPOL: &str = "imagevalidatingpolicies";
+const NIVPOL: &str = "namespacedimagevalidatingpolicies";
+
+fn repo_root() -> PathBuf {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    crate_dir
+        .ancestors()
+        .nth(2)
+        .expect("crates/<name>")
+        .to_path_buf()
+}
+
+fn crd(plural: &str) -> Value {
+    let path = repo_root().join(format!("deploy/crds/policies.kyverno.io_{plural}.yaml"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
+}
+
+fn versions(crd: &Value) -> &Vec<Value> {
+    crd["spec"]["versions"].as_array().expect("spec.versions")
+}
+
+fn object_schema<'a>(crd: &'a Value, version: &str) -> &'a Value {
+    versions(crd)
+        .iter()
+        .find(|v| v["name"] == version)
+        .unwrap_or_else(|| panic!("version {version} missing"))
+        .pointer("/schema/openAPIV3Schema")
+        .expect("openAPIV3Schema")
+}
+
+fn spec_schema(crd: &Value) -> &Value {
+    &object_schema(crd, "v1")["properties"]["spec"]
+}
+
+// --- the CRD objects -------------------------------------------------------------------------
+
+#[test]
+fn crd_files_match_their_generator() {
+    let out = Command::new("python3")
+        .arg(repo_root().join("deploy/crds/generate.py"))
+        .arg("--check")
+        .output()
+        .expect("python3 must be installed to check deploy/crds/generate.py");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn crds_declare_kyverno_names_scopes_and_versions() {
+    let cases = [
+        (
+            IVPOL,
+            "ImageValidatingPolicy",
+            "ivpol",
+            "Cluster",
+            &["v1", "v1beta1", "v1alpha1"][..],
+        ),
+        (
+            NIVPOL,
+            "NamespacedImageValidatingPolicy",
+            "nivpol",
+            "Namespaced",
+            &["v1", "v1beta1"][..],
+        ),
+    ];
+    for (plural, kind, short, scope, names) in cases {
+        let crd = crd(plural);
+        assert_eq!(
+            crd["metadata"]["name"],
+            format!("{plural}.policies.kyverno.io")
+        );
+        let spec = &crd["spec"];
+        assert_eq!(spec["group"], ivory_policy::types::API_GROUP);
+        assert_eq!(spec["names"]["kind"], kind);
+        assert_eq!(spec["names"]["plural"], plural);
+        assert_eq!(spec["names"]["shortNames"], json!([short]));
+        assert_eq!(spec["names"]["categories"], json!(["kyverno"]));
+        assert_eq!(spec["scope"], scope);
+        assert_eq!(spec["conversion"]["strategy"], "None");
+        let listed: Vec<&str> = versions(&crd)
+            .iter()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        assert_eq!(listed, names, "{plural}");
+        for v in versions(&crd) {
+            let name = v["name"].as_str().unwrap();
+            assert!(
+                ivory_policy::types::API_VERSIONS.contains(&name),
+                "{plural} {name}"
+            );
+            assert_eq!(v["served"], true, "{plural} {name}");
+            assert_eq!(v["storage"], name == "v1beta1", "{plural} {name} storage");
+            assert_eq!(
+                v["deprecated"].as_bool().unwrap_or(false),
+                name == "v1alpha1"
+            );
+            assert_eq!(v["subresources"], json!({"status": {}}));
+            assert_eq!(
+                v["additionalPrinterColumns"],
+                json!([
+                    {"jsonPath": ".metadata.creationTimestamp", "name": "AGE", "type": "date"},
+                    {"jsonPath": ".status.conditionStatus.ready", "name": "READY", "type": "string"},
+                ])
+            );
+            assert_eq!(v["schema"]["openAPIV3Schema"]["required"], json!(["spec"]));
+        }
+    }
+}
+
+#[test]
+fn every_version_of_both_kinds_has_one_schema() {
+    let reference = object_schema(&crd(IVPOL), "v1").clone();
+    for plural in [IVPOL, NIVPOL] {
+        let crd = crd(plural);
+        for v in versions(&crd) {
+            let name = v["name"].as_str().unwrap();
+            assert!(
+                object_schema(&crd, name) == &reference,
+                "{plural} {name} schema differs from imagevalidatingpolicies v1"
+            );
+        }
+    }
+}
+
+#[test]
+fn spec_schema_follows_kyverno_markers() {
+    let crd = crd(IVPOL);
+    let spec = spec_schema(&crd);
+    assert_eq!(spec["required"], json!(["attestors", "validations"]));
+    let p = &spec["properties"];
+    assert_eq!(p["validationActions"]["x-kubernetes-list-type"], "set");
+    assert_eq!(
+        p["validationActions"]["items"]["enum"],
+        json!(["Deny", "Audit", "Warn"])
+    );
+    assert_eq!(p["failurePolicy"]["enum"], json!(["Ignore", "Fail"]));
+    assert_eq!(p["validations"]["x-kubernetes-list-type"], "atomic");
+    assert_eq!(p["auditAnnotations"]["x-kubernetes-list-type"], "atomic");
+    assert_eq!(p["matchConstraints"]["x-kubernetes-map-type"], "atomic");
+    assert_eq!(p["validationConfigurations"]["default"], json!({}));
+    assert_eq!(
+        p["attestors"]["items"]["oneOf"],
+        json!([{"required": ["cosign"]}, {"required": ["notary"]}])
+    );
+    assert_eq!(
+        p["matchImageReferences"]["items"]["oneOf"],
+        json!([{"required": ["glob"]}, {"required": ["expression"]}])
+    );
+    assert_eq!(
+        p["credentials"]["properties"]["providers"]["items"]["enum"],
+        json!(["default", "amazon", "azure", "google", "github"])
+    );
+    let pull_secrets =
+        &p["attestors"]["items"]["properties"]["cosign"]["properties"]["source"]["properties"];
+    assert_eq!(
+        pull_secrets["PullSecrets"]["items"]["properties"]["name"]["default"],
+        ""
+    );
+    assert_eq!(
+        p["webhookConfiguration"]["properties"]["timeoutSeconds"]["format"],
+        "int32"
+    );
+}
+
+/// The schema's defaults are the ones the model's accessors apply when a field is absent.
+#[test]
+fn schema_defaults_match_model_defaults() {
+    let crd = crd(IVPOL);
+    let p = &spec_schema(&crd)["properties"];
+    let empty = PolicySpec::default();
+    let flags = &p["validationConfigurations"]["properties"];
+    assert_eq!(flags["mutateDigest"]["default"], empty.mutate_digest());
+    assert_eq!(flags["verifyDigest"]["default"], empty.verify_digest());
+    assert_eq!(flags["required"]["default"], empty.required());
+    let eval = &p["evaluation"]["properties"];
+    assert_eq!(
+        eval["admission"]["properties"]["enabled"]["default"],
+        empty.admission_enabled()
+    );
+    assert_eq!(
+        eval["background"]["properties"]["enabled"]["default"],
+        empty.background_enabled()
+    );
+}
+
+// --- model <-> schema --------------------------------------------------------------------------
+
+fn value(text: &str) -> Option<String> {
+    Some(text.to_owned())
+}
+
+fn inline(text: &str) -> Option<StringSource> {
+    Some(StringSource {
+        value: value(text),
+        expression: None,
+    })
+}
+
+fn computed(expr: &str) -> Option<StringSource> {
+    Some(StringSource {
+        value: None,
+        expression: value(expr),
+    })
+}
+
+fn named(name: &str, expression: &str) -> NamedExpression {
+    NamedExpression {
+        name: name.to_owned(),
+        expression: expression.to_owned(),
+    }
+}
+
+fn selector() -> Option<LabelSelector> {
+    Some(LabelSelector {
+        match_labels: BTreeMap::from([("team".to_owned(), "a".to_owned())]),
+        match_expressions: vec![LabelSelectorRequirement {
+            key: "tier".to_owned(),
+            operator: "In".to_owned(),
+            values: vec!["web".to_owned()],
+        }],
+    })
+}
+
+fn rule() -> NamedRuleWithOperations {
+    NamedRuleWithOperations {
+        resource_names: vec!["p".to_owned()],
+        operations: vec!["CREATE".to_owned()],
+        api_groups: vec![String::new()],
+        api_versions: vec!["v1".to_owned()],
+        resources: vec!["pods".to_owned()],
+        scope: value("Namespaced"),
+    }
+}
+
+/// A cosign attestor with every field set; the `{value}|{expression}` sources take `side`.
+fn full_cosign(
+    side: fn(&str) -> Option<StringSource>,
+    other: fn(&str) -> Option<StringSource>,
+) -> Cosign {
+    Cosign {
+        annotations: BTreeMap::from([("env".to_owned(), "prod".to_owned())]),
+        certificate: Some(CosignCertificate {
+            cert: side("cert"),
+            cert_chain: other("chain"),
+        }),
+        ctlog: Some(Ctlog {
+            ct_log_pub_key: value("ct"),
+            insecure_ignore_sct: Some(true),
+            insecure_ignore_tlog: Some(false),
+            rekor_pub_key: value("rekor"),
+            tsa_cert_chain: value("tsa"),
+            url: value("https://rekor.example"),
+        }),
+        key: Some(CosignKey {
+            data: value("pem"),
+            expression: value("'pem'"),
+            hash_algorithm: value("sha256"),
+            kms: value("hashivault://k"),
+        }),
+        keyless: Some(Keyless {
+            additional_extensions: BTreeMap::from([("githubWorkflowRef".to_owned(), json!("x"))]),
+            identities: vec![Identity {
+                issuer: value("https://issuer"),
+                subject: value("me"),
+                issuer_reg_exp: value("https://.*"),
+                subject_reg_exp: value(".*"),
+                subject_expression: value("'me'"),
+            }],
+            roots: value("roots"),
+        }),
+        source: Some(Source {
+            pull_secrets: vec![SecretReference {
+                name: "regcred".to_owned(),
+            }],
+            repository: value("registry.example/sigs"),
+            tag_prefix: value("v"),
+        }),
+        trusted_root: side("root"),
+        tuf: Some(Tuf {
+            mirror: value("https://tuf.example"),
+            root: Some(TufRoot {
+                data: value("e30="),
+                path: value("/root.json"),
+            }),
+        }),
+    }
+}
+
+/// Every field of the model set at least once (alternatives of a oneOf in separate list items).
+/// Struct literals without `..Default::default()`: a field added to `types.rs` fails to compile
+/// here until it is added to the fixture, and then to the CRD schema.
+fn full_spec() -> PolicySpec {
+    let cosign_attestor = |name: &str, cosign| Attestor {
+        name: name.to_owned(),
+        cosign: Some(cosign),
+        notary: None,
+    };
+    let notary_attestor = |name: &str, certs, tsa_certs| Attestor {
+        name: name.to_owned(),
+        cosign: None,
+        notary: Some(Notary { certs, tsa_certs }),
+    };
+    PolicySpec {
+        match_constraints: Some(MatchResources {
+            namespace_selector: selector(),
+            object_selector: selector(),
+            resource_rules: vec![rule()],
+            exclude_resource_rules: vec![rule()],
+            match_policy: value("Equivalent"),
+        }),
+        match_conditions: vec![named("c", "true")],
+        match_image_references: vec![
+            MatchImageReference {
+                glob: value("ghcr.io/*"),
+                expression: None,
+            },
+            MatchImageReference {
+                glob: None,
+                expression: value("true"),
+            },
+        ],
+        variables: vec![named("v", "1")],
+        validation_actions: vec!["Deny".to_owned(), "Audit".to_owned()],
+        failure_policy: value("Ignore"),
+        audit_annotations: vec![AuditAnnotation {
+            key: "k".to_owned(),
+            value_expression: "'v'".to_owned(),
+        }],
+        validations: Some(vec![Validation {
+            expression: "true".to_owned(),
+            message: value("m"),
+            message_expression: value("'m'"),
+            reason: value("Forbidden"),
+        }]),
+        webhook_configuration: Some(WebhookConfiguration {
+            timeout_seconds: Some(15),
+        }),
+        evaluation: Some(Evaluation {
+            mode: value("Kubernetes"),
+            admission: Some(Enabled {
+                enabled: Some(true),
+            }),
+            background: Some(Enabled {
+                enabled: Some(false),
+            }),
+        }),
+        validation_configurations: Some(ValidationConfigurations {
+            mutate_digest: Some(true),
+            verify_digest: Some(true),
+            required: Some(false),
+        }),
+        credentials: Some(Credentials {
+            allow_insecure_registry: Some(false),
+            providers: vec!["default".to_owned(), "github".to_owned()],
+            secrets: vec!["regcred".to_owned()],
+        }),
+        images: vec![named("i", "[object.image]")],
+        attestors: Some(vec![
+            cosign_attestor("a", full_cosign(inline, computed)),
+            cosign_attestor("b", full_cosign(computed, inline)),
+            notary_attestor("c", inline("certs"), computed("tsa")),
+            notary_attestor("d", computed("certs"), inline("tsa")),
+        ]),
+        attestations: vec![
+            Attestation {
+                name: "provenance".to_owned(),
+                intoto: Some(TypeRef {
+                    type_: "https://slsa.dev/provenance/v1".to_owned(),
+                }),
+                referrer: None,
+            },
+            Attestation {
+                name: "sbom".to_owned(),
+                intoto: None,
+                referrer: Some(TypeRef {
+                    type_: "application/spdx+json".to_owned(),
+                }),
+            },
+        ],
+        autogen: Some(Autogen {
+            pod_controllers: Some(PodControllers {
+                controllers: Some(vec!["deployments".to_owned()]),
+            }),
+        }),
+    }
+}
+
+/// Field paths (`a.b[].c`) the schema declares; maps (`additionalProperties`) are leaves.
+fn schema_paths(schema: &Value, prefix: &str, out: &mut BTreeSet<String>) {
+    if let Some(props) = schema["properties"].as_object() {
+        for (key, sub) in props {
+            let path = format!("{prefix}.{key}");
+            out.insert(path.clone());
+            schema_paths(sub, &path, out);
+        }
+    }
+    if schema["items"].is_object() {
+        schema_paths(&schema["items"], &format!("{prefix}[]"), out);
+    }
+}
+
+/// Field paths a value sets, read with the schema only to know which objects are maps.
+fn value_paths(schema: &Value, value: &Value, prefix: &str, out: &mut BTreeSet<String>) {
+    match value {
+        Value::Object(map) if !schema["additionalProperties"].is_object() => {
+            for (key, sub) in map {
+                let path = format!("{prefix}.{key}");
+                out.insert(path.clone());
+                value_paths(&schema["properties"][key], sub, &path, out);
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                value_paths(&schema["items"], item, &format!("{prefix}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn model_and_schema_name_the_same_fields() {
+    let crd = crd(IVPOL);
+    let schema = spec_schema(&crd);
+    let mut declared = BTreeSet::new();
+    schema_paths(schema, "spec", &mut declared);
+    let mut written = BTreeSet::new();
+    let spec = serde_json::to_value(full_spec()).unwrap();
+    value_paths(schema, &spec, "spec", &mut written);
+    let only_model: Vec<_> = written.difference(&declared).collect();
+    let only_schema: Vec<_> = declared.difference(&written).collect();
+    assert!(
+        only_model.is_empty(),
+        "serialized by types.rs, missing in the CRD: {only_model:#?}"
+    );
+    assert!(
+        only_schema.is_empty(),
+        "in the CRD, never set by the model: {only_schema:#?}"
+    );
+    // Sanity: the walk saw the whole tree, including the standard MatchResources.
+    assert!(declared.contains("spec.matchConstraints.namespaceSelector.matchExpressions[].values"));
+    assert!(declared.contains("spec.attestors[].cosign.source.PullSecrets[].name"));
+    assert!(declared.len() > 100, "{}", declared.len());
+}
+
+/// A change that breaks a valid spec.
+type Edit<'a> = &'a dyn Fn(&mut Value);
+
+/// A structural check of `value` against an OpenAPI v3 CRD schema: types, required keys, enums,
+/// oneOf (of `required` alternatives), set uniqueness and unknown fields (which the API server
+/// would silently prune).
+fn validate(schema: &Value, value: &Value, path: &str, errors: &mut Vec<String>) {
+    let type_ok = match schema["type"].as_str() {
+        Some("object") => value.is_object(),
+        Some("array") => value.is_array(),
+        Some("string") => value.is_string(),
+        Some("boolean") => value.is_boolean(),
+        Some("integer") => match schema["format"].as_str() {
+            Some("int32") => value.as_i64().is_some_and(|n| i32::try_from(n).is_ok()),
+            _ => value.is_i64(),
+        },
+        Some(other) => panic!("{path}: schema type {other} not handled"),
+        None => true,
+    };
+    if !type_ok {
+        errors.push(format!("{path}: expected {}, got {value}", schema["type"]));
+        return;
+    }
+    if let Some(allowed) = schema["enum"].as_array()
+        && !allowed.contains(value)
+    {
+        errors.push(format!("{path}: {value} not in {allowed:?}"));
+    }
+    if let Some(alternatives) = schema["oneOf"].as_array() {
+        let matching = alternatives
+            .iter()
+            .filter(|alt| {
+                let mut e = Vec::new();
+                validate(alt, value, path, &mut e);
+                e.is_empty()
+            })
+            .count();
+        if matching != 1 {
+            errors.push(format!(
+                "{path}: must match exactly one of {alternatives:?}, matches {matching}"
+            ));
+        }
+    }
+    match value {
+        Value::Object(map) => validate_object(schema, map, path, errors),
+        Value::Array(items) => {
+            if schema["x-kubernetes-list-type"] == "set" {
+                let unique: BTreeSet<String> = items.iter().map(Value::to_string).collect();
+                if unique.len() != items.len() {
+                    errors.push(format!("{path}: duplicate entries in a set"));
+                }
+            }
+            for (i, item) in items.iter().enumerate() {
+                validate(&schema["items"], item, &format!("{path}[{i}]"), errors);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn validate_object(
+    schema: &Value,
+    map: &serde_json::Map<String, Value>,
+    path: &str,
+    errors: &mut Vec<String>,
+) {
+    for key in schema["required"].as_array().into_iter().flatten() {
+        let key = key.as_str().expect("required keys are strings");
+        if !map.contains_key(key) {
+            errors.push(format!("{path}: missing required {key}"));
+        }
+    }
+    let props = schema["properties"].as_object();
+    let extra = &schema["additionalProperties"];
+    for (key, sub) in map {
+        let child = format!("{path}.{key}");
+        match props.and_then(|p| p.get(key)) {
+            Some(sub_schema) => validate(sub_schema, sub, &child, errors),
+            None if extra.is_object() => validate(extra, sub, &child, errors),
+            // A schema node with neither (only `metadata`) accepts anything.
+            None if props.is_none() => {}
+            None => errors.push(format!("{child}: unknown field")),
+        }
+    }
+}
+
+fn spec_errors(spec: &Value) -> Vec<String> {
+    let crd = crd(IVPOL);
+    let mut errors = Vec::new();
+    validate(spec_schema(&crd), spec, "spec", &mut errors);
+    errors
+}
+
+#[test]
+fn full_policy_validates_against_the_schema() {
+    let spec = serde_json::to_value(full_spec()).unwrap();
+    assert_eq!(spec_errors(&spec), Vec::<String>::new());
+}
+
+#[test]
+fn schema_check_rejects_what_the_api_server_would() {
+    let full = serde_json::to_value(full_spec()).unwrap();
+    let broken = |edit: &dyn Fn(&mut Value)| {
+        let mut spec = full.clone();
+        edit(&mut spec);
+        spec_errors(&spec)
+    };
+    let cases: [(Edit<'_>, &str); 7] = [
+        (
+            &|s| {
+                s.as_object_mut().unwrap().remove("attestors");
+            },
+            "missing required attestors",
+        ),
+        (
+            &|s| s["failurePolicy"] = json!("Maybe"),
+            "spec.failurePolicy: \"Maybe\" not in",
+        ),
+        (
+            &|s| s["validationActions"] = json!(["Deny", "Deny"]),
+            "duplicate entries in a set",
+        ),
+        (
+            &|s| s["attestors"][2]["cosign"] = s["attestors"][0]["cosign"].clone(),
+            "spec.attestors[2]: must match exactly one of",
+        ),
+        (
+            &|s| s["matchImageReferences"][0] = json!({}),
+            "spec.matchImageReferences[0]: must match exactly one of",
+        ),
+        (
+            &|s| s["validations"][0]["typo"] = json!(1),
+            "spec.validations[0].typo: unknown field",
+        ),
+        (
+            &|s| s["webhookConfiguration"]["timeoutSeconds"] = json!(1_u64 << 40),
+            "spec.webhookConfiguration.timeoutSeconds: expected",
+        ),
+    ];
+    for (edit, expected) in cases {
+        let errors = broken(edit);
+        assert!(
+            errors.iter().any(|e| e.contains(expected)),
+            "expected {expected:?} in {errors:#?}"
+        );
+    }
+}
+
+/// Every shipped policy (samples, default, Kyverno's documented examples) fits the CRD.
+#[test]
+fn shipped_policies_validate_against_the_schema() {
+    let root = repo_root();
+    let dirs = [
+        root.join("policies"),
+        root.join("policies/samples"),
+        root.join("crates/ivory-policy/tests/data/kyverno"),
+    ];
+    let mut checked = 0;
+    for dir in dirs {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        files.sort();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for doc in serde_yaml::Deserializer::from_str(&text) {
+                let doc: Value = serde::Deserialize::deserialize(doc).unwrap();
+                let api = doc["apiVersion"].as_str().unwrap_or_default();
+                if !api.starts_with("policies.kyverno.io/") {
+                    continue;
+                }
+                let errors = spec_errors(&doc["spec"]);
+                assert!(errors.is_empty(), "{}: {errors:#?}", file.display());
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 15, "only {checked} policies found");
+}
+
+// --- rendering -------------------------------------------------------------------------------
+
+/// A tool built by scripts/install-deploy-tools.sh; its absence fails the test on purpose so a
+/// machine without it cannot pass by skipping.
+fn tool(name: &str) -> PathBuf {
+    let path = repo_root().join(".tools/bin").join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/install-deploy-tools.sh (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd
+        .current_dir(repo_root())
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("tool output is UTF-8")
+}
+
+fn documents(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|doc| serde::Deserialize::deserialize(doc).expect("rendered YAML parses"))
+        .filter(|doc: &Value| !doc.is_null())
+        .collect()
+}
+
+fn kinds_and_names(docs: &[Value]) -> BTreeSet<(String, String)> {
+    docs.iter()
+        .map(|d| {
+            let field = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            (field(&d["kind"]), field(&d["metadata"]["name"]))
+        })
+        .collect()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} rendered"))
+}
+
+fn expected(pairs: &[(&str, &str)]) -> BTreeSet<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, n)| ((*k).to_owned(), (*n).to_owned()))
+        .collect()
+}
+
+/// The hardening every rendering of the Deployment must keep.
+fn assert_hardened(deployment: &Value, args: &[&str]) {
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let anti =
+        &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+    assert_eq!(
+        anti[0]["podAffinityTerm"]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    assert_eq!(
+        pod["topologySpreadConstraints"][0]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    let c = &pod["containers"][0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(
+        c["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": "https", "scheme": "HTTPS"})
+    );
+    assert_eq!(
+        c["livenessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": "https", "scheme": "HTTPS"})
+    );
+    assert_eq!(c["ports"][0]["containerPort"], 8443);
+    assert!(c["resources"]["requests"]["memory"].is_string());
+    assert!(c["resources"]["limits"]["memory"].is_string());
+    assert_eq!(c["args"], json!(args));
+    let tls = c["volumeMounts"]
+        .as_array()
+        .expect("volumeMounts")
+        .iter()
+        .find(|m| m["mountPath"] == "/etc/ivory/tls")
+        .expect("TLS mount");
+    assert_eq!(tls["readOnly"], true);
+}
+
+const KUBE_ARGS: [&str; 5] = [
+    "serve",
+    "--kube",
+    "--listen=0.0.0.0:8443",
+    "--tls-cert=/etc/ivory/tls/tls.crt",
+    "--tls-key=/etc/ivory/tls/tls.key",
+];
+
+#[test]
+fn kustomize_renders_the_base_and_the_cert_manager_overlay() {
+    let kustomize = tool("kustomize");
+    let docs = documents(&run(Command::new(&kustomize).args(["build", "deploy"])));
+    let base = expected(&[
+        (
+            "CustomResourceDefinition",
+            "imagevalidatingpolicies.policies.kyverno.io",
+        ),
+        (
+            "CustomResourceDefinition",
+            "namespacedimagevalidatingpolicies.policies.kyverno.io",
+        ),
+        ("Namespace", "ivory-system"),
+        ("ServiceAccount", "ivory"),
+        ("ClusterRole", "ivory"),
+        ("ClusterRoleBinding", "ivory"),
+        ("Role", "ivory-secrets"),
+        ("RoleBinding", "ivory-secrets"),
+        ("Deployment", "ivory"),
+        ("PodDisruptionBudget", "ivory"),
+        ("Service", "ivory"),
+    ]);
+    assert_eq!(kinds_and_names(&docs), base);
+    for doc in docs.iter().filter(|d| {
+        d["kind"] != "CustomResourceDefinition"
+            && d["kind"] != "ClusterRole"
+            && d["kind"] != "ClusterRoleBinding"
+            && d["kind"] != "Namespace"
+    }) {
+        assert_eq!(
+            doc["metadata"]["namespace"], "ivory-system",
+            "{}",
+            doc["kind"]
+        );
+    }
+    assert_hardened(find(&docs, "Deployment"), &KUBE_ARGS);
+    assert_eq!(
+        find(&docs, "PodDisruptionBudget")["spec"]["minAvailable"],
+        2
+    );
+    let svc = &find(&docs, "Service")["spec"]["ports"][0];
+    assert_eq!(
+        (svc["port"].clone(), svc["targetPort"].clone()),
+        (json!(443), json!("https"))
+    );
+    assert_least_privilege(&docs);
+
+    let overlay = documents(&run(
+        Command::new(&kustomize).args(["build", "deploy/overlays/cert-manager"])
+    ));
+    let mut with_certs = base.clone();
+    with_certs.extend(expected(&[
+        ("Issuer", "ivory-selfsigned"),
+        ("Issuer", "ivory-ca"),
+        ("Certificate", "ivory-ca"),
+        ("Certificate", "ivory"),
+    ]));
+    assert_eq!(kinds_and_names(&overlay), with_certs);
+    let cert = overlay
+        .iter()
+        .find(|d| d["kind"] == "Certificate" && d["metadata"]["name"] == "ivory")
+        .unwrap();
+    assert_eq!(cert["spec"]["secretName"], "ivory-tls");
+    assert!(
+        cert["spec"]["dnsNames"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("ivory.ivory-system.svc"))
+    );
+}
+
+/// Read-only access to the policy kinds and Namespaces, Secrets only through a namespaced Role.
+fn assert_least_privilege(docs: &[Value]) {
+    for doc in docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+    {
+        for rule in doc["rules"].as_array().expect("rules") {
+            assert_eq!(rule["verbs"], json!(["get", "list", "watch"]), "{doc}");
+            let secrets = rule["resources"]
+                .as_array()
+                .expect("resources")
+                .contains(&json!("secrets"));
+            assert!(
+                !secrets || doc["kind"] == "Role",
+                "secrets only via a Role: {doc}"
+            );
+        }
+    }
+}
+
+#[test]
+fn helm_chart_lints_and_renders() {
+    let helm = tool("helm");
+    run(Command::new(&helm).args(["lint", "--strict", "deploy/helm/ivory"]));
+    let template = |extra: &[&str]| {
+        let mut cmd = Command::new(&helm);
+        cmd.args([
+            "template",
+            "ivory",
+            "deploy/helm/ivory",
+            "--namespace",
+            "ivory-system",
+            "--include-crds",
+            // A helm built with `go install` defaults to Kubernetes 1.20 (the release build sets
+            // the version by ldflags); the chart needs >= 1.30.
+            "--kube-version",
+            "1.32.0",
+        ]);
+        cmd.args(extra);
+        documents(&run(&mut cmd))
+    };
+    let docs = template(&[]);
+    assert_eq!(
+        kinds_and_names(&docs),
+        expected(&[
+            (
+                "CustomResourceDefinition",
+                "imagevalidatingpolicies.policies.kyverno.io"
+            ),
+            (
+                "CustomResourceDefinition",
+                "namespacedimagevalidatingpolicies.policies.kyverno.io"
+            ),
+            ("ServiceAccount", "ivory"),
+            ("ClusterRole", "ivory"),
+            ("ClusterRoleBinding", "ivory"),
+            ("Role", "ivory-secrets"),
+            ("RoleBinding", "ivory-secrets"),
+            ("Deployment", "ivory"),
+            ("PodDisruptionBudget", "ivory"),
+            ("Service", "ivory"),
+        ])
+    );
+    assert_hardened(find(&docs, "Deployment"), &KUBE_ARGS);
+    assert_least_privilege(&docs);
+    let crd_docs: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
+        .collect();
+    assert_eq!(crd_docs, [&crd(IVPOL), &crd(NIVPOL)]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join("values.yaml");
+    std::fs::write(
+        &values,
+        "kube: {enabled: false}\ncertManager: {enabled: true}\nreplicaCount: 3\n\
+         policies:\n  pin.yaml: |\n    apiVersion: policies.kyverno.io/v1\n",
+    )
+    .unwrap();
+    let docs = template(&["-f", values.to_str().unwrap()]);
+    let names = kinds_and_names(&docs);
+    assert!(
+        !names.iter().any(|(k, _)| k.contains("Role")),
+        "no RBAC without kube: {names:?}"
+    );
+    for want in [
+        ("ConfigMap", "ivory-policies"),
+        ("Certificate", "ivory"),
+        ("Issuer", "ivory-ca"),
+    ] {
+        assert!(
+            names.contains(&(want.0.to_owned(), want.1.to_owned())),
+            "{want:?} in {names:?}"
+        );
+    }
+    let deployment = find(&docs, "Deployment");
+    assert_hardened(
+        deployment,
+        &[
+            "serve",
+            "--policies=/etc/ivory/policies",
+            "--listen=0.0.0.0:8443",
+            "--tls-cert=/etc/ivory/tls/tls.crt",
+            "--tls-key=/etc/ivory/tls/tls.key",
+        ],
+    );
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["automountServiceAccountToken"],
+        false
+    );
+    assert_eq!(
+        find(&docs, "ConfigMap")["data"]["pin.yaml"],
+        "apiVersion: policies.kyverno.io/v1\n"
+    );
+}
+
+#[test]
+fn make_certs_writes_a_tls_secret_and_prints_the_ca_bundle() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(Command::new("bash")
+        .arg("deploy/certs/make-certs.sh")
+        .arg("--out")
+        .arg(dir.path()));
+    let ca_pem = std::fs::read(dir.path().join("ca.crt")).unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    assert_eq!(out.trim(), b64.encode(&ca_pem));
+    let secret: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(dir.path().join("secret.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    assert_eq!(
+        secret["metadata"],
+        json!({"name": "ivory-tls", "namespace": "ivory-system"})
+    );
+    let decode = |key: &str| {
+        String::from_utf8(b64.decode(secret["data"][key].as_str().unwrap()).unwrap()).unwrap()
+    };
+    assert!(decode("tls.crt").starts_with("-----BEGIN CERTIFICATE-----"));
+    assert!(decode("tls.key").starts_with("-----BEGIN PRIVATE KEY-----"));
+    assert_eq!(decode("ca.crt").as_bytes(), &ca_pem[..]);
+    let sans = run(Command::new("openssl")
+        .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
+        .arg(dir.path().join("tls.crt")));
+    assert!(sans.contains("DNS:ivory.ivory-system.svc"), "{sans}");
+    run(Command::new("openssl")
+        .arg("verify")
+        .arg("-CAfile")
+        .arg(dir.path().join("ca.crt"))
+        .arg(dir.path().join("tls.crt")));
+}

@@ -1,0 +1,54 @@
+{{- define "ivory.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ivory.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ivory.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ivory.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "ivory.labels" -}}
+{{ include "ivory.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: ivory
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "ivory.serviceAccountName" -}}
+{{- default (include "ivory.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "ivory.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ivory.policiesConfigMap" -}}
+{{- if .Values.existingPoliciesConfigMap -}}
+{{- .Values.existingPoliciesConfigMap -}}
+{{- else if .Values.policies -}}
+{{- printf "%s-policies" (include "ivory.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* DNS names the serving certificate must cover. */}}
+{{- define "ivory.dnsNames" -}}
+{{- $svc := include "ivory.fullname" . -}}
+- {{ $svc }}
+- {{ $svc }}.{{ .Release.Namespace }}
+- {{ $svc }}.{{ .Release.Namespace }}.svc
+- {{ $svc }}.{{ .Release.Namespace }}.svc.cluster.local
+{{- end -}}
