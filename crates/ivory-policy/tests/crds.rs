@@ -575,7 +575,7 @@ fn schema_check_rejects_what_the_api_server_would() {
         edit(&mut spec);
         spec_errors(&spec)
     };
-    let cases: [(Edit<'_>, &str); 7] = [
+    let cases: [(Edit<'_>, &str); 9] = [
         (
             &|s| {
                 s.as_object_mut().unwrap().remove("attestors");
@@ -597,6 +597,17 @@ fn schema_check_rejects_what_the_api_server_would() {
         (
             &|s| s["matchImageReferences"][0] = json!({}),
             "spec.matchImageReferences[0]: must match exactly one of",
+        ),
+        (
+            &|s| s["credentials"]["providers"] = json!(["quay"]),
+            "spec.credentials.providers[0]: \"quay\" not in",
+        ),
+        (
+            &|s| {
+                let keyless = &mut s["attestors"][0]["cosign"]["keyless"];
+                keyless.as_object_mut().unwrap().remove("identities");
+            },
+            "spec.attestors[0].cosign.keyless: missing required identities",
         ),
         (
             &|s| s["validations"][0]["typo"] = json!(1),
@@ -750,6 +761,14 @@ fn assert_hardened(deployment: &Value, args: &[&str]) {
         .find(|m| m["mountPath"] == "/etc/ivory/tls")
         .expect("TLS mount");
     assert_eq!(tls["readOnly"], true);
+    let volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == tls["name"])
+        .expect("TLS volume");
+    // The name cert-manager's Certificate and certs/make-certs.sh write.
+    assert_eq!(volume["secret"]["secretName"], "ivory-tls");
 }
 
 const KUBE_ARGS: [&str; 5] = [

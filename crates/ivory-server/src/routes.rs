@@ -15,8 +15,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use ivory_engine::admission::{
-    AdmissionRequest, AdmissionResponse, AdmissionReview, ResponseStatus, response_from_decision,
-    review_response,
+    AdmissionError, AdmissionRequest, AdmissionResponse, AdmissionReview, ResponseStatus,
+    response_from_decision, review_response,
 };
 use ivory_engine::decision::Decision;
 use ivory_engine::matching::{Route, UnknownPolicies, select_policies};
@@ -96,74 +96,105 @@ pub fn router(state: AppState) -> Router {
 type Body = Result<Bytes, BytesRejection>;
 
 async fn ivpol_mutate(s: State<AppState>, p: Path<String>, q: RawQuery, b: Body) -> Response {
-    admit(s, Stage::Mutate, false, p, q, b).await
+    admit(s, Call::new(Stage::Mutate, false), p, q, b).await
 }
 async fn ivpol_validate(s: State<AppState>, p: Path<String>, q: RawQuery, b: Body) -> Response {
-    admit(s, Stage::Validate, false, p, q, b).await
+    admit(s, Call::new(Stage::Validate, false), p, q, b).await
 }
 async fn nivpol_mutate(s: State<AppState>, p: Path<String>, q: RawQuery, b: Body) -> Response {
-    admit(s, Stage::Mutate, true, p, q, b).await
+    admit(s, Call::new(Stage::Mutate, true), p, q, b).await
 }
 async fn nivpol_validate(s: State<AppState>, p: Path<String>, q: RawQuery, b: Body) -> Response {
-    admit(s, Stage::Validate, true, p, q, b).await
+    admit(s, Call::new(Stage::Validate, true), p, q, b).await
 }
 
-fn route_label(stage: Stage, namespaced: bool) -> &'static str {
-    match (namespaced, stage) {
-        (false, Stage::Mutate) => "ivpol_mutate",
-        (false, Stage::Validate) => "ivpol_validate",
-        (true, Stage::Mutate) => "nivpol_mutate",
-        (true, Stage::Validate) => "nivpol_validate",
+/// Which route a request came in on.
+#[derive(Clone, Copy, Debug)]
+struct Call {
+    stage: Stage,
+    route: Route,
+    /// Metrics and log label: `ivpol_mutate`, `nivpol_validate`, …
+    label: &'static str,
+}
+
+impl Call {
+    fn new(stage: Stage, namespaced: bool) -> Self {
+        let label = match (namespaced, stage) {
+            (false, Stage::Mutate) => "ivpol_mutate",
+            (false, Stage::Validate) => "ivpol_validate",
+            (true, Stage::Mutate) => "nivpol_mutate",
+            (true, Stage::Validate) => "nivpol_validate",
+        };
+        Self {
+            stage,
+            route: Route { namespaced },
+            label,
+        }
     }
 }
 
+/// A finished request: the metrics outcome label and the HTTP response.
+type Answer = (&'static str, Response);
+
 async fn admit(
     State(state): State<AppState>,
-    stage: Stage,
-    namespaced: bool,
+    call: Call,
     Path(names): Path<String>,
     RawQuery(query): RawQuery,
     body: Body,
 ) -> Response {
+    // The budget starts once the body is read (axum extracts it before the handler runs).
     let start = Instant::now();
     let _guard = state.metrics.in_flight();
-    let label = route_label(stage, namespaced);
-    let (outcome, response) = answer(&state, stage, namespaced, &names, query, body, start).await;
+    let (outcome, response) = match parse(body) {
+        Ok(req) => answer(&state, call, &names, query.as_deref(), &req, start).await,
+        Err(rejected) => rejected.into_answer(call),
+    };
     state
         .metrics
-        .observe_admission(label, outcome, start.elapsed());
+        .observe_admission(call.label, outcome, start.elapsed());
     response
 }
 
-/// Handles one request; returns the metrics outcome and the HTTP response.
+/// A body that is not a usable AdmissionReview.
+enum Rejected {
+    /// Unreadable or over the body limit (413).
+    Body(BytesRejection),
+    /// Not an `admission.k8s.io/v1` AdmissionReview (400 with the parse error).
+    Review(AdmissionError),
+}
+
+impl Rejected {
+    fn into_answer(self, call: Call) -> Answer {
+        let response = match self {
+            Self::Body(rejection) => {
+                tracing::warn!(route = call.label, error = %rejection.body_text(), "rejected request body");
+                rejection.into_response()
+            }
+            Self::Review(e) => {
+                tracing::warn!(route = call.label, error = %e, "malformed AdmissionReview");
+                (StatusCode::BAD_REQUEST, e.to_string()).into_response()
+            }
+        };
+        ("bad_request", response)
+    }
+}
+
+fn parse(body: Body) -> Result<AdmissionRequest, Rejected> {
+    let bytes = body.map_err(Rejected::Body)?;
+    let review = AdmissionReview::parse(&bytes).map_err(Rejected::Review)?;
+    Ok(review.request)
+}
+
+/// Selects the path's policies, runs the engine within the budget and builds the review.
 async fn answer(
     state: &AppState,
-    stage: Stage,
-    namespaced: bool,
+    call: Call,
     names: &str,
-    query: Option<String>,
-    body: Body,
+    query: Option<&str>,
+    req: &AdmissionRequest,
     start: Instant,
-) -> (&'static str, Response) {
-    let label = route_label(stage, namespaced);
-    let bytes = match body {
-        Ok(bytes) => bytes,
-        Err(rejection) => {
-            tracing::warn!(route = label, error = %rejection.body_text(), "rejected request body");
-            return ("bad_request", rejection.into_response());
-        }
-    };
-    let review = match AdmissionReview::parse(&bytes) {
-        Ok(review) => review,
-        Err(e) => {
-            tracing::warn!(route = label, error = %e, "malformed AdmissionReview");
-            return (
-                "bad_request",
-                (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
-            );
-        }
-    };
-    let req = review.request;
+) -> Answer {
     let snapshot = state.policies.snapshot();
     if !snapshot.is_ready() {
         let msg = "ivory has no policy set loaded yet";
@@ -177,31 +208,34 @@ async fn answer(
         .filter(|n| !n.is_empty())
         .map(str::to_owned)
         .collect();
-    let route = Route { namespaced };
-    let selected = match select_policies(snapshot.policies(), route, &names, req.namespace()) {
+    let selected = match select_policies(snapshot.policies(), call.route, &names, req.namespace()) {
         Ok(selected) => selected,
         Err(unknown) => {
-            tracing::warn!(route = label, uid = %req.uid, error = %unknown, "unknown policy names");
+            tracing::warn!(route = call.label, uid = %req.uid, error = %unknown, "unknown policy names");
             return (
                 "unknown_policy",
-                review_json(&unknown_response(&req, &unknown)),
+                review_json(&unknown_response(req, &unknown)),
             );
         }
     };
-    let budget = Budget::new(
-        start,
-        timeout_from_query(query.as_deref()),
-        policy_timeout(&selected),
-    );
+    let budget = Budget::new(start, timeout_from_query(query), policy_timeout(&selected));
     let ns_object = req.namespace().and_then(|ns| match &state.namespaces {
         Some(source) => source.namespace(ns),
         None => Some(namespace_object(ns)),
     });
-    let decision = run_engine(state, stage, &selected, &req, ns_object.as_ref(), budget).await;
+    let decision = run_engine(
+        state,
+        call.stage,
+        &selected,
+        req,
+        ns_object.as_ref(),
+        budget,
+    )
+    .await;
     if Instant::now() >= budget.deadline || budget_exhausted(&decision) {
-        state.metrics.deadline_expired(label);
+        state.metrics.deadline_expired(call.label);
     }
-    let resp = response_from_decision(&req, &decision);
+    let resp = response_from_decision(req, &decision);
     let outcome = if !resp.allowed {
         "denied"
     } else if resp.patch.is_some() {
@@ -209,8 +243,21 @@ async fn answer(
     } else {
         "allowed"
     };
+    log_admission(call, req, outcome, &decision, start, budget);
+    (outcome, review_json(&resp))
+}
+
+fn log_admission(
+    call: Call,
+    req: &AdmissionRequest,
+    outcome: &str,
+    decision: &Decision,
+    start: Instant,
+    budget: Budget,
+) {
+    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     tracing::info!(
-        route = label,
+        route = call.label,
         uid = %req.uid,
         kind = %req.kind.kind,
         namespace = %req.namespace,
@@ -218,12 +265,12 @@ async fn answer(
         operation = req.operation.as_str(),
         dry_run = req.dry_run.unwrap_or(false),
         outcome,
-        elapsed_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
-        budget_ms = u64::try_from(budget.budget.as_millis()).unwrap_or(u64::MAX),
+        elapsed_ms = millis(start.elapsed()),
+        budget_ms = millis(budget.budget),
+        warnings = decision.warnings.len(),
         denial = decision.message.as_deref().unwrap_or(""),
         "admission"
     );
-    (outcome, review_json(&resp))
 }
 
 /// Runs the engine under a backstop: the engine promises to return by the deadline, and if it

@@ -4,6 +4,7 @@
 //! lives in `cmd/<name>.rs` with its own `Args` and `run`. Adding one takes three lines: the
 //! `mod` below, a `Command` variant and a `match` arm.
 
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -69,6 +70,7 @@ fn init_tracing(format: LogFormat, level: &str) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("invalid --log-level {level:?}: {e}"))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().with_current_span(false).init(),

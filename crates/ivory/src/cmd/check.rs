@@ -1,0 +1,461 @@
+//! Checking one image against policies, shared by `verify` and `audit`.
+//!
+//! The policy verdict comes from the engine's validating stage on a synthetic Pod (namespace
+//! `--namespace`, CREATE) whose only container runs the image, so CEL validations, `required`
+//! and actions behave exactly as in the webhook. The tag is resolved to a digest first and the
+//! Pod names `repo:tag@digest`: what the mutating webhook would have admitted, so `verifyDigest`
+//! holds for tags. The attestor table comes from asking the verifier directly, per attestor
+//! (signature, then each attestation of the policy); those answers share the verifier's cache
+//! with the engine's, so they cost no extra registry requests for the same digest.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use ivory_engine::admission::AdmissionRequest;
+use ivory_engine::decision::{Decision, Status};
+use ivory_engine::verifier::{ImageVerifier, Verification, VerifyRequest};
+use ivory_policy::CompiledPolicy;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::wiring::{self, Stage};
+
+/// Overall verdict for one image (`--output json` spelling: `pass`, `fail`, `error`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    Pass,
+    Fail,
+    Error,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pass => "pass",
+            Self::Fail => "fail",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// One attestor's answer about one image.
+#[derive(Clone, Debug)]
+pub struct AttestorOutcome {
+    pub attestor: String,
+    /// `None`: the image signature; else the attestation name.
+    pub attestation: Option<String>,
+    /// `verified`, `failed`, `error` or `not-checked`.
+    pub result: &'static str,
+    pub reason: String,
+}
+
+/// One policy's result for one image.
+#[derive(Clone, Debug)]
+pub struct PolicyOutcome {
+    pub policy: String,
+    pub namespace: Option<String>,
+    /// `pass`, `fail`, `error` or `skip`.
+    pub result: &'static str,
+    pub message: String,
+    pub attestors: Vec<AttestorOutcome>,
+}
+
+/// The full answer for one image.
+#[derive(Clone, Debug)]
+pub struct ImageReport {
+    pub image: String,
+    pub digest: Option<String>,
+    pub verdict: Verdict,
+    pub policies: Vec<PolicyOutcome>,
+    pub message: String,
+}
+
+impl ImageReport {
+    /// An image that could not be checked at all (registry or listing failure).
+    pub fn error(image: &str, message: String) -> Self {
+        Self {
+            image: image.to_owned(),
+            digest: None,
+            verdict: Verdict::Error,
+            policies: Vec::new(),
+            message,
+        }
+    }
+
+    /// The stable `--output json` form: `{image, digest, verdict, policies, message}`.
+    pub fn to_json(&self) -> Value {
+        let policies: Vec<Value> = self
+            .policies
+            .iter()
+            .map(|p| {
+                let attestors: Vec<Value> = p
+                    .attestors
+                    .iter()
+                    .map(|a| {
+                        json!({
+                            "attestor": a.attestor,
+                            "attestation": a.attestation,
+                            "result": a.result,
+                            "reason": a.reason,
+                        })
+                    })
+                    .collect();
+                json!({
+                    "policy": p.policy,
+                    "namespace": p.namespace,
+                    "result": p.result,
+                    "message": p.message,
+                    "attestors": attestors,
+                })
+            })
+            .collect();
+        json!({
+            "image": self.image,
+            "digest": self.digest,
+            "verdict": self.verdict.as_str(),
+            "policies": policies,
+            "message": self.message,
+        })
+    }
+}
+
+/// Verifies images against loaded policies.
+pub struct Checker {
+    pub verifier: Arc<dyn ImageVerifier>,
+    pub policies: Vec<Arc<CompiledPolicy>>,
+    /// Time budget per image (digest resolution, then verification).
+    pub timeout: Duration,
+    /// Namespace of the synthetic Pod.
+    pub namespace: String,
+}
+
+impl Checker {
+    /// Tag → digest; the error names the image and the registry.
+    pub async fn resolve(&self, image: &str) -> Result<String, String> {
+        let deadline = Instant::now() + self.timeout;
+        self.verifier
+            .resolve_digest(image, None, deadline)
+            .await
+            .map_err(|e| format!("resolving the digest: {e}"))
+    }
+
+    /// Resolves and checks `image`.
+    pub async fn check(&self, image: &str) -> ImageReport {
+        match self.resolve(image).await {
+            Ok(digest) => self.check_digest(image, &digest).await,
+            Err(e) => ImageReport::error(image, e),
+        }
+    }
+
+    /// Checks `image` whose manifest digest is `digest`.
+    pub async fn check_digest(&self, image: &str, digest: &str) -> ImageReport {
+        let pinned = pinned(image, digest);
+        let deadline = Instant::now() + self.timeout;
+        let req = pod_request(&pinned, &self.namespace);
+        let decision = wiring::run_routes(
+            self.verifier.as_ref(),
+            &self.policies,
+            Stage::Validate,
+            &req,
+            deadline,
+        )
+        .await;
+        let mut policies = Vec::new();
+        for result in &decision.results {
+            let attestors = match self.policy(&result.policy, result.namespace.as_deref()) {
+                Some(policy) if result.status != Status::Skip => {
+                    self.attestors(policy, &pinned, deadline).await
+                }
+                _ => Vec::new(),
+            };
+            policies.push(PolicyOutcome {
+                policy: result.policy.clone(),
+                namespace: result.namespace.clone(),
+                result: result.status.as_str(),
+                message: result.message.clone(),
+                attestors,
+            });
+        }
+        let (verdict, message) = verdict(&decision, &policies);
+        ImageReport {
+            image: image.to_owned(),
+            digest: Some(digest.to_owned()),
+            verdict,
+            policies,
+            message,
+        }
+    }
+
+    fn policy(&self, name: &str, namespace: Option<&str>) -> Option<&CompiledPolicy> {
+        self.policies
+            .iter()
+            .map(Arc::as_ref)
+            .find(|p| p.name == name && p.namespace.as_deref() == namespace)
+    }
+
+    async fn attestors(
+        &self,
+        policy: &CompiledPolicy,
+        image: &str,
+        deadline: Instant,
+    ) -> Vec<AttestorOutcome> {
+        let mut out = Vec::new();
+        let questions = std::iter::once(None).chain(policy.attestations.iter().map(Some));
+        let questions: Vec<_> = questions.collect();
+        for compiled in &policy.attestors {
+            for attestation in &questions {
+                let name = compiled.attestor.name.clone();
+                let attestation_name = attestation.map(|a| a.name.clone());
+                if !compiled.fields.is_empty() {
+                    // CEL-sourced fields depend on the request; only the engine evaluates them.
+                    out.push(AttestorOutcome {
+                        attestor: name,
+                        attestation: attestation_name,
+                        result: "not-checked",
+                        reason: "the attestor takes fields from CEL expressions; see the policy result"
+                            .to_owned(),
+                    });
+                    continue;
+                }
+                let request = VerifyRequest {
+                    image: image.to_owned(),
+                    attestor: compiled.attestor.clone(),
+                    attestation: attestation.cloned(),
+                    credentials: policy.spec.credentials.clone(),
+                };
+                let (result, reason) = match self.verifier.verify(&request, deadline).await {
+                    Ok(Verification::Verified { .. }) => ("verified", String::new()),
+                    Ok(Verification::NotVerified { reason, .. }) => ("failed", reason),
+                    Err(e) => ("error", e.to_string()),
+                };
+                out.push(AttestorOutcome {
+                    attestor: name,
+                    attestation: attestation_name,
+                    result,
+                    reason,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// `repo:tag` + digest → `repo:tag@digest` (unchanged when it already has a digest).
+pub fn pinned(image: &str, digest: &str) -> String {
+    if image.contains('@') {
+        image.to_owned()
+    } else {
+        format!("{image}@{digest}")
+    }
+}
+
+fn verdict(decision: &Decision, policies: &[PolicyOutcome]) -> (Verdict, String) {
+    let problems: Vec<String> = policies
+        .iter()
+        .filter(|p| p.result == "fail" || p.result == "error")
+        .map(|p| format!("policy {}: {}", p.policy, p.message))
+        .collect();
+    if policies.iter().any(|p| p.result == "error") {
+        return (Verdict::Error, problems.join("; "));
+    }
+    if !problems.is_empty() {
+        return (Verdict::Fail, problems.join("; "));
+    }
+    if !decision.allowed {
+        let message = decision.message.clone().unwrap_or_default();
+        return (Verdict::Fail, message);
+    }
+    if policies.iter().any(|p| p.result == "pass") {
+        (Verdict::Pass, String::new())
+    } else {
+        (
+            Verdict::Fail,
+            "no policy applies to this image (matchImageReferences / matchConstraints)".to_owned(),
+        )
+    }
+}
+
+/// A Pod CREATE request with one container running `image`.
+pub fn pod_request(image: &str, namespace: &str) -> AdmissionRequest {
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "ivory-verify", "namespace": namespace},
+        "spec": {"containers": [{"name": "image", "image": image}]},
+    });
+    AdmissionRequest {
+        uid: "ivory-verify".to_owned(),
+        kind: ivory_engine::admission::GroupVersionKind {
+            group: String::new(),
+            version: "v1".to_owned(),
+            kind: "Pod".to_owned(),
+        },
+        resource: ivory_engine::admission::GroupVersionResource::new("", "v1", "pods"),
+        name: "ivory-verify".to_owned(),
+        namespace: namespace.to_owned(),
+        operation: ivory_engine::admission::Operation::Create,
+        user_info: ivory_engine::admission::UserInfo {
+            username: "ivory-cli".to_owned(),
+            ..Default::default()
+        },
+        object: Some(pod),
+        ..Default::default()
+    }
+}
+
+/// Flags that build an in-memory policy for ad-hoc checks (no policy file needed).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct QuickPolicy {
+    /// Cosign public key (PEM): images must carry a signature by it.
+    #[arg(long, value_name = "FILE")]
+    pub key: Option<PathBuf>,
+    /// Keyless: the certificate identity (subject) the signature must carry.
+    #[arg(long, value_name = "IDENTITY", requires = "certificate_oidc_issuer")]
+    pub certificate_identity: Option<String>,
+    /// Keyless: the OIDC issuer the signing certificate must name.
+    #[arg(long, value_name = "URL", requires = "certificate_identity")]
+    pub certificate_oidc_issuer: Option<String>,
+    /// Sigstore trusted_root.json for keyless (default: the embedded public-good root).
+    #[arg(long, value_name = "FILE", requires = "certificate_identity")]
+    pub trusted_root: Option<PathBuf>,
+    /// Accept signatures without a transparency-log entry or SCT (cosign's
+    /// --insecure-ignore-tlog / --insecure-ignore-sct), e.g. `cosign sign --tlog-upload=false`.
+    #[arg(long)]
+    pub insecure_ignore_tlog: bool,
+}
+
+/// Name of the policy the quick flags build.
+pub const QUICK_POLICY: &str = "ivory-cli-flags";
+
+impl QuickPolicy {
+    pub fn is_set(&self) -> bool {
+        self.key.is_some() || self.certificate_identity.is_some()
+    }
+
+    /// The policy document the flags describe (JSON), or `None` when no flag is set.
+    pub fn document(&self) -> anyhow::Result<Option<Value>> {
+        if !self.is_set() {
+            return Ok(None);
+        }
+        let ctlog = json!({
+            "insecureIgnoreTlog": self.insecure_ignore_tlog,
+            "insecureIgnoreSCT": self.insecure_ignore_tlog,
+        });
+        let mut attestors = Vec::new();
+        if let Some(path) = &self.key {
+            let pem = std::fs::read_to_string(path)
+                .with_context(|| format!("reading --key {}", path.display()))?;
+            attestors.push(json!({"name": "key", "cosign": {"key": {"data": pem}, "ctlog": ctlog}}));
+        }
+        if let (Some(subject), Some(issuer)) =
+            (&self.certificate_identity, &self.certificate_oidc_issuer)
+        {
+            let mut cosign = json!({
+                "keyless": {"identities": [{"subject": subject, "issuer": issuer}]},
+                "ctlog": ctlog,
+            });
+            if let Some(path) = &self.trusted_root {
+                let root = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading --trusted-root {}", path.display()))?;
+                cosign["trustedRoot"] = json!({"value": root});
+            }
+            attestors.push(json!({"name": "keyless", "cosign": cosign}));
+        }
+        let validations: Vec<Value> = attestors
+            .iter()
+            .filter_map(|a| a["name"].as_str())
+            .map(|name| {
+                json!({
+                    "expression": format!(
+                        "images.containers.map(image, verifyImageSignatures(image, [attestors.{name}])).all(e, e > 0)"
+                    ),
+                    "message": format!("failed the image signature verification with the --{} flags", if name == "key" { "key" } else { "certificate-identity" }),
+                })
+            })
+            .collect();
+        Ok(Some(json!({
+            "apiVersion": "policies.kyverno.io/v1",
+            "kind": "ImageValidatingPolicy",
+            "metadata": {"name": QUICK_POLICY},
+            "spec": {
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["pods"],
+                }]},
+                "matchImageReferences": [{"glob": "*"}],
+                "attestors": attestors,
+                "validations": validations,
+            },
+        })))
+    }
+}
+
+/// `--policy` files plus the quick-flag policy; at least one is required.
+pub fn policies(
+    paths: &[PathBuf],
+    quick: &QuickPolicy,
+) -> anyhow::Result<Vec<Arc<CompiledPolicy>>> {
+    let mut all = if paths.is_empty() {
+        Vec::new()
+    } else {
+        wiring::load_policies(paths)?
+    };
+    if let Some(doc) = quick.document()? {
+        let report = ivory_policy::load_str(&doc.to_string(), "<command-line flags>");
+        all.extend(wiring::finish_load(report, "--key/--certificate-identity")?);
+    }
+    if all.is_empty() {
+        bail!("no policy: give --policy FILE, --key FILE or --certificate-identity/--certificate-oidc-issuer");
+    }
+    Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pinning_keeps_the_tag() {
+        assert_eq!(pinned("r/a:v1", "sha256:ab"), "r/a:v1@sha256:ab");
+        assert_eq!(pinned("r/a@sha256:ab", "sha256:ab"), "r/a@sha256:ab");
+    }
+
+    #[test]
+    fn quick_flags_compile_to_a_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("k.pub");
+        std::fs::write(
+            &key,
+            std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../fixtures/keys/cosign-p256.pub"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        let quick = QuickPolicy {
+            key: Some(key),
+            certificate_identity: Some("me@example.com".into()),
+            certificate_oidc_issuer: Some("https://issuer.example".into()),
+            ..QuickPolicy::default()
+        };
+        let all = policies(&[], &quick).unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].name, QUICK_POLICY);
+        let names: Vec<&str> = all[0]
+            .attestors
+            .iter()
+            .map(|a| a.attestor.name.as_str())
+            .collect();
+        assert_eq!(names, ["key", "keyless"]);
+        assert_eq!(all[0].validations.len(), 2);
+    }
+
+    #[test]
+    fn no_policy_is_a_usage_error() {
+        let err = policies(&[], &QuickPolicy::default()).unwrap_err().to_string();
+        assert!(err.contains("--policy"), "{err}");
+    }
+}

@@ -1,0 +1,263 @@
+//! Output formats of the one-shot commands.
+//!
+//! `--output json` is a stable interface: fields are only ever added. `verify` and `audit`
+//! print `{"summary": {images, pass, fail, error, …}, "images": [ImageReport…]}` where each
+//! image is `{"image", "digest", "verdict": "pass"|"fail"|"error", "policies": [{"policy",
+//! "namespace", "result": "pass"|"fail"|"error"|"skip", "message", "attestors": [{"attestor",
+//! "attestation", "result": "verified"|"failed"|"error"|"not-checked", "reason"}]}], "message"}`.
+//! `yaml` is the same document as YAML.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use super::check::{ImageReport, Verdict};
+
+/// `--output` of `verify` and `apply`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Yaml,
+}
+
+/// `--output` of `audit` (adds SARIF).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuditFormat {
+    Table,
+    Json,
+    Yaml,
+    Sarif,
+}
+
+/// Counts by verdict.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub pass: usize,
+    pub fail: usize,
+    pub error: usize,
+}
+
+impl Counts {
+    pub fn of(reports: &[ImageReport]) -> Self {
+        let mut c = Self::default();
+        for r in reports {
+            match r.verdict {
+                Verdict::Pass => c.pass += 1,
+                Verdict::Fail => c.fail += 1,
+                Verdict::Error => c.error += 1,
+            }
+        }
+        c
+    }
+
+    pub fn total(&self) -> usize {
+        self.pass + self.fail + self.error
+    }
+}
+
+/// JSON or YAML text of `doc`.
+pub fn render(doc: &Value, yaml: bool) -> anyhow::Result<String> {
+    if yaml {
+        Ok(serde_yaml::to_string(doc)?)
+    } else {
+        Ok(format!("{}\n", serde_json::to_string_pretty(doc)?))
+    }
+}
+
+/// The image table: one row per image, then one indented row per policy and attestor.
+pub fn image_table(reports: &[ImageReport]) -> String {
+    let mut out = String::new();
+    for r in reports {
+        out.push_str(&format!(
+            "{:<5}  {}  {}\n",
+            r.verdict.as_str().to_uppercase(),
+            r.image,
+            r.digest.as_deref().unwrap_or("-"),
+        ));
+        if r.policies.is_empty() && !r.message.is_empty() {
+            out.push_str(&format!("       {}\n", r.message));
+        }
+        for p in &r.policies {
+            let detail = if p.message.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", p.message)
+            };
+            out.push_str(&format!("       policy {} {}{detail}\n", p.policy, p.result));
+            for a in &p.attestors {
+                let what = match &a.attestation {
+                    Some(att) => format!("attestation {att}"),
+                    None => "signature".to_owned(),
+                };
+                let reason = if a.reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", a.reason)
+                };
+                out.push_str(&format!(
+                    "         attestor {} ({what}) {}{reason}\n",
+                    a.attestor, a.result
+                ));
+            }
+        }
+        if !r.policies.is_empty()
+            && r.verdict != Verdict::Pass
+            && r.policies.iter().all(|p| p.message.is_empty())
+        {
+            out.push_str(&format!("       {}\n", r.message));
+        }
+    }
+    out
+}
+
+/// A SARIF 2.1.0 log with one result per failed or errored (image, policy).
+pub fn sarif(reports: &[ImageReport]) -> Value {
+    let mut rules = BTreeSet::new();
+    let mut results = Vec::new();
+    for r in reports.iter().filter(|r| r.verdict != Verdict::Pass) {
+        let location = json!([{
+            "logicalLocations": [{"name": r.image, "fullyQualifiedName": r.image, "kind": "resource"}]
+        }]);
+        // A failed policy and an unverifiable image both block deployment.
+        let level = "error";
+        let failing: Vec<_> = r
+            .policies
+            .iter()
+            .filter(|p| p.result == "fail" || p.result == "error")
+            .collect();
+        if failing.is_empty() {
+            rules.insert("ivory".to_owned());
+            results.push(json!({
+                "ruleId": "ivory",
+                "level": level,
+                "message": {"text": format!("{}: {}", r.image, r.message)},
+                "locations": location,
+                "properties": {"digest": r.digest, "verdict": r.verdict.as_str()},
+            }));
+        }
+        for p in failing {
+            rules.insert(p.policy.clone());
+            results.push(json!({
+                "ruleId": p.policy,
+                "level": level,
+                "message": {"text": format!("{}: policy {} {}: {}", r.image, p.policy, p.result, p.message)},
+                "locations": location,
+                "properties": {"digest": r.digest, "verdict": r.verdict.as_str()},
+            }));
+        }
+    }
+    let rules: Vec<Value> = rules
+        .into_iter()
+        .map(|id| json!({"id": id, "shortDescription": {"text": format!("ImageValidatingPolicy {id}")}}))
+        .collect();
+    json!({
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "ivory",
+                "version": env!("CARGO_PKG_VERSION"),
+                "informationUri": "https://kyverno.io/docs/policy-types/image-validating-policy/",
+                "rules": rules,
+            }},
+            "results": results,
+        }],
+    })
+}
+
+/// A `wgpolicyk8s.io/v1alpha2` ClusterPolicyReport: one result per (image, policy), the image
+/// and digest in `properties` (registry images are not Kubernetes resources).
+pub fn cluster_policy_report(reports: &[ImageReport], name: &str, now: (u64, u32)) -> Value {
+    let mut summary = json!({"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0});
+    let mut results = Vec::new();
+    let mut add = |policy: &str, result: &str, message: &str, r: &ImageReport| {
+        if let Some(n) = summary.get_mut(result).and_then(Value::as_u64) {
+            summary[result] = json!(n + 1);
+        }
+        results.push(json!({
+            "source": "ivory",
+            "policy": policy,
+            "result": result,
+            "message": message,
+            "scored": true,
+            "timestamp": {"seconds": now.0, "nanos": now.1},
+            "properties": {
+                "image": r.image,
+                "digest": r.digest.clone().unwrap_or_default(),
+            },
+        }));
+    };
+    for r in reports {
+        if r.policies.is_empty() {
+            add("ivory", r.verdict.as_str(), &r.message, r);
+        }
+        for p in &r.policies {
+            add(&p.policy, p.result, &p.message, r);
+        }
+    }
+    json!({
+        "apiVersion": "wgpolicyk8s.io/v1alpha2",
+        "kind": "ClusterPolicyReport",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "ivory"}},
+        "scope": null,
+        "summary": summary,
+        "results": results,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::check::PolicyOutcome;
+
+    fn report(image: &str, verdict: Verdict, result: &'static str) -> ImageReport {
+        ImageReport {
+            image: image.into(),
+            digest: Some("sha256:aa".into()),
+            verdict,
+            policies: vec![PolicyOutcome {
+                policy: "signed".into(),
+                namespace: None,
+                result,
+                message: if result == "pass" { "" } else { "bad" }.into(),
+                attestors: Vec::new(),
+            }],
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn sarif_lists_failures_only() {
+        let reports = [
+            report("r/a:1", Verdict::Pass, "pass"),
+            report("r/b:1", Verdict::Fail, "fail"),
+        ];
+        let doc = sarif(&reports);
+        assert_eq!(doc["version"], "2.1.0");
+        let results = doc["runs"][0]["results"].as_array().unwrap();
+        assert_eq!(results.len(), 1);
+        assert_eq!(results[0]["ruleId"], "signed");
+        assert_eq!(
+            results[0]["locations"][0]["logicalLocations"][0]["name"],
+            "r/b:1"
+        );
+        assert_eq!(doc["runs"][0]["tool"]["driver"]["rules"][0]["id"], "signed");
+    }
+
+    #[test]
+    fn policy_report_counts_results() {
+        let reports = [
+            report("r/a:1", Verdict::Pass, "pass"),
+            report("r/b:1", Verdict::Fail, "fail"),
+            ImageReport::error("r/c:1", "registry down".into()),
+        ];
+        let doc = cluster_policy_report(&reports, "ivory-audit", (1, 2));
+        assert_eq!(
+            doc["summary"],
+            json!({"pass": 1, "fail": 1, "warn": 0, "error": 1, "skip": 0})
+        );
+        assert_eq!(doc["results"][2]["properties"]["image"], "r/c:1");
+        assert_eq!(doc["results"][2]["message"], "registry down");
+    }
+}

@@ -1,0 +1,105 @@
+//! `ivory verify IMAGE…`: checks images against policies (or ad-hoc flags) and reports, per
+//! image, the resolved digest, the policy results and which attestors verified or failed and
+//! why. Exit 0 when every image passes, 1 when any does not, 2 on usage, configuration or
+//! registry errors.
+//!
+//! Tags are resolved to digests first and verified by digest (see `check.rs`), so policies with
+//! `verifyDigest` accept tags here as the webhook does after its mutating stage pinned them.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::check::{self, Checker, ImageReport, QuickPolicy};
+use super::output::{self, Counts, Format};
+use super::wiring::{RegistryOpts, duration};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Images to verify (tags or digests).
+    #[arg(value_name = "IMAGE", required = true)]
+    images: Vec<String>,
+    /// Policy file or folder (repeatable).
+    #[arg(long = "policy", value_name = "FILE")]
+    policies: Vec<PathBuf>,
+    #[command(flatten)]
+    quick: QuickPolicy,
+    /// Output format. `json` is stable: {"summary": {images, pass, fail, error},
+    /// "images": [{image, digest, verdict, policies, message}]}.
+    #[arg(long, short, value_enum, default_value_t = Format::Table)]
+    output: Format,
+    /// Namespace of the synthetic Pod the policies are evaluated on.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    /// Time budget per image (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
+    timeout: Duration,
+    #[command(flatten)]
+    registry: RegistryOpts,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let policies = check::policies(&args.policies, &args.quick)?;
+    let checker = Checker {
+        verifier: Arc::new(args.registry.verifier()?),
+        policies,
+        timeout: args.timeout,
+        namespace: args.namespace.clone(),
+    };
+    let mut reports = Vec::with_capacity(args.images.len());
+    for image in &args.images {
+        reports.push(checker.check(image).await);
+    }
+    print(&reports, args.output)?;
+    Ok(exit_code(&reports))
+}
+
+fn print(reports: &[ImageReport], format: Format) -> anyhow::Result<()> {
+    let counts = Counts::of(reports);
+    let text = match format {
+        Format::Table => {
+            let mut text = output::image_table(reports);
+            text.push_str(&summary_line(&counts));
+            text
+        }
+        Format::Json | Format::Yaml => {
+            let doc = json!({
+                "summary": {
+                    "images": counts.total(),
+                    "pass": counts.pass,
+                    "fail": counts.fail,
+                    "error": counts.error,
+                },
+                "images": reports.iter().map(ImageReport::to_json).collect::<Vec<_>>(),
+            });
+            output::render(&doc, format == Format::Yaml)?
+        }
+    };
+    print!("{text}");
+    Ok(())
+}
+
+fn summary_line(c: &Counts) -> String {
+    format!(
+        "{} images: {} pass, {} fail, {} error\n",
+        c.total(),
+        c.pass,
+        c.fail,
+        c.error
+    )
+}
+
+/// 2 when anything could not be checked, else 1 when anything failed, else 0.
+pub fn exit_code(reports: &[ImageReport]) -> ExitCode {
+    let c = Counts::of(reports);
+    if c.error > 0 {
+        ExitCode::from(2)
+    } else if c.fail > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,259 @@
+//! What the one-shot commands (`verify`, `apply`, `audit`) share: registry flags, the
+//! verifier, policy loading, and running the engine per webhook route exactly as `ivory serve`
+//! does (cluster route with every ImageValidatingPolicy, namespaced route with the request
+//! namespace's NamespacedImageValidatingPolicies).
+//!
+//! `ivory serve` still builds its registry configuration itself (`cmd/serve.rs`); the two
+//! should converge on [`RegistryOpts`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use ivory_engine::admission::AdmissionRequest;
+use ivory_engine::decision::Decision;
+use ivory_engine::matching::{Route, select_policies};
+use ivory_engine::verifier::ImageVerifier;
+use ivory_engine::{mutate, validate};
+use ivory_policy::CompiledPolicy;
+use ivory_policy::types::PolicyKind;
+use ivory_registry::{Config as RegistryConfig, DEFAULT_PER_REGISTRY_CONCURRENCY, Registry};
+use ivory_server::budget::parse_go_duration;
+use ivory_verify::{CosignVerifier, VerifierConfig};
+use serde_json::Value;
+use tokio::time::Instant;
+
+/// Registry access flags.
+#[derive(clap::Args, Clone, Debug)]
+pub struct RegistryOpts {
+    /// Extra CA certificates (PEM) trusted for registries.
+    #[arg(long, value_name = "FILE")]
+    pub registry_ca: Option<PathBuf>,
+    /// Docker config.json whose `auths` are used for registries.
+    #[arg(long, value_name = "FILE")]
+    pub docker_config: Option<PathBuf>,
+    /// Most requests in flight to any one registry host at a time.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PER_REGISTRY_CONCURRENCY,
+          value_parser = clap::value_parser!(u32).range(1..).map(|n| n as usize))]
+    pub registry_concurrency: usize,
+}
+
+impl RegistryOpts {
+    pub fn config(&self) -> anyhow::Result<RegistryConfig> {
+        let ca_bundle_pem = match &self.registry_ca {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .with_context(|| format!("reading --registry-ca {}", path.display()))?,
+            ),
+            None => None,
+        };
+        if let Some(path) = &self.docker_config {
+            std::fs::metadata(path)
+                .with_context(|| format!("reading --docker-config {}", path.display()))?;
+        }
+        Ok(RegistryConfig {
+            ca_bundle_pem,
+            docker_config: self.docker_config.clone(),
+            per_registry_concurrency: self.registry_concurrency,
+            ..RegistryConfig::default()
+        })
+    }
+
+    /// The cosign verifier over a registry client built from these flags.
+    pub fn verifier(&self) -> anyhow::Result<CosignVerifier> {
+        let registry = Registry::new(self.config()?).context("creating registry client")?;
+        Ok(CosignVerifier::new(
+            registry,
+            VerifierConfig::default(),
+            CosignVerifier::anonymous_credentials(),
+        ))
+    }
+}
+
+/// clap parser for Go durations (`30s`, `1m30s`).
+pub fn duration(text: &str) -> Result<Duration, String> {
+    parse_go_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 30s or 1m30s"))
+}
+
+/// Loads every policy file or folder; any load error fails with the file it came from.
+pub fn load_policies(paths: &[PathBuf]) -> anyhow::Result<Vec<Arc<CompiledPolicy>>> {
+    let mut report = ivory_policy::LoadReport::default();
+    for path in paths {
+        if !path.exists() {
+            bail!("--policy {}: no such file or directory", path.display());
+        }
+        report.merge(ivory_policy::load_path(path));
+    }
+    finish_load(report, "--policy")
+}
+
+/// Turns a load report into policies, or an error listing every problem.
+pub fn finish_load(
+    report: ivory_policy::LoadReport,
+    what: &str,
+) -> anyhow::Result<Vec<Arc<CompiledPolicy>>> {
+    for note in &report.skipped {
+        tracing::info!("{note}");
+    }
+    if !report.errors.is_empty() {
+        let errors: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
+        bail!("invalid policies ({what}):\n  {}", errors.join("\n  "));
+    }
+    if report.policies.is_empty() {
+        bail!("{what}: no ImageValidatingPolicy found");
+    }
+    Ok(report.policies.into_iter().map(Arc::new).collect())
+}
+
+/// Which admission stage to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    Mutate,
+    Validate,
+}
+
+/// Runs `stage` for `req` on each route that has policies for it, as the API server would call
+/// ivory's webhooks, and merges the answers (every route must allow).
+pub async fn run_routes(
+    verifier: &dyn ImageVerifier,
+    policies: &[Arc<CompiledPolicy>],
+    stage: Stage,
+    req: &AdmissionRequest,
+    deadline: Instant,
+) -> Decision {
+    let ns_object = req.namespace().map(ivory_server::namespace_object);
+    let mut merged = Decision {
+        allowed: true,
+        ..Decision::default()
+    };
+    for namespaced in [false, true] {
+        let selected = route_policies(policies, namespaced, req.namespace());
+        if selected.is_empty() {
+            continue;
+        }
+        let d = match stage {
+            Stage::Mutate => {
+                mutate::mutate(verifier, &selected, req, ns_object.as_ref(), deadline).await
+            }
+            Stage::Validate => {
+                validate::validate(verifier, &selected, req, ns_object.as_ref(), deadline).await
+            }
+        };
+        merge(&mut merged, d);
+    }
+    merged
+}
+
+/// The policies (with autogen variants) the webhook of one route would evaluate.
+fn route_policies<'a>(
+    policies: &'a [Arc<CompiledPolicy>],
+    namespaced: bool,
+    namespace: Option<&str>,
+) -> Vec<&'a CompiledPolicy> {
+    let kind = if namespaced {
+        PolicyKind::NamespacedImageValidatingPolicy
+    } else {
+        PolicyKind::ImageValidatingPolicy
+    };
+    let names: Vec<String> = policies
+        .iter()
+        .filter(|p| p.kind == kind && (!namespaced || p.namespace.as_deref() == namespace))
+        .map(|p| p.name.clone())
+        .collect();
+    // Every name comes from the loaded set, so none can be unknown.
+    select_policies(policies, Route { namespaced }, &names, namespace).unwrap_or_default()
+}
+
+fn merge(into: &mut Decision, d: Decision) {
+    into.allowed &= d.allowed;
+    if let Some(message) = d.message {
+        into.message = Some(match into.message.take() {
+            Some(prev) => format!("{prev}; {message}"),
+            None => message,
+        });
+    }
+    into.warnings.extend(d.warnings);
+    into.audit_annotations.extend(d.audit_annotations);
+    into.patch.extend(d.patch);
+    into.results.extend(d.results);
+}
+
+/// Applies the mutating stage's `replace` operations to `object`.
+pub fn apply_patch(object: &mut Value, decision: &Decision) -> anyhow::Result<()> {
+    for op in &decision.patch {
+        let slot = object
+            .pointer_mut(&op.path)
+            .with_context(|| format!("patch path {} is not in the resource", op.path))?;
+        *slot = Value::String(op.value.clone());
+    }
+    Ok(())
+}
+
+/// Reads a file, or stdin for `-`.
+pub fn read_input(path: &std::path::Path, flag: &str) -> anyhow::Result<String> {
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .with_context(|| format!("reading {flag} from stdin"))?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).with_context(|| format!("reading {flag} {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ivory_engine::decision::PatchOp;
+    use serde_json::json;
+
+    #[test]
+    fn patches_replace_images() {
+        let mut pod = json!({"spec": {"containers": [{"image": "a:1"}]}});
+        let d = Decision {
+            patch: vec![PatchOp {
+                path: "/spec/containers/0/image".into(),
+                value: "a:1@sha256:00".into(),
+            }],
+            ..Decision::default()
+        };
+        apply_patch(&mut pod, &d).unwrap();
+        assert_eq!(pod["spec"]["containers"][0]["image"], "a:1@sha256:00");
+        let bad = Decision {
+            patch: vec![PatchOp {
+                path: "/spec/initContainers/0/image".into(),
+                value: "x".into(),
+            }],
+            ..Decision::default()
+        };
+        let err = apply_patch(&mut pod, &bad).unwrap_err().to_string();
+        assert!(err.contains("/spec/initContainers/0/image"), "{err}");
+    }
+
+    #[test]
+    fn merged_decisions_need_every_route_to_allow() {
+        let mut m = Decision {
+            allowed: true,
+            ..Decision::default()
+        };
+        merge(
+            &mut m,
+            Decision {
+                allowed: false,
+                message: Some("Policy a failed: x".into()),
+                ..Decision::default()
+            },
+        );
+        merge(
+            &mut m,
+            Decision {
+                allowed: true,
+                warnings: vec!["w".into()],
+                ..Decision::default()
+            },
+        );
+        assert!(!m.allowed);
+        assert_eq!(m.message.as_deref(), Some("Policy a failed: x"));
+        assert_eq!(m.warnings, vec!["w".to_owned()]);
+    }
+}
