@@ -9,7 +9,7 @@
 # published k8s.io/* v0.X.Y release (the list is read from kubernetes' own go.mod).
 set -euo pipefail
 
-# shellcheck source=versions.sh
+# shellcheck source=scripts/e2e/versions.sh
 source "$(dirname "$0")/versions.sh"
 
 CACHE="${IVORY_E2E_CACHE:-$HOME/.cache/ivory-e2e}"

@@ -10,12 +10,13 @@
 #   cluster.sh env DIR     print KUBECONFIG=... and IVORY_E2E_* lines for a started cluster
 #
 # With IVORY_E2E_OWNER_PID set, a watchdog stops the cluster and removes DIR once that process is
-# gone, so a test process that exits without cleaning up leaves nothing running.
+# gone (DIR is kept when IVORY_E2E_KEEP is non-empty), so a test process that exits without
+# cleaning up leaves nothing running.
 # Binaries come from scripts/e2e/build.sh's cache (IVORY_E2E_CACHE, default ~/.cache/ivory-e2e).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
-# shellcheck source=versions.sh
+# shellcheck source=scripts/e2e/versions.sh
 source "$HERE/versions.sh"
 CACHE="${IVORY_E2E_CACHE:-$HOME/.cache/ivory-e2e}"
 ETCD="$CACHE/bin/etcd-$ETCD_VERSION"
@@ -67,7 +68,7 @@ gen_certs() {
 }
 
 write_kubeconfig() {
-  local pki="$DIR/pki" b64
+  local pki="$DIR/pki"
   b64() { base64 -w0 <"$1"; }
   cat >"$DIR/kubeconfig" <<KCFG
 apiVersion: v1
@@ -113,8 +114,11 @@ start_apiserver() {
   local pki="$DIR/pki"
   APISERVER_PORT="$(free_port)"
   # The service range is only an allocation range for Service objects: no traffic goes there.
+  # No endpoint reconciler: it refuses a loopback advertise address, and nothing here needs the
+  # `kubernetes` Service endpoints.
   spawn kube-apiserver "$APISERVER" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+    --endpoint-reconciler-type none \
     --etcd-servers "$ETCD_URL" \
     --cert-dir "$DIR/apiserver-certs" \
     --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
@@ -178,17 +182,18 @@ print_env() {
 
 start_watchdog() {
   local owner="$1" self="$HERE/cluster.sh"
+  # shellcheck disable=SC2016  # expanded by the watchdog's own shell
   setsid bash -c '
     while kill -0 "$1" 2>/dev/null; do sleep 1; done
     IVORY_E2E_FROM_WATCHDOG=1 "$2" stop "$3"
-    rm -rf "$3"
+    [ -n "${IVORY_E2E_KEEP:-}" ] || rm -rf "$3"
   ' watchdog "$owner" "$self" "$DIR" </dev/null >/dev/null 2>&1 &
   echo $! >"$DIR/watchdog.pid"
 }
 
 cmd="${1:-}"
 DIR="${2:-}"
-[ -n "$cmd" ] && [ -n "$DIR" ] || die "usage: cluster.sh start|stop|env DIR"
+if [ -z "$cmd" ] || [ -z "$DIR" ]; then die "usage: cluster.sh start|stop|env DIR"; fi
 
 case "$cmd" in
   start)

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sourced: the variables are used by the sourcing script
 # Pinned versions of the end-to-end test cluster (sourced by build.sh and cluster.sh).
 # kube-rs 5 / k8s-openapi 0.29 support Kubernetes 1.33-1.37; crates/ivory-e2e enables k8s-openapi's
 # v1_37 feature to match. STAGING_VERSION is the k8s.io/* release published with KUBE_VERSION.

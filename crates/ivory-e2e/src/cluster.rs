@@ -8,9 +8,13 @@ use tokio::sync::OnceCell;
 
 use crate::{Error, Result};
 
-/// When set, [`Cluster::start`] uses the cluster of this kubeconfig instead of starting one
+/// When set, [`Cluster::shared`] uses the cluster of this kubeconfig instead of starting one
 /// (e.g. one started by hand with `scripts/e2e/cluster.sh start DIR`, to rerun tests quickly).
 pub const KUBECONFIG_ENV: &str = "IVORY_E2E_KUBECONFIG";
+
+/// When set (non-empty), a started cluster's folder (certificates, etcd data, logs) is kept after
+/// it stops, for looking into a failure; its path is printed.
+pub const KEEP_ENV: &str = "IVORY_E2E_KEEP";
 
 /// A kube-apiserver (with its etcd) on 127.0.0.1.
 ///
@@ -24,21 +28,17 @@ pub struct Cluster {
 
 #[derive(Debug)]
 struct Owned {
-    dir: TempDir,
+    path: PathBuf,
+    /// Removes the folder on drop; `None` once kept.
+    dir: Option<TempDir>,
     script: PathBuf,
 }
 
 static SHARED: OnceCell<Cluster> = OnceCell::const_new();
 
 impl Cluster {
-    /// Starts a new cluster (about 10-30 s), or attaches to the one named by [`KUBECONFIG_ENV`].
+    /// Starts a new cluster (a few seconds once the binaries are built).
     pub async fn start() -> Result<Self> {
-        if let Some(path) = std::env::var_os(KUBECONFIG_ENV) {
-            return Ok(Self {
-                kubeconfig: PathBuf::from(path),
-                owned: None,
-            });
-        }
         let script = cluster_script();
         let dir = tempfile::Builder::new()
             .prefix("ivory-e2e-")
@@ -59,6 +59,12 @@ impl Cluster {
         if !output.status.success() {
             let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
             text.push_str(&String::from_utf8_lossy(&output.stderr));
+            if keep_dir() {
+                text.push_str(&format!(
+                    "\n(cluster folder kept: {})",
+                    dir.keep().display()
+                ));
+            }
             return Err(Error::Start {
                 script,
                 status: output.status,
@@ -67,14 +73,29 @@ impl Cluster {
         }
         Ok(Self {
             kubeconfig: dir.path().join("kubeconfig"),
-            owned: Some(Owned { dir, script }),
+            owned: Some(Owned {
+                path: dir.path().to_owned(),
+                dir: Some(dir),
+                script,
+            }),
         })
     }
 
-    /// One cluster for the whole test process, started by the first caller. Tests sharing it
-    /// keep apart by working in their own namespaces ([`crate::create_namespace`]).
+    /// One cluster for the whole test process, started by the first caller, or the one named
+    /// by [`KUBECONFIG_ENV`]. Tests sharing it keep apart by working in their own namespaces
+    /// ([`crate::create_namespace`]).
     pub async fn shared() -> Result<&'static Self> {
-        SHARED.get_or_try_init(Self::start).await
+        SHARED
+            .get_or_try_init(|| async {
+                match std::env::var_os(KUBECONFIG_ENV) {
+                    Some(path) => Ok(Self {
+                        kubeconfig: PathBuf::from(path),
+                        owned: None,
+                    }),
+                    None => Self::start().await,
+                }
+            })
+            .await
     }
 
     /// A client with cluster-admin rights (system:masters).
@@ -104,7 +125,7 @@ impl Cluster {
 
     /// The folder holding this cluster's certificates and logs, for a cluster this process started.
     pub fn dir(&self) -> Option<&Path> {
-        self.owned.as_ref().map(|owned| owned.dir.path())
+        self.owned.as_ref().map(|owned| owned.path.as_path())
     }
 
     /// The last `lines` lines of the API server's log (for failure messages), if this process
@@ -118,19 +139,31 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        if let Some(owned) = &self.owned {
+        if let Some(owned) = &mut self.owned {
             // Blocking is fine here: stopping takes well under a second unless a process hangs,
             // and the script bounds that wait.
             let _ = std::process::Command::new("bash")
                 .arg(&owned.script)
                 .arg("stop")
-                .arg(owned.dir.path())
+                .arg(&owned.path)
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
                 .status();
+            if keep_dir()
+                && let Some(dir) = owned.dir.take()
+            {
+                eprintln!(
+                    "ivory-e2e: kept the cluster folder {}",
+                    dir.keep().display()
+                );
+            }
         }
     }
+}
+
+fn keep_dir() -> bool {
+    std::env::var_os(KEEP_ENV).is_some_and(|value| !value.is_empty())
 }
 
 fn cluster_script() -> PathBuf {

@@ -9,7 +9,7 @@ mod cluster;
 mod metrics;
 mod support;
 
-pub use cluster::{Cluster, KUBECONFIG_ENV};
+pub use cluster::{Cluster, KEEP_ENV, KUBECONFIG_ENV};
 pub use metrics::metric_value;
 pub use support::{create_namespace, eventually, unique_name, unused_local_port};
 

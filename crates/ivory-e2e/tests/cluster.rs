@@ -186,3 +186,29 @@ async fn unreachable_webhook_rejects_with_fail_and_is_skipped_with_ignore() -> R
     configs.delete(&config, &DeleteParams::default()).await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn an_owned_cluster_runs_the_pinned_version_and_stops_on_drop() -> Result<()> {
+    let cluster = Cluster::start().await?;
+    let version = cluster.client().await?.apiserver_version().await?;
+    assert_eq!(version.git_version, "v1.37.2");
+
+    let dir = cluster
+        .dir()
+        .context("a started cluster has a folder")?
+        .to_owned();
+    let port: u16 = std::fs::read_to_string(dir.join("apiserver.port"))?
+        .trim()
+        .parse()?;
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+
+    drop(cluster);
+    // IVORY_E2E_KEEP asks to keep the folder for a look after the run.
+    let keep = std::env::var_os(ivory_e2e::KEEP_ENV).is_some_and(|v| !v.is_empty());
+    assert_eq!(dir.exists(), keep, "{} exists after drop", dir.display());
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "kube-apiserver still listens on {port}"
+    );
+    Ok(())
+}

@@ -19,9 +19,11 @@ use crate::manifest::{self, ACCEPTED_MEDIA_TYPES, Manifest};
 use crate::stats::{RegistryStats, StatsTable};
 
 use limit::LimitedWriter;
-use transport::{ClientKey, client_config};
+use referrers::{ReferrersApi, raw_client};
+use transport::ClientKey;
 
 mod limit;
+mod referrers;
 #[cfg(test)]
 mod tests;
 mod transport;
@@ -62,13 +64,19 @@ struct Inner {
     config: Config,
     user_agent: &'static str,
     global: Credentials,
-    roots: Vec<Vec<u8>>,
-    clients: moka::sync::Cache<ClientKey, Client>,
+    roots: Arc<Vec<Vec<u8>>>,
+    clients: moka::future::Cache<ClientKey, Client>,
+    /// Plain reqwest clients (verifying TLS, accepting any certificate) for the one request
+    /// oci-client cannot make observably: the referrers API probe.
+    raw_secure: reqwest::Client,
+    raw_insecure: tokio::sync::OnceCell<reqwest::Client>,
     gates: Mutex<HashMap<String, Arc<Semaphore>>>,
     plain_http: Mutex<HashSet<String>>,
     /// Hosts whose `/v2/` answered without a Bearer challenge (true) or with one (false).
     /// Forgotten on 401 so a host that starts challenging is probed again.
-    no_bearer_hosts: Mutex<HashMap<String, bool>>,
+    probes: moka::future::Cache<String, bool>,
+    /// Per host: does `/v2/<repo>/referrers/<digest>` exist (learnt, with a TTL)?
+    referrers_api: ReferrersApi,
     stats: StatsTable,
 }
 
@@ -116,25 +124,28 @@ impl Registry {
         }
         // oci-client wants a 'static user agent; one small leak per Registry.
         let user_agent: &'static str = Box::leak(config.user_agent.clone().into_boxed_str());
-        // Building one client now surfaces a bad CA bundle at startup, not on first use.
-        Client::try_from(client_config(&roots, false, false, &config, user_agent)).map_err(
-            |e| Error::Config {
-                detail: format!("registry CA bundle rejected: {e}"),
-            },
-        )?;
+        // Building the probe client now surfaces a bad CA bundle at startup, not on first use.
+        let raw_secure = raw_client(&roots, false, &config, user_agent).map_err(|e| Error::Config {
+            detail: format!("registry CA bundle rejected: {e}"),
+        })?;
         Ok(Self {
             inner: Arc::new(Inner {
+                referrers_api: ReferrersApi::new(config.referrers_api_ttl),
                 config,
                 user_agent,
                 global,
-                roots,
-                clients: moka::sync::Cache::builder()
+                roots: Arc::new(roots),
+                clients: moka::future::Cache::builder()
                     .max_capacity(MAX_CLIENTS)
                     .time_to_idle(CLIENT_IDLE)
                     .build(),
+                raw_secure,
+                raw_insecure: tokio::sync::OnceCell::new(),
                 gates: Mutex::default(),
                 plain_http: Mutex::default(),
-                no_bearer_hosts: Mutex::default(),
+                probes: moka::future::Cache::builder()
+                    .max_capacity(MAX_CLIENTS)
+                    .build(),
                 stats: StatsTable::default(),
             }),
         })
@@ -284,11 +295,10 @@ impl Registry {
         Ok(data)
     }
 
-    /// OCI 1.1 referrers of `image_at_digest` as an OCI index, with oci-client's fallback
-    /// to the `sha256-<hex>` tag schema when the API answers 404.
-    ///
-    /// Caveat (oci-client 0.18): in the fallback, a 4xx with an error envelope on the tag
-    /// (403, 429 with body) reads as "no referrers" (empty index).
+    /// OCI 1.1 referrers of `image_at_digest` as an OCI index. A host whose referrers API
+    /// answered 404 (Distribution 2.8, for example) is remembered for
+    /// [`Config::referrers_api_ttl`] and asked for the `sha256-<hex>` fallback tag directly;
+    /// a missing fallback tag means no referrers.
     pub async fn referrers(
         &self,
         image_at_digest: &str,
@@ -297,12 +307,21 @@ impl Registry {
         deadline: Instant,
     ) -> Result<serde_json::Value> {
         let t = self.target(image_at_digest, creds)?;
-        if t.reference.digest().is_none() {
+        let Some(digest) = t.reference.digest().map(str::to_owned) else {
             return Err(Error::InvalidReference {
                 image: t.image.clone(),
                 registry: t.host.clone(),
                 detail: "referrers need a digest reference".into(),
             });
+        };
+        let api = match self.inner.referrers_api.get(&t.host) {
+            Some(known) => Some(known),
+            None => self.probe_referrers_api(&t, &digest, creds, deadline).await?,
+        };
+        if api == Some(false) {
+            return self
+                .referrers_by_tag(&t, &digest, artifact_type, creds, deadline)
+                .await;
         }
         let t = &t;
         let index = self

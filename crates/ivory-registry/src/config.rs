@@ -15,6 +15,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 pub const DEFAULT_PAGE_SIZE: usize = 1000;
 /// Upper bound on listing pages, so a registry that ignores `last` cannot loop us.
 pub const DEFAULT_MAX_PAGES: usize = 1000;
+/// How long a host's answer about the OCI referrers API (present or absent) is trusted.
+pub const DEFAULT_REFERRERS_API_TTL: Duration = Duration::from_secs(15 * 60);
 /// User agent sent to registries.
 pub const DEFAULT_USER_AGENT: &str = concat!("ivory/", env!("CARGO_PKG_VERSION"));
 
@@ -39,6 +41,9 @@ pub struct Config {
     pub page_size: usize,
     /// Page count limit for `list_tags` and `catalog`.
     pub max_pages: usize,
+    /// How long a learnt "this host has (no) referrers API" is reused before probing again,
+    /// so an upgraded registry is rediscovered.
+    pub referrers_api_ttl: Duration,
 }
 
 impl Default for Config {
@@ -53,6 +58,7 @@ impl Default for Config {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             page_size: DEFAULT_PAGE_SIZE,
             max_pages: DEFAULT_MAX_PAGES,
+            referrers_api_ttl: DEFAULT_REFERRERS_API_TTL,
         }
     }
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use oci_client::errors::{DigestError, OciDistributionError, OciErrorCode};
 
+use crate::stats::StatusClass;
+
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -120,6 +122,26 @@ impl Error {
                 | Error::Server { .. }
                 | Error::Transport { .. }
         )
+    }
+
+    /// How the registry answered the call that failed, for per-status counters.
+    pub(crate) fn status_class(&self) -> StatusClass {
+        match self {
+            Error::NotFound { .. } | Error::Unauthorized { .. } => StatusClass::Client,
+            Error::Rejected { status, .. } => status.map_or(StatusClass::Client, StatusClass::of_code),
+            Error::Throttled { status, .. } | Error::Server { status, .. } => {
+                StatusClass::of_code(*status)
+            }
+            // The registry answered 2xx; the content was refused.
+            Error::TooLarge { .. } | Error::InvalidManifest { .. } | Error::DigestMismatch { .. } => {
+                StatusClass::Success
+            }
+            Error::DeadlineExceeded { .. }
+            | Error::Transport { .. }
+            | Error::InvalidReference { .. }
+            | Error::InvalidCredentials { .. }
+            | Error::Config { .. } => StatusClass::NoAnswer,
+        }
     }
 
     /// The HTTP status that makes this error retryable inside the deadline (429, 503).

@@ -1,6 +1,6 @@
 //! Per-registry counters for metrics and benchmarks.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,8 +10,14 @@ use std::time::Duration;
 pub struct RegistryStats {
     /// Registry host (`host[:port]`).
     pub registry: String,
-    /// Calls made (one per oci-client call; auth pings are not seen separately).
+    /// Calls made: one per oci-client call, auth probe and referrers probe. (Requests
+    /// oci-client makes on its own inside a call, such as a token fetch, are not seen.)
     pub requests: u64,
+    /// Calls by answer class: `2xx`, `4xx`, `5xx`, or `none` (no HTTP answer: connection
+    /// failure or deadline). Classes, not codes: oci-client reports a code only for some
+    /// failures, and the auth probe's Basic challenge (401) reads as answered (`2xx`).
+    /// Sums to `requests` once every call has finished.
+    pub statuses: BTreeMap<String, u64>,
     /// Calls that ended in an error (including deadline and throttling).
     pub errors: u64,
     /// Calls answered 429 (or 503) and retried or given up on.
@@ -24,9 +30,50 @@ pub struct RegistryStats {
     pub latency_count: u64,
 }
 
+/// Answer class of one call, for [`RegistryStats::statuses`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StatusClass {
+    Success,
+    Client,
+    Server,
+    NoAnswer,
+}
+
+impl StatusClass {
+    const ALL: [StatusClass; 4] = [
+        StatusClass::Success,
+        StatusClass::Client,
+        StatusClass::Server,
+        StatusClass::NoAnswer,
+    ];
+
+    /// The class of an HTTP status code.
+    pub(crate) fn of_code(code: u16) -> Self {
+        match code {
+            200..=399 => StatusClass::Success,
+            500..=599 => StatusClass::Server,
+            _ => StatusClass::Client,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            StatusClass::Success => "2xx",
+            StatusClass::Client => "4xx",
+            StatusClass::Server => "5xx",
+            StatusClass::NoAnswer => "none",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Counters {
     requests: AtomicU64,
+    statuses: [AtomicU64; 4],
     errors: AtomicU64,
     throttled: AtomicU64,
     bytes: AtomicU64,
@@ -37,6 +84,9 @@ pub(crate) struct Counters {
 impl Counters {
     pub(crate) fn request(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn status(&self, class: StatusClass) {
+        self.statuses[class.index()].fetch_add(1, Ordering::Relaxed);
     }
     pub(crate) fn error(&self) {
         self.errors.fetch_add(1, Ordering::Relaxed);
@@ -74,6 +124,14 @@ impl StatsTable {
             .map(|(host, c)| RegistryStats {
                 registry: host.clone(),
                 requests: c.requests.load(Ordering::Relaxed),
+                statuses: StatusClass::ALL
+                    .iter()
+                    .map(|class| {
+                        let n = c.statuses[class.index()].load(Ordering::Relaxed);
+                        (class.label().to_string(), n)
+                    })
+                    .filter(|(_, n)| *n > 0)
+                    .collect(),
                 errors: c.errors.load(Ordering::Relaxed),
                 throttled: c.throttled.load(Ordering::Relaxed),
                 bytes: c.bytes.load(Ordering::Relaxed),
@@ -96,6 +154,8 @@ mod tests {
         let a = t.for_host("a:1");
         a.request();
         a.request();
+        a.status(StatusClass::Success);
+        a.status(StatusClass::of_code(404));
         a.error();
         a.throttled();
         a.bytes(10);
@@ -115,5 +175,12 @@ mod tests {
         );
         assert_eq!(snap[0].latency_sum, Duration::from_millis(3));
         assert_eq!(snap[1].requests, 1);
+        let statuses: Vec<_> = snap[0]
+            .statuses
+            .iter()
+            .map(|(k, v)| (k.as_str(), *v))
+            .collect();
+        assert_eq!(statuses, [("2xx", 1), ("4xx", 1)]);
+        assert_eq!(StatusClass::of_code(503), StatusClass::Server);
     }
 }

@@ -63,6 +63,61 @@ async fn hung_registry_ends_in_deadline_exceeded_on_time() {
     }
 }
 
+/// Building an HTTPS client loads root certificates (~0.6 s in debug builds). Concurrent cold
+/// calls must neither each build one nor build it on the async workers: on a 2-worker
+/// runtime that blocked every other request, so all of these missed their deadline by seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_cold_calls_keep_their_deadline() {
+    let hung = HungRegistry::start().await.unwrap();
+    let r = Registry::new(Config::default()).unwrap();
+    let budget = Duration::from_secs(1);
+    let started = Instant::now();
+    let deadline = started + budget;
+    let image = format!("{}/app:v1", hung.host());
+    let calls: Vec<_> = (0..8)
+        .map(|i| {
+            let (r, image) = (r.clone(), image.clone());
+            // Two credential sets: two clients to build, each once.
+            let creds = if i % 2 == 0 {
+                Credentials::anonymous()
+            } else {
+                Credentials::anonymous().with_basic(&hung.host(), "u", "p")
+            };
+            tokio::spawn(async move {
+                let err = r.resolve_digest(&image, &creds, deadline).await.unwrap_err();
+                (err, Instant::now())
+            })
+        })
+        .collect();
+    for c in calls {
+        let (err, done) = c.await.unwrap();
+        assert!(matches!(err, Error::DeadlineExceeded { .. }), "{err}");
+        let late = done.saturating_duration_since(deadline);
+        assert!(late < Duration::from_millis(200), "answered {late:?} after the deadline");
+    }
+    eprintln!("8 concurrent cold calls: {:?}", started.elapsed());
+}
+
+/// A fresh Registry's first call pays for building its client inside the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_client_build_respects_the_deadline() {
+    let hung = HungRegistry::start().await.unwrap();
+    let r = Registry::new(Config::default()).unwrap();
+    let budget = Duration::from_millis(200);
+    let started = Instant::now();
+    let err = r
+        .resolve_digest(
+            &format!("{}/app:v1", hung.host()),
+            &Credentials::anonymous(),
+            started + budget,
+        )
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(matches!(err, Error::DeadlineExceeded { .. }), "{err}");
+    assert!(elapsed < budget + Duration::from_millis(150), "took {elapsed:?}");
+}
+
 #[tokio::test]
 async fn refused_connection_is_a_transient_transport_error() {
     let host = refused_host().unwrap();

@@ -1,5 +1,7 @@
 //! Manifests, blobs, limits, platform selection and the referrers fallback.
 
+use std::time::Duration;
+
 use ivory_registry::{Config, Credentials, Error, OCI_INDEX, OCI_MANIFEST, Platform};
 use ivory_testkit::{AuthMode, OciLayout, sha256_digest};
 use serde_json::json;
@@ -215,15 +217,17 @@ async fn referrers_fall_back_to_the_tag_schema() {
     assert_eq!(
         seq(&h),
         vec![
+            format!("GET /v2/app/referrers/{} 404", img.manifest.digest),
             "GET /v2/ 200".to_string(),
-            format!(
-                "GET /v2/app/referrers/{}?artifactType=application%2Fvnd.dev.sigstore.bundle.v0.3%2Bjson 404",
-                img.manifest.digest
-            ),
             format!("GET /v2/app/manifests/{tag} 200"),
         ],
-        "cold host probe; Distribution 2.8 has no referrers API: one 404, then the tag"
+        "cold host: Distribution 2.8 has no referrers API: one 404 probe, the auth probe, the tag"
     );
+    let stats = &r.stats()[0];
+    assert_eq!(stats.requests, 3, "{stats:?}");
+    let statuses: Vec<_> = stats.statuses.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    assert_eq!(statuses, [("2xx", 2), ("4xx", 1)], "{stats:?}");
+    h.reset_requests();
 
     let none = r
         .referrers(&subject, Some("application/x-other"), &creds, ok_deadline())
@@ -242,4 +246,42 @@ async fn referrers_fall_back_to_the_tag_schema() {
         .await
         .unwrap();
     assert_eq!(empty["manifests"], json!([]));
+    // The host is known to lack the API: straight to the fallback tags.
+    assert_eq!(
+        seq(&h)
+            .into_iter()
+            .filter(|l| !l.contains("/blobs/") && !l.starts_with("PUT") && !l.starts_with("POST") && !l.starts_with("HEAD"))
+            .collect::<Vec<_>>(),
+        vec![
+            format!("GET /v2/app/manifests/{tag} 200"),
+            format!("GET /v2/app/manifests/{} 404", other.manifest.digest.replace(':', "-")),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn referrers_api_absence_is_forgotten_after_its_ttl() {
+    let h = start(AuthMode::None).await;
+    let img = push_simple(&h, "app", "v1", "ttl").await;
+    let r = client_with(
+        &h,
+        Config {
+            referrers_api_ttl: Duration::from_millis(300),
+            ..Config::default()
+        },
+    );
+    let subject = format!("{}/app@{}", h.host(), img.manifest.digest);
+    let creds = Credentials::anonymous();
+    let probes = |h: &ivory_testkit::Harness| {
+        seq(h).iter().filter(|l| l.contains("/referrers/")).count()
+    };
+    h.reset_requests();
+    for _ in 0..2 {
+        let idx = r.referrers(&subject, None, &creds, ok_deadline()).await.unwrap();
+        assert_eq!(idx["manifests"], json!([]));
+    }
+    assert_eq!(probes(&h), 1, "{:?}", seq(&h));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    r.referrers(&subject, None, &creds, ok_deadline()).await.unwrap();
+    assert_eq!(probes(&h), 2, "expired: the API is asked again: {:?}", seq(&h));
 }

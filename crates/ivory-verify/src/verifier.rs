@@ -5,7 +5,9 @@
 //! signature blobs in parallel (plus one manifest GET per bundle referrer); a digest skips the
 //! HEAD; a warm (digest, attestor set, attestation) costs nothing.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt as _, join_all};
@@ -59,6 +61,46 @@ impl Default for VerifierConfig {
             max_signature_bytes: 4 * 1024 * 1024,
             max_signatures: 50,
             default_trusted_root: PUBLIC_GOOD_TRUSTED_ROOT.to_owned(),
+        }
+    }
+}
+
+/// Longest a shared (coalesced) load runs: the Kubernetes maximum webhook timeout. Each
+/// caller waits only until its own deadline; the load is driven by one waiting caller, so it
+/// stops once nobody waits (moka hands an abandoned load to the next waiter, who restarts it).
+const SHARED_LOAD_CAP: Duration = Duration::from_secs(30);
+
+/// Counters of one cache, as returned by [`CosignVerifier::cache_stats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// `tags` (tag → digest) or `results` (verdicts).
+    pub cache: &'static str,
+    /// Lookups answered from the cache.
+    pub hits: u64,
+    /// Of `hits`, those that returned a cached negative verdict.
+    pub negative_hits: u64,
+    /// Lookups that ran the load themselves.
+    pub misses: u64,
+    /// Lookups that waited for another caller's load of the same key.
+    pub coalesced: u64,
+}
+
+#[derive(Default)]
+struct CacheCounters {
+    hits: AtomicU64,
+    negative_hits: AtomicU64,
+    misses: AtomicU64,
+    coalesced: AtomicU64,
+}
+
+impl CacheCounters {
+    fn snapshot(&self, cache: &'static str) -> CacheStats {
+        CacheStats {
+            cache,
+            hits: self.hits.load(Ordering::Relaxed),
+            negative_hits: self.negative_hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            coalesced: self.coalesced.load(Ordering::Relaxed),
         }
     }
 }
@@ -122,6 +164,8 @@ struct Inner {
     tags: Cache<String, String>,
     results: Cache<ResultKey, Verification>,
     plans: moka::sync::Cache<[u8; 32], Arc<Result<Plan, String>>>,
+    tag_counters: CacheCounters,
+    result_counters: CacheCounters,
     /// SHA-256 of `config.default_trusted_root`, part of every attestor hash.
     root_hash: [u8; 32],
 }
@@ -155,6 +199,8 @@ impl CosignVerifier {
                 tags,
                 results,
                 plans,
+                tag_counters: CacheCounters::default(),
+                result_counters: CacheCounters::default(),
             }),
         }
     }
@@ -172,6 +218,14 @@ impl CosignVerifier {
         &self.inner.registry
     }
 
+    /// Hits, misses and coalesced waits of the tag and verdict caches.
+    pub fn cache_stats(&self) -> Vec<CacheStats> {
+        vec![
+            self.inner.tag_counters.snapshot("tags"),
+            self.inner.result_counters.snapshot("results"),
+        ]
+    }
+
     async fn resolve(
         &self,
         image: &str,
@@ -186,16 +240,22 @@ impl CosignVerifier {
         }
         let key = reference.whole();
         let registry = &self.inner.registry;
-        self.inner
-            .tags
-            .try_get_with(key, async {
+        let shared = Instant::now() + SHARED_LOAD_CAP;
+        coalesced(
+            &self.inner.tags,
+            &self.inner.tag_counters,
+            key,
+            deadline,
+            |_| false,
+            |budget| deadline_error(image, "resolving the digest", budget),
+            async {
                 registry
-                    .resolve_digest(image, creds, deadline)
+                    .resolve_digest(image, creds, shared)
                     .await
-                    .map_err(|e| map_error(image, "resolving the digest", e, deadline))
-            })
-            .await
-            .map_err(|e| (*e).clone())
+                    .map_err(|e| map_error(image, "resolving the digest", e, shared))
+            },
+        )
+        .await
     }
 
     fn plan(&self, attestor: &Attestor) -> (Arc<Result<Plan, String>>, [u8; 32]) {
@@ -262,9 +322,8 @@ impl CosignVerifier {
         };
         let this = self.clone();
         let image = request.image.clone();
-        self.inner
-            .results
-            .try_get_with(key, async move {
+        let shared = Instant::now() + SHARED_LOAD_CAP;
+        let load = async move {
                 let fetched = this
                     .fetch(
                         &image,
@@ -273,7 +332,7 @@ impl CosignVerifier {
                         &digest,
                         family,
                         &creds,
-                        deadline,
+                        shared,
                     )
                     .await;
                 // A failed plan returned early above; keep the loader total anyway.
@@ -304,9 +363,17 @@ impl CosignVerifier {
                         reason,
                     },
                 })
-            })
-            .await
-            .map_err(|e: Arc<VerifyError>| (*e).clone())
+        };
+        coalesced(
+            &self.inner.results,
+            &self.inner.result_counters,
+            key,
+            deadline,
+            |v| !v.is_verified(),
+            |budget| deadline_error(&request.image, "verifying signatures", budget),
+            load,
+        )
+        .await
     }
 
     /// Fetches every signature candidate along two independent chains run in parallel: the
@@ -511,6 +578,62 @@ impl CosignVerifier {
             "manifest": manifest.json,
             "config": config,
         }))
+    }
+}
+
+/// Looks `key` up; on a miss, runs `load` once for all concurrent callers of the same key.
+/// Each caller waits until its own `deadline` only: one that gives up gets a deadline error
+/// and leaves the load to the callers still waiting.
+async fn coalesced<K, V>(
+    cache: &Cache<K, V>,
+    counters: &CacheCounters,
+    key: K,
+    deadline: Instant,
+    is_negative: impl Fn(&V) -> bool,
+    deadline_err: impl FnOnce(Duration) -> VerifyError,
+    load: impl Future<Output = Result<V, VerifyError>>,
+) -> Result<V, VerifyError>
+where
+    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    let budget = deadline.saturating_duration_since(Instant::now());
+    if let Some(v) = cache.get(&key).await {
+        counters.hits.fetch_add(1, Ordering::Relaxed);
+        if is_negative(&v) {
+            counters.negative_hits.fetch_add(1, Ordering::Relaxed);
+        }
+        return Ok(v);
+    }
+    let ran = AtomicBool::new(false);
+    let ran_ref = &ran;
+    let load = async move {
+        ran_ref.store(true, Ordering::Relaxed);
+        load.await
+    };
+    let res = tokio::time::timeout_at(deadline, cache.try_get_with(key, load)).await;
+    let counter = if ran.load(Ordering::Relaxed) {
+        &counters.misses
+    } else {
+        &counters.coalesced
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    match res {
+        Ok(r) => r.map_err(|e: Arc<VerifyError>| (*e).clone()),
+        Err(_) => Err(deadline_err(budget)),
+    }
+}
+
+/// A caller's own deadline passed while it waited for a (possibly shared) load.
+fn deadline_error(image: &str, operation: &str, budget: Duration) -> VerifyError {
+    VerifyError::DeadlineExceeded {
+        image: image.to_owned(),
+        registry: image
+            .parse::<Reference>()
+            .map(|r| r.registry().to_owned())
+            .unwrap_or_default(),
+        operation: operation.to_owned(),
+        budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
     }
 }
 

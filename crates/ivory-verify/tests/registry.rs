@@ -185,10 +185,42 @@ async fn key_signatures_attestations_caches_and_coalescing() {
         "{got:?}"
     );
 
-    // Request counts on a fresh verifier and a fresh image.
+    // Request counts on a fresh verifier and a fresh image. The first call to a host probes
+    // auth (`GET /v2/`) and the referrers API (404 on Distribution 2.8) once; verifiers that
+    // share the Registry afterwards go straight to the `sha256-<hex>` fallback tag.
     let ed = push(&h, "sig-p384").await;
-    let fresh = verifier(&h);
+    let registry = Registry::new(Config {
+        ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
+        ..Config::default()
+    })
+    .unwrap();
+    let on = |r: &Registry| {
+        CosignVerifier::new(
+            r.clone(),
+            VerifierConfig::default(),
+            CosignVerifier::anonymous_credentials(),
+        )
+    };
     let attestor = key_attestor(&key("p384.pub"));
+    let warmup = push(&h, "sig-p256").await;
+    h.reset_requests();
+    let first = on(&registry)
+        .verify(
+            &request(format!("{warmup}:v1"), key_attestor(&key("cosign-p256.pub")), None),
+            soon(),
+        )
+        .await
+        .unwrap();
+    assert!(first.is_verified(), "{first:?}");
+    let cold_host = h.requests();
+    eprintln!("cold host: {} requests: {cold_host:?}", cold_host.len());
+    let count = |log: &[(String, String, u16)], pred: &dyn Fn(&str, &str) -> bool| {
+        log.iter().filter(|(m, p, _)| pred(m, p)).count()
+    };
+    assert_eq!(count(&cold_host, &|_, p| p == "/v2/"), 1, "{cold_host:?}");
+    assert_eq!(count(&cold_host, &|_, p| p.contains("/referrers/")), 1);
+
+    let fresh = on(&registry);
     h.reset_requests();
     let cold = fresh
         .verify(&request(format!("{ed}:v1"), attestor.clone(), None), soon())
@@ -197,6 +229,19 @@ async fn key_signatures_attestations_caches_and_coalescing() {
     assert!(cold.is_verified(), "{cold:?}");
     let cold_tag = h.requests();
     eprintln!("cold tag: {} requests: {cold_tag:?}", cold_tag.len());
+    let digest = match &cold {
+        Verification::Verified { digest, .. } => digest.clone(),
+        other => panic!("{other:?}"),
+    };
+    let fallback = format!("/v2/ivory/sig-p384/manifests/{}", digest.replace(':', "-"));
+    // HEAD, then (.sig ∥ fallback tag), then the signature blob(s): nothing else.
+    assert_eq!(count(&cold_tag, &|m, _| m == "HEAD"), 1, "{cold_tag:?}");
+    assert_eq!(count(&cold_tag, &|_, p| p.ends_with(".sig")), 1, "{cold_tag:?}");
+    assert_eq!(count(&cold_tag, &|_, p| p == fallback), 1, "{cold_tag:?}");
+    let blobs = count(&cold_tag, &|_, p| p.contains("/blobs/"));
+    assert!(blobs >= 1, "{cold_tag:?}");
+    assert_eq!(cold_tag.len(), 3 + blobs, "{cold_tag:?}");
+
     h.reset_requests();
     let warm = fresh
         .verify(&request(format!("{ed}:v1"), attestor.clone(), None), soon())
@@ -219,14 +264,16 @@ async fn key_signatures_attestations_caches_and_coalescing() {
         warm_requests.is_empty(),
         "warm path hit the registry: {warm_requests:?}"
     );
+    let stats = fresh.cache_stats();
+    let tags = stats.iter().find(|s| s.cache == "tags").unwrap();
+    let results = stats.iter().find(|s| s.cache == "results").unwrap();
+    assert_eq!((tags.misses, tags.hits), (1, 1001), "{stats:?}");
+    assert_eq!((results.misses, results.hits, results.negative_hits), (1, 1001, 0));
 
-    // A digest reference: no HEAD. Then 16 concurrent identical misses on another verifier.
-    let digest = match &cold {
-        Verification::Verified { digest, .. } => digest.clone(),
-        other => panic!("{other:?}"),
-    };
+    // A digest reference: no HEAD, two round trips ((.sig ∥ fallback tag), then blobs).
+    // Then 16 concurrent identical misses on another verifier.
     let by_digest = format!("{ed}@{digest}");
-    let third = verifier(&h);
+    let third = on(&registry);
     h.reset_requests();
     assert!(
         third
@@ -240,13 +287,10 @@ async fn key_signatures_attestations_caches_and_coalescing() {
         "cold digest: {} requests: {cold_digest:?}",
         cold_digest.len()
     );
-    assert!(cold_tag.iter().any(|(m, _, _)| m == "HEAD"), "{cold_tag:?}");
-    assert!(
-        !cold_digest.iter().any(|(m, _, _)| m == "HEAD"),
-        "digest refs skip the HEAD: {cold_digest:?}"
-    );
+    assert_eq!(count(&cold_digest, &|m, _| m == "HEAD"), 0, "{cold_digest:?}");
+    assert_eq!(cold_digest.len(), 2 + blobs, "{cold_digest:?}");
 
-    let fourth = Arc::new(verifier(&h));
+    let fourth = Arc::new(on(&registry));
     h.reset_requests();
     let tasks: Vec<_> = (0..16)
         .map(|_| {
@@ -262,19 +306,24 @@ async fn key_signatures_attestations_caches_and_coalescing() {
     }
     let coalesced = h.requests();
     eprintln!("16 concurrent misses: {} requests", coalesced.len());
-    // One fetch set: the signature tag, the referrers probe and the blob once each (pings aside).
-    // (sorted: the tag and the referrers probe run in parallel)
-    let without_pings = |log: &[(String, String, u16)]| {
-        let mut v: Vec<_> = log
-            .iter()
-            .filter(|(_, path, _)| path != "/v2/")
-            .cloned()
-            .collect();
+    let sorted = |log: &[(String, String, u16)]| {
+        let mut v = log.to_vec();
         v.sort();
         v
     };
-    let (fetches, single) = (without_pings(&coalesced), without_pings(&cold_digest));
-    assert_eq!(fetches, single, "16 identical misses must share one fetch");
+    assert_eq!(
+        sorted(&coalesced),
+        sorted(&cold_digest),
+        "16 identical misses must share one fetch"
+    );
+    let results = fourth.cache_stats()[1].clone();
+    assert_eq!(results.cache, "results");
+    assert_eq!(
+        results.misses + results.coalesced + results.hits,
+        16,
+        "{results:?}"
+    );
+    assert_eq!(results.misses, 1, "{results:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,6 +13,12 @@ use tracing_subscriber::EnvFilter;
 mod cmd {
     pub mod serve;
     pub mod webhooks;
+    pub mod apply;
+    pub mod audit;
+    pub mod check;
+    pub mod output;
+    pub mod verify;
+    pub mod wiring;
 }
 
 #[derive(Parser)]
@@ -34,6 +40,12 @@ enum Command {
     Serve(cmd::serve::Args),
     /// Print the Mutating- and ValidatingWebhookConfiguration for the policies, as YAML.
     Webhooks(cmd::webhooks::Args),
+    /// Verify images against policies (or --key / keyless flags) and report per attestor.
+    Verify(cmd::verify::Args),
+    /// Run the mutating then the validating stage on resource files, as the webhook would.
+    Apply(cmd::apply::Args),
+    /// Verify every image of a registry or an image list; table, JSON, YAML, SARIF, PolicyReport.
+    Audit(cmd::audit::Args),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -54,6 +66,9 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => cmd::serve::run(args).await,
         Command::Webhooks(args) => cmd::webhooks::run(args).await,
+        Command::Verify(args) => cmd::verify::run(args).await,
+        Command::Apply(args) => cmd::apply::run(args).await,
+        Command::Audit(args) => cmd::audit::run(args).await,
     };
     match result {
         Ok(code) => code,

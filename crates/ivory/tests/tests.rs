@@ -2,11 +2,17 @@
 //!
 //! * `serve`: `ivory serve` over HTTPS with a CA the test makes, against the real registry.
 //! * `webhooks`: `ivory webhooks` output.
+//! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
+//!   (`cli_util`: running them, pushing fixtures).
 //! * `util`: process startup, HTTPS clients, review and policy builders.
 
 // Test helpers outside #[test] fns: failing fast is the point.
 #![allow(clippy::unwrap_used)]
 
+mod cli_apply;
+mod cli_audit;
+mod cli_util;
+mod cli_verify;
 mod serve;
 mod util;
 mod webhooks;

@@ -14,9 +14,8 @@ use tokio::time::{Instant, timeout_at};
 
 use super::{Registry, Target};
 use crate::auth::Credentials;
-use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::stats::Counters;
+use crate::stats::{Counters, StatusClass};
 
 /// First retry delay after a 429/503; doubles per attempt.
 const RETRY_BASE: Duration = Duration::from_millis(100);
@@ -76,7 +75,18 @@ impl Registry {
         loop {
             attempts += 1;
             let plain = self.is_plain_http(&t.host, creds);
-            let client = self.client(t, creds.allow_insecure, plain)?;
+            let built = self
+                .client(t, creds.allow_insecure, plain, deadline, || {
+                    t.site().deadline(op, budget)
+                })
+                .await;
+            let client = match built {
+                Ok(c) => c,
+                Err(e) => {
+                    counters.error();
+                    return Err(e);
+                }
+            };
             let res = self
                 .attempt(
                     op,
@@ -105,7 +115,7 @@ impl Registry {
             let Some(status) = err.retry_status() else {
                 if matches!(err, Error::Unauthorized { .. }) {
                     // The host may have started challenging; probe again next time.
-                    self.set_open(&t.host, None);
+                    self.forget_probe(&t.host).await;
                 }
                 counters.error();
                 return Err(err);
@@ -165,10 +175,12 @@ impl Registry {
         let started = Instant::now();
         let res = timeout_at(deadline, fut).await;
         counters.latency(started.elapsed());
-        match res {
-            Ok(r) => r,
-            Err(_) => Err(deadline_err()),
-        }
+        let res = res.unwrap_or_else(|_| Err(deadline_err()));
+        counters.status(match &res {
+            Ok(_) => StatusClass::Success,
+            Err(e) => e.status_class(),
+        });
+        res
     }
 
     /// oci-client pings `/v2/` before every request for which it cached no token, and it
@@ -189,25 +201,40 @@ impl Registry {
             RegistryAuth::Basic(u, p) => (u.clone(), p.clone()),
             RegistryAuth::Bearer(_) => return Some(()),
         };
-        let open = match self.open_state(&t.host) {
-            Some(open) => open,
-            None => {
-                counters.request();
-                let probe = client.auth(&t.reference, &t.auth, RegistryOperation::Pull);
-                match timeout_at(deadline, probe).await {
-                    Ok(Ok(None)) => {
-                        self.set_open(&t.host, Some(true));
-                        true
-                    }
-                    Ok(Ok(Some(_))) => {
-                        self.set_open(&t.host, Some(false));
-                        false
-                    }
-                    // Failures surface from the real request that follows.
-                    Ok(Err(_)) => false,
-                    Err(_) => return None,
+        // Concurrent cold calls to one host share one probe (moka runs one init per key;
+        // if its caller gives up, a waiting caller runs the probe again).
+        let probe = async {
+            counters.request();
+            match client
+                .auth(&t.reference, &t.auth, RegistryOperation::Pull)
+                .await
+            {
+                Ok(None) => {
+                    // 200, or a Basic challenge: oci-client does not say which.
+                    counters.status(StatusClass::Success);
+                    Ok(true)
+                }
+                Ok(Some(_)) => {
+                    // 401 with a Bearer challenge, then a token.
+                    counters.status(StatusClass::Client);
+                    Ok(false)
+                }
+                Err(e) => {
+                    counters.status(t.site().classify(e).status_class());
+                    Err(())
                 }
             }
+        };
+        let open = match timeout_at(
+            deadline,
+            self.inner.probes.try_get_with(t.host.clone(), probe),
+        )
+        .await
+        {
+            Ok(Ok(open)) => open,
+            // Failures surface from the real request that follows; nothing is remembered.
+            Ok(Err(_)) => false,
+            Err(_) => return None,
         };
         if open {
             client
@@ -222,28 +249,12 @@ impl Registry {
         Some(())
     }
 
-    fn open_state(&self, host: &str) -> Option<bool> {
-        let hosts = self
-            .inner
-            .no_bearer_hosts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        hosts.get(host).copied()
+    /// Forgets what the auth probe learnt about `host`, so the next call probes again.
+    pub(super) async fn forget_probe(&self, host: &str) {
+        self.inner.probes.invalidate(host).await;
     }
 
-    fn set_open(&self, host: &str, open: Option<bool>) {
-        let mut hosts = self
-            .inner
-            .no_bearer_hosts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match open {
-            Some(o) => hosts.insert(host.to_string(), o),
-            None => hosts.remove(host),
-        };
-    }
-
-    fn gate(&self, host: &str) -> Arc<Semaphore> {
+    pub(super) fn gate(&self, host: &str) -> Arc<Semaphore> {
         let mut gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
         gates
             .entry(host.to_string())
@@ -251,7 +262,7 @@ impl Registry {
             .clone()
     }
 
-    fn is_plain_http(&self, host: &str, creds: &Credentials) -> bool {
+    pub(super) fn is_plain_http(&self, host: &str, creds: &Credentials) -> bool {
         creds.allow_insecure
             && self
                 .inner
@@ -274,28 +285,49 @@ impl Registry {
         }
     }
 
-    pub(super) fn client(&self, t: &Target, insecure: bool, plain_http: bool) -> Result<Client> {
+    /// The client for `t`'s host and credentials. Building one loads root certificates
+    /// (~0.6 s in debug builds), so it runs on the blocking pool, once per key however many
+    /// calls want it at the same time; each caller waits no longer than its deadline.
+    pub(super) async fn client(
+        &self,
+        t: &Target,
+        insecure: bool,
+        plain_http: bool,
+        deadline: Instant,
+        deadline_err: impl FnOnce() -> Error,
+    ) -> Result<Client> {
         let key = ClientKey {
             host: t.host.clone(),
             auth: AuthKey::from(&t.auth),
             insecure,
             plain_http,
         };
-        if let Some(c) = self.inner.clients.get(&key) {
+        if let Some(c) = self.inner.clients.get(&key).await {
             return Ok(c);
         }
-        let config = client_config(
-            &self.inner.roots,
-            insecure,
-            plain_http,
-            &self.inner.config,
-            self.inner.user_agent,
-        );
-        let client = Client::try_from(config).map_err(|e| Error::Config {
-            detail: format!("building registry client for {}: {e}", t.host),
-        })?;
-        self.inner.clients.insert(key, client.clone());
-        Ok(client)
+        let roots = self.inner.roots.clone();
+        let connect_timeout = self.inner.config.connect_timeout;
+        let user_agent = self.inner.user_agent;
+        let host = t.host.clone();
+        let build = async move {
+            tokio::task::spawn_blocking(move || {
+                let config = client_config(&roots, insecure, plain_http, connect_timeout, user_agent);
+                Client::try_from(config).map_err(|e| Error::Config {
+                    detail: format!("building registry client for {host}: {e}"),
+                })
+            })
+            .await
+            .map_err(|e| Error::Config {
+                detail: format!("building registry client: {e}"),
+            })?
+        };
+        match timeout_at(deadline, self.inner.clients.try_get_with(key, build)).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(Error::Config {
+                detail: e.to_string(),
+            }),
+            Err(_) => Err(deadline_err()),
+        }
     }
 }
 
@@ -303,7 +335,7 @@ pub(super) fn client_config(
     roots: &[Vec<u8>],
     insecure: bool,
     plain_http: bool,
-    config: &Config,
+    connect_timeout: Duration,
     user_agent: &'static str,
 ) -> ClientConfig {
     ClientConfig {
@@ -322,7 +354,7 @@ pub(super) fn client_config(
             .collect(),
         // We pick platforms ourselves (fetch_platform_manifest).
         platform_resolver: None,
-        connect_timeout: Some(config.connect_timeout),
+        connect_timeout: Some(connect_timeout),
         user_agent,
         ..ClientConfig::default()
     }

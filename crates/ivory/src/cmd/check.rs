@@ -214,8 +214,9 @@ impl Checker {
                         attestor: name,
                         attestation: attestation_name,
                         result: "not-checked",
-                        reason: "the attestor takes fields from CEL expressions; see the policy result"
-                            .to_owned(),
+                        reason:
+                            "the attestor takes fields from CEL expressions; see the policy result"
+                                .to_owned(),
                     });
                     continue;
                 }
@@ -347,7 +348,8 @@ impl QuickPolicy {
         if let Some(path) = &self.key {
             let pem = std::fs::read_to_string(path)
                 .with_context(|| format!("reading --key {}", path.display()))?;
-            attestors.push(json!({"name": "key", "cosign": {"key": {"data": pem}, "ctlog": ctlog}}));
+            attestors
+                .push(json!({"name": "key", "cosign": {"key": {"data": pem}, "ctlog": ctlog}}));
         }
         if let (Some(subject), Some(issuer)) =
             (&self.certificate_identity, &self.certificate_oidc_issuer)
@@ -407,7 +409,9 @@ pub fn policies(
         all.extend(wiring::finish_load(report, "--key/--certificate-identity")?);
     }
     if all.is_empty() {
-        bail!("no policy: give --policy FILE, --key FILE or --certificate-identity/--certificate-oidc-issuer");
+        bail!(
+            "no policy: give --policy FILE, --key FILE or --certificate-identity/--certificate-oidc-issuer"
+        );
     }
     Ok(all)
 }
@@ -455,7 +459,9 @@ mod tests {
 
     #[test]
     fn no_policy_is_a_usage_error() {
-        let err = policies(&[], &QuickPolicy::default()).unwrap_err().to_string();
+        let err = policies(&[], &QuickPolicy::default())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("--policy"), "{err}");
     }
 }

@@ -34,8 +34,7 @@ pub struct RegistryOpts {
     #[arg(long, value_name = "FILE")]
     pub docker_config: Option<PathBuf>,
     /// Most requests in flight to any one registry host at a time.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_PER_REGISTRY_CONCURRENCY,
-          value_parser = clap::value_parser!(u32).range(1..).map(|n| n as usize))]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PER_REGISTRY_CONCURRENCY, value_parser = positive)]
     pub registry_concurrency: usize,
 }
 
@@ -62,12 +61,25 @@ impl RegistryOpts {
 
     /// The cosign verifier over a registry client built from these flags.
     pub fn verifier(&self) -> anyhow::Result<CosignVerifier> {
-        let registry = Registry::new(self.config()?).context("creating registry client")?;
-        Ok(CosignVerifier::new(
-            registry,
-            VerifierConfig::default(),
-            CosignVerifier::anonymous_credentials(),
-        ))
+        verifier_for(self.config()?)
+    }
+}
+
+/// The cosign verifier over a registry client with `config`.
+pub fn verifier_for(config: RegistryConfig) -> anyhow::Result<CosignVerifier> {
+    let registry = Registry::new(config).context("creating registry client")?;
+    Ok(CosignVerifier::new(
+        registry,
+        VerifierConfig::default(),
+        CosignVerifier::anonymous_credentials(),
+    ))
+}
+
+/// clap parser for counts that must be at least 1.
+pub fn positive(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{text:?} is not a whole number of at least 1")),
     }
 }
 

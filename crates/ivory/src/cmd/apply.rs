@@ -1,0 +1,403 @@
+//! `ivory apply --policy FILE… --resource FILE…`: runs the mutating then the validating stage
+//! on each resource exactly as the webhook would (same engine calls, same per-route policy
+//! selection, synthesized `namespaceObject`; the validating stage sees the mutated object),
+//! then prints the patched resource and the decision. Exit 0 when every resource is admitted,
+//! 1 when any is denied, 2 on usage, configuration or registry errors.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use ivory_engine::admission::{
+    AdmissionRequest, GroupVersionKind, GroupVersionResource, Operation, UserInfo,
+};
+use ivory_engine::decision::{Decision, Status};
+use ivory_engine::verifier::ImageVerifier;
+use ivory_policy::CompiledPolicy;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::output::{self, Format};
+use super::wiring::{self, RegistryOpts, Stage, duration};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "UPPER")]
+pub enum Op {
+    Create,
+    Update,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Policy file or folder (repeatable).
+    #[arg(long = "policy", value_name = "FILE", required = true)]
+    policies: Vec<PathBuf>,
+    /// Resource manifest (YAML or JSON, several documents allowed; `-` for stdin; repeatable).
+    #[arg(long = "resource", value_name = "FILE", required = true)]
+    resources: Vec<PathBuf>,
+    /// Admission operation. UPDATE sends the resource as both object and oldObject.
+    #[arg(long, value_enum, default_value_t = Op::Create)]
+    operation: Op,
+    /// Namespace for namespaced resources without `metadata.namespace`.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    /// Output format. `json` is stable: {"summary": {resources, allowed, denied, error},
+    /// "resources": [{resource, allowed, message, warnings, patch, policies, object}]}.
+    #[arg(long, short, value_enum, default_value_t = Format::Table)]
+    output: Format,
+    /// Time budget per resource and stage (Go duration), like the webhook's timeout.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    timeout: Duration,
+    #[command(flatten)]
+    registry: RegistryOpts,
+}
+
+/// What happened to one resource.
+struct Applied {
+    id: String,
+    object: Value,
+    mutate: Decision,
+    validate: Decision,
+}
+
+impl Applied {
+    fn allowed(&self) -> bool {
+        self.mutate.allowed && self.validate.allowed
+    }
+
+    fn errored(&self) -> bool {
+        self.mutate
+            .results
+            .iter()
+            .chain(&self.validate.results)
+            .any(|r| r.status == Status::Error)
+    }
+
+    fn message(&self) -> Option<String> {
+        let parts: Vec<&str> = [&self.mutate.message, &self.validate.message]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .collect();
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+
+    fn to_json(&self) -> Value {
+        let policies: Vec<Value> = self
+            .mutate
+            .results
+            .iter()
+            .map(|r| (r, "mutate"))
+            .chain(self.validate.results.iter().map(|r| (r, "validate")))
+            .map(|(r, stage)| {
+                json!({
+                    "policy": r.policy,
+                    "namespace": r.namespace,
+                    "stage": stage,
+                    "result": r.status.as_str(),
+                    "message": r.message,
+                })
+            })
+            .collect();
+        let warnings: Vec<&String> = self
+            .mutate
+            .warnings
+            .iter()
+            .chain(&self.validate.warnings)
+            .collect();
+        json!({
+            "resource": self.id,
+            "allowed": self.allowed(),
+            "message": self.message(),
+            "warnings": warnings,
+            "patch": ivory_engine::admission::patch_json(&self.mutate.patch),
+            "policies": policies,
+            "object": self.object,
+        })
+    }
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let policies = wiring::load_policies(&args.policies)?;
+    let mut objects = Vec::new();
+    for path in &args.resources {
+        let text = wiring::read_input(path, "--resource")?;
+        objects.extend(documents(&text).with_context(|| format!("--resource {}", path.display()))?);
+    }
+    if objects.is_empty() {
+        bail!("--resource: no Kubernetes object found");
+    }
+    let verifier = args.registry.verifier()?;
+    let mut applied = Vec::new();
+    for object in objects {
+        let req = request(object, args.operation, &args.namespace)?;
+        applied.push(apply(&verifier, &policies, req, args.timeout).await?);
+    }
+    print(&applied, args.output)?;
+    Ok(if applied.iter().any(Applied::errored) {
+        ExitCode::from(2)
+    } else if applied.iter().all(Applied::allowed) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+async fn apply(
+    verifier: &dyn ImageVerifier,
+    policies: &[Arc<CompiledPolicy>],
+    mut req: AdmissionRequest,
+    timeout: Duration,
+) -> anyhow::Result<Applied> {
+    let id = format!("{}/{}", req.kind.kind, qualified_name(&req));
+    let mutate = wiring::run_routes(
+        verifier,
+        policies,
+        Stage::Mutate,
+        &req,
+        Instant::now() + timeout,
+    )
+    .await;
+    let mut object = req.object.clone().unwrap_or(Value::Null);
+    if mutate.allowed {
+        wiring::apply_patch(&mut object, &mutate).with_context(|| format!("patching {id}"))?;
+    }
+    let validate = if mutate.allowed {
+        // The API server sends the validating webhooks the object as mutated.
+        req.object = Some(object.clone());
+        wiring::run_routes(
+            verifier,
+            policies,
+            Stage::Validate,
+            &req,
+            Instant::now() + timeout,
+        )
+        .await
+    } else {
+        Decision {
+            allowed: true,
+            ..Decision::default()
+        }
+    };
+    Ok(Applied {
+        id,
+        object,
+        mutate,
+        validate,
+    })
+}
+
+fn qualified_name(req: &AdmissionRequest) -> String {
+    if req.namespace.is_empty() {
+        req.name.clone()
+    } else {
+        format!("{}/{}", req.namespace, req.name)
+    }
+}
+
+/// Every non-empty document of a YAML/JSON stream; `kind: List` is flattened.
+fn documents(text: &str) -> anyhow::Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for (i, doc) in split_documents(text).iter().enumerate() {
+        let blank = |l: &str| l.trim().is_empty() || l.trim_start().starts_with('#');
+        if doc.lines().all(blank) {
+            continue;
+        }
+        let value: Value =
+            serde_yaml::from_str(doc).with_context(|| format!("document {}", i + 1))?;
+        match value {
+            Value::Null => {}
+            Value::Object(ref map) if map.get("kind").and_then(Value::as_str) == Some("List") => {
+                let items = map.get("items").and_then(Value::as_array).cloned();
+                out.extend(items.unwrap_or_default());
+            }
+            Value::Object(_) => out.push(value),
+            _ => bail!("document {} is not a Kubernetes object", i + 1),
+        }
+    }
+    Ok(out)
+}
+
+/// Splits a YAML stream at `---` lines (a JSON document is one YAML document).
+fn split_documents(text: &str) -> Vec<String> {
+    let mut docs = vec![String::new()];
+    for line in text.lines() {
+        let marker = line.strip_prefix("---");
+        if marker.is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t'])) {
+            docs.push(String::new());
+            continue;
+        }
+        if let Some(doc) = docs.last_mut() {
+            doc.push_str(line);
+            doc.push('\n');
+        }
+    }
+    docs
+}
+
+/// Cluster-scoped kinds an image policy could plausibly name; everything else is namespaced.
+const CLUSTER_SCOPED: &[&str] = &["Namespace", "Node", "PersistentVolume", "ClusterRole"];
+
+/// The AdmissionRequest the API server would send for `object`.
+fn request(object: Value, op: Op, default_namespace: &str) -> anyhow::Result<AdmissionRequest> {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    if api_version.is_empty() || kind.is_empty() {
+        bail!("resource {name:?} has no apiVersion/kind");
+    }
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let namespace = if CLUSTER_SCOPED.contains(&kind.as_str()) {
+        String::new()
+    } else {
+        object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or(default_namespace)
+            .to_owned()
+    };
+    let operation = match op {
+        Op::Create => Operation::Create,
+        Op::Update => Operation::Update,
+    };
+    Ok(AdmissionRequest {
+        uid: format!("ivory-apply-{name}"),
+        resource: GroupVersionResource::new(group, version, &plural(&kind)),
+        kind: GroupVersionKind {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            kind,
+        },
+        name: name.to_owned(),
+        namespace,
+        operation,
+        user_info: UserInfo {
+            username: "ivory-cli".to_owned(),
+            ..UserInfo::default()
+        },
+        old_object: (op == Op::Update).then(|| object.clone()),
+        object: Some(object),
+        ..AdmissionRequest::default()
+    })
+}
+
+/// The resource name of a kind (`Deployment` → `deployments`, `NetworkPolicy` → `networkpolicies`).
+fn plural(kind: &str) -> String {
+    let lower = kind.to_lowercase();
+    if let Some(stem) = lower.strip_suffix('y')
+        && !stem.ends_with(['a', 'e', 'i', 'o', 'u'])
+    {
+        return format!("{stem}ies");
+    }
+    if lower.ends_with('s') {
+        return format!("{lower}es");
+    }
+    format!("{lower}s")
+}
+
+fn print(applied: &[Applied], format: Format) -> anyhow::Result<()> {
+    let allowed = applied.iter().filter(|a| a.allowed()).count();
+    let errored = applied.iter().filter(|a| a.errored()).count();
+    let text = match format {
+        Format::Json | Format::Yaml => {
+            let doc = json!({
+                "summary": {
+                    "resources": applied.len(),
+                    "allowed": allowed,
+                    "denied": applied.len() - allowed,
+                    "error": errored,
+                },
+                "resources": applied.iter().map(Applied::to_json).collect::<Vec<_>>(),
+            });
+            output::render(&doc, format == Format::Yaml)?
+        }
+        Format::Table => {
+            let mut text = String::new();
+            for a in applied {
+                text.push_str(&table(a)?);
+            }
+            text.push_str(&format!(
+                "{} resources: {allowed} allowed, {} denied\n",
+                applied.len(),
+                applied.len() - allowed
+            ));
+            text
+        }
+    };
+    print!("{text}");
+    Ok(())
+}
+
+/// The patched resource as YAML, then the decision as comments.
+fn table(a: &Applied) -> anyhow::Result<String> {
+    let mut text = String::from("---\n");
+    text.push_str(&serde_yaml::to_string(&a.object)?);
+    let verdict = if a.allowed() { "ALLOWED" } else { "DENIED" };
+    text.push_str(&format!("# {verdict} {}\n", a.id));
+    for op in &a.mutate.patch {
+        text.push_str(&format!("#   patched {} = {}\n", op.path, op.value));
+    }
+    for r in a.mutate.results.iter().chain(&a.validate.results) {
+        let detail = if r.message.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", r.message)
+        };
+        text.push_str(&format!(
+            "#   policy {} {}{detail}\n",
+            r.policy,
+            r.status.as_str()
+        ));
+    }
+    for w in a.mutate.warnings.iter().chain(&a.validate.warnings) {
+        text.push_str(&format!("#   warning: {w}\n"));
+    }
+    if let Some(m) = a.message() {
+        text.push_str(&format!("#   message: {m}\n"));
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plurals_of_workload_kinds() {
+        for (kind, resource) in [
+            ("Pod", "pods"),
+            ("Deployment", "deployments"),
+            ("CronJob", "cronjobs"),
+            ("NetworkPolicy", "networkpolicies"),
+            ("Gateway", "gateways"),
+            ("Ingress", "ingresses"),
+        ] {
+            assert_eq!(plural(kind), resource);
+        }
+    }
+
+    #[test]
+    fn requests_look_like_the_api_servers() {
+        let docs = documents(
+            "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n---\n\
+             apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Pod, metadata: {name: p, namespace: x}}\n",
+        )
+        .unwrap();
+        assert_eq!(docs.len(), 2);
+        let req = request(docs[0].clone(), Op::Update, "team").unwrap();
+        assert_eq!(
+            req.resource,
+            GroupVersionResource::new("apps", "v1", "deployments")
+        );
+        assert_eq!(req.kind.group, "apps");
+        assert_eq!(req.namespace, "team");
+        assert_eq!(req.operation, Operation::Update);
+        assert_eq!(req.old_object, req.object);
+        let pod = request(docs[1].clone(), Op::Create, "team").unwrap();
+        assert_eq!(pod.namespace, "x");
+        assert!(pod.old_object.is_none());
+        assert!(request(json!({"metadata": {"name": "n"}}), Op::Create, "d").is_err());
+        assert!(documents("- a\n- b\n").is_err());
+    }
+}

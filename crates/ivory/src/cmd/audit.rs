@@ -1,0 +1,476 @@
+//! `ivory audit`: verifies every image of a registry (catalog + tag listing, paginated) and/or
+//! of an image list against the policies, and reports.
+//!
+//! * Work is bounded: `--concurrency` images in flight, `--registry-concurrency` requests per
+//!   registry host.
+//! * Tags that hold cosign signatures/attestations (`sha256-<hex>.sig`, …) are not images.
+//! * Dedup: tags are resolved first and each distinct `repository@digest` is verified once
+//!   (signatures live beside the image in its repository, so the repository is part of the
+//!   key); every tag of it gets that verdict.
+//! * A progress line on stderr when it is a terminal, none when piped.
+//! * Ctrl-C stops the audit and prints what finished (`summary.interrupted: true`, exit 130).
+//! * Exit 0 when everything passed (or `--exit-zero`), 1 when anything failed, 2 when anything
+//!   could not be checked.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{IsTerminal as _, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, bail};
+use ivory_registry::{Credentials, Registry};
+use serde_json::json;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::check::{self, Checker, ImageReport, QuickPolicy};
+use super::output::{self, AuditFormat, Counts};
+use super::wiring::{self, RegistryOpts, duration, positive};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Policy file or folder (repeatable).
+    #[arg(long = "policy", value_name = "FILE")]
+    policies: Vec<PathBuf>,
+    #[command(flatten)]
+    quick: QuickPolicy,
+    /// Audit every repository in this registry's catalog (host[:port]; repeatable).
+    #[arg(long = "registry", value_name = "HOST")]
+    registries: Vec<String>,
+    /// Only repositories whose name matches this glob (`*` also matches `/`; repeatable).
+    #[arg(long = "repository", value_name = "GLOB", requires = "registries")]
+    repositories: Vec<String>,
+    /// File with one image reference per line (`#` comments; `-` for stdin; repeatable).
+    #[arg(long, value_name = "FILE")]
+    images_from: Vec<PathBuf>,
+    /// Images verified at the same time.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = positive)]
+    concurrency: usize,
+    /// Entries per catalog/tag-list page.
+    #[arg(long, value_name = "N", default_value_t = ivory_registry::DEFAULT_PAGE_SIZE, value_parser = positive)]
+    page_size: usize,
+    /// Output format. `json` is stable: {"summary": {images, digests, pass, fail, error,
+    /// interrupted}, "images": [{image, digest, verdict, policies, message}]}.
+    #[arg(long, short, value_enum, default_value_t = AuditFormat::Table)]
+    output: AuditFormat,
+    /// Also write a wgpolicyk8s.io/v1alpha2 ClusterPolicyReport (YAML) to FILE (`-`: stdout).
+    #[arg(long, value_name = "FILE")]
+    policy_report: Option<PathBuf>,
+    /// Exit 0 even when images fail or cannot be checked.
+    #[arg(long)]
+    exit_zero: bool,
+    /// Namespace of the synthetic Pod the policies are evaluated on.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    /// Time budget per image and per listing call (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
+    timeout: Duration,
+    #[command(flatten)]
+    registry: RegistryOpts,
+}
+
+/// What the audit has finished so far (kept when it is interrupted).
+#[derive(Default)]
+struct Finished {
+    reports: Vec<ImageReport>,
+    /// Images found by the sources.
+    found: usize,
+    /// Distinct repository@digest pairs verified.
+    digests: usize,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.registries.is_empty() && args.images_from.is_empty() {
+        bail!("nothing to audit: give --registry HOST and/or --images-from FILE");
+    }
+    let policies = check::policies(&args.policies, &args.quick)?;
+    let mut config = args.registry.config()?;
+    config.page_size = args.page_size;
+    let verifier = wiring::verifier_for(config)?;
+    let registry = verifier.registry().clone();
+    let checker = Arc::new(Checker {
+        verifier: Arc::new(verifier),
+        policies,
+        timeout: args.timeout,
+        namespace: args.namespace.clone(),
+    });
+    let mut finished = Finished::default();
+    let mut progress = Progress::new(std::io::stderr().is_terminal());
+    let interrupted = {
+        let work = audit(&args, &registry, &checker, &mut finished, &mut progress);
+        tokio::select! {
+            result = work => {
+                result?;
+                false
+            }
+            _ = tokio::signal::ctrl_c() => true,
+        }
+    };
+    progress.clear();
+    finished.reports.sort_by(|a, b| a.image.cmp(&b.image));
+    print(&args, &finished, interrupted)?;
+    let counts = Counts::of(&finished.reports);
+    Ok(if interrupted {
+        ExitCode::from(130)
+    } else if args.exit_zero {
+        ExitCode::SUCCESS
+    } else if counts.error > 0 {
+        ExitCode::from(2)
+    } else if counts.fail > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+async fn audit(
+    args: &Args,
+    registry: &Registry,
+    checker: &Arc<Checker>,
+    finished: &mut Finished,
+    progress: &mut Progress,
+) -> anyhow::Result<()> {
+    let mut images = Vec::new();
+    for path in &args.images_from {
+        images.extend(image_lines(&wiring::read_input(path, "--images-from")?));
+    }
+    for host in &args.registries {
+        let listed = list_registry(args, registry, host, progress).await?;
+        for r in listed {
+            match r {
+                Ok(image) => images.push(image),
+                Err(report) => finished.reports.push(report),
+            }
+        }
+    }
+    let mut seen = HashSet::new();
+    images.retain(|i| seen.insert(i.clone()));
+    finished.found = images.len() + finished.reports.len();
+    pipeline(args.concurrency, images, checker, finished, progress).await
+}
+
+/// What one task finished.
+enum Done {
+    Resolved(String, Result<String, String>),
+    Verified(String, ImageReport),
+}
+
+/// Images of one repository@digest waiting for (or given) its single verification.
+struct Group {
+    waiting: Vec<String>,
+    report: Option<ImageReport>,
+}
+
+/// Resolves every image and verifies each distinct repository@digest once, as soon as its
+/// first tag is resolved (a hung lookup does not hold the others back), at most `limit` tasks
+/// running at a time.
+async fn pipeline(
+    limit: usize,
+    images: Vec<String>,
+    checker: &Arc<Checker>,
+    finished: &mut Finished,
+    progress: &mut Progress,
+) -> anyhow::Result<()> {
+    progress.start("verifying", images.len());
+    let permits = Arc::new(Semaphore::new(limit));
+    let mut tasks = JoinSet::new();
+    for image in images {
+        let (checker, permits) = (checker.clone(), permits.clone());
+        tasks.spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            let digest = checker.resolve(&image).await;
+            Done::Resolved(image, digest)
+        });
+    }
+    let mut groups: HashMap<String, Group> = HashMap::new();
+    while let Some(joined) = tasks.join_next().await {
+        match joined.context("audit task failed")? {
+            Done::Resolved(image, Err(message)) => {
+                finished.reports.push(ImageReport::error(&image, message));
+                progress.inc(1);
+            }
+            Done::Resolved(image, Ok(digest)) => {
+                let key = format!("{}@{digest}", repository(&image));
+                if let Some(group) = groups.get_mut(&key) {
+                    match &group.report {
+                        Some(report) => {
+                            finished.reports.push(ImageReport {
+                                image,
+                                ..report.clone()
+                            });
+                            progress.inc(1);
+                        }
+                        None => group.waiting.push(image),
+                    }
+                    continue;
+                }
+                groups.insert(
+                    key.clone(),
+                    Group {
+                        waiting: vec![image.clone()],
+                        report: None,
+                    },
+                );
+                let (checker, permits) = (checker.clone(), permits.clone());
+                tasks.spawn(async move {
+                    let _permit = permits.acquire_owned().await;
+                    Done::Verified(key, checker.check_digest(&image, &digest).await)
+                });
+            }
+            Done::Verified(key, report) => {
+                let Some(group) = groups.get_mut(&key) else {
+                    continue;
+                };
+                let waiting = std::mem::take(&mut group.waiting);
+                progress.inc(waiting.len());
+                for image in waiting {
+                    finished.reports.push(ImageReport {
+                        image,
+                        ..report.clone()
+                    });
+                }
+                group.report = Some(report);
+                finished.digests += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `host/repo:tag` for every tag of every catalog repository matching `--repository`; a repo
+/// whose tags cannot be listed becomes an error entry.
+async fn list_registry(
+    args: &Args,
+    registry: &Registry,
+    host: &str,
+    progress: &mut Progress,
+) -> anyhow::Result<Vec<Result<String, ImageReport>>> {
+    let creds = Credentials::anonymous();
+    let repos = registry
+        .catalog(host, &creds, Instant::now() + args.timeout)
+        .await
+        .with_context(|| format!("listing the catalog of registry {host}"))?;
+    let globs = args
+        .repositories
+        .iter()
+        .map(|g| {
+            ivory_policy::compile_image_glob(g)
+                .map_err(|e| anyhow::anyhow!("--repository {g}: {e}"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let repos: Vec<String> = repos
+        .into_iter()
+        .filter(|r| globs.is_empty() || globs.iter().any(|g| g.is_match(r)))
+        .collect();
+    progress.start("listing tags", repos.len());
+    let mut out = Vec::new();
+    for repo in repos {
+        let reference = format!("{host}/{repo}");
+        match registry
+            .list_tags(&reference, &creds, Instant::now() + args.timeout)
+            .await
+        {
+            Ok(tags) => out.extend(
+                tags.into_iter()
+                    .filter(|t| !is_signature_tag(t))
+                    .map(|t| Ok(format!("{reference}:{t}"))),
+            ),
+            Err(e) => out.push(Err(ImageReport::error(
+                &reference,
+                format!("listing the tags of {reference}: {e}"),
+            ))),
+        }
+        progress.inc(1);
+    }
+    Ok(out)
+}
+
+/// cosign's `sha256-<hex>.sig|.att|.sbom` tags and the OCI referrers fallback tag
+/// `sha256-<hex>` hold signatures and attestations, not images to audit.
+fn is_signature_tag(tag: &str) -> bool {
+    let Some(rest) = tag.strip_prefix("sha256-") else {
+        return false;
+    };
+    let hex = rest.split('.').next().unwrap_or(rest);
+    hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Image references of a list file: one per line, blank lines and `#` comments ignored.
+fn image_lines(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The repository part of a reference (`host/repo:tag@sha256:…` → `host/repo`).
+fn repository(image: &str) -> &str {
+    let no_digest = image.split('@').next().unwrap_or(image);
+    match no_digest.rfind(':') {
+        Some(i) if !no_digest[i..].contains('/') => &no_digest[..i],
+        _ => no_digest,
+    }
+}
+
+fn print(args: &Args, finished: &Finished, interrupted: bool) -> anyhow::Result<()> {
+    let reports = &finished.reports;
+    let counts = Counts::of(reports);
+    let summary = format!(
+        "{} images ({} digests): {} pass, {} fail, {} error{}",
+        counts.total(),
+        finished.digests,
+        counts.pass,
+        counts.fail,
+        counts.error,
+        if interrupted {
+            format!(" (interrupted; {} images found)", finished.found)
+        } else {
+            String::new()
+        }
+    );
+    let text = match args.output {
+        AuditFormat::Table => format!("{}{summary}\n", output::image_table(reports)),
+        AuditFormat::Json | AuditFormat::Yaml => {
+            let doc = json!({
+                "summary": {
+                    "images": counts.total(),
+                    "digests": finished.digests,
+                    "pass": counts.pass,
+                    "fail": counts.fail,
+                    "error": counts.error,
+                    "found": finished.found,
+                    "interrupted": interrupted,
+                },
+                "images": reports.iter().map(ImageReport::to_json).collect::<Vec<_>>(),
+            });
+            output::render(&doc, args.output == AuditFormat::Yaml)?
+        }
+        AuditFormat::Sarif => output::render(&output::sarif(reports), false)?,
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    if let Some(path) = &args.policy_report {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let doc = output::cluster_policy_report(
+            reports,
+            "ivory-audit",
+            (now.as_secs(), now.subsec_nanos()),
+        );
+        let yaml = output::render(&doc, true)?;
+        if path.as_os_str() == "-" {
+            stdout.write_all(format!("---\n{yaml}").as_bytes())?;
+        } else {
+            std::fs::write(path, yaml)
+                .with_context(|| format!("writing --policy-report {}", path.display()))?;
+        }
+    }
+    stdout.flush()?;
+    if args.output != AuditFormat::Table {
+        eprintln!("{summary}");
+    }
+    Ok(())
+}
+
+/// A one-line progress bar on stderr, only when stderr is a terminal.
+struct Progress {
+    enabled: bool,
+    label: String,
+    total: usize,
+    done: usize,
+}
+
+impl Progress {
+    fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            label: String::new(),
+            total: 0,
+            done: 0,
+        }
+    }
+
+    fn start(&mut self, label: &str, total: usize) {
+        self.label = label.to_owned();
+        self.total = total;
+        self.done = 0;
+        self.draw();
+    }
+
+    fn inc(&mut self, n: usize) {
+        self.done += n;
+        self.draw();
+    }
+
+    fn draw(&self) {
+        if self.enabled {
+            eprint!("\r\x1b[2K{}", self.line());
+        }
+    }
+
+    /// `verifying     [#######            ] 12/52`
+    fn line(&self) -> String {
+        const WIDTH: usize = 30;
+        let filled = (self.done * WIDTH)
+            .checked_div(self.total)
+            .unwrap_or(WIDTH)
+            .min(WIDTH);
+        let bar = format!("{}{}", "#".repeat(filled), " ".repeat(WIDTH - filled));
+        format!("{:<13} [{bar}] {}/{}", self.label, self.done, self.total)
+    }
+
+    fn clear(&self) {
+        if self.enabled {
+            eprint!("\r\x1b[2K");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repositories_of_references() {
+        assert_eq!(repository("h:5000/a/b:v1"), "h:5000/a/b");
+        assert_eq!(repository("h:5000/a/b"), "h:5000/a/b");
+        assert_eq!(repository("h:5000/a/b:v1@sha256:aa"), "h:5000/a/b");
+        assert_eq!(repository("h/a@sha256:aa"), "h/a");
+    }
+
+    #[test]
+    fn progress_line() {
+        let mut p = Progress::new(false);
+        p.start("verifying", 4);
+        p.inc(1);
+        assert_eq!(
+            p.line(),
+            format!("verifying     [{}{}] 1/4", "#".repeat(7), " ".repeat(23))
+        );
+        p.start("listing tags", 0);
+        assert_eq!(p.line(), format!("listing tags  [{}] 0/0", "#".repeat(30)));
+    }
+
+    #[test]
+    fn signature_tags_are_not_images() {
+        let hex = "0e1dfb0e6a9d8ade72c3c7e96a1a79378d7fadba2f48659904af92517bbca5aa";
+        assert!(is_signature_tag(&format!("sha256-{hex}.sig")));
+        assert!(is_signature_tag(&format!("sha256-{hex}.att")));
+        assert!(is_signature_tag(&format!("sha256-{hex}")));
+        assert!(!is_signature_tag("sha256-latest"));
+        assert!(!is_signature_tag("v1"));
+    }
+
+    #[test]
+    fn image_lists_skip_comments() {
+        assert_eq!(
+            image_lines("# header\n\na:1  # trailing\n  b@sha256:00\n"),
+            ["a:1", "b@sha256:00"]
+        );
+    }
+}

@@ -1,0 +1,199 @@
+//! `ivory apply` as a process: a Kyverno-style test case (policy + resources + expected
+//! results) gives the same verdicts, patches and messages as `ivory serve` does for the same
+//! objects through its mutating and validating webhooks.
+
+use base64::Engine as _;
+use ivory_testkit::{HarnessOptions, RegistryHarness};
+use serde_json::{Value, json};
+
+use crate::cli_util::{ivory, push_fixture, write, write_ca};
+use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, policy};
+
+/// The AdmissionReview the API server would send for `object`.
+fn review(uid: &str, object: &Value) -> Value {
+    let kind = object["kind"].as_str().unwrap();
+    let (group, resource) = match kind {
+        "Pod" => ("", "pods"),
+        "Deployment" => ("apps", "deployments"),
+        other => panic!("no resource for {other}"),
+    };
+    let version = "v1";
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": resource},
+            "name": object["metadata"]["name"],
+            "namespace": "default",
+            "operation": "CREATE",
+            "userInfo": {"username": "alice"},
+            "object": object,
+        },
+    })
+}
+
+/// Mutate, apply the patch, validate: what the API server does with ivory's two webhooks.
+async fn through_serve(ivory: &Ivory, uid: &str, object: &Value) -> (Value, Value) {
+    let resp = ivory
+        .review("/ivpol/mutate/check-images", &review(uid, object))
+        .await;
+    let mut object = object.clone();
+    if let Some(patch) = resp["patch"].as_str() {
+        let ops: Value = serde_json::from_slice(
+            &base64::engine::general_purpose::STANDARD
+                .decode(patch)
+                .unwrap(),
+        )
+        .unwrap();
+        for op in ops.as_array().unwrap() {
+            *object.pointer_mut(op["path"].as_str().unwrap()).unwrap() = op["value"].clone();
+        }
+    }
+    let resp = ivory
+        .review("/ivpol/validate/check-images", &review(uid, &object))
+        .await;
+    (object, resp)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kyverno_style_test_case_matches_serve() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let (signed, signed_digest) = push_fixture(&h, "sig-p256").await;
+    let (unsigned, unsigned_digest) = push_fixture(&h, "unsigned").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = write_ca(dir.path(), &h);
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let body = format!(
+        "  validationActions: [Deny]\n{}{VERIFY_SIGNED}",
+        key_attestor()
+    );
+    write(
+        &policies,
+        "check-images.yaml",
+        &policy("check-images", &format!("{}/*", h.host()), &body),
+    );
+    // The test case: a signed Pod passes, an unsigned Deployment (autogen) fails.
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "signed", "namespace": "default"},
+        "spec": {"containers": [{"name": "app", "image": signed}]},
+    });
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "unsigned", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": {
+                "metadata": {"labels": {"app": "x"}},
+                "spec": {"containers": [{"name": "app", "image": unsigned}]},
+            },
+        },
+    });
+    let resources = format!(
+        "{}---\n{}",
+        serde_yaml::to_string(&pod).unwrap(),
+        serde_yaml::to_string(&deployment).unwrap()
+    );
+    let resources = write(dir.path(), "resources.yaml", &resources);
+    let expected = [
+        (
+            "Pod/default/signed",
+            true,
+            format!("{signed}@{signed_digest}"),
+        ),
+        (
+            "Deployment/default/unsigned",
+            false,
+            format!("{unsigned}@{unsigned_digest}"),
+        ),
+    ];
+
+    let run = ivory([
+        "apply",
+        "--policy",
+        policies.to_str().unwrap(),
+        "--resource",
+        resources.to_str().unwrap(),
+        "--registry-ca",
+        ca.to_str().unwrap(),
+        "-o",
+        "json",
+    ])
+    .await;
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let doc = run.json();
+    assert_eq!(
+        doc["summary"],
+        json!({"resources": 2, "allowed": 1, "denied": 1, "error": 0})
+    );
+    let applied = doc["resources"].as_array().unwrap();
+    for ((id, allowed, pinned), got) in expected.iter().zip(applied) {
+        assert_eq!(got["resource"], *id);
+        assert_eq!(got["allowed"], *allowed, "{got}");
+        // The mutating stage pinned the image; the validating stage saw the pinned object.
+        assert_eq!(got["patch"][0]["value"], *pinned, "{got}");
+    }
+    assert_eq!(
+        applied[0]["object"]["spec"]["containers"][0]["image"],
+        expected[0].2
+    );
+    assert_eq!(
+        applied[1]["object"]["spec"]["template"]["spec"]["containers"][0]["image"],
+        expected[1].2
+    );
+    assert_eq!(
+        applied[1]["message"],
+        "Policy check-images failed: failed the image Signature verification"
+    );
+    assert!(applied[0]["message"].is_null(), "{}", applied[0]);
+
+    // The default output is the patched resource as YAML plus the decision.
+    let run = ivory([
+        "apply",
+        "--policy",
+        policies.to_str().unwrap(),
+        "--resource",
+        resources.to_str().unwrap(),
+        "--registry-ca",
+        ca.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stdout.contains(&format!("image: {}", expected[0].2)),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("# ALLOWED Pod/default/signed"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("# DENIED Deployment/default/unsigned"));
+    assert!(run.stdout.contains("2 resources: 1 allowed, 1 denied"));
+
+    // The same objects through `ivory serve`.
+    let tls = Tls::write(dir.path(), "ivory apply test CA");
+    let server = Ivory::start(
+        &tls,
+        &[
+            "--policies".into(),
+            policies.display().to_string(),
+            "--registry-ca".into(),
+            ca.display().to_string(),
+        ],
+    )
+    .await;
+    for (i, object) in [pod, deployment].iter().enumerate() {
+        let (patched, resp) = through_serve(&server, &format!("uid-{i}"), object).await;
+        assert_eq!(resp["allowed"], applied[i]["allowed"], "{resp}");
+        assert_eq!(patched, applied[i]["object"]);
+        let message = resp["status"]["message"].clone();
+        assert_eq!(message, applied[i]["message"], "{resp}");
+    }
+}

@@ -1,0 +1,89 @@
+//! Helpers for the one-shot commands (`verify`, `apply`, `audit`) run as processes.
+
+use std::path::{Path, PathBuf};
+
+use ivory_testkit::Harness;
+use serde_json::Value;
+
+use crate::util::{BIN, fixtures};
+
+/// Exit code, stdout and stderr of one `ivory` run.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// stdout parsed as JSON (panics with both streams when it is not).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+}
+
+/// Runs `ivory <args>` to completion.
+pub async fn ivory<I, S>(args: I) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let out = tokio::process::Command::new(BIN)
+        .args(args)
+        .env("IVORY_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Pushes fixture layout `layout` as `ivory/<layout>`; returns (`host/ivory/<layout>:v1`, digest).
+pub async fn push_fixture(h: &Harness, layout: &str) -> (String, String) {
+    let repo = format!("ivory/{layout}");
+    let tags = h
+        .push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
+        .await
+        .unwrap();
+    (format!("{}/{repo}:v1", h.host()), tags["v1"].clone())
+}
+
+/// Tags the manifest `digest` of fixture `layout` (already pushed to `repo`) as `tag` too.
+pub async fn retag_fixture(h: &Harness, layout: &str, repo: &str, digest: &str, tag: &str) {
+    let hex = digest.trim_start_matches("sha256:");
+    let dir = fixtures().join("oci/ivory").join(layout);
+    let bytes = std::fs::read(dir.join("blobs/sha256").join(hex)).unwrap();
+    let manifest: Value = serde_json::from_slice(&bytes).unwrap();
+    let media_type = manifest["mediaType"]
+        .as_str()
+        .unwrap_or("application/vnd.oci.image.manifest.v1+json");
+    h.push_manifest(repo, tag, media_type, &bytes)
+        .await
+        .unwrap();
+}
+
+/// Writes the harness CA and returns its path.
+pub fn write_ca(dir: &Path, h: &Harness) -> PathBuf {
+    let path = dir.join("registry-ca.pem");
+    std::fs::write(&path, h.ca_pem()).unwrap();
+    path
+}
+
+/// Writes `text` to `dir/name` and returns the path.
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Path of a fixture key.
+pub fn key(name: &str) -> PathBuf {
+    fixtures().join("keys").join(name)
+}
