@@ -31,5 +31,7 @@ fi
 started=$SECONDS
 scripts/e2e/build.sh all
 echo "e2e: binaries ready after $((SECONDS - started))s" >&2
+# The matrix tests run target/debug/ivory (serve --kube, webhooks).
+cargo build -p ivory --locked
 cargo test -p ivory-e2e --features e2e --locked "$@"
 echo "e2e: done in $((SECONDS - started))s" >&2

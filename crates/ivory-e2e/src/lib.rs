@@ -6,10 +6,14 @@
 //! (`cargo test -p ivory-e2e --features e2e`).
 
 mod cluster;
+mod ivory;
+mod matrix;
 mod metrics;
 mod support;
 
 pub use cluster::{Cluster, KEEP_ENV, KUBECONFIG_ENV};
+pub use ivory::{IvoryServer, ivory_binary, run_ivory};
+pub use matrix::{FailureMatrix, Row, report_path};
 pub use metrics::metric_value;
 pub use support::{create_namespace, eventually, unique_name, unused_local_port};
 
@@ -51,6 +55,16 @@ pub enum Error {
     Request(String),
     #[error("finding a free port on 127.0.0.1: {0}")]
     Port(#[source] std::io::Error),
+    #[error("running {binary} (build it with `cargo build -p ivory`): {source}")]
+    Ivory {
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("ivory serve did not start listening; its log:\n{logs}")]
+    IvoryStart { logs: String },
+    #[error("the ivory process is gone")]
+    IvoryGone,
     #[error("timed out after {timeout:?} waiting for {what}; last attempt: {last}")]
     Timeout {
         what: String,

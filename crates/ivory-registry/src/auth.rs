@@ -51,7 +51,7 @@ impl Credentials {
         self
     }
 
-    /// Adds a username/password for `registry` (host[:port]).
+    /// Adds a username/password for `registry` (`host[:port]`).
     pub fn with_basic(mut self, registry: &str, user: &str, password: &str) -> Self {
         Arc::make_mut(&mut self.auths).insert(
             normalize_host(registry),

@@ -125,9 +125,10 @@ impl Registry {
         // oci-client wants a 'static user agent; one small leak per Registry.
         let user_agent: &'static str = Box::leak(config.user_agent.clone().into_boxed_str());
         // Building the probe client now surfaces a bad CA bundle at startup, not on first use.
-        let raw_secure = raw_client(&roots, false, &config, user_agent).map_err(|e| Error::Config {
-            detail: format!("registry CA bundle rejected: {e}"),
-        })?;
+        let raw_secure =
+            raw_client(&roots, false, &config, user_agent).map_err(|e| Error::Config {
+                detail: format!("registry CA bundle rejected: {e}"),
+            })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 referrers_api: ReferrersApi::new(config.referrers_api_ttl),
@@ -316,7 +317,10 @@ impl Registry {
         };
         let api = match self.inner.referrers_api.get(&t.host) {
             Some(known) => Some(known),
-            None => self.probe_referrers_api(&t, &digest, creds, deadline).await?,
+            None => {
+                self.probe_referrers_api(&t, &digest, creds, deadline)
+                    .await?
+            }
         };
         if api == Some(false) {
             return self
@@ -367,7 +371,7 @@ impl Registry {
         .await
     }
 
-    /// All repositories of `registry` (host[:port]), following pagination. Bearer-token
+    /// All repositories of `registry` (`host[:port]`), following pagination. Bearer-token
     /// registries need `registry:catalog:*` scope, which oci-client does not request.
     pub async fn catalog(
         &self,

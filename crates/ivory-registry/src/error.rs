@@ -128,14 +128,16 @@ impl Error {
     pub(crate) fn status_class(&self) -> StatusClass {
         match self {
             Error::NotFound { .. } | Error::Unauthorized { .. } => StatusClass::Client,
-            Error::Rejected { status, .. } => status.map_or(StatusClass::Client, StatusClass::of_code),
+            Error::Rejected { status, .. } => {
+                status.map_or(StatusClass::Client, StatusClass::of_code)
+            }
             Error::Throttled { status, .. } | Error::Server { status, .. } => {
                 StatusClass::of_code(*status)
             }
             // The registry answered 2xx; the content was refused.
-            Error::TooLarge { .. } | Error::InvalidManifest { .. } | Error::DigestMismatch { .. } => {
-                StatusClass::Success
-            }
+            Error::TooLarge { .. }
+            | Error::InvalidManifest { .. }
+            | Error::DigestMismatch { .. } => StatusClass::Success,
             Error::DeadlineExceeded { .. }
             | Error::Transport { .. }
             | Error::InvalidReference { .. }

@@ -2,14 +2,19 @@
 //!
 //! Built on oci-client. Every call takes an absolute deadline, runs under a per-registry
 //! concurrency cap, retries 429/503 only while the deadline allows, enforces size limits,
-//! and is counted per registry host. One oci-client per credential set keeps tokens and
-//! pooled connections without mixing tenants' credentials.
+//! and is counted per registry host (calls and answer classes). One oci-client per credential
+//! set keeps tokens and pooled connections without mixing tenants' credentials; each is built
+//! once, on the blocking pool (loading root certificates is slow), however many calls want it.
+//! Per host, the auth probe runs once (concurrent cold calls share it), and a missing
+//! referrers API is remembered for [`Config::referrers_api_ttl`] so referrers go straight to
+//! the `sha256-<hex>` fallback tag.
 
 pub use auth::Credentials;
 pub use client::{MAX_INDEX_DEPTH, Platform, Registry};
 pub use config::{
     Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BLOB_BYTES, DEFAULT_MAX_MANIFEST_BYTES,
-    DEFAULT_MAX_PAGES, DEFAULT_PAGE_SIZE, DEFAULT_PER_REGISTRY_CONCURRENCY, DEFAULT_REFERRERS_API_TTL, DEFAULT_USER_AGENT,
+    DEFAULT_MAX_PAGES, DEFAULT_PAGE_SIZE, DEFAULT_PER_REGISTRY_CONCURRENCY,
+    DEFAULT_REFERRERS_API_TTL, DEFAULT_USER_AGENT,
 };
 pub use error::{Error, Result};
 pub use manifest::{

@@ -129,7 +129,10 @@ async fn concurrent_cold_calls_ping_once() {
     for c in calls {
         assert_eq!(c.await.unwrap().unwrap(), img.manifest.digest);
     }
-    let pings = seq(&h).iter().filter(|l| l.starts_with("GET /v2/ ")).count();
+    let pings = seq(&h)
+        .iter()
+        .filter(|l| l.starts_with("GET /v2/ "))
+        .count();
     assert_eq!(pings, 1, "{:?}", seq(&h));
     let stats = &r.stats()[0];
     assert_eq!(stats.requests, 9, "{stats:?}");

@@ -63,9 +63,10 @@ async fn hung_registry_ends_in_deadline_exceeded_on_time() {
     }
 }
 
-/// Building an HTTPS client loads root certificates (~0.6 s in debug builds). Concurrent cold
-/// calls must neither each build one nor build it on the async workers: on a 2-worker
-/// runtime that blocked every other request, so all of these missed their deadline by seconds.
+/// Building an HTTPS client loads root certificates (50-75 ms here, ~0.6 s on a loaded
+/// debug build). Concurrent cold calls must neither each build one nor build it on the async
+/// workers: built inline, 48 cold calls kept a 2-worker runtime busy for seconds and every
+/// call missed its deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_cold_calls_keep_their_deadline() {
     let hung = HungRegistry::start().await.unwrap();
@@ -74,28 +75,36 @@ async fn concurrent_cold_calls_keep_their_deadline() {
     let started = Instant::now();
     let deadline = started + budget;
     let image = format!("{}/app:v1", hung.host());
-    let calls: Vec<_> = (0..8)
+    let calls: Vec<_> = (0..48)
         .map(|i| {
             let (r, image) = (r.clone(), image.clone());
-            // Two credential sets: two clients to build, each once.
+            // Half share one credential set (one client, built once), half bring their own
+            // (one client each, built off the async workers).
             let creds = if i % 2 == 0 {
                 Credentials::anonymous()
             } else {
-                Credentials::anonymous().with_basic(&hung.host(), "u", "p")
+                Credentials::anonymous().with_basic(&hung.host(), &format!("u{i}"), "p")
             };
             tokio::spawn(async move {
-                let err = r.resolve_digest(&image, &creds, deadline).await.unwrap_err();
+                let err = r
+                    .resolve_digest(&image, &creds, deadline)
+                    .await
+                    .unwrap_err();
                 (err, Instant::now())
             })
         })
         .collect();
+    let mut worst = Duration::ZERO;
     for c in calls {
         let (err, done) = c.await.unwrap();
         assert!(matches!(err, Error::DeadlineExceeded { .. }), "{err}");
-        let late = done.saturating_duration_since(deadline);
-        assert!(late < Duration::from_millis(200), "answered {late:?} after the deadline");
+        worst = worst.max(done.saturating_duration_since(deadline));
     }
-    eprintln!("8 concurrent cold calls: {:?}", started.elapsed());
+    eprintln!("48 concurrent cold calls: worst {worst:?} after the deadline");
+    assert!(
+        worst < Duration::from_millis(200),
+        "answered {worst:?} after the deadline"
+    );
 }
 
 /// A fresh Registry's first call pays for building its client inside the deadline.
@@ -115,7 +124,10 @@ async fn a_cold_client_build_respects_the_deadline() {
         .unwrap_err();
     let elapsed = started.elapsed();
     assert!(matches!(err, Error::DeadlineExceeded { .. }), "{err}");
-    assert!(elapsed < budget + Duration::from_millis(150), "took {elapsed:?}");
+    assert!(
+        elapsed < budget + Duration::from_millis(150),
+        "took {elapsed:?}"
+    );
 }
 
 #[tokio::test]

@@ -225,7 +225,11 @@ async fn referrers_fall_back_to_the_tag_schema() {
     );
     let stats = &r.stats()[0];
     assert_eq!(stats.requests, 3, "{stats:?}");
-    let statuses: Vec<_> = stats.statuses.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    let statuses: Vec<_> = stats
+        .statuses
+        .iter()
+        .map(|(k, v)| (k.as_str(), *v))
+        .collect();
     assert_eq!(statuses, [("2xx", 2), ("4xx", 1)], "{stats:?}");
     h.reset_requests();
 
@@ -250,11 +254,17 @@ async fn referrers_fall_back_to_the_tag_schema() {
     assert_eq!(
         seq(&h)
             .into_iter()
-            .filter(|l| !l.contains("/blobs/") && !l.starts_with("PUT") && !l.starts_with("POST") && !l.starts_with("HEAD"))
+            .filter(|l| !l.contains("/blobs/")
+                && !l.starts_with("PUT")
+                && !l.starts_with("POST")
+                && !l.starts_with("HEAD"))
             .collect::<Vec<_>>(),
         vec![
             format!("GET /v2/app/manifests/{tag} 200"),
-            format!("GET /v2/app/manifests/{} 404", other.manifest.digest.replace(':', "-")),
+            format!(
+                "GET /v2/app/manifests/{} 404",
+                other.manifest.digest.replace(':', "-")
+            ),
         ]
     );
 }
@@ -272,16 +282,25 @@ async fn referrers_api_absence_is_forgotten_after_its_ttl() {
     );
     let subject = format!("{}/app@{}", h.host(), img.manifest.digest);
     let creds = Credentials::anonymous();
-    let probes = |h: &ivory_testkit::Harness| {
-        seq(h).iter().filter(|l| l.contains("/referrers/")).count()
-    };
+    let probes =
+        |h: &ivory_testkit::Harness| seq(h).iter().filter(|l| l.contains("/referrers/")).count();
     h.reset_requests();
     for _ in 0..2 {
-        let idx = r.referrers(&subject, None, &creds, ok_deadline()).await.unwrap();
+        let idx = r
+            .referrers(&subject, None, &creds, ok_deadline())
+            .await
+            .unwrap();
         assert_eq!(idx["manifests"], json!([]));
     }
     assert_eq!(probes(&h), 1, "{:?}", seq(&h));
     tokio::time::sleep(Duration::from_millis(400)).await;
-    r.referrers(&subject, None, &creds, ok_deadline()).await.unwrap();
-    assert_eq!(probes(&h), 2, "expired: the API is asked again: {:?}", seq(&h));
+    r.referrers(&subject, None, &creds, ok_deadline())
+        .await
+        .unwrap();
+    assert_eq!(
+        probes(&h),
+        2,
+        "expired: the API is asked again: {:?}",
+        seq(&h)
+    );
 }

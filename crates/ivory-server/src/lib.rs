@@ -5,13 +5,15 @@
 //! webhook configurations that point the API server at those routes.
 
 pub mod budget;
+pub mod kube_source;
 pub mod metrics;
 pub mod policies;
 mod routes;
 mod serve;
 pub mod webhooks;
 
-pub use metrics::{Metrics, RegistryStatsSource};
+pub use kube_source::KubeSource;
+pub use metrics::{CacheCounts, CacheStatsSource, Metrics, RegistryStatsSource};
 pub use policies::{FileSource, PolicyStore, Snapshot};
 pub use routes::{AppState, DEFAULT_BODY_LIMIT, NamespaceSource, namespace_object, router};
 pub use serve::{Error, Listen, Result, ServeOptions, serve, shutdown_signal};

@@ -8,9 +8,14 @@
 //! * `deadline_expiries_total{route}`: requests whose budget ran out before the engine finished.
 //! * `policy_load_errors` gauge (errors of the latest load) and `policy_load_failures_total`,
 //!   `policies_loaded` gauge.
-//! * `registry_requests_total{registry}`, `registry_errors_total{registry}`,
+//! * `registry_requests_total{registry, status}` (status class `2xx`, `4xx`, `5xx`, or `none`
+//!   when no HTTP answer came), `registry_errors_total{registry}`,
 //!   `registry_throttled_total{registry}`: read from the registry client's counters at scrape
-//!   time (the client does not record HTTP status codes, so errors are not split by status).
+//!   time.
+//! * `verify_cache_hits_total{cache}`, `verify_cache_negative_hits_total{cache}`,
+//!   `verify_cache_misses_total{cache}`, `verify_cache_coalesced_total{cache}`: the verifier's
+//!   `tags` and `results` caches (coalesced = waited for another request's identical load),
+//!   read at scrape time.
 
 use std::fmt;
 use std::sync::Arc;
@@ -28,6 +33,24 @@ use prometheus_client::registry::Registry;
 /// Where registry counters come from (the verifier's registry client).
 pub type RegistryStatsSource = Arc<dyn Fn() -> Vec<RegistryStats> + Send + Sync>;
 
+/// One verifier cache's counters (monotonic), as the binary reads them from the verifier.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CacheCounts {
+    /// Cache name, the `cache` label.
+    pub cache: String,
+    /// Lookups answered from the cache.
+    pub hits: u64,
+    /// Of `hits`, cached negative verdicts.
+    pub negative_hits: u64,
+    /// Lookups that loaded the value themselves.
+    pub misses: u64,
+    /// Lookups that waited for another request's load of the same key.
+    pub coalesced: u64,
+}
+
+/// Where verifier cache counters come from.
+pub type CacheStatsSource = Arc<dyn Fn() -> Vec<CacheCounts> + Send + Sync>;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AdmissionLabels {
     route: String,
@@ -44,6 +67,17 @@ struct RegistryLabels {
     registry: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RegistryStatusLabels {
+    registry: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheLabels {
+    cache: String,
+}
+
 /// The server's metric families.
 pub struct Metrics {
     registry: Registry,
@@ -53,10 +87,15 @@ pub struct Metrics {
     policy_load_errors: Gauge,
     policy_load_failures: Counter,
     policies_loaded: Gauge,
-    registry_requests: Family<RegistryLabels, Counter>,
+    registry_requests: Family<RegistryStatusLabels, Counter>,
     registry_errors: Family<RegistryLabels, Counter>,
     registry_throttled: Family<RegistryLabels, Counter>,
     registry_source: Option<RegistryStatsSource>,
+    cache_hits: Family<CacheLabels, Counter>,
+    cache_negative_hits: Family<CacheLabels, Counter>,
+    cache_misses: Family<CacheLabels, Counter>,
+    cache_coalesced: Family<CacheLabels, Counter>,
+    cache_source: Option<CacheStatsSource>,
 }
 
 impl fmt::Debug for Metrics {
@@ -88,6 +127,11 @@ impl Metrics {
             registry_errors: Family::default(),
             registry_throttled: Family::default(),
             registry_source: None,
+            cache_hits: Family::default(),
+            cache_negative_hits: Family::default(),
+            cache_misses: Family::default(),
+            cache_coalesced: Family::default(),
+            cache_source: None,
             registry: Registry::default(),
         };
         registry.register(
@@ -122,7 +166,7 @@ impl Metrics {
         );
         registry.register(
             "registry_requests",
-            "Registry calls by registry host",
+            "Registry calls by registry host and answer class (2xx, 4xx, 5xx, none)",
             m.registry_requests.clone(),
         );
         registry.register(
@@ -135,7 +179,37 @@ impl Metrics {
             "Registry calls answered 429/503, by registry host",
             m.registry_throttled.clone(),
         );
+        for (name, help, family) in [
+            (
+                "verify_cache_hits",
+                "Verifier cache lookups answered from the cache",
+                &m.cache_hits,
+            ),
+            (
+                "verify_cache_negative_hits",
+                "Verifier cache hits that returned a cached negative verdict",
+                &m.cache_negative_hits,
+            ),
+            (
+                "verify_cache_misses",
+                "Verifier cache lookups that loaded the value",
+                &m.cache_misses,
+            ),
+            (
+                "verify_cache_coalesced",
+                "Verifier cache lookups that waited for an identical load in flight",
+                &m.cache_coalesced,
+            ),
+        ] {
+            registry.register(name, help, family.clone());
+        }
         Self { registry, ..m }
+    }
+
+    /// Adds the verifier's cache counters to every scrape.
+    pub fn with_cache_stats(mut self, source: CacheStatsSource) -> Self {
+        self.cache_source = Some(source);
+        self
     }
 
     /// Adds the registry client's counters to every scrape.
@@ -185,21 +259,38 @@ impl Metrics {
 
     /// OpenMetrics text of every family.
     pub fn encode(&self) -> String {
+        // Sources' counters are monotonic: mirror them rather than add deltas.
+        fn set<L: Clone + std::hash::Hash + Eq>(family: &Family<L, Counter>, labels: &L, v: u64) {
+            family
+                .get_or_create(labels)
+                .inner()
+                .store(v, Ordering::Relaxed);
+        }
         if let Some(source) = &self.registry_source {
             for s in source() {
                 let labels = RegistryLabels {
                     registry: s.registry.clone(),
                 };
-                // The client's counters are monotonic: mirror them rather than add deltas.
-                let set = |family: &Family<RegistryLabels, Counter>, v: u64| {
-                    family
-                        .get_or_create(&labels)
-                        .inner()
-                        .store(v, Ordering::Relaxed);
+                for (status, n) in &s.statuses {
+                    let labels = RegistryStatusLabels {
+                        registry: s.registry.clone(),
+                        status: status.clone(),
+                    };
+                    set(&self.registry_requests, &labels, *n);
+                }
+                set(&self.registry_errors, &labels, s.errors);
+                set(&self.registry_throttled, &labels, s.throttled);
+            }
+        }
+        if let Some(source) = &self.cache_source {
+            for c in source() {
+                let labels = CacheLabels {
+                    cache: c.cache.clone(),
                 };
-                set(&self.registry_requests, s.requests);
-                set(&self.registry_errors, s.errors);
-                set(&self.registry_throttled, s.throttled);
+                set(&self.cache_hits, &labels, c.hits);
+                set(&self.cache_negative_hits, &labels, c.negative_hits);
+                set(&self.cache_misses, &labels, c.misses);
+                set(&self.cache_coalesced, &labels, c.coalesced);
             }
         }
         let mut out = String::new();
@@ -215,5 +306,71 @@ pub struct InFlight(Arc<Metrics>);
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    fn line(text: &str, start: &str) -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(start))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    #[test]
+    fn registry_statuses_and_cache_counters_follow_their_sources() {
+        let calls = Arc::new(Mutex::new(1u64));
+        let (c1, c2) = (calls.clone(), calls.clone());
+        let m = Metrics::new()
+            .with_registry_stats(Arc::new(move || {
+                let n = *c1.lock().unwrap();
+                vec![RegistryStats {
+                    registry: "r:5000".into(),
+                    requests: n + 2,
+                    statuses: BTreeMap::from([("2xx".to_string(), n), ("4xx".to_string(), 2)]),
+                    errors: 2,
+                    ..RegistryStats::default()
+                }]
+            }))
+            .with_cache_stats(Arc::new(move || {
+                let n = *c2.lock().unwrap();
+                vec![CacheCounts {
+                    cache: "results".into(),
+                    hits: n * 10,
+                    negative_hits: n,
+                    misses: 1,
+                    coalesced: n * 3,
+                }]
+            }));
+        let text = m.encode();
+        let two = r#"ivory_registry_requests_total{registry="r:5000",status="2xx"}"#;
+        let four = r#"ivory_registry_requests_total{registry="r:5000",status="4xx"}"#;
+        let hits = r#"ivory_verify_cache_hits_total{cache="results"}"#;
+        let coalesced = r#"ivory_verify_cache_coalesced_total{cache="results"}"#;
+        assert_eq!(line(&text, two), Some(1.0), "{text}");
+        assert_eq!(line(&text, four), Some(2.0), "{text}");
+        assert_eq!(line(&text, hits), Some(10.0), "{text}");
+        assert_eq!(line(&text, coalesced), Some(3.0), "{text}");
+        assert_eq!(
+            line(&text, r#"ivory_verify_cache_misses_total{cache="results"}"#),
+            Some(1.0)
+        );
+        *calls.lock().unwrap() = 5;
+        let text = m.encode();
+        assert_eq!(line(&text, two), Some(5.0), "{text}");
+        assert_eq!(line(&text, hits), Some(50.0), "{text}");
+        assert_eq!(
+            line(
+                &text,
+                r#"ivory_verify_cache_negative_hits_total{cache="results"}"#
+            ),
+            Some(5.0)
+        );
     }
 }

@@ -63,6 +63,15 @@ impl PolicyStore {
         }));
     }
 
+    /// Installs `policies` together with `errors`, for sources that keep the last good version
+    /// of each policy on their own (the Kubernetes source): the set is ready even with errors.
+    pub fn publish(&self, policies: Vec<Arc<CompiledPolicy>>, errors: Vec<String>) {
+        self.current.store(Arc::new(Snapshot {
+            policies: Some(Arc::new(policies)),
+            errors,
+        }));
+    }
+
     /// Applies a load: a clean report replaces the set, a failed one only records its errors.
     /// Returns true when the set was replaced.
     pub fn apply(&self, report: LoadReport) -> bool {

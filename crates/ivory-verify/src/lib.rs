@@ -13,7 +13,15 @@
 //! * [`envelope`]: signature material as registries store it.
 //! * `verifier`: discovery (`.sig`/`.att` tag ∥ referrers, blobs in parallel), caches
 //!   (tag → digest; verdicts by digest + attestor hash + attestation, short-lived when
-//!   negative, never for errors; concurrent identical misses coalesced), deadlines.
+//!   negative, never for errors; concurrent identical misses coalesced, each caller bounded
+//!   by its own deadline), deadlines. [`CosignVerifier::cache_stats`] counts hits, misses and
+//!   coalesced waits per cache.
+//!
+//! Not supported: the attestor's `cosign.source.PullSecrets` (`pullSecrets`) is ignored.
+//! Signatures are read with the credentials the [`CredentialsResolver`] derives from the
+//! policy's `credentials` field (and the registry client's global docker config); secrets
+//! named in `source.PullSecrets` are neither read nor used, so a signature repository that
+//! needs them is read anonymously (or with those other credentials) and fails if refused.
 
 mod chain;
 pub mod check;

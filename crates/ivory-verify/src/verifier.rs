@@ -1,9 +1,12 @@
 //! The async side: [`CosignVerifier`] implements the engine's `ImageVerifier` over
 //! `ivory_registry::Registry`, with ivory's own caches.
 //!
-//! Request floor: a cold tag costs HEAD, then the `.sig`/`.att` tag ∥ referrers, then the
-//! signature blobs in parallel (plus one manifest GET per bundle referrer); a digest skips the
-//! HEAD; a warm (digest, attestor set, attestation) costs nothing.
+//! Request floor, once the registry host is known (auth probed once per host; a registry
+//! without the referrers API, such as Distribution 2.8, remembered as such): a cold tag costs
+//! HEAD, then the `.sig`/`.att` tag ∥ the `sha256-<hex>` referrers tag (or the referrers API
+//! where it exists), then the signature blobs in parallel (plus one manifest GET per bundle
+//! referrer); a digest skips the HEAD; a warm (digest, attestor set, attestation) costs
+//! nothing; concurrent identical misses share one fetch set.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -324,45 +327,45 @@ impl CosignVerifier {
         let image = request.image.clone();
         let shared = Instant::now() + SHARED_LOAD_CAP;
         let load = async move {
-                let fetched = this
-                    .fetch(
-                        &image,
-                        &signature_repo,
-                        &prefix,
-                        &digest,
-                        family,
-                        &creds,
-                        shared,
-                    )
-                    .await;
-                // A failed plan returned early above; keep the loader total anyway.
-                let verdict = match plan.as_ref() {
-                    Ok(plan) => evaluate(plan, &digest, &fetched.envelopes, predicate.as_deref()),
-                    Err(reason) => Err(reason.clone()),
-                };
-                // A negative verdict reached on partial data is no verdict: report the error
-                // (never cached) rather than cache a false "not verified".
-                if let (Err(_), Some(e)) = (&verdict, fetched.error) {
-                    return Err(e);
+            let fetched = this
+                .fetch(
+                    &image,
+                    &signature_repo,
+                    &prefix,
+                    &digest,
+                    family,
+                    &creds,
+                    shared,
+                )
+                .await;
+            // A failed plan returned early above; keep the loader total anyway.
+            let verdict = match plan.as_ref() {
+                Ok(plan) => evaluate(plan, &digest, &fetched.envelopes, predicate.as_deref()),
+                Err(reason) => Err(reason.clone()),
+            };
+            // A negative verdict reached on partial data is no verdict: report the error
+            // (never cached) rather than cache a false "not verified".
+            if let (Err(_), Some(e)) = (&verdict, fetched.error) {
+                return Err(e);
+            }
+            match &verdict {
+                Ok(_) => {
+                    tracing::debug!(image = %image, digest = %digest, "signature verified")
                 }
-                match &verdict {
-                    Ok(_) => {
-                        tracing::debug!(image = %image, digest = %digest, "signature verified")
-                    }
-                    Err(reason) => {
-                        tracing::debug!(image = %image, digest = %digest, %reason, "not verified")
-                    }
+                Err(reason) => {
+                    tracing::debug!(image = %image, digest = %digest, %reason, "not verified")
                 }
-                Ok(match verdict {
-                    Ok(Accepted { statement }) => Verification::Verified {
-                        digest,
-                        payload: statement,
-                    },
-                    Err(reason) => Verification::NotVerified {
-                        digest: Some(digest),
-                        reason,
-                    },
-                })
+            }
+            Ok(match verdict {
+                Ok(Accepted { statement }) => Verification::Verified {
+                    digest,
+                    payload: statement,
+                },
+                Err(reason) => Verification::NotVerified {
+                    digest: Some(digest),
+                    reason,
+                },
+            })
         };
         coalesced(
             &self.inner.results,

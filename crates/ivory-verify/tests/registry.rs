@@ -206,7 +206,11 @@ async fn key_signatures_attestations_caches_and_coalescing() {
     h.reset_requests();
     let first = on(&registry)
         .verify(
-            &request(format!("{warmup}:v1"), key_attestor(&key("cosign-p256.pub")), None),
+            &request(
+                format!("{warmup}:v1"),
+                key_attestor(&key("cosign-p256.pub")),
+                None,
+            ),
             soon(),
         )
         .await
@@ -236,7 +240,11 @@ async fn key_signatures_attestations_caches_and_coalescing() {
     let fallback = format!("/v2/ivory/sig-p384/manifests/{}", digest.replace(':', "-"));
     // HEAD, then (.sig ∥ fallback tag), then the signature blob(s): nothing else.
     assert_eq!(count(&cold_tag, &|m, _| m == "HEAD"), 1, "{cold_tag:?}");
-    assert_eq!(count(&cold_tag, &|_, p| p.ends_with(".sig")), 1, "{cold_tag:?}");
+    assert_eq!(
+        count(&cold_tag, &|_, p| p.ends_with(".sig")),
+        1,
+        "{cold_tag:?}"
+    );
     assert_eq!(count(&cold_tag, &|_, p| p == fallback), 1, "{cold_tag:?}");
     let blobs = count(&cold_tag, &|_, p| p.contains("/blobs/"));
     assert!(blobs >= 1, "{cold_tag:?}");
@@ -268,7 +276,10 @@ async fn key_signatures_attestations_caches_and_coalescing() {
     let tags = stats.iter().find(|s| s.cache == "tags").unwrap();
     let results = stats.iter().find(|s| s.cache == "results").unwrap();
     assert_eq!((tags.misses, tags.hits), (1, 1001), "{stats:?}");
-    assert_eq!((results.misses, results.hits, results.negative_hits), (1, 1001, 0));
+    assert_eq!(
+        (results.misses, results.hits, results.negative_hits),
+        (1, 1001, 0)
+    );
 
     // A digest reference: no HEAD, two round trips ((.sig ∥ fallback tag), then blobs).
     // Then 16 concurrent identical misses on another verifier.
@@ -287,7 +298,11 @@ async fn key_signatures_attestations_caches_and_coalescing() {
         "cold digest: {} requests: {cold_digest:?}",
         cold_digest.len()
     );
-    assert_eq!(count(&cold_digest, &|m, _| m == "HEAD"), 0, "{cold_digest:?}");
+    assert_eq!(
+        count(&cold_digest, &|m, _| m == "HEAD"),
+        0,
+        "{cold_digest:?}"
+    );
     assert_eq!(cold_digest.len(), 2 + blobs, "{cold_digest:?}");
 
     let fourth = Arc::new(on(&registry));
@@ -656,4 +671,111 @@ async fn image_data_for_a_manifest_and_an_index() {
         .unwrap();
     assert!(data["imageIndex"]["manifests"].is_array(), "{data}");
     assert!(data["manifest"]["layers"].is_array(), "{data}");
+}
+
+/// A TCP proxy on loopback that holds every chunk the client sends for `delay` before
+/// passing it on: each request (and TLS handshake flight) takes `delay` longer.
+struct SlowProxy {
+    addr: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SlowProxy {
+    async fn start(upstream: String, delay: Duration) -> Self {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let up = async move {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        while let Ok(n) = cr.read(&mut buf).await {
+                            if n == 0 {
+                                break;
+                            }
+                            tokio::time::sleep(delay).await;
+                            if sw.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        let _ = sw.shutdown().await;
+                    };
+                    let down = async move {
+                        let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                        let _ = cw.shutdown().await;
+                    };
+                    tokio::join!(up, down);
+                });
+            }
+        });
+        Self { addr, task }
+    }
+
+    fn host(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+impl Drop for SlowProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A shared (coalesced) load runs on its own budget: a short-deadline caller gives up at its
+/// deadline without failing a longer-deadline caller waiting on the same load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_callers_keep_their_own_deadlines() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    push(&h, "sig-p384").await;
+    let slow = SlowProxy::start(h.host().to_owned(), Duration::from_millis(250)).await;
+    let attestor = key_attestor(&key("p384.pub"));
+    let image = format!("{}/ivory/sig-p384:v1", slow.host());
+    for shared_cache in ["tags", "results"] {
+        let v = Arc::new(verifier(&h));
+        if shared_cache == "results" {
+            // Resolve first so the two callers meet in the verdict cache, not the tag cache.
+            v.resolve_digest(&image, None, soon()).await.unwrap();
+        }
+        // Cold, a verification takes 2 s and more through the proxy; warm connections and a
+        // known digest, still at least two 250 ms round trips.
+        let short = Duration::from_millis(if shared_cache == "tags" { 1200 } else { 400 });
+        let started = Instant::now();
+        let a = {
+            let (v, r) = (v.clone(), request(image.clone(), attestor.clone(), None));
+            tokio::spawn(async move {
+                let res = v.verify(&r, started + short).await;
+                (res, Instant::now())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let b = {
+            let (v, r) = (v.clone(), request(image.clone(), attestor.clone(), None));
+            tokio::spawn(async move { v.verify(&r, started + Duration::from_secs(20)).await })
+        };
+        let (a, a_done) = a.await.unwrap();
+        let err = a.unwrap_err();
+        assert!(err.is_deadline(), "{shared_cache}: {err}");
+        let late = a_done.saturating_duration_since(started + short);
+        assert!(
+            late < Duration::from_millis(200),
+            "{shared_cache}: A answered {late:?} late"
+        );
+        let b = b.await.unwrap();
+        assert!(
+            b.as_ref().is_ok_and(Verification::is_verified),
+            "{shared_cache}: B must get the verdict: {b:?} after {:?}",
+            started.elapsed()
+        );
+        eprintln!("{shared_cache}: B verified after {:?}", started.elapsed());
+    }
 }

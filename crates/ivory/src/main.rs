@@ -11,13 +11,13 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
 mod cmd {
-    pub mod serve;
-    pub mod webhooks;
     pub mod apply;
     pub mod audit;
     pub mod check;
     pub mod output;
+    pub mod serve;
     pub mod verify;
+    pub mod webhooks;
     pub mod wiring;
 }
 

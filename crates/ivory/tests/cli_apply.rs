@@ -6,7 +6,7 @@ use base64::Engine as _;
 use ivory_testkit::{HarnessOptions, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::cli_util::{ivory, push_fixture, write, write_ca};
+use crate::cli_util::{ivory, ivory_stdin, push_fixture, write, write_ca};
 use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, policy};
 
 /// The AdmissionReview the API server would send for `object`.
@@ -176,6 +176,47 @@ async fn kyverno_style_test_case_matches_serve() {
     );
     assert!(run.stdout.contains("# DENIED Deployment/default/unsigned"));
     assert!(run.stdout.contains("2 resources: 1 allowed, 1 denied"));
+
+    // UPDATE from stdin: the policy's rules cover UPDATE, so the verdicts are the same.
+    let pod_yaml = serde_yaml::to_string(&pod).unwrap();
+    let run = ivory_stdin(
+        &[
+            "apply",
+            "--policy",
+            policies.to_str().unwrap(),
+            "--resource",
+            "-",
+            "--operation",
+            "UPDATE",
+            "--registry-ca",
+            ca.to_str().unwrap(),
+            "-o",
+            "yaml",
+        ],
+        &pod_yaml,
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let doc: Value = serde_yaml::from_str(&run.stdout).unwrap();
+    assert_eq!(doc["resources"][0]["object"], applied[0]["object"]);
+    assert_eq!(doc["resources"][0]["policies"][0]["stage"], "mutate");
+
+    // A policy that does not load is a configuration error naming the file.
+    let broken = write(
+        dir.path(),
+        "broken.yaml",
+        "apiVersion: policies.kyverno.io/v1\nkind: ImageValidatingPolicy\nmetadata: {name: b}\nspec: {}\n",
+    );
+    let run = ivory([
+        "apply",
+        "--policy",
+        broken.to_str().unwrap(),
+        "--resource",
+        resources.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("broken.yaml"), "{}", run.stderr);
 
     // The same objects through `ivory serve`.
     let tls = Tls::write(dir.path(), "ivory apply test CA");

@@ -306,6 +306,16 @@ async fn images_from_file_errors_and_interrupt() {
         "{message}"
     );
 
+    // A registry whose catalog cannot be listed fails the audit, naming the registry.
+    let gone = ivory_testkit::refused_host().unwrap();
+    let run = ivory(audit_args(&h, dir.path(), &["--registry", &gone])).await;
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("catalog of registry {gone}")),
+        "{}",
+        run.stderr
+    );
+
     // Nothing to audit is a usage error.
     let run = ivory(audit_args(&h, dir.path(), &[])).await;
     assert_eq!(run.code, 2);

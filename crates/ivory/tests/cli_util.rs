@@ -45,6 +45,29 @@ where
     }
 }
 
+/// Runs `ivory <args>` with `input` on stdin.
+pub async fn ivory_stdin(args: &[&str], input: &str) -> Run {
+    use tokio::io::AsyncWriteExt as _;
+    let mut child = tokio::process::Command::new(BIN)
+        .args(args)
+        .env("IVORY_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 /// Pushes fixture layout `layout` as `ivory/<layout>`; returns (`host/ivory/<layout>:v1`, digest).
 pub async fn push_fixture(h: &Harness, layout: &str) -> (String, String) {
     let repo = format!("ivory/{layout}");

@@ -175,3 +175,46 @@ async fn policy_files_registry_errors_and_usage() {
     let run = ivory(["verify", "--certificate-identity", "me", &signed]).await;
     assert_eq!(run.code, 2, "{}", run.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_keyless_flags_with_a_trusted_root() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let (keyless, digest) = push_fixture(&h, "keyless-cosign2").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = write_ca(dir.path(), &h);
+    let root = crate::util::fixtures().join("keyless/trusted_root.json");
+    let issuer = "https://token.actions.githubusercontent.com";
+    let subject = "https://github.com/ivory-test/app/.github/workflows/release.yml@refs/heads/main";
+    let verify = |subject: &str| {
+        ivory(vec![
+            "verify".to_owned(),
+            "--certificate-identity".into(),
+            subject.into(),
+            "--certificate-oidc-issuer".into(),
+            issuer.into(),
+            "--trusted-root".into(),
+            root.display().to_string(),
+            "--registry-ca".into(),
+            ca.display().to_string(),
+            "-o".into(),
+            "json".into(),
+            keyless.clone(),
+        ])
+    };
+    let run = verify(subject).await;
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let doc = run.json();
+    let img = image(&doc, &keyless);
+    assert_eq!(img["digest"], digest);
+    assert_eq!(img["policies"][0]["attestors"][0]["attestor"], "keyless");
+    assert_eq!(img["policies"][0]["attestors"][0]["result"], "verified");
+
+    let run =
+        verify("https://github.com/someone-else/app/.github/workflows/x.yml@refs/heads/main").await;
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let doc = run.json();
+    let attestor = &image(&doc, &keyless)["policies"][0]["attestors"][0];
+    assert_eq!(attestor["result"], "failed", "{attestor}");
+}

@@ -236,9 +236,26 @@ async fn mutate_validate_warn_audit_errors_and_metrics() {
     assert_eq!(count("ivpol_validate", "bad_request"), Some(3.0), "{m}");
     let registry_requests = metric(
         &m,
-        &format!("ivory_registry_requests_total{{registry=\"{}\"}}", h.host()),
+        &format!(
+            "ivory_registry_requests_total{{registry=\"{}\",status=\"2xx\"}}",
+            h.host()
+        ),
     );
     assert!(registry_requests.is_some_and(|n| n >= 3.0), "{m}");
+    let cache = |family: &str, cache: &str| {
+        metric(
+            &m,
+            &format!("ivory_verify_cache_{family}_total{{cache=\"{cache}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    assert!(cache("misses", "results") >= 1.0, "{m}");
+    assert!(cache("misses", "tags") >= 1.0, "{m}");
+    let lookups = cache("hits", "results") + cache("coalesced", "results");
+    assert!(
+        lookups >= 1.0,
+        "repeated verifications are served or coalesced: {m}"
+    );
     assert_eq!(metric(&m, "ivory_policies_loaded "), Some(4.0), "{m}");
     assert_eq!(metric(&m, "ivory_admission_in_flight "), Some(0.0), "{m}");
 }

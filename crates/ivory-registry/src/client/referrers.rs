@@ -105,7 +105,11 @@ impl Registry {
         };
         counters.request();
         let started = Instant::now();
-        let res = timeout_at(deadline, client.get(&url).header("Accept", OCI_INDEX).send()).await;
+        let res = timeout_at(
+            deadline,
+            client.get(&url).header("Accept", OCI_INDEX).send(),
+        )
+        .await;
         counters.latency(started.elapsed());
         match res {
             Ok(Ok(resp)) => {

@@ -311,7 +311,8 @@ impl Registry {
         let host = t.host.clone();
         let build = async move {
             tokio::task::spawn_blocking(move || {
-                let config = client_config(&roots, insecure, plain_http, connect_timeout, user_agent);
+                let config =
+                    client_config(&roots, insecure, plain_http, connect_timeout, user_agent);
                 Client::try_from(config).map_err(|e| Error::Config {
                     detail: format!("building registry client for {host}: {e}"),
                 })

@@ -30,6 +30,10 @@ pub enum Op {
 }
 
 #[derive(clap::Args)]
+#[command(
+    after_help = "Exit status: 0 every resource admitted, 1 any denied, 2 usage, configuration or \
+registry error."
+)]
 pub struct Args {
     /// Policy file or folder (repeatable).
     #[arg(long = "policy", value_name = "FILE", required = true)]

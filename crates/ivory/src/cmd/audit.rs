@@ -31,6 +31,11 @@ use super::output::{self, AuditFormat, Counts};
 use super::wiring::{self, RegistryOpts, duration, positive};
 
 #[derive(clap::Args)]
+#[command(
+    after_help = "Exit status: 0 everything passed (or --exit-zero), 1 any image failed, 2 any image \
+could not be checked or a source could not be listed, 130 interrupted (the finished part is \
+printed)."
+)]
 pub struct Args {
     /// Policy file or folder (repeatable).
     #[arg(long = "policy", value_name = "FILE")]
@@ -53,7 +58,7 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = ivory_registry::DEFAULT_PAGE_SIZE, value_parser = positive)]
     page_size: usize,
     /// Output format. `json` is stable: {"summary": {images, digests, pass, fail, error,
-    /// interrupted}, "images": [{image, digest, verdict, policies, message}]}.
+    /// found, interrupted}, "images": [{image, digest, verdict, policies, message}]}.
     #[arg(long, short, value_enum, default_value_t = AuditFormat::Table)]
     output: AuditFormat,
     /// Also write a wgpolicyk8s.io/v1alpha2 ClusterPolicyReport (YAML) to FILE (`-`: stdout).

@@ -307,7 +307,7 @@ pub fn pod_request(image: &str, namespace: &str) -> AdmissionRequest {
 }
 
 /// Flags that build an in-memory policy for ad-hoc checks (no policy file needed).
-#[derive(clap::Args, Clone, Debug, Default)]
+#[derive(clap::Args, Clone, Debug)]
 pub struct QuickPolicy {
     /// Cosign public key (PEM): images must carry a signature by it.
     #[arg(long, value_name = "FILE")]
@@ -325,6 +325,10 @@ pub struct QuickPolicy {
     /// --insecure-ignore-tlog / --insecure-ignore-sct), e.g. `cosign sign --tlog-upload=false`.
     #[arg(long)]
     pub insecure_ignore_tlog: bool,
+    /// Transparency log the signatures' inclusion proofs come from (checked offline against
+    /// the trusted root; the log is not contacted).
+    #[arg(long, value_name = "URL", default_value = "https://rekor.sigstore.dev")]
+    pub rekor_url: String,
 }
 
 /// Name of the policy the quick flags build.
@@ -340,10 +344,11 @@ impl QuickPolicy {
         if !self.is_set() {
             return Ok(None);
         }
-        let ctlog = json!({
-            "insecureIgnoreTlog": self.insecure_ignore_tlog,
-            "insecureIgnoreSCT": self.insecure_ignore_tlog,
-        });
+        let ctlog = if self.insecure_ignore_tlog {
+            json!({"insecureIgnoreTlog": true, "insecureIgnoreSCT": true})
+        } else {
+            json!({"url": self.rekor_url})
+        };
         let mut attestors = Vec::new();
         if let Some(path) = &self.key {
             let pem = std::fs::read_to_string(path)
@@ -443,7 +448,9 @@ mod tests {
             key: Some(key),
             certificate_identity: Some("me@example.com".into()),
             certificate_oidc_issuer: Some("https://issuer.example".into()),
-            ..QuickPolicy::default()
+            trusted_root: None,
+            insecure_ignore_tlog: false,
+            rekor_url: "https://rekor.sigstore.dev".into(),
         };
         let all = policies(&[], &quick).unwrap();
         assert_eq!(all.len(), 1);
@@ -459,9 +466,15 @@ mod tests {
 
     #[test]
     fn no_policy_is_a_usage_error() {
-        let err = policies(&[], &QuickPolicy::default())
-            .unwrap_err()
-            .to_string();
+        let none = QuickPolicy {
+            key: None,
+            certificate_identity: None,
+            certificate_oidc_issuer: None,
+            trusted_root: None,
+            insecure_ignore_tlog: false,
+            rekor_url: String::new(),
+        };
+        let err = policies(&[], &none).unwrap_err().to_string();
         assert!(err.contains("--policy"), "{err}");
     }
 }

@@ -203,7 +203,6 @@ pub fn cluster_policy_report(reports: &[ImageReport], name: &str, now: (u64, u32
         "apiVersion": "wgpolicyk8s.io/v1alpha2",
         "kind": "ClusterPolicyReport",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "ivory"}},
-        "scope": null,
         "summary": summary,
         "results": results,
     })

@@ -15,6 +15,8 @@ use ivory_server::{
 };
 use ivory_verify::{CosignVerifier, VerifierConfig};
 
+mod kube_wiring;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Policy file or folder (repeatable; reloaded on change). Without it the embedded default
@@ -39,10 +41,15 @@ pub struct Args {
     /// Docker config.json whose `auths` are used for registries.
     #[arg(long, value_name = "FILE")]
     docker_config: Option<PathBuf>,
-    /// Watch policies, Namespaces and Secrets through the Kubernetes API. NOT YET SUPPORTED:
-    /// the flag exists so deployments can be written against it; it currently fails at startup.
-    #[arg(long)]
+    /// Watch ImageValidatingPolicies, NamespacedImageValidatingPolicies, Namespaces and the
+    /// registry Secrets of ivory's namespace through the Kubernetes API (KUBECONFIG or
+    /// in-cluster config) instead of reading --policies.
+    #[arg(long, conflicts_with = "policies")]
     kube: bool,
+    /// ivory's namespace (where `credentials.secrets` live) with --kube, used when neither
+    /// POD_NAMESPACE nor the service account's namespace file is present.
+    #[arg(long, value_name = "NS", default_value = "ivory")]
+    namespace: String,
     /// Largest accepted AdmissionReview body in bytes (larger bodies get 413).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
     body_limit: usize,
@@ -59,9 +66,6 @@ fn duration(text: &str) -> Result<Duration, String> {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.kube {
-        bail!("--kube is not yet supported: load policies with --policies PATH instead");
-    }
     let listen = match (&args.tls_cert, &args.tls_key, args.insecure_http) {
         (Some(cert), Some(key), false) => Listen::Tls {
             cert: cert.clone(),
@@ -74,20 +78,42 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         _ => bail!("either --tls-cert FILE --tls-key FILE or --insecure-http is required"),
     };
 
+    let kube_slot = Arc::new(std::sync::OnceLock::new());
     let registry = Registry::new(registry_config(&args)?).context("creating registry client")?;
     let verifier = CosignVerifier::new(
         registry,
         VerifierConfig::default(),
-        CosignVerifier::anonymous_credentials(),
+        kube_wiring::credentials_resolver(kube_slot.clone()),
     );
-    let stats_source = verifier.clone();
+    let (stats_source, cache_source) = (verifier.clone(), verifier.clone());
     let metrics = Arc::new(
-        Metrics::new().with_registry_stats(Arc::new(move || stats_source.registry().stats())),
+        Metrics::new()
+            .with_registry_stats(Arc::new(move || stats_source.registry().stats()))
+            .with_cache_stats(Arc::new(move || {
+                cache_source
+                    .cache_stats()
+                    .into_iter()
+                    .map(|c| ivory_server::CacheCounts {
+                        cache: c.cache.to_owned(),
+                        hits: c.hits,
+                        negative_hits: c.negative_hits,
+                        misses: c.misses,
+                        coalesced: c.coalesced,
+                    })
+                    .collect()
+            })),
     );
     let store = Arc::new(PolicyStore::default());
-    start_policy_source(&args, &store, &metrics).await?;
+    let kube = if args.kube {
+        let source = kube_wiring::start(&args.namespace, &store, &metrics).await?;
+        Some(kube_slot.get_or_init(|| source).clone())
+    } else {
+        start_policy_source(&args, &store, &metrics).await?;
+        None
+    };
 
     let mut state = AppState::new(Arc::new(verifier), store, metrics);
+    state.namespaces = kube.map(|k| k.namespace_source());
     state.body_limit = args.body_limit;
     let opts = ServeOptions {
         addr: args.listen,

@@ -18,6 +18,10 @@ use super::output::{self, Counts, Format};
 use super::wiring::{RegistryOpts, duration};
 
 #[derive(clap::Args)]
+#[command(
+    after_help = "Exit status: 0 every image passed, 1 any image failed, 2 usage, configuration or \
+registry error. Tags are resolved to digests and verified by digest."
+)]
 pub struct Args {
     /// Images to verify (tags or digests).
     #[arg(value_name = "IMAGE", required = true)]

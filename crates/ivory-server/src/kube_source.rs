@@ -1,0 +1,341 @@
+//! Policies, Namespaces and registry Secrets from the Kubernetes API (`ivory serve --kube`).
+//!
+//! Reflectors keep local copies, so admission requests never call the API server. Every policy
+//! change recompiles into the [`PolicyStore`]; a policy that no longer compiles keeps its last
+//! good version (its error is shown on `/readyz` and counted), while the other policies move on.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt as _};
+use ivory_policy::types::Credentials as PolicyCredentials;
+use ivory_policy::{CompiledPolicy, load_str};
+use ivory_registry::Credentials;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Client, Resource};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::metrics::Metrics;
+use crate::policies::PolicyStore;
+use crate::routes::{NamespaceSource, namespace_object};
+
+/// API group of the policy CRDs.
+pub const POLICY_GROUP: &str = "policies.kyverno.io";
+/// Version ivory watches; the CRDs serve it (conversion strategy None).
+pub const POLICY_VERSION: &str = "v1";
+/// Secret type read for registry credentials.
+const DOCKER_CONFIG_TYPE: &str = "kubernetes.io/dockerconfigjson";
+/// Key of the docker config in such a Secret.
+const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
+
+/// Why the Kubernetes source could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("the {what} watch ended before its first list completed")]
+    NotSynced { what: &'static str },
+}
+
+/// `Result` with this module's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The running reflectors; cheap to clone.
+#[derive(Clone)]
+pub struct KubeSource {
+    namespaces: Store<Namespace>,
+    secrets: Store<Secret>,
+    /// Namespace of ivory itself: where unqualified `credentials.secrets` names live.
+    own_namespace: String,
+}
+
+impl KubeSource {
+    /// Starts the reflectors, waits for their first lists, publishes the first policy set into
+    /// `store` and keeps it current in a background task.
+    pub async fn start(
+        client: Client,
+        own_namespace: String,
+        store: Arc<PolicyStore>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self> {
+        let changed = Arc::new(Notify::new());
+        let cluster = policy_resource("ImageValidatingPolicy", "imagevalidatingpolicies");
+        let namespaced = policy_resource(
+            "NamespacedImageValidatingPolicy",
+            "namespacedimagevalidatingpolicies",
+        );
+        let cluster_store = reflect_dynamic(&client, cluster, changed.clone());
+        let namespaced_store = reflect_dynamic(&client, namespaced, changed.clone());
+        let namespaces = reflect(
+            watcher(
+                Api::<Namespace>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+            None,
+        );
+        let secrets = reflect(
+            watcher(
+                Api::<Secret>::namespaced(client, &own_namespace),
+                watcher::Config::default().fields(&format!("type={DOCKER_CONFIG_TYPE}")),
+            ),
+            None,
+        );
+        for (what, ready) in [
+            (
+                "ImageValidatingPolicy",
+                cluster_store.wait_until_ready().await,
+            ),
+            (
+                "NamespacedImageValidatingPolicy",
+                namespaced_store.wait_until_ready().await,
+            ),
+            ("Namespace", namespaces.wait_until_ready().await),
+            ("Secret", secrets.wait_until_ready().await),
+        ] {
+            ready.map_err(|_| Error::NotSynced { what })?;
+        }
+        let mut compiler = Compiler::default();
+        compiler.publish(&[&cluster_store, &namespaced_store], &store, &metrics);
+        tokio::spawn(async move {
+            loop {
+                changed.notified().await;
+                compiler.publish(&[&cluster_store, &namespaced_store], &store, &metrics);
+            }
+        });
+        Ok(Self {
+            namespaces,
+            secrets,
+            own_namespace,
+        })
+    }
+
+    /// The Namespace seam for [`crate::AppState::namespaces`].
+    pub fn namespace_source(&self) -> Arc<dyn NamespaceSource> {
+        Arc::new(Namespaces(self.namespaces.clone()))
+    }
+
+    /// Registry credentials for a policy's `credentials`: its `secrets` read from the Secret
+    /// reflector (`name` in ivory's namespace; `namespace/name` only for that same namespace,
+    /// the only one watched). Missing or unreadable secrets are logged and skipped.
+    pub fn credentials(&self, policy: Option<&PolicyCredentials>) -> Credentials {
+        let mut creds = Credentials::anonymous().allow_insecure(
+            policy
+                .and_then(|c| c.allow_insecure_registry)
+                .unwrap_or(false),
+        );
+        for reference in policy.map_or(&[][..], |c| c.secrets.as_slice()) {
+            let (namespace, name) = reference
+                .split_once('/')
+                .unwrap_or((self.own_namespace.as_str(), reference.as_str()));
+            if namespace != self.own_namespace {
+                tracing::warn!(secret = %reference, namespace = %self.own_namespace, "credentials secret outside ivory's namespace is not watched; skipped");
+                continue;
+            }
+            let key = ObjectRef::new(name).within(namespace);
+            let Some(bytes) = self.secrets.get(&key).and_then(|s| docker_config(&s)) else {
+                tracing::warn!(secret = %reference, "credentials secret not found or without {DOCKER_CONFIG_KEY}; skipped");
+                continue;
+            };
+            creds = match creds.clone().with_docker_config_json(reference, &bytes) {
+                Ok(next) => next,
+                Err(e) => {
+                    tracing::warn!(secret = %reference, error = %e, "unreadable credentials secret; skipped");
+                    creds
+                }
+            };
+        }
+        creds
+    }
+}
+
+fn docker_config(secret: &Secret) -> Option<Vec<u8>> {
+    let data = secret.data.as_ref()?.get(DOCKER_CONFIG_KEY)?;
+    Some(data.0.clone())
+}
+
+/// Namespaces from the reflector. A namespace the reflector has not seen yet (created a moment
+/// ago) falls back to the synthesized object with its name label only.
+struct Namespaces(Store<Namespace>);
+
+impl NamespaceSource for Namespaces {
+    fn namespace(&self, name: &str) -> Option<Value> {
+        let Some(ns) = self.0.get(&ObjectRef::new(name)) else {
+            return Some(namespace_object(name));
+        };
+        let mut value = serde_json::to_value(ns.as_ref()).ok()?;
+        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("managedFields");
+        }
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("apiVersion".to_owned(), Value::from("v1"));
+            obj.insert("kind".to_owned(), Value::from("Namespace"));
+        }
+        Some(value)
+    }
+}
+
+fn policy_resource(kind: &str, plural: &str) -> ApiResource {
+    let gvk = GroupVersionKind::gvk(POLICY_GROUP, POLICY_VERSION, kind);
+    ApiResource::from_gvk_with_plural(&gvk, plural)
+}
+
+fn reflect_dynamic(
+    client: &Client,
+    resource: ApiResource,
+    changed: Arc<Notify>,
+) -> Store<DynamicObject> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+    let writer = reflector::store::Writer::new(resource);
+    let reader = writer.as_reader();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer);
+    spawn_drain(stream, Some(changed));
+    reader
+}
+
+fn reflect<K>(
+    stream: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+    changed: Option<Arc<Notify>>,
+) -> Store<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (reader, writer) = reflector::store();
+    spawn_drain(stream.default_backoff().reflect(writer), changed);
+    reader
+}
+
+/// Drives a reflector stream; `changed` is notified once a list completes and on every change.
+fn spawn_drain<K: Send + 'static>(
+    stream: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+    changed: Option<Arc<Notify>>,
+) {
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(
+                    watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
+                ) => {
+                    if let Some(n) = &changed {
+                        n.notify_one();
+                    }
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+                Err(e) => tracing::warn!(error = %e, "Kubernetes watch failed; retrying"),
+            }
+        }
+    });
+}
+
+/// Identifies one policy object: kind, namespace (empty when cluster-scoped) and name.
+type Key = (String, String, String);
+
+/// Compiles policy objects, remembering each one's last good version.
+#[derive(Default)]
+struct Compiler {
+    /// Outcome per object, keyed with its resourceVersion so unchanged objects are not recompiled.
+    seen: BTreeMap<Key, (String, std::result::Result<(), Vec<String>>)>,
+    good: BTreeMap<Key, Arc<CompiledPolicy>>,
+}
+
+impl Compiler {
+    fn publish(
+        &mut self,
+        stores: &[&Store<DynamicObject>],
+        store: &PolicyStore,
+        metrics: &Metrics,
+    ) {
+        let objects: Vec<Arc<DynamicObject>> = stores.iter().flat_map(|s| s.state()).collect();
+        let mut present = BTreeMap::new();
+        for object in &objects {
+            let key = key_of(object);
+            let version = object.metadata.resource_version.clone().unwrap_or_default();
+            present.insert(key.clone(), ());
+            if self.seen.get(&key).is_some_and(|(v, _)| *v == version) {
+                continue;
+            }
+            let outcome = match compile_object(object, &key) {
+                Ok(policy) => {
+                    tracing::info!(kind = %key.0, namespace = %key.1, name = %key.2, "policy compiled");
+                    self.good.insert(key.clone(), Arc::new(policy));
+                    Ok(())
+                }
+                Err(errors) => {
+                    for e in &errors {
+                        tracing::error!(kind = %key.0, namespace = %key.1, name = %key.2, error = %e, "policy does not compile; keeping its last good version");
+                    }
+                    metrics.policy_load_failed(errors.len());
+                    Err(errors)
+                }
+            };
+            self.seen.insert(key, (version, outcome));
+        }
+        self.seen.retain(|k, _| present.contains_key(k));
+        self.good.retain(|k, _| present.contains_key(k));
+        let errors: Vec<String> = self
+            .seen
+            .values()
+            .filter_map(|(_, outcome)| outcome.as_ref().err())
+            .flatten()
+            .cloned()
+            .collect();
+        let policies: Vec<Arc<CompiledPolicy>> = self.good.values().cloned().collect();
+        tracing::info!(
+            policies = policies.len(),
+            errors = errors.len(),
+            "policies from Kubernetes published"
+        );
+        metrics.policies_loaded(policies.len());
+        store.publish(policies, errors);
+    }
+}
+
+fn key_of(object: &DynamicObject) -> Key {
+    let kind = object
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_default();
+    (
+        kind,
+        object.metadata.namespace.clone().unwrap_or_default(),
+        object.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// Compiles one object through the same loader as policy files; `origin` reads
+/// `ImageValidatingPolicy/name` or `NamespacedImageValidatingPolicy/namespace/name`.
+fn compile_object(
+    object: &DynamicObject,
+    key: &Key,
+) -> std::result::Result<CompiledPolicy, Vec<String>> {
+    let origin = if key.1.is_empty() {
+        format!("{}/{}", key.0, key.2)
+    } else {
+        format!("{}/{}/{}", key.0, key.1, key.2)
+    };
+    let mut value = serde_json::to_value(object).map_err(|e| vec![format!("{origin}: {e}")])?;
+    if let Some(obj) = value.as_object_mut() {
+        obj.remove("status");
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("managedFields");
+        }
+    }
+    let report = load_str(&value.to_string(), &origin);
+    if !report.errors.is_empty() {
+        return Err(report.errors.iter().map(ToString::to_string).collect());
+    }
+    let mut policies = report.policies.into_iter();
+    match (policies.next(), policies.next()) {
+        (Some(policy), None) => Ok(policy),
+        _ => Err(vec![format!("{origin}: expected exactly one policy")]),
+    }
+}
+
+#[cfg(test)]
+mod tests;
