@@ -61,11 +61,7 @@ impl KubeSource {
         metrics: Arc<Metrics>,
     ) -> Result<Self> {
         let changed = Arc::new(Notify::new());
-        let cluster = policy_resource("ImageValidatingPolicy", "imagevalidatingpolicies");
-        let namespaced = policy_resource(
-            "NamespacedImageValidatingPolicy",
-            "namespacedimagevalidatingpolicies",
-        );
+        let [cluster, namespaced] = policy_resources();
         let cluster_store = reflect_dynamic(&client, cluster, changed.clone());
         let namespaced_store = reflect_dynamic(&client, namespaced, changed.clone());
         let namespaces = reflect(
@@ -174,6 +170,24 @@ impl NamespaceSource for Namespaces {
         }
         Some(value)
     }
+}
+
+/// The two policy kinds ivory watches, at [`POLICY_VERSION`].
+pub fn policy_resources() -> [ApiResource; 2] {
+    [
+        policy_resource("ImageValidatingPolicy", "imagevalidatingpolicies"),
+        policy_resource(
+            "NamespacedImageValidatingPolicy",
+            "namespacedimagevalidatingpolicies",
+        ),
+    ]
+}
+
+/// Compiles one policy object exactly as `ivory serve --kube` does (for `ivory doctor`).
+pub fn compile_policy_object(
+    object: &DynamicObject,
+) -> std::result::Result<CompiledPolicy, Vec<String>> {
+    compile_object(object, &key_of(object))
 }
 
 fn policy_resource(kind: &str, plural: &str) -> ApiResource {

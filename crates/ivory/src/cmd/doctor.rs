@@ -1,0 +1,386 @@
+//! `ivory doctor`: checks each layer between a policy and its enforcement, through the
+//! Kubernetes API (KUBECONFIG or in-cluster). A policy that exists is not a webhook that is
+//! registered, and a registered webhook is not one that answers: each gets its own row.
+//!
+//! Layers: `api` (reachable), `crds` (installed, v1 served, Established), `policy` (each
+//! compiles), `registration` (a validating, and for digest pinning a mutating, webhook calls
+//! ivory for each policy), `endpoint` (each ivory endpoint of those webhooks answers `/readyz`).
+
+use std::collections::BTreeSet;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use ivory_policy::CompiledPolicy;
+use ivory_policy::types::{FailurePolicy, PolicyKind};
+use ivory_server::kube_source::{POLICY_VERSION, compile_policy_object, policy_resources};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, ListParams};
+
+/// CRDs ivory reads.
+const CRDS: [&str; 2] = [
+    "imagevalidatingpolicies.policies.kyverno.io",
+    "namespacedimagevalidatingpolicies.policies.kyverno.io",
+];
+/// How long one endpoint probe may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+/// Result of one check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Warn => "WARN",
+            Self::Fail => "FAIL",
+        }
+    }
+}
+
+/// One row of the report.
+#[derive(Clone, Debug)]
+pub struct Check {
+    pub layer: &'static str,
+    pub subject: String,
+    pub status: Status,
+    pub detail: String,
+}
+
+fn check(layer: &'static str, subject: impl Into<String>, status: Status, detail: impl Into<String>) -> Check {
+    Check {
+        layer,
+        subject: subject.into(),
+        status,
+        detail: detail.into(),
+    }
+}
+
+pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    let checks = collect().await;
+    print!("{}", render(&checks));
+    let failed = checks.iter().any(|c| c.status == Status::Fail);
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+async fn collect() -> Vec<Check> {
+    let mut checks = Vec::new();
+    let client = match connect().await {
+        Ok((client, version)) => {
+            checks.push(check("api", "kube-apiserver", Status::Ok, version));
+            client
+        }
+        Err(e) => {
+            checks.push(check("api", "kube-apiserver", Status::Fail, format!("{e:#}")));
+            return checks;
+        }
+    };
+    checks.extend(crd_checks(&client).await);
+    let (policies, policy_checks) = policy_checks(&client).await;
+    checks.extend(policy_checks);
+    match webhooks(&client).await {
+        Ok(hooks) => {
+            checks.extend(registration_checks(&policies, &hooks));
+            checks.extend(endpoint_checks(&client, &hooks).await);
+        }
+        Err(e) => checks.push(check("registration", "webhook configurations", Status::Fail, format!("{e:#}"))),
+    }
+    checks
+}
+
+async fn connect() -> anyhow::Result<(kube::Client, String)> {
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting (KUBECONFIG or in-cluster config)")?;
+    let version = client.apiserver_version().await.context("reading /version")?;
+    Ok((client, version.git_version))
+}
+
+async fn crd_checks(client: &kube::Client) -> Vec<Check> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut checks = Vec::new();
+    for name in CRDS {
+        let row = match api.get_opt(name).await {
+            Ok(Some(crd)) => {
+                let served = crd.spec.versions.iter().any(|v| v.name == POLICY_VERSION && v.served);
+                let established = crd
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                match (served, established) {
+                    (true, true) => check("crds", name, Status::Ok, format!("{POLICY_VERSION} served, Established")),
+                    (false, _) => check("crds", name, Status::Fail, format!("version {POLICY_VERSION} is not served")),
+                    (true, false) => check("crds", name, Status::Fail, "not Established"),
+                }
+            }
+            Ok(None) => check("crds", name, Status::Fail, "not installed (kubectl apply -k deploy/crds)"),
+            Err(e) => check("crds", name, Status::Fail, e.to_string()),
+        };
+        checks.push(row);
+    }
+    checks
+}
+
+async fn policy_checks(client: &kube::Client) -> (Vec<CompiledPolicy>, Vec<Check>) {
+    let mut policies = Vec::new();
+    let mut checks = Vec::new();
+    for resource in policy_resources() {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let list = match api.list(&ListParams::default()).await {
+            Ok(list) => list,
+            Err(e) => {
+                checks.push(check("policy", resource.kind.clone(), Status::Fail, format!("listing: {e}")));
+                continue;
+            }
+        };
+        for object in list.items {
+            let subject = policy_subject(&resource.kind, &object);
+            match compile_policy_object(&object) {
+                Ok(policy) => {
+                    checks.push(check("policy", subject, Status::Ok, "compiles"));
+                    policies.push(policy);
+                }
+                Err(errors) => checks.push(check("policy", subject, Status::Fail, errors.join("; "))),
+            }
+        }
+    }
+    if checks.is_empty() {
+        checks.push(check("policy", "(none)", Status::Warn, "no ImageValidatingPolicy or NamespacedImageValidatingPolicy exists"));
+    }
+    (policies, checks)
+}
+
+fn policy_subject(kind: &str, object: &DynamicObject) -> String {
+    let name = object.metadata.name.as_deref().unwrap_or("");
+    match object.metadata.namespace.as_deref() {
+        Some(ns) => format!("{kind}/{ns}/{name}"),
+        None => format!("{kind}/{name}"),
+    }
+}
+
+/// One registered webhook that calls an ivory route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hook {
+    pub config: String,
+    pub name: String,
+    /// `mutate` or `validate`.
+    pub stage: String,
+    /// `ivpol` or `nivpol`.
+    pub prefix: String,
+    /// Policy names in the path.
+    pub policies: Vec<String>,
+    pub failure_policy: String,
+    pub endpoint: Endpoint,
+}
+
+/// Where a webhook sends its calls.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Endpoint {
+    /// `https://host:port` with the caBundle (PEM) to trust.
+    Url { base: String, ca: Vec<u8> },
+    Service { namespace: String, name: String, port: i32 },
+}
+
+impl Endpoint {
+    fn describe(&self) -> String {
+        match self {
+            Self::Url { base, .. } => base.clone(),
+            Self::Service { namespace, name, port } => format!("service {namespace}/{name}:{port}"),
+        }
+    }
+}
+
+async fn webhooks(client: &kube::Client) -> anyhow::Result<Vec<Hook>> {
+    let mut hooks = Vec::new();
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    for config in mutating.list(&ListParams::default()).await?.items {
+        let config_name = config.metadata.name.clone().unwrap_or_default();
+        for w in config.webhooks.unwrap_or_default() {
+            hooks.extend(hook(&config_name, &w.name, &w.client_config, w.failure_policy.as_deref()));
+        }
+    }
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    for config in validating.list(&ListParams::default()).await?.items {
+        let config_name = config.metadata.name.clone().unwrap_or_default();
+        for w in config.webhooks.unwrap_or_default() {
+            hooks.extend(hook(&config_name, &w.name, &w.client_config, w.failure_policy.as_deref()));
+        }
+    }
+    Ok(hooks)
+}
+
+/// The ivory route of a webhook's client config, if it calls one.
+pub fn hook(config: &str, name: &str, client: &WebhookClientConfig, failure: Option<&str>) -> Option<Hook> {
+    let ca = client.ca_bundle.as_ref().map(|b| b.0.clone()).unwrap_or_default();
+    let (path, endpoint) = match (&client.url, &client.service) {
+        (Some(url), _) => {
+            let rest = url.strip_prefix("https://")?;
+            let slash = rest.find('/')?;
+            let base = format!("https://{}", &rest[..slash]);
+            (rest[slash..].to_owned(), Endpoint::Url { base, ca })
+        }
+        (None, Some(svc)) => (
+            svc.path.clone().unwrap_or_default(),
+            Endpoint::Service {
+                namespace: svc.namespace.clone(),
+                name: svc.name.clone(),
+                port: svc.port.unwrap_or(443),
+            },
+        ),
+        (None, None) => return None,
+    };
+    let path = path.split('?').next().unwrap_or("");
+    let mut segments = path.split('/').filter(|s| !s.is_empty());
+    let prefix = segments.next().filter(|p| *p == "ivpol" || *p == "nivpol")?;
+    let stage = segments.next().filter(|s| *s == "mutate" || *s == "validate")?;
+    Some(Hook {
+        config: config.to_owned(),
+        name: name.to_owned(),
+        stage: stage.to_owned(),
+        prefix: prefix.to_owned(),
+        policies: segments.map(str::to_owned).collect(),
+        // The API server's default.
+        failure_policy: failure.unwrap_or("Fail").to_owned(),
+        endpoint,
+    })
+}
+
+/// For every policy: a validating webhook naming it, a mutating one when it pins digests, and
+/// a failurePolicy on the webhook that matches the policy's.
+pub fn registration_checks(policies: &[CompiledPolicy], hooks: &[Hook]) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for policy in policies.iter().filter(|p| p.spec.admission_enabled()) {
+        let prefix = match policy.kind {
+            PolicyKind::ImageValidatingPolicy => "ivpol",
+            PolicyKind::NamespacedImageValidatingPolicy => "nivpol",
+        };
+        let subject = match &policy.namespace {
+            Some(ns) if prefix == "nivpol" => format!("{ns}/{}", policy.name),
+            _ => policy.name.clone(),
+        };
+        let mut stages = vec!["validate"];
+        if policy.mutate_digest {
+            stages.push("mutate");
+        }
+        for stage in stages {
+            let found = hooks
+                .iter()
+                .find(|h| h.prefix == prefix && h.stage == stage && h.policies.contains(&policy.name));
+            let row = match found {
+                None => check(
+                    "registration",
+                    format!("{subject} ({stage})"),
+                    Status::Fail,
+                    format!("no {stage} webhook calls ivory for this policy: it exists but is not enforced (register `ivory webhooks`)"),
+                ),
+                Some(h) if h.failure_policy != failure_text(policy.failure_policy) => check(
+                    "registration",
+                    format!("{subject} ({stage})"),
+                    Status::Warn,
+                    format!("webhook {} has failurePolicy {}, the policy says {}", h.name, h.failure_policy, failure_text(policy.failure_policy)),
+                ),
+                Some(h) => check(
+                    "registration",
+                    format!("{subject} ({stage})"),
+                    Status::Ok,
+                    format!("webhook {} in {} (failurePolicy {})", h.name, h.config, h.failure_policy),
+                ),
+            };
+            checks.push(row);
+        }
+    }
+    checks
+}
+
+fn failure_text(policy: FailurePolicy) -> &'static str {
+    match policy {
+        FailurePolicy::Fail => "Fail",
+        FailurePolicy::Ignore => "Ignore",
+    }
+}
+
+async fn endpoint_checks(client: &kube::Client, hooks: &[Hook]) -> Vec<Check> {
+    let endpoints: BTreeSet<&Endpoint> = hooks.iter().map(|h| &h.endpoint).collect();
+    let mut checks = Vec::new();
+    for endpoint in endpoints {
+        let subject = endpoint.describe();
+        let probed = tokio::time::timeout(PROBE_TIMEOUT, probe(client, endpoint)).await;
+        let row = match probed {
+            Ok(Ok(text)) => {
+                // Policy errors keep the last good version serving, so they warn, not fail.
+                let status = if text.contains("policy errors") { Status::Warn } else { Status::Ok };
+                let lines: Vec<&str> = text.lines().map(str::trim).collect();
+                check("endpoint", subject, status, format!("/readyz: {}", lines.join(" | ")))
+            }
+            Ok(Err(e)) => check("endpoint", subject, Status::Fail, format!("{e:#}")),
+            Err(_) => check("endpoint", subject, Status::Fail, format!("no answer within {}s (the API server will time out too)", PROBE_TIMEOUT.as_secs())),
+        };
+        checks.push(row);
+    }
+    checks
+}
+
+/// GET `/readyz`: directly for URL webhooks (trusting only their caBundle), through the API
+/// server's service proxy for Service webhooks.
+async fn probe(client: &kube::Client, endpoint: &Endpoint) -> anyhow::Result<String> {
+    match endpoint {
+        Endpoint::Url { base, ca } => {
+            let mut builder = reqwest::Client::builder().timeout(PROBE_TIMEOUT);
+            if !ca.is_empty() {
+                let cert = reqwest::Certificate::from_pem(ca).context("reading the webhook's caBundle")?;
+                builder = builder.tls_certs_only([cert]);
+            }
+            let response = builder.build()?.get(format!("{base}/readyz")).send().await?;
+            let status = response.status();
+            let text = response.text().await?;
+            anyhow::ensure!(status.is_success(), "/readyz answered {status}: {}", text.trim());
+            Ok(text)
+        }
+        Endpoint::Service { namespace, name, port } => {
+            let path = format!("/api/v1/namespaces/{namespace}/services/https:{name}:{port}/proxy/readyz");
+            let request = http::Request::get(path).body(Vec::new())?;
+            Ok(client.request_text(request).await?)
+        }
+    }
+}
+
+/// The report as an aligned table.
+pub fn render(checks: &[Check]) -> String {
+    let header = ["LAYER", "SUBJECT", "STATUS", "DETAIL"];
+    let rows: Vec<[String; 4]> = checks
+        .iter()
+        .map(|c| [c.layer.to_owned(), c.subject.clone(), c.status.as_str().to_owned(), c.detail.clone()])
+        .collect();
+    let width = |i: usize| rows.iter().map(|r| r[i].len()).chain([header[i].len()]).max().unwrap_or(0);
+    let (w0, w1, w2) = (width(0), width(1), width(2));
+    let mut out = format!("{:w0$}  {:w1$}  {:w2$}  {}\n", header[0], header[1], header[2], header[3]);
+    for r in &rows {
+        out.push_str(&format!("{:w0$}  {:w1$}  {:w2$}  {}\n", r[0], r[1], r[2], r[3]));
+    }
+    let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
+    out.push_str(&match failed {
+        0 => "all layers ok\n".to_owned(),
+        n => format!("{n} check(s) failed\n"),
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests;
