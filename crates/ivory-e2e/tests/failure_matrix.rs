@@ -36,6 +36,11 @@ const WEBHOOK_TIMEOUT_SECS: u64 = 5;
 /// The message of the test policies' validation.
 const POLICY_MESSAGE: &str = "failed the image Signature verification";
 const TIER_LABEL: &str = "ivory-e2e/tier";
+/// Login of the registry that refuses anonymous pulls.
+const AUTH_USER: &str = "e2e";
+const AUTH_PASSWORD: &str = "e2e-secret-password";
+/// The `kubernetes.io/dockerconfigjson` Secret the auth policy names.
+const PULL_SECRET: &str = "e2e-regcred";
 
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -383,6 +388,12 @@ struct Env {
     client: Client,
     fail_ns: String,
     ignore_ns: String,
+    /// Namespace whose policy reads images from the registry that needs a login.
+    auth_ns: String,
+    /// ivory's own namespace (POD_NAMESPACE), where the credentials Secret lives.
+    own_ns: String,
+    /// The signed fixture in the login-only registry, and its digest.
+    auth_signed: (String, String),
     control_ns: String,
     signed: String,
     signed_digest: String,
@@ -394,9 +405,11 @@ struct Env {
     policy_files: PathBuf,
     ca: PathBuf,
     hosts: (String, String),
+    kubeconfig: std::ffi::OsString,
     // Kept alive for the whole run.
     _registry: Harness,
     _hung: HungRegistry,
+    auth_registry: Harness,
 }
 
 impl Env {
@@ -447,6 +460,29 @@ impl Env {
             stored: "n/a".to_owned(),
             ..Row::default()
         });
+    }
+
+    /// Runs `ivory doctor` against the test cluster: (exit code, report).
+    async fn doctor(&self) -> Result<(i32, String)> {
+        let env = [
+            ("KUBECONFIG", self.kubeconfig.as_os_str()),
+            ("IVORY_LOG", OsStr::new("warn")),
+        ];
+        let (code, stdout, stderr) = run_ivory(["doctor"], &env).await?;
+        Ok((code, format!("{stdout}{stderr}")))
+    }
+
+    /// Requires signatures on images of the login-only registry, read with the credentials of
+    /// Secret [`PULL_SECRET`] in ivory's namespace.
+    fn auth_yaml(&self) -> String {
+        let host = self.auth_registry.host().to_owned();
+        let name = "e2e-require-signed-auth";
+        let yaml = policy_yaml(name, "auth", "Fail", &[&host], POLICY_MESSAGE, true);
+        yaml.replacen(
+            "spec:\n",
+            &format!("spec:\n  credentials:\n    secrets: [{PULL_SECRET}]\n"),
+            1,
+        )
     }
 
     fn fail_yaml(&self, message: &str) -> String {
@@ -504,6 +540,10 @@ async fn setup() -> Result<Env> {
     let hung = HungRegistry::start().await?;
     let hung_image = format!("{}/ivory/slow:v1", hung.host());
 
+    let auth_registry =
+        RegistryHarness::start(HarnessOptions::basic(AUTH_USER, AUTH_PASSWORD)).await?;
+    let auth_signed = push(&auth_registry, "sig-p256").await?;
+    let auth_ns = labelled_namespace(&client, "e2e-auth", Some("auth")).await?;
     let fail_ns = labelled_namespace(&client, "e2e-fail", Some("fail")).await?;
     let ignore_ns = labelled_namespace(&client, "e2e-ignore", Some("ignore")).await?;
     let control_ns = labelled_namespace(&client, "e2e-control", None).await?;
@@ -520,7 +560,10 @@ async fn setup() -> Result<Env> {
     std::fs::write(&key, &pki.server_key_pem)?;
     std::fs::write(&ca, &pki.ca_pem)?;
     let registry_ca = dir.path().join("registry-ca.pem");
-    std::fs::write(&registry_ca, registry.ca_pem())?;
+    std::fs::write(
+        &registry_ca,
+        format!("{}\n{}", registry.ca_pem(), auth_registry.ca_pem()),
+    )?;
 
     let kubeconfig = cluster.kubeconfig().as_os_str().to_owned();
     let ivory = IvoryServer::start(
@@ -546,6 +589,9 @@ async fn setup() -> Result<Env> {
         client,
         fail_ns,
         ignore_ns,
+        auth_ns,
+        own_ns,
+        auth_signed,
         control_ns,
         signed,
         signed_digest,
@@ -557,8 +603,10 @@ async fn setup() -> Result<Env> {
         policy_files,
         ca,
         hosts,
+        kubeconfig,
         _registry: registry,
         _hung: hung,
+        auth_registry,
     })
 }
 
@@ -592,6 +640,11 @@ async fn scenarios(env: &Env) -> Result<()> {
     );
     apply_policy(&env.client, &fail_yaml).await?;
     apply_policy(&env.client, &ignore_yaml).await?;
+    // The credentials Secret appears after ivory started: its Secret watch must pick it up.
+    create_pull_secret(env).await?;
+    let auth_yaml = env.auth_yaml();
+    apply_policy(&env.client, &auth_yaml).await?;
+    std::fs::write(env.policy_files.join("auth.yaml"), &auth_yaml)?;
     std::fs::write(env.policy_files.join("fail.yaml"), &fail_yaml)?;
     std::fs::write(env.policy_files.join("ignore.yaml"), &ignore_yaml)?;
     let configs = register_webhooks(
@@ -605,10 +658,12 @@ async fn scenarios(env: &Env) -> Result<()> {
     env.wait_denial(&env.ignore_ns, POLICY_MESSAGE).await?;
 
     let signed_uid = scenario_1_enforced(env).await?;
+    scenario_9_registry_credentials(env).await?;
     scenario_3_paused(env).await?;
     scenario_4_slow_registry(env).await?;
     scenario_2_dry_run(env).await?;
     scenario_7_autogen_and_policy_change(env, &signed_uid).await?;
+    scenario_10_broken_update(env).await?;
     scenario_6_sidecar(env).await?;
     scenario_5_registration_removed(env, &configs).await?;
     Ok(())
@@ -776,6 +831,30 @@ async fn paused_checks(env: &Env, s: &str) -> Result<()> {
         outcome.elapsed < timeout,
         "control namespace waited: {:?}",
         outcome.elapsed
+    );
+    // The registration is intact; only the endpoint layer fails.
+    let (code, report) = env.doctor().await?;
+    let endpoint = report
+        .lines()
+        .find(|l| l.starts_with("endpoint"))
+        .unwrap_or("")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    env.note(
+        s,
+        "`ivory doctor` while paused",
+        &format!("exit {code}: {endpoint}"),
+    );
+    ensure!(
+        code == 1 && endpoint.contains("FAIL"),
+        "ivory doctor while paused:\n{report}"
+    );
+    ensure!(
+        !report
+            .lines()
+            .any(|l| l.starts_with("registration") && l.contains("FAIL")),
+        "{report}"
     );
     Ok(())
 }
@@ -993,6 +1072,18 @@ async fn scenario_7_autogen_and_policy_change(env: &Env, signed_uid: &str) -> Re
 /// Scenario 5: the webhook registration removed while the policy CR remains: nothing is enforced.
 async fn scenario_5_registration_removed(env: &Env, configs: &(String, String)) -> Result<()> {
     let s = "5 registration removed";
+    let (code, report) = env.doctor().await?;
+    let verdict = report.lines().last().unwrap_or("");
+    env.note(
+        s,
+        "`ivory doctor` before the removal",
+        &format!("exit {code}: {verdict}"),
+    );
+    ensure!(code == 0, "ivory doctor before the removal:\n{report}");
+    ensure!(
+        report.contains("e2e-require-signed-fail (validate)"),
+        "{report}"
+    );
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(env.client.clone());
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(env.client.clone());
     mutating
@@ -1035,6 +1126,27 @@ async fn scenario_5_registration_removed(env: &Env, configs: &(String, String)) 
         outcome.first_image(),
         env.unsigned,
         "no mutation without registration"
+    );
+    let (code, report) = env.doctor().await?;
+    let unregistered = report
+        .lines()
+        .find(|l| l.contains("e2e-require-signed-fail (validate)"))
+        .unwrap_or("")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    env.note(
+        s,
+        "`ivory doctor` after the removal",
+        &format!("exit {code}: {unregistered}"),
+    );
+    ensure!(
+        code == 1,
+        "ivory doctor after the removal exited {code}:\n{report}"
+    );
+    ensure!(
+        unregistered.starts_with("registration") && unregistered.contains("FAIL"),
+        "{report}"
     );
     env.note(
         s,
@@ -1198,5 +1310,154 @@ async fn sidecar_checks(env: &Env, s: &str) -> Result<()> {
     );
     assert_eq!(kept["spec"]["containers"][0]["image"], pinned.as_str());
     env.note(s, "stored sidecar image", &pinned);
+    // The pin comes from ivory's reinvocation: two mutate calls for this pod.
+    let mutate_calls = env
+        .ivory
+        .logs()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| {
+            v["fields"]["route"] == "ivpol_mutate" && v["fields"]["name"] == "sidecar-signed"
+        })
+        .count();
+    env.note(
+        s,
+        "ivory mutate calls for sidecar-signed",
+        &mutate_calls.to_string(),
+    );
+    ensure!(
+        mutate_calls == 2,
+        "expected ivory to be reinvoked once, saw {mutate_calls} mutate calls"
+    );
+    Ok(())
+}
+
+async fn create_pull_secret(env: &Env) -> Result<()> {
+    use base64::Engine as _;
+    let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+    let host = env.auth_registry.host().to_owned();
+    let config = json!({"auths": {host: {"auth": b64(&format!("{AUTH_USER}:{AUTH_PASSWORD}"))}}});
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": PULL_SECRET},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": b64(&config.to_string())}
+    }))?;
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(env.client.clone(), &env.own_ns)
+        .create(&PostParams::default(), &secret)
+        .await?;
+    Ok(())
+}
+
+/// Scenario 9: the registry refuses anonymous pulls; the policy names a pull Secret in ivory's
+/// namespace, which ivory reads from its Secret watch (no `--docker-config`).
+async fn scenario_9_registry_credentials(env: &Env) -> Result<()> {
+    let s = "9 registry credentials (Secret)";
+    let (image, digest) = &env.auth_signed;
+    let pinned = format!("{image}@{digest}");
+    let path = pods_path(&env.auth_ns);
+    eventually(
+        "the auth policy to pin dry-run pods",
+        PROPAGATION,
+        || async {
+            let outcome = create(
+                &env.client,
+                &path,
+                &pod(&unique_name("probe"), &[image]),
+                true,
+            )
+            .await?;
+            if outcome.created() && outcome.first_image() == pinned {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("{}", outcome.summary()))
+            }
+        },
+    )
+    .await?;
+    let (outcome, kept) = env
+        .pod(s, &env.auth_ns, "signed-auth", &[image], false)
+        .await?;
+    ensure!(
+        outcome.created(),
+        "signed pod from the login-only registry: {}",
+        outcome.summary()
+    );
+    let kept = kept.context("signed pod not stored")?;
+    assert_eq!(kept["spec"]["containers"][0]["image"], pinned.as_str());
+    let anonymous = env.auth_registry.http_client()?;
+    let status = anonymous
+        .get(format!(
+            "{}/v2/ivory/sig-p256/manifests/v1",
+            env.auth_registry.base_url()
+        ))
+        .send()
+        .await?
+        .status();
+    env.note(s, "anonymous GET of the manifest", &status.to_string());
+    ensure!(
+        status.as_u16() == 401,
+        "the registry served an anonymous client: {status}"
+    );
+    Ok(())
+}
+
+/// Scenario 10: a policy update that does not compile keeps the last good version of that
+/// policy enforcing; `/readyz` (seen through `ivory doctor`) shows the error until it is fixed.
+async fn scenario_10_broken_update(env: &Env) -> Result<()> {
+    let s = "10 broken policy update";
+    let good = env.fail_yaml(POLICY_MESSAGE);
+    let broken = good.replacen(".all(e, e > 0)", ".all(e, e > 0", 1);
+    ensure!(broken != good, "the policy text changed shape");
+    apply_policy(&env.client, &broken).await?;
+    let report = eventually("ivory to report the broken policy", PROPAGATION, || async {
+        let (code, report) = env.doctor().await?;
+        let endpoint = report
+            .lines()
+            .find(|l| l.starts_with("endpoint"))
+            .unwrap_or("");
+        if code == 1 && endpoint.contains("WARN") && endpoint.contains("e2e-require-signed-fail") {
+            Ok(report)
+        } else {
+            Err(anyhow::anyhow!("exit {code}: {report}"))
+        }
+    })
+    .await?;
+    for layer in ["policy", "endpoint"] {
+        let line = report
+            .lines()
+            .find(|l| l.starts_with(layer) && !l.contains(" ok "))
+            .unwrap_or("")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        env.note(s, &format!("`ivory doctor` {layer} row"), &line);
+    }
+    let (outcome, kept) = env
+        .pod(s, &env.fail_ns, "broken-unsigned", &[&env.unsigned], false)
+        .await?;
+    ensure!(
+        !outcome.created() && kept.is_none(),
+        "the last good version stopped enforcing: {}",
+        outcome.summary()
+    );
+    ensure!(
+        outcome.message().contains(POLICY_MESSAGE),
+        "{}",
+        outcome.summary()
+    );
+
+    apply_policy(&env.client, &good).await?;
+    eventually("the policy error to clear", PROPAGATION, || async {
+        let (code, report) = env.doctor().await?;
+        if code == 0 {
+            Ok(())
+        } else {
+            Err(anyhow::anyhow!("exit {code}: {report}"))
+        }
+    })
+    .await?;
+    env.note(s, "policy fixed", "`ivory doctor` exit 0 again");
     Ok(())
 }

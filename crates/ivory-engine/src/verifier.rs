@@ -37,7 +37,10 @@ pub enum Verification {
     },
     /// A definite negative verdict: no signature, bad signature, wrong identity, missing
     /// annotation, unsupported attestor kind. Safe to cache briefly.
-    NotVerified { digest: Option<String>, reason: String },
+    NotVerified {
+        digest: Option<String>,
+        reason: String,
+    },
 }
 
 impl Verification {

@@ -31,12 +31,21 @@ pub const POLICY_VERSION: &str = "v1";
 const DOCKER_CONFIG_TYPE: &str = "kubernetes.io/dockerconfigjson";
 /// Key of the docker config in such a Secret.
 const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
+/// How long startup waits for each watch's first list before giving up with a clear error
+/// (an uninstalled CRD or missing RBAC would otherwise keep ivory unready without a word).
+const SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Why the Kubernetes source could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("the {what} watch ended before its first list completed")]
     NotSynced { what: &'static str },
+    #[error(
+        "the {what} watch did not complete its first list within {}s (is the CRD installed, and \
+         may ivory list and watch {what}? the watch errors are in the log)",
+        SYNC_TIMEOUT.as_secs()
+    )]
+    SyncTimeout { what: &'static str },
 }
 
 /// `Result` with this module's error.
@@ -78,26 +87,30 @@ impl KubeSource {
             ),
             None,
         );
-        for (what, ready) in [
-            (
-                "ImageValidatingPolicy",
-                cluster_store.wait_until_ready().await,
-            ),
-            (
-                "NamespacedImageValidatingPolicy",
-                namespaced_store.wait_until_ready().await,
-            ),
-            ("Namespace", namespaces.wait_until_ready().await),
-            ("Secret", secrets.wait_until_ready().await),
-        ] {
-            ready.map_err(|_| Error::NotSynced { what })?;
-        }
+        synced("ImageValidatingPolicy", &cluster_store).await?;
+        synced("NamespacedImageValidatingPolicy", &namespaced_store).await?;
+        synced("Namespace", &namespaces).await?;
+        synced("Secret", &secrets).await?;
         let mut compiler = Compiler::default();
         compiler.publish(&[&cluster_store, &namespaced_store], &store, &metrics);
         tokio::spawn(async move {
             loop {
+                // Bursts of events coalesce into one permit.
                 changed.notified().await;
-                compiler.publish(&[&cluster_store, &namespaced_store], &store, &metrics);
+                let (a, b) = (cluster_store.clone(), namespaced_store.clone());
+                let (s, m) = (store.clone(), metrics.clone());
+                // CEL compilation is blocking work; the compiler travels with it.
+                let task = tokio::task::spawn_blocking(move || {
+                    compiler.publish(&[&a, &b], &s, &m);
+                    compiler
+                });
+                match task.await {
+                    Ok(back) => compiler = back,
+                    Err(e) => {
+                        tracing::error!(error = %e, "policy compilation panicked; policy updates stop");
+                        return;
+                    }
+                }
             }
         });
         Ok(Self {
@@ -143,6 +156,19 @@ impl KubeSource {
             };
         }
         creds
+    }
+}
+
+/// Waits for a reflector's first complete list, at most [`SYNC_TIMEOUT`].
+async fn synced<K>(what: &'static str, store: &Store<K>) -> Result<()>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    match tokio::time::timeout(SYNC_TIMEOUT, store.wait_until_ready()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(Error::NotSynced { what }),
+        Err(_) => Err(Error::SyncTimeout { what }),
     }
 }
 

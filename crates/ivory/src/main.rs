@@ -14,6 +14,7 @@ mod cmd {
     pub mod apply;
     pub mod audit;
     pub mod check;
+    pub mod doctor;
     pub mod output;
     pub mod serve;
     pub mod verify;
@@ -46,6 +47,8 @@ enum Command {
     Apply(cmd::apply::Args),
     /// Verify every image of a registry or an image list; table, JSON, YAML, SARIF, PolicyReport.
     Audit(cmd::audit::Args),
+    /// Check each layer through the Kubernetes API: CRDs, policies, webhook registration, endpoint.
+    Doctor(cmd::doctor::Args),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -69,6 +72,7 @@ async fn main() -> ExitCode {
         Command::Verify(args) => cmd::verify::run(args).await,
         Command::Apply(args) => cmd::apply::run(args).await,
         Command::Audit(args) => cmd::audit::run(args).await,
+        Command::Doctor(args) => cmd::doctor::run(args).await,
     };
     match result {
         Ok(code) => code,

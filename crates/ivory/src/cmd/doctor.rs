@@ -58,7 +58,12 @@ pub struct Check {
     pub detail: String,
 }
 
-fn check(layer: &'static str, subject: impl Into<String>, status: Status, detail: impl Into<String>) -> Check {
+fn check(
+    layer: &'static str,
+    subject: impl Into<String>,
+    status: Status,
+    detail: impl Into<String>,
+) -> Check {
     Check {
         layer,
         subject: subject.into(),
@@ -86,7 +91,12 @@ async fn collect() -> Vec<Check> {
             client
         }
         Err(e) => {
-            checks.push(check("api", "kube-apiserver", Status::Fail, format!("{e:#}")));
+            checks.push(check(
+                "api",
+                "kube-apiserver",
+                Status::Fail,
+                format!("{e:#}"),
+            ));
             return checks;
         }
     };
@@ -98,7 +108,12 @@ async fn collect() -> Vec<Check> {
             checks.extend(registration_checks(&policies, &hooks));
             checks.extend(endpoint_checks(&client, &hooks).await);
         }
-        Err(e) => checks.push(check("registration", "webhook configurations", Status::Fail, format!("{e:#}"))),
+        Err(e) => checks.push(check(
+            "registration",
+            "webhook configurations",
+            Status::Fail,
+            format!("{e:#}"),
+        )),
     }
     checks
 }
@@ -107,7 +122,10 @@ async fn connect() -> anyhow::Result<(kube::Client, String)> {
     let client = kube::Client::try_default()
         .await
         .context("connecting (KUBECONFIG or in-cluster config)")?;
-    let version = client.apiserver_version().await.context("reading /version")?;
+    let version = client
+        .apiserver_version()
+        .await
+        .context("reading /version")?;
     Ok((client, version.git_version))
 }
 
@@ -117,7 +135,11 @@ async fn crd_checks(client: &kube::Client) -> Vec<Check> {
     for name in CRDS {
         let row = match api.get_opt(name).await {
             Ok(Some(crd)) => {
-                let served = crd.spec.versions.iter().any(|v| v.name == POLICY_VERSION && v.served);
+                let served = crd
+                    .spec
+                    .versions
+                    .iter()
+                    .any(|v| v.name == POLICY_VERSION && v.served);
                 let established = crd
                     .status
                     .and_then(|s| s.conditions)
@@ -125,12 +147,27 @@ async fn crd_checks(client: &kube::Client) -> Vec<Check> {
                     .iter()
                     .any(|c| c.type_ == "Established" && c.status == "True");
                 match (served, established) {
-                    (true, true) => check("crds", name, Status::Ok, format!("{POLICY_VERSION} served, Established")),
-                    (false, _) => check("crds", name, Status::Fail, format!("version {POLICY_VERSION} is not served")),
+                    (true, true) => check(
+                        "crds",
+                        name,
+                        Status::Ok,
+                        format!("{POLICY_VERSION} served, Established"),
+                    ),
+                    (false, _) => check(
+                        "crds",
+                        name,
+                        Status::Fail,
+                        format!("version {POLICY_VERSION} is not served"),
+                    ),
                     (true, false) => check("crds", name, Status::Fail, "not Established"),
                 }
             }
-            Ok(None) => check("crds", name, Status::Fail, "not installed (kubectl apply -k deploy/crds)"),
+            Ok(None) => check(
+                "crds",
+                name,
+                Status::Fail,
+                "not installed (kubectl apply -k deploy/crds)",
+            ),
             Err(e) => check("crds", name, Status::Fail, e.to_string()),
         };
         checks.push(row);
@@ -146,7 +183,12 @@ async fn policy_checks(client: &kube::Client) -> (Vec<CompiledPolicy>, Vec<Check
         let list = match api.list(&ListParams::default()).await {
             Ok(list) => list,
             Err(e) => {
-                checks.push(check("policy", resource.kind.clone(), Status::Fail, format!("listing: {e}")));
+                checks.push(check(
+                    "policy",
+                    resource.kind.clone(),
+                    Status::Fail,
+                    format!("listing: {e}"),
+                ));
                 continue;
             }
         };
@@ -157,12 +199,19 @@ async fn policy_checks(client: &kube::Client) -> (Vec<CompiledPolicy>, Vec<Check
                     checks.push(check("policy", subject, Status::Ok, "compiles"));
                     policies.push(policy);
                 }
-                Err(errors) => checks.push(check("policy", subject, Status::Fail, errors.join("; "))),
+                Err(errors) => {
+                    checks.push(check("policy", subject, Status::Fail, errors.join("; ")))
+                }
             }
         }
     }
     if checks.is_empty() {
-        checks.push(check("policy", "(none)", Status::Warn, "no ImageValidatingPolicy or NamespacedImageValidatingPolicy exists"));
+        checks.push(check(
+            "policy",
+            "(none)",
+            Status::Warn,
+            "no ImageValidatingPolicy or NamespacedImageValidatingPolicy exists",
+        ));
     }
     (policies, checks)
 }
@@ -195,14 +244,22 @@ pub struct Hook {
 pub enum Endpoint {
     /// `https://host:port` with the caBundle (PEM) to trust.
     Url { base: String, ca: Vec<u8> },
-    Service { namespace: String, name: String, port: i32 },
+    Service {
+        namespace: String,
+        name: String,
+        port: i32,
+    },
 }
 
 impl Endpoint {
     fn describe(&self) -> String {
         match self {
             Self::Url { base, .. } => base.clone(),
-            Self::Service { namespace, name, port } => format!("service {namespace}/{name}:{port}"),
+            Self::Service {
+                namespace,
+                name,
+                port,
+            } => format!("service {namespace}/{name}:{port}"),
         }
     }
 }
@@ -213,22 +270,41 @@ async fn webhooks(client: &kube::Client) -> anyhow::Result<Vec<Hook>> {
     for config in mutating.list(&ListParams::default()).await?.items {
         let config_name = config.metadata.name.clone().unwrap_or_default();
         for w in config.webhooks.unwrap_or_default() {
-            hooks.extend(hook(&config_name, &w.name, &w.client_config, w.failure_policy.as_deref()));
+            hooks.extend(hook(
+                &config_name,
+                &w.name,
+                &w.client_config,
+                w.failure_policy.as_deref(),
+            ));
         }
     }
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     for config in validating.list(&ListParams::default()).await?.items {
         let config_name = config.metadata.name.clone().unwrap_or_default();
         for w in config.webhooks.unwrap_or_default() {
-            hooks.extend(hook(&config_name, &w.name, &w.client_config, w.failure_policy.as_deref()));
+            hooks.extend(hook(
+                &config_name,
+                &w.name,
+                &w.client_config,
+                w.failure_policy.as_deref(),
+            ));
         }
     }
     Ok(hooks)
 }
 
 /// The ivory route of a webhook's client config, if it calls one.
-pub fn hook(config: &str, name: &str, client: &WebhookClientConfig, failure: Option<&str>) -> Option<Hook> {
-    let ca = client.ca_bundle.as_ref().map(|b| b.0.clone()).unwrap_or_default();
+pub fn hook(
+    config: &str,
+    name: &str,
+    client: &WebhookClientConfig,
+    failure: Option<&str>,
+) -> Option<Hook> {
+    let ca = client
+        .ca_bundle
+        .as_ref()
+        .map(|b| b.0.clone())
+        .unwrap_or_default();
     let (path, endpoint) = match (&client.url, &client.service) {
         (Some(url), _) => {
             let rest = url.strip_prefix("https://")?;
@@ -248,8 +324,12 @@ pub fn hook(config: &str, name: &str, client: &WebhookClientConfig, failure: Opt
     };
     let path = path.split('?').next().unwrap_or("");
     let mut segments = path.split('/').filter(|s| !s.is_empty());
-    let prefix = segments.next().filter(|p| *p == "ivpol" || *p == "nivpol")?;
-    let stage = segments.next().filter(|s| *s == "mutate" || *s == "validate")?;
+    let prefix = segments
+        .next()
+        .filter(|p| *p == "ivpol" || *p == "nivpol")?;
+    let stage = segments
+        .next()
+        .filter(|s| *s == "mutate" || *s == "validate")?;
     Some(Hook {
         config: config.to_owned(),
         name: name.to_owned(),
@@ -280,27 +360,37 @@ pub fn registration_checks(policies: &[CompiledPolicy], hooks: &[Hook]) -> Vec<C
             stages.push("mutate");
         }
         for stage in stages {
-            let found = hooks
-                .iter()
-                .find(|h| h.prefix == prefix && h.stage == stage && h.policies.contains(&policy.name));
+            let found = hooks.iter().find(|h| {
+                h.prefix == prefix && h.stage == stage && h.policies.contains(&policy.name)
+            });
             let row = match found {
                 None => check(
                     "registration",
                     format!("{subject} ({stage})"),
                     Status::Fail,
-                    format!("no {stage} webhook calls ivory for this policy: it exists but is not enforced (register `ivory webhooks`)"),
+                    format!(
+                        "no {stage} webhook calls ivory for this policy: it exists but is not enforced (register `ivory webhooks`)"
+                    ),
                 ),
                 Some(h) if h.failure_policy != failure_text(policy.failure_policy) => check(
                     "registration",
                     format!("{subject} ({stage})"),
                     Status::Warn,
-                    format!("webhook {} has failurePolicy {}, the policy says {}", h.name, h.failure_policy, failure_text(policy.failure_policy)),
+                    format!(
+                        "webhook {} has failurePolicy {}, the policy says {}",
+                        h.name,
+                        h.failure_policy,
+                        failure_text(policy.failure_policy)
+                    ),
                 ),
                 Some(h) => check(
                     "registration",
                     format!("{subject} ({stage})"),
                     Status::Ok,
-                    format!("webhook {} in {} (failurePolicy {})", h.name, h.config, h.failure_policy),
+                    format!(
+                        "webhook {} in {} (failurePolicy {})",
+                        h.name, h.config, h.failure_policy
+                    ),
                 ),
             };
             checks.push(row);
@@ -325,12 +415,29 @@ async fn endpoint_checks(client: &kube::Client, hooks: &[Hook]) -> Vec<Check> {
         let row = match probed {
             Ok(Ok(text)) => {
                 // Policy errors keep the last good version serving, so they warn, not fail.
-                let status = if text.contains("policy errors") { Status::Warn } else { Status::Ok };
+                let status = if text.contains("policy errors") {
+                    Status::Warn
+                } else {
+                    Status::Ok
+                };
                 let lines: Vec<&str> = text.lines().map(str::trim).collect();
-                check("endpoint", subject, status, format!("/readyz: {}", lines.join(" | ")))
+                check(
+                    "endpoint",
+                    subject,
+                    status,
+                    format!("/readyz: {}", lines.join(" | ")),
+                )
             }
             Ok(Err(e)) => check("endpoint", subject, Status::Fail, format!("{e:#}")),
-            Err(_) => check("endpoint", subject, Status::Fail, format!("no answer within {}s (the API server will time out too)", PROBE_TIMEOUT.as_secs())),
+            Err(_) => check(
+                "endpoint",
+                subject,
+                Status::Fail,
+                format!(
+                    "no answer within {}s (the API server will time out too)",
+                    PROBE_TIMEOUT.as_secs()
+                ),
+            ),
         };
         checks.push(row);
     }
@@ -344,17 +451,31 @@ async fn probe(client: &kube::Client, endpoint: &Endpoint) -> anyhow::Result<Str
         Endpoint::Url { base, ca } => {
             let mut builder = reqwest::Client::builder().timeout(PROBE_TIMEOUT);
             if !ca.is_empty() {
-                let cert = reqwest::Certificate::from_pem(ca).context("reading the webhook's caBundle")?;
+                let cert =
+                    reqwest::Certificate::from_pem(ca).context("reading the webhook's caBundle")?;
                 builder = builder.tls_certs_only([cert]);
             }
-            let response = builder.build()?.get(format!("{base}/readyz")).send().await?;
+            let response = builder
+                .build()?
+                .get(format!("{base}/readyz"))
+                .send()
+                .await?;
             let status = response.status();
             let text = response.text().await?;
-            anyhow::ensure!(status.is_success(), "/readyz answered {status}: {}", text.trim());
+            anyhow::ensure!(
+                status.is_success(),
+                "/readyz answered {status}: {}",
+                text.trim()
+            );
             Ok(text)
         }
-        Endpoint::Service { namespace, name, port } => {
-            let path = format!("/api/v1/namespaces/{namespace}/services/https:{name}:{port}/proxy/readyz");
+        Endpoint::Service {
+            namespace,
+            name,
+            port,
+        } => {
+            let path =
+                format!("/api/v1/namespaces/{namespace}/services/https:{name}:{port}/proxy/readyz");
             let request = http::Request::get(path).body(Vec::new())?;
             Ok(client.request_text(request).await?)
         }
@@ -366,13 +487,32 @@ pub fn render(checks: &[Check]) -> String {
     let header = ["LAYER", "SUBJECT", "STATUS", "DETAIL"];
     let rows: Vec<[String; 4]> = checks
         .iter()
-        .map(|c| [c.layer.to_owned(), c.subject.clone(), c.status.as_str().to_owned(), c.detail.clone()])
+        .map(|c| {
+            [
+                c.layer.to_owned(),
+                c.subject.clone(),
+                c.status.as_str().to_owned(),
+                c.detail.clone(),
+            ]
+        })
         .collect();
-    let width = |i: usize| rows.iter().map(|r| r[i].len()).chain([header[i].len()]).max().unwrap_or(0);
+    let width = |i: usize| {
+        rows.iter()
+            .map(|r| r[i].len())
+            .chain([header[i].len()])
+            .max()
+            .unwrap_or(0)
+    };
     let (w0, w1, w2) = (width(0), width(1), width(2));
-    let mut out = format!("{:w0$}  {:w1$}  {:w2$}  {}\n", header[0], header[1], header[2], header[3]);
+    let mut out = format!(
+        "{:w0$}  {:w1$}  {:w2$}  {}\n",
+        header[0], header[1], header[2], header[3]
+    );
     for r in &rows {
-        out.push_str(&format!("{:w0$}  {:w1$}  {:w2$}  {}\n", r[0], r[1], r[2], r[3]));
+        out.push_str(&format!(
+            "{:w0$}  {:w1$}  {:w2$}  {}\n",
+            r[0], r[1], r[2], r[3]
+        ));
     }
     let failed = checks.iter().filter(|c| c.status == Status::Fail).count();
     out.push_str(&match failed {

@@ -47,8 +47,24 @@ fn hooks_are_read_from_urls_and_services() {
     assert_eq!(h.endpoint.describe(), "service ivory/ivory:443");
 
     // Webhooks of other software are not ivory's.
-    assert!(hook("cfg", "o", &url_config("https://example.test/validate"), None).is_none());
-    assert!(hook("cfg", "o", &url_config("https://example.test/ivpol/other/a"), None).is_none());
+    assert!(
+        hook(
+            "cfg",
+            "o",
+            &url_config("https://example.test/validate"),
+            None
+        )
+        .is_none()
+    );
+    assert!(
+        hook(
+            "cfg",
+            "o",
+            &url_config("https://example.test/ivpol/other/a"),
+            None
+        )
+        .is_none()
+    );
 }
 
 fn policy(name: &str, failure: &str) -> CompiledPolicy {
@@ -111,7 +127,11 @@ fn unregistered_policies_fail_and_mismatched_failure_policies_warn() {
     assert_eq!(status("a (mutate)"), Status::Ok);
     assert_eq!(status("b (validate)"), Status::Warn);
     assert_eq!(status("b (mutate)"), Status::Fail);
-    assert!(registration_checks(&policies, &[]).iter().all(|c| c.status == Status::Fail));
+    assert!(
+        registration_checks(&policies, &[])
+            .iter()
+            .all(|c| c.status == Status::Fail)
+    );
 }
 
 #[test]
@@ -119,7 +139,10 @@ fn the_table_ends_with_the_verdict() {
     let ok = [check("api", "kube-apiserver", Status::Ok, "v1.37.2")];
     let text = render(&ok);
     assert!(text.starts_with("LAYER"), "{text}");
-    assert!(text.contains("api    kube-apiserver  ok      v1.37.2"), "{text}");
+    assert!(
+        text.contains("api    kube-apiserver  ok      v1.37.2"),
+        "{text}"
+    );
     assert!(text.ends_with("all layers ok\n"), "{text}");
     let failed = [check("registration", "p (validate)", Status::Fail, "none")];
     assert!(render(&failed).ends_with("1 check(s) failed\n"));

@@ -1,0 +1,279 @@
+//! Micro-benchmarks of ivory's admission hot path (divan): `cargo bench -p ivory-bench`.
+//!
+//! Every benchmark uses the load harness's AdmissionReview (a Pod with three containers) and
+//! the same key-verification policy. Registry and cryptography are replaced by an in-memory
+//! verifier except in `cache_lookup`, which asks the real `CosignVerifier` for a verdict it
+//! has cached (one cold verification against a docker-registry happens before timing).
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use divan::{Bencher, black_box};
+use futures::future::BoxFuture;
+use ivory_bench::policy::key_policy;
+use ivory_bench::review::pod_review;
+use ivory_cel::{Activation, NoHost, Scope};
+use ivory_engine::admission::{
+    AdmissionRequest, AdmissionReview, response_from_decision, review_response,
+};
+use ivory_engine::images::{builtin_images, image_pointers, matches_image};
+use ivory_engine::matching::{Route, matches_constraints, select_policies};
+use ivory_engine::mutate::mutate;
+use ivory_engine::validate::validate;
+use ivory_engine::verifier::{ImageVerifier, Verification, VerifyError, VerifyRequest};
+use ivory_policy::CompiledPolicy;
+use ivory_policy::types::Credentials;
+use serde_json::Value;
+use tokio::time::Instant;
+
+const HOST: &str = "registry.example:5000";
+const DIGEST: &str = "sha256:9c40de188665dc8c2dbaf142a8cb00afc589345760324238ae75177a00c48fc6";
+const FIXTURE_KEY: &str = include_str!("../../fixtures/keys/cosign-p256.pub");
+
+fn main() {
+    divan::main();
+}
+
+fn images(pinned: bool) -> Vec<String> {
+    (0..3)
+        .map(|i| {
+            if pinned {
+                format!("{HOST}/bench/app{i}:v1@{DIGEST}")
+            } else {
+                format!("{HOST}/bench/app{i}:v1")
+            }
+        })
+        .collect()
+}
+
+static PINNED: LazyLock<Vec<u8>> = LazyLock::new(|| pod_review("bench", &images(true)));
+static TAGGED: LazyLock<Vec<u8>> = LazyLock::new(|| pod_review("bench", &images(false)));
+static POLICIES: LazyLock<Vec<Arc<CompiledPolicy>>> = LazyLock::new(|| {
+    let yaml = key_policy("bench", &format!("{HOST}/bench/*"), FIXTURE_KEY);
+    let report = ivory_policy::load_str(&yaml, "bench.yaml");
+    assert!(
+        report.errors.is_empty(),
+        "bench policy: {:?}",
+        report.errors
+    );
+    report.policies.into_iter().map(Arc::new).collect()
+});
+
+fn request(bytes: &[u8]) -> AdmissionRequest {
+    AdmissionReview::parse(bytes)
+        .expect("bench review parses")
+        .request
+}
+
+fn selected() -> Vec<&'static CompiledPolicy> {
+    select_policies(
+        &POLICIES,
+        Route { namespaced: false },
+        &["bench".to_owned()],
+        Some("shop"),
+    )
+    .expect("bench policy selected")
+}
+
+/// Answers every question positively at once (no registry, no cryptography).
+struct InstantVerifier;
+
+impl ImageVerifier for InstantVerifier {
+    fn resolve_digest<'a>(
+        &'a self,
+        _: &'a str,
+        _: Option<&'a Credentials>,
+        _: Instant,
+    ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        Box::pin(async { Ok(DIGEST.to_owned()) })
+    }
+    fn verify<'a>(
+        &'a self,
+        _: &'a VerifyRequest,
+        _: Instant,
+    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
+        Box::pin(async {
+            Ok(Verification::Verified {
+                digest: DIGEST.to_owned(),
+                payload: None,
+            })
+        })
+    }
+    fn image_data<'a>(
+        &'a self,
+        _: &'a str,
+        _: Option<&'a Credentials>,
+        _: Instant,
+    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
+        Box::pin(async { Ok(Value::Null) })
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+#[divan::bench]
+fn admission_parse(b: Bencher<'_, '_>) {
+    b.bench(|| AdmissionReview::parse(black_box(&PINNED)).is_ok());
+}
+
+#[divan::bench]
+fn policy_match(b: Bencher<'_, '_>) {
+    let req = request(&PINNED);
+    let images = images(true);
+    b.bench(|| {
+        let selected = selected();
+        let mut matched = 0;
+        for policy in &selected {
+            if matches_constraints(policy, black_box(&req), None).unwrap_or(false) {
+                matched += images
+                    .iter()
+                    .filter(|i| matches_image(policy, i).unwrap_or(false))
+                    .count();
+            }
+        }
+        matched
+    });
+}
+
+#[divan::bench]
+fn image_extraction(b: Bencher<'_, '_>) {
+    let req = request(&PINNED);
+    let object = req.object.clone().expect("pod object");
+    b.bench(|| {
+        (
+            image_pointers(black_box(&object), "Pod").len(),
+            builtin_images(black_box(&req)).len(),
+        )
+    });
+}
+
+/// One Kyverno-style expression over the Pod, compiled once.
+#[divan::bench]
+fn cel_expression(b: Bencher<'_, '_>) {
+    let req = request(&PINNED);
+    let object = req.object.clone().expect("pod object");
+    let program = ivory_cel::compile(
+        "object.spec.containers.map(c, c.image).all(i, i.startsWith('registry.example:5000/'))",
+        &Scope::new(["object"]),
+    )
+    .expect("expression compiles");
+    b.bench(|| {
+        let mut act = Activation::new(&NoHost);
+        act.bind_json("object", black_box(&object));
+        program.evaluate(&act).is_ok()
+    });
+}
+
+/// The whole validating stage with instant verdicts: image filtering, prefetch plan and the
+/// policy's CEL (`verifyImageSignatures` over three containers), decision.
+#[divan::bench]
+fn cel_validate_stage(b: Bencher<'_, '_>) {
+    let rt = runtime();
+    let req = request(&PINNED);
+    let policies = selected();
+    b.bench(|| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let d = rt.block_on(validate(
+            &InstantVerifier,
+            &policies,
+            black_box(&req),
+            None,
+            deadline,
+        ));
+        assert!(d.allowed);
+    });
+}
+
+/// Tag → digest pinning of three containers and the JSON Patch in the response review.
+#[divan::bench]
+fn patch_building(b: Bencher<'_, '_>) {
+    let rt = runtime();
+    let req = request(&TAGGED);
+    let policies = selected();
+    b.bench(|| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let d = rt.block_on(mutate(
+            &InstantVerifier,
+            &policies,
+            black_box(&req),
+            None,
+            deadline,
+        ));
+        review_response(&response_from_decision(&req, &d))
+            .to_string()
+            .len()
+    });
+}
+
+/// A cached verdict from the real verifier (cold-verified once against docker-registry).
+#[divan::bench]
+fn cache_lookup(b: Bencher<'_, '_>) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let (_registry, verifier, request) = rt.block_on(cached_verifier());
+    b.bench(|| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let v = rt.block_on(verifier.verify(black_box(&request), deadline));
+        assert!(matches!(v, Ok(Verification::Verified { .. })));
+    });
+}
+
+async fn cached_verifier() -> (
+    ivory_testkit::Harness,
+    ivory_verify::CosignVerifier,
+    VerifyRequest,
+) {
+    let registry = ivory_testkit::RegistryHarness::start(ivory_testkit::HarnessOptions::default())
+        .await
+        .expect("docker-registry starts (Debian package docker-registry)");
+    let layout = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/oci/ivory/sig-p256"
+    );
+    let tags = registry
+        .push_oci_layout(std::path::Path::new(layout), "ivory/sig-p256")
+        .await
+        .expect("fixture pushed");
+    let config = ivory_registry::Config {
+        ca_bundle_pem: Some(registry.ca_pem().as_bytes().to_vec()),
+        ..ivory_registry::Config::default()
+    };
+    let verifier = ivory_verify::CosignVerifier::new(
+        ivory_registry::Registry::new(config).expect("registry client"),
+        ivory_verify::VerifierConfig::default(),
+        ivory_verify::CosignVerifier::anonymous_credentials(),
+    );
+    let yaml = key_policy(
+        "fixture",
+        &format!("{}/ivory/*", registry.host()),
+        FIXTURE_KEY,
+    );
+    let report = ivory_policy::load_str(&yaml, "fixture.yaml");
+    let attestor = report.policies[0]
+        .spec
+        .attestors
+        .clone()
+        .unwrap_or_default()
+        .remove(0);
+    let request = VerifyRequest {
+        image: format!("{}/ivory/sig-p256@{}", registry.host(), tags["v1"]),
+        attestor,
+        attestation: None,
+        credentials: None,
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = verifier.verify(&request, deadline).await;
+    assert!(
+        matches!(first, Ok(Verification::Verified { .. })),
+        "cold verification: {first:?}"
+    );
+    (registry, verifier, request)
+}

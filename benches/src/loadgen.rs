@@ -1,0 +1,255 @@
+//! The load generator: HTTPS/1.1 keep-alive over loopback, closed loop at a fixed concurrency
+//! (throughput) and open loop at a fixed rate (latency measured from the scheduled send time,
+//! so a stalled server cannot hide its queueing).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use axum::body::Bytes;
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+
+/// Per-request ceiling: anything slower is an error, not a data point.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// Most requests in flight in the open loop before ticks are dropped (counted as errors).
+const OPEN_LOOP_MAX_IN_FLIGHT: usize = 2048;
+
+/// HTTPS client trusting the bench CA.
+pub fn client(ca_pem: &str, max_idle: usize) -> Result<reqwest::Client> {
+    let cert = reqwest::Certificate::from_pem(ca_pem.as_bytes()).context("bench CA")?;
+    reqwest::Client::builder()
+        .tls_certs_merge([cert])
+        .http1_only()
+        .pool_max_idle_per_host(max_idle)
+        .timeout(REQUEST_TIMEOUT)
+        .build()
+        .context("building the load client")
+}
+
+/// One answer.
+pub struct Answer {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Answer {
+    pub fn allowed(&self) -> bool {
+        self.status == 200 && self.body["response"]["allowed"] == json!(true)
+    }
+    pub fn patch(&self) -> Option<&str> {
+        self.body["response"]["patch"].as_str()
+    }
+}
+
+/// Sends one AdmissionReview and parses the answer.
+pub async fn post(client: &reqwest::Client, url: &str, body: Bytes) -> Result<Answer> {
+    let res = client
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await
+        .with_context(|| format!("POST {url}"))?;
+    let status = res.status().as_u16();
+    let bytes = res
+        .bytes()
+        .await
+        .with_context(|| format!("reading {url}"))?;
+    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    Ok(Answer { status, body })
+}
+
+/// What one load step measured.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub ok: u64,
+    pub errors: u64,
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Stats {
+    fn from(mut micros: Vec<u64>, errors: u64, elapsed: Duration) -> Self {
+        micros.sort_unstable();
+        let ok = micros.len() as u64;
+        Self {
+            ok,
+            errors,
+            rps: ok as f64 / elapsed.as_secs_f64().max(1e-9),
+            p50_ms: percentile(&micros, 0.50),
+            p99_ms: percentile(&micros, 0.99),
+            max_ms: micros.last().map_or(0.0, |m| *m as f64 / 1000.0),
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "ok": self.ok, "errors": self.errors, "rps": round(self.rps, 1),
+            "p50_ms": round(self.p50_ms, 3), "p99_ms": round(self.p99_ms, 3),
+            "max_ms": round(self.max_ms, 3),
+        })
+    }
+}
+
+/// Nearest-rank percentile of sorted microseconds, in milliseconds.
+fn percentile(sorted: &[u64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1] as f64 / 1000.0
+}
+
+pub fn round(v: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (v * f).round() / f
+}
+
+/// A request repeated under load; only 200 with `"allowed":true` counts as success.
+#[derive(Clone)]
+pub struct Target {
+    pub client: reqwest::Client,
+    pub url: String,
+    pub body: Bytes,
+}
+
+impl Target {
+    async fn once(&self) -> bool {
+        let res = self
+            .client
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(self.body.clone())
+            .send()
+            .await;
+        match res {
+            Ok(r) if r.status().as_u16() == 200 => r
+                .bytes()
+                .await
+                .is_ok_and(|b| memchr(b"\"allowed\":true", &b)),
+            _ => false,
+        }
+    }
+}
+
+fn memchr(needle: &[u8], hay: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// `concurrency` workers send back-to-back for `duration`.
+pub async fn closed_loop(target: &Target, concurrency: usize, duration: Duration) -> Stats {
+    let start = Instant::now();
+    let until = start + duration;
+    let mut set = JoinSet::new();
+    for _ in 0..concurrency.max(1) {
+        let t = target.clone();
+        set.spawn(async move {
+            let (mut lat, mut errors) = (Vec::new(), 0u64);
+            while Instant::now() < until {
+                let s = Instant::now();
+                if t.once().await {
+                    lat.push(s.elapsed().as_micros() as u64);
+                } else {
+                    errors += 1;
+                }
+            }
+            (lat, errors)
+        });
+    }
+    let (mut all, mut errors) = (Vec::new(), 0);
+    while let Some(r) = set.join_next().await {
+        if let Ok((lat, e)) = r {
+            all.extend(lat);
+            errors += e;
+        } else {
+            errors += 1;
+        }
+    }
+    Stats::from(all, errors, start.elapsed())
+}
+
+/// Sends at `rate` per second for `duration`, each request on its own task.
+pub async fn open_loop(target: &Target, rate: f64, duration: Duration) -> Stats {
+    let period = Duration::from_secs_f64(1.0 / rate.max(1.0));
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
+    let mut set = JoinSet::new();
+    let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    while start.elapsed() < duration {
+        let scheduled = tick.tick().await;
+        if set.len() >= OPEN_LOOP_MAX_IN_FLIGHT {
+            dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            continue;
+        }
+        let t = target.clone();
+        set.spawn(async move {
+            t.once()
+                .await
+                .then(|| scheduled.elapsed().as_micros() as u64)
+        });
+    }
+    let (mut all, mut errors) = (
+        Vec::new(),
+        dropped.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(Some(us)) => all.push(us),
+            _ => errors += 1,
+        }
+    }
+    // Throughput over the sending window: the tail of in-flight requests is not idle time.
+    Stats::from(all, errors, duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let us: Vec<u64> = (1..=100).map(|v| v * 1000).collect();
+        assert_eq!(percentile(&us, 0.50), 50.0);
+        assert_eq!(percentile(&us, 0.99), 99.0);
+        assert_eq!(percentile(&us[..1], 0.99), 1.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn stats_count_successes_only() {
+        let s = Stats::from(vec![3000, 1000, 2000], 2, Duration::from_secs(1));
+        assert_eq!((s.ok, s.errors), (3, 2));
+        assert_eq!((s.rps, s.p50_ms, s.max_ms), (3.0, 2.0, 3.0));
+    }
+
+    #[test]
+    fn allowed_needs_status_200_and_allowed_true() {
+        let body = json!({"response": {"allowed": true, "patch": "W10="}});
+        let a = Answer { status: 200, body };
+        assert!(a.allowed());
+        assert_eq!(a.patch(), Some("W10="));
+        let denied = Answer {
+            status: 200,
+            body: json!({"response": {"allowed": false}}),
+        };
+        assert!(!denied.allowed());
+        let error = Answer {
+            status: 500,
+            body: json!({"response": {"allowed": true}}),
+        };
+        assert!(!error.allowed());
+        assert!(memchr(
+            b"\"allowed\":true",
+            br#"{"response":{"allowed":true}}"#
+        ));
+        assert!(!memchr(
+            b"\"allowed\":true",
+            br#"{"response":{"allowed":false}}"#
+        ));
+    }
+}

@@ -1,0 +1,465 @@
+//! The measurements, in run order, all against the same registry and binaries.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use axum::body::Bytes;
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+
+use crate::LoadArgs;
+use crate::loadgen::{self, Stats, Target, post, round};
+use crate::report;
+use crate::sign::Image;
+use crate::stack::Stack;
+use ivory_bench::review::pod_review;
+
+/// Every policy, so each image meets the policy whose glob matches it.
+const POLICIES: &str = "bench/fixture/hung";
+/// `?timeout=` of the hung-registry phase (the webhook's timeoutSeconds).
+const HUNG_TIMEOUT: Duration = Duration::from_secs(2);
+/// Local bookkeeping allowed past the budget before a response counts as late.
+const LATE_SLACK: Duration = Duration::from_millis(100);
+/// Concurrent admissions in the herd phase.
+const HERD: usize = 64;
+/// Requests in flight in the hung-registry phase.
+const HUNG_CONCURRENCY: usize = 64;
+
+/// Sizes of one run.
+struct Plan {
+    concurrencies: Vec<usize>,
+    step: Duration,
+    cached: usize,
+    cosign: usize,
+    hung: usize,
+}
+
+impl Plan {
+    fn new(args: &LoadArgs) -> Self {
+        if args.quick {
+            Self {
+                concurrencies: vec![8, 32],
+                step: Duration::from_secs(3),
+                cached: args.cached_images.unwrap_or(3000),
+                cosign: 4,
+                hung: 64,
+            }
+        } else {
+            Self {
+                concurrencies: vec![1, 8, 32, 64],
+                step: Duration::from_secs(10),
+                cached: args.cached_images.unwrap_or(10_000),
+                cosign: 16,
+                hung: 256,
+            }
+        }
+    }
+}
+
+pub async fn run(args: LoadArgs) -> Result<()> {
+    let started = Instant::now();
+    let plan = Plan::new(&args);
+    let machine = report::machine();
+    let stack = Stack::build(args, plan.cached, plan.cosign).await?;
+    let mut details = serde_json::Map::new();
+    details.insert("quick".into(), json!(stack.args.quick));
+    details.insert("machine_at_start".into(), machine);
+
+    let ivory = stack.start_ivory("ivory-serve").await?;
+    eprintln!("cold and herd…");
+    let (tag_cold, digest_cold, cold_detail) = cold(&stack, &ivory.url).await?;
+    details.insert("cold".into(), cold_detail);
+    let (sets, herd_detail) = herd(&stack, &ivory.url, tag_cold).await?;
+    details.insert("herd".into(), herd_detail);
+
+    eprintln!("warm throughput…");
+    let warm_body = Bytes::from(pod_review("warm", &warm_images(&stack)));
+    let ivory_target = Target {
+        client: stack.client.clone(),
+        url: format!("{}/ivpol/validate/{POLICIES}", ivory.url),
+        body: warm_body.clone(),
+    };
+    let first = post(&stack.client, &ivory_target.url, warm_body.clone()).await?;
+    ensure!(
+        first.allowed(),
+        "warm Pod not admitted by ivory: {}",
+        first.body
+    );
+    let ivory_steps = sweep(&ivory_target, &plan).await;
+    let null = stack.start_null().await?;
+    let null_target = Target {
+        url: format!("{}/ivpol/validate/{POLICIES}", null.url),
+        ..ivory_target.clone()
+    };
+    let null_steps = sweep(&null_target, &plan).await;
+    let ivory_max = max_rps(&ivory_steps);
+    let null_max = max_rps(&null_steps);
+    ensure!(
+        ivory_max > 0.0 && null_max > 0.0,
+        "no successful warm requests"
+    );
+
+    eprintln!("latency at half load ({:.0} req/s)…", ivory_max / 2.0);
+    let half = loadgen::open_loop(&ivory_target, ivory_max / 2.0, plan.step).await;
+    let null_half = loadgen::open_loop(&null_target, ivory_max / 2.0, plan.step).await;
+    drop(null);
+    details.insert(
+        "warm".into(),
+        json!({
+            "ivory_steps": steps_json(&ivory_steps),
+            "null_steps": steps_json(&null_steps),
+            "ivory_max_rps": round(ivory_max, 1),
+            "null_max_rps": round(null_max, 1),
+            "half_load_rps": round(ivory_max / 2.0, 1),
+            "ivory_half_load": half.to_json(),
+            "null_half_load": null_half.to_json(),
+            "request_bytes": warm_body.len(),
+        }),
+    );
+
+    eprintln!("hung registry…");
+    // Open (and keep pooled) the connections the hung phase uses, as the API server would
+    // have: its timing must not include TLS handshakes.
+    loadgen::closed_loop(&ivory_target, HUNG_CONCURRENCY, Duration::from_secs(1)).await;
+    let (late, hung_detail) = hung(&stack, &ivory.url, plan.hung).await?;
+    details.insert("hung".into(), hung_detail);
+    let (hwm, _) = ivory.memory_kib()?;
+    details.insert("ivory_serve_peak_rss_mib".into(), json!(mib(hwm)));
+    drop(ivory);
+
+    eprintln!("cache memory ({} images)…", stack.images.cached.len());
+    let (rss, rss_detail) = cached_rss(&stack).await?;
+    details.insert("cached".into(), rss_detail);
+
+    eprintln!("cold verification vs cosign…");
+    let (ratio, cosign_detail) = versus_cosign(&stack).await?;
+    details.insert("cosign".into(), cosign_detail);
+    details.insert("machine_at_end".into(), report::machine());
+    details.insert(
+        "wall_s".into(),
+        json!(round(started.elapsed().as_secs_f64(), 1)),
+    );
+
+    let results = json!({
+        "warm_rps_ratio": round(ivory_max / null_max, 3),
+        "warm_p99_ms": round(half.p99_ms, 3),
+        "cold_requests_per_tag_image": tag_cold,
+        "cold_requests_per_digest_image": digest_cold,
+        "herd_request_sets_64": round(sets, 2),
+        "late_responses_hung_registry": late,
+        "rss_mib_10k_cached": round(rss, 1),
+        "cold_verify_ratio_vs_cosign": round(ratio, 3),
+        "details": Value::Object(details),
+    });
+    report::write(&stack.args.out, &results)
+}
+
+fn warm_images(stack: &Stack) -> Vec<String> {
+    let mut images = vec![stack.images.fixture.pinned_ref()];
+    images.extend(stack.images.warm.iter().map(Image::pinned_ref));
+    images
+}
+
+fn mib(kib: u64) -> f64 {
+    round(kib as f64 / 1024.0, 1)
+}
+
+fn url(base: &str, stage: &str) -> String {
+    format!("{base}/ivpol/{stage}/{POLICIES}")
+}
+
+/// The API server's sequence for one Pod: mutate (pins tags), then validate the pinned Pod.
+async fn admit(stack: &Stack, base: &str, uid: String, image: &Image, by_tag: bool) -> Result<()> {
+    let reference = if by_tag {
+        image.tag_ref()
+    } else {
+        image.digest_ref()
+    };
+    let body = Bytes::from(pod_review(&uid, std::slice::from_ref(&reference)));
+    let mutated = post(&stack.client, &url(base, "mutate"), body).await?;
+    ensure!(
+        mutated.allowed(),
+        "mutate denied {reference}: {}",
+        mutated.body
+    );
+    if by_tag {
+        ensure!(
+            mutated.patch().is_some(),
+            "mutate did not pin {reference}: {}",
+            mutated.body
+        );
+    }
+    let pinned = if by_tag {
+        image.pinned_ref()
+    } else {
+        reference.clone()
+    };
+    let body = Bytes::from(pod_review(&uid, &[pinned]));
+    let validated = post(&stack.client, &url(base, "validate"), body).await?;
+    ensure!(
+        validated.allowed(),
+        "validate denied {reference}: {}",
+        validated.body
+    );
+    Ok(())
+}
+
+fn request_lines(stack: &Stack) -> Vec<String> {
+    stack
+        .registry
+        .requests()
+        .into_iter()
+        .map(|(m, p, s)| format!("{m} {p} {s}"))
+        .collect()
+}
+
+/// Registry requests for one never-seen image, by tag and by digest.
+async fn cold(stack: &Stack, base: &str) -> Result<(usize, usize, Value)> {
+    let [tag_image, digest_image] = stack.images.cold.as_slice() else {
+        bail!("expected two cold images");
+    };
+    // Per-registry one-time requests (the `/v2/` ping, the referrers-API probe) happen on
+    // the first contact; the fixture pays them so the counts below are per image.
+    stack.registry.reset_requests();
+    admit(
+        stack,
+        base,
+        "registry-first-contact".into(),
+        &stack.images.fixture,
+        true,
+    )
+    .await?;
+    let first_contact = request_lines(stack);
+    stack.registry.reset_requests();
+    admit(stack, base, "cold-tag".into(), tag_image, true).await?;
+    let tag_lines = request_lines(stack);
+    stack.registry.reset_requests();
+    admit(stack, base, "cold-digest".into(), digest_image, false).await?;
+    let digest_lines = request_lines(stack);
+    let detail = json!({
+        "first_contact_requests_fixture_by_tag": first_contact,
+        "tag_requests": tag_lines,
+        "digest_requests": digest_lines,
+    });
+    Ok((tag_lines.len(), digest_lines.len(), detail))
+}
+
+/// 64 concurrent admissions (mutate + validate) of one uncached image: how many cold request
+/// sets reach the registry.
+async fn herd(stack: &Stack, base: &str, per_set: usize) -> Result<(f64, Value)> {
+    stack.registry.reset_requests();
+    let image = &stack.images.herd;
+    let results = futures::future::join_all(
+        (0..HERD).map(|i| admit(stack, base, format!("herd-{i}"), image, true)),
+    )
+    .await;
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| format!("{e:#}")))
+        .collect();
+    ensure!(failed.is_empty(), "herd admissions failed: {failed:?}");
+    let lines = request_lines(stack);
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for line in &lines {
+        *counts.entry(line.clone()).or_default() += 1;
+    }
+    let sets = lines.len() as f64 / per_set.max(1) as f64;
+    Ok((sets, json!({"requests": lines.len(), "by_request": counts})))
+}
+
+/// Closed-loop steps at each concurrency (after a short warm-up).
+async fn sweep(target: &Target, plan: &Plan) -> Vec<(usize, Stats)> {
+    loadgen::closed_loop(target, 8, Duration::from_secs(1)).await;
+    let mut steps = Vec::new();
+    for &c in &plan.concurrencies {
+        steps.push((c, loadgen::closed_loop(target, c, plan.step).await));
+    }
+    steps
+}
+
+fn max_rps(steps: &[(usize, Stats)]) -> f64 {
+    steps.iter().map(|(_, s)| s.rps).fold(0.0, f64::max)
+}
+
+fn steps_json(steps: &[(usize, Stats)]) -> Value {
+    steps
+        .iter()
+        .map(|(c, s)| {
+            let mut v = s.to_json();
+            v["concurrency"] = json!(c);
+            v
+        })
+        .collect()
+}
+
+/// Admissions whose images live on a registry that accepts connections and never answers:
+/// every response must arrive within the budget derived from `?timeout=`.
+async fn hung(stack: &Stack, base: &str, count: usize) -> Result<(usize, Value)> {
+    let budget = HUNG_TIMEOUT - HUNG_TIMEOUT / 10;
+    let host = stack.hung.host();
+    let fake = format!("sha256:{}", "ab".repeat(32));
+    let requests = (0..count).map(|i| {
+        let (stage, image) = if i % 2 == 0 {
+            ("mutate", format!("{host}/hung/app{i}:v1"))
+        } else {
+            ("validate", format!("{host}/hung/app{i}@{fake}"))
+        };
+        let url = format!("{}?timeout=2s", url(base, stage));
+        let body = Bytes::from(pod_review(&format!("hung-{i}"), &[image]));
+        let client = stack.client.clone();
+        async move {
+            let start = Instant::now();
+            let answer = post(&client, &url, body).await;
+            (
+                stage,
+                start.elapsed(),
+                answer.map(|a| (a.status, a.allowed())),
+            )
+        }
+    });
+    let answers: Vec<_> = futures::stream::iter(requests)
+        .buffer_unordered(HUNG_CONCURRENCY)
+        .collect()
+        .await;
+    let mut late = 0;
+    let (mut denied, mut errors) = (0, 0);
+    let mut by_stage: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for (stage, elapsed, answer) in &answers {
+        by_stage
+            .entry(stage)
+            .or_default()
+            .push(elapsed.as_secs_f64() * 1000.0);
+        if *elapsed > budget + LATE_SLACK {
+            late += 1;
+        }
+        match answer {
+            Ok((200, false)) => denied += 1,
+            _ => errors += 1,
+        }
+    }
+    let stages: serde_json::Map<String, Value> = by_stage
+        .into_iter()
+        .map(|(stage, mut ms)| {
+            ms.sort_by(f64::total_cmp);
+            let at = |q: f64| ms[((q * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
+            let v = json!({"min_ms": round(ms[0], 1), "p50_ms": round(at(0.5), 1), "max_ms": round(at(1.0), 1)});
+            (stage.to_owned(), v)
+        })
+        .collect();
+    let detail = json!({
+        "requests": answers.len(), "timeout_ms": HUNG_TIMEOUT.as_millis() as u64,
+        "budget_ms": budget.as_millis() as u64, "late_slack_ms": LATE_SLACK.as_millis() as u64,
+        "latency_by_stage": stages, "denied": denied, "other_answers_or_errors": errors,
+    });
+    Ok((late, detail))
+}
+
+/// A fresh `ivory serve` verifies every cached-phase image once (three per Pod); peak RSS after.
+async fn cached_rss(stack: &Stack) -> Result<(f64, Value)> {
+    let ivory = stack.start_ivory("ivory-serve-cache").await?;
+    let (_, before) = ivory.memory_kib()?;
+    let started = Instant::now();
+    let validate = url(&ivory.url, "validate");
+    let pods = stack.images.cached.chunks(3).enumerate().map(|(i, chunk)| {
+        let images: Vec<String> = chunk.iter().map(Image::pinned_ref).collect();
+        let body = Bytes::from(pod_review(&format!("cache-{i}"), &images));
+        let (client, url) = (stack.client.clone(), validate.clone());
+        async move { post(&client, &url, body).await.map(|a| a.allowed()) }
+    });
+    let answers: Vec<Result<bool>> = futures::stream::iter(pods)
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    let allowed = answers.iter().filter(|a| matches!(a, Ok(true))).count();
+    let pods_sent = answers.len();
+    ensure!(
+        allowed == pods_sent,
+        "only {allowed} of {pods_sent} cache-phase Pods admitted (see {})",
+        stack.work.join("ivory-serve-cache.log").display()
+    );
+    let elapsed = started.elapsed();
+    let (hwm, rss) = ivory.memory_kib()?;
+    let detail = json!({
+        "images": stack.images.cached.len(), "pods": pods_sent,
+        "seconds": round(elapsed.as_secs_f64(), 1),
+        "verifications_per_s": round(stack.images.cached.len() as f64 / elapsed.as_secs_f64(), 1),
+        "rss_mib_idle_start": mib(before), "rss_mib_after": mib(rss), "peak_rss_mib": mib(hwm),
+    });
+    Ok((mib(hwm), detail))
+}
+
+/// Wall time of one cold `ivory verify` and one `cosign verify` process per image.
+async fn versus_cosign(stack: &Stack) -> Result<(f64, Value)> {
+    let mut cases: Vec<(String, &std::path::Path)> = vec![(
+        stack.images.fixture.digest_ref(),
+        stack.fixture_key.as_path(),
+    )];
+    cases.extend(
+        stack
+            .images
+            .cosign
+            .iter()
+            .map(|i| (i.digest_ref(), stack.bench_key.as_path())),
+    );
+    let tuf = stack.work.join("tuf");
+    let (mut ivory_total, mut cosign_total) = (Duration::ZERO, Duration::ZERO);
+    let mut rows = Vec::new();
+    for (image, key) in &cases {
+        let mut ivory = std::process::Command::new(&stack.args.ivory);
+        ivory
+            .args([
+                "verify",
+                image.as_str(),
+                "--insecure-ignore-tlog",
+                "-o",
+                "json",
+            ])
+            .arg("--key")
+            .arg(key)
+            .arg("--registry-ca")
+            .arg(&stack.registry_ca);
+        let mut cosign = std::process::Command::new(&stack.args.cosign);
+        cosign
+            .args(["verify", "--insecure-ignore-tlog", "--key"])
+            .arg(key)
+            .arg(image)
+            .env("SSL_CERT_FILE", &stack.registry_ca)
+            .env("TUF_ROOT", &tuf);
+        let i = timed(ivory, "ivory verify", image).await?;
+        let c = timed(cosign, "cosign verify", image).await?;
+        ivory_total += i;
+        cosign_total += c;
+        rows.push(json!({"image": image, "ivory_ms": ms(i), "cosign_ms": ms(c)}));
+    }
+    let ratio = ivory_total.as_secs_f64() / cosign_total.as_secs_f64().max(1e-9);
+    let detail = json!({
+        "images": cases.len(), "ivory_total_ms": ms(ivory_total),
+        "cosign_total_ms": ms(cosign_total), "per_image": rows,
+    });
+    Ok((ratio, detail))
+}
+
+fn ms(d: Duration) -> f64 {
+    round(d.as_secs_f64() * 1000.0, 1)
+}
+
+/// Runs a verifier process to completion; it must succeed.
+async fn timed(cmd: std::process::Command, what: &str, image: &str) -> Result<Duration> {
+    let mut cmd = tokio::process::Command::from(cmd);
+    let start = Instant::now();
+    let out = cmd
+        .output()
+        .await
+        .with_context(|| format!("running {what}"))?;
+    let elapsed = start.elapsed();
+    if !out.status.success() {
+        bail!(
+            "{what} {image} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(elapsed)
+}

@@ -1,0 +1,94 @@
+//! Child processes under test (`ivory serve`, `null-webhook`): spawn with logs to a file,
+//! wait for readiness, read their memory high-water mark, kill on drop.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+
+/// How long a server gets to answer its readiness URL.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running server; killed when dropped.
+pub struct Server {
+    name: String,
+    child: Child,
+    pub url: String,
+}
+
+impl Server {
+    /// Spawns `cmd` with stdout/stderr into `log`, then polls `url + ready_path` until 200.
+    pub async fn start(
+        name: &str,
+        mut cmd: Command,
+        log: &Path,
+        url: String,
+        ready_path: &str,
+        client: &reqwest::Client,
+    ) -> Result<Self> {
+        let out =
+            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let err = out.try_clone().context("cloning log handle")?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .with_context(|| format!("spawning {name}"))?;
+        let mut server = Self {
+            name: name.to_owned(),
+            child,
+            url,
+        };
+        server.wait_ready(ready_path, client, log).await?;
+        Ok(server)
+    }
+
+    async fn wait_ready(&mut self, path: &str, client: &reqwest::Client, log: &Path) -> Result<()> {
+        let url = format!("{}{path}", self.url);
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().context("polling child")? {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                bail!("{} exited with {status} before ready:\n{text}", self.name);
+            }
+            if let Ok(res) = client.get(&url).send().await
+                && res.status().is_success()
+            {
+                return Ok(());
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                bail!("{} not ready on {url} after {READY_TIMEOUT:?}", self.name);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// (VmHWM, VmRSS) in KiB from /proc.
+    pub fn memory_kib(&self) -> Result<(u64, u64)> {
+        let path = format!("/proc/{}/status", self.child.id());
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        let field = |name: &str| -> Result<u64> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .with_context(|| format!("{name} missing in {path}"))
+        };
+        Ok((field("VmHWM:")?, field("VmRSS:")?))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free loopback port (the bind is released before the server takes it).
+pub fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr().context("free port address")?.port())
+}

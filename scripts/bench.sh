@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# ivory load benchmarks: one command, one run, every figure from the same run.
+#
+#   scripts/bench.sh            full run (about 8-10 minutes on 2 cores)
+#   scripts/bench.sh --quick    short run (under 3 minutes after the build)
+#
+# Builds release binaries (ivory, ivory-bench, null-webhook), then `ivory-bench load` starts a
+# real docker-registry on loopback, pushes the signed fixture and synthetic cosign-signed
+# images, runs `ivory serve` (TLS) and the null webhook, drives both with its own loopback
+# load generator, and writes target/bench/results.json and target/bench/results.md.
+# Method and committed figures: BENCHMARKS.md. Micro-benchmarks: `cargo bench -p ivory-bench`.
+#
+# Needs: docker-registry (Debian package), cosign v2 at .tools/bin/cosign2
+# (scripts/install-tools.sh builds it from the Go module proxy).
+# Extra arguments are passed to `ivory-bench load` (see `ivory-bench load --help`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v docker-registry >/dev/null; then
+    echo "bench.sh: docker-registry not found (apt-get install docker-registry)" >&2
+    exit 2
+fi
+if [[ ! -x .tools/bin/cosign2 ]]; then
+    echo "bench.sh: .tools/bin/cosign2 missing; run scripts/install-tools.sh" >&2
+    exit 2
+fi
+
+cargo build --release -p ivory -p ivory-bench
+exec target/release/ivory-bench load \
+    --ivory target/release/ivory \
+    --null-webhook target/release/null-webhook \
+    --cosign .tools/bin/cosign2 \
+    --fixtures fixtures \
+    --out target/bench \
+    "$@"
