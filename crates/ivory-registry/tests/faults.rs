@@ -101,8 +101,10 @@ async fn concurrent_cold_calls_keep_their_deadline() {
         worst = worst.max(done.saturating_duration_since(deadline));
     }
     eprintln!("48 concurrent cold calls: worst {worst:?} after the deadline");
+    // Slack for a loaded 2-core machine running other tests; building clients inline put the
+    // worst answer 500 ms or more past the deadline.
     assert!(
-        worst < Duration::from_millis(200),
+        worst < Duration::from_millis(350),
         "answered {worst:?} after the deadline"
     );
 }
