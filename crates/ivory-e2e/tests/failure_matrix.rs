@@ -33,7 +33,8 @@ use serde_json::{Value, json};
 const PROPAGATION: Duration = Duration::from_secs(30);
 /// `webhookConfiguration.timeoutSeconds` of the test policies.
 const WEBHOOK_TIMEOUT_SECS: u64 = 5;
-/// The message of the test policies' validation.
+/// The message of the test policies' validation; their `messageExpression` appends the images
+/// that failed verification (see [`denial_names`]).
 const POLICY_MESSAGE: &str = "failed the image Signature verification";
 const TIER_LABEL: &str = "ivory-e2e/tier";
 /// Login of the registry that refuses anonymous pulls.
@@ -172,8 +173,15 @@ fn pods_path(ns: &str) -> String {
     format!("/api/v1/namespaces/{ns}/pods")
 }
 
+/// Whether a denial carries `message` followed by the images that failed verification, the
+/// first of them `image` (the `messageExpression` of [`policy_yaml`]).
+fn denial_names(outcome: &Outcome, message: &str, image: &str) -> bool {
+    outcome.message().contains(&format!("{message}: {image}"))
+}
+
 /// The test policy: the fixture cosign key must have signed every container image from the
-/// given registries, in namespaces labelled `ivory-e2e/tier=<tier>`.
+/// given registries, in namespaces labelled `ivory-e2e/tier=<tier>`. The denial message is
+/// `<message>: <unsigned images>`, with `message` as the fallback should the expression fail.
 fn policy_yaml(
     name: &str,
     tier: &str,
@@ -185,6 +193,8 @@ fn policy_yaml(
     let key = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))
         .unwrap_or_default();
     let key: String = key.lines().map(|l| format!("            {l}\n")).collect();
+    // A CEL string literal inside a YAML block scalar.
+    let literal = message.replace('\\', "\\\\").replace('\'', "\\'");
     let globs: String = hosts
         .iter()
         .map(|h| format!("    - glob: \"{h}/*\"\n"))
@@ -222,6 +232,8 @@ spec:
     - expression: >-
         images.containers.map(image, verifyImageSignatures(image, [attestors.key])).all(e, e > 0)
       message: {message}
+      messageExpression: >-
+        '{literal}: ' + images.containers.filter(i, verifyImageSignatures(i, [attestors.key]) == 0).join(', ')
 "
     )
 }
@@ -503,7 +515,7 @@ impl Env {
         policy_yaml(name, "ignore", "Ignore", &hosts, message, verify_digest)
     }
 
-    /// Waits until an unsigned dry-run pod in `ns` is denied with `message`.
+    /// Waits until an unsigned dry-run pod in `ns` is denied with `message` naming its image.
     async fn wait_denial(&self, ns: &str, message: &str) -> Result<Duration> {
         let start = Instant::now();
         eventually(
@@ -517,7 +529,7 @@ impl Env {
                     true,
                 )
                 .await?;
-                if !outcome.created() && outcome.message().contains(message) {
+                if !outcome.created() && denial_names(&outcome, message, &self.unsigned) {
                     Ok(())
                 } else {
                     Err(anyhow::anyhow!("{}", outcome.summary()))
@@ -669,7 +681,8 @@ async fn scenarios(env: &Env) -> Result<()> {
     Ok(())
 }
 
-/// Scenario 1: signed stored pinned to its digest; unsigned denied with the policy's message; unsigned in
+/// Scenario 1: signed stored pinned to its digest; unsigned denied with the policy's message naming
+/// the image; unsigned in
 /// a control namespace stored.
 async fn scenario_1_enforced(env: &Env) -> Result<String> {
     let s = "1 enforced";
@@ -695,7 +708,7 @@ async fn scenario_1_enforced(env: &Env) -> Result<String> {
         outcome.summary()
     );
     ensure!(
-        outcome.message().contains(POLICY_MESSAGE),
+        denial_names(&outcome, POLICY_MESSAGE, &env.unsigned),
         "{}",
         outcome.summary()
     );
@@ -971,7 +984,7 @@ async fn scenario_2_dry_run(env: &Env) -> Result<()> {
         outcome.summary()
     );
     ensure!(
-        outcome.message().contains(POLICY_MESSAGE),
+        denial_names(&outcome, POLICY_MESSAGE, &env.unsigned),
         "{}",
         outcome.summary()
     );
@@ -1011,7 +1024,7 @@ async fn scenario_7_autogen_and_policy_change(env: &Env, signed_uid: &str) -> Re
         outcome.summary()
     );
     ensure!(
-        outcome.message().contains(POLICY_MESSAGE),
+        denial_names(&outcome, POLICY_MESSAGE, &env.unsigned),
         "{}",
         outcome.summary()
     );
@@ -1211,7 +1224,8 @@ async fn start_sidecar_injector(
 }
 
 /// Scenario 6: a sidecar injected by a later mutating webhook is pinned on ivory's
-/// reinvocation (IfNeeded) and verified: unsigned denied, signed stored pinned.
+/// reinvocation (IfNeeded) and verified: unsigned denied naming the sidecar's image, signed
+/// stored pinned.
 async fn scenario_6_sidecar(env: &Env) -> Result<()> {
     let s = "6 sidecar injector";
     let (port, handle) = start_sidecar_injector(env).await?;
@@ -1284,9 +1298,18 @@ async fn sidecar_checks(env: &Env, s: &str) -> Result<()> {
         "unsigned sidecar: {}",
         outcome.summary()
     );
+    // The denial names the injected sidecar's image, and only it: the main container (pinned
+    // by then) passed verification.
     ensure!(
-        outcome.message().contains(POLICY_MESSAGE),
-        "{}",
+        denial_names(&outcome, POLICY_MESSAGE, &env.unsigned),
+        "the denial does not name the sidecar's image {}: {}",
+        env.unsigned,
+        outcome.summary()
+    );
+    ensure!(
+        !outcome.message().contains(&env.signed),
+        "the denial names the signed main container {}: {}",
+        env.signed,
         outcome.summary()
     );
 
@@ -1443,7 +1466,7 @@ async fn scenario_10_broken_update(env: &Env) -> Result<()> {
         outcome.summary()
     );
     ensure!(
-        outcome.message().contains(POLICY_MESSAGE),
+        denial_names(&outcome, POLICY_MESSAGE, &env.unsigned),
         "{}",
         outcome.summary()
     );
