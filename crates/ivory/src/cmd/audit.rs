@@ -1,5 +1,5 @@
 //! `ivory audit`: verifies every image of a registry (catalog + tag listing, paginated) and/or
-//! of an image list against the policies, and reports.
+//! of an image list and/or of the Pods of a cluster against the policies, and reports.
 //!
 //! * Work is bounded: `--concurrency` images in flight, `--registry-concurrency` requests per
 //!   registry host.
@@ -7,12 +7,14 @@
 //! * Dedup: tags are resolved first and each distinct `repository@digest` is verified once
 //!   (signatures live beside the image in its repository, so the repository is part of the
 //!   key); every tag of it gets that verdict.
+//! * Cluster Pods (`--kubeconfig`): each container's status `imageID` digest, else its spec
+//!   image; `--policy-report` then holds one namespaced PolicyReport per namespace.
 //! * A progress line on stderr when it is a terminal, none when piped.
 //! * Ctrl-C stops the audit and prints what finished (`summary.interrupted: true`, exit 130).
 //! * Exit 0 when everything passed (or `--exit-zero`), 1 when anything failed, 2 when anything
 //!   could not be checked.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,6 +31,8 @@ use tokio::time::Instant;
 use super::check::{self, Checker, ImageReport, QuickPolicy};
 use super::output::{self, AuditFormat, Counts};
 use super::wiring::{self, RegistryOpts, duration, positive};
+
+mod cluster;
 
 #[derive(clap::Args)]
 #[command(
@@ -51,6 +55,9 @@ pub struct Args {
     /// File with one image reference per line (`#` comments; `-` for stdin; repeatable).
     #[arg(long, value_name = "FILE")]
     images_from: Vec<PathBuf>,
+    /// Audit the images of the Pods of the cluster of this kubeconfig (its current context).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
     /// Images verified at the same time.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = positive)]
     concurrency: usize,
@@ -61,15 +68,18 @@ pub struct Args {
     /// found, interrupted}, "images": [{image, digest, verdict, policies, message}]}.
     #[arg(long, short, value_enum, default_value_t = AuditFormat::Table)]
     output: AuditFormat,
-    /// Also write a wgpolicyk8s.io/v1alpha2 ClusterPolicyReport (YAML) to FILE (`-`: stdout).
+    /// Also write a wgpolicyk8s.io/v1alpha2 ClusterPolicyReport (YAML) to FILE (`-`: stdout);
+    /// with --kubeconfig, one PolicyReport per namespace of the cluster's images (plus a
+    /// ClusterPolicyReport for images from other sources).
     #[arg(long, value_name = "FILE")]
     policy_report: Option<PathBuf>,
     /// Exit 0 even when images fail or cannot be checked.
     #[arg(long)]
     exit_zero: bool,
-    /// Namespace of the synthetic Pod the policies are evaluated on.
-    #[arg(long, default_value = "default")]
-    namespace: String,
+    /// Namespace of the synthetic Pod the policies are evaluated on (default `default`); with
+    /// --kubeconfig, also the only namespace whose Pods are audited (default: all).
+    #[arg(long, value_name = "NS")]
+    namespace: Option<String>,
     /// Time budget per image and per listing call (Go duration).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
     timeout: Duration,
@@ -85,11 +95,15 @@ struct Finished {
     found: usize,
     /// Distinct repository@digest pairs verified.
     digests: usize,
+    /// Cluster images → namespaces of the Pods running them.
+    cluster: cluster::ClusterImages,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.registries.is_empty() && args.images_from.is_empty() {
-        bail!("nothing to audit: give --registry HOST and/or --images-from FILE");
+    if args.registries.is_empty() && args.images_from.is_empty() && args.kubeconfig.is_none() {
+        bail!(
+            "nothing to audit: give --registry HOST, --images-from FILE and/or --kubeconfig FILE"
+        );
     }
     let policies = check::policies(&args.policies, &args.quick)?;
     let mut config = args.registry.config()?;
@@ -100,7 +114,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         verifier: Arc::new(verifier),
         policies,
         timeout: args.timeout,
-        namespace: args.namespace.clone(),
+        namespace: args
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned()),
     });
     let mut finished = Finished::default();
     let mut progress = Progress::new(std::io::stderr().is_terminal());
@@ -141,6 +158,12 @@ async fn audit(
     let mut images = Vec::new();
     for path in &args.images_from {
         images.extend(image_lines(&wiring::read_input(path, "--images-from")?));
+    }
+    if let Some(path) = &args.kubeconfig {
+        let client = cluster::client(path).await?;
+        finished.cluster =
+            cluster::pod_images(client, args.namespace.as_deref(), args.page_size).await?;
+        images.extend(finished.cluster.keys().cloned());
     }
     for host in &args.registries {
         let listed = list_registry(args, registry, host, progress).await?;
@@ -362,12 +385,19 @@ fn print(args: &Args, finished: &Finished, interrupted: bool) -> anyhow::Result<
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        let doc = output::cluster_policy_report(
-            reports,
-            "ivory-audit",
-            (now.as_secs(), now.subsec_nanos()),
-        );
-        let yaml = output::render(&doc, true)?;
+        let now = (now.as_secs(), now.subsec_nanos());
+        let yaml = if args.kubeconfig.is_some() {
+            policy_reports(reports, &finished.cluster, now)
+                .iter()
+                .map(|doc| output::render(doc, true))
+                .collect::<anyhow::Result<Vec<_>>>()?
+                .join("---\n")
+        } else {
+            output::render(
+                &output::cluster_policy_report(reports, "ivory-audit", now),
+                true,
+            )?
+        };
         if path.as_os_str() == "-" {
             stdout.write_all(format!("---\n{yaml}").as_bytes())?;
         } else {
@@ -380,6 +410,44 @@ fn print(args: &Args, finished: &Finished, interrupted: bool) -> anyhow::Result<
         eprintln!("{summary}");
     }
     Ok(())
+}
+
+/// One namespaced PolicyReport per namespace running audited cluster images, then a
+/// ClusterPolicyReport for the images of the other sources (when there are any).
+fn policy_reports(
+    reports: &[ImageReport],
+    cluster: &cluster::ClusterImages,
+    now: (u64, u32),
+) -> Vec<serde_json::Value> {
+    let mut by_namespace: BTreeMap<&str, Vec<ImageReport>> = BTreeMap::new();
+    let mut elsewhere = Vec::new();
+    for r in reports {
+        match cluster.get(&r.image) {
+            Some(namespaces) => {
+                for ns in namespaces {
+                    by_namespace.entry(ns).or_default().push(r.clone());
+                }
+            }
+            None => elsewhere.push(r.clone()),
+        }
+    }
+    let mut docs: Vec<_> = by_namespace
+        .into_iter()
+        .map(|(ns, reports)| {
+            let mut doc = output::cluster_policy_report(&reports, "ivory-audit", now);
+            doc["kind"] = json!("PolicyReport");
+            doc["metadata"]["namespace"] = json!(ns);
+            doc
+        })
+        .collect();
+    if !elsewhere.is_empty() {
+        docs.push(output::cluster_policy_report(
+            &elsewhere,
+            "ivory-audit",
+            now,
+        ));
+    }
+    docs
 }
 
 /// A one-line progress bar on stderr, only when stderr is a terminal.
@@ -438,6 +506,8 @@ impl Progress {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     #[test]
@@ -469,6 +539,31 @@ mod tests {
         assert!(is_signature_tag(&format!("sha256-{hex}")));
         assert!(!is_signature_tag("sha256-latest"));
         assert!(!is_signature_tag("v1"));
+    }
+
+    #[test]
+    fn policy_reports_per_namespace() {
+        let reports = [
+            ImageReport::error("r/a@sha256:aa", "down".into()),
+            ImageReport::error("r/b:1", "down".into()),
+            ImageReport::error("r/c:1", "down".into()),
+        ];
+        let cluster = cluster::ClusterImages::from([
+            (
+                "r/a@sha256:aa".to_owned(),
+                BTreeSet::from(["n1".to_owned(), "n2".to_owned()]),
+            ),
+            ("r/b:1".to_owned(), BTreeSet::from(["n2".to_owned()])),
+        ]);
+        let docs = policy_reports(&reports, &cluster, (1, 2));
+        assert_eq!(docs.len(), 3);
+        assert_eq!(docs[0]["kind"], "PolicyReport");
+        assert_eq!(docs[0]["metadata"]["namespace"], "n1");
+        assert_eq!(docs[0]["results"].as_array().unwrap().len(), 1);
+        assert_eq!(docs[1]["metadata"]["namespace"], "n2");
+        assert_eq!(docs[1]["summary"]["error"], 2);
+        assert_eq!(docs[2]["kind"], "ClusterPolicyReport");
+        assert_eq!(docs[2]["results"][0]["properties"]["image"], "r/c:1");
     }
 
     #[test]

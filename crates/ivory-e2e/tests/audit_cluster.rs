@@ -1,0 +1,221 @@
+//! `ivory audit --kubeconfig` against a real kube-apiserver: Pods whose status carries the
+//! image digest (set through the pods/status subresource, as no kubelet runs) or not, images in
+//! a real registry with the signed fixtures, verdicts and namespaced PolicyReports.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, ensure};
+use ivory_e2e::{Cluster, create_namespace, run_ivory};
+use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Pushes the fixture layout `ivory/<layout>`; returns (`host/ivory/<layout>:v1`, its digest).
+async fn push(h: &Harness, layout: &str) -> Result<(String, String)> {
+    let repo = format!("ivory/{layout}");
+    let tags = h
+        .push_oci_layout(&workspace().join("fixtures/oci/ivory").join(layout), &repo)
+        .await?;
+    let digest = tags.get("v1").context("fixture has no v1 tag")?.clone();
+    Ok((format!("{}/{repo}:v1", h.host()), digest))
+}
+
+/// The digest `fixtures/manifest.json` records for `ivory/<layout>:v1`.
+fn manifest_digest(layout: &str) -> Result<String> {
+    let text = std::fs::read_to_string(workspace().join("fixtures/manifest.json"))?;
+    let manifest: Value = serde_json::from_str(&text)?;
+    let repo = format!("ivory/{layout}");
+    manifest["images"]
+        .as_array()
+        .and_then(|images| {
+            images
+                .iter()
+                .find(|i| i["repo"] == repo.as_str() && i["tag"] == "v1")
+        })
+        .and_then(|i| i["digest"].as_str())
+        .map(str::to_owned)
+        .with_context(|| format!("no digest for {repo}:v1 in fixtures/manifest.json"))
+}
+
+/// A key policy: the fixture cosign key must have signed every image of `host`.
+fn policy_yaml(host: &str) -> Result<String> {
+    let key = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))?;
+    let key: String = key.lines().map(|l| format!("            {l}\n")).collect();
+    Ok(format!(
+        "apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata:
+  name: audit-signed
+spec:
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [\"\"]
+        apiVersions: [v1]
+        operations: [CREATE, UPDATE]
+        resources: [pods]
+  matchImageReferences:
+    - glob: \"{host}/*\"
+  attestors:
+    - name: key
+      cosign:
+        key:
+          data: |
+{key}        ctlog:
+          insecureIgnoreTlog: true
+          insecureIgnoreSCT: true
+  validations:
+    - expression: >-
+        images.containers.map(image, verifyImageSignatures(image, [attestors.key])).all(e, e > 0)
+      message: unsigned image
+"
+    ))
+}
+
+/// Creates a one-container Pod, then sets its container status with `image_id` (what a kubelet
+/// would report).
+async fn pod_with_status(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    image: &str,
+    image_id: &str,
+) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "app", "image": image}]},
+    }))?;
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .with_context(|| format!("creating Pod {ns}/{name}"))?;
+    let status = json!({"status": {"containerStatuses": [{
+        "name": "app",
+        "image": image,
+        "imageID": image_id,
+        "ready": true,
+        "restartCount": 0,
+    }]}});
+    let patched = pods
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .with_context(|| format!("setting the status of Pod {ns}/{name}"))?;
+    let stored = patched
+        .status
+        .and_then(|s| s.container_statuses)
+        .and_then(|s| s.into_iter().next())
+        .map(|s| s.image_id);
+    ensure!(
+        stored.as_deref() == Some(image_id),
+        "status of {name} not stored: {stored:?}"
+    );
+    Ok(())
+}
+
+fn entry<'a>(doc: &'a Value, image: &str) -> Result<&'a Value> {
+    doc["images"]
+        .as_array()
+        .and_then(|a| a.iter().find(|i| i["image"] == image))
+        .with_context(|| format!("{image} not in the audit output: {doc}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_cluster_pods() -> Result<()> {
+    let cluster = Cluster::shared().await?;
+    let client = cluster.client().await?;
+    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let (signed, signed_digest) = push(&registry, "sig-p256").await?;
+    let (unsigned, unsigned_digest) = push(&registry, "unsigned").await?;
+    let recorded = manifest_digest("sig-p256")?;
+    ensure!(
+        recorded == signed_digest,
+        "pushed sig-p256 digest {signed_digest} differs from manifest.json {recorded}"
+    );
+    let host = registry.host().to_owned();
+    let signed_ref = format!("{host}/ivory/sig-p256@{signed_digest}");
+
+    let ns = create_namespace(&client, "e2e-audit").await?;
+    // A runtime-reported digest (docker's form) for the signed image; containerd's bare image
+    // id for the unsigned one, which falls back to the spec image.
+    pod_with_status(
+        &client,
+        &ns,
+        "signed",
+        &signed,
+        &format!("docker-pullable://{signed_ref}"),
+    )
+    .await?;
+    let bare_id = format!("sha256:{}", "0".repeat(64));
+    pod_with_status(&client, &ns, "unsigned", &unsigned, &bare_id).await?;
+
+    let dir = tempfile::tempdir()?;
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, policy_yaml(&host)?)?;
+    let ca = dir.path().join("registry-ca.pem");
+    std::fs::write(&ca, registry.ca_pem())?;
+    let report = dir.path().join("report.yaml");
+    let (code, stdout, stderr) = run_ivory(
+        [
+            "audit".as_ref(),
+            "--kubeconfig".as_ref(),
+            cluster.kubeconfig().as_os_str(),
+            "--namespace".as_ref(),
+            ns.as_ref(),
+            "--policy".as_ref(),
+            policy.as_os_str(),
+            "--registry-ca".as_ref(),
+            ca.as_os_str(),
+            "--output".as_ref(),
+            "json".as_ref(),
+            "--policy-report".as_ref(),
+            report.as_os_str(),
+        ],
+        &[],
+    )
+    .await?;
+    ensure!(
+        code == 1,
+        "exit {code} (want 1: an image failed)\n{stdout}\n{stderr}"
+    );
+    let doc: Value =
+        serde_json::from_str(&stdout).with_context(|| format!("stdout: {stdout}\n{stderr}"))?;
+    ensure!(
+        doc["summary"]["images"] == 2 && doc["summary"]["digests"] == 2,
+        "summary: {}",
+        doc["summary"]
+    );
+    let pass = entry(&doc, &signed_ref)?;
+    ensure!(pass["verdict"] == "pass", "signed image: {pass}");
+    ensure!(pass["digest"] == signed_digest.as_str(), "signed: {pass}");
+    let fail = entry(&doc, &unsigned)?;
+    ensure!(fail["verdict"] == "fail", "unsigned image: {fail}");
+    ensure!(
+        fail["digest"] == unsigned_digest.as_str(),
+        "unsigned: {fail}"
+    );
+
+    let yaml = std::fs::read_to_string(&report)?;
+    let reports: Vec<Value> = serde_yaml::Deserializer::from_str(&yaml)
+        .map(|d| serde::Deserialize::deserialize(d).map_err(anyhow::Error::from))
+        .collect::<Result<_>>()?;
+    ensure!(reports.len() == 1, "want one PolicyReport:\n{yaml}");
+    let r = &reports[0];
+    ensure!(
+        r["apiVersion"] == "wgpolicyk8s.io/v1alpha2"
+            && r["kind"] == "PolicyReport"
+            && r["metadata"]["namespace"] == ns.as_str(),
+        "report:\n{yaml}"
+    );
+    ensure!(
+        r["summary"]["pass"] == 1 && r["summary"]["fail"] == 1,
+        "report summary:\n{yaml}"
+    );
+    Ok(())
+}
