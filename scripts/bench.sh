@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ivory load benchmarks: one command, one run, every figure from the same run.
 #
-#   scripts/bench.sh            full run (about 8-10 minutes on 2 cores)
+#   scripts/bench.sh            full run (10-15 minutes on 2 cores)
 #   scripts/bench.sh --quick    short run (under 3 minutes after the build)
 #
 # Builds release binaries (ivory, ivory-bench, null-webhook), then `ivory-bench load` starts a
