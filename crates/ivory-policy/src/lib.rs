@@ -28,7 +28,7 @@ pub use compiled::{
 };
 pub use error::{PolicyError, Result};
 pub use glob::compile_image_glob;
-pub use load::{LoadReport, load_path, load_str};
+pub use load::{LoadReport, load_path, load_str, policy_files};
 
 /// The embedded default policy (`policies/default.yaml`): pin every pod image to its digest.
 pub const DEFAULT_POLICY_YAML: &str = include_str!("../../../policies/default.yaml");

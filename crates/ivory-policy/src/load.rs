@@ -72,14 +72,11 @@ fn display_label(p: &CompiledPolicy) -> String {
 /// sorted order). Entries whose name starts with `.` are skipped: Kubernetes ConfigMap volumes
 /// hold each file a second time under `..data/` and `..<timestamp>/`.
 pub fn load_path(path: impl AsRef<Path>) -> LoadReport {
-    let path = path.as_ref();
-    let mut report = LoadReport::default();
-    let mut files = Vec::new();
-    match fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => collect_files(path, 0, &mut files, &mut report),
-        Ok(_) => files.push(path.to_path_buf()),
-        Err(e) => report.errors.push(read_error(path, &e)),
-    }
+    let (files, errors) = policy_files(path);
+    let mut report = LoadReport {
+        errors,
+        ..LoadReport::default()
+    };
     for file in files {
         match fs::read_to_string(&file) {
             Ok(text) => {
@@ -90,6 +87,21 @@ pub fn load_path(path: impl AsRef<Path>) -> LoadReport {
         }
     }
     report
+}
+
+/// The files [`load_path`] reads for `path`: the path itself when it is a file, else every
+/// `*.yaml`, `*.yml` and `*.json` below it (sorted, dot entries skipped, bounded depth), plus an
+/// error for each entry that could not be read. Policy sources watch exactly these files.
+pub fn policy_files(path: impl AsRef<Path>) -> (Vec<PathBuf>, Vec<PolicyError>) {
+    let path = path.as_ref();
+    let mut report = LoadReport::default();
+    let mut files = Vec::new();
+    match fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => collect_files(path, 0, &mut files, &mut report),
+        Ok(_) => files.push(path.to_path_buf()),
+        Err(e) => report.errors.push(read_error(path, &e)),
+    }
+    (files, report.errors)
 }
 
 /// Loads policies from text; `origin` names the source in messages (like a file name). Text

@@ -4,7 +4,7 @@
 //! never silently drop a policy that was being enforced. The errors stay visible on `/readyz`
 //! and in the metrics until a clean load replaces them.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -106,10 +106,16 @@ impl FileSource {
 
     /// Cheap change detector: every policy file's path and bytes. Contents rather than
     /// mtimes, because ConfigMap volumes swap symlinks and editors may keep the mtime.
+    /// An unreadable entry shows as its location with no bytes, so it counts as a change too.
     pub fn fingerprint(&self) -> Vec<(PathBuf, Option<Vec<u8>>)> {
         let mut out = Vec::new();
         for path in &self.paths {
-            collect(path, 0, &mut out);
+            let (files, errors) = ivory_policy::policy_files(path);
+            out.extend(files.into_iter().map(|f| {
+                let bytes = std::fs::read(&f).ok();
+                (f, bytes)
+            }));
+            out.extend(errors.iter().map(|e| (PathBuf::from(&e.location), None)));
         }
         out
     }
@@ -159,33 +165,6 @@ impl FileSource {
             let (source, store, metrics) = (self.clone(), store.clone(), metrics.clone());
             let _ = tokio::task::spawn_blocking(move || source.reload_into(&store, &metrics)).await;
         }
-    }
-}
-
-/// Same walk as `ivory_policy::load_path`: dot entries skipped, bounded depth.
-fn collect(path: &Path, depth: usize, out: &mut Vec<(PathBuf, Option<Vec<u8>>)>) {
-    if depth > 16 {
-        return;
-    }
-    if path.is_dir() {
-        let Ok(entries) = std::fs::read_dir(path) else {
-            out.push((path.to_path_buf(), None));
-            return;
-        };
-        let mut paths: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| !n.starts_with('.'))
-            })
-            .collect();
-        paths.sort();
-        for p in paths {
-            collect(&p, depth + 1, out);
-        }
-    } else {
-        out.push((path.to_path_buf(), std::fs::read(path).ok()));
     }
 }
 
