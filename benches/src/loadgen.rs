@@ -2,7 +2,6 @@
 //! (throughput) and open loop at a fixed rate (latency measured from the scheduled send time,
 //! so a stalled server cannot hide its queueing).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
@@ -179,11 +178,19 @@ pub async fn open_loop(target: &Target, rate: f64, duration: Duration) -> Stats 
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
     let mut set = JoinSet::new();
-    let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (mut all, mut errors) = (Vec::new(), 0u64);
+    let mut record = |r: Result<Option<u64>, tokio::task::JoinError>| match r {
+        Ok(Some(us)) => all.push(us),
+        _ => errors += 1,
+    };
     while start.elapsed() < duration {
         let scheduled = tick.tick().await;
+        // Reap finished requests so the in-flight cap counts only those still running.
+        while let Some(r) = set.try_join_next() {
+            record(r);
+        }
         if set.len() >= OPEN_LOOP_MAX_IN_FLIGHT {
-            dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            record(Ok(None));
             continue;
         }
         let t = target.clone();
@@ -193,15 +200,8 @@ pub async fn open_loop(target: &Target, rate: f64, duration: Duration) -> Stats 
                 .then(|| scheduled.elapsed().as_micros() as u64)
         });
     }
-    let (mut all, mut errors) = (
-        Vec::new(),
-        dropped.load(std::sync::atomic::Ordering::Relaxed),
-    );
     while let Some(r) = set.join_next().await {
-        match r {
-            Ok(Some(us)) => all.push(us),
-            _ => errors += 1,
-        }
+        record(r);
     }
     // Throughput over the sending window: the tail of in-flight requests is not idle time.
     Stats::from(all, errors, duration)

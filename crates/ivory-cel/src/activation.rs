@@ -1,5 +1,7 @@
 //! Per-evaluation bindings and the bridge from CEL functions to the engine's [`Host`].
 
+use std::sync::OnceLock;
+
 use cel::common::types::Type;
 use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
@@ -57,10 +59,69 @@ impl Host for NoHost {
 /// identifier, so expressions cannot reach it.
 pub(crate) const HOST_VAR: &str = "$ivory_host";
 
+/// A JSON value converted to CEL on first read, then shared by every activation that binds
+/// it. Most expressions never read `object` or `request`, and those that do should pay for one
+/// conversion per request, not one per policy and stage.
+pub struct LazyJson<'a> {
+    source: LazySource<'a>,
+    val: OnceLock<Box<dyn Val>>,
+}
+
+enum LazySource<'a> {
+    Borrowed(&'a serde_json::Value),
+    /// Built on first read too (e.g. the whole `request`, which copies the object).
+    Built(Box<dyn Fn() -> serde_json::Value + Send + Sync + 'a>),
+}
+
+impl<'a> LazyJson<'a> {
+    pub fn borrowed(value: &'a serde_json::Value) -> Self {
+        Self {
+            source: LazySource::Borrowed(value),
+            val: OnceLock::new(),
+        }
+    }
+
+    /// A value built by `make` only if an expression reads it.
+    pub fn built(make: impl Fn() -> serde_json::Value + Send + Sync + 'a) -> Self {
+        Self {
+            source: LazySource::Built(Box::new(make)),
+            val: OnceLock::new(),
+        }
+    }
+
+    /// Whether the value has been converted (some expression read it).
+    pub fn is_converted(&self) -> bool {
+        self.val.get().is_some()
+    }
+
+    fn val(&self) -> &dyn Val {
+        self.val
+            .get_or_init(|| match &self.source {
+                LazySource::Borrowed(json) => json_to_val(json),
+                LazySource::Built(make) => json_to_val(&make()),
+            })
+            .as_ref()
+    }
+}
+
+impl std::fmt::Debug for LazyJson<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LazyJson")
+            .field("converted", &self.is_converted())
+            .finish()
+    }
+}
+
+/// A bound variable: owned by the activation, or shared with others through a [`LazyJson`].
+enum Bound<'a> {
+    Owned(Box<dyn Val>),
+    Lazy(&'a LazyJson<'a>),
+}
+
 /// Per-evaluation bindings.
 pub struct Activation<'a> {
     host: &'a dyn Host,
-    vars: Vec<(String, Box<dyn Val>)>,
+    vars: Vec<(String, Bound<'a>)>,
 }
 
 impl<'a> Activation<'a> {
@@ -86,10 +147,19 @@ impl<'a> Activation<'a> {
         self.bind_val(name, val);
     }
 
+    /// Binds `name` to a value shared with other activations, converted on first read.
+    pub fn bind_lazy(&mut self, name: &str, value: &'a LazyJson<'a>) {
+        self.bind(name, Bound::Lazy(value));
+    }
+
     fn bind_val(&mut self, name: &str, val: Box<dyn Val>) {
+        self.bind(name, Bound::Owned(val));
+    }
+
+    fn bind(&mut self, name: &str, bound: Bound<'a>) {
         match self.vars.iter_mut().find(|(n, _)| n == name) {
-            Some(slot) => slot.1 = val,
-            None => self.vars.push((name.to_owned(), val)),
+            Some(slot) => slot.1 = bound,
+            None => self.vars.push((name.to_owned(), bound)),
         }
     }
 
@@ -106,7 +176,10 @@ impl VariableResolver for Activation<'_> {
         self.vars
             .iter()
             .find(|(n, _)| n == variable)
-            .map(|(_, v)| CowVal::Borrowed(v.as_ref()))
+            .map(|(_, bound)| match bound {
+                Bound::Owned(v) => CowVal::Borrowed(v.as_ref()),
+                Bound::Lazy(lazy) => CowVal::Borrowed(lazy.val()),
+            })
     }
 }
 

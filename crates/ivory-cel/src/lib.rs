@@ -15,7 +15,7 @@ mod library;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-pub use activation::{Activation, Host, NoHost};
+pub use activation::{Activation, Host, LazyJson, NoHost};
 pub use cel::Value;
 pub use convert::{json_to_value, value_to_json};
 pub use error::{CompileError, EvalError};

@@ -5,6 +5,7 @@
 //! and returns a [`decision::Decision`]. It does no IO of its own.
 
 pub mod admission;
+mod bindings;
 pub mod decision;
 pub mod images;
 pub mod matching;

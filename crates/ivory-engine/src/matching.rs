@@ -14,6 +14,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::admission::{AdmissionRequest, GroupVersionResource, Operation};
+use crate::bindings::RequestBindings;
 
 /// Why matching could not decide.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -351,13 +352,9 @@ pub fn matches_conditions(
     if policy.match_conditions.is_empty() {
         return Ok(true);
     }
-    let null = Value::Null;
-    let request = req.to_json();
+    let bindings = RequestBindings::new(req, req.object.as_ref(), namespace_object);
     let mut act = Activation::new(&NoHost);
-    act.bind_json("object", req.object.as_ref().unwrap_or(&null));
-    act.bind_json("oldObject", req.old_object.as_ref().unwrap_or(&null));
-    act.bind_json("request", &request);
-    act.bind_json("namespaceObject", namespace_object.unwrap_or(&null));
+    bindings.bind(&mut act, false);
     for condition in &policy.match_conditions {
         match condition.program.evaluate_bool(&act) {
             Ok(true) => {}

@@ -3,12 +3,12 @@
 //!
 //! Request floor, once the registry host is known (auth probed once per host; a registry
 //! without the referrers API, such as Distribution 2.8, remembered as such): a cold tag costs
-//! HEAD, then the `.sig`/`.att` tag ∥ the `sha256-<hex>` referrers tag (or the referrers API
-//! where it exists), then the signature blobs in parallel (plus one manifest GET per bundle
-//! referrer); a digest skips the HEAD; a warm (digest, attestor set, attestation) costs
-//! nothing; concurrent identical misses share one fetch set.
+//! HEAD, then the `.sig`/`.att` tag, then its signature blobs in parallel; a digest skips the
+//! HEAD. The OCI referrers (API or `sha256-<hex>` tag schema, plus one manifest GET per bundle)
+//! are read only when the cosign tag holds nothing that verifies, or first where a
+//! repository's signatures were last found there. A warm (digest, attestor set, attestation)
+//! costs nothing; concurrent identical misses share one fetch set.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -73,6 +73,9 @@ impl Default for VerifierConfig {
 /// stops once nobody waits (moka hands an abandoned load to the next waiter, who restarts it).
 const SHARED_LOAD_CAP: Duration = Duration::from_secs(30);
 
+/// Signature repositories whose preferred signature source is remembered.
+const FOUND_IN_CAPACITY: u64 = 10_000;
+
 /// Counters of one cache, as returned by [`CosignVerifier::cache_stats`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
@@ -127,6 +130,32 @@ enum Family {
     Attestations,
 }
 
+/// Where signatures are attached to an image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// cosign's `sha256-<hex>.sig` / `.att` tag (cosign v2, `--new-bundle-format=false`).
+    CosignTag,
+    /// Sigstore bundles as OCI referrers (cosign v3, sigstore-js).
+    Referrers,
+}
+
+impl Source {
+    fn other(self) -> Self {
+        match self {
+            Self::CosignTag => Self::Referrers,
+            Self::Referrers => Self::CosignTag,
+        }
+    }
+}
+
+/// The signatures of one digest: repository (maybe `source.repository`), tag prefix, family.
+struct SignatureLocation {
+    repo: String,
+    prefix: String,
+    digest: String,
+    family: Family,
+}
+
 /// Signature candidates, and the first registry error met while collecting them.
 struct Fetched {
     envelopes: Vec<Envelope>,
@@ -167,8 +196,11 @@ struct Inner {
     tags: Cache<String, String>,
     results: Cache<ResultKey, Verification>,
     plans: moka::sync::Cache<[u8; 32], Arc<Result<Plan, String>>>,
-    tag_counters: CacheCounters,
-    result_counters: CacheCounters,
+    tag_counters: Arc<CacheCounters>,
+    result_counters: Arc<CacheCounters>,
+    /// Per signature repository and family, the source whose signature last verified when it
+    /// was not the one read first. Only an ordering hint: it never decides a verdict.
+    found_in: moka::sync::Cache<(String, Family), Source>,
     /// SHA-256 of `config.default_trusted_root`, part of every attestor hash.
     root_hash: [u8; 32],
 }
@@ -202,8 +234,12 @@ impl CosignVerifier {
                 tags,
                 results,
                 plans,
-                tag_counters: CacheCounters::default(),
-                result_counters: CacheCounters::default(),
+                tag_counters: Arc::default(),
+                result_counters: Arc::default(),
+                found_in: moka::sync::Cache::builder()
+                    .max_capacity(FOUND_IN_CAPACITY)
+                    .time_to_idle(Duration::from_secs(3600))
+                    .build(),
             }),
         }
     }
@@ -232,18 +268,26 @@ impl CosignVerifier {
     async fn resolve(
         &self,
         image: &str,
+        reference: &Reference,
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<String, VerifyError> {
-        let reference: Reference = image
-            .parse()
-            .map_err(|e| unavailable(image, "", format!("invalid image reference: {e}")))?;
         if let Some(d) = reference.digest() {
             return Ok(d.to_owned());
         }
         let key = reference.whole();
-        let registry = &self.inner.registry;
-        let shared = Instant::now() + SHARED_LOAD_CAP;
+        let load = || {
+            let registry = self.inner.registry.clone();
+            let (image, creds) = (image.to_owned(), creds.clone());
+            async move {
+                let shared = Instant::now() + SHARED_LOAD_CAP;
+                registry
+                    .resolve_digest(&image, &creds, shared)
+                    .await
+                    .map_err(|e| map_error(&image, "resolving the digest", e, shared))
+            }
+            .boxed()
+        };
         coalesced(
             &self.inner.tags,
             &self.inner.tag_counters,
@@ -251,12 +295,7 @@ impl CosignVerifier {
             deadline,
             |_| false,
             |budget| deadline_error(image, "resolving the digest", budget),
-            async {
-                registry
-                    .resolve_digest(image, creds, shared)
-                    .await
-                    .map_err(|e| map_error(image, "resolving the digest", e, shared))
-            },
+            load,
         )
         .await
     }
@@ -296,10 +335,12 @@ impl CosignVerifier {
         }
         let predicate = attestation_type(request.attestation.as_ref()).unwrap_or_default();
         let creds = (self.inner.credentials)(request.credentials.as_ref());
-        let digest = self.resolve(&request.image, &creds, deadline).await?;
         let reference: Reference = request.image.parse().map_err(|e| {
             unavailable(&request.image, "", format!("invalid image reference: {e}"))
         })?;
+        let digest = self
+            .resolve(&request.image, &reference, &creds, deadline)
+            .await?;
         let cosign = request.attestor.cosign.as_ref();
         let signature_repo = match cosign
             .and_then(|c| c.source.as_ref())
@@ -312,60 +353,31 @@ impl CosignVerifier {
             .and_then(|c| c.source.as_ref())
             .and_then(|s| s.tag_prefix.clone())
             .unwrap_or_default();
+        let family = if predicate.is_some() {
+            Family::Attestations
+        } else {
+            Family::Signatures
+        };
         let key = ResultKey {
             digest: digest.clone(),
             signature_repo: format!("{signature_repo}|{prefix}"),
             attestor: hash,
             attestation: predicate.clone(),
         };
-        let family = if predicate.is_some() {
-            Family::Attestations
-        } else {
-            Family::Signatures
-        };
-        let this = self.clone();
-        let image = request.image.clone();
-        let shared = Instant::now() + SHARED_LOAD_CAP;
-        let load = async move {
-            let fetched = this
-                .fetch(
-                    &image,
-                    &signature_repo,
-                    &prefix,
-                    &digest,
-                    family,
-                    &creds,
-                    shared,
-                )
-                .await;
-            // A failed plan returned early above; keep the loader total anyway.
-            let verdict = match plan.as_ref() {
-                Ok(plan) => evaluate(plan, &digest, &fetched.envelopes, predicate.as_deref()),
-                Err(reason) => Err(reason.clone()),
+        let load = || {
+            let this = self.clone();
+            let image = request.image.clone();
+            let at = SignatureLocation {
+                repo: signature_repo,
+                prefix,
+                digest,
+                family,
             };
-            // A negative verdict reached on partial data is no verdict: report the error
-            // (never cached) rather than cache a false "not verified".
-            if let (Err(_), Some(e)) = (&verdict, fetched.error) {
-                return Err(e);
+            async move {
+                this.load_verdict(&image, &at, &plan, predicate, &creds)
+                    .await
             }
-            match &verdict {
-                Ok(_) => {
-                    tracing::debug!(image = %image, digest = %digest, "signature verified")
-                }
-                Err(reason) => {
-                    tracing::debug!(image = %image, digest = %digest, %reason, "not verified")
-                }
-            }
-            Ok(match verdict {
-                Ok(Accepted { statement }) => Verification::Verified {
-                    digest,
-                    payload: statement,
-                },
-                Err(reason) => Verification::NotVerified {
-                    digest: Some(digest),
-                    reason,
-                },
-            })
+            .boxed()
         };
         coalesced(
             &self.inner.results,
@@ -379,45 +391,102 @@ impl CosignVerifier {
         .await
     }
 
-    /// Fetches every signature candidate along two independent chains run in parallel: the
-    /// cosign tag (`.sig`/`.att`) then its layers, and the OCI referrers (API or tag schema)
-    /// then each bundle. Neither chain waits for the other.
-    #[allow(clippy::too_many_arguments)]
+    /// Fetches and checks signatures for one cache miss. The source where this repository's
+    /// signatures were last found is read first, the other only if nothing there verifies:
+    /// one round trip less per cold image, and a negative verdict still means both were read.
+    async fn load_verdict(
+        &self,
+        image: &str,
+        at: &SignatureLocation,
+        plan: &Result<Plan, String>,
+        predicate: Option<String>,
+        creds: &Credentials,
+    ) -> Result<Verification, VerifyError> {
+        let plan = plan.as_ref().map_err(|reason| VerifyError::Unavailable {
+            image: image.to_owned(),
+            registry: String::new(),
+            message: reason.clone(),
+        })?;
+        let shared = Instant::now() + SHARED_LOAD_CAP;
+        let hint_key = (format!("{}|{}", at.repo, at.prefix), at.family);
+        let first = self
+            .inner
+            .found_in
+            .get(&hint_key)
+            .unwrap_or(Source::CosignTag);
+        let mut fetched = self.fetch(image, at, first, creds, shared).await;
+        let mut verdict = evaluate(plan, &at.digest, &fetched.envelopes, predicate.as_deref());
+        let mut found = first;
+        if verdict.is_err() {
+            let second = self.fetch(image, at, first.other(), creds, shared).await;
+            fetched.envelopes.extend(second.envelopes);
+            fetched.error = fetched.error.or(second.error);
+            verdict = evaluate(plan, &at.digest, &fetched.envelopes, predicate.as_deref());
+            found = first.other();
+        }
+        // A negative verdict reached on partial data is no verdict: report the error (never
+        // cached) rather than cache a false "not verified".
+        if let (Err(_), Some(e)) = (&verdict, fetched.error) {
+            return Err(e);
+        }
+        let digest = at.digest.clone();
+        Ok(match verdict {
+            Ok(Accepted { statement }) => {
+                tracing::debug!(image, %digest, source = ?found, "signature verified");
+                if found != first {
+                    self.inner.found_in.insert(hint_key, found);
+                }
+                Verification::Verified {
+                    digest,
+                    payload: statement,
+                }
+            }
+            Err(reason) => {
+                tracing::debug!(image, %digest, %reason, "not verified");
+                Verification::NotVerified {
+                    digest: Some(digest),
+                    reason,
+                }
+            }
+        })
+    }
+
+    /// Fetches the signature candidates of one source: the cosign tag (`.sig`/`.att`) and its
+    /// layers, or the OCI referrers (API or tag schema) and each bundle.
     async fn fetch(
         &self,
         image: &str,
-        repo: &str,
-        prefix: &str,
-        digest: &str,
-        family: Family,
+        at: &SignatureLocation,
+        source: Source,
         creds: &Credentials,
         deadline: Instant,
     ) -> Fetched {
-        let tag_name = format!("{prefix}{}", digest.replace(':', "-"));
-        let suffix = match family {
-            Family::Signatures => "sig",
-            Family::Attestations => "att",
-        };
-        let tag_ref = format!("{repo}:{tag_name}.{suffix}");
-        let subject_ref = format!("{repo}@{digest}");
-        let (legacy, bundles) = tokio::join!(
-            self.fetch_tagged(&tag_ref, family, creds, deadline),
-            self.fetch_bundles(repo, &subject_ref, creds, deadline),
-        );
-        // One failing chain does not hide what the other found (a registry may refuse the
-        // referrers API yet serve `.sig`); the error only matters if nothing verifies.
-        let mut envelopes = Vec::new();
-        let mut error = None;
-        for (found, failure, operation) in [
-            (legacy.0, legacy.1, "reading cosign signatures"),
-            (bundles.0, bundles.1, "reading signature referrers"),
-        ] {
-            envelopes.extend(found);
-            if let (None, Some(e)) = (&error, failure) {
-                error = Some(map_error(image, operation, e, deadline));
+        let repo = &at.repo;
+        let (found, failure, operation) = match source {
+            Source::CosignTag => {
+                let suffix = match at.family {
+                    Family::Signatures => "sig",
+                    Family::Attestations => "att",
+                };
+                let tag = format!("{}{}", at.prefix, at.digest.replace(':', "-"));
+                let tag_ref = format!("{repo}:{tag}.{suffix}");
+                let (found, failure) = self
+                    .fetch_tagged(&tag_ref, at.family, creds, deadline)
+                    .await;
+                (found, failure, "reading cosign signatures")
             }
+            Source::Referrers => {
+                let subject_ref = format!("{repo}@{}", at.digest);
+                let (found, failure) = self
+                    .fetch_bundles(repo, &subject_ref, creds, deadline)
+                    .await;
+                (found, failure, "reading signature referrers")
+            }
+        };
+        Fetched {
+            envelopes: found,
+            error: failure.map(|e| map_error(image, operation, e, deadline)),
         }
-        Fetched { envelopes, error }
     }
 
     /// The cosign tag's layers: simple-signing (`.sig`) or DSSE (`.att`).
@@ -523,7 +592,7 @@ impl CosignVerifier {
         let reference: Reference = image
             .parse()
             .map_err(|e| unavailable(image, "", format!("invalid image reference: {e}")))?;
-        let digest = self.resolve(image, creds, deadline).await?;
+        let digest = self.resolve(image, &reference, creds, deadline).await?;
         let registry = &self.inner.registry;
         let pinned = format!(
             "{}/{}@{digest}",
@@ -586,15 +655,19 @@ impl CosignVerifier {
 
 /// Looks `key` up; on a miss, runs `load` once for all concurrent callers of the same key.
 /// Each caller waits until its own `deadline` only: one that gives up gets a deadline error
-/// and leaves the load to the callers still waiting.
+/// while the shared load goes on for the callers still waiting (and fills the cache).
+///
+/// The load is built only on a miss and runs boxed in a detached task: a hit stays small and
+/// cheap, and no caller's timeout ever abandons moka's initializer (moka panics after 200
+/// consecutive abandoned initializations of one key).
 async fn coalesced<K, V>(
     cache: &Cache<K, V>,
-    counters: &CacheCounters,
+    counters: &Arc<CacheCounters>,
     key: K,
     deadline: Instant,
     is_negative: impl Fn(&V) -> bool,
     deadline_err: impl FnOnce(Duration) -> VerifyError,
-    load: impl Future<Output = Result<V, VerifyError>>,
+    load: impl FnOnce() -> BoxFuture<'static, Result<V, VerifyError>>,
 ) -> Result<V, VerifyError>
 where
     K: std::hash::Hash + Eq + Send + Sync + 'static,
@@ -608,21 +681,30 @@ where
         }
         return Ok(v);
     }
-    let ran = AtomicBool::new(false);
-    let ran_ref = &ran;
-    let load = async move {
-        ran_ref.store(true, Ordering::Relaxed);
-        load.await
-    };
-    let res = tokio::time::timeout_at(deadline, cache.try_get_with(key, load)).await;
-    let counter = if ran.load(Ordering::Relaxed) {
-        &counters.misses
-    } else {
-        &counters.coalesced
-    };
-    counter.fetch_add(1, Ordering::Relaxed);
-    match res {
-        Ok(r) => r.map_err(|e: Arc<VerifyError>| (*e).clone()),
+    let (cache, counters, load) = (cache.clone(), Arc::clone(counters), load());
+    let shared = tokio::spawn(async move {
+        let ran = AtomicBool::new(false);
+        let init = async {
+            ran.store(true, Ordering::Relaxed);
+            load.await
+        };
+        let res = cache.try_get_with(key, init).await;
+        let counter = if ran.load(Ordering::Relaxed) {
+            &counters.misses
+        } else {
+            &counters.coalesced
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        res.map_err(|e: Arc<VerifyError>| (*e).clone())
+    });
+    match tokio::time::timeout_at(deadline, shared).await {
+        Ok(Ok(r)) => r,
+        // The load panicked: an internal failure, reported like an unavailable registry.
+        Ok(Err(join)) => Err(VerifyError::Unavailable {
+            image: String::new(),
+            registry: String::new(),
+            message: format!("verification task failed: {join}"),
+        }),
         Err(_) => Err(deadline_err(budget)),
     }
 }
@@ -777,11 +859,14 @@ impl ImageVerifier for CosignVerifier {
     ) -> BoxFuture<'a, Result<String, VerifyError>> {
         async move {
             let creds = (self.inner.credentials)(credentials);
+            let reference: Reference = image
+                .parse()
+                .map_err(|e| unavailable(image, "", format!("invalid image reference: {e}")))?;
             bounded(
                 image,
                 "resolving the digest",
                 deadline,
-                self.resolve(image, &creds, deadline),
+                self.resolve(image, &reference, &creds, deadline),
             )
             .await
         }

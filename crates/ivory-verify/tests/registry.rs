@@ -186,8 +186,7 @@ async fn key_signatures_attestations_caches_and_coalescing() {
     );
 
     // Request counts on a fresh verifier and a fresh image. The first call to a host probes
-    // auth (`GET /v2/`) and the referrers API (404 on Distribution 2.8) once; verifiers that
-    // share the Registry afterwards go straight to the `sha256-<hex>` fallback tag.
+    // auth (`GET /v2/`) once; a `.sig` that verifies means the referrers are never asked.
     let ed = push(&h, "sig-p384").await;
     let registry = Registry::new(Config {
         ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
@@ -222,7 +221,11 @@ async fn key_signatures_attestations_caches_and_coalescing() {
         log.iter().filter(|(m, p, _)| pred(m, p)).count()
     };
     assert_eq!(count(&cold_host, &|_, p| p == "/v2/"), 1, "{cold_host:?}");
-    assert_eq!(count(&cold_host, &|_, p| p.contains("/referrers/")), 1);
+    assert_eq!(
+        count(&cold_host, &|_, p| p.contains("/referrers/")),
+        0,
+        "{cold_host:?}"
+    );
 
     let fresh = on(&registry);
     h.reset_requests();
@@ -238,17 +241,17 @@ async fn key_signatures_attestations_caches_and_coalescing() {
         other => panic!("{other:?}"),
     };
     let fallback = format!("/v2/ivory/sig-p384/manifests/{}", digest.replace(':', "-"));
-    // HEAD, then (.sig ∥ fallback tag), then the signature blob(s): nothing else.
+    // HEAD, then .sig, then the signature blob(s): nothing else.
     assert_eq!(count(&cold_tag, &|m, _| m == "HEAD"), 1, "{cold_tag:?}");
     assert_eq!(
         count(&cold_tag, &|_, p| p.ends_with(".sig")),
         1,
         "{cold_tag:?}"
     );
-    assert_eq!(count(&cold_tag, &|_, p| p == fallback), 1, "{cold_tag:?}");
+    assert_eq!(count(&cold_tag, &|_, p| p == fallback), 0, "{cold_tag:?}");
     let blobs = count(&cold_tag, &|_, p| p.contains("/blobs/"));
     assert!(blobs >= 1, "{cold_tag:?}");
-    assert_eq!(cold_tag.len(), 3 + blobs, "{cold_tag:?}");
+    assert_eq!(cold_tag.len(), 2 + blobs, "{cold_tag:?}");
 
     h.reset_requests();
     let warm = fresh
@@ -281,7 +284,7 @@ async fn key_signatures_attestations_caches_and_coalescing() {
         (1, 1001, 0)
     );
 
-    // A digest reference: no HEAD, two round trips ((.sig ∥ fallback tag), then blobs).
+    // A digest reference: no HEAD, two round trips (.sig, then blobs).
     // Then 16 concurrent identical misses on another verifier.
     let by_digest = format!("{ed}@{digest}");
     let third = on(&registry);
@@ -303,7 +306,7 @@ async fn key_signatures_attestations_caches_and_coalescing() {
         0,
         "{cold_digest:?}"
     );
-    assert_eq!(cold_digest.len(), 2 + blobs, "{cold_digest:?}");
+    assert_eq!(cold_digest.len(), 1 + blobs, "{cold_digest:?}");
 
     let fourth = Arc::new(on(&registry));
     h.reset_requests();
@@ -339,6 +342,63 @@ async fn key_signatures_attestations_caches_and_coalescing() {
         "{results:?}"
     );
     assert_eq!(results.misses, 1, "{results:?}");
+}
+
+/// Bundle-only images (cosign v3): the `.sig` tag is read first and is absent, then the
+/// referrers; once a repository's signatures were found there, they are read first and the
+/// `.sig` tag is not asked at all. A wrong key still reads both before saying "not verified".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signature_sources_are_read_in_the_order_they_were_last_found() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let v = verifier(&h);
+    let image = format!("{}:v1", push(&h, "bundle-v3").await);
+    let sig_reads =
+        |log: &[(String, String, u16)]| log.iter().filter(|(_, p, _)| p.ends_with(".sig")).count();
+    let bundle_reads = |log: &[(String, String, u16)]| {
+        log.iter()
+            .filter(|(_, p, _)| p.contains("/manifests/sha256-") && !p.ends_with(".sig"))
+            .count()
+    };
+
+    h.reset_requests();
+    let first = v
+        .verify(
+            &request(image.clone(), key_attestor(&key("cosign-p256.pub")), None),
+            soon(),
+        )
+        .await
+        .unwrap();
+    assert!(first.is_verified(), "{first:?}");
+    let log = h.requests();
+    assert_eq!((sig_reads(&log), bundle_reads(&log)), (1, 1), "{log:?}");
+
+    // The same key under another attestor hash (explicit hashAlgorithm): a verdict-cache miss.
+    let mut explicit = key_attestor(&key("cosign-p256.pub"));
+    if let Some(k) = explicit.cosign.as_mut().and_then(|c| c.key.as_mut()) {
+        k.hash_algorithm = Some("sha256".into());
+    }
+    h.reset_requests();
+    let second = v
+        .verify(&request(image.clone(), explicit, None), soon())
+        .await
+        .unwrap();
+    assert!(second.is_verified(), "{second:?}");
+    let log = h.requests();
+    assert_eq!((sig_reads(&log), bundle_reads(&log)), (0, 1), "{log:?}");
+
+    h.reset_requests();
+    let wrong = v
+        .verify(
+            &request(image, key_attestor(&key("cosign-p256-b.pub")), None),
+            soon(),
+        )
+        .await
+        .unwrap();
+    assert!(!wrong.is_verified(), "{wrong:?}");
+    let log = h.requests();
+    assert_eq!((sig_reads(&log), bundle_reads(&log)), (1, 1), "{log:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,33 +7,12 @@ use ivory_cel::{Activation, EvalError, Host, Program, Value};
 use ivory_policy::compiled::{CompiledPolicy, NamedProgram};
 use serde_json::Value as Json;
 
-use crate::admission::AdmissionRequest;
-
-/// The request-level bindings, built once per AdmissionRequest.
-#[derive(Debug)]
-pub(super) struct RequestData {
-    /// `object`, or `oldObject` on DELETE (Kyverno's admission attributes).
-    object: Json,
-    old_object: Json,
-    request: Json,
-    namespace_object: Json,
-}
-
-impl RequestData {
-    pub(super) fn new(req: &AdmissionRequest, namespace_object: Option<&Json>) -> Self {
-        Self {
-            object: req.subject().cloned().unwrap_or(Json::Null),
-            old_object: req.old_object.clone().unwrap_or(Json::Null),
-            request: req.to_json(),
-            namespace_object: namespace_object.cloned().unwrap_or(Json::Null),
-        }
-    }
-}
+use crate::bindings::RequestBindings;
 
 /// Evaluates a policy's programs against one request, memoizing variables. The request's
-/// JSON is converted to CEL once per evaluator; only `variables` is rebound per program.
+/// bindings are shared by all evaluators of the request; only `variables` is rebound per program.
 pub(super) struct Evaluator<'a> {
-    data: &'a RequestData,
+    data: &'a RequestBindings<'a>,
     json_mode: bool,
     variables: &'a [NamedProgram],
     memo: HashMap<String, Result<Value, String>>,
@@ -44,7 +23,7 @@ pub(super) struct Evaluator<'a> {
 
 impl<'a> Evaluator<'a> {
     pub(super) fn new(
-        data: &'a RequestData,
+        data: &'a RequestBindings<'a>,
         policy: &'a CompiledPolicy,
         host: &'a dyn Host,
     ) -> Self {
@@ -183,13 +162,14 @@ impl<'a> Evaluator<'a> {
 }
 
 /// The request bindings of the policy's mode: only `object` in JSON mode.
-fn base_activation<'a>(data: &RequestData, json_mode: bool, host: &'a dyn Host) -> Activation<'a> {
+fn base_activation<'a>(
+    data: &'a RequestBindings<'a>,
+    json_mode: bool,
+    host: &'a dyn Host,
+) -> Activation<'a> {
     let mut act = Activation::new(host);
-    act.bind_json("object", &data.object);
+    data.bind(&mut act, json_mode);
     if !json_mode {
-        act.bind_json("oldObject", &data.old_object);
-        act.bind_json("request", &data.request);
-        act.bind_json("namespaceObject", &data.namespace_object);
         act.bind_value("variables", Value::from(HashMap::<String, Value>::new()));
     }
     act

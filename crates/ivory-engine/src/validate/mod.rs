@@ -22,12 +22,12 @@ use ivory_policy::types::ValidationAction;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use self::context::RequestData;
 use self::evaluate::Evaluated;
 use self::host::Evidence;
 use self::plan::{Prepared, RequestInputs};
 use self::prefetch::{JobSet, Prefetched};
 use crate::admission::AdmissionRequest;
+use crate::bindings::RequestBindings;
 use crate::decision::{Decision, PolicyResult, Status};
 use crate::images;
 use crate::verifier::ImageVerifier;
@@ -48,7 +48,7 @@ pub async fn validate(
     deadline: Instant,
 ) -> Decision {
     let started = Instant::now();
-    let data = RequestData::new(req, namespace_object);
+    let data = RequestBindings::new(req, req.subject(), namespace_object);
     let builtin = images::builtin_images(req);
     let inputs = RequestInputs {
         req,

@@ -10,10 +10,11 @@ use ivory_policy::compiled::{CompiledAttestor, CompiledPolicy};
 use ivory_policy::types::{Attestor, FailurePolicy};
 use serde_json::Value as Json;
 
-use super::context::{Evaluator, RequestData};
+use super::context::Evaluator;
 use super::prefetch::{Job, JobSet, VerifyKey};
 use super::{EVAL_FAILED, result};
 use crate::admission::AdmissionRequest;
+use crate::bindings::RequestBindings;
 use crate::decision::{PolicyResult, Status};
 use crate::verifier::VerifyRequest;
 use crate::{images, matching};
@@ -53,7 +54,7 @@ pub(super) enum Prepared<'a> {
 pub(super) struct RequestInputs<'a> {
     pub(super) req: &'a AdmissionRequest,
     pub(super) namespace_object: Option<&'a Json>,
-    pub(super) data: &'a RequestData,
+    pub(super) data: &'a RequestBindings<'a>,
     /// Built-in extractor output (Kubernetes mode), unfiltered.
     pub(super) builtin: &'a BTreeMap<String, Vec<String>>,
 }

@@ -1,0 +1,62 @@
+//! The CEL bindings of one admission request (`object`, `oldObject`, `request`,
+//! `namespaceObject`), built once per request and shared by every policy's activations.
+//!
+//! Each is converted to CEL only when an expression first reads it: a typical image policy
+//! reads only `images`, and converting a Pod (twice more inside `request`) for every policy
+//! and stage was most of a warm admission's CPU time.
+
+use ivory_cel::{Activation, LazyJson};
+use serde_json::Value;
+
+use crate::admission::AdmissionRequest;
+
+static NULL: Value = Value::Null;
+
+pub(crate) struct RequestBindings<'r> {
+    object: LazyJson<'r>,
+    old_object: LazyJson<'r>,
+    request: LazyJson<'r>,
+    namespace_object: LazyJson<'r>,
+}
+
+impl<'r> RequestBindings<'r> {
+    /// `object` is what the stage calls the object: the request's `object` for
+    /// matchConditions, the subject (`oldObject` on DELETE) for validations.
+    pub(crate) fn new(
+        req: &'r AdmissionRequest,
+        object: Option<&'r Value>,
+        namespace_object: Option<&'r Value>,
+    ) -> Self {
+        Self {
+            object: LazyJson::borrowed(object.unwrap_or(&NULL)),
+            old_object: LazyJson::borrowed(req.old_object.as_ref().unwrap_or(&NULL)),
+            request: LazyJson::built(move || req.to_json()),
+            namespace_object: LazyJson::borrowed(namespace_object.unwrap_or(&NULL)),
+        }
+    }
+
+    /// Binds all four, or only `object` for a JSON-mode policy (its payload is not a resource).
+    pub(crate) fn bind<'a>(&'a self, act: &mut Activation<'a>, json_mode: bool) {
+        act.bind_lazy("object", &self.object);
+        if !json_mode {
+            act.bind_lazy("oldObject", &self.old_object);
+            act.bind_lazy("request", &self.request);
+            act.bind_lazy("namespaceObject", &self.namespace_object);
+        }
+    }
+
+    /// Whether any expression read the `request` binding (tests: laziness).
+    #[cfg(test)]
+    pub(crate) fn request_converted(&self) -> bool {
+        self.request.is_converted()
+    }
+}
+
+impl std::fmt::Debug for RequestBindings<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestBindings")
+            .field("object", &self.object)
+            .field("request", &self.request)
+            .finish_non_exhaustive()
+    }
+}
