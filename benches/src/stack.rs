@@ -113,7 +113,7 @@ impl Stack {
     /// `ivory serve` with TLS on a fresh port.
     pub async fn start_ivory(&self, label: &str) -> Result<Server> {
         let port = free_port()?;
-        let mut cmd = Command::new(&self.args.ivory);
+        let mut cmd = wrapped(&self.args.ivory);
         cmd.arg("serve")
             .arg("--policies")
             .arg(&self.policies)
@@ -147,6 +147,21 @@ impl Stack {
         let log = self.work.join("null-webhook.log");
         let url = format!("https://127.0.0.1:{port}");
         Server::start("null-webhook", cmd, &log, url, "/healthz", &self.client).await
+    }
+}
+
+/// `ivory`, or `$IVORY_BENCH_WRAP ivory` when that is set (a profiler, for instance
+/// `valgrind --tool=callgrind --callgrind-out-file=/tmp/ivory.cg`; see BENCHMARKS.md).
+fn wrapped(ivory: &std::path::Path) -> Command {
+    let wrap = std::env::var("IVORY_BENCH_WRAP").unwrap_or_default();
+    let mut words = wrap.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut cmd = Command::new(program);
+            cmd.args(words).arg(ivory);
+            cmd
+        }
+        None => Command::new(ivory),
     }
 }
 

@@ -163,6 +163,16 @@ impl<'a> Activation<'a> {
         }
     }
 
+    /// The same bindings answered by another host (e.g. one that holds prefetched verdicts).
+    pub fn with_host<'b>(self, host: &'b dyn Host) -> Activation<'b>
+    where
+        'a: 'b,
+    {
+        let mut act: Activation<'b> = self;
+        act.host = host;
+        act
+    }
+
     pub fn is_bound(&self, name: &str) -> bool {
         self.vars.iter().any(|(n, _)| n == name)
     }

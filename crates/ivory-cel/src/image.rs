@@ -52,15 +52,15 @@ impl ImageReference {
         if s.is_empty() {
             return Err(err("a repository name must be specified".into()));
         }
-        let (repo_part, tag, digest) = match parse_tag(s) {
-            Ok((base, tag)) => (base, Some(tag).filter(|t| !t.is_empty()), None),
-            Err(tag_err) => match parse_digest(s) {
-                Ok((base, original_tag, digest)) => (base, original_tag, Some(digest)),
-                Err(digest_err) => {
-                    // Report the more relevant failure: digest problems when an '@' is present.
-                    return Err(err(if s.contains('@') { digest_err } else { tag_err }));
-                }
-            },
+        // ggcr tries a tag reference, then a digest reference. '@' is valid in neither a
+        // repository nor a tag, so it alone decides which one can succeed (and whose error
+        // to report) without building the other's error.
+        let (repo_part, tag, digest) = if s.contains('@') {
+            let (base, original_tag, digest) = parse_digest(s).map_err(err)?;
+            (base, original_tag, Some(digest))
+        } else {
+            let (base, tag) = parse_tag(s).map_err(err)?;
+            (base, Some(tag).filter(|t| !t.is_empty()), None)
         };
         let (registry, repo) = split_repository(repo_part).map_err(err)?;
         let repository = if !repo.contains('/') && registry == DEFAULT_REGISTRY {

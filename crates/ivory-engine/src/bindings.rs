@@ -60,3 +60,40 @@ impl std::fmt::Debug for RequestBindings<'_> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::AdmissionReview;
+    use ivory_cel::{NoHost, Scope, compile};
+
+    fn pod_create() -> AdmissionRequest {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fixtures/admission/pod-create.json"
+        );
+        let bytes = std::fs::read(path).unwrap();
+        AdmissionReview::parse(&bytes).unwrap().request
+    }
+
+    #[test]
+    fn request_is_built_only_when_read_and_then_shared() {
+        let req = pod_create();
+        let bindings = RequestBindings::new(&req, req.object.as_ref(), None);
+        let scope = Scope::new(["object", "oldObject", "request", "namespaceObject"]);
+        let eval = |source: &str| {
+            let mut act = Activation::new(&NoHost);
+            bindings.bind(&mut act, false);
+            compile(source, &scope)
+                .unwrap()
+                .evaluate_bool(&act)
+                .unwrap()
+        };
+        assert!(eval("object.kind == 'Pod'"));
+        assert!(!bindings.request_converted());
+        assert!(eval("request.operation == 'CREATE' && oldObject == null"));
+        assert!(bindings.request_converted());
+        // A second activation reads the converted value, with the same answer.
+        assert!(eval("request.kind.kind == 'Pod'"));
+    }
+}

@@ -201,6 +201,8 @@ struct Inner {
     /// Per signature repository and family, the source whose signature last verified when it
     /// was not the one read first. Only an ordering hint: it never decides a verdict.
     found_in: moka::sync::Cache<(String, Family), Source>,
+    /// Parsed image references (see [`CosignVerifier::reference`]).
+    references: moka::sync::Cache<String, Arc<Reference>>,
     /// SHA-256 of `config.default_trusted_root`, part of every attestor hash.
     root_hash: [u8; 32],
 }
@@ -225,6 +227,7 @@ impl CosignVerifier {
             .build();
         let plans = moka::sync::Cache::builder().max_capacity(1_000).build();
         let root_hash = Sha256::digest(config.default_trusted_root.as_bytes()).into();
+        let references = moka::sync::Cache::new(config.max_tags);
         Self {
             inner: Arc::new(Inner {
                 root_hash,
@@ -236,6 +239,7 @@ impl CosignVerifier {
                 plans,
                 tag_counters: Arc::default(),
                 result_counters: Arc::default(),
+                references,
                 found_in: moka::sync::Cache::builder()
                     .max_capacity(FOUND_IN_CAPACITY)
                     .time_to_idle(Duration::from_secs(3600))
@@ -300,6 +304,24 @@ impl CosignVerifier {
         .await
     }
 
+    /// `image` parsed, memoized: oci-client's parser runs a capturing regex (tens of
+    /// thousands of instructions), and the warm path would otherwise parse every image of
+    /// every admission again.
+    fn reference(&self, image: &str) -> Result<Arc<Reference>, VerifyError> {
+        if let Some(reference) = self.inner.references.get(image) {
+            return Ok(reference);
+        }
+        let reference: Arc<Reference> = Arc::new(
+            image
+                .parse()
+                .map_err(|e| unavailable(image, "", format!("invalid image reference: {e}")))?,
+        );
+        self.inner
+            .references
+            .insert(image.to_owned(), Arc::clone(&reference));
+        Ok(reference)
+    }
+
     fn plan(&self, attestor: &Attestor) -> (Arc<Result<Plan, String>>, [u8; 32]) {
         let hash = attestor_hash(attestor, &self.inner.root_hash);
         let root = &self.inner.config.default_trusted_root;
@@ -335,9 +357,7 @@ impl CosignVerifier {
         }
         let predicate = attestation_type(request.attestation.as_ref()).unwrap_or_default();
         let creds = (self.inner.credentials)(request.credentials.as_ref());
-        let reference: Reference = request.image.parse().map_err(|e| {
-            unavailable(&request.image, "", format!("invalid image reference: {e}"))
-        })?;
+        let reference = self.reference(&request.image)?;
         let digest = self
             .resolve(&request.image, &reference, &creds, deadline)
             .await?;

@@ -16,8 +16,6 @@ pub(super) struct Evaluator<'a> {
     json_mode: bool,
     variables: &'a [NamedProgram],
     memo: HashMap<String, Result<Value, String>>,
-    /// `images`, `attestors`, `attestations` once known (not bound for matchConditions).
-    policy_bindings: Vec<(&'static str, Json)>,
     act: Activation<'a>,
 }
 
@@ -32,7 +30,6 @@ impl<'a> Evaluator<'a> {
             json_mode: policy.json_mode,
             variables: &policy.variables,
             memo: HashMap::new(),
-            policy_bindings: Vec::new(),
             act: base_activation(data, policy.json_mode, host),
         }
     }
@@ -48,33 +45,25 @@ impl<'a> Evaluator<'a> {
             .into_iter()
             .map(|n| (n.clone(), Json::String(n)))
             .collect();
-        self.policy_bindings = vec![
-            ("images", serde_json::to_value(images).unwrap_or(Json::Null)),
-            ("attestors", attestors),
-            ("attestations", Json::Object(attestations)),
-        ];
-        for (name, value) in &self.policy_bindings {
-            self.act.bind_json(name, value);
-        }
+        let images = serde_json::to_value(images).unwrap_or(Json::Null);
+        self.act.bind_json("images", &images);
+        self.act.bind_json("attestors", &attestors);
+        self.act
+            .bind_json("attestations", &Json::Object(attestations));
     }
 
     /// The same evaluator with another host (the verification host after prefetch); the
     /// variable memo starts afresh so that variables may call verification functions.
-    pub(super) fn with_host<'b>(&self, host: &'b dyn Host) -> Evaluator<'b>
+    pub(super) fn with_host<'b>(self, host: &'b dyn Host) -> Evaluator<'b>
     where
         'a: 'b,
     {
-        let mut act = base_activation(self.data, self.json_mode, host);
-        for (name, value) in &self.policy_bindings {
-            act.bind_json(name, value);
-        }
         Evaluator {
             data: self.data,
             json_mode: self.json_mode,
             variables: self.variables,
             memo: HashMap::new(),
-            policy_bindings: self.policy_bindings.clone(),
-            act,
+            act: self.act.with_host(host),
         }
     }
 

@@ -9,7 +9,7 @@ use ivory_policy::types::FailurePolicy;
 use super::context::Evaluator;
 use super::host::{Evidence, PolicyHost};
 use super::plan::Plan;
-use super::prefetch::Prefetched;
+use super::prefetch::{Prefetched, VerifyKey};
 use super::{EVAL_FAILED, result};
 use crate::decision::{PolicyResult, Status};
 use crate::images;
@@ -37,23 +37,29 @@ impl Evaluated {
 }
 
 pub(super) fn run(plan: Plan<'_>, prefetched: &Prefetched, evidence: &Evidence) -> Evaluated {
-    let policy = plan.policy;
-    let images = plan.matched.clone();
-    if let Some(err) = prefetch_error(&plan, prefetched) {
-        return unverifiable(policy, err, images);
+    let Plan {
+        policy,
+        eval,
+        matched,
+        notary_attestors,
+        keys,
+        image_data,
+    } = plan;
+    if let Some(err) = prefetch_error(&keys, &image_data, prefetched) {
+        return unverifiable(policy, err, matched);
     }
     let matches = |image: &str| images::matches_image(policy, image).unwrap_or(false);
     let host = PolicyHost {
         policy,
         matches: &matches,
-        notary_attestors: &plan.notary_attestors,
+        notary_attestors: &notary_attestors,
         prefetched,
-        keys: &plan.keys,
-        image_data: &plan.image_data,
+        keys: &keys,
+        image_data: &image_data,
         evidence,
         payloads: Mutex::new(BTreeMap::new()),
     };
-    let mut eval = plan.eval.with_host(&host);
+    let mut eval = eval.with_host(&host);
 
     let mut status = Status::Pass;
     let mut message = String::new();
@@ -66,12 +72,17 @@ pub(super) fn run(plan: Plan<'_>, prefetched: &Prefetched, evidence: &Evidence) 
                 break;
             }
             Err(e) => {
-                let result = result(policy, Status::Error, format!("{EVAL_FAILED}: {e}"), images);
+                let result = result(
+                    policy,
+                    Status::Error,
+                    format!("{EVAL_FAILED}: {e}"),
+                    matched,
+                );
                 return Evaluated::decided(result);
             }
         }
     }
-    let mut result = result(policy, status, message, images);
+    let mut result = result(policy, status, message, matched);
     result.properties = audit_annotations(policy, &mut eval);
     Evaluated {
         result,
@@ -81,11 +92,14 @@ pub(super) fn run(plan: Plan<'_>, prefetched: &Prefetched, evidence: &Evidence) 
 }
 
 /// The first error among this policy's prefetched answers; a spent budget wins over others.
-fn prefetch_error<'p>(plan: &Plan<'_>, prefetched: &'p Prefetched) -> Option<&'p VerifyError> {
-    let errors: Vec<&VerifyError> = plan
-        .keys
+fn prefetch_error<'p>(
+    keys: &BTreeMap<VerifyKey, usize>,
+    image_data: &BTreeMap<String, usize>,
+    prefetched: &'p Prefetched,
+) -> Option<&'p VerifyError> {
+    let errors: Vec<&VerifyError> = keys
         .values()
-        .chain(plan.image_data.values())
+        .chain(image_data.values())
         .filter_map(|&i| prefetched.outcome(i).and_then(|o| o.error()))
         .collect();
     errors
