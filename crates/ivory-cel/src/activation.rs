@@ -242,8 +242,11 @@ impl cel::common::traits::Indexer for HostVal<'_> {
     where
         Self: 'v,
     {
-        let request = Value::try_from(idx)?;
-        let result = dispatch(self.0, &request)?;
+        let _ = idx;
+        let call = HOST_CALL.with(|slot| slot.borrow_mut().take());
+        let (op, args) =
+            call.ok_or_else(|| ExecutionError::function_error("host", "malformed host request"))?;
+        let result = dispatch(self.0, op, &args)?;
         let val: Box<dyn Val> = result.try_into()?;
         Ok(CowVal::Owned(val))
     }
@@ -256,7 +259,13 @@ impl cel::common::traits::Indexer for HostVal<'_> {
     }
 }
 
-/// Host operations, encoded as `[op, args...]` lists.
+thread_local! {
+    /// The pending host call of this thread's evaluation (see [`call_host`]).
+    static HOST_CALL: std::cell::RefCell<Option<(HostOp, Vec<Value>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Host operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HostOp {
     VerifyImageSignatures,
@@ -266,21 +275,6 @@ pub(crate) enum HostOp {
 }
 
 impl HostOp {
-    fn code(self) -> i64 {
-        self as i64
-    }
-
-    fn from_code(c: i64) -> Option<Self> {
-        [
-            Self::VerifyImageSignatures,
-            Self::VerifyAttestationSignatures,
-            Self::ExtractPayload,
-            Self::ImageData,
-        ]
-        .into_iter()
-        .find(|op| op.code() == c)
-    }
-
     pub(crate) fn function_name(self) -> &'static str {
         match self {
             Self::VerifyImageSignatures => "verifyImageSignatures",
@@ -304,23 +298,18 @@ pub(crate) fn call_host(
     let indexer = host
         .as_indexer()
         .ok_or_else(|| ExecutionError::function_error(op.function_name(), NOT_AVAILABLE))?;
-    let mut request = Vec::with_capacity(args.len() + 1);
-    request.push(Value::Int(op.code()));
-    request.extend(args);
-    let request: Box<dyn Val> = Value::List(std::sync::Arc::new(request)).try_into()?;
-    let result = indexer.get(request.as_ref())?;
-    Value::try_from(result.as_ref())
+    // The arguments travel beside the call rather than as the index value: converting them
+    // (attestor maps with PEM keys) to the interpreter's representation and back was most of
+    // a warm validation's CEL time. Evaluation is synchronous, so the slot is this call's.
+    HOST_CALL.with(|slot| *slot.borrow_mut() = Some((op, args)));
+    let result = indexer.get(&cel::common::types::CelNull);
+    HOST_CALL.with(|slot| slot.borrow_mut().take());
+    Value::try_from(result?.as_ref())
 }
 
-fn dispatch(host: &dyn Host, request: &Value) -> Result<Value, ExecutionError> {
+fn dispatch(host: &dyn Host, op: HostOp, args: &[Value]) -> Result<Value, ExecutionError> {
     let bad = || ExecutionError::function_error("host", "malformed host request");
-    let Value::List(items) = request else {
-        return Err(bad());
-    };
-    let (Some(Value::Int(code)), rest) = (items.first(), items.get(1..).unwrap_or_default()) else {
-        return Err(bad());
-    };
-    let op = HostOp::from_code(*code).ok_or_else(bad)?;
+    let rest = args;
     let name = op.function_name();
     let fail = |m: String| ExecutionError::function_error(name, m);
     match (op, rest) {

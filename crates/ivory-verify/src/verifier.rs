@@ -765,9 +765,13 @@ fn attestation_type(a: Option<&Attestation>) -> Result<Option<String>, String> {
 /// the default trusted root it falls back to.
 fn attestor_hash(attestor: &Attestor, root_hash: &[u8; 32]) -> [u8; 32] {
     let mut h = Sha256::new();
-    // The name does not change what verifies; the rest does.
-    let body = json!({ "cosign": attestor.cosign, "notary": attestor.notary });
-    h.update(body.to_string().as_bytes());
+    // The name does not change what verifies; the rest does. Serialized straight into the
+    // hasher: this runs for every verification, cache hits included.
+    let body = (&attestor.cosign, &attestor.notary);
+    if serde_json::to_writer(&mut h, &body).is_err() {
+        // Plain data cannot fail to serialize; if it ever did, the hash must still differ.
+        h.update(b"\0unserializable");
+    }
     h.update(root_hash);
     h.finalize().into()
 }
