@@ -8,12 +8,12 @@ use anyhow::{Context as _, Result};
 use axum::body::Bytes;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 
 /// Per-request ceiling: anything slower is an error, not a data point.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
-/// Most requests in flight in the open loop before ticks are dropped (counted as errors).
-const OPEN_LOOP_MAX_IN_FLIGHT: usize = 2048;
+/// Keep-alive connections of the open loop, each with its own send schedule.
+const OPEN_LOOP_CONNECTIONS: usize = 16;
 
 /// HTTPS client trusting the bench CA.
 pub fn client(ca_pem: &str, max_idle: usize) -> Result<reqwest::Client> {
@@ -171,37 +171,55 @@ pub async fn closed_loop(target: &Target, concurrency: usize, duration: Duration
     Stats::from(all, errors, start.elapsed())
 }
 
-/// Sends at `rate` per second for `duration`, each request on its own task.
+/// Sends at `rate` per second for `duration` over [`OPEN_LOOP_CONNECTIONS`] keep-alive
+/// connections, each on its own fixed schedule (wrk2's method): a request is due every
+/// `OPEN_LOOP_CONNECTIONS / rate` seconds per connection, whether or not the previous one
+/// has answered.
+///
+/// Latency counts from the scheduled send time when the connection was still busy (the
+/// server's queueing shows), and from the actual send time when it was idle and only the
+/// timer woke it late (tokio timers have millisecond granularity; that slop is the
+/// generator's, not the server's).
 pub async fn open_loop(target: &Target, rate: f64, duration: Duration) -> Stats {
-    let period = Duration::from_secs_f64(1.0 / rate.max(1.0));
+    let connections = OPEN_LOOP_CONNECTIONS;
+    let period = Duration::from_secs_f64(connections as f64 / rate.max(1.0));
     let start = Instant::now();
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
+    let until = start + duration;
     let mut set = JoinSet::new();
-    let (mut all, mut errors) = (Vec::new(), 0u64);
-    let mut record = |r: Result<Option<u64>, tokio::task::JoinError>| match r {
-        Ok(Some(us)) => all.push(us),
-        _ => errors += 1,
-    };
-    while start.elapsed() < duration {
-        let scheduled = tick.tick().await;
-        // Reap finished requests so the in-flight cap counts only those still running.
-        while let Some(r) = set.try_join_next() {
-            record(r);
-        }
-        if set.len() >= OPEN_LOOP_MAX_IN_FLIGHT {
-            record(Ok(None));
-            continue;
-        }
+    for worker in 0..connections {
         let t = target.clone();
+        // Spread the connections' schedules evenly over one period.
+        let offset = period.mul_f64(worker as f64 / connections as f64);
         set.spawn(async move {
-            t.once()
-                .await
-                .then(|| scheduled.elapsed().as_micros() as u64)
+            let (mut lat, mut errors) = (Vec::new(), 0u64);
+            let mut due = start + offset;
+            while due < until {
+                let free = Instant::now();
+                let sent = if free < due {
+                    tokio::time::sleep_until(due).await;
+                    Instant::now()
+                } else {
+                    due
+                };
+                if t.once().await {
+                    lat.push(sent.elapsed().as_micros() as u64);
+                } else {
+                    errors += 1;
+                }
+                due += period;
+            }
+            (lat, errors)
         });
     }
+    let (mut all, mut errors) = (Vec::new(), 0u64);
     while let Some(r) = set.join_next().await {
-        record(r);
+        match r {
+            Ok((lat, e)) => {
+                all.extend(lat);
+                errors += e;
+            }
+            Err(_) => errors += 1,
+        }
     }
     // Throughput over the sending window: the tail of in-flight requests is not idle time.
     Stats::from(all, errors, duration)

@@ -9,7 +9,8 @@ mod activation;
 mod check;
 mod convert;
 mod error;
-pub mod image;
+/// Image references (go-containerregistry rules), also used by the registry client.
+pub use ivory_reference as image;
 mod library;
 
 use std::collections::BTreeSet;

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
+
+use crate::reference::parse_reference;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use tokio::sync::Semaphore;
@@ -409,11 +411,7 @@ impl Registry {
     // --- internals ---
 
     fn target(&self, image: &str, creds: &Credentials) -> Result<Target> {
-        let reference: Reference = image.parse().map_err(|e| Error::InvalidReference {
-            image: image.to_string(),
-            registry: String::new(),
-            detail: format!("{e}"),
-        })?;
+        let reference = parse_reference(image)?;
         let host = reference.resolve_registry().to_string();
         let auth = registry_auth(&host, creds, &self.inner.global);
         Ok(Target {

@@ -20,6 +20,7 @@ pub use error::{Error, Result};
 pub use manifest::{
     ACCEPTED_MEDIA_TYPES, DOCKER_MANIFEST, DOCKER_MANIFEST_LIST, Manifest, OCI_INDEX, OCI_MANIFEST,
 };
+pub use reference::parse_reference;
 pub use stats::RegistryStats;
 
 mod auth;
@@ -27,4 +28,5 @@ mod client;
 mod config;
 mod error;
 mod manifest;
+mod reference;
 mod stats;

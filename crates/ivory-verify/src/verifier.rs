@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt as _, join_all};
 use ivory_engine::verifier::{ImageVerifier, Verification, VerifyError, VerifyRequest};
 use ivory_policy::types::{Attestation, Attestor, Credentials as PolicyCredentials};
-use ivory_registry::{Credentials, Error as RegistryError, Registry};
+use ivory_registry::{Credentials, Error as RegistryError, Registry, parse_reference};
 use moka::Expiry;
 use moka::future::Cache;
 use oci_client::Reference;
@@ -312,8 +312,7 @@ impl CosignVerifier {
             return Ok(reference);
         }
         let reference: Arc<Reference> = Arc::new(
-            image
-                .parse()
+            parse_reference(image)
                 .map_err(|e| unavailable(image, "", format!("invalid image reference: {e}")))?,
         );
         self.inner
@@ -348,9 +347,7 @@ impl CosignVerifier {
             _ => None,
         };
         if let Some(reason) = early {
-            let digest = request
-                .image
-                .parse::<Reference>()
+            let digest = parse_reference(&request.image)
                 .ok()
                 .and_then(|r| r.digest().map(str::to_owned));
             return Ok(Verification::NotVerified { digest, reason });
@@ -609,9 +606,7 @@ impl CosignVerifier {
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<Value, VerifyError> {
-        let reference: Reference = image
-            .parse()
-            .map_err(|e| unavailable(image, "", format!("invalid image reference: {e}")))?;
+        let reference = self.reference(image)?;
         let digest = self.resolve(image, &reference, creds, deadline).await?;
         let registry = &self.inner.registry;
         let pinned = format!(
@@ -733,8 +728,7 @@ where
 fn deadline_error(image: &str, operation: &str, budget: Duration) -> VerifyError {
     VerifyError::DeadlineExceeded {
         image: image.to_owned(),
-        registry: image
-            .parse::<Reference>()
+        registry: parse_reference(image)
             .map(|r| r.registry().to_owned())
             .unwrap_or_default(),
         operation: operation.to_owned(),
@@ -864,8 +858,7 @@ async fn bounded<T>(
         Ok(r) => r,
         Err(_) => Err(VerifyError::DeadlineExceeded {
             image: image.to_owned(),
-            registry: image
-                .parse::<Reference>()
+            registry: parse_reference(image)
                 .map(|r| r.registry().to_owned())
                 .unwrap_or_default(),
             operation: operation.to_owned(),
@@ -883,9 +876,7 @@ impl ImageVerifier for CosignVerifier {
     ) -> BoxFuture<'a, Result<String, VerifyError>> {
         async move {
             let creds = (self.inner.credentials)(credentials);
-            let reference: Reference = image
-                .parse()
-                .map_err(|e| unavailable(image, "", format!("invalid image reference: {e}")))?;
+            let reference = self.reference(image)?;
             bounded(
                 image,
                 "resolving the digest",

@@ -62,7 +62,7 @@ async fn digest_refs_and_bad_input_need_no_network() {
     let d = format!("sha256:{}", "a".repeat(64));
     let deadline = Instant::now() + Duration::from_secs(1);
     let got = r
-        .resolve_digest(&format!("unreachable.invalid/x@{d}"), &c, deadline)
+        .resolve_digest(&format!("unreachable.invalid/xy@{d}"), &c, deadline)
         .await
         .unwrap();
     assert_eq!(got, d);
@@ -72,12 +72,12 @@ async fn digest_refs_and_bad_input_need_no_network() {
         .unwrap_err();
     assert!(matches!(err, Error::InvalidReference { .. }), "{err}");
     let err = r
-        .fetch_blob("unreachable.invalid/x", "md5:abc", 10, &c, deadline)
+        .fetch_blob("unreachable.invalid/xy", "md5:abc", 10, &c, deadline)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::InvalidReference { .. }), "{err}");
     let err = r
-        .referrers("unreachable.invalid/x:tag", None, &c, deadline)
+        .referrers("unreachable.invalid/xy:tag", None, &c, deadline)
         .await
         .unwrap_err();
     assert!(err.to_string().contains("need a digest"), "{err}");
