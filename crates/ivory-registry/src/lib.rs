@@ -29,4 +29,5 @@ mod config;
 mod error;
 mod manifest;
 mod reference;
+mod roots;
 mod stats;

@@ -57,13 +57,12 @@ pub(super) fn raw_client(
     config: &Config,
     user_agent: &'static str,
 ) -> std::result::Result<reqwest::Client, reqwest::Error> {
-    let certs = roots
-        .iter()
-        .map(|der| reqwest::Certificate::from_der(der))
+    let certs = crate::roots::trust_anchors(roots)
+        .map(reqwest::Certificate::from_der)
         .collect::<std::result::Result<Vec<_>, _>>()?;
     reqwest::Client::builder()
         .danger_accept_invalid_certs(insecure)
-        .tls_certs_merge(certs)
+        .tls_certs_only(certs)
         .connect_timeout(config.connect_timeout)
         .user_agent(user_agent)
         .build()

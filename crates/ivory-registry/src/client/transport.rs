@@ -346,11 +346,11 @@ pub(super) fn client_config(
             ClientProtocol::Https
         },
         accept_invalid_certificates: insecure,
-        extra_root_certificates: roots
-            .iter()
+        // Exactly these anchors: no per-client read of the system store (see `roots`).
+        tls_certs_only: crate::roots::trust_anchors(roots)
             .map(|der| Certificate {
                 encoding: CertificateEncoding::Der,
-                data: der.clone(),
+                data: der.to_vec(),
             })
             .collect(),
         // We pick platforms ourselves (fetch_platform_manifest).
