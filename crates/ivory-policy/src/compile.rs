@@ -416,6 +416,7 @@ impl CelCompiler<'_> {
                     }
                 }
                 CompiledAttestor {
+                    json: serde_json::to_value(attestor).unwrap_or(serde_json::Value::Null),
                     attestor: attestor.clone(),
                     fields,
                 }

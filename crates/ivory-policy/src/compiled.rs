@@ -60,6 +60,9 @@ pub struct CompiledAuditAnnotation {
 pub struct CompiledAttestor {
     pub attestor: Attestor,
     pub fields: Vec<(String, Program)>,
+    /// `attestor` as the JSON object CEL sees, serialized once at compile time (used as is
+    /// when `fields` is empty).
+    pub json: serde_json::Value,
 }
 
 /// A policy ready for evaluation.

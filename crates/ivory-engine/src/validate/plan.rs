@@ -226,6 +226,11 @@ fn evaluate_attestors(
     let mut out = Vec::with_capacity(attestors.len());
     for compiled in attestors {
         let name = &compiled.attestor.name;
+        // Static attestors (the usual case) need no per-request serialization round trip.
+        if compiled.fields.is_empty() {
+            out.push((compiled.attestor.clone(), compiled.json.clone()));
+            continue;
+        }
         let mut json = serde_json::to_value(&compiled.attestor)
             .map_err(|e| format!("attestor {name}: {e}"))?;
         for (pointer, program) in &compiled.fields {
