@@ -124,7 +124,10 @@ impl Stack {
             .arg("--registry-ca")
             .arg(&self.registry_ca)
             .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"));
+            .arg(format!("127.0.0.1:{port}"))
+            // The allocator settings deploy/ gives the Deployment.
+            .env("MIMALLOC_ARENA_EAGER_COMMIT", "0")
+            .env("MIMALLOC_PURGE_DELAY", "0");
         let log = self.work.join(format!("{label}.log"));
         let url = format!("https://127.0.0.1:{port}");
         Server::start(label, cmd, &log, url, "/readyz", &self.client).await

@@ -13,6 +13,10 @@ use axum::http::header::CONTENT_TYPE;
 use axum_server::tls_rustls::RustlsConfig;
 use clap::Parser;
 
+/// The same allocator as `ivory`, so that the ceiling is the same stack.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const ALLOWED: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"","allowed":true}}"#;
 
 #[derive(Parser)]

@@ -10,6 +10,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
+/// An admission is hundreds of small, short-lived allocations (the parsed object, CEL values,
+/// results) made and freed across tokio's worker threads; glibc's malloc spent a quarter of
+/// a warm admission's cycles on them. Measured in BENCHMARKS.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod cmd {
     pub mod apply;
     pub mod audit;
