@@ -10,19 +10,20 @@
 # load generator, and writes target/bench/results.json and target/bench/results.md.
 # Method and committed figures: BENCHMARKS.md. Micro-benchmarks: `cargo bench -p ivory-bench`.
 #
-# Needs: docker-registry (Debian package), cosign v2 at .tools/bin/cosign2
-# (scripts/install-tools.sh builds it from the Go module proxy).
+# Installs what it needs on a fresh machine: docker-registry (Debian package) and cosign v2 at
+# .tools/bin/cosign2 (built from the Go module proxy by scripts/install-tools.sh, ~3 minutes once).
 # Extra arguments are passed to `ivory-bench load` (see `ivory-bench load --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if ! command -v docker-registry >/dev/null; then
-    echo "bench.sh: docker-registry not found (apt-get install docker-registry)" >&2
-    exit 2
+    echo "bench.sh: installing docker-registry"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq docker-registry >/dev/null
 fi
 if [[ ! -x .tools/bin/cosign2 ]]; then
-    echo "bench.sh: .tools/bin/cosign2 missing; run scripts/install-tools.sh" >&2
-    exit 2
+    bash scripts/install-tools.sh cosign2
 fi
 
 cargo build --release -p ivory -p ivory-bench
