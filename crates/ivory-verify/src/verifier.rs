@@ -69,8 +69,9 @@ impl Default for VerifierConfig {
 }
 
 /// Longest a shared (coalesced) load runs: the Kubernetes maximum webhook timeout. Each
-/// caller waits only until its own deadline; the load is driven by one waiting caller, so it
-/// stops once nobody waits (moka hands an abandoned load to the next waiter, who restarts it).
+/// caller waits only until its own deadline; the load runs in its own task and finishes (or
+/// hits this cap) even when nobody waits any more, so its verdict still fills the cache for
+/// the next admission of the same image.
 const SHARED_LOAD_CAP: Duration = Duration::from_secs(30);
 
 /// Signature repositories whose preferred signature source is remembered.
