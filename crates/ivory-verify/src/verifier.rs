@@ -386,11 +386,12 @@ impl CosignVerifier {
             let this = self.clone();
             let image = request.image.clone();
             let at = SignatureLocation {
-                repo: signature_repo,
-                prefix,
-                digest,
+                repo: signature_repo.clone(),
+                prefix: prefix.clone(),
+                digest: digest.clone(),
                 family,
             };
+            let (plan, predicate, creds) = (Arc::clone(&plan), predicate.clone(), creds.clone());
             async move {
                 this.load_verdict(&image, &at, &plan, predicate, &creds)
                     .await
@@ -676,6 +677,11 @@ impl CosignVerifier {
 /// The load is built only on a miss and runs boxed in a detached task: a hit stays small and
 /// cheap, and no caller's timeout ever abandons moka's initializer (moka panics after 200
 /// consecutive abandoned initializations of one key).
+///
+/// A caller that joined a load started before it arrived and that load failed (errors are
+/// never cached) tries once more with a load of its own: an error from an earlier admission's
+/// attempt, e.g. connect timeouts piling up against a slow registry, must not stand in for
+/// what this admission's own budget allows; past its deadline it gets a deadline error.
 async fn coalesced<K, V>(
     cache: &Cache<K, V>,
     counters: &Arc<CacheCounters>,
@@ -683,10 +689,10 @@ async fn coalesced<K, V>(
     deadline: Instant,
     is_negative: impl Fn(&V) -> bool,
     deadline_err: impl FnOnce(Duration) -> VerifyError,
-    load: impl FnOnce() -> BoxFuture<'static, Result<V, VerifyError>>,
+    load: impl Fn() -> BoxFuture<'static, Result<V, VerifyError>>,
 ) -> Result<V, VerifyError>
 where
-    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    K: Clone + std::hash::Hash + Eq + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
     let budget = deadline.saturating_duration_since(Instant::now());
@@ -697,32 +703,61 @@ where
         }
         return Ok(v);
     }
-    let (cache, counters, load) = (cache.clone(), Arc::clone(counters), load());
-    let shared = tokio::spawn(async move {
-        let ran = AtomicBool::new(false);
-        let init = async {
-            ran.store(true, Ordering::Relaxed);
-            load.await
-        };
-        let res = cache.try_get_with(key, init).await;
-        let counter = if ran.load(Ordering::Relaxed) {
-            &counters.misses
-        } else {
-            &counters.coalesced
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        res.map_err(|e: Arc<VerifyError>| (*e).clone())
-    });
-    match tokio::time::timeout_at(deadline, shared).await {
-        Ok(Ok(r)) => r,
-        // The load panicked: an internal failure, reported like an unavailable registry.
-        Ok(Err(join)) => Err(VerifyError::Unavailable {
-            image: String::new(),
-            registry: String::new(),
-            message: format!("verification task failed: {join}"),
-        }),
+    let attempts = async {
+        let mut retried = false;
+        loop {
+            let shared = tokio::spawn(shared_load(
+                cache.clone(),
+                Arc::clone(counters),
+                key.clone(),
+                load(),
+            ));
+            match shared.await {
+                Ok((Err(_), false)) if !retried => retried = true,
+                Ok((result, _)) => return result,
+                // The load panicked: an internal failure, reported like an unavailable registry.
+                Err(join) => {
+                    return Err(VerifyError::Unavailable {
+                        image: String::new(),
+                        registry: String::new(),
+                        message: format!("verification task failed: {join}"),
+                    });
+                }
+            }
+        }
+    };
+    match tokio::time::timeout_at(deadline, attempts).await {
+        Ok(result) => result,
         Err(_) => Err(deadline_err(budget)),
     }
+}
+
+/// One `try_get_with` on `key`; also says whether this call's own `load` ran (a miss) or it
+/// joined another caller's (coalesced).
+async fn shared_load<K, V>(
+    cache: Cache<K, V>,
+    counters: Arc<CacheCounters>,
+    key: K,
+    load: BoxFuture<'static, Result<V, VerifyError>>,
+) -> (Result<V, VerifyError>, bool)
+where
+    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    let ran = AtomicBool::new(false);
+    let init = async {
+        ran.store(true, Ordering::Relaxed);
+        load.await
+    };
+    let res = cache.try_get_with(key, init).await;
+    let ran = ran.load(Ordering::Relaxed);
+    let counter = if ran {
+        &counters.misses
+    } else {
+        &counters.coalesced
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    (res.map_err(|e: Arc<VerifyError>| (*e).clone()), ran)
 }
 
 /// A caller's own deadline passed while it waited for a (possibly shared) load.
