@@ -238,11 +238,10 @@ impl Val for HostVal<'_> {
 }
 
 impl cel::common::traits::Indexer for HostVal<'_> {
-    fn get<'b, 'v>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
+    fn get<'b, 'v>(&'b self, _idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
     where
         Self: 'v,
     {
-        let _ = idx;
         let call = HOST_CALL.with(|slot| slot.borrow_mut().take());
         let (op, args) =
             call.ok_or_else(|| ExecutionError::function_error("host", "malformed host request"))?;
@@ -309,10 +308,9 @@ pub(crate) fn call_host(
 
 fn dispatch(host: &dyn Host, op: HostOp, args: &[Value]) -> Result<Value, ExecutionError> {
     let bad = || ExecutionError::function_error("host", "malformed host request");
-    let rest = args;
     let name = op.function_name();
     let fail = |m: String| ExecutionError::function_error(name, m);
-    match (op, rest) {
+    match (op, args) {
         (HostOp::VerifyImageSignatures, [Value::String(img), attestors]) => host
             .verify_image_signatures(img, &json_list(attestors)?)
             .map(Value::Int)

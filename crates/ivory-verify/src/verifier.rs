@@ -150,11 +150,19 @@ impl Source {
 }
 
 /// The signatures of one digest: repository (maybe `source.repository`), tag prefix, family.
+#[derive(Clone)]
 struct SignatureLocation {
     repo: String,
     prefix: String,
     digest: String,
     family: Family,
+}
+
+impl SignatureLocation {
+    /// Repository and tag prefix: where signatures of any digest of the image are looked up.
+    fn repo_key(&self) -> String {
+        format!("{}|{}", self.repo, self.prefix)
+    }
 }
 
 /// Signature candidates, and the first registry error met while collecting them.
@@ -376,21 +384,20 @@ impl CosignVerifier {
         } else {
             Family::Signatures
         };
+        let at = SignatureLocation {
+            repo: signature_repo,
+            prefix,
+            digest,
+            family,
+        };
         let key = ResultKey {
-            digest: digest.clone(),
-            signature_repo: format!("{signature_repo}|{prefix}"),
+            digest: at.digest.clone(),
+            signature_repo: at.repo_key(),
             attestor: hash,
             attestation: predicate.clone(),
         };
         let load = || {
-            let this = self.clone();
-            let image = request.image.clone();
-            let at = SignatureLocation {
-                repo: signature_repo.clone(),
-                prefix: prefix.clone(),
-                digest: digest.clone(),
-                family,
-            };
+            let (this, image, at) = (self.clone(), request.image.clone(), at.clone());
             let (plan, predicate, creds) = (Arc::clone(&plan), predicate.clone(), creds.clone());
             async move {
                 this.load_verdict(&image, &at, &plan, predicate, &creds)
@@ -427,7 +434,7 @@ impl CosignVerifier {
             message: reason.clone(),
         })?;
         let shared = Instant::now() + SHARED_LOAD_CAP;
-        let hint_key = (format!("{}|{}", at.repo, at.prefix), at.family);
+        let hint_key = (at.repo_key(), at.family);
         let first = self
             .inner
             .found_in
@@ -892,14 +899,7 @@ async fn bounded<T>(
     let budget = deadline.saturating_duration_since(Instant::now());
     match tokio::time::timeout_at(deadline, fut).await {
         Ok(r) => r,
-        Err(_) => Err(VerifyError::DeadlineExceeded {
-            image: image.to_owned(),
-            registry: parse_reference(image)
-                .map(|r| r.registry().to_owned())
-                .unwrap_or_default(),
-            operation: operation.to_owned(),
-            budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
-        }),
+        Err(_) => Err(deadline_error(image, operation, budget)),
     }
 }
 

@@ -231,8 +231,7 @@ fn evaluate_attestors(
             out.push((compiled.attestor.clone(), compiled.json.clone()));
             continue;
         }
-        let mut json = serde_json::to_value(&compiled.attestor)
-            .map_err(|e| format!("attestor {name}: {e}"))?;
+        let mut json = compiled.json.clone();
         for (pointer, program) in &compiled.fields {
             let value = eval
                 .string(program)
