@@ -1,12 +1,11 @@
 //! The policies ivory serves during the run: one per image source, each requiring a cosign
 //! key signature on every container image it matches (Kyverno's verifyImageSignatures check).
 
+use ivory_testkit::policy::{VERIFY_SIGNATURES, key_attestor_yaml};
+
 /// An ImageValidatingPolicy for pods whose images match `glob`, verified with `key_pem`.
 pub fn key_policy(name: &str, glob: &str, key_pem: &str) -> String {
-    let key: String = key_pem
-        .lines()
-        .map(|l| format!("            {l}\n"))
-        .collect();
+    let attestors = key_attestor_yaml(key_pem);
     format!(
         "apiVersion: policies.kyverno.io/v1
 kind: ImageValidatingPolicy
@@ -27,17 +26,9 @@ spec:
     mutateDigest: true
     verifyDigest: true
     required: true
-  attestors:
-    - name: key
-      cosign:
-        key:
-          data: |
-{key}        ctlog:
-          insecureIgnoreTlog: true
-          insecureIgnoreSCT: true
-  validations:
+{attestors}  validations:
     - expression: >-
-        images.containers.map(image, verifyImageSignatures(image, [attestors.key])).all(e, e > 0)
+        {VERIFY_SIGNATURES}
       message: failed the image Signature verification
 "
     )

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, ensure};
 use ivory_e2e::{Cluster, create_namespace, run_ivory};
+use ivory_testkit::policy::{VERIFY_SIGNATURES, key_attestor_yaml};
 use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
@@ -45,8 +46,8 @@ fn manifest_digest(layout: &str) -> Result<String> {
 
 /// A key policy: the fixture cosign key must have signed every image of `host`.
 fn policy_yaml(host: &str) -> Result<String> {
-    let key = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))?;
-    let key: String = key.lines().map(|l| format!("            {l}\n")).collect();
+    let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))?;
+    let attestors = key_attestor_yaml(&pem);
     Ok(format!(
         "apiVersion: policies.kyverno.io/v1
 kind: ImageValidatingPolicy
@@ -61,17 +62,9 @@ spec:
         resources: [pods]
   matchImageReferences:
     - glob: \"{host}/*\"
-  attestors:
-    - name: key
-      cosign:
-        key:
-          data: |
-{key}        ctlog:
-          insecureIgnoreTlog: true
-          insecureIgnoreSCT: true
-  validations:
+{attestors}  validations:
     - expression: >-
-        images.containers.map(image, verifyImageSignatures(image, [attestors.key])).all(e, e > 0)
+        {VERIFY_SIGNATURES}
       message: unsigned image
 "
     ))

@@ -15,6 +15,7 @@ use anyhow::{Context, Result, bail, ensure};
 use ivory_e2e::{
     Cluster, FailureMatrix, IvoryServer, Row, eventually, report_path, run_ivory, unique_name,
 };
+use ivory_testkit::policy::{VERIFY_SIGNATURES, key_attestor_yaml};
 use ivory_testkit::{Harness, HarnessOptions, HungRegistry, RegistryHarness, TestPki};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -190,9 +191,9 @@ fn policy_yaml(
     message: &str,
     verify_digest: bool,
 ) -> String {
-    let key = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))
+    let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))
         .unwrap_or_default();
-    let key: String = key.lines().map(|l| format!("            {l}\n")).collect();
+    let attestors = key_attestor_yaml(&pem);
     // A CEL string literal inside a YAML block scalar.
     let literal = message.replace('\\', "\\\\").replace('\'', "\\'");
     let globs: String = hosts
@@ -220,17 +221,9 @@ spec:
         operations: [CREATE, UPDATE]
         resources: [pods]
   matchImageReferences:
-{globs}  attestors:
-    - name: key
-      cosign:
-        key:
-          data: |
-{key}        ctlog:
-          insecureIgnoreTlog: true
-          insecureIgnoreSCT: true
-  validations:
+{globs}{attestors}  validations:
     - expression: >-
-        images.containers.map(image, verifyImageSignatures(image, [attestors.key])).all(e, e > 0)
+        {VERIFY_SIGNATURES}
       message: {message}
       messageExpression: >-
         '{literal}: ' + images.containers.filter(i, verifyImageSignatures(i, [attestors.key]) == 0).join(', ')

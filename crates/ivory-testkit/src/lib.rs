@@ -22,6 +22,7 @@ mod error;
 mod fault;
 mod layout;
 mod pki;
+pub mod policy;
 mod push;
 mod registry;
 mod token;

@@ -209,18 +209,7 @@ spec:
 /// `attestors:` with the fixture P-256 key (signatures without transparency log).
 pub fn key_attestor() -> String {
     let pem = std::fs::read_to_string(fixtures().join("keys/cosign-p256.pub")).unwrap();
-    let indented: String = pem.lines().map(|l| format!("            {l}\n")).collect();
-    format!(
-        "  attestors:
-    - name: key
-      cosign:
-        key:
-          data: |
-{indented}        ctlog:
-          insecureIgnoreTlog: true
-          insecureIgnoreSCT: true
-"
-    )
+    ivory_testkit::policy::key_attestor_yaml(&pem)
 }
 
 /// Kyverno's verification check and message.
