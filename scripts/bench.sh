@@ -27,10 +27,6 @@ if [[ ! -x .tools/bin/cosign2 ]]; then
 fi
 
 cargo build --release -p ivory -p ivory-bench
-exec target/release/ivory-bench load \
-    --ivory target/release/ivory \
-    --null-webhook target/release/null-webhook \
-    --cosign .tools/bin/cosign2 \
-    --fixtures fixtures \
-    --out target/bench \
-    "$@"
+# ivory-bench's defaults are these paths (target/release/ivory, the null webhook beside it,
+# .tools/bin/cosign2, fixtures/, target/bench), so any of them can be overridden here.
+exec target/release/ivory-bench load "$@"
