@@ -1,5 +1,6 @@
 //! ivory's integration tests: the real `ivory` binary (`CARGO_BIN_EXE_ivory`) as a process.
 //!
+//! * `advisories`: Kyverno's published bypasses replayed against `ivory serve`.
 //! * `serve`: `ivory serve` over HTTPS with a CA the test makes, against the real registry.
 //! * `webhooks`: `ivory webhooks` output.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
@@ -9,6 +10,7 @@
 // Test helpers outside #[test] fns: failing fast is the point.
 #![allow(clippy::unwrap_used)]
 
+mod advisories;
 mod cli_apply;
 mod cli_audit;
 mod cli_util;
