@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 
+use ivory_cel::image::alternative_spellings;
 use ivory_cel::{Activation, NoHost};
 use ivory_policy::compiled::{CompiledPolicy, ImageMatcher};
 use serde_json::Value;
@@ -136,16 +137,39 @@ pub fn escape_pointer_token(token: &str) -> String {
 /// Whether `image` is selected by the policy's `matchImageReferences`: any glob or CEL
 /// expression (with `ref` bound to the image) matching selects it; an empty list selects every
 /// image. Entries are tried in order and the first evaluation error is returned.
+///
+/// The image is tried as written first (Kyverno), then under its other spellings
+/// ([`ivory_cel::image::alternative_spellings`]: canonical host, Docker Hub aliases and
+/// `library/`, Kyverno's normalised form), so `GHCR.IO/acme/app` or `busybox@sha256:…` cannot
+/// slip past a glob naming `ghcr.io/acme/*` or `docker.io/*`. Matching more images only ever
+/// means checking more images, so this is stricter than Kyverno on purpose.
 pub fn matches_image(policy: &CompiledPolicy, image: &str) -> Result<bool, MatchError> {
     if policy.image_matchers.is_empty() {
         return Ok(true);
     }
+    if matches_spelling(policy, image, image)? {
+        return Ok(true);
+    }
+    for spelling in alternative_spellings(image) {
+        if matches_spelling(policy, image, &spelling)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Whether one spelling of `image` is selected; errors name the image as written.
+fn matches_spelling(
+    policy: &CompiledPolicy,
+    image: &str,
+    spelling: &str,
+) -> Result<bool, MatchError> {
     for (index, matcher) in policy.image_matchers.iter().enumerate() {
         let matched = match matcher {
-            ImageMatcher::Glob { matcher, .. } => matcher.is_match(image),
+            ImageMatcher::Glob { matcher, .. } => matcher.is_match(spelling),
             ImageMatcher::Expression(program) => {
                 let mut act = Activation::new(&NoHost);
-                act.bind_json("ref", &Value::String(image.to_owned()));
+                act.bind_json("ref", &Value::String(spelling.to_owned()));
                 program
                     .evaluate_bool(&act)
                     .map_err(|e| MatchError::ImageReference {
