@@ -7,7 +7,10 @@
 //!   (`pkg/utils/api/image.go`), which adds ReplicationController.
 //!
 //! Both report every container list of the pod spec: `containers`, `initContainers` and
-//! `ephemeralContainers` (Kyverno's built-in CEL extractors also have all three keys). An
+//! `ephemeralContainers`, and the OCI images mounted as volumes (`spec.volumes[].image.reference`)
+//! under `imageVolumes`, the key Kyverno's built-in CEL extractors use. Kyverno's pinning
+//! extractor has no image volumes; ivory pins and checks them like containers, so a volume
+//! cannot bring in an image no policy looked at. An
 //! ivory improvement: when `requestResource` is not one of the known GVRs (e.g. a request made
 //! against `apps/v1beta1` and converted by the API server), the converted `resource` is tried
 //! too, since that is the version the object in the review is encoded in.
@@ -22,8 +25,16 @@ use serde_json::Value;
 use crate::admission::{AdmissionRequest, GroupVersionResource};
 use crate::matching::MatchError;
 
+/// Key of the images mounted as volumes (`spec.volumes[].image.reference`).
+pub const IMAGE_VOLUMES: &str = "imageVolumes";
+
 /// Keys of the image map, in the order pointers are reported.
-pub const CONTAINER_FIELDS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
+pub const IMAGE_FIELDS: [&str; 4] = [
+    "initContainers",
+    "containers",
+    "ephemeralContainers",
+    IMAGE_VOLUMES,
+];
 
 const POD_SPEC: &str = "/spec";
 const TEMPLATE_SPEC: &str = "/spec/template/spec";
@@ -59,8 +70,8 @@ fn pod_spec_for_kind(kind: &str) -> Option<&'static str> {
     }
 }
 
-/// The built-in `images` map for validation: `containers`, `initContainers` and
-/// `ephemeralContainers`, each always present for a known GVR (possibly empty), taken from
+/// The built-in `images` map for validation: `containers`, `initContainers`,
+/// `ephemeralContainers` and `imageVolumes`, each always present for a known GVR (possibly empty), taken from
 /// `object` or, when there is none (DELETE), `oldObject`. Unknown GVRs give an empty map: only
 /// `spec.images` extractors apply to them.
 pub fn builtin_images(req: &AdmissionRequest) -> BTreeMap<String, Vec<String>> {
@@ -69,10 +80,10 @@ pub fn builtin_images(req: &AdmissionRequest) -> BTreeMap<String, Vec<String>> {
     let Some(spec) = spec else {
         return BTreeMap::new();
     };
-    CONTAINER_FIELDS
+    IMAGE_FIELDS
         .iter()
         .map(|field| {
-            let images = containers(req.subject(), spec, field)
+            let images = images_in(req.subject(), spec, field)
                 .map(|(_, image)| image.to_owned())
                 .collect();
             ((*field).to_owned(), images)
@@ -87,21 +98,22 @@ pub struct ImageAt {
     pub pointer: String,
     /// The image exactly as written.
     pub image: String,
-    /// `containers`, `initContainers` or `ephemeralContainers`.
+    /// `containers`, `initContainers`, `ephemeralContainers` or `imageVolumes`.
     pub field: &'static str,
 }
 
-/// Every container image of `object` (of kind `kind`) with its JSON pointer, for digest
-/// pinning. Unknown kinds have none. Containers without a string `image` are skipped.
+/// Every container and image-volume image of `object` (of kind `kind`) with its JSON pointer,
+/// for digest pinning. Unknown kinds have none. Entries without a string image are skipped.
 pub fn image_pointers(object: &Value, kind: &str) -> Vec<ImageAt> {
     let Some(spec) = pod_spec_for_kind(kind) else {
         return Vec::new();
     };
-    CONTAINER_FIELDS
+    IMAGE_FIELDS
         .iter()
         .flat_map(|field| {
-            containers(Some(object), spec, field).map(move |(index, image)| ImageAt {
-                pointer: format!("{spec}/{}/{index}/image", escape_pointer_token(field)),
+            let (list, inner) = location(field);
+            images_in(Some(object), spec, field).map(move |(index, image)| ImageAt {
+                pointer: format!("{spec}/{}/{index}{inner}", escape_pointer_token(list)),
                 image: image.to_owned(),
                 field,
             })
@@ -109,21 +121,33 @@ pub fn image_pointers(object: &Value, kind: &str) -> Vec<ImageAt> {
         .collect()
 }
 
-/// `(index, image)` of each container in `<spec>/<field>` that has a string image.
-fn containers<'v>(
+/// `(list in the pod spec, pointer to the image inside one entry)` of an image-map key.
+fn location(field: &'static str) -> (&'static str, &'static str) {
+    if field == IMAGE_VOLUMES {
+        ("volumes", "/image/reference")
+    } else {
+        (field, "/image")
+    }
+}
+
+/// `(index, image)` of each entry of `<spec>/<list>` that has a string image; the index is the
+/// entry's position in the list (volumes without an image still count).
+fn images_in<'v>(
     object: Option<&'v Value>,
     spec: &str,
-    field: &str,
+    field: &'static str,
 ) -> impl Iterator<Item = (usize, &'v str)> {
+    let (list, inner) = location(field);
     object
         .and_then(|o| o.pointer(spec))
-        .and_then(|s| s.get(field))
+        .and_then(|s| s.get(list))
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .enumerate()
-        .filter_map(|(i, c)| {
-            c.get("image")
+        .filter_map(move |(i, entry)| {
+            entry
+                .pointer(inner)
                 .and_then(Value::as_str)
                 .map(|image| (i, image))
         })

@@ -16,7 +16,53 @@ fn map(init: &[&str], containers: &[&str], eph: &[&str]) -> BTreeMap<String, Vec
         ("containers".to_owned(), owned(containers)),
         ("initContainers".to_owned(), owned(init)),
         ("ephemeralContainers".to_owned(), owned(eph)),
+        ("imageVolumes".to_owned(), Vec::new()),
     ])
+}
+
+/// `req`'s pod spec (at `spec`) with two image volumes around a non-image volume.
+fn with_image_volumes(mut req: crate::admission::AdmissionRequest, spec: &str) -> crate::admission::AdmissionRequest {
+    let volumes = json!([
+        {"name": "models", "image": {"reference": "ghcr.io/acme/models:v1", "pullPolicy": "IfNotPresent"}},
+        {"name": "scratch", "emptyDir": {}},
+        {"name": "tools", "image": {"reference": format!("TOOLS.example.com:443/kit@{DIG}")}},
+        {"name": "broken", "image": {}},
+    ]);
+    let object = req.object.as_mut().unwrap();
+    object.pointer_mut(spec).unwrap()["volumes"] = volumes;
+    req
+}
+
+#[test]
+fn image_volumes_are_extracted_like_containers() {
+    let tools = format!("TOOLS.example.com:443/kit@{DIG}");
+    for (file, spec) in [
+        ("pod-create.json", "/spec"),
+        ("deployment-create.json", "/spec/template/spec"),
+        ("cronjob-create.json", "/spec/jobTemplate/spec/template/spec"),
+    ] {
+        let req = with_image_volumes(request(file), spec);
+        assert_eq!(
+            builtin_images(&req)["imageVolumes"],
+            vec!["ghcr.io/acme/models:v1".to_owned(), tools.clone()],
+            "{file}"
+        );
+        let object = req.object.unwrap();
+        let kind = object["kind"].as_str().unwrap().to_owned();
+        let volumes: Vec<(String, String, &str)> = image_pointers(&object, &kind)
+            .into_iter()
+            .filter(|at| at.field == IMAGE_VOLUMES)
+            .map(|at| (at.pointer, at.image, at.field))
+            .collect();
+        assert_eq!(
+            volumes,
+            vec![
+                (format!("{spec}/volumes/0/image/reference"), "ghcr.io/acme/models:v1".to_owned(), IMAGE_VOLUMES),
+                (format!("{spec}/volumes/2/image/reference"), tools.clone(), IMAGE_VOLUMES),
+            ],
+            "{file}"
+        );
+    }
 }
 
 #[test]
