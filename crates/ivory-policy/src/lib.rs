@@ -8,6 +8,7 @@
 mod autogen;
 mod compile;
 pub mod compiled;
+pub mod ephemeral;
 mod error;
 mod glob;
 mod load;

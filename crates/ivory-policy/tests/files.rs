@@ -84,8 +84,9 @@ fn kyverno_examples_load_unchanged() {
         g.autogen[1].match_conditions[0].program.source(),
         "has(object.spec.jobTemplate.spec.template.metadata.labels) && has(object.spec.jobTemplate.spec.template.metadata.labels.prod) && object.spec.jobTemplate.spec.template.metadata.labels.prod == 'true'"
     );
-    // (i) ephemeral containers disable autogen; (l) deployments policy is not autogen'd.
-    assert!(find(&report, "ivpol-ephemeral").autogen.is_empty());
+    // (i) listing pods/ephemeralcontainers keeps autogen (Kyverno #17427; it disabled it
+    // before); (l) deployments policy is not autogen'd.
+    assert_eq!(find(&report, "ivpol-ephemeral").autogen.len(), 2);
     assert!(find(&report, "ivpol-report-admission").autogen.is_empty());
     // (j) namespaced.
     let j = find(&report, "nivpol-deny");

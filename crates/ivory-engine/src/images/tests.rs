@@ -21,7 +21,10 @@ fn map(init: &[&str], containers: &[&str], eph: &[&str]) -> BTreeMap<String, Vec
 }
 
 /// `req`'s pod spec (at `spec`) with two image volumes around a non-image volume.
-fn with_image_volumes(mut req: crate::admission::AdmissionRequest, spec: &str) -> crate::admission::AdmissionRequest {
+fn with_image_volumes(
+    mut req: crate::admission::AdmissionRequest,
+    spec: &str,
+) -> crate::admission::AdmissionRequest {
     let volumes = json!([
         {"name": "models", "image": {"reference": "ghcr.io/acme/models:v1", "pullPolicy": "IfNotPresent"}},
         {"name": "scratch", "emptyDir": {}},
@@ -39,7 +42,10 @@ fn image_volumes_are_extracted_like_containers() {
     for (file, spec) in [
         ("pod-create.json", "/spec"),
         ("deployment-create.json", "/spec/template/spec"),
-        ("cronjob-create.json", "/spec/jobTemplate/spec/template/spec"),
+        (
+            "cronjob-create.json",
+            "/spec/jobTemplate/spec/template/spec",
+        ),
     ] {
         let req = with_image_volumes(request(file), spec);
         assert_eq!(
@@ -57,8 +63,16 @@ fn image_volumes_are_extracted_like_containers() {
         assert_eq!(
             volumes,
             vec![
-                (format!("{spec}/volumes/0/image/reference"), "ghcr.io/acme/models:v1".to_owned(), IMAGE_VOLUMES),
-                (format!("{spec}/volumes/2/image/reference"), tools.clone(), IMAGE_VOLUMES),
+                (
+                    format!("{spec}/volumes/0/image/reference"),
+                    "ghcr.io/acme/models:v1".to_owned(),
+                    IMAGE_VOLUMES
+                ),
+                (
+                    format!("{spec}/volumes/2/image/reference"),
+                    tools.clone(),
+                    IMAGE_VOLUMES
+                ),
             ],
             "{file}"
         );
@@ -406,8 +420,14 @@ fn spellings_of_one_image_are_all_matched() {
         ("ghcr.io/acme/*", "GHCR.IO/acme/app:v1".to_owned()),
         ("docker.io/*", format!("busybox@{DIG}")),
         ("docker.io/*", format!("library/busybox@{DIG}")),
-        ("docker.io/*", format!("index.docker.io/library/busybox@{DIG}")),
-        ("docker.io/*", format!("registry-1.docker.io/library/busybox@{DIG}")),
+        (
+            "docker.io/*",
+            format!("index.docker.io/library/busybox@{DIG}"),
+        ),
+        (
+            "docker.io/*",
+            format!("registry-1.docker.io/library/busybox@{DIG}"),
+        ),
         ("docker.io/library/busybox:*", "busybox".to_owned()),
     ];
     for (pattern, image) in &cases {
@@ -418,10 +438,17 @@ fn spellings_of_one_image_are_all_matched() {
             &format!("ref.startsWith('{prefix}')"),
             &["ref"],
         ))]);
-        assert!(matches_image(&by_expr, image).unwrap(), "expr {prefix} {image}");
+        assert!(
+            matches_image(&by_expr, image).unwrap(),
+            "expr {prefix} {image}"
+        );
     }
     let other = policy_with(vec![glob("ghcr.io/acme/*")]);
-    for image in ["ghcr.io/acmex/app", "ghcr.io:5000/acme/app", "evil.io/ghcr.io/acme/app"] {
+    for image in [
+        "ghcr.io/acmex/app",
+        "ghcr.io:5000/acme/app",
+        "evil.io/ghcr.io/acme/app",
+    ] {
         assert!(!matches_image(&other, image).unwrap(), "{image}");
     }
     // The images map keeps the string as written; only the selection uses the spellings.

@@ -498,12 +498,19 @@ async fn ephemeral_containers_are_pinned() {
             format!("docker.io/busybox:debug@{}", digest('f'))
         )]
     );
-    assert_eq!(fake.calls(), vec![("docker.io/busybox:debug".to_owned(), false)]);
+    assert_eq!(
+        fake.calls(),
+        vec![("docker.io/busybox:debug".to_owned(), false)]
+    );
 }
 
 /// A request whose pod spec (at `spec`) has `images` as containers and `volumes` as image
 /// volumes.
-fn pod_with(file: &str, containers: &[&str], volumes: &[&str]) -> crate::admission::AdmissionRequest {
+fn pod_with(
+    file: &str,
+    containers: &[&str],
+    volumes: &[&str],
+) -> crate::admission::AdmissionRequest {
     let mut req = request(file);
     let spec = req.object.as_mut().unwrap().pointer_mut("/spec").unwrap();
     spec["initContainers"] = json!([]);
@@ -531,7 +538,10 @@ async fn canonical_spellings_are_pinned() {
     p.image_matchers = vec![glob("ghcr.io/acme/*"), glob("docker.io/library/*")];
     let req = pod_with(
         "pod-create.json",
-        &["GHCR.IO:443/acme/app:v1", "index.docker.io/library/busybox:1.36"],
+        &[
+            "GHCR.IO:443/acme/app:v1",
+            "index.docker.io/library/busybox:1.36",
+        ],
         &[],
     );
     let d = mutate(&fake, &[&p], &req, None, later(10)).await;
@@ -539,7 +549,10 @@ async fn canonical_spellings_are_pinned() {
     assert_eq!(
         d.patch,
         vec![
-            op("/spec/containers/0/image", format!("GHCR.IO:443/acme/app:v1@{}", digest('1'))),
+            op(
+                "/spec/containers/0/image",
+                format!("GHCR.IO:443/acme/app:v1@{}", digest('1'))
+            ),
             op(
                 "/spec/containers/1/image",
                 format!("index.docker.io/library/busybox:1.36@{}", digest('2'))
@@ -575,7 +588,11 @@ async fn malformed_images_are_a_policy_error_per_failure_policy() {
     let mut p = pod_policy("pin");
     // Not matched by the glob, and still an error: Kyverno fails the whole extraction.
     p.image_matchers = vec![glob("ghcr.io/acme/*")];
-    let req = pod_with("pod-create.json", &["nginx", "GHCR.IO/Acme/App:v1"], &["bad image"]);
+    let req = pod_with(
+        "pod-create.json",
+        &["nginx", "GHCR.IO/Acme/App:v1"],
+        &["bad image"],
+    );
     let d = mutate(&fake, &[&p], &req, None, later(10)).await;
     assert!(!d.allowed);
     assert!(d.patch.is_empty());
@@ -594,7 +611,9 @@ async fn malformed_images_are_a_policy_error_per_failure_policy() {
     let d = mutate(&fake, &[&p], &req, None, later(10)).await;
     assert!(d.allowed);
     assert_eq!(
-        d.audit_annotations.get(AUDIT_UNPINNED_IMAGES).map(String::as_str),
+        d.audit_annotations
+            .get(AUDIT_UNPINNED_IMAGES)
+            .map(String::as_str),
         Some("GHCR.IO/Acme/App:v1,bad image")
     );
     assert_eq!(d.warnings.len(), 2, "{:?}", d.warnings);
