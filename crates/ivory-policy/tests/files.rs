@@ -131,3 +131,42 @@ fn default_policy_file_matches_embedded() {
     assert_eq!(report.policies[0].hash, embedded.hash);
     assert_eq!(embedded.origin.file, None);
 }
+
+/// The shipped policies list `pods/ephemeralcontainers` (so Kyverno registers `kubectl debug`
+/// too), keep their autogen variants, and verify every image a pod runs.
+#[test]
+fn shipped_policies_cover_every_image_of_a_pod() {
+    let mut policies = load_path(repo_path("../../policies/samples")).policies;
+    policies.push(ivory_policy::default_policy());
+    for p in &policies {
+        let rules = &p
+            .spec
+            .match_constraints
+            .as_ref()
+            .expect("rules")
+            .resource_rules;
+        assert!(
+            rules
+                .iter()
+                .all(|r| r.resources.iter().any(|x| x == "pods/ephemeralcontainers")),
+            "{}",
+            p.name
+        );
+        assert!(!p.autogen.is_empty(), "{} lost autogen", p.name);
+        for v in p
+            .validations
+            .iter()
+            .filter(|v| v.expression.source().contains("images."))
+        {
+            let source = v.expression.source();
+            for key in [
+                "containers",
+                "initContainers",
+                "ephemeralContainers",
+                "imageVolumes",
+            ] {
+                assert!(source.contains(key), "{}: {key} not verified", p.name);
+            }
+        }
+    }
+}
