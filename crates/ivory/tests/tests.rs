@@ -1,6 +1,8 @@
 //! ivory's integration tests: the real `ivory` binary (`CARGO_BIN_EXE_ivory`) as a process.
 //!
 //! * `serve`: `ivory serve` over HTTPS with a CA the test makes, against the real registry.
+//! * `serve_images`: every image of a pod is judged (spellings, `kubectl debug`, image volumes,
+//!   malformed images).
 //! * `webhooks`: `ivory webhooks` output.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
 //!   (`cli_util`: running them, pushing fixtures).
@@ -14,5 +16,6 @@ mod cli_audit;
 mod cli_util;
 mod cli_verify;
 mod serve;
+mod serve_images;
 mod util;
 mod webhooks;
