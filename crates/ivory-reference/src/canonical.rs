@@ -127,7 +127,13 @@ pub fn canonical(image: &str) -> Cow<'_, str> {
     if !needs_library && parts.host == Some(host.as_ref()) {
         return Cow::Borrowed(image);
     }
-    Cow::Owned(render(&host, parts.path, needs_library, parts.tag, parts.digest))
+    Cow::Owned(render(
+        &host,
+        parts.path,
+        needs_library,
+        parts.tag,
+        parts.digest,
+    ))
 }
 
 fn render(
