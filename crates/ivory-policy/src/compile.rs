@@ -7,7 +7,6 @@ use ivory_cel::{CompileError, Program, Scope};
 use regex::Regex;
 use sha2::{Digest, Sha256};
 
-use crate::autogen;
 use crate::compiled::{
     CompiledAttestor, CompiledAuditAnnotation, CompiledPolicy, CompiledValidation, ImageMatcher,
     NamedProgram, Origin,
@@ -17,6 +16,7 @@ use crate::types::{
     API_GROUP, API_VERSIONS, Attestor, NamedExpression, PolicyDocument, PolicyKind, PolicySpec,
 };
 use crate::validate;
+use crate::{autogen, ephemeral};
 
 /// Variables bound in `matchConditions`.
 const MATCH_CONDITION_VARS: [&str; 4] = ["object", "oldObject", "request", "namespaceObject"];
@@ -161,7 +161,11 @@ fn compile_spec(
     let validations = cel.validations(&spec);
     let audit_annotations = cel.audit_annotations(&spec);
     let attestors = cel.attestors(spec.attestors.as_deref().unwrap_or_default());
-    let match_constraints = spec.match_constraints.clone().unwrap_or_default();
+    let mut match_constraints = spec.match_constraints.clone().unwrap_or_default();
+    match_constraints.resource_rules =
+        ephemeral::with_ephemeral_containers(match_constraints.resource_rules);
+    match_constraints.exclude_resource_rules =
+        ephemeral::with_ephemeral_containers(match_constraints.exclude_resource_rules);
     CompiledPolicy {
         kind: head.kind,
         name: head.name.clone(),

@@ -2,6 +2,8 @@
 //!
 //! * `advisories`: Kyverno's published bypasses replayed against `ivory serve`.
 //! * `serve`: `ivory serve` over HTTPS with a CA the test makes, against the real registry.
+//! * `serve_images`: every image of a pod is judged (spellings, `kubectl debug`, image volumes,
+//!   malformed images).
 //! * `webhooks`: `ivory webhooks` output.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
 //!   (`cli_util`: running them, pushing fixtures).
@@ -16,5 +18,6 @@ mod cli_audit;
 mod cli_util;
 mod cli_verify;
 mod serve;
+mod serve_images;
 mod util;
 mod webhooks;

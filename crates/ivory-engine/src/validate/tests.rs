@@ -1173,3 +1173,148 @@ async fn example_o_image_metadata() {
         );
     }
 }
+
+#[tokio::test]
+async fn other_spellings_of_a_matched_image_are_verified() {
+    let pol = pod_policy("sig", &no_digest(VERIFY_ALL));
+    let denied = "Policy sig failed: failed the image Signature verification";
+    for image in [
+        "GHCR.IO/kyverno/test-verify-image:unsigned",
+        "ghcr.io:443/kyverno/test-verify-image:unsigned",
+        "ghcr.io:0443/kyverno/test-verify-image@sha256:abababababababababababababababababababababababababababababababab",
+    ] {
+        let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+        let d = run(&verifier, &[&pol], &create(&[image])).await;
+        assert_eq!(d.message.as_deref(), Some(denied), "{image}");
+        assert_eq!(verifier.calls(), 1, "{image}");
+        // The verifier is asked about the image as written: that is what the kubelet pulls.
+        let asked = verifier.requests.lock().unwrap()[0].image.clone();
+        assert_eq!(asked, image);
+    }
+    // Docker Hub aliases and `library/` against a glob naming docker.io.
+    let hub = policy(
+        "hub",
+        &format!(
+            "{PODS}matchImageReferences:\n- glob: 'docker.io/library/*'\n{}{}",
+            attestors(&["cosign"]),
+            no_digest(VERIFY_ALL)
+        ),
+    );
+    for image in [
+        "busybox@sha256:abababababababababababababababababababababababababababababababab",
+        "library/busybox:1",
+        "index.docker.io/library/busybox:1",
+        "registry-1.docker.io/library/busybox:1",
+    ] {
+        let verifier = FakeVerifier::new();
+        let d = run(&verifier, &[&hub], &create(&[image])).await;
+        assert!(!d.allowed, "{image}");
+        assert_eq!(verifier.calls(), 1, "{image}");
+    }
+}
+
+/// A Pod CREATE with `app` containers and `volumes` as image volumes.
+fn pod_with_volumes(app: &[&str], volumes: &[&str]) -> AdmissionRequest {
+    let mut req = create(app);
+    let spec = req
+        .object
+        .as_mut()
+        .and_then(|o| o.pointer_mut("/spec"))
+        .expect("spec");
+    spec["volumes"] = volumes
+        .iter()
+        .enumerate()
+        .map(|(i, image)| json!({"name": format!("v{i}"), "image": {"reference": image}}))
+        .collect();
+    req
+}
+
+#[tokio::test]
+async fn image_volumes_are_verified_and_required() {
+    // CEL sees them under Kyverno's key.
+    let all = pod_policy(
+        "volumes",
+        &no_digest(
+            "validations:\n- expression: (images.containers + images.imageVolumes).map(i, verifyImageSignatures(i, [attestors.cosign])).all(e, e > 0)\n  message: unsigned\n",
+        ),
+    );
+    let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+    let d = run(
+        &verifier,
+        &[&all],
+        &pod_with_volumes(&[SIGNED], &[UNSIGNED]),
+    )
+    .await;
+    assert_eq!(
+        d.message.as_deref(),
+        Some("Policy volumes failed: unsigned")
+    );
+    let d = run(&verifier, &[&all], &pod_with_volumes(&[SIGNED], &[SIGNED])).await;
+    assert!(d.allowed, "{:?}", d.message);
+    // A policy that only looks at containers still needs the volume verified (`required`).
+    let containers_only = pod_policy(
+        "containers-only",
+        &no_digest(
+            "validations:\n- expression: images.containers.map(i, verifyImageSignatures(i, [attestors.cosign])).all(e, e > 0)\n",
+        ),
+    );
+    let d = run(
+        &verifier,
+        &[&containers_only],
+        &pod_with_volumes(&[SIGNED], &[UNSIGNED]),
+    )
+    .await;
+    assert_eq!(
+        d.message,
+        Some(format!(
+            "Policy containers-only failed: image {UNSIGNED} is not verified: no policy performed a signature or attestation check on it"
+        ))
+    );
+    // verifyDigest covers them too.
+    let digests = pod_policy(
+        "digests",
+        "validationConfigurations:\n  verifyDigest: true\n  required: false\nvalidations:\n- expression: 'true'\n",
+    );
+    let d = run(
+        &FakeVerifier::new(),
+        &[&digests],
+        &pod_with_volumes(&[PINNED], &[UNSIGNED]),
+    )
+    .await;
+    assert_eq!(
+        d.message,
+        Some(format!(
+            "Policy digests failed: image {UNSIGNED} does not have a digest"
+        ))
+    );
+}
+
+#[tokio::test]
+async fn a_pods_rule_covers_kubectl_debug() {
+    // The rule names only `pods`; `kubectl debug` writes the ephemeralcontainers subresource.
+    let pol = policy(
+        "pods-only",
+        &format!(
+            "matchConstraints:\n  resourceRules:\n  - apiGroups: ['']\n    apiVersions: ['v1']\n    operations: ['CREATE']\n    resources: ['pods']\nmatchImageReferences:\n- glob: 'ghcr.io/*'\n{}{}",
+            attestors(&["cosign"]),
+            no_digest(VERIFY_ALL)
+        ),
+    );
+    let mut debug = pod("UPDATE", &[SIGNED], &[], &[UNSIGNED], json!({}));
+    debug.sub_resource = Some("ephemeralcontainers".to_owned());
+    debug.request_sub_resource = Some("ephemeralcontainers".to_owned());
+    let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+    let d = run(&verifier, &[&pol], &debug).await;
+    assert_eq!(
+        d.message.as_deref(),
+        Some("Policy pods-only failed: failed the image Signature verification")
+    );
+    // A plain Pod UPDATE is still outside a CREATE-only rule.
+    let d = run(
+        &verifier,
+        &[&pol],
+        &pod("UPDATE", &[UNSIGNED], &[], &[], json!({})),
+    )
+    .await;
+    assert!(d.allowed && d.results.is_empty());
+}

@@ -48,7 +48,10 @@ fn default_policy_basic_webhooks() {
     // The pod rule plus the autogen rules for controllers and cronjobs.
     let rules = hook["rules"].as_array().unwrap();
     let resources: Vec<&Value> = rules.iter().map(|r| &r["resources"]).collect();
-    assert!(resources.contains(&&json!(["pods"])), "{rules:?}");
+    assert!(
+        resources.contains(&&json!(["pods", "pods/ephemeralcontainers"])),
+        "{rules:?}"
+    );
     assert!(resources.contains(&&json!(["cronjobs"])), "{rules:?}");
     assert!(
         resources.contains(&&json!([
@@ -154,4 +157,36 @@ fn compatible_match_conditions_are_offloaded_with_autogen() {
 
 fn names_of(v: &Value) -> Vec<String> {
     names(v).into_iter().map(str::to_owned).collect()
+}
+
+/// `kubectl debug` (UPDATE of pods/ephemeralcontainers) reaches ivory for every policy that
+/// selects pods, in both stages, even when the policy lists only `pods`.
+#[test]
+fn pod_policies_register_the_ephemeral_containers_subresource() {
+    let opts = Options::for_service("ivory", "ivory", 443);
+    let basic = policy("ImageValidatingPolicy", "basic", "");
+    let fine = policy(
+        "NamespacedImageValidatingPolicy",
+        "fine",
+        "  webhookConfiguration:\n    timeoutSeconds: 5\n",
+    );
+    let (m, v) = generate(&[basic, fine], &opts);
+    for cfg in [&m, &v] {
+        let hooks = cfg["webhooks"].as_array().unwrap();
+        assert_eq!(hooks.len(), 2, "{cfg:#}");
+        for hook in hooks {
+            let rules = hook["rules"].as_array().unwrap();
+            assert!(
+                rules.contains(&json!({
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["UPDATE"],
+                    "resources": ["pods/ephemeralcontainers"],
+                    "scope": "*",
+                })),
+                "{}: {rules:#?}",
+                hook["name"]
+            );
+        }
+    }
 }
