@@ -14,5 +14,6 @@ mod cli_audit;
 mod cli_util;
 mod cli_verify;
 mod serve;
+mod serve_bypass;
 mod util;
 mod webhooks;
