@@ -327,7 +327,13 @@ impl NamespaceSource for Namespaces {
             }
             let api = Api::<Namespace>::all(self.client.clone()?);
             match tokio::time::timeout_at(deadline, api.get_opt(name)).await {
-                Ok(Ok(Some(ns))) => namespace_value(&ns),
+                Ok(Ok(Some(ns))) => {
+                    tracing::info!(
+                        namespace = name,
+                        "namespace not seen by the watch yet; read from the API"
+                    );
+                    namespace_value(&ns)
+                }
                 Ok(Ok(None)) => {
                     tracing::warn!(namespace = name, "namespace not found in the API");
                     None
