@@ -174,6 +174,48 @@ async fn namespaces_carry_their_real_labels_and_unknown_ones_are_unknown() {
     assert_eq!(source.namespace("new", deadline).await, None);
 }
 
+/// A client whose API server knows Namespace `fresh` (labelled `tier: prod`) and nothing
+/// else, and never answers for `hung`.
+fn fake_api() -> Client {
+    let service = tower::service_fn(|req: axum::http::Request<kube::client::Body>| async move {
+        let path = req.uri().path().to_owned();
+        if path.ends_with("/hung") {
+            std::future::pending::<()>().await;
+        }
+        let (status, body) = if path == "/api/v1/namespaces/fresh" {
+            let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+                            "metadata": {"name": "fresh", "labels": {"tier": "prod"}}});
+            (200, ns)
+        } else {
+            let status = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                                "reason": "NotFound", "code": 404, "message": "not found"});
+            (404, status)
+        };
+        let response = axum::http::Response::builder()
+            .status(status)
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(body.to_string()));
+        Ok::<_, axum::http::Error>(response?)
+    });
+    Client::new(service, "default")
+}
+
+#[tokio::test]
+async fn namespaces_the_watch_has_not_seen_are_read_from_the_api_within_the_deadline() {
+    let mut source = source_with(vec![], vec![]);
+    source.client = Some(fake_api());
+    let namespaces = source.namespace_source();
+    let deadline = Instant::now() + std::time::Duration::from_secs(5);
+    let fresh = namespaces.namespace("fresh", deadline).await.unwrap();
+    assert_eq!(fresh["metadata"]["labels"]["tier"], "prod");
+    assert_eq!(fresh["kind"], "Namespace");
+    assert_eq!(namespaces.namespace("missing", deadline).await, None);
+    let start = Instant::now();
+    let short = start + std::time::Duration::from_millis(200);
+    assert_eq!(namespaces.namespace("hung", short).await, None);
+    assert!(start.elapsed() < std::time::Duration::from_secs(2));
+}
+
 fn docker_secret(namespace: &str, name: &str, host: &str) -> Secret {
     let auth = base64::engine::general_purpose::STANDARD.encode("user:pass");
     let config = json!({"auths": {host: {"auth": auth}}}).to_string();
