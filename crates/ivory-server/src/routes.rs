@@ -306,26 +306,8 @@ async fn answer(
     let decision = match credentials_verdict(&unusable) {
         Some(denial) => denial,
         None => {
-            let run = run_engine(
-                state,
-                call.stage,
-                &selected,
-                req,
-                ns_object.as_ref(),
-                budget,
-            );
-            let mut decision = match AssertUnwindSafe(run).catch_unwind().await {
-                Ok(decision) => decision,
-                Err(panic) => {
-                    state.metrics.panicked(call.label);
-                    tracing::error!(route = call.label, uid = %req.uid, panic = %panic_text(panic.as_ref()), "policy evaluation panicked");
-                    let message = format!(
-                        "ivory: internal error evaluating policy {}",
-                        policy_names(&selected)
-                    );
-                    failure_decision(&selected, message)
-                }
-            };
+            let mut decision =
+                evaluate(state, call, &selected, req, ns_object.as_ref(), budget).await;
             decision
                 .warnings
                 .extend(unusable.iter().map(|(_, why)| why.clone()));
@@ -371,6 +353,30 @@ fn log_admission(
         denial = decision.message.as_deref().unwrap_or(""),
         "admission"
     );
+}
+
+/// Runs the engine; a panic in it is counted and answered by the policies' failure policy.
+async fn evaluate(
+    state: &AppState,
+    call: Call,
+    selected: &[&CompiledPolicy],
+    req: &AdmissionRequest,
+    ns_object: Option<&Value>,
+    budget: Budget,
+) -> Decision {
+    let run = run_engine(state, call.stage, selected, req, ns_object, budget);
+    match AssertUnwindSafe(run).catch_unwind().await {
+        Ok(decision) => decision,
+        Err(panic) => {
+            state.metrics.panicked(call.label);
+            tracing::error!(route = call.label, uid = %req.uid, panic = %panic_text(panic.as_ref()), "policy evaluation panicked");
+            let message = format!(
+                "ivory: internal error evaluating policy {}",
+                policy_names(selected)
+            );
+            failure_decision(selected, message)
+        }
+    }
 }
 
 /// Runs the engine under a backstop: the engine promises to return by the deadline, and if it
