@@ -191,11 +191,10 @@ fn fake_api() -> Client {
                                 "reason": "NotFound", "code": 404, "message": "not found"});
             (404, status)
         };
-        let response = axum::http::Response::builder()
+        axum::http::Response::builder()
             .status(status)
             .header("content-type", "application/json")
-            .body(axum::body::Body::from(body.to_string()));
-        Ok::<_, axum::http::Error>(response?)
+            .body(axum::body::Body::from(body.to_string()))
     });
     Client::new(service, "default")
 }
