@@ -47,6 +47,7 @@ pub fn compile(doc: &PolicyDocument, origin: Origin) -> Result<CompiledPolicy, V
     let kind = header(doc, &mut errs);
     if let Some(kind) = kind {
         validate::metadata(kind, &doc.metadata, &mut errs);
+        validate::credentials_scope(kind, &doc.metadata, &doc.spec, &mut errs);
     }
     validate::spec(&doc.spec, &mut errs);
     let Some(kind) = kind else {

@@ -18,6 +18,7 @@ mod cli_audit;
 mod cli_util;
 mod cli_verify;
 mod serve;
+mod serve_bypass;
 mod serve_images;
 mod util;
 mod webhooks;

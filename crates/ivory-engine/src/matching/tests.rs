@@ -329,6 +329,23 @@ fn namespace_selector() {
 }
 
 #[test]
+fn unknown_namespace_labels_leave_the_selector_to_the_api_server() {
+    let mut pod = request("pod-create.json");
+    let name_only = namespace(json!({"kubernetes.io/metadata.name": "default"}));
+    let mut p = policy("p", vec![rule(&["*"], &["*"], &["*"], &["*"])]);
+    p.match_constraints.namespace_selector = Some(selector(&[("env", "prod")], vec![]));
+    // Known labels are judged by ivory.
+    assert!(!matches_constraints(&p, &pod, Some(&name_only)).unwrap());
+    // Unknown labels: the API server selected the request for this policy's webhook.
+    pod.namespace_labels_unknown = true;
+    assert!(matches_constraints(&p, &pod, Some(&name_only)).unwrap());
+    assert!(matches_constraints(&p, &pod, None).unwrap());
+    // The other constraints still apply.
+    p.match_constraints.resource_rules = vec![rule(&["*"], &["apps"], &["v1"], &["deployments"])];
+    assert!(!matches_constraints(&p, &pod, Some(&name_only)).unwrap());
+}
+
+#[test]
 fn object_selector_uses_object_or_old_object() {
     let mut p = policy("p", vec![rule(&["*"], &[""], &["v1"], &["pods"])]);
     p.match_constraints.object_selector = Some(selector(&[("app", "web")], vec![]));

@@ -113,7 +113,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
 
     let mut state = AppState::new(Arc::new(verifier), store, metrics);
-    state.namespaces = kube.map(|k| k.namespace_source());
+    state.namespaces = kube.as_ref().map(|k| k.namespace_source());
+    state.credentials = kube.as_ref().map(|k| k.credential_source());
     state.body_limit = args.body_limit;
     let opts = ServeOptions {
         addr: args.listen,
