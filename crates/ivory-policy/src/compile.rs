@@ -32,6 +32,9 @@ const KUBERNETES_VARS: [&str; 8] = [
     "attestations",
 ];
 /// Variables bound in `evaluation.mode: JSON`.
+/// Variables bound to what the policy declares rather than to the request: the CEL cost
+/// estimate does not size them by the request.
+const POLICY_DEFINED_VARS: [&str; 2] = ["attestors", "attestations"];
 const JSON_VARS: [&str; 4] = ["object", "images", "attestors", "attestations"];
 
 /// Kyverno CEL libraries ivory does not implement, recognised in expressions that fail to compile.
@@ -144,7 +147,8 @@ fn compile_spec(
             }
             .iter()
             .copied(),
-        ),
+        )
+        .policy_defined(POLICY_DEFINED_VARS),
         variables: spec.variables.iter().map(|v| v.name.clone()).collect(),
         attestors: spec
             .attestors
