@@ -11,7 +11,7 @@
 use cel::IdedExpr;
 use cel::common::ast::{CallExpr, ComprehensionExpr, EntryExpr, Expr, LiteralValue, operators};
 
-use super::instrument::{ITERATION, REPLACE, SIZE};
+use super::instrument::{ITERATION, REPLACE, SIZE, is_builder};
 use super::{
     BYTES_PER_UNIT, MAX_INPUT_BYTES, MIN_ELEMENT_BYTES, POLICY_VALUE_BYTES, POLICY_VALUE_ITEMS,
 };
@@ -56,6 +56,13 @@ const POLICY_VALUE: Bound = Bound {
     kind: Kind::Unknown,
     items: POLICY_VALUE_ITEMS,
     bytes: POLICY_VALUE_BYTES,
+};
+
+/// `lists.range(n)`: the extension refuses more than a million elements.
+const RANGE: Bound = Bound {
+    kind: Kind::List,
+    items: 1_000_000,
+    bytes: 8_000_000,
 };
 
 const REQUEST: Bound = Bound {
@@ -206,8 +213,9 @@ impl Estimator<'_> {
     }
 
     fn call(&mut self, call: &CallExpr) -> Est {
-        let target = call.target.as_deref().map(|t| self.walk(t));
-        let args: Vec<Est> = call.args.iter().map(|a| self.walk(a)).collect();
+        let strings = takes_strings(&call.func_name);
+        let target = call.target.as_deref().map(|t| self.operand(t, strings));
+        let args: Vec<Est> = call.args.iter().map(|a| self.operand(a, strings)).collect();
         let inputs = || target.iter().chain(&args);
         let cost = inputs().fold(0u64, |sum, e| sum.saturating_add(e.cost));
         let last = args.last().map_or(SCALAR, |a| a.bound);
@@ -229,7 +237,18 @@ impl Estimator<'_> {
                 args.first()
                     .map_or(SCALAR, |a| Bound::unknown(a.bound.bytes)),
             ),
+            "range" => (0, range(&call.args)),
             name if yields_scalar(name) => (0, SCALAR),
+            name if is_builder(name) => (
+                0,
+                inputs()
+                    .map(|e| e.bound)
+                    .reduce(Bound::plus)
+                    .map_or(SCALAR, |b| Bound {
+                        kind: Kind::Unknown,
+                        ..b
+                    }),
+            ),
             _ => (
                 0,
                 inputs()
@@ -241,6 +260,25 @@ impl Estimator<'_> {
         Est {
             cost: cost.saturating_add(own),
             bound,
+        }
+    }
+
+    /// An operand of a call; a string function's operands are strings (anything else fails
+    /// the call), so their charge is their length, not a list's element count.
+    fn operand(&mut self, e: &IdedExpr, string: bool) -> Est {
+        match &e.expr {
+            Expr::Call(size) if string && size.func_name == SIZE && size.args.len() == 1 => {
+                let inner = self.walk(&size.args[0]);
+                let bound = Bound {
+                    kind: Kind::String,
+                    ..inner.bound
+                };
+                Est {
+                    cost: inner.cost.saturating_add(bound.size_cost()),
+                    bound,
+                }
+            }
+            _ => self.walk(e),
         }
     }
 
@@ -323,6 +361,46 @@ fn replaced(s: Bound, args: &[Est]) -> Bound {
         s.bytes
             .saturating_add(1)
             .saturating_mul(new.saturating_add(1)),
+    )
+}
+
+/// `lists.range(n)`: `n` elements when `n` is a literal.
+fn range(args: &[IdedExpr]) -> Bound {
+    match args.first().map(|a| &a.expr) {
+        Some(Expr::Literal(LiteralValue::Int(n))) => {
+            let items = u64::try_from(*n.inner()).unwrap_or(0).min(RANGE.items);
+            Bound {
+                kind: Kind::List,
+                items,
+                bytes: items.saturating_mul(8),
+            }
+        }
+        _ => RANGE,
+    }
+}
+
+/// Functions whose receiver and arguments are strings.
+fn takes_strings(name: &str) -> bool {
+    matches!(
+        name,
+        "contains"
+            | "startsWith"
+            | "endsWith"
+            | "matches"
+            | "matches$cached"
+            | "find"
+            | "findAll"
+            | "indexOf"
+            | "lastIndexOf"
+            | "split"
+            | "lowerAscii"
+            | "upperAscii"
+            | "trim"
+            | "substring"
+            | "charAt"
+            | "reverse"
+            | "quote"
+            | REPLACE
     )
 }
 

@@ -4,7 +4,7 @@
 //!   placed where the interpreter evaluates it on every iteration without changing the shapes
 //!   it optimizes (`map`/`filter` append in place only when `loop_cond` is a literal);
 //! * arguments of functions and operators whose work grows with their input's size charge
-//!   that size before the call;
+//!   that size before the call, and strings and lists that functions build charge their size;
 //! * `replace` is routed to a variant that charges its result's size before building it.
 
 use cel::IdedExpr;
@@ -20,6 +20,11 @@ pub(crate) const SIZE: &str = "cost$size";
 /// `s.cost$replace(old, new[, n])`: `replace`, charging its result's size before building it.
 pub(crate) const REPLACE: &str = "cost$replace";
 
+/// Whether `name` builds a string or list (see [`BUILDERS`]).
+pub(crate) fn is_builder(name: &str) -> bool {
+    BUILDERS.contains(&name)
+}
+
 /// Operators whose work grows with their operands' size (named functions always qualify).
 const SIZED_OPERATORS: &[&str] = &[
     operators::ADD,
@@ -30,6 +35,29 @@ const SIZED_OPERATORS: &[&str] = &[
     operators::LESS_EQUALS,
     operators::GREATER,
     operators::GREATER_EQUALS,
+];
+
+/// Functions that build a string or list as large as their inputs (or a bounded multiple):
+/// their result is charged once built.
+const BUILDERS: &[&str] = &[
+    "join",
+    "format",
+    "split",
+    "lowerAscii",
+    "upperAscii",
+    "trim",
+    "substring",
+    "reverse",
+    "quote",
+    "encode",
+    "decode",
+    "string",
+    "range",
+    "flatten",
+    "distinct",
+    "sort",
+    "slice",
+    "@sortByAssociatedKeys",
 ];
 
 /// Rewrites `e` in place; returns the deepest nesting of the rewritten tree.
@@ -46,7 +74,15 @@ impl Rewriter<'_> {
         1 + match &mut e.expr {
             Expr::Unspecified | Expr::Literal(_) | Expr::Ident(_) => 0,
             Expr::Select(s) => self.walk(&mut s.operand),
-            Expr::Call(call) => self.call(call),
+            Expr::Call(call) => {
+                let builds = BUILDERS.contains(&call.func_name.as_str());
+                let depth = self.call(call);
+                if builds {
+                    wrap(e, SIZE, None);
+                    return depth + 2;
+                }
+                depth
+            }
             Expr::Comprehension(c) => self.comprehension(c),
             Expr::List(list) => list
                 .elements
@@ -242,8 +278,11 @@ fn names_namespace(target: &IdedExpr, func: &str, lib: &Library) -> bool {
 
 /// Nodes of a loop body evaluated per iteration; a nested comprehension charges its own
 /// iterations, so only its setup and result count here.
+/// A literal counts its size too: operations on it are not charged at run time.
 pub(crate) fn body_size(e: &IdedExpr) -> usize {
     1 + match &e.expr {
+        Expr::Literal(LiteralValue::String(s)) => literal_units(s.inner().len()),
+        Expr::Literal(LiteralValue::Bytes(b)) => literal_units(b.inner().len()),
         Expr::Unspecified | Expr::Literal(_) | Expr::Ident(_) => 0,
         Expr::Select(s) => body_size(&s.operand),
         Expr::Call(call) => {
@@ -257,6 +296,10 @@ pub(crate) fn body_size(e: &IdedExpr) -> usize {
         Expr::Map(map) => map.entries.iter().map(entry_size).sum(),
         Expr::Struct(st) => st.entries.iter().map(entry_size).sum(),
     }
+}
+
+fn literal_units(len: usize) -> usize {
+    usize::try_from(super::string_units(len)).unwrap_or(usize::MAX)
 }
 
 fn entry_size(entry: &cel::common::ast::IdedEntryExpr) -> usize {

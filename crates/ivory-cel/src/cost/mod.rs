@@ -31,8 +31,9 @@ pub const PER_EVALUATION_LIMIT: u64 = 1_000_000;
 pub const POLICY_BUDGET: u64 = 10_000_000;
 /// Largest worst-case cost an expression may have to be accepted. It is far above
 /// [`PER_EVALUATION_LIMIT`] because the estimate assumes a maximum-size request: one pass over
-/// a request-sized list passes, a pass over request-sized lists nested in another does not.
-pub const STATIC_COST_LIMIT: u64 = 100_000_000_000;
+/// a request-sized list passes (even scanning a request-sized string per element), a pass
+/// over a request-sized list nested in a pass over another does not.
+pub const STATIC_COST_LIMIT: u64 = 1_000_000_000_000;
 /// Size assumed for a value the policy defines (see [`crate::Scope::policy_defined`]).
 pub const POLICY_VALUE_BYTES: u64 = 64 * 1024;
 /// Elements assumed for the largest list, map or string inside a policy-defined value.
@@ -231,3 +232,6 @@ pub(crate) fn charge(units: u64) -> Result<(), Exceeded> {
 pub(crate) fn string_units(bytes: usize) -> u64 {
     (bytes as u64).div_ceil(BYTES_PER_UNIT)
 }
+
+#[cfg(test)]
+mod tests;
