@@ -7,8 +7,8 @@ use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
 use cel::{ExecutionError, IdedExpr, Value};
 
-use crate::{CostBudget, EvalError};
 use crate::convert::{json_to_val, json_to_value, value_to_json};
+use crate::{CostBudget, EvalError};
 
 /// Implemented by the engine: answers the Kyverno verification / image-data functions.
 /// Errors are strings that become CEL runtime errors.

@@ -52,7 +52,10 @@ fn size<'c, 'd>(ftx: &mut FunctionContext<'c, 'd>) -> Result<CowVal<'c, 'd>, Exe
 
 /// `s.replace(old, new[, n])`, charged for its result before it is built.
 fn replace<'c, 'd>(ftx: &mut FunctionContext<'c, 'd>) -> Result<CowVal<'c, 'd>, ExecutionError> {
-    let this = ftx.this.as_ref().and_then(|t| t.downcast_ref::<CelString<'_>>());
+    let this = ftx
+        .this
+        .as_ref()
+        .and_then(|t| t.downcast_ref::<CelString<'_>>());
     let args: Vec<Option<&CelString<'_>>> = ftx
         .args
         .iter()

@@ -190,10 +190,12 @@ fn charge_iterations(c: &mut ComprehensionExpr, units: usize) {
     let target = match (point, &mut c.loop_step.expr) {
         (ChargePoint::Condition, _) => Some(&mut c.loop_cond),
         (ChargePoint::Guard, Expr::Call(step)) => step.args.first_mut(),
-        (ChargePoint::Appended, Expr::Call(step)) => match step.args.get_mut(1).map(|a| &mut a.expr) {
-            Some(Expr::List(l)) => l.elements.first_mut(),
-            _ => None,
-        },
+        (ChargePoint::Appended, Expr::Call(step)) => {
+            match step.args.get_mut(1).map(|a| &mut a.expr) {
+                Some(Expr::List(l)) => l.elements.first_mut(),
+                _ => None,
+            }
+        }
         _ => None,
     };
     match target {
@@ -234,7 +236,9 @@ fn is_sized(call: &CallExpr) -> bool {
     if call.func_name.starts_with("cost$") {
         return false;
     }
-    let named = call.func_name.starts_with(|c: char| c.is_ascii_alphabetic());
+    let named = call
+        .func_name
+        .starts_with(|c: char| c.is_ascii_alphabetic());
     let sized = named || SIZED_OPERATORS.contains(&call.func_name.as_str());
     // `@result + [x]` (map, filter) and `@result + 1` (exists_one) update an accumulator,
     // which user expressions cannot name; the interpreter appends to it in place.

@@ -6,8 +6,15 @@ use serde_json::json;
 use crate::{Activation, CompileError, CostBudget, EvalError, NoHost, Scope, Value, compile};
 
 fn scope() -> Scope {
-    Scope::new(["object", "request", "images", "variables", "attestors", "attestations"])
-        .policy_defined(["attestors", "attestations"])
+    Scope::new([
+        "object",
+        "request",
+        "images",
+        "variables",
+        "attestors",
+        "attestations",
+    ])
+    .policy_defined(["attestors", "attestations"])
 }
 
 fn too_costly(src: &str) -> CompileError {
@@ -131,7 +138,10 @@ fn map_results_keep_their_values_when_instrumented() {
         )))
     );
     assert_eq!(
-        evaluate_on("object.items.filter(x, x % 2 == 1).map(x, x > 0, string(x))", &object),
+        evaluate_on(
+            "object.items.filter(x, x % 2 == 1).map(x, x > 0, string(x))",
+            &object
+        ),
         evaluate_on("['1', '3']", &object)
     );
     assert_eq!(
@@ -162,7 +172,10 @@ fn string_work_is_charged_by_size() {
     let src = "object.s.replace('', object.s).size() > 0";
     assert_cost_exceeded(evaluate_on(src, &object), src, "per evaluation");
     assert_eq!(
-        evaluate_on("'abc'.replace('', '-') + 'aXbXc'.replace('X', '', 1)", &object),
+        evaluate_on(
+            "'abc'.replace('', '-') + 'aXbXc'.replace('X', '', 1)",
+            &object
+        ),
         Ok(Value::String(Arc::new("-a-b-c-abXc".into())))
     );
 }
@@ -203,7 +216,11 @@ fn an_evaluation_does_not_outlive_its_deadline() {
 #[test]
 fn deep_programs_are_metered_on_their_own_thread() {
     // Deep enough to run on the large-stack thread.
-    let src = format!("{}object.items.all(x, x >= 0){}", "[".repeat(30), "]".repeat(30));
+    let src = format!(
+        "{}object.items.all(x, x >= 0){}",
+        "[".repeat(30),
+        "]".repeat(30)
+    );
     let p = accepted(&src);
     let mut act = Activation::new(&NoHost);
     let object = object_with_items(600_000);
