@@ -138,6 +138,7 @@ fn compile_spec(
     let json_mode = spec.json_mode();
     let mut cel = CelCompiler {
         errs,
+        policy: head.name.clone(),
         json_mode,
         main: Scope::new(
             if json_mode {
@@ -195,6 +196,8 @@ fn compile_spec(
 
 struct CelCompiler<'e> {
     errs: &'e mut Errors,
+    /// The policy's name, for errors read far from the file (a refused costly expression).
+    policy: String,
     json_mode: bool,
     /// Scope of validations, variables, image extractors and attestor expressions.
     main: Scope,
@@ -239,6 +242,9 @@ impl CelCompiler<'_> {
                 "Kyverno library '{}' is not supported by ivory",
                 lib.as_str()
             );
+        }
+        if let CompileError::TooCostly { .. } = err {
+            return format!("policy {:?}: {err}", self.policy);
         }
         if let CompileError::UndeclaredReference(name) = err
             && KUBERNETES_VARS.contains(&name.as_str())
