@@ -1,6 +1,7 @@
 //! ivory's integration tests: the real `ivory` binary (`CARGO_BIN_EXE_ivory`) as a process.
 //!
 //! * `serve`: `ivory serve` over HTTPS with a CA the test makes, against the real registry.
+//! * `serve_cel_cost`: `ivory serve` against costly CEL (load-time refusal, run-time limit).
 //! * `webhooks`: `ivory webhooks` output.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
 //!   (`cli_util`: running them, pushing fixtures).
@@ -14,5 +15,6 @@ mod cli_audit;
 mod cli_util;
 mod cli_verify;
 mod serve;
+mod serve_cel_cost;
 mod util;
 mod webhooks;
