@@ -413,7 +413,10 @@ fn a_costly_expression_is_refused_naming_policy_field_and_expression() {
             .iter()
             .find(|e| e.contains("too costly"))
             .unwrap_or_else(|| panic!("{pointer}: {errors:?}"));
-        assert!(error.contains(&format!("{field}: policy \"base\"")), "{error}");
+        assert!(
+            error.contains(&format!("{field}: policy \"base\"")),
+            "{error}"
+        );
         assert!(error.contains(nested), "{error}");
     }
 }
