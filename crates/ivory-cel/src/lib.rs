@@ -175,23 +175,21 @@ impl Program {
         if let Some(exceeded) = limits.exhausted() {
             return Err(self.cost_exceeded(exceeded));
         }
-        let run = || cost::metered(limits, || activation::evaluate(&self.inner.expr, act));
-        let (result, spent) = if self.inner.depth <= INLINE_EVAL_DEPTH {
-            run()
-        } else {
-            // The interpreter recurses per tree level with large frames (tens of KiB in debug
-            // builds); run rare deep programs on a thread with a large stack.
-            std::thread::scope(|s| {
-                std::thread::Builder::new()
-                    .name("ivory-cel-eval".into())
-                    .stack_size(DEEP_EVAL_STACK_SIZE)
-                    .spawn_scoped(s, run)
-                    .map_err(|e| {
-                        EvalError::Runtime(format!("cannot start evaluation thread: {e}"))
-                    })?
-                    .join()
-                    .map_err(|_| EvalError::Runtime("evaluation thread panicked".into()))
-            })?
+        let (result, spent) = match limits.inline_slice() {
+            Some(slice) => {
+                let (result, first) = self.run_metered(act, slice)?;
+                if first.exceeded == Some(cost::Exceeded::InlineSlice) {
+                    // CEL is pure and host answers are prefetched: starting over off the worker
+                    // gives the same result, for at most the slice's cost spent twice.
+                    let rest = limits.after(first.used);
+                    let (result, second) = cost::off_worker(|| self.run_metered(act, rest))?;
+                    let used = first.used.saturating_add(second.used);
+                    (result, cost::Spent { used, ..second })
+                } else {
+                    (result, first)
+                }
+            }
+            None => self.run_metered(act, limits)?,
         };
         if let Some(budget) = act.budget() {
             budget.spend(spent.used);
@@ -201,6 +199,29 @@ impl Program {
             Some(exceeded) => Err(self.cost_exceeded(exceeded)),
             None => result,
         }
+    }
+
+    /// One metered run, on a large-stack thread for deep programs.
+    fn run_metered(
+        &self,
+        act: &Activation<'_>,
+        limits: cost::Limits,
+    ) -> Result<(Result<Value, EvalError>, cost::Spent), EvalError> {
+        let run = || cost::metered(limits, || activation::evaluate(&self.inner.expr, act));
+        if self.inner.depth <= INLINE_EVAL_DEPTH {
+            return Ok(run());
+        }
+        // The interpreter recurses per tree level with large frames (tens of KiB in debug
+        // builds); run rare deep programs on a thread with a large stack.
+        std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("ivory-cel-eval".into())
+                .stack_size(DEEP_EVAL_STACK_SIZE)
+                .spawn_scoped(s, run)
+                .map_err(|e| EvalError::Runtime(format!("cannot start evaluation thread: {e}")))?
+                .join()
+                .map_err(|_| EvalError::Runtime("evaluation thread panicked".into()))
+        })
     }
 
     fn cost_exceeded(&self, exceeded: cost::Exceeded) -> EvalError {

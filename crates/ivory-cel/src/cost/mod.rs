@@ -40,6 +40,10 @@ pub const POLICY_VALUE_BYTES: u64 = 64 * 1024;
 pub(crate) const POLICY_VALUE_ITEMS: u64 = 1024;
 /// Strings cost one unit per this many bytes built or scanned (Kubernetes' 0.1 per byte).
 pub(crate) const BYTES_PER_UNIT: u64 = 10;
+/// Cost an evaluation may spend on an async runtime's worker thread: one that needs more is
+/// started again where it cannot hold up the worker's other tasks (see [`crate::Program::evaluate`]).
+/// Cheap evaluations, the usual case, never pay for moving.
+pub(crate) const INLINE_SLICE: u64 = 20_000;
 /// Charges between two deadline checks: reading the clock on every charge would dominate.
 const CHARGES_PER_CLOCK_READ: u32 = 64;
 
@@ -93,6 +97,8 @@ pub(crate) enum Exceeded {
     PolicyBudget(u64),
     /// The request's deadline passed.
     Deadline,
+    /// The evaluation outgrew [`INLINE_SLICE`] on an async worker; never reported.
+    InlineSlice,
 }
 
 impl std::fmt::Display for Exceeded {
@@ -106,6 +112,7 @@ impl std::fmt::Display for Exceeded {
                 "the policy's cost budget of {total} per request is spent"
             ),
             Self::Deadline => f.write_str("the request's deadline has passed"),
+            Self::InlineSlice => f.write_str("the evaluation outgrew its inline slice"),
         }
     }
 }
@@ -144,6 +151,23 @@ impl Limits {
         }
     }
 
+    /// The first slice of an evaluation on an async worker, when the evaluation may need more.
+    pub(crate) fn inline_slice(&self) -> Option<Self> {
+        (self.limit > INLINE_SLICE && on_async_worker()).then_some(Self {
+            limit: INLINE_SLICE,
+            on_limit: Exceeded::InlineSlice,
+            deadline: self.deadline,
+        })
+    }
+
+    /// The limits left after `used` was spent.
+    pub(crate) fn after(&self, used: u64) -> Self {
+        Self {
+            limit: self.limit.saturating_sub(used),
+            ..*self
+        }
+    }
+
     /// Whether the evaluation may not even start.
     pub(crate) fn exhausted(&self) -> Option<Exceeded> {
         if self.limit == 0 {
@@ -152,6 +176,23 @@ impl Limits {
         self.deadline
             .filter(|d| Instant::now() >= *d)
             .map(|_| Exceeded::Deadline)
+    }
+}
+
+/// Whether this thread is a worker of a multi-threaded Tokio runtime, where a long evaluation
+/// would hold up other requests' tasks.
+fn on_async_worker() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+}
+
+/// Runs `f`, which may take long, without holding up the async worker it is called on: Tokio
+/// moves the worker's other tasks to another thread meanwhile.
+pub(crate) fn off_worker<T>(f: impl FnOnce() -> T) -> T {
+    if on_async_worker() {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
     }
 }
 

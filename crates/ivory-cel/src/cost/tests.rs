@@ -230,3 +230,42 @@ fn deep_programs_are_metered_on_their_own_thread() {
         Err(EvalError::CostExceeded { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn an_evaluation_outgrowing_its_inline_slice_is_finished_off_the_worker() {
+    let object = Arc::new(object_with_items(50_000));
+    let run = |src: &'static str| {
+        let object = Arc::clone(&object);
+        tokio::spawn(async move {
+            let mut act = Activation::new(&NoHost);
+            act.bind_json("object", &object);
+            let budget = Arc::new(CostBudget::for_policy(None));
+            act.set_budget(Arc::clone(&budget));
+            let result = accepted(src).evaluate(&act);
+            (
+                result,
+                crate::POLICY_BUDGET - budget.remaining(),
+                Instant::now(),
+            )
+        })
+    };
+    // Needs more than the slice, less than the limit: the same answer as inline.
+    let (result, spent, _) = run("object.items.all(x, x >= 0)").await.unwrap();
+    assert_eq!(result, Ok(Value::Bool(true)));
+    assert!(spent > super::INLINE_SLICE, "{spent}");
+
+    // With one worker, a task spawned while a costly evaluation runs still gets to run before
+    // that evaluation ends: the evaluation left the worker.
+    let costly = run(
+        "lists.range(400).all(a, lists.range(400).all(b, lists.range(400).all(c, a + b + c >= 0)))",
+    );
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let cheap = tokio::spawn(async { Instant::now() });
+    let cheap_done = cheap.await.unwrap();
+    let (result, _, costly_done) = costly.await.unwrap();
+    assert!(
+        matches!(result, Err(EvalError::CostExceeded { .. })),
+        "{result:?}"
+    );
+    assert!(cheap_done < costly_done);
+}
