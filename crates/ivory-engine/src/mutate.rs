@@ -77,7 +77,7 @@ pub async fn mutate(
     let plans: Vec<Plan<'_>> = policies
         .iter()
         .filter(|p| p.mutate_digest)
-        .filter_map(|p| plan(p, req, namespace_object, &pointers))
+        .filter_map(|p| plan(p, req, namespace_object, &pointers, deadline))
         .collect();
     let lookups = distinct_lookups(&plans);
     let started = Instant::now();
@@ -124,6 +124,7 @@ fn plan<'p>(
     req: &AdmissionRequest,
     namespace_object: Option<&Value>,
     pointers: &[ImageAt],
+    deadline: Instant,
 ) -> Option<Plan<'p>> {
     let failed = |error: String| {
         Some(Plan {
@@ -138,7 +139,7 @@ fn plan<'p>(
         Ok(false) => return None,
         Err(e) => return failed(format!("failed to execute matching: {e}")),
     }
-    match matches_conditions(policy, req, namespace_object) {
+    match matches_conditions(policy, req, namespace_object, deadline) {
         Ok(true) => {}
         Ok(false) => return None,
         Err(e) => return failed(format!("failed to evaluate match conditions: {e}")),

@@ -32,6 +32,9 @@ const KUBERNETES_VARS: [&str; 8] = [
     "attestations",
 ];
 /// Variables bound in `evaluation.mode: JSON`.
+/// Variables bound to what the policy declares rather than to the request: the CEL cost
+/// estimate does not size them by the request.
+const POLICY_DEFINED_VARS: [&str; 2] = ["attestors", "attestations"];
 const JSON_VARS: [&str; 4] = ["object", "images", "attestors", "attestations"];
 
 /// Kyverno CEL libraries ivory does not implement, recognised in expressions that fail to compile.
@@ -136,6 +139,7 @@ fn compile_spec(
     let json_mode = spec.json_mode();
     let mut cel = CelCompiler {
         errs,
+        policy: head.name.clone(),
         json_mode,
         main: Scope::new(
             if json_mode {
@@ -145,7 +149,8 @@ fn compile_spec(
             }
             .iter()
             .copied(),
-        ),
+        )
+        .policy_defined(POLICY_DEFINED_VARS),
         variables: spec.variables.iter().map(|v| v.name.clone()).collect(),
         attestors: spec
             .attestors
@@ -196,6 +201,8 @@ fn compile_spec(
 
 struct CelCompiler<'e> {
     errs: &'e mut Errors,
+    /// The policy's name, for errors read far from the file (a refused costly expression).
+    policy: String,
     json_mode: bool,
     /// Scope of validations, variables, image extractors and attestor expressions.
     main: Scope,
@@ -240,6 +247,9 @@ impl CelCompiler<'_> {
                 "Kyverno library '{}' is not supported by ivory",
                 lib.as_str()
             );
+        }
+        if let CompileError::TooCostly { .. } = err {
+            return format!("policy {:?}: {err}", self.policy);
         }
         if let CompileError::UndeclaredReference(name) = err
             && KUBERNETES_VARS.contains(&name.as_str())

@@ -4,6 +4,9 @@
 //! * `serve`: `ivory serve` over HTTPS with a CA the test makes, against the real registry.
 //! * `serve_images`: every image of a pod is judged (spellings, `kubectl debug`, image volumes,
 //!   malformed images).
+//! * `serve_bypass`: malformed reviews, paths and timeouts, namespaceSelector trust, credential
+//!   scope.
+//! * `serve_cel_cost`: `ivory serve` against costly CEL (load-time refusal, run-time limit).
 //! * `webhooks`: `ivory webhooks` output.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
 //!   (`cli_util`: running them, pushing fixtures).
@@ -19,6 +22,7 @@ mod cli_util;
 mod cli_verify;
 mod serve;
 mod serve_bypass;
+mod serve_cel_cost;
 mod serve_images;
 mod util;
 mod webhooks;

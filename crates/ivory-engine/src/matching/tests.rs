@@ -11,6 +11,10 @@ use super::*;
 use crate::admission::testutil::{condition, pod_rule, policy, request, rule};
 use crate::admission::{AdmissionRequest, GroupVersionResource};
 
+fn later() -> tokio::time::Instant {
+    tokio::time::Instant::now() + std::time::Duration::from_secs(10)
+}
+
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
@@ -591,7 +595,7 @@ fn match_conditions_bind_admission_variables() {
         let mut p = policy("p", vec![pod_rule()]);
         p.match_conditions = vec![condition("c", e)];
         assert_eq!(
-            matches_conditions(&p, &pod, Some(&prod)).unwrap(),
+            matches_conditions(&p, &pod, Some(&prod), later()).unwrap(),
             want,
             "{e}"
         );
@@ -602,7 +606,7 @@ fn match_conditions_bind_admission_variables() {
         condition("a", "true"),
         condition("b", "object.metadata.name == 'api'"),
     ];
-    assert!(!matches_conditions(&p, &pod, None).unwrap());
+    assert!(!matches_conditions(&p, &pod, None, later()).unwrap());
 }
 
 #[test]
@@ -610,10 +614,10 @@ fn match_condition_errors_follow_failure_policy() {
     let pod = request("pod-create.json");
     let mut p = policy("p", vec![pod_rule()]);
     p.match_conditions = vec![condition("broken", "object.spec.nothere == 1")];
-    match matches_conditions(&p, &pod, None).unwrap_err() {
+    match matches_conditions(&p, &pod, None, later()).unwrap_err() {
         MatchError::Condition { name, .. } => assert_eq!(name, "broken"),
         other => panic!("{other:?}"),
     }
     p.failure_policy = FailurePolicy::Ignore;
-    assert!(!matches_conditions(&p, &pod, None).unwrap());
+    assert!(!matches_conditions(&p, &pod, None, later()).unwrap());
 }

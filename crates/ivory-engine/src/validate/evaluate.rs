@@ -72,6 +72,9 @@ pub(super) fn run(plan: Plan<'_>, prefetched: &Prefetched, evidence: &Evidence) 
                 break;
             }
             Err(e) => {
+                if let Some(why) = eval.over_budget() {
+                    return over_budget(policy, why, matched);
+                }
                 let result = result(
                     policy,
                     Status::Error,
@@ -127,6 +130,23 @@ fn unverifiable(policy: &CompiledPolicy, err: &VerifyError, images: Vec<String>)
         }
         FailurePolicy::Ignore => {
             let why = format!("verification skipped: {err} (failurePolicy Ignore)");
+            Evaluated {
+                result: result(policy, Status::Skip, why.clone(), images),
+                required: false,
+                skipped: Some(why),
+            }
+        }
+    }
+}
+
+/// A policy whose CEL was stopped by the cost limits or the request deadline: like a spent
+/// verification budget, it follows the policy's failurePolicy.
+pub(super) fn over_budget(policy: &CompiledPolicy, why: &str, images: Vec<String>) -> Evaluated {
+    let message = format!("{EVAL_FAILED}: {why}");
+    match policy.failure_policy {
+        FailurePolicy::Fail => Evaluated::decided(result(policy, Status::Error, message, images)),
+        FailurePolicy::Ignore => {
+            let why = format!("evaluation skipped: {message} (failurePolicy Ignore)");
             Evaluated {
                 result: result(policy, Status::Skip, why.clone(), images),
                 required: false,

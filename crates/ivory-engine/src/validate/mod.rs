@@ -48,7 +48,7 @@ pub async fn validate(
     deadline: Instant,
 ) -> Decision {
     let started = Instant::now();
-    let data = RequestBindings::new(req, req.subject(), namespace_object);
+    let data = RequestBindings::new(req, req.subject(), namespace_object).with_deadline(deadline);
     let builtin = images::builtin_images(req);
     let inputs = RequestInputs {
         req,
@@ -76,6 +76,7 @@ pub async fn validate(
         match prepared {
             Prepared::NotMatched => {}
             Prepared::Done(result) => evaluated.push(Evaluated::decided(result)),
+            Prepared::Evaluated(done) => evaluated.push(done),
             Prepared::Ready(plan) => {
                 evaluated.push(evaluate::run(*plan, &prefetched, &evidence));
             }

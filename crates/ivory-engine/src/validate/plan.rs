@@ -11,6 +11,7 @@ use ivory_policy::types::{Attestor, FailurePolicy};
 use serde_json::Value as Json;
 
 use super::context::Evaluator;
+use super::evaluate::{self, Evaluated};
 use super::prefetch::{Job, JobSet, VerifyKey};
 use super::{EVAL_FAILED, result};
 use crate::admission::AdmissionRequest;
@@ -47,6 +48,8 @@ pub(super) enum Prepared<'a> {
     NotMatched,
     /// Decided before verification (matching error, extraction error, missing digest, ...).
     Done(PolicyResult),
+    /// Stopped by the CEL cost limits or the deadline before verification.
+    Evaluated(Evaluated),
     Ready(Box<Plan<'a>>),
 }
 
@@ -83,15 +86,25 @@ pub(super) fn prepare<'a>(
         }
     }
     let mut eval = Evaluator::new(inputs.data, policy, &NoHost);
+    let over_budget = |eval: &Evaluator<'_>, images: &[String]| {
+        eval.over_budget()
+            .map(|why| Prepared::Evaluated(evaluate::over_budget(policy, why, images.to_vec())))
+    };
     match match_conditions(policy, &mut eval) {
         Ok(true) => {}
+        _ if eval.over_budget().is_some() => {
+            return over_budget(&eval, &[]).unwrap_or(Prepared::NotMatched);
+        }
         Ok(false) => return Prepared::NotMatched,
         Err(message) => return fail(Status::Error, message, &[]),
     }
 
     let extracted = match extract_images(policy, inputs.builtin, &mut eval) {
         Ok(images) => images,
-        Err(message) => return fail(Status::Error, format!("{EVAL_FAILED}: {message}"), &[]),
+        Err(message) => {
+            return over_budget(&eval, &[])
+                .unwrap_or_else(|| fail(Status::Error, format!("{EVAL_FAILED}: {message}"), &[]));
+        }
     };
     let images = match images::filter_images(policy, &extracted) {
         Ok(images) => images,
@@ -112,7 +125,9 @@ pub(super) fn prepare<'a>(
     let attestors = match evaluate_attestors(&policy.attestors, &mut eval) {
         Ok(attestors) => attestors,
         Err(message) => {
-            return fail(Status::Error, format!("{EVAL_FAILED}: {message}"), &matched);
+            return over_budget(&eval, &matched).unwrap_or_else(|| {
+                fail(Status::Error, format!("{EVAL_FAILED}: {message}"), &matched)
+            });
         }
     };
     let attestor_map: serde_json::Map<String, Json> = attestors

@@ -1317,4 +1317,59 @@ async fn a_pods_rule_covers_kubectl_debug() {
     )
     .await;
     assert!(d.allowed && d.results.is_empty());
+/// A Pod whose annotation `list` holds `n` comma-separated items.
+fn pod_with_long_list(n: usize) -> AdmissionRequest {
+    let list = vec!["a"; n].join(",");
+    pod("CREATE", &[SIGNED], &[], &[], json!({ "list": list }))
+}
+
+const SPLIT_LIST: &str = "validations:
+- expression: \"object.metadata.annotations['list'].split(',').all(a, a != 'forbidden')\"
+";
+
+#[tokio::test]
+async fn cel_cost_budget_follows_failure_policy() {
+    for failure_policy in ["Fail", "Ignore"] {
+        let pol = pod_policy(
+            "costly",
+            &format!("failurePolicy: {failure_policy}\n{}", lenient(SPLIT_LIST)),
+        );
+        let cheap = run(&FakeVerifier::new(), &[&pol], &pod_with_long_list(10)).await;
+        assert!(cheap.allowed, "{:?}", statuses(&cheap));
+        assert_eq!(cheap.results[0].status, Status::Pass);
+
+        let d = run(&FakeVerifier::new(), &[&pol], &pod_with_long_list(400_000)).await;
+        let budget = "CEL cost budget exceeded";
+        if failure_policy == "Fail" {
+            assert!(!d.allowed);
+            let message = d.message.clone().unwrap_or_default();
+            assert!(message.starts_with("Policy costly error: "), "{message}");
+            assert!(message.contains(budget), "{message}");
+            assert_eq!(d.results[0].status, Status::Error);
+        } else {
+            assert!(d.allowed, "{:?}", statuses(&d));
+            assert_eq!(d.results[0].status, Status::Skip);
+            assert!(
+                d.warnings.iter().any(|w| w.contains(budget)),
+                "{:?}",
+                d.warnings
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn cel_evaluation_stops_at_the_request_deadline() {
+    let pol = pod_policy("late", &lenient(SPLIT_LIST));
+    let d = validate(
+        &FakeVerifier::new(),
+        &[&pol],
+        &pod_with_long_list(10),
+        None,
+        Instant::now(),
+    )
+    .await;
+    assert!(!d.allowed);
+    let message = d.message.unwrap_or_default();
+    assert!(message.contains("deadline has passed"), "{message}");
 }
