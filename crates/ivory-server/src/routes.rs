@@ -317,12 +317,14 @@ fn backstop_decision(selected: &[&CompiledPolicy], budget: Duration) -> Decision
         Decision {
             allowed: false,
             message: Some(message),
+            budget_exhausted: true,
             ..Decision::default()
         }
     } else {
         let mut d = Decision {
             allowed: true,
             warnings: vec![message.clone()],
+            budget_exhausted: true,
             ..Decision::default()
         };
         d.audit_annotations
@@ -333,16 +335,9 @@ fn backstop_decision(selected: &[&CompiledPolicy], budget: Duration) -> Decision
 
 /// True when the engine applied a failure policy because the budget ran out. A registry lookup
 /// shared between concurrent requests can end before this request's own deadline, so the clock
-/// alone is not enough: the engine marks such outcomes with its audit annotations (Ignore) or
-/// the `time budget of …` text of `VerifyError::DeadlineExceeded` (Fail).
+/// alone is not enough: the engine classifies its errors by type and says so in the decision.
 fn budget_exhausted(d: &Decision) -> bool {
-    d.audit_annotations
-        .contains_key(mutate::AUDIT_UNPINNED_IMAGES)
-        || d.audit_annotations
-            .contains_key(validate::SKIPPED_ANNOTATION)
-        || d.message
-            .as_deref()
-            .is_some_and(|m| m.contains("time budget of"))
+    d.budget_exhausted
 }
 
 /// The tightest `webhookConfiguration.timeoutSeconds` of the selected policies.

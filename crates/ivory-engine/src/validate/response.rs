@@ -46,12 +46,13 @@ pub(super) fn decide(evaluated: Vec<Evaluated>) -> Decision {
     let mut skipped = Vec::new();
     for item in evaluated {
         let result = &item.result;
-        if let Some(why) = &item.skipped {
+        for why in &item.skipped {
             decision
                 .warnings
                 .push(format!("Policy {}: {why}", result.policy));
             skipped.push(format!("{}: {why}", result.policy));
         }
+        decision.budget_exhausted |= item.budget_exhausted;
         let text = match result.status {
             Status::Fail => format!("Policy {} failed: {}", result.policy, result.message),
             Status::Error => format!("Policy {} error: {}", result.policy, result.message),
