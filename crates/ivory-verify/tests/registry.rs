@@ -873,7 +873,7 @@ async fn a_resolved_tag_is_never_reused_across_credential_sets() {
     let v = CosignVerifier::new(
         Registry::new(config).unwrap(),
         VerifierConfig::default(),
-        alice_or_anonymous(h.host()),
+        alice_or_anonymous(h.host().to_owned()),
     );
     let alice = Credentials {
         secrets: vec!["alice".into()],
