@@ -22,6 +22,8 @@ pub(super) enum Mode {
     Deadline,
     /// Every call fails to reach the registry.
     Unavailable,
+    /// Every call fails to reach the registry, with this message.
+    UnavailableSaying(&'static str),
     /// Every call sleeps this long first (use with paused time).
     Sleep(Duration),
 }
@@ -82,6 +84,11 @@ impl FakeVerifier {
                 image: image.to_owned(),
                 registry,
                 message: "503 Service Unavailable".into(),
+            }),
+            Mode::UnavailableSaying(message) => Err(VerifyError::Unavailable {
+                image: image.to_owned(),
+                registry,
+                message: message.into(),
             }),
         }
     }

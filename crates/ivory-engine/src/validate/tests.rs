@@ -686,6 +686,19 @@ async fn image_data_of_an_image_outside_the_scope_is_an_error_naming_it() {
 }
 
 #[tokio::test]
+async fn failure_policy_follows_the_error_type_not_its_text() {
+    let pol = pod_policy(
+        "typed",
+        &no_digest(&format!("failurePolicy: Ignore\n{VERIFY_ALL}")),
+    );
+    let verifier = FakeVerifier::new().host("ghcr.io", Mode::UnavailableSaying("time budget of 1ms exhausted"));
+    let d = run(&verifier, &[&pol], &create(&[SIGNED])).await;
+    assert!(!d.allowed, "an unavailable registry is no spent budget");
+    assert!(!d.budget_exhausted);
+    assert!(d.audit_annotations.is_empty());
+}
+
+#[tokio::test]
 async fn a_budget_miss_matters_only_to_an_expression_that_reads_it() {
     // Both images in scope; the hung one's answers are missing. The unsigned one still fails
     // the signature check outright (CEL's `all` is false whatever the error), so Ignore does
