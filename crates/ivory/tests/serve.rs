@@ -626,7 +626,11 @@ async fn an_out_of_scope_hung_registry_never_skips_the_policy() {
     assert!(resp.get("warnings").is_none(), "{resp}");
     let m = ivory.metrics().await;
     assert_eq!(
-        metric(&m, "ivory_deadline_expiries_total{route=\"ivpol_validate\"}").unwrap_or(0.0),
+        metric(
+            &m,
+            "ivory_deadline_expiries_total{route=\"ivpol_validate\"}"
+        )
+        .unwrap_or(0.0),
         0.0,
         "{m}"
     );
@@ -779,7 +783,10 @@ async fn a_moved_tag_is_pinned_anew_after_the_tag_cache_ttl() {
             "within the TTL the cached digest is pinned: {resp}"
         );
     }
-    tokio::time::sleep(Duration::from_secs(3).saturating_sub(cached_at.elapsed()) + Duration::from_millis(500)).await;
+    tokio::time::sleep(
+        Duration::from_secs(3).saturating_sub(cached_at.elapsed()) + Duration::from_millis(500),
+    )
+    .await;
     let resp = ivory
         .review("/ivpol/mutate/pin", &pod_review("m3", &[&image]))
         .await;

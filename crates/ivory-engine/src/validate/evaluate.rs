@@ -174,7 +174,9 @@ fn check_digests(
             Some(Outcome::Resolve(Err(err))) => {
                 return decided(
                     Status::Fail,
-                    format!("image {image} does not have a digest and its tag could not be resolved: {err}"),
+                    format!(
+                        "image {image} does not have a digest and its tag could not be resolved: {err}"
+                    ),
                 );
             }
             _ => {
@@ -193,7 +195,9 @@ fn check_digests(
                 let mut evaluated = Evaluated::decided(result(
                     policy,
                     Status::Error,
-                    format!("image {image} does not have a digest and its tag could not be resolved: {err}"),
+                    format!(
+                        "image {image} does not have a digest and its tag could not be resolved: {err}"
+                    ),
                     matched.to_vec(),
                 ));
                 evaluated.budget_exhausted = notes.budget_exhausted;

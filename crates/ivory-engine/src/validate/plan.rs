@@ -109,7 +109,10 @@ pub(super) fn prepare<'a>(
     undigested.sort();
     // An image that is not even a reference can never be pinned: no registry to ask. The
     // smallest offending image is named, so container order never changes the message.
-    if let Some(image) = undigested.iter().find(|i| ImageReference::parse(i).is_err()) {
+    if let Some(image) = undigested
+        .iter()
+        .find(|i| ImageReference::parse(i).is_err())
+    {
         return fail(
             Status::Fail,
             format!("image {image} does not have a digest"),

@@ -536,18 +536,18 @@ async fn verify_digest() {
         let d = run(&verifier, &[&pol], &create(images)).await;
         assert_eq!(&d.message, message);
         let tags = usize::from(message.is_some());
-        assert_eq!(verifier.resolves(), tags, "the tag is resolved, the digest not");
+        assert_eq!(
+            verifier.resolves(),
+            tags,
+            "the tag is resolved, the digest not"
+        );
         assert!(!d.budget_exhausted);
     }
 }
 
 /// A pod with the tag-only image `image` (and `others`) under a verifyDigest policy on
 /// `ghcr.io/*` and `hung.example/*` with `failurePolicy`.
-async fn digest_check(
-    failure_policy: &str,
-    verifier: &FakeVerifier,
-    images: &[&str],
-) -> Decision {
+async fn digest_check(failure_policy: &str, verifier: &FakeVerifier, images: &[&str]) -> Decision {
     let pol = policy(
         "digest",
         &format!(
@@ -672,10 +672,17 @@ async fn images_outside_the_policy_scope_are_never_fetched_for_it() {
 async fn image_data_of_an_image_outside_the_scope_is_an_error_naming_it() {
     let pol = pod_policy(
         "meta",
-        &no_digest("validations:\n- expression: object.spec.containers.all(c, image.GetMetadata(c.image).config.os == 'linux')\n"),
+        &no_digest(
+            "validations:\n- expression: object.spec.containers.all(c, image.GetMetadata(c.image).config.os == 'linux')\n",
+        ),
     );
     let verifier = FakeVerifier::new();
-    let d = run(&verifier, &[&pol], &create(&[SIGNED, "docker.io/library/nginx:1"])).await;
+    let d = run(
+        &verifier,
+        &[&pol],
+        &create(&[SIGNED, "docker.io/library/nginx:1"]),
+    )
+    .await;
     let message = d.message.unwrap_or_default();
     assert!(
         message.starts_with("Policy meta error: failed to evaluate policy: ")
@@ -691,7 +698,10 @@ async fn failure_policy_follows_the_error_type_not_its_text() {
         "typed",
         &no_digest(&format!("failurePolicy: Ignore\n{VERIFY_ALL}")),
     );
-    let verifier = FakeVerifier::new().host("ghcr.io", Mode::UnavailableSaying("time budget of 1ms exhausted"));
+    let verifier = FakeVerifier::new().host(
+        "ghcr.io",
+        Mode::UnavailableSaying("time budget of 1ms exhausted"),
+    );
     let d = run(&verifier, &[&pol], &create(&[SIGNED])).await;
     assert!(!d.allowed, "an unavailable registry is no spent budget");
     assert!(!d.budget_exhausted);
@@ -714,7 +724,12 @@ async fn a_budget_miss_matters_only_to_an_expression_that_reads_it() {
         )
     };
     let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
-    let d = run(&verifier, &[&in_scope("Ignore")], &create(&[UNSIGNED, HUNG])).await;
+    let d = run(
+        &verifier,
+        &[&in_scope("Ignore")],
+        &create(&[UNSIGNED, HUNG]),
+    )
+    .await;
     assert!(!d.allowed);
     assert_eq!(
         d.message.as_deref(),
@@ -726,7 +741,9 @@ async fn a_budget_miss_matters_only_to_an_expression_that_reads_it() {
         &format!(
             "{PODS}matchImageReferences:\n- glob: 'ghcr.io/*'\n- glob: 'hung.example/*'\n{}failurePolicy: Ignore\n{}",
             attestors(&["cosign"]),
-            no_digest("validations:\n- expression: images.containers.all(i, image.GetMetadata(i).config.os == 'linux')\n- expression: images.containers.all(i, verifyImageSignatures(i, [attestors.cosign]) > 0)\n  message: unsigned\n")
+            no_digest(
+                "validations:\n- expression: images.containers.all(i, image.GetMetadata(i).config.os == 'linux')\n- expression: images.containers.all(i, verifyImageSignatures(i, [attestors.cosign]) > 0)\n  message: unsigned\n"
+            )
         ),
     );
     let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
