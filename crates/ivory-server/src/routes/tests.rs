@@ -15,7 +15,8 @@ use super::*;
 
 const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 
-/// Tags resolve to [`DIGEST`]; images on host `hung.example` never answer.
+/// Tags resolve to [`DIGEST`]; images on host `hung.example` never answer; those on
+/// `liar.example` fail at once with a message that reads like a spent budget.
 struct FakeVerifier;
 
 impl ImageVerifier for FakeVerifier {
@@ -28,6 +29,13 @@ impl ImageVerifier for FakeVerifier {
         async move {
             if image.starts_with("hung.example") {
                 std::future::pending::<()>().await;
+            }
+            if image.starts_with("liar.example") {
+                return Err(VerifyError::Unavailable {
+                    image: image.to_owned(),
+                    registry: "liar.example".into(),
+                    message: "time budget of 1ms exhausted".into(),
+                });
             }
             Ok(DIGEST.to_owned())
         }
@@ -359,4 +367,19 @@ async fn namespace_objects_come_from_the_source_when_set() {
     s.namespaces = Some(Arc::new(Labelled));
     let (_, bytes) = post(&s, "/ivpol/mutate/ivory-pin-digests", body).await;
     assert_eq!(response_of(&bytes)["patchType"], "JSONPatch");
+}
+
+#[tokio::test]
+async fn the_deadline_metric_follows_the_error_type_not_its_text() {
+    let s = state(PolicyStore::with_policies(vec![hung_policy("Fail")]));
+    let body = pod_review("u-l", "liar.example/app:v1").to_string();
+    let (_, bytes) = post(&s, "/ivpol/mutate/ivory-pin-digests?timeout=5s", body).await;
+    let resp = response_of(&bytes);
+    assert_eq!(resp["allowed"], false, "{resp}");
+    assert!(resp.to_string().contains("time budget of 1ms"), "{resp}");
+    let (_, metrics) = get(&s, "/metrics").await;
+    assert!(
+        !metrics.contains(r#"ivory_deadline_expiries_total{route="ivpol_mutate"} 1"#),
+        "{metrics}"
+    );
 }
