@@ -83,7 +83,12 @@ pub(super) fn run(plan: Plan<'_>, prefetched: &Prefetched, evidence: &Evidence) 
                 break;
             }
             Err(e) => {
-                let message = match host.deciding_error() {
+                // Evaluated again with fresh variables, so that exactly the answers this
+                // validation reads are recorded (memoized variables would hide them).
+                let mark = host.mark();
+                eval.forget_variables();
+                let _ = eval.bool(&validation.expression);
+                let message = match host.deciding_error_since(mark) {
                     Some(_) if fails_whatever_is_missing(&mut eval, &host, validation) => {
                         status = Status::Fail;
                         message = failure_message(&mut eval, validation, index);

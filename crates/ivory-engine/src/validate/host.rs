@@ -92,10 +92,19 @@ impl PolicyHost<'_> {
         *self.assumed.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The error that decides the policy's outcome, if an expression needed any: a spent
+    /// How many unanswered questions were read so far (for [`Self::deciding_error_since`]).
+    pub(super) fn mark(&self) -> usize {
+        self.unanswered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    /// The error that decides an expression's outcome, among those read since `mark`: a spent
     /// budget wins, so that the failurePolicy applies.
-    pub(super) fn deciding_error(&self) -> Option<VerifyError> {
+    pub(super) fn deciding_error_since(&self, mark: usize) -> Option<VerifyError> {
         let errors = self.unanswered.lock().unwrap_or_else(|p| p.into_inner());
+        let errors = errors.get(mark..).unwrap_or_default();
         errors
             .iter()
             .find(|e| e.is_deadline())

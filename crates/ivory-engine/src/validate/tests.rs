@@ -749,6 +749,43 @@ async fn a_budget_miss_matters_only_to_an_expression_that_reads_it() {
     let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
     let d = run(&verifier, &[&pol], &create(&[UNSIGNED, HUNG])).await;
     assert_eq!(d.message.as_deref(), Some("Policy later failed: unsigned"));
+    // A later validation's own evaluation error is a policy error, not hidden by an earlier
+    // validation's budget miss.
+    let broken = policy(
+        "broken",
+        &format!(
+            "{PODS}matchImageReferences:\n- glob: 'hung.example/*'\n{}failurePolicy: Ignore\n{}",
+            attestors(&["cosign"]),
+            no_digest(
+                "variables:\n- name: counts\n  expression: images.containers.map(i, verifyImageSignatures(i, [attestors.cosign]))\nvalidations:\n- expression: variables.counts.all(c, c >= 0)\n- expression: object.spec.noSuchField == 'x'\n"
+            )
+        ),
+    );
+    let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
+    let d = run(&verifier, &[&broken], &create(&[HUNG])).await;
+    assert!(!d.allowed, "{:?}", d.warnings);
+    assert!(
+        d.message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("Policy broken error: failed to evaluate policy: ")),
+        "{:?}",
+        d.message
+    );
+    // Several validations reading one memoized variable of missing answers: a budget miss.
+    let shared = policy(
+        "shared",
+        &format!(
+            "{PODS}matchImageReferences:\n- glob: 'hung.example/*'\n{}failurePolicy: Ignore\n{}",
+            attestors(&["cosign"]),
+            no_digest(
+                "variables:\n- name: counts\n  expression: images.containers.map(i, verifyImageSignatures(i, [attestors.cosign]))\nvalidations:\n- expression: variables.counts.all(c, c > 0)\n- expression: variables.counts.size() > 0\n"
+            )
+        ),
+    );
+    let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
+    let d = run(&verifier, &[&shared], &create(&[HUNG])).await;
+    assert!(d.allowed, "{:?}", d.message);
+    assert_eq!(d.results[0].status, Status::Skip);
     // Only the hung image, signed or not: the failurePolicy decides.
     let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
     let d = run(&verifier, &[&pol], &create(&[HUNG])).await;
