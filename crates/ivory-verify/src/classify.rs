@@ -37,6 +37,8 @@ pub(crate) fn map_error(
             registry,
             message,
         },
+        // A definite refusal of what was read (or of the reference itself): never an
+        // availability problem, so never subject to failurePolicy Ignore.
         E::TooLarge { .. }
         | E::InvalidManifest { .. }
         | E::DigestMismatch { .. }
