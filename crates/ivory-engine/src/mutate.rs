@@ -299,6 +299,8 @@ fn decide(
     for plan in plans {
         let policy = plan.policy;
         let outcome = evaluate_plan(plan, lookups, resolved);
+        decision.budget_exhausted |=
+            !outcome.budget_failures.is_empty() || !outcome.unpinned.is_empty();
         let deny = policy.actions.contains(&ValidationAction::Deny);
         let warn = policy.actions.contains(&ValidationAction::Warn);
         let mut message = String::new();

@@ -435,12 +435,14 @@ fn failure_decision(selected: &[&CompiledPolicy], message: String) -> Decision {
         Decision {
             allowed: false,
             message: Some(message),
+            budget_exhausted: true,
             ..Decision::default()
         }
     } else {
         let mut d = Decision {
             allowed: true,
             warnings: vec![message.clone()],
+            budget_exhausted: true,
             ..Decision::default()
         };
         d.audit_annotations
@@ -451,16 +453,9 @@ fn failure_decision(selected: &[&CompiledPolicy], message: String) -> Decision {
 
 /// True when the engine applied a failure policy because the budget ran out. A registry lookup
 /// shared between concurrent requests can end before this request's own deadline, so the clock
-/// alone is not enough: the engine marks such outcomes with its audit annotations (Ignore) or
-/// the `time budget of …` text of `VerifyError::DeadlineExceeded` (Fail).
+/// alone is not enough: the engine classifies its errors by type and says so in the decision.
 fn budget_exhausted(d: &Decision) -> bool {
-    d.audit_annotations
-        .contains_key(mutate::AUDIT_UNPINNED_IMAGES)
-        || d.audit_annotations
-            .contains_key(validate::SKIPPED_ANNOTATION)
-        || d.message
-            .as_deref()
-            .is_some_and(|m| m.contains("time budget of"))
+    d.budget_exhausted
 }
 
 /// Halfway from now to `deadline`: what a lookup before the engine may spend.

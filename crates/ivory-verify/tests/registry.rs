@@ -839,3 +839,80 @@ async fn coalesced_callers_keep_their_own_deadlines() {
         eprintln!("{shared_cache}: B verified after {:?}", started.elapsed());
     }
 }
+
+/// Policy credentials naming `secret` resolve to alice's login; any other set is anonymous.
+fn alice_or_anonymous(host: String) -> ivory_verify::CredentialsResolver {
+    Arc::new(move |c: Option<&Credentials>| {
+        let insecure = c.and_then(|c| c.allow_insecure_registry).unwrap_or(false);
+        let base = ivory_registry::Credentials::anonymous().allow_insecure(insecure);
+        if c.is_some_and(|c| c.secrets.iter().any(|s| s == "alice")) {
+            base.with_basic(&host, "alice", "s3cret")
+        } else {
+            base
+        }
+    })
+}
+
+fn manifest_requests(h: &Harness) -> usize {
+    h.requests()
+        .iter()
+        .filter(|(_, path, _)| path.contains("/manifests/v1"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resolved_tag_is_never_reused_across_credential_sets() {
+    let h = RegistryHarness::start(HarnessOptions::basic("alice", "s3cret"))
+        .await
+        .unwrap();
+    let image = format!("{}:v1", push(&h, "unsigned").await);
+    let config = Config {
+        ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
+        ..Config::default()
+    };
+    let v = CosignVerifier::new(
+        Registry::new(config).unwrap(),
+        VerifierConfig::default(),
+        alice_or_anonymous(h.host().to_owned()),
+    );
+    let alice = Credentials {
+        secrets: vec!["alice".into()],
+        ..Credentials::default()
+    };
+    let digest = v
+        .resolve_digest(&image, Some(&alice), soon())
+        .await
+        .unwrap();
+    assert!(digest.starts_with("sha256:"), "{digest}");
+
+    // Anonymous: the registry refuses, and alice's cached answer must not stand in for it.
+    let anonymous = v.resolve_digest(&image, None, soon()).await;
+    let err = anonymous.expect_err("anonymous must not see alice's digest");
+    assert_eq!(
+        err.kind(),
+        ivory_engine::verifier::ErrorKind::Unavailable,
+        "{err}"
+    );
+
+    // The insecure flag is part of the set too: same login, another cache entry.
+    let alice_insecure = Credentials {
+        allow_insecure_registry: Some(true),
+        ..alice.clone()
+    };
+    h.reset_requests();
+    let again = v
+        .resolve_digest(&image, Some(&alice_insecure), soon())
+        .await
+        .unwrap();
+    assert_eq!(again, digest);
+    assert!(manifest_requests(&h) >= 1, "{:?}", h.requests());
+
+    // The same set within the TTL is served from the cache.
+    h.reset_requests();
+    let cached = v
+        .resolve_digest(&image, Some(&alice), soon())
+        .await
+        .unwrap();
+    assert_eq!(cached, digest);
+    assert_eq!(manifest_requests(&h), 0, "{:?}", h.requests());
+}

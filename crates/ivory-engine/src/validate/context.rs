@@ -71,6 +71,11 @@ impl<'a> Evaluator<'a> {
         }
     }
 
+    /// Drops the memoized variables, so that they are evaluated again on next use.
+    pub(super) fn forget_variables(&mut self) {
+        self.memo.clear();
+    }
+
     pub(super) fn bool(&mut self, program: &Program) -> Result<bool, String> {
         self.eval(program, |p, a| p.evaluate_bool(a))
     }

@@ -41,6 +41,9 @@ pub(super) struct Plan<'a> {
     pub(super) notary_attestors: Vec<String>,
     pub(super) keys: BTreeMap<VerifyKey, usize>,
     pub(super) image_data: BTreeMap<String, usize>,
+    /// `verifyDigest`: matched tag images (sorted) and their resolve job, asked so that a
+    /// registry that cannot answer is told apart from an image that was simply not pinned.
+    pub(super) undigested: Vec<(String, usize)>,
 }
 
 pub(super) enum Prepared<'a> {
@@ -111,9 +114,17 @@ pub(super) fn prepare<'a>(
         Err(e) => return fail(Status::Error, format!("{EVAL_FAILED}: {e}"), &[]),
     };
     let matched = flatten(&images);
-    // The smallest offending image is named, so container order never changes the message.
-    if policy.verify_digest
-        && let Some(image) = matched.iter().filter(|i| !has_digest(i)).min()
+    let mut undigested: Vec<&String> = if policy.verify_digest {
+        matched.iter().filter(|i| !has_digest(i)).collect()
+    } else {
+        Vec::new()
+    };
+    undigested.sort();
+    // An image that is not even a reference can never be pinned: no registry to ask. The
+    // smallest offending image is named, so container order never changes the message.
+    if let Some(image) = undigested
+        .iter()
+        .find(|i| ImageReference::parse(i).is_err())
     {
         return fail(
             Status::Fail,
@@ -121,6 +132,16 @@ pub(super) fn prepare<'a>(
             &matched,
         );
     }
+    let undigested: Vec<(String, usize)> = undigested
+        .into_iter()
+        .map(|image| {
+            let job = jobs.add(Job::Resolve {
+                image: image.clone(),
+                credentials: policy.spec.credentials.clone(),
+            });
+            (image.clone(), job)
+        })
+        .collect();
 
     let attestors = match evaluate_attestors(&policy.attestors, &mut eval) {
         Ok(attestors) => attestors,
@@ -151,8 +172,9 @@ pub(super) fn prepare<'a>(
         matched,
         keys: BTreeMap::new(),
         image_data: BTreeMap::new(),
+        undigested,
     };
-    plan_jobs(&mut plan, &attestors, &extracted, jobs);
+    plan_jobs(&mut plan, &attestors, jobs);
     Prepared::Ready(Box::new(plan))
 }
 
@@ -306,13 +328,9 @@ fn calls_any(policy: &CompiledPolicy, names: &[&str]) -> bool {
 }
 
 /// Registers every question the policy's CEL can ask: matched images × attestors (× attestations),
-/// and image data for every extracted image.
-fn plan_jobs(
-    plan: &mut Plan<'_>,
-    attestors: &[(Attestor, Json)],
-    extracted: &BTreeMap<String, Vec<String>>,
-    jobs: &mut JobSet,
-) {
+/// and image data for the matched images. Images outside the policy's `matchImageReferences`
+/// are never fetched for it: a registry the policy does not cover cannot affect its outcome.
+fn plan_jobs(plan: &mut Plan<'_>, attestors: &[(Attestor, Json)], jobs: &mut JobSet) {
     let policy = plan.policy;
     let credentials = policy.spec.credentials.clone();
     let mut attestations = Vec::new();
@@ -345,8 +363,7 @@ fn plan_jobs(
         }
     }
     if calls_any(policy, &IMAGE_DATA_FUNCTIONS) {
-        let all = plan.matched.iter().chain(extracted.values().flatten());
-        for image in all {
+        for image in &plan.matched {
             if !plan.image_data.contains_key(image) {
                 let index = jobs.add(Job::ImageData {
                     image: image.clone(),

@@ -15,7 +15,8 @@ use super::*;
 
 const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 
-/// Tags resolve to [`DIGEST`]; images on host `hung.example` never answer.
+/// Tags resolve to [`DIGEST`]; images on host `hung.example` never answer; those on
+/// `liar.example` fail at once with a message that reads like a spent budget.
 struct FakeVerifier;
 
 impl ImageVerifier for FakeVerifier {
@@ -33,6 +34,13 @@ impl ImageVerifier for FakeVerifier {
                 !image.starts_with("panic.example"),
                 "the fake verifier panics for {image}"
             );
+            if image.starts_with("liar.example") {
+                return Err(VerifyError::Unavailable {
+                    image: image.to_owned(),
+                    registry: "liar.example".into(),
+                    message: "time budget of 1ms exhausted".into(),
+                });
+            }
             Ok(DIGEST.to_owned())
         }
         .boxed()
@@ -544,5 +552,20 @@ async fn unusable_credentials_are_an_explicit_answer() {
     assert_eq!(
         resp["warnings"],
         json!(["ivory: ImageValidatingPolicy lenient: secret gone of None unusable"])
+    );
+}
+
+#[tokio::test]
+async fn the_deadline_metric_follows_the_error_type_not_its_text() {
+    let s = state(PolicyStore::with_policies(vec![hung_policy("Fail")]));
+    let body = pod_review("u-l", "liar.example/app:v1").to_string();
+    let (_, bytes) = post(&s, "/ivpol/mutate/ivory-pin-digests?timeout=5s", body).await;
+    let resp = response_of(&bytes);
+    assert_eq!(resp["allowed"], false, "{resp}");
+    assert!(resp.to_string().contains("time budget of 1ms"), "{resp}");
+    let (_, metrics) = get(&s, "/metrics").await;
+    assert!(
+        !metrics.contains(r#"ivory_deadline_expiries_total{route="ivpol_mutate"} 1"#),
+        "{metrics}"
     );
 }
