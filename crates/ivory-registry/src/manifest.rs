@@ -1,6 +1,6 @@
 //! Raw manifests and their media types.
 
-use crate::error::{Error, Site};
+use crate::error::{Error, Site, truncate};
 
 /// OCI image manifest.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -56,8 +56,8 @@ impl Manifest {
     }
 }
 
-/// Parses manifest bytes, deciding the media type from the body (the header is not
-/// exposed by oci-client); unknown or schema-1 types are refused.
+/// Parses manifest bytes, deciding the media type from the body (what the digest covers,
+/// unlike the header); unknown or schema-1 types are refused. Errors never quote the body.
 pub(crate) fn parse(site: &Site<'_>, digest: String, bytes: Vec<u8>) -> Result<Manifest, Error> {
     let json: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| site.invalid_manifest(format!("not JSON: {e}")))?;
@@ -73,7 +73,11 @@ pub(crate) fn parse(site: &Site<'_>, digest: String, bytes: Vec<u8>) -> Result<M
     }
     let media_type = match obj.get("mediaType").and_then(|v| v.as_str()) {
         Some(mt) if ACCEPTED_MEDIA_TYPES.contains(&mt) => mt.to_string(),
-        Some(mt) => return Err(site.invalid_manifest(format!("unknown media type {mt:?}"))),
+        Some(mt) => {
+            tracing::info!(registry = %site.registry, image = %site.image,
+                media_type = %truncate(mt), "manifest of an unknown media type");
+            return Err(site.invalid_manifest("unknown media type"));
+        }
         // mediaType is optional in OCI; the shape tells index from manifest.
         None if obj.contains_key("manifests") => OCI_INDEX.to_string(),
         None if obj.contains_key("config") => OCI_MANIFEST.to_string(),
@@ -102,6 +106,7 @@ mod tests {
 
     fn site() -> Site<'static> {
         Site {
+            op: "fetch_manifest",
             image: "r/x:1",
             registry: "r",
         }

@@ -16,7 +16,10 @@ pub fn ok_deadline() -> Instant {
 }
 
 pub async fn start(auth: AuthMode) -> Harness {
-    RegistryHarness::start(HarnessOptions { auth, tls: true })
+    RegistryHarness::start(HarnessOptions {
+        auth,
+        ..HarnessOptions::default()
+    })
         .await
         .expect("start docker-registry harness")
 }
