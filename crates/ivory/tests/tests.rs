@@ -1,6 +1,7 @@
 //! ivory's integration tests: the real `ivory` binary (`CARGO_BIN_EXE_ivory`) as a process.
 //!
 //! * `serve`: `ivory serve` over HTTPS with a CA the test makes, against the real registry.
+//! * `memory`: peak RSS of `ivory serve` against hostile registries.
 //! * `webhooks`: `ivory webhooks` output.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
 //!   (`cli_util`: running them, pushing fixtures).
@@ -13,6 +14,7 @@ mod cli_apply;
 mod cli_audit;
 mod cli_util;
 mod cli_verify;
+mod memory;
 mod serve;
 mod util;
 mod webhooks;

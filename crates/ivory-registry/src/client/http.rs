@@ -63,8 +63,10 @@ impl ReadBudget {
     }
 }
 
-/// Reads `resp`'s body, aborting as soon as it would pass `limit` bytes. The buffer never
-/// grows past `limit`, and its capacity is charged to `budget` while the read lasts.
+/// Reads `resp`'s body, aborting as soon as it would pass `limit` bytes. Memory held is
+/// charged to `budget` while the read lasts. A body of announced length is read into one
+/// buffer of that size; otherwise chunks are kept as received (no reallocation copies, so
+/// an aborted read never held more than it received) and joined at the end.
 pub(crate) async fn read_capped(
     mut resp: reqwest::Response,
     limit: usize,
@@ -74,29 +76,50 @@ pub(crate) async fn read_capped(
     if announced.is_some_and(|n| n > limit) {
         return Err(BodyError::TooLarge);
     }
+    let mut held = Held::default();
+    let mut chunks = Vec::new();
     let mut buf: Vec<u8> = Vec::new();
-    let mut held: Option<OwnedSemaphorePermit> = None;
     if let Some(n) = announced.filter(|n| *n > 0) {
-        held = Some(budget.take(n)?);
+        held.add(budget.take(n)?);
         buf.reserve_exact(n);
     }
+    let mut total = 0usize;
     while let Some(chunk) = resp.chunk().await.map_err(BodyError::Transport)? {
-        let needed = buf.len().saturating_add(chunk.len());
-        if needed > limit {
+        total = total.saturating_add(chunk.len());
+        if total > limit {
             return Err(BodyError::TooLarge);
         }
-        if needed > buf.capacity() {
-            let target = needed.max(buf.capacity().saturating_mul(2)).min(limit);
-            let more = budget.take(target - buf.capacity())?;
-            match held.as_mut() {
-                Some(p) => p.merge(more),
-                None => held = Some(more),
-            }
-            buf.reserve_exact(target - buf.len());
+        if total <= buf.capacity() {
+            buf.extend_from_slice(&chunk);
+        } else {
+            held.add(budget.take(chunk.len())?);
+            chunks.push(chunk);
         }
-        buf.extend_from_slice(&chunk);
     }
-    Ok(buf)
+    if chunks.is_empty() {
+        return Ok(buf);
+    }
+    held.add(budget.take(total)?);
+    let mut out = Vec::with_capacity(total);
+    out.extend_from_slice(&buf);
+    drop(buf);
+    for chunk in chunks {
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// Budget held by one read, returned when the read ends.
+#[derive(Default)]
+struct Held(Option<OwnedSemaphorePermit>);
+
+impl Held {
+    fn add(&mut self, more: OwnedSemaphorePermit) {
+        match self.0.as_mut() {
+            Some(p) => p.merge(more),
+            None => self.0 = Some(more),
+        }
+    }
 }
 
 /// The start of an error body, lossily decoded, for the log. Never part of an error's
