@@ -317,7 +317,9 @@ impl Registry {
                 })?;
             site.checked_digest("index entry", &child)?;
             if seen.contains(&child) {
-                return Err(site.invalid_manifest(format!("index {} refers to itself (cycle)", m.digest)));
+                return Err(
+                    site.invalid_manifest(format!("index {} refers to itself (cycle)", m.digest))
+                );
             }
             t.reference = t.reference.clone_with_digest(child);
         }
@@ -453,8 +455,10 @@ impl Registry {
     ) -> Result<Vec<String>> {
         let t = self.target(repo, creds)?;
         let path = format!("{}/tags/list", t.reference.repository());
-        self.paginate(&t, |last| self.page(&t, "list_tags", &path, "tags", last, creds, deadline))
-            .await
+        self.paginate(&t, |last| {
+            self.page(&t, "list_tags", &path, "tags", last, creds, deadline)
+        })
+        .await
     }
 
     /// All repositories of `registry` (`host[:port]`), following pagination. Bearer-token
@@ -468,7 +472,15 @@ impl Registry {
         // Addressed through a reference; only its registry is used.
         let t = self.target(&format!("{registry}/catalog"), creds)?;
         self.paginate(&t, |last| {
-            self.page(&t, "catalog", "_catalog", "repositories", last, creds, deadline)
+            self.page(
+                &t,
+                "catalog",
+                "_catalog",
+                "repositories",
+                last,
+                creds,
+                deadline,
+            )
         })
         .await
     }
@@ -513,9 +525,9 @@ impl Registry {
             Some(serde_json::Value::Array(items)) => items
                 .iter()
                 .map(|v| {
-                    v.as_str()
-                        .map(str::to_owned)
-                        .ok_or_else(|| site.rejected(Some(200), format!("{field} holds a non-string")))
+                    v.as_str().map(str::to_owned).ok_or_else(|| {
+                        site.rejected(Some(200), format!("{field} holds a non-string"))
+                    })
                 })
                 .collect(),
             Some(_) => Err(site.rejected(Some(200), format!("{field} is not an array"))),

@@ -70,14 +70,35 @@ mod tests {
         assert_eq!(validate(&ok256), Ok(()));
         assert_eq!(validate(&ok512), Ok(()));
         for (bad, why) in [
-            (format!("sha256:{}", "A".repeat(64)), DigestProblem::NotLowerHex),
-            (format!("sha256:{}", "a".repeat(63)), DigestProblem::WrongLength),
-            (format!("sha256:{}", "a".repeat(128)), DigestProblem::WrongLength),
-            (format!("sha512:{}", "a".repeat(64)), DigestProblem::WrongLength),
-            (format!("md5:{}", "a".repeat(32)), DigestProblem::UnknownAlgorithm),
+            (
+                format!("sha256:{}", "A".repeat(64)),
+                DigestProblem::NotLowerHex,
+            ),
+            (
+                format!("sha256:{}", "a".repeat(63)),
+                DigestProblem::WrongLength,
+            ),
+            (
+                format!("sha256:{}", "a".repeat(128)),
+                DigestProblem::WrongLength,
+            ),
+            (
+                format!("sha512:{}", "a".repeat(64)),
+                DigestProblem::WrongLength,
+            ),
+            (
+                format!("md5:{}", "a".repeat(32)),
+                DigestProblem::UnknownAlgorithm,
+            ),
             ("a".repeat(64), DigestProblem::UnknownAlgorithm),
-            (format!("sha256:{} ", "a".repeat(64)), DigestProblem::NotLowerHex),
-            (format!("sha256:{}g", "a".repeat(63)), DigestProblem::NotLowerHex),
+            (
+                format!("sha256:{} ", "a".repeat(64)),
+                DigestProblem::NotLowerHex,
+            ),
+            (
+                format!("sha256:{}g", "a".repeat(63)),
+                DigestProblem::NotLowerHex,
+            ),
             ("sha256:".to_string(), DigestProblem::WrongLength),
         ] {
             assert_eq!(validate(&bad), Err(why), "{bad}");

@@ -4,9 +4,7 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
-use crate::client::http::{
-    BodyError, REDIRECT_DOWNGRADE, REDIRECT_NOT_HTTP, REDIRECT_TOO_MANY,
-};
+use crate::client::http::{BodyError, REDIRECT_DOWNGRADE, REDIRECT_NOT_HTTP, REDIRECT_TOO_MANY};
 use crate::digest::DigestProblem;
 use crate::stats::StatusClass;
 
@@ -460,17 +458,38 @@ mod tests {
                 assert!(msg.contains("fetch_manifest"), "{msg}");
             }
         }
-        assert!(site().by_status(404, "").to_string().contains("client error"));
-        assert!(site().by_status(502, "").to_string().contains("server error"));
+        assert!(
+            site()
+                .by_status(404, "")
+                .to_string()
+                .contains("client error")
+        );
+        assert!(
+            site()
+                .by_status(502, "")
+                .to_string()
+                .contains("server error")
+        );
     }
 
     #[test]
     fn invalid_digests_are_named_without_echoing_them() {
         let bad = format!("sha256:{}", "A".repeat(64));
-        let err = site().checked_digest("Docker-Content-Digest", &bad).unwrap_err();
-        assert!(matches!(err, Error::InvalidDigest { problem: DigestProblem::NotLowerHex, .. }));
+        let err = site()
+            .checked_digest("Docker-Content-Digest", &bad)
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            Error::InvalidDigest {
+                problem: DigestProblem::NotLowerHex,
+                ..
+            }
+        ));
         let msg = err.to_string();
-        assert!(msg.contains("Docker-Content-Digest") && !msg.contains("AAAA"), "{msg}");
+        assert!(
+            msg.contains("Docker-Content-Digest") && !msg.contains("AAAA"),
+            "{msg}"
+        );
         assert!(!err.is_transient());
     }
 

@@ -40,7 +40,10 @@ async fn endless_and_huge_answers_are_cut_at_their_limit() {
     let started = Instant::now();
     for image in ["endless:latest", "hugelength:latest"] {
         let image = format!("{}/{image}", h.host());
-        let err = r.fetch_manifest(&image, &c, ok_deadline()).await.unwrap_err();
+        let err = r
+            .fetch_manifest(&image, &c, ok_deadline())
+            .await
+            .unwrap_err();
         assert!(
             matches!(err, Error::TooLarge { what: "manifest", limit, .. } if limit == 4 << 20),
             "{image}: {err}"
@@ -53,17 +56,47 @@ async fn endless_and_huge_answers_are_cut_at_their_limit() {
         .resolve_digest(&format!("{}/endless:v1", h.host()), &c, ok_deadline())
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::TooLarge { what: "manifest", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::TooLarge {
+                what: "manifest",
+                ..
+            }
+        ),
+        "{err}"
+    );
 
     let subject = format!("{}/endless@{}", h.host(), h.good_digest());
-    let err = r.referrers(&subject, None, &c, ok_deadline()).await.unwrap_err();
-    assert!(matches!(err, Error::TooLarge { what: "referrers index", .. }), "{err}");
+    let err = r
+        .referrers(&subject, None, &c, ok_deadline())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::TooLarge {
+                what: "referrers index",
+                ..
+            }
+        ),
+        "{err}"
+    );
 
     let err = r
         .list_tags(&format!("{}/endless", h.host()), &c, ok_deadline())
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::TooLarge { what: "listing page", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::TooLarge {
+                what: "listing page",
+                ..
+            }
+        ),
+        "{err}"
+    );
 
     let err = r
         .fetch_blob(
@@ -80,7 +113,11 @@ async fn endless_and_huge_answers_are_cut_at_their_limit() {
         "{err}"
     );
     // Each read stopped at its cap instead of running into the deadline.
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -88,10 +125,23 @@ async fn an_endless_token_answer_is_cut() {
     let h = hostile(HostileAuth::EndlessToken).await;
     let r = Registry::new(Config::default()).unwrap();
     let err = r
-        .resolve_digest(&format!("{}/good:latest", h.host()), &insecure(), ok_deadline())
+        .resolve_digest(
+            &format!("{}/good:latest", h.host()),
+            &insecure(),
+            ok_deadline(),
+        )
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::TooLarge { what: "token answer", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::TooLarge {
+                what: "token answer",
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(h.requests().iter().any(|q| q.path == "/token"));
 }
 
@@ -117,7 +167,11 @@ async fn error_bodies_never_reach_the_message() {
         assert!(msg.contains(&format!("HTTP {code}, {class}")), "{msg}");
         assert!(msg.contains("fetch_manifest"), "{msg}");
         // The endless body was not waited for (500 is retried as transient only for 503).
-        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }
 
@@ -148,7 +202,11 @@ async fn redirects_carry_no_credentials_to_another_host() {
     );
 
     let err = r
-        .fetch_manifest(&format!("{}/redirect:latest", h.host()), &creds, ok_deadline())
+        .fetch_manifest(
+            &format!("{}/redirect:latest", h.host()),
+            &creds,
+            ok_deadline(),
+        )
         .await
         .unwrap_err();
     // The capture server's answer is not a manifest, and is not shown.
@@ -156,7 +214,10 @@ async fn redirects_carry_no_credentials_to_another_host() {
     assert_no_registry_text(&err);
     let seen = capture.requests();
     assert_eq!(seen.len(), 1, "{seen:?}");
-    assert_eq!(seen[0].authorization, None, "credentials followed the redirect");
+    assert_eq!(
+        seen[0].authorization, None,
+        "credentials followed the redirect"
+    );
 }
 
 #[tokio::test]
@@ -164,11 +225,21 @@ async fn redirect_loops_are_cut_after_a_few_hops() {
     let h = hostile(HostileAuth::Open).await;
     let r = Registry::new(Config::default()).unwrap();
     let err = r
-        .fetch_manifest(&format!("{}/redirectloop:latest", h.host()), &insecure(), ok_deadline())
+        .fetch_manifest(
+            &format!("{}/redirectloop:latest", h.host()),
+            &insecure(),
+            ok_deadline(),
+        )
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::RedirectRefused { reason: "too many redirects", .. }),
+        matches!(
+            err,
+            Error::RedirectRefused {
+                reason: "too many redirects",
+                ..
+            }
+        ),
         "{err}"
     );
     let hops = h
@@ -216,7 +287,10 @@ async fn a_plain_http_token_realm_is_refused_for_a_tls_registry() {
         Credentials::anonymous().with_basic(harness.host(), &login.0, &login.1),
         Credentials::anonymous(),
     ] {
-        let err = r.resolve_digest(&image, &creds, ok_deadline()).await.unwrap_err();
+        let err = r
+            .resolve_digest(&image, &creds, ok_deadline())
+            .await
+            .unwrap_err();
         assert!(matches!(err, Error::TokenRealmRefused { .. }), "{err}");
         assert!(err.to_string().contains("plain HTTP"), "{err}");
     }
@@ -240,8 +314,12 @@ async fn forged_digests_are_registry_errors() {
     ] {
         let image = format!("{}/{repo}:latest", h.host());
         for err in [
-            r.resolve_digest(&image, &c, ok_deadline()).await.unwrap_err(),
-            r.fetch_manifest(&image, &c, ok_deadline()).await.unwrap_err(),
+            r.resolve_digest(&image, &c, ok_deadline())
+                .await
+                .unwrap_err(),
+            r.fetch_manifest(&image, &c, ok_deadline())
+                .await
+                .unwrap_err(),
         ] {
             assert!(
                 matches!(&err, Error::InvalidDigest { problem: p, field: "Docker-Content-Digest", .. } if *p == problem),
@@ -249,14 +327,21 @@ async fn forged_digests_are_registry_errors() {
             );
             assert!(!err.is_transient());
             let msg = err.to_string();
-            assert!(msg.contains("Docker-Content-Digest") && msg.contains(&h.host()), "{msg}");
+            assert!(
+                msg.contains("Docker-Content-Digest") && msg.contains(&h.host()),
+                "{msg}"
+            );
             assert!(!msg.contains("abc") && !msg.contains("AAAA"), "{msg}");
         }
     }
 
     // A well-formed digest of other content is caught where the body is read.
     let err = r
-        .fetch_manifest(&format!("{}/liardigest:latest", h.host()), &c, ok_deadline())
+        .fetch_manifest(
+            &format!("{}/liardigest:latest", h.host()),
+            &c,
+            ok_deadline(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::DigestMismatch { .. }), "{err}");
@@ -267,15 +352,30 @@ async fn forged_digests_are_registry_errors() {
     assert_eq!(good.digest, h.good_digest());
 
     let err = r
-        .fetch_blob(&format!("{}/app", h.host()), &h.good_digest(), 1 << 20, &c, ok_deadline())
+        .fetch_blob(
+            &format!("{}/app", h.host()),
+            &h.good_digest(),
+            1 << 20,
+            &c,
+            ok_deadline(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::DigestMismatch { .. }), "{err}");
 
     let subject = format!("{}/badrefs@{}", h.host(), h.good_digest());
-    let err = r.referrers(&subject, None, &c, ok_deadline()).await.unwrap_err();
+    let err = r
+        .referrers(&subject, None, &c, ok_deadline())
+        .await
+        .unwrap_err();
     assert!(
-        matches!(err, Error::InvalidDigest { field: "referrers entry", .. }),
+        matches!(
+            err,
+            Error::InvalidDigest {
+                field: "referrers entry",
+                ..
+            }
+        ),
         "{err}"
     );
 }

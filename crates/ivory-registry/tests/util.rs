@@ -20,8 +20,8 @@ pub async fn start(auth: AuthMode) -> Harness {
         auth,
         ..HarnessOptions::default()
     })
-        .await
-        .expect("start docker-registry harness")
+    .await
+    .expect("start docker-registry harness")
 }
 
 pub fn client_for(h: &Harness) -> Registry {

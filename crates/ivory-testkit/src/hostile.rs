@@ -205,7 +205,11 @@ async fn capture(
         .unwrap_or_else(|p| p.into_inner())
         .push(seen(&method, &uri, &headers));
     let body = format!("{{\"captured\":\"{HOSTILE_SECRET}\"}}");
-    plain(StatusCode::OK, &[(header::CONTENT_TYPE.as_str(), OCI_MANIFEST)], body.into_bytes())
+    plain(
+        StatusCode::OK,
+        &[(header::CONTENT_TYPE.as_str(), OCI_MANIFEST)],
+        body.into_bytes(),
+    )
 }
 
 async fn hostile(
@@ -264,15 +268,27 @@ fn route(state: &HostileState, method: &Method, path: &str) -> Response {
         "/manifests/" => manifest(state, method, &self_host, repo, path),
         "/blobs/" => blob(repo, reference),
         "/referrers/" => referrers(repo),
-        _ if repo == "endless" => endless(StatusCode::OK, "application/json", br#"{"tags":["#, None),
+        _ if repo == "endless" => {
+            endless(StatusCode::OK, "application/json", br#"{"tags":["#, None)
+        }
         _ => plain(StatusCode::NOT_FOUND, &[], Vec::new()),
     }
 }
 
-fn manifest(state: &HostileState, method: &Method, self_host: &str, repo: &str, path: &str) -> Response {
+fn manifest(
+    state: &HostileState,
+    method: &Method,
+    self_host: &str,
+    repo: &str,
+    path: &str,
+) -> Response {
     let good = state.good.clone();
     let with_digest = |digest: String| {
-        let body = if method == Method::HEAD { Vec::new() } else { good.clone() };
+        let body = if method == Method::HEAD {
+            Vec::new()
+        } else {
+            good.clone()
+        };
         plain(
             StatusCode::OK,
             &[
@@ -284,10 +300,17 @@ fn manifest(state: &HostileState, method: &Method, self_host: &str, repo: &str, 
     };
     match repo {
         "good" => with_digest(sha256_digest(&good)),
-        "endless" if method == Method::HEAD => {
-            plain(StatusCode::OK, &[(header::CONTENT_TYPE.as_str(), OCI_MANIFEST)], Vec::new())
-        }
-        "endless" => endless(StatusCode::OK, OCI_MANIFEST, br#"{"schemaVersion":2,"pad":""#, None),
+        "endless" if method == Method::HEAD => plain(
+            StatusCode::OK,
+            &[(header::CONTENT_TYPE.as_str(), OCI_MANIFEST)],
+            Vec::new(),
+        ),
+        "endless" => endless(
+            StatusCode::OK,
+            OCI_MANIFEST,
+            br#"{"schemaVersion":2,"pad":""#,
+            None,
+        ),
         "hugelength" => endless(
             StatusCode::OK,
             OCI_MANIFEST,
@@ -301,9 +324,8 @@ fn manifest(state: &HostileState, method: &Method, self_host: &str, repo: &str, 
                 .ok()
                 .and_then(|c| StatusCode::from_u16(c).ok())
                 .unwrap_or(StatusCode::BAD_REQUEST);
-            let start = format!(
-                r#"{{"errors":[{{"code":"DENIED","message":"{HOSTILE_SECRET}","detail":""#
-            );
+            let start =
+                format!(r#"{{"errors":[{{"code":"DENIED","message":"{HOSTILE_SECRET}","detail":""#);
             endless(code, "application/json", start.as_bytes(), None)
         }
         "redirect" => {
@@ -323,7 +345,11 @@ fn manifest(state: &HostileState, method: &Method, self_host: &str, repo: &str, 
                 Vec::new(),
             )
         }
-        "upperdigest" => with_digest(sha256_digest(&good).to_uppercase().replace("SHA256", "sha256")),
+        "upperdigest" => with_digest(
+            sha256_digest(&good)
+                .to_uppercase()
+                .replace("SHA256", "sha256"),
+        ),
         "shortdigest" => with_digest("sha256:abc".to_string()),
         "md5digest" => with_digest(format!("md5:{}", "a".repeat(32))),
         "lengthdigest" => with_digest(format!("{}0", sha256_digest(&good))),
@@ -345,7 +371,12 @@ fn blob(repo: &str, digest: &str) -> Response {
 
 fn referrers(repo: &str) -> Response {
     match repo {
-        "endless" => endless(StatusCode::OK, OCI_INDEX, br#"{"schemaVersion":2,"manifests":["#, None),
+        "endless" => endless(
+            StatusCode::OK,
+            OCI_INDEX,
+            br#"{"schemaVersion":2,"manifests":["#,
+            None,
+        ),
         "badrefs" => {
             let body = json!({
                 "schemaVersion": 2, "mediaType": OCI_INDEX,

@@ -8,11 +8,11 @@
 //! - [`HostileServer`], [`CaptureServer`]: registries that attack their clients.
 
 pub use error::{Error, Result};
+pub use fault::{DEEP_LEVELS, FaultOptions, FaultServer, HungRegistry, refused_host};
 pub use hostile::{
     CaptureServer, HOSTILE_SECRET, HUGE_LENGTH, HostileAuth, HostileOptions, HostileServer,
     SeenRequest,
 };
-pub use fault::{DEEP_LEVELS, FaultOptions, FaultServer, HungRegistry, refused_host};
 pub use layout::{
     Descriptor, OCI_CONFIG, OCI_INDEX, OCI_LAYER, OCI_MANIFEST, OciLayout, REF_NAME, SimpleImage,
     sha256_digest, write_simple_image,

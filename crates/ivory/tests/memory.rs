@@ -5,7 +5,7 @@ use futures::future::join_all;
 use ivory_testkit::{HostileOptions, HostileServer};
 use serde_json::Value;
 
-use crate::util::{Ivory, Tls, policy, pod_review};
+use crate::util::{Ivory, Tls, pod_review, policy};
 
 /// Bound on the extra peak memory of one hostile answer.
 const ONE_MIB_BOUND: u64 = 16;
@@ -68,7 +68,9 @@ fn all_denied(responses: &[Value]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_answers_cannot_grow_ivory_memory_past_their_bounds() {
-    let h = HostileServer::start(HostileOptions::default()).await.unwrap();
+    let h = HostileServer::start(HostileOptions::default())
+        .await
+        .unwrap();
     let good: Vec<String> = vec!["good".into(); CONCURRENT];
     let (base_one, r) = run(&h, &good[..1]).await;
     assert_eq!(r[0]["allowed"], true, "{}", r[0]);
@@ -87,7 +89,10 @@ async fn hostile_answers_cannot_grow_ivory_memory_past_their_bounds() {
         "peak RSS (KiB): honest 1 = {base_one}, endless 1 = {one} (+{extra_one}); \
          honest {CONCURRENT} = {base_many}, endless {CONCURRENT} = {many} (+{extra_many})"
     );
-    assert!(extra_one < ONE_MIB_BOUND * 1024, "one endless manifest: +{extra_one} KiB");
+    assert!(
+        extra_one < ONE_MIB_BOUND * 1024,
+        "one endless manifest: +{extra_one} KiB"
+    );
     assert!(
         extra_many < MANY_MIB_BOUND * 1024,
         "{CONCURRENT} endless manifests: +{extra_many} KiB"

@@ -564,9 +564,10 @@ async fn insecure_http_works_and_warns() {
 /// A hostile registry's words (error bodies, endless answers) never reach the Pod's
 /// creator, and a digest it forges is never patched into the Pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hostile_registry_text_never_reaches_the_response_and_forged_digests_are_not_patched()
-{
-    let h = HostileServer::start(HostileOptions::default()).await.unwrap();
+async fn hostile_registry_text_never_reaches_the_response_and_forged_digests_are_not_patched() {
+    let h = HostileServer::start(HostileOptions::default())
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
@@ -615,7 +616,10 @@ async fn hostile_registry_text_never_reaches_the_response_and_forged_digests_are
         assert!(!text.contains(HOSTILE_SECRET), "{repo}: {text}");
         assert!(!text.contains("xxxxxxxx"), "{repo}: {text}");
         let forged = h.good_digest()[7..].to_uppercase();
-        assert!(!text.contains(&forged) && !text.contains("md5:"), "{repo}: {text}");
+        assert!(
+            !text.contains(&forged) && !text.contains("md5:"),
+            "{repo}: {text}"
+        );
         let msg = resp["status"]["message"].as_str().unwrap_or_default();
         assert!(msg.contains(&h.host()), "{repo}: {msg}");
         assert!(msg.contains(why), "{repo}: {msg}");

@@ -78,7 +78,6 @@ impl Registry {
         }
         Ok(m.json)
     }
-
 }
 
 fn empty_index() -> serde_json::Value {

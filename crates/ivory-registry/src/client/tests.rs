@@ -91,7 +91,9 @@ fn answer(body: Vec<u8>) -> reqwest::Response {
 #[tokio::test]
 async fn capped_reads_stop_at_the_limit_and_stay_within_budget() {
     let budget = ReadBudget::new(1 << 20);
-    let body = read_capped(answer(vec![7; 1000]), 1000, &budget).await.unwrap();
+    let body = read_capped(answer(vec![7; 1000]), 1000, &budget)
+        .await
+        .unwrap();
     assert_eq!(body.len(), 1000);
     assert!(body.capacity() <= 1000, "capacity {}", body.capacity());
     assert!(matches!(

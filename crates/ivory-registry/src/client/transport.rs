@@ -76,7 +76,15 @@ impl Registry {
                 insecure: creds.allow_insecure,
             };
             let res = self
-                .attempt(t, &conn, site, (deadline, budget), &counters, &gate, f(conn.clone()))
+                .attempt(
+                    t,
+                    &conn,
+                    site,
+                    (deadline, budget),
+                    &counters,
+                    &gate,
+                    f(conn.clone()),
+                )
                 .await;
             let err = match res {
                 Ok(v) => return Ok(v),
