@@ -441,8 +441,7 @@ impl Registry {
         };
         self.inner.referrers_api.set(&t.host, true);
         self.inner.stats.for_host(&t.host).bytes(body.len());
-        let index: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|e| site.invalid_manifest(format!("referrers answer is not JSON: {e}")))?;
+        let index = manifest::parse_json(&site, "referrers answer", &body)?;
         Ok(Some(index))
     }
 
@@ -518,8 +517,7 @@ impl Registry {
                     .map_err(|e| site.body("listing page", limit, e))
             })
             .await?;
-        let json: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|e| site.rejected(Some(200), format!("listing is not JSON: {e}")))?;
+        let json = manifest::parse_json(&site, "listing page", &body)?;
         match json.get(field) {
             None | Some(serde_json::Value::Null) => Ok(Vec::new()),
             Some(serde_json::Value::Array(items)) => items

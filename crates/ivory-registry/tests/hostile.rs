@@ -121,6 +121,22 @@ async fn endless_and_huge_answers_are_cut_at_their_limit() {
 }
 
 #[tokio::test]
+async fn manifests_that_would_balloon_once_parsed_are_refused() {
+    let h = hostile(HostileAuth::Open).await;
+    let r = Registry::new(Config::default()).unwrap();
+    let err = r
+        .fetch_manifest(
+            &format!("{}/objects:latest", h.host()),
+            &insecure(),
+            ok_deadline(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidManifest { .. }), "{err}");
+    assert!(err.to_string().contains("JSON values"), "{err}");
+}
+
+#[tokio::test]
 async fn an_endless_token_answer_is_cut() {
     let h = hostile(HostileAuth::EndlessToken).await;
     let r = Registry::new(Config::default()).unwrap();

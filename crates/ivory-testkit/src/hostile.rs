@@ -66,6 +66,8 @@ pub struct SeenRequest {
 /// - `redirectloop`: 302 to itself, forever.
 /// - `upperdigest`, `shortdigest`, `md5digest`, `lengthdigest`: `good`'s body with a
 ///   `Docker-Content-Digest` of upper-case hex, too short, another algorithm, too long.
+/// - `objects`: a valid manifest (true digest) of about 3.5 MiB made of tiny JSON objects,
+///   which would take hundreds of MiB once parsed into a tree.
 /// - `liardigest`: `good`'s body with a well-formed digest of other content.
 /// - `badrefs`: referrers whose entry has an upper-case digest.
 /// - blobs: `endless` streams an endless blob; any other digest gets content that does
@@ -79,6 +81,7 @@ pub struct HostileServer {
 struct HostileState {
     opts: HostileOptions,
     good: Vec<u8>,
+    objects: Vec<u8>,
     self_host: Mutex<String>,
     log: Mutex<Vec<SeenRequest>>,
 }
@@ -98,6 +101,7 @@ impl HostileServer {
         let state = Arc::new(HostileState {
             opts,
             good,
+            objects: tiny_objects(),
             self_host: Mutex::new(String::new()),
             log: Mutex::new(Vec::new()),
         });
@@ -354,8 +358,39 @@ fn manifest(
         "md5digest" => with_digest(format!("md5:{}", "a".repeat(32))),
         "lengthdigest" => with_digest(format!("{}0", sha256_digest(&good))),
         "liardigest" => with_digest(sha256_digest(b"other content")),
+        "objects" => {
+            let digest = sha256_digest(&state.objects);
+            let body = if method == Method::HEAD {
+                Vec::new()
+            } else {
+                state.objects.clone()
+            };
+            plain(
+                StatusCode::OK,
+                &[
+                    (header::CONTENT_TYPE.as_str(), OCI_MANIFEST),
+                    ("Docker-Content-Digest", digest.as_str()),
+                ],
+                body,
+            )
+        }
         _ => plain(StatusCode::NOT_FOUND, &[], Vec::new()),
     }
+}
+
+/// A manifest whose `layers` are ~450k one-key objects (~3.5 MiB).
+fn tiny_objects() -> Vec<u8> {
+    let mut body =
+        format!(r#"{{"schemaVersion":2,"mediaType":"{OCI_MANIFEST}","config":{{}},"layers":["#)
+            .into_bytes();
+    for i in 0..450_000 {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(br#"{"a":0}"#);
+    }
+    body.extend_from_slice(b"]}");
+    body
 }
 
 fn blob(repo: &str, digest: &str) -> Response {
