@@ -213,11 +213,12 @@ impl Registry {
             return Ok(challenge);
         }
         let snippet = error_snippet(resp).await;
-        if status.is_success() {
-            Ok(Challenge::Open)
-        } else {
-            Err(site.by_status(status.as_u16(), &snippet))
+        let code = status.as_u16();
+        if code == 429 || status.is_server_error() {
+            return Err(site.by_status(code, &snippet));
         }
+        // No challenge: whatever else `/v2/` says, requests go without credentials.
+        Ok(Challenge::Open)
     }
 
     /// A Bearer token for `t`'s repository (pull scope), cached until shortly before it
