@@ -145,11 +145,14 @@ impl Registry {
         if Instant::now() >= deadline {
             return Err(site.deadline(budget));
         }
-        // The host's auth probe (once per origin) is a request of its own.
-        match timeout_at(deadline, self.challenge(conn, t, site)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(site.deadline(budget)),
+        // The host's auth probe (once per origin) is a request of its own. A failed probe
+        // may be another caller's, run under that caller's deadline: the request below
+        // probes again under this one's.
+        if timeout_at(deadline, self.challenge(conn, t, site))
+            .await
+            .is_err()
+        {
+            return Err(site.deadline(budget));
         }
         counters.request();
         let started = Instant::now();
