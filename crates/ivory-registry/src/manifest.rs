@@ -1,6 +1,6 @@
 //! Raw manifests and their media types.
 
-use crate::error::{Error, Site};
+use crate::error::{Error, Site, truncate};
 
 /// OCI image manifest.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -56,11 +56,67 @@ impl Manifest {
     }
 }
 
-/// Parses manifest bytes, deciding the media type from the body (the header is not
-/// exposed by oci-client); unknown or schema-1 types are refused.
+/// JSON values a registry answer may hold before it is parsed into a tree.
+pub(crate) const MAX_JSON_VALUES: usize = 64 * 1024;
+/// JSON objects a registry answer may hold: each becomes a map node of several hundred
+/// bytes, so a body of tiny objects would grow far past its size once parsed.
+pub(crate) const MAX_JSON_OBJECTS: usize = 8 * 1024;
+
+/// Counts of what a JSON text would become once parsed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct JsonShape {
+    pub values: usize,
+    pub objects: usize,
+}
+
+/// A byte scan (strings skipped) counting objects and values, so a hostile body can be
+/// refused before `serde_json` builds its tree. Approximate for invalid JSON, which the
+/// parser refuses anyway.
+pub(crate) fn json_shape(bytes: &[u8]) -> JsonShape {
+    let (mut values, mut objects) = (1usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' => objects += 1,
+            b',' | b'[' | b':' => values += 1,
+            _ => {}
+        }
+    }
+    JsonShape { values, objects }
+}
+
+/// Parses a registry answer into a JSON tree, refusing shapes that would grow far past the
+/// body's size in memory. Errors are ivory's words, never the body's.
+pub(crate) fn parse_json(
+    site: &Site<'_>,
+    what: &str,
+    bytes: &[u8],
+) -> Result<serde_json::Value, Error> {
+    let shape = json_shape(bytes);
+    if shape.values > MAX_JSON_VALUES || shape.objects > MAX_JSON_OBJECTS {
+        tracing::warn!(registry = %site.registry, image = %site.image, ?shape, "registry answer has too many JSON values");
+        return Err(site.invalid_manifest(format!(
+            "{what} holds more than {MAX_JSON_VALUES} JSON values or {MAX_JSON_OBJECTS} objects"
+        )));
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|e| site.invalid_manifest(format!("{what} is not JSON: {e}")))
+}
+
+/// Parses manifest bytes, deciding the media type from the body (what the digest covers,
+/// unlike the header); unknown or schema-1 types are refused. Errors never quote the body.
 pub(crate) fn parse(site: &Site<'_>, digest: String, bytes: Vec<u8>) -> Result<Manifest, Error> {
-    let json: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| site.invalid_manifest(format!("not JSON: {e}")))?;
+    let json = parse_json(site, "manifest", &bytes)?;
     let obj = json
         .as_object()
         .ok_or_else(|| site.invalid_manifest("manifest is not a JSON object"))?;
@@ -73,7 +129,11 @@ pub(crate) fn parse(site: &Site<'_>, digest: String, bytes: Vec<u8>) -> Result<M
     }
     let media_type = match obj.get("mediaType").and_then(|v| v.as_str()) {
         Some(mt) if ACCEPTED_MEDIA_TYPES.contains(&mt) => mt.to_string(),
-        Some(mt) => return Err(site.invalid_manifest(format!("unknown media type {mt:?}"))),
+        Some(mt) => {
+            tracing::info!(registry = %site.registry, image = %site.image,
+                media_type = %truncate(mt), "manifest of an unknown media type");
+            return Err(site.invalid_manifest("unknown media type"));
+        }
         // mediaType is optional in OCI; the shape tells index from manifest.
         None if obj.contains_key("manifests") => OCI_INDEX.to_string(),
         None if obj.contains_key("config") => OCI_MANIFEST.to_string(),
@@ -102,6 +162,7 @@ mod tests {
 
     fn site() -> Site<'static> {
         Site {
+            op: "fetch_manifest",
             image: "r/x:1",
             registry: "r",
         }
@@ -124,6 +185,24 @@ mod tests {
         assert_eq!(m.children()[0].0, "sha256:a");
         let m = p(r#"{"schemaVersion":2,"config":{},"layers":[]}"#).unwrap();
         assert_eq!(m.media_type, OCI_MANIFEST);
+    }
+
+    #[test]
+    fn json_shape_counts_values_and_objects_outside_strings() {
+        let shape = json_shape(br#"{"a":[1,2,{"b":"x,y:{[\"]"}],"c":null}"#);
+        assert_eq!(
+            shape,
+            JsonShape {
+                values: 8,
+                objects: 2
+            }
+        );
+        let many = format!("[{}]", vec![r#"{"a":0}"#; MAX_JSON_OBJECTS + 1].join(","));
+        let err = parse_json(&site(), "manifest", many.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("more than"), "{err}");
+        let wide = format!("[{}]", vec!["0"; MAX_JSON_VALUES + 1].join(","));
+        assert!(parse_json(&site(), "manifest", wide.as_bytes()).is_err());
+        assert!(parse_json(&site(), "manifest", b"[0,0,0]").is_ok());
     }
 
     #[test]

@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use base64::Engine as _;
-use ivory_testkit::{Harness, HarnessOptions, HungRegistry, RegistryHarness};
+use ivory_testkit::{
+    HOSTILE_SECRET, Harness, HarnessOptions, HostileOptions, HostileServer, HungRegistry,
+    RegistryHarness,
+};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -791,4 +794,67 @@ async fn a_moved_tag_is_pinned_anew_after_the_tag_cache_ttl() {
         .review("/ivpol/mutate/pin", &pod_review("m3", &[&image]))
         .await;
     assert_eq!(pinned(&resp), format!("{image}@{second}"), "{resp}");
+/// A hostile registry's words (error bodies, endless answers) never reach the Pod's
+/// creator, and a digest it forges is never patched into the Pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_registry_text_never_reaches_the_response_and_forged_digests_are_not_patched() {
+    let h = HostileServer::start(HostileOptions::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let glob = format!("{}/*", h.host());
+    let insecure = "  credentials:\n    allowInsecureRegistry: true\n";
+    let pin = format!(
+        "  failurePolicy: Fail\n{insecure}  attestors: []\n  validations:\n    - expression: \"true\"\n"
+    );
+    write(&policies, "pin.yaml", &policy("pin", &glob, &pin));
+    let verify = format!(
+        "  validationActions: [Deny]\n  failurePolicy: Fail\n{insecure}{NO_DIGEST_RULES}{}{VERIFY_SIGNED}",
+        key_attestor()
+    );
+    write(&policies, "verify.yaml", &policy("verify", &glob, &verify));
+    let tls = Tls::write(dir.path(), "ivory test CA");
+    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+
+    // The control: an honest answer from the same server is pinned.
+    let good = format!("{}/good:v1", h.host());
+    let resp = ivory
+        .review("/ivpol/mutate/pin", &pod_review("good", &[&good]))
+        .await;
+    assert_eq!(resp["allowed"], true, "{resp}");
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(resp["patch"].as_str().unwrap())
+        .unwrap();
+    let patch: Value = serde_json::from_slice(&patch).unwrap();
+    assert_eq!(patch[0]["value"], format!("{good}@{}", h.good_digest()));
+
+    let cases = [
+        ("secret-400", "/ivpol/mutate/pin", "HTTP 400"),
+        ("secret-403", "/ivpol/mutate/pin", "HTTP 403"),
+        ("secret-500", "/ivpol/mutate/pin", "HTTP 500"),
+        ("secret-404", "/ivpol/validate/verify", "HTTP 404"),
+        ("endless", "/ivpol/mutate/pin", "exceeds the limit"),
+        ("upperdigest", "/ivpol/mutate/pin", "invalid digest"),
+        ("shortdigest", "/ivpol/mutate/pin", "invalid digest"),
+        ("md5digest", "/ivpol/validate/verify", "invalid digest"),
+    ];
+    for (repo, path, why) in cases {
+        let image = format!("{}/{repo}:v1", h.host());
+        let resp = ivory.review(path, &pod_review(repo, &[&image])).await;
+        let text = resp.to_string();
+        assert_eq!(resp["allowed"], false, "{repo}: {text}");
+        assert!(resp.get("patch").is_none(), "{repo}: {text}");
+        assert!(!text.contains(HOSTILE_SECRET), "{repo}: {text}");
+        assert!(!text.contains("xxxxxxxx"), "{repo}: {text}");
+        let forged = h.good_digest()[7..].to_uppercase();
+        assert!(
+            !text.contains(&forged) && !text.contains("md5:"),
+            "{repo}: {text}"
+        );
+        let msg = resp["status"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(&h.host()), "{repo}: {msg}");
+        assert!(msg.contains(why), "{repo}: {msg}");
+    }
 }

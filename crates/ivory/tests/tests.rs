@@ -7,6 +7,7 @@
 //! * `serve_bypass`: malformed reviews, paths and timeouts, namespaceSelector trust, credential
 //!   scope.
 //! * `serve_cel_cost`: `ivory serve` against costly CEL (load-time refusal, run-time limit).
+//! * `memory`: peak RSS of `ivory serve` against hostile registries.
 //! * `webhooks`: `ivory webhooks` output.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
 //!   (`cli_util`: running them, pushing fixtures).
@@ -20,6 +21,7 @@ mod cli_apply;
 mod cli_audit;
 mod cli_util;
 mod cli_verify;
+mod memory;
 mod serve;
 mod serve_bypass;
 mod serve_cel_cost;
