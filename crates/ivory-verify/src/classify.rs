@@ -41,15 +41,26 @@ pub(crate) fn map_error(
         // availability problem, so never subject to failurePolicy Ignore.
         E::TooLarge { .. }
         | E::InvalidManifest { .. }
+        | E::InvalidDigest { .. }
         | E::DigestMismatch { .. }
+        | E::RedirectRefused { .. }
+        | E::TokenRealmRefused { .. }
         | E::InvalidReference { .. } => VerifyError::Hostile {
             image,
             registry,
             message,
         },
-        // Network, TLS, 5xx, throttling, refused credentials, other 4xx, local configuration:
-        // no answer about the image could be had.
-        _ => VerifyError::Unavailable {
+        // Network, TLS, 5xx, throttling, a full read budget, refused credentials, other 4xx,
+        // local configuration: no answer about the image could be had.
+        E::Unauthorized { .. }
+        | E::ReadBudgetExhausted { .. }
+        | E::Throttled { .. }
+        | E::Server { .. }
+        | E::Transport { .. }
+        | E::Rejected { .. }
+        | E::InvalidCredentials { .. }
+        | E::Config { .. }
+        | E::DeadlineExceeded { .. } => VerifyError::Unavailable {
             image,
             registry,
             message,
@@ -93,6 +104,10 @@ fn registry_of(e: &RegistryError) -> String {
         | E::NotFound { registry, .. }
         | E::Unauthorized { registry, .. }
         | E::TooLarge { registry, .. }
+        | E::ReadBudgetExhausted { registry, .. }
+        | E::RedirectRefused { registry, .. }
+        | E::TokenRealmRefused { registry, .. }
+        | E::InvalidDigest { registry, .. }
         | E::Throttled { registry, .. }
         | E::Server { registry, .. }
         | E::Transport { registry, .. }
@@ -100,7 +115,7 @@ fn registry_of(e: &RegistryError) -> String {
         | E::InvalidManifest { registry, .. }
         | E::DigestMismatch { registry, .. }
         | E::Rejected { registry, .. } => registry.clone(),
-        _ => String::new(),
+        E::InvalidCredentials { .. } | E::Config { .. } => String::new(),
     }
 }
 
@@ -141,9 +156,10 @@ mod tests {
             ),
             (
                 RegistryError::NotFound {
+                    op: "GET",
                     image: image.clone(),
                     registry: registry.clone(),
-                    detail: detail.clone(),
+                    status: 404,
                 },
                 ErrorKind::NotFound,
             ),
@@ -175,15 +191,16 @@ mod tests {
             ),
             (
                 RegistryError::Server {
+                    op: "GET",
                     image: image.clone(),
                     registry: registry.clone(),
                     status: 503,
-                    detail: detail.clone(),
                 },
                 ErrorKind::Unavailable,
             ),
             (
                 RegistryError::Transport {
+                    op: "GET",
                     image: image.clone(),
                     registry: registry.clone(),
                     detail: detail.clone(),
@@ -191,10 +208,45 @@ mod tests {
                 ErrorKind::Unavailable,
             ),
             (
-                RegistryError::Unauthorized {
+                RegistryError::ReadBudgetExhausted {
+                    op: "GET",
                     image: image.clone(),
                     registry: registry.clone(),
-                    detail,
+                },
+                ErrorKind::Unavailable,
+            ),
+            (
+                RegistryError::InvalidDigest {
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    field: "Docker-Content-Digest",
+                    problem: ivory_registry::DigestProblem::NotLowerHex,
+                },
+                ErrorKind::Hostile,
+            ),
+            (
+                RegistryError::RedirectRefused {
+                    op: "GET",
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    reason: "too many redirects",
+                },
+                ErrorKind::Hostile,
+            ),
+            (
+                RegistryError::TokenRealmRefused {
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    reason: "plain HTTP realm",
+                },
+                ErrorKind::Unavailable,
+            ),
+            (
+                RegistryError::Unauthorized {
+                    op: "GET",
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    status: 401,
                 },
                 ErrorKind::Unavailable,
             ),
@@ -227,12 +279,12 @@ mod tests {
             }
         ));
         assert_eq!(mapped.registry(), "reg.example");
-        // A 5xx whose text mentions a budget is still an unavailable registry.
+        // A transport failure whose text mentions a budget is still an unavailable registry.
         let (image, registry, _) = at("");
-        let sneaky = RegistryError::Server {
+        let sneaky = RegistryError::Transport {
+            op: "GET",
             image,
             registry,
-            status: 500,
             detail: "time budget of 1ms exhausted".into(),
         };
         assert_eq!(kind(sneaky, later()), ErrorKind::Unavailable);
@@ -243,6 +295,7 @@ mod tests {
         let (image, registry, detail) = at("reset");
         let past = Instant::now();
         let e = RegistryError::Transport {
+            op: "GET",
             image,
             registry,
             detail,

@@ -794,6 +794,8 @@ async fn a_moved_tag_is_pinned_anew_after_the_tag_cache_ttl() {
         .review("/ivpol/mutate/pin", &pod_review("m3", &[&image]))
         .await;
     assert_eq!(pinned(&resp), format!("{image}@{second}"), "{resp}");
+}
+
 /// A hostile registry's words (error bodies, endless answers) never reach the Pod's
 /// creator, and a digest it forges is never patched into the Pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

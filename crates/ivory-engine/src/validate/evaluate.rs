@@ -250,7 +250,8 @@ pub(super) fn over_budget(policy: &CompiledPolicy, why: &str, images: Vec<String
             Evaluated {
                 result: result(policy, Status::Skip, why.clone(), images),
                 required: false,
-                skipped: Some(why),
+                skipped: vec![why],
+                budget_exhausted: false,
             }
         }
     }

@@ -1566,6 +1566,8 @@ async fn a_pods_rule_covers_kubectl_debug() {
     )
     .await;
     assert!(d.allowed && d.results.is_empty());
+}
+
 /// A Pod whose annotation `list` holds `n` comma-separated items.
 fn pod_with_long_list(n: usize) -> AdmissionRequest {
     let list = vec!["a"; n].join(",");
