@@ -239,7 +239,7 @@ mod tests {
                     registry: registry.clone(),
                     reason: "plain HTTP realm",
                 },
-                ErrorKind::Unavailable,
+                ErrorKind::Hostile,
             ),
             (
                 RegistryError::Unauthorized {

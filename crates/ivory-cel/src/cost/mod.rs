@@ -168,14 +168,13 @@ impl Limits {
         }
     }
 
-    /// Whether the evaluation may not even start.
+    /// Whether the evaluation may not even start: only a spent cost limit stops it here. A
+    /// passed deadline does not, because registry answers are prefetched until the deadline and
+    /// the expressions that read them (and turn a missed answer into the failurePolicy's
+    /// outcome) run after it; the deadline stops an evaluation only once it does real work
+    /// (checked every [`CHARGES_PER_CLOCK_READ`] charges).
     pub(crate) fn exhausted(&self) -> Option<Exceeded> {
-        if self.limit == 0 {
-            return Some(self.on_limit);
-        }
-        self.deadline
-            .filter(|d| Instant::now() >= *d)
-            .map(|_| Exceeded::Deadline)
+        (self.limit == 0).then_some(self.on_limit)
     }
 }
 

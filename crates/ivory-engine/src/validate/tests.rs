@@ -1615,7 +1615,7 @@ async fn cel_evaluation_stops_at_the_request_deadline() {
     let d = validate(
         &FakeVerifier::new(),
         &[&pol],
-        &pod_with_long_list(10),
+        &pod_with_long_list(10_000),
         None,
         Instant::now(),
     )
