@@ -44,9 +44,8 @@ impl JsonLimits {
     }
 }
 
-const _: () = assert!(
-    JsonLimits::SIGNATURE.worst_case_tree_bytes() <= JsonLimits::SIGNATURE_TREE_BUDGET
-);
+const _: () =
+    assert!(JsonLimits::SIGNATURE.worst_case_tree_bytes() <= JsonLimits::SIGNATURE_TREE_BUDGET);
 
 /// Counts of what a JSON text would become once parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -148,7 +148,10 @@ mod tests {
 
     #[test]
     fn parse_json_refuses_hostile_shapes_in_ivory_words() {
-        let many = format!("[{}]", vec![r#"{"a":0}"#; JsonLimits::MANIFEST.max_objects + 1].join(","));
+        let many = format!(
+            "[{}]",
+            vec![r#"{"a":0}"#; JsonLimits::MANIFEST.max_objects + 1].join(",")
+        );
         let err = parse_json(&site(), "manifest", many.as_bytes()).unwrap_err();
         assert!(err.to_string().contains("manifest holds"), "{err}");
         assert!(parse_json(&site(), "manifest", b"[0,0,0]").is_ok());
