@@ -6,8 +6,9 @@ use serde::de::DeserializeOwned;
 /// Most a counted value may cost once parsed: its `Value` slot, `Vec` doubling slack or a
 /// B-tree entry shared with its key, and the smallest heap chunk of a short string.
 pub const VALUE_COST_BYTES: usize = 96;
-/// Most an object may cost once parsed beyond its entries: one B-tree leaf node.
-pub const OBJECT_COST_BYTES: usize = 1024;
+/// Most an object may cost once parsed beyond its entries: one B-tree leaf node (eleven key
+/// and value slots) with allocator rounding.
+pub const OBJECT_COST_BYTES: usize = 768;
 
 /// How much of a tree a JSON document may describe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,9 +30,11 @@ impl JsonLimits {
     /// SBOMs, simple-signing payloads, Rekor bodies, image configs). Sized so the
     /// worst-case tree, `max_values * VALUE_COST_BYTES + max_objects * OBJECT_COST_BYTES`
     /// plus the document's own string bytes, stays within [`Self::SIGNATURE_TREE_BUDGET`]
-    /// while an SBOM with a few thousand packages still fits.
+    /// while an SPDX or CycloneDX SBOM of a few thousand packages (each an object with
+    /// checksum and reference objects) still fits. Objects are the scarcer allowance because
+    /// they cost several times more per byte than any other value.
     pub const SIGNATURE: Self = Self {
-        max_values: 160 * 1024,
+        max_values: 200 * 1024,
         max_objects: 16 * 1024,
     };
 

@@ -451,3 +451,6 @@ fn check_annotations(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod balloon_tests;

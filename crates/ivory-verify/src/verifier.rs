@@ -932,6 +932,27 @@ mod tests {
     use super::*;
     use ivory_policy::types::{CosignKey, TypeRef};
 
+    #[test]
+    fn image_config_that_would_balloon_is_hostile() {
+        let objects = ivory_registry::JsonLimits::SIGNATURE.max_objects + 1;
+        let hostile = format!("[{}]", vec![r#"{"secret":0}"#; objects].join(","));
+        let err = image_config("r.test/app:1", "r.test", hostile.as_bytes()).unwrap_err();
+        assert_eq!(err.kind(), ivory_engine::verifier::ErrorKind::Hostile);
+        let text = err.to_string();
+        assert!(
+            text.contains("r.test/app:1") && text.contains("image config refused"),
+            "{text}"
+        );
+        assert!(!text.contains("secret"), "{text}");
+        let ok = image_config("r.test/app:1", "r.test", br#"{"os":"linux"}"#).unwrap();
+        assert_eq!(ok["os"], "linux");
+        assert!(
+            image_config("r.test/app:1", "r.test", b"not json")
+                .unwrap()
+                .is_null()
+        );
+    }
+
     fn key_attestor(name: &str, data: &str) -> Attestor {
         Attestor {
             name: name.into(),
