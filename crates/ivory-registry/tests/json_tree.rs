@@ -8,6 +8,9 @@
 use ivory_registry::{JsonLimits, json_shape, parse_json_bounded};
 use serde_json::Value;
 
+/// Builds the `i`-th array item of a shape.
+type ItemFn = Box<dyn Fn(usize) -> String>;
+
 #[global_allocator]
 static ALLOCATOR: dhat::Alloc = dhat::Alloc;
 
@@ -40,7 +43,7 @@ fn filled(limits: &JsonLimits, item: impl Fn(usize) -> String) -> Vec<u8> {
 fn trees_at_the_limits_stay_within_the_cost_model() {
     let _profiler = dhat::Profiler::builder().testing().build();
     for limits in [JsonLimits::MANIFEST, JsonLimits::SIGNATURE] {
-        let shapes: [(&str, Box<dyn Fn(usize) -> String>); 7] = [
+        let shapes: [(&str, ItemFn); 7] = [
             ("one-entry objects", Box::new(|_| r#"{"":0}"#.into())),
             (
                 "short-key objects",
