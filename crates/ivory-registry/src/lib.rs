@@ -25,6 +25,10 @@ pub use config::{
 };
 pub use digest::DigestProblem;
 pub use error::{Error, Result};
+pub use json::{
+    JsonLimits, JsonShape, OBJECT_COST_BYTES, ShapeError, VALUE_COST_BYTES, json_shape,
+    parse_json_bounded,
+};
 pub use manifest::{
     ACCEPTED_MEDIA_TYPES, DOCKER_MANIFEST, DOCKER_MANIFEST_LIST, Manifest, OCI_INDEX, OCI_MANIFEST,
 };
@@ -36,6 +40,7 @@ mod client;
 mod config;
 mod digest;
 mod error;
+mod json;
 mod manifest;
 mod reference;
 mod roots;

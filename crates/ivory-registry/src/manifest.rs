@@ -1,6 +1,7 @@
 //! Raw manifests and their media types.
 
 use crate::error::{Error, Site, truncate};
+use crate::json::{JsonLimits, ShapeError, parse_json_bounded};
 
 /// OCI image manifest.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -56,45 +57,6 @@ impl Manifest {
     }
 }
 
-/// JSON values a registry answer may hold before it is parsed into a tree.
-pub(crate) const MAX_JSON_VALUES: usize = 64 * 1024;
-/// JSON objects a registry answer may hold: each becomes a map node of several hundred
-/// bytes, so a body of tiny objects would grow far past its size once parsed.
-pub(crate) const MAX_JSON_OBJECTS: usize = 8 * 1024;
-
-/// Counts of what a JSON text would become once parsed.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct JsonShape {
-    pub values: usize,
-    pub objects: usize,
-}
-
-/// A byte scan (strings skipped) counting objects and values, so a hostile body can be
-/// refused before `serde_json` builds its tree. Approximate for invalid JSON, which the
-/// parser refuses anyway.
-pub(crate) fn json_shape(bytes: &[u8]) -> JsonShape {
-    let (mut values, mut objects) = (1usize, 0usize);
-    let (mut in_string, mut escaped) = (false, false);
-    for &b in bytes {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'{' => objects += 1,
-            b',' | b'[' | b':' => values += 1,
-            _ => {}
-        }
-    }
-    JsonShape { values, objects }
-}
-
 /// Parses a registry answer into a JSON tree, refusing shapes that would grow far past the
 /// body's size in memory. Errors are ivory's words, never the body's.
 pub(crate) fn parse_json(
@@ -102,15 +64,12 @@ pub(crate) fn parse_json(
     what: &str,
     bytes: &[u8],
 ) -> Result<serde_json::Value, Error> {
-    let shape = json_shape(bytes);
-    if shape.values > MAX_JSON_VALUES || shape.objects > MAX_JSON_OBJECTS {
-        tracing::warn!(registry = %site.registry, image = %site.image, ?shape, "registry answer has too many JSON values");
-        return Err(site.invalid_manifest(format!(
-            "{what} holds more than {MAX_JSON_VALUES} JSON values or {MAX_JSON_OBJECTS} objects"
-        )));
-    }
-    serde_json::from_slice(bytes)
-        .map_err(|e| site.invalid_manifest(format!("{what} is not JSON: {e}")))
+    parse_json_bounded(bytes, &JsonLimits::MANIFEST).map_err(|e| {
+        if let ShapeError::TooComplex { shape, .. } = &e {
+            tracing::warn!(registry = %site.registry, image = %site.image, ?shape, "registry answer has too many JSON values");
+        }
+        site.invalid_manifest(format!("{what} {e}"))
+    })
 }
 
 /// Parses manifest bytes, deciding the media type from the body (what the digest covers,
@@ -188,20 +147,13 @@ mod tests {
     }
 
     #[test]
-    fn json_shape_counts_values_and_objects_outside_strings() {
-        let shape = json_shape(br#"{"a":[1,2,{"b":"x,y:{[\"]"}],"c":null}"#);
-        assert_eq!(
-            shape,
-            JsonShape {
-                values: 8,
-                objects: 2
-            }
+    fn parse_json_refuses_hostile_shapes_in_ivory_words() {
+        let many = format!(
+            "[{}]",
+            vec![r#"{"a":0}"#; JsonLimits::MANIFEST.max_objects + 1].join(",")
         );
-        let many = format!("[{}]", vec![r#"{"a":0}"#; MAX_JSON_OBJECTS + 1].join(","));
         let err = parse_json(&site(), "manifest", many.as_bytes()).unwrap_err();
-        assert!(err.to_string().contains("more than"), "{err}");
-        let wide = format!("[{}]", vec!["0"; MAX_JSON_VALUES + 1].join(","));
-        assert!(parse_json(&site(), "manifest", wide.as_bytes()).is_err());
+        assert!(err.to_string().contains("manifest holds"), "{err}");
         assert!(parse_json(&site(), "manifest", b"[0,0,0]").is_ok());
     }
 

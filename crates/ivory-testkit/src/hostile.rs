@@ -68,6 +68,8 @@ pub struct SeenRequest {
 ///   `Docker-Content-Digest` of upper-case hex, too short, another algorithm, too long.
 /// - `objects`: a valid manifest (true digest) of about 3.5 MiB made of tiny JSON objects,
 ///   which would take hundreds of MiB once parsed into a tree.
+/// - `balloonatt`: `good` under any tag; its cosign attestation tag (`sha256-<hex>.att`)
+///   lists one DSSE layer of about 3.5 MiB made of tiny JSON objects ([`balloon_blob`]).
 /// - `liardigest`: `good`'s body with a well-formed digest of other content.
 /// - `badrefs`: referrers whose entry has an upper-case digest.
 /// - blobs: `endless` streams an endless blob; any other digest gets content that does
@@ -82,6 +84,7 @@ struct HostileState {
     opts: HostileOptions,
     good: Vec<u8>,
     objects: Vec<u8>,
+    balloon: Vec<u8>,
     self_host: Mutex<String>,
     log: Mutex<Vec<SeenRequest>>,
 }
@@ -102,6 +105,7 @@ impl HostileServer {
             opts,
             good,
             objects: tiny_objects(),
+            balloon: balloon_blob(),
             self_host: Mutex::new(String::new()),
             log: Mutex::new(Vec::new()),
         });
@@ -270,6 +274,11 @@ fn route(state: &HostileState, method: &Method, path: &str) -> Response {
     };
     match kind {
         "/manifests/" => manifest(state, method, &self_host, repo, path),
+        "/blobs/" if repo == "balloonatt" && reference == sha256_digest(&state.balloon) => plain(
+            StatusCode::OK,
+            &[("Docker-Content-Digest", reference)],
+            state.balloon.clone(),
+        ),
         "/blobs/" => blob(repo, reference),
         "/referrers/" => referrers(repo),
         _ if repo == "endless" => {
@@ -304,6 +313,26 @@ fn manifest(
     };
     match repo {
         "good" => with_digest(sha256_digest(&good)),
+        "balloonatt" if path.ends_with(".att") => {
+            let body = balloon_att_manifest(&state.balloon);
+            let digest = sha256_digest(&body);
+            plain(
+                StatusCode::OK,
+                &[
+                    (header::CONTENT_TYPE.as_str(), OCI_MANIFEST),
+                    ("Docker-Content-Digest", digest.as_str()),
+                ],
+                if method == Method::HEAD {
+                    Vec::new()
+                } else {
+                    body
+                },
+            )
+        }
+        "balloonatt" if path.contains("/manifests/sha256-") => {
+            plain(StatusCode::NOT_FOUND, &[], Vec::new())
+        }
+        "balloonatt" => with_digest(sha256_digest(&good)),
         "endless" if method == Method::HEAD => plain(
             StatusCode::OK,
             &[(header::CONTENT_TYPE.as_str(), OCI_MANIFEST)],
@@ -391,6 +420,34 @@ fn tiny_objects() -> Vec<u8> {
     }
     body.extend_from_slice(b"]}");
     body
+}
+
+/// A DSSE layer blob of about 3.5 MiB that is one JSON array of tiny objects: well inside
+/// the signature size limits, hundreds of MiB once parsed into a tree.
+fn balloon_blob() -> Vec<u8> {
+    let mut body = b"[".to_vec();
+    for i in 0..450_000 {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(br#"{"a":0}"#);
+    }
+    body.push(b']');
+    body
+}
+
+/// A cosign `.att` manifest whose one DSSE layer is `blob`.
+fn balloon_att_manifest(blob: &[u8]) -> Vec<u8> {
+    let config = b"{}";
+    json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, "digest": sha256_digest(config), "size": config.len()},
+        "layers": [{"mediaType": "application/vnd.dsse.envelope.v1+json",
+                    "digest": sha256_digest(blob), "size": blob.len()}],
+    })
+    .to_string()
+    .into_bytes()
 }
 
 fn blob(repo: &str, digest: &str) -> Response {

@@ -17,7 +17,7 @@ pub use layout::{
     Descriptor, OCI_CONFIG, OCI_INDEX, OCI_LAYER, OCI_MANIFEST, OciLayout, REF_NAME, SimpleImage,
     sha256_digest, write_simple_image,
 };
-pub use pki::{TestPki, TokenSigner};
+pub use pki::{CosignSigner, TestPki, TokenSigner};
 pub use registry::{
     AuthMode, Harness, HarnessOptions, LoggedRequest, REGISTRY_BINARY, RegistryHarness,
 };

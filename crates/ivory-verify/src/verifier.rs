@@ -16,7 +16,9 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt as _, join_all};
 use ivory_engine::verifier::{ImageVerifier, Verification, VerifyError, VerifyRequest};
 use ivory_policy::types::{Attestation, Attestor, Credentials as PolicyCredentials};
-use ivory_registry::{Credentials, Error as RegistryError, Registry, parse_reference};
+use ivory_registry::{
+    Credentials, Error as RegistryError, JsonLimits, Registry, parse_json_bounded, parse_reference,
+};
 use moka::Expiry;
 use moka::future::Cache;
 use oci_client::Reference;
@@ -671,7 +673,7 @@ impl CosignVerifier {
                     )
                     .await
                     .map_err(|e| map_error(image, "fetching the config", e, deadline))?;
-                serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+                image_config(image, reference.registry(), &bytes)?
             }
             None => Value::Null,
         };
@@ -688,6 +690,20 @@ impl CosignVerifier {
             "manifest": manifest.json,
             "config": config,
         }))
+    }
+}
+
+/// An image config for the CEL `image` context: one whose shape would balloon once parsed is
+/// refused as hostile; one that is not JSON is left out, as before any limit applied.
+fn image_config(image: &str, registry: &str, bytes: &[u8]) -> Result<Value, VerifyError> {
+    match parse_json_bounded(bytes, &JsonLimits::SIGNATURE) {
+        Ok(config) => Ok(config),
+        Err(e) if e.is_too_complex() => Err(VerifyError::Hostile {
+            image: image.to_owned(),
+            registry: registry.to_owned(),
+            message: format!("image config refused: it {e}"),
+        }),
+        Err(_) => Ok(Value::Null),
     }
 }
 
@@ -915,6 +931,27 @@ impl ImageVerifier for CosignVerifier {
 mod tests {
     use super::*;
     use ivory_policy::types::{CosignKey, TypeRef};
+
+    #[test]
+    fn image_config_that_would_balloon_is_hostile() {
+        let objects = ivory_registry::JsonLimits::SIGNATURE.max_objects + 1;
+        let hostile = format!("[{}]", vec![r#"{"secret":0}"#; objects].join(","));
+        let err = image_config("r.test/app:1", "r.test", hostile.as_bytes()).unwrap_err();
+        assert_eq!(err.kind(), ivory_engine::verifier::ErrorKind::Hostile);
+        let text = err.to_string();
+        assert!(
+            text.contains("r.test/app:1") && text.contains("image config refused"),
+            "{text}"
+        );
+        assert!(!text.contains("secret"), "{text}");
+        let ok = image_config("r.test/app:1", "r.test", br#"{"os":"linux"}"#).unwrap();
+        assert_eq!(ok["os"], "linux");
+        assert!(
+            image_config("r.test/app:1", "r.test", b"not json")
+                .unwrap()
+                .is_null()
+        );
+    }
 
     fn key_attestor(name: &str, data: &str) -> Attestor {
         Attestor {

@@ -29,10 +29,35 @@ const PIN: &str = "/ivpol/mutate/pin";
 /// Verifies signatures (reads the signature manifest).
 const VERIFY: &str = "/ivpol/validate/verify";
 
+/// An SPDX attestation check by the fixture key with the transparency log required, so a
+/// DSSE layer is parsed before any signature check.
+fn verify_sbom() -> String {
+    format!(
+        "{}  attestations:\n    - name: sbom\n      intoto:\n        type: https://spdx.dev/Document\n  validations:\n    - expression: >-\n        images.containers.map(image, verifyAttestationSignatures(image, attestations.sbom, [attestors.key])).all(e, e > 0)\n      message: failed the image attestation verification\n",
+        key_attestor().replace(
+            "insecureIgnoreTlog: true",
+            "url: https://rekor.sigstore.dev\n          insecureIgnoreTlog: false"
+        )
+    )
+}
+
 /// Starts a fresh `ivory serve` with pin and verify policies for images of `h`, warms it up
 /// with one honest image, sends `repos` to `path` (one Pod each, all at once), and returns
 /// the peak RSS in KiB and the responses.
 async fn run(h: &HostileServer, path: &str, repos: &[String]) -> (u64, Vec<Value>) {
+    let checks = format!("{}{VERIFY_SIGNED}", key_attestor());
+    let (peak, responses, _) = run_with(h, path, repos, &checks).await;
+    (peak, responses)
+}
+
+/// [`run`] with `checks` (attestors and validations) as the verify policy's checks; also
+/// returns ivory's logs.
+async fn run_with(
+    h: &HostileServer,
+    path: &str,
+    repos: &[String],
+    checks: &str,
+) -> (u64, Vec<Value>, String) {
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
@@ -43,8 +68,7 @@ async fn run(h: &HostileServer, path: &str, repos: &[String]) -> (u64, Vec<Value
     )
     .unwrap();
     let verify = format!(
-        "  validationActions: [Deny]\n  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n  validationConfigurations:\n    mutateDigest: false\n    verifyDigest: false\n{}{VERIFY_SIGNED}",
-        key_attestor()
+        "  validationActions: [Deny]\n  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n  validationConfigurations:\n    mutateDigest: false\n    verifyDigest: false\n{checks}"
     );
     std::fs::write(
         policies.join("verify.yaml"),
@@ -67,7 +91,7 @@ async fn run(h: &HostileServer, path: &str, repos: &[String]) -> (u64, Vec<Value
     let url = format!("{path}?timeout=10s");
     let responses = join_all(reviews.iter().map(|r| ivory.review(&url, r))).await;
     let pid = ivory.child.id().unwrap();
-    (peak_rss_kib(pid), responses)
+    (peak_rss_kib(pid), responses, ivory.logs())
 }
 
 fn all_denied(responses: &[Value]) {
@@ -92,6 +116,14 @@ async fn hostile_answers_cannot_grow_ivory_memory_past_their_bounds() {
     // A valid manifest of tiny objects: small on the wire, huge as a parsed tree.
     let (objects, r) = run(&h, VERIFY, &["objects".to_string()]).await;
     all_denied(&r);
+    // An attestation layer of tiny objects, parsed before any signature check.
+    let (balloon, r, logs) =
+        run_with(&h, VERIFY, &["balloonatt".to_string()], &verify_sbom()).await;
+    all_denied(&r);
+    assert!(
+        logs.contains("signature blob refused for its JSON shape"),
+        "{logs}"
+    );
     let endless: Vec<String> = vec!["endless".into(); CONCURRENT];
     let (many, r) = run(&h, PIN, &endless).await;
     all_denied(&r);
@@ -99,9 +131,11 @@ async fn hostile_answers_cannot_grow_ivory_memory_past_their_bounds() {
     let extra_one = one.saturating_sub(base_one);
     let extra_many = many.saturating_sub(base_many);
     let extra_objects = objects.saturating_sub(base_one);
+    let extra_balloon = balloon.saturating_sub(base_one);
     eprintln!(
         "peak RSS (KiB): honest 1 = {base_one}, endless 1 = {one} (+{extra_one}), \
-         tiny objects 1 = {objects} (+{extra_objects}); honest {CONCURRENT} = {base_many}, \
+         tiny objects 1 = {objects} (+{extra_objects}), \
+         tiny-object attestation 1 = {balloon} (+{extra_balloon}); honest {CONCURRENT} = {base_many}, \
          endless {CONCURRENT} = {many} (+{extra_many})"
     );
     assert!(
@@ -111,6 +145,10 @@ async fn hostile_answers_cannot_grow_ivory_memory_past_their_bounds() {
     assert!(
         extra_objects < ONE_MIB_BOUND * 1024,
         "one manifest of tiny objects: +{extra_objects} KiB"
+    );
+    assert!(
+        extra_balloon < ONE_MIB_BOUND * 1024,
+        "one attestation of tiny objects: +{extra_balloon} KiB"
     );
     assert!(
         extra_many < MANY_MIB_BOUND * 1024,
