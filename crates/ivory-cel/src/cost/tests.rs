@@ -220,7 +220,7 @@ fn an_evaluation_does_not_outlive_its_deadline() {
     let mut act = Activation::new(&NoHost);
     act.bind_json("object", &small);
     act.set_budget(past());
-    assert!(matches!(p.evaluate(&act), Ok(_)), "{:?}", p.evaluate(&act));
+    assert!(p.evaluate(&act).is_ok(), "{:?}", p.evaluate(&act));
 }
 
 #[test]
