@@ -54,6 +54,18 @@ impl Manifest {
             })
             .unwrap_or_default()
     }
+
+    /// Reads `bytes` served for `image` by `registry` exactly as a fetched manifest is read.
+    /// Entry point for the fuzz targets (`fuzz/`), not part of the supported API.
+    #[doc(hidden)]
+    pub fn from_served(
+        image: &str,
+        registry: &str,
+        digest: String,
+        bytes: Vec<u8>,
+    ) -> Result<Self, Error> {
+        parse(&Site { image, registry }, digest, bytes)
+    }
 }
 
 /// Parses manifest bytes, deciding the media type from the body (the header is not
