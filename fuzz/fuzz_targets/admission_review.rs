@@ -15,7 +15,11 @@ use libfuzzer_sys::fuzz_target;
 
 /// The kind whose objects a built-in GVR serves (ReplicationController has no GVR extractor).
 fn kind_of(gvr: &GroupVersionResource) -> Option<&'static str> {
-    match (gvr.group.as_str(), gvr.version.as_str(), gvr.resource.as_str()) {
+    match (
+        gvr.group.as_str(),
+        gvr.version.as_str(),
+        gvr.resource.as_str(),
+    ) {
         ("", "v1", "pods") => Some("Pod"),
         ("apps", "v1", "deployments") => Some("Deployment"),
         ("apps", "v1", "statefulsets") => Some("StatefulSet"),

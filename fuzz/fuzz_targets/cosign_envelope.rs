@@ -86,9 +86,18 @@ fn dsse(f: &Fixture, statement: &[u8]) {
     });
     let envs = std::slice::from_ref(&env);
     if let Ok(accepted) = evaluate(&f.offline, DIGEST, envs, Some(PREDICATE)) {
-        let st = accepted.statement.expect("an attestation verdict carries its statement");
-        assert_eq!(st["predicateType"], json!(PREDICATE), "wrong predicate type accepted");
-        assert!(names_digest(&st), "accepted a statement about another image");
+        let st = accepted
+            .statement
+            .expect("an attestation verdict carries its statement");
+        assert_eq!(
+            st["predicateType"],
+            json!(PREDICATE),
+            "wrong predicate type accepted"
+        );
+        assert!(
+            names_digest(&st),
+            "accepted a statement about another image"
+        );
     }
     // `.att` layers are never signatures.
     assert!(evaluate(&f.offline, DIGEST, envs, None).is_err());

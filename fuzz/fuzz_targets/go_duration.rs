@@ -31,8 +31,14 @@ fuzz_target!(|data: &[u8]| {
     for timeout in [parsed, from_query] {
         for policy in [None, Some(Duration::from_secs(30))] {
             let b = Budget::new(start, timeout, policy);
-            assert!(b.budget <= b.timeout, "budget above the timeout for {text:?}");
-            assert!(b.deadline >= start, "deadline before the start for {text:?}");
+            assert!(
+                b.budget <= b.timeout,
+                "budget above the timeout for {text:?}"
+            );
+            assert!(
+                b.deadline >= start,
+                "deadline before the start for {text:?}"
+            );
         }
     }
 });

@@ -33,33 +33,68 @@ fuzz_target!(|data: &[u8]| {
     };
     assert_eq!(parsed.original(), input);
     assert_eq!(parsed.to_string(), input);
-    assert_eq!(parsed.identifier(), parsed.digest().or(parsed.tag()).unwrap_or("latest"));
+    assert_eq!(
+        parsed.identifier(),
+        parsed.digest().or(parsed.tag()).unwrap_or("latest")
+    );
 
     let normalized = parsed.kyverno_normalized();
     let again = reparse(&normalized, "normalised form", input);
-    assert_eq!(again.kyverno_normalized(), normalized, "normalisation is not idempotent for {input:?}");
-    assert_eq!(identity(&again), identity(&parsed), "normalisation of {input:?} changed the image");
+    assert_eq!(
+        again.kyverno_normalized(),
+        normalized,
+        "normalisation is not idempotent for {input:?}"
+    );
+    assert_eq!(
+        identity(&again),
+        identity(&parsed),
+        "normalisation of {input:?} changed the image"
+    );
 
     let pinned = parsed.with_digest(DIGEST);
     let pinned_ref = reparse(&pinned, "pinned form", input);
     assert_eq!(
-        (pinned_ref.registry(), pinned_ref.repository(), pinned_ref.digest()),
+        (
+            pinned_ref.registry(),
+            pinned_ref.repository(),
+            pinned_ref.digest()
+        ),
         (parsed.registry(), parsed.repository(), Some(DIGEST)),
         "pinning {input:?} changed the repository"
     );
-    assert_eq!(reparse(&pinned_ref.kyverno_normalized(), "normalised pinned form", input).digest(), Some(DIGEST));
+    assert_eq!(
+        reparse(
+            &pinned_ref.kyverno_normalized(),
+            "normalised pinned form",
+            input
+        )
+        .digest(),
+        Some(DIGEST)
+    );
 
     let fetched = ivory_registry::parse_reference(input)
         .unwrap_or_else(|e| panic!("registry client refuses {input:?} the parser accepted: {e}"));
     assert_eq!(
-        (fetched.resolve_registry(), fetched.repository(), fetched.digest()),
+        (
+            fetched.resolve_registry(),
+            fetched.repository(),
+            fetched.digest()
+        ),
         (parsed.registry(), parsed.repository(), parsed.digest()),
         "registry client would fetch another image than {input:?}"
     );
     if let Ok(read_back) = fetched.whole().parse::<oci_client::Reference>() {
         assert_eq!(
-            (read_back.resolve_registry(), read_back.repository(), read_back.digest()),
-            (fetched.resolve_registry(), fetched.repository(), fetched.digest()),
+            (
+                read_back.resolve_registry(),
+                read_back.repository(),
+                read_back.digest()
+            ),
+            (
+                fetched.resolve_registry(),
+                fetched.repository(),
+                fetched.digest()
+            ),
             "oci-client reads {:?} (from {input:?}) as another image",
             fetched.whole()
         );

@@ -21,10 +21,17 @@ fn manifest(body: &[u8]) {
     };
     assert!(ACCEPTED_MEDIA_TYPES.contains(&m.media_type.as_str()));
     assert_eq!(m.bytes, body, "manifest bytes differ from the bytes served");
-    assert_eq!(m.is_index(), m.json.get("manifests").is_some(), "index shape mismatch");
+    assert_eq!(
+        m.is_index(),
+        m.json.get("manifests").is_some(),
+        "index shape mismatch"
+    );
     let listed = m.json.get("manifests").and_then(Value::as_array);
     let children = m.children();
-    assert!(children.len() <= listed.map_or(0, Vec::len), "more children than entries");
+    assert!(
+        children.len() <= listed.map_or(0, Vec::len),
+        "more children than entries"
+    );
     for (digest, _platform) in &children {
         assert!(
             listed.is_some_and(|l| l.iter().any(|e| e["digest"] == *digest.as_str())),
@@ -33,7 +40,10 @@ fn manifest(body: &[u8]) {
     }
     if let Some(layers) = m.json.get("layers").and_then(Value::as_array) {
         for layer in layers {
-            let _ = Legacy::from_annotations(Vec::new(), layer.get("annotations").and_then(Value::as_object));
+            let _ = Legacy::from_annotations(
+                Vec::new(),
+                layer.get("annotations").and_then(Value::as_object),
+            );
         }
     }
 }
@@ -49,7 +59,12 @@ fn referrers(body: &[u8]) {
             let _ = entry.get("digest").and_then(Value::as_str);
         }
     }
-    let _ = Manifest::from_served("r.example/x@sha256:0", "r.example", DIGEST.into(), value.to_string().into_bytes());
+    let _ = Manifest::from_served(
+        "r.example/x@sha256:0",
+        "r.example",
+        DIGEST.into(),
+        value.to_string().into_bytes(),
+    );
 }
 
 fuzz_target!(|data: &[u8]| {

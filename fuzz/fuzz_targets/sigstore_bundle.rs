@@ -75,9 +75,18 @@ fuzz_target!(|data: &[u8]| {
     };
     let env = [Envelope::Bundle(signed)];
     if let Ok(accepted) = evaluate(&f.offline, DIGEST, &env, Some(PREDICATE)) {
-        let st = accepted.statement.expect("an attestation verdict carries its statement");
-        assert_eq!(st["predicateType"], json!(PREDICATE), "wrong predicate type accepted");
-        assert!(names_digest(&st), "accepted a statement about another image");
+        let st = accepted
+            .statement
+            .expect("an attestation verdict carries its statement");
+        assert_eq!(
+            st["predicateType"],
+            json!(PREDICATE),
+            "wrong predicate type accepted"
+        );
+        assert!(
+            names_digest(&st),
+            "accepted a statement about another image"
+        );
     }
     if evaluate(&f.offline, DIGEST, &env, None).is_ok() {
         let doc: Value = serde_json::from_slice(data).expect("accepted bundle is JSON");
@@ -85,6 +94,9 @@ fuzz_target!(|data: &[u8]| {
             .decode(doc["dsseEnvelope"]["payload"].as_str().unwrap_or_default())
             .expect("accepted payload is base64");
         let st: Value = serde_json::from_slice(&payload).expect("accepted statement is JSON");
-        assert!(names_digest(&st), "accepted a signature statement about another image");
+        assert!(
+            names_digest(&st),
+            "accepted a signature statement about another image"
+        );
     }
 });
