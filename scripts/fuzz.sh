@@ -10,9 +10,10 @@
 # --cmin        minimise each corpus after its run (cargo fuzz cmin)
 #
 # Installs cargo-fuzz (pinned) when missing and fails when no nightly toolchain is installed.
-# New corpus entries land in fuzz/corpus/<target>/ (commit them); crashes in
+# Inputs that once crashed a target (fuzz/regressions/<target>/) are replayed before it is
+# fuzzed. New corpus entries land in fuzz/corpus/<target>/ (commit them); crashes in
 # fuzz/artifacts/<target>/; one log per target and a summary (executions, coverage, crashes)
-# in fuzz/logs/. Exits non-zero when any target crashed, leaked, timed out or ran out of memory.
+# in fuzz/logs/. Exits non-zero when any target crashed, timed out or ran out of memory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
     --smoke) seconds=20; shift ;;
     --parallel) parallel="$2"; shift 2 ;;
     --cmin) cmin=1; shift ;;
-    -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -71,16 +72,25 @@ run() {
   local t="$1" log="fuzz/logs/$1.log"
   mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
   local start=$SECONDS status=0
-  nice -n 10 cargo +nightly fuzz run --fuzz-dir fuzz "$t" "fuzz/corpus/$t" -- \
-    -max_total_time="$seconds" -rss_limit_mb=2048 -max_len="$(max_len "$t")" -timeout=10 \
-    -print_final_stats=1 -detect_leaks=0 >"$log" 2>&1 || status=$?
+  : >"$log"
+  # Every input that once crashed the target is replayed first: it must pass again.
+  if compgen -G "fuzz/regressions/$t/*" >/dev/null; then
+    nice -n 10 cargo +nightly fuzz run --fuzz-dir fuzz "$t" "fuzz/regressions/$t"/* -- \
+      -rss_limit_mb=2048 -timeout=10 -detect_leaks=0 >>"$log" 2>&1 || status=$?
+  fi
+  if [ "$status" = 0 ]; then
+    nice -n 10 cargo +nightly fuzz run --fuzz-dir fuzz "$t" "fuzz/corpus/$t" -- \
+      -max_total_time="$seconds" -rss_limit_mb=2048 -max_len="$(max_len "$t")" -timeout=10 \
+      -print_final_stats=1 -detect_leaks=0 >>"$log" 2>&1 || status=$?
+  fi
   local execs cov ft
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
   if [ "$cmin" = 1 ] && [ "$status" = 0 ]; then
+    # One input per covered edge (not per hit-count bucket) keeps the committed corpus small.
     nice -n 10 cargo +nightly fuzz cmin --fuzz-dir fuzz "$t" "fuzz/corpus/$t" -- \
-      -max_len="$(max_len "$t")" -rss_limit_mb=2048 -timeout=10 >>"$log" 2>&1 || status=$?
+      -use_counters=0 -rss_limit_mb=2048 -timeout=10 -detect_leaks=0 >>"$log" 2>&1 || status=$?
   fi
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$((SECONDS - start))" "${execs:-0}" "${cov:-0}" \
     "${ft:-0}" "$(find "fuzz/corpus/$t" -type f | wc -l)" "$status" >"fuzz/logs/$t.summary"
