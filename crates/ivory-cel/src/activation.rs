@@ -1,14 +1,14 @@
 //! Per-evaluation bindings and the bridge from CEL functions to the engine's [`Host`].
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use cel::common::types::Type;
 use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
 use cel::{ExecutionError, IdedExpr, Value};
 
-use crate::EvalError;
 use crate::convert::{json_to_val, json_to_value, value_to_json};
+use crate::{CostBudget, EvalError};
 
 /// Implemented by the engine: answers the Kyverno verification / image-data functions.
 /// Errors are strings that become CEL runtime errors.
@@ -118,10 +118,11 @@ enum Bound<'a> {
     Lazy(&'a LazyJson<'a>),
 }
 
-/// Per-evaluation bindings.
+/// Per-evaluation bindings, and the cost budget evaluations against them are charged to.
 pub struct Activation<'a> {
     host: &'a dyn Host,
     vars: Vec<(String, Bound<'a>)>,
+    budget: Option<Arc<CostBudget>>,
 }
 
 impl<'a> Activation<'a> {
@@ -129,7 +130,20 @@ impl<'a> Activation<'a> {
         Self {
             host,
             vars: Vec::new(),
+            budget: None,
         }
+    }
+
+    /// Charges every evaluation against this activation to `budget` (and stops it at the
+    /// budget's deadline). Without one, each evaluation is bounded by the per-evaluation limit
+    /// alone.
+    pub fn set_budget(&mut self, budget: Arc<CostBudget>) {
+        self.budget = Some(budget);
+    }
+
+    /// The budget evaluations are charged to.
+    pub fn budget(&self) -> Option<&CostBudget> {
+        self.budget.as_deref()
     }
 
     /// Binds `name` to a JSON value (converted once, here). Rebinding replaces.

@@ -19,6 +19,16 @@ pub enum CompileError {
     Internal(String),
     #[error("expression too long: {len} bytes (max {max})")]
     TooLong { len: usize, max: usize },
+    /// The worst-case cost on the largest accepted request is over the static limit.
+    #[error(
+        "CEL expression `{expression}` is too costly: its estimated worst-case cost {estimated} \
+         exceeds the limit of {limit} (a comprehension over request data nested in another?)"
+    )]
+    TooCostly {
+        estimated: u64,
+        limit: u64,
+        expression: String,
+    },
 }
 
 /// Failure to evaluate an expression.
@@ -33,6 +43,9 @@ pub enum EvalError {
     /// A value that has no JSON representation.
     #[error("cannot convert {0} to JSON")]
     NotJson(String),
+    /// The evaluation spent its cost limit or budget, or outlived its deadline.
+    #[error("CEL cost budget exceeded in `{expression}`: {reason}")]
+    CostExceeded { expression: String, reason: String },
 }
 
 impl EvalError {

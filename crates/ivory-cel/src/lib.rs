@@ -2,12 +2,16 @@
 //!
 //! * [`compile`] parses an expression, runs the static checks cel-rust lacks (undeclared
 //!   identifiers, unknown functions) and records which `variables.NAME` it reads.
-//! * [`Program::evaluate`] runs it against an [`Activation`] (per-request bindings + [`Host`]).
+//!   It also instruments the expression for cost and refuses one whose worst-case cost
+//!   exceeds [`STATIC_COST_LIMIT`] (see the `cost` module).
+//! * [`Program::evaluate`] runs it against an [`Activation`] (per-request bindings + [`Host`]),
+//!   under a per-evaluation cost limit, the activation's [`CostBudget`] and its deadline.
 //! * The library (k8s + Kyverno functions) is built once per process.
 
 mod activation;
 mod check;
 mod convert;
+mod cost;
 mod error;
 /// Image references (go-containerregistry rules), also used by the registry client.
 pub use ivory_reference as image;
@@ -19,6 +23,10 @@ use std::sync::Arc;
 pub use activation::{Activation, Host, LazyJson, NoHost};
 pub use cel::Value;
 pub use convert::{json_to_value, value_to_json};
+pub use cost::{
+    CostBudget, MAX_INPUT_BYTES, MIN_ELEMENT_BYTES, PER_EVALUATION_LIMIT, POLICY_BUDGET,
+    POLICY_VALUE_BYTES, STATIC_COST_LIMIT,
+};
 pub use error::{CompileError, EvalError};
 
 /// Longest accepted expression source; policies are small, this bounds parser work.
@@ -34,17 +42,33 @@ const DEEP_EVAL_STACK_SIZE: usize = 128 * 1024 * 1024;
 #[derive(Debug, Clone, Default)]
 pub struct Scope {
     names: BTreeSet<String>,
+    /// Names bound to values the policy defines, not the request (see [`Scope::policy_defined`]).
+    policy_defined: BTreeSet<String>,
 }
 
 impl Scope {
+    /// Every name is bound to request data, as large as the largest accepted request.
     pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(names: I) -> Self {
         Self {
             names: names.into_iter().map(Into::into).collect(),
+            policy_defined: BTreeSet::new(),
         }
+    }
+
+    /// Marks `names` as bound to values the policy itself defines (attestors, attestations):
+    /// the cost estimate sizes them by [`POLICY_VALUE_BYTES`], not by the request.
+    pub fn policy_defined<I: IntoIterator<Item = S>, S: Into<String>>(mut self, names: I) -> Self {
+        self.policy_defined
+            .extend(names.into_iter().map(Into::into));
+        self
     }
 
     pub fn contains(&self, name: &str) -> bool {
         self.names.contains(name)
+    }
+
+    pub(crate) fn is_policy_defined(&self, name: &str) -> bool {
+        self.policy_defined.contains(name)
     }
 }
 
@@ -60,7 +84,7 @@ pub fn compile(source: &str, scope: &Scope) -> Result<Program, CompileError> {
     // The parser recurses per nesting level before its own depth limit applies, so parse on
     // a thread with a large stack; the accepted AST depth is then bounded by the checker so
     // that evaluation fits ordinary thread stacks.
-    let (expr, analysis) = std::thread::scope(|s| {
+    let (expr, (analysis, estimated_cost)) = std::thread::scope(|s| {
         std::thread::Builder::new()
             .name("ivory-cel-compile".into())
             .stack_size(COMPILE_STACK_SIZE)
@@ -69,8 +93,17 @@ pub fn compile(source: &str, scope: &Scope) -> Result<Program, CompileError> {
                     .parser()
                     .parse(source)
                     .map_err(|e| CompileError::Parse(truncate(e.to_string())))?;
-                let analysis = check::analyze(&mut expr, scope, lib)?;
-                Ok::<_, CompileError>((expr, analysis))
+                let mut analysis = check::analyze(&mut expr, scope, lib)?;
+                analysis.max_depth = cost::instrument::instrument(&mut expr, lib);
+                let estimated = cost::estimate::estimate(&expr, scope);
+                if estimated > STATIC_COST_LIMIT {
+                    return Err(CompileError::TooCostly {
+                        estimated,
+                        limit: STATIC_COST_LIMIT,
+                        expression: excerpt(source),
+                    });
+                }
+                Ok::<_, CompileError>((expr, (analysis, estimated)))
             })
             .map_err(|e| CompileError::Internal(format!("cannot start compiler thread: {e}")))?
             .join()
@@ -84,8 +117,19 @@ pub fn compile(source: &str, scope: &Scope) -> Result<Program, CompileError> {
             dynamic_variables: analysis.dynamic_variables,
             functions: analysis.functions,
             depth: analysis.max_depth,
+            estimated_cost,
         }),
     })
+}
+
+/// An expression as quoted in errors: one line, bounded.
+fn excerpt(source: &str) -> String {
+    const MAX: usize = 200;
+    let line = source.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(MAX) {
+        Some((end, _)) => format!("{} …", &line[..end]),
+        None => line,
+    }
 }
 
 /// Parse errors quote the source per error; keep messages readable for huge inputs.
@@ -116,6 +160,7 @@ struct Inner {
     dynamic_variables: bool,
     functions: BTreeSet<String>,
     depth: usize,
+    estimated_cost: u64,
 }
 
 impl Program {
@@ -123,9 +168,48 @@ impl Program {
         &self.inner.source
     }
 
+    /// Evaluates under the activation's cost limits (see [`CostBudget`]): an evaluation that
+    /// spends them, or outlives the budget's deadline, fails with [`EvalError::CostExceeded`].
     pub fn evaluate(&self, act: &Activation<'_>) -> Result<Value, EvalError> {
+        let limits = cost::Limits::of(act.budget());
+        if let Some(exceeded) = limits.exhausted() {
+            return Err(self.cost_exceeded(exceeded));
+        }
+        let (result, spent) = match limits.inline_slice() {
+            Some(slice) => {
+                let (result, first) = self.run_metered(act, slice)?;
+                if first.exceeded == Some(cost::Exceeded::InlineSlice) {
+                    // CEL is pure and host answers are prefetched: starting over off the worker
+                    // gives the same result, for at most the slice's cost spent twice.
+                    let rest = limits.after(first.used);
+                    let (result, second) = cost::off_worker(|| self.run_metered(act, rest))?;
+                    let used = first.used.saturating_add(second.used);
+                    (result, cost::Spent { used, ..second })
+                } else {
+                    (result, first)
+                }
+            }
+            None => self.run_metered(act, limits)?,
+        };
+        if let Some(budget) = act.budget() {
+            budget.spend(spent.used);
+        }
+        // Checked before the result: an operator (`||`, `&&`) may have absorbed the error.
+        match spent.exceeded {
+            Some(exceeded) => Err(self.cost_exceeded(exceeded)),
+            None => result,
+        }
+    }
+
+    /// One metered run, on a large-stack thread for deep programs.
+    fn run_metered(
+        &self,
+        act: &Activation<'_>,
+        limits: cost::Limits,
+    ) -> Result<(Result<Value, EvalError>, cost::Spent), EvalError> {
+        let run = || cost::metered(limits, || activation::evaluate(&self.inner.expr, act));
         if self.inner.depth <= INLINE_EVAL_DEPTH {
-            return activation::evaluate(&self.inner.expr, act);
+            return Ok(run());
         }
         // The interpreter recurses per tree level with large frames (tens of KiB in debug
         // builds); run rare deep programs on a thread with a large stack.
@@ -133,11 +217,24 @@ impl Program {
             std::thread::Builder::new()
                 .name("ivory-cel-eval".into())
                 .stack_size(DEEP_EVAL_STACK_SIZE)
-                .spawn_scoped(s, || activation::evaluate(&self.inner.expr, act))
+                .spawn_scoped(s, run)
                 .map_err(|e| EvalError::Runtime(format!("cannot start evaluation thread: {e}")))?
                 .join()
-                .map_err(|_| EvalError::Runtime("evaluation thread panicked".into()))?
+                .map_err(|_| EvalError::Runtime("evaluation thread panicked".into()))
         })
+    }
+
+    fn cost_exceeded(&self, exceeded: cost::Exceeded) -> EvalError {
+        EvalError::CostExceeded {
+            expression: excerpt(&self.inner.source),
+            reason: exceeded.to_string(),
+        }
+    }
+
+    /// Worst-case cost of one evaluation on the largest accepted request (see the `cost`
+    /// module); below [`STATIC_COST_LIMIT`] for every compiled program.
+    pub fn estimated_cost(&self) -> u64 {
+        self.inner.estimated_cost
     }
 
     pub fn evaluate_bool(&self, act: &Activation<'_>) -> Result<bool, EvalError> {

@@ -14,6 +14,7 @@ fn scope() -> Scope {
         "attestations",
         "ref",
     ])
+    .policy_defined(["attestors", "attestations"])
 }
 
 fn eval(src: &str) -> Result<Value, EvalError> {

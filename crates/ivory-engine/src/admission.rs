@@ -146,6 +146,12 @@ pub struct AdmissionRequest {
     pub dry_run: Option<bool>,
     #[serde(default, deserialize_with = "null_as_none")]
     pub options: Option<Value>,
+    /// Not part of the wire format: set by the server when the labels of the request's
+    /// Namespace cannot be known (no Namespace watch, or a Namespace neither watched nor read
+    /// in time). `matchConstraints.namespaceSelector` is then left to the API server, which
+    /// evaluated it already: the generated webhook of such a policy carries it.
+    #[serde(skip)]
+    pub namespace_labels_unknown: bool,
 }
 
 fn null_as_none<'de, D>(d: D) -> Result<Option<Value>, D::Error>
@@ -301,6 +307,8 @@ pub fn review_response(resp: &AdmissionResponse) -> Value {
         "response": resp,
     })
 }
+
+pub mod shape;
 
 #[cfg(test)]
 pub(crate) mod testutil;

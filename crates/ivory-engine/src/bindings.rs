@@ -5,8 +5,11 @@
 //! reads only `images`, and converting a Pod (twice more inside `request`) for every policy
 //! and stage was most of a warm admission's CPU time.
 
-use ivory_cel::{Activation, LazyJson};
+use std::sync::Arc;
+
+use ivory_cel::{Activation, CostBudget, LazyJson};
 use serde_json::Value;
+use tokio::time::Instant;
 
 use crate::admission::AdmissionRequest;
 
@@ -17,6 +20,8 @@ pub(crate) struct RequestBindings<'r> {
     old_object: LazyJson<'r>,
     request: LazyJson<'r>,
     namespace_object: LazyJson<'r>,
+    /// No evaluation against these bindings runs past it.
+    deadline: Option<std::time::Instant>,
 }
 
 impl<'r> RequestBindings<'r> {
@@ -32,11 +37,20 @@ impl<'r> RequestBindings<'r> {
             old_object: LazyJson::borrowed(req.old_object.as_ref().unwrap_or(&NULL)),
             request: LazyJson::built(move || req.to_json()),
             namespace_object: LazyJson::borrowed(namespace_object.unwrap_or(&NULL)),
+            deadline: None,
         }
     }
 
-    /// Binds all four, or only `object` for a JSON-mode policy (its payload is not a resource).
+    /// Stops every evaluation against these bindings at the request's `deadline`.
+    pub(crate) fn with_deadline(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(deadline.into_std());
+        self
+    }
+
+    /// Binds all four, or only `object` for a JSON-mode policy (its payload is not a resource),
+    /// and gives the activation (one per policy) its own cost budget, ending at the deadline.
     pub(crate) fn bind<'a>(&'a self, act: &mut Activation<'a>, json_mode: bool) {
+        act.set_budget(Arc::new(CostBudget::for_policy(self.deadline)));
         act.bind_lazy("object", &self.object);
         if !json_mode {
             act.bind_lazy("oldObject", &self.old_object);

@@ -66,4 +66,7 @@ pub struct Decision {
     /// `replace` operations, de-duplicated by path (first wins); empty for validation.
     pub patch: Vec<PatchOp>,
     pub results: Vec<PolicyResult>,
+    /// True when a failurePolicy was applied because the time budget ran out: decided from
+    /// the error's type ([`crate::verifier::ErrorKind::Deadline`]), never from message text.
+    pub budget_exhausted: bool,
 }

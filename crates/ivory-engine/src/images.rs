@@ -7,13 +7,17 @@
 //!   (`pkg/utils/api/image.go`), which adds ReplicationController.
 //!
 //! Both report every container list of the pod spec: `containers`, `initContainers` and
-//! `ephemeralContainers` (Kyverno's built-in CEL extractors also have all three keys). An
+//! `ephemeralContainers`, and the OCI images mounted as volumes (`spec.volumes[].image.reference`)
+//! under `imageVolumes`, the key Kyverno's built-in CEL extractors use. Kyverno's pinning
+//! extractor has no image volumes; ivory pins and checks them like containers, so a volume
+//! cannot bring in an image no policy looked at. An
 //! ivory improvement: when `requestResource` is not one of the known GVRs (e.g. a request made
 //! against `apps/v1beta1` and converted by the API server), the converted `resource` is tried
 //! too, since that is the version the object in the review is encoded in.
 
 use std::collections::BTreeMap;
 
+use ivory_cel::image::alternative_spellings;
 use ivory_cel::{Activation, NoHost};
 use ivory_policy::compiled::{CompiledPolicy, ImageMatcher};
 use serde_json::Value;
@@ -21,8 +25,16 @@ use serde_json::Value;
 use crate::admission::{AdmissionRequest, GroupVersionResource};
 use crate::matching::MatchError;
 
+/// Key of the images mounted as volumes (`spec.volumes[].image.reference`).
+pub const IMAGE_VOLUMES: &str = "imageVolumes";
+
 /// Keys of the image map, in the order pointers are reported.
-pub const CONTAINER_FIELDS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
+pub const IMAGE_FIELDS: [&str; 4] = [
+    "initContainers",
+    "containers",
+    "ephemeralContainers",
+    IMAGE_VOLUMES,
+];
 
 const POD_SPEC: &str = "/spec";
 const TEMPLATE_SPEC: &str = "/spec/template/spec";
@@ -58,8 +70,8 @@ fn pod_spec_for_kind(kind: &str) -> Option<&'static str> {
     }
 }
 
-/// The built-in `images` map for validation: `containers`, `initContainers` and
-/// `ephemeralContainers`, each always present for a known GVR (possibly empty), taken from
+/// The built-in `images` map for validation: `containers`, `initContainers`,
+/// `ephemeralContainers` and `imageVolumes`, each always present for a known GVR (possibly empty), taken from
 /// `object` or, when there is none (DELETE), `oldObject`. Unknown GVRs give an empty map: only
 /// `spec.images` extractors apply to them.
 pub fn builtin_images(req: &AdmissionRequest) -> BTreeMap<String, Vec<String>> {
@@ -68,10 +80,10 @@ pub fn builtin_images(req: &AdmissionRequest) -> BTreeMap<String, Vec<String>> {
     let Some(spec) = spec else {
         return BTreeMap::new();
     };
-    CONTAINER_FIELDS
+    IMAGE_FIELDS
         .iter()
         .map(|field| {
-            let images = containers(req.subject(), spec, field)
+            let images = images_in(req.subject(), spec, field)
                 .map(|(_, image)| image.to_owned())
                 .collect();
             ((*field).to_owned(), images)
@@ -86,21 +98,22 @@ pub struct ImageAt {
     pub pointer: String,
     /// The image exactly as written.
     pub image: String,
-    /// `containers`, `initContainers` or `ephemeralContainers`.
+    /// `containers`, `initContainers`, `ephemeralContainers` or `imageVolumes`.
     pub field: &'static str,
 }
 
-/// Every container image of `object` (of kind `kind`) with its JSON pointer, for digest
-/// pinning. Unknown kinds have none. Containers without a string `image` are skipped.
+/// Every container and image-volume image of `object` (of kind `kind`) with its JSON pointer,
+/// for digest pinning. Unknown kinds have none. Entries without a string image are skipped.
 pub fn image_pointers(object: &Value, kind: &str) -> Vec<ImageAt> {
     let Some(spec) = pod_spec_for_kind(kind) else {
         return Vec::new();
     };
-    CONTAINER_FIELDS
+    IMAGE_FIELDS
         .iter()
         .flat_map(|field| {
-            containers(Some(object), spec, field).map(move |(index, image)| ImageAt {
-                pointer: format!("{spec}/{}/{index}/image", escape_pointer_token(field)),
+            let (list, inner) = location(field);
+            images_in(Some(object), spec, field).map(move |(index, image)| ImageAt {
+                pointer: format!("{spec}/{}/{index}{inner}", escape_pointer_token(list)),
                 image: image.to_owned(),
                 field,
             })
@@ -108,21 +121,33 @@ pub fn image_pointers(object: &Value, kind: &str) -> Vec<ImageAt> {
         .collect()
 }
 
-/// `(index, image)` of each container in `<spec>/<field>` that has a string image.
-fn containers<'v>(
+/// `(list in the pod spec, pointer to the image inside one entry)` of an image-map key.
+fn location(field: &'static str) -> (&'static str, &'static str) {
+    if field == IMAGE_VOLUMES {
+        ("volumes", "/image/reference")
+    } else {
+        (field, "/image")
+    }
+}
+
+/// `(index, image)` of each entry of `<spec>/<list>` that has a string image; the index is the
+/// entry's position in the list (volumes without an image still count).
+fn images_in<'v>(
     object: Option<&'v Value>,
     spec: &str,
-    field: &str,
+    field: &'static str,
 ) -> impl Iterator<Item = (usize, &'v str)> {
+    let (list, inner) = location(field);
     object
         .and_then(|o| o.pointer(spec))
-        .and_then(|s| s.get(field))
+        .and_then(|s| s.get(list))
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .enumerate()
-        .filter_map(|(i, c)| {
-            c.get("image")
+        .filter_map(move |(i, entry)| {
+            entry
+                .pointer(inner)
                 .and_then(Value::as_str)
                 .map(|image| (i, image))
         })
@@ -136,16 +161,39 @@ pub fn escape_pointer_token(token: &str) -> String {
 /// Whether `image` is selected by the policy's `matchImageReferences`: any glob or CEL
 /// expression (with `ref` bound to the image) matching selects it; an empty list selects every
 /// image. Entries are tried in order and the first evaluation error is returned.
+///
+/// The image is tried as written first (Kyverno), then under its other spellings
+/// ([`ivory_cel::image::alternative_spellings`]: canonical host, Docker Hub aliases and
+/// `library/`, Kyverno's normalised form), so `GHCR.IO/acme/app` or `busybox@sha256:…` cannot
+/// slip past a glob naming `ghcr.io/acme/*` or `docker.io/*`. Matching more images only ever
+/// means checking more images, so this is stricter than Kyverno on purpose.
 pub fn matches_image(policy: &CompiledPolicy, image: &str) -> Result<bool, MatchError> {
     if policy.image_matchers.is_empty() {
         return Ok(true);
     }
+    if matches_spelling(policy, image, image)? {
+        return Ok(true);
+    }
+    for spelling in alternative_spellings(image) {
+        if matches_spelling(policy, image, &spelling)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Whether one spelling of `image` is selected; errors name the image as written.
+fn matches_spelling(
+    policy: &CompiledPolicy,
+    image: &str,
+    spelling: &str,
+) -> Result<bool, MatchError> {
     for (index, matcher) in policy.image_matchers.iter().enumerate() {
         let matched = match matcher {
-            ImageMatcher::Glob { matcher, .. } => matcher.is_match(image),
+            ImageMatcher::Glob { matcher, .. } => matcher.is_match(spelling),
             ImageMatcher::Expression(program) => {
                 let mut act = Activation::new(&NoHost);
-                act.bind_json("ref", &Value::String(image.to_owned()));
+                act.bind_json("ref", &Value::String(spelling.to_owned()));
                 program
                     .evaluate_bool(&act)
                     .map_err(|e| MatchError::ImageReference {

@@ -12,6 +12,7 @@ use ivory_policy::types::{
 };
 use serde_json::Value;
 use thiserror::Error;
+use tokio::time::Instant;
 
 use crate::admission::{AdmissionRequest, GroupVersionResource, Operation};
 use crate::bindings::RequestBindings;
@@ -155,6 +156,10 @@ fn namespace_selector_matches(
         // A Namespace being created or updated is judged by its own (new) labels; on DELETE
         // the object being deleted is the current state.
         object_labels(req.subject())
+    } else if req.namespace_labels_unknown {
+        // The API server only called this policy's webhook because its namespaceSelector,
+        // which that webhook carries, matched the labels ivory cannot see.
+        return Ok(true);
     } else {
         match namespace_object {
             Some(ns) => object_labels(Some(ns)),
@@ -343,16 +348,18 @@ fn scope_matches(
 
 /// Evaluates `spec.matchConditions` (all must be true) with `object`, `oldObject`, `request` and
 /// `namespaceObject` bound. An evaluation error makes the policy not match under
-/// `failurePolicy: Ignore` and is returned under `Fail`.
+/// `failurePolicy: Ignore` and is returned under `Fail`. Evaluation stops at `deadline`.
 pub fn matches_conditions(
     policy: &CompiledPolicy,
     req: &AdmissionRequest,
     namespace_object: Option<&Value>,
+    deadline: Instant,
 ) -> Result<bool> {
     if policy.match_conditions.is_empty() {
         return Ok(true);
     }
-    let bindings = RequestBindings::new(req, req.object.as_ref(), namespace_object);
+    let bindings =
+        RequestBindings::new(req, req.object.as_ref(), namespace_object).with_deadline(deadline);
     let mut act = Activation::new(&NoHost);
     bindings.bind(&mut act, false);
     for condition in &policy.match_conditions {

@@ -8,12 +8,17 @@
 //!   waiting) applies the policy's `failurePolicy` instead of leaking past the API server's
 //!   timeout: `Fail` denies naming the image, registry and budget; `Ignore` admits the image
 //!   unpinned with a warning and the audit annotation [`AUDIT_UNPINNED_IMAGES`].
-//! * Images that cannot be parsed are left alone (the validating stage judges them).
+//! * Image volumes (`spec.volumes[].image.reference`) are pinned like containers, except on a
+//!   Pod UPDATE, where the API server keeps them immutable (they were pinned at creation).
+//! * On the `pods/ephemeralcontainers` subresource only ephemeral containers are pinned: the API
+//!   server drops every other change made through it.
+//! * Images are matched under their canonical spellings as well as as written (see
+//!   [`matches_image`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::future::join_all;
-use ivory_cel::image::ImageReference;
+use ivory_cel::image::{ImageRefError, ImageReference};
 use ivory_policy::compiled::CompiledPolicy;
 use ivory_policy::types::{Credentials, FailurePolicy, ValidationAction};
 use serde_json::Value;
@@ -21,7 +26,7 @@ use tokio::time::Instant;
 
 use crate::admission::{AdmissionRequest, Operation};
 use crate::decision::{Decision, PatchOp, PolicyResult, Status};
-use crate::images::{ImageAt, image_pointers, matches_image};
+use crate::images::{IMAGE_VOLUMES, ImageAt, image_pointers, matches_image};
 use crate::matching::{matches_conditions, matches_constraints};
 use crate::verifier::{ImageVerifier, VerifyError};
 
@@ -29,6 +34,11 @@ use crate::verifier::{ImageVerifier, VerifyError};
 /// under `failurePolicy: Ignore`. The API server prefixes audit annotation keys with the webhook
 /// name (`<webhook>/unpinned-images`), so the key itself must not contain a `/`.
 pub const AUDIT_UNPINNED_IMAGES: &str = "unpinned-images";
+
+/// The subresource `kubectl debug` writes ephemeral containers through.
+const EPHEMERAL_CONTAINERS_SUBRESOURCE: &str = "ephemeralcontainers";
+/// The image-map key of ephemeral containers.
+const EPHEMERAL_CONTAINERS: &str = "ephemeralContainers";
 
 /// Operation reported in synthesized deadline errors.
 const RESOLVE_OPERATION: &str = "resolving the image digest";
@@ -62,12 +72,12 @@ pub async fn mutate(
         .get("kind")
         .and_then(Value::as_str)
         .unwrap_or(&req.kind.kind);
-    let pointers = image_pointers(object, kind);
+    let pointers = pinnable(image_pointers(object, kind), req, kind);
 
     let plans: Vec<Plan<'_>> = policies
         .iter()
         .filter(|p| p.mutate_digest)
-        .filter_map(|p| plan(p, req, namespace_object, &pointers))
+        .filter_map(|p| plan(p, req, namespace_object, &pointers, deadline))
         .collect();
     let lookups = distinct_lookups(&plans);
     let started = Instant::now();
@@ -76,6 +86,17 @@ pub async fn mutate(
     }))
     .await;
     decide(&plans, &lookups, &resolved)
+}
+
+/// The pointers a patch may change: the API server refuses or drops changes to the others.
+fn pinnable(pointers: Vec<ImageAt>, req: &AdmissionRequest, kind: &str) -> Vec<ImageAt> {
+    let ephemeral_only = req.sub_resource() == EPHEMERAL_CONTAINERS_SUBRESOURCE;
+    let volumes_immutable = kind == "Pod" && req.operation == Operation::Update;
+    pointers
+        .into_iter()
+        .filter(|at| !ephemeral_only || at.field == EPHEMERAL_CONTAINERS)
+        .filter(|at| !(volumes_immutable && at.field == IMAGE_VOLUMES))
+        .collect()
 }
 
 /// One image a policy wants pinned.
@@ -91,6 +112,10 @@ struct Plan<'p> {
     policy: &'p CompiledPolicy,
     targets: Vec<Target>,
     error: Option<String>,
+    /// `(image, reason)` of images that cannot be parsed, so cannot be pinned or matched on
+    /// their canonical form: a policy error under `failurePolicy: Fail` (Kyverno fails the
+    /// whole extraction on them), a warning under `Ignore`; never a silent allow.
+    malformed: Vec<(String, String)>,
 }
 
 /// `None` when the policy does not apply to the request.
@@ -99,12 +124,14 @@ fn plan<'p>(
     req: &AdmissionRequest,
     namespace_object: Option<&Value>,
     pointers: &[ImageAt],
+    deadline: Instant,
 ) -> Option<Plan<'p>> {
     let failed = |error: String| {
         Some(Plan {
             policy,
             targets: Vec::new(),
             error: Some(error),
+            malformed: Vec::new(),
         })
     };
     match matches_constraints(policy, req, namespace_object) {
@@ -112,21 +139,25 @@ fn plan<'p>(
         Ok(false) => return None,
         Err(e) => return failed(format!("failed to execute matching: {e}")),
     }
-    match matches_conditions(policy, req, namespace_object) {
+    match matches_conditions(policy, req, namespace_object, deadline) {
         Ok(true) => {}
         Ok(false) => return None,
         Err(e) => return failed(format!("failed to evaluate match conditions: {e}")),
     }
     let mut targets = Vec::new();
+    let mut malformed = Vec::new();
     for at in pointers {
-        let Some((reference, normalized)) = normalize(&at.image) else {
-            continue;
+        let (reference, normalized) = match normalize(&at.image) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                malformed.push((at.image.clone(), e.reason));
+                continue;
+            }
         };
         if reference.digest().is_some() {
             continue;
         }
-        // Pinning matches on the normalized string (Kyverno; validation uses the raw one).
-        match matches_image(policy, &normalized) {
+        match matches_image(policy, &at.image) {
             Ok(true) => targets.push(Target {
                 pointer: at.pointer.clone(),
                 reference,
@@ -140,20 +171,20 @@ fn plan<'p>(
         policy,
         targets,
         error: None,
+        malformed,
     })
 }
 
-/// Kyverno's `GetImageInfo().String()` for `image`, parsed back; `None` when unparsable.
-fn normalize(image: &str) -> Option<(ImageReference, String)> {
-    let normalized = match ImageReference::parse(image) {
-        Ok(r) => r.kyverno_normalized(),
-        Err(e) => {
-            tracing::debug!(image, error = %e, "not pinning an unparsable image");
-            return None;
-        }
-    };
-    let reference = ImageReference::parse(&normalized).ok()?;
-    Some((reference, normalized))
+/// Kyverno's `GetImageInfo().String()` for `image`, parsed back.
+fn normalize(image: &str) -> Result<(ImageReference, String), ImageRefError> {
+    let normalized = ImageReference::parse(image)?.kyverno_normalized();
+    let reference = ImageReference::parse(&normalized)?;
+    Ok((reference, normalized))
+}
+
+/// Kyverno's extraction error for an image it cannot parse.
+fn invalid_image(image: &str, reason: &str) -> String {
+    format!("invalid image '{image}' ({reason})")
 }
 
 type Lookup<'p> = (String, Option<&'p Credentials>);
@@ -268,6 +299,8 @@ fn decide(
     for plan in plans {
         let policy = plan.policy;
         let outcome = evaluate_plan(plan, lookups, resolved);
+        decision.budget_exhausted |=
+            !outcome.budget_failures.is_empty() || !outcome.unpinned.is_empty();
         let deny = policy.actions.contains(&ValidationAction::Deny);
         let warn = policy.actions.contains(&ValidationAction::Warn);
         let mut message = String::new();
@@ -345,6 +378,26 @@ fn evaluate_plan(
     if let Some(error) = &plan.error {
         outcome.errors.push(error.clone());
         return outcome;
+    }
+    if !plan.malformed.is_empty() {
+        match plan.policy.failure_policy {
+            FailurePolicy::Fail => {
+                let all: Vec<String> = plan
+                    .malformed
+                    .iter()
+                    .map(|(image, reason)| invalid_image(image, reason))
+                    .collect();
+                outcome
+                    .errors
+                    .push(format!("failed to update digest: {}", all.join("; ")));
+            }
+            FailurePolicy::Ignore => {
+                for (image, reason) in &plan.malformed {
+                    let why = format!("failed to update digest: {}", invalid_image(image, reason));
+                    outcome.unpinned.push((image.clone(), why));
+                }
+            }
+        }
     }
     let credentials = plan.policy.spec.credentials.as_ref();
     let mut digest_errors = Vec::new();

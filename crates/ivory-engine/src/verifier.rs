@@ -51,6 +51,10 @@ impl Verification {
 }
 
 /// Why no verdict could be reached. Never cached as a verdict.
+///
+/// Registry failures are classified into these variants once, where the registry error is
+/// mapped (`ivory-verify`); failurePolicy, metrics and messages are decided from
+/// [`VerifyError::kind`], never from the text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum VerifyError {
     /// The request's budget ran out before the registry answered.
@@ -60,18 +64,77 @@ pub enum VerifyError {
         operation: String,
         budget_ms: u64,
     },
-    /// Any other failure to get an answer (network, 5xx, auth, malformed data from the registry).
+    /// The registry could not be reached or failed (network, TLS, 5xx, throttling, refused
+    /// credentials) or an internal failure kept ivory from asking it.
     Unavailable {
+        image: String,
+        registry: String,
+        message: String,
+    },
+    /// The image (manifest, tag or repository) does not exist on the registry.
+    NotFound {
+        image: String,
+        registry: String,
+        message: String,
+    },
+    /// The registry answered with something ivory refuses to use: over a size or count limit,
+    /// malformed, or not matching the digest that addressed it.
+    Hostile {
         image: String,
         registry: String,
         message: String,
     },
 }
 
+/// The class of a [`VerifyError`], for decisions and metrics labels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The time budget ran out: the policy's failurePolicy decides.
+    Deadline,
+    /// The registry could not be reached or failed.
+    Unavailable,
+    /// The image does not exist.
+    NotFound,
+    /// The registry's answer was refused (limit, malformed, digest mismatch).
+    Hostile,
+}
+
+impl ErrorKind {
+    /// Lowercase label for metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deadline => "deadline",
+            Self::Unavailable => "unavailable",
+            Self::NotFound => "not_found",
+            Self::Hostile => "hostile",
+        }
+    }
+}
+
 impl VerifyError {
+    /// The class of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::DeadlineExceeded { .. } => ErrorKind::Deadline,
+            Self::Unavailable { .. } => ErrorKind::Unavailable,
+            Self::NotFound { .. } => ErrorKind::NotFound,
+            Self::Hostile { .. } => ErrorKind::Hostile,
+        }
+    }
+
     /// True when the budget ran out: the engine then applies the policy's failurePolicy.
     pub fn is_deadline(&self) -> bool {
-        matches!(self, Self::DeadlineExceeded { .. })
+        self.kind() == ErrorKind::Deadline
+    }
+
+    /// The registry host the error is about (empty when unknown).
+    pub fn registry(&self) -> &str {
+        match self {
+            Self::DeadlineExceeded { registry, .. }
+            | Self::Unavailable { registry, .. }
+            | Self::NotFound { registry, .. }
+            | Self::Hostile { registry, .. } => registry,
+        }
     }
 }
 
@@ -92,6 +155,22 @@ impl fmt::Display for VerifyError {
                 registry,
                 message,
             } => write!(f, "registry {registry} failed for image {image}: {message}"),
+            Self::NotFound {
+                image,
+                registry,
+                message,
+            } => write!(
+                f,
+                "image {image} not found at registry {registry}: {message}"
+            ),
+            Self::Hostile {
+                image,
+                registry,
+                message,
+            } => write!(
+                f,
+                "registry {registry} sent an unacceptable answer for image {image}: {message}"
+            ),
         }
     }
 }

@@ -7,7 +7,6 @@ use ivory_cel::{CompileError, Program, Scope};
 use regex::Regex;
 use sha2::{Digest, Sha256};
 
-use crate::autogen;
 use crate::compiled::{
     CompiledAttestor, CompiledAuditAnnotation, CompiledPolicy, CompiledValidation, ImageMatcher,
     NamedProgram, Origin,
@@ -17,6 +16,7 @@ use crate::types::{
     API_GROUP, API_VERSIONS, Attestor, NamedExpression, PolicyDocument, PolicyKind, PolicySpec,
 };
 use crate::validate;
+use crate::{autogen, ephemeral};
 
 /// Variables bound in `matchConditions`.
 const MATCH_CONDITION_VARS: [&str; 4] = ["object", "oldObject", "request", "namespaceObject"];
@@ -32,6 +32,9 @@ const KUBERNETES_VARS: [&str; 8] = [
     "attestations",
 ];
 /// Variables bound in `evaluation.mode: JSON`.
+/// Variables bound to what the policy declares rather than to the request: the CEL cost
+/// estimate does not size them by the request.
+const POLICY_DEFINED_VARS: [&str; 2] = ["attestors", "attestations"];
 const JSON_VARS: [&str; 4] = ["object", "images", "attestors", "attestations"];
 
 /// Kyverno CEL libraries ivory does not implement, recognised in expressions that fail to compile.
@@ -47,6 +50,7 @@ pub fn compile(doc: &PolicyDocument, origin: Origin) -> Result<CompiledPolicy, V
     let kind = header(doc, &mut errs);
     if let Some(kind) = kind {
         validate::metadata(kind, &doc.metadata, &mut errs);
+        validate::credentials_scope(kind, &doc.metadata, &doc.spec, &mut errs);
     }
     validate::spec(&doc.spec, &mut errs);
     let Some(kind) = kind else {
@@ -135,6 +139,7 @@ fn compile_spec(
     let json_mode = spec.json_mode();
     let mut cel = CelCompiler {
         errs,
+        policy: head.name.clone(),
         json_mode,
         main: Scope::new(
             if json_mode {
@@ -144,7 +149,8 @@ fn compile_spec(
             }
             .iter()
             .copied(),
-        ),
+        )
+        .policy_defined(POLICY_DEFINED_VARS),
         variables: spec.variables.iter().map(|v| v.name.clone()).collect(),
         attestors: spec
             .attestors
@@ -161,7 +167,11 @@ fn compile_spec(
     let validations = cel.validations(&spec);
     let audit_annotations = cel.audit_annotations(&spec);
     let attestors = cel.attestors(spec.attestors.as_deref().unwrap_or_default());
-    let match_constraints = spec.match_constraints.clone().unwrap_or_default();
+    let mut match_constraints = spec.match_constraints.clone().unwrap_or_default();
+    match_constraints.resource_rules =
+        ephemeral::with_ephemeral_containers(match_constraints.resource_rules);
+    match_constraints.exclude_resource_rules =
+        ephemeral::with_ephemeral_containers(match_constraints.exclude_resource_rules);
     CompiledPolicy {
         kind: head.kind,
         name: head.name.clone(),
@@ -191,6 +201,8 @@ fn compile_spec(
 
 struct CelCompiler<'e> {
     errs: &'e mut Errors,
+    /// The policy's name, for errors read far from the file (a refused costly expression).
+    policy: String,
     json_mode: bool,
     /// Scope of validations, variables, image extractors and attestor expressions.
     main: Scope,
@@ -235,6 +247,9 @@ impl CelCompiler<'_> {
                 "Kyverno library '{}' is not supported by ivory",
                 lib.as_str()
             );
+        }
+        if let CompileError::TooCostly { .. } = err {
+            return format!("policy {:?}: {err}", self.policy);
         }
         if let CompileError::UndeclaredReference(name) = err
             && KUBERNETES_VARS.contains(&name.as_str())

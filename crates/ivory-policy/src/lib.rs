@@ -8,6 +8,7 @@
 mod autogen;
 mod compile;
 pub mod compiled;
+pub mod ephemeral;
 mod error;
 mod glob;
 mod load;
@@ -77,8 +78,13 @@ mod tests {
         assert!(p.attestors.is_empty());
         assert_eq!(p.validations.len(), 1);
         let rule = &p.match_constraints.resource_rules[0];
-        assert_eq!(rule.resources, ["pods"]);
+        assert_eq!(rule.resources, ["pods", "pods/ephemeralcontainers"]);
         assert_eq!(rule.operations, ["CREATE", "UPDATE"]);
+        assert_eq!(
+            p.match_constraints.resource_rules.len(),
+            1,
+            "nothing implied"
+        );
         assert_eq!(
             p.autogen
                 .iter()

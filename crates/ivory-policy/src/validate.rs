@@ -48,6 +48,35 @@ pub(crate) fn metadata(kind: PolicyKind, meta: &ObjectMeta, errs: &mut Errors) {
     }
 }
 
+/// A NamespacedImageValidatingPolicy may name registry Secrets of its own namespace only
+/// (`name` or `<its namespace>/name`): reading another namespace's Secrets, ivory's included,
+/// would lend it credentials its authors were never given.
+pub(crate) fn credentials_scope(
+    kind: PolicyKind,
+    meta: &ObjectMeta,
+    spec: &PolicySpec,
+    errs: &mut Errors,
+) {
+    let (PolicyKind::NamespacedImageValidatingPolicy, Some(own), Some(creds)) =
+        (kind, meta.namespace.as_deref(), &spec.credentials)
+    else {
+        return;
+    };
+    for (i, s) in creds.secrets.iter().enumerate() {
+        if let Some((namespace, _)) = s.split_once('/')
+            && namespace != own
+        {
+            errs.invalid(
+                format!("spec.credentials.secrets[{i}]"),
+                format!(
+                    "{s:?}: a NamespacedImageValidatingPolicy may only use Secrets of its own \
+                     namespace {own:?}"
+                ),
+            );
+        }
+    }
+}
+
 /// Validates the whole spec (everything but CEL).
 pub(crate) fn spec(spec: &PolicySpec, errs: &mut Errors) {
     match &spec.match_constraints {

@@ -84,8 +84,9 @@ fn kyverno_examples_load_unchanged() {
         g.autogen[1].match_conditions[0].program.source(),
         "has(object.spec.jobTemplate.spec.template.metadata.labels) && has(object.spec.jobTemplate.spec.template.metadata.labels.prod) && object.spec.jobTemplate.spec.template.metadata.labels.prod == 'true'"
     );
-    // (i) ephemeral containers disable autogen; (l) deployments policy is not autogen'd.
-    assert!(find(&report, "ivpol-ephemeral").autogen.is_empty());
+    // (i) listing pods/ephemeralcontainers keeps autogen (Kyverno #17427; it disabled it
+    // before); (l) deployments policy is not autogen'd.
+    assert_eq!(find(&report, "ivpol-ephemeral").autogen.len(), 2);
     assert!(find(&report, "ivpol-report-admission").autogen.is_empty());
     // (j) namespaced.
     let j = find(&report, "nivpol-deny");
@@ -129,4 +130,43 @@ fn default_policy_file_matches_embedded() {
     let embedded = ivory_policy::default_policy();
     assert_eq!(report.policies[0].hash, embedded.hash);
     assert_eq!(embedded.origin.file, None);
+}
+
+/// The shipped policies list `pods/ephemeralcontainers` (so Kyverno registers `kubectl debug`
+/// too), keep their autogen variants, and verify every image a pod runs.
+#[test]
+fn shipped_policies_cover_every_image_of_a_pod() {
+    let mut policies = load_path(repo_path("../../policies/samples")).policies;
+    policies.push(ivory_policy::default_policy());
+    for p in &policies {
+        let rules = &p
+            .spec
+            .match_constraints
+            .as_ref()
+            .expect("rules")
+            .resource_rules;
+        assert!(
+            rules
+                .iter()
+                .all(|r| r.resources.iter().any(|x| x == "pods/ephemeralcontainers")),
+            "{}",
+            p.name
+        );
+        assert!(!p.autogen.is_empty(), "{} lost autogen", p.name);
+        for v in p
+            .validations
+            .iter()
+            .filter(|v| v.expression.source().contains("images."))
+        {
+            let source = v.expression.source();
+            for key in [
+                "containers",
+                "initContainers",
+                "ephemeralContainers",
+                "imageVolumes",
+            ] {
+                assert!(source.contains(key), "{}: {key} not verified", p.name);
+            }
+        }
+    }
 }

@@ -1,8 +1,15 @@
 //! Container image references, parsed with go-containerregistry's `name.ParseReference` rules
 //! (what Kyverno's CEL `image` library uses), plus Kyverno's `GetImageInfo().String()`
-//! normalisation used for digest pinning.
+//! normalisation used for digest pinning, and the canonical spelling policies are matched on
+//! ([`canonical`]).
+
+use std::borrow::Cow;
 
 use thiserror::Error;
+
+mod canonical;
+
+pub use canonical::{CANONICAL_DOCKER_HUB, alternative_spellings, canonical, canonical_host};
 
 /// Docker Hub's canonical registry host (`RegistryStr()` of a bare name).
 pub const DEFAULT_REGISTRY: &str = "index.docker.io";
@@ -136,6 +143,12 @@ impl ImageReference {
                 self.original_tag.as_deref().unwrap_or(DEFAULT_TAG)
             ),
         }
+    }
+
+    /// The canonical spelling of this reference (see [`canonical`]): lower-case host without a
+    /// default port, Docker Hub spelled `docker.io` with `library/`, tag and digest as written.
+    pub fn canonical_string(&self) -> Cow<'_, str> {
+        canonical(&self.original)
     }
 
     /// Pinned form: `<registry>/<path>:<tag>@<digest>` (tag kept, `latest` when absent).

@@ -32,7 +32,9 @@ impl fmt::Debug for Basic {
 
 /// Credentials that apply to one admission request (one policy + pod pull secrets).
 /// Cheap to clone; parse secrets once with [`Credentials::with_docker_config_json`].
-#[derive(Clone, Debug, Default)]
+/// Comparable and hashable so that caches of what a registry showed can be scoped to the
+/// credential set (and `allow_insecure`) that saw it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Credentials {
     /// Policy allows plain HTTP and unverified TLS (Kyverno `allowInsecureRegistry`).
     pub allow_insecure: bool,

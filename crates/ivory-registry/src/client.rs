@@ -1,12 +1,17 @@
-//! `Registry`: the deadline-, limit- and retry-aware wrapper around oci-client.
+//! `Registry`: the deadline-, limit- and retry-aware registry client.
+//!
+//! oci-client provides references and credentials types; every request that reads an
+//! answer goes through [`http`] and [`session`] so that each body is bounded before it is
+//! buffered, registry text never reaches an error message, and digests are checked.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use oci_client::Reference;
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use reqwest::Method;
 
 use crate::reference::parse_reference;
 use rustls_pki_types::CertificateDer;
@@ -16,26 +21,32 @@ use tokio::time::Instant;
 
 use crate::auth::{Credentials, registry_auth};
 use crate::config::Config;
+use crate::digest;
 use crate::error::{Error, Result, Site};
 use crate::manifest::{self, ACCEPTED_MEDIA_TYPES, Manifest};
 use crate::stats::{RegistryStats, StatsTable};
 
-use limit::LimitedWriter;
-use referrers::{ReferrersApi, raw_client};
-use transport::ClientKey;
+use http::{ReadBudget, build_client, error_snippet, read_capped};
+use referrers::ReferrersApi;
+use session::{Challenge, Token, TokenKey};
 
-mod limit;
+pub(crate) mod http;
 mod referrers;
+mod session;
 #[cfg(test)]
 mod tests;
 mod transport;
 
 /// Index-in-index nesting we follow before calling the manifest unsound.
 pub const MAX_INDEX_DEPTH: usize = 4;
-/// Clients kept (one per registry host × credential set × scheme).
-const MAX_CLIENTS: u64 = 1024;
-/// An idle client (and its pooled connections and tokens) is dropped after this.
-const CLIENT_IDLE: Duration = Duration::from_secs(30 * 60);
+/// Hosts whose auth challenge is remembered.
+const MAX_HOSTS: u64 = 1024;
+/// Bearer tokens kept (one per origin × repository × credential set).
+const MAX_TOKENS: u64 = 16 * 1024;
+/// An unused token is dropped after this, whatever its lifetime.
+const TOKEN_IDLE: Duration = Duration::from_secs(30 * 60);
+/// `Docker-Content-Digest`, as the field name in errors.
+const DIGEST_HEADER: &str = "Docker-Content-Digest";
 
 /// Target platform for [`Registry::fetch_platform_manifest`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,16 +78,18 @@ struct Inner {
     user_agent: &'static str,
     global: Credentials,
     roots: Arc<Vec<Vec<u8>>>,
-    clients: moka::future::Cache<ClientKey, Client>,
-    /// Plain reqwest clients (verifying TLS, accepting any certificate) for the one request
-    /// oci-client cannot make observably: the referrers API probe.
-    raw_secure: reqwest::Client,
-    raw_insecure: tokio::sync::OnceCell<reqwest::Client>,
+    /// HTTP clients (verifying TLS; accepting any certificate, for insecure registries).
+    /// They hold no credentials: each request carries its own.
+    http_secure: reqwest::Client,
+    http_insecure: tokio::sync::OnceCell<reqwest::Client>,
+    /// Bytes of registry answers being read at once, across every call.
+    read_budget: ReadBudget,
     gates: Mutex<HashMap<String, Arc<Semaphore>>>,
     plain_http: Mutex<HashSet<String>>,
-    /// Hosts whose `/v2/` answered without a Bearer challenge (true) or with one (false).
-    /// Forgotten on 401 so a host that starts challenging is probed again.
-    probes: moka::future::Cache<String, bool>,
+    /// Per origin: what its `/v2/` asked for. Forgotten on 401 so it is probed again.
+    probes: moka::future::Cache<String, Challenge>,
+    /// Bearer tokens per origin, repository and credential set.
+    tokens: moka::future::Cache<TokenKey, Token>,
     /// Per host: does `/v2/<repo>/referrers/<digest>` exist (learnt, with a TTL)?
     referrers_api: ReferrersApi,
     stats: StatsTable,
@@ -91,11 +104,25 @@ struct Target {
 }
 
 impl Target {
-    fn site(&self) -> Site<'_> {
+    fn site(&self, op: &'static str) -> Site<'_> {
         Site {
+            op,
             image: &self.image,
             registry: &self.host,
         }
+    }
+
+    /// `<repository>/<kind>/<reference>` for manifest and blob URLs.
+    fn path(&self, kind: &str, reference: &str) -> String {
+        format!("{}/{kind}/{reference}", self.reference.repository())
+    }
+
+    /// Tag or digest, as the manifest URL wants it.
+    fn manifest_ref(&self) -> &str {
+        self.reference
+            .digest()
+            .or_else(|| self.reference.tag())
+            .unwrap_or("latest")
     }
 }
 
@@ -124,30 +151,31 @@ impl Registry {
                 detail: "per_registry_concurrency must be at least 1".into(),
             });
         }
-        // oci-client wants a 'static user agent; one small leak per Registry.
+        // One small leak per Registry, so clients built later need no copy.
         let user_agent: &'static str = Box::leak(config.user_agent.clone().into_boxed_str());
-        // Building the probe client now surfaces a bad CA bundle at startup, not on first use.
-        let raw_secure =
-            raw_client(&roots, false, &config, user_agent).map_err(|e| Error::Config {
+        // Building the client now surfaces a bad CA bundle at startup, not on first use.
+        let http_secure =
+            build_client(&roots, false, &config, user_agent).map_err(|e| Error::Config {
                 detail: format!("registry CA bundle rejected: {e}"),
             })?;
         Ok(Self {
             inner: Arc::new(Inner {
                 referrers_api: ReferrersApi::new(config.referrers_api_ttl),
+                read_budget: ReadBudget::new(config.max_buffered_bytes),
                 config,
                 user_agent,
                 global,
                 roots: Arc::new(roots),
-                clients: moka::future::Cache::builder()
-                    .max_capacity(MAX_CLIENTS)
-                    .time_to_idle(CLIENT_IDLE)
-                    .build(),
-                raw_secure,
-                raw_insecure: tokio::sync::OnceCell::new(),
+                http_secure,
+                http_insecure: tokio::sync::OnceCell::new(),
                 gates: Mutex::default(),
                 plain_http: Mutex::default(),
                 probes: moka::future::Cache::builder()
-                    .max_capacity(MAX_CLIENTS)
+                    .max_capacity(MAX_HOSTS)
+                    .build(),
+                tokens: moka::future::Cache::builder()
+                    .max_capacity(MAX_TOKENS)
+                    .time_to_idle(TOKEN_IDLE)
                     .build(),
                 stats: StatsTable::default(),
             }),
@@ -160,7 +188,8 @@ impl Registry {
     }
 
     /// Tag → digest with one HEAD (GET only when `Docker-Content-Digest` is missing).
-    /// A reference that already carries a digest is answered without network.
+    /// A reference that already carries a digest is answered without network. The header
+    /// must be a well-formed digest; a body, when read, must hash to it.
     pub async fn resolve_digest(
         &self,
         image: &str,
@@ -172,16 +201,28 @@ impl Registry {
             return Ok(d.to_string());
         }
         let t = &t;
+        let site = t.site("resolve_digest");
+        let limit = self.inner.config.max_manifest_bytes;
         self.call(
             "resolve_digest",
             t,
             creds,
             deadline,
-            move |client| async move {
-                client
-                    .fetch_manifest_digest(&t.reference, &t.auth)
-                    .await
-                    .map_err(|e| t.site().classify(e))
+            move |conn| async move {
+                let url = conn.url(&t.host, &t.path("manifests", t.manifest_ref()));
+                let accept = ACCEPTED_MEDIA_TYPES.join(", ");
+                let head = self
+                    .send(&conn, t, site, Method::HEAD, &url, Some(&accept))
+                    .await?;
+                let head = success(site, head).await?;
+                if let Some(d) = header_digest(site, &head)? {
+                    return Ok(d);
+                }
+                let resp = self
+                    .send(&conn, t, site, Method::GET, &url, Some(&accept))
+                    .await?;
+                let (header, body) = self.read_manifest(site, resp, limit).await?;
+                verified_digest(site, None, header, &body)
             },
         )
         .await
@@ -207,26 +248,42 @@ impl Registry {
     ) -> Result<Manifest> {
         let limit = self.inner.config.max_manifest_bytes;
         let counters = self.inner.stats.for_host(&t.host);
+        let site = t.site("fetch_manifest");
         let (bytes, digest) = self
             .call(
                 "fetch_manifest",
                 t,
                 creds,
                 deadline,
-                move |client| async move {
-                    client
-                        .pull_manifest_raw(&t.reference, &t.auth, ACCEPTED_MEDIA_TYPES)
-                        .await
-                        .map_err(|e| t.site().classify(e))
+                move |conn| async move {
+                    let url = conn.url(&t.host, &t.path("manifests", t.manifest_ref()));
+                    let accept = ACCEPTED_MEDIA_TYPES.join(", ");
+                    let resp = self
+                        .send(&conn, t, site, Method::GET, &url, Some(&accept))
+                        .await?;
+                    let (header, body) = self.read_manifest(site, resp, limit).await?;
+                    let digest = verified_digest(site, t.reference.digest(), header, &body)?;
+                    Ok((body, digest))
                 },
             )
             .await?;
         counters.bytes(bytes.len());
-        // oci-client buffers the body before we can see it; the deadline bounds that read.
-        if bytes.len() > limit {
-            return Err(t.site().too_large("manifest", limit));
-        }
-        manifest::parse(&t.site(), digest, Vec::from(bytes))
+        manifest::parse(&site, digest, bytes)
+    }
+
+    /// A 2xx manifest answer's validated digest header and its body, read under `limit`.
+    async fn read_manifest(
+        &self,
+        site: Site<'_>,
+        resp: reqwest::Response,
+        limit: usize,
+    ) -> Result<(Option<String>, Vec<u8>)> {
+        let resp = success(site, resp).await?;
+        let header = header_digest(site, &resp)?;
+        let body = read_capped(resp, limit, &self.inner.read_budget)
+            .await
+            .map_err(|e| site.body("manifest", limit, e))?;
+        Ok((header, body))
     }
 
     /// Follows an index (nested up to [`MAX_INDEX_DEPTH`]) to the image manifest for
@@ -246,31 +303,34 @@ impl Registry {
                 return Ok(m);
             }
             seen.insert(m.digest.clone());
+            let site = t.site("fetch_manifest");
             let child = m
                 .children()
                 .into_iter()
                 .find(|(_, p)| platform_matches(p.as_ref(), platform))
                 .map(|(d, _)| d)
                 .ok_or_else(|| {
-                    t.site().invalid_manifest(format!(
+                    site.invalid_manifest(format!(
                         "index {} has no entry for {}/{}",
                         m.digest, platform.os, platform.architecture
                     ))
                 })?;
+            site.checked_digest("index entry", &child)?;
             if seen.contains(&child) {
-                return Err(t
-                    .site()
-                    .invalid_manifest(format!("index {} refers to itself (cycle)", m.digest)));
+                return Err(
+                    site.invalid_manifest(format!("index {} refers to itself (cycle)", m.digest))
+                );
             }
             t.reference = t.reference.clone_with_digest(child);
         }
         Err(t
-            .site()
+            .site("fetch_manifest")
             .invalid_manifest(format!("index nesting deeper than {MAX_INDEX_DEPTH}")))
     }
 
     /// Fetches a blob by digest from the repository of `repo_ref`, refusing more than
-    /// `max_bytes` while streaming; content is verified against `digest`.
+    /// `max_bytes` while streaming; content is verified against `digest`. Redirects (to a
+    /// CDN, say) are followed without credentials when they leave the registry's origin.
     pub async fn fetch_blob(
         &self,
         repo_ref: &str,
@@ -280,28 +340,32 @@ impl Registry {
         deadline: Instant,
     ) -> Result<Vec<u8>> {
         let t = self.target(repo_ref, creds)?;
-        check_digest(&t, digest)?;
         let t = &t;
+        let site = t.site("fetch_blob");
+        site.checked_digest("blob descriptor", digest)?;
         let counters = self.inner.stats.for_host(&t.host);
         let data = self
-            .call("fetch_blob", t, creds, deadline, move |client| async move {
-                let mut out = LimitedWriter::new(max_bytes);
-                let res = client.pull_blob(&t.reference, digest, &mut out).await;
-                match res {
-                    Ok(()) => Ok(out.buf),
-                    Err(_) if out.exceeded => Err(t.site().too_large("blob", max_bytes)),
-                    Err(e) => Err(t.site().classify(e)),
-                }
+            .call("fetch_blob", t, creds, deadline, move |conn| async move {
+                let url = conn.url(&t.host, &t.path("blobs", digest));
+                let resp = self.send(&conn, t, site, Method::GET, &url, None).await?;
+                let resp = success(site, resp).await?;
+                let header = header_digest(site, &resp)?;
+                let body = read_capped(resp, max_bytes, &self.inner.read_budget)
+                    .await
+                    .map_err(|e| site.body("blob", max_bytes, e))?;
+                verified_digest(site, Some(digest), header, &body)?;
+                Ok(body)
             })
             .await?;
         counters.bytes(data.len());
         Ok(data)
     }
 
-    /// OCI 1.1 referrers of `image_at_digest` as an OCI index. A host whose referrers API
-    /// answered 404 (Distribution 2.8, for example) is remembered for
-    /// [`Config::referrers_api_ttl`] and asked for the `sha256-<hex>` fallback tag directly;
-    /// a missing fallback tag means no referrers.
+    /// OCI 1.1 referrers of `image_at_digest` as an OCI index (entries filtered by
+    /// `artifact_type`, every entry's digest checked). A host whose referrers API answered
+    /// 404 (Distribution 2.8, for example) is remembered for [`Config::referrers_api_ttl`]
+    /// and asked for the `sha256-<hex>` fallback tag directly; a missing fallback tag means
+    /// no referrers.
     pub async fn referrers(
         &self,
         image_at_digest: &str,
@@ -317,32 +381,68 @@ impl Registry {
                 detail: "referrers need a digest reference".into(),
             });
         };
-        let api = match self.inner.referrers_api.get(&t.host) {
-            Some(known) => Some(known),
-            None => {
-                self.probe_referrers_api(&t, &digest, creds, deadline)
-                    .await?
-            }
+        let index = if self.inner.referrers_api.get(&t.host) == Some(false) {
+            None
+        } else {
+            self.referrers_api(&t, &digest, creds, deadline).await?
         };
-        if api == Some(false) {
-            return self
-                .referrers_by_tag(&t, &digest, artifact_type, creds, deadline)
-                .await;
+        let mut index = match index {
+            Some(index) => index,
+            None => self.referrers_by_tag(&t, &digest, creds, deadline).await?,
+        };
+        let site = t.site("referrers");
+        let entries = index
+            .get_mut("manifests")
+            .and_then(|v| v.as_array_mut())
+            .ok_or_else(|| site.invalid_manifest("referrers answer has no manifests array"))?;
+        if let Some(want) = artifact_type {
+            entries.retain(|e| e.get("artifactType").and_then(|a| a.as_str()) == Some(want));
         }
-        let t = &t;
-        let index = self
-            .call("referrers", t, creds, deadline, move |client| async move {
-                // pull_referrers takes no auth argument: it uses the client's stored one.
-                client
-                    .store_auth_if_needed(t.reference.resolve_registry(), &t.auth)
-                    .await;
-                client
-                    .pull_referrers(&t.reference, artifact_type)
+        for entry in entries.iter() {
+            let d = entry
+                .get("digest")
+                .and_then(|d| d.as_str())
+                .ok_or_else(|| site.invalid_manifest("referrers entry without a digest"))?;
+            site.checked_digest("referrers entry", d)?;
+        }
+        Ok(index)
+    }
+
+    /// The referrers API answer; `None` when the host has no referrers API (404).
+    async fn referrers_api(
+        &self,
+        t: &Target,
+        digest: &str,
+        creds: &Credentials,
+        deadline: Instant,
+    ) -> Result<Option<serde_json::Value>> {
+        let limit = self.inner.config.max_manifest_bytes;
+        let site = t.site("referrers");
+        let res = self
+            .call("referrers", t, creds, deadline, move |conn| async move {
+                let url = conn.url(&t.host, &t.path("referrers", digest));
+                let resp = self
+                    .send(&conn, t, site, Method::GET, &url, Some(manifest::OCI_INDEX))
+                    .await?;
+                let resp = success(site, resp).await?;
+                read_capped(resp, limit, &self.inner.read_budget)
                     .await
-                    .map_err(|e| t.site().classify(e))
+                    .map_err(|e| site.body("referrers index", limit, e))
             })
-            .await?;
-        serde_json::to_value(&index).map_err(|e| t.site().invalid_manifest(e.to_string()))
+            .await;
+        let body = match res {
+            Ok(body) => body,
+            Err(Error::NotFound { .. }) => {
+                tracing::debug!(registry = %t.host, "no referrers API");
+                self.inner.referrers_api.set(&t.host, false);
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        self.inner.referrers_api.set(&t.host, true);
+        self.inner.stats.for_host(&t.host).bytes(body.len());
+        let index = manifest::parse_json(&site, "referrers answer", &body)?;
+        Ok(Some(index))
     }
 
     /// All tags of `repo`, following `n`/`last` pagination.
@@ -353,54 +453,83 @@ impl Registry {
         deadline: Instant,
     ) -> Result<Vec<String>> {
         let t = self.target(repo, creds)?;
-        let n = self.inner.config.page_size;
+        let path = format!("{}/tags/list", t.reference.repository());
         self.paginate(&t, |last| {
-            let t = &t;
-            async move {
-                self.call("list_tags", t, creds, deadline, move |client| {
-                    let last = last.clone();
-                    async move {
-                        client
-                            .list_tags(&t.reference, &t.auth, Some(n), last.as_deref())
-                            .await
-                            .map(|r| r.tags)
-                            .map_err(|e| t.site().classify(e))
-                    }
-                })
-                .await
-            }
+            self.page(&t, "list_tags", &path, "tags", last, creds, deadline)
         })
         .await
     }
 
     /// All repositories of `registry` (`host[:port]`), following pagination. Bearer-token
-    /// registries need `registry:catalog:*` scope, which oci-client does not request.
+    /// registries need `registry:catalog:*` scope, which is not requested.
     pub async fn catalog(
         &self,
         registry: &str,
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<Vec<String>> {
-        // oci-client addresses the catalog through a reference; only its registry is used.
+        // Addressed through a reference; only its registry is used.
         let t = self.target(&format!("{registry}/catalog"), creds)?;
-        let n = self.inner.config.page_size;
         self.paginate(&t, |last| {
-            let t = &t;
-            async move {
-                self.call("catalog", t, creds, deadline, move |client| {
-                    let last = last.clone();
-                    async move {
-                        client
-                            .catalog(&t.reference, &t.auth, Some(n), last.as_deref())
-                            .await
-                            .map(|r| r.repositories)
-                            .map_err(|e| t.site().classify(e))
-                    }
-                })
-                .await
-            }
+            self.page(
+                &t,
+                "catalog",
+                "_catalog",
+                "repositories",
+                last,
+                creds,
+                deadline,
+            )
         })
         .await
+    }
+
+    /// One page of a listing: the string array `field` of `path?n=…&last=…`.
+    #[allow(clippy::too_many_arguments)]
+    async fn page(
+        &self,
+        t: &Target,
+        op: &'static str,
+        path: &str,
+        field: &'static str,
+        last: Option<String>,
+        creds: &Credentials,
+        deadline: Instant,
+    ) -> Result<Vec<String>> {
+        let limit = self.inner.config.max_manifest_bytes;
+        let n = self.inner.config.page_size;
+        let site = t.site(op);
+        let last = &last;
+        let body = self
+            .call(op, t, creds, deadline, move |conn| async move {
+                let mut url = reqwest::Url::parse(&conn.url(&t.host, path))
+                    .map_err(|e| site.rejected(None, format!("bad URL: {e}")))?;
+                url.query_pairs_mut().append_pair("n", &n.to_string());
+                if let Some(l) = last {
+                    url.query_pairs_mut().append_pair("last", l);
+                }
+                let resp = self
+                    .send(&conn, t, site, Method::GET, url.as_str(), None)
+                    .await?;
+                let resp = success(site, resp).await?;
+                read_capped(resp, limit, &self.inner.read_budget)
+                    .await
+                    .map_err(|e| site.body("listing page", limit, e))
+            })
+            .await?;
+        let json = manifest::parse_json(&site, "listing page", &body)?;
+        match json.get(field) {
+            None | Some(serde_json::Value::Null) => Ok(Vec::new()),
+            Some(serde_json::Value::Array(items)) => items
+                .iter()
+                .map(|v| {
+                    v.as_str().map(str::to_owned).ok_or_else(|| {
+                        site.rejected(Some(200), format!("{field} holds a non-string"))
+                    })
+                })
+                .collect(),
+            Some(_) => Err(site.rejected(Some(200), format!("{field} is not an array"))),
+        }
     }
 
     /// Per-registry counters, sorted by host.
@@ -450,7 +579,7 @@ impl Registry {
             }
             last = all.last().cloned();
         }
-        Err(t.site().rejected(
+        Err(t.site("listing").rejected(
             None,
             format!(
                 "listing did not end after {} pages",
@@ -475,24 +604,44 @@ fn parse_ca_bundle(pem: &[u8]) -> Result<Vec<Vec<u8>>> {
     Ok(certs)
 }
 
-fn check_digest(t: &Target, digest: &str) -> Result<()> {
-    let ok = match digest.split_once(':') {
-        Some(("sha256", hex)) => hex.len() == 64,
-        Some(("sha512", hex)) => hex.len() == 128,
-        _ => false,
-    } && digest.split_once(':').is_some_and(|(_, h)| {
-        h.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    });
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::InvalidReference {
-            image: format!("{}@{digest}", t.image),
-            registry: t.host.clone(),
-            detail: "blob digest must be sha256:<64 hex> or sha512:<128 hex>".into(),
-        })
+/// The answer if it is 2xx; otherwise an error by status, the body's start logged only.
+async fn success(site: Site<'_>, resp: reqwest::Response) -> Result<reqwest::Response> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
     }
+    let snippet = error_snippet(resp).await;
+    Err(site.by_status(status.as_u16(), &snippet))
+}
+
+/// `Docker-Content-Digest`, if present, checked for form.
+fn header_digest(site: Site<'_>, resp: &reqwest::Response) -> Result<Option<String>> {
+    let Some(value) = resp.headers().get(DIGEST_HEADER) else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or("<not text>");
+    site.checked_digest(DIGEST_HEADER, text)?;
+    Ok(Some(text.to_owned()))
+}
+
+/// The digest of `body`: it must hash to `expected` (the digest that addressed it) and to
+/// `header` (what the registry claims), each with its own algorithm.
+fn verified_digest(
+    site: Site<'_>,
+    expected: Option<&str>,
+    header: Option<String>,
+    body: &[u8],
+) -> Result<String> {
+    for claimed in expected.into_iter().chain(header.as_deref()) {
+        let actual = digest::of(claimed, body);
+        if actual != claimed {
+            return Err(site.digest_mismatch(claimed, &actual));
+        }
+    }
+    Ok(expected
+        .map(str::to_owned)
+        .or(header)
+        .unwrap_or_else(|| digest::sha256(body)))
 }
 
 fn platform_matches(p: Option<&serde_json::Value>, want: &Platform) -> bool {

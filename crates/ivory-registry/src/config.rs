@@ -7,6 +7,9 @@ use std::time::Duration;
 pub const DEFAULT_MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
 /// Signature and attestation blobs larger than this are refused.
 pub const DEFAULT_MAX_BLOB_BYTES: usize = 8 * 1024 * 1024;
+/// Bytes of registry answers being read at once, across all calls (what a flood of large
+/// answers can hold); a read that would pass it fails as transient.
+pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 32 * 1024 * 1024;
 /// Concurrent calls in flight per registry host.
 pub const DEFAULT_PER_REGISTRY_CONCURRENCY: usize = 16;
 /// TCP+TLS connect budget; the per-call deadline still applies on top.
@@ -33,6 +36,8 @@ pub struct Config {
     pub max_manifest_bytes: usize,
     /// Default blob size limit in bytes (callers pass their own to `fetch_blob`).
     pub max_blob_bytes: usize,
+    /// Budget for registry answers being read at once, in bytes.
+    pub max_buffered_bytes: usize,
     /// User agent header.
     pub user_agent: String,
     /// Connect timeout per connection attempt.
@@ -54,6 +59,7 @@ impl Default for Config {
             per_registry_concurrency: DEFAULT_PER_REGISTRY_CONCURRENCY,
             max_manifest_bytes: DEFAULT_MAX_MANIFEST_BYTES,
             max_blob_bytes: DEFAULT_MAX_BLOB_BYTES,
+            max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
             user_agent: DEFAULT_USER_AGENT.to_string(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             page_size: DEFAULT_PAGE_SIZE,

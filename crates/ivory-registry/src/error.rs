@@ -4,14 +4,19 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
-use oci_client::errors::{DigestError, OciDistributionError, OciErrorCode};
-
+use crate::client::http::{BodyError, REDIRECT_DOWNGRADE, REDIRECT_NOT_HTTP, REDIRECT_TOO_MANY};
+use crate::digest::DigestProblem;
 use crate::stats::StatusClass;
 
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Failure of a registry operation.
+///
+/// `Display` names the operation, the image, the registry and, where the registry answered,
+/// the HTTP status and its class. It never contains text a registry sent (bodies, header
+/// values, redirect targets): these messages reach the creator of a Pod, and a registry is
+/// not theirs to speak through. What the registry said is logged (truncated) instead.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The caller's deadline passed before the registry answered.
@@ -25,20 +30,23 @@ pub enum Error {
         budget: Duration,
     },
     /// The manifest, blob, tag or repository does not exist.
-    #[error("image {image} not found on registry {registry}: {detail}")]
+    #[error("{op} for image {image} on registry {registry}: not found ({})", http(*status))]
     NotFound {
+        op: &'static str,
         image: String,
         registry: String,
-        detail: String,
+        status: u16,
     },
     /// The registry refused the credentials (or asked for some and none were given).
-    #[error("unauthorized to read image {image} on registry {registry}: {detail}")]
+    #[error("{op} for image {image} on registry {registry}: unauthorized ({})", http(*status))]
     Unauthorized {
+        op: &'static str,
         image: String,
         registry: String,
-        detail: String,
+        status: u16,
     },
-    /// A manifest or blob is larger than the configured limit.
+    /// A manifest, blob, token or other answer is larger than its limit; the read was
+    /// aborted there.
     #[error("{what} of image {image} on registry {registry} exceeds the limit of {limit} bytes")]
     TooLarge {
         what: &'static str,
@@ -46,9 +54,20 @@ pub enum Error {
         registry: String,
         limit: usize,
     },
+    /// Every byte of the shared budget for registry answers being read was in use (other
+    /// registries are sending large answers); transient.
+    #[error(
+        "{op} for image {image} on registry {registry}: too many large registry answers in flight"
+    )]
+    ReadBudgetExhausted {
+        op: &'static str,
+        image: String,
+        registry: String,
+    },
     /// The registry kept answering 429/503 until no retry fitted in the deadline.
     #[error(
-        "registry {registry} throttled or was unavailable for image {image} (HTTP {status}) after {attempts} attempt(s)"
+        "registry {registry} throttled or was unavailable for image {image} ({}) after {attempts} attempt(s)",
+        http(*status)
     )]
     Throttled {
         image: String,
@@ -57,19 +76,37 @@ pub enum Error {
         attempts: u32,
     },
     /// The registry answered with a 5xx status.
-    #[error("registry {registry} failed for image {image} with HTTP {status}: {detail}")]
+    #[error("{op} for image {image} on registry {registry} failed ({})", http(*status))]
     Server {
+        op: &'static str,
         image: String,
         registry: String,
         status: u16,
-        detail: String,
     },
     /// Connection, TLS or protocol-level I/O failure (refused, reset, bad certificate).
-    #[error("transport error reaching registry {registry} for image {image}: {detail}")]
+    /// `detail` comes from the HTTP and TLS stack, with URLs removed.
+    #[error("transport error during {op} for image {image} on registry {registry}: {detail}")]
     Transport {
+        op: &'static str,
         image: String,
         registry: String,
         detail: String,
+    },
+    /// The registry redirected too often, to a non-HTTP URL, or from HTTPS to plain HTTP.
+    #[error("{op} for image {image} on registry {registry}: redirect refused ({reason})")]
+    RedirectRefused {
+        op: &'static str,
+        image: String,
+        registry: String,
+        reason: &'static str,
+    },
+    /// The registry's token realm is not usable without risking credentials: plain HTTP
+    /// for a registry reached over TLS, or not an http(s) URL at all.
+    #[error("registry {registry} (image {image}) names a token realm that ivory refuses: {reason}")]
+    TokenRealmRefused {
+        image: String,
+        registry: String,
+        reason: &'static str,
     },
     /// The image reference does not parse.
     #[error("invalid image reference {image:?}: {detail}")]
@@ -79,13 +116,23 @@ pub enum Error {
         detail: String,
     },
     /// The manifest is malformed, of an unknown media type, or its index nesting is unsound.
+    /// `detail` is ivory's own description.
     #[error("invalid manifest for image {image} on registry {registry}: {detail}")]
     InvalidManifest {
         image: String,
         registry: String,
         detail: String,
     },
-    /// Content does not hash to the digest that addressed it.
+    /// A digest sent by the registry (header, index entry, referrer) is not
+    /// `sha256:` + 64 or `sha512:` + 128 lower-case hex characters.
+    #[error("registry {registry} sent an invalid digest in {field} for image {image}: {problem}")]
+    InvalidDigest {
+        image: String,
+        registry: String,
+        field: &'static str,
+        problem: DigestProblem,
+    },
+    /// Content does not hash to the digest that addressed it (or that the registry claimed).
     #[error(
         "digest mismatch for image {image} on registry {registry}: expected {expected}, got {actual}"
     )]
@@ -95,9 +142,11 @@ pub enum Error {
         expected: String,
         actual: String,
     },
-    /// Any other definite refusal (4xx) or malformed non-manifest answer.
-    #[error("registry {registry} rejected the request for image {image}: {detail}")]
+    /// Any other definite refusal (4xx, unexpected status) or malformed non-manifest answer.
+    /// `detail` is ivory's own description.
+    #[error("{op} for image {image} on registry {registry} was rejected: {detail}")]
     Rejected {
+        op: &'static str,
         image: String,
         registry: String,
         status: Option<u16>,
@@ -111,8 +160,21 @@ pub enum Error {
     Config { detail: String },
 }
 
+/// `HTTP 404 (client error)`: the status and its class, nothing the registry wrote.
+fn http(status: u16) -> String {
+    let class = match status {
+        100..=199 => "informational",
+        200..=299 => "success",
+        300..=399 => "redirect",
+        400..=499 => "client error",
+        500..=599 => "server error",
+        _ => "non-standard status",
+    };
+    format!("HTTP {status}, {class}")
+}
+
 impl Error {
-    /// True for failures that may succeed on retry (network, deadline, 5xx, 429).
+    /// True for failures that may succeed on retry (network, deadline, 5xx, 429, budget).
     /// Callers must never cache a transient error as a verdict.
     pub fn is_transient(&self) -> bool {
         matches!(
@@ -121,22 +183,27 @@ impl Error {
                 | Error::Throttled { .. }
                 | Error::Server { .. }
                 | Error::Transport { .. }
+                | Error::ReadBudgetExhausted { .. }
         )
     }
 
     /// How the registry answered the call that failed, for per-status counters.
     pub(crate) fn status_class(&self) -> StatusClass {
         match self {
-            Error::NotFound { .. } | Error::Unauthorized { .. } => StatusClass::Client,
+            Error::NotFound { status, .. }
+            | Error::Unauthorized { status, .. }
+            | Error::Throttled { status, .. }
+            | Error::Server { status, .. } => StatusClass::of_code(*status),
             Error::Rejected { status, .. } => {
                 status.map_or(StatusClass::Client, StatusClass::of_code)
             }
-            Error::Throttled { status, .. } | Error::Server { status, .. } => {
-                StatusClass::of_code(*status)
-            }
-            // The registry answered 2xx; the content was refused.
+            // The registry answered; the content or its follow-up was refused.
             Error::TooLarge { .. }
+            | Error::ReadBudgetExhausted { .. }
             | Error::InvalidManifest { .. }
+            | Error::InvalidDigest { .. }
+            | Error::TokenRealmRefused { .. }
+            | Error::RedirectRefused { .. }
             | Error::DigestMismatch { .. } => StatusClass::Success,
             Error::DeadlineExceeded { .. }
             | Error::Transport { .. }
@@ -156,8 +223,10 @@ impl Error {
     }
 }
 
-/// Where an oci-client error happened, used to fill in the error's names.
+/// Where an error happened, used to fill in the error's names.
+#[derive(Clone, Copy)]
 pub(crate) struct Site<'a> {
+    pub op: &'static str,
     pub image: &'a str,
     pub registry: &'a str,
 }
@@ -170,9 +239,9 @@ impl Site<'_> {
         self.registry.to_string()
     }
 
-    pub(crate) fn deadline(&self, op: &'static str, budget: Duration) -> Error {
+    pub(crate) fn deadline(&self, budget: Duration) -> Error {
         Error::DeadlineExceeded {
-            op,
+            op: self.op,
             image: self.image(),
             registry: self.registry(),
             budget,
@@ -196,14 +265,6 @@ impl Site<'_> {
         }
     }
 
-    pub(crate) fn transport(&self, detail: impl Into<String>) -> Error {
-        Error::Transport {
-            image: self.image(),
-            registry: self.registry(),
-            detail: detail.into(),
-        }
-    }
-
     pub(crate) fn digest_mismatch(&self, expected: &str, actual: &str) -> Error {
         Error::DigestMismatch {
             image: self.image(),
@@ -215,6 +276,7 @@ impl Site<'_> {
 
     pub(crate) fn rejected(&self, status: Option<u16>, detail: impl Into<String>) -> Error {
         Error::Rejected {
+            op: self.op,
             image: self.image(),
             registry: self.registry(),
             status,
@@ -222,95 +284,95 @@ impl Site<'_> {
         }
     }
 
-    /// Classifies an oci-client error into a definite or transient variant.
-    pub(crate) fn classify(&self, err: OciDistributionError) -> Error {
-        let (image, registry) = (self.image(), self.registry());
-        match err {
-            OciDistributionError::RequestError(e) => self.transport(chain(&e)),
-            OciDistributionError::IoError(e) => self.transport(chain(&e)),
-            OciDistributionError::UnauthorizedError { url } => Error::Unauthorized {
-                image,
-                registry,
-                detail: format!("HTTP 401 from {url}"),
-            },
-            OciDistributionError::AuthenticationFailure(reason) => Error::Unauthorized {
-                image,
-                registry,
-                detail: format!("token request failed: {}", truncate(&reason)),
-            },
-            OciDistributionError::ImageManifestNotFoundError(detail) => Error::NotFound {
-                image,
-                registry,
-                detail,
-            },
-            OciDistributionError::RegistryError { envelope, url } => {
-                let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
-                let detail = format!("{} ({url})", truncate(&envelope.to_string()));
-                self.by_codes(&codes, detail)
+    /// A digest the registry sent, checked for form; `field` names where it came from.
+    pub(crate) fn checked_digest(&self, field: &'static str, digest: &str) -> Result<()> {
+        crate::digest::validate(digest).map_err(|problem| {
+            tracing::warn!(
+                registry = %self.registry, image = %self.image, field,
+                digest = %truncate(digest), %problem, "registry sent an invalid digest"
+            );
+            Error::InvalidDigest {
+                image: self.image(),
+                registry: self.registry(),
+                field,
+                problem,
             }
-            OciDistributionError::ServerError { code, url, message } => {
-                let detail = format!("{} ({url})", truncate(&message));
-                self.by_status(code, detail)
-            }
-            OciDistributionError::DigestError(DigestError::VerificationError {
-                expected,
-                actual,
-            }) => self.digest_mismatch(&expected, &actual),
-            e @ (OciDistributionError::DigestError(_)
-            | OciDistributionError::ManifestParsingError(_)
-            | OciDistributionError::VersionedParsingError(_)
-            | OciDistributionError::UnsupportedMediaTypeError(_)
-            | OciDistributionError::UnsupportedSchemaVersionError(_)
-            | OciDistributionError::ManifestEncodingError(_)
-            | OciDistributionError::SpecViolationError(_)) => self.invalid_manifest(e.to_string()),
-            other => self.rejected(None, other.to_string()),
+        })
+    }
+
+    pub(crate) fn token_realm(&self, reason: &'static str) -> Error {
+        Error::TokenRealmRefused {
+            image: self.image(),
+            registry: self.registry(),
+            reason,
         }
     }
 
-    fn by_codes(&self, codes: &[&OciErrorCode], detail: String) -> Error {
-        let (image, registry) = (self.image(), self.registry());
-        let has = |c: &OciErrorCode| codes.contains(&c);
-        if has(&OciErrorCode::Toomanyrequests) {
-            Error::Throttled {
-                image,
-                registry,
-                status: 429,
-                attempts: 1,
+    /// A body read that stopped early.
+    pub(crate) fn body(&self, what: &'static str, limit: usize, e: BodyError) -> Error {
+        match e {
+            BodyError::TooLarge => {
+                tracing::warn!(registry = %self.registry, image = %self.image, what, limit,
+                    "registry answer over its limit; read aborted");
+                self.too_large(what, limit)
             }
-        } else if has(&OciErrorCode::Unauthorized) || has(&OciErrorCode::Denied) {
-            Error::Unauthorized {
-                image,
-                registry,
-                detail,
-            }
-        } else if has(&OciErrorCode::ManifestUnknown)
-            || has(&OciErrorCode::BlobUnknown)
-            || has(&OciErrorCode::NameUnknown)
-            || has(&OciErrorCode::NotFound)
-            || has(&OciErrorCode::ManifestBlobUnknown)
-        {
-            Error::NotFound {
-                image,
-                registry,
-                detail,
-            }
-        } else {
-            self.rejected(None, detail)
+            BodyError::BudgetExhausted => Error::ReadBudgetExhausted {
+                op: self.op,
+                image: self.image(),
+                registry: self.registry(),
+            },
+            BodyError::Transport(e) => self.transport(e),
         }
     }
 
-    pub(crate) fn by_status(&self, code: u16, detail: String) -> Error {
-        let (image, registry) = (self.image(), self.registry());
+    /// A reqwest failure: a refused redirect, or a transport error without URLs (a
+    /// redirect target is the registry's text).
+    pub(crate) fn transport(&self, e: reqwest::Error) -> Error {
+        let e = e.without_url();
+        let detail = chain(&e);
+        if e.is_redirect() {
+            tracing::warn!(registry = %self.registry, image = %self.image, op = self.op,
+                error = %detail, "registry redirect refused");
+            let reason = if detail.contains(REDIRECT_DOWNGRADE) {
+                REDIRECT_DOWNGRADE
+            } else if detail.contains(REDIRECT_NOT_HTTP) {
+                REDIRECT_NOT_HTTP
+            } else {
+                REDIRECT_TOO_MANY
+            };
+            return Error::RedirectRefused {
+                op: self.op,
+                image: self.image(),
+                registry: self.registry(),
+                reason,
+            };
+        }
+        Error::Transport {
+            op: self.op,
+            image: self.image(),
+            registry: self.registry(),
+            detail,
+        }
+    }
+
+    /// A non-2xx answer: classified by status alone; `snippet` (the start of the body) goes
+    /// to the log only.
+    pub(crate) fn by_status(&self, code: u16, snippet: &str) -> Error {
+        tracing::info!(registry = %self.registry, image = %self.image, op = self.op,
+            status = code, body = %truncate(snippet), "registry refused a request");
+        let (op, image, registry) = (self.op, self.image(), self.registry());
         match code {
             404 => Error::NotFound {
+                op,
                 image,
                 registry,
-                detail,
+                status: code,
             },
             401 | 403 => Error::Unauthorized {
+                op,
                 image,
                 registry,
-                detail,
+                status: code,
             },
             429 => Error::Throttled {
                 image,
@@ -319,12 +381,12 @@ impl Site<'_> {
                 attempts: 1,
             },
             500..=599 => Error::Server {
+                op,
                 image,
                 registry,
                 status: code,
-                detail,
             },
-            _ => self.rejected(Some(code), detail),
+            _ => self.rejected(Some(code), http(code)),
         }
     }
 }
@@ -345,8 +407,8 @@ fn chain(err: &dyn StdError) -> String {
     out
 }
 
-/// Registry error bodies can be arbitrary HTML; keep messages readable.
-fn truncate(s: &str) -> String {
+/// Registry text (bodies, header values) for the log: bounded, on a char boundary.
+pub(crate) fn truncate(s: &str) -> String {
     const MAX: usize = 300;
     if s.len() <= MAX {
         return s.trim().to_string();
@@ -364,6 +426,7 @@ mod tests {
 
     fn site() -> Site<'static> {
         Site {
+            op: "fetch_manifest",
             image: "r.example/app:1",
             registry: "r.example",
         }
@@ -372,55 +435,61 @@ mod tests {
     #[test]
     fn status_codes_map_to_definite_or_transient_variants() {
         let s = site();
-        assert!(matches!(
-            s.by_status(404, "x".into()),
-            Error::NotFound { .. }
-        ));
-        assert!(!s.by_status(404, "x".into()).is_transient());
-        assert!(matches!(
-            s.by_status(403, "x".into()),
-            Error::Unauthorized { .. }
-        ));
-        assert!(s.by_status(429, "x".into()).is_transient());
-        assert_eq!(s.by_status(429, "x".into()).retry_status(), Some(429));
-        assert_eq!(s.by_status(503, "x".into()).retry_status(), Some(503));
-        assert_eq!(s.by_status(500, "x".into()).retry_status(), None);
-        assert!(s.by_status(500, "x".into()).is_transient());
-        assert!(!s.by_status(400, "x".into()).is_transient());
+        assert!(matches!(s.by_status(404, "x"), Error::NotFound { .. }));
+        assert!(!s.by_status(404, "x").is_transient());
+        assert!(matches!(s.by_status(403, "x"), Error::Unauthorized { .. }));
+        assert!(s.by_status(429, "x").is_transient());
+        assert_eq!(s.by_status(429, "x").retry_status(), Some(429));
+        assert_eq!(s.by_status(503, "x").retry_status(), Some(503));
+        assert_eq!(s.by_status(500, "x").retry_status(), None);
+        assert!(s.by_status(500, "x").is_transient());
+        assert!(!s.by_status(400, "x").is_transient());
     }
 
     #[test]
-    fn envelope_codes_are_classified() {
-        let envelope: oci_client::errors::OciEnvelope = serde_json::from_str(
-            r#"{"errors":[{"code":"TOOMANYREQUESTS","message":"slow down"}]}"#,
-        )
-        .unwrap();
-        let err = site().classify(OciDistributionError::RegistryError {
-            envelope,
-            url: "u".into(),
-        });
-        assert!(matches!(err, Error::Throttled { status: 429, .. }));
-
-        let envelope: oci_client::errors::OciEnvelope =
-            serde_json::from_str(r#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"no"}]}"#)
-                .unwrap();
-        let err = site().classify(OciDistributionError::RegistryError {
-            envelope,
-            url: "u".into(),
-        });
-        assert!(matches!(err, Error::NotFound { .. }));
-        assert!(err.to_string().contains("r.example/app:1"));
+    fn messages_name_registry_operation_and_status_class_but_never_the_body() {
+        let secret = "SECRET-FROM-REGISTRY <html>";
+        for code in [400, 401, 403, 404, 418, 429, 500, 502, 503] {
+            let msg = site().by_status(code, secret).to_string();
+            assert!(!msg.contains("SECRET"), "{msg}");
+            assert!(msg.contains("r.example"), "{msg}");
+            assert!(msg.contains(&format!("HTTP {code}")), "{msg}");
+            if code != 429 {
+                assert!(msg.contains("fetch_manifest"), "{msg}");
+            }
+        }
+        assert!(
+            site()
+                .by_status(404, "")
+                .to_string()
+                .contains("client error")
+        );
+        assert!(
+            site()
+                .by_status(502, "")
+                .to_string()
+                .contains("server error")
+        );
     }
 
     #[test]
-    fn digest_verification_error_is_a_mismatch() {
-        let err = site().classify(OciDistributionError::DigestError(
-            DigestError::VerificationError {
-                expected: "sha256:a".into(),
-                actual: "sha256:b".into(),
-            },
+    fn invalid_digests_are_named_without_echoing_them() {
+        let bad = format!("sha256:{}", "A".repeat(64));
+        let err = site()
+            .checked_digest("Docker-Content-Digest", &bad)
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            Error::InvalidDigest {
+                problem: DigestProblem::NotLowerHex,
+                ..
+            }
         ));
-        assert!(matches!(err, Error::DigestMismatch { .. }));
+        let msg = err.to_string();
+        assert!(
+            msg.contains("Docker-Content-Digest") && !msg.contains("AAAA"),
+            "{msg}"
+        );
         assert!(!err.is_transient());
     }
 

@@ -1,6 +1,7 @@
 //! Raw manifests and their media types.
 
-use crate::error::{Error, Site};
+use crate::error::{Error, Site, truncate};
+use crate::json::{JsonLimits, ShapeError, parse_json_bounded};
 
 /// OCI image manifest.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -68,11 +69,25 @@ impl Manifest {
     }
 }
 
-/// Parses manifest bytes, deciding the media type from the body (the header is not
-/// exposed by oci-client); unknown or schema-1 types are refused.
+/// Parses a registry answer into a JSON tree, refusing shapes that would grow far past the
+/// body's size in memory. Errors are ivory's words, never the body's.
+pub(crate) fn parse_json(
+    site: &Site<'_>,
+    what: &str,
+    bytes: &[u8],
+) -> Result<serde_json::Value, Error> {
+    parse_json_bounded(bytes, &JsonLimits::MANIFEST).map_err(|e| {
+        if let ShapeError::TooComplex { shape, .. } = &e {
+            tracing::warn!(registry = %site.registry, image = %site.image, ?shape, "registry answer has too many JSON values");
+        }
+        site.invalid_manifest(format!("{what} {e}"))
+    })
+}
+
+/// Parses manifest bytes, deciding the media type from the body (what the digest covers,
+/// unlike the header); unknown or schema-1 types are refused. Errors never quote the body.
 pub(crate) fn parse(site: &Site<'_>, digest: String, bytes: Vec<u8>) -> Result<Manifest, Error> {
-    let json: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| site.invalid_manifest(format!("not JSON: {e}")))?;
+    let json = parse_json(site, "manifest", &bytes)?;
     let obj = json
         .as_object()
         .ok_or_else(|| site.invalid_manifest("manifest is not a JSON object"))?;
@@ -85,7 +100,11 @@ pub(crate) fn parse(site: &Site<'_>, digest: String, bytes: Vec<u8>) -> Result<M
     }
     let media_type = match obj.get("mediaType").and_then(|v| v.as_str()) {
         Some(mt) if ACCEPTED_MEDIA_TYPES.contains(&mt) => mt.to_string(),
-        Some(mt) => return Err(site.invalid_manifest(format!("unknown media type {mt:?}"))),
+        Some(mt) => {
+            tracing::info!(registry = %site.registry, image = %site.image,
+                media_type = %truncate(mt), "manifest of an unknown media type");
+            return Err(site.invalid_manifest("unknown media type"));
+        }
         // mediaType is optional in OCI; the shape tells index from manifest.
         None if obj.contains_key("manifests") => OCI_INDEX.to_string(),
         None if obj.contains_key("config") => OCI_MANIFEST.to_string(),
@@ -114,6 +133,7 @@ mod tests {
 
     fn site() -> Site<'static> {
         Site {
+            op: "fetch_manifest",
             image: "r/x:1",
             registry: "r",
         }
@@ -136,6 +156,17 @@ mod tests {
         assert_eq!(m.children()[0].0, "sha256:a");
         let m = p(r#"{"schemaVersion":2,"config":{},"layers":[]}"#).unwrap();
         assert_eq!(m.media_type, OCI_MANIFEST);
+    }
+
+    #[test]
+    fn parse_json_refuses_hostile_shapes_in_ivory_words() {
+        let many = format!(
+            "[{}]",
+            vec![r#"{"a":0}"#; JsonLimits::MANIFEST.max_objects + 1].join(",")
+        );
+        let err = parse_json(&site(), "manifest", many.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("manifest holds"), "{err}");
+        assert!(parse_json(&site(), "manifest", b"[0,0,0]").is_ok());
     }
 
     #[test]

@@ -10,13 +10,13 @@ use std::time::Duration;
 pub struct RegistryStats {
     /// Registry host (`host[:port]`).
     pub registry: String,
-    /// Calls made: one per oci-client call, auth probe and referrers probe. (Requests
-    /// oci-client makes on its own inside a call, such as a token fetch, are not seen.)
+    /// Calls made: one per operation attempt plus one per auth probe. (Requests inside a
+    /// call, such as the GET after a HEAD without digest or a token fetch, are not counted.)
     pub requests: u64,
     /// Calls by answer class: `2xx`, `4xx`, `5xx`, or `none` (no HTTP answer: connection
-    /// failure or deadline). Classes, not codes: oci-client reports a code only for some
-    /// failures, and the auth probe's Basic challenge (401) reads as answered (`2xx`).
-    /// Sums to `requests` once every call has finished.
+    /// failure or deadline). An answer whose content was refused (too large, bad digest)
+    /// counts as `2xx`; an auth probe's challenge (401) as `4xx`. Sums to `requests` once
+    /// every call has finished.
     pub statuses: BTreeMap<String, u64>,
     /// Calls that ended in an error (including deadline and throttling).
     pub errors: u64,

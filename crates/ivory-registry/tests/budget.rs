@@ -136,6 +136,7 @@ async fn concurrent_cold_calls_ping_once() {
     assert_eq!(pings, 1, "{:?}", seq(&h));
     let stats = &r.stats()[0];
     assert_eq!(stats.requests, 9, "{stats:?}");
-    // oci-client reports a Basic challenge like an open /v2/: the probe counts as answered.
-    assert_eq!(stats.statuses.get("2xx"), Some(&9), "{stats:?}");
+    // The probe's Basic challenge is a 401; the eight calls are answered.
+    assert_eq!(stats.statuses.get("2xx"), Some(&8), "{stats:?}");
+    assert_eq!(stats.statuses.get("4xx"), Some(&1), "{stats:?}");
 }

@@ -7,6 +7,8 @@
 //! - `fetch`: manifests, blobs, limits, platforms, referrers fallback.
 //! - `listing`: tag and catalog pagination.
 //! - `faults`: deadlines, refusals, 429/503, malformed and looping manifests, concurrency cap.
+//! - `hostile`: endless bodies, echoed error bodies, credential-collecting redirects,
+//!   plain-HTTP token realms, forged digests.
 
 // Setup helpers outside #[test] fns panic on failure by design.
 #![allow(clippy::unwrap_used)]
@@ -15,6 +17,7 @@ mod auth;
 mod budget;
 mod faults;
 mod fetch;
+mod hostile;
 mod listing;
 mod tls;
 mod util;

@@ -16,9 +16,12 @@ pub fn ok_deadline() -> Instant {
 }
 
 pub async fn start(auth: AuthMode) -> Harness {
-    RegistryHarness::start(HarnessOptions { auth, tls: true })
-        .await
-        .expect("start docker-registry harness")
+    RegistryHarness::start(HarnessOptions {
+        auth,
+        ..HarnessOptions::default()
+    })
+    .await
+    .expect("start docker-registry harness")
 }
 
 pub fn client_for(h: &Harness) -> Registry {

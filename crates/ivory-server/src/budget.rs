@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! timeout = min(?timeout (default 10s), tightest webhookConfiguration.timeoutSeconds of the
-//!               selected policies)
+//!               selected policies, 30s)
 //! budget  = timeout - min(1s, timeout / 10)
 //! ```
 //!
@@ -22,6 +22,11 @@ use tokio::time::Instant;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Upper bound of the safety margin.
 pub const MAX_MARGIN: Duration = Duration::from_secs(1);
+/// The longest timeout the API server can have: `timeoutSeconds` is at most 30. A longer
+/// `?timeout=` is not from an API server ivory can serve any better by waiting longer.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(30);
+/// Go's largest `time.Duration` (`math.MaxInt64` nanoseconds): where parsed durations saturate.
+pub const MAX_GO_DURATION: Duration = Duration::from_nanos(i64::MAX as u64);
 
 /// How long ivory may work on one request, and until when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,7 +47,7 @@ impl Budget {
         timeout: Option<Duration>,
         policy_timeout: Option<Duration>,
     ) -> Self {
-        let mut timeout = timeout.unwrap_or(DEFAULT_TIMEOUT);
+        let mut timeout = timeout.unwrap_or(DEFAULT_TIMEOUT).min(MAX_TIMEOUT);
         if let Some(p) = policy_timeout.filter(|p| !p.is_zero()) {
             timeout = timeout.min(p);
         }
@@ -66,7 +71,8 @@ pub fn timeout_from_query(query: Option<&str>) -> Option<Duration> {
 }
 
 /// Parses a Go `time.Duration` string (`10s`, `1m30s`, `1.5s`, `500ms`). Returns `None` for
-/// anything else, including negative values.
+/// anything else, including negative values. Values past Go's range saturate at
+/// [`MAX_GO_DURATION`] instead of overflowing later arithmetic.
 pub fn parse_go_duration(text: &str) -> Option<Duration> {
     let mut rest = text.trim();
     if rest.is_empty() || rest.starts_with('-') {
@@ -98,7 +104,8 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
         rest = &rest[unit_len..];
         total += value * seconds_per_unit;
     }
-    Duration::try_from_secs_f64(total).ok()
+    let parsed = Duration::try_from_secs_f64(total).unwrap_or(MAX_GO_DURATION);
+    Some(parsed.min(MAX_GO_DURATION))
 }
 
 #[cfg(test)]
@@ -115,6 +122,35 @@ mod tests {
         for bad in ["", "10", "-3s", "s", "3x", "1..2s"] {
             assert_eq!(parse_go_duration(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn huge_durations_saturate() {
+        let digits = "9".repeat(400);
+        for huge in [
+            "10000000000000000000s".to_owned(),
+            "2562048h".to_owned(),
+            format!("{digits}h"),
+            format!("{digits}ns"),
+        ] {
+            assert_eq!(parse_go_duration(&huge), Some(MAX_GO_DURATION), "{huge}");
+        }
+        assert_eq!(
+            parse_go_duration("2562047h"),
+            Some(Duration::from_secs(2_562_047 * 3600))
+        );
+    }
+
+    #[test]
+    fn huge_timeouts_are_capped_without_overflow() {
+        let now = Instant::now();
+        let query = Some("timeout=10000000000000000000s");
+        let b = Budget::new(now, timeout_from_query(query), None);
+        assert_eq!(b.timeout, MAX_TIMEOUT);
+        assert_eq!(b.budget, MAX_TIMEOUT - MAX_MARGIN);
+        assert_eq!(b.deadline, now + b.budget);
+        let b = Budget::new(now, Some(Duration::MAX), Some(Duration::MAX));
+        assert_eq!(b.timeout, MAX_TIMEOUT);
     }
 
     #[test]

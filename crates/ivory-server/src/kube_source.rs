@@ -1,12 +1,20 @@
 //! Policies, Namespaces and registry Secrets from the Kubernetes API (`ivory serve --kube`).
 //!
-//! Reflectors keep local copies, so admission requests never call the API server. Every policy
-//! change recompiles into the [`PolicyStore`]; a policy that no longer compiles keeps its last
-//! good version (its error is shown on `/readyz` and counted), while the other policies move on.
+//! Reflectors keep local copies, so admission requests rarely call the API server: only for a
+//! Namespace the reflector has not seen yet (read within the request's budget), and to start
+//! watching the registry Secrets of a namespace a policy's `credentials` names for the first
+//! time. Every policy change recompiles into the [`PolicyStore`]; a policy that no longer
+//! compiles keeps its last good version (its error is shown on `/readyz` and counted), while
+//! the other policies move on.
+//!
+//! Credential scope follows Kyverno: a cluster policy reads `name` from ivory's namespace and
+//! `namespace/name` from that namespace; a NamespacedImageValidatingPolicy reads Secrets of its
+//! own namespace only (its plain names are qualified with it when it is compiled).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
+use futures::future::{BoxFuture, FutureExt as _};
 use futures::{Stream, StreamExt as _};
 use ivory_policy::types::Credentials as PolicyCredentials;
 use ivory_policy::{CompiledPolicy, load_str};
@@ -18,10 +26,11 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, Resource};
 use serde_json::Value;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::metrics::Metrics;
 use crate::policies::PolicyStore;
-use crate::routes::{NamespaceSource, namespace_object};
+use crate::routes::{CredentialSource, NamespaceSource};
 
 /// API group of the policy CRDs.
 pub const POLICY_GROUP: &str = "policies.kyverno.io";
@@ -54,9 +63,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// The running reflectors; cheap to clone.
 #[derive(Clone)]
 pub struct KubeSource {
+    /// `None` only in unit tests: then nothing is read beyond the stores.
+    client: Option<Client>,
     namespaces: Store<Namespace>,
-    secrets: Store<Secret>,
-    /// Namespace of ivory itself: where unqualified `credentials.secrets` names live.
+    /// Registry Secrets per namespace: ivory's own from the start, others once a policy's
+    /// `credentials` names them.
+    secrets: Arc<RwLock<BTreeMap<String, Store<Secret>>>>,
+    /// Namespace of ivory itself: where a cluster policy's plain `credentials.secrets` live.
     own_namespace: String,
 }
 
@@ -80,13 +93,7 @@ impl KubeSource {
             ),
             None,
         );
-        let secrets = reflect(
-            watcher(
-                Api::<Secret>::namespaced(client, &own_namespace),
-                watcher::Config::default().fields(&format!("type={DOCKER_CONFIG_TYPE}")),
-            ),
-            None,
-        );
+        let secrets = watch_secrets(&client, &own_namespace);
         synced("ImageValidatingPolicy", &cluster_store).await?;
         synced("NamespacedImageValidatingPolicy", &namespaced_store).await?;
         synced("Namespace", &namespaces).await?;
@@ -113,21 +120,32 @@ impl KubeSource {
                 }
             }
         });
+        let secrets = BTreeMap::from([(own_namespace.clone(), secrets)]);
         Ok(Self {
+            client: Some(client),
             namespaces,
-            secrets,
+            secrets: Arc::new(RwLock::new(secrets)),
             own_namespace,
         })
     }
 
     /// The Namespace seam for [`crate::AppState::namespaces`].
     pub fn namespace_source(&self) -> Arc<dyn NamespaceSource> {
-        Arc::new(Namespaces(self.namespaces.clone()))
+        Arc::new(Namespaces {
+            store: self.namespaces.clone(),
+            client: self.client.clone(),
+        })
+    }
+
+    /// The Secret seam for [`crate::AppState::credentials`].
+    pub fn credential_source(&self) -> Arc<dyn CredentialSource> {
+        Arc::new(self.clone())
     }
 
     /// Registry credentials for a policy's `credentials`: its `secrets` read from the Secret
-    /// reflector (`name` in ivory's namespace; `namespace/name` only for that same namespace,
-    /// the only one watched). Missing or unreadable secrets are logged and skipped.
+    /// reflectors (`name` in ivory's namespace, `namespace/name` in that namespace). The
+    /// server checks them with [`CredentialSource::prepare`] before the engine runs, so a
+    /// Secret missing here vanished in between: it is logged and skipped.
     pub fn credentials(&self, policy: Option<&PolicyCredentials>) -> Credentials {
         let mut creds = Credentials::anonymous().allow_insecure(
             policy
@@ -135,15 +153,12 @@ impl KubeSource {
                 .unwrap_or(false),
         );
         for reference in policy.map_or(&[][..], |c| c.secrets.as_slice()) {
-            let (namespace, name) = reference
-                .split_once('/')
-                .unwrap_or((self.own_namespace.as_str(), reference.as_str()));
-            if namespace != self.own_namespace {
-                tracing::warn!(secret = %reference, namespace = %self.own_namespace, "credentials secret outside ivory's namespace is not watched; skipped");
-                continue;
-            }
-            let key = ObjectRef::new(name).within(namespace);
-            let Some(bytes) = self.secrets.get(&key).and_then(|s| docker_config(&s)) else {
+            let (namespace, name) = self.locate(None, reference);
+            let bytes = self
+                .secret_store(namespace)
+                .and_then(|store| store.get(&ObjectRef::new(name).within(namespace)))
+                .and_then(|s| docker_config(&s));
+            let Some(bytes) = bytes else {
                 tracing::warn!(secret = %reference, "credentials secret not found or without {DOCKER_CONFIG_KEY}; skipped");
                 continue;
             };
@@ -157,6 +172,126 @@ impl KubeSource {
         }
         creds
     }
+
+    /// `(namespace, name)` of a `credentials.secrets` entry: plain names live in the policy's
+    /// namespace (ivory's own for a cluster policy).
+    fn locate<'r>(
+        &'r self,
+        policy_namespace: Option<&'r str>,
+        reference: &'r str,
+    ) -> (&'r str, &'r str) {
+        reference
+            .split_once('/')
+            .unwrap_or((policy_namespace.unwrap_or(&self.own_namespace), reference))
+    }
+
+    fn secret_store(&self, namespace: &str) -> Option<Store<Secret>> {
+        let watches = self.secrets.read().unwrap_or_else(|e| e.into_inner());
+        watches.get(namespace).cloned()
+    }
+
+    /// The Secret reflector of `namespace`, started on first use, once its first list is in.
+    async fn synced_secrets(
+        &self,
+        namespace: &str,
+        deadline: Instant,
+    ) -> Result<Store<Secret>, String> {
+        let store = match (self.secret_store(namespace), &self.client) {
+            (Some(store), _) => store,
+            (None, Some(client)) => {
+                let mut watches = self.secrets.write().unwrap_or_else(|e| e.into_inner());
+                watches
+                    .entry(namespace.to_owned())
+                    .or_insert_with(|| {
+                        tracing::info!(namespace, "watching registry secrets");
+                        watch_secrets(client, namespace)
+                    })
+                    .clone()
+            }
+            (None, None) => {
+                return Err(format!("Secrets of namespace {namespace} are not watched"));
+            }
+        };
+        match tokio::time::timeout_at(deadline, store.wait_until_ready()).await {
+            Ok(Ok(())) => Ok(store),
+            _ => Err(format!(
+                "the Secrets of namespace {namespace} could not be listed in time (may ivory \
+                 list and watch Secrets there? the watch errors are in the log)"
+            )),
+        }
+    }
+
+    /// Checks one `credentials.secrets[index]` entry (see [`CredentialSource::prepare`]).
+    async fn prepare_secret(
+        &self,
+        policy_namespace: Option<&str>,
+        index: usize,
+        reference: &str,
+        deadline: Instant,
+    ) -> Result<(), String> {
+        let field = format!("spec.credentials.secrets[{index}] {reference:?}");
+        let (namespace, name) = self.locate(policy_namespace, reference);
+        if let Some(own) = policy_namespace
+            && namespace != own
+        {
+            return Err(format!(
+                "{field}: a NamespacedImageValidatingPolicy may only use Secrets of its own \
+                 namespace {own:?}"
+            ));
+        }
+        let store = self
+            .synced_secrets(namespace, deadline)
+            .await
+            .map_err(|e| format!("{field}: {e}"))?;
+        let Some(secret) = store.get(&ObjectRef::new(name).within(namespace)) else {
+            let scope = if policy_namespace.is_some() {
+                "; a NamespacedImageValidatingPolicy reads Secrets of its own namespace only"
+            } else {
+                ""
+            };
+            return Err(format!(
+                "{field}: Secret {namespace}/{name} of type {DOCKER_CONFIG_TYPE} not found{scope}"
+            ));
+        };
+        let Some(bytes) = docker_config(&secret) else {
+            return Err(format!(
+                "{field}: Secret {namespace}/{name} has no {DOCKER_CONFIG_KEY}"
+            ));
+        };
+        Credentials::anonymous()
+            .with_docker_config_json(reference, &bytes)
+            .map(|_| ())
+            .map_err(|e| format!("{field}: Secret {namespace}/{name}: {e}"))
+    }
+}
+
+impl CredentialSource for KubeSource {
+    fn prepare<'a>(
+        &'a self,
+        policy_namespace: Option<&'a str>,
+        credentials: &'a PolicyCredentials,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        async move {
+            for (index, reference) in credentials.secrets.iter().enumerate() {
+                self.prepare_secret(policy_namespace, index, reference, deadline)
+                    .await?;
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+}
+
+/// A reflector of the registry Secrets of one namespace.
+fn watch_secrets(client: &Client, namespace: &str) -> Store<Secret> {
+    reflect(
+        watcher(
+            Api::<Secret>::namespaced(client.clone(), namespace),
+            watcher::Config::default().fields(&format!("type={DOCKER_CONFIG_TYPE}")),
+        ),
+        None,
+    )
 }
 
 /// Waits for a reflector's first complete list, at most [`SYNC_TIMEOUT`].
@@ -177,25 +312,57 @@ fn docker_config(secret: &Secret) -> Option<Vec<u8>> {
     Some(data.0.clone())
 }
 
-/// Namespaces from the reflector. A namespace the reflector has not seen yet (created a moment
-/// ago) falls back to the synthesized object with its name label only.
-struct Namespaces(Store<Namespace>);
+/// Namespaces from the reflector, or, for one it has not seen yet (created a moment ago),
+/// read from the API server.
+struct Namespaces {
+    store: Store<Namespace>,
+    client: Option<Client>,
+}
 
 impl NamespaceSource for Namespaces {
-    fn namespace(&self, name: &str) -> Option<Value> {
-        let Some(ns) = self.0.get(&ObjectRef::new(name)) else {
-            return Some(namespace_object(name));
-        };
-        let mut value = serde_json::to_value(ns.as_ref()).ok()?;
-        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("managedFields");
+    fn namespace<'a>(&'a self, name: &'a str, deadline: Instant) -> BoxFuture<'a, Option<Value>> {
+        async move {
+            if let Some(ns) = self.store.get(&ObjectRef::new(name)) {
+                return namespace_value(&ns);
+            }
+            let api = Api::<Namespace>::all(self.client.clone()?);
+            match tokio::time::timeout_at(deadline, api.get_opt(name)).await {
+                Ok(Ok(Some(ns))) => {
+                    tracing::info!(
+                        namespace = name,
+                        "namespace not seen by the watch yet; read from the API"
+                    );
+                    namespace_value(&ns)
+                }
+                Ok(Ok(None)) => {
+                    tracing::warn!(namespace = name, "namespace not found in the API");
+                    None
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(namespace = name, error = %e, "reading the namespace failed");
+                    None
+                }
+                Err(_) => {
+                    tracing::warn!(namespace = name, "reading the namespace timed out");
+                    None
+                }
+            }
         }
-        if let Some(obj) = value.as_object_mut() {
-            obj.insert("apiVersion".to_owned(), Value::from("v1"));
-            obj.insert("kind".to_owned(), Value::from("Namespace"));
-        }
-        Some(value)
+        .boxed()
     }
+}
+
+/// A Namespace as `namespaceObject`: with apiVersion and kind, without managedFields.
+fn namespace_value(ns: &Namespace) -> Option<Value> {
+    let mut value = serde_json::to_value(ns).ok()?;
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert("apiVersion".to_owned(), Value::from("v1"));
+        obj.insert("kind".to_owned(), Value::from("Namespace"));
+    }
+    Some(value)
 }
 
 /// The two policy kinds ivory watches, at [`POLICY_VERSION`].
@@ -366,6 +533,9 @@ fn compile_object(
             meta.remove("managedFields");
         }
     }
+    if !key.1.is_empty() {
+        qualify_secrets(&mut value, &key.1);
+    }
     let report = load_str(&value.to_string(), &origin);
     if !report.errors.is_empty() {
         return Err(report.errors.iter().map(ToString::to_string).collect());
@@ -374,6 +544,22 @@ fn compile_object(
     match (policies.next(), policies.next()) {
         (Some(policy), None) => Ok(policy),
         _ => Err(vec![format!("{origin}: expected exactly one policy")]),
+    }
+}
+
+/// Writes a namespaced policy's plain `credentials.secrets` names as `<namespace>/<name>`: the
+/// credentials resolver sees only the names, and a namespaced policy's Secrets live in its
+/// own namespace, never in ivory's.
+fn qualify_secrets(policy: &mut Value, namespace: &str) {
+    let secrets = policy
+        .pointer_mut("/spec/credentials/secrets")
+        .and_then(Value::as_array_mut);
+    for secret in secrets.into_iter().flatten() {
+        if let Some(name) = secret.as_str()
+            && !name.contains('/')
+        {
+            *secret = Value::from(format!("{namespace}/{name}"));
+        }
     }
 }
 

@@ -3,9 +3,12 @@
 //! Families (all prefixed `ivory_`):
 //! * `admission_duration_seconds{route, outcome}` histogram; route is `ivpol_mutate`,
 //!   `ivpol_validate`, `nivpol_mutate` or `nivpol_validate`; outcome is `allowed`, `patched`,
-//!   `denied`, `unknown_policy` or `bad_request`.
+//!   `denied`, `unknown_policy`, `bad_request`, `not_ready` or `internal_error` (a panic before
+//!   any policy was selected).
 //! * `admission_in_flight` gauge.
 //! * `deadline_expiries_total{route}`: requests whose budget ran out before the engine finished.
+//! * `admission_panics_total{route}`: requests whose handling panicked (answered by the
+//!   selected policies' failurePolicy, or 500 before any policy was selected).
 //! * `policy_load_errors` gauge (errors of the latest load) and `policy_load_failures_total`,
 //!   `policies_loaded` gauge.
 //! * `registry_requests_total{registry, status}` (status class `2xx`, `4xx`, `5xx`, or `none`
@@ -84,6 +87,7 @@ pub struct Metrics {
     admission: Family<AdmissionLabels, Histogram>,
     in_flight: Gauge,
     deadline_expiries: Family<RouteLabels, Counter>,
+    panics: Family<RouteLabels, Counter>,
     policy_load_errors: Gauge,
     policy_load_failures: Counter,
     policies_loaded: Gauge,
@@ -120,6 +124,7 @@ impl Metrics {
             admission,
             in_flight: Gauge::default(),
             deadline_expiries: Family::default(),
+            panics: Family::default(),
             policy_load_errors: Gauge::default(),
             policy_load_failures: Counter::default(),
             policies_loaded: Gauge::default(),
@@ -148,6 +153,11 @@ impl Metrics {
             "deadline_expiries",
             "Admission requests whose time budget ran out",
             m.deadline_expiries.clone(),
+        );
+        registry.register(
+            "admission_panics",
+            "Admission requests whose handling panicked",
+            m.panics.clone(),
         );
         registry.register(
             "policy_load_errors",
@@ -231,6 +241,15 @@ impl Metrics {
     /// Records a request whose budget expired.
     pub fn deadline_expired(&self, route: &str) {
         self.deadline_expiries
+            .get_or_create(&RouteLabels {
+                route: route.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Records a request whose handling panicked.
+    pub fn panicked(&self, route: &str) {
+        self.panics
             .get_or_create(&RouteLabels {
                 route: route.to_owned(),
             })

@@ -1,9 +1,14 @@
 //! The HTTP surface: the four admission routes plus `/healthz`, `/readyz` and `/metrics`.
 //!
 //! Every admission answer is an `admission.k8s.io/v1` AdmissionReview with the request's uid,
-//! except for bodies that are not one: those get 400 with the parse error (413 past the body
-//! limit), so the API server applies the webhook's failurePolicy.
+//! except for requests ivory cannot judge: bodies that are not one (400 with the parse error,
+//! 413 past the body limit), paths that name no policy and objects that cannot hold what the
+//! selected policies read (400 naming the field), so the API server applies the webhook's
+//! failurePolicy. A panic while handling a request never drops the connection: it is answered
+//! by the selected policies' failurePolicy (500 before any is selected) and counted.
 
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +19,8 @@ use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
+use futures::future::{BoxFuture, FutureExt as _};
+use ivory_engine::admission::shape::{ShapeError, check_shape};
 use ivory_engine::admission::{
     AdmissionError, AdmissionRequest, AdmissionResponse, AdmissionReview, ResponseStatus,
     response_from_decision, review_response,
@@ -23,7 +30,7 @@ use ivory_engine::matching::{Route, UnknownPolicies, select_policies};
 use ivory_engine::verifier::ImageVerifier;
 use ivory_engine::{mutate, validate};
 use ivory_policy::CompiledPolicy;
-use ivory_policy::types::FailurePolicy;
+use ivory_policy::types::{Credentials, FailurePolicy};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -35,11 +42,26 @@ use crate::policies::PolicyStore;
 /// caps one object at 1.5 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 3 * 1024 * 1024;
 
-/// Where `namespaceObject` comes from (a Namespace informer, later). Without one the server
-/// synthesizes it with [`namespace_object`].
+/// Where `namespaceObject` comes from (the Namespace reflector with `--kube`). Without one, or
+/// when it cannot tell, the server synthesizes the object with [`namespace_object`] and leaves
+/// namespaceSelectors to the API server (see `AdmissionRequest::namespace_labels_unknown`).
 pub trait NamespaceSource: Send + Sync {
-    /// The Namespace object named `name`, or `None` when it is not known.
-    fn namespace(&self, name: &str) -> Option<Value>;
+    /// The Namespace object named `name` as the API server has it, found by `deadline`, or
+    /// `None` when its labels cannot be known in time.
+    fn namespace<'a>(&'a self, name: &'a str, deadline: Instant) -> BoxFuture<'a, Option<Value>>;
+}
+
+/// Where the Secrets of a policy's `credentials` come from (the Kubernetes API with `--kube`).
+pub trait CredentialSource: Send + Sync {
+    /// Makes every Secret `credentials` names available to the verifier's credentials resolver
+    /// by `deadline`, or says which one cannot be used and why. `policy_namespace` is the
+    /// namespace of a NamespacedImageValidatingPolicy (`None` for a cluster policy).
+    fn prepare<'a>(
+        &'a self,
+        policy_namespace: Option<&'a str>,
+        credentials: &'a Credentials,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<(), String>>;
 }
 
 /// Shared state of every handler; cheap to clone.
@@ -50,6 +72,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// `None`: synthesize namespace objects from the request's namespace name.
     pub namespaces: Option<Arc<dyn NamespaceSource>>,
+    /// `None`: policies' `credentials.secrets` are not read (the resolver decides alone).
+    pub credentials: Option<Arc<dyn CredentialSource>>,
     /// Largest accepted request body in bytes.
     pub body_limit: usize,
 }
@@ -66,6 +90,7 @@ impl AppState {
             policies,
             metrics,
             namespaces: None,
+            credentials: None,
             body_limit: DEFAULT_BODY_LIMIT,
         }
     }
@@ -146,14 +171,45 @@ async fn admit(
     // The budget starts once the body is read (axum extracts it before the handler runs).
     let start = Instant::now();
     let _guard = state.metrics.in_flight();
-    let (outcome, response) = match parse(body) {
-        Ok(req) => answer(&state, call, &names, query.as_deref(), &req, start).await,
-        Err(rejected) => rejected.into_answer(call),
-    };
+    let handled = AssertUnwindSafe(handle(&state, call, &names, query.as_deref(), body, start))
+        .catch_unwind()
+        .await;
+    let (outcome, response) = handled.unwrap_or_else(|panic| {
+        state.metrics.panicked(call.label);
+        tracing::error!(route = call.label, panic = %panic_text(panic.as_ref()), "admission handling panicked before a policy was selected");
+        let msg = "ivory: internal error handling the AdmissionReview";
+        (
+            "internal_error",
+            (StatusCode::INTERNAL_SERVER_ERROR, msg).into_response(),
+        )
+    });
     state
         .metrics
         .observe_admission(call.label, outcome, start.elapsed());
     response
+}
+
+async fn handle(
+    state: &AppState,
+    call: Call,
+    names: &str,
+    query: Option<&str>,
+    body: Body,
+    start: Instant,
+) -> Answer {
+    match parse(body) {
+        Ok(req) => answer(state, call, names, query, req, start).await,
+        Err(rejected) => rejected.into_answer(call),
+    }
+}
+
+/// The text of a panic payload (`panic!` with a literal or a formatted message).
+fn panic_text(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("non-text panic payload")
 }
 
 /// A body that is not a usable AdmissionReview.
@@ -162,6 +218,10 @@ enum Rejected {
     Body(BytesRejection),
     /// Not an `admission.k8s.io/v1` AdmissionReview (400 with the parse error).
     Review(AdmissionError),
+    /// The path names no policy (400): nothing says what to judge the request by.
+    NoPolicies,
+    /// The object cannot hold what the selected policies read (400 naming the field).
+    Shape(ShapeError),
 }
 
 impl Rejected {
@@ -174,6 +234,18 @@ impl Rejected {
             Self::Review(e) => {
                 tracing::warn!(route = call.label, error = %e, "malformed AdmissionReview");
                 (StatusCode::BAD_REQUEST, e.to_string()).into_response()
+            }
+            Self::NoPolicies => {
+                let msg = format!(
+                    "ivory: the webhook path names no policy (expected /{}/<policy>[/<policy>…])",
+                    call.label.replace('_', "/")
+                );
+                tracing::warn!(route = call.label, "{msg}");
+                (StatusCode::BAD_REQUEST, msg).into_response()
+            }
+            Self::Shape(e) => {
+                tracing::warn!(route = call.label, error = %e, "AdmissionReview object of the wrong shape");
+                (StatusCode::BAD_REQUEST, format!("ivory: {e}")).into_response()
             }
         };
         ("bad_request", response)
@@ -192,7 +264,7 @@ async fn answer(
     call: Call,
     names: &str,
     query: Option<&str>,
-    req: &AdmissionRequest,
+    mut req: AdmissionRequest,
     start: Instant,
 ) -> Answer {
     let snapshot = state.policies.snapshot();
@@ -208,6 +280,10 @@ async fn answer(
         .filter(|n| !n.is_empty())
         .map(str::to_owned)
         .collect();
+    if names.is_empty() {
+        return Rejected::NoPolicies.into_answer(call);
+    }
+    let req = &mut req;
     let selected = match select_policies(snapshot.policies(), call.route, &names, req.namespace()) {
         Ok(selected) => selected,
         Err(unknown) => {
@@ -218,20 +294,26 @@ async fn answer(
             );
         }
     };
+    if !selected.is_empty()
+        && let Err(e) = check_shape(req)
+    {
+        return Rejected::Shape(e).into_answer(call);
+    }
     let budget = Budget::new(start, timeout_from_query(query), policy_timeout(&selected));
-    let ns_object = req.namespace().and_then(|ns| match &state.namespaces {
-        Some(source) => source.namespace(ns),
-        None => Some(namespace_object(ns)),
-    });
-    let decision = run_engine(
-        state,
-        call.stage,
-        &selected,
-        req,
-        ns_object.as_ref(),
-        budget,
-    )
-    .await;
+    let ns_object = namespace_for(state, req, halfway(budget.deadline)).await;
+    let req = &*req;
+    let (selected, unusable) = with_usable_credentials(state, selected, budget.deadline).await;
+    let decision = match credentials_verdict(&unusable) {
+        Some(denial) => denial,
+        None => {
+            let mut decision =
+                evaluate(state, call, &selected, req, ns_object.as_ref(), budget).await;
+            decision
+                .warnings
+                .extend(unusable.iter().map(|(_, why)| why.clone()));
+            decision
+        }
+    };
     if Instant::now() >= budget.deadline || budget_exhausted(&decision) {
         state.metrics.deadline_expired(call.label);
     }
@@ -273,6 +355,30 @@ fn log_admission(
     );
 }
 
+/// Runs the engine; a panic in it is counted and answered by the policies' failure policy.
+async fn evaluate(
+    state: &AppState,
+    call: Call,
+    selected: &[&CompiledPolicy],
+    req: &AdmissionRequest,
+    ns_object: Option<&Value>,
+    budget: Budget,
+) -> Decision {
+    let run = run_engine(state, call.stage, selected, req, ns_object, budget);
+    match AssertUnwindSafe(run).catch_unwind().await {
+        Ok(decision) => decision,
+        Err(panic) => {
+            state.metrics.panicked(call.label);
+            tracing::error!(route = call.label, uid = %req.uid, panic = %panic_text(panic.as_ref()), "policy evaluation panicked");
+            let message = format!(
+                "ivory: internal error evaluating policy {}",
+                policy_names(selected)
+            );
+            failure_decision(selected, message)
+        }
+    }
+}
+
 /// Runs the engine under a backstop: the engine promises to return by the deadline, and if it
 /// ever does not, the request is still answered (by the policies' failure policy) before the
 /// API server gives up.
@@ -303,13 +409,25 @@ async fn run_engine(
 }
 
 fn backstop_decision(selected: &[&CompiledPolicy], budget: Duration) -> Decision {
-    let mut names: Vec<&str> = selected.iter().map(|p| p.name.as_str()).collect();
-    names.dedup();
     let message = format!(
         "ivory: time budget of {}ms exhausted before policies {} finished",
         budget.as_millis(),
-        names.join(", ")
+        policy_names(selected)
     );
+    failure_decision(selected, message)
+}
+
+/// The selected policies' names, each once, comma-separated.
+fn policy_names(selected: &[&CompiledPolicy]) -> String {
+    let mut names: Vec<&str> = selected.iter().map(|p| p.name.as_str()).collect();
+    names.dedup();
+    names.join(", ")
+}
+
+/// The answer when the policies could not be evaluated: a denial with `message` when any of
+/// them is `failurePolicy: Fail`, else an allowance carrying `message` as a warning and as
+/// the skipped-policies audit annotation.
+fn failure_decision(selected: &[&CompiledPolicy], message: String) -> Decision {
     if selected
         .iter()
         .any(|p| p.failure_policy == FailurePolicy::Fail)
@@ -317,12 +435,14 @@ fn backstop_decision(selected: &[&CompiledPolicy], budget: Duration) -> Decision
         Decision {
             allowed: false,
             message: Some(message),
+            budget_exhausted: true,
             ..Decision::default()
         }
     } else {
         let mut d = Decision {
             allowed: true,
             warnings: vec![message.clone()],
+            budget_exhausted: true,
             ..Decision::default()
         };
         d.audit_annotations
@@ -333,16 +453,95 @@ fn backstop_decision(selected: &[&CompiledPolicy], budget: Duration) -> Decision
 
 /// True when the engine applied a failure policy because the budget ran out. A registry lookup
 /// shared between concurrent requests can end before this request's own deadline, so the clock
-/// alone is not enough: the engine marks such outcomes with its audit annotations (Ignore) or
-/// the `time budget of …` text of `VerifyError::DeadlineExceeded` (Fail).
+/// alone is not enough: the engine classifies its errors by type and says so in the decision.
 fn budget_exhausted(d: &Decision) -> bool {
-    d.audit_annotations
-        .contains_key(mutate::AUDIT_UNPINNED_IMAGES)
-        || d.audit_annotations
-            .contains_key(validate::SKIPPED_ANNOTATION)
-        || d.message
-            .as_deref()
-            .is_some_and(|m| m.contains("time budget of"))
+    d.budget_exhausted
+}
+
+/// Halfway from now to `deadline`: what a lookup before the engine may spend.
+fn halfway(deadline: Instant) -> Instant {
+    let now = Instant::now();
+    now + deadline.saturating_duration_since(now) / 2
+}
+
+/// `namespaceObject` for a namespaced request: the Namespace as the API server has it, or,
+/// when its labels cannot be known by `deadline`, the synthesized object, with the request
+/// marked so namespaceSelectors are left to the API server (which evaluated them already).
+async fn namespace_for(
+    state: &AppState,
+    req: &mut AdmissionRequest,
+    deadline: Instant,
+) -> Option<Value> {
+    let name = req.namespace()?.to_owned();
+    let known = match &state.namespaces {
+        Some(source) => source.namespace(&name, deadline).await,
+        None => None,
+    };
+    if known.is_none() {
+        req.namespace_labels_unknown = true;
+    }
+    Some(known.unwrap_or_else(|| namespace_object(&name)))
+}
+
+/// A policy whose credentials cannot be used, and why (the text names the policy and field).
+type Unusable<'p> = (&'p CompiledPolicy, String);
+
+/// Reads the Secrets every selected policy's `credentials` names. A policy whose Secrets
+/// cannot be used is taken out of the selection and returned with the reason: evaluating it
+/// anonymously would judge images by other credentials than the policy asked for.
+async fn with_usable_credentials<'p>(
+    state: &AppState,
+    selected: Vec<&'p CompiledPolicy>,
+    deadline: Instant,
+) -> (Vec<&'p CompiledPolicy>, Vec<Unusable<'p>>) {
+    let Some(source) = &state.credentials else {
+        return (selected, Vec::new());
+    };
+    let mut unusable: Vec<Unusable<'p>> = Vec::new();
+    for policy in &selected {
+        let Some(credentials) = policy.spec.credentials.as_ref() else {
+            continue;
+        };
+        if credentials.secrets.is_empty() || unusable.iter().any(|(p, _)| same(p, policy)) {
+            continue;
+        }
+        if let Err(why) = source
+            .prepare(policy.namespace.as_deref(), credentials, deadline)
+            .await
+        {
+            let who = match &policy.namespace {
+                Some(ns) => format!("{} {ns}/{}", policy.kind.as_str(), policy.name),
+                None => format!("{} {}", policy.kind.as_str(), policy.name),
+            };
+            tracing::warn!(policy = %who, error = %why, "policy credentials unusable");
+            unusable.push((policy, format!("ivory: {who}: {why}")));
+        }
+    }
+    let usable = selected
+        .into_iter()
+        .filter(|p| !unusable.iter().any(|(u, _)| same(u, p)))
+        .collect();
+    (usable, unusable)
+}
+
+/// The same policy object (autogen variants share their parent's name and namespace).
+fn same(a: &CompiledPolicy, b: &CompiledPolicy) -> bool {
+    a.kind == b.kind && a.name == b.name && a.namespace == b.namespace
+}
+
+/// A denial when any policy with unusable credentials has `failurePolicy: Fail`; `None` when
+/// all of them are `Ignore` (their reasons become warnings of the engine's answer).
+fn credentials_verdict(unusable: &[Unusable<'_>]) -> Option<Decision> {
+    let failing: Vec<&str> = unusable
+        .iter()
+        .filter(|(p, _)| p.failure_policy == FailurePolicy::Fail)
+        .map(|(_, why)| why.as_str())
+        .collect();
+    (!failing.is_empty()).then(|| Decision {
+        allowed: false,
+        message: Some(failing.join("; ")),
+        ..Decision::default()
+    })
 }
 
 /// The tightest `webhookConfiguration.timeoutSeconds` of the selected policies.
@@ -355,9 +554,9 @@ fn policy_timeout(selected: &[&CompiledPolicy]) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
-/// Without a Namespace informer, `namespaceObject` is synthesized from the request's namespace
-/// with the one label the API server guarantees on every Namespace
-/// (`kubernetes.io/metadata.name`). Selectors on other namespace labels therefore do not match.
+/// Without the Namespace's real object, `namespaceObject` is synthesized from the request's
+/// namespace with the one label the API server guarantees on every Namespace
+/// (`kubernetes.io/metadata.name`).
 pub fn namespace_object(namespace: &str) -> Value {
     json!({
         "apiVersion": "v1",

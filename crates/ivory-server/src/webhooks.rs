@@ -9,11 +9,17 @@
 //! * `sideEffects: None` (ivory has no side effects, dry-run or not).
 //!
 //! A policy is *fine-grained* (its own webhook, path `/<kind>/<stage>/<name>`) when it sets
-//! `webhookConfiguration.timeoutSeconds`, `matchPolicy: Exact`, or has matchConditions the API
-//! server can evaluate; all others are *basic*: grouped by (namespaceSelector, objectSelector)
+//! `webhookConfiguration.timeoutSeconds`, `matchPolicy: Exact`, a non-empty
+//! `matchConstraints.namespaceSelector`, or has matchConditions the API server can evaluate;
+//! all others are *basic*: grouped by (namespaceSelector, objectSelector)
 //! and split by failurePolicy into `<base>-fail` / `<base>-ignore`. Whether a matchCondition is
 //! API-server compatible is decided by a conservative textual check (no Kyverno libraries, no
 //! `variables`, no `namespaceObject`); incompatible conditions stay inside ivory only.
+//!
+//! The namespaceSelector rule is ivory's own (a fourth difference): when ivory cannot know a
+//! Namespace's labels (no Namespace watch, or one not readable in time) it trusts that the API
+//! server evaluated the selector, which holds only if every call on a policy's path came
+//! through a webhook carrying exactly that policy's selector.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -285,8 +291,13 @@ fn facts<'a>(policy: &'a CompiledPolicy, opts: &Options) -> Facts<'a> {
     rules.extend(autogen_rules(policy));
     let rules: BTreeSet<String> = rules.iter().map(|r| rule_json(r).to_string()).collect();
     let conditions = conditions(policy);
+    let own_namespace_selector = mc
+        .namespace_selector
+        .as_ref()
+        .is_some_and(|s| !s.match_labels.is_empty() || !s.match_expressions.is_empty());
     let fine_grained = policy.spec.timeout_seconds().is_some()
         || mc.match_policy.as_deref() == Some("Exact")
+        || own_namespace_selector
         || !conditions.is_empty();
     Facts {
         policy,

@@ -5,14 +5,19 @@
 //!   token server; request log parsed from Distribution's JSON log.
 //! - [`OciLayout`] / [`write_simple_image`] and [`Harness::push_oci_layout`]: fixtures.
 //! - [`FaultServer`], [`HungRegistry`], [`refused_host`]: faults on demand.
+//! - [`HostileServer`], [`CaptureServer`]: registries that attack their clients.
 
 pub use error::{Error, Result};
 pub use fault::{DEEP_LEVELS, FaultOptions, FaultServer, HungRegistry, refused_host};
+pub use hostile::{
+    CaptureServer, HOSTILE_SECRET, HUGE_LENGTH, HostileAuth, HostileOptions, HostileServer,
+    SeenRequest,
+};
 pub use layout::{
     Descriptor, OCI_CONFIG, OCI_INDEX, OCI_LAYER, OCI_MANIFEST, OciLayout, REF_NAME, SimpleImage,
     sha256_digest, write_simple_image,
 };
-pub use pki::{TestPki, TokenSigner};
+pub use pki::{CosignSigner, TestPki, TokenSigner};
 pub use registry::{
     AuthMode, Harness, HarnessOptions, LoggedRequest, REGISTRY_BINARY, RegistryHarness,
 };
@@ -20,6 +25,7 @@ pub use token::{TOKEN_ISSUER, TOKEN_SERVICE, TOKEN_TTL_SECS};
 
 mod error;
 mod fault;
+mod hostile;
 mod layout;
 mod pki;
 pub mod policy;

@@ -1,7 +1,9 @@
 //! A throwaway CA, a server certificate for 127.0.0.1, and an ES256 token-signing key.
 
 use aws_lc_rs::rand::SystemRandom;
-use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
+use aws_lc_rs::signature::{
+    ECDSA_P256_SHA256_ASN1_SIGNING, ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair,
+};
 use base64::Engine as _;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
@@ -109,5 +111,52 @@ impl TokenSigner {
             .sign(&SystemRandom::new(), signing_input.as_bytes())
             .map_err(pki)?;
         Ok(format!("{signing_input}.{}", b64.encode(sig.as_ref())))
+    }
+}
+
+/// A cosign-style ECDSA P-256 key (SHA-256, ASN.1 DER signatures) for signing test
+/// signatures and attestations that a key attestor with [`Self::public_pem`] accepts.
+pub struct CosignSigner {
+    key: EcdsaKeyPair,
+    /// The public key (SPKI PEM), as a Kyverno key attestor takes it.
+    pub public_pem: String,
+}
+
+impl CosignSigner {
+    /// Generates a fresh key.
+    pub fn generate() -> Result<Self> {
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(pki)?;
+        let signer =
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &key.serialize_der())
+                .map_err(pki)?;
+        Ok(Self {
+            key: signer,
+            public_pem: key.public_key_pem(),
+        })
+    }
+
+    /// Signs `data`.
+    pub fn sign(&self, data: &[u8]) -> Result<Vec<u8>> {
+        let sig = self.key.sign(&SystemRandom::new(), data).map_err(pki)?;
+        Ok(sig.as_ref().to_vec())
+    }
+
+    /// A DSSE envelope (JSON bytes) over `payload`, signed with this key as cosign
+    /// `attest` does.
+    pub fn dsse(&self, payload_type: &str, payload: &[u8]) -> Result<Vec<u8>> {
+        let mut pae = format!(
+            "DSSEv1 {} {payload_type} {} ",
+            payload_type.len(),
+            payload.len()
+        )
+        .into_bytes();
+        pae.extend_from_slice(payload);
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let envelope = serde_json::json!({
+            "payloadType": payload_type,
+            "payload": b64.encode(payload),
+            "signatures": [{ "keyid": "", "sig": b64.encode(self.sign(&pae)?) }],
+        });
+        Ok(envelope.to_string().into_bytes())
     }
 }

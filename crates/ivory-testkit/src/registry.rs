@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result, io};
 use crate::pki::{TestPki, TokenSigner};
-use crate::token::{TOKEN_ISSUER, TOKEN_SERVICE, TokenServer, TokenState};
+use crate::token::{TOKEN_ISSUER, TOKEN_SERVICE, TokenServer, TokenState, TokenTls};
 
 /// Binary started by the harness (Debian package `docker-registry`).
 pub const REGISTRY_BINARY: &str = "docker-registry";
@@ -36,8 +36,12 @@ pub enum AuthMode {
 pub struct HarnessOptions {
     /// Authentication mode.
     pub auth: AuthMode,
-    /// Serve HTTPS with a generated CA (default) or plain HTTP.
+    /// Serve HTTPS with a generated CA (default) or plain HTTP. The token realm of
+    /// [`AuthMode::Token`] is served the same way.
     pub tls: bool,
+    /// Serve the token realm over plain HTTP even when the registry uses TLS (a hostile or
+    /// misconfigured registry; clients must refuse it).
+    pub plain_http_token_realm: bool,
 }
 
 impl Default for HarnessOptions {
@@ -45,6 +49,7 @@ impl Default for HarnessOptions {
         Self {
             auth: AuthMode::None,
             tls: true,
+            plain_http_token_realm: false,
         }
     }
 }
@@ -57,7 +62,7 @@ impl HarnessOptions {
                 user: user.to_string(),
                 password: password.to_string(),
             },
-            tls: true,
+            ..Self::default()
         }
     }
 
@@ -67,7 +72,7 @@ impl HarnessOptions {
             auth: AuthMode::Token {
                 login: login.map(|(u, p)| (u.to_string(), p.to_string())),
             },
-            tls: true,
+            ..Self::default()
         }
     }
 
@@ -76,6 +81,7 @@ impl HarnessOptions {
         Self {
             auth: AuthMode::None,
             tls: false,
+            plain_http_token_realm: false,
         }
     }
 }
@@ -113,7 +119,12 @@ impl RegistryHarness {
                 let signer = TokenSigner::generate()?;
                 let bundle = dir.path().join("token-root.pem");
                 write(&bundle, signer.cert_pem.as_bytes())?;
-                let server = TokenServer::start(TokenState::new(signer, login.clone())).await?;
+                let tls = (opts.tls && !opts.plain_http_token_realm).then(|| TokenTls {
+                    chain_pem: pki.server_chain_pem.clone(),
+                    key_pem: pki.server_key_pem.clone(),
+                });
+                let server =
+                    TokenServer::start(TokenState::new(signer, login.clone()), tls).await?;
                 let yaml = format!(
                     "auth:\n  token:\n    realm: {}\n    service: {TOKEN_SERVICE}\n    issuer: {TOKEN_ISSUER}\n    rootcertbundle: {}\n",
                     server.realm(),

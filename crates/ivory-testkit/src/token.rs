@@ -117,31 +117,67 @@ fn record(state: &TokenState, line: String) {
         .push(line);
 }
 
-/// Serves `GET /token` on 127.0.0.1; the task stops when the handle is dropped.
+/// Serves `GET /token` on 127.0.0.1, over HTTPS when given a certificate; the task stops
+/// when the handle is dropped.
 pub(crate) struct TokenServer {
     pub addr: SocketAddr,
     pub state: Arc<TokenState>,
+    tls: bool,
     task: tokio::task::JoinHandle<()>,
 }
 
+/// PEM certificate chain and key for an HTTPS token server.
+pub(crate) struct TokenTls {
+    pub chain_pem: String,
+    pub key_pem: String,
+}
+
 impl TokenServer {
-    pub(crate) async fn start(state: TokenState) -> Result<Self> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(io("binding token server"))?;
+    pub(crate) async fn start(state: TokenState, tls: Option<TokenTls>) -> Result<Self> {
+        let listener =
+            std::net::TcpListener::bind("127.0.0.1:0").map_err(io("binding token server"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(io("token server listener"))?;
         let addr = listener.local_addr().map_err(io("token server address"))?;
         let state = Arc::new(state);
         let app = axum::Router::new()
             .route("/token", get(token))
             .with_state(state.clone());
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(Self { addr, state, task })
+        let task = match &tls {
+            Some(t) => {
+                let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+                let config = axum_server::tls_rustls::RustlsConfig::from_pem(
+                    t.chain_pem.as_bytes().to_vec(),
+                    t.key_pem.as_bytes().to_vec(),
+                )
+                .await
+                .map_err(io("token server TLS config"))?;
+                let server = axum_server::from_tcp_rustls(listener, config)
+                    .map_err(io("token server listener"))?;
+                tokio::spawn(async move {
+                    let _ = server.serve(app.into_make_service()).await;
+                })
+            }
+            None => {
+                let listener = tokio::net::TcpListener::from_std(listener)
+                    .map_err(io("token server listener"))?;
+                tokio::spawn(async move {
+                    let _ = axum::serve(listener, app).await;
+                })
+            }
+        };
+        Ok(Self {
+            addr,
+            state,
+            tls: tls.is_some(),
+            task,
+        })
     }
 
     pub(crate) fn realm(&self) -> String {
-        format!("http://{}/token", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}/token", self.addr)
     }
 }
 

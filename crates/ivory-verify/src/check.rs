@@ -7,7 +7,9 @@ use sigstore_verify::types::bundle::TimestampVerificationData;
 use sigstore_verify::types::{Bundle, Sha256Hash, SignatureBytes, SignatureContent};
 use sigstore_verify::{PublicKeyVerificationPolicy, TimestampError, VerificationPolicy};
 
-use crate::envelope::{ANNOTATION_CERTIFICATE, ANNOTATION_CHAIN, Envelope, RawDsse, SimpleSigning};
+use crate::envelope::{
+    ANNOTATION_CERTIFICATE, ANNOTATION_CHAIN, Envelope, RawDsse, SimpleSigning, parse_signed_json,
+};
 use crate::keys::{PublicKey, parse_certificates};
 use crate::plan::{Authority, IdentityRule, Plan};
 
@@ -183,8 +185,7 @@ fn verify_offline(key: &PublicKey, digest: &str, env: &Envelope) -> Result<Conte
             Ok(Content::Simple(l.blob.clone()))
         }
         Envelope::Dsse(l) => {
-            let raw: RawDsse = serde_json::from_slice(&l.blob)
-                .map_err(|e| format!("malformed DSSE envelope: {e}"))?;
+            let raw: RawDsse = parse_signed_json(&l.blob, "DSSE envelope")?;
             let payload = b64
                 .decode(raw.payload.as_bytes())
                 .map_err(|e| format!("malformed DSSE payload: {e}"))?;
@@ -393,8 +394,7 @@ fn statement_content(payload_type: &str, payload: &[u8], digest: &str) -> Result
     if payload_type != IN_TOTO_PAYLOAD_TYPE {
         return Err(format!("DSSE payload type {payload_type} is not in-toto"));
     }
-    let st: Value =
-        serde_json::from_slice(payload).map_err(|e| format!("malformed in-toto statement: {e}"))?;
+    let st: Value = parse_signed_json(payload, "in-toto statement")?;
     let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
     let bound = st
         .get("subject")
@@ -414,8 +414,7 @@ fn statement_content(payload_type: &str, payload: &[u8], digest: &str) -> Result
 
 /// The simple-signing payload must name this digest and carry the attestor's annotations.
 fn check_simple_signing(plan: &Plan, digest: &str, payload: &[u8]) -> Result<(), String> {
-    let ss: SimpleSigning = serde_json::from_slice(payload)
-        .map_err(|e| format!("malformed simple-signing payload: {e}"))?;
+    let ss: SimpleSigning = parse_signed_json(payload, "simple-signing payload")?;
     let signed = &ss.critical.image.docker_manifest_digest;
     if signed != digest {
         return Err(format!("signature is for digest {signed}, not {digest}"));
@@ -452,3 +451,6 @@ fn check_annotations(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod balloon_tests;

@@ -6,10 +6,12 @@
 //! consistency) on all formats alike.
 
 use base64::Engine as _;
+use ivory_registry::{JsonLimits, ShapeError, json_shape, parse_json_bounded};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
-use sigstore_verify::types::Bundle;
+use sigstore_verify::types::{Bundle, SignatureContent};
 
 use crate::keys::parse_certificates;
 
@@ -27,6 +29,39 @@ pub const SIMPLE_SIGNING_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesi
 pub const DSSE_MEDIA_TYPE: &str = "application/vnd.dsse.envelope.v1+json";
 /// Prefix of every Sigstore bundle media type (v0.1 to v0.3).
 pub const BUNDLE_MEDIA_TYPE_PREFIX: &str = "application/vnd.dev.sigstore.bundle";
+
+/// Parses JSON read from a signature or attestation blob under [`JsonLimits::SIGNATURE`], so
+/// no blob can make ivory build a tree far larger than its bytes. `what` names the document
+/// in the reason; the blob's text never appears in it.
+pub(crate) fn parse_signed_json<T: DeserializeOwned>(
+    bytes: &[u8],
+    what: &str,
+) -> Result<T, String> {
+    parse_json_bounded(bytes, &JsonLimits::SIGNATURE).map_err(|e| shape_reason(what, &e))
+}
+
+/// Refuses `bytes` when their JSON shape breaks [`JsonLimits::SIGNATURE`], for documents a
+/// library parses itself.
+pub(crate) fn check_signed_shape(bytes: &[u8], what: &str) -> Result<(), String> {
+    let shape = json_shape(bytes);
+    if shape.fits(&JsonLimits::SIGNATURE) {
+        return Ok(());
+    }
+    let e = ShapeError::TooComplex {
+        shape,
+        limits: JsonLimits::SIGNATURE,
+    };
+    Err(shape_reason(what, &e))
+}
+
+fn shape_reason(what: &str, e: &ShapeError) -> String {
+    if e.is_too_complex() {
+        tracing::warn!(document = what, error = %e, "signature blob refused for its JSON shape");
+        format!("{what} refused as hostile: it {e}")
+    } else {
+        format!("malformed {what}: it {e}")
+    }
+}
 
 const BUNDLE_V01: &str = "application/vnd.dev.sigstore.bundle+json;version=0.1";
 
@@ -95,14 +130,15 @@ struct RekorPayload {
 
 /// The Rekor entry of a legacy layer as a bundle `tlogEntries[]` item.
 fn tlog_entry(annotation: &str) -> Result<Value, String> {
-    let rb: RekorBundle = serde_json::from_str(annotation)
-        .map_err(|e| format!("malformed {ANNOTATION_REKOR_BUNDLE} annotation: {e}"))?;
+    let rb: RekorBundle = parse_signed_json(
+        annotation.as_bytes(),
+        &format!("{ANNOTATION_REKOR_BUNDLE} annotation"),
+    )?;
     let b64 = base64::engine::general_purpose::STANDARD;
     let body = b64
         .decode(rb.payload.body.as_bytes())
         .map_err(|e| format!("malformed Rekor body: {e}"))?;
-    let body_json: Value =
-        serde_json::from_slice(&body).map_err(|e| format!("malformed Rekor body: {e}"))?;
+    let body_json: Value = parse_signed_json(&body, "Rekor body")?;
     let kind = body_json
         .get("kind")
         .and_then(Value::as_str)
@@ -145,10 +181,20 @@ impl Envelope {
     /// Rewrites a legacy layer as a v0.1 bundle; a Sigstore bundle is parsed as is.
     /// `None` when a legacy layer has no Rekor entry (only key-based verification without the
     /// transparency log can use it). `use_key` marks the material as a public key (key and
-    /// certificate attestors) rather than the layer's certificate.
+    /// certificate attestors) rather than the layer's certificate. A DSSE payload is
+    /// shape-checked here, before sigstore-verify or ivory parses it.
     pub(crate) fn to_bundle(&self, use_key: bool) -> Result<Option<Bundle>, String> {
+        let bundle = self.read_bundle(use_key)?;
+        if let Some(SignatureContent::DsseEnvelope(d)) = bundle.as_ref().map(|b| &b.content) {
+            check_signed_shape(d.payload.as_bytes(), "in-toto statement")?;
+        }
+        Ok(bundle)
+    }
+
+    fn read_bundle(&self, use_key: bool) -> Result<Option<Bundle>, String> {
         let (legacy, content) = match self {
             Self::Bundle(json) => {
+                check_signed_shape(json, "Sigstore bundle")?;
                 let text =
                     std::str::from_utf8(json).map_err(|e| format!("bundle is not UTF-8: {e}"))?;
                 return Bundle::from_json(text)
@@ -171,8 +217,7 @@ impl Envelope {
                 )
             }
             Self::Dsse(l) => {
-                let env: Value = serde_json::from_slice(&l.blob)
-                    .map_err(|e| format!("malformed DSSE envelope: {e}"))?;
+                let env: Value = parse_signed_json(&l.blob, "DSSE envelope")?;
                 (l, json!({ "dsseEnvelope": env }))
             }
         };

@@ -25,6 +25,7 @@
 
 mod chain;
 pub mod check;
+mod classify;
 pub mod envelope;
 mod keys;
 pub mod plan;

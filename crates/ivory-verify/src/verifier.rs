@@ -16,7 +16,9 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt as _, join_all};
 use ivory_engine::verifier::{ImageVerifier, Verification, VerifyError, VerifyRequest};
 use ivory_policy::types::{Attestation, Attestor, Credentials as PolicyCredentials};
-use ivory_registry::{Credentials, Error as RegistryError, Registry, parse_reference};
+use ivory_registry::{
+    Credentials, Error as RegistryError, JsonLimits, Registry, parse_json_bounded, parse_reference,
+};
 use moka::Expiry;
 use moka::future::Cache;
 use oci_client::Reference;
@@ -25,6 +27,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
 use crate::check::{Accepted, evaluate};
+use crate::classify::{deadline_error, map_error, unavailable};
 use crate::envelope::{
     BUNDLE_MEDIA_TYPE_PREFIX, DSSE_MEDIA_TYPE, Envelope, Legacy, SIMPLE_SIGNING_MEDIA_TYPE,
 };
@@ -34,7 +37,8 @@ use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
 /// Cache and limit settings.
 #[derive(Clone, Debug)]
 pub struct VerifierConfig {
-    /// How long a resolved tag → digest is reused.
+    /// How long a resolved tag → digest is reused (per credential set). Longer protects
+    /// registries from a herd of HEADs for popular tags; shorter follows a moved tag sooner.
     pub tag_ttl: Duration,
     /// How long a positive verdict is reused.
     pub verified_ttl: Duration,
@@ -114,6 +118,15 @@ impl CacheCounters {
 
 /// Maps a policy's `credentials` to registry credentials (secret lookup lives in the binary).
 pub type CredentialsResolver = Arc<dyn Fn(Option<&PolicyCredentials>) -> Credentials + Send + Sync>;
+
+/// Tag cache key: what a registry answered for a tag holds only for the credential set (and
+/// `allow_insecure`) that asked; another set may see another registry view or must not reach
+/// it over plain HTTP at all.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct TagKey {
+    reference: String,
+    credentials: Credentials,
+}
 
 /// Verdict cache key: never a tag.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -202,7 +215,7 @@ struct Inner {
     registry: Registry,
     config: VerifierConfig,
     credentials: CredentialsResolver,
-    tags: Cache<String, String>,
+    tags: Cache<TagKey, String>,
     results: Cache<ResultKey, Verification>,
     plans: moka::sync::Cache<[u8; 32], Arc<Result<Plan, String>>>,
     tag_counters: Arc<CacheCounters>,
@@ -288,7 +301,10 @@ impl CosignVerifier {
         if let Some(d) = reference.digest() {
             return Ok(d.to_owned());
         }
-        let key = reference.whole();
+        let key = TagKey {
+            reference: reference.whole(),
+            credentials: creds.clone(),
+        };
         let load = || {
             let registry = self.inner.registry.clone();
             let (image, creds) = (image.to_owned(), creds.clone());
@@ -657,7 +673,7 @@ impl CosignVerifier {
                     )
                     .await
                     .map_err(|e| map_error(image, "fetching the config", e, deadline))?;
-                serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+                image_config(image, reference.registry(), &bytes)?
             }
             None => Value::Null,
         };
@@ -674,6 +690,20 @@ impl CosignVerifier {
             "manifest": manifest.json,
             "config": config,
         }))
+    }
+}
+
+/// An image config for the CEL `image` context: one whose shape would balloon once parsed is
+/// refused as hostile; one that is not JSON is left out, as before any limit applied.
+fn image_config(image: &str, registry: &str, bytes: &[u8]) -> Result<Value, VerifyError> {
+    match parse_json_bounded(bytes, &JsonLimits::SIGNATURE) {
+        Ok(config) => Ok(config),
+        Err(e) if e.is_too_complex() => Err(VerifyError::Hostile {
+            image: image.to_owned(),
+            registry: registry.to_owned(),
+            message: format!("image config refused: it {e}"),
+        }),
+        Err(_) => Ok(Value::Null),
     }
 }
 
@@ -767,18 +797,6 @@ where
     (res.map_err(|e: Arc<VerifyError>| (*e).clone()), ran)
 }
 
-/// A caller's own deadline passed while it waited for a (possibly shared) load.
-fn deadline_error(image: &str, operation: &str, budget: Duration) -> VerifyError {
-    VerifyError::DeadlineExceeded {
-        image: image.to_owned(),
-        registry: parse_reference(image)
-            .map(|r| r.registry().to_owned())
-            .unwrap_or_default(),
-        operation: operation.to_owned(),
-        budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
-    }
-}
-
 /// The in-toto predicate type of the requested attestation; `referrer` attestations are
 /// notary's and cannot be verified by a cosign attestor.
 fn attestation_type(a: Option<&Attestation>) -> Result<Option<String>, String> {
@@ -837,55 +855,6 @@ fn absent_is_empty<T>(r: Result<T, RegistryError>) -> Result<Option<T>, Registry
         Ok(v) => Ok(Some(v)),
         Err(RegistryError::NotFound { .. }) => Ok(None),
         Err(e) => Err(e),
-    }
-}
-
-fn unavailable(image: &str, registry: &str, message: String) -> VerifyError {
-    VerifyError::Unavailable {
-        image: image.to_owned(),
-        registry: registry.to_owned(),
-        message,
-    }
-}
-
-fn map_error(image: &str, operation: &str, e: RegistryError, deadline: Instant) -> VerifyError {
-    let registry = registry_of(&e);
-    match e {
-        RegistryError::DeadlineExceeded { budget, .. } => VerifyError::DeadlineExceeded {
-            image: image.to_owned(),
-            registry,
-            operation: operation.to_owned(),
-            budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
-        },
-        other => {
-            if Instant::now() >= deadline {
-                return VerifyError::DeadlineExceeded {
-                    image: image.to_owned(),
-                    registry,
-                    operation: operation.to_owned(),
-                    budget_ms: 0,
-                };
-            }
-            unavailable(image, &registry, other.to_string())
-        }
-    }
-}
-
-fn registry_of(e: &RegistryError) -> String {
-    use RegistryError as E;
-    match e {
-        E::DeadlineExceeded { registry, .. }
-        | E::NotFound { registry, .. }
-        | E::Unauthorized { registry, .. }
-        | E::TooLarge { registry, .. }
-        | E::Throttled { registry, .. }
-        | E::Server { registry, .. }
-        | E::Transport { registry, .. }
-        | E::InvalidReference { registry, .. }
-        | E::InvalidManifest { registry, .. }
-        | E::DigestMismatch { registry, .. }
-        | E::Rejected { registry, .. } => registry.clone(),
-        _ => String::new(),
     }
 }
 
@@ -962,6 +931,27 @@ impl ImageVerifier for CosignVerifier {
 mod tests {
     use super::*;
     use ivory_policy::types::{CosignKey, TypeRef};
+
+    #[test]
+    fn image_config_that_would_balloon_is_hostile() {
+        let objects = ivory_registry::JsonLimits::SIGNATURE.max_objects + 1;
+        let hostile = format!("[{}]", vec![r#"{"secret":0}"#; objects].join(","));
+        let err = image_config("r.test/app:1", "r.test", hostile.as_bytes()).unwrap_err();
+        assert_eq!(err.kind(), ivory_engine::verifier::ErrorKind::Hostile);
+        let text = err.to_string();
+        assert!(
+            text.contains("r.test/app:1") && text.contains("image config refused"),
+            "{text}"
+        );
+        assert!(!text.contains("secret"), "{text}");
+        let ok = image_config("r.test/app:1", "r.test", br#"{"os":"linux"}"#).unwrap();
+        assert_eq!(ok["os"], "linux");
+        assert!(
+            image_config("r.test/app:1", "r.test", b"not json")
+                .unwrap()
+                .is_null()
+        );
+    }
 
     fn key_attestor(name: &str, data: &str) -> Attestor {
         Attestor {

@@ -839,3 +839,184 @@ async fn coalesced_callers_keep_their_own_deadlines() {
         eprintln!("{shared_cache}: B verified after {:?}", started.elapsed());
     }
 }
+
+/// Policy credentials naming `secret` resolve to alice's login; any other set is anonymous.
+fn alice_or_anonymous(host: String) -> ivory_verify::CredentialsResolver {
+    Arc::new(move |c: Option<&Credentials>| {
+        let insecure = c.and_then(|c| c.allow_insecure_registry).unwrap_or(false);
+        let base = ivory_registry::Credentials::anonymous().allow_insecure(insecure);
+        if c.is_some_and(|c| c.secrets.iter().any(|s| s == "alice")) {
+            base.with_basic(&host, "alice", "s3cret")
+        } else {
+            base
+        }
+    })
+}
+
+fn manifest_requests(h: &Harness) -> usize {
+    h.requests()
+        .iter()
+        .filter(|(_, path, _)| path.contains("/manifests/v1"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resolved_tag_is_never_reused_across_credential_sets() {
+    let h = RegistryHarness::start(HarnessOptions::basic("alice", "s3cret"))
+        .await
+        .unwrap();
+    let image = format!("{}:v1", push(&h, "unsigned").await);
+    let config = Config {
+        ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
+        ..Config::default()
+    };
+    let v = CosignVerifier::new(
+        Registry::new(config).unwrap(),
+        VerifierConfig::default(),
+        alice_or_anonymous(h.host().to_owned()),
+    );
+    let alice = Credentials {
+        secrets: vec!["alice".into()],
+        ..Credentials::default()
+    };
+    let digest = v
+        .resolve_digest(&image, Some(&alice), soon())
+        .await
+        .unwrap();
+    assert!(digest.starts_with("sha256:"), "{digest}");
+
+    // Anonymous: the registry refuses, and alice's cached answer must not stand in for it.
+    let anonymous = v.resolve_digest(&image, None, soon()).await;
+    let err = anonymous.expect_err("anonymous must not see alice's digest");
+    assert_eq!(
+        err.kind(),
+        ivory_engine::verifier::ErrorKind::Unavailable,
+        "{err}"
+    );
+
+    // The insecure flag is part of the set too: same login, another cache entry.
+    let alice_insecure = Credentials {
+        allow_insecure_registry: Some(true),
+        ..alice.clone()
+    };
+    h.reset_requests();
+    let again = v
+        .resolve_digest(&image, Some(&alice_insecure), soon())
+        .await
+        .unwrap();
+    assert_eq!(again, digest);
+    assert!(manifest_requests(&h) >= 1, "{:?}", h.requests());
+
+    // The same set within the TTL is served from the cache.
+    h.reset_requests();
+    let cached = v
+        .resolve_digest(&image, Some(&alice), soon())
+        .await
+        .unwrap();
+    assert_eq!(cached, digest);
+    assert_eq!(manifest_requests(&h), 0, "{:?}", h.requests());
+}
+
+/// Tiny objects past the signature JSON limits: a tree of thousands of map nodes per blob.
+fn ballooning_json() -> Vec<u8> {
+    let n = ivory_registry::JsonLimits::SIGNATURE.max_objects + 1;
+    format!("[{}]", vec![r#"{"balloon":0}"#; n].join(",")).into_bytes()
+}
+
+/// Pushes a cosign-style `.sig`/`.att` manifest for `digest` with one layer.
+async fn push_cosign_tag(
+    h: &Harness,
+    repo: &str,
+    digest: &str,
+    suffix: &str,
+    layer_media_type: &str,
+    layer: &[u8],
+    annotations: Value,
+) {
+    let config = h.push_blob(repo, b"{}").await.unwrap();
+    let layer_digest = h.push_blob(repo, layer).await.unwrap();
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": { "mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": 2 },
+        "layers": [{ "mediaType": layer_media_type, "digest": layer_digest,
+                     "size": layer.len(), "annotations": annotations }],
+    });
+    let tag = format!("{}.{suffix}", digest.replace(':', "-"));
+    h.push_manifest(
+        repo,
+        &tag,
+        "application/vnd.oci.image.manifest.v1+json",
+        manifest.to_string().as_bytes(),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ballooning_signature_and_attestation_blobs_are_not_verified_with_the_reason() {
+    use base64::Engine as _;
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let repo = "ivory/hostile-json";
+    let tags = h
+        .push_oci_layout(&fixtures().join("oci/ivory/unsigned"), repo)
+        .await
+        .unwrap();
+    let digest = tags["v1"].clone();
+    let signer = ivory_testkit::CosignSigner::generate().unwrap();
+    let payload = ballooning_json();
+    let signature =
+        base64::engine::general_purpose::STANDARD.encode(signer.sign(&payload).unwrap());
+    push_cosign_tag(
+        &h,
+        repo,
+        &digest,
+        "sig",
+        "application/vnd.dev.cosign.simplesigning.v1+json",
+        &payload,
+        serde_json::json!({ "dev.cosignproject.cosign/signature": signature }),
+    )
+    .await;
+    push_cosign_tag(
+        &h,
+        repo,
+        &digest,
+        "att",
+        "application/vnd.dsse.envelope.v1+json",
+        &ballooning_json(),
+        serde_json::json!({}),
+    )
+    .await;
+    let v = verifier(&h);
+    let image = format!("{}/{repo}:v1", h.host());
+    let spdx = Attestation {
+        name: "sbom".into(),
+        intoto: Some(TypeRef {
+            type_: "https://spdx.dev/Document".into(),
+        }),
+        referrer: None,
+    };
+    for (attestation, what) in [
+        (None, "simple-signing payload"),
+        (Some(spdx), "DSSE envelope"),
+    ] {
+        let got = v
+            .verify(
+                &request(image.clone(), key_attestor(&signer.public_pem), attestation),
+                soon(),
+            )
+            .await
+            .unwrap();
+        let Verification::NotVerified { reason, digest: d } = &got else {
+            panic!("{what}: {got:?}")
+        };
+        assert_eq!(d.as_deref(), Some(digest.as_str()));
+        assert!(
+            reason.contains(&format!("{what} refused as hostile: it holds")),
+            "{what}: {reason}"
+        );
+        assert!(!reason.contains("balloon"), "{what}: {reason}");
+    }
+}

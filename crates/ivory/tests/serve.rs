@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use base64::Engine as _;
-use ivory_testkit::{Harness, HarnessOptions, HungRegistry, RegistryHarness};
+use ivory_testkit::{
+    HOSTILE_SECRET, Harness, HarnessOptions, HostileOptions, HostileServer, HungRegistry,
+    RegistryHarness,
+};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -556,4 +559,304 @@ async fn insecure_http_works_and_warns() {
         .await
         .unwrap();
     assert_eq!(text, "ready: 1 policies loaded\n");
+}
+
+/// A verifyDigest policy (`failurePolicy`) on `glob` that checks signatures.
+fn digest_policy(name: &str, glob: &str, failure: &str) -> String {
+    policy(
+        name,
+        glob,
+        &format!(
+            "  failurePolicy: {failure}\n{}{VERIFY_SIGNED}",
+            key_attestor()
+        ),
+    )
+}
+
+/// Ignore scope: an extra container on a hung registry outside the policy's globs must not
+/// make the policy skip, whatever its CEL reads (here: image data too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_out_of_scope_hung_registry_never_skips_the_policy() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let hung = HungRegistry::start().await.unwrap();
+    let (signed, _) = push(&h, "sig-p256").await;
+    let (unsigned, _) = push(&h, "unsigned").await;
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let body = format!(
+        "  failurePolicy: Ignore\n{NO_DIGEST_RULES}{}{VERIFY_SIGNED}    - expression: images.containers.all(i, image.GetMetadata(i).digest != '')\n",
+        key_attestor()
+    );
+    let glob = format!("{}/*", h.host());
+    write(&policies, "scoped.yaml", &policy("scoped", &glob, &body));
+    write(dir.path(), "registry-ca.pem", h.ca_pem());
+    let tls = Tls::write(dir.path(), "ivory test CA");
+    let ivory = Ivory::start(
+        &tls,
+        &[
+            "--policies".into(),
+            policies.display().to_string(),
+            "--registry-ca".into(),
+            dir.path().join("registry-ca.pem").display().to_string(),
+        ],
+    )
+    .await;
+    let extra = format!("{}/ivory/sidecar:v1", hung.host());
+
+    let resp = ivory
+        .review(
+            "/ivpol/validate/scoped?timeout=3s",
+            &pod_review("u", &[&unsigned, &extra]),
+        )
+        .await;
+    assert_eq!(resp["allowed"], false, "{resp}\n{}", ivory.logs());
+    let msg = resp["status"]["message"].as_str().unwrap_or_default();
+    assert_eq!(
+        msg, "Policy scoped failed: failed the image Signature verification",
+        "{resp}"
+    );
+
+    let resp = ivory
+        .review(
+            "/ivpol/validate/scoped?timeout=3s",
+            &pod_review("s", &[&signed, &extra]),
+        )
+        .await;
+    assert_eq!(resp["allowed"], true, "{resp}");
+    assert!(resp.get("warnings").is_none(), "{resp}");
+    let m = ivory.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            "ivory_deadline_expiries_total{route=\"ivpol_validate\"}"
+        )
+        .unwrap_or(0.0),
+        0.0,
+        "{m}"
+    );
+}
+
+/// verifyDigest under failurePolicy: a tag whose registry cannot answer follows the failure
+/// policy (Fail names the registry, Ignore warns); a tag whose registry answers was simply not
+/// pinned and is denied under either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_digest_on_an_unreachable_registry_follows_the_failure_policy() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let hung = HungRegistry::start().await.unwrap();
+    let (signed, _) = push(&h, "sig-p256").await;
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let hung_glob = format!("{}/*", hung.host());
+    for failure in ["Fail", "Ignore"] {
+        let lower = failure.to_lowercase();
+        let name = format!("digest-{lower}");
+        write(
+            &policies,
+            &format!("{name}.yaml"),
+            &digest_policy(&name, &hung_glob, failure),
+        );
+    }
+    let reachable = digest_policy("digest-reachable", &format!("{}/*", h.host()), "Ignore");
+    write(&policies, "reachable.yaml", &reachable);
+    write(dir.path(), "registry-ca.pem", h.ca_pem());
+    let tls = Tls::write(dir.path(), "ivory test CA");
+    let ivory = Ivory::start(
+        &tls,
+        &[
+            "--policies".into(),
+            policies.display().to_string(),
+            "--registry-ca".into(),
+            dir.path().join("registry-ca.pem").display().to_string(),
+        ],
+    )
+    .await;
+    let image = format!("{}/ivory/app:v1", hung.host());
+    let review = pod_review("d", &[&image]);
+
+    let fail = ivory
+        .review("/ivpol/validate/digest-fail?timeout=3s", &review)
+        .await;
+    assert_eq!(fail["allowed"], false, "{fail}");
+    let msg = fail["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains(&format!(
+            "image {image} does not have a digest and its tag could not be resolved"
+        )) && msg.contains(&format!("at registry {}", hung.host())),
+        "{msg}"
+    );
+
+    let ignore = ivory
+        .review("/ivpol/validate/digest-ignore?timeout=3s", &review)
+        .await;
+    assert_eq!(ignore["allowed"], true, "{ignore}");
+    let warnings = ignore["warnings"].to_string();
+    assert!(
+        warnings.contains(&format!("digest check skipped for image {image}")),
+        "{ignore}"
+    );
+    assert!(
+        !ignore["auditAnnotations"].as_object().unwrap().is_empty(),
+        "{ignore}"
+    );
+
+    let resp = ivory
+        .review(
+            "/ivpol/validate/digest-reachable?timeout=3s",
+            &pod_review("r", &[&signed]),
+        )
+        .await;
+    assert_eq!(resp["allowed"], false, "{resp}");
+    assert_eq!(
+        resp["status"]["message"],
+        format!("Policy digest-reachable failed: image {signed} does not have a digest"),
+        "{resp}"
+    );
+}
+
+/// `--tag-cache-ttl`: a moved tag is pinned to its new digest once the TTL has passed, and
+/// not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_tag_is_pinned_anew_after_the_tag_cache_ttl() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let layout = |name: &str| fixtures().join("oci/ivory").join(name);
+    let first = h
+        .push_oci_layout(&layout("sig-p256"), "ivory/moving")
+        .await
+        .unwrap()["v1"]
+        .clone();
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let pin_body = "  attestors: []\n  validations:\n    - expression: \"true\"\n";
+    write(
+        &policies,
+        "pin.yaml",
+        &policy("pin", &format!("{}/*", h.host()), pin_body),
+    );
+    write(dir.path(), "registry-ca.pem", h.ca_pem());
+    let tls = Tls::write(dir.path(), "ivory test CA");
+    let ivory = Ivory::start(
+        &tls,
+        &[
+            "--policies".into(),
+            policies.display().to_string(),
+            "--registry-ca".into(),
+            dir.path().join("registry-ca.pem").display().to_string(),
+            "--tag-cache-ttl".into(),
+            "3s".into(),
+        ],
+    )
+    .await;
+    let image = format!("{}/ivory/moving:v1", h.host());
+    let pinned = |resp: &Value| -> String {
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(resp["patch"].as_str().unwrap_or_default())
+            .unwrap_or_default();
+        let patch: Value = serde_json::from_slice(&patch).unwrap_or(Value::Null);
+        patch[0]["value"].as_str().unwrap_or_default().to_owned()
+    };
+    let resp = ivory
+        .review("/ivpol/mutate/pin", &pod_review("m1", &[&image]))
+        .await;
+    assert_eq!(pinned(&resp), format!("{image}@{first}"), "{resp}");
+    let cached_at = Instant::now();
+
+    let second = h
+        .push_oci_layout(&layout("unsigned"), "ivory/moving")
+        .await
+        .unwrap()["v1"]
+        .clone();
+    assert_ne!(first, second);
+    let resp = ivory
+        .review("/ivpol/mutate/pin", &pod_review("m2", &[&image]))
+        .await;
+    // On a very slow machine the push may outlast the TTL; the fresh pin is checked below.
+    if cached_at.elapsed() < Duration::from_secs(2) {
+        assert_eq!(
+            pinned(&resp),
+            format!("{image}@{first}"),
+            "within the TTL the cached digest is pinned: {resp}"
+        );
+    }
+    tokio::time::sleep(
+        Duration::from_secs(3).saturating_sub(cached_at.elapsed()) + Duration::from_millis(500),
+    )
+    .await;
+    let resp = ivory
+        .review("/ivpol/mutate/pin", &pod_review("m3", &[&image]))
+        .await;
+    assert_eq!(pinned(&resp), format!("{image}@{second}"), "{resp}");
+}
+
+/// A hostile registry's words (error bodies, endless answers) never reach the Pod's
+/// creator, and a digest it forges is never patched into the Pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_registry_text_never_reaches_the_response_and_forged_digests_are_not_patched() {
+    let h = HostileServer::start(HostileOptions::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let glob = format!("{}/*", h.host());
+    let insecure = "  credentials:\n    allowInsecureRegistry: true\n";
+    let pin = format!(
+        "  failurePolicy: Fail\n{insecure}  attestors: []\n  validations:\n    - expression: \"true\"\n"
+    );
+    write(&policies, "pin.yaml", &policy("pin", &glob, &pin));
+    let verify = format!(
+        "  validationActions: [Deny]\n  failurePolicy: Fail\n{insecure}{NO_DIGEST_RULES}{}{VERIFY_SIGNED}",
+        key_attestor()
+    );
+    write(&policies, "verify.yaml", &policy("verify", &glob, &verify));
+    let tls = Tls::write(dir.path(), "ivory test CA");
+    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+
+    // The control: an honest answer from the same server is pinned.
+    let good = format!("{}/good:v1", h.host());
+    let resp = ivory
+        .review("/ivpol/mutate/pin", &pod_review("good", &[&good]))
+        .await;
+    assert_eq!(resp["allowed"], true, "{resp}");
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(resp["patch"].as_str().unwrap())
+        .unwrap();
+    let patch: Value = serde_json::from_slice(&patch).unwrap();
+    assert_eq!(patch[0]["value"], format!("{good}@{}", h.good_digest()));
+
+    let cases = [
+        ("secret-400", "/ivpol/mutate/pin", "HTTP 400"),
+        ("secret-403", "/ivpol/mutate/pin", "HTTP 403"),
+        ("secret-500", "/ivpol/mutate/pin", "HTTP 500"),
+        ("secret-404", "/ivpol/validate/verify", "HTTP 404"),
+        ("endless", "/ivpol/mutate/pin", "exceeds the limit"),
+        ("upperdigest", "/ivpol/mutate/pin", "invalid digest"),
+        ("shortdigest", "/ivpol/mutate/pin", "invalid digest"),
+        ("md5digest", "/ivpol/validate/verify", "invalid digest"),
+    ];
+    for (repo, path, why) in cases {
+        let image = format!("{}/{repo}:v1", h.host());
+        let resp = ivory.review(path, &pod_review(repo, &[&image])).await;
+        let text = resp.to_string();
+        assert_eq!(resp["allowed"], false, "{repo}: {text}");
+        assert!(resp.get("patch").is_none(), "{repo}: {text}");
+        assert!(!text.contains(HOSTILE_SECRET), "{repo}: {text}");
+        assert!(!text.contains("xxxxxxxx"), "{repo}: {text}");
+        let forged = h.good_digest()[7..].to_uppercase();
+        assert!(
+            !text.contains(&forged) && !text.contains("md5:"),
+            "{repo}: {text}"
+        );
+        let msg = resp["status"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(&h.host()), "{repo}: {msg}");
+        assert!(msg.contains(why), "{repo}: {msg}");
+    }
 }

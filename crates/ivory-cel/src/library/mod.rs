@@ -122,6 +122,7 @@ fn build() -> Library {
     sets::register(&mut registry);
     kyverno::register(&mut registry);
     k8s_lists::register(&mut registry);
+    crate::cost::functions::register(&mut registry);
     for (name, handlers) in registry.handlers {
         if let Err(e) = context.add_function(name, dispatcher(name, handlers)) {
             panic!("ivory-cel: declaring function {name} failed: {e}");

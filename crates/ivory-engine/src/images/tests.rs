@@ -16,7 +16,67 @@ fn map(init: &[&str], containers: &[&str], eph: &[&str]) -> BTreeMap<String, Vec
         ("containers".to_owned(), owned(containers)),
         ("initContainers".to_owned(), owned(init)),
         ("ephemeralContainers".to_owned(), owned(eph)),
+        ("imageVolumes".to_owned(), Vec::new()),
     ])
+}
+
+/// `req`'s pod spec (at `spec`) with two image volumes around a non-image volume.
+fn with_image_volumes(
+    mut req: crate::admission::AdmissionRequest,
+    spec: &str,
+) -> crate::admission::AdmissionRequest {
+    let volumes = json!([
+        {"name": "models", "image": {"reference": "ghcr.io/acme/models:v1", "pullPolicy": "IfNotPresent"}},
+        {"name": "scratch", "emptyDir": {}},
+        {"name": "tools", "image": {"reference": format!("TOOLS.example.com:443/kit@{DIG}")}},
+        {"name": "broken", "image": {}},
+    ]);
+    let object = req.object.as_mut().unwrap();
+    object.pointer_mut(spec).unwrap()["volumes"] = volumes;
+    req
+}
+
+#[test]
+fn image_volumes_are_extracted_like_containers() {
+    let tools = format!("TOOLS.example.com:443/kit@{DIG}");
+    for (file, spec) in [
+        ("pod-create.json", "/spec"),
+        ("deployment-create.json", "/spec/template/spec"),
+        (
+            "cronjob-create.json",
+            "/spec/jobTemplate/spec/template/spec",
+        ),
+    ] {
+        let req = with_image_volumes(request(file), spec);
+        assert_eq!(
+            builtin_images(&req)["imageVolumes"],
+            vec!["ghcr.io/acme/models:v1".to_owned(), tools.clone()],
+            "{file}"
+        );
+        let object = req.object.unwrap();
+        let kind = object["kind"].as_str().unwrap().to_owned();
+        let volumes: Vec<(String, String, &str)> = image_pointers(&object, &kind)
+            .into_iter()
+            .filter(|at| at.field == IMAGE_VOLUMES)
+            .map(|at| (at.pointer, at.image, at.field))
+            .collect();
+        assert_eq!(
+            volumes,
+            vec![
+                (
+                    format!("{spec}/volumes/0/image/reference"),
+                    "ghcr.io/acme/models:v1".to_owned(),
+                    IMAGE_VOLUMES
+                ),
+                (
+                    format!("{spec}/volumes/2/image/reference"),
+                    tools.clone(),
+                    IMAGE_VOLUMES
+                ),
+            ],
+            "{file}"
+        );
+    }
 }
 
 #[test]
@@ -265,11 +325,12 @@ fn match_image_references() {
             "docker.io/nginx:latest",
             false,
         ),
+        // Stricter than Kyverno on purpose: a bare name is also matched as `docker.io/library/…`.
         (
-            "raw vs normalized",
+            "bare name matches its canonical host",
             vec![glob("docker.io/*")],
             "nginx",
-            false,
+            true,
         ),
         (
             "normalized",
@@ -346,4 +407,52 @@ fn filter_images_keeps_every_key() {
             &[]
         )
     );
+}
+
+/// Every spelling the kubelet pulls identically is selected by a glob naming the canonical
+/// host, both by globs and by CEL expressions over `ref`.
+#[test]
+fn spellings_of_one_image_are_all_matched() {
+    let cases: [(&str, String); 9] = [
+        ("localhost:5000/*", format!("LOCALHOST:5000/app@{DIG}")),
+        ("localhost:5000/*", format!("localhost:05000/app@{DIG}")),
+        ("ghcr.io/acme/*", format!("ghcr.io:443/acme/app@{DIG}")),
+        ("ghcr.io/acme/*", "GHCR.IO/acme/app:v1".to_owned()),
+        ("docker.io/*", format!("busybox@{DIG}")),
+        ("docker.io/*", format!("library/busybox@{DIG}")),
+        (
+            "docker.io/*",
+            format!("index.docker.io/library/busybox@{DIG}"),
+        ),
+        (
+            "docker.io/*",
+            format!("registry-1.docker.io/library/busybox@{DIG}"),
+        ),
+        ("docker.io/library/busybox:*", "busybox".to_owned()),
+    ];
+    for (pattern, image) in &cases {
+        let by_glob = policy_with(vec![glob(pattern)]);
+        assert!(matches_image(&by_glob, image).unwrap(), "{pattern} {image}");
+        let prefix = pattern.trim_end_matches('*');
+        let by_expr = policy_with(vec![ImageMatcher::Expression(cel(
+            &format!("ref.startsWith('{prefix}')"),
+            &["ref"],
+        ))]);
+        assert!(
+            matches_image(&by_expr, image).unwrap(),
+            "expr {prefix} {image}"
+        );
+    }
+    let other = policy_with(vec![glob("ghcr.io/acme/*")]);
+    for image in [
+        "ghcr.io/acmex/app",
+        "ghcr.io:5000/acme/app",
+        "evil.io/ghcr.io/acme/app",
+    ] {
+        assert!(!matches_image(&other, image).unwrap(), "{image}");
+    }
+    // The images map keeps the string as written; only the selection uses the spellings.
+    let mut images = BTreeMap::new();
+    images.insert("containers".to_owned(), vec![cases[3].1.clone()]);
+    assert_eq!(filter_images(&other, &images).unwrap(), images);
 }

@@ -11,6 +11,10 @@ use super::*;
 use crate::admission::testutil::{condition, pod_rule, policy, request, rule};
 use crate::admission::{AdmissionRequest, GroupVersionResource};
 
+fn later() -> tokio::time::Instant {
+    tokio::time::Instant::now() + std::time::Duration::from_secs(10)
+}
+
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
@@ -329,6 +333,23 @@ fn namespace_selector() {
 }
 
 #[test]
+fn unknown_namespace_labels_leave_the_selector_to_the_api_server() {
+    let mut pod = request("pod-create.json");
+    let name_only = namespace(json!({"kubernetes.io/metadata.name": "default"}));
+    let mut p = policy("p", vec![rule(&["*"], &["*"], &["*"], &["*"])]);
+    p.match_constraints.namespace_selector = Some(selector(&[("env", "prod")], vec![]));
+    // Known labels are judged by ivory.
+    assert!(!matches_constraints(&p, &pod, Some(&name_only)).unwrap());
+    // Unknown labels: the API server selected the request for this policy's webhook.
+    pod.namespace_labels_unknown = true;
+    assert!(matches_constraints(&p, &pod, Some(&name_only)).unwrap());
+    assert!(matches_constraints(&p, &pod, None).unwrap());
+    // The other constraints still apply.
+    p.match_constraints.resource_rules = vec![rule(&["*"], &["apps"], &["v1"], &["deployments"])];
+    assert!(!matches_constraints(&p, &pod, Some(&name_only)).unwrap());
+}
+
+#[test]
 fn object_selector_uses_object_or_old_object() {
     let mut p = policy("p", vec![rule(&["*"], &[""], &["v1"], &["pods"])]);
     p.match_constraints.object_selector = Some(selector(&[("app", "web")], vec![]));
@@ -574,7 +595,7 @@ fn match_conditions_bind_admission_variables() {
         let mut p = policy("p", vec![pod_rule()]);
         p.match_conditions = vec![condition("c", e)];
         assert_eq!(
-            matches_conditions(&p, &pod, Some(&prod)).unwrap(),
+            matches_conditions(&p, &pod, Some(&prod), later()).unwrap(),
             want,
             "{e}"
         );
@@ -585,7 +606,7 @@ fn match_conditions_bind_admission_variables() {
         condition("a", "true"),
         condition("b", "object.metadata.name == 'api'"),
     ];
-    assert!(!matches_conditions(&p, &pod, None).unwrap());
+    assert!(!matches_conditions(&p, &pod, None, later()).unwrap());
 }
 
 #[test]
@@ -593,10 +614,10 @@ fn match_condition_errors_follow_failure_policy() {
     let pod = request("pod-create.json");
     let mut p = policy("p", vec![pod_rule()]);
     p.match_conditions = vec![condition("broken", "object.spec.nothere == 1")];
-    match matches_conditions(&p, &pod, None).unwrap_err() {
+    match matches_conditions(&p, &pod, None, later()).unwrap_err() {
         MatchError::Condition { name, .. } => assert_eq!(name, "broken"),
         other => panic!("{other:?}"),
     }
     p.failure_policy = FailurePolicy::Ignore;
-    assert!(!matches_conditions(&p, &pod, None).unwrap());
+    assert!(!matches_conditions(&p, &pod, None, later()).unwrap());
 }

@@ -490,10 +490,138 @@ async fn ephemeral_containers_are_pinned() {
         )],
     );
     let d = run(&fake, &[&p], "pod-ephemeralcontainers.json").await;
-    assert!(d.patch.contains(&op(
-        "/spec/ephemeralContainers/0/image",
-        format!("docker.io/busybox:debug@{}", digest('f'))
-    )));
+    // Only the ephemeral container: the subresource cannot change any other field.
+    assert_eq!(
+        d.patch,
+        vec![op(
+            "/spec/ephemeralContainers/0/image",
+            format!("docker.io/busybox:debug@{}", digest('f'))
+        )]
+    );
+    assert_eq!(
+        fake.calls(),
+        vec![("docker.io/busybox:debug".to_owned(), false)]
+    );
+}
+
+/// A request whose pod spec (at `spec`) has `images` as containers and `volumes` as image
+/// volumes.
+fn pod_with(
+    file: &str,
+    containers: &[&str],
+    volumes: &[&str],
+) -> crate::admission::AdmissionRequest {
+    let mut req = request(file);
+    let spec = req.object.as_mut().unwrap().pointer_mut("/spec").unwrap();
+    spec["initContainers"] = json!([]);
+    spec["containers"] = containers
+        .iter()
+        .enumerate()
+        .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
+        .collect();
+    spec["volumes"] = volumes
+        .iter()
+        .enumerate()
+        .map(|(i, image)| json!({"name": format!("v{i}"), "image": {"reference": image}}))
+        .collect();
+    req
+}
+
+#[tokio::test(start_paused = true)]
+async fn canonical_spellings_are_pinned() {
+    let mut fake = Fake::standard();
+    fake.digests
+        .insert("GHCR.IO:443/acme/app:v1".into(), digest('1'));
+    fake.digests
+        .insert("index.docker.io/library/busybox:1.36".into(), digest('2'));
+    let mut p = pod_policy("p");
+    p.image_matchers = vec![glob("ghcr.io/acme/*"), glob("docker.io/library/*")];
+    let req = pod_with(
+        "pod-create.json",
+        &[
+            "GHCR.IO:443/acme/app:v1",
+            "index.docker.io/library/busybox:1.36",
+        ],
+        &[],
+    );
+    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    assert!(d.allowed, "{:?}", d.message);
+    assert_eq!(
+        d.patch,
+        vec![
+            op(
+                "/spec/containers/0/image",
+                format!("GHCR.IO:443/acme/app:v1@{}", digest('1'))
+            ),
+            op(
+                "/spec/containers/1/image",
+                format!("index.docker.io/library/busybox:1.36@{}", digest('2'))
+            ),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn image_volumes_are_pinned_on_create_only() {
+    let mut fake = Fake::standard();
+    fake.digests
+        .insert("ghcr.io/acme/models:v1".into(), digest('7'));
+    let p = pod_policy("p");
+    let req = pod_with("pod-create.json", &[], &["ghcr.io/acme/models:v1"]);
+    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    assert_eq!(
+        d.patch,
+        vec![op(
+            "/spec/volumes/0/image/reference",
+            format!("ghcr.io/acme/models:v1@{}", digest('7'))
+        )]
+    );
+    // Pod volumes are immutable: a Pod UPDATE cannot change them, so none is patched.
+    let req = pod_with("pod-update.json", &[], &["ghcr.io/acme/models:v1"]);
+    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    assert!(d.allowed && d.patch.is_empty(), "{d:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn malformed_images_are_a_policy_error_per_failure_policy() {
+    let fake = Fake::standard();
+    let mut p = pod_policy("pin");
+    // Not matched by the glob, and still an error: Kyverno fails the whole extraction.
+    p.image_matchers = vec![glob("ghcr.io/acme/*")];
+    let req = pod_with(
+        "pod-create.json",
+        &["nginx", "GHCR.IO/Acme/App:v1"],
+        &["bad image"],
+    );
+    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    assert!(!d.allowed);
+    assert!(d.patch.is_empty());
+    assert_eq!(
+        d.message.as_deref(),
+        Some(
+            "Policy pin error: failed to update digest: invalid image 'GHCR.IO/Acme/App:v1' \
+             (repository can only contain the characters `abcdefghijklmnopqrstuvwxyz0123456789_-./`: Acme/App); \
+             invalid image 'bad image' (repository can only contain the characters \
+             `abcdefghijklmnopqrstuvwxyz0123456789_-./`: bad image)"
+        )
+    );
+    assert_eq!(d.results[0].status, Status::Error);
+
+    p.failure_policy = FailurePolicy::Ignore;
+    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    assert!(d.allowed);
+    assert_eq!(
+        d.audit_annotations
+            .get(AUDIT_UNPINNED_IMAGES)
+            .map(String::as_str),
+        Some("GHCR.IO/Acme/App:v1,bad image")
+    );
+    assert_eq!(d.warnings.len(), 2, "{:?}", d.warnings);
+    assert!(d.warnings[0].starts_with(
+        "Policy pin: image GHCR.IO/Acme/App:v1 admitted without a pinned digest \
+         (failurePolicy Ignore): failed to update digest: invalid image 'GHCR.IO/Acme/App:v1'"
+    ));
+    assert_eq!(d.results[0].status, Status::Error);
 }
 
 #[tokio::test(start_paused = true)]

@@ -17,6 +17,8 @@ pub(super) struct Evaluator<'a> {
     variables: &'a [NamedProgram],
     memo: HashMap<String, Result<Value, String>>,
     act: Activation<'a>,
+    /// The first evaluation stopped by the CEL cost limits or the deadline.
+    over_budget: Option<String>,
 }
 
 impl<'a> Evaluator<'a> {
@@ -31,6 +33,7 @@ impl<'a> Evaluator<'a> {
             variables: &policy.variables,
             memo: HashMap::new(),
             act: base_activation(data, policy.json_mode, host),
+            over_budget: None,
         }
     }
 
@@ -64,7 +67,13 @@ impl<'a> Evaluator<'a> {
             variables: self.variables,
             memo: HashMap::new(),
             act: self.act.with_host(host),
+            over_budget: self.over_budget,
         }
+    }
+
+    /// Drops the memoized variables, so that they are evaluated again on next use.
+    pub(super) fn forget_variables(&mut self) {
+        self.memo.clear();
     }
 
     pub(super) fn bool(&mut self, program: &Program) -> Result<bool, String> {
@@ -91,7 +100,22 @@ impl<'a> Evaluator<'a> {
     ) -> Result<T, String> {
         let vars = self.resolve(&self.needed(program), &mut Vec::new())?;
         self.bind_variables(vars);
-        run(program, &self.act).map_err(|e| e.to_string())
+        let result = run(program, &self.act);
+        result.map_err(|e| self.describe(e))
+    }
+
+    /// Why an evaluation stopped on the CEL cost limits or the deadline, if one did: such a
+    /// policy follows its failurePolicy rather than reporting an evaluation error.
+    pub(super) fn over_budget(&self) -> Option<&str> {
+        self.over_budget.as_deref()
+    }
+
+    fn describe(&mut self, e: EvalError) -> String {
+        let text = e.to_string();
+        if matches!(e, EvalError::CostExceeded { .. }) && self.over_budget.is_none() {
+            self.over_budget = Some(text.clone());
+        }
+        text
     }
 
     fn needed(&self, program: &Program) -> Vec<String> {
@@ -125,7 +149,8 @@ impl<'a> Evaluator<'a> {
                 let deps = self.needed(&var.program);
                 let result = self.resolve(&deps, stack).and_then(|vars| {
                     self.bind_variables(vars);
-                    var.program.evaluate(&self.act).map_err(|e| e.to_string())
+                    let result = var.program.evaluate(&self.act);
+                    result.map_err(|e| self.describe(e))
                 });
                 stack.pop();
                 let result = result

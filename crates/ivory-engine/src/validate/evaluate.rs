@@ -9,11 +9,11 @@ use ivory_policy::types::FailurePolicy;
 use super::context::Evaluator;
 use super::host::{Evidence, PolicyHost};
 use super::plan::Plan;
-use super::prefetch::{Prefetched, VerifyKey};
+use super::prefetch::{Outcome, Prefetched};
 use super::{EVAL_FAILED, result};
 use crate::decision::{PolicyResult, Status};
 use crate::images;
-use crate::verifier::VerifyError;
+use crate::verifier::{ErrorKind, VerifyError};
 
 /// One policy's result plus what `required` and the response need.
 #[derive(Debug)]
@@ -21,8 +21,10 @@ pub(super) struct Evaluated {
     pub(super) result: PolicyResult,
     /// `validationConfigurations.required` of a policy that reached evaluation.
     pub(super) required: bool,
-    /// Why verification was skipped under `failurePolicy: Ignore`.
-    pub(super) skipped: Option<String>,
+    /// What was skipped under `failurePolicy: Ignore`, and why (warnings and audit annotation).
+    pub(super) skipped: Vec<String>,
+    /// A failurePolicy was applied because the time budget ran out.
+    pub(super) budget_exhausted: bool,
 }
 
 impl Evaluated {
@@ -31,7 +33,8 @@ impl Evaluated {
         Self {
             result,
             required: false,
-            skipped: None,
+            skipped: Vec::new(),
+            budget_exhausted: false,
         }
     }
 }
@@ -44,10 +47,12 @@ pub(super) fn run(plan: Plan<'_>, prefetched: &Prefetched, evidence: &Evidence) 
         notary_attestors,
         keys,
         image_data,
+        undigested,
     } = plan;
-    if let Some(err) = prefetch_error(&keys, &image_data, prefetched) {
-        return unverifiable(policy, err, matched);
-    }
+    let digest = match check_digests(policy, &undigested, prefetched, &matched) {
+        Ok(notes) => notes,
+        Err(decided) => return *decided,
+    };
     let matches = |image: &str| images::matches_image(policy, image).unwrap_or(false);
     let host = PolicyHost {
         policy,
@@ -58,79 +63,195 @@ pub(super) fn run(plan: Plan<'_>, prefetched: &Prefetched, evidence: &Evidence) 
         image_data: &image_data,
         evidence,
         payloads: Mutex::new(BTreeMap::new()),
+        unanswered: Mutex::new(Vec::new()),
+        assumed: Mutex::new(None),
     };
     let mut eval = eval.with_host(&host);
 
     let mut status = Status::Pass;
     let mut message = String::new();
+    // An expression that needed an answer the budget did not allow: the failurePolicy applies,
+    // unless a later validation fails outright (a definite denial always wins).
+    let mut budget_miss = None;
     for (index, validation) in policy.validations.iter().enumerate() {
         match eval.bool(&validation.expression) {
             Ok(true) => {}
             Ok(false) => {
                 status = Status::Fail;
                 message = failure_message(&mut eval, validation, index);
+                budget_miss = None;
                 break;
             }
             Err(e) => {
-                let result = result(
-                    policy,
-                    Status::Error,
-                    format!("{EVAL_FAILED}: {e}"),
-                    matched,
-                );
-                return Evaluated::decided(result);
+                if let Some(why) = eval.over_budget() {
+                    return over_budget(policy, why, matched);
+                }
+                // Evaluated again with fresh variables, so that exactly the answers this
+                // validation reads are recorded (memoized variables would hide them).
+                let mark = host.mark();
+                eval.forget_variables();
+                let _ = eval.bool(&validation.expression);
+                let message = match host.deciding_error_since(mark) {
+                    Some(_) if fails_whatever_is_missing(&mut eval, &host, validation) => {
+                        status = Status::Fail;
+                        message = failure_message(&mut eval, validation, index);
+                        budget_miss = None;
+                        break;
+                    }
+                    Some(err) if err.is_deadline() => {
+                        budget_miss.get_or_insert(err);
+                        continue;
+                    }
+                    // The verifier's own words, not CEL's wrapping of them.
+                    Some(err) => format!("{EVAL_FAILED}: {err}"),
+                    None => format!("{EVAL_FAILED}: {e}"),
+                };
+                return Evaluated::decided(result(policy, Status::Error, message, matched));
             }
         }
+    }
+    if let Some(err) = budget_miss {
+        let mut evaluated = unverifiable(policy, &err, matched);
+        evaluated.skipped.splice(0..0, digest.skipped);
+        return evaluated;
     }
     let mut result = result(policy, status, message, matched);
     result.properties = audit_annotations(policy, &mut eval);
     Evaluated {
         result,
         required: policy.required,
-        skipped: None,
+        skipped: digest.skipped,
+        budget_exhausted: digest.budget_exhausted,
     }
 }
 
-/// The first error among this policy's prefetched answers; a spent budget wins over others.
-fn prefetch_error<'p>(
-    keys: &BTreeMap<VerifyKey, usize>,
-    image_data: &BTreeMap<String, usize>,
-    prefetched: &'p Prefetched,
-) -> Option<&'p VerifyError> {
-    let errors: Vec<&VerifyError> = keys
-        .values()
-        .chain(image_data.values())
-        .filter_map(|&i| prefetched.outcome(i).and_then(|o| o.error()))
-        .collect();
-    errors
-        .iter()
-        .find(|e| e.is_deadline())
-        .or_else(|| errors.first())
-        .copied()
+/// True when `validation` is false both with every verification the budget did not allow
+/// counted as verified and with every one counted as not verified: the missing answers
+/// cannot change that it fails, so it is a definite failure rather than a budget miss. (The
+/// converse is never concluded: an expression true under both is still a budget miss.)
+fn fails_whatever_is_missing(
+    eval: &mut Evaluator<'_>,
+    host: &PolicyHost<'_>,
+    validation: &CompiledValidation,
+) -> bool {
+    let fails = [false, true].into_iter().all(|verified| {
+        host.assume_missing(Some(verified));
+        eval.forget_variables();
+        matches!(eval.bool(&validation.expression), Ok(false))
+    });
+    host.assume_missing(None);
+    eval.forget_variables();
+    fails
 }
 
-/// A policy whose verifications could not be answered. A spent budget follows the policy's
-/// failurePolicy; any other failure is an evaluation error, as in Kyverno.
-fn unverifiable(policy: &CompiledPolicy, err: &VerifyError, images: Vec<String>) -> Evaluated {
-    if !err.is_deadline() {
-        let result = result(
+/// What `verifyDigest` let through under `failurePolicy: Ignore`.
+#[derive(Default)]
+struct DigestNotes {
+    skipped: Vec<String>,
+    budget_exhausted: bool,
+}
+
+/// `verifyDigest` on the matched images that carry a tag only. The registry was asked for each
+/// tag: if it answered, the image simply was not pinned and the policy fails. If it could not
+/// answer (budget or availability), the mutating stage could not have pinned it either: the
+/// failurePolicy decides (Fail denies naming the registry; Ignore lets this check pass with a
+/// warning, and the image's verifications still decide the rest). A missing or malformed
+/// answer is never an availability problem: it denies.
+fn check_digests(
+    policy: &CompiledPolicy,
+    undigested: &[(String, usize)],
+    prefetched: &Prefetched,
+    matched: &[String],
+) -> Result<DigestNotes, Box<Evaluated>> {
+    let decided = |status: Status, message: String| {
+        Err(Box::new(Evaluated::decided(result(
             policy,
-            Status::Error,
-            format!("{EVAL_FAILED}: {err}"),
-            images,
-        );
-        return Evaluated::decided(result);
-    }
-    match policy.failure_policy {
-        FailurePolicy::Fail => {
-            Evaluated::decided(result(policy, Status::Error, err.to_string(), images))
+            status,
+            message,
+            matched.to_vec(),
+        ))))
+    };
+    let mut unreachable = Vec::new();
+    for (image, index) in undigested {
+        match prefetched.outcome(*index) {
+            Some(Outcome::Resolve(Err(err)))
+                if matches!(err.kind(), ErrorKind::Deadline | ErrorKind::Unavailable) =>
+            {
+                unreachable.push((image, err));
+            }
+            Some(Outcome::Resolve(Err(err))) => {
+                return decided(
+                    Status::Fail,
+                    format!(
+                        "image {image} does not have a digest and its tag could not be resolved: {err}"
+                    ),
+                );
+            }
+            _ => {
+                return decided(
+                    Status::Fail,
+                    format!("image {image} does not have a digest"),
+                );
+            }
         }
+    }
+    let mut notes = DigestNotes::default();
+    for (image, err) in unreachable {
+        notes.budget_exhausted |= err.is_deadline();
+        match policy.failure_policy {
+            FailurePolicy::Fail => {
+                let mut evaluated = Evaluated::decided(result(
+                    policy,
+                    Status::Error,
+                    format!(
+                        "image {image} does not have a digest and its tag could not be resolved: {err}"
+                    ),
+                    matched.to_vec(),
+                ));
+                evaluated.budget_exhausted = notes.budget_exhausted;
+                return Err(Box::new(evaluated));
+            }
+            FailurePolicy::Ignore => notes.skipped.push(format!(
+                "digest check skipped for image {image}: {err} (failurePolicy Ignore)"
+            )),
+        }
+    }
+    Ok(notes)
+}
+
+/// A policy an expression of which needed an answer the time budget did not allow: the
+/// policy's failurePolicy decides.
+fn unverifiable(policy: &CompiledPolicy, err: &VerifyError, images: Vec<String>) -> Evaluated {
+    match policy.failure_policy {
+        FailurePolicy::Fail => Evaluated {
+            budget_exhausted: true,
+            ..Evaluated::decided(result(policy, Status::Error, err.to_string(), images))
+        },
         FailurePolicy::Ignore => {
             let why = format!("verification skipped: {err} (failurePolicy Ignore)");
             Evaluated {
                 result: result(policy, Status::Skip, why.clone(), images),
                 required: false,
-                skipped: Some(why),
+                skipped: vec![why],
+                budget_exhausted: true,
+            }
+        }
+    }
+}
+
+/// A policy whose CEL was stopped by the cost limits or the request deadline: like a spent
+/// verification budget, it follows the policy's failurePolicy.
+pub(super) fn over_budget(policy: &CompiledPolicy, why: &str, images: Vec<String>) -> Evaluated {
+    let message = format!("{EVAL_FAILED}: {why}");
+    match policy.failure_policy {
+        FailurePolicy::Fail => Evaluated::decided(result(policy, Status::Error, message, images)),
+        FailurePolicy::Ignore => {
+            let why = format!("evaluation skipped: {message} (failurePolicy Ignore)");
+            Evaluated {
+                result: result(policy, Status::Skip, why.clone(), images),
+                required: false,
+                skipped: vec![why],
+                budget_exhausted: false,
             }
         }
     }

@@ -22,6 +22,8 @@ pub(super) enum Mode {
     Deadline,
     /// Every call fails to reach the registry.
     Unavailable,
+    /// Every call fails to reach the registry, with this message.
+    UnavailableSaying(&'static str),
     /// Every call sleeps this long first (use with paused time).
     Sleep(Duration),
 }
@@ -32,7 +34,13 @@ pub(super) struct FakeVerifier {
     verified: HashSet<(String, String, Option<String>)>,
     payloads: HashMap<(String, String), Value>,
     mode: Mode,
+    /// Registry hosts whose images behave as the given mode instead (every kind of call).
+    hosts: HashMap<String, Mode>,
     pub(super) calls: AtomicUsize,
+    /// `resolve_digest` calls (not counted in `calls`).
+    pub(super) resolves: AtomicUsize,
+    /// Images whose image data was fetched.
+    pub(super) fetched: Mutex<Vec<String>>,
     pub(super) requests: Mutex<Vec<VerifyRequest>>,
 }
 
@@ -44,6 +52,53 @@ impl FakeVerifier {
     pub(super) fn mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
         self
+    }
+
+    /// Every call about an image on registry `host` behaves as `mode`.
+    pub(super) fn host(mut self, host: &str, mode: Mode) -> Self {
+        self.hosts.insert(host.to_owned(), mode);
+        self
+    }
+
+    fn mode_for(&self, image: &str) -> Mode {
+        let host = image.split('/').next().unwrap_or_default();
+        self.hosts.get(host).copied().unwrap_or(self.mode)
+    }
+
+    /// Applies the mode of `image`'s registry: `Err` when it fails or reports a spent budget.
+    async fn behave(&self, image: &str, operation: &str) -> Result<(), VerifyError> {
+        let registry = image.split('/').next().unwrap_or_default().to_owned();
+        match self.mode_for(image) {
+            Mode::Answer => Ok(()),
+            Mode::Sleep(d) => {
+                tokio::time::sleep(d).await;
+                Ok(())
+            }
+            Mode::Deadline => Err(VerifyError::DeadlineExceeded {
+                image: image.to_owned(),
+                registry,
+                operation: operation.into(),
+                budget_ms: 2000,
+            }),
+            Mode::Unavailable => Err(VerifyError::Unavailable {
+                image: image.to_owned(),
+                registry,
+                message: "503 Service Unavailable".into(),
+            }),
+            Mode::UnavailableSaying(message) => Err(VerifyError::Unavailable {
+                image: image.to_owned(),
+                registry,
+                message: message.into(),
+            }),
+        }
+    }
+
+    pub(super) fn resolves(&self) -> usize {
+        self.resolves.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn fetched(&self) -> Vec<String> {
+        self.fetched.lock().unwrap().clone()
     }
 
     /// `attestor` signed `image`.
@@ -79,25 +134,7 @@ impl FakeVerifier {
     async fn answer(&self, request: &VerifyRequest) -> Result<Verification, VerifyError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.requests.lock().unwrap().push(request.clone());
-        match self.mode {
-            Mode::Answer => {}
-            Mode::Sleep(d) => tokio::time::sleep(d).await,
-            Mode::Deadline => {
-                return Err(VerifyError::DeadlineExceeded {
-                    image: request.image.clone(),
-                    registry: "ghcr.io".into(),
-                    operation: "fetching the manifest".into(),
-                    budget_ms: 2000,
-                });
-            }
-            Mode::Unavailable => {
-                return Err(VerifyError::Unavailable {
-                    image: request.image.clone(),
-                    registry: "ghcr.io".into(),
-                    message: "503 Service Unavailable".into(),
-                });
-            }
-        }
+        self.behave(&request.image, "fetching the manifest").await?;
         if request.attestor.notary.is_some() {
             return Ok(Verification::NotVerified {
                 digest: None,
@@ -131,11 +168,16 @@ pub(super) const DIGEST: &str =
 impl ImageVerifier for FakeVerifier {
     fn resolve_digest<'a>(
         &'a self,
-        _image: &'a str,
+        image: &'a str,
         _credentials: Option<&'a Credentials>,
         _deadline: Instant,
     ) -> BoxFuture<'a, Result<String, VerifyError>> {
-        async { Ok(DIGEST.to_owned()) }.boxed()
+        async move {
+            self.resolves.fetch_add(1, Ordering::SeqCst);
+            self.behave(image, "resolving the digest").await?;
+            Ok(DIGEST.to_owned())
+        }
+        .boxed()
     }
 
     fn verify<'a>(
@@ -154,6 +196,8 @@ impl ImageVerifier for FakeVerifier {
     ) -> BoxFuture<'a, Result<Value, VerifyError>> {
         async move {
             self.calls.fetch_add(1, Ordering::SeqCst);
+            self.fetched.lock().unwrap().push(image.to_owned());
+            self.behave(image, "fetching image data").await?;
             Ok(json!({
                 "image": image,
                 "digest": DIGEST,

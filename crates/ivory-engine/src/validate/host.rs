@@ -10,7 +10,7 @@ use ivory_policy::types::Attestation;
 use serde_json::Value;
 
 use super::prefetch::{Outcome, Prefetched, VerifyKey};
-use crate::verifier::Verification;
+use crate::verifier::{Verification, VerifyError};
 
 /// Kyverno's error when a payload is asked for before its attestation was verified.
 pub(super) const PAYLOAD_NOT_VERIFIED: &str = "failed to get payload: intoto attestation payload cannot be fetch before verifying intoto attestation";
@@ -64,9 +64,54 @@ pub(super) struct PolicyHost<'a> {
     pub(super) evidence: &'a Evidence,
     /// Payloads verified during this policy's evaluation: (image, attestation name) → statement.
     pub(super) payloads: Mutex<BTreeMap<(String, String), Value>>,
+    /// Prefetched answers that were errors and that an expression read. Only these decide
+    /// whether the failurePolicy applies: an unanswered question nobody asked changes nothing.
+    pub(super) unanswered: Mutex<Vec<VerifyError>>,
+    /// While set, a verification the budget did not allow counts as this answer (verified or
+    /// not) instead of an error, and nothing is recorded as evidence: used only to learn
+    /// whether an expression fails whatever the missing answers would have been.
+    pub(super) assumed: Mutex<Option<bool>>,
 }
 
 impl PolicyHost<'_> {
+    /// Remembers that an expression needed `err`, and hands CEL its text.
+    fn needed(&self, err: &VerifyError) -> String {
+        self.unanswered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(err.clone());
+        err.to_string()
+    }
+
+    /// Sets (or clears) the answer assumed for verifications the budget did not allow.
+    pub(super) fn assume_missing(&self, verified: Option<bool>) {
+        *self.assumed.lock().unwrap_or_else(|p| p.into_inner()) = verified;
+    }
+
+    fn assumed(&self) -> Option<bool> {
+        *self.assumed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many unanswered questions were read so far (for [`Self::deciding_error_since`]).
+    pub(super) fn mark(&self) -> usize {
+        self.unanswered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    /// The error that decides an expression's outcome, among those read since `mark`: a spent
+    /// budget wins, so that the failurePolicy applies.
+    pub(super) fn deciding_error_since(&self, mark: usize) -> Option<VerifyError> {
+        let errors = self.unanswered.lock().unwrap_or_else(|p| p.into_inner());
+        let errors = errors.get(mark..).unwrap_or_default();
+        errors
+            .iter()
+            .find(|e| e.is_deadline())
+            .or_else(|| errors.first())
+            .cloned()
+    }
+
     fn attestation(&self, name: &str) -> Result<&Attestation, String> {
         self.policy
             .attestations
@@ -83,6 +128,7 @@ impl PolicyHost<'_> {
         attestors: &[Value],
     ) -> Result<i64, String> {
         let mut count = 0i64;
+        let assumed = self.assumed();
         for attestor in attestors {
             let name = attestor_name(attestor)?;
             let key = VerifyKey {
@@ -105,13 +151,16 @@ impl PolicyHost<'_> {
                     }
                 }
                 Some(Outcome::Verify(Ok(Verification::NotVerified { .. }))) => {}
-                Some(Outcome::Verify(Err(err))) => return Err(err.to_string()),
-                Some(Outcome::ImageData(_)) | None => {
+                Some(Outcome::Verify(Err(err))) => match assumed {
+                    Some(verified) if err.is_deadline() => count += i64::from(verified),
+                    _ => return Err(self.needed(err)),
+                },
+                Some(Outcome::ImageData(_) | Outcome::Resolve(_)) | None => {
                     return Err(not_prepared(image, name, attestation));
                 }
             }
         }
-        if !attestors.is_empty() {
+        if !attestors.is_empty() && assumed.is_none() {
             self.evidence.record(image, count > 0);
         }
         Ok(count)
@@ -169,6 +218,11 @@ impl Host for PolicyHost<'_> {
     }
 
     fn image_data(&self, image: &str) -> Result<Value, String> {
+        if !(self.matches)(image) {
+            return Err(format!(
+                "failed to get imagedata: image {image} is not selected by the policy's matchImageReferences; ivory fetches image data only for the policy's own images"
+            ));
+        }
         let Some(&index) = self.image_data.get(image) else {
             return Err(format!(
                 "failed to get imagedata: image {image} is not one of the images extracted from the request"
@@ -176,8 +230,12 @@ impl Host for PolicyHost<'_> {
         };
         match self.prefetched.outcome(index) {
             Some(Outcome::ImageData(Ok(data))) => Ok(data.clone()),
-            Some(Outcome::ImageData(Err(err))) => Err(format!("failed to get imagedata: {err}")),
-            Some(Outcome::Verify(_)) | None => Err(format!("failed to get imagedata: {image}")),
+            Some(Outcome::ImageData(Err(err))) => {
+                Err(format!("failed to get imagedata: {}", self.needed(err)))
+            }
+            Some(Outcome::Verify(_) | Outcome::Resolve(_)) | None => {
+                Err(format!("failed to get imagedata: {image}"))
+            }
         }
     }
 }

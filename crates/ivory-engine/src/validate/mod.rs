@@ -1,7 +1,12 @@
 //! The validating stage (Kyverno 1.19 `HandleValidating`, single phase): match, extract and
-//! filter images, `verifyDigest`, prefetch every verification the policies' CEL can ask for
-//! (concurrently, under the request deadline), evaluate the validations synchronously against
-//! those answers, enforce `required` across all policies, then apply Deny/Warn/Audit.
+//! filter images, prefetch every verification the policies' CEL can ask for about the images
+//! each policy selects (concurrently, under the request deadline) and the digests `verifyDigest`
+//! needs, decide `verifyDigest`, evaluate the validations synchronously against those answers,
+//! enforce `required` across all policies, then apply Deny/Warn/Audit.
+//!
+//! A prefetched answer that is an error only matters to an expression that reads it: the
+//! verification host records it when asked, and only then does the failurePolicy (for a spent
+//! budget) or a policy error follow.
 //!
 //! Annotations on the object are never evidence: verification always happens here.
 
@@ -48,7 +53,7 @@ pub async fn validate(
     deadline: Instant,
 ) -> Decision {
     let started = Instant::now();
-    let data = RequestBindings::new(req, req.subject(), namespace_object);
+    let data = RequestBindings::new(req, req.subject(), namespace_object).with_deadline(deadline);
     let builtin = images::builtin_images(req);
     let inputs = RequestInputs {
         req,
@@ -76,6 +81,7 @@ pub async fn validate(
         match prepared {
             Prepared::NotMatched => {}
             Prepared::Done(result) => evaluated.push(Evaluated::decided(result)),
+            Prepared::Evaluated(done) => evaluated.push(done),
             Prepared::Ready(plan) => {
                 evaluated.push(evaluate::run(*plan, &prefetched, &evidence));
             }

@@ -11,6 +11,7 @@ use ivory_policy::types::{Attestor, FailurePolicy};
 use serde_json::Value as Json;
 
 use super::context::Evaluator;
+use super::evaluate::{self, Evaluated};
 use super::prefetch::{Job, JobSet, VerifyKey};
 use super::{EVAL_FAILED, result};
 use crate::admission::AdmissionRequest;
@@ -40,6 +41,9 @@ pub(super) struct Plan<'a> {
     pub(super) notary_attestors: Vec<String>,
     pub(super) keys: BTreeMap<VerifyKey, usize>,
     pub(super) image_data: BTreeMap<String, usize>,
+    /// `verifyDigest`: matched tag images (sorted) and their resolve job, asked so that a
+    /// registry that cannot answer is told apart from an image that was simply not pinned.
+    pub(super) undigested: Vec<(String, usize)>,
 }
 
 pub(super) enum Prepared<'a> {
@@ -47,6 +51,8 @@ pub(super) enum Prepared<'a> {
     NotMatched,
     /// Decided before verification (matching error, extraction error, missing digest, ...).
     Done(PolicyResult),
+    /// Stopped by the CEL cost limits or the deadline before verification.
+    Evaluated(Evaluated),
     Ready(Box<Plan<'a>>),
 }
 
@@ -83,24 +89,42 @@ pub(super) fn prepare<'a>(
         }
     }
     let mut eval = Evaluator::new(inputs.data, policy, &NoHost);
+    let over_budget = |eval: &Evaluator<'_>, images: &[String]| {
+        eval.over_budget()
+            .map(|why| Prepared::Evaluated(evaluate::over_budget(policy, why, images.to_vec())))
+    };
     match match_conditions(policy, &mut eval) {
         Ok(true) => {}
+        _ if eval.over_budget().is_some() => {
+            return over_budget(&eval, &[]).unwrap_or(Prepared::NotMatched);
+        }
         Ok(false) => return Prepared::NotMatched,
         Err(message) => return fail(Status::Error, message, &[]),
     }
 
     let extracted = match extract_images(policy, inputs.builtin, &mut eval) {
         Ok(images) => images,
-        Err(message) => return fail(Status::Error, format!("{EVAL_FAILED}: {message}"), &[]),
+        Err(message) => {
+            return over_budget(&eval, &[])
+                .unwrap_or_else(|| fail(Status::Error, format!("{EVAL_FAILED}: {message}"), &[]));
+        }
     };
     let images = match images::filter_images(policy, &extracted) {
         Ok(images) => images,
         Err(e) => return fail(Status::Error, format!("{EVAL_FAILED}: {e}"), &[]),
     };
     let matched = flatten(&images);
-    // The smallest offending image is named, so container order never changes the message.
-    if policy.verify_digest
-        && let Some(image) = matched.iter().filter(|i| !has_digest(i)).min()
+    let mut undigested: Vec<&String> = if policy.verify_digest {
+        matched.iter().filter(|i| !has_digest(i)).collect()
+    } else {
+        Vec::new()
+    };
+    undigested.sort();
+    // An image that is not even a reference can never be pinned: no registry to ask. The
+    // smallest offending image is named, so container order never changes the message.
+    if let Some(image) = undigested
+        .iter()
+        .find(|i| ImageReference::parse(i).is_err())
     {
         return fail(
             Status::Fail,
@@ -108,11 +132,23 @@ pub(super) fn prepare<'a>(
             &matched,
         );
     }
+    let undigested: Vec<(String, usize)> = undigested
+        .into_iter()
+        .map(|image| {
+            let job = jobs.add(Job::Resolve {
+                image: image.clone(),
+                credentials: policy.spec.credentials.clone(),
+            });
+            (image.clone(), job)
+        })
+        .collect();
 
     let attestors = match evaluate_attestors(&policy.attestors, &mut eval) {
         Ok(attestors) => attestors,
         Err(message) => {
-            return fail(Status::Error, format!("{EVAL_FAILED}: {message}"), &matched);
+            return over_budget(&eval, &matched).unwrap_or_else(|| {
+                fail(Status::Error, format!("{EVAL_FAILED}: {message}"), &matched)
+            });
         }
     };
     let attestor_map: serde_json::Map<String, Json> = attestors
@@ -136,8 +172,9 @@ pub(super) fn prepare<'a>(
         matched,
         keys: BTreeMap::new(),
         image_data: BTreeMap::new(),
+        undigested,
     };
-    plan_jobs(&mut plan, &attestors, &extracted, jobs);
+    plan_jobs(&mut plan, &attestors, jobs);
     Prepared::Ready(Box::new(plan))
 }
 
@@ -291,13 +328,9 @@ fn calls_any(policy: &CompiledPolicy, names: &[&str]) -> bool {
 }
 
 /// Registers every question the policy's CEL can ask: matched images × attestors (× attestations),
-/// and image data for every extracted image.
-fn plan_jobs(
-    plan: &mut Plan<'_>,
-    attestors: &[(Attestor, Json)],
-    extracted: &BTreeMap<String, Vec<String>>,
-    jobs: &mut JobSet,
-) {
+/// and image data for the matched images. Images outside the policy's `matchImageReferences`
+/// are never fetched for it: a registry the policy does not cover cannot affect its outcome.
+fn plan_jobs(plan: &mut Plan<'_>, attestors: &[(Attestor, Json)], jobs: &mut JobSet) {
     let policy = plan.policy;
     let credentials = policy.spec.credentials.clone();
     let mut attestations = Vec::new();
@@ -330,8 +363,7 @@ fn plan_jobs(
         }
     }
     if calls_any(policy, &IMAGE_DATA_FUNCTIONS) {
-        let all = plan.matched.iter().chain(extracted.values().flatten());
-        for image in all {
+        for image in &plan.matched {
             if !plan.image_data.contains_key(image) {
                 let index = jobs.add(Job::ImageData {
                     image: image.clone(),

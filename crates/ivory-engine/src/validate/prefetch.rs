@@ -27,13 +27,18 @@ pub(super) enum Job {
         image: String,
         credentials: Option<Credentials>,
     },
+    /// `verifyDigest` on a tag: can the registry be asked at all?
+    Resolve {
+        image: String,
+        credentials: Option<Credentials>,
+    },
 }
 
 impl Job {
     fn image(&self) -> &str {
         match self {
             Self::Verify(r) => &r.image,
-            Self::ImageData { image, .. } => image,
+            Self::ImageData { image, .. } | Self::Resolve { image, .. } => image,
         }
     }
 
@@ -50,6 +55,7 @@ impl Job {
                 ),
             },
             Self::ImageData { .. } => "fetching image data".to_owned(),
+            Self::Resolve { .. } => "resolving the image digest".to_owned(),
         }
     }
 
@@ -66,6 +72,9 @@ impl Job {
             Self::ImageData { image, credentials } => {
                 serde_json::to_string(&("image_data", image, credentials))
             }
+            Self::Resolve { image, credentials } => {
+                serde_json::to_string(&("resolve", image, credentials))
+            }
         };
         value.ok()
     }
@@ -76,15 +85,7 @@ impl Job {
 pub(super) enum Outcome {
     Verify(Result<Verification, VerifyError>),
     ImageData(Result<Value, VerifyError>),
-}
-
-impl Outcome {
-    pub(super) fn error(&self) -> Option<&VerifyError> {
-        match self {
-            Self::Verify(Err(e)) | Self::ImageData(Err(e)) => Some(e),
-            _ => None,
-        }
-    }
+    Resolve(Result<String, VerifyError>),
 }
 
 /// The jobs of all policies of one request, de-duplicated.
@@ -171,6 +172,14 @@ async fn run_one(
             timeout_at(
                 deadline,
                 verifier.image_data(image, credentials.as_ref(), deadline),
+            )
+            .await
+            .unwrap_or_else(|_| Err(expired())),
+        ),
+        Job::Resolve { image, credentials } => Outcome::Resolve(
+            timeout_at(
+                deadline,
+                verifier.resolve_digest(image, credentials.as_ref(), deadline),
             )
             .await
             .unwrap_or_else(|_| Err(expired())),

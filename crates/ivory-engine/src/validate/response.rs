@@ -4,8 +4,9 @@ use super::evaluate::Evaluated;
 use super::host::{Evidence, ImageEvidence};
 use crate::decision::{Decision, Status};
 
-/// Audit annotation listing the policies whose verification was skipped (`failurePolicy:
-/// Ignore` after the time budget ran out); the API server prefixes it with the webhook name.
+/// Audit annotation listing the policies whose verification or digest check was skipped under
+/// `failurePolicy: Ignore` (the time budget ran out, or a tag's registry could not answer); the
+/// API server prefixes it with the webhook name.
 pub const SKIPPED_ANNOTATION: &str = "verification-skipped";
 
 /// Kyverno §3.2 step 11: a passing policy with `required` fails unless each of its matched
@@ -46,12 +47,13 @@ pub(super) fn decide(evaluated: Vec<Evaluated>) -> Decision {
     let mut skipped = Vec::new();
     for item in evaluated {
         let result = &item.result;
-        if let Some(why) = &item.skipped {
+        for why in &item.skipped {
             decision
                 .warnings
                 .push(format!("Policy {}: {why}", result.policy));
             skipped.push(format!("{}: {why}", result.policy));
         }
+        decision.budget_exhausted |= item.budget_exhausted;
         let text = match result.status {
             Status::Fail => format!("Policy {} failed: {}", result.policy, result.message),
             Status::Error => format!("Policy {} error: {}", result.policy, result.message),

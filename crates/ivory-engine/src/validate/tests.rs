@@ -535,14 +535,263 @@ async fn verify_digest() {
             .sign(SIGNED, "cosign");
         let d = run(&verifier, &[&pol], &create(images)).await;
         assert_eq!(&d.message, message);
-        if message.is_some() {
-            assert_eq!(
-                verifier.calls(),
-                0,
-                "no verification once a digest is missing"
-            );
-        }
+        let tags = usize::from(message.is_some());
+        assert_eq!(
+            verifier.resolves(),
+            tags,
+            "the tag is resolved, the digest not"
+        );
+        assert!(!d.budget_exhausted);
     }
+}
+
+/// A pod with the tag-only image `image` (and `others`) under a verifyDigest policy on
+/// `ghcr.io/*` and `hung.example/*` with `failurePolicy`.
+async fn digest_check(failure_policy: &str, verifier: &FakeVerifier, images: &[&str]) -> Decision {
+    let pol = policy(
+        "digest",
+        &format!(
+            "{PODS}matchImageReferences:\n- glob: 'ghcr.io/*'\n- glob: 'hung.example/*'\n{}failurePolicy: {failure_policy}\n{VERIFY_ALL}",
+            attestors(&["cosign"])
+        ),
+    );
+    run(verifier, &[&pol], &create(images)).await
+}
+
+const HUNG: &str = "hung.example/app:1";
+
+#[tokio::test]
+async fn verify_digest_on_an_unreachable_registry_follows_the_failure_policy() {
+    // Fail: denied, naming the image and the registry.
+    let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
+    let d = digest_check("Fail", &verifier, &[HUNG]).await;
+    assert!(!d.allowed);
+    let message = d.message.clone().unwrap_or_default();
+    assert!(
+        message.starts_with(&format!(
+            "Policy digest error: image {HUNG} does not have a digest and its tag could not be resolved: time budget of 2000ms"
+        )) && message.contains("at registry hung.example"),
+        "{message}"
+    );
+    assert!(d.budget_exhausted);
+
+    let verifier = FakeVerifier::new().host("hung.example", Mode::Unavailable);
+    let d = digest_check("Fail", &verifier, &[HUNG]).await;
+    assert_eq!(
+        d.message.as_deref(),
+        Some(
+            "Policy digest error: image hung.example/app:1 does not have a digest and its tag could not be resolved: registry hung.example failed for image hung.example/app:1: 503 Service Unavailable"
+        )
+    );
+    assert!(!d.budget_exhausted);
+
+    // Ignore: the digest check and the image's verification are skipped, with warnings.
+    let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
+    let d = digest_check("Ignore", &verifier, &[HUNG]).await;
+    assert!(d.allowed, "{:?}", d.message);
+    assert!(d.budget_exhausted);
+    assert_eq!(d.warnings.len(), 2, "{:?}", d.warnings);
+    assert!(
+        d.warnings[0].starts_with(&format!(
+            "Policy digest: digest check skipped for image {HUNG}: time budget of 2000ms"
+        )),
+        "{:?}",
+        d.warnings
+    );
+    assert!(
+        d.warnings[1].starts_with("Policy digest: verification skipped: "),
+        "{:?}",
+        d.warnings
+    );
+    assert!(d.audit_annotations.contains_key(SKIPPED_ANNOTATION));
+}
+
+#[tokio::test]
+async fn verify_digest_under_ignore_never_hides_an_unsigned_image() {
+    let verifier = FakeVerifier::new()
+        .host("hung.example", Mode::Deadline)
+        .sign(PINNED, "cosign");
+    let unsigned_pinned =
+        "ghcr.io/org/other@sha256:cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd";
+    let d = digest_check("Ignore", &verifier, &[HUNG, unsigned_pinned]).await;
+    assert!(!d.allowed);
+    assert_eq!(
+        d.message.as_deref(),
+        Some("Policy digest failed: failed the image Signature verification")
+    );
+    // A tag the registry does answer for was simply not pinned: denied whatever the policy.
+    let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
+    let d = digest_check("Ignore", &verifier, &[HUNG, SIGNED]).await;
+    assert_eq!(
+        d.message,
+        Some(format!(
+            "Policy digest failed: image {SIGNED} does not have a digest"
+        ))
+    );
+}
+
+/// A policy on `ghcr.io/*` that checks signatures and reads every container's image data.
+fn scoped_image_data_policy(failure_policy: &str) -> CompiledPolicy {
+    pod_policy(
+        "scoped",
+        &no_digest(&format!(
+            "failurePolicy: {failure_policy}\n{VERIFY_ALL}- expression: images.containers.all(i, image.GetMetadata(i).config.os == 'linux')\n"
+        )),
+    )
+}
+
+#[tokio::test]
+async fn images_outside_the_policy_scope_are_never_fetched_for_it() {
+    for failure_policy in ["Ignore", "Fail"] {
+        let pol = scoped_image_data_policy(failure_policy);
+        let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
+        let d = run(&verifier, &[&pol], &create(&[UNSIGNED, HUNG])).await;
+        assert!(!d.allowed, "{failure_policy}: an unsigned image in scope");
+        assert_eq!(
+            d.message.as_deref(),
+            Some("Policy scoped failed: failed the image Signature verification")
+        );
+        assert!(!d.budget_exhausted);
+        assert_eq!(verifier.fetched(), [UNSIGNED], "no image data for {HUNG}");
+        assert!(
+            verifier.requests().iter().all(|r| r.image != HUNG),
+            "no verification of {HUNG}"
+        );
+    }
+    // Signed in scope, hung out of scope: nothing of the hung registry is needed.
+    let pol = scoped_image_data_policy("Fail");
+    let verifier = FakeVerifier::new()
+        .host("hung.example", Mode::Deadline)
+        .sign(SIGNED, "cosign");
+    let d = run(&verifier, &[&pol], &create(&[SIGNED, HUNG])).await;
+    assert!(d.allowed, "{:?}", d.message);
+    assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+}
+
+#[tokio::test]
+async fn image_data_of_an_image_outside_the_scope_is_an_error_naming_it() {
+    let pol = pod_policy(
+        "meta",
+        &no_digest(
+            "validations:\n- expression: object.spec.containers.all(c, image.GetMetadata(c.image).config.os == 'linux')\n",
+        ),
+    );
+    let verifier = FakeVerifier::new();
+    let d = run(
+        &verifier,
+        &[&pol],
+        &create(&[SIGNED, "docker.io/library/nginx:1"]),
+    )
+    .await;
+    let message = d.message.unwrap_or_default();
+    assert!(
+        message.starts_with("Policy meta error: failed to evaluate policy: ")
+            && message.contains("image docker.io/library/nginx:1 is not selected by the policy's matchImageReferences"),
+        "{message}"
+    );
+    assert_eq!(verifier.fetched(), [SIGNED]);
+}
+
+#[tokio::test]
+async fn failure_policy_follows_the_error_type_not_its_text() {
+    let pol = pod_policy(
+        "typed",
+        &no_digest(&format!("failurePolicy: Ignore\n{VERIFY_ALL}")),
+    );
+    let verifier = FakeVerifier::new().host(
+        "ghcr.io",
+        Mode::UnavailableSaying("time budget of 1ms exhausted"),
+    );
+    let d = run(&verifier, &[&pol], &create(&[SIGNED])).await;
+    assert!(!d.allowed, "an unavailable registry is no spent budget");
+    assert!(!d.budget_exhausted);
+    assert!(d.audit_annotations.is_empty());
+}
+
+#[tokio::test]
+async fn a_budget_miss_matters_only_to_an_expression_that_reads_it() {
+    // Both images in scope; the hung one's answers are missing. The unsigned one still fails
+    // the signature check outright (CEL's `all` is false whatever the error), so Ignore does
+    // not admit it.
+    let in_scope = |failure_policy: &str| {
+        policy(
+            "both",
+            &format!(
+                "{PODS}matchImageReferences:\n- glob: 'ghcr.io/*'\n- glob: 'hung.example/*'\n{}failurePolicy: {failure_policy}\n{}",
+                attestors(&["cosign"]),
+                no_digest(VERIFY_ALL)
+            ),
+        )
+    };
+    let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
+    let d = run(
+        &verifier,
+        &[&in_scope("Ignore")],
+        &create(&[UNSIGNED, HUNG]),
+    )
+    .await;
+    assert!(!d.allowed);
+    assert_eq!(
+        d.message.as_deref(),
+        Some("Policy both failed: failed the image Signature verification")
+    );
+    // A later validation's outright failure wins over an earlier one's budget miss.
+    let pol = policy(
+        "later",
+        &format!(
+            "{PODS}matchImageReferences:\n- glob: 'ghcr.io/*'\n- glob: 'hung.example/*'\n{}failurePolicy: Ignore\n{}",
+            attestors(&["cosign"]),
+            no_digest(
+                "validations:\n- expression: images.containers.all(i, image.GetMetadata(i).config.os == 'linux')\n- expression: images.containers.all(i, verifyImageSignatures(i, [attestors.cosign]) > 0)\n  message: unsigned\n"
+            )
+        ),
+    );
+    let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
+    let d = run(&verifier, &[&pol], &create(&[UNSIGNED, HUNG])).await;
+    assert_eq!(d.message.as_deref(), Some("Policy later failed: unsigned"));
+    // A later validation's own evaluation error is a policy error, not hidden by an earlier
+    // validation's budget miss.
+    let broken = policy(
+        "broken",
+        &format!(
+            "{PODS}matchImageReferences:\n- glob: 'hung.example/*'\n{}failurePolicy: Ignore\n{}",
+            attestors(&["cosign"]),
+            no_digest(
+                "variables:\n- name: counts\n  expression: images.containers.map(i, verifyImageSignatures(i, [attestors.cosign]))\nvalidations:\n- expression: variables.counts.all(c, c >= 0)\n- expression: object.spec.noSuchField == 'x'\n"
+            )
+        ),
+    );
+    let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
+    let d = run(&verifier, &[&broken], &create(&[HUNG])).await;
+    assert!(!d.allowed, "{:?}", d.warnings);
+    assert!(
+        d.message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("Policy broken error: failed to evaluate policy: ")),
+        "{:?}",
+        d.message
+    );
+    // Several validations reading one memoized variable of missing answers: a budget miss.
+    let shared = policy(
+        "shared",
+        &format!(
+            "{PODS}matchImageReferences:\n- glob: 'hung.example/*'\n{}failurePolicy: Ignore\n{}",
+            attestors(&["cosign"]),
+            no_digest(
+                "variables:\n- name: counts\n  expression: images.containers.map(i, verifyImageSignatures(i, [attestors.cosign]))\nvalidations:\n- expression: variables.counts.all(c, c > 0)\n- expression: variables.counts.size() > 0\n"
+            )
+        ),
+    );
+    let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
+    let d = run(&verifier, &[&shared], &create(&[HUNG])).await;
+    assert!(d.allowed, "{:?}", d.message);
+    assert_eq!(d.results[0].status, Status::Skip);
+    // Only the hung image, signed or not: the failurePolicy decides.
+    let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
+    let d = run(&verifier, &[&pol], &create(&[HUNG])).await;
+    assert!(d.allowed, "{:?}", d.message);
+    assert!(d.budget_exhausted);
+    assert_eq!(d.results[0].status, Status::Skip);
 }
 
 /// A policy that checks something else and requires its images to be verified.
@@ -1172,4 +1421,206 @@ async fn example_o_image_metadata() {
             "image data fetched once, before evaluation"
         );
     }
+}
+
+#[tokio::test]
+async fn other_spellings_of_a_matched_image_are_verified() {
+    let pol = pod_policy("sig", &no_digest(VERIFY_ALL));
+    let denied = "Policy sig failed: failed the image Signature verification";
+    for image in [
+        "GHCR.IO/kyverno/test-verify-image:unsigned",
+        "ghcr.io:443/kyverno/test-verify-image:unsigned",
+        "ghcr.io:0443/kyverno/test-verify-image@sha256:abababababababababababababababababababababababababababababababab",
+    ] {
+        let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+        let d = run(&verifier, &[&pol], &create(&[image])).await;
+        assert_eq!(d.message.as_deref(), Some(denied), "{image}");
+        assert_eq!(verifier.calls(), 1, "{image}");
+        // The verifier is asked about the image as written: that is what the kubelet pulls.
+        let asked = verifier.requests.lock().unwrap()[0].image.clone();
+        assert_eq!(asked, image);
+    }
+    // Docker Hub aliases and `library/` against a glob naming docker.io.
+    let hub = policy(
+        "hub",
+        &format!(
+            "{PODS}matchImageReferences:\n- glob: 'docker.io/library/*'\n{}{}",
+            attestors(&["cosign"]),
+            no_digest(VERIFY_ALL)
+        ),
+    );
+    for image in [
+        "busybox@sha256:abababababababababababababababababababababababababababababababab",
+        "library/busybox:1",
+        "index.docker.io/library/busybox:1",
+        "registry-1.docker.io/library/busybox:1",
+    ] {
+        let verifier = FakeVerifier::new();
+        let d = run(&verifier, &[&hub], &create(&[image])).await;
+        assert!(!d.allowed, "{image}");
+        assert_eq!(verifier.calls(), 1, "{image}");
+    }
+}
+
+/// A Pod CREATE with `app` containers and `volumes` as image volumes.
+fn pod_with_volumes(app: &[&str], volumes: &[&str]) -> AdmissionRequest {
+    let mut req = create(app);
+    let spec = req
+        .object
+        .as_mut()
+        .and_then(|o| o.pointer_mut("/spec"))
+        .expect("spec");
+    spec["volumes"] = volumes
+        .iter()
+        .enumerate()
+        .map(|(i, image)| json!({"name": format!("v{i}"), "image": {"reference": image}}))
+        .collect();
+    req
+}
+
+#[tokio::test]
+async fn image_volumes_are_verified_and_required() {
+    // CEL sees them under Kyverno's key.
+    let all = pod_policy(
+        "volumes",
+        &no_digest(
+            "validations:\n- expression: (images.containers + images.imageVolumes).map(i, verifyImageSignatures(i, [attestors.cosign])).all(e, e > 0)\n  message: unsigned\n",
+        ),
+    );
+    let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+    let d = run(
+        &verifier,
+        &[&all],
+        &pod_with_volumes(&[SIGNED], &[UNSIGNED]),
+    )
+    .await;
+    assert_eq!(
+        d.message.as_deref(),
+        Some("Policy volumes failed: unsigned")
+    );
+    let d = run(&verifier, &[&all], &pod_with_volumes(&[SIGNED], &[SIGNED])).await;
+    assert!(d.allowed, "{:?}", d.message);
+    // A policy that only looks at containers still needs the volume verified (`required`).
+    let containers_only = pod_policy(
+        "containers-only",
+        &no_digest(
+            "validations:\n- expression: images.containers.map(i, verifyImageSignatures(i, [attestors.cosign])).all(e, e > 0)\n",
+        ),
+    );
+    let d = run(
+        &verifier,
+        &[&containers_only],
+        &pod_with_volumes(&[SIGNED], &[UNSIGNED]),
+    )
+    .await;
+    assert_eq!(
+        d.message,
+        Some(format!(
+            "Policy containers-only failed: image {UNSIGNED} is not verified: no policy performed a signature or attestation check on it"
+        ))
+    );
+    // verifyDigest covers them too.
+    let digests = pod_policy(
+        "digests",
+        "validationConfigurations:\n  verifyDigest: true\n  required: false\nvalidations:\n- expression: 'true'\n",
+    );
+    let d = run(
+        &FakeVerifier::new(),
+        &[&digests],
+        &pod_with_volumes(&[PINNED], &[UNSIGNED]),
+    )
+    .await;
+    assert_eq!(
+        d.message,
+        Some(format!(
+            "Policy digests failed: image {UNSIGNED} does not have a digest"
+        ))
+    );
+}
+
+#[tokio::test]
+async fn a_pods_rule_covers_kubectl_debug() {
+    // The rule names only `pods`; `kubectl debug` writes the ephemeralcontainers subresource.
+    let pol = policy(
+        "pods-only",
+        &format!(
+            "matchConstraints:\n  resourceRules:\n  - apiGroups: ['']\n    apiVersions: ['v1']\n    operations: ['CREATE']\n    resources: ['pods']\nmatchImageReferences:\n- glob: 'ghcr.io/*'\n{}{}",
+            attestors(&["cosign"]),
+            no_digest(VERIFY_ALL)
+        ),
+    );
+    let mut debug = pod("UPDATE", &[SIGNED], &[], &[UNSIGNED], json!({}));
+    debug.sub_resource = Some("ephemeralcontainers".to_owned());
+    debug.request_sub_resource = Some("ephemeralcontainers".to_owned());
+    let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+    let d = run(&verifier, &[&pol], &debug).await;
+    assert_eq!(
+        d.message.as_deref(),
+        Some("Policy pods-only failed: failed the image Signature verification")
+    );
+    // A plain Pod UPDATE is still outside a CREATE-only rule.
+    let d = run(
+        &verifier,
+        &[&pol],
+        &pod("UPDATE", &[UNSIGNED], &[], &[], json!({})),
+    )
+    .await;
+    assert!(d.allowed && d.results.is_empty());
+}
+
+/// A Pod whose annotation `list` holds `n` comma-separated items.
+fn pod_with_long_list(n: usize) -> AdmissionRequest {
+    let list = vec!["a"; n].join(",");
+    pod("CREATE", &[SIGNED], &[], &[], json!({ "list": list }))
+}
+
+const SPLIT_LIST: &str = "validations:
+- expression: \"object.metadata.annotations['list'].split(',').all(a, a != 'forbidden')\"
+";
+
+#[tokio::test]
+async fn cel_cost_budget_follows_failure_policy() {
+    for failure_policy in ["Fail", "Ignore"] {
+        let pol = pod_policy(
+            "costly",
+            &format!("failurePolicy: {failure_policy}\n{}", lenient(SPLIT_LIST)),
+        );
+        let cheap = run(&FakeVerifier::new(), &[&pol], &pod_with_long_list(10)).await;
+        assert!(cheap.allowed, "{:?}", statuses(&cheap));
+        assert_eq!(cheap.results[0].status, Status::Pass);
+
+        let d = run(&FakeVerifier::new(), &[&pol], &pod_with_long_list(400_000)).await;
+        let budget = "CEL cost budget exceeded";
+        if failure_policy == "Fail" {
+            assert!(!d.allowed);
+            let message = d.message.clone().unwrap_or_default();
+            assert!(message.starts_with("Policy costly error: "), "{message}");
+            assert!(message.contains(budget), "{message}");
+            assert_eq!(d.results[0].status, Status::Error);
+        } else {
+            assert!(d.allowed, "{:?}", statuses(&d));
+            assert_eq!(d.results[0].status, Status::Skip);
+            assert!(
+                d.warnings.iter().any(|w| w.contains(budget)),
+                "{:?}",
+                d.warnings
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn cel_evaluation_stops_at_the_request_deadline() {
+    let pol = pod_policy("late", &lenient(SPLIT_LIST));
+    let d = validate(
+        &FakeVerifier::new(),
+        &[&pol],
+        &pod_with_long_list(10_000),
+        None,
+        Instant::now(),
+    )
+    .await;
+    assert!(!d.allowed);
+    let message = d.message.unwrap_or_default();
+    assert!(message.contains("deadline has passed"), "{message}");
 }

@@ -27,7 +27,15 @@ fn eligibility() {
     let not_eligible: Vec<Vec<(&str, Option<Value>)>> = vec![
         vec![(
             "/spec/matchConstraints/resourceRules/0/resources",
-            Some(json!(["pods", "pods/ephemeralcontainers"])),
+            Some(json!(["pods", "configmaps"])),
+        )],
+        vec![(
+            "/spec/matchConstraints/resourceRules/0/resources",
+            Some(json!(["pods", "services/proxy"])),
+        )],
+        vec![(
+            "/spec/matchConstraints/resourceRules/0/resources",
+            Some(json!(["pods/ephemeralcontainers"])),
         )],
         vec![(
             "/spec/matchConstraints/resourceRules/0/apiGroups",
@@ -64,6 +72,27 @@ fn eligibility() {
     ];
     for patches in not_eligible {
         assert!(compiled(&patches).autogen.is_empty(), "{patches:?}");
+    }
+    // Pod subresources next to `pods` do not prevent autogen (Kyverno #17427).
+    for resources in [
+        json!(["pods", "pods/ephemeralcontainers"]),
+        json!(["pods/ephemeralcontainers", "pods", "pods/status"]),
+    ] {
+        let p = compiled(&[(
+            "/spec/matchConstraints/resourceRules/0/resources",
+            Some(resources.clone()),
+        )]);
+        assert_eq!(configs(&p), [DEFAULTS, CRONJOBS], "{resources}");
+        for variant in &p.autogen {
+            assert!(
+                variant
+                    .match_constraints
+                    .resource_rules
+                    .iter()
+                    .all(|r| r.resources.iter().all(|x| !x.contains('/'))),
+                "controllers get no subresources: {resources}"
+            );
+        }
     }
     // An empty object selector does not prevent autogen.
     let p = compiled(&[("/spec/matchConstraints/objectSelector", Some(json!({})))]);

@@ -393,3 +393,30 @@ fn compile_rejects_foreign_kinds() {
         "ValidatingPolicy/base: kind: Unsupported value: \"ValidatingPolicy\": supported values: \"ImageValidatingPolicy\", \"ImageVerificationPolicy\", \"NamespacedImageValidatingPolicy\""
     );
 }
+
+#[test]
+fn a_costly_expression_is_refused_naming_policy_field_and_expression() {
+    let nested = "object.spec.containers.all(a, object.spec.containers.all(b, \
+                  object.spec.containers.all(c, a.name != b.name || b.name != c.name)))";
+    for pointer in [
+        "/spec/validations/0/expression",
+        "/spec/validations/0/messageExpression",
+        "/spec/matchConditions/0/expression",
+        "/spec/variables/0/expression",
+    ] {
+        let errors = errors_after(&[set(pointer, json!(nested))]);
+        let field = pointer
+            .trim_start_matches('/')
+            .replace("/0/", "[0].")
+            .replace('/', ".");
+        let error = errors
+            .iter()
+            .find(|e| e.contains("too costly"))
+            .unwrap_or_else(|| panic!("{pointer}: {errors:?}"));
+        assert!(
+            error.contains(&format!("{field}: policy \"base\"")),
+            "{error}"
+        );
+        assert!(error.contains(nested), "{error}");
+    }
+}

@@ -365,6 +365,28 @@ fn top_level_enums_and_limits() {
             ],
         ),
         (
+            "a cluster policy may name any namespace's secrets",
+            vec![set(
+                "/spec/credentials",
+                json!({"secrets": ["pull", "ivory/pull", "team/pull"]}),
+            )],
+            vec![],
+        ),
+        (
+            "a namespaced policy names its own namespace's secrets only",
+            vec![
+                set("/kind", json!("NamespacedImageValidatingPolicy")),
+                set("/metadata/namespace", json!("team")),
+                set(
+                    "/spec/credentials",
+                    json!({"secrets": ["pull", "team/pull", "ivory/pull"]}),
+                ),
+            ],
+            vec![
+                "spec.credentials.secrets[2]: Invalid value: \"ivory/pull\": a NamespacedImageValidatingPolicy may only use Secrets of its own namespace \"team\"",
+            ],
+        ),
+        (
             "autogen controllers",
             vec![set(
                 "/spec/autogen",

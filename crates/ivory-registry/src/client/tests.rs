@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::limit::LimitedWriter;
+use super::http::{BodyError, ReadBudget, read_capped};
 use super::transport::backoff;
 use super::*;
 
@@ -75,7 +75,7 @@ async fn digest_refs_and_bad_input_need_no_network() {
         .fetch_blob("unreachable.invalid/xy", "md5:abc", 10, &c, deadline)
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidReference { .. }), "{err}");
+    assert!(matches!(err, Error::InvalidDigest { .. }), "{err}");
     let err = r
         .referrers("unreachable.invalid/xy:tag", None, &c, deadline)
         .await
@@ -84,11 +84,30 @@ async fn digest_refs_and_bad_input_need_no_network() {
     assert!(r.stats().is_empty());
 }
 
+fn answer(body: Vec<u8>) -> reqwest::Response {
+    reqwest::Response::from(::http::Response::new(body))
+}
+
 #[tokio::test]
-async fn limited_writer_stops_at_limit() {
-    use tokio::io::AsyncWriteExt;
-    let mut w = LimitedWriter::new(4);
-    w.write_all(b"abc").await.unwrap();
-    assert!(w.write_all(b"de").await.is_err());
-    assert!(w.exceeded);
+async fn capped_reads_stop_at_the_limit_and_stay_within_budget() {
+    let budget = ReadBudget::new(1 << 20);
+    let body = read_capped(answer(vec![7; 1000]), 1000, &budget)
+        .await
+        .unwrap();
+    assert_eq!(body.len(), 1000);
+    assert!(body.capacity() <= 1000, "capacity {}", body.capacity());
+    assert!(matches!(
+        read_capped(answer(vec![7; 1001]), 1000, &budget).await,
+        Err(BodyError::TooLarge)
+    ));
+    // The budget came back after each read.
+    let body = read_capped(answer(vec![1; 1 << 20]), 1 << 20, &budget)
+        .await
+        .unwrap();
+    assert_eq!(body.len(), 1 << 20);
+    let tight = ReadBudget::new(100);
+    assert!(matches!(
+        read_capped(answer(vec![1; 500]), 1000, &tight).await,
+        Err(BodyError::BudgetExhausted)
+    ));
 }

@@ -119,25 +119,42 @@ fn a_policy_broken_from_the_start_is_an_error_not_a_policy() {
     assert_eq!(snapshot.errors.len(), 1);
 }
 
+/// A source without a client: the Namespaces given, and one synced Secret store per
+/// namespace of the Secrets given (ivory's own always).
 fn source_with(namespaces: Vec<Namespace>, secrets: Vec<Secret>) -> KubeSource {
     let (ns_reader, mut ns_writer) = reflector::store::<Namespace>();
     for ns in namespaces {
         ns_writer.apply_watcher_event(&watcher::Event::Apply(ns));
     }
-    let (secret_reader, mut secret_writer) = reflector::store::<Secret>();
+    let mut by_namespace: BTreeMap<String, Vec<Secret>> =
+        BTreeMap::from([("ivory".into(), vec![])]);
     for s in secrets {
-        secret_writer.apply_watcher_event(&watcher::Event::Apply(s));
+        let ns = s.metadata.namespace.clone().unwrap_or_default();
+        by_namespace.entry(ns).or_default().push(s);
     }
+    let stores = by_namespace
+        .into_iter()
+        .map(|(ns, secrets)| {
+            let (reader, mut writer) = reflector::store::<Secret>();
+            writer.apply_watcher_event(&watcher::Event::Init);
+            for s in secrets {
+                writer.apply_watcher_event(&watcher::Event::InitApply(s));
+            }
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+            (ns, reader)
+        })
+        .collect();
     // The stores keep their contents after the writers are dropped.
     KubeSource {
+        client: None,
         namespaces: ns_reader,
-        secrets: secret_reader,
+        secrets: Arc::new(RwLock::new(stores)),
         own_namespace: "ivory".to_owned(),
     }
 }
 
-#[test]
-fn namespaces_carry_their_real_labels_and_unknown_ones_are_synthesized() {
+#[tokio::test]
+async fn namespaces_carry_their_real_labels_and_unknown_ones_are_unknown() {
     let ns = Namespace {
         metadata: ObjectMeta {
             name: Some("team".into()),
@@ -148,11 +165,54 @@ fn namespaces_carry_their_real_labels_and_unknown_ones_are_synthesized() {
         ..Namespace::default()
     };
     let source = source_with(vec![ns], vec![]).namespace_source();
-    let value = source.namespace("team").unwrap();
+    let deadline = Instant::now() + std::time::Duration::from_secs(1);
+    let value = source.namespace("team", deadline).await.unwrap();
     assert_eq!(value["metadata"]["labels"]["tier"], "prod");
     assert_eq!(value["kind"], "Namespace");
     assert!(value["metadata"].get("managedFields").is_none(), "{value}");
-    assert_eq!(source.namespace("new").unwrap(), namespace_object("new"));
+    // Not seen and no API to ask: unknown, so the server leaves selectors to the API server.
+    assert_eq!(source.namespace("new", deadline).await, None);
+}
+
+/// A client whose API server knows Namespace `fresh` (labelled `tier: prod`) and nothing
+/// else, and never answers for `hung`.
+fn fake_api() -> Client {
+    let service = tower::service_fn(|req: axum::http::Request<kube::client::Body>| async move {
+        let path = req.uri().path().to_owned();
+        if path.ends_with("/hung") {
+            std::future::pending::<()>().await;
+        }
+        let (status, body) = if path == "/api/v1/namespaces/fresh" {
+            let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+                            "metadata": {"name": "fresh", "labels": {"tier": "prod"}}});
+            (200, ns)
+        } else {
+            let status = json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                                "reason": "NotFound", "code": 404, "message": "not found"});
+            (404, status)
+        };
+        axum::http::Response::builder()
+            .status(status)
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(body.to_string()))
+    });
+    Client::new(service, "default")
+}
+
+#[tokio::test]
+async fn namespaces_the_watch_has_not_seen_are_read_from_the_api_within_the_deadline() {
+    let mut source = source_with(vec![], vec![]);
+    source.client = Some(fake_api());
+    let namespaces = source.namespace_source();
+    let deadline = Instant::now() + std::time::Duration::from_secs(5);
+    let fresh = namespaces.namespace("fresh", deadline).await.unwrap();
+    assert_eq!(fresh["metadata"]["labels"]["tier"], "prod");
+    assert_eq!(fresh["kind"], "Namespace");
+    assert_eq!(namespaces.namespace("missing", deadline).await, None);
+    let start = Instant::now();
+    let short = start + std::time::Duration::from_millis(200);
+    assert_eq!(namespaces.namespace("hung", short).await, None);
+    assert!(start.elapsed() < std::time::Duration::from_secs(2));
 }
 
 fn docker_secret(namespace: &str, name: &str, host: &str) -> Secret {
@@ -198,4 +258,104 @@ fn credentials_come_from_secrets_in_ivorys_namespace() {
         ..PolicyCredentials::default()
     };
     assert!(source.credentials(Some(&elsewhere)).is_empty());
+}
+
+fn secrets(names: &[&str]) -> PolicyCredentials {
+    PolicyCredentials {
+        secrets: names.iter().map(|n| (*n).to_owned()).collect(),
+        ..PolicyCredentials::default()
+    }
+}
+
+#[tokio::test]
+async fn credential_scope_follows_kyverno() {
+    let source = source_with(
+        vec![],
+        vec![
+            docker_secret("ivory", "ivory-pull", "registry.test"),
+            docker_secret("team", "team-pull", "registry.test"),
+        ],
+    );
+    let deadline = Instant::now() + std::time::Duration::from_secs(1);
+    let prepare = |ns: Option<&'static str>, names: &'static [&'static str]| {
+        let source = source.clone();
+        async move { source.prepare(ns, &secrets(names), deadline).await }
+    };
+    // A cluster policy: plain names in ivory's namespace, `ns/name` anywhere.
+    assert_eq!(prepare(None, &["ivory-pull"]).await, Ok(()));
+    assert_eq!(
+        prepare(None, &["team/team-pull", "ivory/ivory-pull"]).await,
+        Ok(())
+    );
+    assert!(
+        !source
+            .credentials(Some(&secrets(&["team/team-pull"])))
+            .is_empty()
+    );
+    assert_eq!(
+        prepare(None, &["ivory-pull", "team-pull"]).await,
+        Err(
+            "spec.credentials.secrets[1] \"team-pull\": Secret ivory/team-pull of type \
+             kubernetes.io/dockerconfigjson not found"
+                .into()
+        )
+    );
+    // A namespaced policy: its own namespace only; ivory's Secret is out of reach.
+    assert_eq!(prepare(Some("team"), &["team-pull"]).await, Ok(()));
+    assert_eq!(prepare(Some("team"), &["team/team-pull"]).await, Ok(()));
+    assert_eq!(
+        prepare(Some("team"), &["ivory-pull"]).await,
+        Err(
+            "spec.credentials.secrets[0] \"ivory-pull\": Secret team/ivory-pull of type \
+             kubernetes.io/dockerconfigjson not found; a NamespacedImageValidatingPolicy reads \
+             Secrets of its own namespace only"
+                .into()
+        )
+    );
+    assert_eq!(
+        prepare(Some("team"), &["ivory/ivory-pull"]).await,
+        Err(
+            "spec.credentials.secrets[0] \"ivory/ivory-pull\": a NamespacedImageValidatingPolicy \
+             may only use Secrets of its own namespace \"team\""
+                .into()
+        )
+    );
+    // A namespace nobody watches, and no API to start a watch with.
+    let err = prepare(None, &["elsewhere/x"]).await.unwrap_err();
+    assert!(
+        err.contains("Secrets of namespace elsewhere are not watched"),
+        "{err}"
+    );
+}
+
+#[test]
+fn namespaced_policies_plain_secret_names_are_their_own_namespace() {
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "policies.kyverno.io/v1",
+        "kind": "NamespacedImageValidatingPolicy",
+        "metadata": {"name": "p", "namespace": "team", "resourceVersion": "1"},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["pods"]
+            }]},
+            "credentials": {"secrets": ["team-pull", "team/other"]},
+            "attestors": [],
+            "validations": [{"expression": "true"}],
+        }
+    }))
+    .unwrap();
+    let policy = compile_object(&object, &key_of(&object)).unwrap();
+    let creds = policy.spec.credentials.as_ref().unwrap();
+    assert_eq!(creds.secrets, ["team/team-pull", "team/other"]);
+    // Naming another namespace is a load error, not a silent skip.
+    let mut object = object;
+    object.data["spec"]["credentials"]["secrets"] = json!(["ivory/ivory-pull"]);
+    let errors = compile_object(&object, &key_of(&object)).unwrap_err();
+    assert!(
+        errors[0].contains(
+            "a NamespacedImageValidatingPolicy may only use Secrets of its own namespace"
+        ),
+        "{errors:?}"
+    );
 }

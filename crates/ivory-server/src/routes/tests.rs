@@ -15,7 +15,8 @@ use super::*;
 
 const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 
-/// Tags resolve to [`DIGEST`]; images on host `hung.example` never answer.
+/// Tags resolve to [`DIGEST`]; images on host `hung.example` never answer; those on
+/// `liar.example` fail at once with a message that reads like a spent budget.
 struct FakeVerifier;
 
 impl ImageVerifier for FakeVerifier {
@@ -28,6 +29,17 @@ impl ImageVerifier for FakeVerifier {
         async move {
             if image.starts_with("hung.example") {
                 std::future::pending::<()>().await;
+            }
+            assert!(
+                !image.starts_with("panic.example"),
+                "the fake verifier panics for {image}"
+            );
+            if image.starts_with("liar.example") {
+                return Err(VerifyError::Unavailable {
+                    image: image.to_owned(),
+                    registry: "liar.example".into(),
+                    message: "time budget of 1ms exhausted".into(),
+                });
             }
             Ok(DIGEST.to_owned())
         }
@@ -334,29 +346,226 @@ async fn namespaced_route_applies_only_in_the_policy_namespace() {
     assert_eq!(response_of(&bytes)["status"]["code"], 404);
 }
 
+/// `default` is labelled `tier: prod`, `dev` `tier: dev`; other namespaces are unknown.
 struct Labelled;
 
 impl NamespaceSource for Labelled {
-    fn namespace(&self, name: &str) -> Option<Value> {
-        (name == "default").then(|| json!({"metadata": {"name": name, "labels": {"tier": "prod"}}}))
+    fn namespace<'a>(&'a self, name: &'a str, _: Instant) -> BoxFuture<'a, Option<Value>> {
+        let tier = match name {
+            "default" => Some("prod"),
+            "dev" => Some("dev"),
+            _ => None,
+        };
+        let object = tier.map(|t| json!({"metadata": {"name": name, "labels": {"tier": t}}}));
+        async move { object }.boxed()
     }
 }
 
+fn in_namespace(uid: &str, namespace: &str) -> String {
+    let mut review = pod_review(uid, "nginx:1.27");
+    review["request"]["namespace"] = json!(namespace);
+    review.to_string()
+}
+
 #[tokio::test]
-async fn namespace_objects_come_from_the_source_when_set() {
+async fn namespace_selectors_use_known_labels_and_trust_the_api_server_otherwise() {
     let text = ivory_policy::DEFAULT_POLICY_YAML.replace(
         "  matchConstraints:\n",
         "  matchConstraints:\n    namespaceSelector:\n      matchLabels: {tier: prod}\n",
     );
     let report = load_str(&text, "prod.yaml");
     assert!(report.errors.is_empty(), "{:?}", report.errors);
-    let body = pod_review("s-1", "nginx:1.27").to_string();
-    // Synthesized objects only carry the name label: the selector does not match.
+    let path = "/ivpol/mutate/ivory-pin-digests";
+    let patched = |bytes: &[u8]| response_of(bytes).get("patch").is_some();
+    // Without a Namespace source (file mode) the labels are unknown: the API server, whose
+    // webhook for this policy carries the selector, chose to call, so the policy applies.
     let s = state(PolicyStore::with_policies(report.policies.clone()));
-    let (_, bytes) = post(&s, "/ivpol/mutate/ivory-pin-digests", body.clone()).await;
-    assert!(response_of(&bytes).get("patch").is_none());
+    let (_, bytes) = post(&s, path, in_namespace("s-1", "default")).await;
+    assert!(patched(&bytes), "{}", response_of(&bytes));
+    // With a source, known labels decide; unknown ones are again left to the API server.
     let mut s = state(PolicyStore::with_policies(report.policies));
     s.namespaces = Some(Arc::new(Labelled));
-    let (_, bytes) = post(&s, "/ivpol/mutate/ivory-pin-digests", body).await;
-    assert_eq!(response_of(&bytes)["patchType"], "JSONPatch");
+    let (_, bytes) = post(&s, path, in_namespace("s-2", "default")).await;
+    assert!(patched(&bytes));
+    let (_, bytes) = post(&s, path, in_namespace("s-3", "dev")).await;
+    assert_eq!(response_of(&bytes), json!({"uid": "s-3", "allowed": true}));
+    let (_, bytes) = post(&s, path, in_namespace("s-4", "created-a-moment-ago")).await;
+    assert!(patched(&bytes));
+}
+
+#[tokio::test]
+async fn paths_without_policy_names_are_400() {
+    let s = ready_state();
+    for path in [
+        "/ivpol/validate//",
+        "/ivpol/validate/%2F",
+        "/nivpol/mutate///",
+    ] {
+        let (status, bytes) = post(&s, path, pod_review("p", "nginx").to_string()).await;
+        let text = String::from_utf8(bytes).unwrap();
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {text}");
+        assert!(
+            text.starts_with("ivory: the webhook path names no policy (expected /"),
+            "{path}: {text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn objects_policies_cannot_read_are_400_naming_the_field() {
+    let s = ready_state();
+    let cases = [
+        (
+            "/object",
+            json!("a pod"),
+            "request.object must be an object, found a string",
+        ),
+        (
+            "/object",
+            json!([1, 2]),
+            "request.object must be an object, found a list",
+        ),
+        (
+            "/object/spec",
+            json!("x"),
+            "request.object.spec must be an object",
+        ),
+        (
+            "/object/spec/containers",
+            json!({"image": "nginx"}),
+            "request.object.spec.containers must be a list, found an object",
+        ),
+        (
+            "/object/spec/containers/0/image",
+            json!(["nginx"]),
+            "request.object.spec.containers[0].image must be a string, found a list",
+        ),
+    ];
+    for (pointer, value, expected) in cases {
+        let mut review = pod_review("bad", "nginx:1.27");
+        *review["request"].pointer_mut(pointer).unwrap() = value;
+        for path in [
+            "/ivpol/validate/ivory-pin-digests",
+            "/ivpol/mutate/ivory-pin-digests",
+        ] {
+            let (status, bytes) = post(&s, path, review.to_string()).await;
+            let text = String::from_utf8(bytes).unwrap();
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{pointer}: {text}");
+            assert!(text.contains(expected), "{pointer}: {text}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn huge_timeouts_saturate() {
+    let s = ready_state();
+    let body = pod_review("t", "nginx:1.27").to_string();
+    for query in [
+        "timeout=10000000000000000000s",
+        "timeout=99999999999999999999999h",
+    ] {
+        let path = format!("/ivpol/mutate/ivory-pin-digests?{query}");
+        let (status, bytes) = post(&s, &path, body.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{query}");
+        assert_eq!(response_of(&bytes)["patchType"], "JSONPatch");
+    }
+}
+
+#[tokio::test]
+async fn a_panic_is_answered_by_the_failure_policy_and_counted() {
+    for (failure, allowed) in [("Fail", false), ("Ignore", true)] {
+        let s = state(PolicyStore::with_policies(vec![hung_policy(failure)]));
+        let body = pod_review("u-p", "panic.example/app:v1").to_string();
+        let (status, bytes) = post(&s, "/ivpol/mutate/ivory-pin-digests", body).await;
+        assert_eq!(status, StatusCode::OK);
+        let resp = response_of(&bytes);
+        assert_eq!(resp["uid"], "u-p");
+        assert_eq!(resp["allowed"], allowed, "{resp}");
+        assert!(
+            resp.to_string()
+                .contains("ivory: internal error evaluating policy ivory-pin-digests"),
+            "{resp}"
+        );
+        let (_, metrics) = get(&s, "/metrics").await;
+        assert!(
+            metrics.contains(r#"ivory_admission_panics_total{route="ivpol_mutate"} 1"#),
+            "{metrics}"
+        );
+        // The server keeps serving.
+        let body = pod_review("u-q", "nginx:1.27").to_string();
+        let (_, bytes) = post(&s, "/ivpol/mutate/ivory-pin-digests", body).await;
+        assert_eq!(response_of(&bytes)["patchType"], "JSONPatch");
+    }
+}
+
+/// Secrets named `good` can be used; any other name cannot.
+struct OnlyGood;
+
+impl CredentialSource for OnlyGood {
+    fn prepare<'a>(
+        &'a self,
+        policy_namespace: Option<&'a str>,
+        credentials: &'a Credentials,
+        _: Instant,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        let bad = credentials
+            .secrets
+            .iter()
+            .find(|s| s.as_str() != "good")
+            .map(|s| format!("secret {s} of {policy_namespace:?} unusable"));
+        async move { bad.map_or(Ok(()), Err) }.boxed()
+    }
+}
+
+fn with_secrets(name: &str, failure: &str, secret: &str) -> CompiledPolicy {
+    let text = default_policy_text()
+        .replace("name: ivory-pin-digests", &format!("name: {name}"))
+        .replace("failurePolicy: Fail", &format!("failurePolicy: {failure}"))
+        + &format!("  credentials:\n    secrets: [{secret}]\n");
+    let report = load_str(&text, "creds.yaml");
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    report.policies.into_iter().next().unwrap()
+}
+
+#[tokio::test]
+async fn unusable_credentials_are_an_explicit_answer() {
+    let policies = vec![
+        with_secrets("fine", "Fail", "good"),
+        with_secrets("strict", "Fail", "gone"),
+        with_secrets("lenient", "Ignore", "gone"),
+    ];
+    let mut s = state(PolicyStore::with_policies(policies));
+    s.credentials = Some(Arc::new(OnlyGood));
+    let body = pod_review("c-1", "nginx:1.27").to_string();
+    let (_, bytes) = post(&s, "/ivpol/mutate/fine/strict/lenient", body.clone()).await;
+    let resp = response_of(&bytes);
+    assert_eq!(resp["allowed"], false, "{resp}");
+    assert_eq!(
+        resp["status"]["message"],
+        "ivory: ImageValidatingPolicy strict: secret gone of None unusable"
+    );
+    // An Ignore policy is skipped with a warning; the others still run.
+    let (_, bytes) = post(&s, "/ivpol/mutate/fine/lenient", body).await;
+    let resp = response_of(&bytes);
+    assert_eq!(resp["allowed"], true, "{resp}");
+    assert_eq!(resp["patchType"], "JSONPatch", "{resp}");
+    assert_eq!(
+        resp["warnings"],
+        json!(["ivory: ImageValidatingPolicy lenient: secret gone of None unusable"])
+    );
+}
+
+#[tokio::test]
+async fn the_deadline_metric_follows_the_error_type_not_its_text() {
+    let s = state(PolicyStore::with_policies(vec![hung_policy("Fail")]));
+    let body = pod_review("u-l", "liar.example/app:v1").to_string();
+    let (_, bytes) = post(&s, "/ivpol/mutate/ivory-pin-digests?timeout=5s", body).await;
+    let resp = response_of(&bytes);
+    assert_eq!(resp["allowed"], false, "{resp}");
+    assert!(resp.to_string().contains("time budget of 1ms"), "{resp}");
+    let (_, metrics) = get(&s, "/metrics").await;
+    assert!(
+        !metrics.contains(r#"ivory_deadline_expiries_total{route="ivpol_mutate"} 1"#),
+        "{metrics}"
+    );
 }

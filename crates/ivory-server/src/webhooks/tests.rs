@@ -48,7 +48,10 @@ fn default_policy_basic_webhooks() {
     // The pod rule plus the autogen rules for controllers and cronjobs.
     let rules = hook["rules"].as_array().unwrap();
     let resources: Vec<&Value> = rules.iter().map(|r| &r["resources"]).collect();
-    assert!(resources.contains(&&json!(["pods"])), "{rules:?}");
+    assert!(
+        resources.contains(&&json!(["pods", "pods/ephemeralcontainers"])),
+        "{rules:?}"
+    );
     assert!(resources.contains(&&json!(["cronjobs"])), "{rules:?}");
     assert!(
         resources.contains(&&json!([
@@ -113,6 +116,51 @@ fn fail_ignore_split_fine_grained_and_namespaced() {
 }
 
 #[test]
+fn a_policy_with_a_namespace_selector_gets_its_own_webhook() {
+    let with_selector = |kind: &str, name: &str| {
+        let mut p = policy(kind, name, "");
+        p.match_constraints.namespace_selector = Some(LabelSelector {
+            match_labels: [("env".to_owned(), "prod".to_owned())].into(),
+            ..LabelSelector::default()
+        });
+        p
+    };
+    let prod_a = with_selector("ImageValidatingPolicy", "prod-a");
+    let prod_b = with_selector("ImageValidatingPolicy", "prod-b");
+    let plain = policy("ImageValidatingPolicy", "plain", "");
+    let team = with_selector("NamespacedImageValidatingPolicy", "team");
+    let opts = Options::for_service("ivory", "ivory", 443);
+    let (_, v) = generate(&[prod_a, prod_b, plain, team], &opts);
+    assert_eq!(
+        names(&v),
+        [
+            "ivpol.validate.ivory.svc-fail",
+            "ivpol.validate.ivory.svc-fail-finegrained-prod-a",
+            "ivpol.validate.ivory.svc-fail-finegrained-prod-b",
+            "nivpol.validate.ivory.svc-fail-finegrained-team-a-team",
+        ]
+    );
+    let hooks = v["webhooks"].as_array().unwrap();
+    assert_eq!(
+        hooks[0]["clientConfig"]["service"]["path"],
+        "/ivpol/validate/plain"
+    );
+    assert_eq!(
+        hooks[1]["clientConfig"]["service"]["path"],
+        "/ivpol/validate/prod-a"
+    );
+    assert_eq!(
+        hooks[1]["namespaceSelector"],
+        json!({"matchLabels": {"env": "prod"}})
+    );
+    assert_eq!(
+        hooks[3]["namespaceSelector"],
+        json!({"matchLabels": {"env": "prod"}, "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]}]})
+    );
+}
+
+#[test]
 fn compatible_match_conditions_are_offloaded_with_autogen() {
     let p = policy(
         "ImageValidatingPolicy",
@@ -154,4 +202,36 @@ fn compatible_match_conditions_are_offloaded_with_autogen() {
 
 fn names_of(v: &Value) -> Vec<String> {
     names(v).into_iter().map(str::to_owned).collect()
+}
+
+/// `kubectl debug` (UPDATE of pods/ephemeralcontainers) reaches ivory for every policy that
+/// selects pods, in both stages, even when the policy lists only `pods`.
+#[test]
+fn pod_policies_register_the_ephemeral_containers_subresource() {
+    let opts = Options::for_service("ivory", "ivory", 443);
+    let basic = policy("ImageValidatingPolicy", "basic", "");
+    let fine = policy(
+        "NamespacedImageValidatingPolicy",
+        "fine",
+        "  webhookConfiguration:\n    timeoutSeconds: 5\n",
+    );
+    let (m, v) = generate(&[basic, fine], &opts);
+    for cfg in [&m, &v] {
+        let hooks = cfg["webhooks"].as_array().unwrap();
+        assert_eq!(hooks.len(), 2, "{cfg:#}");
+        for hook in hooks {
+            let rules = hook["rules"].as_array().unwrap();
+            assert!(
+                rules.contains(&json!({
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["UPDATE"],
+                    "resources": ["pods/ephemeralcontainers"],
+                    "scope": "*",
+                })),
+                "{}: {rules:#?}",
+                hook["name"]
+            );
+        }
+    }
 }

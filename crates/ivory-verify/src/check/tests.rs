@@ -318,7 +318,7 @@ fn bundle_v03_dsse_verifies_and_mismatched_signature_fails() {
     assert!(evaluate(&p, A_TXT, &[bad], Some("https://slsa.dev/provenance/v1")).is_err());
 }
 
-fn workspace_fixture(path: &str) -> String {
+pub(super) fn workspace_fixture(path: &str) -> String {
     std::fs::read_to_string(format!(
         "{}/../../fixtures/{path}",
         env!("CARGO_MANIFEST_DIR")

@@ -108,7 +108,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policies = check::policies(&args.policies, &args.quick)?;
     let mut config = args.registry.config()?;
     config.page_size = args.page_size;
-    let verifier = wiring::verifier_for(config)?;
+    let verifier = wiring::verifier_for(config, args.registry.tag_cache_ttl)?;
     let registry = verifier.registry().clone();
     let checker = Arc::new(Checker {
         verifier: Arc::new(verifier),

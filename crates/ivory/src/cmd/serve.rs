@@ -59,6 +59,12 @@ pub struct Args {
     /// How often policy and certificate files are checked for changes (Go duration).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration)]
     reload_interval: Duration,
+    /// How long a tag's resolved digest is reused by the mutating stage's pins and the
+    /// verifications (Go duration; 0s disables the cache). Longer spares registries a herd of
+    /// lookups for popular tags; shorter pins a moved tag's new digest sooner (until then the
+    /// old digest is pinned). Never reused across credential sets.
+    #[arg(long, value_name = "DURATION", default_value = super::wiring::TAG_CACHE_TTL, value_parser = duration)]
+    tag_cache_ttl: Duration,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -82,7 +88,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let registry = Registry::new(registry_config(&args)?).context("creating registry client")?;
     let verifier = CosignVerifier::new(
         registry,
-        VerifierConfig::default(),
+        VerifierConfig {
+            tag_ttl: args.tag_cache_ttl,
+            ..VerifierConfig::default()
+        },
         kube_wiring::credentials_resolver(kube_slot.clone()),
     );
     let (stats_source, cache_source) = (verifier.clone(), verifier.clone());
@@ -113,7 +122,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
 
     let mut state = AppState::new(Arc::new(verifier), store, metrics);
-    state.namespaces = kube.map(|k| k.namespace_source());
+    state.namespaces = kube.as_ref().map(|k| k.namespace_source());
+    state.credentials = kube.as_ref().map(|k| k.credential_source());
     state.body_limit = args.body_limit;
     let opts = ServeOptions {
         addr: args.listen,

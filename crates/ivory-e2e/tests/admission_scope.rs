@@ -1,0 +1,561 @@
+//! Admission scope against a real kube-apiserver, through webhooks registered from
+//! `ivory webhooks` and the real registry:
+//!
+//! * a policy with a `namespaceSelector` applies in a namespace created just before the Pod,
+//!   with `ivory serve --kube` (the Namespace is read from the API when the reflector has not
+//!   seen it yet) and in file mode (the generated webhook carries the selector, ivory trusts
+//!   the API server's choice to call);
+//! * a NamespacedImageValidatingPolicy cannot use a pull Secret of ivory's namespace (confused
+//!   deputy): the Pod is denied naming the Secret it looked for; the Secret of its own namespace
+//!   works.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use base64::Engine as _;
+use ivory_e2e::{Cluster, IvoryServer, eventually, run_ivory, unique_name};
+use ivory_testkit::{Harness, HarnessOptions, RegistryHarness, TestPki};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ObjectMeta, Patch,
+    PatchParams, PostParams,
+};
+use serde_json::{Value, json};
+
+/// How long the API server may take to put a webhook configuration in its chain, and ivory to
+/// see a policy change.
+const PROPAGATION: Duration = Duration::from_secs(30);
+const SELECT_LABEL: &str = "ivory-e2e/select";
+const AUTH_USER: &str = "e2e";
+const AUTH_PASSWORD: &str = "e2e-secret-password";
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Installs deploy/crds and waits until both are Established.
+async fn install_crds(client: &Client) -> Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for file in [
+        "policies.kyverno.io_imagevalidatingpolicies.yaml",
+        "policies.kyverno.io_namespacedimagevalidatingpolicies.yaml",
+    ] {
+        let text = std::fs::read_to_string(workspace().join("deploy/crds").join(file))?;
+        let crd: CustomResourceDefinition = serde_yaml::from_str(&text)?;
+        let name = crd.metadata.name.clone().context("CRD without a name")?;
+        api.patch(
+            &name,
+            &PatchParams::apply("ivory-e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+        eventually(&format!("CRD {name} Established"), PROPAGATION, || {
+            let (api, name) = (api.clone(), name.clone());
+            async move {
+                let crd = api.get(&name).await?;
+                let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+                if conditions
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+                {
+                    Ok(())
+                } else {
+                    Err(anyhow::anyhow!("not established yet"))
+                }
+            }
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// Applies a policy document of either kind (server-side apply).
+async fn apply_policy(client: &Client, yaml: &str) -> Result<()> {
+    let object: DynamicObject = serde_json::from_value(serde_yaml::from_str::<Value>(yaml)?)?;
+    let name = object.metadata.name.clone().context("policy has no name")?;
+    let api: Api<DynamicObject> = match object.metadata.namespace.as_deref() {
+        Some(ns) => {
+            let gvk = GroupVersionKind::gvk(
+                "policies.kyverno.io",
+                "v1",
+                "NamespacedImageValidatingPolicy",
+            );
+            let resource =
+                ApiResource::from_gvk_with_plural(&gvk, "namespacedimagevalidatingpolicies");
+            Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        None => {
+            let gvk = GroupVersionKind::gvk("policies.kyverno.io", "v1", "ImageValidatingPolicy");
+            let resource = ApiResource::from_gvk_with_plural(&gvk, "imagevalidatingpolicies");
+            Api::all_with(client.clone(), &resource)
+        }
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply("ivory-e2e").force(),
+        &Patch::Apply(&object),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn namespace(client: &Client, prefix: &str, labels: &[(&str, &str)]) -> Result<String> {
+    let name = unique_name(prefix);
+    let mut all = BTreeMap::from([("ivory-e2e".to_owned(), "true".to_owned())]);
+    all.extend(
+        labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(all),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    Ok(name)
+}
+
+/// The API server's answer to a Pod CREATE: (status, body).
+async fn create_pod(client: &Client, ns: &str, image: &str, dry_run: bool) -> Result<(u16, Value)> {
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": unique_name("pod")},
+        "spec": {"containers": [{"name": "app", "image": image}]}
+    });
+    let mut uri = format!("/api/v1/namespaces/{ns}/pods");
+    if dry_run {
+        uri.push_str("?dryRun=All");
+    }
+    let request = http::Request::post(uri)
+        .header("content-type", "application/json")
+        .body(kube::client::Body::from(serde_json::to_vec(&pod)?))?;
+    let response = client.send(request).await?;
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect_bytes().await?;
+    Ok((
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    ))
+}
+
+fn image_of(body: &Value) -> &str {
+    body.pointer("/spec/containers/0/image")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// TLS material for ivory: (cert, key, CA) files in `dir`.
+fn tls(dir: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
+    let pki = TestPki::generate("ivory e2e CA")?;
+    let files = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.pem"));
+    std::fs::write(&files.0, &pki.server_chain_pem)?;
+    std::fs::write(&files.1, &pki.server_key_pem)?;
+    std::fs::write(&files.2, &pki.ca_pem)?;
+    Ok(files)
+}
+
+/// Starts `ivory serve` with TLS from `dir`, trusting `registry_ca`, plus `extra` arguments.
+async fn serve(
+    dir: &Path,
+    registry_ca: &Path,
+    extra: &[&OsStr],
+    envs: &[(&str, &OsStr)],
+) -> Result<IvoryServer> {
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let mut args: Vec<&OsStr> = vec![
+        OsStr::new("--tls-cert"),
+        cert.as_os_str(),
+        OsStr::new("--tls-key"),
+        key.as_os_str(),
+        OsStr::new("--registry-ca"),
+        registry_ca.as_os_str(),
+    ];
+    args.extend_from_slice(extra);
+    Ok(IvoryServer::start(args, envs).await?)
+}
+
+/// Registers what `ivory webhooks` prints for `policies` under configuration names prefixed
+/// with `tag` (so tests sharing the cluster do not replace each other's), returning a guard
+/// that deletes them.
+async fn register(
+    client: &Client,
+    policies: &Path,
+    ivory: &IvoryServer,
+    ca: &Path,
+    tag: &str,
+) -> Result<Registered> {
+    let domain = format!("{tag}.e2e.ivory.test");
+    let base = ivory.base_url();
+    let (code, stdout, stderr) = run_ivory(
+        [
+            OsStr::new("webhooks"),
+            OsStr::new("--policies"),
+            policies.as_os_str(),
+            OsStr::new("--url"),
+            OsStr::new(&base),
+            OsStr::new("--ca-bundle"),
+            ca.as_os_str(),
+            OsStr::new("--domain"),
+            OsStr::new(&domain),
+        ],
+        &[],
+    )
+    .await?;
+    ensure!(code == 0, "ivory webhooks failed ({code}): {stderr}");
+    let mut registered = Registered {
+        client: client.clone(),
+        names: Vec::new(),
+    };
+    for doc in serde_yaml::Deserializer::from_str(&stdout) {
+        let mut value: Value = serde::Deserialize::deserialize(doc)?;
+        let kind = value["kind"].as_str().unwrap_or("").to_owned();
+        let name = format!("{tag}-{}", kind.to_lowercase());
+        value["metadata"]["name"] = json!(name);
+        let params = PostParams::default();
+        match kind.as_str() {
+            "MutatingWebhookConfiguration" => {
+                let config: MutatingWebhookConfiguration = serde_json::from_value(value)?;
+                Api::<MutatingWebhookConfiguration>::all(client.clone())
+                    .create(&params, &config)
+                    .await?;
+            }
+            "ValidatingWebhookConfiguration" => {
+                let config: ValidatingWebhookConfiguration = serde_json::from_value(value)?;
+                Api::<ValidatingWebhookConfiguration>::all(client.clone())
+                    .create(&params, &config)
+                    .await?;
+            }
+            other => bail!("unexpected document kind {other:?} from ivory webhooks"),
+        }
+        registered.names.push((kind, name));
+    }
+    Ok(registered)
+}
+
+/// Webhook configurations a test registered.
+struct Registered {
+    client: Client,
+    names: Vec<(String, String)>,
+}
+
+impl Registered {
+    async fn remove(self) -> Result<()> {
+        let params = DeleteParams::default();
+        for (kind, name) in &self.names {
+            if kind == "MutatingWebhookConfiguration" {
+                Api::<MutatingWebhookConfiguration>::all(self.client.clone())
+                    .delete(name, &params)
+                    .await?;
+            } else {
+                Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+                    .delete(name, &params)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Pins images of `host` to their digest, in namespaces labelled `SELECT_LABEL=<value>`.
+fn selected_pin_policy(name: &str, host: &str, value: &str) -> String {
+    format!(
+        "apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata:
+  name: {name}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    namespaceSelector:
+      matchLabels:
+        {SELECT_LABEL}: {value}
+    resourceRules:
+      - apiGroups: [\"\"]
+        apiVersions: [v1]
+        operations: [CREATE]
+        resources: [pods]
+  matchImageReferences:
+    - glob: \"{host}/*\"
+  validationConfigurations:
+    verifyDigest: false
+    required: false
+  attestors: []
+  validations:
+    - expression: \"true\"
+"
+    )
+}
+
+async fn push(h: &Harness, layout: &str) -> Result<(String, String)> {
+    let repo = format!("ivory/{layout}");
+    let tags = h
+        .push_oci_layout(&workspace().join("fixtures/oci/ivory").join(layout), &repo)
+        .await?;
+    let digest = tags.get("v1").context("fixture has no v1 tag")?.clone();
+    Ok((format!("{}/{repo}:v1", h.host()), digest))
+}
+
+/// Creates a namespace with the selected label and, at once, a Pod in it: the Pod must come
+/// back pinned. `rounds` times, each in a fresh namespace.
+async fn pinned_in_fresh_namespaces(
+    client: &Client,
+    value: &str,
+    image: &str,
+    pinned: &str,
+    rounds: usize,
+) -> Result<()> {
+    for round in 0..rounds {
+        let ns = namespace(client, "e2e-fresh", &[(SELECT_LABEL, value)]).await?;
+        let (status, body) = create_pod(client, &ns, image, false).await?;
+        ensure!(
+            status == 201 && image_of(&body) == pinned,
+            "round {round}: a pod in the new namespace {ns} was not pinned: {status} {body}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_selector_policies_apply_to_namespaces_ivory_has_not_seen() -> Result<()> {
+    let cluster = Cluster::shared().await?;
+    let client = cluster.client().await?;
+    install_crds(&client).await?;
+    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let (image, digest) = push(&registry, "unsigned").await?;
+    let pinned = format!("{image}@{digest}");
+    let dir = tempfile::tempdir()?;
+    let (_, _, ca) = tls(dir.path())?;
+    let registry_ca = dir.path().join("registry-ca.pem");
+    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
+    let value = unique_name("sel");
+    let policy_name = unique_name("e2e-select-pin");
+    let yaml = selected_pin_policy(&policy_name, registry.host(), &value);
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies)?;
+    std::fs::write(policies.join("select.yaml"), &yaml)?;
+    apply_policy(&client, &yaml).await?;
+    let control = namespace(&client, "e2e-unselected", &[]).await?;
+
+    // ivory serve --kube.
+    let kubeconfig = cluster.kubeconfig().as_os_str().to_owned();
+    let envs = [
+        ("KUBECONFIG", kubeconfig.as_os_str()),
+        ("POD_NAMESPACE", OsStr::new(&own_ns)),
+    ];
+    let ivory = serve(dir.path(), &registry_ca, &[OsStr::new("--kube")], &envs).await?;
+    let hooks = register(&client, &policies, &ivory, &ca, &unique_name("kube")).await?;
+    let hook = &hooks.names;
+    let first = eventually("the selector policy to pin pods", PROPAGATION, || async {
+        pinned_in_fresh_namespaces(&client, &value, &image, &pinned, 1).await
+    })
+    .await;
+    if let Err(e) = first {
+        bail!("{e}\nwebhooks {hook:?}\nivory log:\n{}", ivory.logs());
+    }
+    pinned_in_fresh_namespaces(&client, &value, &image, &pinned, 5)
+        .await
+        .with_context(|| format!("ivory --kube log:\n{}", ivory.logs()))?;
+    let (status, body) = create_pod(&client, &control, &image, true).await?;
+    ensure!(
+        status == 201 && image_of(&body) == image,
+        "outside the selector: {status} {body}"
+    );
+    // Whether the watch or the API read answered depends on timing; both must pin.
+    let read = ivory.logs().matches("read from the API").count();
+    eprintln!("namespaces read from the API instead of the watch: {read} of 6+");
+    hooks.remove().await?;
+    drop(ivory);
+
+    // File mode: no Namespace labels at all; the webhook's selector is trusted.
+    let policy_file = policies.join("select.yaml");
+    let ivory = serve(
+        dir.path(),
+        &registry_ca,
+        &[OsStr::new("--policies"), policy_file.as_os_str()],
+        &[],
+    )
+    .await?;
+    let hooks = register(&client, &policies, &ivory, &ca, &unique_name("file")).await?;
+    let first = eventually("file mode to pin pods", PROPAGATION, || async {
+        pinned_in_fresh_namespaces(&client, &value, &image, &pinned, 1).await
+    })
+    .await;
+    if let Err(e) = first {
+        bail!("{e}\nivory log:\n{}", ivory.logs());
+    }
+    pinned_in_fresh_namespaces(&client, &value, &image, &pinned, 2).await?;
+    let (status, body) = create_pod(&client, &control, &image, true).await?;
+    ensure!(
+        status == 201 && image_of(&body) == image,
+        "outside the selector: {status} {body}"
+    );
+    hooks.remove().await?;
+    Ok(())
+}
+
+/// A `kubernetes.io/dockerconfigjson` Secret for `host` with the test login.
+fn pull_secret(name: &str, host: &str) -> Result<Secret> {
+    let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+    let config = json!({"auths": {host: {"auth": b64(&format!("{AUTH_USER}:{AUTH_PASSWORD}"))}}});
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": b64(&config.to_string())}
+    }))?)
+}
+
+/// A namespaced digest-pinning policy for `host` reading the registry with `secret`.
+fn namespaced_pin_policy(name: &str, ns: &str, host: &str, secret: &str) -> String {
+    format!(
+        "apiVersion: policies.kyverno.io/v1
+kind: NamespacedImageValidatingPolicy
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [\"\"]
+        apiVersions: [v1]
+        operations: [CREATE]
+        resources: [pods]
+  matchImageReferences:
+    - glob: \"{host}/*\"
+  validationConfigurations:
+    verifyDigest: false
+    required: false
+  credentials:
+    secrets: [{secret}]
+  attestors: []
+  validations:
+    - expression: \"true\"
+"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespaced_policy_cannot_use_ivorys_pull_secret() -> Result<()> {
+    let cluster = Cluster::shared().await?;
+    let client = cluster.client().await?;
+    install_crds(&client).await?;
+    let registry = RegistryHarness::start(HarnessOptions::basic(AUTH_USER, AUTH_PASSWORD)).await?;
+    let (image, digest) = push(&registry, "unsigned").await?;
+    let pinned = format!("{image}@{digest}");
+    let dir = tempfile::tempdir()?;
+    let (_, _, ca) = tls(dir.path())?;
+    let registry_ca = dir.path().join("registry-ca.pem");
+    std::fs::write(&registry_ca, registry.ca_pem())?;
+
+    // Two working Secrets: one in ivory's namespace, one in the team's.
+    let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
+    let team = namespace(&client, "e2e-team", &[]).await?;
+    let secrets = |ns: &str| Api::<Secret>::namespaced(client.clone(), ns);
+    let params = PostParams::default();
+    secrets(&own_ns)
+        .create(&params, &pull_secret("ivory-pull", registry.host())?)
+        .await?;
+    secrets(&team)
+        .create(&params, &pull_secret("team-pull", registry.host())?)
+        .await?;
+
+    let kubeconfig = cluster.kubeconfig().as_os_str().to_owned();
+    let envs = [
+        ("KUBECONFIG", kubeconfig.as_os_str()),
+        ("POD_NAMESPACE", OsStr::new(&own_ns)),
+    ];
+    let ivory = serve(dir.path(), &registry_ca, &[OsStr::new("--kube")], &envs).await?;
+    let name = "borrow";
+    let borrowing = namespaced_pin_policy(name, &team, registry.host(), "ivory-pull");
+    apply_policy(&client, &borrowing).await?;
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies)?;
+    std::fs::write(policies.join("borrow.yaml"), &borrowing)?;
+    let hooks = register(&client, &policies, &ivory, &ca, &unique_name("creds")).await?;
+
+    // ivory's own Secret is out of the namespaced policy's reach: the Pod is refused, naming
+    // the Secret the policy may read.
+    let expected = format!(
+        "spec.credentials.secrets[0] \"{team}/ivory-pull\": Secret {team}/ivory-pull of type \
+         kubernetes.io/dockerconfigjson not found; a NamespacedImageValidatingPolicy reads \
+         Secrets of its own namespace only"
+    );
+    let denied = eventually(
+        "the borrowing policy to be refused",
+        PROPAGATION,
+        || async {
+            let (status, body) = create_pod(&client, &team, &image, true).await?;
+            let message = body["message"].as_str().unwrap_or("");
+            if status == 403 && message.contains(&expected) {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("{status} {body}"))
+            }
+        },
+    )
+    .await;
+    if let Err(e) = denied {
+        bail!("{e}\nivory log:\n{}", ivory.logs());
+    }
+
+    // The Secret of its own namespace works.
+    let own = namespaced_pin_policy(name, &team, registry.host(), "team-pull");
+    apply_policy(&client, &own).await?;
+    let pinned_now = eventually("the team Secret to pin pods", PROPAGATION, || async {
+        let (status, body) = create_pod(&client, &team, &image, true).await?;
+        if status == 201 && image_of(&body) == pinned {
+            Ok(())
+        } else {
+            Err(anyhow::anyhow!("{status} {body}"))
+        }
+    })
+    .await;
+    if let Err(e) = pinned_now {
+        bail!("{e}\nivory log:\n{}", ivory.logs());
+    }
+
+    // Naming ivory's namespace outright is a policy error, not a credential.
+    let qualified = namespaced_pin_policy(
+        "borrow-qualified",
+        &team,
+        registry.host(),
+        &format!("{own_ns}/ivory-pull"),
+    );
+    apply_policy(&client, &qualified).await?;
+    let rejected = eventually(
+        "the qualified policy to be rejected",
+        PROPAGATION,
+        || async {
+            let logs = ivory.logs();
+            if logs.contains("may only use Secrets of its own namespace") {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("not rejected yet"))
+            }
+        },
+    )
+    .await;
+    if let Err(e) = rejected {
+        bail!("{e}\nivory log:\n{}", ivory.logs());
+    }
+    hooks.remove().await?;
+    Ok(())
+}

@@ -1,0 +1,381 @@
+//! Every image a pod runs is judged by a real kube-apiserver's admission chain with ivory's
+//! webhooks (from `ivory webhooks`) registered: `kubectl debug` containers (an UPDATE of the
+//! `pods/ephemeralcontainers` subresource), OCI images mounted as volumes, pod templates with
+//! image volumes (autogen), and images written in another spelling of the policy's registry.
+//! The policy lists only `pods`, as most policies do.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use ivory_e2e::{Cluster, IvoryServer, eventually, run_ivory, unique_name};
+use ivory_testkit::policy::key_attestor_yaml;
+use ivory_testkit::{Harness, HarnessOptions, RegistryHarness, TestPki};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
+use serde_json::{Value, json};
+
+/// How long the API server may take to put a new webhook configuration in its chain.
+const PROPAGATION: Duration = Duration::from_secs(30);
+const MESSAGE: &str = "failed the image Signature verification";
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The API server's answer: status and body.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    body: Value,
+}
+
+impl Answer {
+    fn ok(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    fn message(&self) -> &str {
+        self.body["message"].as_str().unwrap_or("")
+    }
+
+    fn denied_by_policy(&self) -> bool {
+        !self.ok() && self.message().contains(MESSAGE)
+    }
+}
+
+async fn send(
+    client: &Client,
+    method: http::Method,
+    path: &str,
+    content_type: &str,
+    body: Option<&Value>,
+) -> Result<Answer> {
+    let bytes = match body {
+        Some(b) => serde_json::to_vec(b)?,
+        None => Vec::new(),
+    };
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", content_type)
+        .body(kube::client::Body::from(bytes))?;
+    let response = client.send(request).await?;
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect_bytes().await?;
+    Ok(Answer {
+        status,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    })
+}
+
+async fn create(client: &Client, collection: &str, object: &Value) -> Result<Answer> {
+    send(
+        client,
+        http::Method::POST,
+        collection,
+        "application/json",
+        Some(object),
+    )
+    .await
+}
+
+/// Pod spec with `containers` and image `volumes`.
+fn pod_spec(containers: &[&str], volumes: &[&str]) -> Value {
+    let containers: Vec<Value> = containers
+        .iter()
+        .enumerate()
+        .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
+        .collect();
+    let volumes: Vec<Value> = volumes
+        .iter()
+        .enumerate()
+        .map(|(i, image)| {
+            json!({"name": format!("v{i}"), "image": {"reference": image, "pullPolicy": "IfNotPresent"}})
+        })
+        .collect();
+    json!({"containers": containers, "volumes": volumes})
+}
+
+fn pod(name: &str, containers: &[&str], volumes: &[&str]) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": pod_spec(containers, volumes),
+    })
+}
+
+fn deployment(name: &str, containers: &[&str], volumes: &[&str]) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": pod_spec(containers, volumes),
+            },
+        },
+    })
+}
+
+/// What `kubectl debug` sends: a patch of the ephemeralcontainers subresource.
+async fn debug(client: &Client, ns: &str, pod: &str, image: &str) -> Result<Answer> {
+    let patch = json!({"spec": {"ephemeralContainers": [
+        {"name": "debugger", "image": image, "targetContainerName": "c0", "stdin": true, "tty": true}
+    ]}});
+    send(
+        client,
+        http::Method::PATCH,
+        &format!("/api/v1/namespaces/{ns}/pods/{pod}/ephemeralcontainers"),
+        "application/strategic-merge-patch+json",
+        Some(&patch),
+    )
+    .await
+}
+
+/// Verifies every image of the registry at `host` in namespace `ns` (selected by the label every
+/// namespace has: ivory runs without a Namespace informer here); the rule names only `pods`.
+fn policy_yaml(host: &str, ns: &str) -> String {
+    let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))
+        .unwrap_or_default();
+    let attestors = key_attestor_yaml(&pem);
+    format!(
+        "apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata:
+  name: e2e-pod-images
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    namespaceSelector:
+      matchExpressions:
+        - key: kubernetes.io/metadata.name
+          operator: In
+          values: [{ns}]
+    resourceRules:
+      - apiGroups: [\"\"]
+        apiVersions: [v1]
+        operations: [CREATE, UPDATE]
+        resources: [pods]
+  matchImageReferences:
+    - glob: \"{host}/*\"
+{attestors}  validations:
+    - expression: >-
+        (images.containers + images.initContainers + images.ephemeralContainers
+          + images.imageVolumes).map(i, verifyImageSignatures(i, [attestors.key])).all(e, e > 0)
+      message: {MESSAGE}
+"
+    )
+}
+
+async fn push(h: &Harness, layout: &str) -> Result<(String, String)> {
+    let repo = format!("ivory/{layout}");
+    let tags = h
+        .push_oci_layout(&workspace().join("fixtures/oci/ivory").join(layout), &repo)
+        .await?;
+    let digest = tags.get("v1").context("fixture has no v1 tag")?.clone();
+    Ok((repo, digest))
+}
+
+/// Registers what `ivory webhooks` prints for the policies in `policies`.
+async fn register_webhooks(client: &Client, policies: &Path, url: &str, ca: &Path) -> Result<()> {
+    let (code, stdout, stderr) = run_ivory(
+        [
+            OsStr::new("webhooks"),
+            OsStr::new("--policies"),
+            policies.as_os_str(),
+            OsStr::new("--url"),
+            OsStr::new(url),
+            OsStr::new("--ca-bundle"),
+            ca.as_os_str(),
+        ],
+        &[],
+    )
+    .await?;
+    ensure!(code == 0, "ivory webhooks failed ({code}): {stderr}");
+    for doc in serde_yaml::Deserializer::from_str(&stdout) {
+        let value: Value = serde::Deserialize::deserialize(doc)?;
+        let text = value.to_string();
+        ensure!(
+            text.contains("pods/ephemeralcontainers"),
+            "the generated webhooks do not register pods/ephemeralcontainers: {text}"
+        );
+        match value["kind"].as_str() {
+            Some("MutatingWebhookConfiguration") => {
+                let config: MutatingWebhookConfiguration = serde_json::from_value(value)?;
+                Api::<MutatingWebhookConfiguration>::all(client.clone())
+                    .create(&PostParams::default(), &config)
+                    .await?;
+            }
+            Some("ValidatingWebhookConfiguration") => {
+                let config: ValidatingWebhookConfiguration = serde_json::from_value(value)?;
+                Api::<ValidatingWebhookConfiguration>::all(client.clone())
+                    .create(&PostParams::default(), &config)
+                    .await?;
+            }
+            other => bail!("unexpected document kind {other:?} from ivory webhooks"),
+        }
+    }
+    Ok(())
+}
+
+async fn namespace(client: &Client) -> Result<String> {
+    let name = unique_name("e2e-pod-images");
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(BTreeMap::from([(
+                "ivory-e2e".to_owned(),
+                "true".to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    Ok(name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_image_a_pod_runs_is_verified() -> Result<()> {
+    let cluster = Cluster::shared().await?;
+    let client = cluster.client().await?;
+    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let (signed_repo, signed_digest) = push(&registry, "sig-p256").await?;
+    let (unsigned_repo, unsigned_digest) = push(&registry, "unsigned").await?;
+    let host = registry.host().to_owned();
+    let signed = format!("{host}/{signed_repo}:v1");
+    let unsigned = format!("{host}/{unsigned_repo}:v1");
+    let pinned_signed = format!("{signed}@{signed_digest}");
+
+    let dir = tempfile::tempdir()?;
+    let pki = TestPki::generate("ivory e2e CA")?;
+    let (cert, key, ca) = (
+        dir.path().join("tls.crt"),
+        dir.path().join("tls.key"),
+        dir.path().join("ca.pem"),
+    );
+    std::fs::write(&cert, &pki.server_chain_pem)?;
+    std::fs::write(&key, &pki.server_key_pem)?;
+    std::fs::write(&ca, &pki.ca_pem)?;
+    let registry_ca = dir.path().join("registry-ca.pem");
+    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies)?;
+    let ns = namespace(&client).await?;
+    std::fs::write(policies.join("policy.yaml"), policy_yaml(&host, &ns))?;
+    let ivory = IvoryServer::start(
+        [
+            OsStr::new("--policies"),
+            policies.as_os_str(),
+            OsStr::new("--tls-cert"),
+            cert.as_os_str(),
+            OsStr::new("--tls-key"),
+            key.as_os_str(),
+            OsStr::new("--registry-ca"),
+            registry_ca.as_os_str(),
+        ],
+        &[],
+    )
+    .await?;
+    register_webhooks(&client, &policies, &ivory.base_url(), &ca).await?;
+    let pods = format!("/api/v1/namespaces/{ns}/pods");
+    let logs = || format!("\nivory log:\n{}", ivory.logs());
+
+    // Wait until the webhooks are in the API server's chain.
+    let ready = eventually("unsigned pods to be denied", PROPAGATION, || async {
+        let probe = pod(&unique_name("probe"), &[&unsigned], &[]);
+        let answer = create(&client, &format!("{pods}?dryRun=All"), &probe).await?;
+        if answer.denied_by_policy() {
+            Ok(())
+        } else {
+            Err(anyhow::anyhow!("{}: {}", answer.status, answer.message()))
+        }
+    })
+    .await;
+    if let Err(e) = ready {
+        let apiserver = cluster.apiserver_log_tail(40).unwrap_or_default();
+        bail!("{e}{}\napiserver log:\n{apiserver}", logs());
+    }
+
+    // A signed pod is admitted and pinned.
+    let answer = create(&client, &pods, &pod("web", &[&signed], &[])).await?;
+    ensure!(answer.ok(), "{answer:?}{}", logs());
+    ensure!(
+        answer.body["spec"]["containers"][0]["image"] == pinned_signed.as_str(),
+        "{answer:?}"
+    );
+
+    // kubectl debug with an unsigned image: denied, nothing stored.
+    let answer = debug(&client, &ns, "web", &unsigned).await?;
+    ensure!(answer.denied_by_policy(), "{answer:?}{}", logs());
+    let stored = send(
+        &client,
+        http::Method::GET,
+        &format!("{pods}/web"),
+        "application/json",
+        None,
+    )
+    .await?;
+    ensure!(
+        stored.body["spec"]["ephemeralContainers"].is_null(),
+        "the debug container was stored: {stored:?}"
+    );
+    // A signed debug image is admitted, pinned.
+    let answer = debug(&client, &ns, "web", &signed).await?;
+    ensure!(answer.ok(), "{answer:?}{}", logs());
+    ensure!(
+        answer.body["spec"]["ephemeralContainers"][0]["image"] == pinned_signed.as_str(),
+        "{answer:?}"
+    );
+
+    // Image volumes: unsigned denied; signed admitted with the reference pinned.
+    let answer = create(
+        &client,
+        &pods,
+        &pod("vol-unsigned", &[&signed], &[&unsigned]),
+    )
+    .await?;
+    ensure!(answer.denied_by_policy(), "{answer:?}{}", logs());
+    let answer = create(&client, &pods, &pod("vol-signed", &[&signed], &[&signed])).await?;
+    ensure!(answer.ok(), "{answer:?}{}", logs());
+    ensure!(
+        answer.body["spec"]["volumes"][0]["image"]["reference"] == pinned_signed.as_str(),
+        "{answer:?}"
+    );
+    // In a pod template too (autogen).
+    let deployments = format!("/apis/apps/v1/namespaces/{ns}/deployments");
+    let answer = create(
+        &client,
+        &deployments,
+        &deployment("vol-unsigned", &[&signed], &[&unsigned]),
+    )
+    .await?;
+    ensure!(answer.denied_by_policy(), "{answer:?}{}", logs());
+
+    // Another spelling of the registry, with a digest so nothing pins it first.
+    let port = host
+        .rsplit(':')
+        .next()
+        .context("registry host without port")?;
+    let respelled = format!("127.0.0.1:0{port}/{unsigned_repo}@{unsigned_digest}");
+    let answer = create(&client, &pods, &pod("respelled", &[&respelled], &[])).await?;
+    ensure!(
+        answer.denied_by_policy(),
+        "{respelled}: {answer:?}{}",
+        logs()
+    );
+    Ok(())
+}

@@ -1,0 +1,305 @@
+//! The one place where registry errors become the engine's typed [`VerifyError`]s. Every
+//! decision downstream (failurePolicy, metrics, exit codes, messages) follows the variant
+//! chosen here, never the text.
+
+use ivory_engine::verifier::VerifyError;
+use ivory_registry::{Error as RegistryError, parse_reference};
+use tokio::time::Instant;
+
+/// Classifies `e`, met while doing `operation` for `image`. A failure that arrives after the
+/// caller's `deadline` counts as the budget running out, whatever caused it.
+pub(crate) fn map_error(
+    image: &str,
+    operation: &str,
+    e: RegistryError,
+    deadline: Instant,
+) -> VerifyError {
+    use RegistryError as E;
+    let registry = registry_of(&e);
+    let budget_ms = match &e {
+        E::DeadlineExceeded { budget, .. } => Some(millis(*budget)),
+        _ if Instant::now() >= deadline => Some(0),
+        _ => None,
+    };
+    if let Some(budget_ms) = budget_ms {
+        return VerifyError::DeadlineExceeded {
+            image: image.to_owned(),
+            registry,
+            operation: operation.to_owned(),
+            budget_ms,
+        };
+    }
+    let message = e.to_string();
+    let (image, registry) = (image.to_owned(), registry.clone());
+    match e {
+        E::NotFound { .. } => VerifyError::NotFound {
+            image,
+            registry,
+            message,
+        },
+        // A definite refusal of what was read (or of the reference itself): never an
+        // availability problem, so never subject to failurePolicy Ignore.
+        E::TooLarge { .. }
+        | E::InvalidManifest { .. }
+        | E::InvalidDigest { .. }
+        | E::DigestMismatch { .. }
+        | E::RedirectRefused { .. }
+        | E::TokenRealmRefused { .. }
+        | E::InvalidReference { .. } => VerifyError::Hostile {
+            image,
+            registry,
+            message,
+        },
+        // Network, TLS, 5xx, throttling, a full read budget, refused credentials, other 4xx,
+        // local configuration: no answer about the image could be had.
+        E::Unauthorized { .. }
+        | E::ReadBudgetExhausted { .. }
+        | E::Throttled { .. }
+        | E::Server { .. }
+        | E::Transport { .. }
+        | E::Rejected { .. }
+        | E::InvalidCredentials { .. }
+        | E::Config { .. }
+        | E::DeadlineExceeded { .. } => VerifyError::Unavailable {
+            image,
+            registry,
+            message,
+        },
+    }
+}
+
+/// A caller's own deadline passed while it waited for a (possibly shared) load.
+pub(crate) fn deadline_error(
+    image: &str,
+    operation: &str,
+    budget: std::time::Duration,
+) -> VerifyError {
+    VerifyError::DeadlineExceeded {
+        image: image.to_owned(),
+        registry: parse_reference(image)
+            .map(|r| r.registry().to_owned())
+            .unwrap_or_default(),
+        operation: operation.to_owned(),
+        budget_ms: millis(budget),
+    }
+}
+
+/// No answer could be had for a reason local to ivory (bad reference, failed task).
+pub(crate) fn unavailable(image: &str, registry: &str, message: String) -> VerifyError {
+    VerifyError::Unavailable {
+        image: image.to_owned(),
+        registry: registry.to_owned(),
+        message,
+    }
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn registry_of(e: &RegistryError) -> String {
+    use RegistryError as E;
+    match e {
+        E::DeadlineExceeded { registry, .. }
+        | E::NotFound { registry, .. }
+        | E::Unauthorized { registry, .. }
+        | E::TooLarge { registry, .. }
+        | E::ReadBudgetExhausted { registry, .. }
+        | E::RedirectRefused { registry, .. }
+        | E::TokenRealmRefused { registry, .. }
+        | E::InvalidDigest { registry, .. }
+        | E::Throttled { registry, .. }
+        | E::Server { registry, .. }
+        | E::Transport { registry, .. }
+        | E::InvalidReference { registry, .. }
+        | E::InvalidManifest { registry, .. }
+        | E::DigestMismatch { registry, .. }
+        | E::Rejected { registry, .. } => registry.clone(),
+        E::InvalidCredentials { .. } | E::Config { .. } => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ivory_engine::verifier::ErrorKind;
+
+    use super::*;
+
+    const IMAGE: &str = "reg.example/app:1";
+
+    fn later() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
+
+    fn kind(e: RegistryError, deadline: Instant) -> ErrorKind {
+        map_error(IMAGE, "resolving the digest", e, deadline).kind()
+    }
+
+    fn at(detail: &str) -> (String, String, String) {
+        (IMAGE.into(), "reg.example".into(), detail.into())
+    }
+
+    #[test]
+    fn registry_errors_are_classified_by_variant() {
+        let (image, registry, detail) = at("x");
+        let cases = [
+            (
+                RegistryError::DeadlineExceeded {
+                    op: "HEAD",
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    budget: Duration::from_millis(1500),
+                },
+                ErrorKind::Deadline,
+            ),
+            (
+                RegistryError::NotFound {
+                    op: "GET",
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    status: 404,
+                },
+                ErrorKind::NotFound,
+            ),
+            (
+                RegistryError::TooLarge {
+                    what: "manifest",
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    limit: 10,
+                },
+                ErrorKind::Hostile,
+            ),
+            (
+                RegistryError::InvalidManifest {
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    detail: detail.clone(),
+                },
+                ErrorKind::Hostile,
+            ),
+            (
+                RegistryError::DigestMismatch {
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    expected: "sha256:a".into(),
+                    actual: "sha256:b".into(),
+                },
+                ErrorKind::Hostile,
+            ),
+            (
+                RegistryError::Server {
+                    op: "GET",
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    status: 503,
+                },
+                ErrorKind::Unavailable,
+            ),
+            (
+                RegistryError::Transport {
+                    op: "GET",
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    detail: detail.clone(),
+                },
+                ErrorKind::Unavailable,
+            ),
+            (
+                RegistryError::ReadBudgetExhausted {
+                    op: "GET",
+                    image: image.clone(),
+                    registry: registry.clone(),
+                },
+                ErrorKind::Unavailable,
+            ),
+            (
+                RegistryError::InvalidDigest {
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    field: "Docker-Content-Digest",
+                    problem: ivory_registry::DigestProblem::NotLowerHex,
+                },
+                ErrorKind::Hostile,
+            ),
+            (
+                RegistryError::RedirectRefused {
+                    op: "GET",
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    reason: "too many redirects",
+                },
+                ErrorKind::Hostile,
+            ),
+            (
+                RegistryError::TokenRealmRefused {
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    reason: "plain HTTP realm",
+                },
+                ErrorKind::Hostile,
+            ),
+            (
+                RegistryError::Unauthorized {
+                    op: "GET",
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    status: 401,
+                },
+                ErrorKind::Unavailable,
+            ),
+        ];
+        for (error, expected) in cases {
+            let text = error.to_string();
+            assert_eq!(kind(error, later()), expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_budget_is_read_from_the_variant_not_the_text() {
+        let (image, registry, _) = at("");
+        let mapped = map_error(
+            IMAGE,
+            "resolving the digest",
+            RegistryError::DeadlineExceeded {
+                op: "HEAD",
+                image,
+                registry,
+                budget: Duration::from_millis(1500),
+            },
+            later(),
+        );
+        assert!(matches!(
+            mapped,
+            VerifyError::DeadlineExceeded {
+                budget_ms: 1500,
+                ..
+            }
+        ));
+        assert_eq!(mapped.registry(), "reg.example");
+        // A transport failure whose text mentions a budget is still an unavailable registry.
+        let (image, registry, _) = at("");
+        let sneaky = RegistryError::Transport {
+            op: "GET",
+            image,
+            registry,
+            detail: "time budget of 1ms exhausted".into(),
+        };
+        assert_eq!(kind(sneaky, later()), ErrorKind::Unavailable);
+    }
+
+    #[test]
+    fn any_failure_after_the_deadline_is_a_spent_budget() {
+        let (image, registry, detail) = at("reset");
+        let past = Instant::now();
+        let e = RegistryError::Transport {
+            op: "GET",
+            image,
+            registry,
+            detail,
+        };
+        assert_eq!(kind(e, past), ErrorKind::Deadline);
+    }
+}

@@ -1,0 +1,157 @@
+//! Peak memory of `ivory serve` (its real allocator) against hostile registries: the
+//! growth of the process's peak RSS (`VmHWM`) over a run against an honest registry.
+
+use futures::future::join_all;
+use ivory_testkit::{HostileOptions, HostileServer};
+use serde_json::Value;
+
+use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, pod_review, policy};
+
+/// Bound on the extra peak memory of one hostile answer.
+const ONE_MIB_BOUND: u64 = 16;
+/// Bound on the extra peak memory of 32 concurrent hostile answers.
+const MANY_MIB_BOUND: u64 = 64;
+/// Concurrent admission requests per run.
+const CONCURRENT: usize = 32;
+
+/// Peak resident set of `pid` in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Pins the digest (reads no manifest body).
+const PIN: &str = "/ivpol/mutate/pin";
+/// Verifies signatures (reads the signature manifest).
+const VERIFY: &str = "/ivpol/validate/verify";
+
+/// An SPDX attestation check by the fixture key with the transparency log required, so a
+/// DSSE layer is parsed before any signature check.
+fn verify_sbom() -> String {
+    format!(
+        "{}  attestations:\n    - name: sbom\n      intoto:\n        type: https://spdx.dev/Document\n  validations:\n    - expression: >-\n        images.containers.map(image, verifyAttestationSignatures(image, attestations.sbom, [attestors.key])).all(e, e > 0)\n      message: failed the image attestation verification\n",
+        key_attestor().replace(
+            "insecureIgnoreTlog: true",
+            "url: https://rekor.sigstore.dev\n          insecureIgnoreTlog: false"
+        )
+    )
+}
+
+/// Starts a fresh `ivory serve` with pin and verify policies for images of `h`, warms it up
+/// with one honest image, sends `repos` to `path` (one Pod each, all at once), and returns
+/// the peak RSS in KiB and the responses.
+async fn run(h: &HostileServer, path: &str, repos: &[String]) -> (u64, Vec<Value>) {
+    let checks = format!("{}{VERIFY_SIGNED}", key_attestor());
+    let (peak, responses, _) = run_with(h, path, repos, &checks).await;
+    (peak, responses)
+}
+
+/// [`run`] with `checks` (attestors and validations) as the verify policy's checks; also
+/// returns ivory's logs.
+async fn run_with(
+    h: &HostileServer,
+    path: &str,
+    repos: &[String],
+    checks: &str,
+) -> (u64, Vec<Value>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let body = "  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n  attestors: []\n  validations:\n    - expression: \"true\"\n";
+    std::fs::write(
+        policies.join("pin.yaml"),
+        policy("pin", &format!("{}/*", h.host()), body),
+    )
+    .unwrap();
+    let verify = format!(
+        "  validationActions: [Deny]\n  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n  validationConfigurations:\n    mutateDigest: false\n    verifyDigest: false\n{checks}"
+    );
+    std::fs::write(
+        policies.join("verify.yaml"),
+        policy("verify", &format!("{}/*", h.host()), &verify),
+    )
+    .unwrap();
+    let tls = Tls::write(dir.path(), "ivory test CA");
+    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+    let warm = pod_review("warm", &[&format!("{}/good:warm", h.host())]);
+    let resp = ivory.review(PIN, &warm).await;
+    assert_eq!(resp["allowed"], true, "{resp}");
+    let reviews: Vec<Value> = repos
+        .iter()
+        .enumerate()
+        .map(|(i, repo)| {
+            let image = format!("{}/{repo}:t{i}", h.host());
+            pod_review(&format!("u{i}"), &[&image])
+        })
+        .collect();
+    let url = format!("{path}?timeout=10s");
+    let responses = join_all(reviews.iter().map(|r| ivory.review(&url, r))).await;
+    let pid = ivory.child.id().unwrap();
+    (peak_rss_kib(pid), responses, ivory.logs())
+}
+
+fn all_denied(responses: &[Value]) {
+    for r in responses {
+        assert_eq!(r["allowed"], false, "{r}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_answers_cannot_grow_ivory_memory_past_their_bounds() {
+    let h = HostileServer::start(HostileOptions::default())
+        .await
+        .unwrap();
+    let good: Vec<String> = vec!["good".into(); CONCURRENT];
+    let (base_one, r) = run(&h, PIN, &good[..1]).await;
+    assert_eq!(r[0]["allowed"], true, "{}", r[0]);
+    let (base_many, r) = run(&h, PIN, &good).await;
+    assert!(r.iter().all(|r| r["allowed"] == true));
+
+    let (one, r) = run(&h, PIN, &["endless".to_string()]).await;
+    all_denied(&r);
+    // A valid manifest of tiny objects: small on the wire, huge as a parsed tree.
+    let (objects, r) = run(&h, VERIFY, &["objects".to_string()]).await;
+    all_denied(&r);
+    // An attestation layer of tiny objects, parsed before any signature check.
+    let (balloon, r, logs) =
+        run_with(&h, VERIFY, &["balloonatt".to_string()], &verify_sbom()).await;
+    all_denied(&r);
+    assert!(
+        logs.contains("signature blob refused for its JSON shape"),
+        "{logs}"
+    );
+    let endless: Vec<String> = vec!["endless".into(); CONCURRENT];
+    let (many, r) = run(&h, PIN, &endless).await;
+    all_denied(&r);
+
+    let extra_one = one.saturating_sub(base_one);
+    let extra_many = many.saturating_sub(base_many);
+    let extra_objects = objects.saturating_sub(base_one);
+    let extra_balloon = balloon.saturating_sub(base_one);
+    eprintln!(
+        "peak RSS (KiB): honest 1 = {base_one}, endless 1 = {one} (+{extra_one}), \
+         tiny objects 1 = {objects} (+{extra_objects}), \
+         tiny-object attestation 1 = {balloon} (+{extra_balloon}); honest {CONCURRENT} = {base_many}, \
+         endless {CONCURRENT} = {many} (+{extra_many})"
+    );
+    assert!(
+        extra_one < ONE_MIB_BOUND * 1024,
+        "one endless manifest: +{extra_one} KiB"
+    );
+    assert!(
+        extra_objects < ONE_MIB_BOUND * 1024,
+        "one manifest of tiny objects: +{extra_objects} KiB"
+    );
+    assert!(
+        extra_balloon < ONE_MIB_BOUND * 1024,
+        "one attestation of tiny objects: +{extra_balloon} KiB"
+    );
+    assert!(
+        extra_many < MANY_MIB_BOUND * 1024,
+        "{CONCURRENT} endless manifests: +{extra_many} KiB"
+    );
+}
