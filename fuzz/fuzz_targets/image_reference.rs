@@ -1,10 +1,14 @@
 //! Image references (go-containerregistry rules) and Kyverno's normalisation.
 //!
-//! Property checks on today's parser, standing in for a differential check against a
-//! canonical form: parsing keeps the input, normalisation is idempotent and preserves what
-//! the reference names (registry, repository, tag, digest), the pinned form names the same
-//! repository, and the oci-client reference the registry client fetches names the same
-//! image when oci-client reads it back from its string form.
+//! Property checks on the parser: parsing keeps the input, normalisation is idempotent and
+//! preserves what the reference names (registry, repository, tag, digest), the pinned form
+//! names the same repository, and the oci-client reference the registry client fetches names
+//! the same image when oci-client reads it back from its string form.
+//!
+//! Differential checks of the canonical form that policies match on (docs/SECURITY.md,
+//! "Image spelling"): it is idempotent for any string, it is among the spellings an image is
+//! matched under, a valid reference stays valid with its tag and digest, and Kyverno's
+//! normalisation of the reference as written and of its canonical form agree canonically.
 #![no_main]
 
 use ivory_reference::ImageReference;
@@ -24,13 +28,42 @@ fn reparse(text: &str, what: &str, input: &str) -> ImageReference {
     }
 }
 
+/// The canonical spelling, checked against the other spellings an image is matched under.
+fn check_canonical(input: &str) {
+    let canonical = ivory_reference::canonical(input);
+    assert_eq!(
+        ivory_reference::canonical(&canonical),
+        canonical,
+        "canonical form of {input:?} is not idempotent"
+    );
+    if canonical != input {
+        assert!(
+            ivory_reference::alternative_spellings(input).contains(&canonical.to_string()),
+            "{input:?} is not matched under its canonical form {canonical:?}"
+        );
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let Ok(input) = std::str::from_utf8(data) else {
         return;
     };
+    check_canonical(input);
     let Ok(parsed) = ImageReference::parse(input) else {
         return;
     };
+    let canonical = ivory_reference::canonical(input);
+    let canonical_ref = reparse(&canonical, "canonical form", input);
+    assert_eq!(
+        (canonical_ref.tag(), canonical_ref.digest()),
+        (parsed.tag(), parsed.digest()),
+        "the canonical form of {input:?} changed its tag or digest"
+    );
+    assert_eq!(
+        ivory_reference::canonical(&parsed.kyverno_normalized()),
+        ivory_reference::canonical(&canonical_ref.kyverno_normalized()),
+        "Kyverno's normalisation of {input:?} and of its canonical form disagree"
+    );
     assert_eq!(parsed.original(), input);
     assert_eq!(parsed.to_string(), input);
     assert_eq!(

@@ -65,7 +65,12 @@ impl Manifest {
         digest: String,
         bytes: Vec<u8>,
     ) -> Result<Self, Error> {
-        parse(&Site { image, registry }, digest, bytes)
+        let site = Site {
+            op: "fetch_manifest",
+            image,
+            registry,
+        };
+        parse(&site, digest, bytes)
     }
 }
 
