@@ -55,6 +55,23 @@ impl Manifest {
             })
             .unwrap_or_default()
     }
+
+    /// Reads `bytes` served for `image` by `registry` exactly as a fetched manifest is read.
+    /// Entry point for the fuzz targets (`fuzz/`), not part of the supported API.
+    #[doc(hidden)]
+    pub fn from_served(
+        image: &str,
+        registry: &str,
+        digest: String,
+        bytes: Vec<u8>,
+    ) -> Result<Self, Error> {
+        let site = Site {
+            op: "fetch_manifest",
+            image,
+            registry,
+        };
+        parse(&site, digest, bytes)
+    }
 }
 
 /// Parses a registry answer into a JSON tree, refusing shapes that would grow far past the

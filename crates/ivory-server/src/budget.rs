@@ -190,4 +190,17 @@ mod tests {
         );
         assert_eq!(b.budget, Duration::from_millis(1800));
     }
+
+    /// fuzz/ go_duration crash-83ba88869203e495492e07f3dbaa56d0f6b913bd: a `?timeout=` that
+    /// parses but lies beyond the clock's range panicked when the deadline was computed.
+    #[test]
+    fn fuzz_crash_83ba8886_timeout_beyond_the_clock_does_not_panic() {
+        let now = Instant::now();
+        let timeout = timeout_from_query(Some("timeout=14854662320090116365s"));
+        assert!(timeout.is_some());
+        let b = Budget::new(now, timeout, None);
+        assert!(b.deadline >= now);
+        let b = Budget::new(now, Some(Duration::MAX), None);
+        assert!(b.deadline >= now);
+    }
 }
