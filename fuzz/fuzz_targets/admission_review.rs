@@ -10,7 +10,7 @@ use ivory_engine::admission::{
     AdmissionReview, GroupVersionResource, response_from_decision, review_response,
 };
 use ivory_engine::decision::{Decision, PatchOp};
-use ivory_engine::images::{CONTAINER_FIELDS, builtin_images, image_pointers};
+use ivory_engine::images::{IMAGE_FIELDS, builtin_images, image_pointers};
 use libfuzzer_sys::fuzz_target;
 
 /// The kind whose objects a built-in GVR serves (ReplicationController has no GVR extractor).
@@ -53,7 +53,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let gvr_kind = kind_of(req.original_resource()).or_else(|| kind_of(&req.resource));
     if gvr_kind.is_some_and(|k| k == req.kind.kind) {
-        for field in CONTAINER_FIELDS {
+        for field in IMAGE_FIELDS {
             let pinned: Vec<&str> = pointers
                 .iter()
                 .filter(|p| p.field == field)
