@@ -74,10 +74,18 @@ pub fn canonical_host(host: Option<&str>) -> Cow<'_, str> {
     let Some(host) = host else {
         return Cow::Borrowed(CANONICAL_DOCKER_HUB);
     };
-    let lower: Cow<'_, str> = if host.bytes().any(|b| b.is_ascii_uppercase()) {
-        Cow::Owned(host.to_ascii_lowercase())
-    } else {
-        Cow::Borrowed(host)
+    // A single-label host (`MYREG/app`) is a host only because of its upper case: lower-cased,
+    // it would read as a Docker Hub namespace, another image. Such a host keeps its spelling.
+    let lower: Cow<'_, str> = match host.bytes().any(|b| b.is_ascii_uppercase()) {
+        true => {
+            let lowered = host.to_ascii_lowercase();
+            if is_host(&lowered) {
+                Cow::Owned(lowered)
+            } else {
+                Cow::Borrowed(host)
+            }
+        }
+        false => Cow::Borrowed(host),
     };
     let (name, port) = split_port(&lower);
     let port = port.map(|p| {
@@ -200,6 +208,20 @@ pub fn alternative_spellings(image: &str) -> Vec<String> {
 mod tests {
     use super::*;
 
+    /// Found by the `image_reference` fuzz target: lower-casing `F` in `F/` made it a Docker
+    /// Hub namespace, so the canonical form named another image and was not idempotent.
+    #[test]
+    fn fuzz_crash_b2c25869_single_label_upper_case_hosts_keep_their_spelling() {
+        for image in ["F/", "MYREG/app:1", "F/app@sha256:ab"] {
+            let once = canonical(image);
+            assert_eq!(once, image, "{image}");
+            assert_eq!(canonical(&once), once, "{image}");
+        }
+        assert_eq!(canonical("LOCALHOST/app"), "localhost/app");
+        assert_eq!(canonical("MYREG:5000/app"), "myreg:5000/app");
+        assert_eq!(canonical("GHCR.IO/acme/app"), "ghcr.io/acme/app");
+    }
+
     const DIGEST: &str = "sha256:e2e16842c9b54d985bf1ef9242a313f36b856181f188de21313820e177002501";
 
     #[test]
@@ -266,7 +288,8 @@ mod tests {
                 "docker.io/acme/app:1@sha512:abc".into(),
             ),
             ("localhost/app".into(), "localhost/app".into()),
-            ("Foo/app".into(), "foo/app".into()),
+            // A host only by its upper case keeps it (`foo/app` is another image).
+            ("Foo/app".into(), "Foo/app".into()),
         ];
         for (image, want) in cases {
             assert_eq!(canonical(&image), want, "{image}");
