@@ -70,22 +70,26 @@ fn is_host(component: &str) -> bool {
 
 /// The canonical host: lower-cased, default port dropped, leading zeros of the port removed,
 /// Docker Hub aliases (and a missing host) spelled `docker.io`. Borrows when nothing changes.
+/// A host that would no longer read as a host once respelled (`MYREG` lower-cased, `[1]:80`
+/// without its port) keeps its spelling: respelled, it would name a Docker Hub namespace.
 pub fn canonical_host(host: Option<&str>) -> Cow<'_, str> {
     let Some(host) = host else {
         return Cow::Borrowed(CANONICAL_DOCKER_HUB);
     };
-    // A single-label host (`MYREG/app`) is a host only because of its upper case: lower-cased,
-    // it would read as a Docker Hub namespace, another image. Such a host keeps its spelling.
-    let lower: Cow<'_, str> = match host.bytes().any(|b| b.is_ascii_uppercase()) {
-        true => {
-            let lowered = host.to_ascii_lowercase();
-            if is_host(&lowered) {
-                Cow::Owned(lowered)
-            } else {
-                Cow::Borrowed(host)
-            }
-        }
-        false => Cow::Borrowed(host),
+    let respelled = respell_host(host);
+    if is_host(&respelled) {
+        respelled
+    } else {
+        Cow::Borrowed(host)
+    }
+}
+
+/// Lower case, default port dropped, port zeros stripped, Docker Hub aliases folded.
+fn respell_host(host: &str) -> Cow<'_, str> {
+    let lower: Cow<'_, str> = if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
     };
     let (name, port) = split_port(&lower);
     let port = port.map(|p| {
@@ -208,10 +212,11 @@ pub fn alternative_spellings(image: &str) -> Vec<String> {
 mod tests {
     use super::*;
 
-    /// Found by the `image_reference` fuzz target: lower-casing `F` in `F/` made it a Docker
-    /// Hub namespace, so the canonical form named another image and was not idempotent.
+    /// Found by the `image_reference` fuzz target (crash-b2c25869, then `[1]:80/0`): lower-casing
+    /// `F` in `F/`, or dropping the port of `[1]:80`, made the host a Docker Hub namespace, so
+    /// the canonical form named another image and was not idempotent.
     #[test]
-    fn fuzz_crash_b2c25869_single_label_upper_case_hosts_keep_their_spelling() {
+    fn fuzz_crashes_hosts_that_would_stop_being_hosts_keep_their_spelling() {
         for image in ["F/", "MYREG/app:1", "F/app@sha256:ab"] {
             let once = canonical(image);
             assert_eq!(once, image, "{image}");
@@ -220,6 +225,9 @@ mod tests {
         assert_eq!(canonical("LOCALHOST/app"), "localhost/app");
         assert_eq!(canonical("MYREG:5000/app"), "myreg:5000/app");
         assert_eq!(canonical("GHCR.IO/acme/app"), "ghcr.io/acme/app");
+        // Found next: `[1]` is a host only with its port.
+        assert_eq!(canonical("[1]:80/0"), "[1]:80/0");
+        assert_eq!(canonical("[::1]:80/app"), "[::1]/app");
     }
 
     const DIGEST: &str = "sha256:e2e16842c9b54d985bf1ef9242a313f36b856181f188de21313820e177002501";
