@@ -92,6 +92,11 @@ fn respell_host(host: &str) -> Cow<'_, str> {
         Cow::Borrowed(host)
     };
     let (name, port) = split_port(&lower);
+    // Only a numeric port is respelled; anything else is no reference a registry answers to,
+    // and is matched as written (respelling it again would find another "port").
+    if port.is_some_and(|p| !p.bytes().all(|b| b.is_ascii_digit())) {
+        return lower;
+    }
     let port = port.map(|p| {
         let trimmed = p.trim_start_matches('0');
         if trimmed.is_empty() && !p.is_empty() {
@@ -228,6 +233,9 @@ mod tests {
         // Found next: `[1]` is a host only with its port.
         assert_eq!(canonical("[1]:80/0"), "[1]:80/0");
         assert_eq!(canonical("[::1]:80/app"), "[::1]/app");
+        // And a "port" that is not a number.
+        let odd = canonical("1:00hhosst:80/6");
+        assert_eq!(canonical(&odd), odd);
     }
 
     const DIGEST: &str = "sha256:e2e16842c9b54d985bf1ef9242a313f36b856181f188de21313820e177002501";
