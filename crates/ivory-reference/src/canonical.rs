@@ -94,7 +94,7 @@ fn respell_host(host: &str) -> Cow<'_, str> {
     let (name, port) = split_port(&lower);
     // Only a numeric port is respelled; anything else is no reference a registry answers to,
     // and is matched as written (respelling it again would find another "port").
-    if port.is_some_and(|p| !p.bytes().all(|b| b.is_ascii_digit())) {
+    if port.is_some_and(|p| !p.bytes().all(|b| b.is_ascii_digit())) || !is_host_name(name) {
         return lower;
     }
     let port = port.map(|p| {
@@ -117,6 +117,17 @@ fn respell_host(host: &str) -> Cow<'_, str> {
         Some(p) => format!("{name}:{p}"),
         None => name.to_owned(),
     })
+}
+
+/// Whether `name` (an authority without its port) is one host name: not empty, with no other
+/// `:` unless it is a whole bracketed IPv6 literal.
+fn is_host_name(name: &str) -> bool {
+    match name.strip_prefix('[') {
+        Some(rest) => rest
+            .strip_suffix(']')
+            .is_some_and(|inner| !inner.contains(['[', ']'])),
+        None => !name.is_empty() && !name.contains([':', '[', ']']),
+    }
 }
 
 /// `(host, port)` of an authority; IPv6 literals keep their brackets.
@@ -234,8 +245,9 @@ mod tests {
         assert_eq!(canonical("[1]:80/0"), "[1]:80/0");
         assert_eq!(canonical("[::1]:80/app"), "[::1]/app");
         // And a "port" that is not a number.
-        let odd = canonical("1:00hhosst:80/6");
-        assert_eq!(canonical(&odd), odd);
+        for odd in ["1:00hhosst:80/6", ":0555:80/6", "[1:80/6"] {
+            assert_eq!(canonical(odd), odd, "{odd}");
+        }
     }
 
     const DIGEST: &str = "sha256:e2e16842c9b54d985bf1ef9242a313f36b856181f188de21313820e177002501";
