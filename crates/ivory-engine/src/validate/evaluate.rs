@@ -222,36 +222,50 @@ fn check_digests(
 /// A policy an expression of which needed an answer the time budget did not allow: the
 /// policy's failurePolicy decides.
 fn unverifiable(policy: &CompiledPolicy, err: &VerifyError, images: Vec<String>) -> Evaluated {
-    match policy.failure_policy {
-        FailurePolicy::Fail => Evaluated {
-            budget_exhausted: true,
-            ..Evaluated::decided(result(policy, Status::Error, err.to_string(), images))
-        },
-        FailurePolicy::Ignore => {
-            let why = format!("verification skipped: {err} (failurePolicy Ignore)");
-            Evaluated {
-                result: result(policy, Status::Skip, why.clone(), images),
-                required: false,
-                skipped: vec![why],
-                budget_exhausted: true,
-            }
-        }
-    }
+    let outcome = FailureOutcome {
+        message: err.to_string(),
+        skipped: "verification skipped",
+        budget_exhausted: true,
+    };
+    outcome.apply(policy, images)
 }
 
 /// A policy whose CEL was stopped by the cost limits or the request deadline: like a spent
 /// verification budget, it follows the policy's failurePolicy.
 pub(super) fn over_budget(policy: &CompiledPolicy, why: &str, images: Vec<String>) -> Evaluated {
-    let message = format!("{EVAL_FAILED}: {why}");
-    match policy.failure_policy {
-        FailurePolicy::Fail => Evaluated::decided(result(policy, Status::Error, message, images)),
-        FailurePolicy::Ignore => {
-            let why = format!("evaluation skipped: {message} (failurePolicy Ignore)");
-            Evaluated {
-                result: result(policy, Status::Skip, why.clone(), images),
-                required: false,
-                skipped: vec![why],
-                budget_exhausted: false,
+    let outcome = FailureOutcome {
+        message: format!("{EVAL_FAILED}: {why}"),
+        skipped: "evaluation skipped",
+        budget_exhausted: false,
+    };
+    outcome.apply(policy, images)
+}
+
+/// A policy that could not be judged, decided by its failurePolicy: Fail is an error result,
+/// Ignore a skip whose reason becomes a warning and an audit annotation.
+struct FailureOutcome {
+    message: String,
+    /// What the Ignore warning says was skipped.
+    skipped: &'static str,
+    /// Whether the request's time budget ran out (the deadline metric).
+    budget_exhausted: bool,
+}
+
+impl FailureOutcome {
+    fn apply(self, policy: &CompiledPolicy, images: Vec<String>) -> Evaluated {
+        match policy.failure_policy {
+            FailurePolicy::Fail => Evaluated {
+                budget_exhausted: self.budget_exhausted,
+                ..Evaluated::decided(result(policy, Status::Error, self.message, images))
+            },
+            FailurePolicy::Ignore => {
+                let why = format!("{}: {} (failurePolicy Ignore)", self.skipped, self.message);
+                Evaluated {
+                    result: result(policy, Status::Skip, why.clone(), images),
+                    required: false,
+                    skipped: vec![why],
+                    budget_exhausted: self.budget_exhausted,
+                }
             }
         }
     }
