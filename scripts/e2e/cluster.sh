@@ -25,13 +25,16 @@ READY_TIMEOUT="${IVORY_E2E_READY_TIMEOUT:-120}"
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
-# A port on 127.0.0.1 that nothing listens on now (a later bind may still lose a race; the
-# server then fails to start and says so in its log).
+# A port on 127.0.0.1 that no socket uses now, below the kernel's ephemeral range so that an
+# outgoing connection cannot take it before the server binds (a later bind may still lose a
+# race with another listener; the server then fails to start and says so in its log).
 free_port() {
-  local port
+  local port low
+  low="$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)"
+  [ "$low" -gt 21000 ] || low=32768
   for _ in $(seq 1 100); do
-    port=$((20000 + RANDOM % 30000))
-    if ! ss -Htln "sport = :$port" | grep -q . && ! grep -qx "$port" "$DIR/ports" 2>/dev/null; then
+    port=$((20000 + RANDOM % (low - 20000)))
+    if ! ss -Htan "sport = :$port" | grep -q . && ! grep -qx "$port" "$DIR/ports" 2>/dev/null; then
       echo "$port" >>"$DIR/ports"
       echo "$port"
       return
