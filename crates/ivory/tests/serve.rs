@@ -77,17 +77,7 @@ async fn mutate_validate_warn_audit_errors_and_metrics() {
         &signed_policy("audit-signed", &glob, "Audit", "Fail"),
     );
     write(dir.path(), "registry-ca.pem", h.ca_pem());
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(
-        &tls,
-        &[
-            "--policies".into(),
-            policies.display().to_string(),
-            "--registry-ca".into(),
-            dir.path().join("registry-ca.pem").display().to_string(),
-        ],
-    )
-    .await;
+    let ivory = Ivory::start_with_policies(dir.path(), &policies).await;
 
     // Mutate pins the tag to the digest the registry serves.
     let resp = ivory
@@ -593,17 +583,7 @@ async fn an_out_of_scope_hung_registry_never_skips_the_policy() {
     let glob = format!("{}/*", h.host());
     write(&policies, "scoped.yaml", &policy("scoped", &glob, &body));
     write(dir.path(), "registry-ca.pem", h.ca_pem());
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(
-        &tls,
-        &[
-            "--policies".into(),
-            policies.display().to_string(),
-            "--registry-ca".into(),
-            dir.path().join("registry-ca.pem").display().to_string(),
-        ],
-    )
-    .await;
+    let ivory = Ivory::start_with_policies(dir.path(), &policies).await;
     let extra = format!("{}/ivory/sidecar:v1", hung.host());
 
     let resp = ivory
@@ -665,17 +645,7 @@ async fn verify_digest_on_an_unreachable_registry_follows_the_failure_policy() {
     let reachable = digest_policy("digest-reachable", &format!("{}/*", h.host()), "Ignore");
     write(&policies, "reachable.yaml", &reachable);
     write(dir.path(), "registry-ca.pem", h.ca_pem());
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(
-        &tls,
-        &[
-            "--policies".into(),
-            policies.display().to_string(),
-            "--registry-ca".into(),
-            dir.path().join("registry-ca.pem").display().to_string(),
-        ],
-    )
-    .await;
+    let ivory = Ivory::start_with_policies(dir.path(), &policies).await;
     let image = format!("{}/ivory/app:v1", hung.host());
     let review = pod_review("d", &[&image]);
 

@@ -6,7 +6,7 @@ use base64::Engine as _;
 use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, Tls, fixtures, key_attestor, policy};
+use crate::util::{Ivory, fixtures, key_attestor, policy};
 
 async fn push(h: &Harness, layout: &str) -> (String, String) {
     let repo = format!("ivory/{layout}");
@@ -117,17 +117,7 @@ async fn every_image_of_a_pod_is_judged_whatever_its_spelling() {
     )
     .unwrap();
     std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(
-        &tls,
-        &[
-            "--policies".into(),
-            policies.display().to_string(),
-            "--registry-ca".into(),
-            dir.path().join("registry-ca.pem").display().to_string(),
-        ],
-    )
-    .await;
+    let ivory = Ivory::start_with_policies(dir.path(), &policies).await;
     let denied = "Policy require-signed failed: failed the image Signature verification";
     let validate = "/ivpol/validate/require-signed";
 

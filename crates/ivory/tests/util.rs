@@ -100,6 +100,22 @@ impl Ivory {
         }
     }
 
+    /// Starts `ivory serve --policies <policies>` with a new test CA in `dir`, trusting the
+    /// registry CA the caller wrote to `dir/registry-ca.pem`.
+    pub async fn start_with_policies(dir: &Path, policies: &Path) -> Self {
+        let tls = Tls::write(dir, "ivory test CA");
+        Self::start(
+            &tls,
+            &[
+                "--policies".into(),
+                policies.display().to_string(),
+                "--registry-ca".into(),
+                dir.join("registry-ca.pem").display().to_string(),
+            ],
+        )
+        .await
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("https://{}{path}", self.addr)
     }
