@@ -1,0 +1,305 @@
+//! The verifier's caches: what keys a tag and a verdict, how long a verdict lives, and how
+//! concurrent misses of one key share one load (each caller bounded by its own deadline).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::future::{BoxFuture, FutureExt as _};
+use ivory_engine::verifier::{Verification, VerifyError};
+use ivory_policy::types::Attestor;
+use ivory_registry::Credentials;
+use moka::Expiry;
+use moka::future::Cache;
+use oci_client::Reference;
+use sha2::{Digest as _, Sha256};
+use tokio::time::Instant;
+
+use super::CosignVerifier;
+use crate::classify::{deadline_error, map_error};
+
+/// Longest a shared (coalesced) load runs: the Kubernetes maximum webhook timeout. Each
+/// caller waits only until its own deadline; the load runs in its own task and finishes (or
+/// hits this cap) even when nobody waits any more, so its verdict still fills the cache for
+/// the next admission of the same image.
+pub(super) const SHARED_LOAD_CAP: Duration = Duration::from_secs(30);
+
+/// Counters of one cache, as returned by [`CosignVerifier::cache_stats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// `tags` (tag → digest) or `results` (verdicts).
+    pub cache: &'static str,
+    /// Lookups answered from the cache.
+    pub hits: u64,
+    /// Of `hits`, those that returned a cached negative verdict.
+    pub negative_hits: u64,
+    /// Lookups that ran the load themselves.
+    pub misses: u64,
+    /// Lookups that waited for another caller's load of the same key.
+    pub coalesced: u64,
+}
+
+#[derive(Default)]
+pub(super) struct CacheCounters {
+    hits: AtomicU64,
+    negative_hits: AtomicU64,
+    misses: AtomicU64,
+    coalesced: AtomicU64,
+}
+
+impl CacheCounters {
+    pub(super) fn snapshot(&self, cache: &'static str) -> CacheStats {
+        CacheStats {
+            cache,
+            hits: self.hits.load(Ordering::Relaxed),
+            negative_hits: self.negative_hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            coalesced: self.coalesced.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Tag cache key: what a registry answered for a tag holds only for the credential set (and
+/// `allow_insecure`) that asked; another set may see another registry view or must not reach
+/// it over plain HTTP at all.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct TagKey {
+    pub(super) reference: String,
+    pub(super) credentials: Credentials,
+}
+
+/// Verdict cache key: never a tag.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct ResultKey {
+    pub(super) digest: String,
+    pub(super) signature_repo: String,
+    pub(super) attestor: [u8; 32],
+    pub(super) attestation: Option<String>,
+}
+
+/// Positive verdicts live `verified_ttl`, negative ones `negative_ttl`.
+pub(super) struct VerdictExpiry {
+    pub(super) verified: Duration,
+    pub(super) negative: Duration,
+}
+
+impl Expiry<ResultKey, Verification> for VerdictExpiry {
+    fn expire_after_create(
+        &self,
+        _: &ResultKey,
+        v: &Verification,
+        _: std::time::Instant,
+    ) -> Option<Duration> {
+        Some(if v.is_verified() {
+            self.verified
+        } else {
+            self.negative
+        })
+    }
+}
+
+impl CosignVerifier {
+    /// The digest `reference` names: its own, or the tag's from the tag cache (coalesced).
+    pub(super) async fn resolve(
+        &self,
+        image: &str,
+        reference: &Reference,
+        creds: &Credentials,
+        deadline: Instant,
+    ) -> Result<String, VerifyError> {
+        if let Some(d) = reference.digest() {
+            return Ok(d.to_owned());
+        }
+        let key = TagKey {
+            reference: reference.whole(),
+            credentials: creds.clone(),
+        };
+        let load = || {
+            let registry = self.inner.registry.clone();
+            let (image, creds) = (image.to_owned(), creds.clone());
+            async move {
+                let shared = Instant::now() + SHARED_LOAD_CAP;
+                registry
+                    .resolve_digest(&image, &creds, shared)
+                    .await
+                    .map_err(|e| map_error(&image, "resolving the digest", e, shared))
+            }
+            .boxed()
+        };
+        coalesced(
+            &self.inner.tags,
+            &self.inner.tag_counters,
+            key,
+            deadline,
+            |_| false,
+            |budget| deadline_error(image, "resolving the digest", budget),
+            load,
+        )
+        .await
+    }
+}
+
+/// Looks `key` up; on a miss, runs `load` once for all concurrent callers of the same key.
+/// Each caller waits until its own `deadline` only: one that gives up gets a deadline error
+/// while the shared load goes on for the callers still waiting (and fills the cache).
+///
+/// The load is built only on a miss and runs boxed in a detached task: a hit stays small and
+/// cheap, and no caller's timeout ever abandons moka's initializer (moka panics after 200
+/// consecutive abandoned initializations of one key).
+///
+/// A caller that joined a load started before it arrived and that load failed (errors are
+/// never cached) tries once more with a load of its own: an error from an earlier admission's
+/// attempt, e.g. connect timeouts piling up against a slow registry, must not stand in for
+/// what this admission's own budget allows; past its deadline it gets a deadline error.
+pub(super) async fn coalesced<K, V>(
+    cache: &Cache<K, V>,
+    counters: &Arc<CacheCounters>,
+    key: K,
+    deadline: Instant,
+    is_negative: impl Fn(&V) -> bool,
+    deadline_err: impl FnOnce(Duration) -> VerifyError,
+    load: impl Fn() -> BoxFuture<'static, Result<V, VerifyError>>,
+) -> Result<V, VerifyError>
+where
+    K: Clone + std::hash::Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    let budget = deadline.saturating_duration_since(Instant::now());
+    if let Some(v) = cache.get(&key).await {
+        counters.hits.fetch_add(1, Ordering::Relaxed);
+        if is_negative(&v) {
+            counters.negative_hits.fetch_add(1, Ordering::Relaxed);
+        }
+        return Ok(v);
+    }
+    let attempts = async {
+        let mut retried = false;
+        loop {
+            let shared = tokio::spawn(shared_load(
+                cache.clone(),
+                Arc::clone(counters),
+                key.clone(),
+                load(),
+            ));
+            match shared.await {
+                Ok((Err(_), false)) if !retried => retried = true,
+                Ok((result, _)) => return result,
+                // The load panicked: an internal failure, reported like an unavailable registry.
+                Err(join) => {
+                    return Err(VerifyError::Unavailable {
+                        image: String::new(),
+                        registry: String::new(),
+                        message: format!("verification task failed: {join}"),
+                    });
+                }
+            }
+        }
+    };
+    match tokio::time::timeout_at(deadline, attempts).await {
+        Ok(result) => result,
+        Err(_) => Err(deadline_err(budget)),
+    }
+}
+
+/// One `try_get_with` on `key`; also says whether this call's own `load` ran (a miss) or it
+/// joined another caller's (coalesced).
+async fn shared_load<K, V>(
+    cache: Cache<K, V>,
+    counters: Arc<CacheCounters>,
+    key: K,
+    load: BoxFuture<'static, Result<V, VerifyError>>,
+) -> (Result<V, VerifyError>, bool)
+where
+    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    let ran = AtomicBool::new(false);
+    let init = async {
+        ran.store(true, Ordering::Relaxed);
+        load.await
+    };
+    let res = cache.try_get_with(key, init).await;
+    let ran = ran.load(Ordering::Relaxed);
+    let counter = if ran {
+        &counters.misses
+    } else {
+        &counters.coalesced
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    (res.map_err(|e: Arc<VerifyError>| (*e).clone()), ran)
+}
+
+/// SHA-256 over the attestor (CEL fields already resolved, so trust material is inside) and
+/// the default trusted root it falls back to.
+pub(super) fn attestor_hash(attestor: &Attestor, root_hash: &[u8; 32]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    // The name does not change what verifies; the rest does. Serialized straight into the
+    // hasher: this runs for every verification, cache hits included.
+    let body = (&attestor.cosign, &attestor.notary);
+    if serde_json::to_writer(&mut h, &body).is_err() {
+        // Plain data cannot fail to serialize; if it ever did, the hash must still differ.
+        h.update(b"\0unserializable");
+    }
+    h.update(root_hash);
+    h.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ivory_policy::types::CosignKey;
+
+    fn key_attestor(name: &str, data: &str) -> Attestor {
+        Attestor {
+            name: name.into(),
+            cosign: Some(ivory_policy::types::Cosign {
+                key: Some(CosignKey {
+                    data: Some(data.into()),
+                    ..CosignKey::default()
+                }),
+                ..Default::default()
+            }),
+            notary: None,
+        }
+    }
+
+    #[test]
+    fn attestor_hash_follows_trust_material_not_names() {
+        let root = [7u8; 32];
+        let a = attestor_hash(&key_attestor("a", "KEY1"), &root);
+        assert_eq!(a, attestor_hash(&key_attestor("b", "KEY1"), &root));
+        assert_ne!(a, attestor_hash(&key_attestor("a", "KEY2"), &root));
+        assert_ne!(a, attestor_hash(&key_attestor("a", "KEY1"), &[8u8; 32]));
+    }
+
+    #[test]
+    fn verdict_ttls_depend_on_the_verdict() {
+        let e = VerdictExpiry {
+            verified: Duration::from_secs(60),
+            negative: Duration::from_secs(5),
+        };
+        let key = ResultKey {
+            digest: "d".into(),
+            signature_repo: "r".into(),
+            attestor: [0; 32],
+            attestation: None,
+        };
+        let now = std::time::Instant::now();
+        let yes = Verification::Verified {
+            digest: "d".into(),
+            payload: None,
+        };
+        let no = Verification::NotVerified {
+            digest: None,
+            reason: "x".into(),
+        };
+        assert_eq!(
+            e.expire_after_create(&key, &yes, now),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            e.expire_after_create(&key, &no, now),
+            Some(Duration::from_secs(5))
+        );
+    }
+}

@@ -1,0 +1,464 @@
+//! The async side: [`CosignVerifier`] implements the engine's `ImageVerifier` over
+//! `ivory_registry::Registry`, with ivory's own caches.
+//!
+//! Request floor, once the registry host is known (auth probed once per host; a registry
+//! without the referrers API, such as Distribution 2.8, remembered as such): a cold tag costs
+//! HEAD, then the `.sig`/`.att` tag, then its signature blobs in parallel; a digest skips the
+//! HEAD. The OCI referrers (API or `sha256-<hex>` tag schema, plus one manifest GET per bundle)
+//! are read only when the cosign tag holds nothing that verifies, or first where a
+//! repository's signatures were last found there. A warm (digest, attestor set, attestation)
+//! costs nothing; concurrent identical misses share one fetch set.
+//!
+//! This module owns the request flow (attestor plan → digest → verdict cache → signatures →
+//! [`evaluate`]); its children own one concern each:
+//! * `cache`: cache keys, the tag cache, verdict lifetimes and coalescing of concurrent misses
+//!   (the detached-load and retry-once rules);
+//! * `sources`: where signatures live (cosign tag, OCI referrers) and how they are read;
+//! * `image_data`: manifests and configs for the CEL `image` context.
+//!
+//! Registry errors become [`VerifyError`]s in one place, `crate::classify`.
+
+mod cache;
+mod image_data;
+mod sources;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::{BoxFuture, FutureExt as _};
+use ivory_engine::verifier::{ImageVerifier, Verification, VerifyError, VerifyRequest};
+use ivory_policy::types::{Attestation, Attestor, Credentials as PolicyCredentials};
+use ivory_registry::{Credentials, Registry, parse_reference};
+use moka::future::Cache;
+use oci_client::Reference;
+use serde_json::Value;
+use sha2::{Digest as _, Sha256};
+use tokio::time::Instant;
+
+use crate::check::{Accepted, evaluate};
+use crate::classify::{deadline_error, unavailable};
+use crate::plan::Plan;
+use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
+
+pub use cache::CacheStats;
+use cache::{
+    CacheCounters, ResultKey, SHARED_LOAD_CAP, TagKey, VerdictExpiry, attestor_hash, coalesced,
+};
+use sources::{Family, SignatureLocation, Source};
+
+/// Cache and limit settings.
+#[derive(Clone, Debug)]
+pub struct VerifierConfig {
+    /// How long a resolved tag → digest is reused (per credential set). Longer protects
+    /// registries from a herd of HEADs for popular tags; shorter follows a moved tag sooner.
+    pub tag_ttl: Duration,
+    /// How long a positive verdict is reused.
+    pub verified_ttl: Duration,
+    /// How long a definite negative verdict (no signature, bad signature, wrong identity) is
+    /// reused. Errors (network, deadline, 5xx) are never cached.
+    pub negative_ttl: Duration,
+    /// Entries in the verdict cache.
+    pub max_results: u64,
+    /// Entries in the tag cache.
+    pub max_tags: u64,
+    /// Largest signature layer read.
+    pub max_signature_bytes: usize,
+    /// Most signature layers/referrers read per image.
+    pub max_signatures: usize,
+    /// The trusted root used when an attestor names none (`trusted_root.json` text).
+    pub default_trusted_root: String,
+}
+
+impl Default for VerifierConfig {
+    fn default() -> Self {
+        Self {
+            tag_ttl: Duration::from_secs(30),
+            verified_ttl: Duration::from_secs(3600),
+            negative_ttl: Duration::from_secs(30),
+            max_results: 10_000,
+            max_tags: 10_000,
+            max_signature_bytes: 4 * 1024 * 1024,
+            max_signatures: 50,
+            default_trusted_root: PUBLIC_GOOD_TRUSTED_ROOT.to_owned(),
+        }
+    }
+}
+
+/// Signature repositories whose preferred signature source is remembered.
+const FOUND_IN_CAPACITY: u64 = 10_000;
+
+/// Maps a policy's `credentials` to registry credentials (secret lookup lives in the binary).
+pub type CredentialsResolver = Arc<dyn Fn(Option<&PolicyCredentials>) -> Credentials + Send + Sync>;
+
+/// cosign/Sigstore verification with caches; cheap to clone.
+#[derive(Clone)]
+pub struct CosignVerifier {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    config: VerifierConfig,
+    credentials: CredentialsResolver,
+    tags: Cache<TagKey, String>,
+    results: Cache<ResultKey, Verification>,
+    plans: moka::sync::Cache<[u8; 32], Arc<Result<Plan, String>>>,
+    tag_counters: Arc<CacheCounters>,
+    result_counters: Arc<CacheCounters>,
+    /// Per signature repository and family, the source whose signature last verified when it
+    /// was not the one read first. Only an ordering hint: it never decides a verdict.
+    found_in: moka::sync::Cache<(String, Family), Source>,
+    /// Parsed image references (see [`CosignVerifier::reference`]).
+    references: moka::sync::Cache<String, Arc<Reference>>,
+    /// SHA-256 of `config.default_trusted_root`, part of every attestor hash.
+    root_hash: [u8; 32],
+}
+
+impl CosignVerifier {
+    /// A verifier over `registry`; `credentials` maps a policy's `credentials` field.
+    pub fn new(
+        registry: Registry,
+        config: VerifierConfig,
+        credentials: CredentialsResolver,
+    ) -> Self {
+        let results = Cache::builder()
+            .max_capacity(config.max_results)
+            .expire_after(VerdictExpiry {
+                verified: config.verified_ttl,
+                negative: config.negative_ttl,
+            })
+            .build();
+        let tags = Cache::builder()
+            .max_capacity(config.max_tags)
+            .time_to_live(config.tag_ttl)
+            .build();
+        let plans = moka::sync::Cache::builder().max_capacity(1_000).build();
+        let root_hash = Sha256::digest(config.default_trusted_root.as_bytes()).into();
+        let references = moka::sync::Cache::new(config.max_tags);
+        Self {
+            inner: Arc::new(Inner {
+                root_hash,
+                registry,
+                config,
+                credentials,
+                tags,
+                results,
+                plans,
+                tag_counters: Arc::default(),
+                result_counters: Arc::default(),
+                references,
+                found_in: moka::sync::Cache::builder()
+                    .max_capacity(FOUND_IN_CAPACITY)
+                    .time_to_idle(Duration::from_secs(3600))
+                    .build(),
+            }),
+        }
+    }
+
+    /// Anonymous access (plus `allowInsecureRegistry`) for policies with `credentials`.
+    pub fn anonymous_credentials() -> CredentialsResolver {
+        Arc::new(|c: Option<&PolicyCredentials>| {
+            Credentials::anonymous()
+                .allow_insecure(c.and_then(|c| c.allow_insecure_registry).unwrap_or(false))
+        })
+    }
+
+    /// The registry this verifier reads from (for its request counters).
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// Hits, misses and coalesced waits of the tag and verdict caches.
+    pub fn cache_stats(&self) -> Vec<CacheStats> {
+        vec![
+            self.inner.tag_counters.snapshot("tags"),
+            self.inner.result_counters.snapshot("results"),
+        ]
+    }
+
+    /// `image` parsed, memoized: oci-client's parser runs a capturing regex (tens of
+    /// thousands of instructions), and the warm path would otherwise parse every image of
+    /// every admission again.
+    fn reference(&self, image: &str) -> Result<Arc<Reference>, VerifyError> {
+        if let Some(reference) = self.inner.references.get(image) {
+            return Ok(reference);
+        }
+        let reference: Arc<Reference> = Arc::new(
+            parse_reference(image)
+                .map_err(|e| unavailable(image, "", format!("invalid image reference: {e}")))?,
+        );
+        self.inner
+            .references
+            .insert(image.to_owned(), Arc::clone(&reference));
+        Ok(reference)
+    }
+
+    fn plan(&self, attestor: &Attestor) -> (Arc<Result<Plan, String>>, [u8; 32]) {
+        let hash = attestor_hash(attestor, &self.inner.root_hash);
+        let root = &self.inner.config.default_trusted_root;
+        let plan = self
+            .inner
+            .plans
+            .get_with(hash, || Arc::new(Plan::new(attestor, root)));
+        (plan, hash)
+    }
+
+    async fn verify_request(
+        &self,
+        request: &VerifyRequest,
+        deadline: Instant,
+    ) -> Result<Verification, VerifyError> {
+        // Verdicts that do not depend on the image (unsupported or malformed attestor, notary,
+        // KMS, referrer attestations) need no registry round trip.
+        let (plan, hash) = self.plan(&request.attestor);
+        let early = match (
+            plan.as_ref(),
+            attestation_type(request.attestation.as_ref()).as_ref(),
+        ) {
+            (Err(reason), _) | (Ok(_), Err(reason)) => Some(reason.clone()),
+            _ => None,
+        };
+        if let Some(reason) = early {
+            let digest = parse_reference(&request.image)
+                .ok()
+                .and_then(|r| r.digest().map(str::to_owned));
+            return Ok(Verification::NotVerified { digest, reason });
+        }
+        let predicate = attestation_type(request.attestation.as_ref()).unwrap_or_default();
+        let creds = (self.inner.credentials)(request.credentials.as_ref());
+        let reference = self.reference(&request.image)?;
+        let digest = self
+            .resolve(&request.image, &reference, &creds, deadline)
+            .await?;
+        let cosign = request.attestor.cosign.as_ref();
+        let signature_repo = match cosign
+            .and_then(|c| c.source.as_ref())
+            .and_then(|s| s.repository.as_deref())
+        {
+            Some(r) if !r.is_empty() => r.to_owned(),
+            _ => format!("{}/{}", reference.registry(), reference.repository()),
+        };
+        let prefix = cosign
+            .and_then(|c| c.source.as_ref())
+            .and_then(|s| s.tag_prefix.clone())
+            .unwrap_or_default();
+        let family = if predicate.is_some() {
+            Family::Attestations
+        } else {
+            Family::Signatures
+        };
+        let at = SignatureLocation {
+            repo: signature_repo,
+            prefix,
+            digest,
+            family,
+        };
+        let key = ResultKey {
+            digest: at.digest.clone(),
+            signature_repo: at.repo_key(),
+            attestor: hash,
+            attestation: predicate.clone(),
+        };
+        let load = || {
+            let (this, image, at) = (self.clone(), request.image.clone(), at.clone());
+            let (plan, predicate, creds) = (Arc::clone(&plan), predicate.clone(), creds.clone());
+            async move {
+                this.load_verdict(&image, &at, &plan, predicate, &creds)
+                    .await
+            }
+            .boxed()
+        };
+        coalesced(
+            &self.inner.results,
+            &self.inner.result_counters,
+            key,
+            deadline,
+            |v| !v.is_verified(),
+            |budget| deadline_error(&request.image, "verifying signatures", budget),
+            load,
+        )
+        .await
+    }
+
+    /// Fetches and checks signatures for one cache miss. The source where this repository's
+    /// signatures were last found is read first, the other only if nothing there verifies:
+    /// one round trip less per cold image, and a negative verdict still means both were read.
+    async fn load_verdict(
+        &self,
+        image: &str,
+        at: &SignatureLocation,
+        plan: &Result<Plan, String>,
+        predicate: Option<String>,
+        creds: &Credentials,
+    ) -> Result<Verification, VerifyError> {
+        let plan = plan.as_ref().map_err(|reason| VerifyError::Unavailable {
+            image: image.to_owned(),
+            registry: String::new(),
+            message: reason.clone(),
+        })?;
+        let shared = Instant::now() + SHARED_LOAD_CAP;
+        let hint_key = (at.repo_key(), at.family);
+        let first = self
+            .inner
+            .found_in
+            .get(&hint_key)
+            .unwrap_or(Source::CosignTag);
+        let mut fetched = self.fetch(image, at, first, creds, shared).await;
+        let mut verdict = evaluate(plan, &at.digest, &fetched.envelopes, predicate.as_deref());
+        let mut found = first;
+        if verdict.is_err() {
+            let second = self.fetch(image, at, first.other(), creds, shared).await;
+            fetched.envelopes.extend(second.envelopes);
+            fetched.error = fetched.error.or(second.error);
+            verdict = evaluate(plan, &at.digest, &fetched.envelopes, predicate.as_deref());
+            found = first.other();
+        }
+        // A negative verdict reached on partial data is no verdict: report the error (never
+        // cached) rather than cache a false "not verified".
+        if let (Err(_), Some(e)) = (&verdict, fetched.error) {
+            return Err(e);
+        }
+        let digest = at.digest.clone();
+        Ok(match verdict {
+            Ok(Accepted { statement }) => {
+                tracing::debug!(image, %digest, source = ?found, "signature verified");
+                if found != first {
+                    self.inner.found_in.insert(hint_key, found);
+                }
+                Verification::Verified {
+                    digest,
+                    payload: statement,
+                }
+            }
+            Err(reason) => {
+                tracing::debug!(image, %digest, %reason, "not verified");
+                Verification::NotVerified {
+                    digest: Some(digest),
+                    reason,
+                }
+            }
+        })
+    }
+}
+
+/// The in-toto predicate type of the requested attestation; `referrer` attestations are
+/// notary's and cannot be verified by a cosign attestor.
+fn attestation_type(a: Option<&Attestation>) -> Result<Option<String>, String> {
+    match a {
+        None => Ok(None),
+        Some(a) => match (&a.intoto, &a.referrer) {
+            (Some(t), _) => Ok(Some(t.type_.clone())),
+            (None, Some(_)) => Err(format!(
+                "cosign verifier only supports intoto attestations, {} is a referrer attestation",
+                a.name
+            )),
+            (None, None) => Err(format!(
+                "attestation {} has neither intoto nor referrer",
+                a.name
+            )),
+        },
+    }
+}
+
+/// Runs `fut` until `deadline`; past it, a named deadline error instead of a hang.
+async fn bounded<T>(
+    image: &str,
+    operation: &str,
+    deadline: Instant,
+    fut: impl std::future::Future<Output = Result<T, VerifyError>>,
+) -> Result<T, VerifyError> {
+    let budget = deadline.saturating_duration_since(Instant::now());
+    match tokio::time::timeout_at(deadline, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(deadline_error(image, operation, budget)),
+    }
+}
+
+impl ImageVerifier for CosignVerifier {
+    fn resolve_digest<'a>(
+        &'a self,
+        image: &'a str,
+        credentials: Option<&'a PolicyCredentials>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        async move {
+            let creds = (self.inner.credentials)(credentials);
+            let reference = self.reference(image)?;
+            bounded(
+                image,
+                "resolving the digest",
+                deadline,
+                self.resolve(image, &reference, &creds, deadline),
+            )
+            .await
+        }
+        .boxed()
+    }
+
+    fn verify<'a>(
+        &'a self,
+        request: &'a VerifyRequest,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
+        bounded(
+            &request.image,
+            "verifying signatures",
+            deadline,
+            self.verify_request(request, deadline),
+        )
+        .boxed()
+    }
+
+    fn image_data<'a>(
+        &'a self,
+        image: &'a str,
+        credentials: Option<&'a PolicyCredentials>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
+        async move {
+            let creds = (self.inner.credentials)(credentials);
+            bounded(
+                image,
+                "fetching image data",
+                deadline,
+                self.image_data_inner(image, &creds, deadline),
+            )
+            .await
+        }
+        .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ivory_policy::types::TypeRef;
+
+    #[test]
+    fn attestation_kinds() {
+        assert_eq!(attestation_type(None), Ok(None));
+        let intoto = Attestation {
+            name: "slsa".into(),
+            intoto: Some(TypeRef {
+                type_: "https://slsa.dev/provenance/v1".into(),
+            }),
+            referrer: None,
+        };
+        assert_eq!(
+            attestation_type(Some(&intoto)),
+            Ok(Some("https://slsa.dev/provenance/v1".into()))
+        );
+        let referrer = Attestation {
+            name: "sbom".into(),
+            intoto: None,
+            referrer: Some(TypeRef {
+                type_: "application/spdx+json".into(),
+            }),
+        };
+        assert!(
+            attestation_type(Some(&referrer))
+                .unwrap_err()
+                .contains("only supports intoto")
+        );
+    }
+}
