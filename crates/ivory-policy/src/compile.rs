@@ -427,7 +427,7 @@ impl CelCompiler<'_> {
                 for (pointer, field, source) in attestor_expressions(attestor) {
                     let field = format!("spec.attestors[{i}].{field}");
                     if let Some(p) = self.expr(source, &field, &scope) {
-                        fields.push((pointer.to_owned(), p));
+                        fields.push((pointer, p));
                     }
                 }
                 CompiledAttestor {
@@ -441,7 +441,33 @@ impl CelCompiler<'_> {
 }
 
 /// (JSON pointer the result is written to, field path, CEL source) of every CEL-sourced field.
-fn attestor_expressions(a: &Attestor) -> Vec<(&'static str, &'static str, &str)> {
+/// A `keyless.identities[].subjectExpression` result replaces the expression itself: the
+/// verifier reads it as one more exact subject the certificate must name.
+fn attestor_expressions(a: &Attestor) -> Vec<(String, String, &str)> {
+    let mut out: Vec<(String, String, &str)> = attestor_value_expressions(a)
+        .into_iter()
+        .map(|(p, f, e)| (p.to_owned(), f.to_owned(), e))
+        .collect();
+    let identities = a
+        .cosign
+        .as_ref()
+        .and_then(|c| c.keyless.as_ref())
+        .map(|k| k.identities.as_slice())
+        .unwrap_or_default();
+    for (i, id) in identities.iter().enumerate() {
+        if let Some(e) = id.subject_expression.as_deref() {
+            out.push((
+                format!("/cosign/keyless/identities/{i}/subjectExpression"),
+                format!("cosign.keyless.identities[{i}].subjectExpression"),
+                e,
+            ));
+        }
+    }
+    out
+}
+
+/// The CEL-sourced fields whose result goes into a sibling `value`/`data` field.
+fn attestor_value_expressions(a: &Attestor) -> Vec<(&'static str, &'static str, &str)> {
     let mut out = Vec::new();
     if let Some(c) = &a.cosign {
         if let Some(e) = c.key.as_ref().and_then(|k| k.expression.as_deref()) {

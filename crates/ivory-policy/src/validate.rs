@@ -18,10 +18,23 @@ const OPERATIONS: [&str; 5] = ["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
 const SCOPES: [&str; 3] = ["*", "Cluster", "Namespaced"];
 const MATCH_POLICIES: [&str; 2] = ["Equivalent", "Exact"];
 const HASH_ALGORITHMS: [&str; 4] = ["sha224", "sha256", "sha384", "sha512"];
+/// The hash algorithms ivory verifies with (the crypto provider has no SHA-224 signatures).
+const SUPPORTED_HASH_ALGORITHMS: [&str; 3] = ["sha256", "sha384", "sha512"];
+/// `credentials.providers` ivory implements: `default` is the docker config the registry client
+/// reads; the cloud credential helpers are not built in.
+const SUPPORTED_PROVIDERS: [&str; 1] = ["default"];
 const PROVIDERS: [&str; 5] = ["default", "amazon", "azure", "google", "github"];
 const MODES: [&str; 2] = ["Kubernetes", "JSON"];
 const KMS_SCHEMES: [&str; 4] = ["awskms://", "gcpkms://", "azurekms://", "hashivault://"];
 const MAX_MATCH_CONDITIONS: usize = 64;
+/// `keyless.additionalExtensions` keys: the Fulcio GitHub workflow extensions cosign compares.
+const ADDITIONAL_EXTENSION_KEYS: [&str; 5] = [
+    "githubWorkflowTrigger",
+    "githubWorkflowSha",
+    "githubWorkflowName",
+    "githubWorkflowRepository",
+    "githubWorkflowRef",
+];
 
 const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
@@ -161,8 +174,14 @@ pub(crate) fn spec(spec: &PolicySpec, errs: &mut Errors) {
     }
     if let Some(creds) = &spec.credentials {
         for (i, p) in creds.providers.iter().enumerate() {
+            let field = format!("spec.credentials.providers[{i}]");
             if !PROVIDERS.contains(&p.as_str()) {
-                errs.unsupported(format!("spec.credentials.providers[{i}]"), p, &PROVIDERS);
+                errs.unsupported(field, p, &PROVIDERS);
+            } else if !SUPPORTED_PROVIDERS.contains(&p.as_str()) {
+                errs.forbidden(
+                    field,
+                    &format!("{p:?} is not supported: use pull secrets (spec.credentials.secrets)"),
+                );
             }
         }
         for (i, s) in creds.secrets.iter().enumerate() {
@@ -377,6 +396,28 @@ fn cosign(c: &Cosign, field: &str, errs: &mut Errors) {
             );
         }
     }
+    let has_trusted_root = c.trusted_root.as_ref().is_some_and(|r| {
+        r.value.as_deref().is_some_and(|v| !v.trim().is_empty())
+            || r.expression
+                .as_deref()
+                .is_some_and(|e| !e.trim().is_empty())
+    });
+    if let Some(tuf) = &c.tuf {
+        let root = tuf.root.as_ref();
+        let named = [
+            ("mirror", tuf.mirror.as_deref()),
+            ("root.data", root.and_then(|r| r.data.as_deref())),
+            ("root.path", root.and_then(|r| r.path.as_deref())),
+        ];
+        for (name, value) in named {
+            if value.is_some_and(|v| !v.is_empty()) && !has_trusted_root {
+                errs.forbidden(
+                    format!("{field}.tuf.{name}"),
+                    "not supported: ivory has no TUF client; give the trust root as trustedRoot",
+                );
+            }
+        }
+    }
     if let Some(root) = &c.trusted_root {
         let f = format!("{field}.trustedRoot");
         if exactly_one_source(root, &f, errs)
@@ -411,18 +452,29 @@ fn cosign_key(key: &CosignKey, field: &str, errs: &mut Errors) {
     {
         errs.required(format!("{field}.expression"), "");
     }
-    if let Some(kms) = &key.kms
-        && !KMS_SCHEMES.iter().any(|s| kms.starts_with(s))
-    {
-        errs.invalid(
-            format!("{field}.kms"),
-            format!("{kms:?}: must start with one of {}", KMS_SCHEMES.join(", ")),
-        );
+    if let Some(kms) = &key.kms {
+        if !KMS_SCHEMES.iter().any(|s| kms.starts_with(s)) {
+            errs.invalid(
+                format!("{field}.kms"),
+                format!("{kms:?}: must start with one of {}", KMS_SCHEMES.join(", ")),
+            );
+        } else {
+            errs.forbidden(
+                format!("{field}.kms"),
+                "not supported: ivory reads no KMS; give the public key as data or expression",
+            );
+        }
     }
-    if let Some(alg) = &key.hash_algorithm
-        && !HASH_ALGORITHMS.contains(&alg.as_str())
-    {
-        errs.unsupported(format!("{field}.hashAlgorithm"), alg, &HASH_ALGORITHMS);
+    if let Some(alg) = &key.hash_algorithm {
+        if !HASH_ALGORITHMS.contains(&alg.as_str()) {
+            errs.unsupported(format!("{field}.hashAlgorithm"), alg, &HASH_ALGORITHMS);
+        } else if !SUPPORTED_HASH_ALGORITHMS.contains(&alg.as_str()) {
+            errs.unsupported(
+                format!("{field}.hashAlgorithm"),
+                alg,
+                &SUPPORTED_HASH_ALGORITHMS,
+            );
+        }
     }
 }
 
@@ -441,10 +493,11 @@ fn cosign_keyless(keyless: &Keyless, field: &str, errs: &mut Errors) {
             && !set(&id.issuer_reg_exp)
             && !set(&id.subject)
             && !set(&id.subject_reg_exp)
+            && !set(&id.subject_expression)
         {
             errs.required(
                 f.clone(),
-                "at least one of issuer, issuerRegExp, subject or subjectRegExp is required",
+                "at least one of issuer, issuerRegExp, subject, subjectRegExp or subjectExpression is required",
             );
         }
         for (name, value) in [
@@ -461,6 +514,14 @@ fn cosign_keyless(keyless: &Keyless, field: &str, errs: &mut Errors) {
     }
     if let Some(roots) = &keyless.roots {
         pem_field(roots, &format!("{field}.roots"), false, errs);
+    }
+    for (key, value) in &keyless.additional_extensions {
+        let f = format!("{field}.additionalExtensions.{key}");
+        if !ADDITIONAL_EXTENSION_KEYS.contains(&key.as_str()) {
+            errs.unsupported(f, key, &ADDITIONAL_EXTENSION_KEYS);
+        } else if !value.is_string() {
+            errs.invalid(f, format!("{value}: must be a string"));
+        }
     }
 }
 

@@ -635,6 +635,7 @@ fn shipped_policies_validate_against_the_schema() {
         root.join("policies"),
         root.join("policies/samples"),
         root.join("crates/ivory-policy/tests/data/kyverno"),
+        root.join("crates/ivory-policy/tests/data/kyverno-refused"),
     ];
     let mut checked = 0;
     for dir in dirs {

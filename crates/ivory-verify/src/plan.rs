@@ -5,9 +5,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ivory_policy::types::{Attestor, Cosign, Identity};
+use ivory_policy::types::{Attestor, Cosign, Identity, Keyless};
 use regex::Regex;
 use sigstore_verify::Verifier;
+use sigstore_verify::crypto::CertificateInfo;
 use sigstore_verify::types::DerCertificate;
 
 use crate::keys::{PublicKey, certificate_key, parse_certificates, parse_public_key};
@@ -28,8 +29,119 @@ pub(crate) enum Authority {
     Key(PublicKey),
     /// `certificate.cert` (and `certChain`, checked against the cert).
     Certificate(PublicKey),
-    /// `keyless.identities`: any rule may match.
-    Keyless(Vec<IdentityRule>),
+    /// `keyless.identities` (any rule may match) and `keyless.additionalExtensions`.
+    Keyless(KeylessRules),
+}
+
+/// What a keyless signing certificate must show.
+#[derive(Debug)]
+pub(crate) struct KeylessRules {
+    /// Any one of these must match the certificate's subject and issuer.
+    pub(crate) identities: Vec<IdentityRule>,
+    /// Every one of these Fulcio extensions must hold exactly this value.
+    pub(crate) extensions: Vec<(GithubClaim, String)>,
+}
+
+/// The Fulcio GitHub workflow extensions `keyless.additionalExtensions` may constrain
+/// (`1.3.6.1.4.1.57264.1.2` to `.6`, the ones cosign's `CheckOpts` compares), by the key names
+/// Kyverno's `additionalExtensions` uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GithubClaim {
+    Trigger,
+    Sha,
+    Name,
+    Repository,
+    Ref,
+}
+
+impl GithubClaim {
+    fn from_key(key: &str) -> Option<Self> {
+        Some(match key {
+            "githubWorkflowTrigger" => Self::Trigger,
+            "githubWorkflowSha" => Self::Sha,
+            "githubWorkflowName" => Self::Name,
+            "githubWorkflowRepository" => Self::Repository,
+            "githubWorkflowRef" => Self::Ref,
+            _ => return None,
+        })
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Self::Trigger => "githubWorkflowTrigger",
+            Self::Sha => "githubWorkflowSha",
+            Self::Name => "githubWorkflowName",
+            Self::Repository => "githubWorkflowRepository",
+            Self::Ref => "githubWorkflowRef",
+        }
+    }
+
+    fn value(self, info: &CertificateInfo) -> Option<&str> {
+        let gh = &info.ci_claims.deprecated_github;
+        match self {
+            Self::Trigger => gh.workflow_trigger.as_deref(),
+            Self::Sha => gh.workflow_sha.as_deref(),
+            Self::Name => gh.workflow_name.as_deref(),
+            Self::Repository => gh.workflow_repository.as_deref(),
+            Self::Ref => gh.workflow_ref.as_deref(),
+        }
+    }
+}
+
+impl KeylessRules {
+    fn new(keyless: &Keyless) -> Result<Self, String> {
+        if keyless.identities.is_empty() {
+            return Err("keyless attestor needs at least one identity".into());
+        }
+        let identities = keyless
+            .identities
+            .iter()
+            .enumerate()
+            .map(|(i, id)| IdentityRule::new(id, i))
+            .collect::<Result<_, _>>()?;
+        let extensions = keyless
+            .additional_extensions
+            .iter()
+            .map(|(k, v)| {
+                let claim = GithubClaim::from_key(k)
+                    .ok_or_else(|| format!("keyless.additionalExtensions.{k} is not supported"))?;
+                let value = v
+                    .as_str()
+                    .ok_or_else(|| format!("keyless.additionalExtensions.{k} must be a string"))?;
+                Ok((claim, value.to_owned()))
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Self {
+            identities,
+            extensions,
+        })
+    }
+
+    /// The certificate names an accepted identity and carries every required extension value.
+    pub(crate) fn check(&self, info: &CertificateInfo) -> Result<(), String> {
+        let subject = info
+            .identity
+            .as_ref()
+            .map(|i| i.as_str())
+            .unwrap_or_default();
+        let issuer = info.issuer.as_deref().unwrap_or_default();
+        if !self.identities.iter().any(|r| r.matches(subject, issuer)) {
+            return Err(format!(
+                "none of the expected identities matched what was in the certificate, got subjects [{subject}] with issuer {issuer}"
+            ));
+        }
+        for (claim, want) in &self.extensions {
+            let got = claim.value(info);
+            if got != Some(want.as_str()) {
+                return Err(format!(
+                    "certificate extension {} is {}, expected {want:?}",
+                    claim.key(),
+                    got.map_or_else(|| "absent".to_owned(), |g| format!("{g:?}")),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// One `keyless.identities[]` entry with its regexps compiled.
@@ -39,6 +151,8 @@ pub(crate) struct IdentityRule {
     issuer_re: Option<Regex>,
     subject: Option<String>,
     subject_re: Option<Regex>,
+    /// The evaluated `subjectExpression`: one more exact subject the certificate must name.
+    subject_from_expression: Option<String>,
 }
 
 impl IdentityRule {
@@ -59,18 +173,27 @@ impl IdentityRule {
             issuer_re: compile(&identity.issuer_reg_exp, "issuerRegExp")?,
             subject: non_empty(&identity.subject),
             subject_re: compile(&identity.subject_reg_exp, "subjectRegExp")?,
+            subject_from_expression: non_empty(&identity.subject_expression),
         })
     }
 
     /// cosign's `CheckCertificatePolicy`: the regexp (unanchored) wins over the exact value,
-    /// and a side with neither places no constraint.
+    /// and a side with neither places no constraint. The evaluated `subjectExpression`
+    /// constrains the subject on top of that (the engine has written its value in place of the
+    /// expression before the attestor reaches the verifier).
     pub(crate) fn matches(&self, subject: &str, issuer: &str) -> bool {
         let ok = |exact: &Option<String>, re: &Option<Regex>, value: &str| match (re, exact) {
             (Some(r), _) => r.is_match(value),
             (None, Some(e)) => e == value,
             (None, None) => true,
         };
-        ok(&self.subject, &self.subject_re, subject) && ok(&self.issuer, &self.issuer_re, issuer)
+        let from_expression = self
+            .subject_from_expression
+            .as_deref()
+            .is_none_or(|s| s == subject);
+        from_expression
+            && ok(&self.subject, &self.subject_re, subject)
+            && ok(&self.issuer, &self.issuer_re, issuer)
     }
 }
 
@@ -136,16 +259,7 @@ impl Plan {
 /// Kyverno's precedence: keyless, then key (data before kms), then certificate.
 fn authority(cosign: &Cosign) -> Result<Authority, String> {
     if let Some(keyless) = &cosign.keyless {
-        if keyless.identities.is_empty() {
-            return Err("keyless attestor needs at least one identity".into());
-        }
-        let rules = keyless
-            .identities
-            .iter()
-            .enumerate()
-            .map(|(i, id)| IdentityRule::new(id, i))
-            .collect::<Result<_, _>>()?;
-        return Ok(Authority::Keyless(rules));
+        return KeylessRules::new(keyless).map(Authority::Keyless);
     }
     if let Some(key) = &cosign.key {
         if let Some(data) = key.data.as_deref().filter(|d| !d.trim().is_empty()) {
@@ -200,7 +314,7 @@ fn first_cert(text: &str, field: &str) -> Result<DerCertificate, String> {
 mod tests {
     use super::*;
     use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
-    use ivory_policy::types::{CosignKey, Keyless, Notary};
+    use ivory_policy::types::{CosignKey, Notary};
 
     fn cosign(c: Cosign) -> Attestor {
         Attestor {
@@ -297,7 +411,7 @@ mod tests {
         let Authority::Keyless(rules) = &plan.authority else {
             panic!("keyless expected")
         };
-        let any = |s: &str, i: &str| rules.iter().any(|r| r.matches(s, i));
+        let any = |s: &str, i: &str| rules.identities.iter().any(|r| r.matches(s, i));
         assert!(any("me@example.com", "https://github.com/login/oauth"));
         assert!(!any("me@example.org", "https://github.com/login/oauth"));
         assert!(any(

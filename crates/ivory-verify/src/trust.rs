@@ -71,6 +71,14 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust,
             root["timestampAuthorities"] = json!([authority(pem, "ctlog.tsaCertChain")?]);
         }
     }
+    if let Some(url) = cosign
+        .ctlog
+        .as_ref()
+        .and_then(|c| c.url.as_deref())
+        .filter(|u| !u.trim().is_empty())
+    {
+        check_log_url(&root, url)?;
+    }
     if root.get("mediaType").is_none() {
         root["mediaType"] = json!(TRUSTED_ROOT_MEDIA_TYPE);
     }
@@ -82,6 +90,27 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust,
         verifier: Arc::new(verifier),
         ca_certs: parsed.fulcio_certs(),
     })
+}
+
+/// `ctlog.url` names the Rekor instance Kyverno would query. ivory never queries it: log
+/// entries are verified offline against the trust root's log keys. So the URL must name one of
+/// those logs (or the policy gives the log's key as `ctlog.rekorPubKey`, which replaces them);
+/// a URL the trust root does not know would otherwise be silently replaced by its logs.
+fn check_log_url(root: &Value, url: &str) -> Result<(), String> {
+    let wanted = url.trim().trim_end_matches('/');
+    let logs = root.get("tlogs").and_then(Value::as_array);
+    let known = logs.is_some_and(|logs| {
+        logs.iter().any(|l| {
+            let base = l.get("baseUrl").and_then(Value::as_str).unwrap_or_default();
+            base.is_empty() || base.trim_end_matches('/') == wanted
+        })
+    });
+    if known {
+        return Ok(());
+    }
+    Err(format!(
+        "ctlog.url {url} is not a transparency log of the trust root (ivory verifies log entries offline against the trust root's log keys); name that log's key in ctlog.rekorPubKey or trustedRoot"
+    ))
 }
 
 /// A `certificateAuthorities`/`timestampAuthorities` entry from a PEM chain (leaf first).
@@ -133,6 +162,27 @@ mod tests {
     #[test]
     fn embedded_root_builds_offline() {
         assert!(verifier_for(&Cosign::default(), PUBLIC_GOOD_TRUSTED_ROOT).is_ok());
+    }
+
+    #[test]
+    fn ctlog_url_must_name_a_log_of_the_trust_root() {
+        let with_url = |url: &str, key: Option<&str>| Cosign {
+            ctlog: Some(Ctlog {
+                url: Some(url.into()),
+                rekor_pub_key: key.map(str::to_owned),
+                ..Ctlog::default()
+            }),
+            ..Cosign::default()
+        };
+        let root = PUBLIC_GOOD_TRUSTED_ROOT;
+        assert!(verifier_for(&with_url("https://rekor.sigstore.dev", None), root).is_ok());
+        assert!(verifier_for(&with_url("https://rekor.sigstore.dev/", None), root).is_ok());
+        let Err(err) = verifier_for(&with_url("https://rekor.example.com", None), root) else {
+            panic!("an unknown log was accepted")
+        };
+        assert!(err.contains("ctlog.url https://rekor.example.com"), "{err}");
+        let key = include_str!("../../../fixtures/captured/connaisseur/cosign/keys/alice.key");
+        assert!(verifier_for(&with_url("https://rekor.example.com", Some(key)), root).is_ok());
     }
 
     #[test]

@@ -283,7 +283,8 @@ fn evaluate_attestors(
     Ok(out)
 }
 
-/// Writes `value` at RFC 6901 `pointer`, creating objects on the way.
+/// Writes `value` at RFC 6901 `pointer`, creating objects on the way; a numeric token steps into
+/// an existing array element.
 fn set_pointer(root: &mut Json, pointer: &str, value: Json) -> Result<(), String> {
     let mut target = root;
     let tokens: Vec<String> = pointer
@@ -298,10 +299,15 @@ fn set_pointer(root: &mut Json, pointer: &str, value: Json) -> Result<(), String
         if target.is_null() {
             *target = Json::Object(serde_json::Map::new());
         }
-        let Json::Object(map) = target else {
-            return Err(format!("field pointer {pointer:?} crosses a non-object"));
+        target = match target {
+            Json::Object(map) => map.entry(token.clone()).or_insert(Json::Null),
+            Json::Array(items) => token
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| items.get_mut(i))
+                .ok_or_else(|| format!("field pointer {pointer:?} names no array element"))?,
+            _ => return Err(format!("field pointer {pointer:?} crosses a non-object")),
         };
-        target = map.entry(token.clone()).or_insert(Json::Null);
     }
     if target.is_null() {
         *target = Json::Object(serde_json::Map::new());

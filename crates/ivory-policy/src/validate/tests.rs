@@ -350,8 +350,14 @@ fn top_level_enums_and_limits() {
                 json!({"providers": ["github", "docker"]}),
             )],
             vec![
+                "spec.credentials.providers[0]: Forbidden: \"github\" is not supported: use pull secrets (spec.credentials.secrets)",
                 "spec.credentials.providers[1]: Unsupported value: \"docker\": supported values: \"default\", \"amazon\", \"azure\", \"google\", \"github\"",
             ],
+        ),
+        (
+            "provider default is the docker config",
+            vec![set("/spec/credentials", json!({"providers": ["default"]}))],
+            vec![],
         ),
         (
             "secrets",
@@ -558,7 +564,9 @@ fn attestors() {
             ],
             vec![
                 "spec.attestors[1].name: Duplicate value: \"cosign\"",
+                "spec.attestors[1].cosign.key.kms: Forbidden: not supported: ivory reads no KMS; give the public key as data or expression",
                 "spec.attestors[2].name: Required value",
+                "spec.attestors[2].cosign.key.kms: Forbidden: not supported: ivory reads no KMS; give the public key as data or expression",
             ],
         ),
         (
@@ -616,6 +624,54 @@ fn attestors() {
             ],
         ),
         (
+            "hash algorithm sha224 has no implementation",
+            vec![set(
+                "/spec/attestors/0/cosign/key/hashAlgorithm",
+                json!("sha224"),
+            )],
+            vec![
+                "spec.attestors[0].cosign.key.hashAlgorithm: Unsupported value: \"sha224\": supported values: \"sha256\", \"sha384\", \"sha512\"",
+            ],
+        ),
+        (
+            "tuf without trustedRoot",
+            vec![set(
+                "/spec/attestors/0/cosign/tuf",
+                json!({"mirror": "https://tuf.example", "root": {"path": "/root.json"}}),
+            )],
+            vec![
+                "spec.attestors[0].cosign.tuf.mirror: Forbidden: not supported: ivory has no TUF client; give the trust root as trustedRoot",
+                "spec.attestors[0].cosign.tuf.root.path: Forbidden: not supported: ivory has no TUF client; give the trust root as trustedRoot",
+            ],
+        ),
+        (
+            "tuf beside a trustedRoot",
+            vec![
+                set(
+                    "/spec/attestors/0/cosign/tuf",
+                    json!({"mirror": "https://tuf.example"}),
+                ),
+                set(
+                    "/spec/attestors/0/cosign/trustedRoot",
+                    json!({"expression": "string(object.metadata.name)"}),
+                ),
+            ],
+            vec![],
+        ),
+        (
+            "keyless additional extensions",
+            vec![set(
+                "/spec/attestors/0/cosign",
+                json!({"keyless": {"identities": [{"subjectExpression": "'s'"}],
+                    "additionalExtensions": {"githubWorkflowRef": "refs/heads/main",
+                        "githubWorkflowSha": 1, "buildTrigger": "push"}}}),
+            )],
+            vec![
+                "spec.attestors[0].cosign.keyless.additionalExtensions.buildTrigger: Unsupported value: \"buildTrigger\": supported values: \"githubWorkflowTrigger\", \"githubWorkflowSha\", \"githubWorkflowName\", \"githubWorkflowRepository\", \"githubWorkflowRef\"",
+                "spec.attestors[0].cosign.keyless.additionalExtensions.githubWorkflowSha: Invalid value: 1: must be a string",
+            ],
+        ),
+        (
             "hash algorithm ok",
             vec![set(
                 "/spec/attestors/0/cosign/key/hashAlgorithm",
@@ -643,7 +699,7 @@ fn attestors() {
             ], "roots": "nope"}}),
             )],
             vec![
-                "spec.attestors[0].cosign.keyless.identities[0]: Required value: at least one of issuer, issuerRegExp, subject or subjectRegExp is required",
+                "spec.attestors[0].cosign.keyless.identities[0]: Required value: at least one of issuer, issuerRegExp, subject, subjectRegExp or subjectExpression is required",
                 "spec.attestors[0].cosign.keyless.identities[1].subjectRegExp: Invalid value: \"(unclosed\": error: unclosed group",
                 "spec.attestors[0].cosign.keyless.roots: Invalid value: not valid PEM: no PEM block found (expected -----BEGIN ...-----)",
             ],
