@@ -3,6 +3,7 @@
 
 use base64::Engine as _;
 use serde_json::Value;
+use sigstore_verify::crypto::CertificateInfo;
 use sigstore_verify::types::bundle::TimestampVerificationData;
 use sigstore_verify::types::{Bundle, Sha256Hash, SignatureBytes, SignatureContent};
 use sigstore_verify::{PublicKeyVerificationPolicy, TimestampError, VerificationPolicy};
@@ -11,7 +12,7 @@ use crate::envelope::{
     ANNOTATION_CERTIFICATE, ANNOTATION_CHAIN, Envelope, RawDsse, SimpleSigning, parse_signed_json,
 };
 use crate::keys::{PublicKey, parse_certificates};
-use crate::plan::{Authority, IdentityRule, Plan};
+use crate::plan::{Authority, KeylessRules, Plan};
 
 /// The predicate type cosign v3 uses for image signatures stored as bundles.
 pub const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
@@ -164,13 +165,18 @@ fn verify_envelope(plan: &Plan, digest: &str, env: &Envelope) -> Result<Content,
 fn verify_offline(key: &PublicKey, digest: &str, env: &Envelope) -> Result<Content, String> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let check = |data: &[u8], sig: &[u8]| {
-        sigstore_verify::crypto::verify_signature(
-            &key.der,
-            data,
-            &SignatureBytes::new(sig.to_vec()),
-            key.scheme,
-        )
-        .map_err(|e| format!("invalid signature: {e}"))
+        let sig = SignatureBytes::new(sig.to_vec());
+        let mut last = None;
+        for scheme in &key.schemes {
+            match sigstore_verify::crypto::verify_signature(&key.der, data, &sig, *scheme) {
+                Ok(()) => return Ok(()),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(match last {
+            Some(e) => format!("invalid signature: {e}"),
+            None => "invalid signature: the key has no signing scheme".to_owned(),
+        })
     };
     match env {
         Envelope::SimpleSigning(l) => {
@@ -236,11 +242,9 @@ fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Con
         (_, SignatureContent::DsseEnvelope(_), _) => run(plan, verifier, image_hash, &bundle)?,
         _ => return Err("bundle does not sign this image (message signature over a blob)".into()),
     };
-    if let (Authority::Keyless(rules), Some(id)) = (&plan.authority, &result) {
-        let (subject, issuer) = id;
-        if !rules.iter().any(|r| r.matches(subject, issuer)) {
-            return Err(identity_mismatch(subject, issuer));
-        }
+    if let Authority::Keyless(rules) = &plan.authority {
+        let info = result.ok_or("keyless signature has no certificate")?;
+        rules.check(&info)?;
     }
     match &bundle.content {
         SignatureContent::DsseEnvelope(d) => {
@@ -258,7 +262,7 @@ fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Con
 /// verifies the signature.
 fn verify_keyless_offline(
     plan: &Plan,
-    rules: &[IdentityRule],
+    rules: &KeylessRules,
     digest: &str,
     env: &Envelope,
 ) -> Result<Content, String> {
@@ -286,29 +290,12 @@ fn verify_keyless_offline(
     crate::chain::verify_to_anchors(&leaf, &chain, &plan.ca_certs, now)?;
     let info = sigstore_verify::crypto::parse_certificate_info(&leaf)
         .map_err(|e| format!("signing certificate cannot be parsed: {e}"))?;
-    let subject = info
-        .identity
-        .as_ref()
-        .map(|i| i.as_str().to_owned())
-        .unwrap_or_default();
-    let issuer = info.issuer.clone().unwrap_or_default();
-    if !rules.iter().any(|r| r.matches(&subject, &issuer)) {
-        return Err(identity_mismatch(&subject, &issuer));
-    }
-    let key = PublicKey {
-        der: info.public_key,
-        scheme: info.key_algorithm.default_signing_scheme(),
-    };
+    rules.check(&info)?;
+    let key = PublicKey::with_default_scheme(info.public_key, info.key_algorithm);
     verify_offline(&key, digest, env)
 }
 
-fn identity_mismatch(subject: &str, issuer: &str) -> String {
-    format!(
-        "none of the expected identities matched what was in the certificate, got subjects [{subject}] with issuer {issuer}"
-    )
-}
-
-/// Runs sigstore-verify; returns the certificate identity (subject, issuer) for keyless.
+/// Runs sigstore-verify; returns the verified signing certificate for keyless.
 ///
 /// sigstore-tsa 0.15.1 cannot decode an RFC 3161 `genTime` with fractional seconds (which RFC
 /// 3161 allows and e.g. @sigstore/mock's TSA emits). When such a token rides along with a Rekor
@@ -320,7 +307,7 @@ fn run<'a>(
     verifier: &sigstore_verify::Verifier,
     artifact: impl Into<sigstore_verify::types::Artifact<'a>> + Clone,
     bundle: &Bundle,
-) -> Result<Option<(String, String)>, String> {
+) -> Result<Option<CertificateInfo>, String> {
     match run_once(plan, verifier, artifact.clone(), bundle) {
         Err(sigstore_verify::Error::Timestamp(TimestampError::Invalid(detail)))
             if !plan.ignore_tlog && has_promised_entry(bundle) && detail.contains("decode") =>
@@ -348,7 +335,7 @@ fn run_once<'a>(
     verifier: &sigstore_verify::Verifier,
     artifact: impl Into<sigstore_verify::types::Artifact<'a>>,
     bundle: &Bundle,
-) -> Result<Option<(String, String)>, sigstore_verify::Error> {
+) -> Result<Option<CertificateInfo>, sigstore_verify::Error> {
     match &plan.authority {
         Authority::Key(key) | Authority::Certificate(key) => {
             let policy = PublicKeyVerificationPolicy::new(key.der.clone());
@@ -362,14 +349,9 @@ fn run_once<'a>(
             if plan.ignore_tlog {
                 policy = policy.skip_tlog_unsafe();
             }
-            verifier.verify(artifact, bundle, &policy).map(|r| {
-                Some((
-                    r.identity()
-                        .map(|i| i.as_str().to_owned())
-                        .unwrap_or_default(),
-                    r.issuer().unwrap_or_default().to_owned(),
-                ))
-            })
+            verifier
+                .verify(artifact, bundle, &policy)
+                .map(|r| r.certificate().cloned())
         }
     }
 }

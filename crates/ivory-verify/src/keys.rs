@@ -5,16 +5,30 @@ use base64::Engine as _;
 use sigstore_verify::crypto::{KeyAlgorithm, SigningScheme};
 use sigstore_verify::types::{DerCertificate, DerPublicKey, HashAlgorithm};
 
-/// A public key from `key.data`, with the scheme its signatures use.
+/// A public key from `key.data`, with the schemes its signatures may use (tried in order).
 #[derive(Clone, Debug)]
 pub(crate) struct PublicKey {
     pub(crate) der: DerPublicKey,
-    pub(crate) scheme: SigningScheme,
+    pub(crate) schemes: Vec<SigningScheme>,
+}
+
+impl PublicKey {
+    /// A key whose signatures use the key type's default scheme only (certificates).
+    pub(crate) fn with_default_scheme(der: DerPublicKey, algorithm: KeyAlgorithm) -> Self {
+        Self {
+            der,
+            schemes: vec![algorithm.default_signing_scheme()],
+        }
+    }
 }
 
 /// Parses a PEM `PUBLIC KEY` (P-256, P-384, RSA, Ed25519). `hash_algorithm` is Kyverno's
 /// `key.hashAlgorithm`: `sha256`, `sha384`, `sha512`; `sha224` has no implementation in the
 /// crypto provider and is rejected by name.
+///
+/// Unset, the key's own default scheme and SHA-256 are both accepted: cosign before v2.6 signed
+/// every key type with SHA-256, cosign v2.6+ signs with the key type's default (SHA-384 for
+/// P-384), and images signed by both generations are in use. Set, only that hash verifies.
 pub(crate) fn parse_public_key(
     pem: &str,
     hash_algorithm: Option<&str>,
@@ -23,14 +37,24 @@ pub(crate) fn parse_public_key(
         .map_err(|e| format!("key.data is not a PEM public key: {e}"))?;
     let algorithm = KeyAlgorithm::from_spki(&der)
         .map_err(|e| format!("key.data has an unsupported key type: {e}"))?;
-    // Unset: the key's own default (P-384 signs with SHA-384, as cosign does); set: honoured.
-    let scheme = match hash_algorithm.filter(|h| !h.is_empty()) {
-        None => algorithm.default_signing_scheme(),
-        Some(name) => algorithm
-            .resolve_signing_scheme(parse_hash(Some(name))?)
-            .map_err(|e| format!("key.hashAlgorithm does not fit the key: {e}"))?,
+    let schemes = match hash_algorithm.filter(|h| !h.is_empty()) {
+        None => {
+            let default = algorithm.default_signing_scheme();
+            let mut schemes = vec![default];
+            if let Ok(sha256) = algorithm.resolve_signing_scheme(HashAlgorithm::Sha2256)
+                && sha256 != default
+            {
+                schemes.push(sha256);
+            }
+            schemes
+        }
+        Some(name) => vec![
+            algorithm
+                .resolve_signing_scheme(parse_hash(Some(name))?)
+                .map_err(|e| format!("key.hashAlgorithm does not fit the key: {e}"))?,
+        ],
     };
-    Ok(PublicKey { der, scheme })
+    Ok(PublicKey { der, schemes })
 }
 
 fn parse_hash(name: Option<&str>) -> Result<HashAlgorithm, String> {
@@ -63,10 +87,10 @@ pub(crate) fn parse_certificates(text: &str, field: &str) -> Result<Vec<DerCerti
 pub(crate) fn certificate_key(cert: &DerCertificate) -> Result<PublicKey, String> {
     let info = sigstore_verify::crypto::parse_certificate_info(cert)
         .map_err(|e| format!("certificate.cert cannot be parsed: {e}"))?;
-    Ok(PublicKey {
-        der: info.public_key,
-        scheme: info.key_algorithm.default_signing_scheme(),
-    })
+    Ok(PublicKey::with_default_scheme(
+        info.public_key,
+        info.key_algorithm,
+    ))
 }
 
 fn unwrap_base64_pem(text: &str) -> String {
@@ -108,12 +132,34 @@ mod tests {
 
     const P256: &str = include_str!("../../../fixtures/captured/connaisseur/cosign/keys/alice.key");
 
+    const P384: &str = include_str!("../../../fixtures/keys/p384.pub");
+    const RSA: &str = include_str!("../../../fixtures/keys/rsa2048.pub");
+
     #[test]
     fn parses_p256_with_default_and_sha384() {
         let k = parse_public_key(P256, None).unwrap();
-        assert_eq!(k.scheme, SigningScheme::EcdsaP256Sha256);
+        assert_eq!(k.schemes, [SigningScheme::EcdsaP256Sha256]);
         let k = parse_public_key(P256, Some("sha384")).unwrap();
-        assert_eq!(k.scheme, SigningScheme::EcdsaP256Sha384);
+        assert_eq!(k.schemes, [SigningScheme::EcdsaP256Sha384]);
+    }
+
+    #[test]
+    fn unset_hash_accepts_both_cosign_generations_and_set_hash_only_itself() {
+        let k = parse_public_key(P384, None).unwrap();
+        assert_eq!(
+            k.schemes,
+            [
+                SigningScheme::EcdsaP384Sha384,
+                SigningScheme::EcdsaP384Sha256
+            ]
+        );
+        let k = parse_public_key(P384, Some("sha256")).unwrap();
+        assert_eq!(k.schemes, [SigningScheme::EcdsaP384Sha256]);
+        let k = parse_public_key(P384, Some("sha384")).unwrap();
+        assert_eq!(k.schemes, [SigningScheme::EcdsaP384Sha384]);
+        // RSA: both cosign generations sign with SHA-256, the key type's default.
+        let k = parse_public_key(RSA, None).unwrap();
+        assert_eq!(k.schemes, [SigningScheme::RsaPkcs1Sha256]);
     }
 
     #[test]
