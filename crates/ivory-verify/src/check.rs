@@ -224,6 +224,17 @@ fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Con
         .verifier
         .as_ref()
         .ok_or("attestor has no trust material")?;
+    if let (Envelope::SimpleSigning(l) | Envelope::Dsse(l), Some(root)) = (env, &plan.trusted_root)
+        && crate::legacy_tlog::is_legacy_entry(l)
+    {
+        // With insecureIgnoreTlog the entry is not evidence: the keyless layer is judged as if
+        // it had none.
+        if let (Authority::Keyless(rules), true) = (&plan.authority, plan.ignore_tlog) {
+            return verify_keyless_offline(plan, rules, digest, env);
+        }
+        let key = crate::legacy_tlog::signer(plan, root, env)?;
+        return verify_offline(&key, digest, env);
+    }
     let use_key = !matches!(plan.authority, Authority::Keyless(_));
     let bundle = env.to_bundle(use_key)?;
     let Some(bundle) = bundle else {

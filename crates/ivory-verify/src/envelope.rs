@@ -111,21 +111,21 @@ impl Legacy {
 
 /// cosign's `dev.sigstore.cosign/bundle` annotation.
 #[derive(Deserialize)]
-struct RekorBundle {
+pub(crate) struct RekorBundle {
     #[serde(rename = "SignedEntryTimestamp")]
-    signed_entry_timestamp: String,
+    pub(crate) signed_entry_timestamp: String,
     #[serde(rename = "Payload")]
-    payload: RekorPayload,
+    pub(crate) payload: RekorPayload,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RekorPayload {
-    body: String,
-    integrated_time: i64,
-    log_index: i64,
+pub(crate) struct RekorPayload {
+    pub(crate) body: String,
+    pub(crate) integrated_time: i64,
+    pub(crate) log_index: i64,
     #[serde(rename = "logID")]
-    log_id: String,
+    pub(crate) log_id: String,
 }
 
 /// The Rekor entry of a legacy layer as a bundle `tlogEntries[]` item.

@@ -28,6 +28,7 @@ pub mod check;
 mod classify;
 pub mod envelope;
 mod keys;
+mod legacy_tlog;
 pub mod plan;
 pub mod trust;
 mod verifier;

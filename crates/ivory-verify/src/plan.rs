@@ -9,6 +9,7 @@ use ivory_policy::types::{Attestor, Cosign, Identity, Keyless};
 use regex::Regex;
 use sigstore_verify::Verifier;
 use sigstore_verify::crypto::CertificateInfo;
+use sigstore_verify::trust_root::TrustedRoot;
 use sigstore_verify::types::DerCertificate;
 
 use crate::keys::{PublicKey, certificate_key, parse_certificates, parse_public_key};
@@ -204,6 +205,8 @@ pub struct Plan {
     pub(crate) verifier: Option<Arc<Verifier>>,
     /// Certificate authorities of the trust root (keyless signatures without log entries).
     pub(crate) ca_certs: Vec<DerCertificate>,
+    /// The trust root itself (legacy Rekor entry kinds); `None` when `verifier` is.
+    pub(crate) trusted_root: Option<Arc<TrustedRoot>>,
     pub(crate) ignore_tlog: bool,
     pub(crate) ignore_sct: bool,
     pub(crate) annotations: BTreeMap<String, String>,
@@ -239,16 +242,17 @@ impl Plan {
         if needs_trust && custom_tuf(cosign) {
             return Err(TUF_UNSUPPORTED.into());
         }
-        let (verifier, ca_certs) = if needs_trust {
+        let (verifier, ca_certs, trusted_root) = if needs_trust {
             let trust = verifier_for(cosign, default_root)?;
-            (Some(trust.verifier), trust.ca_certs)
+            (Some(trust.verifier), trust.ca_certs, Some(trust.root))
         } else {
-            (None, Vec::new())
+            (None, Vec::new(), None)
         };
         Ok(Self {
             authority,
             verifier,
             ca_certs,
+            trusted_root,
             ignore_tlog,
             ignore_sct,
             annotations: cosign.annotations.clone(),

@@ -29,6 +29,8 @@ const EPOCH: &str = "1970-01-01T00:00:00Z";
 pub(crate) struct Trust {
     pub(crate) verifier: Arc<Verifier>,
     pub(crate) ca_certs: Vec<DerCertificate>,
+    /// The parsed root, for the log entry kinds sigstore-verify does not read.
+    pub(crate) root: Arc<TrustedRoot>,
 }
 
 /// Builds the trust for one cosign attestor. `default_root` is the process-wide root (the
@@ -89,6 +91,7 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust,
     Ok(Trust {
         verifier: Arc::new(verifier),
         ca_certs: parsed.fulcio_certs(),
+        root: Arc::new(parsed),
     })
 }
 

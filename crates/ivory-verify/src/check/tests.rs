@@ -373,30 +373,3 @@ fn undecodable_tsa_token_is_dropped_only_when_a_log_entry_vouches_for_the_time()
     .unwrap_err();
     assert!(err.contains("RFC 3161"), "{err}");
 }
-
-#[test]
-fn rekor_v1_rekord_entries_from_2021_are_named_not_verified() {
-    let dir = "captured/sigstore-rs/legacy-keyless-disallow-service-nodeport";
-    let payload = workspace_fixture(&format!("{dir}/payload.json")).into_bytes();
-    let digest = serde_json::from_slice::<Value>(&payload).unwrap()["critical"]["image"]["docker-manifest-digest"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let env = Envelope::SimpleSigning(Legacy {
-        blob: payload,
-        signature: Some(
-            workspace_fixture(&format!("{dir}/signature.b64"))
-                .trim()
-                .to_owned(),
-        ),
-        certificate: Some(workspace_fixture(&format!("{dir}/cert.pem"))),
-        chain: None,
-        rekor_bundle: Some(workspace_fixture(&format!("{dir}/rekor-bundle.json"))),
-    });
-    let p = plan(&keyless_attestor(
-        "flavio@castelli.me",
-        "https://github.com/login/oauth",
-    ));
-    let err = evaluate(&p, &digest, &[env], None).unwrap_err();
-    assert!(err.contains("rekord/0.0.1"), "{err}");
-}
