@@ -4,6 +4,8 @@
 # Prerequisite: scripts/install-tools.sh (pinned tools in .tools/, npm ci in fixtures/gen/js).
 # Usage: scripts/gen-fixtures.sh            (needs /work/shared-like captured data at
 #        IVORY_CAPTURED_DIR, default ../shared/data/captured; skipped with a warning if absent)
+#        scripts/gen-fixtures.sh hash       only fixtures/hash/ (P-384 signed by cosign v2.5 and
+#        v2.6; needs `scripts/install-tools.sh hash-fixtures`)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -11,10 +13,13 @@ FIX="$ROOT/fixtures"
 BIN="$ROOT/.tools/bin"
 CAPTURED="${IVORY_CAPTURED_DIR:-$ROOT/../shared/data/captured}"
 
-for tool in crane cosign2 cosign3; do
+ONLY="${1:-all}"
+TOOLS_NEEDED="crane cosign2 cosign25"
+[[ "$ONLY" == "hash" ]] || TOOLS_NEEDED="$TOOLS_NEEDED cosign3"
+for tool in $TOOLS_NEEDED; do
   [[ -x "$BIN/$tool" ]] || { echo "gen-fixtures: $BIN/$tool missing; run scripts/install-tools.sh" >&2; exit 1; }
 done
-[[ -d "$FIX/gen/js/node_modules" ]] || { echo "gen-fixtures: run scripts/install-tools.sh (npm ci)" >&2; exit 1; }
+[[ "$ONLY" == "hash" || -d "$FIX/gen/js/node_modules" ]] || { echo "gen-fixtures: run scripts/install-tools.sh (npm ci)" >&2; exit 1; }
 command -v docker-registry >/dev/null || { echo "gen-fixtures: docker-registry not installed (apt-get install docker-registry)" >&2; exit 1; }
 
 WORK="$(mktemp -d -t ivory-fixtures.XXXXXX)"
@@ -49,6 +54,11 @@ done
 curl -fsS "http://127.0.0.1:$PORT/v2/" >/dev/null || { cat "$WORK/registry.log" >&2; exit 1; }
 echo "gen-fixtures: registry on 127.0.0.1:$PORT (pid $REGISTRY_PID)" >&2
 
+if [[ "$ONLY" == "hash" ]]; then
+  IVORY_FIXTURE_REGISTRY="127.0.0.1:$PORT" IVORY_FIXTURE_WORK="$WORK" python3 "$FIX/gen/gen_hash.py"
+  exit 0
+fi
+
 # Captured data first: some oracle checks use fixtures/captured/trust/public-good.trusted_root.json.
 if [[ -f "$CAPTURED/sources.json" ]]; then
   python3 "$FIX/gen/copy_captured.py" "$CAPTURED" "$FIX/captured"
@@ -57,4 +67,5 @@ else
 fi
 
 IVORY_FIXTURE_REGISTRY="127.0.0.1:$PORT" IVORY_FIXTURE_WORK="$WORK" python3 "$FIX/gen/gen.py"
+IVORY_FIXTURE_REGISTRY="127.0.0.1:$PORT" IVORY_FIXTURE_WORK="$WORK" python3 "$FIX/gen/gen_hash.py"
 du -sh "$FIX" --exclude=node_modules >&2

@@ -9,6 +9,9 @@ TOOLS="$ROOT/.tools"
 
 COSIGN_V2_VERSION="v2.6.5"
 COSIGN_V3_VERSION="v3.1.3"
+# Fixture generator only: the last cosign before v2.6 signs every key with SHA-256 (P-384 and
+# P-521 included), the behaviour the hash-algorithm fixtures capture.
+COSIGN_V25_VERSION="v2.5.0"
 CRANE_VERSION="v0.22.1"
 
 export GOTOOLCHAIN=local
@@ -37,7 +40,16 @@ if [[ "${1:-}" == "cosign2" ]]; then
   exit 0
 fi
 
+# `install-tools.sh hash-fixtures` builds what scripts/gen-fixtures.sh hash needs.
+if [[ "${1:-}" == "hash-fixtures" ]]; then
+  install_go_tool cosign25 "$COSIGN_V25_VERSION" github.com/sigstore/cosign/v2/cmd/cosign
+  install_go_tool cosign2 "$COSIGN_V2_VERSION" github.com/sigstore/cosign/v2/cmd/cosign
+  install_go_tool crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane
+  exit 0
+fi
+
 install_go_tool crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane
+install_go_tool cosign25 "$COSIGN_V25_VERSION" github.com/sigstore/cosign/v2/cmd/cosign
 install_go_tool cosign2 "$COSIGN_V2_VERSION" github.com/sigstore/cosign/v2/cmd/cosign
 install_go_tool cosign3 "$COSIGN_V3_VERSION" github.com/sigstore/cosign/v3/cmd/cosign
 
@@ -53,5 +65,6 @@ if [[ -f "$JS_DIR/package-lock.json" ]]; then
 fi
 
 "$TOOLS/bin/crane" version
+"$TOOLS/bin/cosign25" version 2>/dev/null | grep -E '^GitVersion' || true
 "$TOOLS/bin/cosign2" version 2>/dev/null | grep -E '^GitVersion' || true
 "$TOOLS/bin/cosign3" version 2>/dev/null | grep -E '^GitVersion' || true
