@@ -91,7 +91,9 @@ impl Harness {
 
     /// Pushes an OCI image layout: every blob, then every manifest (children before
     /// parents, by digest), then a tag for each `index.json` entry annotated with
-    /// `org.opencontainers.image.ref.name`. Returns tag → digest.
+    /// `org.opencontainers.image.ref.name`. A `cosign save` layout names its entries by a
+    /// `kind` annotation instead: its signatures and attestations get cosign's tags
+    /// (`sha256-<image hex>.sig` / `.att`) and the image the tag `v1`. Returns tag → digest.
     pub async fn push_oci_layout(
         &self,
         dir: &Path,
@@ -124,6 +126,7 @@ impl Harness {
                 tags.insert(tag.to_string(), digest);
             }
         }
+        tags.extend(cosign_save_tags(&entries));
         let mut pushed_blobs = HashSet::new();
         for node in &nodes {
             for blob in &node.blobs {
@@ -146,6 +149,44 @@ impl Harness {
         }
         Ok(tags)
     }
+}
+
+/// cosign's tags for the entries of a `cosign save` layout (annotation `kind`).
+fn cosign_save_tags(entries: &[Value]) -> BTreeMap<String, String> {
+    let kind = |e: &Value| {
+        e.get("annotations")
+            .and_then(|a| a.get("kind"))
+            .and_then(|k| k.as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let digest = |e: &Value| {
+        e.get("digest")
+            .and_then(|d| d.as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mut tags = BTreeMap::new();
+    let Some(image) = entries.iter().find(|e| {
+        matches!(
+            kind(e).as_str(),
+            "dev.cosignproject.cosign/image" | "dev.cosignproject.cosign/imageIndex"
+        )
+    }) else {
+        return tags;
+    };
+    let image_digest = digest(image);
+    let prefix = image_digest.replace(':', "-");
+    tags.insert("v1".to_owned(), image_digest);
+    for e in entries {
+        let suffix = match kind(e).as_str() {
+            "dev.cosignproject.cosign/sigs" => "sig",
+            "dev.cosignproject.cosign/atts" => "att",
+            _ => continue,
+        };
+        tags.insert(format!("{prefix}.{suffix}"), digest(e));
+    }
+    tags
 }
 
 /// Depth-first: children land in `nodes` before their parent.

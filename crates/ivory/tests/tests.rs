@@ -6,6 +6,8 @@
 //!   malformed images).
 //! * `serve_bypass`: malformed reviews, paths and timeouts, namespaceSelector trust, credential
 //!   scope.
+//! * `serve_parity`: Kyverno parity (key hash algorithms across cosign generations, legacy
+//!   Rekor entry kinds, certificate constraints, fields refused at load, image data).
 //! * `serve_cel_cost`: `ivory serve` against costly CEL (load-time refusal, run-time limit).
 //! * `memory`: peak RSS of `ivory serve` against hostile registries.
 //! * `webhooks`: `ivory webhooks` output.
@@ -26,5 +28,6 @@ mod serve;
 mod serve_bypass;
 mod serve_cel_cost;
 mod serve_images;
+mod serve_parity;
 mod util;
 mod webhooks;

@@ -1,0 +1,275 @@
+//! Kyverno parity through `ivory serve` against the real registry: key hash algorithms across
+//! cosign generations, legacy Rekor entry kinds, certificate constraints (`additionalExtensions`,
+//! `subjectExpression`) and the fields refused at load.
+
+use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use serde_json::{Value, json};
+
+use crate::util::{Ivory, Tls, fixtures, pod_review, policy};
+
+/// Pushes a layout under `fixtures/<dir>` as `ivory/<name>`; returns `host/ivory/<name>@<digest>`.
+async fn push(h: &Harness, dir: &str, name: &str) -> String {
+    let repo = format!("ivory/{name}");
+    let tags = h
+        .push_oci_layout(&fixtures().join(dir), &repo)
+        .await
+        .unwrap();
+    format!("{}/{repo}@{}", h.host(), tags["v1"])
+}
+
+fn indent(text: &str, by: usize) -> String {
+    let pad = " ".repeat(by);
+    text.lines().map(|l| format!("{pad}{l}\n")).collect()
+}
+
+/// A key attestor named `key` with `hash` as `hashAlgorithm` (none when `None`), no tlog.
+fn p384_attestor(hash: Option<&str>) -> String {
+    let pem = std::fs::read_to_string(fixtures().join("hash/p384.pub")).unwrap();
+    let hash = hash
+        .map(|h| format!("          hashAlgorithm: {h}\n"))
+        .unwrap_or_default();
+    format!(
+        "  attestors:
+    - name: key
+      cosign:
+        key:
+{hash}          data: |
+{}        ctlog:
+          insecureIgnoreTlog: true
+          insecureIgnoreSCT: true
+  validations:
+    - expression: >-
+        images.containers.map(image, verifyImageSignatures(image, [attestors.key])).all(e, e > 0)
+      message: failed the image Signature verification
+",
+        indent(&pem, 12)
+    )
+}
+
+async fn allowed(ivory: &Ivory, policy: &str, review: &Value) -> (bool, Value) {
+    let resp = ivory
+        .review(&format!("/ivpol/validate/{policy}"), review)
+        .await;
+    (resp["allowed"].as_bool().unwrap_or(false), resp)
+}
+
+/// A P-384 key verifies the SHA-256 signature of cosign v2.5 and the SHA-384 signature of
+/// cosign v2.6.5 when `hashAlgorithm` is unset; set, only signatures with that hash verify.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p384_signatures_of_both_cosign_generations_follow_hash_algorithm() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let v25 = push(&h, "hash/oci/ivory/hash-p384-v250", "hash-p384-v250").await;
+    let v26 = push(&h, "hash/oci/ivory/hash-p384-v265", "hash-p384-v265").await;
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let glob = format!("{}/*", h.host());
+    for (name, hash) in [
+        ("p384-unset", None),
+        ("p384-sha256", Some("sha256")),
+        ("p384-sha384", Some("sha384")),
+    ] {
+        std::fs::write(
+            policies.join(format!("{name}.yaml")),
+            policy(name, &glob, &p384_attestor(hash)),
+        )
+        .unwrap();
+    }
+    std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
+    let ivory = Ivory::start_with_policies(dir.path(), &policies).await;
+    for (i, (policy, image, want)) in [
+        ("p384-unset", &v25, true),
+        ("p384-unset", &v26, true),
+        ("p384-sha256", &v25, true),
+        ("p384-sha256", &v26, false),
+        ("p384-sha384", &v25, false),
+        ("p384-sha384", &v26, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let uid = format!("h-{i}");
+        let (got, resp) = allowed(&ivory, policy, &pod_review(&uid, &[image])).await;
+        assert_eq!(got, want, "{policy} {image}: {resp}\n{}", ivory.logs());
+        if !want {
+            assert_eq!(
+                resp["status"]["message"],
+                format!("Policy {policy} failed: failed the image Signature verification"),
+                "{resp}"
+            );
+        }
+    }
+}
+
+const SLSA_ATTESTATION: &str = "  attestations:
+    - name: slsa
+      intoto:
+        type: https://slsa.dev/provenance/v0.2
+  validations:
+    - expression: >-
+        images.containers.map(image, verifyAttestationSignatures(image, attestations.slsa, [attestors.gha])).all(e, e > 0)
+      message: failed to verify SLSA provenance
+";
+
+/// A keyless attestor named `gha` for slsa-github-generator's container workflow; `identity`
+/// and `extensions` are YAML at identity/keyless-field indentation.
+fn slsa_policy(name: &str, glob: &str, identity: &str, extensions: &str) -> String {
+    let body = format!(
+        "  attestors:
+    - name: gha
+      cosign:
+        keyless:
+          identities:
+            - issuer: https://token.actions.githubusercontent.com
+{identity}{extensions}        ctlog:
+          url: https://rekor.sigstore.dev
+{SLSA_ATTESTATION}"
+    );
+    policy(name, glob, &body)
+}
+
+fn labelled(uid: &str, image: &str, generator: &str) -> Value {
+    let mut review = pod_review(uid, &[image]);
+    review["request"]["object"]["metadata"]["labels"] = json!({ "generator": generator });
+    review
+}
+
+/// slsa-github-generator v1.4.0 and v1.8.0 provenance (Rekor `intoto/0.0.1` entries) verifies
+/// like the newer kinds; `additionalExtensions` and a per-request `subjectExpression` constrain
+/// the signing certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_intoto_provenance_verifies_under_certificate_constraints() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let layout = "captured/slsa-verifier/gha_generic_container";
+    let v14 = push(
+        &h,
+        &format!("{layout}/v1.4.0/container_workflow_dispatch"),
+        "slsa-v140",
+    )
+    .await;
+    let v18 = push(
+        &h,
+        &format!("{layout}/v1.8.0/container_workflow_dispatch"),
+        "slsa-v180",
+    )
+    .await;
+    let glob = format!("{}/*", h.host());
+    let generator = "https://github.com/slsa-framework/slsa-github-generator/.github/workflows/generator_container_slsa3.yml@refs/tags/";
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let any_release = format!("              subjectRegExp: '^{generator}v1\\.[0-9]+\\.0$'\n");
+    let files = [
+        (
+            "slsa-main",
+            slsa_policy(
+                "slsa-main",
+                &glob,
+                &any_release,
+                "          additionalExtensions:\n            githubWorkflowRef: refs/heads/main\n            githubWorkflowRepository: slsa-framework/example-package\n",
+            ),
+        ),
+        (
+            "slsa-release-branch",
+            slsa_policy(
+                "slsa-release-branch",
+                &glob,
+                &any_release,
+                "          additionalExtensions:\n            githubWorkflowRef: refs/heads/release\n",
+            ),
+        ),
+        (
+            "slsa-by-label",
+            slsa_policy(
+                "slsa-by-label",
+                &glob,
+                &format!(
+                    "              subjectExpression: >-\n                '{generator}' + object.metadata.labels.generator\n"
+                ),
+                "",
+            ),
+        ),
+    ];
+    for (name, text) in &files {
+        std::fs::write(policies.join(format!("{name}.yaml")), text).unwrap();
+    }
+    std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
+    let ivory = Ivory::start_with_policies(dir.path(), &policies).await;
+    let cases = [
+        ("slsa-main", &v14, "v1.4.0", true),
+        ("slsa-main", &v18, "v1.8.0", true),
+        ("slsa-release-branch", &v18, "v1.8.0", false),
+        ("slsa-by-label", &v14, "v1.4.0", true),
+        ("slsa-by-label", &v18, "v1.8.0", true),
+        ("slsa-by-label", &v18, "v1.4.0", false),
+    ];
+    for (i, (policy, image, label, want)) in cases.into_iter().enumerate() {
+        let uid = format!("s-{i}");
+        let (got, resp) = allowed(&ivory, policy, &labelled(&uid, image, label)).await;
+        assert_eq!(
+            got,
+            want,
+            "{policy} {image} {label}: {resp}\n{}",
+            ivory.logs()
+        );
+        if !want {
+            assert_eq!(
+                resp["status"]["message"],
+                format!("Policy {policy} failed: failed to verify SLSA provenance"),
+                "{resp}"
+            );
+        }
+    }
+}
+
+/// Fields ivory cannot honour keep `ivory serve` from becoming ready, each named with its path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fields_ivory_cannot_honour_are_refused_at_load() {
+    let pem = std::fs::read_to_string(fixtures().join("hash/p384.pub")).unwrap();
+    let body = format!(
+        "  credentials:
+    providers: [default, amazon]
+  attestors:
+    - name: kms
+      cosign:
+        key:
+          kms: awskms:///alias/signing
+    - name: sha224
+      cosign:
+        key:
+          hashAlgorithm: sha224
+          data: |
+{}    - name: tuf
+      cosign:
+        keyless:
+          identities:
+            - subject: someone@example.com
+        tuf:
+          mirror: https://tuf.example.com
+        ctlog:
+          url: https://rekor.sigstore.dev
+  validations:
+    - expression: \"true\"
+",
+        indent(&pem, 12)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("refused.yaml");
+    std::fs::write(&file, policy("refused", "*", &body)).unwrap();
+    let tls = Tls::write(dir.path(), "ivory test CA");
+    let ivory = Ivory::start(&tls, &["--policies".into(), file.display().to_string()]).await;
+    let (status, text) = ivory.get("/readyz").await;
+    assert_eq!(status, 503, "{text}");
+    for want in [
+        "spec.credentials.providers[1]: Forbidden: \"amazon\" is not supported: use pull secrets (spec.credentials.secrets)",
+        "spec.attestors[0].cosign.key.kms: Forbidden: not supported: ivory reads no KMS; give the public key as data or expression",
+        "spec.attestors[1].cosign.key.hashAlgorithm: Unsupported value: \"sha224\": supported values: \"sha256\", \"sha384\", \"sha512\"",
+        "spec.attestors[2].cosign.tuf.mirror: Forbidden: not supported: ivory has no TUF client; give the trust root as trustedRoot",
+    ] {
+        assert!(text.contains(want), "{want} not in {text}");
+    }
+}
