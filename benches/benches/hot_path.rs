@@ -20,7 +20,9 @@ use ivory_engine::images::{builtin_images, image_pointers, matches_image};
 use ivory_engine::matching::{Route, matches_constraints, select_policies};
 use ivory_engine::mutate::mutate;
 use ivory_engine::validate::validate;
-use ivory_engine::verifier::{ImageVerifier, Verification, VerifyError, VerifyRequest};
+use ivory_engine::verifier::{
+    ImagePlatform, ImageVerifier, Verification, VerifyError, VerifyRequest,
+};
 use ivory_policy::CompiledPolicy;
 use ivory_policy::types::Credentials;
 use serde_json::Value;
@@ -103,6 +105,7 @@ impl ImageVerifier for InstantVerifier {
         &'a self,
         _: &'a str,
         _: Option<&'a Credentials>,
+        _: &'a ImagePlatform,
         _: Instant,
     ) -> BoxFuture<'a, Result<Value, VerifyError>> {
         Box::pin(async { Ok(Value::Null) })

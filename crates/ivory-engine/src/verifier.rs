@@ -25,6 +25,58 @@ pub struct VerifyRequest {
     pub credentials: Option<Credentials>,
 }
 
+/// The platform whose manifest [`ImageVerifier::image_data`] takes from an image index.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct ImagePlatform {
+    /// e.g. `linux`.
+    pub os: String,
+    /// e.g. `amd64`.
+    pub architecture: String,
+}
+
+/// The nodeSelector keys that pin a workload's platform (well-known Kubernetes labels).
+const NODE_OS: &str = "kubernetes.io/os";
+const NODE_ARCH: &str = "kubernetes.io/arch";
+
+impl Default for ImagePlatform {
+    /// `linux/amd64`, what go-containerregistry (so Kyverno) picks from an index.
+    fn default() -> Self {
+        Self {
+            os: "linux".into(),
+            architecture: "amd64".into(),
+        }
+    }
+}
+
+impl ImagePlatform {
+    /// The platform the workload's pod spec pins through its `nodeSelector`
+    /// (`kubernetes.io/os`, `kubernetes.io/arch`; Pods, pod templates of controllers and
+    /// CronJobs), each part defaulting to `linux`/`amd64` when it is not pinned.
+    pub fn of_workload(object: Option<&serde_json::Value>) -> Self {
+        let selector = object.and_then(|o| {
+            [
+                "/spec/nodeSelector",
+                "/spec/template/spec/nodeSelector",
+                "/spec/jobTemplate/spec/template/spec/nodeSelector",
+            ]
+            .iter()
+            .find_map(|p| o.pointer(p))
+        });
+        let label = |key: &str| {
+            selector
+                .and_then(|s| s.get(key))
+                .and_then(serde_json::Value::as_str)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        };
+        let default = Self::default();
+        Self {
+            os: label(NODE_OS).unwrap_or(default.os),
+            architecture: label(NODE_ARCH).unwrap_or(default.architecture),
+        }
+    }
+}
+
 /// A definite answer about one (image, attestor, attestation) triple.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Verification {
@@ -198,12 +250,48 @@ pub trait ImageVerifier: Send + Sync {
         deadline: Instant,
     ) -> BoxFuture<'a, Result<Verification, VerifyError>>;
 
-    /// Image metadata for `getImageData` / `image.GetMetadata`: `{image, resolvedImage,
-    /// registry, repository, identifier, tag, digest, imageIndex, manifest, config}`.
+    /// Image metadata for `getImageData` / `image.GetMetadata`, in the shape of Kyverno's
+    /// image data loader: `{image, resolvedImage, registry, repository, identifier, tag,
+    /// digest, imageIndex, manifest, config}` with empty `tag` and absent `imageIndex`
+    /// omitted. For an image index, `imageIndex` is the index and `manifest`/`config` are
+    /// those of the `platform` entry (an error when the index has none).
     fn image_data<'a>(
         &'a self,
         image: &'a str,
         credentials: Option<&'a Credentials>,
+        platform: &'a ImagePlatform,
         deadline: Instant,
     ) -> BoxFuture<'a, Result<serde_json::Value, VerifyError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_platform_comes_from_the_pod_specs_node_selector() {
+        let platform = |object: serde_json::Value| {
+            let p = ImagePlatform::of_workload(Some(&object));
+            format!("{}/{}", p.os, p.architecture)
+        };
+        assert_eq!(platform(json!({"spec": {}})), "linux/amd64");
+        assert_eq!(
+            platform(json!({"spec": {"nodeSelector": {"kubernetes.io/arch": "arm64"}}})),
+            "linux/arm64"
+        );
+        let windows = json!({"kubernetes.io/os": "windows", "kubernetes.io/arch": "amd64"});
+        assert_eq!(
+            platform(json!({"spec": {"template": {"spec": {"nodeSelector": windows}}}})),
+            "windows/amd64"
+        );
+        let arm = json!({"kubernetes.io/arch": "arm64"});
+        assert_eq!(
+            platform(
+                json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {"nodeSelector": arm}}}}}})
+            ),
+            "linux/arm64"
+        );
+        assert_eq!(ImagePlatform::of_workload(None), ImagePlatform::default());
+    }
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ivory_engine::verifier::{ImageVerifier, Verification, VerifyRequest};
+use ivory_engine::verifier::{ImagePlatform, ImageVerifier, Verification, VerifyRequest};
 use ivory_policy::types::{
     Attestation, Attestor, Cosign, CosignKey, Credentials, Ctlog, Source, TypeRef,
 };
@@ -711,14 +711,15 @@ async fn image_data_for_a_manifest_and_an_index() {
         .await
         .unwrap();
     let v = verifier(&h);
+    let amd64 = ImagePlatform::default();
     let single = push(&h, "sig-p256").await;
     let data = v
-        .image_data(&format!("{single}:v1"), None, soon())
+        .image_data(&format!("{single}:v1"), None, &amd64, soon())
         .await
         .unwrap();
     assert_eq!(data["tag"], "v1");
     assert!(data["digest"].as_str().unwrap().starts_with("sha256:"));
-    assert!(data["imageIndex"].is_null());
+    assert!(data.get("imageIndex").is_none(), "{data}");
     assert!(data["config"].is_object(), "{data}");
     assert_eq!(
         data["resolvedImage"],
@@ -726,11 +727,21 @@ async fn image_data_for_a_manifest_and_an_index() {
     );
     let index = push(&h, "sig-index").await;
     let data = v
-        .image_data(&format!("{index}:v1"), None, soon())
+        .image_data(&format!("{index}:v1"), None, &amd64, soon())
         .await
         .unwrap();
     assert!(data["imageIndex"]["manifests"].is_array(), "{data}");
     assert!(data["manifest"]["layers"].is_array(), "{data}");
+    assert_eq!(data["config"]["architecture"], "amd64", "{data}");
+    let arm64 = ImagePlatform {
+        os: "linux".into(),
+        architecture: "arm64".into(),
+    };
+    let data = v
+        .image_data(&format!("{index}:v1"), None, &arm64, soon())
+        .await
+        .unwrap();
+    assert_eq!(data["config"]["architecture"], "arm64", "{data}");
 }
 
 /// A TCP proxy on loopback that holds every chunk the client sends for `delay` before

@@ -273,3 +273,117 @@ async fn fields_ivory_cannot_honour_are_refused_at_load() {
         assert!(text.contains(want), "{want} not in {text}");
     }
 }
+
+/// Kyverno's image-data scenario (`context/imagedata/image-data-arch`, reference §1.3 (o)):
+/// a variable reads `image.GetMetadata` of the Pod's first image. The policy is Kyverno's,
+/// with `verifyDigest` and `required` off: it verifies no signature and names the image by
+/// tag, which Kyverno 1.19's defaults would refuse before the check runs (reference §8).
+const IMAGE_DATA_ARCH: &str = "  validationConfigurations:
+    verifyDigest: false
+    required: false
+  variables:
+    - name: imageRef
+      expression: object.spec.containers[0].image
+    - name: image
+      expression: image.GetMetadata(variables.imageRef)
+  attestors: []
+  validations:
+    - expression: variables.image.config.architecture == \"amd64\"
+      messageExpression: \"'image architecture is not supported: ' + string(variables.image.config.architecture)\"
+";
+
+/// The shape of the answer: Kyverno's fields, the index beside the platform's manifest, no
+/// `tag` and no `imageIndex` for a single manifest named by digest.
+const IMAGE_DATA_SHAPE: &str = "  validationConfigurations:
+    verifyDigest: false
+    required: false
+  variables:
+    - name: image
+      expression: image.GetMetadata(object.spec.containers[0].image)
+  attestors: []
+  validations:
+    - expression: >-
+        has(variables.image.imageIndex)
+          ? size(variables.image.imageIndex.manifests) == 2
+            && variables.image.tag == 'v1' && variables.image.identifier == 'v1'
+            && variables.image.resolvedImage == variables.image.registry + '/'
+              + variables.image.repository + ':v1@' + variables.image.digest
+            && variables.image.manifest.config.digest != ''
+          : !has(variables.image.tag) && variables.image.identifier == variables.image.digest
+            && variables.image.resolvedImage == variables.image.registry + '/'
+              + variables.image.repository + '@' + variables.image.digest
+      message: image data is not in Kyverno's shape
+";
+
+fn on_node(uid: &str, image: &str, selector: Value) -> Value {
+    let mut review = pod_review(uid, &[image]);
+    review["request"]["object"]["spec"]["nodeSelector"] = selector;
+    review
+}
+
+/// An image index answers with the manifest of the Pod's platform (nodeSelector), linux/amd64
+/// when the Pod pins none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kyverno_image_data_scenario_follows_the_pods_platform() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let index = push(&h, "oci/ivory/sig-index", "sig-index").await;
+    let (index_by_tag, _) = index.split_once('@').unwrap();
+    let index_by_tag = format!("{index_by_tag}:v1");
+    let single = push(&h, "oci/ivory/sig-p256", "sig-p256").await;
+    let glob = format!("{}/*", h.host());
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    for (name, body) in [
+        ("ivpol-image-data-arch", IMAGE_DATA_ARCH),
+        ("image-data-shape", IMAGE_DATA_SHAPE),
+    ] {
+        std::fs::write(
+            policies.join(format!("{name}.yaml")),
+            policy(name, &glob, body),
+        )
+        .unwrap();
+    }
+    std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
+    let ivory = Ivory::start_with_policies(dir.path(), &policies).await;
+    let arch = "ivpol-image-data-arch";
+    let cases = [
+        ("d-1", json!({}), true),
+        ("d-2", json!({"kubernetes.io/arch": "amd64"}), true),
+        (
+            "d-3",
+            json!({"kubernetes.io/arch": "arm64", "kubernetes.io/os": "linux"}),
+            false,
+        ),
+    ];
+    for (uid, selector, want) in cases {
+        let (got, resp) = allowed(&ivory, arch, &on_node(uid, &index_by_tag, selector)).await;
+        assert_eq!(got, want, "{uid}: {resp}\n{}", ivory.logs());
+        if !want {
+            assert_eq!(
+                resp["status"]["message"],
+                format!("Policy {arch} failed: image architecture is not supported: arm64"),
+                "{resp}"
+            );
+        }
+    }
+    // A platform the index does not carry is an error, not another platform's manifest.
+    let (got, resp) = allowed(
+        &ivory,
+        arch,
+        &on_node("d-4", &index_by_tag, json!({"kubernetes.io/arch": "s390x"})),
+    )
+    .await;
+    assert!(!got, "{resp}");
+    let message = resp["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(&format!("Policy {arch} error:")) && message.contains("linux/s390x"),
+        "{resp}"
+    );
+    for (uid, image) in [("d-5", &index_by_tag), ("d-6", &single)] {
+        let (got, resp) = allowed(&ivory, "image-data-shape", &pod_review(uid, &[image])).await;
+        assert!(got, "{image}: {resp}\n{}", ivory.logs());
+    }
+}

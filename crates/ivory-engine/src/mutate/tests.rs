@@ -13,7 +13,7 @@ use super::*;
 use crate::admission::testutil::{condition, glob, pod_rule, policy, request, rule};
 use crate::admission::{response_from_decision, review_response};
 use crate::decision::{PatchOp, Status};
-use crate::verifier::{ImageVerifier, Verification, VerifyRequest};
+use crate::verifier::{ImagePlatform, ImageVerifier, Verification, VerifyRequest};
 
 fn digest(c: char) -> String {
     format!("sha256:{}", c.to_string().repeat(64))
@@ -111,6 +111,7 @@ impl ImageVerifier for Fake {
         &'a self,
         _image: &'a str,
         _credentials: Option<&'a Credentials>,
+        _platform: &'a ImagePlatform,
         _deadline: Instant,
     ) -> BoxFuture<'a, Result<serde_json::Value, VerifyError>> {
         panic!("the mutating stage must not fetch image data")

@@ -11,7 +11,7 @@ use ivory_policy::types::Credentials;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::verifier::{ImageVerifier, Verification, VerifyError, VerifyRequest};
+use crate::verifier::{ImagePlatform, ImageVerifier, Verification, VerifyError, VerifyRequest};
 
 /// How every call behaves besides the verdict table.
 #[derive(Clone, Copy, Debug, Default)]
@@ -192,6 +192,7 @@ impl ImageVerifier for FakeVerifier {
         &'a self,
         image: &'a str,
         _credentials: Option<&'a Credentials>,
+        _platform: &'a ImagePlatform,
         _deadline: Instant,
     ) -> BoxFuture<'a, Result<Value, VerifyError>> {
         async move {

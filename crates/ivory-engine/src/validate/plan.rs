@@ -17,7 +17,7 @@ use super::{EVAL_FAILED, result};
 use crate::admission::AdmissionRequest;
 use crate::bindings::RequestBindings;
 use crate::decision::{PolicyResult, Status};
-use crate::verifier::VerifyRequest;
+use crate::verifier::{ImagePlatform, VerifyRequest};
 use crate::{images, matching};
 
 /// CEL functions that need signature verdicts / attestation verdicts / image metadata.
@@ -174,7 +174,8 @@ pub(super) fn prepare<'a>(
         image_data: BTreeMap::new(),
         undigested,
     };
-    plan_jobs(&mut plan, &attestors, jobs);
+    let platform = ImagePlatform::of_workload(inputs.req.object.as_ref());
+    plan_jobs(&mut plan, &attestors, &platform, jobs);
     Prepared::Ready(Box::new(plan))
 }
 
@@ -336,7 +337,13 @@ fn calls_any(policy: &CompiledPolicy, names: &[&str]) -> bool {
 /// Registers every question the policy's CEL can ask: matched images × attestors (× attestations),
 /// and image data for the matched images. Images outside the policy's `matchImageReferences`
 /// are never fetched for it: a registry the policy does not cover cannot affect its outcome.
-fn plan_jobs(plan: &mut Plan<'_>, attestors: &[(Attestor, Json)], jobs: &mut JobSet) {
+/// Image data describes the manifest for the workload's `platform`.
+fn plan_jobs(
+    plan: &mut Plan<'_>,
+    attestors: &[(Attestor, Json)],
+    platform: &ImagePlatform,
+    jobs: &mut JobSet,
+) {
     let policy = plan.policy;
     let credentials = policy.spec.credentials.clone();
     let mut attestations = Vec::new();
@@ -374,6 +381,7 @@ fn plan_jobs(plan: &mut Plan<'_>, attestors: &[(Attestor, Json)], jobs: &mut Job
                 let index = jobs.add(Job::ImageData {
                     image: image.clone(),
                     credentials: credentials.clone(),
+                    platform: platform.clone(),
                 });
                 plan.image_data.insert(image.clone(), index);
             }

@@ -9,7 +9,7 @@ use ivory_policy::types::Credentials;
 use serde_json::Value;
 use tokio::time::{Instant, timeout_at};
 
-use crate::verifier::{ImageVerifier, Verification, VerifyError, VerifyRequest};
+use crate::verifier::{ImagePlatform, ImageVerifier, Verification, VerifyError, VerifyRequest};
 
 /// One (image, attestor, attestation) question as a policy's CEL names it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -26,6 +26,8 @@ pub(super) enum Job {
     ImageData {
         image: String,
         credentials: Option<Credentials>,
+        /// The workload's platform: which manifest of an index is described.
+        platform: ImagePlatform,
     },
     /// `verifyDigest` on a tag: can the registry be asked at all?
     Resolve {
@@ -69,9 +71,11 @@ impl Job {
                 &r.attestation,
                 &r.credentials,
             )),
-            Self::ImageData { image, credentials } => {
-                serde_json::to_string(&("image_data", image, credentials))
-            }
+            Self::ImageData {
+                image,
+                credentials,
+                platform,
+            } => serde_json::to_string(&("image_data", image, credentials, platform)),
             Self::Resolve { image, credentials } => {
                 serde_json::to_string(&("resolve", image, credentials))
             }
@@ -168,10 +172,14 @@ async fn run_one(
                 .await
                 .unwrap_or_else(|_| Err(expired())),
         ),
-        Job::ImageData { image, credentials } => Outcome::ImageData(
+        Job::ImageData {
+            image,
+            credentials,
+            platform,
+        } => Outcome::ImageData(
             timeout_at(
                 deadline,
-                verifier.image_data(image, credentials.as_ref(), deadline),
+                verifier.image_data(image, credentials.as_ref(), platform, deadline),
             )
             .await
             .unwrap_or_else(|_| Err(expired())),

@@ -6,7 +6,7 @@ use axum::body::{Body as HttpBody, to_bytes};
 use axum::http::Request;
 use base64::Engine as _;
 use futures::future::{BoxFuture, FutureExt as _};
-use ivory_engine::verifier::{Verification, VerifyError, VerifyRequest};
+use ivory_engine::verifier::{ImagePlatform, Verification, VerifyError, VerifyRequest};
 use ivory_policy::types::Credentials;
 use ivory_policy::{default_policy, load_str};
 use tower::ServiceExt as _;
@@ -64,6 +64,7 @@ impl ImageVerifier for FakeVerifier {
         &'a self,
         _: &'a str,
         _: Option<&'a Credentials>,
+        _: &'a ImagePlatform,
         _: Instant,
     ) -> BoxFuture<'a, Result<Value, VerifyError>> {
         async { Ok(json!({})) }.boxed()

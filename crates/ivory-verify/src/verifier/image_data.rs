@@ -1,20 +1,22 @@
 //! Image data for the CEL `image` context (`image.GetMetadata`): the manifest (and the index
 //! it came from) and the config of an image, by digest.
 
-use ivory_engine::verifier::VerifyError;
+use ivory_engine::verifier::{ImagePlatform, VerifyError};
 use ivory_registry::{Credentials, JsonLimits, parse_json_bounded};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::CosignVerifier;
-use crate::classify::map_error;
+use crate::classify::{map_error, unavailable};
 
 impl CosignVerifier {
-    /// The image data of `image`, fetched by the digest its tag resolves to.
+    /// The image data of `image`, fetched by the digest its tag resolves to; from an index,
+    /// the manifest for `platform`.
     pub(super) async fn image_data_inner(
         &self,
         image: &str,
         creds: &Credentials,
+        platform: &ImagePlatform,
         deadline: Instant,
     ) -> Result<Value, VerifyError> {
         let reference = self.reference(image)?;
@@ -30,15 +32,19 @@ impl CosignVerifier {
             .await
             .map_err(|e| map_error(image, "fetching the manifest", e, deadline))?;
         let (index, manifest) = if top.is_index() {
-            let platform = ivory_registry::Platform {
-                os: "linux".into(),
-                architecture: "amd64".into(),
+            let wanted = ivory_registry::Platform {
+                os: platform.os.clone(),
+                architecture: platform.architecture.clone(),
                 variant: None,
             };
+            let operation = format!(
+                "fetching the {}/{} manifest of the index",
+                platform.os, platform.architecture
+            );
             let m = registry
-                .fetch_platform_manifest(&pinned, &platform, creds, deadline)
+                .fetch_platform_manifest(&pinned, &wanted, creds, deadline)
                 .await
-                .map_err(|e| map_error(image, "fetching the platform manifest", e, deadline))?;
+                .map_err(|e| map_error(image, &operation, e, deadline))?;
             (Some(top.json.clone()), m)
         } else {
             (None, top)
@@ -63,26 +69,72 @@ impl CosignVerifier {
             }
             None => Value::Null,
         };
-        let tag = reference.tag().map(str::to_owned);
-        Ok(json!({
-            "image": image,
-            "resolvedImage": format!("{}/{}{}@{digest}", reference.registry(), reference.repository(), tag.as_deref().map(|t| format!(":{t}")).unwrap_or_default()),
-            "registry": reference.registry(),
-            "repository": reference.repository(),
-            "identifier": tag.clone().unwrap_or_else(|| digest.clone()),
-            "tag": tag.unwrap_or_default(),
-            "digest": digest,
-            "imageIndex": index,
-            "manifest": manifest.json,
-            "config": config,
-        }))
+        let parsed = ivory_reference::ImageReference::parse(image).map_err(|e| {
+            unavailable(image, "", format!("invalid image reference: {}", e.reason))
+        })?;
+        Ok(describe(
+            image,
+            &parsed,
+            &digest,
+            index,
+            manifest.json,
+            config,
+        ))
     }
+}
+
+/// Kyverno's image data shape (SDK `imagedataloader.ImageDescriptor`): a digest reference
+/// (also `repo:tag@digest`) has no tag and is identified by its digest; empty `tag` and a
+/// missing `imageIndex` or `config` are left out, as Go's `omitempty` leaves them out.
+fn describe(
+    image: &str,
+    reference: &ivory_reference::ImageReference,
+    digest: &str,
+    index: Option<Value>,
+    manifest: Value,
+    config: Value,
+) -> Value {
+    let tag = match reference.digest() {
+        Some(_) => None,
+        None => reference.tag(),
+    };
+    let name = format!("{}/{}", reference.registry(), reference.repository());
+    let resolved = match tag {
+        Some(t) => format!("{name}:{t}@{digest}"),
+        None => format!("{name}@{digest}"),
+    };
+    let mut out = json!({
+        "image": image,
+        "resolvedImage": resolved,
+        "registry": reference.registry(),
+        "repository": reference.repository(),
+        "identifier": reference.identifier(),
+        "digest": digest,
+        "manifest": manifest,
+    });
+    if let Some(t) = tag {
+        out["tag"] = json!(t);
+    }
+    if let Some(index) = index {
+        out["imageIndex"] = index;
+    }
+    if !config.is_null() {
+        out["config"] = config;
+    }
+    out
 }
 
 /// An image config for the CEL `image` context: one whose shape would balloon once parsed is
 /// refused as hostile; one that is not JSON is left out, as before any limit applied.
 fn image_config(image: &str, registry: &str, bytes: &[u8]) -> Result<Value, VerifyError> {
     match parse_json_bounded(bytes, &JsonLimits::SIGNATURE) {
+        // go-containerregistry's ConfigFile always writes these two, even when empty.
+        Ok(Value::Object(mut config)) => {
+            for key in ["architecture", "os"] {
+                config.entry(key).or_insert_with(|| json!(""));
+            }
+            Ok(Value::Object(config))
+        }
         Ok(config) => Ok(config),
         Err(e) if e.is_too_complex() => Err(VerifyError::Hostile {
             image: image.to_owned(),
@@ -96,6 +148,53 @@ fn image_config(image: &str, registry: &str, bytes: &[u8]) -> Result<Value, Veri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn reference(image: &str) -> ivory_reference::ImageReference {
+        ivory_reference::ImageReference::parse(image).unwrap()
+    }
+
+    const D: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000001";
+
+    #[test]
+    fn shape_follows_kyverno_for_tags_digests_and_indexes() {
+        let tagged = describe(
+            "nginx:1.27",
+            &reference("nginx:1.27"),
+            D,
+            None,
+            json!({"schemaVersion": 2}),
+            json!({"architecture": "amd64", "os": "linux"}),
+        );
+        assert_eq!(
+            tagged,
+            json!({
+                "image": "nginx:1.27",
+                "resolvedImage": format!("index.docker.io/library/nginx:1.27@{D}"),
+                "registry": "index.docker.io",
+                "repository": "library/nginx",
+                "identifier": "1.27",
+                "tag": "1.27",
+                "digest": D,
+                "manifest": {"schemaVersion": 2},
+                "config": {"architecture": "amd64", "os": "linux"},
+            })
+        );
+        // `repo:tag@digest` is a digest reference for go-containerregistry: the tag is dropped.
+        let image = format!("r.test/app:1@{D}");
+        let pinned = describe(
+            &image,
+            &reference(&image),
+            D,
+            Some(json!({"manifests": []})),
+            json!({}),
+            Value::Null,
+        );
+        assert_eq!(pinned["identifier"], D);
+        assert_eq!(pinned["resolvedImage"], format!("r.test/app@{D}"));
+        assert!(pinned.get("tag").is_none(), "{pinned}");
+        assert!(pinned.get("config").is_none(), "{pinned}");
+        assert_eq!(pinned["imageIndex"], json!({"manifests": []}));
+    }
 
     #[test]
     fn image_config_that_would_balloon_is_hostile() {

@@ -26,7 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt as _};
-use ivory_engine::verifier::{ImageVerifier, Verification, VerifyError, VerifyRequest};
+use ivory_engine::verifier::{
+    ImagePlatform, ImageVerifier, Verification, VerifyError, VerifyRequest,
+};
 use ivory_policy::types::{Attestation, Attestor, Credentials as PolicyCredentials};
 use ivory_registry::{Credentials, Registry, parse_reference};
 use moka::future::Cache;
@@ -413,6 +415,7 @@ impl ImageVerifier for CosignVerifier {
         &'a self,
         image: &'a str,
         credentials: Option<&'a PolicyCredentials>,
+        platform: &'a ImagePlatform,
         deadline: Instant,
     ) -> BoxFuture<'a, Result<Value, VerifyError>> {
         async move {
@@ -421,7 +424,7 @@ impl ImageVerifier for CosignVerifier {
                 image,
                 "fetching image data",
                 deadline,
-                self.image_data_inner(image, &creds, deadline),
+                self.image_data_inner(image, &creds, platform, deadline),
             )
             .await
         }
