@@ -13,6 +13,7 @@ use crate::envelope::{
 };
 use crate::keys::{PublicKey, parse_certificates};
 use crate::plan::{Authority, KeylessRules, Plan};
+use crate::rejection::Rejection;
 
 /// The predicate type cosign v3 uses for image signatures stored as bundles.
 pub const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
@@ -46,7 +47,7 @@ pub fn evaluate(
     digest: &str,
     envelopes: &[Envelope],
     predicate_type: Option<&str>,
-) -> Result<Accepted, String> {
+) -> Result<Accepted, Rejection> {
     match predicate_type {
         None => evaluate_signatures(plan, digest, envelopes),
         Some(t) => evaluate_attestations(plan, digest, envelopes, t),
@@ -57,13 +58,13 @@ fn evaluate_signatures(
     plan: &Plan,
     digest: &str,
     envelopes: &[Envelope],
-) -> Result<Accepted, String> {
+) -> Result<Accepted, Rejection> {
     let candidates: Vec<&Envelope> = envelopes
         .iter()
         .filter(|e| !matches!(e, Envelope::Dsse(_)))
         .collect();
     if candidates.is_empty() {
-        return Err(NO_SIGNATURES.into());
+        return Err(Rejection::NoSignatures);
     }
     let mut reasons = Vec::new();
     for env in candidates {
@@ -86,13 +87,13 @@ fn evaluate_attestations(
     digest: &str,
     envelopes: &[Envelope],
     wanted: &str,
-) -> Result<Accepted, String> {
+) -> Result<Accepted, Rejection> {
     let candidates: Vec<&Envelope> = envelopes
         .iter()
         .filter(|e| !matches!(e, Envelope::SimpleSigning(_)))
         .collect();
     if candidates.is_empty() {
-        return Err(format!("{NO_ATTESTATIONS}: {NO_SIGNATURES}"));
+        return Err(Rejection::NoAttestations);
     }
     let mut reasons = Vec::new();
     let mut found_types = Vec::new();
@@ -109,38 +110,34 @@ fn evaluate_attestations(
                     found_types.push(t);
                 }
             }
-            Ok(Content::Simple(_)) => push_reason(&mut reasons, "not an attestation".into()),
+            Ok(Content::Simple(_)) => push_reason(
+                &mut reasons,
+                Rejection::Content("not an attestation".into()),
+            ),
             Err(e) => push_reason(&mut reasons, e),
         }
     }
     if reasons.is_empty() || !found_types.is_empty() {
-        return Err(format!(
-            "required predicate type {wanted} not found, found [{}]",
-            found_types.join(", ")
-        ));
+        return Err(Rejection::PredicateNotFound {
+            wanted: wanted.to_owned(),
+            found: found_types.join(", "),
+        });
     }
     Err(join_reasons(NO_ATTESTATIONS, &reasons))
 }
 
-fn push_reason(reasons: &mut Vec<String>, reason: String) {
+fn push_reason(reasons: &mut Vec<Rejection>, reason: Rejection) {
     if !reasons.contains(&reason) {
         reasons.push(reason);
     }
 }
 
-fn join_reasons(prefix: &str, reasons: &[String]) -> String {
-    let shown: Vec<&str> = reasons
-        .iter()
-        .take(MAX_REASONS)
-        .map(String::as_str)
-        .collect();
-    let more = reasons.len().saturating_sub(MAX_REASONS);
-    let tail = if more > 0 {
-        format!(" (and {more} more)")
-    } else {
-        String::new()
-    };
-    format!("{prefix}: {}{tail}", shown.join("; "))
+fn join_reasons(prefix: &'static str, reasons: &[Rejection]) -> Rejection {
+    Rejection::NoneMatched {
+        prefix,
+        reasons: reasons.iter().take(MAX_REASONS).cloned().collect(),
+        left_out: reasons.len().saturating_sub(MAX_REASONS),
+    }
 }
 
 fn predicate_type_of(statement: &Value) -> &str {
@@ -151,7 +148,7 @@ fn predicate_type_of(statement: &Value) -> &str {
 }
 
 /// Cryptographic and trust verification of one envelope.
-fn verify_envelope(plan: &Plan, digest: &str, env: &Envelope) -> Result<Content, String> {
+fn verify_envelope(plan: &Plan, digest: &str, env: &Envelope) -> Result<Content, Rejection> {
     match (&plan.authority, plan.ignore_tlog) {
         (Authority::Key(key) | Authority::Certificate(key), true) => {
             verify_offline(key, digest, env)
@@ -162,7 +159,7 @@ fn verify_envelope(plan: &Plan, digest: &str, env: &Envelope) -> Result<Content,
 
 /// Key or certificate attestor with `insecureIgnoreTlog`: the signature alone, no Sigstore
 /// trust material (Kyverno's air-gap mode).
-fn verify_offline(key: &PublicKey, digest: &str, env: &Envelope) -> Result<Content, String> {
+fn verify_offline(key: &PublicKey, digest: &str, env: &Envelope) -> Result<Content, Rejection> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let check = |data: &[u8], sig: &[u8]| {
         let sig = SignatureBytes::new(sig.to_vec());
@@ -173,20 +170,19 @@ fn verify_offline(key: &PublicKey, digest: &str, env: &Envelope) -> Result<Conte
                 Err(e) => last = Some(e),
             }
         }
-        Err(match last {
-            Some(e) => format!("invalid signature: {e}"),
-            None => "invalid signature: the key has no signing scheme".to_owned(),
-        })
+        Err(Rejection::InvalidSignature(match last {
+            Some(e) => e.to_string(),
+            None => "the key has no signing scheme".to_owned(),
+        }))
     };
     match env {
         Envelope::SimpleSigning(l) => {
-            let sig = l
-                .signature
-                .as_deref()
-                .ok_or("signature layer has no signature annotation")?;
-            let sig = b64
-                .decode(sig.trim())
-                .map_err(|e| format!("malformed signature annotation: {e}"))?;
+            let sig = l.signature.as_deref().ok_or(Rejection::Malformed(
+                "signature layer has no signature annotation".into(),
+            ))?;
+            let sig = b64.decode(sig.trim()).map_err(|e| {
+                Rejection::Malformed(format!("malformed signature annotation: {e}"))
+            })?;
             check(&l.blob, &sig)?;
             Ok(Content::Simple(l.blob.clone()))
         }
@@ -194,36 +190,42 @@ fn verify_offline(key: &PublicKey, digest: &str, env: &Envelope) -> Result<Conte
             let raw: RawDsse = parse_signed_json(&l.blob, "DSSE envelope")?;
             let payload = b64
                 .decode(raw.payload.as_bytes())
-                .map_err(|e| format!("malformed DSSE payload: {e}"))?;
+                .map_err(|e| Rejection::Malformed(format!("malformed DSSE payload: {e}")))?;
             let pae = sigstore_verify::types::dsse::pae(&raw.payload_type, &payload);
             let any = raw.signatures.iter().any(|s| {
                 b64.decode(s.sig.as_bytes())
                     .is_ok_and(|sig| check(&pae, &sig).is_ok())
             });
             if !any {
-                return Err("invalid signature: no DSSE signature verifies with the key".into());
+                return Err(Rejection::InvalidSignature(
+                    "no DSSE signature verifies with the key".into(),
+                ));
             }
             statement_content(&raw.payload_type, &payload, digest)
         }
         Envelope::Bundle(_) => {
-            let bundle = env.to_bundle(true)?.ok_or("empty bundle")?;
+            let bundle = env
+                .to_bundle(true)?
+                .ok_or(Rejection::Content("empty bundle".into()))?;
             match &bundle.content {
                 SignatureContent::DsseEnvelope(d) => {
                     check(&d.pae(), d.signature.sig.as_bytes())?;
                     statement_content(&d.payload_type, d.payload.as_bytes(), digest)
                 }
-                _ => Err("bundle does not carry a DSSE envelope over the image".into()),
+                _ => Err(Rejection::Content(
+                    "bundle does not carry a DSSE envelope over the image".into(),
+                )),
             }
         }
     }
 }
 
 /// Everything else goes through sigstore-verify on a bundle (legacy layers are rewritten).
-fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Content, String> {
+fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Content, Rejection> {
     let verifier = plan
         .verifier
         .as_ref()
-        .ok_or("attestor has no trust material")?;
+        .ok_or(Rejection::Content("attestor has no trust material".into()))?;
     if let (Envelope::SimpleSigning(l) | Envelope::Dsse(l), Some(root)) = (env, &plan.trusted_root)
         && crate::legacy_tlog::is_legacy_entry(l)
     {
@@ -241,8 +243,8 @@ fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Con
         if let (Authority::Keyless(rules), true) = (&plan.authority, plan.ignore_tlog) {
             return verify_keyless_offline(plan, rules, digest, env);
         }
-        return Err(format!(
-            "{TLOG_FAILED}: signature has no transparency log entry"
+        return Err(Rejection::Tlog(
+            "signature has no transparency log entry".into(),
         ));
     };
     let image_hash = image_digest(digest)?;
@@ -251,10 +253,16 @@ fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Con
             run(plan, verifier, &l.blob[..], &bundle)?
         }
         (_, SignatureContent::DsseEnvelope(_), _) => run(plan, verifier, image_hash, &bundle)?,
-        _ => return Err("bundle does not sign this image (message signature over a blob)".into()),
+        _ => {
+            return Err(Rejection::Content(
+                "bundle does not sign this image (message signature over a blob)".into(),
+            ));
+        }
     };
     if let Authority::Keyless(rules) = &plan.authority {
-        let info = result.ok_or("keyless signature has no certificate")?;
+        let info = result.ok_or(Rejection::Malformed(
+            "keyless signature has no certificate".into(),
+        ))?;
         rules.check(&info)?;
     }
     match &bundle.content {
@@ -263,7 +271,7 @@ fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Con
         }
         _ => match env {
             Envelope::SimpleSigning(l) => Ok(Content::Simple(l.blob.clone())),
-            _ => Err("unexpected bundle content".into()),
+            _ => Err(Rejection::Content("unexpected bundle content".into())),
         },
     }
 }
@@ -276,20 +284,21 @@ fn verify_keyless_offline(
     rules: &KeylessRules,
     digest: &str,
     env: &Envelope,
-) -> Result<Content, String> {
+) -> Result<Content, Rejection> {
     let (Envelope::SimpleSigning(l) | Envelope::Dsse(l)) = env else {
-        return Err(format!(
-            "{TLOG_FAILED}: bundle has no transparency log entry"
+        return Err(Rejection::Tlog(
+            "bundle has no transparency log entry".into(),
         ));
     };
-    let cert = l
-        .certificate
-        .as_deref()
-        .ok_or("keyless signature has no certificate")?;
+    let cert = l.certificate.as_deref().ok_or(Rejection::Malformed(
+        "keyless signature has no certificate".into(),
+    ))?;
     let leaf = parse_certificates(cert, ANNOTATION_CERTIFICATE)?
         .into_iter()
         .next()
-        .ok_or("keyless signature has no certificate")?;
+        .ok_or(Rejection::Malformed(
+            "keyless signature has no certificate".into(),
+        ))?;
     let chain = match &l.chain {
         Some(c) => parse_certificates(c, ANNOTATION_CHAIN)?,
         None => Vec::new(),
@@ -299,8 +308,9 @@ fn verify_keyless_offline(
         .map(|d| d.as_secs())
         .unwrap_or(0);
     crate::chain::verify_to_anchors(&leaf, &chain, &plan.ca_certs, now)?;
-    let info = sigstore_verify::crypto::parse_certificate_info(&leaf)
-        .map_err(|e| format!("signing certificate cannot be parsed: {e}"))?;
+    let info = sigstore_verify::crypto::parse_certificate_info(&leaf).map_err(|e| {
+        Rejection::Certificate(format!("signing certificate cannot be parsed: {e}"))
+    })?;
     rules.check(&info)?;
     let key = PublicKey::with_default_scheme(info.public_key, info.key_algorithm);
     verify_offline(&key, digest, env)
@@ -318,7 +328,7 @@ fn run<'a>(
     verifier: &sigstore_verify::Verifier,
     artifact: impl Into<sigstore_verify::types::Artifact<'a>> + Clone,
     bundle: &Bundle,
-) -> Result<Option<CertificateInfo>, String> {
+) -> Result<Option<CertificateInfo>, Rejection> {
     match run_once(plan, verifier, artifact.clone(), bundle) {
         Err(sigstore_verify::Error::Timestamp(TimestampError::Invalid(detail)))
             if !plan.ignore_tlog && has_promised_entry(bundle) && detail.contains("decode") =>
@@ -367,25 +377,35 @@ fn run_once<'a>(
     }
 }
 
-fn describe(e: sigstore_verify::Error) -> String {
+fn describe(e: sigstore_verify::Error) -> Rejection {
     use sigstore_verify::Error as E;
     match e {
-        E::TransparencyLog(_) | E::Timestamp(_) | E::Bundle(_) => format!("{TLOG_FAILED}: {e}"),
-        other => other.to_string(),
+        E::TransparencyLog(_) | E::Timestamp(_) | E::Bundle(_) => Rejection::Tlog(e.to_string()),
+        E::Certificate(_) => Rejection::Certificate(e.to_string()),
+        E::SignatureInvalid(_) => Rejection::InvalidSignature(e.to_string()),
+        E::InvalidBundle(_) | E::UnsupportedBundle(_) => Rejection::Malformed(e.to_string()),
+        other => Rejection::Content(other.to_string()),
     }
 }
 
-fn image_digest(digest: &str) -> Result<Sha256Hash, String> {
+fn image_digest(digest: &str) -> Result<Sha256Hash, Rejection> {
     let hex = digest
         .strip_prefix("sha256:")
-        .ok_or_else(|| format!("image digest {digest} is not sha256"))?;
-    Sha256Hash::from_hex(hex).map_err(|e| format!("image digest {digest} is malformed: {e}"))
+        .ok_or_else(|| Rejection::Content(format!("image digest {digest} is not sha256")))?;
+    Sha256Hash::from_hex(hex)
+        .map_err(|e| Rejection::Content(format!("image digest {digest} is malformed: {e}")))
 }
 
 /// Decodes a DSSE payload as an in-toto statement bound to `digest`.
-fn statement_content(payload_type: &str, payload: &[u8], digest: &str) -> Result<Content, String> {
+fn statement_content(
+    payload_type: &str,
+    payload: &[u8],
+    digest: &str,
+) -> Result<Content, Rejection> {
     if payload_type != IN_TOTO_PAYLOAD_TYPE {
-        return Err(format!("DSSE payload type {payload_type} is not in-toto"));
+        return Err(Rejection::Content(format!(
+            "DSSE payload type {payload_type} is not in-toto"
+        )));
     }
     let st: Value = parse_signed_json(payload, "in-toto statement")?;
     let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
@@ -400,24 +420,28 @@ fn statement_content(payload_type: &str, payload: &[u8], digest: &str) -> Result
             })
         });
     if !bound {
-        return Err(format!("in-toto statement subject does not name {digest}"));
+        return Err(Rejection::Content(format!(
+            "in-toto statement subject does not name {digest}"
+        )));
     }
     Ok(Content::Statement(st))
 }
 
 /// The simple-signing payload must name this digest and carry the attestor's annotations.
-fn check_simple_signing(plan: &Plan, digest: &str, payload: &[u8]) -> Result<(), String> {
+fn check_simple_signing(plan: &Plan, digest: &str, payload: &[u8]) -> Result<(), Rejection> {
     let ss: SimpleSigning = parse_signed_json(payload, "simple-signing payload")?;
     let signed = &ss.critical.image.docker_manifest_digest;
     if signed != digest {
-        return Err(format!("signature is for digest {signed}, not {digest}"));
+        return Err(Rejection::Content(format!(
+            "signature is for digest {signed}, not {digest}"
+        )));
     }
     check_annotations(plan, ss.optional.as_ref())
 }
 
 /// cosign v3 bundles carry no simple-signing `optional` map; annotations can only be satisfied
 /// when the attestor asks for none or the predicate carries them.
-fn check_bundle_annotations(plan: &Plan, statement: &Value) -> Result<(), String> {
+fn check_bundle_annotations(plan: &Plan, statement: &Value) -> Result<(), Rejection> {
     let map = statement.get("predicate").and_then(Value::as_object);
     check_annotations(plan, map)
 }
@@ -425,7 +449,7 @@ fn check_bundle_annotations(plan: &Plan, statement: &Value) -> Result<(), String
 fn check_annotations(
     plan: &Plan,
     optional: Option<&serde_json::Map<String, Value>>,
-) -> Result<(), String> {
+) -> Result<(), Rejection> {
     for (k, v) in &plan.annotations {
         let got = optional.and_then(|m| m.get(k));
         let matches = match got {
@@ -434,9 +458,9 @@ fn check_annotations(
             None => false,
         };
         if !matches {
-            return Err(format!(
+            return Err(Rejection::Content(format!(
                 "annotation {k}={v} is not in the signature payload"
-            ));
+            )));
         }
     }
     Ok(())

@@ -14,6 +14,7 @@ use sha2::{Digest as _, Sha256};
 use sigstore_verify::types::{Bundle, SignatureContent};
 
 use crate::keys::parse_certificates;
+use crate::rejection::Rejection;
 
 /// cosign layer annotation holding the base64 signature of a simple-signing payload.
 pub const ANNOTATION_SIGNATURE: &str = "dev.cosignproject.cosign/signature";
@@ -36,13 +37,13 @@ pub const BUNDLE_MEDIA_TYPE_PREFIX: &str = "application/vnd.dev.sigstore.bundle"
 pub(crate) fn parse_signed_json<T: DeserializeOwned>(
     bytes: &[u8],
     what: &str,
-) -> Result<T, String> {
+) -> Result<T, Rejection> {
     parse_json_bounded(bytes, &JsonLimits::SIGNATURE).map_err(|e| shape_reason(what, &e))
 }
 
 /// Refuses `bytes` when their JSON shape breaks [`JsonLimits::SIGNATURE`], for documents a
 /// library parses itself.
-pub(crate) fn check_signed_shape(bytes: &[u8], what: &str) -> Result<(), String> {
+pub(crate) fn check_signed_shape(bytes: &[u8], what: &str) -> Result<(), Rejection> {
     let shape = json_shape(bytes);
     if shape.fits(&JsonLimits::SIGNATURE) {
         return Ok(());
@@ -54,12 +55,12 @@ pub(crate) fn check_signed_shape(bytes: &[u8], what: &str) -> Result<(), String>
     Err(shape_reason(what, &e))
 }
 
-fn shape_reason(what: &str, e: &ShapeError) -> String {
+fn shape_reason(what: &str, e: &ShapeError) -> Rejection {
     if e.is_too_complex() {
         tracing::warn!(document = what, error = %e, "signature blob refused for its JSON shape");
-        format!("{what} refused as hostile: it {e}")
+        Rejection::Malformed(format!("{what} refused as hostile: it {e}"))
     } else {
-        format!("malformed {what}: it {e}")
+        Rejection::Malformed(format!("malformed {what}: it {e}"))
     }
 }
 
@@ -129,7 +130,7 @@ pub(crate) struct RekorPayload {
 }
 
 /// The Rekor entry of a legacy layer as a bundle `tlogEntries[]` item.
-fn tlog_entry(annotation: &str) -> Result<Value, String> {
+fn tlog_entry(annotation: &str) -> Result<Value, Rejection> {
     let rb: RekorBundle = parse_signed_json(
         annotation.as_bytes(),
         &format!("{ANNOTATION_REKOR_BUNDLE} annotation"),
@@ -137,7 +138,7 @@ fn tlog_entry(annotation: &str) -> Result<Value, String> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let body = b64
         .decode(rb.payload.body.as_bytes())
-        .map_err(|e| format!("malformed Rekor body: {e}"))?;
+        .map_err(|e| Rejection::Malformed(format!("malformed Rekor body: {e}")))?;
     let body_json: Value = parse_signed_json(&body, "Rekor body")?;
     let kind = body_json
         .get("kind")
@@ -147,8 +148,8 @@ fn tlog_entry(annotation: &str) -> Result<Value, String> {
         .get("apiVersion")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let log_id =
-        hex::decode(&rb.payload.log_id).map_err(|e| format!("malformed Rekor logID: {e}"))?;
+    let log_id = hex::decode(&rb.payload.log_id)
+        .map_err(|e| Rejection::Malformed(format!("malformed Rekor logID: {e}")))?;
     Ok(json!({
         "logIndex": rb.payload.log_index.to_string(),
         "logId": { "keyId": b64.encode(log_id) },
@@ -160,7 +161,7 @@ fn tlog_entry(annotation: &str) -> Result<Value, String> {
 }
 
 /// The verification material of a legacy layer: certificate (+ chain) or a key hint.
-fn material(legacy: &Legacy, use_key: bool) -> Result<Value, String> {
+fn material(legacy: &Legacy, use_key: bool) -> Result<Value, Rejection> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let cert = legacy.certificate.as_ref().filter(|_| !use_key);
     let Some(cert) = cert else {
@@ -183,7 +184,7 @@ impl Envelope {
     /// transparency log can use it). `use_key` marks the material as a public key (key and
     /// certificate attestors) rather than the layer's certificate. A DSSE payload is
     /// shape-checked here, before sigstore-verify or ivory parses it.
-    pub(crate) fn to_bundle(&self, use_key: bool) -> Result<Option<Bundle>, String> {
+    pub(crate) fn to_bundle(&self, use_key: bool) -> Result<Option<Bundle>, Rejection> {
         let bundle = self.read_bundle(use_key)?;
         if let Some(SignatureContent::DsseEnvelope(d)) = bundle.as_ref().map(|b| &b.content) {
             check_signed_shape(d.payload.as_bytes(), "in-toto statement")?;
@@ -191,21 +192,20 @@ impl Envelope {
         Ok(bundle)
     }
 
-    fn read_bundle(&self, use_key: bool) -> Result<Option<Bundle>, String> {
+    fn read_bundle(&self, use_key: bool) -> Result<Option<Bundle>, Rejection> {
         let (legacy, content) = match self {
             Self::Bundle(json) => {
                 check_signed_shape(json, "Sigstore bundle")?;
-                let text =
-                    std::str::from_utf8(json).map_err(|e| format!("bundle is not UTF-8: {e}"))?;
+                let text = std::str::from_utf8(json)
+                    .map_err(|e| Rejection::Malformed(format!("bundle is not UTF-8: {e}")))?;
                 return Bundle::from_json(text)
                     .map(Some)
-                    .map_err(|e| format!("malformed Sigstore bundle: {e}"));
+                    .map_err(|e| Rejection::Malformed(format!("malformed Sigstore bundle: {e}")));
             }
             Self::SimpleSigning(l) => {
-                let sig = l
-                    .signature
-                    .as_deref()
-                    .ok_or("signature layer has no signature annotation")?;
+                let sig = l.signature.as_deref().ok_or(Rejection::Malformed(
+                    "signature layer has no signature annotation".into(),
+                ))?;
                 let b64 = base64::engine::general_purpose::STANDARD;
                 let digest = b64.encode(Sha256::digest(&l.blob));
                 (
@@ -230,9 +230,9 @@ impl Envelope {
         if let (Some(doc), Some(content)) = (doc.as_object_mut(), content.as_object()) {
             doc.extend(content.clone());
         }
-        Bundle::from_json(&doc.to_string())
-            .map(Some)
-            .map_err(|e| format!("cannot read cosign signature as a bundle: {e}"))
+        Bundle::from_json(&doc.to_string()).map(Some).map_err(|e| {
+            Rejection::Malformed(format!("cannot read cosign signature as a bundle: {e}"))
+        })
     }
 }
 
@@ -313,7 +313,10 @@ mod tests {
                 .is_none()
         );
         l.rekor_bundle = Some("{}".into());
-        let err = Envelope::SimpleSigning(l).to_bundle(false).unwrap_err();
-        assert!(err.contains(ANNOTATION_REKOR_BUNDLE), "{err}");
+        let err = Envelope::SimpleSigning(l)
+            .to_bundle(false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.to_string().contains(ANNOTATION_REKOR_BUNDLE), "{err}");
     }
 }

@@ -1,6 +1,7 @@
 //! Trust material from policy text: PEM public keys, certificates and chains, and the
 //! `hashAlgorithm` names cosign accepts. Parsing only; every check is done by sigstore-verify.
 
+use crate::rejection::Rejection;
 use base64::Engine as _;
 use sigstore_verify::crypto::{KeyAlgorithm, SigningScheme};
 use sigstore_verify::types::{DerCertificate, DerPublicKey, HashAlgorithm};
@@ -32,11 +33,11 @@ impl PublicKey {
 pub(crate) fn parse_public_key(
     pem: &str,
     hash_algorithm: Option<&str>,
-) -> Result<PublicKey, String> {
+) -> Result<PublicKey, Rejection> {
     let der = DerPublicKey::from_pem(pem.trim())
-        .map_err(|e| format!("key.data is not a PEM public key: {e}"))?;
+        .map_err(|e| Rejection::Attestor(format!("key.data is not a PEM public key: {e}")))?;
     let algorithm = KeyAlgorithm::from_spki(&der)
-        .map_err(|e| format!("key.data has an unsupported key type: {e}"))?;
+        .map_err(|e| Rejection::Attestor(format!("key.data has an unsupported key type: {e}")))?;
     let schemes = match hash_algorithm.filter(|h| !h.is_empty()) {
         None => {
             let default = algorithm.default_signing_scheme();
@@ -51,42 +52,51 @@ pub(crate) fn parse_public_key(
         Some(name) => vec![
             algorithm
                 .resolve_signing_scheme(parse_hash(Some(name))?)
-                .map_err(|e| format!("key.hashAlgorithm does not fit the key: {e}"))?,
+                .map_err(|e| {
+                    Rejection::Attestor(format!("key.hashAlgorithm does not fit the key: {e}"))
+                })?,
         ],
     };
     Ok(PublicKey { der, schemes })
 }
 
-fn parse_hash(name: Option<&str>) -> Result<HashAlgorithm, String> {
+fn parse_hash(name: Option<&str>) -> Result<HashAlgorithm, Rejection> {
     match name.map(str::to_ascii_lowercase).as_deref() {
         None | Some("sha256") => Ok(HashAlgorithm::Sha2256),
         Some("sha384") => Ok(HashAlgorithm::Sha2384),
         Some("sha512") => Ok(HashAlgorithm::Sha2512),
-        Some(other) => Err(format!("key.hashAlgorithm {other} is not supported")),
+        Some(other) => Err(Rejection::Attestor(format!(
+            "key.hashAlgorithm {other} is not supported"
+        ))),
     }
 }
 
 /// Parses every `CERTIFICATE` block of a PEM bundle. Kyverno also accepts the PEM wrapped
 /// in base64, so that form is unwrapped first.
-pub(crate) fn parse_certificates(text: &str, field: &str) -> Result<Vec<DerCertificate>, String> {
+pub(crate) fn parse_certificates(
+    text: &str,
+    field: &str,
+) -> Result<Vec<DerCertificate>, Rejection> {
     let text = unwrap_base64_pem(text);
     let blocks: Vec<&str> = pem_blocks(&text);
     if blocks.is_empty() {
-        return Err(format!("{field} holds no PEM certificate"));
+        return Err(Rejection::Attestor(format!(
+            "{field} holds no PEM certificate"
+        )));
     }
     blocks
         .into_iter()
         .map(|b| {
             DerCertificate::from_pem(b)
-                .map_err(|e| format!("{field} is not a PEM certificate: {e}"))
+                .map_err(|e| Rejection::Attestor(format!("{field} is not a PEM certificate: {e}")))
         })
         .collect()
 }
 
 /// Public key of a certificate, for the `certificate` attestor.
-pub(crate) fn certificate_key(cert: &DerCertificate) -> Result<PublicKey, String> {
+pub(crate) fn certificate_key(cert: &DerCertificate) -> Result<PublicKey, Rejection> {
     let info = sigstore_verify::crypto::parse_certificate_info(cert)
-        .map_err(|e| format!("certificate.cert cannot be parsed: {e}"))?;
+        .map_err(|e| Rejection::Attestor(format!("certificate.cert cannot be parsed: {e}")))?;
     Ok(PublicKey::with_default_scheme(
         info.public_key,
         info.key_algorithm,
@@ -167,11 +177,13 @@ mod tests {
         assert!(
             parse_public_key(P256, Some("sha224"))
                 .unwrap_err()
+                .to_string()
                 .contains("sha224")
         );
         assert!(
             parse_public_key("not a key", None)
                 .unwrap_err()
+                .to_string()
                 .contains("key.data")
         );
     }

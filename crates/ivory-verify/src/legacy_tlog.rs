@@ -35,6 +35,7 @@ use crate::envelope::{
 };
 use crate::keys::{PublicKey, parse_certificates};
 use crate::plan::{Authority, Plan};
+use crate::rejection::Rejection;
 
 /// `1.3.6.1.4.1.11129.2.4.2`, the embedded SCT list (RFC 6962 §3.3).
 const CT_PRECERT_SCTS: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.4.1.11129.2.4.2");
@@ -68,41 +69,59 @@ pub(crate) fn is_legacy_entry(layer: &Legacy) -> bool {
 
 /// Checks the log entry and the signer of `env` (see the module comment) and returns the key
 /// the signature must verify with.
-pub(crate) fn signer(plan: &Plan, root: &TrustedRoot, env: &Envelope) -> Result<PublicKey, String> {
+pub(crate) fn signer(
+    plan: &Plan,
+    root: &TrustedRoot,
+    env: &Envelope,
+) -> Result<PublicKey, Rejection> {
     let (layer, dsse) = match env {
         Envelope::SimpleSigning(l) => (l, false),
         Envelope::Dsse(l) => (l, true),
-        Envelope::Bundle(_) => return Err("a Sigstore bundle has no legacy Rekor entry".into()),
+        Envelope::Bundle(_) => {
+            return Err(Rejection::LogEntry(
+                "a Sigstore bundle has no legacy Rekor entry".into(),
+            ));
+        }
     };
-    let annotation = layer
-        .rekor_bundle
-        .as_deref()
-        .ok_or("signature has no transparency log entry")?;
-    let entry = read_entry(annotation)?.ok_or("transparency log entry is not of a legacy kind")?;
+    let annotation = layer.rekor_bundle.as_deref().ok_or(Rejection::LogEntry(
+        "signature has no transparency log entry".into(),
+    ))?;
+    let entry = read_entry(annotation)?.ok_or(Rejection::LogEntry(
+        "transparency log entry is not of a legacy kind".into(),
+    ))?;
     let time = Timestamp::from_second(entry.integrated_time)
-        .map_err(|e| format!("Rekor integrated time is out of range: {e}"))?;
+        .map_err(|e| Rejection::LogEntry(format!("Rekor integrated time is out of range: {e}")))?;
     verify_set(&entry, root, time)?;
     let named_key = match (entry.kind, dsse) {
         (Kind::RekordV001, false) => check_rekord(&entry.body, layer)?,
         (Kind::IntotoV001, true) => check_intoto(&entry.body, layer)?,
-        (Kind::RekordV001, true) => return Err("a rekord entry cannot log a DSSE envelope".into()),
+        (Kind::RekordV001, true) => {
+            return Err(Rejection::LogEntry(
+                "a rekord entry cannot log a DSSE envelope".into(),
+            ));
+        }
         (Kind::IntotoV001, false) => {
-            return Err("an intoto entry cannot log a simple-signing signature".into());
+            return Err(Rejection::LogEntry(
+                "an intoto entry cannot log a simple-signing signature".into(),
+            ));
         }
     };
     match &plan.authority {
         Authority::Keyless(rules) => {
             let (leaf, chain) = layer_certificates(layer)?;
             if !same_certificate(&named_key, &leaf) {
-                return Err("Rekor entry names another certificate than the signature's".into());
+                return Err(Rejection::LogEntry(
+                    "Rekor entry names another certificate than the signature's".into(),
+                ));
             }
-            let info = parse_certificate_info(&leaf)
-                .map_err(|e| format!("signing certificate cannot be parsed: {e}"))?;
+            let info = parse_certificate_info(&leaf).map_err(|e| {
+                Rejection::Certificate(format!("signing certificate cannot be parsed: {e}"))
+            })?;
             if time < info.not_before || time > info.not_after {
-                return Err(format!(
+                return Err(Rejection::Certificate(format!(
                     "Rekor integrated time {time} is outside the signing certificate's validity ({} to {})",
                     info.not_before, info.not_after
-                ));
+                )));
             }
             let authorities = authorities_at(root, time);
             let at = u64::try_from(entry.integrated_time).unwrap_or(0);
@@ -119,7 +138,9 @@ pub(crate) fn signer(plan: &Plan, root: &TrustedRoot, env: &Envelope) -> Result<
         }
         Authority::Key(key) | Authority::Certificate(key) => {
             if !names_key(&named_key, &key.der) {
-                return Err("Rekor entry names another key than the attestor's".into());
+                return Err(Rejection::LogEntry(
+                    "Rekor entry names another key than the attestor's".into(),
+                ));
             }
             Ok(key.clone())
         }
@@ -127,12 +148,12 @@ pub(crate) fn signer(plan: &Plan, root: &TrustedRoot, env: &Envelope) -> Result<
 }
 
 /// Decodes the `dev.sigstore.cosign/bundle` annotation; `None` when its kind is not legacy.
-fn read_entry(annotation: &str) -> Result<Option<Entry>, String> {
+fn read_entry(annotation: &str) -> Result<Option<Entry>, Rejection> {
     let rb: RekorBundle = parse_signed_json(annotation.as_bytes(), "Rekor bundle annotation")?;
     let b64 = base64::engine::general_purpose::STANDARD;
     let body_bytes = b64
         .decode(rb.payload.body.as_bytes())
-        .map_err(|e| format!("malformed Rekor body: {e}"))?;
+        .map_err(|e| Rejection::Malformed(format!("malformed Rekor body: {e}")))?;
     let body: Value = parse_signed_json(&body_bytes, "Rekor body")?;
     let field = |k: &str| body.get(k).and_then(Value::as_str).unwrap_or_default();
     let kind = match (field("kind"), field("apiVersion")) {
@@ -142,7 +163,7 @@ fn read_entry(annotation: &str) -> Result<Option<Entry>, String> {
     };
     let set = b64
         .decode(rb.signed_entry_timestamp.as_bytes())
-        .map_err(|e| format!("malformed Rekor SignedEntryTimestamp: {e}"))?;
+        .map_err(|e| Rejection::Malformed(format!("malformed Rekor SignedEntryTimestamp: {e}")))?;
     Ok(Some(Entry {
         body_b64: rb.payload.body,
         body,
@@ -166,17 +187,17 @@ struct SetPayload<'a> {
     log_id: &'a str,
 }
 
-fn verify_set(entry: &Entry, root: &TrustedRoot, time: Timestamp) -> Result<(), String> {
+fn verify_set(entry: &Entry, root: &TrustedRoot, time: Timestamp) -> Result<(), Rejection> {
     let key_id = Sha256Hash::from_hex(&entry.log_id_hex)
-        .map_err(|e| format!("malformed Rekor logID: {e}"))?;
+        .map_err(|e| Rejection::Malformed(format!("malformed Rekor logID: {e}")))?;
     let keyring = root
         .rekor_keys()
-        .map_err(|e| format!("trust root has unusable log keys: {e}"))?;
+        .map_err(|e| Rejection::Attestor(format!("trust root has unusable log keys: {e}")))?;
     let key = keyring.key_at(&key_id, time).ok_or_else(|| {
-        format!(
+        Rejection::Tlog(format!(
             "no transparency log key of the trust root was valid at {time} for log {}",
             entry.log_id_hex
-        )
+        ))
     })?;
     let payload = SetPayload {
         body: &entry.body_b64,
@@ -185,47 +206,52 @@ fn verify_set(entry: &Entry, root: &TrustedRoot, time: Timestamp) -> Result<(), 
         log_id: &entry.log_id_hex,
     };
     let canonical = serde_json_canonicalizer::to_vec(&payload)
-        .map_err(|e| format!("cannot canonicalize the Rekor entry: {e}"))?;
+        .map_err(|e| Rejection::LogEntry(format!("cannot canonicalize the Rekor entry: {e}")))?;
     key.verify(&canonical, &SignatureBytes::new(entry.set.clone()))
-        .map_err(|e| format!("Rekor SignedEntryTimestamp does not verify: {e}"))
+        .map_err(|e| Rejection::Tlog(format!("Rekor SignedEntryTimestamp does not verify: {e}")))
 }
 
 fn hex_sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-fn str_at<'a>(body: &'a Value, pointer: &str) -> Result<&'a str, String> {
+fn str_at<'a>(body: &'a Value, pointer: &str) -> Result<&'a str, Rejection> {
     body.pointer(pointer)
         .and_then(Value::as_str)
-        .ok_or_else(|| format!("Rekor body has no {pointer}"))
+        .ok_or_else(|| Rejection::LogEntry(format!("Rekor body has no {pointer}")))
 }
 
-fn sha256_at<'a>(body: &'a Value, pointer: &str) -> Result<&'a str, String> {
+fn sha256_at<'a>(body: &'a Value, pointer: &str) -> Result<&'a str, Rejection> {
     let algorithm = str_at(body, &format!("{pointer}/algorithm"))?;
     if algorithm != "sha256" {
-        return Err(format!("Rekor body {pointer} uses {algorithm}, not sha256"));
+        return Err(Rejection::LogEntry(format!(
+            "Rekor body {pointer} uses {algorithm}, not sha256"
+        )));
     }
     str_at(body, &format!("{pointer}/value"))
 }
 
-fn decode_b64(text: &str, what: &str) -> Result<Vec<u8>, String> {
+fn decode_b64(text: &str, what: &str) -> Result<Vec<u8>, Rejection> {
     base64::engine::general_purpose::STANDARD
         .decode(text.trim())
-        .map_err(|e| format!("malformed {what}: {e}"))
+        .map_err(|e| Rejection::Malformed(format!("malformed {what}: {e}")))
 }
 
 /// `rekord/0.0.1`: payload hash and signature as logged; returns the logged signer (PEM).
-fn check_rekord(body: &Value, layer: &Legacy) -> Result<Vec<u8>, String> {
+fn check_rekord(body: &Value, layer: &Legacy) -> Result<Vec<u8>, Rejection> {
     if !sha256_at(body, "/spec/data/hash")?.eq_ignore_ascii_case(&hex_sha256(&layer.blob)) {
-        return Err("Rekor entry logs another payload than the signature's".into());
+        return Err(Rejection::LogEntry(
+            "Rekor entry logs another payload than the signature's".into(),
+        ));
     }
     let logged = decode_b64(str_at(body, "/spec/signature/content")?, "Rekor signature")?;
-    let signature = layer
-        .signature
-        .as_deref()
-        .ok_or("signature layer has no signature annotation")?;
+    let signature = layer.signature.as_deref().ok_or(Rejection::Malformed(
+        "signature layer has no signature annotation".into(),
+    ))?;
     if logged != decode_b64(signature, "signature annotation")? {
-        return Err("Rekor entry logs another signature than the layer's".into());
+        return Err(Rejection::LogEntry(
+            "Rekor entry logs another signature than the layer's".into(),
+        ));
     }
     decode_b64(
         str_at(body, "/spec/signature/publicKey/content")?,
@@ -234,9 +260,11 @@ fn check_rekord(body: &Value, layer: &Legacy) -> Result<Vec<u8>, String> {
 }
 
 /// `intoto/0.0.1`: envelope and payload hashes as logged; returns the logged signer (PEM).
-fn check_intoto(body: &Value, layer: &Legacy) -> Result<Vec<u8>, String> {
+fn check_intoto(body: &Value, layer: &Legacy) -> Result<Vec<u8>, Rejection> {
     if !sha256_at(body, "/spec/content/hash")?.eq_ignore_ascii_case(&hex_sha256(&layer.blob)) {
-        return Err("Rekor entry logs another DSSE envelope than the layer's".into());
+        return Err(Rejection::LogEntry(
+            "Rekor entry logs another DSSE envelope than the layer's".into(),
+        ));
     }
     if body.pointer("/spec/content/payloadHash").is_some() {
         let envelope: RawDsse = parse_signed_json(&layer.blob, "DSSE envelope")?;
@@ -244,21 +272,24 @@ fn check_intoto(body: &Value, layer: &Legacy) -> Result<Vec<u8>, String> {
         if !sha256_at(body, "/spec/content/payloadHash")?
             .eq_ignore_ascii_case(&hex_sha256(&payload))
         {
-            return Err("Rekor entry logs another in-toto payload than the layer's".into());
+            return Err(Rejection::LogEntry(
+                "Rekor entry logs another in-toto payload than the layer's".into(),
+            ));
         }
     }
     decode_b64(str_at(body, "/spec/publicKey")?, "Rekor public key")
 }
 
-fn layer_certificates(layer: &Legacy) -> Result<(DerCertificate, Vec<DerCertificate>), String> {
-    let text = layer
-        .certificate
-        .as_deref()
-        .ok_or("keyless signature has no certificate")?;
+fn layer_certificates(layer: &Legacy) -> Result<(DerCertificate, Vec<DerCertificate>), Rejection> {
+    let text = layer.certificate.as_deref().ok_or(Rejection::Malformed(
+        "keyless signature has no certificate".into(),
+    ))?;
     let leaf = parse_certificates(text, ANNOTATION_CERTIFICATE)?
         .into_iter()
         .next()
-        .ok_or("keyless signature has no certificate")?;
+        .ok_or(Rejection::Malformed(
+            "keyless signature has no certificate".into(),
+        ))?;
     let chain = match &layer.chain {
         Some(c) => parse_certificates(c, ANNOTATION_CHAIN)?,
         None => Vec::new(),
@@ -313,39 +344,42 @@ fn verify_embedded_sct(
     leaf: &DerCertificate,
     issuers: &[&DerCertificate],
     root: &TrustedRoot,
-) -> Result<(), String> {
-    let cert = Certificate::from_der(leaf.as_bytes())
-        .map_err(|e| format!("signing certificate cannot be parsed: {e}"))?;
+) -> Result<(), Rejection> {
+    let cert = Certificate::from_der(leaf.as_bytes()).map_err(|e| {
+        Rejection::Certificate(format!("signing certificate cannot be parsed: {e}"))
+    })?;
     let list: SignedCertificateTimestampList = match cert.tbs_certificate.get() {
         Ok(Some((_, list))) => list,
         Ok(None) => {
-            return Err(
+            return Err(Rejection::Certificate(
                 "certificate does not include required embedded SCT (set insecureIgnoreSCT to accept it)"
                     .into(),
-            );
+            ));
         }
-        Err(e) => return Err(format!("malformed SCT list: {e}")),
+        Err(e) => return Err(Rejection::Malformed(format!("malformed SCT list: {e}"))),
     };
     let scts = list
         .parse_timestamps()
-        .map_err(|e| format!("malformed SCT list: {e:?}"))?;
+        .map_err(|e| Rejection::Malformed(format!("malformed SCT list: {e:?}")))?;
     let [sct] = scts.as_slice() else {
-        return Err(format!(
+        return Err(Rejection::Certificate(format!(
             "certificate carries {} SCTs, expected one",
             scts.len()
-        ));
+        )));
     };
     let sct = sct
         .parse_timestamp()
-        .map_err(|e| format!("malformed SCT: {e:?}"))?;
+        .map_err(|e| Rejection::Malformed(format!("malformed SCT: {e:?}")))?;
     let scheme = sct_scheme(&sct)?;
     let keyring = root
         .ctfe_keys(scheme)
-        .map_err(|e| format!("trust root has unusable CT log keys: {e}"))?;
+        .map_err(|e| Rejection::Attestor(format!("trust root has unusable CT log keys: {e}")))?;
     let issued = i64::try_from(sct.timestamp)
         .ok()
         .and_then(|ms| Timestamp::from_millisecond(ms).ok())
-        .ok_or("SCT timestamp is out of range")?;
+        .ok_or(Rejection::Certificate(
+            "SCT timestamp is out of range".into(),
+        ))?;
     let tbs = precertificate_tbs(&cert)?;
     let signature = SignatureBytes::new(sct.signature.signature.as_slice().to_vec());
     let log_id = Sha256Hash::new(sct.log_id.key_id);
@@ -365,10 +399,12 @@ fn verify_embedded_sct(
             return Ok(());
         }
     }
-    Err("embedded SCT does not verify with a CT log key of the trust root".into())
+    Err(Rejection::Certificate(
+        "embedded SCT does not verify with a CT log key of the trust root".into(),
+    ))
 }
 
-fn sct_scheme(sct: &SignedCertificateTimestamp) -> Result<SigningScheme, String> {
+fn sct_scheme(sct: &SignedCertificateTimestamp) -> Result<SigningScheme, Rejection> {
     let alg = &sct.signature.algorithm;
     match (&alg.hash, &alg.signature) {
         (HashAlgorithm::Sha256, SignatureAlgorithm::Ecdsa) => Ok(SigningScheme::EcdsaP256Sha256),
@@ -376,12 +412,14 @@ fn sct_scheme(sct: &SignedCertificateTimestamp) -> Result<SigningScheme, String>
         (HashAlgorithm::Sha256, SignatureAlgorithm::Rsa) => Ok(SigningScheme::RsaPkcs1Sha256),
         (HashAlgorithm::Sha384, SignatureAlgorithm::Rsa) => Ok(SigningScheme::RsaPkcs1Sha384),
         (HashAlgorithm::Sha512, SignatureAlgorithm::Rsa) => Ok(SigningScheme::RsaPkcs1Sha512),
-        (hash, sig) => Err(format!("unsupported SCT algorithm {hash:?}/{sig:?}")),
+        (hash, sig) => Err(Rejection::Certificate(format!(
+            "unsupported SCT algorithm {hash:?}/{sig:?}"
+        ))),
     }
 }
 
 /// The certificate's TBS without its SCT list: what the CT log saw as the precertificate.
-fn precertificate_tbs(cert: &Certificate) -> Result<Vec<u8>, String> {
+fn precertificate_tbs(cert: &Certificate) -> Result<Vec<u8>, Rejection> {
     let mut tbs = cert.tbs_certificate.clone();
     tbs.extensions = tbs.extensions.map(|exts| {
         exts.into_iter()
@@ -389,7 +427,7 @@ fn precertificate_tbs(cert: &Certificate) -> Result<Vec<u8>, String> {
             .collect()
     });
     tbs.to_der()
-        .map_err(|e| format!("cannot encode the precertificate: {e}"))
+        .map_err(|e| Rejection::LogEntry(format!("cannot encode the precertificate: {e}")))
 }
 
 /// RFC 6962 §3.2 `digitally-signed` struct of a precertificate SCT (TLS encoding).

@@ -32,11 +32,13 @@ pub mod envelope;
 mod keys;
 mod legacy_tlog;
 pub mod plan;
+mod rejection;
 pub mod trust;
 mod verifier;
 
 pub use check::{Accepted, NO_ATTESTATIONS, NO_SIGNATURES, TLOG_FAILED, evaluate};
 pub use envelope::{Envelope, Legacy};
 pub use plan::{KMS_UNSUPPORTED, NOTARY_UNSUPPORTED, Plan, TUF_UNSUPPORTED};
+pub use rejection::Rejection;
 pub use trust::PUBLIC_GOOD_TRUSTED_ROOT;
 pub use verifier::{CacheStats, CosignVerifier, CredentialsResolver, VerifierConfig};

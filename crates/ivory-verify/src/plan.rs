@@ -13,6 +13,7 @@ use sigstore_verify::trust_root::TrustedRoot;
 use sigstore_verify::types::DerCertificate;
 
 use crate::keys::{PublicKey, certificate_key, parse_certificates, parse_public_key};
+use crate::rejection::Rejection;
 use crate::trust::verifier_for;
 
 /// Why an attestor cannot verify anything, whatever the image.
@@ -90,9 +91,11 @@ impl GithubClaim {
 }
 
 impl KeylessRules {
-    fn new(keyless: &Keyless) -> Result<Self, String> {
+    fn new(keyless: &Keyless) -> Result<Self, Rejection> {
         if keyless.identities.is_empty() {
-            return Err("keyless attestor needs at least one identity".into());
+            return Err(Rejection::Attestor(
+                "keyless attestor needs at least one identity".into(),
+            ));
         }
         let identities = keyless
             .identities
@@ -104,14 +107,19 @@ impl KeylessRules {
             .additional_extensions
             .iter()
             .map(|(k, v)| {
-                let claim = GithubClaim::from_key(k)
-                    .ok_or_else(|| format!("keyless.additionalExtensions.{k} is not supported"))?;
-                let value = v
-                    .as_str()
-                    .ok_or_else(|| format!("keyless.additionalExtensions.{k} must be a string"))?;
+                let claim = GithubClaim::from_key(k).ok_or_else(|| {
+                    Rejection::Attestor(format!(
+                        "keyless.additionalExtensions.{k} is not supported"
+                    ))
+                })?;
+                let value = v.as_str().ok_or_else(|| {
+                    Rejection::Attestor(format!(
+                        "keyless.additionalExtensions.{k} must be a string"
+                    ))
+                })?;
                 Ok((claim, value.to_owned()))
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, Rejection>>()?;
         Ok(Self {
             identities,
             extensions,
@@ -119,7 +127,7 @@ impl KeylessRules {
     }
 
     /// The certificate names an accepted identity and carries every required extension value.
-    pub(crate) fn check(&self, info: &CertificateInfo) -> Result<(), String> {
+    pub(crate) fn check(&self, info: &CertificateInfo) -> Result<(), Rejection> {
         let subject = info
             .identity
             .as_ref()
@@ -127,18 +135,19 @@ impl KeylessRules {
             .unwrap_or_default();
         let issuer = info.issuer.as_deref().unwrap_or_default();
         if !self.identities.iter().any(|r| r.matches(subject, issuer)) {
-            return Err(format!(
-                "none of the expected identities matched what was in the certificate, got subjects [{subject}] with issuer {issuer}"
-            ));
+            return Err(Rejection::Identity {
+                subject: subject.to_owned(),
+                issuer: issuer.to_owned(),
+            });
         }
         for (claim, want) in &self.extensions {
             let got = claim.value(info);
             if got != Some(want.as_str()) {
-                return Err(format!(
+                return Err(Rejection::Certificate(format!(
                     "certificate extension {} is {}, expected {want:?}",
                     claim.key(),
                     got.map_or_else(|| "absent".to_owned(), |g| format!("{g:?}")),
-                ));
+                )));
             }
         }
         Ok(())
@@ -157,13 +166,15 @@ pub(crate) struct IdentityRule {
 }
 
 impl IdentityRule {
-    fn new(identity: &Identity, index: usize) -> Result<Self, String> {
+    fn new(identity: &Identity, index: usize) -> Result<Self, Rejection> {
         let compile = |re: &Option<String>, field: &str| {
             re.as_deref()
                 .filter(|s| !s.is_empty())
                 .map(|s| {
                     Regex::new(s).map_err(|e| {
-                        format!("keyless.identities[{index}].{field} is not a valid regexp: {e}")
+                        Rejection::Attestor(format!(
+                            "keyless.identities[{index}].{field} is not a valid regexp: {e}"
+                        ))
                     })
                 })
                 .transpose()
@@ -226,13 +237,13 @@ impl std::fmt::Debug for Plan {
 
 impl Plan {
     /// Builds the plan for `attestor`; `Err` is the NotVerified reason.
-    pub fn new(attestor: &Attestor, default_root: &str) -> Result<Self, String> {
+    pub fn new(attestor: &Attestor, default_root: &str) -> Result<Self, Rejection> {
         let Some(cosign) = &attestor.cosign else {
-            return Err(if attestor.notary.is_some() {
+            return Err(Rejection::Attestor(if attestor.notary.is_some() {
                 NOTARY_UNSUPPORTED.to_owned()
             } else {
                 format!("attestor {} has neither cosign nor notary", attestor.name)
-            });
+            }));
         };
         let ctlog = cosign.ctlog.clone().unwrap_or_default();
         let ignore_tlog = ctlog.insecure_ignore_tlog.unwrap_or(false);
@@ -240,7 +251,7 @@ impl Plan {
         let authority = authority(cosign)?;
         let needs_trust = matches!(authority, Authority::Keyless(_)) || !ignore_tlog;
         if needs_trust && custom_tuf(cosign) {
-            return Err(TUF_UNSUPPORTED.into());
+            return Err(Rejection::Attestor(TUF_UNSUPPORTED.into()));
         }
         let (verifier, ca_certs, trusted_root) = if needs_trust {
             let trust = verifier_for(cosign, default_root)?;
@@ -261,7 +272,7 @@ impl Plan {
 }
 
 /// Kyverno's precedence: keyless, then key (data before kms), then certificate.
-fn authority(cosign: &Cosign) -> Result<Authority, String> {
+fn authority(cosign: &Cosign) -> Result<Authority, Rejection> {
     if let Some(keyless) = &cosign.keyless {
         return KeylessRules::new(keyless).map(Authority::Keyless);
     }
@@ -270,7 +281,7 @@ fn authority(cosign: &Cosign) -> Result<Authority, String> {
             return parse_public_key(data, key.hash_algorithm.as_deref()).map(Authority::Key);
         }
         if key.kms.as_deref().is_some_and(|k| !k.is_empty()) {
-            return Err(KMS_UNSUPPORTED.into());
+            return Err(Rejection::Attestor(KMS_UNSUPPORTED.into()));
         }
     }
     if let Some(cert) = &cosign.certificate {
@@ -286,7 +297,9 @@ fn authority(cosign: &Cosign) -> Result<Authority, String> {
         }
         return certificate_key(&leaf).map(Authority::Certificate);
     }
-    Err("cosign verifier needs to have one key, keyless or certificate fields set".into())
+    Err(Rejection::Attestor(
+        "cosign verifier needs to have one key, keyless or certificate fields set".into(),
+    ))
 }
 
 /// The attestor names its own TUF repository and no `trustedRoot`.
@@ -307,11 +320,11 @@ fn custom_tuf(cosign: &Cosign) -> bool {
     !has_root && (mirror || root)
 }
 
-fn first_cert(text: &str, field: &str) -> Result<DerCertificate, String> {
+fn first_cert(text: &str, field: &str) -> Result<DerCertificate, Rejection> {
     parse_certificates(text, field)?
         .into_iter()
         .next()
-        .ok_or_else(|| format!("{field} holds no certificate"))
+        .ok_or_else(|| Rejection::Attestor(format!("{field} holds no certificate")))
 }
 
 #[cfg(test)]
@@ -336,7 +349,9 @@ mod tests {
             notary: Some(Notary::default()),
         };
         assert_eq!(
-            Plan::new(&notary, PUBLIC_GOOD_TRUSTED_ROOT).unwrap_err(),
+            Plan::new(&notary, PUBLIC_GOOD_TRUSTED_ROOT)
+                .unwrap_err()
+                .to_string(),
             NOTARY_UNSUPPORTED
         );
         let kms = cosign(Cosign {
@@ -347,13 +362,16 @@ mod tests {
             ..Cosign::default()
         });
         assert_eq!(
-            Plan::new(&kms, PUBLIC_GOOD_TRUSTED_ROOT).unwrap_err(),
+            Plan::new(&kms, PUBLIC_GOOD_TRUSTED_ROOT)
+                .unwrap_err()
+                .to_string(),
             KMS_UNSUPPORTED
         );
         let empty = cosign(Cosign::default());
         assert!(
             Plan::new(&empty, PUBLIC_GOOD_TRUSTED_ROOT)
                 .unwrap_err()
+                .to_string()
                 .contains("one key")
         );
     }
@@ -377,7 +395,9 @@ mod tests {
             ..Cosign::default()
         };
         assert_eq!(
-            Plan::new(&cosign(c.clone()), PUBLIC_GOOD_TRUSTED_ROOT).unwrap_err(),
+            Plan::new(&cosign(c.clone()), PUBLIC_GOOD_TRUSTED_ROOT)
+                .unwrap_err()
+                .to_string(),
             TUF_UNSUPPORTED
         );
         c.trusted_root = Some(ivory_policy::types::StringSource {
@@ -442,6 +462,7 @@ mod tests {
                 PUBLIC_GOOD_TRUSTED_ROOT,
             )
             .unwrap_err()
+            .to_string()
         };
         let e = bad(Identity {
             subject_reg_exp: Some("(".into()),

@@ -15,6 +15,7 @@ use sigstore_verify::trust_root::{SIGSTORE_PRODUCTION_TRUSTED_ROOT, TrustedRoot}
 use sigstore_verify::types::{DerCertificate, DerPublicKey};
 
 use crate::keys::parse_certificates;
+use crate::rejection::Rejection;
 
 /// The embedded public-good trusted root (byte-identical to sigstore/root-signing
 /// `targets/trusted_root.json`, 2026 edition: Fulcio v1/v2, Rekor v1 + v2 `log2025-1`, CT, TSA).
@@ -35,16 +36,20 @@ pub(crate) struct Trust {
 
 /// Builds the trust for one cosign attestor. `default_root` is the process-wide root (the
 /// embedded public-good one unless configured otherwise).
-pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust, String> {
+pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust, Rejection> {
     let mut root: Value = match cosign
         .trusted_root
         .as_ref()
         .and_then(|s| s.value.as_deref())
     {
-        Some(text) if !text.trim().is_empty() => serde_json::from_str(text)
-            .map_err(|e| format!("trustedRoot is not a trusted_root.json document: {e}"))?,
-        _ => serde_json::from_str(default_root)
-            .map_err(|e| format!("the default trusted root is not valid JSON: {e}"))?,
+        Some(text) if !text.trim().is_empty() => serde_json::from_str(text).map_err(|e| {
+            Rejection::Attestor(format!(
+                "trustedRoot is not a trusted_root.json document: {e}"
+            ))
+        })?,
+        _ => serde_json::from_str(default_root).map_err(|e| {
+            Rejection::Attestor(format!("the default trusted root is not valid JSON: {e}"))
+        })?,
     };
     let roots = cosign.keyless.as_ref().and_then(|k| k.roots.as_deref());
     if let Some(roots) = roots.filter(|r| !r.trim().is_empty()) {
@@ -85,9 +90,9 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust,
         root["mediaType"] = json!(TRUSTED_ROOT_MEDIA_TYPE);
     }
     let parsed = TrustedRoot::from_json(&root.to_string())
-        .map_err(|e| format!("trusted root cannot be used: {e}"))?;
-    let verifier =
-        Verifier::new(&parsed).map_err(|e| format!("trusted root cannot be used: {e}"))?;
+        .map_err(|e| Rejection::Attestor(format!("trusted root cannot be used: {e}")))?;
+    let verifier = Verifier::new(&parsed)
+        .map_err(|e| Rejection::Attestor(format!("trusted root cannot be used: {e}")))?;
     Ok(Trust {
         verifier: Arc::new(verifier),
         ca_certs: parsed.fulcio_certs(),
@@ -99,7 +104,7 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust,
 /// entries are verified offline against the trust root's log keys. So the URL must name one of
 /// those logs (or the policy gives the log's key as `ctlog.rekorPubKey`, which replaces them);
 /// a URL the trust root does not know would otherwise be silently replaced by its logs.
-fn check_log_url(root: &Value, url: &str) -> Result<(), String> {
+fn check_log_url(root: &Value, url: &str) -> Result<(), Rejection> {
     let wanted = url.trim().trim_end_matches('/');
     let logs = root.get("tlogs").and_then(Value::as_array);
     let known = logs.is_some_and(|logs| {
@@ -111,13 +116,13 @@ fn check_log_url(root: &Value, url: &str) -> Result<(), String> {
     if known {
         return Ok(());
     }
-    Err(format!(
+    Err(Rejection::Attestor(format!(
         "ctlog.url {url} is not a transparency log of the trust root (ivory verifies log entries offline against the trust root's log keys); name that log's key in ctlog.rekorPubKey or trustedRoot"
-    ))
+    )))
 }
 
 /// A `certificateAuthorities`/`timestampAuthorities` entry from a PEM chain (leaf first).
-fn authority(pem: &str, field: &str) -> Result<Value, String> {
+fn authority(pem: &str, field: &str) -> Result<Value, Rejection> {
     let certs = parse_certificates(pem, field)?;
     let b64 = base64::engine::general_purpose::STANDARD;
     let certificates: Vec<Value> = certs
@@ -134,15 +139,19 @@ fn authority(pem: &str, field: &str) -> Result<Value, String> {
 
 /// A `tlogs`/`ctlogs` entry from a PEM public key; the log id is the key's SHA-256, as Rekor
 /// and CT logs define it.
-fn log_entry(pem: &str, field: &str) -> Result<Value, String> {
+fn log_entry(pem: &str, field: &str) -> Result<Value, Rejection> {
     let der = DerPublicKey::from_pem(pem.trim())
-        .map_err(|e| format!("{field} is not a PEM public key: {e}"))?;
+        .map_err(|e| Rejection::Attestor(format!("{field} is not a PEM public key: {e}")))?;
     let details = match KeyAlgorithm::from_spki(&der) {
         Ok(KeyAlgorithm::EcdsaP256) => "PKIX_ECDSA_P256_SHA_256",
         Ok(KeyAlgorithm::EcdsaP384) => "PKIX_ECDSA_P384_SHA_384",
         Ok(KeyAlgorithm::Ed25519) => "PKIX_ED25519",
         Ok(KeyAlgorithm::Rsa) => "PKIX_RSA_PKCS1V15_2048_SHA256",
-        _ => return Err(format!("{field} has an unsupported key type")),
+        _ => {
+            return Err(Rejection::Attestor(format!(
+                "{field} has an unsupported key type"
+            )));
+        }
     };
     let b64 = base64::engine::general_purpose::STANDARD;
     Ok(json!({
@@ -183,7 +192,11 @@ mod tests {
         let Err(err) = verifier_for(&with_url("https://rekor.example.com", None), root) else {
             panic!("an unknown log was accepted")
         };
-        assert!(err.contains("ctlog.url https://rekor.example.com"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("ctlog.url https://rekor.example.com"),
+            "{err}"
+        );
         let key = include_str!("../../../fixtures/captured/connaisseur/cosign/keys/alice.key");
         assert!(verifier_for(&with_url("https://rekor.example.com", Some(key)), root).is_ok());
     }
@@ -211,6 +224,6 @@ mod tests {
         let Err(err) = verifier_for(&bad, PUBLIC_GOOD_TRUSTED_ROOT) else {
             panic!("bad root accepted")
         };
-        assert!(err.contains("trustedRoot"), "{err}");
+        assert!(err.to_string().contains("trustedRoot"), "{err}");
     }
 }

@@ -190,7 +190,9 @@ fn ballooning_blobs_are_refused_at_every_parse_site() {
         ),
     ];
     for (name, plan, env, predicate, what) in cases {
-        let err = evaluate(plan, DIGEST, &[env], predicate).unwrap_err();
+        let err = evaluate(plan, DIGEST, &[env], predicate)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains(&format!("{what} refused as hostile: it holds")),
             "{name}: {err}"

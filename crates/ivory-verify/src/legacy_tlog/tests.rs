@@ -136,7 +136,9 @@ fn rekord_2021_keyless_signature_verifies_with_its_log_entry() {
 fn rekord_2021_without_sct_needs_insecure_ignore_sct_as_in_cosign() {
     let (layer, digest) = rekord_2021();
     let p = plan(&keyless(flavio(), false));
-    let err = evaluate(&p, &digest, &[Envelope::SimpleSigning(layer)], None).unwrap_err();
+    let err = evaluate(&p, &digest, &[Envelope::SimpleSigning(layer)], None)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("embedded SCT"), "{err}");
 }
 
@@ -148,11 +150,15 @@ fn rekord_2021_with_another_identity_or_digest_is_rejected() {
         ..Identity::default()
     };
     let p = plan(&keyless(other, true));
-    let err = evaluate(&p, &digest, &[Envelope::SimpleSigning(layer.clone())], None).unwrap_err();
+    let err = evaluate(&p, &digest, &[Envelope::SimpleSigning(layer.clone())], None)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("expected identities"), "{err}");
     let p = plan(&keyless(flavio(), true));
     let elsewhere = format!("sha256:{}", "1".repeat(64));
-    let err = evaluate(&p, &elsewhere, &[Envelope::SimpleSigning(layer)], None).unwrap_err();
+    let err = evaluate(&p, &elsewhere, &[Envelope::SimpleSigning(layer)], None)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("is for digest"), "{err}");
 }
 
@@ -162,7 +168,9 @@ fn rekord_entry_must_log_this_payload_and_signature() {
     let p = plan(&keyless(flavio(), true));
     // The payload differs from the one logged (and signed).
     layer.blob.push(b' ');
-    let err = evaluate(&p, &digest, &[Envelope::SimpleSigning(layer)], None).unwrap_err();
+    let err = evaluate(&p, &digest, &[Envelope::SimpleSigning(layer)], None)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("logs another payload"), "{err}");
 }
 
@@ -179,7 +187,9 @@ fn tampered_body_or_set_fails_the_set() {
     body["spec"]["data"]["hash"]["value"] = json!("0".repeat(64));
     entry["Payload"]["body"] = json!(B64.encode(body.to_string()));
     let tampered = with_entry(layer.clone(), &entry);
-    let err = evaluate(&p, &digest, &[Envelope::SimpleSigning(tampered)], None).unwrap_err();
+    let err = evaluate(&p, &digest, &[Envelope::SimpleSigning(tampered)], None)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("SignedEntryTimestamp does not verify"),
         "{err}"
@@ -193,7 +203,9 @@ fn tampered_body_or_set_fails_the_set() {
     set[last] ^= 1;
     entry["SignedEntryTimestamp"] = json!(B64.encode(set));
     let wrong_set = with_entry(layer.clone(), &entry);
-    let err = evaluate(&p, &digest, &[Envelope::SimpleSigning(wrong_set)], None).unwrap_err();
+    let err = evaluate(&p, &digest, &[Envelope::SimpleSigning(wrong_set)], None)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("SignedEntryTimestamp does not verify"),
         "{err}"
@@ -202,7 +214,9 @@ fn tampered_body_or_set_fails_the_set() {
     let mut entry = rekor_entry(&layer);
     entry["Payload"]["integratedTime"] = json!(1_634_714_718);
     let moved = with_entry(layer, &entry);
-    let err = evaluate(&p, &digest, &[Envelope::SimpleSigning(moved)], None).unwrap_err();
+    let err = evaluate(&p, &digest, &[Envelope::SimpleSigning(moved)], None)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("SignedEntryTimestamp does not verify"),
         "{err}"
@@ -253,7 +267,9 @@ fn integrated_time_outside_the_certificate_validity_is_rejected() {
     .unwrap();
     // A day later the 20-minute certificate had long expired.
     let late = resign(original + 86_400);
-    let err = evaluate(&p, &digest, &[Envelope::SimpleSigning(late)], None).unwrap_err();
+    let err = evaluate(&p, &digest, &[Envelope::SimpleSigning(late)], None)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("outside the signing certificate's validity"),
         "{err}"
@@ -280,7 +296,9 @@ fn intoto_entry_must_log_this_envelope() {
     let mut envelope: Value = serde_json::from_slice(&layer.blob).unwrap();
     envelope["extra"] = json!(true);
     layer.blob = envelope.to_string().into_bytes();
-    let err = evaluate(&p, &digest, &[Envelope::Dsse(layer)], Some(SLSA_PREDICATE)).unwrap_err();
+    let err = evaluate(&p, &digest, &[Envelope::Dsse(layer)], Some(SLSA_PREDICATE))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("logs another DSSE envelope"), "{err}");
 }
 
@@ -295,11 +313,14 @@ fn intoto_provenance_for_another_image_or_builder_is_rejected() {
         &[Envelope::Dsse(layer)],
         Some(SLSA_PREDICATE),
     )
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("does not name"), "{err}");
     let (layer, digest) = slsa_intoto("v1.4.0");
     let p = plan(&keyless(slsa_identity("v1.8.0"), false));
-    let err = evaluate(&p, &digest, &[Envelope::Dsse(layer)], Some(SLSA_PREDICATE)).unwrap_err();
+    let err = evaluate(&p, &digest, &[Envelope::Dsse(layer)], Some(SLSA_PREDICATE))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("expected identities"), "{err}");
 }
 
@@ -332,7 +353,9 @@ fn additional_extensions_and_subject_expression_are_constraints() {
         ],
     )
     .unwrap();
-    let err = run(id.clone(), &[("githubWorkflowRef", "refs/heads/release")]).unwrap_err();
+    let err = run(id.clone(), &[("githubWorkflowRef", "refs/heads/release")])
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("githubWorkflowRef is \"refs/heads/main\", expected \"refs/heads/release\""),
         "{err}"
@@ -346,7 +369,7 @@ fn additional_extensions_and_subject_expression_are_constraints() {
     };
     run(by_expression.clone(), &[]).unwrap();
     by_expression.subject_expression = Some("https://github.com/acme/other".into());
-    let err = run(by_expression, &[]).unwrap_err();
+    let err = run(by_expression, &[]).unwrap_err().to_string();
     assert!(err.contains("expected identities"), "{err}");
 }
 
@@ -364,6 +387,46 @@ fn sct_from_a_log_the_trust_root_does_not_know_is_rejected() {
         &[Envelope::Dsse(layer)],
         Some(SLSA_PREDICATE),
     )
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("embedded SCT does not verify"), "{err}");
+}
+
+/// The reasons are typed where they are decided; the text is only how they read.
+#[test]
+fn rejections_are_classified() {
+    use crate::rejection::Rejection;
+    let (layer, digest) = rekord_2021();
+    let p = plan(&keyless(flavio(), true));
+    assert_eq!(
+        evaluate(&p, &digest, &[], None),
+        Err(Rejection::NoSignatures)
+    );
+    let mut entry = rekor_entry(&layer);
+    entry["SignedEntryTimestamp"] = json!(B64.encode([0u8; 70]));
+    let wrong_set = Envelope::SimpleSigning(with_entry(layer.clone(), &entry));
+    let err = evaluate(&p, &digest, &[wrong_set], None).unwrap_err();
+    let Rejection::NoneMatched { reasons, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        matches!(&reasons[..], [Rejection::Tlog(d)] if d.starts_with("Rekor SignedEntryTimestamp")),
+        "{err:?}"
+    );
+    let other = Identity {
+        subject: Some("someone@example.com".into()),
+        ..Identity::default()
+    };
+    let only = plan(&keyless(other, true));
+    let err = evaluate(&only, &digest, &[Envelope::SimpleSigning(layer)], None).unwrap_err();
+    let Rejection::NoneMatched { reasons, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        reasons,
+        &[Rejection::Identity {
+            subject: "flavio@castelli.me".into(),
+            issuer: String::new(),
+        }]
+    );
 }

@@ -40,6 +40,7 @@ use tokio::time::Instant;
 use crate::check::{Accepted, evaluate};
 use crate::classify::{deadline_error, unavailable};
 use crate::plan::Plan;
+use crate::rejection::Rejection;
 use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
 
 pub use cache::CacheStats;
@@ -104,7 +105,7 @@ struct Inner {
     credentials: CredentialsResolver,
     tags: Cache<TagKey, String>,
     results: Cache<ResultKey, Verification>,
-    plans: moka::sync::Cache<[u8; 32], Arc<Result<Plan, String>>>,
+    plans: moka::sync::Cache<[u8; 32], Arc<Result<Plan, Rejection>>>,
     tag_counters: Arc<CacheCounters>,
     result_counters: Arc<CacheCounters>,
     /// Per signature repository and family, the source whose signature last verified when it
@@ -195,7 +196,7 @@ impl CosignVerifier {
         Ok(reference)
     }
 
-    fn plan(&self, attestor: &Attestor) -> (Arc<Result<Plan, String>>, [u8; 32]) {
+    fn plan(&self, attestor: &Attestor) -> (Arc<Result<Plan, Rejection>>, [u8; 32]) {
         let hash = attestor_hash(attestor, &self.inner.root_hash);
         let root = &self.inner.config.default_trusted_root;
         let plan = self
@@ -217,7 +218,8 @@ impl CosignVerifier {
             plan.as_ref(),
             attestation_type(request.attestation.as_ref()).as_ref(),
         ) {
-            (Err(reason), _) | (Ok(_), Err(reason)) => Some(reason.clone()),
+            (Err(reason), _) => Some(reason.to_string()),
+            (Ok(_), Err(reason)) => Some(reason.clone()),
             _ => None,
         };
         if let Some(reason) = early {
@@ -289,14 +291,14 @@ impl CosignVerifier {
         &self,
         image: &str,
         at: &SignatureLocation,
-        plan: &Result<Plan, String>,
+        plan: &Result<Plan, Rejection>,
         predicate: Option<String>,
         creds: &Credentials,
     ) -> Result<Verification, VerifyError> {
         let plan = plan.as_ref().map_err(|reason| VerifyError::Unavailable {
             image: image.to_owned(),
             registry: String::new(),
-            message: reason.clone(),
+            message: reason.to_string(),
         })?;
         let shared = Instant::now() + SHARED_LOAD_CAP;
         let hint_key = (at.repo_key(), at.family);
@@ -336,7 +338,7 @@ impl CosignVerifier {
                 tracing::debug!(image, %digest, %reason, "not verified");
                 Verification::NotVerified {
                     digest: Some(digest),
-                    reason,
+                    reason: reason.to_string(),
                 }
             }
         })
