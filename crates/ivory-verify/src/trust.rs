@@ -37,6 +37,14 @@ pub(crate) struct Trust {
 /// Builds the trust for one cosign attestor. `default_root` is the process-wide root (the
 /// embedded public-good one unless configured otherwise).
 pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust, Rejection> {
+    let own_root = cosign
+        .trusted_root
+        .as_ref()
+        .and_then(|s| s.value.as_deref())
+        .filter(|t| !t.trim().is_empty());
+    // Only the embedded public-good root is known to list every log its users name; a root the
+    // policy or the operator gives is authoritative about its own logs.
+    let public_good = own_root.is_none() && default_root == PUBLIC_GOOD_TRUSTED_ROOT;
     let mut root: Value = match cosign
         .trusted_root
         .as_ref()
@@ -82,7 +90,7 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust,
         .ctlog
         .as_ref()
         .and_then(|c| c.url.as_deref())
-        .filter(|u| !u.trim().is_empty())
+        .filter(|u| !u.trim().is_empty() && public_good)
     {
         check_log_url(&root, url)?;
     }
@@ -101,9 +109,10 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust,
 }
 
 /// `ctlog.url` names the Rekor instance Kyverno would query. ivory never queries it: log
-/// entries are verified offline against the trust root's log keys. So the URL must name one of
-/// those logs (or the policy gives the log's key as `ctlog.rekorPubKey`, which replaces them);
-/// a URL the trust root does not know would otherwise be silently replaced by its logs.
+/// entries are verified offline against the trust root's log keys. With the public-good root,
+/// the URL must name one of its logs (or the policy gives the log's key as
+/// `ctlog.rekorPubKey`, which replaces them): a private or mistyped Rekor would otherwise be
+/// silently replaced by the public logs.
 fn check_log_url(root: &Value, url: &str) -> Result<(), Rejection> {
     let wanted = url.trim().trim_end_matches('/');
     let logs = root.get("tlogs").and_then(Value::as_array);
@@ -199,6 +208,13 @@ mod tests {
         );
         let key = include_str!("../../../fixtures/captured/connaisseur/cosign/keys/alice.key");
         assert!(verifier_for(&with_url("https://rekor.example.com", Some(key)), root).is_ok());
+        // A root of the policy's own speaks for its logs.
+        let mut own = with_url("https://rekor.example.com", None);
+        own.trusted_root = Some(StringSource {
+            value: Some(PUBLIC_GOOD_TRUSTED_ROOT.into()),
+            expression: None,
+        });
+        assert!(verifier_for(&own, root).is_ok());
     }
 
     #[test]
