@@ -391,7 +391,7 @@ fn verify_embedded_sct(
             &sct,
             &Sha256::digest(info.public_key.as_bytes()).into(),
             &tbs,
-        );
+        )?;
         if keyring
             .verify_with_key_id_at(&log_id, issued, &data, &signature)
             .is_ok()
@@ -435,21 +435,26 @@ fn signed_sct_data(
     sct: &SignedCertificateTimestamp,
     issuer_key_hash: &[u8; 32],
     tbs: &[u8],
-) -> Vec<u8> {
+) -> Result<Vec<u8>, Rejection> {
     let extensions = sct.extensions.as_slice();
+    // opaque<1..2^24-1>: a longer precertificate cannot have been logged.
+    let tbs_len = u32::try_from(tbs.len())
+        .ok()
+        .filter(|n| *n < 1 << 24)
+        .ok_or_else(|| Rejection::Certificate("certificate too large for an SCT".into()))?;
+    let ext_len = u16::try_from(extensions.len())
+        .map_err(|_| Rejection::Malformed("SCT extensions too long".into()))?;
     let mut out = Vec::with_capacity(48 + tbs.len() + extensions.len());
     out.push(0); // sct_version v1
     out.push(0); // signature_type certificate_timestamp
     out.extend_from_slice(&sct.timestamp.to_be_bytes());
     out.extend_from_slice(&1u16.to_be_bytes()); // entry_type precert_entry
     out.extend_from_slice(issuer_key_hash);
-    let tbs_len = u32::try_from(tbs.len()).unwrap_or(u32::MAX).to_be_bytes();
-    out.extend_from_slice(&tbs_len[1..]); // opaque<1..2^24-1>
+    out.extend_from_slice(&tbs_len.to_be_bytes()[1..]);
     out.extend_from_slice(tbs);
-    let ext_len = u16::try_from(extensions.len()).unwrap_or(u16::MAX);
     out.extend_from_slice(&ext_len.to_be_bytes());
     out.extend_from_slice(extensions);
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
