@@ -313,6 +313,9 @@ const IMAGE_DATA_SHAPE: &str = "  validationConfigurations:
             && variables.image.resolvedImage == variables.image.registry + '/'
               + variables.image.repository + '@' + variables.image.digest
       message: image data is not in Kyverno's shape
+    - expression: >-
+        getImageData(object.spec.containers[0].image).manifest == variables.image.manifest
+      message: getImageData and image.GetMetadata disagree
 ";
 
 fn on_node(uid: &str, image: &str, selector: Value) -> Value {
