@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use ivory_cel::{Activation, NoHost};
 use ivory_policy::CompiledException;
@@ -50,6 +51,7 @@ impl Exceptions {
             .iter()
             .map(Arc::as_ref)
             .filter(|e| e.refers_to(policy.kind, &policy.name))
+            .filter(|e| !e.is_expired(SystemTime::now()))
             .filter(|e| self.namespace.as_ref().is_none_or(|ns| &e.namespace == ns))
             .filter(|e| match policy.kind {
                 PolicyKind::ImageValidatingPolicy => true,
@@ -145,7 +147,7 @@ fn matching_exceptions<'e>(
                 Ok(false) => continue 'exceptions,
                 Err(e) => {
                     return Err(format!(
-                        "failed to evaluate policy exception {}: matchCondition {:?}: {e}",
+                        "failed to evaluate policy: exception {}: matchCondition {:?}: {e}",
                         exception.key(),
                         condition.name
                     ));

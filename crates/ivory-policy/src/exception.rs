@@ -2,10 +2,15 @@
 //! validating policies it names (`spec.policyRefs`, by name and kind) and the CEL conditions
 //! under which a request is exempt (`spec.matchConditions`, all must hold).
 //!
-//! Only the fields that act on image validating policies are accepted. `spec.images` and
-//! `spec.allowedValues` (fine-grained exceptions of ValidatingPolicies) and any field this
-//! version does not know (`expiresAt` of later Kyverno versions among them) are refused at
-//! load: an exception whose limits ivory would ignore must not exempt more than it says.
+//! `spec.expiresAt` retires an exception (checked at every request, as Kyverno does when it
+//! lists them). `spec.images` and `spec.allowedValues` (fine-grained exceptions of
+//! ValidatingPolicies) are refused at load: Kyverno's image validating engine ignores them and
+//! exempts the whole policy, so such an exception would exempt more than it says. `properties`,
+//! `evaluationMode` and `reportResult` are metadata for image validating policies (Kyverno
+//! reports their exceptions as `skip` whatever `reportResult` says); any other field is refused.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
 
 use ivory_cel::{Program, Scope};
 use serde::Deserialize;
@@ -39,6 +44,8 @@ pub struct CompiledException {
     /// out (they belong to other engines).
     pub policy_refs: Vec<PolicyRef>,
     pub match_conditions: Vec<NamedProgram>,
+    /// `spec.expiresAt`: from then on the exception no longer applies.
+    pub expires_at: Option<SystemTime>,
     pub origin: Origin,
 }
 
@@ -46,6 +53,11 @@ impl CompiledException {
     /// `<namespace>/<name>`, the key Kyverno names an exception by in its skip message.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// True once `spec.expiresAt` has passed at `now`.
+    pub fn is_expired(&self, now: SystemTime) -> bool {
+        self.expires_at.is_some_and(|at| now >= at)
     }
 
     /// True when `spec.policyRefs` names the policy `name` of `kind`.
@@ -84,6 +96,14 @@ struct ExceptionSpec {
     images: Vec<String>,
     #[serde(default)]
     allowed_values: Vec<String>,
+    #[serde(default)]
+    expires_at: Option<String>,
+    #[serde(default)]
+    report_result: Option<String>,
+    #[serde(default)]
+    evaluation_mode: Option<String>,
+    #[serde(default)]
+    properties: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -156,6 +176,23 @@ pub fn compile_exception(
             ));
         }
     }
+    if let Some(result) = doc.spec.report_result.as_deref()
+        && !matches!(result, "skip" | "pass")
+    {
+        errors.push(error(
+            "spec.reportResult",
+            format!("Unsupported value: {result:?}: supported values: \"skip\", \"pass\""),
+        ));
+    }
+    // Read so that the metadata fields are part of the accepted shape.
+    let _ = (&doc.spec.evaluation_mode, &doc.spec.properties);
+    let expires_at = match doc.spec.expires_at.as_deref().map(parse_time).transpose() {
+        Ok(at) => at,
+        Err(reason) => {
+            errors.push(error("spec.expiresAt", reason));
+            None
+        }
+    };
     let mut policy_refs = Vec::new();
     for (i, r) in doc.spec.policy_refs.iter().enumerate() {
         if r.name.is_empty() {
@@ -204,8 +241,16 @@ pub fn compile_exception(
             .unwrap_or_else(|| "default".to_owned()),
         policy_refs,
         match_conditions,
+        expires_at,
         origin: origin.clone(),
     })
+}
+
+/// An RFC 3339 date-time, as the CRD's `format: date-time`.
+fn parse_time(text: &str) -> Result<SystemTime, String> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(SystemTime::from)
+        .map_err(|e| format!("Invalid value: {text:?}: not an RFC 3339 date-time: {e}"))
 }
 
 fn compile_condition(source: &str, scope: &Scope) -> Result<Program, String> {
@@ -278,14 +323,40 @@ mod tests {
             "{text:?}"
         );
 
-        let expiring = json!({
+        let unknown = json!({
             "apiVersion": "policies.kyverno.io/v1",
             "kind": "PolicyException",
             "metadata": {"name": "x"},
-            "spec": {"policyRefs": [{"name": "c", "kind": "ImageValidatingPolicy"}], "expiresAt": "2020-01-01T00:00:00Z"}
+            "spec": {"policyRefs": [{"name": "c", "kind": "ImageValidatingPolicy"}], "exclude": {}}
         });
-        let errors = compile_exception(expiring, &origin()).expect_err("unknown field refused");
-        assert!(errors[0].to_string().contains("expiresAt"), "{errors:?}");
+        let errors = compile_exception(unknown, &origin()).expect_err("unknown field refused");
+        assert!(errors[0].to_string().contains("exclude"), "{errors:?}");
+    }
+
+    #[test]
+    fn expires_at_retires_the_exception() {
+        let value = json!({
+            "apiVersion": "policies.kyverno.io/v1",
+            "kind": "PolicyException",
+            "metadata": {"name": "x", "namespace": "ops"},
+            "spec": {"policyRefs": [{"name": "c", "kind": "ImageValidatingPolicy"}],
+                     "expiresAt": "2026-05-01T00:00:00Z", "reportResult": "skip",
+                     "properties": {"ticket": "OPS-1"}}
+        });
+        let ex = compile_exception(value, &origin()).expect("valid");
+        let at = ex.expires_at.expect("parsed");
+        assert!(!ex.is_expired(at - std::time::Duration::from_secs(1)));
+        assert!(ex.is_expired(at));
+        let bad = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "PolicyException",
+            "metadata": {"name": "x"}, "spec": {"policyRefs": [{"name": "c", "kind": "ImageValidatingPolicy"}],
+            "expiresAt": "tomorrow"}});
+        let errors = compile_exception(bad, &origin()).expect_err("bad time");
+        assert!(
+            errors[0]
+                .to_string()
+                .contains("spec.expiresAt: Invalid value"),
+            "{errors:?}"
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ use ivory_engine::admission::{
     response_from_decision, review_response,
 };
 use ivory_engine::decision::Decision;
+use ivory_engine::exceptions::{self, Exceptions, Partition};
 use ivory_engine::matching::{Route, UnknownPolicies, select_policies};
 use ivory_engine::verifier::ImageVerifier;
 use ivory_engine::{mutate, validate};
@@ -34,6 +35,7 @@ use ivory_policy::types::{Credentials, FailurePolicy};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::audit::{self, ReportSink};
 use crate::budget::{Budget, timeout_from_query};
 use crate::metrics::Metrics;
 use crate::policies::PolicyStore;
@@ -76,6 +78,18 @@ pub struct AppState {
     pub credentials: Option<Arc<dyn CredentialSource>>,
     /// Largest accepted request body in bytes.
     pub body_limit: usize,
+    /// `--enable-policy-exceptions`: `None` leaves every PolicyException inert (Kyverno's
+    /// default); `Some` holds Kyverno's `--exceptionNamespace` (`None` inside: any namespace).
+    pub exceptions: Option<ExceptionSettings>,
+    /// Where PolicyReport updates go (`--kube`); `None`: results are only logged and counted.
+    pub reports: Option<Arc<dyn ReportSink>>,
+}
+
+/// Where PolicyExceptions may come from once they are enabled.
+#[derive(Clone, Debug, Default)]
+pub struct ExceptionSettings {
+    /// Only exceptions in this namespace count (`None`: every namespace).
+    pub namespace: Option<String>,
 }
 
 impl AppState {
@@ -92,6 +106,8 @@ impl AppState {
             namespaces: None,
             credentials: None,
             body_limit: DEFAULT_BODY_LIMIT,
+            exceptions: None,
+            reports: None,
         }
     }
 }
@@ -302,8 +318,23 @@ async fn answer(
     let budget = Budget::new(start, timeout_from_query(query), policy_timeout(&selected));
     let ns_object = namespace_for(state, req, halfway(budget.deadline)).await;
     let req = &*req;
+    let judged = selected.clone();
+    let Partition {
+        evaluate: selected,
+        skipped: excepted,
+    } = match &state.exceptions {
+        Some(settings) => Exceptions {
+            exceptions: snapshot.exceptions.clone(),
+            namespace: settings.namespace.clone(),
+        }
+        .partition(&selected, req, ns_object.as_ref(), budget.deadline),
+        None => Partition {
+            evaluate: selected,
+            skipped: Vec::new(),
+        },
+    };
     let (selected, unusable) = with_usable_credentials(state, selected, budget.deadline).await;
-    let decision = match credentials_verdict(&unusable) {
+    let mut decision = match credentials_verdict(&unusable) {
         Some(denial) => denial,
         None => {
             let mut decision =
@@ -314,6 +345,20 @@ async fn answer(
             decision
         }
     };
+    exceptions::merge_into(&mut decision, excepted);
+    match call.stage {
+        Stage::Validate => audit::after_validation(
+            &state.metrics,
+            state.reports.as_ref(),
+            &judged,
+            req,
+            &decision.results,
+        ),
+        Stage::Mutate => decision
+            .results
+            .iter()
+            .for_each(|r| audit::log_result(req, r, audit::Cause::Admission)),
+    }
     if Instant::now() >= budget.deadline || budget_exhausted(&decision) {
         state.metrics.deadline_expired(call.label);
     }

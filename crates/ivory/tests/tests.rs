@@ -25,6 +25,7 @@ mod memory;
 mod serve;
 mod serve_bypass;
 mod serve_cel_cost;
+mod serve_exceptions;
 mod serve_images;
 mod util;
 mod webhooks;

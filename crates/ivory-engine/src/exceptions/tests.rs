@@ -230,7 +230,7 @@ async fn failing_exception_condition_is_a_policy_error_that_denies() {
     let message = decision.message.unwrap();
     assert!(
         message
-            .starts_with("Policy check error: failed to evaluate policy exception kyverno/broken"),
+            .starts_with("Policy check error: failed to evaluate policy: exception kyverno/broken"),
         "{message}"
     );
 }
