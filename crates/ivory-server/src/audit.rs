@@ -170,6 +170,38 @@ pub fn after_validation(
     });
 }
 
+/// Logs, counts and reports (always: background results are reported whatever the policies'
+/// actions, as Kyverno's background scans do) the results of a background scan of one object.
+pub fn after_background(
+    metrics: &Metrics,
+    sink: Option<&Arc<dyn ReportSink>>,
+    req: &AdmissionRequest,
+    results: &[PolicyResult],
+) {
+    for result in results {
+        log_result(req, result, Cause::Background);
+        metrics.policy_result(
+            &result.policy,
+            result.namespace.as_deref().unwrap_or_default(),
+            result.status.as_str(),
+            Cause::Background.label(),
+        );
+    }
+    let (Some(sink), Some(subject)) = (sink, Subject::of_request(req)) else {
+        return;
+    };
+    if results.is_empty() {
+        return;
+    }
+    sink.submit(ReportUpdate {
+        subject,
+        results: results
+            .iter()
+            .map(|r| ReportResult::from_policy_result(r, PROCESS_BACKGROUND))
+            .collect(),
+    });
+}
+
 /// Kyverno's rules for admission reports.
 fn reportable(req: &AdmissionRequest, selected: &[&CompiledPolicy]) -> bool {
     let deny = selected.iter().any(|p| {

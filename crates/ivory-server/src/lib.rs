@@ -5,6 +5,7 @@
 //! webhook configurations that point the API server at those routes.
 
 pub mod audit;
+pub mod background;
 pub mod budget;
 pub mod kube_source;
 pub mod metrics;

@@ -78,6 +78,17 @@ pub struct Args {
     /// results are still logged (target ivory::audit) and counted.
     #[arg(long, requires = "kube")]
     disable_policy_reports: bool,
+    /// With --kube, do not re-verify the images running Pods run (policies with
+    /// evaluation.background.enabled, the default).
+    #[arg(long, requires = "kube")]
+    disable_background_scans: bool,
+    /// Time between two background scans of the running Pods (Go duration; the first runs at
+    /// start and warms the verdict cache).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration)]
+    background_scan_interval: Duration,
+    /// Pods a background scan judges at the same time (bounds the registry load).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    background_concurrency: u16,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -161,6 +172,19 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .then(|| ivory_server::ExceptionSettings {
             namespace: args.exception_namespace.clone(),
         });
+    if !args.disable_background_scans
+        && let Some(client) = kube.as_ref().and_then(|k| k.client())
+    {
+        ivory_server::background::start(
+            client,
+            state.clone(),
+            ivory_server::background::BackgroundSettings {
+                interval: args.background_scan_interval,
+                concurrency: usize::from(args.background_concurrency),
+                ..Default::default()
+            },
+        );
+    }
     let opts = ServeOptions {
         addr: args.listen,
         listen,
