@@ -31,7 +31,7 @@ use ivory_engine::matching::{Route, UnknownPolicies, select_policies};
 use ivory_engine::verifier::ImageVerifier;
 use ivory_engine::{mutate, validate};
 use ivory_policy::CompiledPolicy;
-use ivory_policy::types::{Credentials, FailurePolicy};
+use ivory_policy::types::{Credentials, FailurePolicy, PolicyKind};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -304,9 +304,10 @@ async fn answer(
         Ok(selected) => selected,
         Err(unknown) => {
             tracing::warn!(route = call.label, uid = %req.uid, error = %unknown, "unknown policy names");
+            let hint = other_kind_hint(snapshot.policies(), call.route, &unknown);
             return (
                 "unknown_policy",
-                review_json(&unknown_response(req, &unknown)),
+                review_json(&unknown_response(req, &unknown, &hint)),
             );
         }
     };
@@ -613,16 +614,49 @@ pub fn namespace_object(namespace: &str) -> Value {
     })
 }
 
+/// Says which unknown names are policies of the other kind, and where that kind is served: a
+/// cluster policy named on `/nivpol/...` (Kyverno ignores it and allows; see docs/SECURITY.md
+/// for why ivory denies) or a namespaced one on `/ivpol/...`.
+fn other_kind_hint(
+    policies: &[Arc<CompiledPolicy>],
+    route: Route,
+    unknown: &UnknownPolicies,
+) -> String {
+    let (other, served) = if route.namespaced {
+        (PolicyKind::ImageValidatingPolicy, "/ivpol/...")
+    } else {
+        (PolicyKind::NamespacedImageValidatingPolicy, "/nivpol/...")
+    };
+    let named: Vec<&str> = unknown
+        .names
+        .iter()
+        .filter(|n| policies.iter().any(|p| p.kind == other && &p.name == *n))
+        .map(String::as_str)
+        .collect();
+    if named.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; loaded as {}: {}, which {served} serves",
+        other.as_str(),
+        named.join(", ")
+    )
+}
+
 /// Names that match no loaded policy mean the webhook configuration and the loaded set
 /// disagree. ivory fails closed and says so, instead of silently admitting unverified images.
-fn unknown_response(req: &AdmissionRequest, unknown: &UnknownPolicies) -> AdmissionResponse {
+fn unknown_response(
+    req: &AdmissionRequest,
+    unknown: &UnknownPolicies,
+    hint: &str,
+) -> AdmissionResponse {
     AdmissionResponse {
         uid: req.uid.clone(),
         allowed: false,
         status: Some(ResponseStatus {
             status: "Failure".to_owned(),
             message: format!(
-                "ivory: {unknown} (the webhook configuration names policies that are not loaded)"
+                "ivory: {unknown} (the webhook configuration names policies that are not loaded{hint})"
             ),
             code: Some(404),
             reason: Some("NotFound".to_owned()),

@@ -27,5 +27,6 @@ mod serve_bypass;
 mod serve_cel_cost;
 mod serve_exceptions;
 mod serve_images;
+mod serve_route_scope;
 mod util;
 mod webhooks;
