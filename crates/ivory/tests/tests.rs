@@ -19,6 +19,7 @@
 mod advisories;
 mod cli_apply;
 mod cli_audit;
+mod cli_exceptions;
 mod cli_util;
 mod cli_verify;
 mod memory;
