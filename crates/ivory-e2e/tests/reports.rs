@@ -6,7 +6,8 @@
 //!   signed image, `fail` for an unsigned one (admitted: Audit does not deny), with the
 //!   auditAnnotations as properties and `process: admission review`;
 //! * a PolicyException created through the API (in the `--exception-namespace`) exempts a
-//!   Pod: `skip` with Kyverno's message, rule `exception` and property `exceptions`;
+//!   Pod: `skip` with Kyverno's message, rule `exception` and property `exceptions`; once the
+//!   exception is deleted, the watch drops it and such Pods are judged again;
 //! * the background scan judges the digest a Pod runs (`status.containerStatuses[].imageID`,
 //!   set through the status subresource: the test cluster has no kubelet): a Pod admitted with
 //!   a signed tag but running an unsigned digest turns `fail` with `process: background scan`.
@@ -275,6 +276,31 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
         skipped["properties"]["exceptions"] == "allow-exempt",
         "{skipped}"
     );
+
+    // The exception is watched: once deleted, the next such Pod is judged again.
+    dynamic(&client, polex, Some(&exceptions_ns))
+        .delete("allow-exempt", &Default::default())
+        .await?;
+    let judged = eventually(
+        "a pod the deleted exception exempted to fail",
+        REPORTED,
+        || async {
+            let pod = create_pod(&client, &ns, &unique_name("exempt"), &unsigned).await?;
+            let uid = uid(&pod)?;
+            let result = eventually("its report", Duration::from_secs(5), || {
+                reported(&client, &ns, &uid, &policy, "admission review")
+            })
+            .await?;
+            if result["result"] == "fail" {
+                Ok(result)
+            } else {
+                Err(anyhow::anyhow!("still {result}"))
+            }
+        },
+    )
+    .await
+    .with_context(logs)?;
+    ensure!(judged["message"] == MESSAGE, "{judged}");
 
     // Background: the signed Pod runs the unsigned digest (as the kubelet reports it).
     let status = json!({"status": {"containerStatuses": [{

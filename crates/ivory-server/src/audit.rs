@@ -290,6 +290,36 @@ mod tests {
     }
 
     #[test]
+    fn a_deny_policy_among_the_evaluated_suppresses_the_admission_report() {
+        let report = ivory_policy::load_str(
+            "apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata: {name: audit}
+spec:
+  validationActions: [Audit]
+  matchConstraints:
+    resourceRules: [{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+  attestors: []
+  validations: [{expression: \"true\"}]
+",
+            "audit.yaml",
+        );
+        let audit = report
+            .policies
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("{:?}", report.errors));
+        let mut deny = audit.clone();
+        deny.actions = vec![ivory_policy::types::ValidationAction::Deny];
+        let req = request(false, "CREATE");
+        assert!(reportable(&req, &[&audit]));
+        assert!(
+            !reportable(&req, &[&audit, &deny]),
+            "Kyverno: a Deny policy suppresses the admission report"
+        );
+    }
+
+    #[test]
     fn dry_run_delete_and_subresources_are_not_reported() {
         assert!(reportable(&request(false, "CREATE"), &[]));
         assert!(!reportable(&request(true, "CREATE"), &[]));

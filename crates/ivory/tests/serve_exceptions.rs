@@ -129,6 +129,14 @@ async fn a_matching_exception_skips_the_policy_only_when_enabled() {
         "{}",
         on.logs()
     );
+    // Results are counted per policy, result and cause (kyverno_policy_results_total).
+    let metrics = on.metrics().await;
+    for result in ["skip", "fail"] {
+        let line = format!(
+            "ivory_policy_results_total{{policy_name=\"require-signed\",policy_namespace=\"\",rule_result=\"{result}\",rule_execution_cause=\"admission_request\"}} 1"
+        );
+        assert!(metrics.contains(&line), "{line} in\n{metrics}");
+    }
     drop(on);
 
     // --exception-namespace: an exception elsewhere does not count.
