@@ -284,7 +284,10 @@ fn pin_running(pod: &mut Value, running: &BTreeMap<(&'static str, String), Strin
 }
 
 #[cfg(test)]
-mod tests {
+mod tests;
+
+#[cfg(test)]
+mod unit {
     use super::*;
     use serde_json::json;
 
