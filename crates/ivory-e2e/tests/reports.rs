@@ -10,7 +10,10 @@
 //!   exception is deleted, the watch drops it and such Pods are judged again;
 //! * the background scan judges the digest a Pod runs (`status.containerStatuses[].imageID`,
 //!   set through the status subresource: the test cluster has no kubelet): a Pod admitted with
-//!   a signed tag but running an unsigned digest turns `fail` with `process: background scan`.
+//!   a signed tag but running an unsigned digest turns `fail` with `process: background scan`;
+//! * the first scan runs at start and warms the verdict cache: a Pod running the signed digest
+//!   before ivory starts is verified once by the scan, and the first admission of that image is
+//!   a cache hit.
 
 mod setup;
 
@@ -39,8 +42,10 @@ const MESSAGE: &str = "failed the image Signature verification";
 /// Reports are written asynchronously, background scans every 2 s here.
 const REPORTED: Duration = Duration::from_secs(45);
 
-/// An Audit-only policy verifying images of `host` in namespace `ns`.
-fn audit_policy(name: &str, host: &str, ns: &str) -> Result<String> {
+/// An Audit-only policy verifying images of `host` in namespace `ns`, with or without
+/// background scans (a result from one replaces the other's for the same policy, so the test
+/// keeps them on two policies).
+fn audit_policy(name: &str, host: &str, ns: &str, background: bool) -> Result<String> {
     let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))?;
     let attestors = key_attestor_yaml(&pem);
     Ok(format!(
@@ -50,6 +55,9 @@ metadata:
   name: {name}
 spec:
   validationActions: [Audit]
+  evaluation:
+    background:
+      enabled: {background}
   matchConstraints:
     namespaceSelector:
       matchLabels:
@@ -105,6 +113,27 @@ async fn create_pod(client: &Client, ns: &str, name: &str, image: &str) -> Resul
         .await?)
 }
 
+/// Sets what the kubelet would report for the Pod's one container (the test cluster has none).
+async fn set_running_digest(
+    client: &Client,
+    ns: &str,
+    pod: &str,
+    image: &str,
+    image_id: &str,
+) -> Result<()> {
+    let status = json!({"status": {"containerStatuses": [{
+        "name": "app",
+        "image": image,
+        "imageID": image_id,
+        "ready": true,
+        "restartCount": 0,
+    }]}});
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch_status(pod, &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    Ok(())
+}
+
 /// The result of `policy` in the PolicyReport of the Pod with `uid`, once it is there.
 async fn reported(
     client: &Client,
@@ -145,6 +174,48 @@ async fn reported(
     Ok(result)
 }
 
+/// The sum of ivory's metric samples whose line starts with `prefix`, read with curl (the
+/// server's CA in `ca`).
+async fn ivory_metric(base_url: &str, ca: &std::path::Path, prefix: &str) -> Result<f64> {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sf", "--cacert"])
+        .arg(ca)
+        .arg(format!("{base_url}/metrics"))
+        .output()
+        .await?;
+    ensure!(out.status.success(), "curl /metrics failed: {out:?}");
+    let text = String::from_utf8(out.stdout)?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+/// POSTs an AdmissionReview to ivory with curl; the answer review.
+async fn post_review(
+    base_url: &str,
+    ca: &std::path::Path,
+    path: &str,
+    review: &Value,
+) -> Result<Value> {
+    let out = tokio::process::Command::new("curl")
+        .args([
+            "-sf",
+            "-H",
+            "content-type: application/json",
+            "--data-binary",
+        ])
+        .arg(review.to_string())
+        .arg("--cacert")
+        .arg(ca)
+        .arg(format!("{base_url}{path}"))
+        .output()
+        .await?;
+    ensure!(out.status.success(), "curl {path} failed: {out:?}");
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
 fn uid(pod: &Pod) -> Result<String> {
     pod.metadata.uid.clone().context("pod without uid")
 }
@@ -157,7 +228,7 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
     let registry = RegistryHarness::start(HarnessOptions::default()).await?;
     let host = registry.host().to_owned();
     let layout = |name: &str| workspace().join("fixtures/oci/ivory").join(name);
-    registry
+    let signed_tags = registry
         .push_oci_layout(&layout("sig-p256"), "ivory/signed")
         .await?;
     let unsigned_tags = registry
@@ -175,7 +246,8 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
     let ns = create_namespace(&client, "e2e-reports").await?;
     let exceptions_ns = create_namespace(&client, "e2e-exceptions").await?;
     let policy = unique_name("e2e-audit");
-    let yaml = audit_policy(&policy, &host, &ns)?;
+    let yaml = audit_policy(&policy, &host, &ns, false)?;
+    let scanned = unique_name("e2e-scan");
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies)?;
     std::fs::write(policies.join("policy.yaml"), &yaml)?;
@@ -186,6 +258,12 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
         "imagevalidatingpolicies",
     );
     apply(&dynamic(&client, ivpol, None), &yaml).await?;
+    // Only in the cluster, not registered as a webhook: it judges running Pods.
+    apply(
+        &dynamic(&client, ivpol, None),
+        &audit_policy(&scanned, &host, &ns, true)?,
+    )
+    .await?;
     let polex = (
         "policies.kyverno.io",
         "v1",
@@ -195,6 +273,18 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
     apply(
         &dynamic(&client, polex, Some(&exceptions_ns)),
         &exception(&exceptions_ns, &policy),
+    )
+    .await?;
+
+    // A Pod already running the signed image before ivory starts (no webhook yet).
+    let signed_digest = signed_tags.get("v1").context("no v1 tag")?.clone();
+    create_pod(&client, &ns, "running", &signed).await?;
+    set_running_digest(
+        &client,
+        &ns,
+        "running",
+        &signed,
+        &format!("{host}/ivory/signed@{signed_digest}"),
     )
     .await?;
 
@@ -217,8 +307,60 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
         &envs,
     )
     .await?;
-    let hooks = register(&client, &policies, &ivory, &ca, &unique_name("reports")).await?;
     let logs = || format!("\nivory log:\n{}", ivory.logs());
+    let results_misses = "ivory_verify_cache_misses_total{cache=\"results\"}";
+    let results_hits = "ivory_verify_cache_hits_total{cache=\"results\"}";
+    // The first scan runs at start and verifies what runs: the verdict cache is warm before
+    // any admission.
+    eventually(
+        "the first background scan to verify the running pod",
+        REPORTED,
+        || async {
+            let misses = ivory_metric(&ivory.base_url(), &ca, results_misses).await?;
+            if misses >= 1.0 {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("no verification yet"))
+            }
+        },
+    )
+    .await
+    .with_context(logs)?;
+    // The first admission of that image (sent straight to ivory, before any other Pod exists,
+    // so no other verification can move the counters) is answered from the cache.
+    let misses_before = ivory_metric(&ivory.base_url(), &ca, results_misses).await?;
+    let hits_before = ivory_metric(&ivory.base_url(), &ca, results_hits).await?;
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "warm-1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": "warm", "namespace": ns, "operation": "CREATE",
+            "userInfo": {"username": "e2e"},
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "warm", "namespace": ns},
+                "spec": {"containers": [{"name": "app", "image": signed}]}},
+        },
+    });
+    let answer = post_review(
+        &ivory.base_url(),
+        &ca,
+        &format!("/ivpol/validate/{scanned}"),
+        &review,
+    )
+    .await?;
+    ensure!(answer["response"]["allowed"] == true, "{answer}");
+    let misses_after = ivory_metric(&ivory.base_url(), &ca, results_misses).await?;
+    let hits_after = ivory_metric(&ivory.base_url(), &ca, results_hits).await?;
+    ensure!(
+        misses_after == misses_before && hits_after > hits_before,
+        "the first admission of the running digest was not a cache hit (misses {misses_before} -> \
+         {misses_after}, hits {hits_before} -> {hits_after}){}",
+        logs()
+    );
+    let hooks = register(&client, &policies, &ivory, &ca, &unique_name("reports")).await?;
 
     // Audit does not deny: an unsigned Pod is created and reported `fail`, once the webhook is
     // in the API server's chain (each attempt is a new Pod).
@@ -303,18 +445,16 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
     ensure!(judged["message"] == MESSAGE, "{judged}");
 
     // Background: the signed Pod runs the unsigned digest (as the kubelet reports it).
-    let status = json!({"status": {"containerStatuses": [{
-        "name": "app",
-        "image": signed,
-        "imageID": format!("{host}/ivory/signed@{unsigned_digest}"),
-        "ready": true,
-        "restartCount": 0,
-    }]}});
-    Api::<Pod>::namespaced(client.clone(), &ns)
-        .patch_status("signed", &PatchParams::default(), &Patch::Merge(&status))
-        .await?;
+    set_running_digest(
+        &client,
+        &ns,
+        "signed",
+        &signed,
+        &format!("{host}/ivory/signed@{unsigned_digest}"),
+    )
+    .await?;
     let rescanned = eventually("the background result of what runs", REPORTED, || async {
-        let result = reported(&client, &ns, &signed_uid, &policy, "background scan").await?;
+        let result = reported(&client, &ns, &signed_uid, &scanned, "background scan").await?;
         if result["result"] == "fail" {
             Ok(result)
         } else {
