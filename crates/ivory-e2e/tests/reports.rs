@@ -174,17 +174,21 @@ async fn reported(
     Ok(result)
 }
 
-/// The sum of ivory's metric samples whose line starts with `prefix`, read with curl (the
-/// server's CA in `ca`).
-async fn ivory_metric(base_url: &str, ca: &std::path::Path, prefix: &str) -> Result<f64> {
+/// GET `path` from ivory with curl (the server's CA in `ca`).
+async fn ivory_get(base_url: &str, ca: &std::path::Path, path: &str) -> Result<String> {
     let out = tokio::process::Command::new("curl")
         .args(["-sf", "--cacert"])
         .arg(ca)
-        .arg(format!("{base_url}/metrics"))
+        .arg(format!("{base_url}{path}"))
         .output()
         .await?;
-    ensure!(out.status.success(), "curl /metrics failed: {out:?}");
-    let text = String::from_utf8(out.stdout)?;
+    ensure!(out.status.success(), "curl {path} failed: {out:?}");
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The sum of ivory's metric samples whose line starts with `prefix`.
+async fn ivory_metric(base_url: &str, ca: &std::path::Path, prefix: &str) -> Result<f64> {
+    let text = ivory_get(base_url, ca, "/metrics").await?;
     Ok(text
         .lines()
         .filter(|l| l.starts_with(prefix))
@@ -443,6 +447,30 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
     .await
     .with_context(logs)?;
     ensure!(judged["message"] == MESSAGE, "{judged}");
+
+    // An exception ivory refuses (the schema accepts `images`; Kyverno's image engine would
+    // ignore them and exempt the whole policy) exempts nothing and shows on /readyz.
+    let refused = exception(&exceptions_ns, &policy)
+        .replace("allow-exempt", "refused")
+        .replace(
+            "  matchConditions:",
+            "  images: [\"ghcr.io/*\"]\n  matchConditions:",
+        );
+    apply(&dynamic(&client, polex, Some(&exceptions_ns)), &refused).await?;
+    eventually(
+        "/readyz to show the refused exception",
+        REPORTED,
+        || async {
+            let text = ivory_get(&ivory.base_url(), &ca, "/readyz").await?;
+            if text.contains("PolicyException errors") && text.contains("spec.images: Forbidden") {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("{text}"))
+            }
+        },
+    )
+    .await
+    .with_context(logs)?;
 
     // Background: the signed Pod runs the unsigned digest (as the kubelet reports it).
     set_running_digest(

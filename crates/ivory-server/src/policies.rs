@@ -23,6 +23,8 @@ pub struct Snapshot {
     pub exceptions: Arc<Vec<Arc<CompiledException>>>,
     /// Errors of the most recent load (empty when it was clean).
     pub errors: Vec<String>,
+    /// PolicyExceptions from Kubernetes that do not compile (they exempt nothing).
+    pub exception_errors: Vec<String>,
 }
 
 impl Snapshot {
@@ -68,6 +70,7 @@ impl PolicyStore {
             policies: Some(Arc::new(policies)),
             exceptions: Arc::new(exceptions.into_iter().map(Arc::new).collect()),
             errors: Vec::new(),
+            exception_errors: Vec::new(),
         }));
     }
 
@@ -80,16 +83,19 @@ impl PolicyStore {
             policies: Some(policies.clone()),
             exceptions: current.exceptions.clone(),
             errors: errors.clone(),
+            exception_errors: current.exception_errors.clone(),
         });
     }
 
-    /// Installs the exceptions the Kubernetes source watched; the policies stay.
-    pub fn publish_exceptions(&self, exceptions: Vec<Arc<CompiledException>>) {
+    /// Installs the exceptions the Kubernetes source watched, with the errors of those that do
+    /// not compile; the policies stay.
+    pub fn publish_exceptions(&self, exceptions: Vec<Arc<CompiledException>>, errors: Vec<String>) {
         let exceptions = Arc::new(exceptions);
         self.current.rcu(|current| Snapshot {
             policies: current.policies.clone(),
             exceptions: exceptions.clone(),
             errors: current.errors.clone(),
+            exception_errors: errors.clone(),
         });
     }
 
@@ -105,6 +111,7 @@ impl PolicyStore {
             policies: previous.policies.clone(),
             exceptions: previous.exceptions.clone(),
             errors: report.errors.iter().map(ToString::to_string).collect(),
+            exception_errors: Vec::new(),
         }));
         false
     }

@@ -682,6 +682,12 @@ async fn readyz(State(state): State<AppState>) -> Response {
             text.push_str(&format!("  {e}\n"));
         }
     }
+    if !snapshot.exception_errors.is_empty() {
+        text.push_str("PolicyException errors (those exceptions exempt nothing):\n");
+        for e in &snapshot.exception_errors {
+            text.push_str(&format!("  {e}\n"));
+        }
+    }
     let status = if snapshot.is_ready() {
         StatusCode::OK
     } else {

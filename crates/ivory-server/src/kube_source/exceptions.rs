@@ -63,6 +63,7 @@ pub async fn watch(
 
 fn publish(reader: &Store<DynamicObject>, store: &PolicyStore, metrics: &Metrics) {
     let mut exceptions = Vec::new();
+    let mut all_errors = Vec::new();
     for object in reader.state() {
         match compile_object(&object) {
             Ok(exception) => exceptions.push(Arc::new(exception)),
@@ -71,14 +72,16 @@ fn publish(reader: &Store<DynamicObject>, store: &PolicyStore, metrics: &Metrics
                     tracing::error!(error = %e, "PolicyException does not compile; it exempts nothing");
                 }
                 metrics.policy_load_failed(errors.len());
+                all_errors.extend(errors);
             }
         }
     }
     tracing::info!(
         exceptions = exceptions.len(),
+        errors = all_errors.len(),
         "policy exceptions from Kubernetes published"
     );
-    store.publish_exceptions(exceptions);
+    store.publish_exceptions(exceptions, all_errors);
 }
 
 /// Compiles one watched object exactly as an exception file.
