@@ -7,6 +7,7 @@
 pub mod admission;
 mod bindings;
 pub mod decision;
+pub mod exceptions;
 pub mod images;
 pub mod matching;
 pub mod mutate;

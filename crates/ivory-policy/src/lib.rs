@@ -10,6 +10,7 @@ mod compile;
 pub mod compiled;
 pub mod ephemeral;
 mod error;
+pub mod exception;
 mod glob;
 mod load;
 mod pem;
@@ -28,6 +29,7 @@ pub use compiled::{
     NamedProgram, Origin,
 };
 pub use error::{PolicyError, Result};
+pub use exception::CompiledException;
 pub use glob::compile_image_glob;
 pub use load::{LoadReport, load_path, load_str, policy_files};
 

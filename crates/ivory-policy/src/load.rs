@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use crate::compile::compile;
 use crate::compiled::{CompiledPolicy, Origin};
 use crate::error::{PolicyError, location};
+use crate::exception::{CompiledException, compile_exception, is_exception};
 use crate::types::{API_GROUP, PolicyDocument, PolicyKind};
 use crate::unknown::unknown_fields;
 
@@ -21,6 +22,9 @@ const MAX_DEPTH: usize = 16;
 #[derive(Debug, Default)]
 pub struct LoadReport {
     pub policies: Vec<CompiledPolicy>,
+    /// `PolicyException` objects found among the documents (used only when exceptions are
+    /// enabled).
+    pub exceptions: Vec<CompiledException>,
     pub errors: Vec<PolicyError>,
     /// `<file> (doc <n>): skipped <apiVersion> <kind> "<name>": <why>` for non-policy documents.
     pub skipped: Vec<String>,
@@ -31,6 +35,9 @@ impl LoadReport {
     pub fn merge(&mut self, other: LoadReport) {
         self.errors.extend(other.errors);
         self.skipped.extend(other.skipped);
+        for exception in other.exceptions {
+            self.push_exception(exception);
+        }
         for policy in other.policies {
             self.push_policy(policy);
         }
@@ -57,6 +64,26 @@ impl LoadReport {
                 ));
             }
             None => self.policies.push(policy),
+        }
+    }
+
+    /// Adds an exception unless one with the same namespace and name is already loaded.
+    fn push_exception(&mut self, exception: CompiledException) {
+        match self.exceptions.iter().find(|e| e.key() == exception.key()) {
+            Some(first) => {
+                let reason = format!(
+                    "Duplicate value: {:?}: PolicyException {} is already defined by {}",
+                    exception.name,
+                    exception.key(),
+                    location(&first.origin, &first.key()),
+                );
+                self.errors.push(PolicyError::new(
+                    location(&exception.origin, &exception.key()),
+                    "metadata.name",
+                    reason,
+                ));
+            }
+            None => self.exceptions.push(exception),
         }
     }
 }
@@ -244,6 +271,15 @@ fn load_object(
             _ => report
                 .skipped
                 .push(format!("{loc}: skipped a List without items")),
+        }
+        return;
+    }
+    if is_exception(api_version, kind) {
+        match compile_exception(Value::Object(obj), origin) {
+            Ok(exception) => report.push_exception(exception),
+            Err(errors) => report
+                .errors
+                .extend(errors.into_iter().map(|e| with_prefix(e, prefix))),
         }
         return;
     }

@@ -852,13 +852,23 @@ fn kustomize_renders_the_base_and_the_cert_manager_overlay() {
     );
 }
 
-/// Read-only access to the policy kinds and Namespaces, Secrets only through a namespaced Role.
+/// Read-only access to the policy kinds, exceptions, Namespaces and Pods; get/create/patch of
+/// the wgpolicyk8s.io reports and nothing else; Secrets only through a namespaced Role.
 fn assert_least_privilege(docs: &[Value]) {
     for doc in docs
         .iter()
         .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
     {
         for rule in doc["rules"].as_array().expect("rules") {
+            if rule["apiGroups"] == json!(["wgpolicyk8s.io"]) {
+                assert_eq!(
+                    rule["resources"],
+                    json!(["policyreports", "clusterpolicyreports"]),
+                    "{doc}"
+                );
+                assert_eq!(rule["verbs"], json!(["get", "create", "patch"]), "{doc}");
+                continue;
+            }
             assert_eq!(rule["verbs"], json!(["get", "list", "watch"]), "{doc}");
             let secrets = rule["resources"]
                 .as_array()
@@ -965,6 +975,27 @@ fn helm_chart_lints_and_renders() {
     assert_eq!(
         find(&docs, "ConfigMap")["data"]["pin.yaml"],
         "apiVersion: policies.kyverno.io/v1\n"
+    );
+
+    // PolicyExceptions: off by default, the two flags when enabled.
+    let exceptions = dir.path().join("exceptions.yaml");
+    std::fs::write(
+        &exceptions,
+        "policyExceptions: {enabled: true, namespace: kyverno}\n",
+    )
+    .unwrap();
+    let docs = template(&["-f", exceptions.to_str().unwrap()]);
+    let args = &find(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"];
+    let args: Vec<&str> = args
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        args.contains(&"--enable-policy-exceptions")
+            && args.contains(&"--exception-namespace=kyverno"),
+        "{args:?}"
     );
 }
 

@@ -129,6 +129,24 @@ impl KubeSource {
         })
     }
 
+    /// The API client (`None` only in unit tests).
+    pub fn client(&self) -> Option<Client> {
+        self.client.clone()
+    }
+
+    /// Also watches PolicyExceptions (in `namespace` only, when given) into `store`.
+    pub async fn watch_exceptions(
+        &self,
+        namespace: Option<&str>,
+        store: Arc<PolicyStore>,
+        metrics: Arc<Metrics>,
+    ) -> Result<()> {
+        match &self.client {
+            Some(client) => exceptions::watch(client.clone(), namespace, store, metrics).await,
+            None => Ok(()),
+        }
+    }
+
     /// The Namespace seam for [`crate::AppState::namespaces`].
     pub fn namespace_source(&self) -> Arc<dyn NamespaceSource> {
         Arc::new(Namespaces {
@@ -562,6 +580,8 @@ fn qualify_secrets(policy: &mut Value, namespace: &str) {
         }
     }
 }
+
+pub mod exceptions;
 
 #[cfg(test)]
 mod tests;

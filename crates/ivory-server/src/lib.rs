@@ -4,10 +4,13 @@
 //! graceful shutdown; [`policies`] holds the hot-reloaded policy set; [`webhooks`] renders the
 //! webhook configurations that point the API server at those routes.
 
+pub mod audit;
+pub mod background;
 pub mod budget;
 pub mod kube_source;
 pub mod metrics;
 pub mod policies;
+pub mod reports;
 mod routes;
 mod serve;
 pub mod webhooks;
@@ -15,5 +18,7 @@ pub mod webhooks;
 pub use kube_source::KubeSource;
 pub use metrics::{CacheCounts, CacheStatsSource, Metrics, RegistryStatsSource};
 pub use policies::{FileSource, PolicyStore, Snapshot};
-pub use routes::{AppState, DEFAULT_BODY_LIMIT, NamespaceSource, namespace_object, router};
+pub use routes::{
+    AppState, DEFAULT_BODY_LIMIT, ExceptionSettings, NamespaceSource, namespace_object, router,
+};
 pub use serve::{Error, Listen, Result, ServeOptions, serve, shutdown_signal};

@@ -15,6 +15,12 @@
 //!   when no HTTP answer came), `registry_errors_total{registry}`,
 //!   `registry_throttled_total{registry}`: read from the registry client's counters at scrape
 //!   time.
+//! * `policy_results_total{policy_name, policy_namespace, rule_result, rule_execution_cause}`:
+//!   one per policy result (Kyverno's `kyverno_policy_results_total`); `rule_result` is `pass`,
+//!   `fail`, `error` or `skip`, the cause `admission_request` or `background_scan`.
+//!   `admission_duration_seconds` is the counterpart of `kyverno_admission_review_duration_seconds`.
+//! * `reports_written_total`, `reports_dropped_total{reason}`: PolicyReport writes with
+//!   `--kube` (dropped when the queue is full or the API refused them).
 //! * `verify_cache_hits_total{cache}`, `verify_cache_negative_hits_total{cache}`,
 //!   `verify_cache_misses_total{cache}`, `verify_cache_coalesced_total{cache}`: the verifier's
 //!   `tags` and `results` caches (coalesced = waited for another request's identical load),
@@ -77,6 +83,19 @@ struct RegistryStatusLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyResultLabels {
+    policy_name: String,
+    policy_namespace: String,
+    rule_result: String,
+    rule_execution_cause: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CacheLabels {
     cache: String,
 }
@@ -100,6 +119,9 @@ pub struct Metrics {
     cache_misses: Family<CacheLabels, Counter>,
     cache_coalesced: Family<CacheLabels, Counter>,
     cache_source: Option<CacheStatsSource>,
+    policy_results: Family<PolicyResultLabels, Counter>,
+    reports_written: Counter,
+    reports_dropped: Family<ReasonLabels, Counter>,
 }
 
 impl fmt::Debug for Metrics {
@@ -137,8 +159,26 @@ impl Metrics {
             cache_misses: Family::default(),
             cache_coalesced: Family::default(),
             cache_source: None,
+            policy_results: Family::default(),
+            reports_written: Counter::default(),
+            reports_dropped: Family::default(),
             registry: Registry::default(),
         };
+        registry.register(
+            "policy_results",
+            "Policy results by policy, result and cause (admission request or background scan)",
+            m.policy_results.clone(),
+        );
+        registry.register(
+            "reports_written",
+            "PolicyReports and ClusterPolicyReports written",
+            m.reports_written.clone(),
+        );
+        registry.register(
+            "reports_dropped",
+            "Report updates not written, by reason (queue_full, api_error)",
+            m.reports_dropped.clone(),
+        );
         registry.register(
             "admission_duration_seconds",
             "Admission request latency by route and outcome",
@@ -236,6 +276,32 @@ impl Metrics {
                 outcome: outcome.to_owned(),
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts one policy result; `cause` is `admission_request` or `background_scan`.
+    pub fn policy_result(&self, policy: &str, namespace: &str, result: &str, cause: &str) {
+        self.policy_results
+            .get_or_create(&PolicyResultLabels {
+                policy_name: policy.to_owned(),
+                policy_namespace: namespace.to_owned(),
+                rule_result: result.to_owned(),
+                rule_execution_cause: cause.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts written reports.
+    pub fn report_written(&self) {
+        self.reports_written.inc();
+    }
+
+    /// Counts a report update that was not written.
+    pub fn report_dropped(&self, reason: &str) {
+        self.reports_dropped
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// Records a request whose budget expired.

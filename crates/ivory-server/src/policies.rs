@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use ivory_policy::{CompiledPolicy, LoadReport, load_path};
+use ivory_policy::{CompiledException, CompiledPolicy, LoadReport, load_path};
 use tokio::time::MissedTickBehavior;
 
 use crate::metrics::Metrics;
@@ -19,8 +19,12 @@ use crate::metrics::Metrics;
 pub struct Snapshot {
     /// The last good set; `None` until a load succeeded.
     pub policies: Option<Arc<Vec<Arc<CompiledPolicy>>>>,
+    /// PolicyExceptions from the same source (acted on only when exceptions are enabled).
+    pub exceptions: Arc<Vec<Arc<CompiledException>>>,
     /// Errors of the most recent load (empty when it was clean).
     pub errors: Vec<String>,
+    /// PolicyExceptions from Kubernetes that do not compile (they exempt nothing).
+    pub exception_errors: Vec<String>,
 }
 
 impl Snapshot {
@@ -54,35 +58,60 @@ impl PolicyStore {
         self.current.load_full()
     }
 
-    /// Installs a new good set and clears errors.
+    /// Installs a new good set (without exceptions) and clears errors.
     pub fn replace(&self, policies: Vec<CompiledPolicy>) {
+        self.replace_all(policies, Vec::new());
+    }
+
+    /// Installs a new good set of policies and exceptions and clears errors.
+    pub fn replace_all(&self, policies: Vec<CompiledPolicy>, exceptions: Vec<CompiledException>) {
         let policies = policies.into_iter().map(Arc::new).collect();
         self.current.store(Arc::new(Snapshot {
             policies: Some(Arc::new(policies)),
+            exceptions: Arc::new(exceptions.into_iter().map(Arc::new).collect()),
             errors: Vec::new(),
+            exception_errors: Vec::new(),
         }));
     }
 
     /// Installs `policies` together with `errors`, for sources that keep the last good version
     /// of each policy on their own (the Kubernetes source): the set is ready even with errors.
+    /// The exceptions in force stay.
     pub fn publish(&self, policies: Vec<Arc<CompiledPolicy>>, errors: Vec<String>) {
-        self.current.store(Arc::new(Snapshot {
-            policies: Some(Arc::new(policies)),
-            errors,
-        }));
+        let policies = Arc::new(policies);
+        self.current.rcu(|current| Snapshot {
+            policies: Some(policies.clone()),
+            exceptions: current.exceptions.clone(),
+            errors: errors.clone(),
+            exception_errors: current.exception_errors.clone(),
+        });
+    }
+
+    /// Installs the exceptions the Kubernetes source watched, with the errors of those that do
+    /// not compile; the policies stay.
+    pub fn publish_exceptions(&self, exceptions: Vec<Arc<CompiledException>>, errors: Vec<String>) {
+        let exceptions = Arc::new(exceptions);
+        self.current.rcu(|current| Snapshot {
+            policies: current.policies.clone(),
+            exceptions: exceptions.clone(),
+            errors: current.errors.clone(),
+            exception_errors: errors.clone(),
+        });
     }
 
     /// Applies a load: a clean report replaces the set, a failed one only records its errors.
     /// Returns true when the set was replaced.
     pub fn apply(&self, report: LoadReport) -> bool {
         if report.errors.is_empty() {
-            self.replace(report.policies);
+            self.replace_all(report.policies, report.exceptions);
             return true;
         }
         let previous = self.snapshot();
         self.current.store(Arc::new(Snapshot {
             policies: previous.policies.clone(),
+            exceptions: previous.exceptions.clone(),
             errors: report.errors.iter().map(ToString::to_string).collect(),
+            exception_errors: Vec::new(),
         }));
         false
     }

@@ -26,14 +26,16 @@ use ivory_engine::admission::{
     response_from_decision, review_response,
 };
 use ivory_engine::decision::Decision;
+use ivory_engine::exceptions::{self, Exceptions, Partition};
 use ivory_engine::matching::{Route, UnknownPolicies, select_policies};
 use ivory_engine::verifier::ImageVerifier;
 use ivory_engine::{mutate, validate};
 use ivory_policy::CompiledPolicy;
-use ivory_policy::types::{Credentials, FailurePolicy};
+use ivory_policy::types::{Credentials, FailurePolicy, PolicyKind};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::audit::{self, ReportSink};
 use crate::budget::{Budget, timeout_from_query};
 use crate::metrics::Metrics;
 use crate::policies::PolicyStore;
@@ -76,6 +78,18 @@ pub struct AppState {
     pub credentials: Option<Arc<dyn CredentialSource>>,
     /// Largest accepted request body in bytes.
     pub body_limit: usize,
+    /// `--enable-policy-exceptions`: `None` leaves every PolicyException inert (Kyverno's
+    /// default); `Some` holds Kyverno's `--exceptionNamespace` (`None` inside: any namespace).
+    pub exceptions: Option<ExceptionSettings>,
+    /// Where PolicyReport updates go (`--kube`); `None`: results are only logged and counted.
+    pub reports: Option<Arc<dyn ReportSink>>,
+}
+
+/// Where PolicyExceptions may come from once they are enabled.
+#[derive(Clone, Debug, Default)]
+pub struct ExceptionSettings {
+    /// Only exceptions in this namespace count (`None`: every namespace).
+    pub namespace: Option<String>,
 }
 
 impl AppState {
@@ -92,6 +106,8 @@ impl AppState {
             namespaces: None,
             credentials: None,
             body_limit: DEFAULT_BODY_LIMIT,
+            exceptions: None,
+            reports: None,
         }
     }
 }
@@ -288,9 +304,10 @@ async fn answer(
         Ok(selected) => selected,
         Err(unknown) => {
             tracing::warn!(route = call.label, uid = %req.uid, error = %unknown, "unknown policy names");
+            let hint = other_kind_hint(snapshot.policies(), call.route, &unknown);
             return (
                 "unknown_policy",
-                review_json(&unknown_response(req, &unknown)),
+                review_json(&unknown_response(req, &unknown, &hint)),
             );
         }
     };
@@ -302,8 +319,23 @@ async fn answer(
     let budget = Budget::new(start, timeout_from_query(query), policy_timeout(&selected));
     let ns_object = namespace_for(state, req, halfway(budget.deadline)).await;
     let req = &*req;
+    let judged = selected.clone();
+    let Partition {
+        evaluate: selected,
+        skipped: excepted,
+    } = match &state.exceptions {
+        Some(settings) => Exceptions {
+            exceptions: snapshot.exceptions.clone(),
+            namespace: settings.namespace.clone(),
+        }
+        .partition(&selected, req, ns_object.as_ref(), budget.deadline),
+        None => Partition {
+            evaluate: selected,
+            skipped: Vec::new(),
+        },
+    };
     let (selected, unusable) = with_usable_credentials(state, selected, budget.deadline).await;
-    let decision = match credentials_verdict(&unusable) {
+    let mut decision = match credentials_verdict(&unusable) {
         Some(denial) => denial,
         None => {
             let mut decision =
@@ -314,6 +346,20 @@ async fn answer(
             decision
         }
     };
+    exceptions::merge_into(&mut decision, excepted);
+    match call.stage {
+        Stage::Validate => audit::after_validation(
+            &state.metrics,
+            state.reports.as_ref(),
+            &judged,
+            req,
+            &decision.results,
+        ),
+        Stage::Mutate => decision
+            .results
+            .iter()
+            .for_each(|r| audit::log_result(req, r, audit::Cause::Admission)),
+    }
     if Instant::now() >= budget.deadline || budget_exhausted(&decision) {
         state.metrics.deadline_expired(call.label);
     }
@@ -568,16 +614,49 @@ pub fn namespace_object(namespace: &str) -> Value {
     })
 }
 
+/// Says which unknown names are policies of the other kind, and where that kind is served: a
+/// cluster policy named on `/nivpol/...` (Kyverno ignores it and allows; see docs/SECURITY.md
+/// for why ivory denies) or a namespaced one on `/ivpol/...`.
+fn other_kind_hint(
+    policies: &[Arc<CompiledPolicy>],
+    route: Route,
+    unknown: &UnknownPolicies,
+) -> String {
+    let (other, served) = if route.namespaced {
+        (PolicyKind::ImageValidatingPolicy, "/ivpol/...")
+    } else {
+        (PolicyKind::NamespacedImageValidatingPolicy, "/nivpol/...")
+    };
+    let named: Vec<&str> = unknown
+        .names
+        .iter()
+        .filter(|n| policies.iter().any(|p| p.kind == other && &p.name == *n))
+        .map(String::as_str)
+        .collect();
+    if named.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; loaded as {}: {}, which {served} serves",
+        other.as_str(),
+        named.join(", ")
+    )
+}
+
 /// Names that match no loaded policy mean the webhook configuration and the loaded set
 /// disagree. ivory fails closed and says so, instead of silently admitting unverified images.
-fn unknown_response(req: &AdmissionRequest, unknown: &UnknownPolicies) -> AdmissionResponse {
+fn unknown_response(
+    req: &AdmissionRequest,
+    unknown: &UnknownPolicies,
+    hint: &str,
+) -> AdmissionResponse {
     AdmissionResponse {
         uid: req.uid.clone(),
         allowed: false,
         status: Some(ResponseStatus {
             status: "Failure".to_owned(),
             message: format!(
-                "ivory: {unknown} (the webhook configuration names policies that are not loaded)"
+                "ivory: {unknown} (the webhook configuration names policies that are not loaded{hint})"
             ),
             code: Some(404),
             reason: Some("NotFound".to_owned()),
@@ -600,6 +679,12 @@ async fn readyz(State(state): State<AppState>) -> Response {
     if !snapshot.errors.is_empty() {
         text.push_str("policy errors (the last good set stays active):\n");
         for e in &snapshot.errors {
+            text.push_str(&format!("  {e}\n"));
+        }
+    }
+    if !snapshot.exception_errors.is_empty() {
+        text.push_str("PolicyException errors (those exceptions exempt nothing):\n");
+        for e in &snapshot.exception_errors {
             text.push_str(&format!("  {e}\n"));
         }
     }

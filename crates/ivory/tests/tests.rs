@@ -21,13 +21,16 @@
 mod advisories;
 mod cli_apply;
 mod cli_audit;
+mod cli_exceptions;
 mod cli_util;
 mod cli_verify;
 mod memory;
 mod serve;
 mod serve_bypass;
 mod serve_cel_cost;
+mod serve_exceptions;
 mod serve_images;
 mod serve_parity;
+mod serve_route_scope;
 mod util;
 mod webhooks;

@@ -196,7 +196,16 @@ async fn unknown_policy_names_are_explicit() {
     // A cluster policy name is unknown on the namespaced route.
     let body = pod_review("u-4", "nginx:1.27").to_string();
     let (_, bytes) = post(&s, "/nivpol/mutate/ivory-pin-digests", body).await;
-    assert_eq!(response_of(&bytes)["status"]["code"], 404);
+    let resp = response_of(&bytes);
+    assert_eq!(resp["status"]["code"], 404);
+    let msg = resp["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("unknown NamespacedImageValidatingPolicy policies: ivory-pin-digests")
+            && msg.contains(
+                "loaded as ImageValidatingPolicy: ivory-pin-digests, which /ivpol/... serves"
+            ),
+        "{msg}"
+    );
 }
 
 #[tokio::test]

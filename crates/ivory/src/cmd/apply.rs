@@ -14,6 +14,7 @@ use ivory_engine::admission::{
     AdmissionRequest, GroupVersionKind, GroupVersionResource, Operation, UserInfo,
 };
 use ivory_engine::decision::{Decision, Status};
+use ivory_engine::exceptions::Exceptions;
 use ivory_engine::verifier::ImageVerifier;
 use ivory_policy::CompiledPolicy;
 use serde_json::{Value, json};
@@ -38,6 +39,10 @@ pub struct Args {
     /// Policy file or folder (repeatable).
     #[arg(long = "policy", value_name = "FILE", required = true)]
     policies: Vec<PathBuf>,
+    /// PolicyException file or folder (repeatable): excepted policies are skipped for the
+    /// resources their conditions select (as Kyverno's CLI `--exception`).
+    #[arg(long = "exception", value_name = "FILE")]
+    exceptions: Vec<PathBuf>,
     /// Resource manifest (YAML or JSON, several documents allowed; `-` for stdin; repeatable).
     #[arg(long = "resource", value_name = "FILE", required = true)]
     resources: Vec<PathBuf>,
@@ -125,6 +130,7 @@ impl Applied {
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policies = wiring::load_policies(&args.policies)?;
+    let exceptions = wiring::load_exceptions(&args.exceptions)?;
     let mut objects = Vec::new();
     for path in &args.resources {
         let text = wiring::read_input(path, "--resource")?;
@@ -137,7 +143,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut applied = Vec::new();
     for object in objects {
         let req = request(object, args.operation, &args.namespace)?;
-        applied.push(apply(&verifier, &policies, req, args.timeout).await?);
+        applied.push(apply(&verifier, &policies, exceptions.as_ref(), req, args.timeout).await?);
     }
     print(&applied, args.output)?;
     Ok(if applied.iter().any(Applied::errored) {
@@ -152,6 +158,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 async fn apply(
     verifier: &dyn ImageVerifier,
     policies: &[Arc<CompiledPolicy>],
+    exceptions: Option<&Exceptions>,
     mut req: AdmissionRequest,
     timeout: Duration,
 ) -> anyhow::Result<Applied> {
@@ -159,6 +166,7 @@ async fn apply(
     let mutate = wiring::run_routes(
         verifier,
         policies,
+        exceptions,
         Stage::Mutate,
         &req,
         Instant::now() + timeout,
@@ -174,6 +182,7 @@ async fn apply(
         wiring::run_routes(
             verifier,
             policies,
+            exceptions,
             Stage::Validate,
             &req,
             Instant::now() + timeout,

@@ -113,6 +113,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let checker = Arc::new(Checker {
         verifier: Arc::new(verifier),
         policies,
+        exceptions: None,
         timeout: args.timeout,
         namespace: args
             .namespace

@@ -129,6 +129,8 @@ pub struct Checker {
     pub timeout: Duration,
     /// Namespace of the synthetic Pod.
     pub namespace: String,
+    /// `--exception` files, if any.
+    pub exceptions: Option<ivory_engine::exceptions::Exceptions>,
 }
 
 impl Checker {
@@ -157,6 +159,7 @@ impl Checker {
         let decision = wiring::run_routes(
             self.verifier.as_ref(),
             &self.policies,
+            self.exceptions.as_ref(),
             Stage::Validate,
             &req,
             deadline,
@@ -270,6 +273,9 @@ fn verdict(decision: &Decision, policies: &[PolicyOutcome]) -> (Verdict, String)
     }
     if policies.iter().any(|p| p.result == "pass") {
         (Verdict::Pass, String::new())
+    } else if let Some(skipped) = policies.iter().find(|p| p.result == "skip") {
+        // Admitted as the webhook would: a PolicyException (--exception) exempts the image.
+        (Verdict::Pass, skipped.message.clone())
     } else {
         (
             Verdict::Fail,

@@ -65,6 +65,30 @@ pub struct Args {
     /// old digest is pinned). Never reused across credential sets.
     #[arg(long, value_name = "DURATION", default_value = super::wiring::TAG_CACHE_TTL, value_parser = duration)]
     tag_cache_ttl: Duration,
+    /// Act on PolicyExceptions (policies.kyverno.io), as Kyverno's --enablePolicyException:
+    /// those among the --policies files, or, with --kube, watched. Off by default: an
+    /// exception is inert until this is given.
+    #[arg(long)]
+    enable_policy_exceptions: bool,
+    /// Only PolicyExceptions in this namespace count (Kyverno's --exceptionNamespace; default:
+    /// every namespace).
+    #[arg(long, value_name = "NS", requires = "enable_policy_exceptions")]
+    exception_namespace: Option<String>,
+    /// With --kube, do not write PolicyReports/ClusterPolicyReports (wgpolicyk8s.io/v1alpha2);
+    /// results are still logged (target ivory::audit) and counted.
+    #[arg(long, requires = "kube")]
+    disable_policy_reports: bool,
+    /// With --kube, do not re-verify the images running Pods run (policies with
+    /// evaluation.background.enabled, the default).
+    #[arg(long, requires = "kube")]
+    disable_background_scans: bool,
+    /// Time between two background scans of the running Pods (Go duration; the first runs at
+    /// start and warms the verdict cache).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration)]
+    background_scan_interval: Duration,
+    /// Pods a background scan judges at the same time (bounds the registry load).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    background_concurrency: u16,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -115,6 +139,16 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let store = Arc::new(PolicyStore::default());
     let kube = if args.kube {
         let source = kube_wiring::start(&args.namespace, &store, &metrics).await?;
+        if args.enable_policy_exceptions {
+            source
+                .watch_exceptions(
+                    args.exception_namespace.as_deref(),
+                    store.clone(),
+                    metrics.clone(),
+                )
+                .await
+                .context("starting the PolicyException watch")?;
+        }
         Some(kube_slot.get_or_init(|| source).clone())
     } else {
         start_policy_source(&args, &store, &metrics).await?;
@@ -125,6 +159,32 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     state.namespaces = kube.as_ref().map(|k| k.namespace_source());
     state.credentials = kube.as_ref().map(|k| k.credential_source());
     state.body_limit = args.body_limit;
+    if !args.disable_policy_reports
+        && let Some(client) = kube.as_ref().and_then(|k| k.client())
+    {
+        state.reports = Some(ivory_server::reports::KubeReports::start(
+            client,
+            state.metrics.clone(),
+        ));
+    }
+    state.exceptions = args
+        .enable_policy_exceptions
+        .then(|| ivory_server::ExceptionSettings {
+            namespace: args.exception_namespace.clone(),
+        });
+    if !args.disable_background_scans
+        && let Some(client) = kube.as_ref().and_then(|k| k.client())
+    {
+        ivory_server::background::start(
+            client,
+            state.clone(),
+            ivory_server::background::BackgroundSettings {
+                interval: args.background_scan_interval,
+                concurrency: usize::from(args.background_concurrency),
+                ..Default::default()
+            },
+        );
+    }
     let opts = ServeOptions {
         addr: args.listen,
         listen,

@@ -31,6 +31,10 @@ pub struct Args {
     policies: Vec<PathBuf>,
     #[command(flatten)]
     quick: QuickPolicy,
+    /// PolicyException file or folder (repeatable): an exception whose conditions hold for the
+    /// synthetic Pod skips the policy it names (as Kyverno's CLI `--exception`).
+    #[arg(long = "exception", value_name = "FILE")]
+    exceptions: Vec<PathBuf>,
     /// Output format. `json` is stable: {"summary": {images, pass, fail, error},
     /// "images": [{image, digest, verdict, policies, message}]}.
     #[arg(long, short, value_enum, default_value_t = Format::Table)]
@@ -52,6 +56,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         policies,
         timeout: args.timeout,
         namespace: args.namespace.clone(),
+        exceptions: super::wiring::load_exceptions(&args.exceptions)?,
     };
     let mut reports = Vec::with_capacity(args.images.len());
     for image in &args.images {

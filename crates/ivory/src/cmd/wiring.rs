@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use ivory_engine::admission::AdmissionRequest;
 use ivory_engine::decision::Decision;
+use ivory_engine::exceptions::{self, Exceptions, Partition};
 use ivory_engine::matching::{Route, select_policies};
 use ivory_engine::verifier::ImageVerifier;
 use ivory_engine::{mutate, validate};
@@ -112,6 +113,35 @@ pub fn load_policies(paths: &[PathBuf]) -> anyhow::Result<Vec<Arc<CompiledPolicy
     finish_load(report, "--policy")
 }
 
+/// Loads `--exception` files (PolicyExceptions, acted on as with Kyverno's CLI `--exception`);
+/// `None` without any. Any load error fails with the file it came from.
+pub fn load_exceptions(paths: &[PathBuf]) -> anyhow::Result<Option<Exceptions>> {
+    if paths.is_empty() {
+        return Ok(None);
+    }
+    let mut report = ivory_policy::LoadReport::default();
+    for path in paths {
+        if !path.exists() {
+            bail!("--exception {}: no such file or directory", path.display());
+        }
+        report.merge(ivory_policy::load_path(path));
+    }
+    if !report.errors.is_empty() {
+        let errors: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
+        bail!(
+            "invalid policy exceptions (--exception):\n  {}",
+            errors.join("\n  ")
+        );
+    }
+    if report.exceptions.is_empty() {
+        bail!("--exception: no PolicyException found");
+    }
+    Ok(Some(Exceptions {
+        exceptions: Arc::new(report.exceptions.into_iter().map(Arc::new).collect()),
+        namespace: None,
+    }))
+}
+
 /// Turns a load report into policies, or an error listing every problem.
 pub fn finish_load(
     report: ivory_policy::LoadReport,
@@ -139,9 +169,12 @@ pub enum Stage {
 
 /// Runs `stage` for `req` on each route that has policies for it, as the API server would call
 /// ivory's webhooks, and merges the answers (every route must allow).
+/// With `exceptions`, an excepted policy is skipped (and pins nothing), as `ivory serve
+/// --enable-policy-exceptions` does.
 pub async fn run_routes(
     verifier: &dyn ImageVerifier,
     policies: &[Arc<CompiledPolicy>],
+    exceptions: Option<&Exceptions>,
     stage: Stage,
     req: &AdmissionRequest,
     deadline: Instant,
@@ -156,7 +189,17 @@ pub async fn run_routes(
         if selected.is_empty() {
             continue;
         }
-        let d = match stage {
+        let Partition {
+            evaluate: selected,
+            skipped,
+        } = match exceptions {
+            Some(set) => set.partition(&selected, req, ns_object.as_ref(), deadline),
+            None => Partition {
+                evaluate: selected,
+                skipped: Vec::new(),
+            },
+        };
+        let mut d = match stage {
             Stage::Mutate => {
                 mutate::mutate(verifier, &selected, req, ns_object.as_ref(), deadline).await
             }
@@ -164,6 +207,7 @@ pub async fn run_routes(
                 validate::validate(verifier, &selected, req, ns_object.as_ref(), deadline).await
             }
         };
+        exceptions::merge_into(&mut d, skipped);
         merge(&mut merged, d);
     }
     merged

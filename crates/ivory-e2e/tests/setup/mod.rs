@@ -1,0 +1,195 @@
+//! Set-up shared by the report tests: CRDs from the repository, TLS for ivory, `ivory serve`
+//! with arguments, the webhooks `ivory webhooks` prints, objects applied server-side.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use ivory_e2e::{IvoryServer, eventually, run_ivory};
+use ivory_testkit::TestPki;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use serde_json::{Value, json};
+
+/// How long the API server may take to establish a CRD or put a webhook in its chain.
+pub const PROPAGATION: Duration = Duration::from_secs(30);
+
+pub fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Installs CRD files (paths relative to the workspace) and waits until each is Established.
+pub async fn install_crds(client: &Client, files: &[&str]) -> Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for file in files {
+        let text = std::fs::read_to_string(workspace().join(file))
+            .with_context(|| format!("reading {file}"))?;
+        let doc = serde_yaml::Deserializer::from_str(&text)
+            .find_map(|d| {
+                <Value as serde::Deserialize>::deserialize(d)
+                    .ok()
+                    .filter(|v| !v.is_null())
+            })
+            .context("empty CRD file")?;
+        let crd: CustomResourceDefinition = serde_json::from_value(doc)?;
+        let name = crd.metadata.name.clone().context("CRD without a name")?;
+        api.patch(
+            &name,
+            &PatchParams::apply("ivory-e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+        eventually(&format!("CRD {name} Established"), PROPAGATION, || {
+            let (api, name) = (api.clone(), name.clone());
+            async move {
+                let crd = api.get(&name).await?;
+                let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+                if conditions
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+                {
+                    Ok(())
+                } else {
+                    Err(anyhow::anyhow!("not established yet"))
+                }
+            }
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// TLS material for ivory in `dir`: (cert, key, CA).
+pub fn tls(dir: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
+    let pki = TestPki::generate("ivory e2e CA")?;
+    let files = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.pem"));
+    std::fs::write(&files.0, &pki.server_chain_pem)?;
+    std::fs::write(&files.1, &pki.server_key_pem)?;
+    std::fs::write(&files.2, &pki.ca_pem)?;
+    Ok(files)
+}
+
+/// Starts `ivory serve` with the TLS files of [`tls`] in `dir`, trusting `registry_ca`.
+pub async fn serve(
+    dir: &Path,
+    registry_ca: &Path,
+    extra: &[&OsStr],
+    envs: &[(&str, &OsStr)],
+) -> Result<IvoryServer> {
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let mut args: Vec<&OsStr> = vec![
+        OsStr::new("--tls-cert"),
+        cert.as_os_str(),
+        OsStr::new("--tls-key"),
+        key.as_os_str(),
+        OsStr::new("--registry-ca"),
+        registry_ca.as_os_str(),
+    ];
+    args.extend_from_slice(extra);
+    Ok(IvoryServer::start(args, envs).await?)
+}
+
+/// Registers what `ivory webhooks` prints for `policies`, named after `tag`; returns the
+/// configurations to delete.
+pub async fn register(
+    client: &Client,
+    policies: &Path,
+    ivory: &IvoryServer,
+    ca: &Path,
+    tag: &str,
+) -> Result<Vec<(String, String)>> {
+    let domain = format!("{tag}.e2e.ivory.test");
+    let base = ivory.base_url();
+    let (code, stdout, stderr) = run_ivory(
+        [
+            OsStr::new("webhooks"),
+            OsStr::new("--policies"),
+            policies.as_os_str(),
+            OsStr::new("--url"),
+            OsStr::new(&base),
+            OsStr::new("--ca-bundle"),
+            ca.as_os_str(),
+            OsStr::new("--domain"),
+            OsStr::new(&domain),
+        ],
+        &[],
+    )
+    .await?;
+    ensure!(code == 0, "ivory webhooks failed ({code}): {stderr}");
+    let mut names = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&stdout) {
+        let mut value: Value = serde::Deserialize::deserialize(doc)?;
+        let kind = value["kind"].as_str().unwrap_or("").to_owned();
+        let name = format!("{tag}-{}", kind.to_lowercase());
+        value["metadata"]["name"] = json!(name);
+        let params = PostParams::default();
+        match kind.as_str() {
+            "MutatingWebhookConfiguration" => {
+                let config: MutatingWebhookConfiguration = serde_json::from_value(value)?;
+                Api::<MutatingWebhookConfiguration>::all(client.clone())
+                    .create(&params, &config)
+                    .await?;
+            }
+            "ValidatingWebhookConfiguration" => {
+                let config: ValidatingWebhookConfiguration = serde_json::from_value(value)?;
+                Api::<ValidatingWebhookConfiguration>::all(client.clone())
+                    .create(&params, &config)
+                    .await?;
+            }
+            other => bail!("unexpected document kind {other:?} from ivory webhooks"),
+        }
+        names.push((kind, name));
+    }
+    Ok(names)
+}
+
+/// Deletes the configurations [`register`] created.
+pub async fn unregister(client: &Client, names: &[(String, String)]) -> Result<()> {
+    let params = DeleteParams::default();
+    for (kind, name) in names {
+        if kind == "MutatingWebhookConfiguration" {
+            Api::<MutatingWebhookConfiguration>::all(client.clone())
+                .delete(name, &params)
+                .await?;
+        } else {
+            Api::<ValidatingWebhookConfiguration>::all(client.clone())
+                .delete(name, &params)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The dynamic API of `group/version kind (plural)`, in `namespace` when given.
+pub fn dynamic(
+    client: &Client,
+    (group, version, kind, plural): (&str, &str, &str, &str),
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+/// Server-side applies a YAML object through `api`.
+pub async fn apply(api: &Api<DynamicObject>, yaml: &str) -> Result<()> {
+    let object: DynamicObject = serde_json::from_value(serde_yaml::from_str::<Value>(yaml)?)?;
+    let name = object.metadata.name.clone().context("object has no name")?;
+    api.patch(
+        &name,
+        &PatchParams::apply("ivory-e2e").force(),
+        &Patch::Apply(&object),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,331 @@
+//! What happens to policy results after the answer: one structured log line per result
+//! (target `ivory::audit`), the `policy_results_total` metric, and, with `--kube`, a
+//! Kyverno-compatible PolicyReport (handed to a [`ReportSink`], which writes asynchronously so
+//! admission latency does not move).
+//!
+//! Which admission requests are reported follows Kyverno (§3.2 step 13): only the validating
+//! stage; not when any evaluated policy has `Deny` among its actions (background scans cover
+//! those); never for dry-run, DELETE or subresource requests.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ivory_engine::admission::{AdmissionRequest, Operation};
+use ivory_engine::decision::{PolicyResult, Status};
+use ivory_engine::exceptions::EXCEPTIONS_PROPERTY;
+use ivory_policy::CompiledPolicy;
+use serde_json::Value;
+
+use crate::metrics::Metrics;
+
+/// `source` of every result ivory reports (Kyverno's `SourceImageValidatingPolicy`).
+pub const REPORT_SOURCE: &str = "KyvernoImageValidatingPolicy";
+/// `properties.process` of admission results (Kyverno's wording).
+pub const PROCESS_ADMISSION: &str = "admission review";
+/// `properties.process` of background results (Kyverno's wording).
+pub const PROCESS_BACKGROUND: &str = "background scan";
+
+/// Why a policy ran: the `rule_execution_cause` metric label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    Admission,
+    Background,
+}
+
+impl Cause {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Admission => "admission_request",
+            Self::Background => "background_scan",
+        }
+    }
+}
+
+/// The object a report is about (`scope` of a PolicyReport).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Subject {
+    pub api_version: String,
+    pub kind: String,
+    /// Empty for cluster-scoped objects (they get a ClusterPolicyReport).
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl Subject {
+    /// The object of an AdmissionRequest (`None` when it has no UID to key a report by).
+    pub fn of_request(req: &AdmissionRequest) -> Option<Self> {
+        let object = req.subject()?;
+        let text = |pointer: &str| {
+            object
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let uid = text("/metadata/uid");
+        if uid.is_empty() {
+            return None;
+        }
+        let group = &req.kind.group;
+        Some(Self {
+            api_version: if group.is_empty() {
+                req.kind.version.clone()
+            } else {
+                format!("{group}/{}", req.kind.version)
+            },
+            kind: req.kind.kind.clone(),
+            namespace: req.namespace.clone(),
+            name: if req.name.is_empty() {
+                text("/metadata/name")
+            } else {
+                req.name.clone()
+            },
+            uid,
+        })
+    }
+}
+
+/// One result as a PolicyReport holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportResult {
+    /// `name`, or `namespace/name` for a NamespacedImageValidatingPolicy (Kyverno's key).
+    pub policy: String,
+    /// The policy name, or `exception` for a result an exception decided (Kyverno's rule name).
+    pub rule: String,
+    pub result: Status,
+    pub message: String,
+    pub properties: BTreeMap<String, String>,
+}
+
+impl ReportResult {
+    /// Kyverno's report result for `result` (`process` is [`PROCESS_ADMISSION`] or
+    /// [`PROCESS_BACKGROUND`]).
+    pub fn from_policy_result(result: &PolicyResult, process: &str) -> Self {
+        let policy = match &result.namespace {
+            Some(ns) => format!("{ns}/{}", result.policy),
+            None => result.policy.clone(),
+        };
+        let excepted = result.properties.contains_key(EXCEPTIONS_PROPERTY);
+        let mut properties = result.properties.clone();
+        properties.insert("process".to_owned(), process.to_owned());
+        Self {
+            policy,
+            rule: if excepted {
+                "exception".to_owned()
+            } else {
+                result.policy.clone()
+            },
+            result: result.status,
+            message: result.message.clone(),
+            properties,
+        }
+    }
+}
+
+/// Everything reported about one object at one time.
+#[derive(Clone, Debug)]
+pub struct ReportUpdate {
+    pub subject: Subject,
+    pub results: Vec<ReportResult>,
+}
+
+/// Takes report updates without blocking (the Kubernetes report writer).
+pub trait ReportSink: Send + Sync {
+    /// Queues `update`; never waits (a full queue drops it and counts the drop).
+    fn submit(&self, update: ReportUpdate);
+}
+
+/// Logs and counts every result of a validating decision, and hands a report update to
+/// `sink` when Kyverno would report the request.
+pub fn after_validation(
+    metrics: &Metrics,
+    sink: Option<&Arc<dyn ReportSink>>,
+    selected: &[&CompiledPolicy],
+    req: &AdmissionRequest,
+    results: &[PolicyResult],
+) {
+    for result in results {
+        log_result(req, result, Cause::Admission);
+        metrics.policy_result(
+            &result.policy,
+            result.namespace.as_deref().unwrap_or_default(),
+            result.status.as_str(),
+            Cause::Admission.label(),
+        );
+    }
+    let Some(sink) = sink else { return };
+    if results.is_empty() || !reportable(req, selected) {
+        return;
+    }
+    let Some(subject) = Subject::of_request(req) else {
+        return;
+    };
+    sink.submit(ReportUpdate {
+        subject,
+        results: results
+            .iter()
+            .map(|r| ReportResult::from_policy_result(r, PROCESS_ADMISSION))
+            .collect(),
+    });
+}
+
+/// Logs, counts and reports (always: background results are reported whatever the policies'
+/// actions, as Kyverno's background scans do) the results of a background scan of one object.
+pub fn after_background(
+    metrics: &Metrics,
+    sink: Option<&Arc<dyn ReportSink>>,
+    req: &AdmissionRequest,
+    results: &[PolicyResult],
+) {
+    for result in results {
+        log_result(req, result, Cause::Background);
+        metrics.policy_result(
+            &result.policy,
+            result.namespace.as_deref().unwrap_or_default(),
+            result.status.as_str(),
+            Cause::Background.label(),
+        );
+    }
+    let (Some(sink), Some(subject)) = (sink, Subject::of_request(req)) else {
+        return;
+    };
+    if results.is_empty() {
+        return;
+    }
+    sink.submit(ReportUpdate {
+        subject,
+        results: results
+            .iter()
+            .map(|r| ReportResult::from_policy_result(r, PROCESS_BACKGROUND))
+            .collect(),
+    });
+}
+
+/// Kyverno's rules for admission reports.
+fn reportable(req: &AdmissionRequest, selected: &[&CompiledPolicy]) -> bool {
+    let deny = selected.iter().any(|p| {
+        p.actions
+            .contains(&ivory_policy::types::ValidationAction::Deny)
+    });
+    !deny
+        && !req.dry_run.unwrap_or(false)
+        && req.operation != Operation::Delete
+        && req.sub_resource().is_empty()
+}
+
+/// One structured line per result: the audit log without `--kube` (and beside the reports).
+pub fn log_result(req: &AdmissionRequest, result: &PolicyResult, cause: Cause) {
+    let properties: Vec<String> = result
+        .properties
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    tracing::info!(
+        target: "ivory::audit",
+        cause = cause.label(),
+        uid = %req.uid,
+        kind = %req.kind.kind,
+        namespace = %req.namespace,
+        name = %req.name,
+        operation = req.operation.as_str(),
+        policy = %result.policy,
+        policy_namespace = result.namespace.as_deref().unwrap_or_default(),
+        result = result.status.as_str(),
+        message = %result.message,
+        properties = %properties.join(","),
+        images = %result.images.join(","),
+        "policy result"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ivory_engine::admission::AdmissionReview;
+
+    fn request(dry_run: bool, operation: &str) -> AdmissionRequest {
+        let review = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "name": "web", "namespace": "team", "operation": operation, "dryRun": dry_run,
+                "object": {"metadata": {"name": "web", "uid": "1234"}}
+            }
+        });
+        AdmissionReview::parse(review.to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .request
+    }
+
+    #[test]
+    fn subject_and_result_follow_kyvernos_report_shape() {
+        let req = request(false, "CREATE");
+        let subject = Subject::of_request(&req).unwrap_or_default();
+        assert_eq!(
+            (
+                subject.api_version.as_str(),
+                subject.kind.as_str(),
+                subject.uid.as_str()
+            ),
+            ("v1", "Pod", "1234")
+        );
+        let skipped = PolicyResult {
+            policy: "check".into(),
+            namespace: Some("team".into()),
+            status: Status::Skip,
+            message: "rule is skipped due to policy exception: team/allow".into(),
+            properties: BTreeMap::from([(EXCEPTIONS_PROPERTY.to_owned(), "allow".to_owned())]),
+            images: vec![],
+            deny: false,
+            warn: false,
+            audit: true,
+        };
+        let r = ReportResult::from_policy_result(&skipped, PROCESS_ADMISSION);
+        assert_eq!(r.policy, "team/check");
+        assert_eq!(r.rule, "exception");
+        assert_eq!(r.properties["process"], "admission review");
+        assert_eq!(r.properties["exceptions"], "allow");
+    }
+
+    #[test]
+    fn a_deny_policy_among_the_evaluated_suppresses_the_admission_report() {
+        let report = ivory_policy::load_str(
+            "apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata: {name: audit}
+spec:
+  validationActions: [Audit]
+  matchConstraints:
+    resourceRules: [{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+  attestors: []
+  validations: [{expression: \"true\"}]
+",
+            "audit.yaml",
+        );
+        let audit = report
+            .policies
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("{:?}", report.errors));
+        let mut deny = audit.clone();
+        deny.actions = vec![ivory_policy::types::ValidationAction::Deny];
+        let req = request(false, "CREATE");
+        assert!(reportable(&req, &[&audit]));
+        assert!(
+            !reportable(&req, &[&audit, &deny]),
+            "Kyverno: a Deny policy suppresses the admission report"
+        );
+    }
+
+    #[test]
+    fn dry_run_delete_and_subresources_are_not_reported() {
+        assert!(reportable(&request(false, "CREATE"), &[]));
+        assert!(!reportable(&request(true, "CREATE"), &[]));
+        assert!(!reportable(&request(false, "DELETE"), &[]));
+        let mut sub = request(false, "UPDATE");
+        sub.sub_resource = Some("ephemeralcontainers".into());
+        assert!(!reportable(&sub, &[]));
+    }
+}

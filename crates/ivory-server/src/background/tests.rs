@@ -1,0 +1,195 @@
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
+use ivory_engine::decision::Status;
+use ivory_engine::verifier::{ImageVerifier, Verification, VerifyError, VerifyRequest};
+use ivory_policy::types::Credentials;
+use kube::runtime::watcher::Event;
+use serde_json::json;
+
+use super::*;
+use crate::audit::{ReportSink, ReportUpdate};
+use crate::metrics::Metrics;
+use crate::policies::PolicyStore;
+
+const KEY: &str = include_str!("../../../../fixtures/keys/cosign-p256.pub");
+
+fn digest(n: usize) -> String {
+    format!("sha256:{n:064x}")
+}
+
+/// Records what is asked and how many verifications ran at once; digest 1 verifies.
+#[derive(Default)]
+struct Recording {
+    asked: Mutex<Vec<String>>,
+    running: AtomicUsize,
+    most: AtomicUsize,
+}
+
+impl ImageVerifier for Recording {
+    fn resolve_digest<'a>(
+        &'a self,
+        image: &'a str,
+        _: Option<&'a Credentials>,
+        _: Instant,
+    ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        async move {
+            Ok(image
+                .rsplit_once('@')
+                .map(|(_, d)| d.to_owned())
+                .unwrap_or_default())
+        }
+        .boxed()
+    }
+
+    fn verify<'a>(
+        &'a self,
+        request: &'a VerifyRequest,
+        _: Instant,
+    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
+        async move {
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            self.asked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(request.image.clone());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.running.fetch_sub(1, Ordering::SeqCst);
+            let digest = request.image.rsplit_once('@').map(|(_, d)| d.to_owned());
+            Ok(if digest.as_deref() == Some(digest_one().as_str()) {
+                Verification::Verified {
+                    digest: digest.unwrap_or_default(),
+                    payload: None,
+                }
+            } else {
+                Verification::NotVerified {
+                    digest,
+                    reason: "no signature".into(),
+                }
+            })
+        }
+        .boxed()
+    }
+
+    fn image_data<'a>(
+        &'a self,
+        _: &'a str,
+        _: Option<&'a Credentials>,
+        _: Instant,
+    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
+        async { Ok(json!({})) }.boxed()
+    }
+}
+
+fn digest_one() -> String {
+    digest(1)
+}
+
+#[derive(Default)]
+struct Sink(Mutex<Vec<ReportUpdate>>);
+
+impl ReportSink for Sink {
+    fn submit(&self, update: ReportUpdate) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(update);
+    }
+}
+
+fn policy() -> CompiledPolicy {
+    let key: String = KEY.lines().map(|l| format!("            {l}\n")).collect();
+    let yaml = format!(
+        "apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata: {{name: signed}}
+spec:
+  validationActions: [Deny]
+  matchConstraints:
+    resourceRules: [{{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}}]
+  attestors:
+    - name: key
+      cosign:
+        key:
+          data: |
+{key}        ctlog: {{insecureIgnoreTlog: true, insecureIgnoreSCT: true}}
+  validations:
+    - expression: images.containers.map(i, verifyImageSignatures(i, [attestors.key])).all(e, e > 0)
+      message: not signed
+"
+    );
+    let report = ivory_policy::load_str(&yaml, "background.yaml");
+    report
+        .policies
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("{:?}", report.errors))
+}
+
+fn pod(n: usize) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("p{n}"), "namespace": "team", "uid": format!("uid-{n}")},
+        "spec": {"containers": [{"name": "app", "image": "reg.example/app:v1"}]},
+        "status": {"containerStatuses": [{"name": "app", "image": "reg.example/app:v1",
+            "imageID": format!("reg.example/app@{}", digest(n)), "ready": true, "restartCount": 0}]}
+    }))
+    .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_scan_verifies_running_digests_bounded_and_reports_them() {
+    let (pods, mut writer) = reflector::store::<Pod>();
+    writer.apply_watcher_event(&Event::Init);
+    for n in 1..=6 {
+        writer.apply_watcher_event(&Event::InitApply(pod(n)));
+    }
+    writer.apply_watcher_event(&Event::InitDone);
+    let verifier = Arc::new(Recording::default());
+    let sink = Arc::new(Sink::default());
+    let mut state = AppState::new(
+        verifier.clone(),
+        Arc::new(PolicyStore::with_policies(vec![policy()])),
+        Arc::new(Metrics::new()),
+    );
+    state.reports = Some(sink.clone());
+    let settings = BackgroundSettings {
+        concurrency: 2,
+        ..BackgroundSettings::default()
+    };
+    assert_eq!(scan_once(&pods, &state, &settings).await, 6);
+
+    let mut asked = verifier
+        .asked
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    asked.sort();
+    let expected: Vec<String> = (1..=6)
+        .map(|n| format!("reg.example/app:v1@{}", digest(n)))
+        .collect();
+    assert_eq!(asked, expected, "each Pod's running digest, not its tag");
+    assert!(
+        verifier.most.load(Ordering::SeqCst) <= 2,
+        "at most `concurrency` at once"
+    );
+
+    let updates = sink.0.lock().unwrap_or_else(|e| e.into_inner());
+    assert_eq!(
+        updates.len(),
+        6,
+        "Deny policies are reported by background scans"
+    );
+    for update in updates.iter() {
+        let result = &update.results[0];
+        assert_eq!(result.properties["process"], "background scan");
+        let expected = if update.subject.uid == "uid-1" {
+            Status::Pass
+        } else {
+            Status::Fail
+        };
+        assert_eq!(result.result, expected, "{update:?}");
+    }
+}
