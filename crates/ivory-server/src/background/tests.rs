@@ -78,6 +78,7 @@ impl ImageVerifier for Recording {
         &'a self,
         _: &'a str,
         _: Option<&'a Credentials>,
+        _: &'a ivory_engine::verifier::ImagePlatform,
         _: Instant,
     ) -> BoxFuture<'a, Result<Value, VerifyError>> {
         async { Ok(json!({})) }.boxed()
