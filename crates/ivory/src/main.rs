@@ -31,9 +31,10 @@ mod cmd {
 #[derive(Parser)]
 #[command(name = "ivory", version, about, propagate_version = true)]
 struct Cli {
-    /// Log format (logs go to stderr).
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Json, env = "IVORY_LOG_FORMAT")]
-    log_format: LogFormat,
+    /// Log format (logs go to stderr). Default: `json` for `serve` and whenever stderr is not
+    /// a terminal, `text` for the other commands on a terminal.
+    #[arg(long, global = true, value_enum, env = "IVORY_LOG_FORMAT")]
+    log_format: Option<LogFormat>,
     /// Log level or tracing filter (e.g. `info`, `debug`, `ivory_server=debug,info`).
     #[arg(long, global = true, default_value = "info", env = "IVORY_LOG")]
     log_level: String,
@@ -55,6 +56,12 @@ enum Command {
     Audit(cmd::audit::Args),
     /// Check each layer through the Kubernetes API: CRDs, policies, webhook registration, endpoint.
     Doctor(cmd::doctor::Args),
+    /// Print a shell completion script (e.g. `ivory completions bash > /etc/bash_completion.d/ivory`).
+    Completions {
+        /// Shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -66,7 +73,21 @@ enum LogFormat {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = init_tracing(cli.log_format, &cli.log_level) {
+    if let Command::Completions { shell } = cli.command {
+        use clap::CommandFactory as _;
+        clap_complete::generate(shell, &mut Cli::command(), "ivory", &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
+    let format = cli.log_format.unwrap_or_else(|| {
+        // A person at a terminal reads one-shot commands' logs; a server's go to a collector.
+        let person = std::io::stderr().is_terminal() && !matches!(cli.command, Command::Serve(_));
+        if person {
+            LogFormat::Text
+        } else {
+            LogFormat::Json
+        }
+    });
+    if let Err(e) = init_tracing(format, &cli.log_level) {
         eprintln!("error: {e:#}");
         return ExitCode::from(2);
     }
@@ -79,6 +100,7 @@ async fn main() -> ExitCode {
         Command::Apply(args) => cmd::apply::run(args).await,
         Command::Audit(args) => cmd::audit::run(args).await,
         Command::Doctor(args) => cmd::doctor::run(args).await,
+        Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -13,6 +13,7 @@ use super::http::build_client;
 use super::session::Conn;
 use super::{Registry, Target};
 use crate::auth::Credentials;
+use crate::config::is_loopback_host;
 use crate::error::{Error, Result, Site};
 use crate::stats::{Counters, StatusClass};
 
@@ -63,17 +64,23 @@ impl Registry {
         let counters = self.inner.stats.for_host(&t.host);
         let gate = self.gate(&t.host);
         let mut attempts = 0u32;
+        let insecure_tls = creds.allow_insecure || self.inner.config.allow_insecure;
+        let http_allowed = self.plain_http_allowed(&t.host, creds);
+        // The TLS failure that sent this call to plain HTTP: reported if plain HTTP fails
+        // too, since a TLS registry answering plain HTTP with 400 would hide the real cause.
+        let mut tls_error: Option<Error> = None;
         loop {
             attempts += 1;
             let plain = self.is_plain_http(&t.host, creds);
-            let Some(client) = self.http_client(creds.allow_insecure, deadline).await else {
+            let Some(client) = self.http_client(insecure_tls, deadline).await else {
                 counters.error();
                 return Err(site.deadline(budget));
             };
             let conn = Conn {
                 client,
                 scheme: if plain { "http" } else { "https" },
-                insecure: creds.allow_insecure,
+                // Plain HTTP is only ever chosen where it is allowed, credentials included.
+                insecure: insecure_tls || plain,
             };
             let res = self
                 .attempt(
@@ -90,14 +97,22 @@ impl Registry {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            if creds.allow_insecure && !plain && matches!(err, Error::Transport { .. }) {
-                // Kyverno's allowInsecureRegistry: TLS failed, so try plain HTTP once.
+            if http_allowed && !plain && matches!(err, Error::Transport { .. }) {
+                // TLS failed where plain HTTP is allowed (Kyverno's allowInsecureRegistry,
+                // --allow-http-registry, a loopback registry): try plain HTTP once.
+                tracing::debug!(registry = %t.host, error = %err, "TLS failed; trying plain HTTP");
                 self.mark_plain_http(&t.host, true);
+                tls_error = Some(err);
                 continue;
             }
-            if plain && matches!(err, Error::Transport { .. }) {
+            if plain && (tls_error.is_some() || matches!(err, Error::Transport { .. })) {
                 // Plain HTTP failed too: try TLS first again next time (the host may be back).
                 self.mark_plain_http(&t.host, false);
+                if let Some(first) = tls_error.take() {
+                    tracing::debug!(registry = %t.host, error = %err, "plain HTTP failed too");
+                    counters.error();
+                    return Err(first);
+                }
             }
             let Some(status) = err.retry_status() else {
                 counters.error();
@@ -174,8 +189,14 @@ impl Registry {
             .clone()
     }
 
+    /// Whether plain HTTP may be tried for `host` when TLS fails.
+    pub(super) fn plain_http_allowed(&self, host: &str, creds: &Credentials) -> bool {
+        let config = &self.inner.config;
+        creds.allow_insecure || config.allow_insecure || config.allow_http || is_loopback_host(host)
+    }
+
     pub(super) fn is_plain_http(&self, host: &str, creds: &Credentials) -> bool {
-        creds.allow_insecure
+        self.plain_http_allowed(host, creds)
             && self
                 .inner
                 .plain_http

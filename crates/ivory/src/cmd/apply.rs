@@ -1,7 +1,8 @@
 //! `ivory apply --policy FILE… --resource FILE…`: runs the mutating then the validating stage
 //! on each resource exactly as the webhook would (same engine calls, same per-route policy
 //! selection, synthesized `namespaceObject`; the validating stage sees the mutated object),
-//! then prints the patched resource and the decision. Exit 0 when every resource is admitted,
+//! then prints the patched resource and the decision. An AdmissionReview document is run as
+//! the request it carries. Exit 0 when every resource is admitted,
 //! 1 when any is denied, 2 on usage, configuration or registry errors.
 
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use ivory_engine::admission::{
-    AdmissionRequest, GroupVersionKind, GroupVersionResource, Operation, UserInfo,
+    AdmissionRequest, AdmissionReview, GroupVersionKind, GroupVersionResource, Operation, UserInfo,
 };
 use ivory_engine::decision::{Decision, Status};
 use ivory_engine::verifier::ImageVerifier;
@@ -38,7 +39,8 @@ pub struct Args {
     /// Policy file or folder (repeatable).
     #[arg(long = "policy", value_name = "FILE", required = true)]
     policies: Vec<PathBuf>,
-    /// Resource manifest (YAML or JSON, several documents allowed; `-` for stdin; repeatable).
+    /// Resource manifest or AdmissionReview (YAML or JSON, several documents allowed; `-` for
+    /// stdin; repeatable). A review is run as the request it carries.
     #[arg(long = "resource", value_name = "FILE", required = true)]
     resources: Vec<PathBuf>,
     /// Admission operation. UPDATE sends the resource as both object and oldObject.
@@ -136,7 +138,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let verifier = args.registry.verifier()?;
     let mut applied = Vec::new();
     for object in objects {
-        let req = request(object, args.operation, &args.namespace)?;
+        let req = match review_request(&object)? {
+            Some(req) => req,
+            None => request(object, args.operation, &args.namespace)?,
+        };
         applied.push(apply(&verifier, &policies, req, args.timeout).await?);
     }
     print(&applied, args.output)?;
@@ -239,6 +244,23 @@ fn split_documents(text: &str) -> Vec<String> {
         }
     }
     docs
+}
+
+/// The request of an `admission.k8s.io/v1` AdmissionReview document, used as the API server
+/// sent it (operation, namespace, user and all); `None` for any other document.
+fn review_request(document: &Value) -> anyhow::Result<Option<AdmissionRequest>> {
+    if document.get("kind").and_then(Value::as_str) != Some("AdmissionReview") {
+        return Ok(None);
+    }
+    let bytes = serde_json::to_vec(document).context("re-encoding the AdmissionReview")?;
+    let review = AdmissionReview::parse(&bytes).context("AdmissionReview")?;
+    if review.request.object.is_none() {
+        bail!(
+            "AdmissionReview {:?}: request has no object to apply the policies to",
+            review.request.uid
+        );
+    }
+    Ok(Some(review.request))
 }
 
 /// Cluster-scoped kinds an image policy could plausibly name; everything else is namespaced.

@@ -132,13 +132,20 @@ pub struct Checker {
 }
 
 impl Checker {
-    /// Tag → digest; the error names the image and the registry.
+    /// Tag → digest with the credentials of the first policy that matches the image (its
+    /// `allowInsecureRegistry` included), as the webhook's mutating stage resolves it. The
+    /// error is one line naming the registry and the root cause (the image is the caller's).
     pub async fn resolve(&self, image: &str) -> Result<String, String> {
         let deadline = Instant::now() + self.timeout;
+        let credentials = self
+            .policies
+            .iter()
+            .find(|p| ivory_engine::images::matches_image(p, image).unwrap_or(false))
+            .and_then(|p| p.spec.credentials.as_ref());
         self.verifier
-            .resolve_digest(image, None, deadline)
+            .resolve_digest(image, credentials, deadline)
             .await
-            .map_err(|e| format!("resolving the digest: {e}"))
+            .map_err(|e| format!("resolving the digest: {}", e.reason()))
     }
 
     /// Resolves and checks `image`.
@@ -229,7 +236,7 @@ impl Checker {
                 let (result, reason) = match self.verifier.verify(&request, deadline).await {
                     Ok(Verification::Verified { .. }) => ("verified", String::new()),
                     Ok(Verification::NotVerified { reason, .. }) => ("failed", reason),
-                    Err(e) => ("error", e.to_string()),
+                    Err(e) => ("error", e.reason()),
                 };
                 out.push(AttestorOutcome {
                     attestor: name,

@@ -41,6 +41,31 @@ pub struct RegistryOpts {
     /// sooner. Never reused across credential sets.
     #[arg(long, value_name = "DURATION", default_value = TAG_CACHE_TTL, value_parser = duration)]
     pub tag_cache_ttl: Duration,
+    #[command(flatten)]
+    pub insecure: InsecureOpts,
+}
+
+/// Registries without (verified) TLS, with cosign's and crane's flag names. Loopback
+/// registries (`localhost`, `127.0.0.1`, `::1`) get the plain-HTTP fallback without a flag,
+/// as go-containerregistry gives it; a policy's `credentials.allowInsecureRegistry` allows
+/// both for its own images.
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct InsecureOpts {
+    /// Accept any TLS certificate from registries and fall back to plain HTTP when TLS fails.
+    #[arg(long)]
+    pub allow_insecure_registry: bool,
+    /// Fall back to plain HTTP when TLS to a registry fails (certificates are still checked
+    /// when TLS works).
+    #[arg(long)]
+    pub allow_http_registry: bool,
+}
+
+impl InsecureOpts {
+    /// Sets these flags on a registry configuration.
+    pub fn apply(self, config: &mut RegistryConfig) {
+        config.allow_insecure = self.allow_insecure_registry;
+        config.allow_http = self.allow_http_registry;
+    }
 }
 
 /// Default of `--tag-cache-ttl` (as `VerifierConfig::tag_ttl`).
@@ -59,12 +84,14 @@ impl RegistryOpts {
             std::fs::metadata(path)
                 .with_context(|| format!("reading --docker-config {}", path.display()))?;
         }
-        Ok(RegistryConfig {
+        let mut config = RegistryConfig {
             ca_bundle_pem,
             docker_config: self.docker_config.clone(),
             per_registry_concurrency: self.registry_concurrency,
             ..RegistryConfig::default()
-        })
+        };
+        self.insecure.apply(&mut config);
+        Ok(config)
     }
 
     /// The cosign verifier over a registry client built from these flags.
