@@ -11,6 +11,8 @@
 //! * `webhooks`: `ivory webhooks` output.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
 //!   (`cli_util`: running them, pushing fixtures).
+//! * `cli_registries`: every command against a plain-HTTP loopback registry and a self-signed
+//!   one; the one-line error form.
 //! * `util`: process startup, HTTPS clients, review and policy builders.
 
 // Test helpers outside #[test] fns: failing fast is the point.
@@ -19,6 +21,7 @@
 mod advisories;
 mod cli_apply;
 mod cli_audit;
+mod cli_registries;
 mod cli_util;
 mod cli_verify;
 mod memory;
