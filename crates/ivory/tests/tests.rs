@@ -13,6 +13,7 @@
 //!   (`cli_util`: running them, pushing fixtures).
 //! * `cli_registries`: every command against a plain-HTTP loopback registry and a self-signed
 //!   one; the one-line error form.
+//! * `demo`: `scripts/demo.sh` and the story it prints.
 //! * `util`: process startup, HTTPS clients, review and policy builders.
 
 // Test helpers outside #[test] fns: failing fast is the point.
@@ -24,6 +25,7 @@ mod cli_audit;
 mod cli_registries;
 mod cli_util;
 mod cli_verify;
+mod demo;
 mod memory;
 mod serve;
 mod serve_bypass;
