@@ -166,6 +166,7 @@ async fn apply(
         policies,
         Stage::Mutate,
         &req,
+        None,
         Instant::now() + timeout,
     )
     .await;
@@ -181,6 +182,7 @@ async fn apply(
             policies,
             Stage::Validate,
             &req,
+            None,
             Instant::now() + timeout,
         )
         .await

@@ -66,6 +66,8 @@ pub struct PolicyOutcome {
 #[derive(Clone, Debug)]
 pub struct ImageReport {
     pub image: String,
+    /// The namespace it was evaluated in, for cluster Pods' images.
+    pub namespace: Option<String>,
     pub digest: Option<String>,
     pub verdict: Verdict,
     pub policies: Vec<PolicyOutcome>,
@@ -77,6 +79,7 @@ impl ImageReport {
     pub fn error(image: &str, message: String) -> Self {
         Self {
             image: image.to_owned(),
+            namespace: None,
             digest: None,
             verdict: Verdict::Error,
             policies: Vec::new(),
@@ -111,13 +114,17 @@ impl ImageReport {
                 })
             })
             .collect();
-        json!({
+        let mut doc = json!({
             "image": self.image,
             "digest": self.digest,
             "verdict": self.verdict.as_str(),
             "policies": policies,
             "message": self.message,
-        })
+        });
+        if let Some(ns) = &self.namespace {
+            doc["namespace"] = json!(ns);
+        }
+        doc
     }
 }
 
@@ -129,6 +136,8 @@ pub struct Checker {
     pub timeout: Duration,
     /// Namespace of the synthetic Pod.
     pub namespace: String,
+    /// That namespace as the cluster holds it (labels for namespaceSelector), when known.
+    pub namespace_object: Option<Value>,
 }
 
 impl Checker {
@@ -166,6 +175,7 @@ impl Checker {
             &self.policies,
             Stage::Validate,
             &req,
+            self.namespace_object.as_ref(),
             deadline,
         )
         .await;
@@ -188,6 +198,7 @@ impl Checker {
         let (verdict, message) = verdict(&decision, &policies);
         ImageReport {
             image: image.to_owned(),
+            namespace: None,
             digest: Some(digest.to_owned()),
             verdict,
             policies,

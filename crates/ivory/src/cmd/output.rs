@@ -215,6 +215,7 @@ mod tests {
 
     fn report(image: &str, verdict: Verdict, result: &'static str) -> ImageReport {
         ImageReport {
+            namespace: None,
             image: image.into(),
             digest: Some("sha256:aa".into()),
             verdict,

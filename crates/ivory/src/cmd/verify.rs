@@ -52,6 +52,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         policies,
         timeout: args.timeout,
         namespace: args.namespace.clone(),
+        namespace_object: None,
     };
     let mut reports = Vec::with_capacity(args.images.len());
     for image in &args.images {

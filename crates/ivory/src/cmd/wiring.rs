@@ -114,6 +114,28 @@ pub fn verifier_for(config: RegistryConfig, tag_ttl: Duration) -> anyhow::Result
     ))
 }
 
+/// A cosign verifier over an existing registry client (sharing its connections and limits)
+/// that reads with `credentials` (a Pod's pull secrets, say) plus each policy's
+/// `allowInsecureRegistry`.
+pub fn verifier_with_credentials(
+    registry: Registry,
+    tag_ttl: Duration,
+    credentials: ivory_registry::Credentials,
+) -> CosignVerifier {
+    CosignVerifier::new(
+        registry,
+        VerifierConfig {
+            tag_ttl,
+            ..VerifierConfig::default()
+        },
+        Arc::new(move |c: Option<&ivory_policy::types::Credentials>| {
+            credentials
+                .clone()
+                .allow_insecure(c.and_then(|c| c.allow_insecure_registry).unwrap_or(false))
+        }),
+    )
+}
+
 /// clap parser for counts that must be at least 1.
 pub fn positive(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
@@ -165,15 +187,19 @@ pub enum Stage {
 }
 
 /// Runs `stage` for `req` on each route that has policies for it, as the API server would call
-/// ivory's webhooks, and merges the answers (every route must allow).
+/// ivory's webhooks, and merges the answers (every route must allow). `namespace_object` is
+/// the request namespace as the cluster holds it; `None` gives the webhook's minimal form.
 pub async fn run_routes(
     verifier: &dyn ImageVerifier,
     policies: &[Arc<CompiledPolicy>],
     stage: Stage,
     req: &AdmissionRequest,
+    namespace_object: Option<&Value>,
     deadline: Instant,
 ) -> Decision {
-    let ns_object = req.namespace().map(ivory_server::namespace_object);
+    let ns_object = namespace_object
+        .cloned()
+        .or_else(|| req.namespace().map(ivory_server::namespace_object));
     let mut merged = Decision {
         allowed: true,
         ..Decision::default()
