@@ -54,9 +54,12 @@ pub struct Config {
     /// `allowInsecureRegistry` allows for its own images.
     pub allow_insecure: bool,
     /// Plain HTTP for every registry when TLS fails (cosign's `--allow-http-registry`).
-    /// Loopback registries (`localhost`, `127.0.0.0/8`, `::1`) get this fallback always, as
-    /// go-containerregistry gives it: their traffic does not leave the machine.
+    /// Loopback registries get it anyway unless [`Config::plain_http_loopback`] is off.
     pub allow_http: bool,
+    /// The plain-HTTP fallback, credentials included, for loopback registries (`localhost`,
+    /// `127.0.0.0/8`, `::1`), as go-containerregistry gives it: their traffic does not leave
+    /// the machine. On by default.
+    pub plain_http_loopback: bool,
 }
 
 impl Default for Config {
@@ -75,6 +78,7 @@ impl Default for Config {
             referrers_api_ttl: DEFAULT_REFERRERS_API_TTL,
             allow_insecure: false,
             allow_http: false,
+            plain_http_loopback: true,
         }
     }
 }

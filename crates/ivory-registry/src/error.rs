@@ -258,7 +258,7 @@ impl Error {
                 registry,
                 limit,
                 ..
-            } => format!("{what} from {registry} is over the limit of {limit} bytes"),
+            } => format!("{what} from {registry} exceeds the limit of {limit} bytes"),
             Error::ReadBudgetExhausted { registry, .. } => {
                 format!("{registry}: too many large registry answers in flight, try again")
             }

@@ -370,7 +370,7 @@ async fn list_registry(
             ),
             Err(e) => out.push(Err(Box::new(ImageReport::error(
                 &reference,
-                format!("listing the tags: {}", e.summary()),
+                format!("{reference}: listing the tags: {}", e.summary()),
             )))),
         }
         progress.inc(1);

@@ -143,7 +143,7 @@ pub struct Checker {
 impl Checker {
     /// Tag → digest with the credentials of the first policy that matches the image (its
     /// `allowInsecureRegistry` included), as the webhook's mutating stage resolves it. The
-    /// error is one line naming the registry and the root cause (the image is the caller's).
+    /// error is one line: the image, then the registry and the root cause once.
     pub async fn resolve(&self, image: &str) -> Result<String, String> {
         let deadline = Instant::now() + self.timeout;
         let credentials = self
@@ -154,7 +154,7 @@ impl Checker {
         self.verifier
             .resolve_digest(image, credentials, deadline)
             .await
-            .map_err(|e| format!("resolving the digest: {}", e.reason()))
+            .map_err(|e| format!("{image}: {}", e.reason()))
     }
 
     /// Resolves and checks `image`.
