@@ -64,7 +64,7 @@ enum Command {
     },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum LogFormat {
     Json,
     Text,
@@ -79,13 +79,10 @@ async fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let format = cli.log_format.unwrap_or_else(|| {
-        // A person at a terminal reads one-shot commands' logs; a server's go to a collector.
-        let person = std::io::stderr().is_terminal() && !matches!(cli.command, Command::Serve(_));
-        if person {
-            LogFormat::Text
-        } else {
-            LogFormat::Json
-        }
+        default_log_format(
+            matches!(cli.command, Command::Serve(_)),
+            std::io::stderr().is_terminal(),
+        )
     });
     if let Err(e) = init_tracing(format, &cli.log_level) {
         eprintln!("error: {e:#}");
@@ -112,6 +109,16 @@ async fn main() -> ExitCode {
     }
 }
 
+/// A person at a terminal reads a one-shot command's logs; a server's go to a collector, and
+/// so does anything piped.
+fn default_log_format(serve: bool, stderr_is_terminal: bool) -> LogFormat {
+    if stderr_is_terminal && !serve {
+        LogFormat::Text
+    } else {
+        LogFormat::Json
+    }
+}
+
 fn init_tracing(format: LogFormat, level: &str) -> anyhow::Result<()> {
     let filter = EnvFilter::try_new(level)
         .map_err(|e| anyhow::anyhow!("invalid --log-level {level:?}: {e}"))?;
@@ -134,5 +141,14 @@ mod tests {
     fn cli_definition_is_consistent() {
         // Checks every `requires`/`conflicts_with` names a real argument, among others.
         super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn logs_are_text_only_for_one_shot_commands_on_a_terminal() {
+        use super::{LogFormat, default_log_format};
+        assert_eq!(default_log_format(false, true), LogFormat::Text);
+        assert_eq!(default_log_format(true, true), LogFormat::Json);
+        assert_eq!(default_log_format(false, false), LogFormat::Json);
+        assert_eq!(default_log_format(true, false), LogFormat::Json);
     }
 }
