@@ -222,6 +222,7 @@ async fn a_policy_allowing_an_insecure_registry_is_honoured_by_every_command() {
     let s = Setup::start(HarnessOptions::default(), extra).await;
     verify_passes_signed_and_fails_unsigned(&s, &[]).await;
     apply_reviews(&s, &[]).await;
+    audit_registry(&s, &[]).await;
     serve_mutates_then_validates(&s, &[]).await;
 }
 

@@ -166,7 +166,7 @@ async fn audit(
         images.extend(image_lines(&wiring::read_input(path, "--images-from")?));
     }
     for host in &args.registries {
-        let listed = list_registry(args, registry, host, progress).await?;
+        let listed = list_registry(args, registry, &checker.policies, host, progress).await?;
         for r in listed {
             match r {
                 Ok(image) => images.push(image),
@@ -332,10 +332,21 @@ async fn pipeline(
 async fn list_registry(
     args: &Args,
     registry: &Registry,
+    policies: &[Arc<ivory_policy::CompiledPolicy>],
     host: &str,
     progress: &mut Progress,
 ) -> anyhow::Result<Vec<Result<String, Box<ImageReport>>>> {
-    let creds = Credentials::anonymous();
+    // The listing may use plain HTTP or unverified TLS where a policy for this registry's
+    // images allows it, as verifying them will.
+    let insecure = policies.iter().any(|p| {
+        p.spec
+            .credentials
+            .as_ref()
+            .and_then(|c| c.allow_insecure_registry)
+            .unwrap_or(false)
+            && ivory_engine::images::matches_image(p, &format!("{host}/catalog")).unwrap_or(false)
+    });
+    let creds = Credentials::anonymous().allow_insecure(insecure);
     let repos = registry
         .catalog(host, &creds, Instant::now() + args.timeout)
         .await
