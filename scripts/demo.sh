@@ -122,8 +122,10 @@ cache_hits() {
     awk '/^ivory_verify_cache_hits_total\{cache="results"\}/ { print $2 }'
 }
 
-echo "registry  $host (plain HTTP): $signed (signed with fixtures/keys/cosign-p256.pub), $unsigned (not signed)"
-echo "ivory     serve on $addr with policy sample-cosign-key (policies/samples/cosign-key.yaml for $host/ivory/*)"
+echo "registry  $host (Debian's docker-registry, plain HTTP)"
+echo "            $signed  signed with fixtures/keys/cosign-p256.pub"
+echo "            $unsigned  not signed"
+echo "ivory     serve on $addr, policy policies/samples/cosign-key.yaml for $host/ivory/*"
 echo
 echo "Pod web running $signed:"
 mutate demo-1 "$signed"
