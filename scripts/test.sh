@@ -8,6 +8,8 @@ need_pkgs=()
 command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
 command -v htpasswd >/dev/null || need_pkgs+=(apache2-utils)
 command -v openssl >/dev/null || need_pkgs+=(openssl)
+command -v jq >/dev/null || need_pkgs+=(jq)     # scripts/demo.sh, run by a test
+command -v curl >/dev/null || need_pkgs+=(curl)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "installing: ${need_pkgs[*]}"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

@@ -1,14 +1,16 @@
 //! `ivory audit --kubeconfig` against a real kube-apiserver: Pods whose status carries the
 //! image digest (set through the pods/status subresource, as no kubelet runs) or not, images in
-//! a real registry with the signed fixtures, verdicts and namespaced PolicyReports.
+//! a real registry with the signed fixtures, verdicts and namespaced PolicyReports; each Pod
+//! evaluated in its own namespace (namespaceSelector) with its own imagePullSecrets, the cluster
+//! found through KUBECONFIG when --kubeconfig has no file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, ensure};
 use ivory_e2e::{Cluster, create_namespace, run_ivory};
 use ivory_testkit::policy::{VERIFY_SIGNATURES, key_attestor_yaml};
 use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -209,6 +211,155 @@ async fn audit_cluster_pods() -> Result<()> {
     ensure!(
         r["summary"]["pass"] == 1 && r["summary"]["fail"] == 1,
         "report summary:\n{yaml}"
+    );
+    Ok(())
+}
+
+/// Creates a Pod (no status) running `image`, pulling with `pull_secrets`.
+async fn pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    image: &str,
+    pull_secrets: &[&str],
+) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let secrets: Vec<Value> = pull_secrets.iter().map(|s| json!({"name": s})).collect();
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "app", "image": image}], "imagePullSecrets": secrets},
+    }))?;
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .with_context(|| format!("creating Pod {ns}/{name}"))?;
+    Ok(())
+}
+
+/// A `kubernetes.io/dockerconfigjson` Secret `regcred` in `ns` with the login for `host`.
+async fn pull_secret(
+    client: &Client,
+    ns: &str,
+    host: &str,
+    user: &str,
+    password: &str,
+) -> Result<()> {
+    use base64::Engine as _;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    let config = json!({"auths": {host: {"auth": auth}}}).to_string();
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "regcred"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": config},
+    }))?;
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .with_context(|| format!("creating Secret {ns}/regcred"))?;
+    Ok(())
+}
+
+/// Runs `ivory audit --kubeconfig` (no file: found through `KUBECONFIG`, as kubectl does) on
+/// the Pods of `ns`; returns the JSON output.
+async fn audit_namespace(cluster: &Cluster, ns: &str, policy: &Path, ca: &Path) -> Result<Value> {
+    let (code, stdout, stderr) = run_ivory(
+        [
+            "audit".as_ref(),
+            "--policy".as_ref(),
+            policy.as_os_str(),
+            "--registry-ca".as_ref(),
+            ca.as_os_str(),
+            "--namespace".as_ref(),
+            ns.as_ref(),
+            "--output".as_ref(),
+            "json".as_ref(),
+            "--kubeconfig".as_ref(),
+        ],
+        &[("KUBECONFIG", cluster.kubeconfig().as_os_str())],
+    )
+    .await?;
+    ensure!((0..=2).contains(&code), "exit {code}\n{stdout}\n{stderr}");
+    serde_json::from_str(&stdout).with_context(|| format!("stdout: {stdout}\n{stderr}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_evaluates_pods_in_their_namespace_with_their_pull_secrets() -> Result<()> {
+    let cluster = Cluster::shared().await?;
+    let client = cluster.client().await?;
+    let (user, password) = ("puller", "pull-secret-password");
+    let registry = RegistryHarness::start(HarnessOptions::basic(user, password)).await?;
+    let (signed, _) = push(&registry, "sig-p256").await?;
+    let (unsigned, _) = push(&registry, "unsigned").await?;
+    let host = registry.host().to_owned();
+
+    // The policy applies only in namespaces labelled ivory-audit=enforce.
+    let enforced = create_namespace(&client, "e2e-audit-enforced").await?;
+    let label = json!({"metadata": {"labels": {"ivory-audit": "enforce"}}});
+    Api::<Namespace>::all(client.clone())
+        .patch(&enforced, &PatchParams::default(), &Patch::Merge(&label))
+        .await?;
+    let other = create_namespace(&client, "e2e-audit-other").await?;
+    for ns in [&enforced, &other] {
+        pull_secret(&client, ns, &host, user, password).await?;
+    }
+    pod(&client, &enforced, "signed", &signed, &["regcred"]).await?;
+    pod(&client, &enforced, "unsigned", &unsigned, &["regcred"]).await?;
+    pod(
+        &client,
+        &enforced,
+        "no-secret",
+        &format!("{host}/ivory/sig-p256:nosecret"),
+        &[],
+    )
+    .await?;
+    pod(&client, &other, "unsigned", &unsigned, &["regcred"]).await?;
+
+    let dir = tempfile::tempdir()?;
+    let policy = dir.path().join("policy.yaml");
+    let yaml = policy_yaml(&host)?.replace(
+        "  matchConstraints:\n",
+        "  matchConstraints:\n    namespaceSelector:\n      matchLabels:\n        ivory-audit: enforce\n",
+    );
+    std::fs::write(&policy, yaml)?;
+    let ca = dir.path().join("registry-ca.pem");
+    std::fs::write(&ca, registry.ca_pem())?;
+
+    let doc = audit_namespace(cluster, &enforced, &policy, &ca).await?;
+    let signed_entry = entry(&doc, &signed)?;
+    ensure!(
+        signed_entry["verdict"] == "pass" && signed_entry["namespace"] == enforced.as_str(),
+        "signed image read with the Pod's pull secret: {signed_entry}"
+    );
+    let unsigned_entry = entry(&doc, &unsigned)?;
+    ensure!(
+        unsigned_entry["verdict"] == "fail",
+        "unsigned in the enforced namespace: {unsigned_entry}"
+    );
+    let no_secret = entry(&doc, &format!("{host}/ivory/sig-p256:nosecret"))?;
+    ensure!(
+        no_secret["verdict"] == "error"
+            && no_secret["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("HTTP 401"),
+        "without a pull secret the registry refuses: {no_secret}"
+    );
+
+    // The same unsigned image in a namespace outside the policy's namespaceSelector: no
+    // policy result at all (audit reports such images as not covered).
+    let doc = audit_namespace(cluster, &other, &policy, &ca).await?;
+    let outside = entry(&doc, &unsigned)?;
+    ensure!(
+        outside["namespace"] == other.as_str()
+            && outside["policies"] == json!([])
+            && outside["message"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("no policy applies"),
+        "outside the namespaceSelector the policy does not apply: {outside}"
     );
     Ok(())
 }

@@ -440,7 +440,7 @@ fn evaluate_plan(
 }
 
 fn resolve_failure(image: &str, e: &VerifyError) -> String {
-    format!("failed to resolve digest for image {image}: {e}")
+    format!("failed to resolve digest for image {image}: {}", e.reason())
 }
 
 #[cfg(test)]

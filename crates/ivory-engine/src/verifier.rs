@@ -190,40 +190,36 @@ impl VerifyError {
     }
 }
 
-impl fmt::Display for VerifyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl VerifyError {
+    /// The failure without the image, for messages that name the image already: the
+    /// registry and the root cause, once.
+    pub fn reason(&self) -> String {
         match self {
             Self::DeadlineExceeded {
-                image,
                 registry,
                 operation,
                 budget_ms,
-            } => write!(
-                f,
-                "time budget of {budget_ms}ms exhausted while {operation} for image {image} at registry {registry}"
+                ..
+            } => format!(
+                "time budget of {budget_ms}ms exhausted while {operation} at registry {registry}"
             ),
-            Self::Unavailable {
-                image,
-                registry,
-                message,
-            } => write!(f, "registry {registry} failed for image {image}: {message}"),
-            Self::NotFound {
-                image,
-                registry,
-                message,
-            } => write!(
-                f,
-                "image {image} not found at registry {registry}: {message}"
-            ),
-            Self::Hostile {
-                image,
-                registry,
-                message,
-            } => write!(
-                f,
-                "registry {registry} sent an unacceptable answer for image {image}: {message}"
-            ),
+            Self::Unavailable { message, .. }
+            | Self::NotFound { message, .. }
+            | Self::Hostile { message, .. } => message.clone(),
         }
+    }
+}
+
+/// `<image>: <reason>`, one line.
+impl fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let image = match self {
+            Self::DeadlineExceeded { image, .. }
+            | Self::Unavailable { image, .. }
+            | Self::NotFound { image, .. }
+            | Self::Hostile { image, .. } => image,
+        };
+        write!(f, "{image}: {}", self.reason())
     }
 }
 

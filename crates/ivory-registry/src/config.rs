@@ -49,6 +49,17 @@ pub struct Config {
     /// How long a learnt "this host has (no) referrers API" is reused before probing again,
     /// so an upgraded registry is rediscovered.
     pub referrers_api_ttl: Duration,
+    /// TLS without certificate verification, with plain HTTP as the fallback, for every
+    /// registry (cosign's `--allow-insecure-registry`); what a policy's
+    /// `allowInsecureRegistry` allows for its own images.
+    pub allow_insecure: bool,
+    /// Plain HTTP for every registry when TLS fails (cosign's `--allow-http-registry`).
+    /// Loopback registries get it anyway unless [`Config::plain_http_loopback`] is off.
+    pub allow_http: bool,
+    /// The plain-HTTP fallback, credentials included, for loopback registries (`localhost`,
+    /// `127.0.0.0/8`, `::1`), as go-containerregistry gives it: their traffic does not leave
+    /// the machine. On by default.
+    pub plain_http_loopback: bool,
 }
 
 impl Default for Config {
@@ -65,6 +76,50 @@ impl Default for Config {
             page_size: DEFAULT_PAGE_SIZE,
             max_pages: DEFAULT_MAX_PAGES,
             referrers_api_ttl: DEFAULT_REFERRERS_API_TTL,
+            allow_insecure: false,
+            allow_http: false,
+            plain_http_loopback: true,
+        }
+    }
+}
+
+/// True for `localhost`, `127.0.0.0/8` and `::1` registry hosts, with or without a port.
+pub fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(rest),
+        None if host.matches(':').count() > 1 => host,
+        None => host.split(':').next().unwrap_or(host),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback_host;
+
+    #[test]
+    fn loopback_hosts_are_recognised_with_and_without_ports() {
+        for host in [
+            "localhost",
+            "localhost:5000",
+            "127.0.0.1:5000",
+            "127.1.2.3",
+            "[::1]:5000",
+            "::1",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "registry.example:5000",
+            "10.0.0.1:5000",
+            "localhost.example",
+            "[::2]:5000",
+            "index.docker.io",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
         }
     }
 }

@@ -223,6 +223,159 @@ impl Error {
     }
 }
 
+impl Error {
+    /// One line for a person, without the image (the caller names it once): what failed,
+    /// on which registry, and the root cause once, e.g. `cannot reach index.docker.io (DNS
+    /// lookup failed)`. `Display` keeps the full form for logs.
+    pub fn summary(&self) -> String {
+        match self {
+            Error::DeadlineExceeded {
+                op,
+                registry,
+                budget,
+                ..
+            } => format!(
+                "{registry} did not answer in time ({} within {budget:?})",
+                what(op)
+            ),
+            Error::NotFound {
+                op,
+                registry,
+                status,
+                ..
+            } => format!("{} not found on {registry} (HTTP {status})", what(op)),
+            Error::Unauthorized {
+                op,
+                registry,
+                status,
+                ..
+            } => format!(
+                "{registry} refused access to the {} (HTTP {status}: missing or wrong credentials)",
+                what(op)
+            ),
+            Error::TooLarge {
+                what,
+                registry,
+                limit,
+                ..
+            } => format!("{what} from {registry} exceeds the limit of {limit} bytes"),
+            Error::ReadBudgetExhausted { registry, .. } => {
+                format!("{registry}: too many large registry answers in flight, try again")
+            }
+            Error::Throttled {
+                registry,
+                status,
+                attempts,
+                ..
+            } => format!(
+                "{registry} throttled or was unavailable (HTTP {status}) after {attempts} attempt(s)"
+            ),
+            Error::Server {
+                op,
+                registry,
+                status,
+                ..
+            } => format!(
+                "{registry} failed to serve the {} ({})",
+                what(op),
+                http(*status)
+            ),
+            Error::Transport {
+                registry, detail, ..
+            } => format!("cannot reach {registry} ({})", root_cause(detail)),
+            Error::RedirectRefused {
+                registry, reason, ..
+            } => format!("{registry} redirected where ivory does not follow ({reason})"),
+            Error::TokenRealmRefused {
+                registry, reason, ..
+            } => format!("{registry} names a token realm that ivory refuses ({reason})"),
+            Error::InvalidReference { detail, .. } => format!("invalid image reference ({detail})"),
+            Error::InvalidManifest {
+                registry, detail, ..
+            } => format!("invalid manifest from {registry} ({detail})"),
+            Error::InvalidDigest {
+                registry,
+                field,
+                problem,
+                ..
+            } => format!("{registry} sent an invalid digest in {field} ({problem})"),
+            Error::DigestMismatch {
+                registry,
+                expected,
+                actual,
+                ..
+            } => format!(
+                "content from {registry} does not match its digest {expected} (got {actual})"
+            ),
+            Error::Rejected {
+                op,
+                registry,
+                detail,
+                ..
+            } => format!("{registry} rejected the {} request ({detail})", what(op)),
+            Error::InvalidCredentials { .. } | Error::Config { .. } => self.to_string(),
+        }
+    }
+}
+
+/// What an operation was after, in words.
+fn what(op: &str) -> &'static str {
+    match op {
+        "resolve_digest" => "tag",
+        "fetch_manifest" => "manifest",
+        "fetch_blob" => "blob",
+        "referrers" => "referrers",
+        "list_tags" => "tag list",
+        "catalog" => "catalog",
+        _ => "content",
+    }
+}
+
+/// The root cause of a transport failure in a few words: the HTTP/TLS stack's chain names
+/// every layer ("error sending request: client error (Connect): dns error: …").
+pub fn root_cause(detail: &str) -> String {
+    let lower = detail.to_ascii_lowercase();
+    let known = [
+        ("dns error", "DNS lookup failed"),
+        ("failed to lookup address", "DNS lookup failed"),
+        ("connection refused", "connection refused"),
+        (
+            "unknownissuer",
+            "TLS certificate signed by an unknown authority",
+        ),
+        (
+            "notvalidforname",
+            "TLS certificate not valid for this host name",
+        ),
+        ("expired", "TLS certificate expired"),
+        (
+            "invalidcontenttype",
+            "TLS handshake failed: the registry may serve plain HTTP",
+        ),
+        (
+            "corrupt message",
+            "TLS handshake failed: the registry may serve plain HTTP",
+        ),
+        ("invalid peer certificate", "TLS certificate rejected"),
+        ("timed out", "connection timed out"),
+        ("connection reset", "connection reset"),
+        ("network is unreachable", "network unreachable"),
+        ("no route to host", "no route to host"),
+        ("connection closed", "connection closed by the registry"),
+        ("broken pipe", "connection closed by the registry"),
+    ];
+    if let Some((_, cause)) = known.iter().find(|(needle, _)| lower.contains(needle)) {
+        return (*cause).to_owned();
+    }
+    // Unknown: the innermost layer of the chain, which is where the cause is.
+    detail
+        .rsplit(": ")
+        .next()
+        .unwrap_or(detail)
+        .trim()
+        .to_owned()
+}
+
 /// Where an error happened, used to fill in the error's names.
 #[derive(Clone, Copy)]
 pub(crate) struct Site<'a> {
@@ -491,6 +644,48 @@ mod tests {
             "{msg}"
         );
         assert!(!err.is_transient());
+    }
+
+    #[test]
+    fn summaries_are_one_line_with_the_root_cause_once_and_no_image() {
+        let dns = Error::Transport {
+            op: "resolve_digest",
+            image: "docker.io/busybox:1.36".into(),
+            registry: "index.docker.io".into(),
+            detail: "error sending request: client error (Connect): dns error: failed to lookup \
+                     address information: Temporary failure in name resolution"
+                .into(),
+        };
+        assert_eq!(
+            dns.summary(),
+            "cannot reach index.docker.io (DNS lookup failed)"
+        );
+        let tls = Error::Transport {
+            op: "fetch_manifest",
+            image: "127.0.0.1:5000/a:1".into(),
+            registry: "127.0.0.1:5000".into(),
+            detail: "error sending request: client error (Connect): invalid peer certificate: UnknownIssuer".into(),
+        };
+        assert_eq!(
+            tls.summary(),
+            "cannot reach 127.0.0.1:5000 (TLS certificate signed by an unknown authority)"
+        );
+        assert_eq!(
+            site().by_status(404, "").summary(),
+            "manifest not found on r.example (HTTP 404)"
+        );
+        for code in [401, 403, 404, 418, 429, 500, 503] {
+            let line = site().by_status(code, "SECRET").summary();
+            assert!(
+                !line.contains('\n') && !line.contains("r.example/app:1"),
+                "{line}"
+            );
+            assert!(
+                !line.contains("SECRET") && line.contains("r.example"),
+                "{line}"
+            );
+        }
+        assert_eq!(root_cause("a: b: something new"), "something new");
     }
 
     #[test]

@@ -269,7 +269,13 @@ async fn redirect_loops_are_cut_after_a_few_hops() {
 #[tokio::test]
 async fn credentials_never_travel_over_plain_http_without_allow_insecure() {
     let h = hostile(HostileAuth::Basic).await;
-    let r = Registry::new(Config::default()).unwrap();
+    // Loopback (where test servers live) gets the plain-HTTP fallback by default; off, the
+    // host stands for any other.
+    let r = Registry::new(Config {
+        plain_http_loopback: false,
+        ..Config::default()
+    })
+    .unwrap();
     let creds = Credentials::anonymous().with_basic(&h.host(), "alice", "s3cret");
     let err = r
         .resolve_digest(&format!("{}/good:latest", h.host()), &creds, ok_deadline())

@@ -33,13 +33,78 @@ async fn missing_ca_is_a_clear_tls_error_and_insecure_skips_verification() {
 }
 
 #[tokio::test]
+async fn plain_http_on_loopback_by_default_and_with_allow_http() {
+    let h = RegistryHarness::start(HarnessOptions::plain_http())
+        .await
+        .unwrap();
+    let img = push_simple(&h, "app", "v1", "plain").await;
+    let image = format!("{}/app:v1", h.host());
+    let anonymous = Credentials::anonymous();
+    let r = Registry::new(Config::default()).unwrap();
+    let d = r
+        .resolve_digest(&image, &anonymous, ok_deadline())
+        .await
+        .unwrap();
+    assert_eq!(d, img.manifest.digest);
+    let r = Registry::new(Config {
+        plain_http_loopback: false,
+        allow_http: true,
+        ..Config::default()
+    })
+    .unwrap();
+    let d = r
+        .resolve_digest(&image, &anonymous, ok_deadline())
+        .await
+        .unwrap();
+    assert_eq!(d, img.manifest.digest);
+}
+
+#[tokio::test]
+async fn a_self_signed_registry_is_reached_with_allow_insecure_and_its_tls_error_kept_otherwise() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let img = push_simple(&h, "app", "v1", "tls").await;
+    let image = format!("{}/app:v1", h.host());
+    let anonymous = Credentials::anonymous();
+    // Plain HTTP is tried (loopback) and answered with 400 by the TLS server: the TLS
+    // failure is the cause reported.
+    let err = Registry::new(Config::default())
+        .unwrap()
+        .resolve_digest(&image, &anonymous, ok_deadline())
+        .await
+        .unwrap_err();
+    assert!(
+        err.summary()
+            .ends_with("(TLS certificate signed by an unknown authority)"),
+        "{err}"
+    );
+    let r = Registry::new(Config {
+        allow_insecure: true,
+        ..Config::default()
+    })
+    .unwrap();
+    let d = r
+        .resolve_digest(&image, &anonymous, ok_deadline())
+        .await
+        .unwrap();
+    assert_eq!(d, img.manifest.digest);
+}
+
+#[tokio::test]
 async fn plain_http_only_with_allow_insecure() {
     let h = RegistryHarness::start(HarnessOptions::plain_http())
         .await
         .unwrap();
     let img = push_simple(&h, "app", "v1", "plain").await;
     let image = format!("{}/app:v1", h.host());
-    let r = Registry::new(Config::default()).unwrap();
+    // Test registries can only live on loopback, which gets the fallback by default (see
+    // `plain_http_on_loopback_by_default_and_with_allow_http`); off, it stands for any host.
+    let r = Registry::new(Config {
+        plain_http_loopback: false,
+        ..Config::default()
+    })
+    .unwrap();
 
     let err = r
         .resolve_digest(&image, &Credentials::anonymous(), ok_deadline())

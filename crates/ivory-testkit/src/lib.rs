@@ -6,6 +6,8 @@
 //! - [`OciLayout`] / [`write_simple_image`] and [`Harness::push_oci_layout`]: fixtures.
 //! - [`FaultServer`], [`HungRegistry`], [`refused_host`]: faults on demand.
 //! - [`HostileServer`], [`CaptureServer`]: registries that attack their clients.
+//! - The `ivory-testkit-registry` binary: the harness registry with OCI layouts pushed, kept
+//!   running for `scripts/demo.sh` and people trying ivory by hand.
 
 pub use error::{Error, Result};
 pub use fault::{DEEP_LEVELS, FaultOptions, FaultServer, HungRegistry, refused_host};

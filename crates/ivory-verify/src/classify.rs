@@ -29,7 +29,9 @@ pub(crate) fn map_error(
             budget_ms,
         };
     }
-    let message = e.to_string();
+    // People read the one-line summary; the full chain goes to the debug log.
+    tracing::debug!(%image, operation, error = %e, "registry call failed");
+    let message = e.summary();
     let (image, registry) = (image.to_owned(), registry.clone());
     match e {
         E::NotFound { .. } => VerifyError::NotFound {

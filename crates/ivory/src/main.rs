@@ -31,9 +31,10 @@ mod cmd {
 #[derive(Parser)]
 #[command(name = "ivory", version, about, propagate_version = true)]
 struct Cli {
-    /// Log format (logs go to stderr).
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Json, env = "IVORY_LOG_FORMAT")]
-    log_format: LogFormat,
+    /// Log format (logs go to stderr). Default: `json` for `serve` and whenever stderr is not
+    /// a terminal, `text` for the other commands on a terminal.
+    #[arg(long, global = true, value_enum, env = "IVORY_LOG_FORMAT")]
+    log_format: Option<LogFormat>,
     /// Log level or tracing filter (e.g. `info`, `debug`, `ivory_server=debug,info`).
     #[arg(long, global = true, default_value = "info", env = "IVORY_LOG")]
     log_level: String,
@@ -55,9 +56,15 @@ enum Command {
     Audit(cmd::audit::Args),
     /// Check each layer through the Kubernetes API: CRDs, policies, webhook registration, endpoint.
     Doctor(cmd::doctor::Args),
+    /// Print a shell completion script (e.g. `ivory completions bash > /etc/bash_completion.d/ivory`).
+    Completions {
+        /// Shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum LogFormat {
     Json,
     Text,
@@ -66,7 +73,18 @@ enum LogFormat {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = init_tracing(cli.log_format, &cli.log_level) {
+    if let Command::Completions { shell } = cli.command {
+        use clap::CommandFactory as _;
+        clap_complete::generate(shell, &mut Cli::command(), "ivory", &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
+    let format = cli.log_format.unwrap_or_else(|| {
+        default_log_format(
+            matches!(cli.command, Command::Serve(_)),
+            std::io::stderr().is_terminal(),
+        )
+    });
+    if let Err(e) = init_tracing(format, &cli.log_level) {
         eprintln!("error: {e:#}");
         return ExitCode::from(2);
     }
@@ -79,6 +97,7 @@ async fn main() -> ExitCode {
         Command::Apply(args) => cmd::apply::run(args).await,
         Command::Audit(args) => cmd::audit::run(args).await,
         Command::Doctor(args) => cmd::doctor::run(args).await,
+        Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
@@ -87,6 +106,16 @@ async fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// A person at a terminal reads a one-shot command's logs; a server's go to a collector, and
+/// so does anything piped.
+fn default_log_format(serve: bool, stderr_is_terminal: bool) -> LogFormat {
+    if stderr_is_terminal && !serve {
+        LogFormat::Text
+    } else {
+        LogFormat::Json
     }
 }
 
@@ -112,5 +141,14 @@ mod tests {
     fn cli_definition_is_consistent() {
         // Checks every `requires`/`conflicts_with` names a real argument, among others.
         super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn logs_are_text_only_for_one_shot_commands_on_a_terminal() {
+        use super::{LogFormat, default_log_format};
+        assert_eq!(default_log_format(false, true), LogFormat::Text);
+        assert_eq!(default_log_format(true, true), LogFormat::Json);
+        assert_eq!(default_log_format(false, false), LogFormat::Json);
+        assert_eq!(default_log_format(true, false), LogFormat::Json);
     }
 }

@@ -13,6 +13,10 @@
 //! * `webhooks`: `ivory webhooks` output.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
 //!   (`cli_util`: running them, pushing fixtures).
+//! * `cli_completions`: `ivory completions bash|zsh|fish`.
+//! * `cli_registries`: every command against a plain-HTTP loopback registry and a self-signed
+//!   one; the one-line error form.
+//! * `demo`: `scripts/demo.sh` and the story it prints.
 //! * `util`: process startup, HTTPS clients, review and policy builders.
 
 // Test helpers outside #[test] fns: failing fast is the point.
@@ -21,9 +25,12 @@
 mod advisories;
 mod cli_apply;
 mod cli_audit;
+mod cli_completions;
 mod cli_exceptions;
+mod cli_registries;
 mod cli_util;
 mod cli_verify;
+mod demo;
 mod memory;
 mod serve;
 mod serve_bypass;

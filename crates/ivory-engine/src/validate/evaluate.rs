@@ -183,7 +183,8 @@ fn check_digests(
                 return decided(
                     Status::Fail,
                     format!(
-                        "image {image} does not have a digest and its tag could not be resolved: {err}"
+                        "image {image} does not have a digest and its tag could not be resolved: {}",
+                        err.reason()
                     ),
                 );
             }
@@ -204,7 +205,8 @@ fn check_digests(
                     policy,
                     Status::Error,
                     format!(
-                        "image {image} does not have a digest and its tag could not be resolved: {err}"
+                        "image {image} does not have a digest and its tag could not be resolved: {}",
+                        err.reason()
                     ),
                     matched.to_vec(),
                 ));
@@ -212,7 +214,8 @@ fn check_digests(
                 return Err(Box::new(evaluated));
             }
             FailurePolicy::Ignore => notes.skipped.push(format!(
-                "digest check skipped for image {image}: {err} (failurePolicy Ignore)"
+                "digest check skipped for image {image}: {} (failurePolicy Ignore)",
+                err.reason()
             )),
         }
     }

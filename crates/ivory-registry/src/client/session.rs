@@ -185,7 +185,7 @@ impl Registry {
             .probes
             .try_get_with(conn.origin(&t.host), probe)
             .await
-            .map_err(|e| clone_error(&e))
+            .map_err(|e| clone_error(&e, site))
     }
 
     async fn probe(
@@ -348,99 +348,51 @@ fn basic(user: &str, password: &str) -> String {
     )
 }
 
-/// moka shares one error among the callers that waited on a failed init; rebuild it.
-fn clone_error(e: &Error) -> Error {
+/// moka shares one error among the callers that waited on a failed probe; rebuild it for
+/// `site`, this caller's operation and image (the probe may have run for another image).
+fn clone_error(e: &Error, site: Site<'_>) -> Error {
+    let (op, image, registry) = (site.op, site.image.to_owned(), site.registry.to_owned());
     match e {
-        Error::DeadlineExceeded {
+        Error::DeadlineExceeded { budget, .. } => site.deadline(*budget),
+        Error::Transport { detail, .. } => Error::Transport {
             op,
             image,
             registry,
-            budget,
-        } => Error::DeadlineExceeded {
-            op,
-            image: image.clone(),
-            registry: registry.clone(),
-            budget: *budget,
-        },
-        Error::Transport {
-            op,
-            image,
-            registry,
-            detail,
-        } => Error::Transport {
-            op,
-            image: image.clone(),
-            registry: registry.clone(),
             detail: detail.clone(),
         },
-        Error::NotFound {
+        Error::NotFound { status, .. } => Error::NotFound {
             op,
             image,
             registry,
-            status,
-        } => Error::NotFound {
-            op,
-            image: image.clone(),
-            registry: registry.clone(),
             status: *status,
         },
-        Error::Server {
+        Error::Server { status, .. } => Error::Server {
             op,
             image,
             registry,
-            status,
-        } => Error::Server {
-            op,
-            image: image.clone(),
-            registry: registry.clone(),
             status: *status,
         },
         Error::Throttled {
+            status, attempts, ..
+        } => Error::Throttled {
             image,
             registry,
-            status,
-            attempts,
-        } => Error::Throttled {
-            image: image.clone(),
-            registry: registry.clone(),
             status: *status,
             attempts: *attempts,
         },
-        Error::RedirectRefused {
+        Error::RedirectRefused { reason, .. } => Error::RedirectRefused {
             op,
             image,
             registry,
             reason,
-        } => Error::RedirectRefused {
-            op,
-            image: image.clone(),
-            registry: registry.clone(),
-            reason,
         },
-        Error::Unauthorized {
+        Error::Unauthorized { status, .. } => Error::Unauthorized {
             op,
             image,
             registry,
-            status,
-        } => Error::Unauthorized {
-            op,
-            image: image.clone(),
-            registry: registry.clone(),
             status: *status,
         },
-        Error::Rejected {
-            op,
-            image,
-            registry,
-            status,
-            detail,
-        } => Error::Rejected {
-            op,
-            image: image.clone(),
-            registry: registry.clone(),
-            status: *status,
-            detail: detail.clone(),
-        },
+        Error::Rejected { status, detail, .. } => site.rejected(*status, detail.clone()),
         // The probe produces none of the others; their messages are ivory's own.
         other => Error::Config {
             detail: other.to_string(),
@@ -451,6 +403,32 @@ fn clone_error(e: &Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shared_probe_failure_names_each_callers_image() {
+        let first = Site {
+            op: "resolve_digest",
+            image: "127.0.0.1:1/a:1",
+            registry: "127.0.0.1:1",
+        };
+        let second = Site {
+            op: "fetch_manifest",
+            image: "127.0.0.1:1/b:2",
+            registry: "127.0.0.1:1",
+        };
+        let shared = Error::Transport {
+            op: first.op,
+            image: first.image.into(),
+            registry: first.registry.into(),
+            detail: "connection refused".into(),
+        };
+        let msg = clone_error(&shared, second).to_string();
+        assert!(
+            msg.contains("127.0.0.1:1/b:2") && msg.contains("fetch_manifest"),
+            "{msg}"
+        );
+        assert!(!msg.contains("127.0.0.1:1/a:1"), "{msg}");
+    }
 
     #[test]
     fn bearer_challenges_are_parsed_and_anything_else_is_basic() {

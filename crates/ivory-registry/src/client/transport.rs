@@ -13,6 +13,7 @@ use super::http::build_client;
 use super::session::Conn;
 use super::{Registry, Target};
 use crate::auth::Credentials;
+use crate::config::is_loopback_host;
 use crate::error::{Error, Result, Site};
 use crate::stats::{Counters, StatusClass};
 
@@ -63,17 +64,25 @@ impl Registry {
         let counters = self.inner.stats.for_host(&t.host);
         let gate = self.gate(&t.host);
         let mut attempts = 0u32;
+        let insecure_tls = creds.allow_insecure || self.inner.config.allow_insecure;
+        let http_allowed = self.plain_http_allowed(&t.host, creds);
+        // The TLS failure that sent this call to plain HTTP: reported if plain HTTP fails
+        // too, since a TLS registry answering plain HTTP with 400 would hide the real cause.
+        let mut tls_error: Option<Error> = None;
         loop {
             attempts += 1;
-            let plain = self.is_plain_http(&t.host, creds);
-            let Some(client) = self.http_client(creds.allow_insecure, deadline).await else {
+            // A host is remembered as plain HTTP only once plain HTTP worked, so concurrent
+            // calls each try TLS first until then.
+            let plain = tls_error.is_some() || self.is_plain_http(&t.host, creds);
+            let Some(client) = self.http_client(insecure_tls, deadline).await else {
                 counters.error();
                 return Err(site.deadline(budget));
             };
             let conn = Conn {
                 client,
                 scheme: if plain { "http" } else { "https" },
-                insecure: creds.allow_insecure,
+                // Plain HTTP is only ever chosen where it is allowed, credentials included.
+                insecure: insecure_tls || plain,
             };
             let res = self
                 .attempt(
@@ -87,16 +96,36 @@ impl Registry {
                 )
                 .await;
             let err = match res {
-                Ok(v) => return Ok(v),
+                Ok(v) => {
+                    if tls_error.is_some() {
+                        self.mark_plain_http(&t.host, true);
+                    }
+                    return Ok(v);
+                }
                 Err(e) => e,
             };
-            if creds.allow_insecure && !plain && matches!(err, Error::Transport { .. }) {
-                // Kyverno's allowInsecureRegistry: TLS failed, so try plain HTTP once.
-                self.mark_plain_http(&t.host, true);
+            if http_allowed && !plain && matches!(err, Error::Transport { .. }) {
+                // TLS failed where plain HTTP is allowed (Kyverno's allowInsecureRegistry,
+                // --allow-http-registry, a loopback registry): try plain HTTP once.
+                tracing::debug!(registry = %t.host, error = %err, "TLS failed; trying plain HTTP");
+                tls_error = Some(err);
                 continue;
             }
+            if tls_error
+                .as_ref()
+                .is_some_and(|tls| speaks_no_plain_http(tls, &err))
+            {
+                tracing::debug!(registry = %t.host, error = %err, "plain HTTP failed too");
+                counters.error();
+                return Err(tls_error.take().unwrap_or(err));
+            }
+            if tls_error.is_some() && err.retry_status().is_none() {
+                // The host answered over plain HTTP: it is a plain-HTTP registry, and this
+                // answer is the one to report.
+                self.mark_plain_http(&t.host, true);
+            }
             if plain && matches!(err, Error::Transport { .. }) {
-                // Plain HTTP failed too: try TLS first again next time (the host may be back).
+                // A remembered plain-HTTP host failed: try TLS first again next time.
                 self.mark_plain_http(&t.host, false);
             }
             let Some(status) = err.retry_status() else {
@@ -174,8 +203,17 @@ impl Registry {
             .clone()
     }
 
-    pub(super) fn is_plain_http(&self, host: &str, creds: &Credentials) -> bool {
+    /// Whether plain HTTP may be tried for `host` when TLS fails.
+    pub(super) fn plain_http_allowed(&self, host: &str, creds: &Credentials) -> bool {
+        let config = &self.inner.config;
         creds.allow_insecure
+            || config.allow_insecure
+            || config.allow_http
+            || (config.plain_http_loopback && is_loopback_host(host))
+    }
+
+    pub(super) fn is_plain_http(&self, host: &str, creds: &Credentials) -> bool {
+        self.plain_http_allowed(host, creds)
             && self
                 .inner
                 .plain_http
@@ -227,6 +265,25 @@ impl Registry {
             }
             Err(_) => None,
         }
+    }
+}
+
+/// Whether the plain-HTTP attempt `plain`, made after `tls` failed, shows that the host does
+/// not speak plain HTTP: no connection, or the 400 a TLS server answers to plain HTTP (when
+/// the TLS failure itself came from a TLS server, not from a plain one).
+fn speaks_no_plain_http(tls: &Error, plain: &Error) -> bool {
+    let tls_server = match tls {
+        Error::Transport { detail, .. } => {
+            !(detail.contains("InvalidContentType") || detail.contains("corrupt message"))
+        }
+        _ => false,
+    };
+    match plain {
+        Error::Transport { .. } => true,
+        Error::Rejected {
+            status: Some(400), ..
+        } => tls_server,
+        _ => false,
     }
 }
 

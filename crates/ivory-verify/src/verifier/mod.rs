@@ -186,10 +186,8 @@ impl CosignVerifier {
         if let Some(reference) = self.inner.references.get(image) {
             return Ok(reference);
         }
-        let reference: Arc<Reference> = Arc::new(
-            parse_reference(image)
-                .map_err(|e| unavailable(image, "", format!("invalid image reference: {e}")))?,
-        );
+        let reference: Arc<Reference> =
+            Arc::new(parse_reference(image).map_err(|e| unavailable(image, "", e.summary()))?);
         self.inner
             .references
             .insert(image.to_owned(), Arc::clone(&reference));

@@ -1,7 +1,8 @@
 //! `ivory apply --policy FILE… --resource FILE…`: runs the mutating then the validating stage
 //! on each resource exactly as the webhook would (same engine calls, same per-route policy
 //! selection, synthesized `namespaceObject`; the validating stage sees the mutated object),
-//! then prints the patched resource and the decision. Exit 0 when every resource is admitted,
+//! then prints the patched resource and the decision. An AdmissionReview document is run as
+//! the request it carries. Exit 0 when every resource is admitted,
 //! 1 when any is denied, 2 on usage, configuration or registry errors.
 
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use ivory_engine::admission::{
-    AdmissionRequest, GroupVersionKind, GroupVersionResource, Operation, UserInfo,
+    AdmissionRequest, AdmissionReview, GroupVersionKind, GroupVersionResource, Operation, UserInfo,
 };
 use ivory_engine::decision::{Decision, Status};
 use ivory_engine::exceptions::Exceptions;
@@ -43,7 +44,8 @@ pub struct Args {
     /// resources their conditions select (as Kyverno's CLI `--exception`).
     #[arg(long = "exception", value_name = "FILE")]
     exceptions: Vec<PathBuf>,
-    /// Resource manifest (YAML or JSON, several documents allowed; `-` for stdin; repeatable).
+    /// Resource manifest or AdmissionReview (YAML or JSON, several documents allowed; `-` for
+    /// stdin; repeatable). A review is run as the request it carries.
     #[arg(long = "resource", value_name = "FILE", required = true)]
     resources: Vec<PathBuf>,
     /// Admission operation. UPDATE sends the resource as both object and oldObject.
@@ -142,7 +144,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let verifier = args.registry.verifier()?;
     let mut applied = Vec::new();
     for object in objects {
-        let req = request(object, args.operation, &args.namespace)?;
+        let req = match review_request(&object)? {
+            Some(req) => req,
+            None => request(object, args.operation, &args.namespace)?,
+        };
         applied.push(apply(&verifier, &policies, exceptions.as_ref(), req, args.timeout).await?);
     }
     print(&applied, args.output)?;
@@ -169,6 +174,7 @@ async fn apply(
         exceptions,
         Stage::Mutate,
         &req,
+        None,
         Instant::now() + timeout,
     )
     .await;
@@ -185,6 +191,7 @@ async fn apply(
             exceptions,
             Stage::Validate,
             &req,
+            None,
             Instant::now() + timeout,
         )
         .await
@@ -248,6 +255,23 @@ fn split_documents(text: &str) -> Vec<String> {
         }
     }
     docs
+}
+
+/// The request of an `admission.k8s.io/v1` AdmissionReview document, used as the API server
+/// sent it (operation, namespace, user and all); `None` for any other document.
+fn review_request(document: &Value) -> anyhow::Result<Option<AdmissionRequest>> {
+    if document.get("kind").and_then(Value::as_str) != Some("AdmissionReview") {
+        return Ok(None);
+    }
+    let bytes = serde_json::to_vec(document).context("re-encoding the AdmissionReview")?;
+    let review = AdmissionReview::parse(&bytes).context("AdmissionReview")?;
+    if review.request.object.is_none() {
+        bail!(
+            "AdmissionReview {:?}: request has no object to apply the policies to",
+            review.request.uid
+        );
+    }
+    Ok(Some(review.request))
 }
 
 /// Cluster-scoped kinds an image policy could plausibly name; everything else is namespaced.

@@ -7,8 +7,11 @@
 //! * Dedup: tags are resolved first and each distinct `repository@digest` is verified once
 //!   (signatures live beside the image in its repository, so the repository is part of the
 //!   key); every tag of it gets that verdict.
-//! * Cluster Pods (`--kubeconfig`): each container's status `imageID` digest, else its spec
-//!   image; `--policy-report` then holds one namespaced PolicyReport per namespace.
+//! * Cluster Pods (`--kubeconfig [FILE]`, else as kubectl finds the cluster): each container's
+//!   status `imageID` digest, else its spec image, evaluated in the Pod's namespace (the
+//!   Namespace as the cluster holds it, so namespaceSelectors and namespaced policies apply)
+//!   and read with the Pod's `imagePullSecrets`; `--policy-report` then holds one namespaced
+//!   PolicyReport per namespace.
 //! * A progress line on stderr when it is a terminal, none when piped.
 //! * Ctrl-C stops the audit and prints what finished (`summary.interrupted: true`, exit 130).
 //! * Exit 0 when everything passed (or `--exit-zero`), 1 when anything failed, 2 when anything
@@ -22,6 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
+use ivory_engine::verifier::ImageVerifier;
 use ivory_registry::{Credentials, Registry};
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -55,9 +59,10 @@ pub struct Args {
     /// File with one image reference per line (`#` comments; `-` for stdin; repeatable).
     #[arg(long, value_name = "FILE")]
     images_from: Vec<PathBuf>,
-    /// Audit the images of the Pods of the cluster of this kubeconfig (its current context).
-    #[arg(long, value_name = "FILE")]
-    kubeconfig: Option<PathBuf>,
+    /// Audit the images of the Pods of a cluster: this kubeconfig's current context, or
+    /// without FILE as kubectl finds it (KUBECONFIG, ~/.kube/config, in-cluster config).
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    kubeconfig: Option<Option<PathBuf>>,
     /// Images verified at the same time.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = positive)]
     concurrency: usize,
@@ -95,8 +100,6 @@ struct Finished {
     found: usize,
     /// Distinct repository@digest pairs verified.
     digests: usize,
-    /// Cluster images → namespaces of the Pods running them.
-    cluster: cluster::ClusterImages,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -119,6 +122,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             .namespace
             .clone()
             .unwrap_or_else(|| "default".to_owned()),
+        namespace_object: None,
     });
     let mut finished = Finished::default();
     let mut progress = Progress::new(std::io::stderr().is_terminal());
@@ -133,7 +137,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     progress.clear();
-    finished.reports.sort_by(|a, b| a.image.cmp(&b.image));
+    finished
+        .reports
+        .sort_by(|a, b| (&a.image, &a.namespace).cmp(&(&b.image, &b.namespace)));
     print(&args, &finished, interrupted)?;
     let counts = Counts::of(&finished.reports);
     Ok(if interrupted {
@@ -160,25 +166,79 @@ async fn audit(
     for path in &args.images_from {
         images.extend(image_lines(&wiring::read_input(path, "--images-from")?));
     }
-    if let Some(path) = &args.kubeconfig {
-        let client = cluster::client(path).await?;
-        finished.cluster =
-            cluster::pod_images(client, args.namespace.as_deref(), args.page_size).await?;
-        images.extend(finished.cluster.keys().cloned());
-    }
     for host in &args.registries {
-        let listed = list_registry(args, registry, host, progress).await?;
+        let listed = list_registry(args, registry, &checker.policies, host, progress).await?;
         for r in listed {
             match r {
                 Ok(image) => images.push(image),
-                Err(report) => finished.reports.push(report),
+                Err(report) => finished.reports.push(*report),
             }
         }
     }
     let mut seen = HashSet::new();
     images.retain(|i| seen.insert(i.clone()));
     finished.found = images.len() + finished.reports.len();
-    pipeline(args.concurrency, images, checker, finished, progress).await
+    pipeline(args.concurrency, images, checker, finished, progress).await?;
+    if let Some(path) = &args.kubeconfig {
+        audit_cluster(args, path.as_deref(), registry, checker, finished, progress).await?;
+    }
+    Ok(())
+}
+
+/// The images of the cluster's Pods, each group (namespace × pull secrets) evaluated in its
+/// namespace with its credentials; the reports name the namespace.
+async fn audit_cluster(
+    args: &Args,
+    kubeconfig: Option<&std::path::Path>,
+    registry: &Registry,
+    base: &Checker,
+    finished: &mut Finished,
+    progress: &mut Progress,
+) -> anyhow::Result<()> {
+    let client = cluster::client(kubeconfig).await?;
+    let groups =
+        cluster::pod_groups(client.clone(), args.namespace.as_deref(), args.page_size).await?;
+    let mut namespaces: HashMap<String, serde_json::Value> = HashMap::new();
+    for group in groups {
+        if !namespaces.contains_key(&group.namespace) {
+            let object = cluster::namespace_object(&client, &group.namespace).await;
+            namespaces.insert(group.namespace.clone(), object);
+        }
+        let verifier: Arc<dyn ImageVerifier> = if group.pull_secrets.is_empty() {
+            base.verifier.clone()
+        } else {
+            let secrets =
+                cluster::pull_secrets(&client, &group.namespace, &group.pull_secrets).await;
+            let mut credentials = Credentials::anonymous();
+            for (source, bytes) in secrets {
+                match credentials.clone().with_docker_config_json(&source, &bytes) {
+                    Ok(with) => credentials = with,
+                    Err(e) => tracing::warn!(%source, error = %e, "image pull secret skipped"),
+                }
+            }
+            Arc::new(wiring::verifier_with_credentials(
+                registry.clone(),
+                args.registry.tag_cache_ttl,
+                credentials,
+            ))
+        };
+        let checker = Arc::new(Checker {
+            verifier,
+            policies: base.policies.clone(),
+            exceptions: base.exceptions.clone(),
+            timeout: base.timeout,
+            namespace: group.namespace.clone(),
+            namespace_object: namespaces.get(&group.namespace).cloned(),
+        });
+        let before = finished.reports.len();
+        finished.found += group.images.len();
+        let images = group.images.into_iter().collect();
+        pipeline(args.concurrency, images, &checker, finished, progress).await?;
+        for report in &mut finished.reports[before..] {
+            report.namespace = Some(group.namespace.clone());
+        }
+    }
+    Ok(())
 }
 
 /// What one task finished.
@@ -274,14 +334,28 @@ async fn pipeline(
 async fn list_registry(
     args: &Args,
     registry: &Registry,
+    policies: &[Arc<ivory_policy::CompiledPolicy>],
     host: &str,
     progress: &mut Progress,
-) -> anyhow::Result<Vec<Result<String, ImageReport>>> {
-    let creds = Credentials::anonymous();
+) -> anyhow::Result<Vec<Result<String, Box<ImageReport>>>> {
+    // The listing may use plain HTTP or unverified TLS where a policy for this registry's
+    // images allows it, as verifying them will.
+    let insecure = policies.iter().any(|p| {
+        p.spec
+            .credentials
+            .as_ref()
+            .and_then(|c| c.allow_insecure_registry)
+            .unwrap_or(false)
+            && ivory_engine::images::matches_image(p, &format!("{host}/catalog")).unwrap_or(false)
+    });
+    let creds = Credentials::anonymous().allow_insecure(insecure);
     let repos = registry
         .catalog(host, &creds, Instant::now() + args.timeout)
         .await
-        .with_context(|| format!("listing the catalog of registry {host}"))?;
+        .map_err(|e| {
+            tracing::debug!(registry = host, error = %e, "catalog listing failed");
+            anyhow::anyhow!("listing the catalog of registry {host}: {}", e.summary())
+        })?;
     let globs = args
         .repositories
         .iter()
@@ -307,10 +381,10 @@ async fn list_registry(
                     .filter(|t| !is_signature_tag(t))
                     .map(|t| Ok(format!("{reference}:{t}"))),
             ),
-            Err(e) => out.push(Err(ImageReport::error(
+            Err(e) => out.push(Err(Box::new(ImageReport::error(
                 &reference,
-                format!("listing the tags of {reference}: {e}"),
-            ))),
+                format!("{reference}: listing the tags: {}", e.summary()),
+            )))),
         }
         progress.inc(1);
     }
@@ -388,7 +462,7 @@ fn print(args: &Args, finished: &Finished, interrupted: bool) -> anyhow::Result<
             .unwrap_or_default();
         let now = (now.as_secs(), now.subsec_nanos());
         let yaml = if args.kubeconfig.is_some() {
-            policy_reports(reports, &finished.cluster, now)
+            policy_reports(reports, now)
                 .iter()
                 .map(|doc| output::render(doc, true))
                 .collect::<anyhow::Result<Vec<_>>>()?
@@ -415,20 +489,12 @@ fn print(args: &Args, finished: &Finished, interrupted: bool) -> anyhow::Result<
 
 /// One namespaced PolicyReport per namespace running audited cluster images, then a
 /// ClusterPolicyReport for the images of the other sources (when there are any).
-fn policy_reports(
-    reports: &[ImageReport],
-    cluster: &cluster::ClusterImages,
-    now: (u64, u32),
-) -> Vec<serde_json::Value> {
+fn policy_reports(reports: &[ImageReport], now: (u64, u32)) -> Vec<serde_json::Value> {
     let mut by_namespace: BTreeMap<&str, Vec<ImageReport>> = BTreeMap::new();
     let mut elsewhere = Vec::new();
     for r in reports {
-        match cluster.get(&r.image) {
-            Some(namespaces) => {
-                for ns in namespaces {
-                    by_namespace.entry(ns).or_default().push(r.clone());
-                }
-            }
+        match &r.namespace {
+            Some(ns) => by_namespace.entry(ns).or_default().push(r.clone()),
             None => elsewhere.push(r.clone()),
         }
     }
@@ -507,7 +573,6 @@ impl Progress {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
 
     use super::*;
 
@@ -544,19 +609,17 @@ mod tests {
 
     #[test]
     fn policy_reports_per_namespace() {
+        let in_ns = |image: &str, ns: &str| ImageReport {
+            namespace: Some(ns.to_owned()),
+            ..ImageReport::error(image, "down".into())
+        };
         let reports = [
-            ImageReport::error("r/a@sha256:aa", "down".into()),
-            ImageReport::error("r/b:1", "down".into()),
+            in_ns("r/a@sha256:aa", "n1"),
+            in_ns("r/a@sha256:aa", "n2"),
+            in_ns("r/b:1", "n2"),
             ImageReport::error("r/c:1", "down".into()),
         ];
-        let cluster = cluster::ClusterImages::from([
-            (
-                "r/a@sha256:aa".to_owned(),
-                BTreeSet::from(["n1".to_owned(), "n2".to_owned()]),
-            ),
-            ("r/b:1".to_owned(), BTreeSet::from(["n2".to_owned()])),
-        ]);
-        let docs = policy_reports(&reports, &cluster, (1, 2));
+        let docs = policy_reports(&reports, (1, 2));
         assert_eq!(docs.len(), 3);
         assert_eq!(docs[0]["kind"], "PolicyReport");
         assert_eq!(docs[0]["metadata"]["namespace"], "n1");

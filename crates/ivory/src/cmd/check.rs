@@ -66,6 +66,8 @@ pub struct PolicyOutcome {
 #[derive(Clone, Debug)]
 pub struct ImageReport {
     pub image: String,
+    /// The namespace it was evaluated in, for cluster Pods' images.
+    pub namespace: Option<String>,
     pub digest: Option<String>,
     pub verdict: Verdict,
     pub policies: Vec<PolicyOutcome>,
@@ -77,6 +79,7 @@ impl ImageReport {
     pub fn error(image: &str, message: String) -> Self {
         Self {
             image: image.to_owned(),
+            namespace: None,
             digest: None,
             verdict: Verdict::Error,
             policies: Vec::new(),
@@ -111,13 +114,17 @@ impl ImageReport {
                 })
             })
             .collect();
-        json!({
+        let mut doc = json!({
             "image": self.image,
             "digest": self.digest,
             "verdict": self.verdict.as_str(),
             "policies": policies,
             "message": self.message,
-        })
+        });
+        if let Some(ns) = &self.namespace {
+            doc["namespace"] = json!(ns);
+        }
+        doc
     }
 }
 
@@ -131,16 +138,25 @@ pub struct Checker {
     pub namespace: String,
     /// `--exception` files, if any.
     pub exceptions: Option<ivory_engine::exceptions::Exceptions>,
+    /// That namespace as the cluster holds it (labels for namespaceSelector), when known.
+    pub namespace_object: Option<Value>,
 }
 
 impl Checker {
-    /// Tag → digest; the error names the image and the registry.
+    /// Tag → digest with the credentials of the first policy that matches the image (its
+    /// `allowInsecureRegistry` included), as the webhook's mutating stage resolves it. The
+    /// error is one line: the image, then the registry and the root cause once.
     pub async fn resolve(&self, image: &str) -> Result<String, String> {
         let deadline = Instant::now() + self.timeout;
+        let credentials = self
+            .policies
+            .iter()
+            .find(|p| ivory_engine::images::matches_image(p, image).unwrap_or(false))
+            .and_then(|p| p.spec.credentials.as_ref());
         self.verifier
-            .resolve_digest(image, None, deadline)
+            .resolve_digest(image, credentials, deadline)
             .await
-            .map_err(|e| format!("resolving the digest: {e}"))
+            .map_err(|e| format!("{image}: {}", e.reason()))
     }
 
     /// Resolves and checks `image`.
@@ -162,6 +178,7 @@ impl Checker {
             self.exceptions.as_ref(),
             Stage::Validate,
             &req,
+            self.namespace_object.as_ref(),
             deadline,
         )
         .await;
@@ -184,6 +201,7 @@ impl Checker {
         let (verdict, message) = verdict(&decision, &policies);
         ImageReport {
             image: image.to_owned(),
+            namespace: None,
             digest: Some(digest.to_owned()),
             verdict,
             policies,
@@ -232,7 +250,7 @@ impl Checker {
                 let (result, reason) = match self.verifier.verify(&request, deadline).await {
                     Ok(Verification::Verified { .. }) => ("verified", String::new()),
                     Ok(Verification::NotVerified { reason, .. }) => ("failed", reason),
-                    Err(e) => ("error", e.to_string()),
+                    Err(e) => ("error", e.reason()),
                 };
                 out.push(AttestorOutcome {
                     attestor: name,

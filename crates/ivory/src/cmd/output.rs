@@ -69,9 +69,14 @@ pub fn render(doc: &Value, yaml: bool) -> anyhow::Result<String> {
 pub fn image_table(reports: &[ImageReport]) -> String {
     let mut out = String::new();
     for r in reports {
+        let verdict = r.verdict.as_str().to_uppercase();
+        if r.digest.is_none() && r.policies.is_empty() && r.message.starts_with(&r.image) {
+            // Not checked at all: one line, the message names the image.
+            out.push_str(&format!("{verdict:<5}  {}\n", r.message));
+            continue;
+        }
         out.push_str(&format!(
-            "{:<5}  {}  {}\n",
-            r.verdict.as_str().to_uppercase(),
+            "{verdict:<5}  {}  {}\n",
             r.image,
             r.digest.as_deref().unwrap_or("-"),
         ));
@@ -215,6 +220,7 @@ mod tests {
 
     fn report(image: &str, verdict: Verdict, result: &'static str) -> ImageReport {
         ImageReport {
+            namespace: None,
             image: image.into(),
             digest: Some("sha256:aa".into()),
             verdict,

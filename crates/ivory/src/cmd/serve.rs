@@ -41,6 +41,8 @@ pub struct Args {
     /// Docker config.json whose `auths` are used for registries.
     #[arg(long, value_name = "FILE")]
     docker_config: Option<PathBuf>,
+    #[command(flatten)]
+    insecure: super::wiring::InsecureOpts,
     /// Watch ImageValidatingPolicies, NamespacedImageValidatingPolicies, Namespaces and the
     /// registry Secrets of ivory's namespace through the Kubernetes API (KUBECONFIG or
     /// in-cluster config) instead of reading --policies.
@@ -213,11 +215,13 @@ fn registry_config(args: &Args) -> anyhow::Result<RegistryConfig> {
         std::fs::metadata(path)
             .with_context(|| format!("reading --docker-config {}", path.display()))?;
     }
-    Ok(RegistryConfig {
+    let mut config = RegistryConfig {
         ca_bundle_pem,
         docker_config: args.docker_config.clone(),
         ..RegistryConfig::default()
-    })
+    };
+    args.insecure.apply(&mut config);
+    Ok(config)
 }
 
 /// Loads the policies once (the server is not ready until a clean load), then keeps watching.

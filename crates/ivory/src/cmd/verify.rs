@@ -57,6 +57,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         timeout: args.timeout,
         namespace: args.namespace.clone(),
         exceptions: super::wiring::load_exceptions(&args.exceptions)?,
+        namespace_object: None,
     };
     let mut reports = Vec::with_capacity(args.images.len());
     for image in &args.images {

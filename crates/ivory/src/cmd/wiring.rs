@@ -42,6 +42,31 @@ pub struct RegistryOpts {
     /// sooner. Never reused across credential sets.
     #[arg(long, value_name = "DURATION", default_value = TAG_CACHE_TTL, value_parser = duration)]
     pub tag_cache_ttl: Duration,
+    #[command(flatten)]
+    pub insecure: InsecureOpts,
+}
+
+/// Registries without (verified) TLS, with cosign's and crane's flag names. Loopback
+/// registries (`localhost`, `127.0.0.1`, `::1`) get the plain-HTTP fallback without a flag,
+/// as go-containerregistry gives it; a policy's `credentials.allowInsecureRegistry` allows
+/// both for its own images.
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct InsecureOpts {
+    /// Accept any TLS certificate from registries and fall back to plain HTTP when TLS fails.
+    #[arg(long)]
+    pub allow_insecure_registry: bool,
+    /// Fall back to plain HTTP when TLS to a registry fails (certificates are still checked
+    /// when TLS works).
+    #[arg(long)]
+    pub allow_http_registry: bool,
+}
+
+impl InsecureOpts {
+    /// Sets these flags on a registry configuration.
+    pub fn apply(self, config: &mut RegistryConfig) {
+        config.allow_insecure = self.allow_insecure_registry;
+        config.allow_http = self.allow_http_registry;
+    }
 }
 
 /// Default of `--tag-cache-ttl` (as `VerifierConfig::tag_ttl`).
@@ -60,12 +85,14 @@ impl RegistryOpts {
             std::fs::metadata(path)
                 .with_context(|| format!("reading --docker-config {}", path.display()))?;
         }
-        Ok(RegistryConfig {
+        let mut config = RegistryConfig {
             ca_bundle_pem,
             docker_config: self.docker_config.clone(),
             per_registry_concurrency: self.registry_concurrency,
             ..RegistryConfig::default()
-        })
+        };
+        self.insecure.apply(&mut config);
+        Ok(config)
     }
 
     /// The cosign verifier over a registry client built from these flags.
@@ -86,6 +113,28 @@ pub fn verifier_for(config: RegistryConfig, tag_ttl: Duration) -> anyhow::Result
         },
         CosignVerifier::anonymous_credentials(),
     ))
+}
+
+/// A cosign verifier over an existing registry client (sharing its connections and limits)
+/// that reads with `credentials` (a Pod's pull secrets, say) plus each policy's
+/// `allowInsecureRegistry`.
+pub fn verifier_with_credentials(
+    registry: Registry,
+    tag_ttl: Duration,
+    credentials: ivory_registry::Credentials,
+) -> CosignVerifier {
+    CosignVerifier::new(
+        registry,
+        VerifierConfig {
+            tag_ttl,
+            ..VerifierConfig::default()
+        },
+        Arc::new(move |c: Option<&ivory_policy::types::Credentials>| {
+            credentials
+                .clone()
+                .allow_insecure(c.and_then(|c| c.allow_insecure_registry).unwrap_or(false))
+        }),
+    )
 }
 
 /// clap parser for counts that must be at least 1.
@@ -168,7 +217,8 @@ pub enum Stage {
 }
 
 /// Runs `stage` for `req` on each route that has policies for it, as the API server would call
-/// ivory's webhooks, and merges the answers (every route must allow).
+/// ivory's webhooks, and merges the answers (every route must allow). `namespace_object` is
+/// the request namespace as the cluster holds it; `None` gives the webhook's minimal form.
 /// With `exceptions`, an excepted policy is skipped (and pins nothing), as `ivory serve
 /// --enable-policy-exceptions` does.
 pub async fn run_routes(
@@ -177,9 +227,12 @@ pub async fn run_routes(
     exceptions: Option<&Exceptions>,
     stage: Stage,
     req: &AdmissionRequest,
+    namespace_object: Option<&Value>,
     deadline: Instant,
 ) -> Decision {
-    let ns_object = req.namespace().map(ivory_server::namespace_object);
+    let ns_object = namespace_object
+        .cloned()
+        .or_else(|| req.namespace().map(ivory_server::namespace_object));
     let mut merged = Decision {
         allowed: true,
         ..Decision::default()

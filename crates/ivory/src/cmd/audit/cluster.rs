@@ -1,4 +1,6 @@
-//! `ivory audit --kubeconfig`: the images the Pods of a cluster run.
+//! `ivory audit --kubeconfig`: the images the Pods of a cluster run, grouped by what their
+//! evaluation depends on: the Pod's namespace (policies' namespaceSelector, namespaced
+//! policies) and its `imagePullSecrets` (the credentials the kubelet pulls with).
 //!
 //! A container's image is the digest reference of its status `imageID` when it has one (what
 //! the node actually pulled, so a moved tag does not hide it), else its `spec` image.
@@ -7,15 +9,28 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, Namespace, Pod, Secret};
 use kube::api::{Api, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::Value;
 
-/// Image reference → namespaces of the Pods running it.
-pub type ClusterImages = BTreeMap<String, BTreeSet<String>>;
+/// Pods that are evaluated alike: same namespace, same pull secrets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodGroup {
+    pub namespace: String,
+    /// `imagePullSecrets` names, in the Pod's order.
+    pub pull_secrets: Vec<String>,
+    pub images: BTreeSet<String>,
+}
 
-/// A client for the current context of the kubeconfig at `path`.
-pub async fn client(path: &Path) -> anyhow::Result<kube::Client> {
+/// A client for the current context of the kubeconfig at `path`; without one, as kubectl
+/// finds it: `KUBECONFIG`, `~/.kube/config`, else the in-cluster service account.
+pub async fn client(path: Option<&Path>) -> anyhow::Result<kube::Client> {
+    let Some(path) = path else {
+        return kube::Client::try_default().await.context(
+            "connecting to the Kubernetes API (KUBECONFIG, ~/.kube/config or in-cluster config)",
+        );
+    };
     let kubeconfig = Kubeconfig::read_from(path)
         .with_context(|| format!("reading --kubeconfig {}", path.display()))?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
@@ -25,12 +40,13 @@ pub async fn client(path: &Path) -> anyhow::Result<kube::Client> {
         .with_context(|| format!("building a client from --kubeconfig {}", path.display()))
 }
 
-/// Every image of every Pod (of `namespace`, or of all namespaces), listed in pages.
-pub async fn pod_images(
+/// Every Pod (of `namespace`, or of all namespaces), listed in pages, grouped by namespace
+/// and pull secrets, in a stable order.
+pub async fn pod_groups(
     client: kube::Client,
     namespace: Option<&str>,
     page_size: usize,
-) -> anyhow::Result<ClusterImages> {
+) -> anyhow::Result<Vec<PodGroup>> {
     let api: Api<Pod> = match namespace {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
@@ -38,7 +54,7 @@ pub async fn pod_images(
     let where_ = namespace.map_or("all namespaces".to_owned(), |ns| format!("namespace {ns}"));
     let limit = u32::try_from(page_size).unwrap_or(u32::MAX);
     let mut params = ListParams::default().limit(limit);
-    let mut out = ClusterImages::new();
+    let mut out: BTreeMap<(String, Vec<String>), BTreeSet<String>> = BTreeMap::new();
     loop {
         let list = api
             .list(&params)
@@ -46,16 +62,81 @@ pub async fn pod_images(
             .with_context(|| format!("listing the Pods of {where_}"))?;
         for pod in &list.items {
             let ns = pod.metadata.namespace.clone().unwrap_or_default();
-            for image in images_of(pod) {
-                out.entry(image).or_default().insert(ns.clone());
-            }
+            let secrets = pull_secrets_of(pod);
+            out.entry((ns, secrets)).or_default().extend(images_of(pod));
         }
         match list.metadata.continue_.as_deref() {
             Some(token) if !token.is_empty() => params = params.continue_token(token),
             _ => break,
         }
     }
-    Ok(out)
+    Ok(out
+        .into_iter()
+        .filter(|(_, images)| !images.is_empty())
+        .map(|((namespace, pull_secrets), images)| PodGroup {
+            namespace,
+            pull_secrets,
+            images,
+        })
+        .collect())
+}
+
+fn pull_secrets_of(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.image_pull_secrets.iter().flatten())
+        .map(|r| r.name.clone())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// The Namespace object as the API server holds it (labels for namespaceSelector). When it
+/// cannot be read (RBAC), the webhook's minimal form with the name label, and a warning.
+pub async fn namespace_object(client: &kube::Client, name: &str) -> Value {
+    let api: Api<Namespace> = Api::all(client.clone());
+    match api.get(name).await.map(serde_json::to_value) {
+        Ok(Ok(object)) => object,
+        Ok(Err(e)) => {
+            tracing::warn!(namespace = name, error = %e, "namespace not serialisable; using its name only");
+            ivory_server::namespace_object(name)
+        }
+        Err(e) => {
+            tracing::warn!(namespace = name, error = %e,
+                "cannot read the namespace; namespaceSelector sees its name label only");
+            ivory_server::namespace_object(name)
+        }
+    }
+}
+
+/// The `.dockerconfigjson` (or legacy `.dockercfg`) of each named Secret of `namespace`, as
+/// `(source name, bytes)`. A missing or unreadable secret is skipped with a warning, as the
+/// kubelet pulls without it.
+pub async fn pull_secrets(
+    client: &kube::Client,
+    namespace: &str,
+    names: &[String],
+) -> Vec<(String, Vec<u8>)> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mut out = Vec::new();
+    for name in names {
+        let source = format!("secret {namespace}/{name}");
+        let secret = match api.get(name).await {
+            Ok(secret) => secret,
+            Err(e) => {
+                tracing::warn!(%source, error = %e, "image pull secret not readable; skipped");
+                continue;
+            }
+        };
+        let data = secret.data.unwrap_or_default();
+        match data
+            .get(".dockerconfigjson")
+            .or_else(|| data.get(".dockercfg"))
+        {
+            Some(bytes) => out.push((source, bytes.0.clone())),
+            None => tracing::warn!(%source, "image pull secret has no .dockerconfigjson; skipped"),
+        }
+    }
+    out
 }
 
 /// The images of a Pod's containers, init containers and ephemeral containers.
