@@ -6,6 +6,7 @@
 //! - [`OciLayout`] / [`write_simple_image`] and [`Harness::push_oci_layout`]: fixtures.
 //! - [`FaultServer`], [`HungRegistry`], [`refused_host`]: faults on demand.
 //! - [`HostileServer`], [`CaptureServer`]: registries that attack their clients.
+//! - [`RedisServer`]: the real `redis-server` on loopback (pause, stop, restart on demand).
 
 pub use error::{Error, Result};
 pub use fault::{DEEP_LEVELS, FaultOptions, FaultServer, HungRegistry, refused_host};
@@ -18,6 +19,7 @@ pub use layout::{
     sha256_digest, write_simple_image,
 };
 pub use pki::{CosignSigner, TestPki, TokenSigner};
+pub use redis::{REDIS_BINARY, RedisServer};
 pub use registry::{
     AuthMode, Harness, HarnessOptions, LoggedRequest, REGISTRY_BINARY, RegistryHarness,
 };
@@ -30,5 +32,6 @@ mod layout;
 mod pki;
 pub mod policy;
 mod push;
+mod redis;
 mod registry;
 mod token;

@@ -36,4 +36,6 @@ pub use check::{Accepted, NO_ATTESTATIONS, NO_SIGNATURES, TLOG_FAILED, evaluate}
 pub use envelope::{Envelope, Legacy};
 pub use plan::{KMS_UNSUPPORTED, NOTARY_UNSUPPORTED, Plan, TUF_UNSUPPORTED};
 pub use trust::PUBLIC_GOOD_TRUSTED_ROOT;
-pub use verifier::{CacheStats, CosignVerifier, CredentialsResolver, VerifierConfig};
+pub use verifier::{
+    CacheStats, CosignVerifier, CredentialsResolver, Lookup, SharedCache, VerifierConfig,
+};

@@ -16,6 +16,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
 use super::CosignVerifier;
+use super::shared::{SharedLoad, tag_name, through};
 use crate::classify::{deadline_error, map_error};
 
 /// Longest a shared (coalesced) load runs: the Kubernetes maximum webhook timeout. Each
@@ -114,17 +115,28 @@ impl CosignVerifier {
             reference: reference.whole(),
             credentials: creds.clone(),
         };
+        let shared = self.inner.shared.clone().map(|l2| SharedLoad {
+            name: tag_name(l2.as_ref(), &key.reference, &creds.identity_bytes()),
+            l2,
+            digest: None,
+            deadline,
+        });
+        let ttl = self.inner.config.tag_ttl;
         let load = || {
             let registry = self.inner.registry.clone();
             let (image, creds) = (image.to_owned(), creds.clone());
-            async move {
+            let load = async move {
                 let shared = Instant::now() + SHARED_LOAD_CAP;
                 registry
                     .resolve_digest(&image, &creds, shared)
                     .await
                     .map_err(|e| map_error(&image, "resolving the digest", e, shared))
             }
-            .boxed()
+            .boxed();
+            match shared.clone() {
+                None => load,
+                Some(shared) => through(shared, move |_: &String| ttl, load).boxed(),
+            }
         };
         coalesced(
             &self.inner.tags,
