@@ -56,7 +56,7 @@ impl L2Config {
             keys,
             deadline: Duration::from_millis(50),
             cooldown: Duration::from_secs(1),
-            lease_ttl: Duration::from_secs(10),
+            lease_ttl: Duration::from_secs(5),
             poll_interval: Duration::from_millis(10),
             max_entry_bytes: 1024 * 1024,
         }
@@ -155,6 +155,18 @@ impl RedisL2 {
             counters: Counters::default(),
             leases: Mutex::default(),
         })
+    }
+
+    /// Opens the connection ahead of the first lookup (`PING`, bounded by `limit`), so that
+    /// the first admissions do not pay for connecting within the per-call deadline. False when
+    /// the store did not answer: the L2 then connects on first use as usual.
+    pub async fn connect(&self, limit: Duration) -> bool {
+        let mut conn = self.conn.clone();
+        let ping = redis::cmd("PING");
+        matches!(
+            tokio::time::timeout(limit, ping.query_async::<String>(&mut conn)).await,
+            Ok(Ok(_))
+        )
     }
 
     /// A snapshot of the counters.
@@ -324,7 +336,10 @@ impl RedisL2 {
             .arg(u64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(u64::MAX))
             .arg(self.max_index());
         match self.query::<(Vec<u8>, u8)>(Request::Cmd(cmd)).await {
-            None => Lookup::Alone,
+            None => {
+                self.release_orphan(lease, token);
+                Lookup::Alone
+            }
             Some((entry, 0)) => match self.open(name, &entry) {
                 Some(value) => Lookup::Found(value),
                 None => Lookup::Alone,
@@ -343,6 +358,22 @@ impl RedisL2 {
                 Lookup::Held
             }
         }
+    }
+
+    /// A lookup that failed or passed its deadline may still run later (a paused server runs
+    /// what it queued when it resumes) and take a lease this replica never learns about, which
+    /// would keep the others waiting for the lease's lifetime. The release, sent now on the
+    /// same connection, runs right after it and frees the lease (only if it holds this token).
+    fn release_orphan(&self, lease: String, token: String) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut conn = self.conn.clone();
+        let limit = self.config.lease_ttl;
+        runtime.spawn(async move {
+            let cmd = Self::release_cmd(&lease, &token);
+            let _ = tokio::time::timeout(limit, cmd.query_async::<redis::Value>(&mut conn)).await;
+        });
     }
 
     async fn wait_inner(&self, name: &str, until: Instant) -> Option<Vec<u8>> {

@@ -13,7 +13,9 @@ mod serve;
 pub mod webhooks;
 
 pub use kube_source::KubeSource;
-pub use metrics::{CacheCounts, CacheStatsSource, Metrics, RegistryStatsSource};
+pub use metrics::{
+    CacheCounts, CacheStatsSource, L2Counts, L2StatsSource, Metrics, RegistryStatsSource,
+};
 pub use policies::{FileSource, PolicyStore, Snapshot};
 pub use routes::{AppState, DEFAULT_BODY_LIMIT, NamespaceSource, namespace_object, router};
 pub use serve::{Error, Listen, Result, ServeOptions, serve, shutdown_signal};

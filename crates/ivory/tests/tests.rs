@@ -7,6 +7,7 @@
 //! * `serve_bypass`: malformed reviews, paths and timeouts, namespaceSelector trust, credential
 //!   scope.
 //! * `serve_cel_cost`: `ivory serve` against costly CEL (load-time refusal, run-time limit).
+//! * `fleet`: `ivory serve` replicas sharing a real redis-server (`--cache-redis`).
 //! * `memory`: peak RSS of `ivory serve` against hostile registries.
 //! * `webhooks`: `ivory webhooks` output.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
@@ -21,6 +22,7 @@ mod cli_apply;
 mod cli_audit;
 mod cli_util;
 mod cli_verify;
+mod fleet;
 mod memory;
 mod serve;
 mod serve_bypass;
