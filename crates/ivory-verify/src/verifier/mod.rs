@@ -44,7 +44,8 @@ use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
 
 pub use cache::CacheStats;
 use cache::{
-    CacheCounters, ResultKey, SHARED_LOAD_CAP, TagKey, VerdictExpiry, attestor_hash, coalesced,
+    AttestorMemo, CacheCounters, ResultKey, SHARED_LOAD_CAP, TagKey, VerdictExpiry, attestor_hash,
+    coalesced,
 };
 pub use shared::{Lookup, SharedCache};
 use shared::{Shared, SharedLoad, hint_name, through, verdict_name};
@@ -116,6 +117,8 @@ struct Inner {
     references: moka::sync::Cache<String, Arc<Reference>>,
     /// SHA-256 of `config.default_trusted_root`, part of every attestor hash.
     root_hash: [u8; 32],
+    /// Recent attestors' hashes and plans (see [`AttestorMemo`]).
+    attestors: AttestorMemo,
     /// The cache shared with the other replicas, if any.
     shared: Shared,
 }
@@ -157,6 +160,7 @@ impl CosignVerifier {
             inner: Arc::new(Inner {
                 root_hash,
                 shared,
+                attestors: AttestorMemo::default(),
                 registry,
                 config,
                 credentials,
@@ -213,12 +217,18 @@ impl CosignVerifier {
     }
 
     fn plan(&self, attestor: &Attestor) -> (Arc<Result<Plan, String>>, [u8; 32]) {
+        if let Some((hash, plan)) = self.inner.attestors.get(attestor) {
+            return (plan, hash);
+        }
         let hash = attestor_hash(attestor, &self.inner.root_hash);
         let root = &self.inner.config.default_trusted_root;
         let plan = self
             .inner
             .plans
             .get_with(hash, || Arc::new(Plan::new(attestor, root)));
+        self.inner
+            .attestors
+            .insert(attestor, &(hash, Arc::clone(&plan)));
         (plan, hash)
     }
 
