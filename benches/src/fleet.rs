@@ -58,14 +58,27 @@ pub async fn run(args: LoadArgs) -> Result<()> {
         "ivory-bench fleet hmac key 0123456789abcdef0123456789",
     )
     .context("writing the L2 key")?;
-    let l2 = vec![
+    let mut l2 = vec![
         "--cache-redis".to_owned(),
         redis.url(),
         "--cache-redis-key".to_owned(),
         key.display().to_string(),
     ];
+    if let Some(timeout) = &stack.args.cache_redis_timeout {
+        l2.extend(["--cache-redis-timeout".to_owned(), timeout.clone()]);
+    }
     let mut details = serde_json::Map::new();
     details.insert("quick".into(), json!(stack.args.quick));
+    details.insert(
+        "cache_redis_timeout".into(),
+        json!(
+            stack
+                .args
+                .cache_redis_timeout
+                .as_deref()
+                .unwrap_or("default (50ms)")
+        ),
+    );
     details.insert("machine_at_start".into(), machine);
 
     eprintln!("fleet: one replica without the L2, for the size of one request set…");
@@ -136,7 +149,8 @@ pub async fn run(args: LoadArgs) -> Result<()> {
         "restart".into(),
         json!({"images": sample.len() + warm_images(&stack).len(),
                "seconds": round(restart_seconds, 2),
-               "registry_requests": restart_lines.len()}),
+               "registry_requests": restart_lines.len(),
+               "l2": l2_events(&stack, &restarted).await}),
     );
     fleet.push(restarted);
 
@@ -179,6 +193,7 @@ pub async fn run(args: LoadArgs) -> Result<()> {
     let cache_seconds = start.elapsed().as_secs_f64();
     let (hwm, rss) = fresh.memory_kib()?;
     let redis_kib = redis_memory_kib(&redis)?;
+    details.insert("cached_l2".into(), l2_events(&stack, &fresh).await);
     let keys = redis_dbsize(&redis)?;
     details.insert(
         "cached".into(),
@@ -237,6 +252,28 @@ async fn admit_all(stack: &Stack, base: &str, images: &[Image], label: &str) -> 
         answers.len()
     );
     Ok(())
+}
+
+/// The replica's `ivory_l2_*` counters from `/metrics`.
+async fn l2_events(stack: &Stack, server: &Server) -> Value {
+    let text = match stack
+        .client
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+    {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(e) => return json!({"error": e.to_string()}),
+    };
+    let counters: serde_json::Map<String, Value> = text
+        .lines()
+        .filter(|l| l.starts_with("ivory_l2_"))
+        .filter_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            Some((name.to_owned(), json!(value.parse::<f64>().ok()?)))
+        })
+        .collect();
+    Value::Object(counters)
 }
 
 /// (VmHWM, VmRSS) of the redis-server process, KiB.

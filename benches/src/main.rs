@@ -59,6 +59,9 @@ pub struct LoadArgs {
     /// with --quick).
     #[arg(long)]
     pub cached_images: Option<usize>,
+    /// `fleet`: the replicas' `--cache-redis-timeout` (default: ivory's own).
+    #[arg(long)]
+    pub cache_redis_timeout: Option<String>,
 }
 
 fn main() -> ExitCode {
