@@ -116,14 +116,15 @@ impl CosignVerifier {
             reference: reference.whole(),
             credentials: creds.clone(),
         };
-        let shared = self.inner.shared.clone().map(|l2| SharedLoad {
-            name: tag_name(l2.as_ref(), &key.reference, &creds.identity_bytes()),
-            l2,
-            digest: None,
-            deadline,
-        });
         let ttl = self.inner.config.tag_ttl;
+        // Built on a miss only: naming hashes the credential set.
         let load = || {
+            let shared = self.inner.shared.clone().map(|l2| SharedLoad {
+                name: tag_name(l2.as_ref(), &reference.whole(), &creds.identity_bytes()),
+                l2,
+                digest: None,
+                deadline,
+            });
             let registry = self.inner.registry.clone();
             let (image, creds) = (image.to_owned(), creds.clone());
             let load = async move {
@@ -134,7 +135,7 @@ impl CosignVerifier {
                     .map_err(|e| map_error(&image, "resolving the digest", e, shared))
             }
             .boxed();
-            match shared.clone() {
+            match shared {
                 None => load,
                 Some(shared) => through(shared, move |_: &String| ttl, load).boxed(),
             }

@@ -288,17 +288,18 @@ impl CosignVerifier {
             attestor: hash,
             attestation: predicate.clone(),
         };
-        let shared = self.inner.shared.clone().map(|l2| SharedLoad {
-            name: verdict_name(&key),
-            l2,
-            digest: Some(key.digest.clone()),
-            deadline,
-        });
         let (verified_ttl, negative_ttl) = (
             self.inner.config.verified_ttl,
             self.inner.config.negative_ttl,
         );
+        // Built on a miss only: naming hashes the key.
         let load = || {
+            let shared = self.inner.shared.clone().map(|l2| SharedLoad {
+                name: verdict_name(&at.digest, &at.repo_key(), &hash, predicate.as_deref()),
+                l2,
+                digest: Some(at.digest.clone()),
+                deadline,
+            });
             let (this, image, at) = (self.clone(), request.image.clone(), at.clone());
             let (plan, predicate, creds) = (Arc::clone(&plan), predicate.clone(), creds.clone());
             let load = async move {
@@ -306,7 +307,7 @@ impl CosignVerifier {
                     .await
             }
             .boxed();
-            match shared.clone() {
+            match shared {
                 None => load,
                 Some(shared) => through(
                     shared,

@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
-use super::cache::ResultKey;
 use super::sources::{Family, Source};
 
 /// What a lookup that is about to load found, in one atomic step: the value, or the right to
@@ -74,15 +73,20 @@ fn name(kind: &str, fields: &[&[u8]]) -> String {
     format!("{PREFIX}:{kind}:{}", hex::encode(h.finalize()))
 }
 
-/// Name of a verdict: exactly the in-process verdict key.
-pub(super) fn verdict_name(key: &ResultKey) -> String {
+/// Name of a verdict: exactly the fields of the in-process verdict key (`ResultKey`).
+pub(super) fn verdict_name(
+    digest: &str,
+    signature_repo: &str,
+    attestor: &[u8; 32],
+    attestation: Option<&str>,
+) -> String {
     name(
         "verdict",
         &[
-            key.digest.as_bytes(),
-            key.signature_repo.as_bytes(),
-            &key.attestor,
-            key.attestation.as_deref().unwrap_or("\0none").as_bytes(),
+            digest.as_bytes(),
+            signature_repo.as_bytes(),
+            attestor,
+            attestation.unwrap_or("\0none").as_bytes(),
         ],
     )
 }
@@ -297,15 +301,13 @@ mod tests {
 
     #[test]
     fn names_separate_every_field() {
-        let key = |digest: &str, repo: &str, attestation: Option<&str>| ResultKey {
-            digest: digest.into(),
-            signature_repo: repo.into(),
-            attestor: [1; 32],
-            attestation: attestation.map(str::to_owned),
+        let key = |digest: &str, repo: &str, attestation: Option<&str>| {
+            verdict_name(digest, repo, &[1; 32], attestation)
         };
-        let a = verdict_name(&key("ab", "c", None));
-        assert_ne!(a, verdict_name(&key("a", "bc", None)));
-        assert_ne!(a, verdict_name(&key("ab", "c", Some(""))));
+        let a = key("ab", "c", None);
+        assert_ne!(a, key("a", "bc", None));
+        assert_ne!(a, key("ab", "c", Some("")));
+        assert_ne!(a, verdict_name("ab", "c", &[2; 32], None));
         assert!(a.starts_with("ivory:v1:verdict:"));
         assert_ne!(
             hint_name("r", Family::Signatures),
