@@ -19,6 +19,8 @@ const KEY_ID_LEN: usize = 8;
 const EXPIRY_LEN: usize = 8;
 const TAG_LEN: usize = 32;
 const HEADER_LEN: usize = MAGIC.len() + KEY_ID_LEN + EXPIRY_LEN;
+/// Bytes a sealed entry adds to its value.
+pub const SEAL_OVERHEAD: usize = HEADER_LEN + TAG_LEN;
 /// Domain separation of the MAC input from any other use of the same key.
 const MAC_CONTEXT: &[u8] = b"ivory-l2 entry v1\0";
 const NAME_CONTEXT: &[u8] = b"ivory-l2 name v1\0";

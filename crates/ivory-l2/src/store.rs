@@ -15,7 +15,7 @@ use redis::{Cmd, FromRedisValue, Pipeline};
 use tokio::time::Instant;
 
 use crate::breaker::Breaker;
-use crate::entry::{Keys, Rejected, lease_token};
+use crate::entry::{Keys, Rejected, SEAL_OVERHEAD, lease_token};
 
 /// Deletes the lease only if this replica still holds it (its token), so a release after the
 /// lease expired and another replica took it does not free theirs.
@@ -299,7 +299,9 @@ impl RedisL2 {
         let lease = Self::lease_name(name);
         let token = self.take_token(&lease);
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        if ttl_ms == 0 || value.len() > self.config.max_entry_bytes.saturating_sub(64) {
+        // A value whose sealed entry a reader would refuse as too large is not stored.
+        let too_large = value.len() > self.config.max_entry_bytes.saturating_sub(SEAL_OVERHEAD);
+        if ttl_ms == 0 || too_large {
             if let Some(token) = token {
                 let _: Option<redis::Value> = self
                     .query(Request::Cmd(Self::release_cmd(&lease, &token)))
