@@ -3,6 +3,9 @@
 #
 #   scripts/bench.sh            full run (10-15 minutes on 2 cores)
 #   scripts/bench.sh --quick    short run (under 3 minutes after the build)
+#   scripts/bench.sh --fleet [--quick]
+#                               three `ivory serve` replicas sharing one redis-server
+#                               (--cache-redis): fleet figures added to results.json
 #
 # Builds release binaries (ivory, ivory-bench, null-webhook), then `ivory-bench load` starts a
 # real docker-registry on loopback, pushes the signed fixture and synthetic cosign-signed
@@ -22,11 +25,22 @@ if ! command -v docker-registry >/dev/null; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq docker-registry >/dev/null
 fi
-if [[ ! -x .tools/bin/cosign2 ]]; then
+mode=load
+if [[ "${1:-}" == "--fleet" ]]; then
+    mode=fleet
+    shift
+fi
+if [[ $mode == fleet ]] && ! command -v redis-server >/dev/null; then
+    echo "bench.sh: installing redis-server"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+if [[ $mode == load && ! -x .tools/bin/cosign2 ]]; then
     bash scripts/install-tools.sh cosign2
 fi
 
 cargo build --release -p ivory -p ivory-bench
 # ivory-bench's defaults are these paths (target/release/ivory, the null webhook beside it,
 # .tools/bin/cosign2, fixtures/, target/bench), so any of them can be overridden here.
-exec target/release/ivory-bench load "$@"
+exec target/release/ivory-bench "$mode" "$@"

@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 need_pkgs=()
 command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
+command -v redis-server >/dev/null || need_pkgs+=(redis-server) # the shared L2 cache's tests (redis-cli comes with it)
+command -v redis-cli >/dev/null || need_pkgs+=(redis-tools)
 command -v htpasswd >/dev/null || need_pkgs+=(apache2-utils)
 command -v openssl >/dev/null || need_pkgs+=(openssl)
 command -v jq >/dev/null || need_pkgs+=(jq)     # scripts/demo.sh, run by a test

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod fleet;
 mod loadgen;
 mod phases;
 mod procs;
@@ -28,6 +29,9 @@ struct Cli {
 enum Command {
     /// Run every load figure and write target/bench/results.{json,md}.
     Load(LoadArgs),
+    /// Three `ivory serve` replicas sharing one redis-server: add the fleet figures to
+    /// target/bench/results.json (`--cached-images` default 100000, 3000 with --quick).
+    Fleet(LoadArgs),
 }
 
 /// Load harness settings.
@@ -55,6 +59,9 @@ pub struct LoadArgs {
     /// with --quick).
     #[arg(long)]
     pub cached_images: Option<usize>,
+    /// `fleet`: the replicas' `--cache-redis-timeout` (default: ivory's own).
+    #[arg(long)]
+    pub cache_redis_timeout: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -72,6 +79,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Load(args) => phases::run(args).await,
+            Command::Fleet(args) => fleet::run(args).await,
         }
     });
     match result {

@@ -155,22 +155,28 @@ pub async fn run(args: LoadArgs) -> Result<()> {
     report::write(&stack.args.out, &results)
 }
 
-fn warm_images(stack: &Stack) -> Vec<String> {
+pub(crate) fn warm_images(stack: &Stack) -> Vec<String> {
     let mut images = vec![stack.images.fixture.pinned_ref()];
     images.extend(stack.images.warm.iter().map(Image::pinned_ref));
     images
 }
 
-fn mib(kib: u64) -> f64 {
+pub(crate) fn mib(kib: u64) -> f64 {
     round(kib as f64 / 1024.0, 1)
 }
 
-fn url(base: &str, stage: &str) -> String {
+pub(crate) fn url(base: &str, stage: &str) -> String {
     format!("{base}/ivpol/{stage}/{POLICIES}")
 }
 
 /// The API server's sequence for one Pod: mutate (pins tags), then validate the pinned Pod.
-async fn admit(stack: &Stack, base: &str, uid: String, image: &Image, by_tag: bool) -> Result<()> {
+pub(crate) async fn admit(
+    stack: &Stack,
+    base: &str,
+    uid: String,
+    image: &Image,
+    by_tag: bool,
+) -> Result<()> {
     let reference = if by_tag {
         image.tag_ref()
     } else {
@@ -205,7 +211,7 @@ async fn admit(stack: &Stack, base: &str, uid: String, image: &Image, by_tag: bo
     Ok(())
 }
 
-fn request_lines(stack: &Stack) -> Vec<String> {
+pub(crate) fn request_lines(stack: &Stack) -> Vec<String> {
     stack
         .registry
         .requests()

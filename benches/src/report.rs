@@ -86,6 +86,36 @@ pub fn write(out: &Path, results: &Value) -> Result<()> {
     Ok(())
 }
 
+/// Adds the fleet figures (`fleet_*` keys, `details.fleet`) to `results.json` in `out`,
+/// keeping the load harness's figures already there.
+pub fn merge_fleet(out: &Path, figures: Value, details: Value) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let json_path = out.join("results.json");
+    let mut results: Value = std::fs::read_to_string(&json_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}));
+    if let (Some(all), Some(fleet)) = (results.as_object_mut(), figures.as_object()) {
+        for (k, v) in fleet {
+            all.insert(k.clone(), v.clone());
+        }
+    }
+    if !results["details"].is_object() {
+        results["details"] = json!({});
+    }
+    results["details"]["fleet"] = details;
+    let text = serde_json::to_string_pretty(&results).context("serializing results")?;
+    std::fs::write(&json_path, text + "\n")
+        .with_context(|| format!("writing {}", json_path.display()))?;
+    eprintln!(
+        "{}",
+        serde_json::to_string_pretty(&figures).unwrap_or_default()
+    );
+    eprintln!("wrote {}", json_path.display());
+    Ok(())
+}
+
 fn table(results: &Value) -> String {
     let mut md = String::from("| figure | key | result | target |\n|---|---|---|---|\n");
     for (key, what, target) in ROWS {

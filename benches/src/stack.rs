@@ -112,6 +112,11 @@ impl Stack {
 
     /// `ivory serve` with TLS on a fresh port.
     pub async fn start_ivory(&self, label: &str) -> Result<Server> {
+        self.start_ivory_with(label, &[]).await
+    }
+
+    /// `ivory serve` with TLS on a fresh port and `extra` arguments.
+    pub async fn start_ivory_with(&self, label: &str, extra: &[String]) -> Result<Server> {
         let port = free_port()?;
         let mut cmd = wrapped(&self.args.ivory);
         cmd.arg("serve")
@@ -125,6 +130,7 @@ impl Stack {
             .arg(&self.registry_ca)
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
+            .args(extra)
             // The allocator settings deploy/ gives the Deployment.
             .env("MIMALLOC_ARENA_EAGER_COMMIT", "0")
             .env("MIMALLOC_PURGE_DELAY", "0");

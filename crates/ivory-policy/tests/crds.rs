@@ -1059,3 +1059,81 @@ fn make_certs_writes_a_tls_secret_and_prints_the_ca_bundle() {
         .arg(dir.path().join("ca.crt"))
         .arg(dir.path().join("tls.crt")));
 }
+
+/// The shared cache (`--cache-redis`) as kustomize component and Helm values: the key mounted
+/// from a Secret, the URL from the environment, and a bundled server that ivory's own selectors
+/// never pick up.
+#[test]
+fn kustomize_and_helm_render_the_shared_cache() {
+    fn check(docs: &[Value], keys: &[&str]) {
+        let ivory = docs
+            .iter()
+            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "ivory")
+            .expect("ivory Deployment");
+        let pod = &ivory["spec"]["template"]["spec"];
+        let c = &pod["containers"][0];
+        let args: Vec<&str> = c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|a| a.starts_with("--cache-redis"))
+            .collect();
+        let want: Vec<String> = keys
+            .iter()
+            .map(|k| format!("--cache-redis-key=/etc/ivory/shared-cache/{k}"))
+            .collect();
+        assert_eq!(args, want);
+        let env = c["env"].as_array().unwrap();
+        assert!(
+            env.iter().any(|e| e["name"] == "IVORY_CACHE_REDIS"),
+            "{env:?}"
+        );
+        let volume = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "shared-cache-key")
+            .expect("key volume");
+        let items: Vec<&str> = volume["secret"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|i| i["key"].as_str())
+            .collect();
+        assert_eq!(items, keys);
+        let cache = docs
+            .iter()
+            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] != "ivory")
+            .expect("cache Deployment");
+        let cache_labels = &cache["spec"]["template"]["metadata"]["labels"];
+        let service = docs
+            .iter()
+            .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == "ivory")
+            .expect("ivory Service");
+        let selects_cache = service["spec"]["selector"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .all(|(k, v)| &cache_labels[k] == v);
+        assert!(!selects_cache, "ivory's Service selects the cache pods");
+    }
+    let kustomize = tool("kustomize");
+    let docs = documents(&run(
+        Command::new(&kustomize).args(["build", "deploy/overlays/shared-cache"])
+    ));
+    check(&docs, &["current"]);
+    let helm = tool("helm");
+    let docs = documents(&run(Command::new(&helm).args([
+        "template",
+        "ivory",
+        "deploy/helm/ivory",
+        "--namespace",
+        "ivory-system",
+        "--kube-version",
+        "1.32.0",
+        "--set",
+        "sharedCache.enabled=true,sharedCache.server.enabled=true,sharedCache.rotating=true",
+    ])));
+    check(&docs, &["current", "previous"]);
+}

@@ -77,6 +77,20 @@ impl Credentials {
         Ok(self)
     }
 
+    /// A canonical byte encoding of everything that scopes a cache entry to this credential
+    /// set: `allow_insecure` and every host, user and password, length-prefixed. It contains
+    /// the secrets themselves: callers only feed it to a keyed hash, never store it.
+    pub fn identity_bytes(&self) -> Vec<u8> {
+        let mut out = vec![u8::from(self.allow_insecure)];
+        for (host, basic) in self.auths.iter() {
+            for field in [host, &basic.user, &basic.password] {
+                out.extend_from_slice(&(field.len() as u64).to_be_bytes());
+                out.extend_from_slice(field.as_bytes());
+            }
+        }
+        out
+    }
+
     /// True when nothing was configured for any host.
     pub fn is_empty(&self) -> bool {
         self.auths.is_empty()

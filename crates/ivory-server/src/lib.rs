@@ -16,7 +16,9 @@ mod serve;
 pub mod webhooks;
 
 pub use kube_source::KubeSource;
-pub use metrics::{CacheCounts, CacheStatsSource, Metrics, RegistryStatsSource};
+pub use metrics::{
+    CacheCounts, CacheStatsSource, L2Counts, L2StatsSource, Metrics, RegistryStatsSource,
+};
 pub use policies::{FileSource, PolicyStore, Snapshot};
 pub use routes::{
     AppState, DEFAULT_BODY_LIMIT, ExceptionSettings, NamespaceSource, namespace_object, router,

@@ -25,6 +25,11 @@
 //!   `verify_cache_misses_total{cache}`, `verify_cache_coalesced_total{cache}`: the verifier's
 //!   `tags` and `results` caches (coalesced = waited for another request's identical load),
 //!   read at scrape time.
+//! * `l2_events_total{event}` (`hits`, `misses`, `errors`, `skipped`, `rejected`,
+//!   `leases_won`, `leases_waited`, `waits_answered`), `l2_calls_total` and
+//!   `l2_call_microseconds_total` (their sum: the mean L2 latency): the cache shared by the
+//!   replicas (`--cache-redis`), read at scrape time. `rejected` counts entries that did not
+//!   verify (HMAC, name, size or format).
 
 use std::fmt;
 use std::sync::Arc;
@@ -59,6 +64,25 @@ pub struct CacheCounts {
 
 /// Where verifier cache counters come from.
 pub type CacheStatsSource = Arc<dyn Fn() -> Vec<CacheCounts> + Send + Sync>;
+
+/// The shared L2 cache's counters (monotonic), as the binary reads them from it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct L2Counts {
+    /// `(event, count)`: the `event` label of `l2_events_total`.
+    pub events: Vec<(&'static str, u64)>,
+    /// Calls made to the store.
+    pub calls: u64,
+    /// Their total time in microseconds.
+    pub call_micros: u64,
+}
+
+/// Where the L2 counters come from.
+pub type L2StatsSource = Arc<dyn Fn() -> L2Counts + Send + Sync>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct L2Labels {
+    event: String,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AdmissionLabels {
@@ -122,6 +146,10 @@ pub struct Metrics {
     policy_results: Family<PolicyResultLabels, Counter>,
     reports_written: Counter,
     reports_dropped: Family<ReasonLabels, Counter>,
+    l2_events: Family<L2Labels, Counter>,
+    l2_calls: Counter,
+    l2_call_micros: Counter,
+    l2_source: Option<L2StatsSource>,
 }
 
 impl fmt::Debug for Metrics {
@@ -162,6 +190,10 @@ impl Metrics {
             policy_results: Family::default(),
             reports_written: Counter::default(),
             reports_dropped: Family::default(),
+            l2_events: Family::default(),
+            l2_calls: Counter::default(),
+            l2_call_micros: Counter::default(),
+            l2_source: None,
             registry: Registry::default(),
         };
         registry.register(
@@ -253,7 +285,28 @@ impl Metrics {
         ] {
             registry.register(name, help, family.clone());
         }
+        registry.register(
+            "l2_events",
+            "Shared L2 cache events (hits, misses, errors, skipped, rejected, leases_won, leases_waited, waits_answered)",
+            m.l2_events.clone(),
+        );
+        registry.register(
+            "l2_calls",
+            "Calls to the shared L2 cache",
+            m.l2_calls.clone(),
+        );
+        registry.register(
+            "l2_call_microseconds",
+            "Total time of the calls to the shared L2 cache",
+            m.l2_call_micros.clone(),
+        );
         Self { registry, ..m }
+    }
+
+    /// Adds the shared L2 cache's counters to every scrape.
+    pub fn with_l2_stats(mut self, source: L2StatsSource) -> Self {
+        self.l2_source = Some(source);
+        self
     }
 
     /// Adds the verifier's cache counters to every scrape.
@@ -377,6 +430,19 @@ impl Metrics {
                 set(&self.cache_misses, &labels, c.misses);
                 set(&self.cache_coalesced, &labels, c.coalesced);
             }
+        }
+        if let Some(source) = &self.l2_source {
+            let counts = source();
+            for (event, n) in counts.events {
+                let labels = L2Labels {
+                    event: event.to_owned(),
+                };
+                set(&self.l2_events, &labels, n);
+            }
+            self.l2_calls.inner().store(counts.calls, Ordering::Relaxed);
+            self.l2_call_micros
+                .inner()
+                .store(counts.call_micros, Ordering::Relaxed);
         }
         let mut out = String::new();
         // Writing into a String cannot fail.

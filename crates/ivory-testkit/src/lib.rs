@@ -8,6 +8,7 @@
 //! - [`HostileServer`], [`CaptureServer`]: registries that attack their clients.
 //! - The `ivory-testkit-registry` binary: the harness registry with OCI layouts pushed, kept
 //!   running for `scripts/demo.sh` and people trying ivory by hand.
+//! - [`RedisServer`]: the real `redis-server` on loopback (pause, stop, restart on demand).
 
 pub use error::{Error, Result};
 pub use fault::{DEEP_LEVELS, FaultOptions, FaultServer, HungRegistry, refused_host};
@@ -20,6 +21,7 @@ pub use layout::{
     sha256_digest, write_simple_image,
 };
 pub use pki::{CosignSigner, TestPki, TokenSigner};
+pub use redis::{REDIS_BINARY, RedisServer};
 pub use registry::{
     AuthMode, Harness, HarnessOptions, LoggedRequest, REGISTRY_BINARY, RegistryHarness,
 };
@@ -32,5 +34,6 @@ mod layout;
 mod pki;
 pub mod policy;
 mod push;
+mod redis;
 mod registry;
 mod token;

@@ -349,7 +349,7 @@ impl Drop for Harness {
     }
 }
 
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(io("finding a free port"))?;
     Ok(l.local_addr().map_err(io("free port address"))?.port())
 }

@@ -41,4 +41,6 @@ pub use envelope::{Envelope, Legacy};
 pub use plan::{KMS_UNSUPPORTED, NOTARY_UNSUPPORTED, Plan, TUF_UNSUPPORTED};
 pub use rejection::Rejection;
 pub use trust::PUBLIC_GOOD_TRUSTED_ROOT;
-pub use verifier::{CacheStats, CosignVerifier, CredentialsResolver, VerifierConfig};
+pub use verifier::{
+    CacheStats, CosignVerifier, CredentialsResolver, Lookup, SharedCache, VerifierConfig,
+};

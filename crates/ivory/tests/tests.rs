@@ -9,6 +9,7 @@
 //! * `serve_parity`: Kyverno parity (key hash algorithms across cosign generations, legacy
 //!   Rekor entry kinds, certificate constraints, fields refused at load, image data).
 //! * `serve_cel_cost`: `ivory serve` against costly CEL (load-time refusal, run-time limit).
+//! * `fleet`: `ivory serve` replicas sharing a real redis-server (`--cache-redis`).
 //! * `memory`: peak RSS of `ivory serve` against hostile registries.
 //! * `webhooks`: `ivory webhooks` output.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
@@ -31,6 +32,7 @@ mod cli_registries;
 mod cli_util;
 mod cli_verify;
 mod demo;
+mod fleet;
 mod memory;
 mod serve;
 mod serve_bypass;

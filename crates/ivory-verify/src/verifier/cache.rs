@@ -1,8 +1,8 @@
 //! The verifier's caches: what keys a tag and a verdict, how long a verdict lives, and how
 //! concurrent misses of one key share one load (each caller bounded by its own deadline).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt as _};
@@ -16,7 +16,9 @@ use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
 use super::CosignVerifier;
+use super::shared::{SharedLoad, tag_name, through};
 use crate::classify::{deadline_error, map_error};
+use crate::plan::Plan;
 
 /// Longest a shared (coalesced) load runs: the Kubernetes maximum webhook timeout. Each
 /// caller waits only until its own deadline; the load runs in its own task and finishes (or
@@ -114,17 +116,29 @@ impl CosignVerifier {
             reference: reference.whole(),
             credentials: creds.clone(),
         };
+        let ttl = self.inner.config.tag_ttl;
+        // Built on a miss only: naming hashes the credential set.
         let load = || {
+            let shared = self.inner.shared.clone().map(|l2| SharedLoad {
+                name: tag_name(l2.as_ref(), &reference.whole(), &creds.identity_bytes()),
+                l2,
+                digest: None,
+                deadline,
+            });
             let registry = self.inner.registry.clone();
             let (image, creds) = (image.to_owned(), creds.clone());
-            async move {
+            let load = async move {
                 let shared = Instant::now() + SHARED_LOAD_CAP;
                 registry
                     .resolve_digest(&image, &creds, shared)
                     .await
                     .map_err(|e| map_error(&image, "resolving the digest", e, shared))
             }
-            .boxed()
+            .boxed();
+            match shared {
+                None => load,
+                Some(shared) => through(shared, move |_: &String| ttl, load).boxed(),
+            }
         };
         coalesced(
             &self.inner.tags,
@@ -229,6 +243,46 @@ where
     (res.map_err(|e: Arc<VerifyError>| (*e).clone()), ran)
 }
 
+/// Attestors seen lately, with their hash and plan. Every verification (cache hits included)
+/// needs the attestor's hash; comparing it with a handful of recent attestors costs far less
+/// than serializing and hashing it again, and policies use few distinct attestors.
+#[derive(Default)]
+pub(super) struct AttestorMemo {
+    entries: RwLock<Vec<(Attestor, AttestorPlan)>>,
+    next: AtomicUsize,
+}
+
+/// An attestor's hash and plan.
+pub(super) type AttestorPlan = ([u8; 32], Arc<Result<Plan, crate::Rejection>>);
+
+/// Attestors remembered by [`AttestorMemo`]; past it, entries are replaced in turn.
+const ATTESTOR_MEMO: usize = 32;
+
+impl AttestorMemo {
+    /// The remembered hash and plan of an attestor equal to `attestor`.
+    pub(super) fn get(&self, attestor: &Attestor) -> Option<AttestorPlan> {
+        let entries = self.entries.read().ok()?;
+        entries
+            .iter()
+            .find(|(seen, _)| seen == attestor)
+            .map(|(_, plan)| (plan.0, Arc::clone(&plan.1)))
+    }
+
+    /// Remembers `attestor`'s hash and plan.
+    pub(super) fn insert(&self, attestor: &Attestor, plan: &AttestorPlan) {
+        let Ok(mut entries) = self.entries.write() else {
+            return;
+        };
+        let entry = (attestor.clone(), (plan.0, Arc::clone(&plan.1)));
+        if entries.len() < ATTESTOR_MEMO {
+            entries.push(entry);
+        } else {
+            let at = self.next.fetch_add(1, Ordering::Relaxed) % ATTESTOR_MEMO;
+            entries[at] = entry;
+        }
+    }
+}
+
 /// SHA-256 over the attestor (CEL fields already resolved, so trust material is inside) and
 /// the default trusted root it falls back to.
 pub(super) fn attestor_hash(attestor: &Attestor, root_hash: &[u8; 32]) -> [u8; 32] {
@@ -270,6 +324,23 @@ mod tests {
         assert_eq!(a, attestor_hash(&key_attestor("b", "KEY1"), &root));
         assert_ne!(a, attestor_hash(&key_attestor("a", "KEY2"), &root));
         assert_ne!(a, attestor_hash(&key_attestor("a", "KEY1"), &[8u8; 32]));
+    }
+
+    #[test]
+    fn the_attestor_memo_answers_equal_attestors_only() {
+        let memo = AttestorMemo::default();
+        let plan = |n: u8| ([n; 32], Arc::new(Err(format!("plan {n}"))));
+        memo.insert(&key_attestor("a", "KEY1"), &plan(1));
+        let hit = memo.get(&key_attestor("a", "KEY1"));
+        assert_eq!(hit.map(|p| p.0), Some([1; 32]));
+        assert!(memo.get(&key_attestor("a", "KEY2")).is_none());
+        for n in 0..=ATTESTOR_MEMO as u8 {
+            memo.insert(&key_attestor("x", &n.to_string()), &plan(n));
+        }
+        assert_eq!(
+            memo.entries.read().map(|e| e.len()).unwrap_or_default(),
+            ATTESTOR_MEMO
+        );
     }
 
     #[test]

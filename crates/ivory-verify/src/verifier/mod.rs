@@ -14,12 +14,14 @@
 //! * `cache`: cache keys, the tag cache, verdict lifetimes and coalescing of concurrent misses
 //!   (the detached-load and retry-once rules);
 //! * `sources`: where signatures live (cosign tag, OCI referrers) and how they are read;
-//! * `image_data`: manifests and configs for the CEL `image` context.
+//! * `image_data`: manifests and configs for the CEL `image` context;
+//! * `shared`: what is shared with the other replicas through an optional L2 ([`SharedCache`]).
 //!
 //! Registry errors become [`VerifyError`]s in one place, `crate::classify`.
 
 mod cache;
 mod image_data;
+mod shared;
 mod sources;
 
 use std::sync::Arc;
@@ -45,8 +47,11 @@ use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
 
 pub use cache::CacheStats;
 use cache::{
-    CacheCounters, ResultKey, SHARED_LOAD_CAP, TagKey, VerdictExpiry, attestor_hash, coalesced,
+    AttestorMemo, CacheCounters, ResultKey, SHARED_LOAD_CAP, TagKey, VerdictExpiry, attestor_hash,
+    coalesced,
 };
+pub use shared::{Lookup, SharedCache};
+use shared::{Shared, SharedLoad, hint_name, through, verdict_name};
 use sources::{Family, SignatureLocation, Source};
 
 /// Cache and limit settings.
@@ -115,6 +120,10 @@ struct Inner {
     references: moka::sync::Cache<String, Arc<Reference>>,
     /// SHA-256 of `config.default_trusted_root`, part of every attestor hash.
     root_hash: [u8; 32],
+    /// Recent attestors' hashes and plans (see [`AttestorMemo`]).
+    attestors: AttestorMemo,
+    /// The cache shared with the other replicas, if any.
+    shared: Shared,
 }
 
 impl CosignVerifier {
@@ -123,6 +132,18 @@ impl CosignVerifier {
         registry: Registry,
         config: VerifierConfig,
         credentials: CredentialsResolver,
+    ) -> Self {
+        Self::with_shared_cache(registry, config, credentials, None)
+    }
+
+    /// [`CosignVerifier::new`] with a cache shared by the replicas (L2) behind the in-process
+    /// caches: verdicts, resolved tags and source hints found there skip the registry, and one
+    /// replica at a time loads a name the fleet misses.
+    pub fn with_shared_cache(
+        registry: Registry,
+        config: VerifierConfig,
+        credentials: CredentialsResolver,
+        shared: Option<Arc<dyn SharedCache>>,
     ) -> Self {
         let results = Cache::builder()
             .max_capacity(config.max_results)
@@ -141,6 +162,8 @@ impl CosignVerifier {
         Self {
             inner: Arc::new(Inner {
                 root_hash,
+                shared,
+                attestors: AttestorMemo::default(),
                 registry,
                 config,
                 credentials,
@@ -195,12 +218,18 @@ impl CosignVerifier {
     }
 
     fn plan(&self, attestor: &Attestor) -> (Arc<Result<Plan, Rejection>>, [u8; 32]) {
+        if let Some((hash, plan)) = self.inner.attestors.get(attestor) {
+            return (plan, hash);
+        }
         let hash = attestor_hash(attestor, &self.inner.root_hash);
         let root = &self.inner.config.default_trusted_root;
         let plan = self
             .inner
             .plans
             .get_with(hash, || Arc::new(Plan::new(attestor, root)));
+        self.inner
+            .attestors
+            .insert(attestor, &(hash, Arc::clone(&plan)));
         (plan, hash)
     }
 
@@ -261,14 +290,40 @@ impl CosignVerifier {
             attestor: hash,
             attestation: predicate.clone(),
         };
+        let (verified_ttl, negative_ttl) = (
+            self.inner.config.verified_ttl,
+            self.inner.config.negative_ttl,
+        );
+        // Built on a miss only: naming hashes the key.
         let load = || {
+            let shared = self.inner.shared.clone().map(|l2| SharedLoad {
+                name: verdict_name(&at.digest, &at.repo_key(), &hash, predicate.as_deref()),
+                l2,
+                digest: Some(at.digest.clone()),
+                deadline,
+            });
             let (this, image, at) = (self.clone(), request.image.clone(), at.clone());
             let (plan, predicate, creds) = (Arc::clone(&plan), predicate.clone(), creds.clone());
-            async move {
+            let load = async move {
                 this.load_verdict(&image, &at, &plan, predicate, &creds)
                     .await
             }
-            .boxed()
+            .boxed();
+            match shared {
+                None => load,
+                Some(shared) => through(
+                    shared,
+                    move |v: &Verification| {
+                        if v.is_verified() {
+                            verified_ttl
+                        } else {
+                            negative_ttl
+                        }
+                    },
+                    load,
+                )
+                .boxed(),
+            }
         };
         coalesced(
             &self.inner.results,
@@ -300,11 +355,7 @@ impl CosignVerifier {
         })?;
         let shared = Instant::now() + SHARED_LOAD_CAP;
         let hint_key = (at.repo_key(), at.family);
-        let first = self
-            .inner
-            .found_in
-            .get(&hint_key)
-            .unwrap_or(Source::CosignTag);
+        let first = self.source_hint(&hint_key).await;
         let mut fetched = self.fetch(image, at, first, creds, shared).await;
         let mut verdict = evaluate(plan, &at.digest, &fetched.envelopes, predicate.as_deref());
         let mut found = first;
@@ -325,7 +376,7 @@ impl CosignVerifier {
             Ok(Accepted { statement }) => {
                 tracing::debug!(image, %digest, source = ?found, "signature verified");
                 if found != first {
-                    self.inner.found_in.insert(hint_key, found);
+                    self.remember_source(hint_key, found).await;
                 }
                 Verification::Verified {
                     digest,
@@ -342,6 +393,39 @@ impl CosignVerifier {
         })
     }
 }
+
+impl CosignVerifier {
+    /// Where to read a repository's signatures first: where they were last found, by this
+    /// replica or (through the L2) another one; the cosign tag otherwise.
+    async fn source_hint(&self, key: &(String, Family)) -> Source {
+        if let Some(source) = self.inner.found_in.get(key) {
+            return source;
+        }
+        let Some(l2) = &self.inner.shared else {
+            return Source::CosignTag;
+        };
+        let shared = l2.get(&hint_name(&key.0, key.1)).await;
+        match shared.and_then(|bytes| shared::SharedValue::decode(&bytes, None)) {
+            Some(source) => {
+                self.inner.found_in.insert(key.clone(), source);
+                source
+            }
+            None => Source::CosignTag,
+        }
+    }
+
+    async fn remember_source(&self, key: (String, Family), source: Source) {
+        if let Some(l2) = &self.inner.shared
+            && let Some(bytes) = shared::SharedValue::encode(&source)
+        {
+            l2.put(&hint_name(&key.0, key.1), bytes, HINT_TTL).await;
+        }
+        self.inner.found_in.insert(key, source);
+    }
+}
+
+/// How long a source hint lives in the L2 (the in-process one is kept while used).
+const HINT_TTL: Duration = Duration::from_secs(3600);
 
 /// The in-toto predicate type of the requested attestation; `referrer` attestations are
 /// notary's and cannot be verified by a cosign attestor.

@@ -16,6 +16,7 @@ use ivory_server::{
 use ivory_verify::{CosignVerifier, VerifierConfig};
 
 mod kube_wiring;
+mod l2_wiring;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -91,6 +92,27 @@ pub struct Args {
     /// Pods a background scan judges at the same time (bounds the registry load).
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     background_concurrency: u16,
+    /// Redis (or Valkey, or any server speaking its protocol) URL of a cache shared by the
+    /// replicas: `redis://[user:password@]host:port[/db]`, `rediss://…` for TLS. Verdicts,
+    /// resolved tags and signature source hints found there skip the registry, and one replica
+    /// at a time verifies an image the fleet has not seen. Never needed to answer: a slow or
+    /// unavailable server only costs --cache-redis-timeout.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "IVORY_CACHE_REDIS",
+        hide_env_values = true
+    )]
+    cache_redis: Option<String>,
+    /// File holding the HMAC key every entry of the shared cache is sealed with (at least 32
+    /// bytes, the same on every replica, e.g. from a Secret). Give it twice to rotate: the
+    /// first seals, both are accepted.
+    #[arg(long, value_name = "FILE", requires = "cache_redis")]
+    cache_redis_key: Vec<PathBuf>,
+    /// Longest one call to the shared cache may take (Go duration); a slower or failed call
+    /// counts as a miss and the shared cache is skipped for a second.
+    #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = duration)]
+    cache_redis_timeout: Duration,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -112,17 +134,32 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let kube_slot = Arc::new(std::sync::OnceLock::new());
     let registry = Registry::new(registry_config(&args)?).context("creating registry client")?;
-    let verifier = CosignVerifier::new(
+    let l2 = match &args.cache_redis {
+        Some(url) => Some(l2_wiring::connect(
+            url,
+            &args.cache_redis_key,
+            args.cache_redis_timeout,
+        )?),
+        None => None,
+    };
+    let verifier = CosignVerifier::with_shared_cache(
         registry,
         VerifierConfig {
             tag_ttl: args.tag_cache_ttl,
             ..VerifierConfig::default()
         },
         kube_wiring::credentials_resolver(kube_slot.clone()),
+        l2.clone()
+            .map(|l2| l2 as Arc<dyn ivory_verify::SharedCache>),
     );
     let (stats_source, cache_source) = (verifier.clone(), verifier.clone());
+    let mut metrics = Metrics::new();
+    if let Some(l2) = l2 {
+        l2_wiring::warm_up(&l2).await;
+        metrics = metrics.with_l2_stats(Arc::new(move || l2_wiring::counts(&l2)));
+    }
     let metrics = Arc::new(
-        Metrics::new()
+        metrics
             .with_registry_stats(Arc::new(move || stats_source.registry().stats()))
             .with_cache_stats(Arc::new(move || {
                 cache_source

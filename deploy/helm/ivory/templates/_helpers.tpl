@@ -52,3 +52,19 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - {{ $svc }}.{{ .Release.Namespace }}.svc
 - {{ $svc }}.{{ .Release.Namespace }}.svc.cluster.local
 {{- end -}}
+
+{{- /* The shared cache's URL: sharedCache.url, else the bundled server's Service. */ -}}
+{{- define "ivory.sharedCacheURL" -}}
+{{- if .Values.sharedCache.url -}}
+{{- .Values.sharedCache.url -}}
+{{- else if .Values.sharedCache.server.enabled -}}
+{{- printf "redis://%s-cache.%s.svc:6379" (include "ivory.fullname" .) .Release.Namespace -}}
+{{- else -}}
+{{- fail "sharedCache.enabled needs sharedCache.url, sharedCache.urlSecret or sharedCache.server.enabled" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ivory.sharedCacheSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "ivory.name" . }}-cache
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}

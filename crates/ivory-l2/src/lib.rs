@@ -1,0 +1,27 @@
+//! ivory-l2: the cache the replicas of an ivory fleet share (L2), on Redis or any server that
+//! speaks its protocol (Valkey is the drop-in equivalent).
+//!
+//! [`RedisL2`] implements `ivory_verify::SharedCache`; the verifier decides what is shared
+//! (verdicts, resolved tags, signature source hints) and this crate how:
+//!
+//! * **Tamper-evident** (`entry`): every value is sealed with an HMAC bound to its name and
+//!   lifetime under a key shared by the replicas; an entry that does not open is ignored and
+//!   counted (`rejected`), so write access to Redis alone cannot make an image "verified".
+//! * **Fleet-wide coalescing**: a miss takes a short lease (`SET NX PX`); the other replicas
+//!   poll for the holder's value instead of asking the registry.
+//! * **Never a dependency of admission**: each call has its own small deadline, reads are
+//!   bounded in size, and a failed or late call opens a circuit breaker (`breaker`) for a
+//!   cool-down during which the L2 is skipped. Every failure reads as "not in the L2".
+//!
+//! The client is `redis` (redis-rs, maintained by the Redis organisation, the most used Rust
+//! client): its `ConnectionManager` multiplexes every call over one connection and reconnects
+//! by itself, it is tokio-native and supports rustls (`rediss://` URLs), which is all this
+//! crate needs from a client. `fred` offers more (pools, cluster routing) that a handful of
+//! single-key commands does not use.
+
+mod breaker;
+mod entry;
+mod store;
+
+pub use entry::{KeyError, Keys, MIN_KEY_BYTES, Rejected};
+pub use store::{L2Config, L2Error, L2Stats, RedisL2};

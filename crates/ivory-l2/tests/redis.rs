@@ -1,0 +1,366 @@
+//! The shared L2 against a real `redis-server` (ivory-testkit), and two verifiers ("replicas")
+//! sharing it in front of a real Distribution registry, whose access log counts what each
+//! replica asked.
+
+// Test helpers outside #[test] fns: failing fast is the point.
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ivory_engine::verifier::{ImageVerifier, Verification, VerifyRequest};
+use ivory_l2::{Keys, L2Config, RedisL2};
+use ivory_policy::types::{Attestor, Cosign, CosignKey, Ctlog};
+use ivory_registry::{Config, Registry};
+use ivory_testkit::{Harness, HarnessOptions, RedisServer, RegistryHarness};
+use ivory_verify::{CosignVerifier, Lookup, SharedCache, VerifierConfig};
+use redis::AsyncCommands as _;
+use tokio::time::Instant;
+
+const KEY_A: &[u8] = b"fleet-key-A-0123456789abcdef0123456789";
+const KEY_B: &[u8] = b"fleet-key-B-0123456789abcdef0123456789";
+
+fn keys(list: &[&[u8]]) -> Keys {
+    let named: Vec<(String, Vec<u8>)> = list
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (format!("test key {i}"), k.to_vec()))
+        .collect();
+    Keys::new(&named).unwrap()
+}
+
+/// An L2 whose deadline leaves room for a busy test machine: these tests are about what is
+/// shared, not about time (the paused-server test sets its own).
+fn l2(server: &RedisServer, list: &[&[u8]]) -> Arc<RedisL2> {
+    let mut config = L2Config::new(server.url(), keys(list));
+    config.deadline = Duration::from_secs(2);
+    Arc::new(RedisL2::new(config).unwrap())
+}
+
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+fn later() -> Instant {
+    Instant::now() + Duration::from_secs(5)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_round_trip_and_anything_not_sealed_for_its_name_is_ignored_and_counted() {
+    let server = RedisServer::start().await.unwrap();
+    let a = l2(&server, &[KEY_A]);
+    a.put(
+        "ivory:test:one",
+        b"verified".to_vec(),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        a.get("ivory:test:one").await.as_deref(),
+        Some(&b"verified"[..])
+    );
+    assert_eq!(a.get("ivory:test:absent").await, None);
+    assert_eq!((a.stats().hits, a.stats().misses), (1, 1));
+
+    let mut conn = raw(&server).await;
+    let sealed: Vec<u8> = conn.get("ivory:test:one").await.unwrap();
+    // Moved to another name (another digest or attestor): the HMAC binds the name.
+    let _: () = conn.set("ivory:test:two", &sealed).await.unwrap();
+    assert_eq!(a.get("ivory:test:two").await, None);
+    // Modified in place.
+    let mut flipped = sealed.clone();
+    let at = flipped.len() - 40;
+    flipped[at] ^= 1;
+    let _: () = conn.set("ivory:test:one", &flipped).await.unwrap();
+    assert_eq!(a.get("ivory:test:one").await, None);
+    // Garbage, and a value far larger than an entry may be.
+    let _: () = conn.set("ivory:test:three", "verified").await.unwrap();
+    assert_eq!(a.get("ivory:test:three").await, None);
+    let _: () = conn
+        .set("ivory:test:big", vec![b'x'; 2 * 1024 * 1024])
+        .await
+        .unwrap();
+    assert_eq!(a.get("ivory:test:big").await, None);
+    // Sealed by a replica with another key.
+    let stranger = l2(&server, &[KEY_B]);
+    stranger
+        .put(
+            "ivory:test:four",
+            b"verified".to_vec(),
+            Duration::from_secs(60),
+        )
+        .await;
+    assert_eq!(a.get("ivory:test:four").await, None);
+    assert_eq!(a.stats().rejected, 5, "{:?}", a.stats());
+    assert_eq!(a.stats().errors, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotating_fleet_reads_entries_of_both_keys() {
+    let server = RedisServer::start().await.unwrap();
+    let (old, rotating, new) = (
+        l2(&server, &[KEY_A]),
+        l2(&server, &[KEY_B, KEY_A]),
+        l2(&server, &[KEY_B]),
+    );
+    old.put("n:old", b"1".to_vec(), Duration::from_secs(60))
+        .await;
+    rotating
+        .put("n:new", b"2".to_vec(), Duration::from_secs(60))
+        .await;
+    assert_eq!(rotating.get("n:old").await.as_deref(), Some(&b"1"[..]));
+    assert_eq!(old.get("n:new").await, None);
+    assert_eq!(new.get("n:new").await.as_deref(), Some(&b"2"[..]));
+    assert_eq!(new.get("n:old").await, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_replica_holds_the_lease_and_the_others_get_its_value() {
+    let server = RedisServer::start().await.unwrap();
+    let (a, b, c) = (
+        l2(&server, &[KEY_A]),
+        l2(&server, &[KEY_A]),
+        l2(&server, &[KEY_A]),
+    );
+    assert_eq!(a.lookup("n").await, Lookup::Won);
+    assert_eq!(b.lookup("n").await, Lookup::Held);
+    assert_eq!(c.lookup("n").await, Lookup::Held);
+    let waiter = {
+        let b = Arc::clone(&b);
+        tokio::spawn(async move { b.wait("n", later()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    a.put("n", b"value".to_vec(), Duration::from_secs(60)).await;
+    assert_eq!(waiter.await.unwrap().as_deref(), Some(&b"value"[..]));
+    assert_eq!(b.stats().waits_answered, 1);
+    // The put released the lease, and a lookup now finds the value.
+    let mut conn = raw(&server).await;
+    let lease: Option<String> = conn.get("n:lease").await.unwrap();
+    assert_eq!(lease, None);
+    assert_eq!(c.lookup("n").await, Lookup::Found(b"value".to_vec()));
+
+    // A holder whose load failed releases the lease: waiters stop waiting and load themselves.
+    assert_eq!(a.lookup("m").await, Lookup::Won);
+    assert_eq!(b.lookup("m").await, Lookup::Held);
+    a.release("m").await;
+    assert_eq!(b.wait("m", later()).await, None);
+    assert_eq!(c.lookup("m").await, Lookup::Won);
+    // Only the holder's own token releases: b never held "m".
+    b.release("m").await;
+    assert_eq!(a.lookup("m").await, Lookup::Held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_or_stopped_redis_reads_as_empty_and_trips_the_breaker() {
+    let mut server = RedisServer::start().await.unwrap();
+    let mut config = L2Config::new(server.url(), keys(&[KEY_A]));
+    config.deadline = Duration::from_millis(300);
+    let a = RedisL2::new(config).unwrap();
+    a.put("n", b"v".to_vec(), Duration::from_secs(60)).await;
+    assert_eq!(a.get("n").await.as_deref(), Some(&b"v"[..]));
+
+    server.pause().unwrap();
+    assert_eq!(a.get("n").await, None);
+    assert_eq!(a.lookup("x").await, Lookup::Alone);
+    a.put("y", b"v".to_vec(), Duration::from_secs(60)).await;
+    let paused = a.stats();
+    assert_eq!(paused.errors, 1, "{paused:?}");
+    assert_eq!(paused.skipped, 2, "{paused:?}");
+    server.resume().unwrap();
+    // Past the cool-down the store is asked again.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(a.get("n").await.as_deref(), Some(&b"v"[..]));
+
+    server.stop();
+    assert_eq!(a.get("n").await, None);
+    assert!(a.stats().errors > paused.errors);
+    server.restart().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // Empty again after the restart, and usable: the connection came back by itself.
+    let mut got = None;
+    for _ in 0..20 {
+        a.put("z", b"w".to_vec(), Duration::from_secs(60)).await;
+        got = a.get("z").await;
+        if got.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(got.as_deref(), Some(&b"w"[..]));
+}
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
+fn attestor() -> Attestor {
+    let pem = std::fs::read_to_string(fixtures().join("keys/cosign-p256.pub")).unwrap();
+    Attestor {
+        name: "key".into(),
+        cosign: Some(Cosign {
+            key: Some(CosignKey {
+                data: Some(pem),
+                ..CosignKey::default()
+            }),
+            ctlog: Some(Ctlog {
+                insecure_ignore_tlog: Some(true),
+                ..Ctlog::default()
+            }),
+            ..Cosign::default()
+        }),
+        notary: None,
+    }
+}
+
+fn replica(h: &Harness, l2: Arc<RedisL2>) -> CosignVerifier {
+    let config = Config {
+        ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
+        ..Config::default()
+    };
+    CosignVerifier::with_shared_cache(
+        Registry::new(config).unwrap(),
+        VerifierConfig::default(),
+        CosignVerifier::anonymous_credentials(),
+        Some(l2),
+    )
+}
+
+async fn push(h: &Harness, layout: &str) -> String {
+    let repo = format!("ivory/{layout}");
+    h.push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
+        .await
+        .unwrap();
+    format!("{}/{repo}:v1", h.host())
+}
+
+async fn verify(v: &CosignVerifier, image: &str) -> Verification {
+    let request = VerifyRequest {
+        image: image.to_owned(),
+        attestor: attestor(),
+        attestation: None,
+        credentials: None,
+    };
+    v.verify(&request, later()).await.unwrap()
+}
+
+/// Registry requests other than the one-time `/v2/` probe of a new client.
+fn registry_requests(h: &Harness) -> Vec<String> {
+    h.requests()
+        .into_iter()
+        .map(|(method, path, _)| format!("{method} {path}"))
+        .filter(|r| !r.ends_with(" /v2/"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_verdicts_and_tags_and_redis_alone_cannot_verify_an_image() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let server = RedisServer::start().await.unwrap();
+    let signed = push(&h, "sig-p256").await;
+    let unsigned = push(&h, "unsigned").await;
+    let first = replica(&h, l2(&server, &[KEY_A]));
+    h.reset_requests();
+    assert!(verify(&first, &signed).await.is_verified());
+    assert!(!verify(&first, &unsigned).await.is_verified());
+    assert!(!registry_requests(&h).is_empty());
+
+    // A second replica (fresh in-process caches) answers both from the L2: tag and verdict.
+    h.reset_requests();
+    let second_l2 = l2(&server, &[KEY_A]);
+    let second = replica(&h, Arc::clone(&second_l2));
+    assert!(verify(&second, &signed).await.is_verified());
+    assert!(!verify(&second, &unsigned).await.is_verified());
+    assert_eq!(registry_requests(&h), Vec::<String>::new());
+    // Tag and verdict of each image.
+    assert_eq!(second_l2.stats().hits, 4, "{:?}", second_l2.stats());
+
+    // Someone with write access to Redis but not the key copies the signed image's verdict
+    // entries over the unsigned image's ones: a third replica ignores them, counts them, and
+    // still says "not verified" from the registry.
+    let mut conn = raw(&server).await;
+    let names: Vec<String> = conn.keys("ivory:v1:verdict:*").await.unwrap();
+    assert_eq!(names.len(), 2, "{names:?}");
+    let mut entries = Vec::new();
+    for n in &names {
+        let bytes: Vec<u8> = conn.get(n).await.unwrap();
+        entries.push(bytes);
+    }
+    let verified_at = entries
+        .iter()
+        .position(|e| {
+            e.windows(8).any(|w| w == b"verified") && !e.windows(12).any(|w| w == b"not_verified")
+        })
+        .unwrap();
+    let other = 1 - verified_at;
+    let _: () = conn
+        .set(&names[other], &entries[verified_at])
+        .await
+        .unwrap();
+    let third_l2 = l2(&server, &[KEY_A]);
+    let third = replica(&h, Arc::clone(&third_l2));
+    assert!(verify(&third, &signed).await.is_verified());
+    assert!(!verify(&third, &unsigned).await.is_verified());
+    assert_eq!(third_l2.stats().rejected, 1, "{:?}", third_l2.stats());
+
+    // No credential and no raw reference appears in a name.
+    let all: Vec<String> = conn.keys("*").await.unwrap();
+    assert!(all.iter().all(|n| n.starts_with("ivory:v1:")), "{all:?}");
+    assert!(all.iter().all(|n| !n.contains("ivory/")), "{all:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_on_three_replicas_cost_one_registry_request_set() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let server = RedisServer::start().await.unwrap();
+    let signed = push(&h, "sig-p256").await;
+    // The cost of one cold verification, on a replica of its own.
+    let bare = {
+        let config = Config {
+            ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
+            ..Config::default()
+        };
+        CosignVerifier::new(
+            Registry::new(config).unwrap(),
+            VerifierConfig::default(),
+            CosignVerifier::anonymous_credentials(),
+        )
+    };
+    h.reset_requests();
+    assert!(verify(&bare, &signed).await.is_verified());
+    let one_set = registry_requests(&h);
+    assert!(!one_set.is_empty());
+
+    let replicas: Vec<(CosignVerifier, Arc<RedisL2>)> = (0..3)
+        .map(|_| {
+            let shared = l2(&server, &[KEY_A]);
+            (replica(&h, Arc::clone(&shared)), shared)
+        })
+        .collect();
+    // Each replica's registry client says hello (`/v2/`) once; not part of the set.
+    h.reset_requests();
+    let mut tasks = Vec::new();
+    for (v, _) in &replicas {
+        for _ in 0..32 {
+            let (v, image) = (v.clone(), signed.clone());
+            tasks.push(tokio::spawn(async move { verify(&v, &image).await }));
+        }
+    }
+    for t in tasks {
+        assert!(t.await.unwrap().is_verified());
+    }
+    assert_eq!(registry_requests(&h), one_set);
+    let won: u64 = replicas.iter().map(|(_, l)| l.stats().leases_won).sum();
+    let waited: u64 = replicas.iter().map(|(_, l)| l.stats().leases_waited).sum();
+    // One lease for the tag and one for the verdict; whoever did not win waited or read.
+    assert_eq!(won, 2);
+    assert!(waited <= 4);
+}
