@@ -329,7 +329,12 @@ mod tests {
     #[test]
     fn the_attestor_memo_answers_equal_attestors_only() {
         let memo = AttestorMemo::default();
-        let plan = |n: u8| ([n; 32], Arc::new(Err(format!("plan {n}"))));
+        let plan = |n: u8| {
+            (
+                [n; 32],
+                Arc::new(Err(crate::Rejection::InvalidSignature(format!("plan {n}")))),
+            )
+        };
         memo.insert(&key_attestor("a", "KEY1"), &plan(1));
         let hit = memo.get(&key_attestor("a", "KEY1"));
         assert_eq!(hit.map(|p| p.0), Some([1; 32]));
