@@ -18,10 +18,8 @@ use tokio::time::Instant;
 use super::CosignVerifier;
 use crate::classify::{deadline_error, map_error};
 
-/// Longest a shared (coalesced) load runs: the Kubernetes maximum webhook timeout. Each
-/// caller waits only until its own deadline; the load runs in its own task and finishes (or
-/// hits this cap) even when nobody waits any more, so its verdict still fills the cache for
-/// the next admission of the same image.
+/// Longest a shared (coalesced) load runs: the Kubernetes maximum webhook timeout. Why a load
+/// has its own cap and not a caller's deadline: rule 2 at [`coalesced`].
 pub(super) const SHARED_LOAD_CAP: Duration = Duration::from_secs(30);
 
 /// Counters of one cache, as returned by [`CosignVerifier::cache_stats`].
