@@ -17,6 +17,7 @@ mod refs;
 pub mod types;
 mod unknown;
 mod validate;
+pub mod yaml;
 
 #[cfg(test)]
 mod testutil;
