@@ -1,5 +1,5 @@
 //! The MutatingWebhookConfiguration and ValidatingWebhookConfiguration for a policy set, built
-//! the way Kyverno builds them for ImageValidatingPolicies (kyverno-ivpol.md §4), with three
+//! the way Kyverno builds them for ImageValidatingPolicies (`docs/kyverno-semantics.md` §6), with three
 //! deliberate differences:
 //!
 //! * cluster (`ivpol`) and namespaced (`nivpol`) policies get distinct webhook names, so a basic
