@@ -7,6 +7,8 @@
 //! - [`FaultServer`], [`HungRegistry`], [`refused_host`]: faults on demand.
 //! - [`HostileServer`], [`CaptureServer`]: registries that attack their clients.
 
+#![warn(missing_docs)]
+
 pub use error::{Error, Result};
 pub use fault::{DEEP_LEVELS, FaultOptions, FaultServer, HungRegistry, refused_host};
 pub use hostile::{
