@@ -29,7 +29,7 @@ pub use compiled::{
     NamedProgram, Origin,
 };
 pub use error::{PolicyError, Result};
-pub use glob::compile_image_glob;
+pub use glob::{GlobError, compile_image_glob};
 pub use load::{LoadReport, load_path, load_str, policy_files};
 
 /// The embedded default policy (`policies/default.yaml`): pin every pod image to its digest.
