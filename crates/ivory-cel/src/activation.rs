@@ -13,17 +13,21 @@ use crate::{CostBudget, EvalError};
 /// Implemented by the engine: answers the Kyverno verification / image-data functions.
 /// Errors are strings that become CEL runtime errors.
 pub trait Host: Send + Sync {
+    /// `verifyImageSignatures(img, attestors)`: how many of `attestors` verified the image.
     fn verify_image_signatures(
         &self,
         image: &str,
         attestors: &[serde_json::Value],
     ) -> Result<i64, String>;
+    /// `verifyAttestationSignatures(img, attestation, attestors)`: how many of `attestors`
+    /// verified the named attestation of the image.
     fn verify_attestation_signatures(
         &self,
         image: &str,
         attestation: &str,
         attestors: &[serde_json::Value],
     ) -> Result<i64, String>;
+    /// `extractPayload(img, attestation)`: the payload of the image's named attestation.
     fn extract_payload(&self, image: &str, attestation: &str) -> Result<serde_json::Value, String>;
     /// `getImageData(img)`, `image.GetMetadata(img)`, `image.getMetadata(img)`.
     fn image_data(&self, image: &str) -> Result<serde_json::Value, String>;
@@ -74,6 +78,7 @@ enum LazySource<'a> {
 }
 
 impl<'a> LazyJson<'a> {
+    /// A value that already exists as JSON; converted to CEL on its first read.
     pub fn borrowed(value: &'a serde_json::Value) -> Self {
         Self {
             source: LazySource::Borrowed(value),
@@ -126,6 +131,7 @@ pub struct Activation<'a> {
 }
 
 impl<'a> Activation<'a> {
+    /// Bindings with no variables yet, answering Kyverno's functions through `host`.
     pub fn new(host: &'a dyn Host) -> Self {
         Self {
             host,
@@ -187,6 +193,7 @@ impl<'a> Activation<'a> {
         act
     }
 
+    /// Whether a variable named `name` is bound.
     pub fn is_bound(&self, name: &str) -> bool {
         self.vars.iter().any(|(n, _)| n == name)
     }

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use cel::IdedExpr;
-use cel::common::ast::{CallExpr, EntryExpr, Expr, LiteralValue, operators};
+use cel::common::ast::{CallExpr, EntryExpr, Expr, IdedEntryExpr, LiteralValue, operators};
 
 use crate::library::{Library, MATCHES_CACHED};
 use crate::{CompileError, Scope};
@@ -63,6 +63,19 @@ impl Walker<'_> {
         }
     }
 
+    /// Walks the keys and values of a map literal or the fields of a struct literal.
+    fn walk_entries(&mut self, entries: &mut [IdedEntryExpr]) -> Result<(), CompileError> {
+        entries
+            .iter_mut()
+            .try_for_each(|entry| match &mut entry.expr {
+                EntryExpr::MapEntry(me) => {
+                    self.walk(&mut me.key)?;
+                    self.walk(&mut me.value)
+                }
+                EntryExpr::StructField(sf) => self.walk(&mut sf.value),
+            })
+    }
+
     fn walk(&mut self, e: &mut IdedExpr) -> Result<(), CompileError> {
         if self.depth >= crate::MAX_AST_DEPTH {
             return Err(CompileError::TooDeep(crate::MAX_AST_DEPTH));
@@ -99,29 +112,12 @@ impl Walker<'_> {
                 res
             }
             Expr::List(list) => list.elements.iter_mut().try_for_each(|el| self.walk(el)),
-            Expr::Map(map) => map
-                .entries
-                .iter_mut()
-                .try_for_each(|entry| match &mut entry.expr {
-                    EntryExpr::MapEntry(me) => {
-                        self.walk(&mut me.key)?;
-                        self.walk(&mut me.value)
-                    }
-                    EntryExpr::StructField(sf) => self.walk(&mut sf.value),
-                }),
+            Expr::Map(map) => self.walk_entries(&mut map.entries),
             Expr::Struct(st) => {
                 if !self.lib.has_type(&st.type_name) {
                     return Err(CompileError::UndeclaredReference(st.type_name.clone()));
                 }
-                st.entries
-                    .iter_mut()
-                    .try_for_each(|entry| match &mut entry.expr {
-                        EntryExpr::MapEntry(me) => {
-                            self.walk(&mut me.key)?;
-                            self.walk(&mut me.value)
-                        }
-                        EntryExpr::StructField(sf) => self.walk(&mut sf.value),
-                    })
+                self.walk_entries(&mut st.entries)
             }
         }
     }

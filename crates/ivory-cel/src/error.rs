@@ -9,24 +9,38 @@ pub enum CompileError {
     /// Syntax error text from the parser.
     #[error("{0}")]
     Parse(String),
+    /// A variable the policy's environment does not declare (checked before evaluation, as
+    /// Kubernetes' type checker does).
     #[error("undeclared reference '{0}'")]
     UndeclaredReference(String),
+    /// A function that is neither standard CEL nor in ivory's library.
     #[error("undeclared reference to function '{0}'")]
     UnknownFunction(String),
+    /// Nesting deeper than the parser's recursion limit (the depth is the limit).
     #[error("expression nested too deeply (max depth {0})")]
     TooDeep(usize),
+    /// The CEL parser failed in a way that is not the expression's fault.
     #[error("internal compiler error: {0}")]
     Internal(String),
+    /// The expression text is longer than Kubernetes accepts.
     #[error("expression too long: {len} bytes (max {max})")]
-    TooLong { len: usize, max: usize },
+    TooLong {
+        /// Length of the expression in bytes.
+        len: usize,
+        /// The largest accepted length.
+        max: usize,
+    },
     /// The worst-case cost on the largest accepted request is over the static limit.
     #[error(
         "CEL expression `{expression}` is too costly: its estimated worst-case cost {estimated} \
          exceeds the limit of {limit} (a comprehension over request data nested in another?)"
     )]
     TooCostly {
+        /// The estimated worst-case cost.
         estimated: u64,
+        /// The static cost limit it exceeds.
         limit: u64,
+        /// The expression's text.
         expression: String,
     },
 }
@@ -39,13 +53,23 @@ pub enum EvalError {
     Runtime(String),
     /// The result has the wrong type for the caller.
     #[error("expected {expected}, got {got}")]
-    UnexpectedType { expected: &'static str, got: String },
+    UnexpectedType {
+        /// The CEL type the caller needs.
+        expected: &'static str,
+        /// The type the expression produced.
+        got: String,
+    },
     /// A value that has no JSON representation.
     #[error("cannot convert {0} to JSON")]
     NotJson(String),
     /// The evaluation spent its cost limit or budget, or outlived its deadline.
     #[error("CEL cost budget exceeded in `{expression}`: {reason}")]
-    CostExceeded { expression: String, reason: String },
+    CostExceeded {
+        /// The expression's text.
+        expression: String,
+        /// Which limit ran out.
+        reason: String,
+    },
 }
 
 impl EvalError {

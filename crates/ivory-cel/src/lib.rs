@@ -8,6 +8,8 @@
 //!   under a per-evaluation cost limit, the activation's [`CostBudget`] and its deadline.
 //! * The library (k8s + Kyverno functions) is built once per process.
 
+#![warn(missing_docs)]
+
 mod activation;
 mod check;
 mod convert;
@@ -63,6 +65,7 @@ impl Scope {
         self
     }
 
+    /// Whether `name` is a declared variable.
     pub fn contains(&self, name: &str) -> bool {
         self.names.contains(name)
     }
@@ -164,6 +167,7 @@ struct Inner {
 }
 
 impl Program {
+    /// The expression text the program was compiled from.
     pub fn source(&self) -> &str {
         &self.inner.source
     }
@@ -237,6 +241,7 @@ impl Program {
         self.inner.estimated_cost
     }
 
+    /// Evaluates to a boolean (conditions, validations); any other type is an error.
     pub fn evaluate_bool(&self, act: &Activation<'_>) -> Result<bool, EvalError> {
         match self.evaluate(act)? {
             Value::Bool(b) => Ok(b),
@@ -244,6 +249,7 @@ impl Program {
         }
     }
 
+    /// Evaluates to a string (messages, image references); any other type is an error.
     pub fn evaluate_string(&self, act: &Activation<'_>) -> Result<String, EvalError> {
         match self.evaluate(act)? {
             Value::String(s) => Ok(s.as_str().to_owned()),
@@ -263,6 +269,7 @@ impl Program {
         }
     }
 
+    /// Evaluates to any value with a JSON form (variables, audit annotations, attestors).
     pub fn evaluate_json(&self, act: &Activation<'_>) -> Result<serde_json::Value, EvalError> {
         value_to_json(&self.evaluate(act)?)
     }

@@ -5,6 +5,8 @@
 //! crate runs. `scripts/e2e.sh` does both and runs the cluster tests
 //! (`cargo test -p ivory-e2e --features e2e`).
 
+#![warn(missing_docs)]
+
 mod cluster;
 mod ivory;
 mod matrix;
@@ -23,52 +25,81 @@ use std::time::Duration;
 /// Errors of the end-to-end support code.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The temporary folder for the cluster could not be created.
     #[error("creating a folder for the test cluster: {0}")]
     TempDir(#[source] std::io::Error),
+    /// A cluster script could not be started.
     #[error("running {script}: {source}")]
     Spawn {
+        /// The script.
         script: PathBuf,
+        /// The underlying failure.
         #[source]
         source: std::io::Error,
     },
+    /// A cluster script ran and failed.
     #[error("{script} start failed ({status}); its output:\n{output}")]
     Start {
+        /// The script.
         script: PathBuf,
+        /// Its exit status.
         status: std::process::ExitStatus,
+        /// What it printed.
         output: String,
     },
+    /// The cluster's kubeconfig could not be read.
     #[error("reading kubeconfig {path}: {source}")]
     Kubeconfig {
+        /// The kubeconfig file.
         path: PathBuf,
+        /// The underlying failure.
         #[source]
         source: kube::config::KubeconfigError,
     },
+    /// No client could be built from the kubeconfig.
     #[error("building a Kubernetes client from {path}: {source}")]
     Client {
+        /// The kubeconfig file.
         path: PathBuf,
+        /// The underlying failure.
         #[source]
         source: kube::Error,
     },
+    /// A Kubernetes API call failed.
     #[error("Kubernetes API: {0}")]
     Api(#[from] kube::Error),
+    /// An API request could not be built.
     #[error("building a request: {0}")]
     Request(String),
+    /// No free loopback port was found.
     #[error("finding a free port on 127.0.0.1: {0}")]
     Port(#[source] std::io::Error),
+    /// The ivory binary could not be started.
     #[error("running {binary} (build it with `cargo build -p ivory`): {source}")]
     Ivory {
+        /// The binary.
         binary: PathBuf,
+        /// The underlying failure.
         #[source]
         source: std::io::Error,
     },
+    /// `ivory serve` exited or never listened.
     #[error("ivory serve did not start listening; its log:\n{logs}")]
-    IvoryStart { logs: String },
+    IvoryStart {
+        /// What it logged.
+        logs: String,
+    },
+    /// The ivory process exited while a test still needed it.
     #[error("the ivory process is gone")]
     IvoryGone,
+    /// A wait for the cluster or ivory ran out.
     #[error("timed out after {timeout:?} waiting for {what}; last attempt: {last}")]
     Timeout {
+        /// What was awaited.
         what: String,
+        /// How long the wait was.
         timeout: Duration,
+        /// The last attempt's failure.
         last: String,
     },
 }

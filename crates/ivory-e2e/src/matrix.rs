@@ -7,11 +7,17 @@ use std::sync::Mutex;
 /// One observed request.
 #[derive(Clone, Debug, Default)]
 pub struct Row {
+    /// The scenario's name (`4 slow registry`).
     pub scenario: String,
+    /// What was sent to the API server.
     pub request: String,
+    /// What the API server answered.
     pub response: String,
+    /// Whether the object was stored (`yes`, `no`, `n/a`).
     pub stored: String,
+    /// The stored object's UID, if any.
     pub uid: String,
+    /// How long the API server took to answer, in milliseconds.
     pub millis: Option<u128>,
 }
 

@@ -49,7 +49,7 @@ async fn install_crds(client: &Client) -> Result<()> {
         "policies.kyverno.io_namespacedimagevalidatingpolicies.yaml",
     ] {
         let text = std::fs::read_to_string(workspace().join("deploy/crds").join(file))?;
-        let crd: CustomResourceDefinition = serde_yaml::from_str(&text)?;
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
         let name = crd.metadata.name.clone().context("CRD without a name")?;
         api.patch(
             &name,
@@ -79,7 +79,7 @@ async fn install_crds(client: &Client) -> Result<()> {
 
 /// Applies a policy document of either kind (server-side apply).
 async fn apply_policy(client: &Client, yaml: &str) -> Result<()> {
-    let object: DynamicObject = serde_json::from_value(serde_yaml::from_str::<Value>(yaml)?)?;
+    let object: DynamicObject = serde_json::from_value(serde_saphyr::from_str::<Value>(yaml)?)?;
     let name = object.metadata.name.clone().context("policy has no name")?;
     let api: Api<DynamicObject> = match object.metadata.namespace.as_deref() {
         Some(ns) => {
@@ -221,8 +221,7 @@ async fn register(
         client: client.clone(),
         names: Vec::new(),
     };
-    for doc in serde_yaml::Deserializer::from_str(&stdout) {
-        let mut value: Value = serde::Deserialize::deserialize(doc)?;
+    for mut value in serde_saphyr::from_multiple::<Value>(&stdout)? {
         let kind = value["kind"].as_str().unwrap_or("").to_owned();
         let name = format!("{tag}-{}", kind.to_lowercase());
         value["metadata"]["name"] = json!(name);

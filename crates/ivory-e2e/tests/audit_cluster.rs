@@ -197,9 +197,7 @@ async fn audit_cluster_pods() -> Result<()> {
     );
 
     let yaml = std::fs::read_to_string(&report)?;
-    let reports: Vec<Value> = serde_yaml::Deserializer::from_str(&yaml)
-        .map(|d| serde::Deserialize::deserialize(d).map_err(anyhow::Error::from))
-        .collect::<Result<_>>()?;
+    let reports: Vec<Value> = serde_saphyr::from_multiple(&yaml)?;
     ensure!(reports.len() == 1, "want one PolicyReport:\n{yaml}");
     let r = &reports[0];
     ensure!(

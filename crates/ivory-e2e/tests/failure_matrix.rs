@@ -238,7 +238,7 @@ fn policy_api(client: &Client) -> Api<DynamicObject> {
 }
 
 async fn apply_policy(client: &Client, yaml: &str) -> Result<()> {
-    let value: Value = serde_yaml::from_str(yaml)?;
+    let value: Value = serde_saphyr::from_str(yaml)?;
     let object: DynamicObject = serde_json::from_value(value)?;
     let name = object.metadata.name.clone().context("policy has no name")?;
     policy_api(client)
@@ -261,7 +261,7 @@ async fn install_crds(client: &Client) -> Result<()> {
         "policies.kyverno.io_namespacedimagevalidatingpolicies.yaml",
     ] {
         let text = std::fs::read_to_string(dir.join(file))?;
-        let crd: CustomResourceDefinition = serde_yaml::from_str(&text)?;
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
         let name = crd.metadata.name.clone().context("CRD without a name")?;
         api.patch(
             &name,
@@ -353,8 +353,7 @@ async fn register_webhooks(
     .await?;
     ensure!(code == 0, "ivory webhooks failed ({code}): {stderr}");
     let mut names = (String::new(), String::new());
-    for doc in serde_yaml::Deserializer::from_str(&stdout) {
-        let value: Value = serde::Deserialize::deserialize(doc)?;
+    for value in serde_saphyr::from_multiple::<Value>(&stdout)? {
         match value["kind"].as_str() {
             Some("MutatingWebhookConfiguration") => {
                 let config: MutatingWebhookConfiguration = serde_json::from_value(value)?;

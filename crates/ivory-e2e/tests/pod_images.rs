@@ -203,8 +203,7 @@ async fn register_webhooks(client: &Client, policies: &Path, url: &str, ca: &Pat
     )
     .await?;
     ensure!(code == 0, "ivory webhooks failed ({code}): {stderr}");
-    for doc in serde_yaml::Deserializer::from_str(&stdout) {
-        let value: Value = serde::Deserialize::deserialize(doc)?;
+    for value in serde_saphyr::from_multiple::<Value>(&stdout)? {
         let text = value.to_string();
         ensure!(
             text.contains("pods/ephemeralcontainers"),

@@ -25,29 +25,46 @@ pub const DENY_REASON: &str = "Forbidden";
 /// Why a request body is not a usable AdmissionReview.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum AdmissionError {
+    /// The body is not JSON, or not shaped like an AdmissionReview.
     #[error("invalid AdmissionReview JSON at line {line} column {column}: {message}")]
     InvalidJson {
+        /// 1-based line of the first error.
         line: usize,
+        /// 1-based column of the first error.
         column: usize,
+        /// serde_json's description of it.
         message: String,
     },
+    /// An apiVersion other than `admission.k8s.io/v1`.
     #[error("unsupported AdmissionReview apiVersion {found:?}: only {API_VERSION} is accepted")]
-    UnsupportedVersion { found: String },
+    UnsupportedVersion {
+        /// The apiVersion the body declared (empty when absent).
+        found: String,
+    },
+    /// A kind other than `AdmissionReview`.
     #[error("unexpected kind {found:?}: expected {KIND}")]
-    WrongKind { found: String },
+    WrongKind {
+        /// The kind the body declared.
+        found: String,
+    },
+    /// A review without the `request` the API server always sends.
     #[error("AdmissionReview has no request")]
     MissingRequest,
 }
 
+/// `Result` with [`AdmissionError`].
 pub type Result<T, E = AdmissionError> = std::result::Result<T, E>;
 
 /// `metav1.GroupVersionKind` as AdmissionRequest spells it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct GroupVersionKind {
+    /// API group; empty for the core group.
     #[serde(default)]
     pub group: String,
+    /// API version within the group (`v1`).
     #[serde(default)]
     pub version: String,
+    /// The kind (`Pod`).
     #[serde(default)]
     pub kind: String,
 }
@@ -55,10 +72,13 @@ pub struct GroupVersionKind {
 /// `metav1.GroupVersionResource` as AdmissionRequest spells it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct GroupVersionResource {
+    /// API group; empty for the core group.
     #[serde(default)]
     pub group: String,
+    /// API version within the group (`v1`).
     #[serde(default)]
     pub version: String,
+    /// The plural resource name (`pods`), as resource rules list it.
     #[serde(default)]
     pub resource: String,
 }
@@ -78,10 +98,14 @@ impl GroupVersionResource {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Operation {
+    /// `CONNECT` (exec, attach, port-forward).
     Connect,
+    /// `CREATE`.
     #[default]
     Create,
+    /// `DELETE`: only `oldObject` is set.
     Delete,
+    /// `UPDATE`: both `object` and `oldObject` are set.
     Update,
 }
 
@@ -101,12 +125,16 @@ impl Operation {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UserInfo {
+    /// The requesting user's name.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub username: String,
+    /// The user's unique id.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub uid: String,
+    /// The groups the user belongs to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
+    /// Extra attributes the authenticator provided.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extra: BTreeMap<String, Vec<String>>,
 }
@@ -116,15 +144,22 @@ pub struct UserInfo {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AdmissionRequest {
+    /// Identifies this call; the response must echo it.
     pub uid: String,
+    /// The kind of `object`, possibly converted to the version the webhook registered for.
     pub kind: GroupVersionKind,
+    /// The resource being admitted, in the webhook's registered version.
     pub resource: GroupVersionResource,
+    /// The sub-resource (`ephemeralcontainers`, `status`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub_resource: Option<String>,
+    /// The kind the client sent, before any conversion.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_kind: Option<GroupVersionKind>,
+    /// The resource the client addressed, before any conversion.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_resource: Option<GroupVersionResource>,
+    /// The sub-resource the client addressed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_sub_resource: Option<String>,
     /// Empty when the API server generates the name (`generateName`).
@@ -133,7 +168,9 @@ pub struct AdmissionRequest {
     /// Empty for cluster-scoped resources; the namespace's own name for Namespace objects.
     #[serde(default)]
     pub namespace: String,
+    /// What the client is doing.
     pub operation: Operation,
+    /// Who is doing it.
     #[serde(default)]
     pub user_info: UserInfo,
     /// `None` when absent or `null` (DELETE).
@@ -142,8 +179,10 @@ pub struct AdmissionRequest {
     /// `None` when absent or `null` (CREATE, CONNECT).
     #[serde(default, deserialize_with = "null_as_none")]
     pub old_object: Option<Value>,
+    /// True when nothing will be persisted (`kubectl --dry-run=server`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<bool>,
+    /// The operation's options object (`CreateOptions`, `UpdateOptions`, ...).
     #[serde(default, deserialize_with = "null_as_none")]
     pub options: Option<Value>,
     /// Not part of the wire format: set by the server when the labels of the request's
@@ -193,6 +232,7 @@ impl AdmissionRequest {
 /// A parsed incoming AdmissionReview (`request` is guaranteed present).
 #[derive(Clone, Debug, PartialEq)]
 pub struct AdmissionReview {
+    /// The request to decide on.
     pub request: AdmissionRequest,
 }
 
@@ -233,9 +273,12 @@ impl AdmissionReview {
 pub struct ResponseStatus {
     /// Always `Failure`.
     pub status: String,
+    /// What the client sees after `denied the request:`.
     pub message: String,
+    /// HTTP status code ([`DENY_CODE`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<u16>,
+    /// Machine-readable reason ([`DENY_REASON`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -244,13 +287,17 @@ pub struct ResponseStatus {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AdmissionResponse {
+    /// The request's `uid`, echoed.
     pub uid: String,
+    /// Whether the request may proceed.
     pub allowed: bool,
     /// Present only when the request is denied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ResponseStatus>,
+    /// Shown to the client (`Warning:` lines in kubectl), allowed or not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Added to the API server's audit event for this request.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub audit_annotations: BTreeMap<String, String>,
     /// `JSONPatch` whenever `patch` is set.

@@ -6,9 +6,13 @@ use std::collections::BTreeMap;
 /// The result of one policy on one request (Kyverno's rule-response statuses).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Status {
+    /// The policy could not be evaluated (CEL error, registry failure, budget exhausted).
     Error,
+    /// A validation or a required check failed.
     Fail,
+    /// Every validation held.
     Pass,
+    /// The policy could not decide and its failurePolicy `Ignore` let the request through.
     Skip,
 }
 
@@ -31,6 +35,7 @@ pub struct PolicyResult {
     pub policy: String,
     /// Namespace of a NamespacedImageValidatingPolicy.
     pub namespace: Option<String>,
+    /// What the policy concluded.
     pub status: Status,
     /// Failure or error message without the `Policy <name> …` prefix.
     pub message: String,
@@ -40,7 +45,9 @@ pub struct PolicyResult {
     pub images: Vec<String>,
     /// The policy's actions, so the response can apply Deny/Warn/Audit.
     pub deny: bool,
+    /// `Warn` is among the policy's validationActions.
     pub warn: bool,
+    /// `Audit` is among the policy's validationActions.
     pub audit: bool,
 }
 
@@ -56,6 +63,7 @@ pub struct PatchOp {
 /// The engine's answer to one AdmissionRequest.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Decision {
+    /// Whether the request may proceed.
     pub allowed: bool,
     /// Denial text: `Policy <name> failed: <msg>` / `Policy <name> error: <msg>` joined by `; `.
     pub message: Option<String>,
@@ -65,6 +73,7 @@ pub struct Decision {
     pub audit_annotations: BTreeMap<String, String>,
     /// `replace` operations, de-duplicated by path (first wins); empty for validation.
     pub patch: Vec<PatchOp>,
+    /// Every evaluated policy's outcome, for reports, metrics and the CLI.
     pub results: Vec<PolicyResult>,
     /// True when a failurePolicy was applied because the time budget ran out: decided from
     /// the error's type ([`crate::verifier::ErrorKind::Deadline`]), never from message text.

@@ -20,22 +20,43 @@ use crate::bindings::RequestBindings;
 /// Why matching could not decide.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum MatchError {
+    /// A label selector of the policy does not parse.
     #[error("invalid {field}: {message}")]
-    InvalidSelector { field: String, message: String },
+    InvalidSelector {
+        /// The selector's field path in the policy.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The request's Namespace object is needed for a namespaceSelector and cannot be had.
     #[error(
         "namespace {namespace:?} is unknown, cannot evaluate spec.matchConstraints.namespaceSelector"
     )]
-    NamespaceUnavailable { namespace: String },
+    NamespaceUnavailable {
+        /// The request's namespace.
+        namespace: String,
+    },
+    /// A matchCondition's CEL expression failed (its failurePolicy decides what follows).
     #[error("matchCondition {name:?} failed to evaluate: {message}")]
-    Condition { name: String, message: String },
+    Condition {
+        /// The matchCondition's name.
+        name: String,
+        /// The CEL error.
+        message: String,
+    },
+    /// A `matchImageReferences` expression failed on an image.
     #[error("matchImageReferences[{index}] failed to evaluate for image {image}: {message}")]
     ImageReference {
+        /// Position of the entry in `matchImageReferences`.
         index: usize,
+        /// The image it was evaluated on.
         image: String,
+        /// The CEL error.
         message: String,
     },
 }
 
+/// `Result` with [`MatchError`].
 pub type Result<T, E = MatchError> = std::result::Result<T, E>;
 
 /// Which webhook path a request came in on.
@@ -49,7 +70,9 @@ pub struct Route {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("unknown {kind} policies: {}", names.join(", "))]
 pub struct UnknownPolicies {
+    /// The route's policy kind.
     pub kind: &'static str,
+    /// The names no loaded policy carries.
     pub names: Vec<String>,
 }
 

@@ -84,13 +84,17 @@ pub enum Verification {
     /// Statement (`_type`, `subject`, `predicateType`, `predicate`) that `extractPayload`
     /// returns; it is never an unverified payload.
     Verified {
+        /// The digest the signature covers.
         digest: String,
+        /// The verified statement, for attestations; `None` for signatures.
         payload: Option<serde_json::Value>,
     },
     /// A definite negative verdict: no signature, bad signature, wrong identity, missing
     /// annotation, unsupported attestor kind. Safe to cache briefly.
     NotVerified {
+        /// The image's digest, when it was resolved before the verdict.
         digest: Option<String>,
+        /// Why the image is not verified.
         reason: String,
     },
 }
@@ -111,29 +115,42 @@ impl Verification {
 pub enum VerifyError {
     /// The request's budget ran out before the registry answered.
     DeadlineExceeded {
+        /// The image being looked at.
         image: String,
+        /// Its registry host.
         registry: String,
+        /// What was in progress (`resolving the digest`, `verifying signatures`).
         operation: String,
+        /// The budget the request had, in milliseconds.
         budget_ms: u64,
     },
     /// The registry could not be reached or failed (network, TLS, 5xx, throttling, refused
     /// credentials) or an internal failure kept ivory from asking it.
     Unavailable {
+        /// The image being looked at.
         image: String,
+        /// Its registry host.
         registry: String,
+        /// What went wrong, in ivory's words (never the registry's).
         message: String,
     },
     /// The image (manifest, tag or repository) does not exist on the registry.
     NotFound {
+        /// The image being looked at.
         image: String,
+        /// Its registry host.
         registry: String,
+        /// What went wrong, in ivory's words (never the registry's).
         message: String,
     },
     /// The registry answered with something ivory refuses to use: over a size or count limit,
     /// malformed, or not matching the digest that addressed it.
     Hostile {
+        /// The image being looked at.
         image: String,
+        /// Its registry host.
         registry: String,
+        /// What went wrong, in ivory's words (never the registry's).
         message: String,
     },
 }

@@ -3,17 +3,27 @@
 
 use globset::{GlobBuilder, GlobMatcher};
 
+/// Why an image glob does not compile.
+#[derive(Debug, thiserror::Error)]
+pub enum GlobError {
+    /// An empty glob would match nothing; Kyverno rejects it too.
+    #[error("glob must not be empty")]
+    Empty,
+    /// The pattern is not a valid glob (unclosed class, bad escape, ...).
+    #[error(transparent)]
+    Invalid(#[from] globset::Error),
+}
+
 /// Compiles an image glob with gobwas semantics.
-pub fn compile_image_glob(pattern: &str) -> Result<GlobMatcher, String> {
+pub fn compile_image_glob(pattern: &str) -> Result<GlobMatcher, GlobError> {
     if pattern.is_empty() {
-        return Err("glob must not be empty".to_owned());
+        return Err(GlobError::Empty);
     }
-    GlobBuilder::new(&collapse_stars(pattern))
+    let glob = GlobBuilder::new(&collapse_stars(pattern))
         .literal_separator(false)
         .backslash_escape(true)
-        .build()
-        .map(|glob| glob.compile_matcher())
-        .map_err(|e| e.to_string())
+        .build()?;
+    Ok(glob.compile_matcher())
 }
 
 /// Replaces runs of unescaped `*` by one `*`: without separators they are equivalent, and globset
@@ -84,9 +94,15 @@ mod tests {
 
     #[test]
     fn invalid_globs_are_errors() {
-        assert!(compile_image_glob("").is_err());
-        assert!(compile_image_glob("ghcr.io/[ab").is_err());
-        assert!(compile_image_glob("ghcr.io/{a,b").is_err());
+        assert!(matches!(compile_image_glob(""), Err(GlobError::Empty)));
+        assert!(matches!(
+            compile_image_glob("ghcr.io/[ab"),
+            Err(GlobError::Invalid(_))
+        ));
+        assert!(matches!(
+            compile_image_glob("ghcr.io/{a,b"),
+            Err(GlobError::Invalid(_))
+        ));
     }
 
     #[test]

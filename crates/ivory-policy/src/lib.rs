@@ -18,6 +18,7 @@ mod refs;
 pub mod types;
 mod unknown;
 mod validate;
+pub mod yaml;
 
 #[cfg(test)]
 mod testutil;
@@ -30,7 +31,7 @@ pub use compiled::{
 };
 pub use error::{PolicyError, Result};
 pub use exception::CompiledException;
-pub use glob::compile_image_glob;
+pub use glob::{GlobError, compile_image_glob};
 pub use load::{LoadReport, load_path, load_str, policy_files};
 
 /// The embedded default policy (`policies/default.yaml`): pin every pod image to its digest.

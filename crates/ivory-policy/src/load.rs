@@ -3,9 +3,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
 
-use regex::Regex;
 use serde_json::{Map, Value};
 
 use crate::compile::compile;
@@ -368,7 +366,7 @@ fn json_type(v: &Value) -> &'static str {
 }
 
 /// Splits a YAML stream at document markers and parses each document on its own, so a syntax
-/// error in one document does not hide the ones after it (serde_yaml stops at the first error).
+/// error in one document does not hide the ones after it (a YAML parser stops at the first error).
 fn yaml_documents(text: &str) -> Vec<RawDocument> {
     let mut docs = Vec::new();
     for chunk in split_yaml(text) {
@@ -376,8 +374,12 @@ fn yaml_documents(text: &str) -> Vec<RawDocument> {
             continue;
         }
         let number = docs.len() + 1;
-        let value = serde_yaml::from_str::<Value>(&chunk.text)
-            .map_err(|e| yaml_error(&e, chunk.first_line));
+        let value = crate::yaml::from_str::<Value>(&chunk.text).map_err(|e| {
+            format!(
+                "YAML syntax error: {}",
+                crate::yaml::describe(&e, chunk.first_line)
+            )
+        });
         docs.push(RawDocument { number, value });
     }
     docs
@@ -432,21 +434,6 @@ fn split_yaml(text: &str) -> Vec<Chunk> {
     }
     chunks
 }
-
-/// serde_yaml's message with every `at line N` made relative to the whole file.
-fn yaml_error(err: &serde_yaml::Error, first_line: usize) -> String {
-    let msg = err.to_string();
-    let Some(re) = YAML_LINE.as_ref() else {
-        return format!("YAML syntax error: {msg}");
-    };
-    let fixed = re.replace_all(&msg, |caps: &regex::Captures<'_>| {
-        let line: usize = caps[1].parse().unwrap_or(0);
-        format!("at line {}", line + first_line - 1)
-    });
-    format!("YAML syntax error: {fixed}")
-}
-
-static YAML_LINE: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"at line (\d+)").ok());
 
 /// `kind/[namespace/]name` of every loaded policy, in load order (for tests).
 #[cfg(test)]

@@ -1,56 +1,35 @@
 //! PEM armour checks for key and certificate material written into policies. Only the armour and
-//! the base64 body are checked here; the crypto is parsed by the verifier.
+//! the base64 body are checked here; the crypto is parsed by the verifier. The parsing itself is
+//! rustls-pki-types', the same parser the registry client uses for CA bundles.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use rustls_pki_types::pem::{self, PemObject as _, SectionKind};
 
-/// Checks that `text` holds one or more well-formed PEM blocks and returns their labels.
-/// Text outside the blocks (e.g. `openssl x509 -text` output) is tolerated, as Go's `pem.Decode` does.
-pub(crate) fn check(text: &str) -> Result<Vec<String>, String> {
-    let mut labels = Vec::new();
-    let mut lines = text.lines().map(str::trim);
-    while let Some(line) = lines.next() {
-        let Some(label) = armour_label(line, "BEGIN") else {
-            continue;
-        };
-        let mut body = String::new();
-        let mut closed = false;
-        for inner in lines.by_ref() {
-            if let Some(end) = armour_label(inner, "END") {
-                if end != label {
-                    return Err(format!(
-                        "PEM block \"{label}\" is closed by \"-----END {end}-----\""
-                    ));
-                }
-                closed = true;
-                break;
-            }
-            // RFC 1421 headers (`Proc-Type: …`) carry no base64.
-            if !inner.contains(':') {
-                body.push_str(inner);
-            }
+const NO_BLOCK: &str = "no PEM block found (expected -----BEGIN ...-----)";
+
+/// Checks that `text` holds one or more well-formed PEM blocks and returns their kinds.
+/// Text outside the blocks (e.g. `openssl x509 -text` output) is tolerated, as Go's `pem.Decode`
+/// does; blocks of a kind no trust field can hold (not a key, certificate or CRL) are skipped.
+pub(crate) fn check(text: &str) -> Result<Vec<SectionKind>, String> {
+    let mut kinds = Vec::new();
+    for section in <(SectionKind, Vec<u8>)>::pem_slice_iter(text.as_bytes()) {
+        let (kind, der) = section.map_err(describe)?;
+        if der.is_empty() {
+            return Err(format!("PEM block \"{}\" is empty", label(kind)));
         }
-        if !closed {
-            return Err(format!("PEM block \"{label}\" has no END line"));
-        }
-        if body.is_empty() {
-            return Err(format!("PEM block \"{label}\" is empty"));
-        }
-        if let Err(e) = STANDARD.decode(body.as_bytes()) {
-            return Err(format!("PEM block \"{label}\" is not valid base64: {e}"));
-        }
-        labels.push(label.to_owned());
+        kinds.push(kind);
     }
-    if labels.is_empty() {
-        return Err("no PEM block found (expected -----BEGIN ...-----)".to_owned());
+    if kinds.is_empty() {
+        return Err(NO_BLOCK.to_owned());
     }
-    Ok(labels)
+    Ok(kinds)
 }
 
 /// Like [`check`], but also accepts base64-wrapped PEM (Kyverno accepts that for certificates).
-pub(crate) fn check_maybe_base64(text: &str) -> Result<Vec<String>, String> {
+pub(crate) fn check_maybe_base64(text: &str) -> Result<Vec<SectionKind>, String> {
     match check(text) {
-        Ok(labels) => Ok(labels),
+        Ok(kinds) => Ok(kinds),
         Err(err) => {
             let compact: String = text.split_whitespace().collect();
             let decoded = STANDARD
@@ -65,11 +44,28 @@ pub(crate) fn check_maybe_base64(text: &str) -> Result<Vec<String>, String> {
     }
 }
 
-fn armour_label<'a>(line: &'a str, which: &str) -> Option<&'a str> {
-    line.strip_prefix("-----")?
-        .strip_prefix(which)?
-        .strip_prefix(' ')?
-        .strip_suffix("-----")
+fn describe(err: pem::Error) -> String {
+    match err {
+        pem::Error::MissingSectionEnd { end_marker } => format!(
+            "PEM block \"{}\" has no END line",
+            String::from_utf8_lossy(&end_marker)
+        ),
+        pem::Error::IllegalSectionStart { line } => format!(
+            "malformed BEGIN line \"{}\"",
+            String::from_utf8_lossy(&line).trim()
+        ),
+        pem::Error::Base64Decode(e) => format!("PEM block is not valid base64: {e}"),
+        other => other.to_string(),
+    }
+}
+
+fn label(kind: SectionKind) -> &'static str {
+    match kind {
+        SectionKind::Certificate => "CERTIFICATE",
+        SectionKind::PublicKey => "PUBLIC KEY",
+        SectionKind::Crl => "X509 CRL",
+        _ => "key",
+    }
 }
 
 #[cfg(test)]
@@ -80,7 +76,7 @@ mod tests {
 
     #[test]
     fn accepts_blocks_and_chains() {
-        assert_eq!(check(KEY).unwrap(), vec!["PUBLIC KEY"]);
+        assert_eq!(check(KEY).unwrap(), vec![SectionKind::PublicKey]);
         let chain = format!("subject=CN=x\n{KEY}\n{KEY}");
         assert_eq!(check(&chain).unwrap().len(), 2);
     }
@@ -89,22 +85,23 @@ mod tests {
     fn accepts_base64_wrapped_pem() {
         let wrapped = STANDARD.encode(KEY);
         assert!(check(&wrapped).is_err());
-        assert_eq!(check_maybe_base64(&wrapped).unwrap(), vec!["PUBLIC KEY"]);
+        assert_eq!(
+            check_maybe_base64(&wrapped).unwrap(),
+            vec![SectionKind::PublicKey]
+        );
     }
 
     #[test]
     fn rejects_broken_armour() {
-        assert_eq!(
-            check("hello").unwrap_err(),
-            "no PEM block found (expected -----BEGIN ...-----)"
-        );
+        assert_eq!(check("hello").unwrap_err(), NO_BLOCK);
         assert_eq!(
             check("-----BEGIN PUBLIC KEY-----\nAAAA\n").unwrap_err(),
             "PEM block \"PUBLIC KEY\" has no END line"
         );
+        // An END line of another kind does not close the block.
         assert_eq!(
             check("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END CERTIFICATE-----").unwrap_err(),
-            "PEM block \"PUBLIC KEY\" is closed by \"-----END CERTIFICATE-----\""
+            "PEM block \"PUBLIC KEY\" has no END line"
         );
         assert!(
             check("-----BEGIN PUBLIC KEY-----\n!!!!\n-----END PUBLIC KEY-----")

@@ -34,7 +34,7 @@ fn crd(plural: &str) -> Value {
     let path = repo_root().join(format!("deploy/crds/policies.kyverno.io_{plural}.yaml"));
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
 }
 
 fn versions(crd: &Value) -> &Vec<Value> {
@@ -647,8 +647,7 @@ fn shipped_policies_validate_against_the_schema() {
         files.sort();
         for file in files {
             let text = std::fs::read_to_string(&file).unwrap();
-            for doc in serde_yaml::Deserializer::from_str(&text) {
-                let doc: Value = serde::Deserialize::deserialize(doc).unwrap();
+            for doc in serde_saphyr::from_multiple::<Value>(&text).unwrap() {
                 let api = doc["apiVersion"].as_str().unwrap_or_default();
                 if !api.starts_with("policies.kyverno.io/") {
                     continue;
@@ -690,9 +689,10 @@ fn run(cmd: &mut Command) -> String {
 }
 
 fn documents(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|doc| serde::Deserialize::deserialize(doc).expect("rendered YAML parses"))
-        .filter(|doc: &Value| !doc.is_null())
+    serde_saphyr::from_multiple::<Value>(text)
+        .expect("rendered YAML parses")
+        .into_iter()
+        .filter(|doc| !doc.is_null())
         .collect()
 }
 
@@ -1036,7 +1036,7 @@ fn make_certs_writes_a_tls_secret_and_prints_the_ca_bundle() {
     let b64 = base64::engine::general_purpose::STANDARD;
     assert_eq!(out.trim(), b64.encode(&ca_pem));
     let secret: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(dir.path().join("secret.yaml")).unwrap())
+        serde_saphyr::from_str(&std::fs::read_to_string(dir.path().join("secret.yaml")).unwrap())
             .unwrap();
     assert_eq!(secret["type"], "kubernetes.io/tls");
     assert_eq!(

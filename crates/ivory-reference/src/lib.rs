@@ -3,6 +3,8 @@
 //! normalisation used for digest pinning, and the canonical spelling policies are matched on
 //! ([`canonical`]).
 
+#![warn(missing_docs)]
+
 use std::borrow::Cow;
 
 use thiserror::Error;
@@ -24,10 +26,13 @@ const DIGEST_CHARS: &str = "sh:0123456789abcdef";
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("could not parse image reference {input:?}: {reason}")]
 pub struct ImageRefError {
+    /// The text that was given as an image reference.
     pub input: String,
+    /// Which rule of go-containerregistry's grammar it broke.
     pub reason: String,
 }
 
+/// The result of parsing an image reference.
 pub type Result<T> = std::result::Result<T, ImageRefError>;
 
 /// A parsed image reference (tag or digest form).

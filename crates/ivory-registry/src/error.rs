@@ -24,34 +24,50 @@ pub enum Error {
         "{op} for image {image} on registry {registry} exceeded its deadline (budget {budget:?})"
     )]
     DeadlineExceeded {
+        /// What was being done.
         op: &'static str,
+        /// The image the operation was for.
         image: String,
+        /// The registry host.
         registry: String,
+        /// The budget the caller had.
         budget: Duration,
     },
     /// The manifest, blob, tag or repository does not exist.
     #[error("{op} for image {image} on registry {registry}: not found ({})", http(*status))]
     NotFound {
+        /// What was being done.
         op: &'static str,
+        /// The image the operation was for.
         image: String,
+        /// The registry host.
         registry: String,
+        /// The HTTP status the registry answered with.
         status: u16,
     },
     /// The registry refused the credentials (or asked for some and none were given).
     #[error("{op} for image {image} on registry {registry}: unauthorized ({})", http(*status))]
     Unauthorized {
+        /// What was being done.
         op: &'static str,
+        /// The image the operation was for.
         image: String,
+        /// The registry host.
         registry: String,
+        /// The HTTP status the registry answered with.
         status: u16,
     },
     /// A manifest, blob, token or other answer is larger than its limit; the read was
     /// aborted there.
     #[error("{what} of image {image} on registry {registry} exceeds the limit of {limit} bytes")]
     TooLarge {
+        /// What was being read (manifest, blob, token answer, ...).
         what: &'static str,
+        /// The image the operation was for.
         image: String,
+        /// The registry host.
         registry: String,
+        /// The limit, in bytes.
         limit: usize,
     },
     /// Every byte of the shared budget for registry answers being read was in use (other
@@ -60,8 +76,11 @@ pub enum Error {
         "{op} for image {image} on registry {registry}: too many large registry answers in flight"
     )]
     ReadBudgetExhausted {
+        /// What was being done.
         op: &'static str,
+        /// The image the operation was for.
         image: String,
+        /// The registry host.
         registry: String,
     },
     /// The registry kept answering 429/503 until no retry fitted in the deadline.
@@ -70,66 +89,95 @@ pub enum Error {
         http(*status)
     )]
     Throttled {
+        /// The image the operation was for.
         image: String,
+        /// The registry host.
         registry: String,
+        /// The HTTP status the registry answered with.
         status: u16,
+        /// How many requests were made.
         attempts: u32,
     },
     /// The registry answered with a 5xx status.
     #[error("{op} for image {image} on registry {registry} failed ({})", http(*status))]
     Server {
+        /// What was being done.
         op: &'static str,
+        /// The image the operation was for.
         image: String,
+        /// The registry host.
         registry: String,
+        /// The HTTP status the registry answered with.
         status: u16,
     },
     /// Connection, TLS or protocol-level I/O failure (refused, reset, bad certificate).
     /// `detail` comes from the HTTP and TLS stack, with URLs removed.
     #[error("transport error during {op} for image {image} on registry {registry}: {detail}")]
     Transport {
+        /// What was being done.
         op: &'static str,
+        /// The image the operation was for.
         image: String,
+        /// The registry host.
         registry: String,
+        /// ivory's description of the failure.
         detail: String,
     },
     /// The registry redirected too often, to a non-HTTP URL, or from HTTPS to plain HTTP.
     #[error("{op} for image {image} on registry {registry}: redirect refused ({reason})")]
     RedirectRefused {
+        /// What was being done.
         op: &'static str,
+        /// The image the operation was for.
         image: String,
+        /// The registry host.
         registry: String,
+        /// Why ivory refused it.
         reason: &'static str,
     },
     /// The registry's token realm is not usable without risking credentials: plain HTTP
     /// for a registry reached over TLS, or not an http(s) URL at all.
     #[error("registry {registry} (image {image}) names a token realm that ivory refuses: {reason}")]
     TokenRealmRefused {
+        /// The image the operation was for.
         image: String,
+        /// The registry host.
         registry: String,
+        /// Why ivory refused it.
         reason: &'static str,
     },
     /// The image reference does not parse.
     #[error("invalid image reference {image:?}: {detail}")]
     InvalidReference {
+        /// The image the operation was for.
         image: String,
+        /// The registry host.
         registry: String,
+        /// ivory's description of the failure.
         detail: String,
     },
     /// The manifest is malformed, of an unknown media type, or its index nesting is unsound.
     /// `detail` is ivory's own description.
     #[error("invalid manifest for image {image} on registry {registry}: {detail}")]
     InvalidManifest {
+        /// The image the operation was for.
         image: String,
+        /// The registry host.
         registry: String,
+        /// ivory's description of the failure.
         detail: String,
     },
     /// A digest sent by the registry (header, index entry, referrer) is not
     /// `sha256:` + 64 or `sha512:` + 128 lower-case hex characters.
     #[error("registry {registry} sent an invalid digest in {field} for image {image}: {problem}")]
     InvalidDigest {
+        /// The image the operation was for.
         image: String,
+        /// The registry host.
         registry: String,
+        /// Where the digest was found (header, index entry, referrer).
         field: &'static str,
+        /// What is wrong with the digest.
         problem: DigestProblem,
     },
     /// Content does not hash to the digest that addressed it (or that the registry claimed).
@@ -137,27 +185,44 @@ pub enum Error {
         "digest mismatch for image {image} on registry {registry}: expected {expected}, got {actual}"
     )]
     DigestMismatch {
+        /// The image the operation was for.
         image: String,
+        /// The registry host.
         registry: String,
+        /// The digest that addressed the content.
         expected: String,
+        /// The digest of the content received.
         actual: String,
     },
     /// Any other definite refusal (4xx, unexpected status) or malformed non-manifest answer.
     /// `detail` is ivory's own description.
     #[error("{op} for image {image} on registry {registry} was rejected: {detail}")]
     Rejected {
+        /// What was being done.
         op: &'static str,
+        /// The image the operation was for.
         image: String,
+        /// The registry host.
         registry: String,
+        /// The HTTP status, when the registry answered with one.
         status: Option<u16>,
+        /// ivory's description of the failure.
         detail: String,
     },
     /// Credentials (docker config.json or a dockerconfigjson secret) do not parse.
     #[error("invalid registry credentials in {source_name}: {detail}")]
-    InvalidCredentials { source_name: String, detail: String },
+    InvalidCredentials {
+        /// The file or Secret the credentials came from.
+        source_name: String,
+        /// What does not parse.
+        detail: String,
+    },
     /// The registry client configuration is unusable (for example a bad CA bundle).
     #[error("invalid registry client configuration: {detail}")]
-    Config { detail: String },
+    Config {
+        /// What is unusable.
+        detail: String,
+    },
 }
 
 /// `HTTP 404 (client error)`: the status and its class, nothing the registry wrote.

@@ -16,6 +16,8 @@
 //! credentials never mix. A missing referrers API is remembered for
 //! [`Config::referrers_api_ttl`] so referrers go straight to the `sha256-<hex>` fallback tag.
 
+#![warn(missing_docs)]
+
 pub use auth::Credentials;
 pub use client::{MAX_INDEX_DEPTH, Platform, Registry};
 pub use config::{

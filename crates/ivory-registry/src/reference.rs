@@ -1,7 +1,7 @@
 //! Image references for oci-client, parsed by `ivory-reference` (go-containerregistry's rules,
 //! which Kyverno uses) rather than by oci-spec's parser: that one compiles a large regex on
-//! first use (tens of milliseconds, most of a one-shot CLI verification) and runs it with
-//! captures on every call (tens of thousands of instructions per image on the warm path).
+//! first use and runs it with captures on every call, which dominated both a one-shot CLI
+//! verification and the warm path (figures: BENCHMARKS.md).
 
 use ivory_reference::ImageReference;
 use oci_client::Reference;

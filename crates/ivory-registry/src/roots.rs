@@ -2,8 +2,8 @@
 //! plus the configured CA bundle.
 //!
 //! reqwest's default (platform) verifier reads and parses the whole system store for every
-//! client it builds, about 15 ms each; ivory builds one per registry host and credential set
-//! plus the referrers client, and a one-shot `ivory verify` paid for three of them.
+//! client it builds, and ivory builds one per registry host and credential set plus the
+//! referrers client (what that cost: BENCHMARKS.md, "Cold verification vs cosign").
 
 use std::sync::OnceLock;
 

@@ -47,14 +47,22 @@ const SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// Why the Kubernetes source could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A watch stream ended before it had listed everything once.
     #[error("the {what} watch ended before its first list completed")]
-    NotSynced { what: &'static str },
+    NotSynced {
+        /// The watched kind (`ImageValidatingPolicy`, `Namespace`, `Secret`, ...).
+        what: &'static str,
+    },
+    /// A watch did not finish its first list in time (missing CRD or RBAC, usually).
     #[error(
         "the {what} watch did not complete its first list within {}s (is the CRD installed, and \
          may ivory list and watch {what}? the watch errors are in the log)",
         SYNC_TIMEOUT.as_secs()
     )]
-    SyncTimeout { what: &'static str },
+    SyncTimeout {
+        /// The watched kind (`ImageValidatingPolicy`, `Namespace`, `Secret`, ...).
+        what: &'static str,
+    },
 }
 
 /// `Result` with this module's error.
@@ -162,7 +170,7 @@ impl KubeSource {
 
     /// Registry credentials for a policy's `credentials`: its `secrets` read from the Secret
     /// reflectors (`name` in ivory's namespace, `namespace/name` in that namespace). The
-    /// server checks them with [`CredentialSource::prepare`] before the engine runs, so a
+    /// server checks them with `CredentialSource::prepare` before the engine runs, so a
     /// Secret missing here vanished in between: it is logged and skipped.
     pub fn credentials(&self, policy: Option<&PolicyCredentials>) -> Credentials {
         let mut creds = Credentials::anonymous().allow_insecure(

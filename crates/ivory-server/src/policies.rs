@@ -120,6 +120,7 @@ impl PolicyStore {
 /// Policy files and folders given by `--policies`, reloaded when their content changes.
 #[derive(Clone, Debug)]
 pub struct FileSource {
+    /// The files and folders, in the order given (load order decides error order).
     pub paths: Vec<PathBuf>,
 }
 

@@ -69,8 +69,11 @@ pub trait CredentialSource: Send + Sync {
 /// Shared state of every handler; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
+    /// Digests and signatures for the engine (the caching cosign verifier in production).
     pub verifier: Arc<dyn ImageVerifier>,
+    /// The current compiled policy set, swapped whole on reload.
     pub policies: Arc<PolicyStore>,
+    /// Counters and histograms served on `/metrics`.
     pub metrics: Arc<Metrics>,
     /// `None`: synthesize namespace objects from the request's namespace name.
     pub namespaces: Option<Arc<dyn NamespaceSource>>,

@@ -15,16 +15,23 @@ use tokio::time::MissedTickBehavior;
 /// Why the server could not run.
 #[derive(Debug, Error)]
 pub enum Error {
+    /// The certificate or key file could not be read or is not a usable PEM pair.
     #[error("failed to load TLS certificate {cert} / key {key}: {source}")]
     Tls {
+        /// The certificate chain file.
         cert: PathBuf,
+        /// The private key file.
         key: PathBuf,
+        /// Why loading failed.
         #[source]
         source: std::io::Error,
     },
+    /// Binding or accepting on the listen address failed.
     #[error("failed to serve on {addr}: {source}")]
     Serve {
+        /// The listen address.
         addr: SocketAddr,
+        /// The socket error.
         #[source]
         source: std::io::Error,
     },
@@ -37,7 +44,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Clone, Debug)]
 pub enum Listen {
     /// HTTPS with a PEM certificate chain and key, reloaded when either file changes.
-    Tls { cert: PathBuf, key: PathBuf },
+    Tls {
+        /// The certificate chain file.
+        cert: PathBuf,
+        /// The private key file.
+        key: PathBuf,
+    },
     /// Plain HTTP (local use only).
     Insecure,
 }
@@ -45,7 +57,9 @@ pub enum Listen {
 /// Serving settings.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
+    /// The address the admission routes listen on.
     pub addr: SocketAddr,
+    /// TLS or plain HTTP.
     pub listen: Listen,
     /// In-flight requests get this long to finish after the shutdown signal.
     pub grace: Duration,

@@ -1,5 +1,5 @@
 //! The MutatingWebhookConfiguration and ValidatingWebhookConfiguration for a policy set, built
-//! the way Kyverno builds them for ImageValidatingPolicies (kyverno-ivpol.md §4), with three
+//! the way Kyverno builds them for ImageValidatingPolicies (`docs/kyverno-semantics.md` §6), with three
 //! deliberate differences:
 //!
 //! * cluster (`ivpol`) and namespaced (`nivpol`) policies get distinct webhook names, so a basic
@@ -41,8 +41,11 @@ const NAME_LABEL: &str = "kubernetes.io/metadata.name";
 pub enum Target {
     /// An in-cluster Service.
     Service {
+        /// The Service's namespace.
         namespace: String,
+        /// The Service's name.
         name: String,
+        /// The Service port the API server calls.
         port: u16,
     },
     /// A base URL (`https://host:port`); the route path is appended.
@@ -52,12 +55,15 @@ pub enum Target {
 /// Rendering settings.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// Where the API server sends the calls.
     pub target: Target,
     /// PEM CA bundle the API server uses to verify ivory's certificate.
     pub ca_bundle_pem: Option<Vec<u8>>,
     /// Domain part of webhook names: `ivpol.validate.<domain>-fail`.
     pub domain: String,
+    /// Name of the MutatingWebhookConfiguration object.
     pub mutating_name: String,
+    /// Name of the ValidatingWebhookConfiguration object.
     pub validating_name: String,
     /// ANDed into every webhook's namespaceSelector (e.g. excluding `kube-system`).
     pub namespace_selector: Option<LabelSelector>,

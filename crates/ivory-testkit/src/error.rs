@@ -9,7 +9,9 @@ pub enum Error {
     /// Filesystem or process I/O failed.
     #[error("{context}: {source}")]
     Io {
+        /// What the harness was doing.
         context: String,
+        /// The underlying failure.
         #[source]
         source: std::io::Error,
     },
@@ -21,7 +23,12 @@ pub enum Error {
     Http(String),
     /// The OCI layout is malformed.
     #[error("oci layout {path}: {detail}")]
-    Layout { path: String, detail: String },
+    Layout {
+        /// The layout directory or file.
+        path: String,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// The registry process did not become ready.
     #[error("registry did not start: {0}")]
     Startup(String),

@@ -69,7 +69,7 @@ pub struct SeenRequest {
 /// - `objects`: a valid manifest (true digest) of about 3.5 MiB made of tiny JSON objects,
 ///   which would take hundreds of MiB once parsed into a tree.
 /// - `balloonatt`: `good` under any tag; its cosign attestation tag (`sha256-<hex>.att`)
-///   lists one DSSE layer of about 3.5 MiB made of tiny JSON objects ([`balloon_blob`]).
+///   lists one DSSE layer of about 3.5 MiB made of tiny JSON objects (`balloon_blob`).
 /// - `liardigest`: `good`'s body with a well-formed digest of other content.
 /// - `badrefs`: referrers whose entry has an upper-case digest.
 /// - blobs: `endless` streams an endless blob; any other digest gets content that does

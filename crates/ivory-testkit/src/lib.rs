@@ -10,6 +10,8 @@
 //!   running for `scripts/demo.sh` and people trying ivory by hand.
 //! - [`RedisServer`]: the real `redis-server` on loopback (pause, stop, restart on demand).
 
+#![warn(missing_docs)]
+
 pub use error::{Error, Result};
 pub use fault::{DEEP_LEVELS, FaultOptions, FaultServer, HungRegistry, refused_host};
 pub use hostile::{

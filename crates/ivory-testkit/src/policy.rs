@@ -28,8 +28,8 @@ mod tests {
     #[test]
     fn the_attestor_block_is_yaml_with_the_key_intact() {
         let pem = "-----BEGIN PUBLIC KEY-----\nABC\n-----END PUBLIC KEY-----\n";
-        let doc: serde_yaml::Value =
-            serde_yaml::from_str(&key_attestor_yaml(pem)).expect("valid YAML");
+        let doc: serde_json::Value =
+            serde_saphyr::from_str(&key_attestor_yaml(pem)).expect("valid YAML");
         let attestor = &doc["attestors"][0];
         assert_eq!(attestor["name"], "key");
         assert_eq!(attestor["cosign"]["key"]["data"].as_str(), Some(pem));

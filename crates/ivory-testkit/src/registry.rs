@@ -25,10 +25,18 @@ pub enum AuthMode {
     #[default]
     None,
     /// htpasswd (bcrypt) HTTP basic auth with one user.
-    Basic { user: String, password: String },
+    Basic {
+        /// The one accepted user name.
+        user: String,
+        /// Its password.
+        password: String,
+    },
     /// Bearer tokens from an in-process token server. `login: None` grants tokens to
     /// anonymous clients (the Docker Hub public-image flow); `Some` requires that login.
-    Token { login: Option<(String, String)> },
+    Token {
+        /// The user name and password the token server requires, if any.
+        login: Option<(String, String)>,
+    },
 }
 
 /// Harness options.

@@ -851,6 +851,142 @@ async fn coalesced_callers_keep_their_own_deadlines() {
     }
 }
 
+/// The detached-load rule: a shared load outlives the caller that started it. The only caller
+/// gives up at its deadline; the next caller finds the verdict cached or the same load still
+/// running, and never starts a load of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_whose_only_caller_gave_up_still_fills_the_cache() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    push(&h, "sig-p384").await;
+    let slow = SlowProxy::start(h.host().to_owned(), Duration::from_millis(250)).await;
+    let attestor = key_attestor(&key("p384.pub"));
+    let image = format!("{}/ivory/sig-p384:v1", slow.host());
+    let v = verifier(&h);
+    // Through the proxy a cold verification needs several 250 ms round trips.
+    let err = v
+        .verify(
+            &request(image.clone(), attestor.clone(), None),
+            Instant::now() + Duration::from_millis(300),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_deadline(), "{err}");
+    let verdict = v
+        .verify(&request(image, attestor, None), soon())
+        .await
+        .unwrap();
+    assert!(verdict.is_verified(), "{verdict:?}");
+    // The first caller gave up while resolving the tag.
+    let tags = &v.cache_stats()[0];
+    assert_eq!(tags.misses, 1, "one tag resolution: {tags:?}");
+    assert_eq!(tags.hits + tags.coalesced, 1, "{tags:?}");
+}
+
+/// The retry-once rule: a caller that joined a load started before it arrived, and that load
+/// failed, tries once more with a load of its own instead of inheriting the earlier failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_joined_a_failed_load_retries_once_with_its_own() {
+    let h = RegistryHarness::start(HarnessOptions::plain_http())
+        .await
+        .unwrap();
+    push(&h, "sig-p384").await;
+    let proxy = FirstManifestFails::start(h.host().to_owned(), Duration::from_millis(1500)).await;
+    let image = format!("{}/ivory/sig-p384:v1", proxy.addr);
+    let v = Arc::new(verifier(&h));
+    let request = || {
+        let mut r = request(image.clone(), key_attestor(&key("p384.pub")), None);
+        r.credentials = Some(Credentials {
+            allow_insecure_registry: Some(true),
+            ..Credentials::default()
+        });
+        r
+    };
+    let first = {
+        let (v, r) = (v.clone(), request());
+        tokio::spawn(async move { v.verify(&r, soon()).await })
+    };
+    // Joins the first caller's tag resolution, whose manifest request the proxy fails.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = v.verify(&request(), soon()).await.unwrap();
+    assert!(second.is_verified(), "{second:?}");
+    let first = first.await.unwrap().unwrap_err();
+    assert_eq!(
+        first.kind(),
+        ivory_engine::verifier::ErrorKind::Unavailable,
+        "{first}"
+    );
+    let tags = &v.cache_stats()[0];
+    assert_eq!((tags.misses, tags.coalesced), (2, 1), "{tags:?}");
+}
+
+/// A plain-HTTP proxy on loopback that answers the first manifest request with a 500 after
+/// `hold`, and passes everything else through.
+struct FirstManifestFails {
+    addr: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FirstManifestFails {
+    async fn start(upstream: String, hold: Duration) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let failed = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (upstream, failed) = (upstream.clone(), failed.clone());
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (mut cr, cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let cw = Arc::new(tokio::sync::Mutex::new(cw));
+                    let down = {
+                        let cw = cw.clone();
+                        tokio::spawn(async move {
+                            let mut buf = vec![0u8; 64 * 1024];
+                            while let Ok(n @ 1..) = sr.read(&mut buf).await {
+                                if cw.lock().await.write_all(&buf[..n]).await.is_err() {
+                                    break;
+                                }
+                            }
+                        })
+                    };
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n @ 1..) = cr.read(&mut buf).await {
+                        let manifest = buf[..n].windows(11).any(|w| w == b"/manifests/");
+                        if manifest && !failed.swap(true, Ordering::SeqCst) {
+                            tokio::time::sleep(hold).await;
+                            down.abort();
+                            let mut cw = cw.lock().await;
+                            let _ = cw
+                                .write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                                .await;
+                            let _ = cw.shutdown().await;
+                            return;
+                        }
+                        if sw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    down.abort();
+                });
+            }
+        });
+        Self { addr, task }
+    }
+}
+
+impl Drop for FirstManifestFails {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// Policy credentials naming `secret` resolve to alice's login; any other set is anonymous.
 fn alice_or_anonymous(host: String) -> ivory_verify::CredentialsResolver {
     Arc::new(move |c: Option<&Credentials>| {

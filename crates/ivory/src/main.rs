@@ -11,8 +11,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
 /// An admission is hundreds of small, short-lived allocations (the parsed object, CEL values,
-/// results) made and freed across tokio's worker threads; glibc's malloc spent a quarter of
-/// a warm admission's cycles on them. Measured in BENCHMARKS.md.
+/// results) made and freed across tokio's worker threads, where mimalloc is much cheaper than
+/// glibc's malloc (measured in BENCHMARKS.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

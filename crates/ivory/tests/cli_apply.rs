@@ -96,8 +96,8 @@ async fn kyverno_style_test_case_matches_serve() {
     });
     let resources = format!(
         "{}---\n{}",
-        serde_yaml::to_string(&pod).unwrap(),
-        serde_yaml::to_string(&deployment).unwrap()
+        serde_saphyr::to_string(&pod).unwrap(),
+        serde_saphyr::to_string(&deployment).unwrap()
     );
     let resources = write(dir.path(), "resources.yaml", &resources);
     let expected = [
@@ -178,7 +178,7 @@ async fn kyverno_style_test_case_matches_serve() {
     assert!(run.stdout.contains("2 resources: 1 allowed, 1 denied"));
 
     // UPDATE from stdin: the policy's rules cover UPDATE, so the verdicts are the same.
-    let pod_yaml = serde_yaml::to_string(&pod).unwrap();
+    let pod_yaml = serde_saphyr::to_string(&pod).unwrap();
     let run = ivory_stdin(
         &[
             "apply",
@@ -197,7 +197,7 @@ async fn kyverno_style_test_case_matches_serve() {
     )
     .await;
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    let doc: Value = serde_yaml::from_str(&run.stdout).unwrap();
+    let doc: Value = serde_saphyr::from_str(&run.stdout).unwrap();
     assert_eq!(doc["resources"][0]["object"], applied[0]["object"]);
     assert_eq!(doc["resources"][0]["policies"][0]["stage"], "mutate");
 

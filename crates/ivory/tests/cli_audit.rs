@@ -158,7 +158,7 @@ async fn registry_audit_counts_dedup_and_formats() {
 
     // The PolicyReport parses back with the same counts.
     let report: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
+        serde_saphyr::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
     assert_eq!(report["apiVersion"], "wgpolicyk8s.io/v1alpha2");
     assert_eq!(report["kind"], "ClusterPolicyReport");
     assert_eq!(report["summary"]["pass"], 2);
@@ -289,7 +289,7 @@ async fn images_from_file_errors_and_interrupt() {
     );
     let run = ivory(&args).await;
     assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
-    let doc: Value = serde_yaml::from_str(&run.stdout).unwrap();
+    let doc: Value = serde_saphyr::from_str(&run.stdout).unwrap();
     assert_eq!(doc["summary"]["pass"], 1);
     assert_eq!(doc["summary"]["error"], 1);
     let failed = doc["images"]

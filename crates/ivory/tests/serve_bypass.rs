@@ -129,8 +129,8 @@ async fn malformed_reviews_paths_and_timeouts_get_clear_answers() {
         }
     }
 
-    // A timeout past any Duration arithmetic is answered (it used to panic the handler and
-    // drop the connection), and the server keeps serving.
+    // A timeout past any Duration arithmetic is answered (a panic in the handler would drop the
+    // connection), and the server keeps serving.
     for query in [
         "timeout=10000000000000000000s",
         "timeout=99999999999999999999999999h",

@@ -22,7 +22,7 @@ fn run(args: &[&str]) -> (i32, String, String) {
 
 fn documents(text: &str) -> Vec<Value> {
     text.split("---\n")
-        .map(|doc| serde_yaml::from_str(doc).unwrap())
+        .map(|doc| serde_saphyr::from_str(doc).unwrap())
         .collect()
 }
 

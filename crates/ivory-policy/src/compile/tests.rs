@@ -311,7 +311,7 @@ fn hash_is_stable_and_changes_on_edit() {
     assert_eq!(h, hash_of(&doc), "same input, same hash");
 
     // Key order and YAML vs JSON do not matter: the spec is canonicalised.
-    let yaml = serde_yaml::to_string(&doc).unwrap();
+    let yaml = serde_saphyr::to_string(&doc).unwrap();
     let from_yaml = crate::load::load_str(&yaml, "t.yaml");
     assert_eq!(from_yaml.policies[0].hash, h);
 

@@ -76,18 +76,17 @@ fn yaml_syntax_error_is_located_and_isolated() {
     );
     let errors = messages(&report);
     assert_eq!(errors.len(), 1);
-    // Line numbers are relative to the whole file: `[` is on line 17, column 7, and the parser
-    // gives up at the `---` on line 18.
+    // Line numbers are relative to the whole file: the unclosed `[` is on line 17, column 7.
     assert_eq!(
         errors[0],
-        "s.yaml (doc 2): YAML syntax error: did not find expected ',' or ']' at line 18 column 1, while parsing a flow sequence at line 17 column 7"
+        "s.yaml (doc 2): YAML syntax error: unclosed bracket '[' at line 17, column 7"
     );
 }
 
 #[test]
 fn json_object_array_and_list() {
-    let one: serde_json::Value = serde_yaml::from_str(&ivpol("one")).unwrap();
-    let two: serde_json::Value = serde_yaml::from_str(&ivpol("two")).unwrap();
+    let one: serde_json::Value = serde_saphyr::from_str(&ivpol("one")).unwrap();
+    let two: serde_json::Value = serde_saphyr::from_str(&ivpol("two")).unwrap();
     let report = load_str(&one.to_string(), "one.json");
     assert_eq!(names(&report), ["ImageValidatingPolicy/one"]);
 
@@ -115,7 +114,7 @@ fn json_object_array_and_list() {
     );
 
     // `kind: List` works in YAML too.
-    let yaml = serde_yaml::to_string(
+    let yaml = serde_saphyr::to_string(
         &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [two]}),
     )
     .unwrap();
@@ -252,7 +251,7 @@ fn directory_loading_is_recursive_sorted_and_skips_hidden() {
     fs::create_dir_all(root.join("..data")).unwrap();
     fs::write(root.join("b.yaml"), ivpol("b")).unwrap();
     fs::write(root.join("a.yml"), ivpol("a")).unwrap();
-    let json: serde_json::Value = serde_yaml::from_str(&ivpol("c")).unwrap();
+    let json: serde_json::Value = serde_saphyr::from_str(&ivpol("c")).unwrap();
     fs::write(root.join("nested/c.json"), json.to_string()).unwrap();
     fs::write(root.join("nested/deeper/d.yaml"), ivpol("a")).unwrap();
     fs::write(root.join("nested/notes.txt"), "not a policy").unwrap();
@@ -339,7 +338,7 @@ fn pem_in_yaml_block_scalar_loads() {
 #[test]
 fn marker_lines_with_content_and_odd_documents() {
     let inline = serde_json::to_string(
-        &serde_yaml::from_str::<serde_json::Value>(&ivpol("inline")).unwrap(),
+        &serde_saphyr::from_str::<serde_json::Value>(&ivpol("inline")).unwrap(),
     )
     .unwrap();
     let text = format!(

@@ -20,10 +20,8 @@ use super::shared::{SharedLoad, tag_name, through};
 use crate::classify::{deadline_error, map_error};
 use crate::plan::Plan;
 
-/// Longest a shared (coalesced) load runs: the Kubernetes maximum webhook timeout. Each
-/// caller waits only until its own deadline; the load runs in its own task and finishes (or
-/// hits this cap) even when nobody waits any more, so its verdict still fills the cache for
-/// the next admission of the same image.
+/// Longest a shared (coalesced) load runs: the Kubernetes maximum webhook timeout. Why a load
+/// has its own cap and not a caller's deadline: rule 2 at [`coalesced`].
 pub(super) const SHARED_LOAD_CAP: Duration = Duration::from_secs(30);
 
 /// Counters of one cache, as returned by [`CosignVerifier::cache_stats`].
@@ -154,17 +152,22 @@ impl CosignVerifier {
 }
 
 /// Looks `key` up; on a miss, runs `load` once for all concurrent callers of the same key.
-/// Each caller waits until its own `deadline` only: one that gives up gets a deadline error
-/// while the shared load goes on for the callers still waiting (and fills the cache).
+/// Errors are never cached. Three rules hold here, and only here:
 ///
-/// The load is built only on a miss and runs boxed in a detached task: a hit stays small and
-/// cheap, and no caller's timeout ever abandons moka's initializer (moka panics after 200
-/// consecutive abandoned initializations of one key).
-///
-/// A caller that joined a load started before it arrived and that load failed (errors are
-/// never cached) tries once more with a load of its own: an error from an earlier admission's
-/// attempt, e.g. connect timeouts piling up against a slow registry, must not stand in for
-/// what this admission's own budget allows; past its deadline it gets a deadline error.
+/// 1. **Own deadline.** Each caller waits until its own `deadline` only: one that gives up gets
+///    a deadline error while the shared load goes on for the callers still waiting.
+///    Proven by `coalesced_callers_keep_their_own_deadlines` (ivory-verify `tests/registry.rs`).
+/// 2. **Detached load.** The load is built only on a miss and runs boxed in its own task, capped
+///    by [`SHARED_LOAD_CAP`] instead of any caller's deadline, so it finishes and fills the cache
+///    even when every caller has given up; the next admission of the image then finds the
+///    verdict. It also means no caller's timeout ever abandons moka's initializer (moka panics
+///    after 200 consecutive abandoned initializations of one key). Proven by
+///    `a_load_whose_only_caller_gave_up_still_fills_the_cache` (same file).
+/// 3. **Retry once.** A caller that joined a load started before it arrived, and that load
+///    failed, tries once more with a load of its own: an error from an earlier admission's
+///    attempt, e.g. connect timeouts piling up against a slow registry, must not stand in for
+///    what this admission's own budget allows; past its deadline it gets a deadline error.
+///    Proven by `a_caller_that_joined_a_failed_load_retries_once_with_its_own` (same file).
 pub(super) async fn coalesced<K, V>(
     cache: &Cache<K, V>,
     counters: &Arc<CacheCounters>,

@@ -202,9 +202,8 @@ impl CosignVerifier {
         ]
     }
 
-    /// `image` parsed, memoized: oci-client's parser runs a capturing regex (tens of
-    /// thousands of instructions), and the warm path would otherwise parse every image of
-    /// every admission again.
+    /// `image` parsed, memoized: the warm path would otherwise parse every image of every
+    /// admission again (what that costs: BENCHMARKS.md, "Warm admissions").
     fn reference(&self, image: &str) -> Result<Arc<Reference>, VerifyError> {
         if let Some(reference) = self.inner.references.get(image) {
             return Ok(reference);

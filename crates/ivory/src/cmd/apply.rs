@@ -226,7 +226,7 @@ fn documents(text: &str) -> anyhow::Result<Vec<Value>> {
             continue;
         }
         let value: Value =
-            serde_yaml::from_str(doc).with_context(|| format!("document {}", i + 1))?;
+            ivory_policy::yaml::from_str(doc).with_context(|| format!("document {}", i + 1))?;
         match value {
             Value::Null => {}
             Value::Object(ref map) if map.get("kind").and_then(Value::as_str) == Some("List") => {
@@ -369,7 +369,7 @@ fn print(applied: &[Applied], format: Format) -> anyhow::Result<()> {
 /// The patched resource as YAML, then the decision as comments.
 fn table(a: &Applied) -> anyhow::Result<String> {
     let mut text = String::from("---\n");
-    text.push_str(&serde_yaml::to_string(&a.object)?);
+    text.push_str(&ivory_policy::yaml::to_string(&a.object)?);
     let verdict = if a.allowed() { "ALLOWED" } else { "DENIED" };
     text.push_str(&format!("# {verdict} {}\n", a.id));
     for op in &a.mutate.patch {

@@ -50,7 +50,7 @@ pub struct Args {
     policies: Vec<PathBuf>,
     #[command(flatten)]
     quick: QuickPolicy,
-    /// Audit every repository in this registry's catalog (host[:port]; repeatable).
+    /// Audit every repository in this registry's catalog (host or host:port; repeatable).
     #[arg(long = "registry", value_name = "HOST")]
     registries: Vec<String>,
     /// Only repositories whose name matches this glob (`*` also matches `/`; repeatable).

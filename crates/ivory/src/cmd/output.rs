@@ -59,7 +59,7 @@ impl Counts {
 /// JSON or YAML text of `doc`.
 pub fn render(doc: &Value, yaml: bool) -> anyhow::Result<String> {
     if yaml {
-        Ok(serde_yaml::to_string(doc)?)
+        Ok(ivory_policy::yaml::to_string(doc)?)
     } else {
         Ok(format!("{}\n", serde_json::to_string_pretty(doc)?))
     }

@@ -69,8 +69,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (mutating, validating) = generate(&report.policies, &opts);
     let text = format!(
         "{}---\n{}",
-        serde_yaml::to_string(&mutating)?,
-        serde_yaml::to_string(&validating)?
+        ivory_policy::yaml::to_string(&mutating)?,
+        ivory_policy::yaml::to_string(&validating)?
     );
     print!("{text}");
     Ok(ExitCode::SUCCESS)
