@@ -32,6 +32,7 @@ pub const EXCEPTIONS_PROPERTY: &str = "exceptions";
 /// The exceptions in force and where they may come from.
 #[derive(Clone, Debug, Default)]
 pub struct Exceptions {
+    /// Every compiled PolicyException loaded (files or the watch).
     pub exceptions: Arc<Vec<Arc<CompiledException>>>,
     /// Kyverno's `--exceptionNamespace`: only exceptions in it count (`None`: every namespace).
     pub namespace: Option<String>,
@@ -40,7 +41,9 @@ pub struct Exceptions {
 /// The policies still to evaluate, and the results of those an exception exempted.
 #[derive(Debug, Default)]
 pub struct Partition<'a> {
+    /// Policies no exception matched: they run.
     pub evaluate: Vec<&'a CompiledPolicy>,
+    /// A `skip` result per excepted policy, with Kyverno's message.
     pub skipped: Vec<PolicyResult>,
 }
 

@@ -28,7 +28,9 @@ pub const PROCESS_BACKGROUND: &str = "background scan";
 /// Why a policy ran: the `rule_execution_cause` metric label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cause {
+    /// The policy judged an AdmissionReview.
     Admission,
+    /// The policy re-judged a running Pod's images in a background scan.
     Background,
 }
 
@@ -44,11 +46,15 @@ impl Cause {
 /// The object a report is about (`scope` of a PolicyReport).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Subject {
+    /// `apiVersion` of the object (`group/version`, or `version` for the core group).
     pub api_version: String,
+    /// `kind` of the object.
     pub kind: String,
     /// Empty for cluster-scoped objects (they get a ClusterPolicyReport).
     pub namespace: String,
+    /// `metadata.name` of the object.
     pub name: String,
+    /// `metadata.uid`: names the report and owns it, so the report goes with the object.
     pub uid: String,
 }
 
@@ -93,8 +99,11 @@ pub struct ReportResult {
     pub policy: String,
     /// The policy name, or `exception` for a result an exception decided (Kyverno's rule name).
     pub rule: String,
+    /// pass, fail, skip or error.
     pub result: Status,
+    /// Why, in Kyverno's words.
     pub message: String,
+    /// auditAnnotations, exceptions and `process` of the result.
     pub properties: BTreeMap<String, String>,
 }
 
@@ -126,7 +135,9 @@ impl ReportResult {
 /// Everything reported about one object at one time.
 #[derive(Clone, Debug)]
 pub struct ReportUpdate {
+    /// The object the results are about.
     pub subject: Subject,
+    /// One result per policy; a policy's newer result replaces its older one.
     pub results: Vec<ReportResult>,
 }
 

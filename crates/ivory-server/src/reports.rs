@@ -21,8 +21,9 @@ use tokio::sync::mpsc;
 use crate::audit::{REPORT_SOURCE, ReportResult, ReportSink, ReportUpdate, Subject};
 use crate::metrics::Metrics;
 
-/// API group and version of the reports.
+/// API group of the reports.
 pub const REPORT_GROUP: &str = "wgpolicyk8s.io";
+/// API version of the reports.
 pub const REPORT_VERSION: &str = "v1alpha2";
 /// Field manager of ivory's server-side applies.
 const FIELD_MANAGER: &str = "ivory";

@@ -212,7 +212,7 @@ fn in_namespace(yaml: &str, namespace: &str) -> String {
 /// A CREATE review in namespace `default` of every object in a scenario file.
 fn reviews_of(yaml: &str) -> Vec<(String, Value)> {
     yaml.split("\n---")
-        .filter_map(|doc| serde_yaml::from_str::<Value>(doc).ok())
+        .filter_map(|doc| ivory_policy::yaml::from_str::<Value>(doc).ok())
         .filter(|v| !v.is_null())
         .map(|object| {
             let kind = object["kind"].as_str().unwrap_or_default().to_owned();

@@ -56,7 +56,7 @@ fn generated_paths(dir: &std::path::Path) -> Vec<String> {
     let text = String::from_utf8(out.stdout).unwrap();
     let mut paths = Vec::new();
     for doc in text.split("---\n").filter(|d| !d.trim().is_empty()) {
-        let value: Value = serde_yaml::from_str(doc).unwrap();
+        let value: Value = ivory_policy::yaml::from_str(doc).unwrap();
         for hook in value["webhooks"].as_array().into_iter().flatten() {
             let url = hook["clientConfig"]["url"].as_str().unwrap_or_default();
             paths.push(url.trim_start_matches("https://ivory.test").to_owned());
