@@ -31,12 +31,10 @@ pub async fn install_crds(client: &Client, files: &[&str]) -> Result<()> {
     for file in files {
         let text = std::fs::read_to_string(workspace().join(file))
             .with_context(|| format!("reading {file}"))?;
-        let doc = serde_yaml::Deserializer::from_str(&text)
-            .find_map(|d| {
-                <Value as serde::Deserialize>::deserialize(d)
-                    .ok()
-                    .filter(|v| !v.is_null())
-            })
+        let doc = serde_saphyr::from_multiple::<Value>(&text)
+            .with_context(|| format!("parsing {file}"))?
+            .into_iter()
+            .find(|v| !v.is_null())
             .context("empty CRD file")?;
         let crd: CustomResourceDefinition = serde_json::from_value(doc)?;
         let name = crd.metadata.name.clone().context("CRD without a name")?;
@@ -124,8 +122,7 @@ pub async fn register(
     .await?;
     ensure!(code == 0, "ivory webhooks failed ({code}): {stderr}");
     let mut names = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&stdout) {
-        let mut value: Value = serde::Deserialize::deserialize(doc)?;
+    for mut value in serde_saphyr::from_multiple::<Value>(&stdout)? {
         let kind = value["kind"].as_str().unwrap_or("").to_owned();
         let name = format!("{tag}-{}", kind.to_lowercase());
         value["metadata"]["name"] = json!(name);
@@ -183,7 +180,7 @@ pub fn dynamic(
 
 /// Server-side applies a YAML object through `api`.
 pub async fn apply(api: &Api<DynamicObject>, yaml: &str) -> Result<()> {
-    let object: DynamicObject = serde_json::from_value(serde_yaml::from_str::<Value>(yaml)?)?;
+    let object: DynamicObject = serde_json::from_value(serde_saphyr::from_str::<Value>(yaml)?)?;
     let name = object.metadata.name.clone().context("object has no name")?;
     api.patch(
         &name,
