@@ -176,7 +176,7 @@ log "built $digest ($build_kind, revision $commit, $tree tree, ${#libs[@]} share
 if [[ -n "$sign_key" || "$keyless" == 1 ]]; then
   [[ -x "$TOOLS/cargo-cyclonedx" ]] || { log "$TOOLS/cargo-cyclonedx missing: run scripts/install-tools.sh image"; exit 1; }
   "$TOOLS/cargo-cyclonedx" cyclonedx --manifest-path crates/ivory/Cargo.toml --format json \
-    --spec-version 1.5 --describe binaries --override-filename ivory.sbom >&2
+    --spec-version 1.5 --all --override-filename ivory.sbom >&2
   sbom_src="$(find crates/ivory -maxdepth 1 -name 'ivory.sbom*.json' -print -quit)"
   mv "$sbom_src" "$out/sbom.cdx.json"
 
