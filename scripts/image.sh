@@ -176,9 +176,11 @@ log "built $digest ($build_kind, revision $commit, $tree tree, ${#libs[@]} share
 if [[ -n "$sign_key" || "$keyless" == 1 ]]; then
   [[ -x "$TOOLS/cargo-cyclonedx" ]] || { log "$TOOLS/cargo-cyclonedx missing: run scripts/install-tools.sh image"; exit 1; }
   "$TOOLS/cargo-cyclonedx" cyclonedx --manifest-path crates/ivory/Cargo.toml --format json \
-    --spec-version 1.5 --all --override-filename ivory.sbom >&2
-  sbom_src="$(find crates/ivory -maxdepth 1 -name 'ivory.sbom*.json' -print -quit)"
-  mv "$sbom_src" "$out/sbom.cdx.json"
+    --spec-version 1.5 --all --override-filename ivory-image-sbom >&2
+  # It writes one file per workspace member; ivory's is the binary's.
+  mv crates/ivory/ivory-image-sbom.json "$out/sbom.cdx.json"
+  cargo metadata --locked --no-deps --format-version 1 | jq -r '.packages[].manifest_path' \
+    | while read -r manifest; do rm -f "$(dirname "$manifest")/ivory-image-sbom.json"; done
 
   lib_deps="$(for lib in "${libs[@]}"; do
       pkg="$(dpkg -S "$(readlink -f "$lib")" 2>/dev/null | head -1 | cut -d: -f1 || true)"

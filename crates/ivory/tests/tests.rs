@@ -9,6 +9,7 @@
 //! * `serve_cel_cost`: `ivory serve` against costly CEL (load-time refusal, run-time limit).
 //! * `memory`: peak RSS of `ivory serve` against hostile registries.
 //! * `webhooks`: `ivory webhooks` output.
+//! * `dogfood`: ivory's own image (scripts/image.sh), signed and attested, judged by ivory.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
 //!   (`cli_util`: running them, pushing fixtures).
 //! * `util`: process startup, HTTPS clients, review and policy builders.
@@ -21,6 +22,7 @@ mod cli_apply;
 mod cli_audit;
 mod cli_util;
 mod cli_verify;
+mod dogfood;
 mod memory;
 mod serve;
 mod serve_bypass;
