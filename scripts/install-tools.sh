@@ -13,6 +13,7 @@ COSIGN_V3_VERSION="v3.1.3"
 # P-521 included), the behaviour the hash-algorithm fixtures capture.
 COSIGN_V25_VERSION="v2.5.0"
 CRANE_VERSION="v0.22.1"
+CARGO_CYCLONEDX_VERSION="0.5.9"
 
 export GOTOOLCHAIN=local
 export GOFLAGS="${GOFLAGS:-} -trimpath"
@@ -32,6 +33,32 @@ install_go_tool() {
   fi
   ln -sfn "$bin" "$TOOLS/bin/$name"
 }
+
+# install_cargo_tool NAME VERSION: `cargo install --locked` into .tools/NAME-VERSION/ and symlinks .tools/bin/NAME.
+install_cargo_tool() {
+  local name="$1" version="$2"
+  local dir="$TOOLS/$name-$version"
+  mkdir -p "$TOOLS/bin"
+  if [[ -x "$dir/bin/$name" ]]; then
+    echo "install-tools: $name $version already present ($dir/bin/$name)"
+  else
+    echo "install-tools: building $name $version (cargo install --locked) ..."
+    # Its own target dir: the workspace's target/ is keyed to the workspace's toolchain file and flags.
+    (cd "$TOOLS" && CARGO_TARGET_DIR="$TOOLS/.cargo-target" \
+      cargo install --locked --quiet --root "$dir" "$name" --version "=$version")
+    rm -rf "$TOOLS/.cargo-target"
+  fi
+  ln -sfn "$dir/bin/$name" "$TOOLS/bin/$name"
+}
+
+# `install-tools.sh image` builds what scripts/image.sh and the dogfood test need: crane (pushes the
+# OCI layout), cosign v2 (signs and attests), cargo-cyclonedx (the SBOM).
+if [[ "${1:-}" == "image" ]]; then
+  install_go_tool crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane
+  install_go_tool cosign2 "$COSIGN_V2_VERSION" github.com/sigstore/cosign/v2/cmd/cosign
+  install_cargo_tool cargo-cyclonedx "$CARGO_CYCLONEDX_VERSION"
+  exit 0
+fi
 
 # `install-tools.sh cosign2` builds only cosign v2 (what scripts/bench.sh needs).
 if [[ "${1:-}" == "cosign2" ]]; then

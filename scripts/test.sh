@@ -20,6 +20,8 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 
 bash scripts/install-deploy-tools.sh # kustomize + helm for the deploy/ tests; skips when built
+# crane, cosign v2, cargo-cyclonedx for the dogfood test (ivory's own image); skips when built.
+bash scripts/install-tools.sh image
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked "$@"

@@ -817,6 +817,7 @@ fn kustomize_renders_the_base_and_the_cert_manager_overlay() {
         );
     }
     assert_hardened(find(&docs, "Deployment"), &KUBE_ARGS);
+    assert_eq!(image_of(&docs), "ghcr.io/ivory/ivory:0.1.0");
     assert_eq!(
         find(&docs, "PodDisruptionBudget")["spec"]["minAvailable"],
         2
@@ -850,6 +851,36 @@ fn kustomize_renders_the_base_and_the_cert_manager_overlay() {
             .unwrap()
             .contains(&json!("ivory.ivory-system.svc"))
     );
+
+    // An overlay points the base at a pushed image by repository + digest; the digest replaces
+    // the base's tag. kustomize only takes relative bases, so the overlay sits in the repository.
+    let dir = tempfile::Builder::new()
+        .prefix(".kustomize-digest-")
+        .tempdir_in(repo_root())
+        .unwrap();
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        format!(
+            "resources: [../deploy/base]\nimages:\n  - name: ghcr.io/ivory/ivory\n    newName: registry.example/ivory\n    digest: {DIGEST}\n"
+        ),
+    )
+    .unwrap();
+    let pinned = documents(&run(Command::new(&kustomize).arg("build").arg(dir.path())));
+    assert_eq!(
+        image_of(&pinned),
+        format!("registry.example/ivory@{DIGEST}")
+    );
+}
+
+/// A digest as scripts/image.sh prints it.
+const DIGEST: &str = "sha256:4514eae9f57cad9117693744e0effa7ce2374e7e1a6e0719d592d9fdd870598f";
+
+/// The image of the rendered Deployment's container.
+fn image_of(docs: &[Value]) -> String {
+    find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .expect("container image")
+        .to_owned()
 }
 
 /// Read-only access to the policy kinds, exceptions, Namespaces and Pods; get/create/patch of
@@ -958,6 +989,33 @@ fn helm_chart_lints_and_renders() {
         .filter(|d| d["kind"] == "CustomResourceDefinition")
         .collect();
     assert_eq!(crd_docs, [&crd(IVPOL), &crd(NIVPOL)]);
+    assert_eq!(image_of(&docs), "ghcr.io/ivory/ivory:0.1.0");
+
+    // Deploy by digest: repository + digest, the digest preferred over a tag.
+    let by_digest =
+        format!("image.repository=registry.example/ivory,image.tag=9.9.9,image.digest={DIGEST}");
+    let pinned = template(&["--set", &by_digest]);
+    assert_eq!(
+        image_of(&pinned),
+        format!("registry.example/ivory@{DIGEST}")
+    );
+    let mut bad = Command::new(&helm);
+    bad.args([
+        "template",
+        "ivory",
+        "deploy/helm/ivory",
+        "--kube-version",
+        "1.32.0",
+    ])
+    .args(["--set", "image.digest=latest"])
+    .current_dir(repo_root());
+    let out = bad.output().unwrap();
+    assert!(!out.status.success(), "a malformed digest renders");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("image.digest must be sha256:"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let values = dir.path().join("values.yaml");

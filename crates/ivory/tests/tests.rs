@@ -12,6 +12,7 @@
 //! * `fleet`: `ivory serve` replicas sharing a real redis-server (`--cache-redis`).
 //! * `memory`: peak RSS of `ivory serve` against hostile registries.
 //! * `webhooks`: `ivory webhooks` output.
+//! * `dogfood`: ivory's own image (scripts/image.sh), signed and attested, judged by ivory.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
 //!   (`cli_util`: running them, pushing fixtures).
 //! * `cli_completions`: `ivory completions bash|zsh|fish`.
@@ -32,6 +33,7 @@ mod cli_registries;
 mod cli_util;
 mod cli_verify;
 mod demo;
+mod dogfood;
 mod fleet;
 mod memory;
 mod serve;
