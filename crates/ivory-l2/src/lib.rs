@@ -19,6 +19,8 @@
 //! crate needs from a client. `fred` offers more (pools, cluster routing) that a handful of
 //! single-key commands does not use.
 
+#![warn(missing_docs)]
+
 mod breaker;
 mod entry;
 mod store;

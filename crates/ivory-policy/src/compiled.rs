@@ -22,7 +22,10 @@ pub struct Origin {
 /// A named CEL program (`matchConditions`, `variables`, `images`).
 #[derive(Clone, Debug)]
 pub struct NamedProgram {
+    /// The entry's `name`: the key under `variables.` / `images.`, or the condition named in
+    /// errors.
     pub name: String,
+    /// The compiled `expression`.
     pub program: Program,
 }
 
@@ -31,7 +34,9 @@ pub struct NamedProgram {
 pub enum ImageMatcher {
     /// gobwas-style glob without separators: `*` also matches `/`.
     Glob {
+        /// `matchImageReferences[].glob` as written, for messages.
         pattern: String,
+        /// The compiled glob the image string is tested against.
         matcher: globset::GlobMatcher,
     },
     /// CEL boolean over the variable `ref` (string).
@@ -41,15 +46,21 @@ pub enum ImageMatcher {
 /// One `validations` entry.
 #[derive(Clone, Debug)]
 pub struct CompiledValidation {
+    /// `validations[].expression`: the boolean that must hold for the policy to pass.
     pub expression: Program,
+    /// `validations[].message`: the failure text when no `messageExpression` applies.
     pub message: Option<String>,
+    /// `validations[].messageExpression`: a string computed per request, preferred over
+    /// `message`.
     pub message_expression: Option<Program>,
 }
 
 /// One `auditAnnotations` entry.
 #[derive(Clone, Debug)]
 pub struct CompiledAuditAnnotation {
+    /// `auditAnnotations[].key`: the report property the value is stored under.
     pub key: String,
+    /// `auditAnnotations[].valueExpression`: a string, or null to leave the property out.
     pub value_expression: Program,
 }
 
@@ -58,7 +69,10 @@ pub struct CompiledAuditAnnotation {
 /// each program per request and writes the string result at that pointer before verification.
 #[derive(Clone, Debug)]
 pub struct CompiledAttestor {
+    /// The `attestors[]` entry as written.
     pub attestor: Attestor,
+    /// The `…expression` fields of the attestor (key, certificate, chain, notary certs,
+    /// trustedRoot), as described above.
     pub fields: Vec<(String, Program)>,
     /// `attestor` as the JSON object CEL sees, serialized once at compile time (used as is
     /// when `fields` is empty).
@@ -68,31 +82,55 @@ pub struct CompiledAttestor {
 /// A policy ready for evaluation.
 #[derive(Clone, Debug)]
 pub struct CompiledPolicy {
+    /// Cluster or namespaced policy: decides the route (`/ivpol` or `/nivpol`) it serves.
     pub kind: PolicyKind,
+    /// `metadata.name`; shared by the autogen variants, and the name in messages and routes.
     pub name: String,
     /// Set for `NamespacedImageValidatingPolicy` only.
     pub namespace: Option<String>,
+    /// The file and document the policy was loaded from.
     pub origin: Origin,
     /// The spec as written (webhook generation and reports read it).
     pub spec: Arc<PolicySpec>,
     /// Hex sha256 of kind, namespace, name and the canonical JSON of the spec: changes whenever
     /// the policy changes, so it can be part of verification cache keys.
     pub hash: String,
+    /// `spec.validationActions`, defaulted to `[Deny]`: what a failure or error does to the
+    /// answer.
     pub actions: Vec<ValidationAction>,
+    /// `spec.failurePolicy`, defaulted to `Fail`: what ivory does when it cannot decide in time
+    /// or the registry fails, and which webhook (`-fail`/`-ignore`) the policy lands in.
     pub failure_policy: FailurePolicy,
     /// After autogen this is the variant's rules (controllers), not the pod rule.
+    /// Also lists `pods/ephemeralcontainers` wherever the written rules name `pods`, so
+    /// `kubectl debug` cannot bypass a pod policy.
     pub match_constraints: MatchResources,
+    /// `spec.matchConditions`: all must hold or the policy is skipped.
     pub match_conditions: Vec<NamedProgram>,
+    /// `spec.matchImageReferences`: an image concerns the policy when any entry matches; empty
+    /// means every image does.
     pub image_matchers: Vec<ImageMatcher>,
+    /// `spec.variables`, in order (a variable may use earlier ones).
     pub variables: Vec<NamedProgram>,
+    /// `spec.images`: custom extractors added to the built-in `images` map.
     pub image_extractors: Vec<NamedProgram>,
+    /// `spec.validations`, evaluated in order until the first failure.
     pub validations: Vec<CompiledValidation>,
+    /// `spec.auditAnnotations`: properties attached to the policy's report result.
     pub audit_annotations: Vec<CompiledAuditAnnotation>,
+    /// `spec.attestors`: the trusted keys and identities, exposed to CEL as `attestors.<name>`.
     pub attestors: Vec<CompiledAttestor>,
+    /// `spec.attestations`: the attestation types CEL may verify, as `attestations.<name>`.
     pub attestations: Vec<Attestation>,
+    /// `spec.validationConfigurations.mutateDigest` (default true): take part in digest pinning.
     pub mutate_digest: bool,
+    /// `spec.validationConfigurations.verifyDigest` (default true): fail when a matched image
+    /// is not referenced by digest.
     pub verify_digest: bool,
+    /// `spec.validationConfigurations.required` (default true): fail when a matched image was
+    /// not verified by any policy of the request.
     pub required: bool,
+    /// `spec.evaluation.mode: JSON`: only `object` is bound and images come from `spec.images`.
     pub json_mode: bool,
     /// `None` for the policy as written; `Some("defaults")` / `Some("cronjobs")` for autogen
     /// variants, which keep the parent's name and are evaluated exactly like it.

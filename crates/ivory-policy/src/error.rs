@@ -10,8 +10,11 @@ use crate::compiled::Origin;
 /// policies without a file; `field` is empty for errors about the document as a whole.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub struct PolicyError {
+    /// Which policy: `<file> (doc <n>)` or `<kind>/<name>`; empty when the caller adds it.
     pub location: String,
+    /// Field path inside the document, e.g. `spec.attestors[0].cosign.key.data`.
     pub field: String,
+    /// What is wrong, in the API server's words where it has some (`Required value`, …).
     pub reason: String,
 }
 
@@ -27,6 +30,7 @@ impl fmt::Display for PolicyError {
 }
 
 impl PolicyError {
+    /// An error at `field` of the policy at `location`.
     pub fn new(
         location: impl Into<String>,
         field: impl Into<String>,

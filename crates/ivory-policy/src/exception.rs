@@ -29,13 +29,16 @@ const EXCEPTION_VARS: [&str; 4] = ["object", "oldObject", "request", "namespaceO
 /// One `spec.policyRefs[]` entry that names an image validating policy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyRef {
+    /// `policyRefs[].kind`: which of the two policy kinds is exempted.
     pub kind: PolicyKind,
+    /// `policyRefs[].name`: the policy's `metadata.name`.
     pub name: String,
 }
 
 /// A loaded exception, its conditions compiled.
 #[derive(Clone, Debug)]
 pub struct CompiledException {
+    /// `metadata.name`; with the namespace, what skip messages name.
     pub name: String,
     /// Exceptions are namespaced objects; files may leave the namespace out (`default` is
     /// assumed, as kubectl would).
@@ -43,9 +46,11 @@ pub struct CompiledException {
     /// The image validating policies it names; refs to other Kyverno policy kinds are kept
     /// out (they belong to other engines).
     pub policy_refs: Vec<PolicyRef>,
+    /// `spec.matchConditions`: all must hold for a request to be exempt.
     pub match_conditions: Vec<NamedProgram>,
     /// `spec.expiresAt`: from then on the exception no longer applies.
     pub expires_at: Option<SystemTime>,
+    /// The file and document it was loaded from.
     pub origin: Origin,
 }
 

@@ -19,10 +19,12 @@ const MAX_DEPTH: usize = 16;
 /// What a load produced: compiled policies, every error, and notes about skipped documents.
 #[derive(Debug, Default)]
 pub struct LoadReport {
+    /// Policies that loaded without errors, autogen variants attached.
     pub policies: Vec<CompiledPolicy>,
     /// `PolicyException` objects found among the documents (used only when exceptions are
     /// enabled).
     pub exceptions: Vec<CompiledException>,
+    /// Every problem of every document; a policy with errors is left out of `policies`.
     pub errors: Vec<PolicyError>,
     /// `<file> (doc <n>): skipped <apiVersion> <kind> "<name>": <why>` for non-policy documents.
     pub skipped: Vec<String>,

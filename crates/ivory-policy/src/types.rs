@@ -46,10 +46,14 @@ impl PolicyKind {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyDocument {
+    /// `policies.kyverno.io/<version>`; checked against [`API_GROUP`] and [`API_VERSIONS`].
     pub api_version: String,
+    /// The kind as written; [`PolicyKind::from_kind`] decides whether ivory serves it.
     pub kind: String,
+    /// Name, namespace and the labels and annotations reports copy.
     #[serde(default)]
     pub metadata: ObjectMeta,
+    /// What the policy matches and checks.
     pub spec: PolicySpec,
 }
 
@@ -57,16 +61,22 @@ pub struct PolicyDocument {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectMeta {
+    /// Identifies the policy in routes (`/ivpol/validate/<name>`), messages and reports.
     #[serde(default)]
     pub name: String,
+    /// Set on `NamespacedImageValidatingPolicy` only: the namespace whose requests it judges.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// Kubernetes UID when read from the API; kept so the document round-trips.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
+    /// Kubernetes resourceVersion when read from the API; kept so the document round-trips.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
+    /// Kept so the document round-trips; ivory does not act on it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Kept so the document round-trips; ivory does not act on it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
 }
@@ -75,38 +85,54 @@ pub struct ObjectMeta {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicySpec {
+    /// `spec.matchConstraints`: which requests (resources, operations, selectors) the policy
+    /// concerns. Policy admission requires at least one resource rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub match_constraints: Option<MatchResources>,
+    /// `spec.matchConditions`: CEL conditions that must all hold, or the policy is skipped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub match_conditions: Vec<NamedExpression>,
+    /// `spec.matchImageReferences`: which images the policy concerns; empty means all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub match_image_references: Vec<MatchImageReference>,
+    /// `spec.variables`: named CEL values, read as `variables.<name>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub variables: Vec<NamedExpression>,
+    /// `spec.validationActions` as written (`Deny`, `Warn`, `Audit`); see
+    /// [`PolicySpec::validation_actions`] for the default.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub validation_actions: Vec<String>,
+    /// `spec.failurePolicy` as written; see [`PolicySpec::failure_policy`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_policy: Option<String>,
+    /// `spec.auditAnnotations`: values recorded as report properties.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub audit_annotations: Vec<AuditAnnotation>,
     /// Required by the CRD; `None` means the key was missing (a validation error).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validations: Option<Vec<Validation>>,
+    /// `spec.webhookConfiguration`: settings of the policy's own webhook.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook_configuration: Option<WebhookConfiguration>,
+    /// `spec.evaluation`: input mode and whether admission and background scans run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evaluation: Option<Evaluation>,
+    /// `spec.validationConfigurations`: the digest-pinning, digest and `required` checks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validation_configurations: Option<ValidationConfigurations>,
+    /// `spec.credentials`: how to authenticate to registries for this policy's images.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<Credentials>,
+    /// `spec.images`: custom CEL image extractors, read as `images.<name>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<NamedExpression>,
     /// Required by the CRD (may be `[]`); `None` means the key was missing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attestors: Option<Vec<Attestor>>,
+    /// `spec.attestations`: the attestation types validations may verify.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attestations: Vec<Attestation>,
+    /// `spec.autogen`: which pod controllers the policy is extended to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autogen: Option<Autogen>,
 }
@@ -115,12 +141,16 @@ pub struct PolicySpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MatchResources {
+    /// Labels the request's namespace must carry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
+    /// Labels the object (or old object) must carry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object_selector: Option<LabelSelector>,
+    /// Requests matching any of these rules are concerned.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resource_rules: Vec<NamedRuleWithOperations>,
+    /// Requests matching any of these rules are not concerned, even when included.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclude_resource_rules: Vec<NamedRuleWithOperations>,
     /// `Exact` or `Equivalent` (the API default).
@@ -132,14 +162,19 @@ pub struct MatchResources {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NamedRuleWithOperations {
+    /// Object names the rule is limited to; empty means any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resource_names: Vec<String>,
+    /// `CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `*`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub operations: Vec<String>,
+    /// API groups (`""` is core, `*` any).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub api_groups: Vec<String>,
+    /// API versions (`*` any).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub api_versions: Vec<String>,
+    /// Resource plurals, optionally with a subresource (`pods/ephemeralcontainers`, `*/*`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resources: Vec<String>,
     /// `Cluster`, `Namespaced` or `*` (the default).
@@ -151,8 +186,10 @@ pub struct NamedRuleWithOperations {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LabelSelector {
+    /// Labels that must be present with exactly these values.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub match_labels: BTreeMap<String, String>,
+    /// Further requirements, all of which must hold.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub match_expressions: Vec<LabelSelectorRequirement>,
 }
@@ -161,8 +198,11 @@ pub struct LabelSelector {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LabelSelectorRequirement {
+    /// The label the requirement is about.
     pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
     pub operator: String,
+    /// The values `In`/`NotIn` compare against; empty for the other operators.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub values: Vec<String>,
 }
@@ -171,8 +211,11 @@ pub struct LabelSelectorRequirement {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NamedExpression {
+    /// The key the result is bound under (`variables.<name>`, `images.<name>`), or the
+    /// condition's name in messages.
     #[serde(default)]
     pub name: String,
+    /// CEL source text.
     #[serde(default)]
     pub expression: String,
 }
@@ -181,8 +224,10 @@ pub struct NamedExpression {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MatchImageReference {
+    /// Glob over the image string; `*` also matches `/`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub glob: Option<String>,
+    /// CEL boolean over the image string, bound as `ref`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expression: Option<String>,
 }
@@ -191,8 +236,10 @@ pub struct MatchImageReference {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditAnnotation {
+    /// The report property the value is stored under.
     #[serde(default)]
     pub key: String,
+    /// CEL string (or null to omit the property).
     #[serde(default)]
     pub value_expression: String,
 }
@@ -201,10 +248,13 @@ pub struct AuditAnnotation {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Validation {
+    /// CEL boolean; `false` fails the policy.
     #[serde(default)]
     pub expression: String,
+    /// Failure text when `messageExpression` is absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// CEL string giving the failure text per request; wins over `message`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_expression: Option<String>,
     /// Accepted and unused, as in Kyverno.
@@ -216,6 +266,8 @@ pub struct Validation {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookConfiguration {
+    /// The API server's timeout for the policy's webhook (1–30 s); setting it gives the
+    /// policy a fine-grained webhook of its own, and ivory's time budget follows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<i32>,
 }
@@ -227,8 +279,11 @@ pub struct Evaluation {
     /// `Kubernetes` (default) or `JSON`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// `evaluation.admission.enabled` (default true): whether admission requests are judged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<Enabled>,
+    /// `evaluation.background.enabled` (default true): whether background scans judge
+    /// existing resources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub background: Option<Enabled>,
 }
@@ -237,6 +292,7 @@ pub struct Evaluation {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Enabled {
+    /// `None` means enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
 }
@@ -245,10 +301,13 @@ pub struct Enabled {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ValidationConfigurations {
+    /// Pin matched images to their digests in the mutating stage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mutate_digest: Option<bool>,
+    /// Fail when a matched image is not referenced by digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_digest: Option<bool>,
+    /// Fail when a matched image was verified by no policy of the request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required: Option<bool>,
 }
@@ -257,6 +316,7 @@ pub struct ValidationConfigurations {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Credentials {
+    /// Allow plain HTTP and unverified TLS to the registries of this policy's images.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_insecure_registry: Option<bool>,
     /// `default`, `amazon`, `azure`, `google`, `github`.
@@ -271,10 +331,13 @@ pub struct Credentials {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Attestor {
+    /// The key validations use: `attestors.<name>`.
     #[serde(default)]
     pub name: String,
+    /// Verify cosign / Sigstore signatures and attestations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cosign: Option<Cosign>,
+    /// Notary v2 certificates; accepted by validation, verification reports it unsupported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notary: Option<Notary>,
 }
@@ -283,20 +346,30 @@ pub struct Attestor {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Cosign {
+    /// `cosign.annotations`: key/values every accepted signature payload must carry.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+    /// `cosign.certificate`: trust a given signing certificate (and chain).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<CosignCertificate>,
+    /// `cosign.ctlog`: transparency-log (Rekor), CT log and timestamp-authority settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ctlog: Option<Ctlog>,
+    /// `cosign.key`: trust signatures made with one public key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<CosignKey>,
+    /// `cosign.keyless`: trust Fulcio certificates issued to the given identities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keyless: Option<Keyless>,
+    /// `cosign.source`: where signatures are stored when not beside the image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<Source>,
+    /// `cosign.trustedRoot`: a Sigstore trusted-root JSON replacing the public-good root
+    /// (private Sigstore deployments).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trusted_root: Option<StringSource>,
+    /// `cosign.tuf`: a TUF mirror or root; ivory has no TUF client and rejects it unless a
+    /// `trustedRoot` is also given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuf: Option<Tuf>,
 }
@@ -305,8 +378,10 @@ pub struct Cosign {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StringSource {
+    /// The literal text (PEM or JSON).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// CEL string evaluated per request, used as the value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expression: Option<String>,
 }
@@ -315,8 +390,10 @@ pub struct StringSource {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CosignCertificate {
+    /// The signing certificate (PEM).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert: Option<StringSource>,
+    /// The chain from the certificate to its root (PEM); also the trust anchor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert_chain: Option<StringSource>,
 }
@@ -325,6 +402,8 @@ pub struct CosignCertificate {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Ctlog {
+    /// PEM key of the CT log that signs Fulcio certificates' SCTs, instead of the trusted
+    /// root's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ct_log_pub_key: Option<String>,
     /// The CRD spells this `insecureIgnoreSCT` (camelCase would give `insecureIgnoreSct`).
@@ -335,12 +414,16 @@ pub struct Ctlog {
         skip_serializing_if = "Option::is_none"
     )]
     pub insecure_ignore_sct: Option<bool>,
+    /// Accept signatures without transparency-log evidence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub insecure_ignore_tlog: Option<bool>,
+    /// PEM key of the Rekor instance, instead of the trusted root's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rekor_pub_key: Option<String>,
+    /// PEM chain of an RFC 3161 timestamp authority whose timestamps are accepted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tsa_cert_chain: Option<String>,
+    /// Rekor URL; required when `ctlog` is set unless `insecureIgnoreTlog` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
 }
@@ -349,13 +432,16 @@ pub struct Ctlog {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CosignKey {
+    /// The public key (PEM).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
+    /// CEL string giving the PEM key per request (e.g. from a ConfigMap).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expression: Option<String>,
     /// `sha224`, `sha256` (default), `sha384`, `sha512`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hash_algorithm: Option<String>,
+    /// A KMS key URI; rejected by validation (ivory reads no KMS).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kms: Option<String>,
 }
@@ -364,10 +450,13 @@ pub struct CosignKey {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Keyless {
+    /// Fulcio certificate extensions (GitHub workflow claims) that must have these values.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub additional_extensions: BTreeMap<String, serde_json::Value>,
+    /// Accepted signers; a certificate must match at least one.
     #[serde(default)]
     pub identities: Vec<Identity>,
+    /// PEM roots replacing Fulcio's (a private CA).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub roots: Option<String>,
 }
@@ -376,14 +465,19 @@ pub struct Keyless {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Identity {
+    /// OIDC issuer the certificate must name exactly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer: Option<String>,
+    /// Subject (SAN) the certificate must name exactly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
+    /// Regular expression for the issuer; wins over `issuer`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer_reg_exp: Option<String>,
+    /// Regular expression for the subject; wins over `subject`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject_reg_exp: Option<String>,
+    /// CEL string evaluated per request; the subject must also equal it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject_expression: Option<String>,
 }
@@ -400,8 +494,10 @@ pub struct Source {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub pull_secrets: Vec<SecretReference>,
+    /// Repository holding the signatures instead of the image's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repository: Option<String>,
+    /// Prefix of the signature tags (`<prefix>sha256-<hex>.sig`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag_prefix: Option<String>,
 }
@@ -410,6 +506,7 @@ pub struct Source {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretReference {
+    /// The secret's name.
     #[serde(default)]
     pub name: String,
 }
@@ -418,8 +515,10 @@ pub struct SecretReference {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Tuf {
+    /// TUF repository URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror: Option<String>,
+    /// The TUF root to start from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<TufRoot>,
 }
@@ -428,8 +527,10 @@ pub struct Tuf {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TufRoot {
+    /// Base64 `root.json`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
+    /// File path or URL of `root.json`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
 }
@@ -438,8 +539,10 @@ pub struct TufRoot {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Notary {
+    /// CA or leaf certificates (PEM) trusted for Notary signatures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certs: Option<StringSource>,
+    /// Timestamp-authority certificates (PEM) for Notary signatures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tsa_certs: Option<StringSource>,
 }
@@ -448,10 +551,13 @@ pub struct Notary {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Attestation {
+    /// The key validations use: `attestations.<name>`.
     #[serde(default)]
     pub name: String,
+    /// An in-toto attestation signed with cosign, by predicate type.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intoto: Option<TypeRef>,
+    /// An OCI 1.1 referrer, by artifactType (Notary-signed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub referrer: Option<TypeRef>,
 }
@@ -460,6 +566,7 @@ pub struct Attestation {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TypeRef {
+    /// The predicate type or artifactType.
     #[serde(default, rename = "type")]
     pub type_: String,
 }
@@ -468,6 +575,7 @@ pub struct TypeRef {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Autogen {
+    /// Which pod controllers get variants.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_controllers: Option<PodControllers>,
 }
@@ -476,6 +584,7 @@ pub struct Autogen {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodControllers {
+    /// A subset of [`POD_CONTROLLERS`]; `[]` disables autogen, absent means all six.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controllers: Option<Vec<String>>,
 }
@@ -483,8 +592,11 @@ pub struct PodControllers {
 /// The validation actions a policy can take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum ValidationAction {
+    /// Record the result in reports only.
     Audit,
+    /// A failure or error denies the request.
     Deny,
+    /// A failure or error is returned as a warning.
     Warn,
 }
 
@@ -503,7 +615,9 @@ impl ValidationAction {
 /// What happens when ivory cannot reach a verdict (budget spent, registry unreachable).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum FailurePolicy {
+    /// Deny, naming the image and the reason (the default).
     Fail,
+    /// Admit with a warning and an audit annotation.
     Ignore,
 }
 

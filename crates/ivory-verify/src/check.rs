@@ -18,9 +18,11 @@ use crate::rejection::Rejection;
 /// The predicate type cosign v3 uses for image signatures stored as bundles.
 pub const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
 const IN_TOTO_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
-/// Kyverno's texts, kept so policies' messages read the same.
+/// Kyverno's text, kept so messages read the same: the image has no signature to check.
 pub const NO_SIGNATURES: &str = "signatures not found";
+/// Kyverno's text: a signature's Rekor entry or RFC 3161 timestamp does not verify.
 pub const TLOG_FAILED: &str = "transparency log or timestamp verification failed";
+/// Kyverno's text, prefixing the reasons when no attestation of the wanted type verifies.
 pub const NO_ATTESTATIONS: &str = "no matching attestations";
 /// At most this many per-signature reasons are joined into one message.
 const MAX_REASONS: usize = 5;

@@ -80,10 +80,18 @@ pub enum Envelope {
 /// A legacy cosign layer: the blob and the annotations that matter.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Legacy {
+    /// The layer's bytes: a simple-signing payload (`.sig`) or a DSSE envelope (`.att`).
     pub blob: Vec<u8>,
+    /// Base64 signature over the simple-signing payload ([`ANNOTATION_SIGNATURE`]); DSSE
+    /// layers carry theirs inside the envelope.
     pub signature: Option<String>,
+    /// PEM signing certificate of a keyless or certificate signature
+    /// ([`ANNOTATION_CERTIFICATE`]).
     pub certificate: Option<String>,
+    /// PEM chain from the signing certificate up to its root ([`ANNOTATION_CHAIN`]).
     pub chain: Option<String>,
+    /// Rekor's signed entry timestamp and entry body as JSON
+    /// ([`ANNOTATION_REKOR_BUNDLE`]): the transparency-log evidence.
     pub rekor_bundle: Option<String>,
 }
 
