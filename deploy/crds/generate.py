@@ -2,8 +2,8 @@
 """Writes the ImageValidatingPolicy and NamespacedImageValidatingPolicy CRDs.
 
 The spec schema is written once here and emitted for every served version of both kinds, so the
-versions cannot drift. It follows Kyverno's generated CRD (field tree in
-shared/reference/kyverno-ivpol.md, Appendix A) plus the admissionregistration.k8s.io/v1
+versions cannot drift. It follows Kyverno's generated CRD (the field tree that
+crates/ivory-policy/src/types.rs models) plus the admissionregistration.k8s.io/v1
 MatchResources / MatchCondition and metav1 LabelSelector / Condition schemas.
 
     python3 deploy/crds/generate.py          # rewrite the YAML here and in helm/ivory/crds/

@@ -1,4 +1,4 @@
-//! PolicyExceptions (Kyverno §3.2 step 6, §3.3 step 1): a policy that matches a request, and
+//! PolicyExceptions (`docs/kyverno-semantics.md` §9): a policy that matches a request, and
 //! whose matchConditions hold, is skipped when an exception naming it has all its own
 //! matchConditions true. The skip is a result (`skip`, `rule is skipped due to policy
 //! exception: <ns>/<name>[, …]`, property `exceptions`), so reports show which exception

@@ -40,7 +40,8 @@ const POD_SPEC: &str = "/spec";
 const TEMPLATE_SPEC: &str = "/spec/template/spec";
 const CRONJOB_SPEC: &str = "/spec/jobTemplate/spec/template/spec";
 
-/// Where the pod spec lives for a GVR the validating extractors know (§2.2).
+/// Where the pod spec lives for a GVR the validating extractors know
+/// (`docs/kyverno-semantics.md` §8).
 fn pod_spec_for_gvr(gvr: &GroupVersionResource) -> Option<&'static str> {
     match (
         gvr.group.as_str(),
@@ -55,7 +56,8 @@ fn pod_spec_for_gvr(gvr: &GroupVersionResource) -> Option<&'static str> {
     }
 }
 
-/// Where the pod spec lives for a kind the digest-pinning extractor knows (§3.3 step 2).
+/// Where the pod spec lives for a kind the digest-pinning extractor knows
+/// (`docs/kyverno-semantics.md` §8).
 fn pod_spec_for_kind(kind: &str) -> Option<&'static str> {
     match kind {
         "Pod" => Some(POD_SPEC),

@@ -1,5 +1,5 @@
-//! The mutating stage: pin matched images to digests (Kyverno §3.3). No signature is verified
-//! here; the validating stage sees the pinned images.
+//! The mutating stage: pin matched images to digests (`docs/kyverno-semantics.md` §3). No
+//! signature is verified here; the validating stage sees the pinned images.
 //!
 //! Differences from Kyverno, on purpose:
 //! * Digests are resolved concurrently, once per distinct (image, credentials) pair, and every

@@ -1,4 +1,4 @@
-//! Autogen (Kyverno §3.7): a policy written for pods also applies to the pod templates of the
+//! Autogen (`docs/kyverno-semantics.md` §5): a policy written for pods also applies to the pod templates of the
 //! pod controllers. Variants get controller match rules and a textual rewrite of the spec's CEL.
 
 use std::sync::LazyLock;

@@ -3,9 +3,9 @@
 //! Kyverno-compatible PolicyReport (handed to a [`ReportSink`], which writes asynchronously so
 //! admission latency does not move).
 //!
-//! Which admission requests are reported follows Kyverno (§3.2 step 13): only the validating
-//! stage; not when any evaluated policy has `Deny` among its actions (background scans cover
-//! those); never for dry-run, DELETE or subresource requests.
+//! Which admission requests are reported follows Kyverno (`docs/kyverno-semantics.md` §10):
+//! only the validating stage; not when any evaluated policy has `Deny` among its actions
+//! (background scans cover those); never for dry-run, DELETE or subresource requests.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

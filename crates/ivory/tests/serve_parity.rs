@@ -274,10 +274,11 @@ async fn fields_ivory_cannot_honour_are_refused_at_load() {
     }
 }
 
-/// Kyverno's image-data scenario (`context/imagedata/image-data-arch`, reference §1.3 (o)):
+/// Kyverno's image-data scenario (its conformance test `context/imagedata/image-data-arch`):
 /// a variable reads `image.GetMetadata` of the Pod's first image. The policy is Kyverno's,
 /// with `verifyDigest` and `required` off: it verifies no signature and names the image by
-/// tag, which Kyverno 1.19's defaults would refuse before the check runs (reference §8).
+/// tag, which Kyverno 1.19's defaults would refuse before the check runs
+/// (`docs/kyverno-semantics.md` §2 steps 5 and 7).
 const IMAGE_DATA_ARCH: &str = "  validationConfigurations:
     verifyDigest: false
     required: false

@@ -9,7 +9,7 @@ use crate::decision::{Decision, Status};
 /// API server prefixes it with the webhook name.
 pub const SKIPPED_ANNOTATION: &str = "verification-skipped";
 
-/// Kyverno §3.2 step 11: a passing policy with `required` fails unless each of its matched
+/// `docs/kyverno-semantics.md` §2 step 7: a passing policy with `required` fails unless each of its matched
 /// images was verified by some policy of this request. Images are checked in sorted order so
 /// that container order never changes the message.
 pub(super) fn enforce_required(evaluated: &mut [Evaluated], evidence: &Evidence) {
