@@ -137,7 +137,8 @@ pub struct PolicySpec {
     pub autogen: Option<Autogen>,
 }
 
-/// `admissionregistration.k8s.io/v1` `MatchResources`.
+/// `spec.matchConstraints` (`admissionregistration.k8s.io/v1` `MatchResources`): which
+/// requests concern the policy. Also the source of the generated webhooks' rules.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MatchResources {
@@ -158,7 +159,8 @@ pub struct MatchResources {
     pub match_policy: Option<String>,
 }
 
-/// A resource rule with operations and optional resource names.
+/// One `spec.matchConstraints.resourceRules[]` (or `excludeResourceRules[]`) entry: the
+/// operations on which resources a rule covers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NamedRuleWithOperations {
@@ -182,7 +184,8 @@ pub struct NamedRuleWithOperations {
     pub scope: Option<String>,
 }
 
-/// Kubernetes `LabelSelector`.
+/// A Kubernetes label selector (`matchConstraints.namespaceSelector` / `objectSelector`):
+/// every requirement must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LabelSelector {
@@ -207,7 +210,8 @@ pub struct LabelSelectorRequirement {
     pub values: Vec<String>,
 }
 
-/// `{name, expression}`: matchConditions, variables and image extractors share this shape.
+/// A named CEL expression: `spec.matchConditions[]`, `spec.variables[]` and `spec.images[]`
+/// share this shape.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NamedExpression {
@@ -220,7 +224,8 @@ pub struct NamedExpression {
     pub expression: String,
 }
 
-/// `matchImageReferences[]`: exactly one of `glob` or `expression`.
+/// `spec.matchImageReferences[]`: one way of saying which images the policy concerns; exactly
+/// one of `glob` or `expression`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MatchImageReference {
@@ -232,7 +237,8 @@ pub struct MatchImageReference {
     pub expression: Option<String>,
 }
 
-/// `auditAnnotations[]`.
+/// `spec.auditAnnotations[]`: a value computed per request and recorded as a report property
+/// (not returned to the API server).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditAnnotation {
@@ -244,7 +250,7 @@ pub struct AuditAnnotation {
     pub value_expression: String,
 }
 
-/// `validations[]`.
+/// `spec.validations[]`: one check the request must pass, and the message when it does not.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Validation {
@@ -262,7 +268,7 @@ pub struct Validation {
     pub reason: Option<String>,
 }
 
-/// `webhookConfiguration`.
+/// `spec.webhookConfiguration`: settings that give the policy a webhook of its own.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookConfiguration {
@@ -272,7 +278,8 @@ pub struct WebhookConfiguration {
     pub timeout_seconds: Option<i32>,
 }
 
-/// `evaluation`.
+/// `spec.evaluation`: what input the policy reads and in which contexts (admission, background)
+/// it runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Evaluation {
@@ -297,7 +304,8 @@ pub struct Enabled {
     pub enabled: Option<bool>,
 }
 
-/// `validationConfigurations`; each flag defaults to `true`.
+/// `spec.validationConfigurations`: the checks beyond `validations` (digest pinning, digest
+/// references, `required`); each flag defaults to `true`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ValidationConfigurations {
@@ -312,7 +320,8 @@ pub struct ValidationConfigurations {
     pub required: Option<bool>,
 }
 
-/// `credentials`: when present it replaces the global registry options.
+/// `spec.credentials`: how this policy's images are fetched; when present it replaces the
+/// global registry options.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Credentials {
@@ -327,7 +336,7 @@ pub struct Credentials {
     pub secrets: Vec<String>,
 }
 
-/// `attestors[]`: a name and exactly one of `cosign` or `notary`.
+/// `spec.attestors[]`: one trusted signer, a name and exactly one of `cosign` or `notary`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Attestor {
@@ -342,7 +351,7 @@ pub struct Attestor {
     pub notary: Option<Notary>,
 }
 
-/// A cosign attestor. Precedence inside one attestor: keyless, then key, then certificate.
+/// `spec.attestors[].cosign`: a cosign / Sigstore signer. Precedence inside one attestor: keyless, then key, then certificate.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Cosign {
@@ -374,7 +383,8 @@ pub struct Cosign {
     pub tuf: Option<Tuf>,
 }
 
-/// `{value}` xor `{expression}` (certificates, chains, trusted roots, notary certs).
+/// Text given literally or computed per request: `{value}` xor `{expression}` (certificates,
+/// chains, trusted roots, notary certs).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StringSource {
@@ -386,7 +396,8 @@ pub struct StringSource {
     pub expression: Option<String>,
 }
 
-/// `cosign.certificate`.
+/// `spec.attestors[].cosign.certificate`: trust signatures made by one given certificate,
+/// optionally checked against its chain.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CosignCertificate {
@@ -398,7 +409,8 @@ pub struct CosignCertificate {
     pub cert_chain: Option<StringSource>,
 }
 
-/// `cosign.ctlog`.
+/// `spec.attestors[].cosign.ctlog`: which transparency evidence a signature needs and whose
+/// keys vouch for it (Rekor, CT log, timestamp authority).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Ctlog {
@@ -428,7 +440,7 @@ pub struct Ctlog {
     pub url: Option<String>,
 }
 
-/// `cosign.key`.
+/// `spec.attestors[].cosign.key`: trust signatures made with one public key.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CosignKey {
@@ -446,7 +458,8 @@ pub struct CosignKey {
     pub kms: Option<String>,
 }
 
-/// `cosign.keyless`.
+/// `spec.attestors[].cosign.keyless`: trust short-lived Fulcio certificates issued to the listed
+/// OIDC identities.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Keyless {
@@ -461,7 +474,8 @@ pub struct Keyless {
     pub roots: Option<String>,
 }
 
-/// One accepted keyless identity; any identity may match.
+/// `spec.attestors[].cosign.keyless.identities[]`: one accepted signer identity; any identity
+/// may match.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Identity {
@@ -482,7 +496,7 @@ pub struct Identity {
     pub subject_expression: Option<String>,
 }
 
-/// `cosign.source`: where signatures are stored when not beside the image.
+/// `spec.attestors[].cosign.source`: where signatures are stored when not beside the image.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Source {
@@ -502,7 +516,8 @@ pub struct Source {
     pub tag_prefix: Option<String>,
 }
 
-/// `{name}` reference to a secret.
+/// `spec.attestors[].cosign.source.PullSecrets[]`: a secret by name (ivory does not read it;
+/// see `ivory_verify`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretReference {
@@ -511,7 +526,8 @@ pub struct SecretReference {
     pub name: String,
 }
 
-/// `cosign.tuf`.
+/// `spec.attestors[].cosign.tuf`: where Kyverno fetches the Sigstore trust root over TUF; ivory
+/// has no TUF client and accepts it only beside a `trustedRoot`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Tuf {
@@ -523,7 +539,7 @@ pub struct Tuf {
     pub root: Option<TufRoot>,
 }
 
-/// `cosign.tuf.root`.
+/// `spec.attestors[].cosign.tuf.root`: the initial TUF root to trust.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TufRoot {
@@ -535,7 +551,7 @@ pub struct TufRoot {
     pub path: Option<String>,
 }
 
-/// A notary attestor (parsed and validated; verification is reported as unsupported).
+/// `spec.attestors[].notary`: a Notary v2 signer (parsed and validated; verification is reported as unsupported).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Notary {
@@ -547,7 +563,8 @@ pub struct Notary {
     pub tsa_certs: Option<StringSource>,
 }
 
-/// `attestations[]`: a name and exactly one of `intoto` or `referrer`.
+/// `spec.attestations[]`: an attestation validations may verify, a name and exactly one of
+/// `intoto` or `referrer`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Attestation {
@@ -571,7 +588,8 @@ pub struct TypeRef {
     pub type_: String,
 }
 
-/// `autogen`.
+/// `spec.autogen`: extends a pod policy to the pod templates of controllers (see
+/// `docs/kyverno-semantics.md` §5).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Autogen {
@@ -580,7 +598,7 @@ pub struct Autogen {
     pub pod_controllers: Option<PodControllers>,
 }
 
-/// `autogen.podControllers`; `controllers: []` disables autogen, absent means all six.
+/// `spec.autogen.podControllers`: which controllers get variants; `controllers: []` disables autogen, absent means all six.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodControllers {
@@ -589,7 +607,7 @@ pub struct PodControllers {
     pub controllers: Option<Vec<String>>,
 }
 
-/// The validation actions a policy can take.
+/// One `spec.validationActions` entry: what a failure or error of the policy does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum ValidationAction {
     /// Record the result in reports only.
@@ -612,7 +630,7 @@ impl ValidationAction {
     }
 }
 
-/// What happens when ivory cannot reach a verdict (budget spent, registry unreachable).
+/// `spec.failurePolicy`: what happens when ivory cannot reach a verdict (budget spent, registry unreachable).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum FailurePolicy {
     /// Deny, naming the image and the reason (the default).
