@@ -29,7 +29,7 @@ pub struct Manifest {
     pub media_type: String,
     /// Exact bytes served (what signatures cover).
     pub bytes: Vec<u8>,
-    /// Parsed body.
+    /// `bytes` parsed, for reading descriptors and media types.
     pub json: serde_json::Value,
 }
 

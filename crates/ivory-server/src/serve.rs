@@ -54,7 +54,7 @@ pub enum Listen {
     Insecure,
 }
 
-/// Serving settings.
+/// How [`serve`] listens and shuts down: address, TLS, drain time, certificate reloading.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
     /// The address the admission routes listen on.

@@ -52,7 +52,8 @@ pub enum Target {
     Url(String),
 }
 
-/// Rendering settings.
+/// What the rendered webhook configurations point at and are called, beyond what the
+/// policies decide: target Service or URL, CA bundle, names, an extra namespace selector.
 #[derive(Clone, Debug)]
 pub struct Options {
     /// Where the API server sends the calls.

@@ -3,7 +3,7 @@
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Harness failure.
+/// Why a test harness (registry, redis, signing, layouts) could not be set up or driven.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Filesystem or process I/O failed.

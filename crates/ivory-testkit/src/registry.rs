@@ -39,7 +39,7 @@ pub enum AuthMode {
     },
 }
 
-/// Harness options.
+/// How [`RegistryHarness`] starts its registry: authentication and TLS.
 #[derive(Clone, Debug)]
 pub struct HarnessOptions {
     /// Authentication mode.

@@ -69,7 +69,7 @@ impl CostBudget {
         Self::new(POLICY_BUDGET, deadline)
     }
 
-    /// Units left.
+    /// Cost units still available to evaluations charged to this budget.
     pub fn remaining(&self) -> u64 {
         self.remaining.load(Ordering::Relaxed)
     }
