@@ -131,6 +131,21 @@ impl ImageReference {
             .unwrap_or(DEFAULT_TAG)
     }
 
+    /// ggcr `Name()`: `<registry>/<repository>` and then `@<digest>` for a digest reference or
+    /// `:<tag>` (an implicit `latest` written out) for a tag reference. One spelling per image,
+    /// so `nginx` and `index.docker.io/library/nginx:latest` share cache entries.
+    pub fn name(&self) -> String {
+        match &self.digest {
+            Some(digest) => format!("{}@{digest}", self.repository_name()),
+            None => format!("{}:{}", self.repository_name(), self.identifier()),
+        }
+    }
+
+    /// ggcr `Repository.Name()`: `<registry>/<repository>` (`index.docker.io/library/nginx`).
+    pub fn repository_name(&self) -> String {
+        format!("{}/{}", self.registry, self.repository)
+    }
+
     /// Tag as written, also in `repo:tag@digest`; `None` when no tag was written.
     pub fn original_tag(&self) -> Option<&str> {
         self.original_tag.as_deref()

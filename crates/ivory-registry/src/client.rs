@@ -9,11 +9,11 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use oci_client::Reference;
+use ivory_reference::ImageReference;
 use oci_client::secrets::RegistryAuth;
 use reqwest::Method;
 
-use crate::reference::parse_reference;
+use crate::reference::{parse_reference, sibling};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use tokio::sync::Semaphore;
@@ -97,7 +97,7 @@ struct Inner {
 
 /// What one call needs: parsed reference, where errors point, and the auth to use.
 struct Target {
-    reference: Reference,
+    reference: ImageReference,
     image: String,
     host: String,
     auth: RegistryAuth,
@@ -321,7 +321,7 @@ impl Registry {
                     site.invalid_manifest(format!("index {} refers to itself (cycle)", m.digest))
                 );
             }
-            t.reference = t.reference.clone_with_digest(child);
+            t.reference = sibling(&t.reference, '@', &child)?;
         }
         Err(t
             .site("fetch_manifest")
@@ -541,7 +541,7 @@ impl Registry {
 
     fn target(&self, image: &str, creds: &Credentials) -> Result<Target> {
         let reference = parse_reference(image)?;
-        let host = reference.resolve_registry().to_string();
+        let host = reference.registry().to_owned();
         let auth = registry_auth(&host, creds, &self.inner.global);
         Ok(Target {
             reference,

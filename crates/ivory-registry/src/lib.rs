@@ -1,6 +1,7 @@
 //! ivory-registry: OCI registry access for verification and digest pinning.
 //!
-//! References and credential types come from oci-client; requests go through ivory's own
+//! Image references are `ivory-reference`'s, the one reference type the engine, the verifier
+//! and this crate share; the credential type comes from oci-client. Requests go through ivory's own
 //! reqwest layer, because oci-client reads whole bodies before any limit applies and
 //! exposes neither its HTTP client nor its redirect policy. Every answer is streamed under
 //! a hard cap and a shared read budget; registry text never reaches an error message (it is

@@ -1,34 +1,31 @@
-//! Image references for oci-client, parsed by `ivory-reference` (go-containerregistry's rules,
-//! which Kyverno uses) rather than by oci-spec's parser: that one compiles a large regex on
-//! first use and runs it with captures on every call, which dominated both a one-shot CLI
-//! verification and the warm path (figures: BENCHMARKS.md).
+//! Image references as the registry client reads them: `ivory-reference`'s [`ImageReference`]
+//! (go-containerregistry's rules, which Kyverno uses), the one reference type of the workspace,
+//! with errors that name the image.
 
 use ivory_reference::ImageReference;
-use oci_client::Reference;
 
 use crate::error::{Error, Result};
 
-/// `image` as an oci-client [`Reference`]. Docker Hub names get `index.docker.io` and the
-/// `library/` namespace, as oci-client resolves them anyway.
-pub fn parse_reference(image: &str) -> Result<Reference> {
-    let parsed = ImageReference::parse(image).map_err(|e| Error::InvalidReference {
+/// `image` parsed; Docker Hub names get `index.docker.io` and the `library/` namespace.
+pub fn parse_reference(image: &str) -> Result<ImageReference> {
+    ImageReference::parse(image).map_err(|e| Error::InvalidReference {
         image: image.to_owned(),
         registry: String::new(),
         detail: e.reason,
-    })?;
-    let registry = parsed.registry().to_owned();
-    let repository = parsed.repository().to_owned();
-    Ok(match (parsed.digest(), parsed.original_tag()) {
-        (Some(digest), Some(tag)) => {
-            Reference::with_tag_and_digest(registry, repository, tag.to_owned(), digest.to_owned())
-        }
-        (Some(digest), None) => Reference::with_digest(registry, repository, digest.to_owned()),
-        (None, _) => Reference::with_tag(
-            registry,
-            repository,
-            parsed.tag().unwrap_or("latest").to_owned(),
-        ),
     })
+}
+
+/// The image `<repository>:<tag>` or `<repository>@<digest>` next to `reference`: the OCI
+/// referrers tag, or an index's child manifest. `separator` is `:` or `@`.
+pub(crate) fn sibling(
+    reference: &ImageReference,
+    separator: char,
+    identifier: &str,
+) -> Result<ImageReference> {
+    parse_reference(&format!(
+        "{}{separator}{identifier}",
+        reference.repository_name()
+    ))
 }
 
 #[cfg(test)]
@@ -41,17 +38,34 @@ mod tests {
     fn tags_digests_and_docker_hub_names() {
         let r = parse_reference("nginx").unwrap();
         assert_eq!(
-            (r.resolve_registry(), r.repository(), r.tag(), r.digest()),
+            (r.registry(), r.repository(), r.tag(), r.digest()),
             ("index.docker.io", "library/nginx", Some("latest"), None)
         );
+        assert_eq!(r.name(), "index.docker.io/library/nginx:latest");
         let r = parse_reference(&format!("127.0.0.1:5000/a/b:v1@{DIGEST}")).unwrap();
         assert_eq!(
             (r.registry(), r.repository(), r.tag(), r.digest()),
-            ("127.0.0.1:5000", "a/b", Some("v1"), Some(DIGEST))
+            ("127.0.0.1:5000", "a/b", None, Some(DIGEST))
         );
-        assert_eq!(r.whole(), format!("127.0.0.1:5000/a/b:v1@{DIGEST}"));
+        assert_eq!(
+            (r.original_tag(), r.name()),
+            (Some("v1"), format!("127.0.0.1:5000/a/b@{DIGEST}"))
+        );
         let r = parse_reference(&format!("ghcr.io/o/r@{DIGEST}")).unwrap();
         assert_eq!((r.tag(), r.digest()), (None, Some(DIGEST)));
+    }
+
+    #[test]
+    fn siblings_share_the_repository() {
+        let r = parse_reference("nginx:1.27").unwrap();
+        let by_digest = sibling(&r, '@', DIGEST).unwrap();
+        assert_eq!(
+            by_digest.name(),
+            format!("index.docker.io/library/nginx@{DIGEST}")
+        );
+        let by_tag = sibling(&by_digest, ':', "sha256-abc").unwrap();
+        assert_eq!(by_tag.name(), "index.docker.io/library/nginx:sha256-abc");
+        assert!(sibling(&r, ':', "not a tag").is_err());
     }
 
     #[test]

@@ -5,13 +5,13 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use oci_client::Reference;
 use tokio::time::Instant;
 
 use super::{Registry, Target};
 use crate::auth::Credentials;
 use crate::error::{Error, Result};
 use crate::manifest::OCI_INDEX;
+use crate::reference::sibling;
 
 /// Per host: referrers API present (true) or absent (false), until the instant.
 pub(super) struct ReferrersApi {
@@ -55,13 +55,9 @@ impl Registry {
         deadline: Instant,
     ) -> Result<serde_json::Value> {
         let tag = digest.replace(':', "-");
-        let reference = Reference::with_tag(
-            t.reference.registry().to_string(),
-            t.reference.repository().to_string(),
-            tag,
-        );
+        let reference = sibling(&t.reference, ':', &tag)?;
         let fallback = Target {
-            image: reference.whole(),
+            image: reference.name(),
             reference,
             host: t.host.clone(),
             auth: t.auth.clone(),

@@ -8,10 +8,10 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt as _};
 use ivory_engine::verifier::{Verification, VerifyError};
 use ivory_policy::types::Attestor;
+use ivory_reference::ImageReference;
 use ivory_registry::Credentials;
 use moka::Expiry;
 use moka::future::Cache;
-use oci_client::Reference;
 use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
@@ -103,7 +103,7 @@ impl CosignVerifier {
     pub(super) async fn resolve(
         &self,
         image: &str,
-        reference: &Reference,
+        reference: &ImageReference,
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<String, VerifyError> {
@@ -111,14 +111,14 @@ impl CosignVerifier {
             return Ok(d.to_owned());
         }
         let key = TagKey {
-            reference: reference.whole(),
+            reference: reference.name(),
             credentials: creds.clone(),
         };
         let ttl = self.inner.config.tag_ttl;
         // Built on a miss only: naming hashes the credential set.
         let load = || {
             let shared = self.inner.shared.clone().map(|l2| SharedLoad {
-                name: tag_name(l2.as_ref(), &reference.whole(), &creds.identity_bytes()),
+                name: tag_name(l2.as_ref(), &reference.name(), &creds.identity_bytes()),
                 l2,
                 digest: None,
                 deadline,

@@ -32,9 +32,9 @@ use ivory_engine::verifier::{
     ImagePlatform, ImageVerifier, Verification, VerifyError, VerifyRequest,
 };
 use ivory_policy::types::{Attestation, Attestor, Credentials as PolicyCredentials};
+use ivory_reference::ImageReference;
 use ivory_registry::{Credentials, Registry, parse_reference};
 use moka::future::Cache;
-use oci_client::Reference;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
@@ -117,7 +117,7 @@ struct Inner {
     /// was not the one read first. Only an ordering hint: it never decides a verdict.
     found_in: moka::sync::Cache<(String, Family), Source>,
     /// Parsed image references (see [`CosignVerifier::reference`]).
-    references: moka::sync::Cache<String, Arc<Reference>>,
+    references: moka::sync::Cache<String, Arc<ImageReference>>,
     /// SHA-256 of `config.default_trusted_root`, part of every attestor hash.
     root_hash: [u8; 32],
     /// Recent attestors' hashes and plans (see [`AttestorMemo`]).
@@ -204,11 +204,11 @@ impl CosignVerifier {
 
     /// `image` parsed, memoized: the warm path would otherwise parse every image of every
     /// admission again (what that costs: BENCHMARKS.md, "Warm admissions").
-    fn reference(&self, image: &str) -> Result<Arc<Reference>, VerifyError> {
+    fn reference(&self, image: &str) -> Result<Arc<ImageReference>, VerifyError> {
         if let Some(reference) = self.inner.references.get(image) {
             return Ok(reference);
         }
-        let reference: Arc<Reference> =
+        let reference: Arc<ImageReference> =
             Arc::new(parse_reference(image).map_err(|e| unavailable(image, "", e.summary()))?);
         self.inner
             .references
@@ -266,7 +266,7 @@ impl CosignVerifier {
             .and_then(|s| s.repository.as_deref())
         {
             Some(r) if !r.is_empty() => r.to_owned(),
-            _ => format!("{}/{}", reference.registry(), reference.repository()),
+            _ => reference.repository_name(),
         };
         let prefix = cosign
             .and_then(|c| c.source.as_ref())
