@@ -53,7 +53,7 @@ impl Host for FakeHost {
         &self,
         image: &str,
         attestors: &[serde_json::Value],
-    ) -> Result<i64, String> {
+    ) -> Result<i64, HostError> {
         self.calls.lock().unwrap().push(format!(
             "sig {image} {}",
             serde_json::Value::from(attestors.to_vec())
@@ -61,7 +61,7 @@ impl Host for FakeHost {
         if image.starts_with("ghcr.io/") {
             Ok(attestors.len() as i64)
         } else if image == "broken" {
-            Err("registry unreachable".into())
+            Err(HostError::Registry("registry unreachable".into()))
         } else {
             Ok(0)
         }
@@ -71,17 +71,21 @@ impl Host for FakeHost {
         image: &str,
         attestation: &str,
         attestors: &[serde_json::Value],
-    ) -> Result<i64, String> {
+    ) -> Result<i64, HostError> {
         self.calls
             .lock()
             .unwrap()
             .push(format!("att {image} {attestation} {}", attestors.len()));
         Ok(1)
     }
-    fn extract_payload(&self, image: &str, attestation: &str) -> Result<serde_json::Value, String> {
+    fn extract_payload(
+        &self,
+        image: &str,
+        attestation: &str,
+    ) -> Result<serde_json::Value, HostError> {
         Ok(json!({"predicate": {"image": image, "type": attestation, "ok": true}}))
     }
-    fn image_data(&self, image: &str) -> Result<serde_json::Value, String> {
+    fn image_data(&self, image: &str) -> Result<serde_json::Value, HostError> {
         Ok(json!({"image": image, "config": {"architecture": "amd64"}}))
     }
 }
