@@ -276,6 +276,69 @@ fn host_errors_and_wrong_arguments_are_runtime_errors() {
     assert!(err.contains("not available in this context"), "{err}");
 }
 
+/// A host that fails every call with one error.
+struct FailingHost(HostError);
+
+impl Host for FailingHost {
+    fn verify_image_signatures(&self, _: &str, _: &[serde_json::Value]) -> Result<i64, HostError> {
+        Err(self.0.clone())
+    }
+    fn verify_attestation_signatures(
+        &self,
+        _: &str,
+        _: &str,
+        _: &[serde_json::Value],
+    ) -> Result<i64, HostError> {
+        Err(self.0.clone())
+    }
+    fn extract_payload(&self, _: &str, _: &str) -> Result<serde_json::Value, HostError> {
+        Err(self.0.clone())
+    }
+    fn image_data(&self, _: &str) -> Result<serde_json::Value, HostError> {
+        Err(self.0.clone())
+    }
+}
+
+#[test]
+fn a_host_error_reaches_the_expression_in_its_own_words_whatever_its_class() {
+    let text = "failed to get payload: intoto attestation payload cannot be fetch before verifying intoto attestation";
+    for (error, words) in [
+        (HostError::NotVerified(text.into()), text),
+        (
+            HostError::Registry("r.test/app:1: unreachable".into()),
+            "r.test/app:1: unreachable",
+        ),
+        (
+            HostError::BudgetExhausted("r.test/app:1: time budget of 5ms exhausted".into()),
+            "r.test/app:1: time budget of 5ms exhausted",
+        ),
+        (
+            HostError::InvalidArgument("attestation not found in policy: x".into()),
+            "attestation not found in policy: x",
+        ),
+        (HostError::NotAvailable, "not available in this context"),
+    ] {
+        let host = FailingHost(error);
+        let act = ivpol_activation(&host);
+        for (src, function) in [
+            (
+                "verifyImageSignatures('a', [attestors.cosign]) > 0",
+                "verifyImageSignatures",
+            ),
+            ("extractPayload('a', 'sbom') != null", "extractPayload"),
+        ] {
+            let p = compile(src, &scope()).unwrap();
+            assert_eq!(
+                p.evaluate(&act),
+                Err(EvalError::Runtime(format!(
+                    "Error executing function '{function}': {words}"
+                ))),
+                "{src}"
+            );
+        }
+    }
+}
+
 #[test]
 fn image_comprehension_variable_shadows_the_library_object() {
     let act = ivpol_activation(&NoHost);

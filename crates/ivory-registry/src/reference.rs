@@ -14,7 +14,7 @@ pub fn parse_reference(image: &str) -> Result<Reference> {
     let parsed = ImageReference::parse(image).map_err(|e| Error::InvalidReference {
         image: image.to_owned(),
         registry: String::new(),
-        detail: e.reason,
+        detail: e.reason.to_string(),
     })?;
     let registry = parsed.registry().to_owned();
     let repository = parsed.repository().to_owned();
