@@ -68,6 +68,85 @@ pub enum Error {
 /// `Result` with this module's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Why a Secret named by a policy's `credentials.secrets` cannot be used for a request: the
+/// policy's failurePolicy decides (see [`CredentialSource::prepare`]).
+#[derive(Debug, thiserror::Error)]
+#[error("spec.credentials.secrets[{index}] {reference:?}: {problem}")]
+pub struct CredentialError {
+    /// Position of the entry in `credentials.secrets`.
+    pub index: usize,
+    /// The entry as written (`name` or `namespace/name`).
+    pub reference: String,
+    /// What is wrong with it.
+    pub problem: SecretProblem,
+}
+
+/// What keeps a `credentials.secrets` entry from being used.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretProblem {
+    /// A NamespacedImageValidatingPolicy names a Secret of another namespace.
+    #[error("a NamespacedImageValidatingPolicy may only use Secrets of its own namespace {own:?}")]
+    OtherNamespace {
+        /// The policy's namespace.
+        own: String,
+    },
+    /// No reflector watches the Secret's namespace, and none can be started.
+    #[error("Secrets of namespace {namespace} are not watched")]
+    NotWatched {
+        /// The Secret's namespace.
+        namespace: String,
+    },
+    /// The Secrets of the namespace were not listed by the request's deadline.
+    #[error(
+        "the Secrets of namespace {namespace} could not be listed in time (may ivory list and \
+         watch Secrets there? the watch errors are in the log)"
+    )]
+    NotListed {
+        /// The Secret's namespace.
+        namespace: String,
+    },
+    /// No Secret of that name and type.
+    #[error(
+        "Secret {namespace}/{name} of type {} not found{}",
+        DOCKER_CONFIG_TYPE,
+        own_namespace_note(*.namespaced_policy)
+    )]
+    NotFound {
+        /// The Secret's namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+        /// Whether a NamespacedImageValidatingPolicy asked (it reads its own namespace only).
+        namespaced_policy: bool,
+    },
+    /// The Secret has no `.dockerconfigjson` key.
+    #[error("Secret {namespace}/{name} has no {}", DOCKER_CONFIG_KEY)]
+    NoDockerConfig {
+        /// The Secret's namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+    },
+    /// The Secret's `.dockerconfigjson` is not usable (never quotes it).
+    #[error("Secret {namespace}/{name}: {source}")]
+    Invalid {
+        /// The Secret's namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+        /// Why its content was refused.
+        source: ivory_registry::Error,
+    },
+}
+
+fn own_namespace_note(namespaced_policy: bool) -> &'static str {
+    if namespaced_policy {
+        "; a NamespacedImageValidatingPolicy reads Secrets of its own namespace only"
+    } else {
+        ""
+    }
+}
+
 /// The running reflectors; cheap to clone.
 #[derive(Clone)]
 pub struct KubeSource {
@@ -221,7 +300,7 @@ impl KubeSource {
         &self,
         namespace: &str,
         deadline: Instant,
-    ) -> Result<Store<Secret>, String> {
+    ) -> Result<Store<Secret>, SecretProblem> {
         let store = match (self.secret_store(namespace), &self.client) {
             (Some(store), _) => store,
             (None, Some(client)) => {
@@ -235,15 +314,16 @@ impl KubeSource {
                     .clone()
             }
             (None, None) => {
-                return Err(format!("Secrets of namespace {namespace} are not watched"));
+                return Err(SecretProblem::NotWatched {
+                    namespace: namespace.to_owned(),
+                });
             }
         };
         match tokio::time::timeout_at(deadline, store.wait_until_ready()).await {
             Ok(Ok(())) => Ok(store),
-            _ => Err(format!(
-                "the Secrets of namespace {namespace} could not be listed in time (may ivory \
-                 list and watch Secrets there? the watch errors are in the log)"
-            )),
+            _ => Err(SecretProblem::NotListed {
+                namespace: namespace.to_owned(),
+            }),
         }
     }
 
@@ -254,40 +334,47 @@ impl KubeSource {
         index: usize,
         reference: &str,
         deadline: Instant,
-    ) -> Result<(), String> {
-        let field = format!("spec.credentials.secrets[{index}] {reference:?}");
+    ) -> Result<(), CredentialError> {
+        let fail = |problem| CredentialError {
+            index,
+            reference: reference.to_owned(),
+            problem,
+        };
         let (namespace, name) = self.locate(policy_namespace, reference);
         if let Some(own) = policy_namespace
             && namespace != own
         {
-            return Err(format!(
-                "{field}: a NamespacedImageValidatingPolicy may only use Secrets of its own \
-                 namespace {own:?}"
-            ));
+            return Err(fail(SecretProblem::OtherNamespace {
+                own: own.to_owned(),
+            }));
         }
         let store = self
             .synced_secrets(namespace, deadline)
             .await
-            .map_err(|e| format!("{field}: {e}"))?;
+            .map_err(fail)?;
         let Some(secret) = store.get(&ObjectRef::new(name).within(namespace)) else {
-            let scope = if policy_namespace.is_some() {
-                "; a NamespacedImageValidatingPolicy reads Secrets of its own namespace only"
-            } else {
-                ""
-            };
-            return Err(format!(
-                "{field}: Secret {namespace}/{name} of type {DOCKER_CONFIG_TYPE} not found{scope}"
-            ));
+            return Err(fail(SecretProblem::NotFound {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                namespaced_policy: policy_namespace.is_some(),
+            }));
         };
         let Some(bytes) = docker_config(&secret) else {
-            return Err(format!(
-                "{field}: Secret {namespace}/{name} has no {DOCKER_CONFIG_KEY}"
-            ));
+            return Err(fail(SecretProblem::NoDockerConfig {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            }));
         };
         Credentials::anonymous()
             .with_docker_config_json(reference, &bytes)
             .map(|_| ())
-            .map_err(|e| format!("{field}: Secret {namespace}/{name}: {e}"))
+            .map_err(|source| {
+                fail(SecretProblem::Invalid {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    source,
+                })
+            })
     }
 }
 
@@ -297,7 +384,7 @@ impl CredentialSource for KubeSource {
         policy_namespace: Option<&'a str>,
         credentials: &'a PolicyCredentials,
         deadline: Instant,
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), CredentialError>> {
         async move {
             for (index, reference) in credentials.secrets.iter().enumerate() {
                 self.prepare_secret(policy_namespace, index, reference, deadline)

@@ -37,6 +37,7 @@ use tokio::time::Instant;
 
 use crate::audit::{self, ReportSink};
 use crate::budget::{Budget, timeout_from_query};
+use crate::kube_source::CredentialError;
 use crate::metrics::Metrics;
 use crate::policies::PolicyStore;
 
@@ -63,7 +64,7 @@ pub trait CredentialSource: Send + Sync {
         policy_namespace: Option<&'a str>,
         credentials: &'a Credentials,
         deadline: Instant,
-    ) -> BoxFuture<'a, Result<(), String>>;
+    ) -> BoxFuture<'a, Result<(), CredentialError>>;
 }
 
 /// Shared state of every handler; cheap to clone.
