@@ -502,6 +502,11 @@ async fn a_panic_is_answered_by_the_failure_policy_and_counted() {
             metrics.contains(r#"ivory_admission_panics_total{route="ivpol_mutate"} 1"#),
             "{metrics}"
         );
+        // A panic is no spent budget, whatever the failurePolicy answered.
+        assert!(
+            !metrics.contains(r#"ivory_deadline_expiries_total{route="ivpol_mutate"}"#),
+            "{metrics}"
+        );
         // The server keeps serving.
         let body = pod_review("u-q", "nginx:1.27").to_string();
         let (_, bytes) = post(&s, "/ivpol/mutate/ivory-pin-digests", body).await;
