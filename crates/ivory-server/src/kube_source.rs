@@ -17,7 +17,7 @@ use std::sync::{Arc, RwLock};
 use futures::future::{BoxFuture, FutureExt as _};
 use futures::{Stream, StreamExt as _};
 use ivory_policy::types::Credentials as PolicyCredentials;
-use ivory_policy::{CompiledPolicy, load_str};
+use ivory_policy::{CompiledPolicy, PolicyError, load_str};
 use ivory_registry::Credentials;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -28,6 +28,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::policies::PolicyStore;
 use crate::routes::{CredentialSource, NamespaceSource};
@@ -42,34 +43,10 @@ const DOCKER_CONFIG_TYPE: &str = "kubernetes.io/dockerconfigjson";
 const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
 /// How long startup waits for each watch's first list before giving up with a clear error
 /// (an uninstalled CRD or missing RBAC would otherwise keep ivory unready without a word).
-const SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Why the Kubernetes source could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A watch stream ended before it had listed everything once.
-    #[error("the {what} watch ended before its first list completed")]
-    NotSynced {
-        /// The watched kind (`ImageValidatingPolicy`, `Namespace`, `Secret`, ...).
-        what: &'static str,
-    },
-    /// A watch did not finish its first list in time (missing CRD or RBAC, usually).
-    #[error(
-        "the {what} watch did not complete its first list within {}s (is the CRD installed, and \
-         may ivory list and watch {what}? the watch errors are in the log)",
-        SYNC_TIMEOUT.as_secs()
-    )]
-    SyncTimeout {
-        /// The watched kind (`ImageValidatingPolicy`, `Namespace`, `Secret`, ...).
-        what: &'static str,
-    },
-}
-
-/// `Result` with this module's error.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) const SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Why a Secret named by a policy's `credentials.secrets` cannot be used for a request: the
-/// policy's failurePolicy decides (see [`CredentialSource::prepare`]).
+/// policy's failurePolicy decides what the request gets.
 #[derive(Debug, thiserror::Error)]
 #[error("spec.credentials.secrets[{index}] {reference:?}: {problem}")]
 pub struct CredentialError {
@@ -492,7 +469,7 @@ pub fn policy_resources() -> [ApiResource; 2] {
 /// Compiles one policy object exactly as `ivory serve --kube` does (for `ivory doctor`).
 pub fn compile_policy_object(
     object: &DynamicObject,
-) -> std::result::Result<CompiledPolicy, Vec<String>> {
+) -> std::result::Result<CompiledPolicy, Vec<PolicyError>> {
     compile_object(object, &key_of(object))
 }
 
@@ -559,7 +536,7 @@ type Key = (String, String, String);
 #[derive(Default)]
 struct Compiler {
     /// Outcome per object, keyed with its resourceVersion so unchanged objects are not recompiled.
-    seen: BTreeMap<Key, (String, std::result::Result<(), Vec<String>>)>,
+    seen: BTreeMap<Key, (String, std::result::Result<(), Vec<PolicyError>>)>,
     good: BTreeMap<Key, Arc<CompiledPolicy>>,
 }
 
@@ -602,7 +579,7 @@ impl Compiler {
             .values()
             .filter_map(|(_, outcome)| outcome.as_ref().err())
             .flatten()
-            .cloned()
+            .map(ToString::to_string)
             .collect();
         let policies: Vec<Arc<CompiledPolicy>> = self.good.values().cloned().collect();
         tracing::info!(
@@ -633,13 +610,14 @@ fn key_of(object: &DynamicObject) -> Key {
 fn compile_object(
     object: &DynamicObject,
     key: &Key,
-) -> std::result::Result<CompiledPolicy, Vec<String>> {
+) -> std::result::Result<CompiledPolicy, Vec<PolicyError>> {
     let origin = if key.1.is_empty() {
         format!("{}/{}", key.0, key.2)
     } else {
         format!("{}/{}/{}", key.0, key.1, key.2)
     };
-    let mut value = serde_json::to_value(object).map_err(|e| vec![format!("{origin}: {e}")])?;
+    let mut value = serde_json::to_value(object)
+        .map_err(|e| vec![PolicyError::new(origin.as_str(), "", e.to_string())])?;
     if let Some(obj) = value.as_object_mut() {
         obj.remove("status");
         if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -651,12 +629,16 @@ fn compile_object(
     }
     let report = load_str(&value.to_string(), &origin);
     if !report.errors.is_empty() {
-        return Err(report.errors.iter().map(ToString::to_string).collect());
+        return Err(report.errors);
     }
     let mut policies = report.policies.into_iter();
     match (policies.next(), policies.next()) {
         (Some(policy), None) => Ok(policy),
-        _ => Err(vec![format!("{origin}: expected exactly one policy")]),
+        _ => Err(vec![PolicyError::new(
+            origin,
+            "",
+            "expected exactly one policy",
+        )]),
     }
 }
 

@@ -71,8 +71,8 @@ fn compiles_objects_and_strips_status() {
     assert_eq!(policy.name, "pin");
 
     let errors = compile_object(&broken("bad", "1"), &key).unwrap_err();
-    assert!(
-        errors[0].contains("ImageValidatingPolicy/pin"),
+    assert_eq!(
+        errors[0].location, "ImageValidatingPolicy/pin",
         "{errors:?}"
     );
 }
@@ -365,7 +365,7 @@ fn namespaced_policies_plain_secret_names_are_their_own_namespace() {
     object.data["spec"]["credentials"]["secrets"] = json!(["ivory/ivory-pull"]);
     let errors = compile_object(&object, &key_of(&object)).unwrap_err();
     assert!(
-        errors[0].contains(
+        errors[0].to_string().contains(
             "a NamespacedImageValidatingPolicy may only use Secrets of its own namespace"
         ),
         "{errors:?}"
