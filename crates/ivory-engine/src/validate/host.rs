@@ -267,3 +267,132 @@ fn not_prepared(image: &str, attestor: &str, attestation: Option<&str>) -> HostE
         "{what} was not verified by attestor {attestor}: ivory verifies only the policy's matched images with its declared attestors and attestations"
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const IMAGE: &str = "ghcr.io/acme/app:1";
+
+    fn policy() -> CompiledPolicy {
+        let yaml = "apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata:
+  name: p
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: ['']
+      apiVersions: ['v1']
+      operations: ['CREATE']
+      resources: ['pods']
+  attestors:
+  - name: slow
+    cosign:
+      key:
+        data: |
+          -----BEGIN PUBLIC KEY-----
+          MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE6QsNef3SKYhJVYSVj+ZfbPwJd0pv
+          DLYNHXITZkhIzfE+apcxDjCCkDPcJ3A3zvhPATYOIsCxYPch7Q2JdJLsDQ==
+          -----END PUBLIC KEY-----
+  attestations:
+  - name: sbom
+    intoto:
+      type: https://spdx.dev/Document
+  validations:
+  - expression: 'true'
+";
+        let report = ivory_policy::load_str(yaml, "host.yaml");
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        report.policies.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn host_errors_take_their_class_from_the_verify_errors_kind() {
+        let deadline = VerifyError::DeadlineExceeded {
+            image: IMAGE.into(),
+            registry: "ghcr.io".into(),
+            operation: "verifying signatures".into(),
+            budget_ms: 5,
+        };
+        // Worded like a spent budget, but a registry failure: the kind decides, not the text.
+        let down = VerifyError::Unavailable {
+            image: IMAGE.into(),
+            registry: "ghcr.io".into(),
+            message: "time budget of 5ms exhausted".into(),
+        };
+        let missing = VerifyError::NotFound {
+            image: IMAGE.into(),
+            registry: "ghcr.io".into(),
+            message: "manifest unknown".into(),
+        };
+        let prefetched = Prefetched::from_outcomes(vec![
+            Outcome::Verify(Err(deadline.clone())),
+            Outcome::Verify(Err(down.clone())),
+            Outcome::ImageData(Err(missing.clone())),
+        ]);
+        let key = |attestor: &str| VerifyKey {
+            image: IMAGE.into(),
+            attestor: attestor.into(),
+            attestation: None,
+        };
+        let keys = BTreeMap::from([(key("slow"), 0), (key("down"), 1)]);
+        let image_data = BTreeMap::from([(IMAGE.to_owned(), 2)]);
+        let policy = policy();
+        let evidence = Evidence::default();
+        let host = PolicyHost {
+            policy: &policy,
+            matches: &|_: &str| true,
+            notary_attestors: &[],
+            prefetched: &prefetched,
+            keys: &keys,
+            image_data: &image_data,
+            evidence: &evidence,
+            payloads: Mutex::new(BTreeMap::new()),
+            unanswered: Mutex::new(Vec::new()),
+            assumed: Mutex::new(None),
+        };
+        let attestor = |name: &str| [json!({ "name": name })];
+
+        assert_eq!(
+            host.verify_image_signatures(IMAGE, &attestor("slow")),
+            Err(HostError::BudgetExhausted(deadline.to_string()))
+        );
+        assert_eq!(
+            host.verify_image_signatures(IMAGE, &attestor("down")),
+            Err(HostError::Registry(down.to_string()))
+        );
+        assert_eq!(
+            host.image_data(IMAGE),
+            Err(HostError::Registry(format!(
+                "failed to get imagedata: {missing}"
+            )))
+        );
+        // Every registry error an expression read is recorded; the spent budget decides.
+        assert_eq!(host.mark(), 3);
+        assert_eq!(host.deciding_error_since(0), Some(deadline));
+        assert_eq!(host.deciding_error_since(1), Some(down));
+
+        // A payload nothing verified is a verdict, not a failure to reach one.
+        assert_eq!(
+            host.extract_payload(IMAGE, "sbom"),
+            Err(HostError::NotVerified(PAYLOAD_NOT_VERIFIED.to_owned()))
+        );
+        // Questions outside the policy are the caller's mistake, and record nothing.
+        for refused in [
+            host.extract_payload(IMAGE, "unknown"),
+            host.verify_image_signatures(IMAGE, &[json!({})])
+                .map(|_| json!(0)),
+            host.verify_image_signatures(IMAGE, &attestor("other"))
+                .map(|_| json!(0)),
+        ] {
+            assert!(
+                matches!(refused, Err(HostError::InvalidArgument(_))),
+                "{refused:?}"
+            );
+        }
+        assert_eq!(host.mark(), 3);
+    }
+}

@@ -72,7 +72,7 @@ fn compiles_objects_and_strips_status() {
 
     let errors = compile_object(&broken("bad", "1"), &key).unwrap_err();
     assert_eq!(
-        errors[0].location, "ImageValidatingPolicy/pin",
+        errors[0].location, "ImageValidatingPolicy/pin (doc 1)",
         "{errors:?}"
     );
 }
