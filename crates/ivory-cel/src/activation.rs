@@ -8,17 +8,17 @@ use cel::context::VariableResolver;
 use cel::{ExecutionError, IdedExpr, Value};
 
 use crate::convert::{json_to_val, json_to_value, value_to_json};
-use crate::{CostBudget, EvalError};
+use crate::{CostBudget, EvalError, HostError};
 
 /// Implemented by the engine: answers the Kyverno verification / image-data functions.
-/// Errors are strings that become CEL runtime errors.
+/// An error becomes the CEL runtime error of the call, worded by its text.
 pub trait Host: Send + Sync {
     /// `verifyImageSignatures(img, attestors)`: how many of `attestors` verified the image.
     fn verify_image_signatures(
         &self,
         image: &str,
         attestors: &[serde_json::Value],
-    ) -> Result<i64, String>;
+    ) -> Result<i64, HostError>;
     /// `verifyAttestationSignatures(img, attestation, attestors)`: how many of `attestors`
     /// verified the named attestation of the image.
     fn verify_attestation_signatures(
@@ -26,36 +26,38 @@ pub trait Host: Send + Sync {
         image: &str,
         attestation: &str,
         attestors: &[serde_json::Value],
-    ) -> Result<i64, String>;
+    ) -> Result<i64, HostError>;
     /// `extractPayload(img, attestation)`: the payload of the image's named attestation.
-    fn extract_payload(&self, image: &str, attestation: &str) -> Result<serde_json::Value, String>;
+    fn extract_payload(
+        &self,
+        image: &str,
+        attestation: &str,
+    ) -> Result<serde_json::Value, HostError>;
     /// `getImageData(img)`, `image.GetMetadata(img)`, `image.getMetadata(img)`.
-    fn image_data(&self, image: &str) -> Result<serde_json::Value, String>;
+    fn image_data(&self, image: &str) -> Result<serde_json::Value, HostError>;
 }
 
 /// A host for contexts without registry access: every call errors.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoHost;
 
-const NOT_AVAILABLE: &str = "not available in this context";
-
 impl Host for NoHost {
-    fn verify_image_signatures(&self, _: &str, _: &[serde_json::Value]) -> Result<i64, String> {
-        Err(NOT_AVAILABLE.into())
+    fn verify_image_signatures(&self, _: &str, _: &[serde_json::Value]) -> Result<i64, HostError> {
+        Err(HostError::NotAvailable)
     }
     fn verify_attestation_signatures(
         &self,
         _: &str,
         _: &str,
         _: &[serde_json::Value],
-    ) -> Result<i64, String> {
-        Err(NOT_AVAILABLE.into())
+    ) -> Result<i64, HostError> {
+        Err(HostError::NotAvailable)
     }
-    fn extract_payload(&self, _: &str, _: &str) -> Result<serde_json::Value, String> {
-        Err(NOT_AVAILABLE.into())
+    fn extract_payload(&self, _: &str, _: &str) -> Result<serde_json::Value, HostError> {
+        Err(HostError::NotAvailable)
     }
-    fn image_data(&self, _: &str) -> Result<serde_json::Value, String> {
-        Err(NOT_AVAILABLE.into())
+    fn image_data(&self, _: &str) -> Result<serde_json::Value, HostError> {
+        Err(HostError::NotAvailable)
     }
 }
 
@@ -311,13 +313,12 @@ pub(crate) fn call_host(
     op: HostOp,
     args: Vec<Value>,
 ) -> Result<Value, ExecutionError> {
-    let host = ftx
-        .ptx
-        .get_variable(HOST_VAR)
-        .ok_or_else(|| ExecutionError::function_error(op.function_name(), NOT_AVAILABLE))?;
-    let indexer = host
-        .as_indexer()
-        .ok_or_else(|| ExecutionError::function_error(op.function_name(), NOT_AVAILABLE))?;
+    let host = ftx.ptx.get_variable(HOST_VAR).ok_or_else(|| {
+        ExecutionError::function_error(op.function_name(), HostError::NotAvailable)
+    })?;
+    let indexer = host.as_indexer().ok_or_else(|| {
+        ExecutionError::function_error(op.function_name(), HostError::NotAvailable)
+    })?;
     // The arguments travel beside the call rather than as the index value: converting them
     // (attestor maps with PEM keys) to the interpreter's representation and back was most of
     // a warm validation's CEL time. Evaluation is synchronous, so the slot is this call's.
@@ -330,7 +331,7 @@ pub(crate) fn call_host(
 fn dispatch(host: &dyn Host, op: HostOp, args: &[Value]) -> Result<Value, ExecutionError> {
     let bad = || ExecutionError::function_error("host", "malformed host request");
     let name = op.function_name();
-    let fail = |m: String| ExecutionError::function_error(name, m);
+    let fail = |e: HostError| ExecutionError::function_error(name, e);
     match (op, args) {
         (HostOp::VerifyImageSignatures, [Value::String(img), attestors]) => host
             .verify_image_signatures(img, &json_list(attestors)?)

@@ -86,3 +86,34 @@ impl From<cel::ExecutionError> for EvalError {
         EvalError::Runtime(e.to_string())
     }
 }
+
+/// Why a [`Host`](crate::Host) function could not answer. Its text is what the expression sees
+/// (CEL's `Error executing function '<name>': <text>`), so it keeps Kyverno's wording; its
+/// variant says what kind of failure it is.
+///
+/// The interpreter carries only the text of an error, and an operator (`||`, `.orValue`) may
+/// absorb it, so a host that decides something from its failures (the engine applies the
+/// failurePolicy when the budget ran out) records them itself when it returns them.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum HostError {
+    /// A definite "not verified" where the function needs a verified answer, e.g. the payload
+    /// of an attestation that no attestor verified. A verdict, not a failure to reach one.
+    #[error("{0}")]
+    NotVerified(String),
+    /// The registry could not give the answer: unreachable or failing, the image missing, or
+    /// an answer ivory refuses to use.
+    #[error("{0}")]
+    Registry(String),
+    /// The request's time budget ran out before the answer arrived: the policy's failurePolicy
+    /// decides, not this error.
+    #[error("{0}")]
+    BudgetExhausted(String),
+    /// A question the host does not answer: an attestor or attestation the policy does not
+    /// declare, an image it does not select, an attestor kind the attestation cannot use.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// No host in this context (matchConditions, image extraction, policy loading): the
+    /// verification functions cannot be answered there.
+    #[error("not available in this context")]
+    NotAvailable,
+}

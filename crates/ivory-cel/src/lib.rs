@@ -29,7 +29,7 @@ pub use cost::{
     CostBudget, MAX_INPUT_BYTES, MIN_ELEMENT_BYTES, PER_EVALUATION_LIMIT, POLICY_BUDGET,
     POLICY_VALUE_BYTES, STATIC_COST_LIMIT,
 };
-pub use error::{CompileError, EvalError};
+pub use error::{CompileError, EvalError, HostError};
 
 /// Longest accepted expression source; policies are small, this bounds parser work.
 pub const MAX_SOURCE_LEN: usize = 100_000;

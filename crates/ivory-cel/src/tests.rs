@@ -53,7 +53,7 @@ impl Host for FakeHost {
         &self,
         image: &str,
         attestors: &[serde_json::Value],
-    ) -> Result<i64, String> {
+    ) -> Result<i64, HostError> {
         self.calls.lock().unwrap().push(format!(
             "sig {image} {}",
             serde_json::Value::from(attestors.to_vec())
@@ -61,7 +61,7 @@ impl Host for FakeHost {
         if image.starts_with("ghcr.io/") {
             Ok(attestors.len() as i64)
         } else if image == "broken" {
-            Err("registry unreachable".into())
+            Err(HostError::Registry("registry unreachable".into()))
         } else {
             Ok(0)
         }
@@ -71,17 +71,21 @@ impl Host for FakeHost {
         image: &str,
         attestation: &str,
         attestors: &[serde_json::Value],
-    ) -> Result<i64, String> {
+    ) -> Result<i64, HostError> {
         self.calls
             .lock()
             .unwrap()
             .push(format!("att {image} {attestation} {}", attestors.len()));
         Ok(1)
     }
-    fn extract_payload(&self, image: &str, attestation: &str) -> Result<serde_json::Value, String> {
+    fn extract_payload(
+        &self,
+        image: &str,
+        attestation: &str,
+    ) -> Result<serde_json::Value, HostError> {
         Ok(json!({"predicate": {"image": image, "type": attestation, "ok": true}}))
     }
-    fn image_data(&self, image: &str) -> Result<serde_json::Value, String> {
+    fn image_data(&self, image: &str) -> Result<serde_json::Value, HostError> {
         Ok(json!({"image": image, "config": {"architecture": "amd64"}}))
     }
 }
@@ -270,6 +274,69 @@ fn host_errors_and_wrong_arguments_are_runtime_errors() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("not available in this context"), "{err}");
+}
+
+/// A host that fails every call with one error.
+struct FailingHost(HostError);
+
+impl Host for FailingHost {
+    fn verify_image_signatures(&self, _: &str, _: &[serde_json::Value]) -> Result<i64, HostError> {
+        Err(self.0.clone())
+    }
+    fn verify_attestation_signatures(
+        &self,
+        _: &str,
+        _: &str,
+        _: &[serde_json::Value],
+    ) -> Result<i64, HostError> {
+        Err(self.0.clone())
+    }
+    fn extract_payload(&self, _: &str, _: &str) -> Result<serde_json::Value, HostError> {
+        Err(self.0.clone())
+    }
+    fn image_data(&self, _: &str) -> Result<serde_json::Value, HostError> {
+        Err(self.0.clone())
+    }
+}
+
+#[test]
+fn a_host_error_reaches_the_expression_in_its_own_words_whatever_its_class() {
+    let text = "failed to get payload: intoto attestation payload cannot be fetch before verifying intoto attestation";
+    for (error, words) in [
+        (HostError::NotVerified(text.into()), text),
+        (
+            HostError::Registry("r.test/app:1: unreachable".into()),
+            "r.test/app:1: unreachable",
+        ),
+        (
+            HostError::BudgetExhausted("r.test/app:1: time budget of 5ms exhausted".into()),
+            "r.test/app:1: time budget of 5ms exhausted",
+        ),
+        (
+            HostError::InvalidArgument("attestation not found in policy: x".into()),
+            "attestation not found in policy: x",
+        ),
+        (HostError::NotAvailable, "not available in this context"),
+    ] {
+        let host = FailingHost(error);
+        let act = ivpol_activation(&host);
+        for (src, function) in [
+            (
+                "verifyImageSignatures('a', [attestors.cosign]) > 0",
+                "verifyImageSignatures",
+            ),
+            ("extractPayload('a', 'sbom') != null", "extractPayload"),
+        ] {
+            let p = compile(src, &scope()).unwrap();
+            assert_eq!(
+                p.evaluate(&act),
+                Err(EvalError::Runtime(format!(
+                    "Error executing function '{function}': {words}"
+                ))),
+                "{src}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -26,6 +26,11 @@ impl Status {
             Self::Skip => "skip",
         }
     }
+
+    /// True for `fail` and `error`: the results a `Deny` action turns into a denial.
+    pub fn is_problem(self) -> bool {
+        matches!(self, Self::Fail | Self::Error)
+    }
 }
 
 /// One policy's outcome.

@@ -88,7 +88,9 @@ impl Exceptions {
             match matching_exceptions(&candidates, req, namespace_object, deadline) {
                 Ok(matched) if matched.is_empty() => out.evaluate.push(policy),
                 Ok(matched) => out.skipped.push(skip_result(policy, &matched)),
-                Err(message) => out.skipped.push(result(policy, Status::Error, message)),
+                Err(e) => out
+                    .skipped
+                    .push(result(policy, Status::Error, e.to_string())),
             }
         }
         out
@@ -131,13 +133,25 @@ fn applies(
         )
 }
 
+/// An exception's matchCondition that could not be evaluated: the excepted policy's result
+/// is an error with this text.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to evaluate policy: exception {exception}: matchCondition {condition:?}: {source}")]
+struct ExceptionError {
+    /// `<namespace>/<name>` of the exception.
+    exception: String,
+    /// The condition's name.
+    condition: String,
+    source: ivory_cel::EvalError,
+}
+
 /// The exceptions whose conditions all hold, or the first evaluation error.
 fn matching_exceptions<'e>(
     candidates: &[&'e CompiledException],
     req: &AdmissionRequest,
     namespace_object: Option<&Value>,
     deadline: Instant,
-) -> Result<Vec<&'e CompiledException>, String> {
+) -> Result<Vec<&'e CompiledException>, ExceptionError> {
     let bindings =
         RequestBindings::new(req, req.object.as_ref(), namespace_object).with_deadline(deadline);
     let mut act = Activation::new(&NoHost);
@@ -148,12 +162,12 @@ fn matching_exceptions<'e>(
             match condition.program.evaluate_bool(&act) {
                 Ok(true) => {}
                 Ok(false) => continue 'exceptions,
-                Err(e) => {
-                    return Err(format!(
-                        "failed to evaluate policy: exception {}: matchCondition {:?}: {e}",
-                        exception.key(),
-                        condition.name
-                    ));
+                Err(source) => {
+                    return Err(ExceptionError {
+                        exception: exception.key(),
+                        condition: condition.name.clone(),
+                        source,
+                    });
                 }
             }
         }

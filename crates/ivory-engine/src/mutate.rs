@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::future::join_all;
-use ivory_cel::image::{ImageRefError, ImageReference};
+use ivory_cel::image::{ImageRefError, ImageReference, Reason};
 use ivory_policy::compiled::CompiledPolicy;
 use ivory_policy::types::{Credentials, FailurePolicy, ValidationAction};
 use serde_json::Value;
@@ -115,7 +115,7 @@ struct Plan<'p> {
     /// `(image, reason)` of images that cannot be parsed, so cannot be pinned or matched on
     /// their canonical form: a policy error under `failurePolicy: Fail` (Kyverno fails the
     /// whole extraction on them), a warning under `Ignore`; never a silent allow.
-    malformed: Vec<(String, String)>,
+    malformed: Vec<(String, Reason)>,
 }
 
 /// `None` when the policy does not apply to the request.
@@ -183,7 +183,7 @@ fn normalize(image: &str) -> Result<(ImageReference, String), ImageRefError> {
 }
 
 /// Kyverno's extraction error for an image it cannot parse.
-fn invalid_image(image: &str, reason: &str) -> String {
+fn invalid_image(image: &str, reason: &Reason) -> String {
     format!("invalid image '{image}' ({reason})")
 }
 

@@ -9,6 +9,8 @@
 //! Layout: `IVL2` | key id (8 bytes) | expiry (Unix ms, u64 big endian) | value | tag (32).
 
 use aws_lc_rs::hmac;
+
+use crate::Error;
 use aws_lc_rs::rand::{SecureRandom as _, SystemRandom};
 
 /// Shortest accepted key: a full SHA-256 block of entropy is expected from the Secret.
@@ -24,22 +26,6 @@ pub const SEAL_OVERHEAD: usize = HEADER_LEN + TAG_LEN;
 /// Domain separation of the MAC input from any other use of the same key.
 const MAC_CONTEXT: &[u8] = b"ivory-l2 entry v1\0";
 const NAME_CONTEXT: &[u8] = b"ivory-l2 name v1\0";
-
-/// Why a key could not be used.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum KeyError {
-    /// A key shorter than [`MIN_KEY_BYTES`].
-    #[error("{what}: an L2 HMAC key must be at least {MIN_KEY_BYTES} bytes, got {len}")]
-    TooShort {
-        /// Where the key came from.
-        what: String,
-        /// Its length.
-        len: usize,
-    },
-    /// No key, or more than two.
-    #[error("the L2 needs one HMAC key (two while rotating), got {0}")]
-    Count(usize),
-}
 
 /// One HMAC key and its id.
 struct Key {
@@ -90,14 +76,14 @@ pub enum Rejected {
 impl Keys {
     /// `keys` named by where they came from (for errors): first the sealing key, then at most
     /// one older key still accepted.
-    pub fn new(keys: &[(String, Vec<u8>)]) -> Result<Self, KeyError> {
+    pub fn new(keys: &[(String, Vec<u8>)]) -> Result<Self, Error> {
         if keys.is_empty() || keys.len() > 2 {
-            return Err(KeyError::Count(keys.len()));
+            return Err(Error::KeyCount(keys.len()));
         }
         let mut out = Vec::with_capacity(keys.len());
         for (what, bytes) in keys {
             if bytes.len() < MIN_KEY_BYTES {
-                return Err(KeyError::TooShort {
+                return Err(Error::KeyTooShort {
                     what: what.clone(),
                     len: bytes.len(),
                 });
@@ -228,14 +214,14 @@ mod tests {
     fn keys_are_checked() {
         assert_eq!(
             Keys::new(&[("secret/l2-key".into(), b"short".to_vec())]).map(|_| ()),
-            Err(KeyError::TooShort {
+            Err(Error::KeyTooShort {
                 what: "secret/l2-key".into(),
                 len: 5
             })
         );
-        assert_eq!(Keys::new(&[]).map(|_| ()), Err(KeyError::Count(0)));
+        assert_eq!(Keys::new(&[]).map(|_| ()), Err(Error::KeyCount(0)));
         let three = vec![("k".to_owned(), A.to_vec()); 3];
-        assert_eq!(Keys::new(&three).map(|_| ()), Err(KeyError::Count(3)));
+        assert_eq!(Keys::new(&three).map(|_| ()), Err(Error::KeyCount(3)));
     }
 
     #[test]

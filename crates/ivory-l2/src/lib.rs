@@ -25,5 +25,27 @@ mod breaker;
 mod entry;
 mod store;
 
-pub use entry::{KeyError, Keys, MIN_KEY_BYTES, Rejected};
-pub use store::{L2Config, L2Error, L2Stats, RedisL2};
+pub use entry::{Keys, MIN_KEY_BYTES, Rejected};
+pub use store::{L2Config, L2Stats, RedisL2};
+
+/// Why the L2 could not be set up (its keys or its URL). Once running, the L2 has no errors
+/// to report: every failure reads as "not in the L2" and is counted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A key shorter than [`MIN_KEY_BYTES`].
+    #[error("{what}: an L2 HMAC key must be at least {MIN_KEY_BYTES} bytes, got {len}")]
+    KeyTooShort {
+        /// Where the key came from.
+        what: String,
+        /// Its length.
+        len: usize,
+    },
+    /// No key, or more than two.
+    #[error("the L2 needs one HMAC key (two while rotating), got {0}")]
+    KeyCount(usize),
+    /// The URL is not a Redis URL (the detail never repeats the URL, which may hold a password).
+    #[error(
+        "--cache-redis: not a Redis URL (redis://host:port[/db] or rediss://host:port[/db]): {0}"
+    )]
+    Url(String),
+}

@@ -14,6 +14,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, FromRedisValue, Pipeline};
 use tokio::time::Instant;
 
+use crate::Error;
 use crate::breaker::Breaker;
 use crate::entry::{Keys, Rejected, SEAL_OVERHEAD, lease_token};
 
@@ -61,16 +62,6 @@ impl L2Config {
             max_entry_bytes: 1024 * 1024,
         }
     }
-}
-
-/// Why the L2 could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum L2Error {
-    /// The URL is not a Redis URL.
-    #[error(
-        "--cache-redis: not a Redis URL (redis://host:port[/db] or rediss://host:port[/db]): {0}"
-    )]
-    Url(String),
 }
 
 /// Counters of the L2 (monotonic), for metrics.
@@ -137,9 +128,9 @@ impl std::fmt::Debug for RedisL2 {
 impl RedisL2 {
     /// An L2 on `config.url`. Connects lazily (on the first call, then reconnects by itself):
     /// a store that is down at start-up delays nothing.
-    pub fn new(config: L2Config) -> Result<Self, L2Error> {
+    pub fn new(config: L2Config) -> Result<Self, Error> {
         let client = redis::Client::open(config.url.as_str())
-            .map_err(|e| L2Error::Url(format!("{:?}", e.kind())))?;
+            .map_err(|e| Error::Url(format!("{:?}", e.kind())))?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.deadline))
             .set_response_timeout(Some(config.deadline))
@@ -147,7 +138,7 @@ impl RedisL2 {
             .set_max_delay(config.cooldown);
         let conn = client
             .get_connection_manager_lazy(manager_config)
-            .map_err(|e| L2Error::Url(e.to_string()))?;
+            .map_err(|e| Error::Url(e.to_string()))?;
         Ok(Self {
             conn,
             breaker: Breaker::new(config.cooldown),

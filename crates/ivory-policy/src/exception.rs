@@ -194,7 +194,7 @@ pub fn compile_exception(
     let expires_at = match doc.spec.expires_at.as_deref().map(parse_time).transpose() {
         Ok(at) => at,
         Err(reason) => {
-            errors.push(error("spec.expiresAt", reason));
+            errors.push(error("spec.expiresAt", reason.to_string()));
             None
         }
     };
@@ -231,7 +231,7 @@ pub fn compile_exception(
                 name: condition.name.clone(),
                 program,
             }),
-            Err(reason) => errors.push(error(&field, reason)),
+            Err(reason) => errors.push(error(&field, reason.to_string())),
         }
     }
     if !errors.is_empty() {
@@ -251,22 +251,45 @@ pub fn compile_exception(
     })
 }
 
-/// An RFC 3339 date-time, as the CRD's `format: date-time`.
-fn parse_time(text: &str) -> Result<SystemTime, String> {
-    chrono::DateTime::parse_from_rfc3339(text)
-        .map(SystemTime::from)
-        .map_err(|e| format!("Invalid value: {text:?}: not an RFC 3339 date-time: {e}"))
+/// Why a field of an exception is refused; its text is the field error's reason.
+#[derive(Debug, thiserror::Error)]
+enum FieldError {
+    /// `expiresAt` that is not an RFC 3339 date-time.
+    #[error("Invalid value: {text:?}: not an RFC 3339 date-time: {source}")]
+    Time {
+        text: String,
+        source: chrono::ParseError,
+    },
+    /// An empty matchCondition expression.
+    #[error("Required value")]
+    Required,
+    /// A variable the exception's environment does not have.
+    #[error(
+        "{0} (an exception's matchConditions can only use object, oldObject, request and namespaceObject)"
+    )]
+    Undeclared(ivory_cel::CompileError),
+    /// Any other compile error of a matchCondition.
+    #[error(transparent)]
+    Compile(ivory_cel::CompileError),
 }
 
-fn compile_condition(source: &str, scope: &Scope) -> Result<Program, String> {
+/// An RFC 3339 date-time, as the CRD's `format: date-time`.
+fn parse_time(text: &str) -> Result<SystemTime, FieldError> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(SystemTime::from)
+        .map_err(|source| FieldError::Time {
+            text: text.to_owned(),
+            source,
+        })
+}
+
+fn compile_condition(source: &str, scope: &Scope) -> Result<Program, FieldError> {
     if source.trim().is_empty() {
-        return Err("Required value".to_owned());
+        return Err(FieldError::Required);
     }
     ivory_cel::compile(source, scope).map_err(|e| match e {
-        ivory_cel::CompileError::UndeclaredReference(_) => format!(
-            "{e} (an exception's matchConditions can only use object, oldObject, request and namespaceObject)"
-        ),
-        other => other.to_string(),
+        ivory_cel::CompileError::UndeclaredReference(_) => FieldError::Undeclared(e),
+        other => FieldError::Compile(other),
     })
 }
 

@@ -190,7 +190,18 @@ fn has_policy_extension(p: &Path) -> bool {
 /// One parsed document: its 1-based number and its value or syntax error.
 struct RawDocument {
     number: usize,
-    value: Result<Value, String>,
+    value: Result<Value, SyntaxError>,
+}
+
+/// A document that does not parse; its text is the policy error's reason.
+#[derive(Debug, thiserror::Error)]
+enum SyntaxError {
+    /// A `.json` file that is not JSON.
+    #[error("JSON syntax error: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The YAML error as `yaml::describe` words it (with the line in the whole file).
+    #[error("YAML syntax error: {0}")]
+    Yaml(String),
 }
 
 fn load_text(text: &str, file: &Path, json: bool) -> LoadReport {
@@ -198,7 +209,7 @@ fn load_text(text: &str, file: &Path, json: bool) -> LoadReport {
     let docs = if json {
         vec![RawDocument {
             number: 1,
-            value: serde_json::from_str(text).map_err(|e| format!("JSON syntax error: {e}")),
+            value: serde_json::from_str(text).map_err(SyntaxError::from),
         }]
     } else {
         yaml_documents(text)
@@ -210,9 +221,11 @@ fn load_text(text: &str, file: &Path, json: bool) -> LoadReport {
         };
         match doc.value {
             Ok(value) => load_value(value, "", &origin, &mut report),
-            Err(reason) => report
-                .errors
-                .push(PolicyError::new(location(&origin, ""), "", reason)),
+            Err(reason) => report.errors.push(PolicyError::new(
+                location(&origin, ""),
+                "",
+                reason.to_string(),
+            )),
         }
     }
     report
@@ -376,12 +389,8 @@ fn yaml_documents(text: &str) -> Vec<RawDocument> {
             continue;
         }
         let number = docs.len() + 1;
-        let value = crate::yaml::from_str::<Value>(&chunk.text).map_err(|e| {
-            format!(
-                "YAML syntax error: {}",
-                crate::yaml::describe(&e, chunk.first_line)
-            )
-        });
+        let value = crate::yaml::from_str::<Value>(&chunk.text)
+            .map_err(|e| SyntaxError::Yaml(crate::yaml::describe(&e, chunk.first_line)));
         docs.push(RawDocument { number, value });
     }
     docs

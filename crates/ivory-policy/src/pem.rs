@@ -8,26 +8,40 @@ use rustls_pki_types::pem::{self, PemObject as _, SectionKind};
 
 const NO_BLOCK: &str = "no PEM block found (expected -----BEGIN ...-----)";
 
+/// Why a policy's PEM text is refused; the text follows `not valid PEM: ` in the field error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PemError {
+    /// No BEGIN line at all.
+    #[error("{NO_BLOCK}")]
+    NoBlock,
+    /// A block with nothing between its BEGIN and END lines.
+    #[error("PEM block \"{0}\" is empty")]
+    Empty(&'static str),
+    /// A block that does not parse (missing END line, malformed BEGIN line, bad base64).
+    #[error("{0}")]
+    Malformed(String),
+}
+
 /// Checks that `text` holds one or more well-formed PEM blocks and returns their kinds.
 /// Text outside the blocks (e.g. `openssl x509 -text` output) is tolerated, as Go's `pem.Decode`
 /// does; blocks of a kind no trust field can hold (not a key, certificate or CRL) are skipped.
-pub(crate) fn check(text: &str) -> Result<Vec<SectionKind>, String> {
+pub(crate) fn check(text: &str) -> Result<Vec<SectionKind>, PemError> {
     let mut kinds = Vec::new();
     for section in <(SectionKind, Vec<u8>)>::pem_slice_iter(text.as_bytes()) {
         let (kind, der) = section.map_err(describe)?;
         if der.is_empty() {
-            return Err(format!("PEM block \"{}\" is empty", label(kind)));
+            return Err(PemError::Empty(label(kind)));
         }
         kinds.push(kind);
     }
     if kinds.is_empty() {
-        return Err(NO_BLOCK.to_owned());
+        return Err(PemError::NoBlock);
     }
     Ok(kinds)
 }
 
 /// Like [`check`], but also accepts base64-wrapped PEM (Kyverno accepts that for certificates).
-pub(crate) fn check_maybe_base64(text: &str) -> Result<Vec<SectionKind>, String> {
+pub(crate) fn check_maybe_base64(text: &str) -> Result<Vec<SectionKind>, PemError> {
     match check(text) {
         Ok(kinds) => Ok(kinds),
         Err(err) => {
@@ -44,8 +58,8 @@ pub(crate) fn check_maybe_base64(text: &str) -> Result<Vec<SectionKind>, String>
     }
 }
 
-fn describe(err: pem::Error) -> String {
-    match err {
+fn describe(err: pem::Error) -> PemError {
+    PemError::Malformed(match err {
         pem::Error::MissingSectionEnd { end_marker } => format!(
             "PEM block \"{}\" has no END line",
             String::from_utf8_lossy(&end_marker)
@@ -56,7 +70,7 @@ fn describe(err: pem::Error) -> String {
         ),
         pem::Error::Base64Decode(e) => format!("PEM block is not valid base64: {e}"),
         other => other.to_string(),
-    }
+    })
 }
 
 fn label(kind: SectionKind) -> &'static str {
@@ -93,24 +107,29 @@ mod tests {
 
     #[test]
     fn rejects_broken_armour() {
-        assert_eq!(check("hello").unwrap_err(), NO_BLOCK);
+        assert_eq!(check("hello").unwrap_err().to_string(), NO_BLOCK);
         assert_eq!(
-            check("-----BEGIN PUBLIC KEY-----\nAAAA\n").unwrap_err(),
+            check("-----BEGIN PUBLIC KEY-----\nAAAA\n")
+                .unwrap_err()
+                .to_string(),
             "PEM block \"PUBLIC KEY\" has no END line"
         );
         // An END line of another kind does not close the block.
         assert_eq!(
-            check("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END CERTIFICATE-----").unwrap_err(),
+            check("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END CERTIFICATE-----")
+                .unwrap_err()
+                .to_string(),
             "PEM block \"PUBLIC KEY\" has no END line"
         );
         assert!(
             check("-----BEGIN PUBLIC KEY-----\n!!!!\n-----END PUBLIC KEY-----")
                 .unwrap_err()
+                .to_string()
                 .contains("not valid base64")
         );
         assert_eq!(
             check("-----BEGIN PUBLIC KEY-----\n-----END PUBLIC KEY-----").unwrap_err(),
-            "PEM block \"PUBLIC KEY\" is empty"
+            PemError::Empty("PUBLIC KEY")
         );
     }
 }

@@ -29,7 +29,52 @@ pub struct ImageRefError {
     /// The text that was given as an image reference.
     pub input: String,
     /// Which rule of go-containerregistry's grammar it broke.
-    pub reason: String,
+    pub reason: Reason,
+}
+
+/// The rule of go-containerregistry's reference grammar an input broke, worded as ggcr words
+/// it (Kyverno shows these texts).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Reason {
+    /// Empty input, or nothing before a tag or digest.
+    #[error("a repository name must be specified")]
+    MissingRepository,
+    /// A colon with nothing after it (the input is named).
+    #[error("{0} must specify a tag name after the colon")]
+    EmptyTag(String),
+    /// More or fewer than one `@` in a digest reference (the input is named).
+    #[error(
+        "a digest must contain exactly one '@' separator (e.g. registry/repository@digest) saw: {0}"
+    )]
+    DigestSeparator(String),
+    /// A digest of another algorithm than `sha256`.
+    #[error("unsupported digest algorithm: {0}")]
+    DigestAlgorithm(String),
+    /// A registry that is not an RFC 3986 authority (`host[:port]`).
+    #[error("registries must be valid RFC 3986 URI authorities: {0}")]
+    Registry(String),
+    /// A repository, tag or digest too short or too long.
+    #[error("{what} must be between {min} and {max} characters in length: {element}")]
+    Length {
+        /// `repository`, `tag` or `digest`.
+        what: &'static str,
+        /// The shortest accepted length.
+        min: usize,
+        /// The longest accepted length.
+        max: usize,
+        /// The offending part.
+        element: String,
+    },
+    /// A repository, tag or digest with a character outside its alphabet.
+    #[error("{what} can only contain the characters `{allowed}`: {element}")]
+    Characters {
+        /// `repository`, `tag` or `digest`.
+        what: &'static str,
+        /// The characters that are accepted.
+        allowed: &'static str,
+        /// The offending part.
+        element: String,
+    },
 }
 
 /// The result of parsing an image reference.
@@ -57,12 +102,12 @@ impl ImageReference {
     /// Parses `s` like go-containerregistry `name.ParseReference` (weak validation):
     /// first as a tag reference, then as a digest reference.
     pub fn parse(s: &str) -> Result<Self> {
-        let err = |reason: String| ImageRefError {
+        let err = |reason: Reason| ImageRefError {
             input: s.to_owned(),
             reason,
         };
         if s.is_empty() {
-            return Err(err("a repository name must be specified".into()));
+            return Err(err(Reason::MissingRepository));
         }
         // ggcr tries a tag reference, then a digest reference. '@' is valid in neither a
         // repository nor a tag, so it alone decides which one can succeed (and whose error
@@ -189,14 +234,14 @@ impl std::fmt::Display for ImageReference {
 }
 
 /// ggcr `NewTag` (weak): returns (repository part, tag-as-written-or-empty).
-fn parse_tag(s: &str) -> std::result::Result<(&str, String), String> {
+fn parse_tag(s: &str) -> std::result::Result<(&str, String), Reason> {
     let mut base = s;
     let mut tag = "";
     if let Some((b, t)) = s.rsplit_once(':') {
         // A ':' followed by a '/' belongs to a registry port, not a tag.
         if !t.contains('/') {
             if t.is_empty() {
-                return Err(format!("{s} must specify a tag name after the colon"));
+                return Err(Reason::EmptyTag(s.to_owned()));
             }
             base = b;
             tag = t;
@@ -211,16 +256,14 @@ fn parse_tag(s: &str) -> std::result::Result<(&str, String), String> {
 }
 
 /// ggcr `NewDigest`: returns (repository part, tag written before '@', digest).
-fn parse_digest(s: &str) -> std::result::Result<(&str, Option<String>, String), String> {
+fn parse_digest(s: &str) -> std::result::Result<(&str, Option<String>, String), Reason> {
     let parts: Vec<&str> = s.split('@').collect();
     let [base, digest] = parts[..] else {
-        return Err(format!(
-            "a digest must contain exactly one '@' separator (e.g. registry/repository@digest) saw: {s}"
-        ));
+        return Err(Reason::DigestSeparator(s.to_owned()));
     };
     check_element("digest", digest, DIGEST_CHARS, 7 + 64, 7 + 64)?;
     if !digest.starts_with("sha256:") {
-        return Err(format!("unsupported digest algorithm: {digest}"));
+        return Err(Reason::DigestAlgorithm(digest.to_owned()));
     }
     // A tag before the digest is accepted (and validated) but not used by ggcr.
     match parse_tag(base) {
@@ -233,9 +276,9 @@ fn parse_digest(s: &str) -> std::result::Result<(&str, Option<String>, String), 
 }
 
 /// ggcr `NewRepository` + `NewRegistry`: returns (canonical registry, repository as written).
-fn split_repository(name: &str) -> std::result::Result<(String, &str), String> {
+fn split_repository(name: &str) -> std::result::Result<(String, &str), Reason> {
     if name.is_empty() {
-        return Err("a repository name must be specified".into());
+        return Err(Reason::MissingRepository);
     }
     let (registry, repo) = match name.split_once('/') {
         Some((first, rest)) if first.contains('.') || first.contains(':') => (first, rest),
@@ -251,8 +294,8 @@ fn split_repository(name: &str) -> std::result::Result<(String, &str), String> {
 }
 
 /// ggcr `checkRegistry`: must be a valid RFC 3986 authority (host[:port]).
-fn check_registry(name: &str) -> std::result::Result<(), String> {
-    let bad = || format!("registries must be valid RFC 3986 URI authorities: {name}");
+fn check_registry(name: &str) -> std::result::Result<(), Reason> {
+    let bad = || Reason::Registry(name.to_owned());
     if name.is_empty() {
         return Ok(());
     }
@@ -287,17 +330,20 @@ fn check_registry(name: &str) -> std::result::Result<(), String> {
 }
 
 fn check_element(
-    what: &str,
+    what: &'static str,
     element: &str,
-    allowed: &str,
+    allowed: &'static str,
     min: usize,
     max: usize,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), Reason> {
     let n = element.chars().count();
     if n < min || n > max {
-        return Err(format!(
-            "{what} must be between {min} and {max} characters in length: {element}"
-        ));
+        return Err(Reason::Length {
+            what,
+            min,
+            max,
+            element: element.to_owned(),
+        });
     }
     // `allowed` is ASCII: one table lookup per byte instead of a scan of `allowed` per char
     // (any non-ASCII byte is outside the table, hence refused, as before).
@@ -311,9 +357,11 @@ fn check_element(
         .bytes()
         .any(|b| !table.get(usize::from(b)).copied().unwrap_or(false))
     {
-        return Err(format!(
-            "{what} can only contain the characters `{allowed}`: {element}"
-        ));
+        return Err(Reason::Characters {
+            what,
+            allowed,
+            element: element.to_owned(),
+        });
     }
     Ok(())
 }

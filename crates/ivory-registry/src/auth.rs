@@ -156,8 +156,19 @@ fn parse_docker_config(source_name: &str, bytes: &[u8]) -> Result<Vec<(String, B
     Ok(out)
 }
 
+/// Why a dockerconfigjson entry's `auth` cannot be used; never quotes the secret.
+#[derive(Debug, thiserror::Error)]
+enum AuthFieldError {
+    #[error("auth is not base64: {0}")]
+    Base64(#[from] base64::DecodeError),
+    #[error("auth is not UTF-8")]
+    Utf8,
+    #[error("auth is not user:password")]
+    NoColon,
+}
+
 /// An entry without user/password (e.g. only `identitytoken`) yields no credentials.
-fn entry_basic(entry: &AuthEntry) -> std::result::Result<Option<Basic>, String> {
+fn entry_basic(entry: &AuthEntry) -> std::result::Result<Option<Basic>, AuthFieldError> {
     if let (Some(user), Some(password)) = (&entry.username, &entry.password)
         && !user.is_empty()
     {
@@ -171,11 +182,9 @@ fn entry_basic(entry: &AuthEntry) -> std::result::Result<Option<Basic>, String> 
     };
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(auth.trim())
-        .map_err(|e| format!("auth is not base64: {e}"))?;
-    let text = String::from_utf8(decoded).map_err(|_| "auth is not UTF-8".to_string())?;
-    let (user, password) = text
-        .split_once(':')
-        .ok_or_else(|| "auth is not user:password".to_string())?;
+        .map_err(AuthFieldError::from)?;
+    let text = String::from_utf8(decoded).map_err(|_| AuthFieldError::Utf8)?;
+    let (user, password) = text.split_once(':').ok_or(AuthFieldError::NoColon)?;
     Ok(Some(Basic {
         user: user.to_string(),
         password: password.to_string(),

@@ -11,7 +11,7 @@ pub fn parse_reference(image: &str) -> Result<ImageReference> {
     ImageReference::parse(image).map_err(|e| Error::InvalidReference {
         image: image.to_owned(),
         registry: String::new(),
-        detail: e.reason,
+        detail: e.reason.to_string(),
     })
 }
 

@@ -161,7 +161,7 @@ pub fn after_validation(
         metrics.policy_result(
             &result.policy,
             result.namespace.as_deref().unwrap_or_default(),
-            result.status.as_str(),
+            result.status,
             Cause::Admission.label(),
         );
     }
@@ -194,7 +194,7 @@ pub fn after_background(
         metrics.policy_result(
             &result.policy,
             result.namespace.as_deref().unwrap_or_default(),
-            result.status.as_str(),
+            result.status,
             Cause::Background.label(),
         );
     }

@@ -17,7 +17,7 @@ use std::sync::{Arc, RwLock};
 use futures::future::{BoxFuture, FutureExt as _};
 use futures::{Stream, StreamExt as _};
 use ivory_policy::types::Credentials as PolicyCredentials;
-use ivory_policy::{CompiledPolicy, load_str};
+use ivory_policy::{CompiledPolicy, PolicyError, load_str};
 use ivory_registry::Credentials;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -28,6 +28,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::policies::PolicyStore;
 use crate::routes::{CredentialSource, NamespaceSource};
@@ -42,31 +43,86 @@ const DOCKER_CONFIG_TYPE: &str = "kubernetes.io/dockerconfigjson";
 const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
 /// How long startup waits for each watch's first list before giving up with a clear error
 /// (an uninstalled CRD or missing RBAC would otherwise keep ivory unready without a word).
-const SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Why the Kubernetes source could not start.
+/// Why a Secret named by a policy's `credentials.secrets` cannot be used for a request: the
+/// policy's failurePolicy decides what the request gets.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A watch stream ended before it had listed everything once.
-    #[error("the {what} watch ended before its first list completed")]
-    NotSynced {
-        /// The watched kind (`ImageValidatingPolicy`, `Namespace`, `Secret`, ...).
-        what: &'static str,
+#[error("spec.credentials.secrets[{index}] {reference:?}: {problem}")]
+pub struct CredentialError {
+    /// Position of the entry in `credentials.secrets`.
+    pub index: usize,
+    /// The entry as written (`name` or `namespace/name`).
+    pub reference: String,
+    /// What is wrong with it.
+    pub problem: SecretProblem,
+}
+
+/// What keeps a `credentials.secrets` entry from being used.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretProblem {
+    /// A NamespacedImageValidatingPolicy names a Secret of another namespace.
+    #[error("a NamespacedImageValidatingPolicy may only use Secrets of its own namespace {own:?}")]
+    OtherNamespace {
+        /// The policy's namespace.
+        own: String,
     },
-    /// A watch did not finish its first list in time (missing CRD or RBAC, usually).
+    /// No reflector watches the Secret's namespace, and none can be started.
+    #[error("Secrets of namespace {namespace} are not watched")]
+    NotWatched {
+        /// The Secret's namespace.
+        namespace: String,
+    },
+    /// The Secrets of the namespace were not listed by the request's deadline.
     #[error(
-        "the {what} watch did not complete its first list within {}s (is the CRD installed, and \
-         may ivory list and watch {what}? the watch errors are in the log)",
-        SYNC_TIMEOUT.as_secs()
+        "the Secrets of namespace {namespace} could not be listed in time (may ivory list and \
+         watch Secrets there? the watch errors are in the log)"
     )]
-    SyncTimeout {
-        /// The watched kind (`ImageValidatingPolicy`, `Namespace`, `Secret`, ...).
-        what: &'static str,
+    NotListed {
+        /// The Secret's namespace.
+        namespace: String,
+    },
+    /// No Secret of that name and type.
+    #[error(
+        "Secret {namespace}/{name} of type {} not found{}",
+        DOCKER_CONFIG_TYPE,
+        own_namespace_note(*.namespaced_policy)
+    )]
+    NotFound {
+        /// The Secret's namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+        /// Whether a NamespacedImageValidatingPolicy asked (it reads its own namespace only).
+        namespaced_policy: bool,
+    },
+    /// The Secret has no `.dockerconfigjson` key.
+    #[error("Secret {namespace}/{name} has no {}", DOCKER_CONFIG_KEY)]
+    NoDockerConfig {
+        /// The Secret's namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+    },
+    /// The Secret's `.dockerconfigjson` is not usable (never quotes it).
+    #[error("Secret {namespace}/{name}: {source}")]
+    Invalid {
+        /// The Secret's namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+        /// Why its content was refused.
+        source: ivory_registry::Error,
     },
 }
 
-/// `Result` with this module's error.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+fn own_namespace_note(namespaced_policy: bool) -> &'static str {
+    if namespaced_policy {
+        "; a NamespacedImageValidatingPolicy reads Secrets of its own namespace only"
+    } else {
+        ""
+    }
+}
 
 /// The running reflectors; cheap to clone.
 #[derive(Clone)]
@@ -221,7 +277,7 @@ impl KubeSource {
         &self,
         namespace: &str,
         deadline: Instant,
-    ) -> Result<Store<Secret>, String> {
+    ) -> Result<Store<Secret>, SecretProblem> {
         let store = match (self.secret_store(namespace), &self.client) {
             (Some(store), _) => store,
             (None, Some(client)) => {
@@ -235,15 +291,16 @@ impl KubeSource {
                     .clone()
             }
             (None, None) => {
-                return Err(format!("Secrets of namespace {namespace} are not watched"));
+                return Err(SecretProblem::NotWatched {
+                    namespace: namespace.to_owned(),
+                });
             }
         };
         match tokio::time::timeout_at(deadline, store.wait_until_ready()).await {
             Ok(Ok(())) => Ok(store),
-            _ => Err(format!(
-                "the Secrets of namespace {namespace} could not be listed in time (may ivory \
-                 list and watch Secrets there? the watch errors are in the log)"
-            )),
+            _ => Err(SecretProblem::NotListed {
+                namespace: namespace.to_owned(),
+            }),
         }
     }
 
@@ -254,40 +311,47 @@ impl KubeSource {
         index: usize,
         reference: &str,
         deadline: Instant,
-    ) -> Result<(), String> {
-        let field = format!("spec.credentials.secrets[{index}] {reference:?}");
+    ) -> Result<(), CredentialError> {
+        let fail = |problem| CredentialError {
+            index,
+            reference: reference.to_owned(),
+            problem,
+        };
         let (namespace, name) = self.locate(policy_namespace, reference);
         if let Some(own) = policy_namespace
             && namespace != own
         {
-            return Err(format!(
-                "{field}: a NamespacedImageValidatingPolicy may only use Secrets of its own \
-                 namespace {own:?}"
-            ));
+            return Err(fail(SecretProblem::OtherNamespace {
+                own: own.to_owned(),
+            }));
         }
         let store = self
             .synced_secrets(namespace, deadline)
             .await
-            .map_err(|e| format!("{field}: {e}"))?;
+            .map_err(fail)?;
         let Some(secret) = store.get(&ObjectRef::new(name).within(namespace)) else {
-            let scope = if policy_namespace.is_some() {
-                "; a NamespacedImageValidatingPolicy reads Secrets of its own namespace only"
-            } else {
-                ""
-            };
-            return Err(format!(
-                "{field}: Secret {namespace}/{name} of type {DOCKER_CONFIG_TYPE} not found{scope}"
-            ));
+            return Err(fail(SecretProblem::NotFound {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                namespaced_policy: policy_namespace.is_some(),
+            }));
         };
         let Some(bytes) = docker_config(&secret) else {
-            return Err(format!(
-                "{field}: Secret {namespace}/{name} has no {DOCKER_CONFIG_KEY}"
-            ));
+            return Err(fail(SecretProblem::NoDockerConfig {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            }));
         };
         Credentials::anonymous()
             .with_docker_config_json(reference, &bytes)
             .map(|_| ())
-            .map_err(|e| format!("{field}: Secret {namespace}/{name}: {e}"))
+            .map_err(|source| {
+                fail(SecretProblem::Invalid {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    source,
+                })
+            })
     }
 }
 
@@ -297,7 +361,7 @@ impl CredentialSource for KubeSource {
         policy_namespace: Option<&'a str>,
         credentials: &'a PolicyCredentials,
         deadline: Instant,
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), CredentialError>> {
         async move {
             for (index, reference) in credentials.secrets.iter().enumerate() {
                 self.prepare_secret(policy_namespace, index, reference, deadline)
@@ -405,7 +469,7 @@ pub fn policy_resources() -> [ApiResource; 2] {
 /// Compiles one policy object exactly as `ivory serve --kube` does (for `ivory doctor`).
 pub fn compile_policy_object(
     object: &DynamicObject,
-) -> std::result::Result<CompiledPolicy, Vec<String>> {
+) -> std::result::Result<CompiledPolicy, Vec<PolicyError>> {
     compile_object(object, &key_of(object))
 }
 
@@ -472,7 +536,7 @@ type Key = (String, String, String);
 #[derive(Default)]
 struct Compiler {
     /// Outcome per object, keyed with its resourceVersion so unchanged objects are not recompiled.
-    seen: BTreeMap<Key, (String, std::result::Result<(), Vec<String>>)>,
+    seen: BTreeMap<Key, (String, std::result::Result<(), Vec<PolicyError>>)>,
     good: BTreeMap<Key, Arc<CompiledPolicy>>,
 }
 
@@ -515,7 +579,7 @@ impl Compiler {
             .values()
             .filter_map(|(_, outcome)| outcome.as_ref().err())
             .flatten()
-            .cloned()
+            .map(ToString::to_string)
             .collect();
         let policies: Vec<Arc<CompiledPolicy>> = self.good.values().cloned().collect();
         tracing::info!(
@@ -546,13 +610,14 @@ fn key_of(object: &DynamicObject) -> Key {
 fn compile_object(
     object: &DynamicObject,
     key: &Key,
-) -> std::result::Result<CompiledPolicy, Vec<String>> {
+) -> std::result::Result<CompiledPolicy, Vec<PolicyError>> {
     let origin = if key.1.is_empty() {
         format!("{}/{}", key.0, key.2)
     } else {
         format!("{}/{}/{}", key.0, key.1, key.2)
     };
-    let mut value = serde_json::to_value(object).map_err(|e| vec![format!("{origin}: {e}")])?;
+    let mut value = serde_json::to_value(object)
+        .map_err(|e| vec![PolicyError::new(origin.as_str(), "", e.to_string())])?;
     if let Some(obj) = value.as_object_mut() {
         obj.remove("status");
         if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -564,12 +629,16 @@ fn compile_object(
     }
     let report = load_str(&value.to_string(), &origin);
     if !report.errors.is_empty() {
-        return Err(report.errors.iter().map(ToString::to_string).collect());
+        return Err(report.errors);
     }
     let mut policies = report.policies.into_iter();
     match (policies.next(), policies.next()) {
         (Some(policy), None) => Ok(policy),
-        _ => Err(vec![format!("{origin}: expected exactly one policy")]),
+        _ => Err(vec![PolicyError::new(
+            origin,
+            "",
+            "expected exactly one policy",
+        )]),
     }
 }
 

@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod background;
 pub mod budget;
+mod error;
 pub mod kube_source;
 pub mod metrics;
 pub mod policies;
@@ -17,6 +18,7 @@ mod routes;
 mod serve;
 pub mod webhooks;
 
+pub use error::{Error, Result};
 pub use kube_source::KubeSource;
 pub use metrics::{
     CacheCounts, CacheStatsSource, L2Counts, L2StatsSource, Metrics, RegistryStatsSource,
@@ -25,4 +27,4 @@ pub use policies::{FileSource, PolicyStore, Snapshot};
 pub use routes::{
     AppState, DEFAULT_BODY_LIMIT, ExceptionSettings, NamespaceSource, namespace_object, router,
 };
-pub use serve::{Error, Listen, Result, ServeOptions, serve, shutdown_signal};
+pub use serve::{Listen, ServeOptions, serve, shutdown_signal};

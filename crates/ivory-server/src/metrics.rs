@@ -36,6 +36,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use ivory_engine::decision::Status;
 use ivory_registry::RegistryStats;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -331,13 +332,14 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// Counts one policy result; `cause` is `admission_request` or `background_scan`.
-    pub fn policy_result(&self, policy: &str, namespace: &str, result: &str, cause: &str) {
+    /// Counts one policy result; the `rule_result` label is the engine's status, `cause` is
+    /// `admission_request` or `background_scan`.
+    pub fn policy_result(&self, policy: &str, namespace: &str, result: Status, cause: &str) {
         self.policy_results
             .get_or_create(&PolicyResultLabels {
                 policy_name: policy.to_owned(),
                 policy_namespace: namespace.to_owned(),
-                rule_result: result.to_owned(),
+                rule_result: result.as_str().to_owned(),
                 rule_execution_cause: cause.to_owned(),
             })
             .inc();

@@ -37,6 +37,7 @@ use tokio::time::Instant;
 
 use crate::audit::{self, ReportSink};
 use crate::budget::{Budget, timeout_from_query};
+use crate::kube_source::CredentialError;
 use crate::metrics::Metrics;
 use crate::policies::PolicyStore;
 
@@ -63,7 +64,7 @@ pub trait CredentialSource: Send + Sync {
         policy_namespace: Option<&'a str>,
         credentials: &'a Credentials,
         deadline: Instant,
-    ) -> BoxFuture<'a, Result<(), String>>;
+    ) -> BoxFuture<'a, Result<(), CredentialError>>;
 }
 
 /// Shared state of every handler; cheap to clone.
@@ -423,7 +424,8 @@ async fn evaluate(
                 "ivory: internal error evaluating policy {}",
                 policy_names(selected)
             );
-            failure_decision(selected, message)
+            // A panic is not a spent budget: the deadline metric does not count it.
+            failure_decision(selected, message, false)
         }
     }
 }
@@ -463,7 +465,7 @@ fn backstop_decision(selected: &[&CompiledPolicy], budget: Duration) -> Decision
         budget.as_millis(),
         policy_names(selected)
     );
-    failure_decision(selected, message)
+    failure_decision(selected, message, true)
 }
 
 /// The selected policies' names, each once, comma-separated.
@@ -475,8 +477,13 @@ fn policy_names(selected: &[&CompiledPolicy]) -> String {
 
 /// The answer when the policies could not be evaluated: a denial with `message` when any of
 /// them is `failurePolicy: Fail`, else an allowance carrying `message` as a warning and as
-/// the skipped-policies audit annotation.
-fn failure_decision(selected: &[&CompiledPolicy], message: String) -> Decision {
+/// the skipped-policies audit annotation. `budget_exhausted` says whether the time budget ran
+/// out (the deadline metric), as opposed to a panic.
+fn failure_decision(
+    selected: &[&CompiledPolicy],
+    message: String,
+    budget_exhausted: bool,
+) -> Decision {
     if selected
         .iter()
         .any(|p| p.failure_policy == FailurePolicy::Fail)
@@ -484,14 +491,14 @@ fn failure_decision(selected: &[&CompiledPolicy], message: String) -> Decision {
         Decision {
             allowed: false,
             message: Some(message),
-            budget_exhausted: true,
+            budget_exhausted,
             ..Decision::default()
         }
     } else {
         let mut d = Decision {
             allowed: true,
             warnings: vec![message.clone()],
-            budget_exhausted: true,
+            budget_exhausted,
             ..Decision::default()
         };
         d.audit_annotations

@@ -9,36 +9,9 @@ use std::time::Duration;
 use axum::Router;
 use axum_server::Handle;
 use axum_server::tls_rustls::RustlsConfig;
-use thiserror::Error;
 use tokio::time::MissedTickBehavior;
 
-/// Why the server could not run.
-#[derive(Debug, Error)]
-pub enum Error {
-    /// The certificate or key file could not be read or is not a usable PEM pair.
-    #[error("failed to load TLS certificate {cert} / key {key}: {source}")]
-    Tls {
-        /// The certificate chain file.
-        cert: PathBuf,
-        /// The private key file.
-        key: PathBuf,
-        /// Why loading failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Binding or accepting on the listen address failed.
-    #[error("failed to serve on {addr}: {source}")]
-    Serve {
-        /// The listen address.
-        addr: SocketAddr,
-        /// The socket error.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// `Result` with this module's error.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+use crate::error::{Error, Result};
 
 /// How to listen.
 #[derive(Clone, Debug)]

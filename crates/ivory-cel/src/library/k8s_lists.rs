@@ -9,22 +9,22 @@ use cel::common::value::CowVal;
 use cel::parser::{Macro, MacroExprHelper};
 use cel::{Env, ExecutionError, IdedExpr, ParseError, Value};
 
-use super::{Registry, string};
+use super::{FunctionError, Registry, string};
 
-fn compare(a: &Value, b: &Value) -> Result<Ordering, String> {
+fn compare(a: &Value, b: &Value) -> Result<Ordering, FunctionError> {
     a.partial_cmp(b).ok_or_else(|| {
-        format!(
+        FunctionError::Elements(format!(
             "{} and {} are not comparable",
             crate::convert::type_name(a),
             crate::convert::type_name(b)
-        )
+        ))
     })
 }
 
-fn extreme(items: &[Value], want: Ordering) -> Result<Value, String> {
-    let mut best = items
-        .first()
-        .ok_or("empty list has no minimum or maximum")?;
+fn extreme(items: &[Value], want: Ordering) -> Result<Value, FunctionError> {
+    let mut best = items.first().ok_or_else(|| {
+        FunctionError::Elements("empty list has no minimum or maximum".to_owned())
+    })?;
     for item in &items[1..] {
         if compare(item, best)? == want {
             best = item;
@@ -33,8 +33,8 @@ fn extreme(items: &[Value], want: Ordering) -> Result<Value, String> {
     Ok(best.clone())
 }
 
-fn sum(items: &[Value]) -> Result<Value, String> {
-    let overflow = || "sum overflows".to_owned();
+fn sum(items: &[Value]) -> Result<Value, FunctionError> {
+    let overflow = || FunctionError::OutOfRange("sum overflows".to_owned());
     match items.first() {
         None | Some(Value::Int(_)) => items
             .iter()
@@ -57,15 +57,18 @@ fn sum(items: &[Value]) -> Result<Value, String> {
                 other => Err(mixed(other)),
             })
             .map(Value::Float),
-        Some(other) => Err(format!(
+        Some(other) => Err(FunctionError::Elements(format!(
             "sum is not defined on list of {}",
             crate::convert::type_name(other)
-        )),
+        ))),
     }
 }
 
-fn mixed(v: &Value) -> String {
-    format!("sum: unexpected {} in list", crate::convert::type_name(v))
+fn mixed(v: &Value) -> FunctionError {
+    FunctionError::Elements(format!(
+        "sum: unexpected {} in list",
+        crate::convert::type_name(v)
+    ))
 }
 
 pub(super) fn register(r: &mut Registry) {

@@ -5,7 +5,7 @@ use cel::common::value::CowVal;
 use cel::objects::Opaque;
 use cel::{ExecutionError, FunctionContext, Value};
 
-use super::{Registry, call_values, no_overload, opaque, string, wrap};
+use super::{FunctionError, Registry, call_values, no_overload, opaque, string, wrap};
 use crate::activation::{HostOp, call_host};
 use crate::image::ImageReference;
 
@@ -24,18 +24,18 @@ pub(super) fn to_string(o: &dyn Opaque) -> Option<String> {
     o.downcast_ref::<Image>().map(|i| i.0.original().to_owned())
 }
 
-fn parse(a: &[Value]) -> Option<Result<Value, String>> {
+fn parse(a: &[Value]) -> Option<Result<Value, FunctionError>> {
     match a {
         [Value::String(s)] => Some(
             ImageReference::parse(s)
                 .map(|r| wrap(Image(r)))
-                .map_err(|e| e.to_string()),
+                .map_err(FunctionError::from),
         ),
         _ => None,
     }
 }
 
-fn member(a: &[Value], f: fn(&ImageReference) -> Value) -> Option<Result<Value, String>> {
+fn member(a: &[Value], f: fn(&ImageReference) -> Value) -> Option<Result<Value, FunctionError>> {
     match a {
         [v] => opaque::<Image>(v).map(|i| Ok(f(&i.0))),
         _ => None,

@@ -71,7 +71,29 @@ impl Library {
 
 /// A library function overload: gets the receiver (if any) followed by the arguments;
 /// `None` means "these argument types are not mine".
-pub(crate) type Handler = fn(&[Value]) -> Option<Result<Value, String>>;
+pub(crate) type Handler = fn(&[Value]) -> Option<Result<Value, FunctionError>>;
+
+/// Why a library function refused its arguments. The text becomes the CEL error
+/// (`Error executing function '<name>': <text>`), in the words of the Kubernetes or Kyverno
+/// library the function comes from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum FunctionError {
+    /// A string that is not a value of the function's type (quantity, IP address, CIDR, URL,
+    /// semver, regex).
+    #[error("{0}")]
+    Invalid(String),
+    /// A string that is not an image reference.
+    #[error(transparent)]
+    Image(#[from] ivory_reference::ImageRefError),
+    /// A value or result outside what the type holds (overflow, a fraction where an integer
+    /// is asked for).
+    #[error("{0}")]
+    OutOfRange(String),
+    /// List elements the function cannot compare or add up, or an empty list where an
+    /// element is needed.
+    #[error("{0}")]
+    Elements(String),
+}
 
 pub(crate) type Func = Box<
     dyn for<'c, 'd> Fn(&mut FunctionContext<'c, 'd>) -> Result<CowVal<'c, 'd>, ExecutionError>
@@ -142,7 +164,7 @@ fn dispatcher(name: &'static str, handlers: Vec<Handler>) -> Func {
         let all = call_values(ftx)?;
         for h in &handlers {
             if let Some(result) = h(&all) {
-                let value = result.map_err(|m| ExecutionError::function_error(name, m))?;
+                let value = result.map_err(|e| ExecutionError::function_error(name, e))?;
                 return value.try_into().map(CowVal::Owned);
             }
         }

@@ -6,7 +6,7 @@ use cel::Value;
 use cel::objects::Opaque;
 use ipnet::IpNet;
 
-use super::{Registry, opaque, wrap};
+use super::{FunctionError, Registry, opaque, wrap};
 
 pub(super) const IP_TYPE: &str = "net.IP";
 pub(super) const CIDR_TYPE: &str = "net.IPPrefix";
@@ -36,33 +36,43 @@ pub(super) fn to_string(o: &dyn Opaque) -> Option<String> {
 }
 
 /// Kubernetes rules: no zones, no IPv4-mapped IPv6 addresses.
-pub(crate) fn parse_ip(s: &str) -> Result<IpAddr, String> {
+pub(crate) fn parse_ip(s: &str) -> Result<IpAddr, FunctionError> {
     if s.contains('%') {
-        return Err(format!("IP address with zone value is not allowed: {s}"));
+        return Err(FunctionError::Invalid(format!(
+            "IP address with zone value is not allowed: {s}"
+        )));
     }
-    let ip: IpAddr = s
-        .parse()
-        .map_err(|e| format!("IP Address {s:?} parse error during conversion from string: {e}"))?;
+    let ip: IpAddr = s.parse().map_err(|e| {
+        FunctionError::Invalid(format!(
+            "IP Address {s:?} parse error during conversion from string: {e}"
+        ))
+    })?;
     if let IpAddr::V6(v6) = ip
         && v6.to_ipv4_mapped().is_some()
     {
-        return Err(format!("IPv4-mapped IPv6 address is not allowed: {s}"));
+        return Err(FunctionError::Invalid(format!(
+            "IPv4-mapped IPv6 address is not allowed: {s}"
+        )));
     }
     Ok(ip)
 }
 
-pub(crate) fn parse_cidr(s: &str) -> Result<IpNet, String> {
+pub(crate) fn parse_cidr(s: &str) -> Result<IpNet, FunctionError> {
     let Some((addr, _)) = s.split_once('/') else {
-        return Err(format!(
+        return Err(FunctionError::Invalid(format!(
             "network address parse error during conversion from string: {s:?} has no prefix length"
-        ));
+        )));
     };
     if addr.contains('%') {
-        return Err(format!("CIDR with zone value is not allowed: {s}"));
+        return Err(FunctionError::Invalid(format!(
+            "CIDR with zone value is not allowed: {s}"
+        )));
     }
     parse_ip(addr)?;
     s.parse::<IpNet>().map_err(|e| {
-        format!("network address parse error during conversion from string: {s:?}: {e}")
+        FunctionError::Invalid(format!(
+            "network address parse error during conversion from string: {s:?}: {e}"
+        ))
     })
 }
 
@@ -90,14 +100,14 @@ fn is_global_unicast(ip: &IpAddr) -> bool {
         || broadcast)
 }
 
-fn ip_member(a: &[Value], f: fn(&IpAddr) -> Value) -> Option<Result<Value, String>> {
+fn ip_member(a: &[Value], f: fn(&IpAddr) -> Value) -> Option<Result<Value, FunctionError>> {
     match a {
         [v] => opaque::<Ip>(v).map(|ip| Ok(f(&ip.0))),
         _ => None,
     }
 }
 
-fn cidr_member(a: &[Value], f: fn(&IpNet) -> Value) -> Option<Result<Value, String>> {
+fn cidr_member(a: &[Value], f: fn(&IpNet) -> Value) -> Option<Result<Value, FunctionError>> {
     match a {
         [v] => opaque::<Cidr>(v).map(|c| Ok(f(&c.0))),
         _ => None,

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use cel::Value;
 use cel::objects::Opaque;
 
-use super::{Registry, opaque, wrap};
+use super::{FunctionError, Registry, opaque, wrap};
 
 pub(super) const QUANTITY_TYPE: &str = "kubernetes.Quantity";
 const NANO: i128 = 1_000_000_000;
@@ -37,11 +37,11 @@ pub(super) fn to_string(o: &dyn Opaque) -> Option<String> {
 
 /// Parses `<signedNumber><suffix>` (binary SI `Ki…Ei`, decimal SI `n u m k M G T P E`,
 /// or decimal exponent `e<n>`/`E<n>`).
-pub(crate) fn parse(s: &str) -> Result<Quantity, String> {
+pub(crate) fn parse(s: &str) -> Result<Quantity, FunctionError> {
     let err = || {
-        format!(
+        FunctionError::Invalid(format!(
             "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {s:?}"
-        )
+        ))
     };
     let (negative, body) = match s.as_bytes().first() {
         Some(b'-') => (true, &s[1..]),
@@ -75,8 +75,8 @@ pub(crate) fn parse(s: &str) -> Result<Quantity, String> {
     })
 }
 
-fn too_large(s: &str) -> String {
-    format!("quantity {s:?} is out of the supported range")
+fn too_large(s: &str) -> FunctionError {
+    FunctionError::OutOfRange(format!("quantity {s:?} is out of the supported range"))
 }
 
 /// (power of two, power of ten) of a suffix.
@@ -133,18 +133,18 @@ fn scale(m: i128, pow2: u32, pow10: i64) -> Option<i128> {
     }
 }
 
-fn as_integer(q: &Quantity) -> Result<i64, String> {
+fn as_integer(q: &Quantity) -> Result<i64, FunctionError> {
     if q.nanos % NANO != 0 {
-        return Err(format!(
+        return Err(FunctionError::OutOfRange(format!(
             "cannot convert value to integer: {} is not a whole number",
             q.original
-        ));
+        )));
     }
     i64::try_from(q.nanos / NANO).map_err(|_| {
-        format!(
+        FunctionError::OutOfRange(format!(
             "cannot convert value to integer: {} overflows int",
             q.original
-        )
+        ))
     })
 }
 
@@ -163,7 +163,7 @@ fn format_nanos(n: i128) -> String {
     }
 }
 
-fn arith(a: &[Value], sub: bool) -> Option<Result<Value, String>> {
+fn arith(a: &[Value], sub: bool) -> Option<Result<Value, FunctionError>> {
     let [q, other] = a else { return None };
     let q = opaque::<Quantity>(q)?;
     let rhs = operand(other)?;
@@ -178,7 +178,7 @@ fn arith(a: &[Value], sub: bool) -> Option<Result<Value, String>> {
                     nanos,
                 })
             })
-            .ok_or_else(|| "quantity arithmetic overflow".to_owned()),
+            .ok_or_else(|| FunctionError::OutOfRange("quantity arithmetic overflow".to_owned())),
     )
 }
 
@@ -191,7 +191,10 @@ fn compare(a: &[Value]) -> Option<Ordering> {
     )
 }
 
-fn member(a: &[Value], f: fn(&Quantity) -> Result<Value, String>) -> Option<Result<Value, String>> {
+fn member(
+    a: &[Value],
+    f: fn(&Quantity) -> Result<Value, FunctionError>,
+) -> Option<Result<Value, FunctionError>> {
     match a {
         [v] => opaque::<Quantity>(v).map(f),
         _ => None,

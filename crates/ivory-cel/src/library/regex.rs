@@ -6,7 +6,7 @@ use std::sync::{Arc, LazyLock};
 use cel::Value;
 use regex::{Regex, RegexBuilder};
 
-use super::{MATCHES_CACHED, Registry, string};
+use super::{FunctionError, MATCHES_CACHED, Registry, string};
 
 /// Distinct patterns kept compiled; policies use few, so this only bounds hostile input.
 const CACHE_CAPACITY: u64 = 1024;
@@ -17,14 +17,14 @@ static CACHE: LazyLock<moka::sync::Cache<String, Arc<Regex>>> =
     LazyLock::new(|| moka::sync::Cache::new(CACHE_CAPACITY));
 
 /// The compiled form of `pattern`, from the cache when possible.
-pub(crate) fn compiled(pattern: &str) -> Result<Arc<Regex>, String> {
+pub(crate) fn compiled(pattern: &str) -> Result<Arc<Regex>, FunctionError> {
     if let Some(re) = CACHE.get(pattern) {
         return Ok(re);
     }
     let re = RegexBuilder::new(pattern)
         .size_limit(REGEX_SIZE_LIMIT)
         .build()
-        .map_err(|e| format!("'{pattern}' not a valid regex: {e}"))?;
+        .map_err(|e| FunctionError::Invalid(format!("'{pattern}' not a valid regex: {e}")))?;
     let re = Arc::new(re);
     CACHE.insert(pattern.to_owned(), Arc::clone(&re));
     Ok(re)
@@ -51,7 +51,7 @@ pub(super) fn register(r: &mut Registry) {
 }
 
 /// Up to `limit` matches; a negative limit means all (Kubernetes `findAll(re, n)`).
-fn find_all(s: &str, pattern: &str, limit: i64) -> Result<Value, String> {
+fn find_all(s: &str, pattern: &str, limit: i64) -> Result<Value, FunctionError> {
     let re = compiled(pattern)?;
     let take = usize::try_from(limit).unwrap_or(usize::MAX);
     let found: Vec<Value> = re

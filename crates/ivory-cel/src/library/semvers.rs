@@ -6,7 +6,7 @@ use cel::Value;
 use cel::objects::Opaque;
 use semver::Version;
 
-use super::{Registry, opaque, wrap};
+use super::{FunctionError, Registry, opaque, wrap};
 
 pub(super) const SEMVER_TYPE: &str = "kubernetes.Semver";
 
@@ -25,8 +25,10 @@ pub(super) fn to_string(o: &dyn Opaque) -> Option<String> {
 
 /// Strict semver; with `normalize`, a leading `v`, missing minor/patch and leading zeros
 /// are accepted (`v1.02` → `1.2.0`).
-pub(crate) fn parse(s: &str, normalize: bool) -> Result<Version, String> {
-    let err = |e: &dyn std::fmt::Display| format!("could not parse {s:?} as semver: {e}");
+pub(crate) fn parse(s: &str, normalize: bool) -> Result<Version, FunctionError> {
+    let err = |e: &dyn std::fmt::Display| {
+        FunctionError::Invalid(format!("could not parse {s:?} as semver: {e}"))
+    };
     if !normalize {
         return Version::parse(s).map_err(|e| err(&e));
     }
@@ -50,7 +52,7 @@ pub(crate) fn parse(s: &str, normalize: bool) -> Result<Version, String> {
     Version::parse(&format!("{}{rest}", parts.join("."))).map_err(|e| err(&e))
 }
 
-fn construct(a: &[Value]) -> Option<Result<Version, String>> {
+fn construct(a: &[Value]) -> Option<Result<Version, FunctionError>> {
     match a {
         [Value::String(s)] => Some(parse(s, false)),
         [Value::String(s), Value::Bool(n)] => Some(parse(s, *n)),
@@ -67,12 +69,12 @@ fn compare(a: &[Value]) -> Option<Ordering> {
     )
 }
 
-fn member(a: &[Value], f: fn(&Version) -> u64) -> Option<Result<Value, String>> {
+fn member(a: &[Value], f: fn(&Version) -> u64) -> Option<Result<Value, FunctionError>> {
     match a {
         [v] => opaque::<Semver>(v).map(|s| {
             i64::try_from(f(&s.0))
                 .map(Value::Int)
-                .map_err(|_| "semver component overflows int".to_owned())
+                .map_err(|_| FunctionError::OutOfRange("semver component overflows int".to_owned()))
         }),
         _ => None,
     }

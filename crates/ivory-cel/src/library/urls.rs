@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cel::Value;
 use cel::objects::{Key, Map, Opaque};
 
-use super::{Registry, opaque, string, wrap};
+use super::{FunctionError, Registry, opaque, string, wrap};
 
 pub(super) const URL_TYPE: &str = "kubernetes.URL";
 
@@ -30,9 +30,12 @@ pub(super) fn to_string(o: &dyn Opaque) -> Option<String> {
 }
 
 /// An absolute URL (`scheme://…`, `scheme:opaque`) or an absolute path (`/…`).
-pub(crate) fn parse(s: &str) -> Result<Url, String> {
-    let err =
-        |why: &str| format!("URL parse error during conversion from string: parse {s:?}: {why}");
+pub(crate) fn parse(s: &str) -> Result<Url, FunctionError> {
+    let err = |why: &str| {
+        FunctionError::Invalid(format!(
+            "URL parse error during conversion from string: parse {s:?}: {why}"
+        ))
+    };
     if s.is_empty() {
         return Err(err("empty url"));
     }
@@ -117,7 +120,7 @@ fn query_map(query: &str) -> Value {
     Value::Map(Map { map: Arc::new(map) })
 }
 
-fn url_member(a: &[Value], f: fn(&Url) -> Value) -> Option<Result<Value, String>> {
+fn url_member(a: &[Value], f: fn(&Url) -> Value) -> Option<Result<Value, FunctionError>> {
     match a {
         [v] => opaque::<Url>(v).map(|u| Ok(f(u))),
         _ => None,

@@ -9,13 +9,34 @@ use serde_json::Value as Json;
 
 use crate::bindings::RequestBindings;
 
+/// Why a program of the policy could not be evaluated; its text becomes the policy result's
+/// message (after `failed to evaluate policy: `).
+#[derive(Debug, Clone, thiserror::Error)]
+pub(super) enum ExprError {
+    /// The program itself failed.
+    #[error(transparent)]
+    Eval(#[from] EvalError),
+    /// A variable the program reads failed.
+    #[error("composited variable {name:?} fails to evaluate: {source}")]
+    Variable {
+        /// The variable's name.
+        name: String,
+        /// Why it failed.
+        #[source]
+        source: Box<ExprError>,
+    },
+    /// A variable that reads itself, directly or through others.
+    #[error("variable {0:?} refers to itself")]
+    Cycle(String),
+}
+
 /// Evaluates a policy's programs against one request, memoizing variables. The request's
 /// bindings are shared by all evaluators of the request; only `variables` is rebound per program.
 pub(super) struct Evaluator<'a> {
     data: &'a RequestBindings<'a>,
     json_mode: bool,
     variables: &'a [NamedProgram],
-    memo: HashMap<String, Result<Value, String>>,
+    memo: HashMap<String, Result<Value, ExprError>>,
     act: Activation<'a>,
     /// The first evaluation stopped by the CEL cost limits or the deadline.
     over_budget: Option<String>,
@@ -76,19 +97,22 @@ impl<'a> Evaluator<'a> {
         self.memo.clear();
     }
 
-    pub(super) fn bool(&mut self, program: &Program) -> Result<bool, String> {
+    pub(super) fn bool(&mut self, program: &Program) -> Result<bool, ExprError> {
         self.eval(program, |p, a| p.evaluate_bool(a))
     }
 
-    pub(super) fn string(&mut self, program: &Program) -> Result<String, String> {
+    pub(super) fn string(&mut self, program: &Program) -> Result<String, ExprError> {
         self.eval(program, |p, a| p.evaluate_string(a))
     }
 
-    pub(super) fn optional_string(&mut self, program: &Program) -> Result<Option<String>, String> {
+    pub(super) fn optional_string(
+        &mut self,
+        program: &Program,
+    ) -> Result<Option<String>, ExprError> {
         self.eval(program, |p, a| p.evaluate_optional_string(a))
     }
 
-    pub(super) fn json(&mut self, program: &Program) -> Result<Json, String> {
+    pub(super) fn json(&mut self, program: &Program) -> Result<Json, ExprError> {
         self.eval(program, |p, a| p.evaluate_json(a))
     }
 
@@ -97,11 +121,11 @@ impl<'a> Evaluator<'a> {
         &mut self,
         program: &Program,
         run: impl Fn(&Program, &Activation<'_>) -> Result<T, EvalError>,
-    ) -> Result<T, String> {
+    ) -> Result<T, ExprError> {
         let vars = self.resolve(&self.needed(program), &mut Vec::new())?;
         self.bind_variables(vars);
         let result = run(program, &self.act);
-        result.map_err(|e| self.describe(e))
+        result.map_err(|e| self.note(e))
     }
 
     /// Why an evaluation stopped on the CEL cost limits or the deadline, if one did: such a
@@ -110,12 +134,12 @@ impl<'a> Evaluator<'a> {
         self.over_budget.as_deref()
     }
 
-    fn describe(&mut self, e: EvalError) -> String {
-        let text = e.to_string();
+    /// Remembers the first evaluation the cost limits stopped (decided by the error's variant).
+    fn note(&mut self, e: EvalError) -> ExprError {
         if matches!(e, EvalError::CostExceeded { .. }) && self.over_budget.is_none() {
-            self.over_budget = Some(text.clone());
+            self.over_budget = Some(e.to_string());
         }
-        text
+        ExprError::Eval(e)
     }
 
     fn needed(&self, program: &Program) -> Vec<String> {
@@ -134,7 +158,7 @@ impl<'a> Evaluator<'a> {
         &mut self,
         names: &[String],
         stack: &mut Vec<String>,
-    ) -> Result<HashMap<String, Value>, String> {
+    ) -> Result<HashMap<String, Value>, ExprError> {
         let mut out = HashMap::new();
         for name in names {
             if !self.memo.contains_key(name) {
@@ -143,18 +167,20 @@ impl<'a> Evaluator<'a> {
                     continue;
                 };
                 if stack.contains(name) {
-                    return Err(format!("variable {name:?} refers to itself"));
+                    return Err(ExprError::Cycle(name.clone()));
                 }
                 stack.push(name.clone());
                 let deps = self.needed(&var.program);
                 let result = self.resolve(&deps, stack).and_then(|vars| {
                     self.bind_variables(vars);
                     let result = var.program.evaluate(&self.act);
-                    result.map_err(|e| self.describe(e))
+                    result.map_err(|e| self.note(e))
                 });
                 stack.pop();
-                let result = result
-                    .map_err(|e| format!("composited variable {name:?} fails to evaluate: {e}"));
+                let result = result.map_err(|e| ExprError::Variable {
+                    name: name.clone(),
+                    source: Box::new(e),
+                });
                 self.memo.insert(name.clone(), result);
             }
             match self.memo.get(name) {

@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
-use ivory_cel::Host;
+use ivory_cel::{Host, HostError};
 use ivory_policy::compiled::CompiledPolicy;
 use ivory_policy::types::Attestation;
 use serde_json::Value;
 
 use super::prefetch::{Outcome, Prefetched, VerifyKey};
-use crate::verifier::{Verification, VerifyError};
+use crate::verifier::{ErrorKind, Verification, VerifyError};
 
 /// Kyverno's error when a payload is asked for before its attestation was verified.
 pub(super) const PAYLOAD_NOT_VERIFIED: &str = "failed to get payload: intoto attestation payload cannot be fetch before verifying intoto attestation";
@@ -74,13 +74,20 @@ pub(super) struct PolicyHost<'a> {
 }
 
 impl PolicyHost<'_> {
-    /// Remembers that an expression needed `err`, and hands CEL its text.
-    fn needed(&self, err: &VerifyError) -> String {
+    /// Remembers that an expression needed `err` (CEL keeps only its text, and may absorb
+    /// it), and hands CEL the error of its class, in `err`'s words after `context`.
+    fn needed(&self, err: &VerifyError, context: &str) -> HostError {
         self.unanswered
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(err.clone());
-        err.to_string()
+        let text = format!("{context}{err}");
+        match err.kind() {
+            ErrorKind::Deadline => HostError::BudgetExhausted(text),
+            ErrorKind::Unavailable | ErrorKind::NotFound | ErrorKind::Hostile => {
+                HostError::Registry(text)
+            }
+        }
     }
 
     /// Sets (or clears) the answer assumed for verifications the budget did not allow.
@@ -112,12 +119,14 @@ impl PolicyHost<'_> {
             .cloned()
     }
 
-    fn attestation(&self, name: &str) -> Result<&Attestation, String> {
+    fn attestation(&self, name: &str) -> Result<&Attestation, HostError> {
         self.policy
             .attestations
             .iter()
             .find(|a| a.name == name)
-            .ok_or_else(|| format!("attestation not found in policy: {name}"))
+            .ok_or_else(|| {
+                HostError::InvalidArgument(format!("attestation not found in policy: {name}"))
+            })
     }
 
     /// Counts the attestors that verified (image, attestation); records the evidence.
@@ -126,7 +135,7 @@ impl PolicyHost<'_> {
         image: &str,
         attestation: Option<&str>,
         attestors: &[Value],
-    ) -> Result<i64, String> {
+    ) -> Result<i64, HostError> {
         let mut count = 0i64;
         let assumed = self.assumed();
         for attestor in attestors {
@@ -153,7 +162,7 @@ impl PolicyHost<'_> {
                 Some(Outcome::Verify(Ok(Verification::NotVerified { .. }))) => {}
                 Some(Outcome::Verify(Err(err))) => match assumed {
                     Some(verified) if err.is_deadline() => count += i64::from(verified),
-                    _ => return Err(self.needed(err)),
+                    _ => return Err(self.needed(err, "")),
                 },
                 Some(Outcome::ImageData(_) | Outcome::Resolve(_)) | None => {
                     return Err(not_prepared(image, name, attestation));
@@ -168,7 +177,7 @@ impl PolicyHost<'_> {
 }
 
 impl Host for PolicyHost<'_> {
-    fn verify_image_signatures(&self, image: &str, attestors: &[Value]) -> Result<i64, String> {
+    fn verify_image_signatures(&self, image: &str, attestors: &[Value]) -> Result<i64, HostError> {
         if !(self.matches)(image) {
             return Ok(0);
         }
@@ -180,7 +189,7 @@ impl Host for PolicyHost<'_> {
         image: &str,
         attestation: &str,
         attestors: &[Value],
-    ) -> Result<i64, String> {
+    ) -> Result<i64, HostError> {
         if !(self.matches)(image) {
             return Ok(0);
         }
@@ -189,16 +198,16 @@ impl Host for PolicyHost<'_> {
             for attestor in attestors {
                 let name = attestor_name(attestor)?;
                 if self.notary_attestors.iter().any(|n| n == name) {
-                    return Err(
+                    return Err(HostError::InvalidArgument(
                         "notary verifier only supports oci 1.1 referrers as attestations".into(),
-                    );
+                    ));
                 }
             }
         }
         self.count(image, Some(attestation), attestors)
     }
 
-    fn extract_payload(&self, image: &str, attestation: &str) -> Result<Value, String> {
+    fn extract_payload(&self, image: &str, attestation: &str) -> Result<Value, HostError> {
         let att = self.attestation(attestation)?;
         let verified = self
             .payloads
@@ -210,48 +219,180 @@ impl Host for PolicyHost<'_> {
             Some(payload) => Ok(payload),
             // Kyverno falls back to live, unverified referrer data here (#17130); ivory never
             // returns a payload that was not verified.
-            None if att.referrer.is_some() => Err(format!(
+            None if att.referrer.is_some() => Err(HostError::NotVerified(format!(
                 "failed to get payload: referrer attestation {attestation} cannot be fetched before verifying it"
-            )),
-            None => Err(PAYLOAD_NOT_VERIFIED.to_owned()),
+            ))),
+            None => Err(HostError::NotVerified(PAYLOAD_NOT_VERIFIED.to_owned())),
         }
     }
 
-    fn image_data(&self, image: &str) -> Result<Value, String> {
+    fn image_data(&self, image: &str) -> Result<Value, HostError> {
         if !(self.matches)(image) {
-            return Err(format!(
+            return Err(HostError::InvalidArgument(format!(
                 "failed to get imagedata: image {image} is not selected by the policy's matchImageReferences; ivory fetches image data only for the policy's own images"
-            ));
+            )));
         }
         let Some(&index) = self.image_data.get(image) else {
-            return Err(format!(
+            return Err(HostError::InvalidArgument(format!(
                 "failed to get imagedata: image {image} is not one of the images extracted from the request"
-            ));
+            )));
         };
         match self.prefetched.outcome(index) {
             Some(Outcome::ImageData(Ok(data))) => Ok(data.clone()),
             Some(Outcome::ImageData(Err(err))) => {
-                Err(format!("failed to get imagedata: {}", self.needed(err)))
+                Err(self.needed(err, "failed to get imagedata: "))
             }
-            Some(Outcome::Verify(_) | Outcome::Resolve(_)) | None => {
-                Err(format!("failed to get imagedata: {image}"))
-            }
+            Some(Outcome::Verify(_) | Outcome::Resolve(_)) | None => Err(
+                HostError::InvalidArgument(format!("failed to get imagedata: {image}")),
+            ),
         }
     }
 }
 
-fn attestor_name(attestor: &Value) -> Result<&str, String> {
+fn attestor_name(attestor: &Value) -> Result<&str, HostError> {
     attestor.get("name").and_then(Value::as_str).ok_or_else(|| {
-        "attestor argument is not one of the policy's attestors (no name)".to_owned()
+        HostError::InvalidArgument(
+            "attestor argument is not one of the policy's attestors (no name)".to_owned(),
+        )
     })
 }
 
-fn not_prepared(image: &str, attestor: &str, attestation: Option<&str>) -> String {
+/// A question outside those prefetched for the policy.
+fn not_prepared(image: &str, attestor: &str, attestation: Option<&str>) -> HostError {
     let what = match attestation {
         Some(att) => format!("attestation {att} of image {image}"),
         None => format!("signature of image {image}"),
     };
-    format!(
+    HostError::InvalidArgument(format!(
         "{what} was not verified by attestor {attestor}: ivory verifies only the policy's matched images with its declared attestors and attestations"
-    )
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const IMAGE: &str = "ghcr.io/acme/app:1";
+
+    fn policy() -> CompiledPolicy {
+        let yaml = "apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata:
+  name: p
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: ['']
+      apiVersions: ['v1']
+      operations: ['CREATE']
+      resources: ['pods']
+  attestors:
+  - name: slow
+    cosign:
+      key:
+        data: |
+          -----BEGIN PUBLIC KEY-----
+          MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE6QsNef3SKYhJVYSVj+ZfbPwJd0pv
+          DLYNHXITZkhIzfE+apcxDjCCkDPcJ3A3zvhPATYOIsCxYPch7Q2JdJLsDQ==
+          -----END PUBLIC KEY-----
+  attestations:
+  - name: sbom
+    intoto:
+      type: https://spdx.dev/Document
+  validations:
+  - expression: 'true'
+";
+        let report = ivory_policy::load_str(yaml, "host.yaml");
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        report.policies.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn host_errors_take_their_class_from_the_verify_errors_kind() {
+        let deadline = VerifyError::DeadlineExceeded {
+            image: IMAGE.into(),
+            registry: "ghcr.io".into(),
+            operation: "verifying signatures".into(),
+            budget_ms: 5,
+        };
+        // Worded like a spent budget, but a registry failure: the kind decides, not the text.
+        let down = VerifyError::Unavailable {
+            image: IMAGE.into(),
+            registry: "ghcr.io".into(),
+            message: "time budget of 5ms exhausted".into(),
+        };
+        let missing = VerifyError::NotFound {
+            image: IMAGE.into(),
+            registry: "ghcr.io".into(),
+            message: "manifest unknown".into(),
+        };
+        let prefetched = Prefetched::from_outcomes(vec![
+            Outcome::Verify(Err(deadline.clone())),
+            Outcome::Verify(Err(down.clone())),
+            Outcome::ImageData(Err(missing.clone())),
+        ]);
+        let key = |attestor: &str| VerifyKey {
+            image: IMAGE.into(),
+            attestor: attestor.into(),
+            attestation: None,
+        };
+        let keys = BTreeMap::from([(key("slow"), 0), (key("down"), 1)]);
+        let image_data = BTreeMap::from([(IMAGE.to_owned(), 2)]);
+        let policy = policy();
+        let evidence = Evidence::default();
+        let host = PolicyHost {
+            policy: &policy,
+            matches: &|_: &str| true,
+            notary_attestors: &[],
+            prefetched: &prefetched,
+            keys: &keys,
+            image_data: &image_data,
+            evidence: &evidence,
+            payloads: Mutex::new(BTreeMap::new()),
+            unanswered: Mutex::new(Vec::new()),
+            assumed: Mutex::new(None),
+        };
+        let attestor = |name: &str| [json!({ "name": name })];
+
+        assert_eq!(
+            host.verify_image_signatures(IMAGE, &attestor("slow")),
+            Err(HostError::BudgetExhausted(deadline.to_string()))
+        );
+        assert_eq!(
+            host.verify_image_signatures(IMAGE, &attestor("down")),
+            Err(HostError::Registry(down.to_string()))
+        );
+        assert_eq!(
+            host.image_data(IMAGE),
+            Err(HostError::Registry(format!(
+                "failed to get imagedata: {missing}"
+            )))
+        );
+        // Every registry error an expression read is recorded; the spent budget decides.
+        assert_eq!(host.mark(), 3);
+        assert_eq!(host.deciding_error_since(0), Some(deadline));
+        assert_eq!(host.deciding_error_since(1), Some(down));
+
+        // A payload nothing verified is a verdict, not a failure to reach one.
+        assert_eq!(
+            host.extract_payload(IMAGE, "sbom"),
+            Err(HostError::NotVerified(PAYLOAD_NOT_VERIFIED.to_owned()))
+        );
+        // Questions outside the policy are the caller's mistake, and record nothing.
+        for refused in [
+            host.extract_payload(IMAGE, "unknown"),
+            host.verify_image_signatures(IMAGE, &[json!({})])
+                .map(|_| json!(0)),
+            host.verify_image_signatures(IMAGE, &attestor("other"))
+                .map(|_| json!(0)),
+        ] {
+            assert!(
+                matches!(refused, Err(HostError::InvalidArgument(_))),
+                "{refused:?}"
+            );
+        }
+        assert_eq!(host.mark(), 3);
+    }
 }

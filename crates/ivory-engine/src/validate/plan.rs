@@ -10,7 +10,7 @@ use ivory_policy::compiled::{CompiledAttestor, CompiledPolicy};
 use ivory_policy::types::{Attestor, FailurePolicy};
 use serde_json::Value as Json;
 
-use super::context::Evaluator;
+use super::context::{Evaluator, ExprError};
 use super::evaluate::{self, Evaluated};
 use super::prefetch::{Job, JobSet, VerifyKey};
 use super::{EVAL_FAILED, result};
@@ -99,7 +99,7 @@ pub(super) fn prepare<'a>(
             return over_budget(&eval, &[]).unwrap_or(Prepared::NotMatched);
         }
         Ok(false) => return Prepared::NotMatched,
-        Err(message) => return fail(Status::Error, message, &[]),
+        Err(e) => return fail(Status::Error, format!("{EVAL_FAILED}: {e}"), &[]),
     }
 
     let extracted = match extract_images(policy, inputs.builtin, &mut eval) {
@@ -181,19 +181,19 @@ pub(super) fn prepare<'a>(
 
 /// All conditions true ⇒ matched; any false ⇒ not matched (even if another errored); else an
 /// error is "not matched" under `failurePolicy: Ignore` and a policy error under `Fail`.
-fn match_conditions(policy: &CompiledPolicy, eval: &mut Evaluator<'_>) -> Result<bool, String> {
+fn match_conditions(
+    policy: &CompiledPolicy,
+    eval: &mut Evaluator<'_>,
+) -> Result<bool, matching::MatchError> {
     let mut first_error = None;
     for condition in &policy.match_conditions {
         match eval.bool(&condition.program) {
             Ok(true) => {}
             Ok(false) => return Ok(false),
             Err(e) => {
-                first_error.get_or_insert_with(|| {
-                    matching::MatchError::Condition {
-                        name: condition.name.clone(),
-                        message: e,
-                    }
-                    .to_string()
+                first_error.get_or_insert_with(|| matching::MatchError::Condition {
+                    name: condition.name.clone(),
+                    message: e.to_string(),
                 });
             }
         }
@@ -201,8 +201,57 @@ fn match_conditions(policy: &CompiledPolicy, eval: &mut Evaluator<'_>) -> Result
     match (first_error, policy.failure_policy) {
         (None, _) => Ok(true),
         (Some(_), FailurePolicy::Ignore) => Ok(false),
-        (Some(e), FailurePolicy::Fail) => Err(format!("{EVAL_FAILED}: {e}")),
+        (Some(e), FailurePolicy::Fail) => Err(e),
     }
+}
+
+/// Why a policy's images or attestors could not be had from its CEL; the text follows
+/// `failed to evaluate policy: ` in the policy result.
+#[derive(Debug, thiserror::Error)]
+enum PrepareError {
+    /// A `spec.images` extractor failed.
+    #[error("images.{extractor}: {source}")]
+    Extractor {
+        extractor: String,
+        source: ExprError,
+    },
+    /// A `spec.images` extractor yielded something other than a list of strings.
+    #[error("images.{extractor}: expected {expected}, got {got}")]
+    ExtractorType {
+        extractor: String,
+        expected: &'static str,
+        got: Json,
+    },
+    /// A CEL-sourced attestor field failed.
+    #[error("attestor {attestor}: {pointer}: {source}")]
+    AttestorField {
+        attestor: String,
+        pointer: String,
+        source: ExprError,
+    },
+    /// A CEL-sourced attestor field's pointer cannot be written.
+    #[error("attestor {attestor}: {source}")]
+    AttestorPointer {
+        attestor: String,
+        source: PointerError,
+    },
+    /// The attestor with its fields filled in is not a valid attestor.
+    #[error("attestor {attestor}: {source}")]
+    AttestorDecode {
+        attestor: String,
+        source: serde_json::Error,
+    },
+}
+
+/// A field pointer of a compiled attestor that does not fit its JSON.
+#[derive(Debug, thiserror::Error)]
+enum PointerError {
+    #[error("invalid field pointer {0:?}")]
+    Invalid(String),
+    #[error("field pointer {0:?} names no array element")]
+    NoArrayElement(String),
+    #[error("field pointer {0:?} crosses a non-object")]
+    CrossesNonObject(String),
 }
 
 /// Built-in extractors (Kubernetes mode only), then `spec.images` (same name overrides).
@@ -210,7 +259,7 @@ fn extract_images(
     policy: &CompiledPolicy,
     builtin: &BTreeMap<String, Vec<String>>,
     eval: &mut Evaluator<'_>,
-) -> Result<BTreeMap<String, Vec<String>>, String> {
+) -> Result<BTreeMap<String, Vec<String>>, PrepareError> {
     let mut images = if policy.json_mode {
         BTreeMap::new()
     } else {
@@ -219,23 +268,29 @@ fn extract_images(
     for extractor in &policy.image_extractors {
         let value = eval
             .json(&extractor.program)
-            .map_err(|e| format!("images.{}: {e}", extractor.name))?;
+            .map_err(|source| PrepareError::Extractor {
+                extractor: extractor.name.clone(),
+                source,
+            })?;
         images.insert(extractor.name.clone(), string_list(&extractor.name, value)?);
     }
     Ok(images)
 }
 
-fn string_list(name: &str, value: Json) -> Result<Vec<String>, String> {
+fn string_list(name: &str, value: Json) -> Result<Vec<String>, PrepareError> {
+    let wrong = |expected, got| PrepareError::ExtractorType {
+        extractor: name.to_owned(),
+        expected,
+        got,
+    };
     let Json::Array(items) = value else {
-        return Err(format!(
-            "images.{name}: expected a list of strings, got {value}"
-        ));
+        return Err(wrong("a list of strings", value));
     };
     items
         .into_iter()
         .map(|item| match item {
             Json::String(s) => Ok(s),
-            other => Err(format!("images.{name}: expected a string, got {other}")),
+            other => Err(wrong("a string", other)),
         })
         .collect()
 }
@@ -260,7 +315,7 @@ fn has_digest(image: &str) -> bool {
 fn evaluate_attestors(
     attestors: &[CompiledAttestor],
     eval: &mut Evaluator<'_>,
-) -> Result<Vec<(Attestor, Json)>, String> {
+) -> Result<Vec<(Attestor, Json)>, PrepareError> {
     let mut out = Vec::with_capacity(attestors.len());
     for compiled in attestors {
         let name = &compiled.attestor.name;
@@ -273,12 +328,24 @@ fn evaluate_attestors(
         for (pointer, program) in &compiled.fields {
             let value = eval
                 .string(program)
-                .map_err(|e| format!("attestor {name}: {pointer}: {e}"))?;
-            set_pointer(&mut json, pointer, Json::String(value))
-                .map_err(|e| format!("attestor {name}: {e}"))?;
+                .map_err(|source| PrepareError::AttestorField {
+                    attestor: name.clone(),
+                    pointer: pointer.clone(),
+                    source,
+                })?;
+            set_pointer(&mut json, pointer, Json::String(value)).map_err(|source| {
+                PrepareError::AttestorPointer {
+                    attestor: name.clone(),
+                    source,
+                }
+            })?;
         }
-        let attestor: Attestor =
-            serde_json::from_value(json.clone()).map_err(|e| format!("attestor {name}: {e}"))?;
+        let attestor: Attestor = serde_json::from_value(json.clone()).map_err(|source| {
+            PrepareError::AttestorDecode {
+                attestor: name.clone(),
+                source,
+            }
+        })?;
         out.push((attestor, json));
     }
     Ok(out)
@@ -286,7 +353,7 @@ fn evaluate_attestors(
 
 /// Writes `value` at RFC 6901 `pointer`, creating objects on the way; a numeric token steps into
 /// an existing array element.
-fn set_pointer(root: &mut Json, pointer: &str, value: Json) -> Result<(), String> {
+fn set_pointer(root: &mut Json, pointer: &str, value: Json) -> Result<(), PointerError> {
     let mut target = root;
     let tokens: Vec<String> = pointer
         .split('/')
@@ -294,7 +361,7 @@ fn set_pointer(root: &mut Json, pointer: &str, value: Json) -> Result<(), String
         .map(|t| t.replace("~1", "/").replace("~0", "~"))
         .collect();
     let Some((last, parents)) = tokens.split_last() else {
-        return Err(format!("invalid field pointer {pointer:?}"));
+        return Err(PointerError::Invalid(pointer.to_owned()));
     };
     for token in parents {
         if target.is_null() {
@@ -306,15 +373,15 @@ fn set_pointer(root: &mut Json, pointer: &str, value: Json) -> Result<(), String
                 .parse::<usize>()
                 .ok()
                 .and_then(|i| items.get_mut(i))
-                .ok_or_else(|| format!("field pointer {pointer:?} names no array element"))?,
-            _ => return Err(format!("field pointer {pointer:?} crosses a non-object")),
+                .ok_or_else(|| PointerError::NoArrayElement(pointer.to_owned()))?,
+            _ => return Err(PointerError::CrossesNonObject(pointer.to_owned())),
         };
     }
     if target.is_null() {
         *target = Json::Object(serde_json::Map::new());
     }
     let Json::Object(map) = target else {
-        return Err(format!("field pointer {pointer:?} crosses a non-object"));
+        return Err(PointerError::CrossesNonObject(pointer.to_owned()));
     };
     map.insert(last.clone(), value);
     Ok(())

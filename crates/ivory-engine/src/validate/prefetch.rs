@@ -133,6 +133,12 @@ impl Prefetched {
     pub(super) fn outcome(&self, index: usize) -> Option<&Outcome> {
         self.outcomes.get(index)
     }
+
+    /// Answers given directly, for tests of what reads them.
+    #[cfg(test)]
+    pub(super) fn from_outcomes(outcomes: Vec<Outcome>) -> Self {
+        Self { outcomes }
+    }
 }
 
 /// Runs every job concurrently; none outlives `deadline`. `started` is when the request's

@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use ivory_policy::CompiledException;
 use ivory_policy::compiled::Origin;
 use ivory_policy::exception::{EXCEPTION_KIND, compile_exception};
+use ivory_policy::{CompiledException, PolicyError};
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
@@ -15,7 +15,8 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use super::{POLICY_GROUP, Result, spawn_drain, synced};
+use super::{POLICY_GROUP, spawn_drain, synced};
+use crate::Result;
 use crate::metrics::Metrics;
 use crate::policies::PolicyStore;
 
@@ -72,7 +73,7 @@ fn publish(reader: &Store<DynamicObject>, store: &PolicyStore, metrics: &Metrics
                     tracing::error!(error = %e, "PolicyException does not compile; it exempts nothing");
                 }
                 metrics.policy_load_failed(errors.len());
-                all_errors.extend(errors);
+                all_errors.extend(errors.iter().map(ToString::to_string));
             }
         }
     }
@@ -87,8 +88,9 @@ fn publish(reader: &Store<DynamicObject>, store: &PolicyStore, metrics: &Metrics
 /// Compiles one watched object exactly as an exception file.
 pub fn compile_object(
     object: &DynamicObject,
-) -> std::result::Result<CompiledException, Vec<String>> {
-    let mut value = serde_json::to_value(object).map_err(|e| vec![e.to_string()])?;
+) -> std::result::Result<CompiledException, Vec<PolicyError>> {
+    let mut value =
+        serde_json::to_value(object).map_err(|e| vec![PolicyError::new("", "", e.to_string())])?;
     if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");
     }
@@ -96,5 +98,4 @@ pub fn compile_object(
         obj.remove("status");
     }
     compile_exception(value, &Origin::default())
-        .map_err(|errors| errors.iter().map(ToString::to_string).collect())
 }

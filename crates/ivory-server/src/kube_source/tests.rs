@@ -71,8 +71,8 @@ fn compiles_objects_and_strips_status() {
     assert_eq!(policy.name, "pin");
 
     let errors = compile_object(&broken("bad", "1"), &key).unwrap_err();
-    assert!(
-        errors[0].contains("ImageValidatingPolicy/pin"),
+    assert_eq!(
+        errors[0].location, "ImageValidatingPolicy/pin (doc 1)",
         "{errors:?}"
     );
 }
@@ -281,6 +281,11 @@ async fn credential_scope_follows_kyverno() {
         let source = source.clone();
         async move { source.prepare(ns, &secrets(names), deadline).await }
     };
+    // The texts are what the API server shows: compared whole.
+    let prepare = |ns, names| {
+        let checked = prepare(ns, names);
+        async move { checked.await.map_err(|e| e.to_string()) }
+    };
     // A cluster policy: plain names in ivory's namespace, `ns/name` anywhere.
     assert_eq!(prepare(None, &["ivory-pull"]).await, Ok(()));
     assert_eq!(
@@ -321,10 +326,17 @@ async fn credential_scope_follows_kyverno() {
         )
     );
     // A namespace nobody watches, and no API to start a watch with.
-    let err = prepare(None, &["elsewhere/x"]).await.unwrap_err();
+    let err = source
+        .prepare(None, &secrets(&["elsewhere/x"]), deadline)
+        .await
+        .unwrap_err();
     assert!(
-        err.contains("Secrets of namespace elsewhere are not watched"),
+        matches!(&err.problem, SecretProblem::NotWatched { namespace } if namespace == "elsewhere"),
         "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "spec.credentials.secrets[0] \"elsewhere/x\": Secrets of namespace elsewhere are not watched"
     );
 }
 
@@ -353,7 +365,7 @@ fn namespaced_policies_plain_secret_names_are_their_own_namespace() {
     object.data["spec"]["credentials"]["secrets"] = json!(["ivory/ivory-pull"]);
     let errors = compile_object(&object, &key_of(&object)).unwrap_err();
     assert!(
-        errors[0].contains(
+        errors[0].to_string().contains(
             "a NamespacedImageValidatingPolicy may only use Secrets of its own namespace"
         ),
         "{errors:?}"

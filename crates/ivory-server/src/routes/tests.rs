@@ -12,6 +12,7 @@ use ivory_policy::{default_policy, load_str};
 use tower::ServiceExt as _;
 
 use super::*;
+use crate::kube_source::SecretProblem;
 
 const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 
@@ -501,6 +502,11 @@ async fn a_panic_is_answered_by_the_failure_policy_and_counted() {
             metrics.contains(r#"ivory_admission_panics_total{route="ivpol_mutate"} 1"#),
             "{metrics}"
         );
+        // A panic is no spent budget, whatever the failurePolicy answered.
+        assert!(
+            !metrics.contains(r#"ivory_deadline_expiries_total{route="ivpol_mutate"}"#),
+            "{metrics}"
+        );
         // The server keeps serving.
         let body = pod_review("u-q", "nginx:1.27").to_string();
         let (_, bytes) = post(&s, "/ivpol/mutate/ivory-pin-digests", body).await;
@@ -517,12 +523,21 @@ impl CredentialSource for OnlyGood {
         policy_namespace: Option<&'a str>,
         credentials: &'a Credentials,
         _: Instant,
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), CredentialError>> {
         let bad = credentials
             .secrets
             .iter()
-            .find(|s| s.as_str() != "good")
-            .map(|s| format!("secret {s} of {policy_namespace:?} unusable"));
+            .enumerate()
+            .find(|(_, s)| s.as_str() != "good")
+            .map(|(index, s)| CredentialError {
+                index,
+                reference: s.clone(),
+                problem: SecretProblem::NotFound {
+                    namespace: policy_namespace.unwrap_or("ivory").to_owned(),
+                    name: s.clone(),
+                    namespaced_policy: policy_namespace.is_some(),
+                },
+            });
         async move { bad.map_or(Ok(()), Err) }.boxed()
     }
 }
@@ -552,7 +567,7 @@ async fn unusable_credentials_are_an_explicit_answer() {
     assert_eq!(resp["allowed"], false, "{resp}");
     assert_eq!(
         resp["status"]["message"],
-        "ivory: ImageValidatingPolicy strict: secret gone of None unusable"
+        "ivory: ImageValidatingPolicy strict: spec.credentials.secrets[0] \"gone\": Secret ivory/gone of type kubernetes.io/dockerconfigjson not found"
     );
     // An Ignore policy is skipped with a warning; the others still run.
     let (_, bytes) = post(&s, "/ivpol/mutate/fine/lenient", body).await;
@@ -561,7 +576,9 @@ async fn unusable_credentials_are_an_explicit_answer() {
     assert_eq!(resp["patchType"], "JSONPatch", "{resp}");
     assert_eq!(
         resp["warnings"],
-        json!(["ivory: ImageValidatingPolicy lenient: secret gone of None unusable"])
+        json!([
+            "ivory: ImageValidatingPolicy lenient: spec.credentials.secrets[0] \"gone\": Secret ivory/gone of type kubernetes.io/dockerconfigjson not found"
+        ])
     );
 }
 

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use ivory_testkit::{HarnessOptions, RegistryHarness};
+use ivory_testkit::{Error, HarnessOptions, RegistryHarness};
 use tokio::signal::unix::{SignalKind, signal};
 
 #[tokio::main]
@@ -23,7 +23,7 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run() -> Result<(), String> {
+async fn run() -> Result<(), Error> {
     let mut tls = false;
     let mut layouts = Vec::new();
     for arg in std::env::args().skip(1) {
@@ -42,19 +42,17 @@ async fn run() -> Result<(), String> {
         HarnessOptions::plain_http()
     };
     // Dropped on every return below, which stops the registry and removes its data.
-    let harness = RegistryHarness::start(opts)
-        .await
-        .map_err(|e| e.to_string())?;
+    let harness = RegistryHarness::start(opts).await?;
     for dir in &layouts {
         let name = dir
             .file_name()
             .and_then(|n| n.to_str())
-            .ok_or_else(|| format!("{}: not a layout directory name", dir.display()))?;
+            .ok_or_else(|| Error::Layout {
+                path: dir.display().to_string(),
+                detail: "not a layout directory name".to_owned(),
+            })?;
         let repo = format!("ivory/{name}");
-        let tags = harness
-            .push_oci_layout(dir, &repo)
-            .await
-            .map_err(|e| format!("pushing {}: {e}", dir.display()))?;
+        let tags = harness.push_oci_layout(dir, &repo).await?;
         for (tag, digest) in tags.iter().filter(|(t, _)| !t.starts_with("sha256-")) {
             println!("pushed {}/{repo}:{tag} {digest}", harness.host());
         }
@@ -65,9 +63,13 @@ async fn run() -> Result<(), String> {
 
 /// Returns when SIGTERM or SIGINT arrives (handled, so the registry is stopped on the way
 /// out rather than orphaned).
-async fn wait_for_stop() -> Result<(), String> {
-    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+async fn wait_for_stop() -> Result<(), Error> {
+    let handler = |what: &str| {
+        let context = format!("installing the {what} handler");
+        move |source| Error::Io { context, source }
+    };
+    let mut term = signal(SignalKind::terminate()).map_err(handler("SIGTERM"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(handler("SIGINT"))?;
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}

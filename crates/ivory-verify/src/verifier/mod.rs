@@ -245,7 +245,7 @@ impl CosignVerifier {
             attestation_type(request.attestation.as_ref()).as_ref(),
         ) {
             (Err(reason), _) => Some(reason.to_string()),
-            (Ok(_), Err(reason)) => Some(reason.clone()),
+            (Ok(_), Err(reason)) => Some(reason.to_string()),
             _ => None,
         };
         if let Some(reason) = early {
@@ -426,21 +426,24 @@ impl CosignVerifier {
 /// How long a source hint lives in the L2 (the in-process one is kept while used).
 const HINT_TTL: Duration = Duration::from_secs(3600);
 
+/// An attestation a cosign attestor cannot verify: the reason of a "not verified" verdict.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum UnverifiableAttestation {
+    #[error("cosign verifier only supports intoto attestations, {0} is a referrer attestation")]
+    Referrer(String),
+    #[error("attestation {0} has neither intoto nor referrer")]
+    Untyped(String),
+}
+
 /// The in-toto predicate type of the requested attestation; `referrer` attestations are
 /// notary's and cannot be verified by a cosign attestor.
-fn attestation_type(a: Option<&Attestation>) -> Result<Option<String>, String> {
+fn attestation_type(a: Option<&Attestation>) -> Result<Option<String>, UnverifiableAttestation> {
     match a {
         None => Ok(None),
         Some(a) => match (&a.intoto, &a.referrer) {
             (Some(t), _) => Ok(Some(t.type_.clone())),
-            (None, Some(_)) => Err(format!(
-                "cosign verifier only supports intoto attestations, {} is a referrer attestation",
-                a.name
-            )),
-            (None, None) => Err(format!(
-                "attestation {} has neither intoto nor referrer",
-                a.name
-            )),
+            (None, Some(_)) => Err(UnverifiableAttestation::Referrer(a.name.clone())),
+            (None, None) => Err(UnverifiableAttestation::Untyped(a.name.clone())),
         },
     }
 }
@@ -544,6 +547,7 @@ mod tests {
         assert!(
             attestation_type(Some(&referrer))
                 .unwrap_err()
+                .to_string()
                 .contains("only supports intoto")
         );
     }

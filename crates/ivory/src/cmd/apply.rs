@@ -33,8 +33,10 @@ pub enum Op {
 
 #[derive(clap::Args)]
 #[command(
-    after_help = "Exit status: 0 every resource admitted, 1 any denied, 2 usage, configuration or \
-registry error."
+    after_help = "Exit status: 0 every resource admitted, 1 any denied (not verified, or a validation \
+failed), 2 any policy could not be evaluated (registry failure, time budget spent under \
+failurePolicy Fail, CEL error) or a usage or configuration error. A time budget spent under \
+failurePolicy Ignore admits with a warning."
 )]
 pub struct Args {
     /// Policy file or folder (repeatable).

@@ -40,9 +40,10 @@ mod cluster;
 
 #[derive(clap::Args)]
 #[command(
-    after_help = "Exit status: 0 everything passed (or --exit-zero), 1 any image failed, 2 any image \
-could not be checked or a source could not be listed, 130 interrupted (the finished part is \
-printed)."
+    after_help = "Exit status: 0 everything passed (or --exit-zero), 1 any image failed (not \
+verified, or denied by a validation), 2 any image could not be checked (registry failure, time \
+budget spent under failurePolicy Fail, CEL error) or a source could not be listed, 130 \
+interrupted (the finished part is printed)."
 )]
 pub struct Args {
     /// Policy file or folder (repeatable).

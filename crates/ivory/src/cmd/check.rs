@@ -40,14 +40,38 @@ impl Verdict {
     }
 }
 
+/// What one attestor said about one image, decided from the verifier's answer's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttestorResult {
+    /// A [`Verification::Verified`] verdict.
+    Verified,
+    /// A [`Verification::NotVerified`] verdict.
+    Failed,
+    /// No verdict: the registry failed or the budget ran out (a `VerifyError`).
+    Error,
+    /// Not asked: the attestor takes fields from CEL, which only the engine evaluates.
+    NotChecked,
+}
+
+impl AttestorResult {
+    /// `--output` spelling: `verified`, `failed`, `error`, `not-checked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Verified => "verified",
+            Self::Failed => "failed",
+            Self::Error => "error",
+            Self::NotChecked => "not-checked",
+        }
+    }
+}
+
 /// One attestor's answer about one image.
 #[derive(Clone, Debug)]
 pub struct AttestorOutcome {
     pub attestor: String,
     /// `None`: the image signature; else the attestation name.
     pub attestation: Option<String>,
-    /// `verified`, `failed`, `error` or `not-checked`.
-    pub result: &'static str,
+    pub result: AttestorResult,
     pub reason: String,
 }
 
@@ -56,8 +80,8 @@ pub struct AttestorOutcome {
 pub struct PolicyOutcome {
     pub policy: String,
     pub namespace: Option<String>,
-    /// `pass`, `fail`, `error` or `skip`.
-    pub result: &'static str,
+    /// The engine's status for the policy (spelt `pass`, `fail`, `error` or `skip`).
+    pub result: Status,
     pub message: String,
     pub attestors: Vec<AttestorOutcome>,
 }
@@ -100,7 +124,7 @@ impl ImageReport {
                         json!({
                             "attestor": a.attestor,
                             "attestation": a.attestation,
-                            "result": a.result,
+                            "result": a.result.as_str(),
                             "reason": a.reason,
                         })
                     })
@@ -108,7 +132,7 @@ impl ImageReport {
                 json!({
                     "policy": p.policy,
                     "namespace": p.namespace,
-                    "result": p.result,
+                    "result": p.result.as_str(),
                     "message": p.message,
                     "attestors": attestors,
                 })
@@ -193,7 +217,7 @@ impl Checker {
             policies.push(PolicyOutcome {
                 policy: result.policy.clone(),
                 namespace: result.namespace.clone(),
-                result: result.status.as_str(),
+                result: result.status,
                 message: result.message.clone(),
                 attestors,
             });
@@ -234,7 +258,7 @@ impl Checker {
                     out.push(AttestorOutcome {
                         attestor: name,
                         attestation: attestation_name,
-                        result: "not-checked",
+                        result: AttestorResult::NotChecked,
                         reason:
                             "the attestor takes fields from CEL expressions; see the policy result"
                                 .to_owned(),
@@ -248,9 +272,11 @@ impl Checker {
                     credentials: policy.spec.credentials.clone(),
                 };
                 let (result, reason) = match self.verifier.verify(&request, deadline).await {
-                    Ok(Verification::Verified { .. }) => ("verified", String::new()),
-                    Ok(Verification::NotVerified { reason, .. }) => ("failed", reason),
-                    Err(e) => ("error", e.reason()),
+                    Ok(Verification::Verified { .. }) => (AttestorResult::Verified, String::new()),
+                    Ok(Verification::NotVerified { reason, .. }) => {
+                        (AttestorResult::Failed, reason)
+                    }
+                    Err(e) => (AttestorResult::Error, e.reason()),
                 };
                 out.push(AttestorOutcome {
                     attestor: name,
@@ -273,13 +299,16 @@ pub fn pinned(image: &str, digest: &str) -> String {
     }
 }
 
+/// The image's verdict from the policies' statuses (never from their texts): any error (a
+/// registry failure, a spent budget under `failurePolicy: Fail`, a CEL error) is `Error`, else
+/// any failure (not verified) or denial is `Fail`.
 fn verdict(decision: &Decision, policies: &[PolicyOutcome]) -> (Verdict, String) {
     let problems: Vec<String> = policies
         .iter()
-        .filter(|p| p.result == "fail" || p.result == "error")
+        .filter(|p| p.result.is_problem())
         .map(|p| format!("policy {}: {}", p.policy, p.message))
         .collect();
-    if policies.iter().any(|p| p.result == "error") {
+    if policies.iter().any(|p| p.result == Status::Error) {
         return (Verdict::Error, problems.join("; "));
     }
     if !problems.is_empty() {
@@ -289,9 +318,9 @@ fn verdict(decision: &Decision, policies: &[PolicyOutcome]) -> (Verdict, String)
         let message = decision.message.clone().unwrap_or_default();
         return (Verdict::Fail, message);
     }
-    if policies.iter().any(|p| p.result == "pass") {
+    if policies.iter().any(|p| p.result == Status::Pass) {
         (Verdict::Pass, String::new())
-    } else if let Some(skipped) = policies.iter().find(|p| p.result == "skip") {
+    } else if let Some(skipped) = policies.iter().find(|p| p.result == Status::Skip) {
         // Admitted as the webhook would: a PolicyException (--exception) exempts the image.
         (Verdict::Pass, skipped.message.clone())
     } else {
@@ -486,6 +515,163 @@ mod tests {
             .collect();
         assert_eq!(names, ["key", "keyless"]);
         assert_eq!(all[0].validations.len(), 2);
+    }
+
+    /// Answers every verification with one outcome; digests resolve.
+    struct OneAnswer(Result<Verification, ivory_engine::verifier::VerifyError>);
+
+    impl ImageVerifier for OneAnswer {
+        fn resolve_digest<'a>(
+            &'a self,
+            _: &'a str,
+            _: Option<&'a ivory_policy::types::Credentials>,
+            _: Instant,
+        ) -> futures::future::BoxFuture<'a, Result<String, ivory_engine::verifier::VerifyError>>
+        {
+            Box::pin(async { Ok(format!("sha256:{}", "a".repeat(64))) })
+        }
+
+        fn verify<'a>(
+            &'a self,
+            _: &'a VerifyRequest,
+            _: Instant,
+        ) -> futures::future::BoxFuture<'a, Result<Verification, ivory_engine::verifier::VerifyError>>
+        {
+            let answer = self.0.clone();
+            Box::pin(async move { answer })
+        }
+
+        fn image_data<'a>(
+            &'a self,
+            image: &'a str,
+            _: Option<&'a ivory_policy::types::Credentials>,
+            _: &'a ivory_engine::verifier::ImagePlatform,
+            _: Instant,
+        ) -> futures::future::BoxFuture<'a, Result<Value, ivory_engine::verifier::VerifyError>>
+        {
+            let err = ivory_engine::verifier::VerifyError::NotFound {
+                image: image.to_owned(),
+                registry: "r.test".into(),
+                message: "no image data in this test".into(),
+            };
+            Box::pin(async move { Err(err) })
+        }
+    }
+
+    /// The `--key` policy with `failurePolicy`.
+    fn key_policy(failure_policy: &str) -> Vec<Arc<CompiledPolicy>> {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("k.pub");
+        std::fs::copy(
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../fixtures/keys/cosign-p256.pub"
+            ),
+            &key,
+        )
+        .unwrap();
+        let quick = QuickPolicy {
+            key: Some(key),
+            certificate_identity: None,
+            certificate_oidc_issuer: None,
+            trusted_root: None,
+            insecure_ignore_tlog: false,
+            rekor_url: "https://rekor.sigstore.dev".into(),
+        };
+        let mut doc = quick.document().unwrap().unwrap();
+        doc["spec"]["failurePolicy"] = json!(failure_policy);
+        let report = ivory_policy::load_str(&doc.to_string(), "test");
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        report.policies.into_iter().map(Arc::new).collect()
+    }
+
+    #[tokio::test]
+    async fn the_verdict_follows_the_answers_type_not_its_text() {
+        use ivory_engine::verifier::VerifyError;
+        let image = "r.test/app:1";
+        // A registry failure worded like a spent budget is still a registry failure.
+        let lookalike = VerifyError::Unavailable {
+            image: image.into(),
+            registry: "r.test".into(),
+            message: "time budget of 5ms exhausted while verifying signatures".into(),
+        };
+        let deadline = VerifyError::DeadlineExceeded {
+            image: image.into(),
+            registry: "r.test".into(),
+            operation: "verifying signatures".into(),
+            budget_ms: 5,
+        };
+        let not_verified = Verification::NotVerified {
+            digest: None,
+            reason: "registry unreachable".into(),
+        };
+        let cases = [
+            // (answer, failurePolicy, verdict, policy status, attestor result)
+            (
+                Ok(not_verified.clone()),
+                "Fail",
+                Verdict::Fail,
+                Status::Fail,
+                AttestorResult::Failed,
+            ),
+            (
+                Ok(not_verified),
+                "Ignore",
+                Verdict::Fail,
+                Status::Fail,
+                AttestorResult::Failed,
+            ),
+            (
+                Err(deadline.clone()),
+                "Fail",
+                Verdict::Error,
+                Status::Error,
+                AttestorResult::Error,
+            ),
+            // Only a spent budget goes through the failurePolicy: Ignore skips the policy.
+            (
+                Err(deadline),
+                "Ignore",
+                Verdict::Pass,
+                Status::Skip,
+                AttestorResult::Error,
+            ),
+            (
+                Err(lookalike.clone()),
+                "Fail",
+                Verdict::Error,
+                Status::Error,
+                AttestorResult::Error,
+            ),
+            (
+                Err(lookalike),
+                "Ignore",
+                Verdict::Error,
+                Status::Error,
+                AttestorResult::Error,
+            ),
+        ];
+        for (answer, failure_policy, verdict, status, attestor) in cases {
+            let case = format!("{answer:?} under {failure_policy}");
+            let checker = Checker {
+                verifier: Arc::new(OneAnswer(answer)),
+                policies: key_policy(failure_policy),
+                timeout: Duration::from_secs(5),
+                namespace: "default".into(),
+                exceptions: None,
+                namespace_object: None,
+            };
+            let report = checker.check(image).await;
+            assert_eq!(report.verdict, verdict, "{case}: {report:?}");
+            assert_eq!(report.policies.len(), 1, "{case}: {report:?}");
+            assert_eq!(report.policies[0].result, status, "{case}: {report:?}");
+            if status != Status::Skip {
+                assert_eq!(
+                    report.policies[0].attestors[0].result, attestor,
+                    "{case}: {report:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -200,6 +200,7 @@ async fn policy_checks(client: &kube::Client) -> (Vec<CompiledPolicy>, Vec<Check
                     policies.push(policy);
                 }
                 Err(errors) => {
+                    let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
                     checks.push(check("policy", subject, Status::Fail, errors.join("; ")))
                 }
             }

@@ -91,7 +91,8 @@ pub fn image_table(reports: &[ImageReport]) -> String {
             };
             out.push_str(&format!(
                 "       policy {} {}{detail}\n",
-                p.policy, p.result
+                p.policy,
+                p.result.as_str()
             ));
             for a in &p.attestors {
                 let what = match &a.attestation {
@@ -105,7 +106,8 @@ pub fn image_table(reports: &[ImageReport]) -> String {
                 };
                 out.push_str(&format!(
                     "         attestor {} ({what}) {}{reason}\n",
-                    a.attestor, a.result
+                    a.attestor,
+                    a.result.as_str()
                 ));
             }
         }
@@ -132,7 +134,7 @@ pub fn sarif(reports: &[ImageReport]) -> Value {
         let failing: Vec<_> = r
             .policies
             .iter()
-            .filter(|p| p.result == "fail" || p.result == "error")
+            .filter(|p| p.result.is_problem())
             .collect();
         if failing.is_empty() {
             rules.insert("ivory".to_owned());
@@ -149,7 +151,7 @@ pub fn sarif(reports: &[ImageReport]) -> Value {
             results.push(json!({
                 "ruleId": p.policy,
                 "level": level,
-                "message": {"text": format!("{}: policy {} {}: {}", r.image, p.policy, p.result, p.message)},
+                "message": {"text": format!("{}: policy {} {}: {}", r.image, p.policy, p.result.as_str(), p.message)},
                 "locations": location,
                 "properties": {"digest": r.digest, "verdict": r.verdict.as_str()},
             }));
@@ -201,7 +203,7 @@ pub fn cluster_policy_report(reports: &[ImageReport], name: &str, now: (u64, u32
             add("ivory", r.verdict.as_str(), &r.message, r);
         }
         for p in &r.policies {
-            add(&p.policy, p.result, &p.message, r);
+            add(&p.policy, p.result.as_str(), &p.message, r);
         }
     }
     json!({
@@ -217,8 +219,9 @@ pub fn cluster_policy_report(reports: &[ImageReport], name: &str, now: (u64, u32
 mod tests {
     use super::*;
     use crate::cmd::check::PolicyOutcome;
+    use ivory_engine::decision::Status;
 
-    fn report(image: &str, verdict: Verdict, result: &'static str) -> ImageReport {
+    fn report(image: &str, verdict: Verdict, result: Status) -> ImageReport {
         ImageReport {
             namespace: None,
             image: image.into(),
@@ -228,7 +231,7 @@ mod tests {
                 policy: "signed".into(),
                 namespace: None,
                 result,
-                message: if result == "pass" { "" } else { "bad" }.into(),
+                message: if result == Status::Pass { "" } else { "bad" }.into(),
                 attestors: Vec::new(),
             }],
             message: String::new(),
@@ -238,8 +241,8 @@ mod tests {
     #[test]
     fn sarif_lists_failures_only() {
         let reports = [
-            report("r/a:1", Verdict::Pass, "pass"),
-            report("r/b:1", Verdict::Fail, "fail"),
+            report("r/a:1", Verdict::Pass, Status::Pass),
+            report("r/b:1", Verdict::Fail, Status::Fail),
         ];
         let doc = sarif(&reports);
         assert_eq!(doc["version"], "2.1.0");
@@ -256,8 +259,8 @@ mod tests {
     #[test]
     fn policy_report_counts_results() {
         let reports = [
-            report("r/a:1", Verdict::Pass, "pass"),
-            report("r/b:1", Verdict::Fail, "fail"),
+            report("r/a:1", Verdict::Pass, Status::Pass),
+            report("r/b:1", Verdict::Fail, Status::Fail),
             ImageReport::error("r/c:1", "registry down".into()),
         ];
         let doc = cluster_policy_report(&reports, "ivory-audit", (1, 2));

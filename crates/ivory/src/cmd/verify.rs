@@ -19,8 +19,10 @@ use super::wiring::{RegistryOpts, duration};
 
 #[derive(clap::Args)]
 #[command(
-    after_help = "Exit status: 0 every image passed, 1 any image failed, 2 usage, configuration or \
-registry error. Tags are resolved to digests and verified by digest."
+    after_help = "Exit status: 0 every image passed, 1 any image failed (not verified, or denied by a \
+validation), 2 any image could not be checked (registry failure, time budget spent under \
+failurePolicy Fail, CEL error) or a usage or configuration error. A time budget spent under \
+failurePolicy Ignore passes with a warning. Tags are resolved to digests and verified by digest."
 )]
 pub struct Args {
     /// Images to verify (tags or digests).
