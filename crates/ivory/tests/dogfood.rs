@@ -21,6 +21,17 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The commit `scripts/image.sh` builds from.
+fn head_commit() -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo_root())
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .expect("git runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 /// A tool built by `scripts/install-tools.sh image` (scripts/test.sh runs it); missing fails.
 fn tool(name: &str) -> PathBuf {
     let path = repo_root().join(".tools/bin").join(name);
@@ -182,6 +193,7 @@ async fn ivory_verifies_its_own_signed_attested_image_and_denies_forgeries() {
     let repo = format!("{}/ivory/ivory", h.host());
     let out_a = dir.join("a").display().to_string();
     let out_b = dir.join("b").display().to_string();
+    let head_before = head_commit();
     let pushed = image_sh(
         dir,
         &["--out", &out_a, "--push", &repo, "--sign-key", &key],
@@ -189,6 +201,13 @@ async fn ivory_verifies_its_own_signed_attested_image_and_denies_forgeries() {
     )
     .await;
     image_sh(dir, &["--out", &out_b], None).await;
+    // The image records the commit and its time: a commit made while this test runs changes
+    // them between the two builds, which is not a reproducibility failure.
+    assert_eq!(
+        head_before,
+        head_commit(),
+        "HEAD moved while the two builds ran (a commit was made during the test): rerun"
+    );
     let digest_a = std::fs::read_to_string(dir.join("a/digest")).unwrap();
     let digest_b = std::fs::read_to_string(dir.join("b/digest")).unwrap();
     println!("reproducibility: build a {digest_a}build b {digest_b}");
