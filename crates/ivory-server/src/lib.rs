@@ -21,7 +21,8 @@ pub mod webhooks;
 pub use error::{Error, Result};
 pub use kube_source::KubeSource;
 pub use metrics::{
-    CacheCounts, CacheStatsSource, L2Counts, L2StatsSource, Metrics, RegistryStatsSource,
+    CacheCounts, CacheStatsSource, L2Counts, L2StatsSource, LogDropsSource, Metrics,
+    RegistryStatsSource,
 };
 pub use policies::{FileSource, PolicyStore, Snapshot};
 pub use routes::{

@@ -30,6 +30,9 @@
 //!   `l2_call_microseconds_total` (their sum: the mean L2 latency): the cache shared by the
 //!   replicas (`--cache-redis`), read at scrape time. `rejected` counts entries that did not
 //!   verify (HMAC, name, size or format).
+//! * `log_lines_dropped_total`: `ivory serve` writes its log from a thread of its own, so an
+//!   admission never waits for a slow log consumer; lines that do not fit its buffer are dropped
+//!   and counted here.
 
 use std::fmt;
 use std::sync::Arc;
@@ -79,6 +82,9 @@ pub struct L2Counts {
 
 /// Where the L2 counters come from.
 pub type L2StatsSource = Arc<dyn Fn() -> L2Counts + Send + Sync>;
+
+/// How many log lines were dropped because the log consumer fell behind (monotonic).
+pub type LogDropsSource = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct L2Labels {
@@ -151,6 +157,8 @@ pub struct Metrics {
     l2_calls: Counter,
     l2_call_micros: Counter,
     l2_source: Option<L2StatsSource>,
+    log_lines_dropped: Counter,
+    log_drops_source: Option<LogDropsSource>,
 }
 
 impl fmt::Debug for Metrics {
@@ -195,6 +203,8 @@ impl Metrics {
             l2_calls: Counter::default(),
             l2_call_micros: Counter::default(),
             l2_source: None,
+            log_lines_dropped: Counter::default(),
+            log_drops_source: None,
             registry: Registry::default(),
         };
         registry.register(
@@ -287,6 +297,11 @@ impl Metrics {
             registry.register(name, help, family.clone());
         }
         registry.register(
+            "log_lines_dropped",
+            "Log lines dropped because the log consumer fell behind (admission never waits for it)",
+            m.log_lines_dropped.clone(),
+        );
+        registry.register(
             "l2_events",
             "Shared L2 cache events (hits, misses, errors, skipped, rejected, leases_won, leases_waited, waits_answered)",
             m.l2_events.clone(),
@@ -307,6 +322,12 @@ impl Metrics {
     /// Adds the shared L2 cache's counters to every scrape.
     pub fn with_l2_stats(mut self, source: L2StatsSource) -> Self {
         self.l2_source = Some(source);
+        self
+    }
+
+    /// Adds the count of log lines the non-blocking log writer dropped to every scrape.
+    pub fn with_log_drops(mut self, source: LogDropsSource) -> Self {
+        self.log_drops_source = Some(source);
         self
     }
 
@@ -445,6 +466,11 @@ impl Metrics {
             self.l2_call_micros
                 .inner()
                 .store(counts.call_micros, Ordering::Relaxed);
+        }
+        if let Some(source) = &self.log_drops_source {
+            self.log_lines_dropped
+                .inner()
+                .store(source(), Ordering::Relaxed);
         }
         let mut out = String::new();
         // Writing into a String cannot fail.

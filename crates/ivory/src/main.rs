@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 /// An admission is hundreds of small, short-lived allocations (the parsed object, CEL values,
 /// results) made and freed across tokio's worker threads, where mimalloc is much cheaper than
@@ -78,20 +79,22 @@ async fn main() -> ExitCode {
         clap_complete::generate(shell, &mut Cli::command(), "ivory", &mut std::io::stdout());
         return ExitCode::SUCCESS;
     }
-    let format = cli.log_format.unwrap_or_else(|| {
-        default_log_format(
-            matches!(cli.command, Command::Serve(_)),
-            std::io::stderr().is_terminal(),
-        )
-    });
-    if let Err(e) = init_tracing(format, &cli.log_level) {
-        eprintln!("error: {e:#}");
-        return ExitCode::from(2);
-    }
+    let serve = matches!(cli.command, Command::Serve(_));
+    let format = cli
+        .log_format
+        .unwrap_or_else(|| default_log_format(serve, std::io::stderr().is_terminal()));
+    // Held to the end of main: dropping it flushes the serve log's buffered lines.
+    let log = match init_tracing(format, &cli.log_level, serve) {
+        Ok(log) => log,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     // reqwest, the registry client and the TLS listener must agree on one provider.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let result = match cli.command {
-        Command::Serve(args) => cmd::serve::run(args).await,
+        Command::Serve(args) => cmd::serve::run(args, log.as_ref().map(ServeLog::drops)).await,
         Command::Webhooks(args) => cmd::webhooks::run(args).await,
         Command::Verify(args) => cmd::verify::run(args).await,
         Command::Apply(args) => cmd::apply::run(args).await,
@@ -119,18 +122,53 @@ fn default_log_format(serve: bool, stderr_is_terminal: bool) -> LogFormat {
     }
 }
 
-fn init_tracing(format: LogFormat, level: &str) -> anyhow::Result<()> {
+/// Lines of the serve log that may wait for the log consumer before new ones are dropped.
+const SERVE_LOG_BUFFERED_LINES: usize = 8192;
+
+/// The serve log's writer thread: its guard (flushes on drop) and its dropped-line counter.
+struct ServeLog {
+    _guard: tracing_appender::non_blocking::WorkerGuard,
+    dropped: tracing_appender::non_blocking::ErrorCounter,
+}
+
+impl ServeLog {
+    fn drops(&self) -> ivory_server::LogDropsSource {
+        let dropped = self.dropped.clone();
+        std::sync::Arc::new(move || dropped.dropped_lines() as u64)
+    }
+}
+
+/// Logs to stderr. `serve` writes from a thread of its own: a log consumer that stalls (a full
+/// pipe, a slow collector) must not stall admissions, so lines beyond the buffer are dropped and
+/// counted (`ivory_log_lines_dropped_total`). One-shot commands write directly.
+fn init_tracing(format: LogFormat, level: &str, serve: bool) -> anyhow::Result<Option<ServeLog>> {
     let filter = EnvFilter::try_new(level)
         .map_err(|e| anyhow::anyhow!("invalid --log-level {level:?}: {e}"))?;
+    let (writer, log) = if serve {
+        let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+            .buffered_lines_limit(SERVE_LOG_BUFFERED_LINES)
+            .lossy(true)
+            .finish(std::io::stderr());
+        let dropped = writer.error_counter();
+        (
+            BoxMakeWriter::new(writer),
+            Some(ServeLog {
+                _guard: guard,
+                dropped,
+            }),
+        )
+    } else {
+        (BoxMakeWriter::new(std::io::stderr), None)
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     match format {
         LogFormat::Json => builder.json().with_current_span(false).init(),
         LogFormat::Text => builder.init(),
     }
-    Ok(())
+    Ok(log)
 }
 
 #[cfg(test)]

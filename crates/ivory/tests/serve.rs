@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use futures::StreamExt as _;
+
 use base64::Engine as _;
 use ivory_testkit::{
     HOSTILE_SECRET, Harness, HarnessOptions, HostileOptions, HostileServer, HungRegistry,
@@ -549,6 +551,83 @@ async fn insecure_http_works_and_warns() {
         .await
         .unwrap();
     assert_eq!(text, "ready: 1 policies loaded\n");
+}
+
+/// Admissions past this many log lines need the log writer to keep up (the pipe holds far
+/// fewer lines), and past `SERVE_LOG_BUFFERED_LINES` (8192) lines some are dropped.
+const STALLED_LOG_ADMISSIONS: usize = 9_000;
+
+/// A log consumer that stops reading (a full stderr pipe, a stuck collector) must not stall
+/// admissions: every one is answered, and the lines that did not fit are counted as dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_log_consumer_never_stalls_admissions() {
+    let mut child = tokio::process::Command::new(crate::util::BIN)
+        .args(["serve", "--insecure-http", "--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
+    let addr = loop {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("ivory exited before listening");
+        let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        if v["fields"]["message"] == "listening" {
+            break v["fields"]["addr"].as_str().unwrap().to_owned();
+        }
+    };
+    // From here on nobody reads stderr: `lines` stays open and unread until the end.
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let image = format!("registry.test/app@{digest}");
+    let review = pod_review("stalled-log", &[&image]).to_string();
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}/ivpol/mutate/ivory-pin-digests");
+    let answers = futures::stream::iter(0..STALLED_LOG_ADMISSIONS)
+        .map(|_| {
+            let (client, url, review) = (&client, &url, review.clone());
+            async move {
+                let resp = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    client
+                        .post(url)
+                        .header("content-type", "application/json")
+                        .body(review)
+                        .send(),
+                )
+                .await
+                .expect("an admission waited for the log consumer")
+                .unwrap();
+                let body: Value = resp.json().await.unwrap();
+                body["response"]["allowed"] == true
+            }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<bool>>()
+        .await;
+    assert!(answers.iter().all(|allowed| *allowed));
+    let metrics = client
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let dropped: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ivory_log_lines_dropped_total "))
+        .expect("the dropped-lines metric is exported")
+        .parse()
+        .unwrap();
+    assert!(
+        dropped > 0,
+        "{STALLED_LOG_ADMISSIONS} lines all fit: {metrics}"
+    );
+    drop(lines);
 }
 
 /// A verifyDigest policy (`failurePolicy`) on `glob` that checks signatures.

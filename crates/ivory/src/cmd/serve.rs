@@ -119,7 +119,12 @@ fn duration(text: &str) -> Result<Duration, String> {
     parse_go_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 20s or 1m30s"))
 }
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+/// Runs the webhook until a shutdown signal; `log_drops` counts the log lines the serve log's
+/// writer dropped, for the metrics.
+pub async fn run(
+    args: Args,
+    log_drops: Option<ivory_server::LogDropsSource>,
+) -> anyhow::Result<ExitCode> {
     let listen = match (&args.tls_cert, &args.tls_key, args.insecure_http) {
         (Some(cert), Some(key), false) => Listen::Tls {
             cert: cert.clone(),
@@ -154,6 +159,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     let (stats_source, cache_source) = (verifier.clone(), verifier.clone());
     let mut metrics = Metrics::new();
+    if let Some(source) = log_drops {
+        metrics = metrics.with_log_drops(source);
+    }
     if let Some(l2) = l2 {
         l2_wiring::warm_up(&l2).await;
         metrics = metrics.with_l2_stats(Arc::new(move || l2_wiring::counts(&l2)));
