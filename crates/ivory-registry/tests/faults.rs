@@ -63,8 +63,8 @@ async fn hung_registry_ends_in_deadline_exceeded_on_time() {
     }
 }
 
-/// Building an HTTPS client loads root certificates (50-75 ms here, ~0.6 s on a loaded
-/// debug build). Concurrent cold calls must neither each build one nor build it on the async
+/// Building an HTTPS client loads root certificates, which is slow (figures in
+/// BENCHMARKS.md). Concurrent cold calls must neither each build one nor build it on the async
 /// workers: built inline, 48 cold calls kept a 2-worker runtime busy for seconds and every
 /// call missed its deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
