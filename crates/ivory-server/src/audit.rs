@@ -13,7 +13,6 @@ use std::sync::Arc;
 use ivory_engine::admission::{AdmissionRequest, Operation};
 use ivory_engine::decision::{PolicyResult, Status};
 use ivory_engine::exceptions::EXCEPTIONS_PROPERTY;
-use ivory_policy::CompiledPolicy;
 use serde_json::Value;
 
 use crate::metrics::Metrics;
@@ -152,7 +151,6 @@ pub trait ReportSink: Send + Sync {
 pub fn after_validation(
     metrics: &Metrics,
     sink: Option<&Arc<dyn ReportSink>>,
-    selected: &[&CompiledPolicy],
     req: &AdmissionRequest,
     results: &[PolicyResult],
 ) {
@@ -166,7 +164,7 @@ pub fn after_validation(
         );
     }
     let Some(sink) = sink else { return };
-    if results.is_empty() || !reportable(req, selected) {
+    if results.is_empty() || !reportable(req, results) {
         return;
     }
     let Some(subject) = Subject::of_request(req) else {
@@ -213,13 +211,11 @@ pub fn after_background(
     });
 }
 
-/// Kyverno's rules for admission reports.
-fn reportable(req: &AdmissionRequest, selected: &[&CompiledPolicy]) -> bool {
-    let deny = selected.iter().any(|p| {
-        p.actions
-            .contains(&ivory_policy::types::ValidationAction::Deny)
-    });
-    !deny
+/// Kyverno's rules for admission reports. Only the policies that produced a result count
+/// (Kyverno's `response.Policies`): one on the route that did not match, or whose
+/// matchConditions were false, suppresses nothing (docs/kyverno-semantics.md §10).
+fn reportable(req: &AdmissionRequest, results: &[PolicyResult]) -> bool {
+    !results.iter().any(|r| r.deny)
         && !req.dry_run.unwrap_or(false)
         && req.operation != Operation::Delete
         && req.sub_resource().is_empty()
@@ -300,43 +296,38 @@ mod tests {
         assert_eq!(r.properties["exceptions"], "allow");
     }
 
+    fn result_of(policy: &str, deny: bool) -> PolicyResult {
+        PolicyResult {
+            policy: policy.into(),
+            namespace: None,
+            status: Status::Pass,
+            message: String::new(),
+            properties: BTreeMap::new(),
+            images: vec![],
+            deny,
+            warn: false,
+            audit: !deny,
+        }
+    }
+
     #[test]
     fn a_deny_policy_among_the_evaluated_suppresses_the_admission_report() {
-        let report = ivory_policy::load_str(
-            "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata: {name: audit}
-spec:
-  validationActions: [Audit]
-  matchConstraints:
-    resourceRules: [{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
-  attestors: []
-  validations: [{expression: \"true\"}]
-",
-            "audit.yaml",
-        );
-        let audit = report
-            .policies
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| panic!("{:?}", report.errors));
-        let mut deny = audit.clone();
-        deny.actions = vec![ivory_policy::types::ValidationAction::Deny];
         let req = request(false, "CREATE");
-        assert!(reportable(&req, &[&audit]));
+        assert!(reportable(&req, &[result_of("audit", false)]));
         assert!(
-            !reportable(&req, &[&audit, &deny]),
-            "Kyverno: a Deny policy suppresses the admission report"
+            !reportable(&req, &[result_of("audit", false), result_of("deny", true)]),
+            "Kyverno: a Deny policy suppresses the admission report, even one that passed"
         );
     }
 
     #[test]
     fn dry_run_delete_and_subresources_are_not_reported() {
-        assert!(reportable(&request(false, "CREATE"), &[]));
-        assert!(!reportable(&request(true, "CREATE"), &[]));
-        assert!(!reportable(&request(false, "DELETE"), &[]));
+        let audited = [result_of("audit", false)];
+        assert!(reportable(&request(false, "CREATE"), &audited));
+        assert!(!reportable(&request(true, "CREATE"), &audited));
+        assert!(!reportable(&request(false, "DELETE"), &audited));
         let mut sub = request(false, "UPDATE");
         sub.sub_resource = Some("ephemeralcontainers".into());
-        assert!(!reportable(&sub, &[]));
+        assert!(!reportable(&sub, &audited));
     }
 }

@@ -323,7 +323,6 @@ async fn answer(
     let budget = Budget::new(start, timeout_from_query(query), policy_timeout(&selected));
     let ns_object = namespace_for(state, req, halfway(budget.deadline)).await;
     let req = &*req;
-    let judged = selected.clone();
     let Partition {
         evaluate: selected,
         skipped: excepted,
@@ -355,7 +354,6 @@ async fn answer(
         Stage::Validate => audit::after_validation(
             &state.metrics,
             state.reports.as_ref(),
-            &judged,
             req,
             &decision.results,
         ),

@@ -596,3 +596,71 @@ async fn the_deadline_metric_follows_the_error_type_not_its_text() {
         "{metrics}"
     );
 }
+
+/// Records every report update the router hands over.
+#[derive(Default)]
+struct RecordingSink(std::sync::Mutex<Vec<crate::audit::ReportUpdate>>);
+
+impl crate::audit::ReportSink for RecordingSink {
+    fn submit(&self, update: crate::audit::ReportUpdate) {
+        self.0.lock().unwrap().push(update);
+    }
+}
+
+/// A policy on `resources` with `actions` whose one validation holds, and whose
+/// matchConditions are `condition`.
+fn report_policy(name: &str, actions: &str, resources: &str, condition: &str) -> CompiledPolicy {
+    let text = format!(
+        "apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata: {{name: {name}}}
+spec:
+  validationActions: [{actions}]
+  matchConstraints:
+    resourceRules: [{{apiGroups: [\"\", apps], apiVersions: [v1], operations: [CREATE], resources: [{resources}]}}]
+  matchConditions: [{{name: gate, expression: \"{condition}\"}}]
+  attestors: []
+  verifyDigest: false
+  validations: [{{expression: \"true\"}}]
+"
+    );
+    let report = load_str(&text, &format!("{name}.yaml"));
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    report.policies.into_iter().next().unwrap()
+}
+
+#[tokio::test]
+async fn only_deny_policies_that_produced_a_result_suppress_the_admission_report() {
+    // Kyverno reports when no *evaluated* policy has Deny: a Deny policy on the same route that
+    // does not match the object, or whose matchConditions are false, produces no result.
+    let cases = [
+        ("deployments", "true", true),
+        ("pods", "false", true),
+        ("pods", "true", false),
+    ];
+    for (deny_resources, deny_condition, reported) in cases {
+        let mut s = state(PolicyStore::with_policies(vec![
+            report_policy("audited", "Audit", "pods", "true"),
+            report_policy("denying", "Deny", deny_resources, deny_condition),
+        ]));
+        let sink = Arc::new(RecordingSink::default());
+        s.reports = Some(sink.clone());
+        let mut review = pod_review("u-r", "nginx:1.27");
+        review["request"]["dryRun"] = json!(false);
+        review["request"]["object"]["metadata"]["uid"] = json!("uid-web");
+        let (status, bytes) = post(&s, "/ivpol/validate/audited/denying", review.to_string()).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(response_of(&bytes)["allowed"], true);
+        let updates = sink.0.lock().unwrap();
+        let case = format!("Deny policy on {deny_resources} with condition {deny_condition}");
+        assert_eq!(updates.len(), usize::from(reported), "{case}");
+        if reported {
+            let policies: Vec<&str> = updates[0]
+                .results
+                .iter()
+                .map(|r| r.policy.as_str())
+                .collect();
+            assert_eq!(policies, ["audited"], "{case}");
+        }
+    }
+}
