@@ -26,6 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
 use ivory_engine::verifier::ImageVerifier;
+use ivory_policy::compiled::ImageMatcher;
 use ivory_registry::{Credentials, Registry};
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -340,15 +341,11 @@ async fn list_registry(
     progress: &mut Progress,
 ) -> anyhow::Result<Vec<Result<String, Box<ImageReport>>>> {
     // The listing may use plain HTTP or unverified TLS where a policy for this registry's
-    // images allows it, as verifying them will.
-    let insecure = policies.iter().any(|p| {
-        p.spec
-            .credentials
-            .as_ref()
-            .and_then(|c| c.allow_insecure_registry)
-            .unwrap_or(false)
-            && ivory_engine::images::matches_image(p, &format!("{host}/catalog")).unwrap_or(false)
-    });
+    // images allows it, as verifying them will: the catalog when such a policy may select an
+    // image on this host, each repository's tags when it selects that repository.
+    let insecure = policies
+        .iter()
+        .any(|p| allows_insecure(p) && may_select_on_host(p, host));
     let creds = Credentials::anonymous().allow_insecure(insecure);
     let repos = registry
         .catalog(host, &creds, Instant::now() + args.timeout)
@@ -373,8 +370,12 @@ async fn list_registry(
     let mut out = Vec::new();
     for repo in repos {
         let reference = format!("{host}/{repo}");
+        let repo_insecure = policies
+            .iter()
+            .any(|p| allows_insecure(p) && selects_repository(p, &reference));
+        let repo_creds = Credentials::anonymous().allow_insecure(repo_insecure);
         match registry
-            .list_tags(&reference, &creds, Instant::now() + args.timeout)
+            .list_tags(&reference, &repo_creds, Instant::now() + args.timeout)
             .await
         {
             Ok(tags) => out.extend(
@@ -390,6 +391,41 @@ async fn list_registry(
         progress.inc(1);
     }
     Ok(out)
+}
+
+/// The policy's `credentials.allowInsecureRegistry`.
+fn allows_insecure(policy: &ivory_policy::CompiledPolicy) -> bool {
+    policy
+        .spec
+        .credentials
+        .as_ref()
+        .and_then(|c| c.allow_insecure_registry)
+        .unwrap_or(false)
+}
+
+/// Whether the policy may select some image on `host`: a glob whose literal start (before its
+/// first wildcard) is compatible with `host/`; an expression, or no matcher, may select any.
+fn may_select_on_host(policy: &ivory_policy::CompiledPolicy, host: &str) -> bool {
+    let prefix = format!("{host}/");
+    policy.image_matchers.is_empty()
+        || policy.image_matchers.iter().any(|m| match m {
+            ImageMatcher::Glob { pattern, .. } => {
+                let literal = pattern
+                    .split(['*', '?', '[', '{'])
+                    .next()
+                    .unwrap_or_default();
+                prefix.starts_with(literal) || literal.starts_with(&prefix)
+            }
+            ImageMatcher::Expression(_) => true,
+        })
+}
+
+/// Whether the policy selects images of the repository `reference` (`host/repo`), with or
+/// without a tag.
+fn selects_repository(policy: &ivory_policy::CompiledPolicy, reference: &str) -> bool {
+    [reference.to_owned(), format!("{reference}:latest")]
+        .iter()
+        .any(|image| ivory_engine::images::matches_image(policy, image).unwrap_or(false))
 }
 
 /// cosign's `sha256-<hex>.sig|.att|.sbom` tags and the OCI referrers fallback tag
