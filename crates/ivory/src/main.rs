@@ -104,8 +104,13 @@ async fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(e) => {
+        // Said once: a server's collector reads the structured line; a person or a script
+        // running a one-shot command reads the plain one (its log shares the terminal).
+        Err(e) if serve => {
             tracing::error!(error = format!("{e:#}"), "ivory failed");
+            ExitCode::from(2)
+        }
+        Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
