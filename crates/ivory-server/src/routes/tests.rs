@@ -620,7 +620,7 @@ spec:
     resourceRules: [{{apiGroups: [\"\", apps], apiVersions: [v1], operations: [CREATE], resources: [{resources}]}}]
   matchConditions: [{{name: gate, expression: \"{condition}\"}}]
   attestors: []
-  verifyDigest: false
+  validationConfigurations: {{verifyDigest: false, required: false, mutateDigest: false}}
   validations: [{{expression: \"true\"}}]
 "
     );
