@@ -15,7 +15,7 @@ mod error;
 pub mod exception;
 mod glob;
 mod load;
-mod pem;
+pub mod pem;
 mod refs;
 pub mod types;
 mod unknown;

@@ -1,16 +1,20 @@
-//! PEM armour checks for key and certificate material written into policies. Only the armour and
-//! the base64 body are checked here; the crypto is parsed by the verifier. The parsing itself is
-//! rustls-pki-types', the same parser the registry client uses for CA bundles.
+//! PEM armour for key and certificate material: the checks policy validation makes, and the
+//! blocks the verifier reads its certificates from, so that what validation accepts is what
+//! verification parses. Only the armour and the base64 body are read here; the crypto is parsed
+//! by the verifier. The parsing itself is rustls-pki-types', the same parser the registry client
+//! uses for CA bundles.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use rustls_pki_types::pem::{self, PemObject as _, SectionKind};
+use rustls_pki_types::pem::{self, PemObject as _};
+
+pub use rustls_pki_types::pem::SectionKind;
 
 const NO_BLOCK: &str = "no PEM block found (expected -----BEGIN ...-----)";
 
-/// Why a policy's PEM text is refused; the text follows `not valid PEM: ` in the field error.
+/// Why PEM text is refused; in a policy, the text follows `not valid PEM: ` in the field error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum PemError {
+pub enum PemError {
     /// No BEGIN line at all.
     #[error("{NO_BLOCK}")]
     NoBlock,
@@ -22,28 +26,29 @@ pub(crate) enum PemError {
     Malformed(String),
 }
 
-/// Checks that `text` holds one or more well-formed PEM blocks and returns their kinds.
+/// The PEM blocks of `text`, in order, each as its kind and DER body; at least one.
 /// Text outside the blocks (e.g. `openssl x509 -text` output) is tolerated, as Go's `pem.Decode`
 /// does; blocks of a kind no trust field can hold (not a key, certificate or CRL) are skipped.
-pub(crate) fn check(text: &str) -> Result<Vec<SectionKind>, PemError> {
-    let mut kinds = Vec::new();
+pub fn sections(text: &str) -> Result<Vec<(SectionKind, Vec<u8>)>, PemError> {
+    let mut sections = Vec::new();
     for section in <(SectionKind, Vec<u8>)>::pem_slice_iter(text.as_bytes()) {
         let (kind, der) = section.map_err(describe)?;
         if der.is_empty() {
             return Err(PemError::Empty(label(kind)));
         }
-        kinds.push(kind);
+        sections.push((kind, der));
     }
-    if kinds.is_empty() {
+    if sections.is_empty() {
         return Err(PemError::NoBlock);
     }
-    Ok(kinds)
+    Ok(sections)
 }
 
-/// Like [`check`], but also accepts base64-wrapped PEM (Kyverno accepts that for certificates).
-pub(crate) fn check_maybe_base64(text: &str) -> Result<Vec<SectionKind>, PemError> {
-    match check(text) {
-        Ok(kinds) => Ok(kinds),
+/// Like [`sections`], but also accepts base64-wrapped PEM (Kyverno accepts that for
+/// certificates).
+pub fn sections_maybe_base64(text: &str) -> Result<Vec<(SectionKind, Vec<u8>)>, PemError> {
+    match sections(text) {
+        Ok(found) => Ok(found),
         Err(err) => {
             let compact: String = text.split_whitespace().collect();
             let decoded = STANDARD
@@ -51,11 +56,26 @@ pub(crate) fn check_maybe_base64(text: &str) -> Result<Vec<SectionKind>, PemErro
                 .ok()
                 .and_then(|bytes| String::from_utf8(bytes).ok());
             match decoded {
-                Some(inner) => check(&inner),
+                Some(inner) => sections(&inner),
                 None => Err(err),
             }
         }
     }
+}
+
+/// Checks that `text` holds one or more well-formed PEM blocks (see [`sections`]) and returns
+/// their kinds.
+pub(crate) fn check(text: &str) -> Result<Vec<SectionKind>, PemError> {
+    sections(text).map(kinds)
+}
+
+/// Like [`check`], but also accepts base64-wrapped PEM (see [`sections_maybe_base64`]).
+pub(crate) fn check_maybe_base64(text: &str) -> Result<Vec<SectionKind>, PemError> {
+    sections_maybe_base64(text).map(kinds)
+}
+
+fn kinds(sections: Vec<(SectionKind, Vec<u8>)>) -> Vec<SectionKind> {
+    sections.into_iter().map(|(kind, _)| kind).collect()
 }
 
 fn describe(err: pem::Error) -> PemError {
@@ -73,7 +93,9 @@ fn describe(err: pem::Error) -> PemError {
     })
 }
 
-fn label(kind: SectionKind) -> &'static str {
+/// The label a block of this kind is written with (`CERTIFICATE`, `PUBLIC KEY`, `X509 CRL`), or
+/// `key` for the private-key kinds.
+pub fn label(kind: SectionKind) -> &'static str {
     match kind {
         SectionKind::Certificate => "CERTIFICATE",
         SectionKind::PublicKey => "PUBLIC KEY",

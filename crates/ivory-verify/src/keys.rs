@@ -2,7 +2,7 @@
 //! `hashAlgorithm` names cosign accepts. Parsing only; every check is done by sigstore-verify.
 
 use crate::rejection::Rejection;
-use base64::Engine as _;
+use ivory_policy::pem::{self, PemError, SectionKind};
 use sigstore_verify::crypto::{KeyAlgorithm, SigningScheme};
 use sigstore_verify::types::{DerCertificate, DerPublicKey, HashAlgorithm};
 
@@ -72,23 +72,24 @@ fn parse_hash(name: Option<&str>) -> Result<HashAlgorithm, Rejection> {
 }
 
 /// Parses every `CERTIFICATE` block of a PEM bundle. Kyverno also accepts the PEM wrapped
-/// in base64, so that form is unwrapped first.
+/// in base64, so that form is unwrapped first. The blocks are read by ivory-policy's PEM
+/// parser, the one policy validation checks these fields with.
 pub(crate) fn parse_certificates(
     text: &str,
     field: &str,
 ) -> Result<Vec<DerCertificate>, Rejection> {
-    let text = unwrap_base64_pem(text);
-    let blocks: Vec<&str> = pem_blocks(&text);
-    if blocks.is_empty() {
-        return Err(Rejection::Attestor(format!(
-            "{field} holds no PEM certificate"
-        )));
-    }
-    blocks
+    let sections = pem::sections_maybe_base64(text).map_err(|e| match e {
+        PemError::NoBlock => Rejection::Attestor(format!("{field} holds no PEM certificate")),
+        e => Rejection::Attestor(format!("{field} is not a PEM certificate: {e}")),
+    })?;
+    sections
         .into_iter()
-        .map(|b| {
-            DerCertificate::from_pem(b)
-                .map_err(|e| Rejection::Attestor(format!("{field} is not a PEM certificate: {e}")))
+        .map(|(kind, der)| match kind {
+            SectionKind::Certificate => Ok(DerCertificate::new(der)),
+            other => Err(Rejection::Attestor(format!(
+                "{field} is not a PEM certificate: expected CERTIFICATE PEM block, got {}",
+                pem::label(other)
+            ))),
         })
         .collect()
 }
@@ -103,42 +104,10 @@ pub(crate) fn certificate_key(cert: &DerCertificate) -> Result<PublicKey, Reject
     ))
 }
 
-fn unwrap_base64_pem(text: &str) -> String {
-    if text.contains("-----BEGIN") {
-        return text.to_owned();
-    }
-    let compact: String = text.split_whitespace().collect();
-    base64::engine::general_purpose::STANDARD
-        .decode(compact)
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .unwrap_or_else(|| text.to_owned())
-}
-
-/// Splits a PEM bundle into its blocks (each `-----BEGIN` … `-----END …-----`).
-fn pem_blocks(text: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("-----BEGIN") {
-        let after = &rest[start..];
-        let Some(end_marker) = after.find("-----END") else {
-            break;
-        };
-        let tail = &after[end_marker..];
-        // The END line closes with five dashes after its label.
-        let close = tail[8..]
-            .find("-----")
-            .map(|i| 8 + i + 5)
-            .unwrap_or(tail.len());
-        out.push(&after[..end_marker + close]);
-        rest = &after[end_marker + close..];
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
 
     const P256: &str = include_str!("../../../fixtures/captured/connaisseur/cosign/keys/alice.key");
 
