@@ -10,6 +10,7 @@ mod semvers;
 mod sets;
 mod urls;
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
@@ -116,6 +117,32 @@ impl Registry {
     pub fn add_raw(&mut self, name: &'static str, f: Func) {
         self.raw.push((name, f));
     }
+
+    /// The Kubernetes comparison members of an ordered library type: `x.compareTo(y)` (-1, 0,
+    /// 1), `x.isGreaterThan(y)` and `x.isLessThan(y)`.
+    pub fn add_comparisons<T: Ordered>(&mut self) {
+        self.add("compareTo", |a| {
+            compare::<T>(a).map(|o| Ok(Value::Int(o as i64)))
+        });
+        self.add("isGreaterThan", |a| {
+            compare::<T>(a).map(|o| Ok(Value::Bool(o.is_gt())))
+        });
+        self.add("isLessThan", |a| {
+            compare::<T>(a).map(|o| Ok(Value::Bool(o.is_lt())))
+        });
+    }
+}
+
+/// A library type with an order of its own (quantities by value, semvers by precedence), for
+/// [`Registry::add_comparisons`].
+pub(crate) trait Ordered: 'static {
+    fn order(&self, other: &Self) -> Ordering;
+}
+
+/// Receiver and argument both of type `T`: their order; otherwise not this overload.
+fn compare<T: Ordered>(a: &[Value]) -> Option<Ordering> {
+    let [x, y] = a else { return None };
+    Some(opaque::<T>(x)?.order(opaque::<T>(y)?))
 }
 
 fn build() -> Library {

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use cel::Value;
 use cel::objects::Opaque;
 
-use super::{FunctionError, Registry, opaque, wrap};
+use super::{FunctionError, Ordered, Registry, opaque, wrap};
 
 pub(super) const QUANTITY_TYPE: &str = "kubernetes.Quantity";
 const NANO: i128 = 1_000_000_000;
@@ -182,13 +182,10 @@ fn arith(a: &[Value], sub: bool) -> Option<Result<Value, FunctionError>> {
     )
 }
 
-fn compare(a: &[Value]) -> Option<Ordering> {
-    let [q, other] = a else { return None };
-    Some(
-        opaque::<Quantity>(q)?
-            .nanos
-            .cmp(&opaque::<Quantity>(other)?.nanos),
-    )
+impl Ordered for Quantity {
+    fn order(&self, other: &Self) -> Ordering {
+        self.nanos.cmp(&other.nanos)
+    }
 }
 
 fn member(
@@ -224,13 +221,5 @@ pub(super) fn register(r: &mut Registry) {
     });
     r.add("add", |a| arith(a, false));
     r.add("sub", |a| arith(a, true));
-    r.add("compareTo", |a| {
-        compare(a).map(|o| Ok(Value::Int(o as i64)))
-    });
-    r.add("isGreaterThan", |a| {
-        compare(a).map(|o| Ok(Value::Bool(o.is_gt())))
-    });
-    r.add("isLessThan", |a| {
-        compare(a).map(|o| Ok(Value::Bool(o.is_lt())))
-    });
+    r.add_comparisons::<Quantity>();
 }

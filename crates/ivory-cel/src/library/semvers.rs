@@ -6,7 +6,7 @@ use cel::Value;
 use cel::objects::Opaque;
 use semver::Version;
 
-use super::{FunctionError, Registry, opaque, wrap};
+use super::{FunctionError, Ordered, Registry, opaque, wrap};
 
 pub(super) const SEMVER_TYPE: &str = "kubernetes.Semver";
 
@@ -60,13 +60,10 @@ fn construct(a: &[Value]) -> Option<Result<Version, FunctionError>> {
     }
 }
 
-fn compare(a: &[Value]) -> Option<Ordering> {
-    let [x, y] = a else { return None };
-    Some(
-        opaque::<Semver>(x)?
-            .0
-            .cmp_precedence(&opaque::<Semver>(y)?.0),
-    )
+impl Ordered for Semver {
+    fn order(&self, other: &Self) -> Ordering {
+        self.0.cmp_precedence(&other.0)
+    }
 }
 
 fn member(a: &[Value], f: fn(&Version) -> u64) -> Option<Result<Value, FunctionError>> {
@@ -90,13 +87,5 @@ pub(super) fn register(r: &mut Registry) {
     r.add("major", |a| member(a, |v| v.major));
     r.add("minor", |a| member(a, |v| v.minor));
     r.add("patch", |a| member(a, |v| v.patch));
-    r.add("compareTo", |a| {
-        compare(a).map(|o| Ok(Value::Int(o as i64)))
-    });
-    r.add("isGreaterThan", |a| {
-        compare(a).map(|o| Ok(Value::Bool(o.is_gt())))
-    });
-    r.add("isLessThan", |a| {
-        compare(a).map(|o| Ok(Value::Bool(o.is_lt())))
-    });
+    r.add_comparisons::<Semver>();
 }
