@@ -26,6 +26,7 @@ pub use metrics::{
 };
 pub use policies::{FileSource, PolicyStore, Snapshot};
 pub use routes::{
-    AppState, DEFAULT_BODY_LIMIT, ExceptionSettings, NamespaceSource, namespace_object, router,
+    AppState, DEFAULT_BODY_LIMIT, ExceptionSettings, NamespaceSource, READYZ_POLICY_ERRORS,
+    namespace_object, router,
 };
 pub use serve::{Listen, ServeOptions, serve, shutdown_signal};

@@ -677,6 +677,11 @@ fn review_json(resp: &AdmissionResponse) -> Response {
     Json(review_response(resp)).into_response()
 }
 
+/// Response header of `/readyz`: how many policy files or objects failed to load (`0` when none),
+/// the machine-readable form of the text's "policy errors" lines (`ivory doctor` warns on it).
+/// The status cannot say it: the last good set keeps serving, so the server stays ready.
+pub const READYZ_POLICY_ERRORS: &str = "ivory-policy-errors";
+
 async fn readyz(State(state): State<AppState>) -> Response {
     let snapshot = state.policies.snapshot();
     let mut text = if snapshot.is_ready() {
@@ -701,7 +706,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, text).into_response()
+    let errors = snapshot.errors.len().to_string();
+    (status, [(READYZ_POLICY_ERRORS, errors)], text).into_response()
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

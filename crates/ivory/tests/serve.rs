@@ -213,6 +213,7 @@ async fn mutate_validate_warn_audit_errors_and_metrics() {
         .unwrap();
     let resp = h1.get(ivory.url("/readyz")).send().await.unwrap();
     assert_eq!(resp.version(), reqwest::Version::HTTP_11);
+    assert_eq!(resp.headers()[ivory_server::READYZ_POLICY_ERRORS], "0");
     assert_eq!(resp.text().await.unwrap(), "ready: 4 policies loaded\n");
 
     let m = ivory.metrics().await;
@@ -403,6 +404,17 @@ async fn policy_hot_reload_and_certificate_reload() {
     assert!(
         text.starts_with("ready: 1 policies loaded\npolicy errors"),
         "{text}"
+    );
+    let resp = ivory
+        .client()
+        .get(ivory.url("/readyz"))
+        .send()
+        .await
+        .unwrap();
+    let errors = &resp.headers()[ivory_server::READYZ_POLICY_ERRORS];
+    assert!(
+        errors.to_str().unwrap().parse::<usize>().unwrap() >= 1,
+        "{errors:?}"
     );
     let m = ivory.metrics().await;
     assert!(

@@ -13,11 +13,13 @@ use std::time::Duration;
 use anyhow::Context as _;
 use ivory_policy::CompiledPolicy;
 use ivory_policy::types::{FailurePolicy, PolicyKind};
+use ivory_server::READYZ_POLICY_ERRORS;
 use ivory_server::kube_source::{POLICY_VERSION, compile_policy_object, policy_resources};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status as ApiStatus;
 use kube::api::{Api, DynamicObject, ListParams};
 
 /// CRDs ivory reads.
@@ -414,14 +416,14 @@ async fn endpoint_checks(client: &kube::Client, hooks: &[Hook]) -> Vec<Check> {
         let subject = endpoint.describe();
         let probed = tokio::time::timeout(PROBE_TIMEOUT, probe(client, endpoint)).await;
         let row = match probed {
-            Ok(Ok(text)) => {
+            Ok(Ok(ready)) => {
                 // Policy errors keep the last good version serving, so they warn, not fail.
-                let status = if text.contains("policy errors") {
+                let status = if ready.policy_errors > 0 {
                     Status::Warn
                 } else {
                     Status::Ok
                 };
-                let lines: Vec<&str> = text.lines().map(str::trim).collect();
+                let lines: Vec<&str> = ready.text.lines().map(str::trim).collect();
                 check(
                     "endpoint",
                     subject,
@@ -445,9 +447,18 @@ async fn endpoint_checks(client: &kube::Client, hooks: &[Hook]) -> Vec<Check> {
     checks
 }
 
+/// A ready endpoint's `/readyz` answer.
+struct Ready {
+    /// The text, for people.
+    text: String,
+    /// How many policy files or objects failed to load (the server's
+    /// [`READYZ_POLICY_ERRORS`] header).
+    policy_errors: usize,
+}
+
 /// GET `/readyz`: directly for URL webhooks (trusting only their caBundle), through the API
 /// server's service proxy for Service webhooks.
-async fn probe(client: &kube::Client, endpoint: &Endpoint) -> anyhow::Result<String> {
+async fn probe(client: &kube::Client, endpoint: &Endpoint) -> anyhow::Result<Ready> {
     match endpoint {
         Endpoint::Url { base, ca } => {
             let mut builder = reqwest::Client::builder().timeout(PROBE_TIMEOUT);
@@ -462,13 +473,17 @@ async fn probe(client: &kube::Client, endpoint: &Endpoint) -> anyhow::Result<Str
                 .send()
                 .await?;
             let status = response.status();
+            let policy_errors = policy_errors(response.headers());
             let text = response.text().await?;
             anyhow::ensure!(
                 status.is_success(),
                 "/readyz answered {status}: {}",
                 text.trim()
             );
-            Ok(text)
+            Ok(Ready {
+                text,
+                policy_errors,
+            })
         }
         Endpoint::Service {
             namespace,
@@ -477,10 +492,38 @@ async fn probe(client: &kube::Client, endpoint: &Endpoint) -> anyhow::Result<Str
         } => {
             let path =
                 format!("/api/v1/namespaces/{namespace}/services/https:{name}:{port}/proxy/readyz");
-            let request = http::Request::get(path).body(Vec::new())?;
-            Ok(client.request_text(request).await?)
+            let request = http::Request::get(path).body(kube::client::Body::empty())?;
+            let response = client.send(request).await?;
+            let status = response.status();
+            let policy_errors = policy_errors(response.headers());
+            let body = response.into_body().collect_bytes().await?;
+            let text = String::from_utf8_lossy(&body).into_owned();
+            if !status.is_success() {
+                // The API server's own refusals (no endpoints, forbidden) are Status objects.
+                let status_message = serde_json::from_str::<ApiStatus>(&text)
+                    .ok()
+                    .and_then(|s| s.message)
+                    .filter(|m| !m.is_empty());
+                match status_message {
+                    Some(message) => anyhow::bail!("{message} ({status})"),
+                    None => anyhow::bail!("/readyz answered {status}: {}", text.trim()),
+                }
+            }
+            Ok(Ready {
+                text,
+                policy_errors,
+            })
         }
     }
+}
+
+/// The server's count of policy load errors; absent or unreadable counts as none.
+fn policy_errors(headers: &http::HeaderMap) -> usize {
+    headers
+        .get(READYZ_POLICY_ERRORS)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The report as an aligned table.
