@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need (Debian packages),
-# then format check, clippy and every test of the workspace. `.ci/run` calls exactly this.
+# then format check, clippy, the API docs and every test of the workspace. `.ci/run` calls
+# exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,4 +25,5 @@ bash scripts/install-deploy-tools.sh # kustomize + helm for the deploy/ tests; s
 bash scripts/install-tools.sh image
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked # broken intra-doc links, bad doc markup
 cargo test --workspace --locked "$@"

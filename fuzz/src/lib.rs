@@ -5,6 +5,8 @@
 //! harness therefore signs fuzzed payloads with its own key, which the key attestor trusts;
 //! a signature check that passes on anything the harness did not sign is a bypass.
 
+#![warn(missing_docs)]
+
 use std::collections::BTreeMap;
 
 use aws_lc_rs::encoding::AsDer as _;
