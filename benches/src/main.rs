@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 
 mod fleet;
 mod loadgen;
+mod peers;
 mod phases;
 mod procs;
 mod report;
@@ -32,6 +33,10 @@ enum Command {
     /// Three `ivory serve` replicas sharing one redis-server: add the fleet figures to
     /// target/bench/results.json (`--cached-images` default 100000, 3000 with --quick).
     Fleet(LoadArgs),
+    /// Kyverno's admission controller side by side with ivory (same registry, images, policies
+    /// and reviews), run out of cluster against the e2e kube-apiserver: add the `kyverno_*`
+    /// figures to target/bench/results.json (`scripts/bench.sh --peers`).
+    Peers(peers::PeersArgs),
 }
 
 /// Load harness settings.
@@ -80,6 +85,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Load(args) => phases::run(args).await,
             Command::Fleet(args) => fleet::run(args).await,
+            Command::Peers(args) => peers::run(args).await,
         }
     });
     match result {

@@ -24,7 +24,7 @@ const LATE_SLACK: Duration = Duration::from_millis(100);
 /// Concurrent admissions in the herd phase.
 const HERD: usize = 64;
 /// Requests in flight in the hung-registry phase.
-const HUNG_CONCURRENCY: usize = 64;
+pub(crate) const HUNG_CONCURRENCY: usize = 64;
 
 /// Sizes of one run.
 struct Plan {
@@ -68,9 +68,9 @@ pub async fn run(args: LoadArgs) -> Result<()> {
 
     let ivory = stack.start_ivory("ivory-serve").await?;
     eprintln!("cold and herd…");
-    let (tag_cold, digest_cold, cold_detail) = cold(&stack, &ivory.url).await?;
+    let (tag_cold, digest_cold, cold_detail) = cold(&stack, &stack.client, &ivory.url).await?;
     details.insert("cold".into(), cold_detail);
-    let (sets, herd_detail) = herd(&stack, &ivory.url, tag_cold).await?;
+    let (sets, herd_detail) = herd(&stack, &stack.client, &ivory.url, tag_cold, HERD).await?;
     details.insert("herd".into(), herd_detail);
 
     eprintln!("warm throughput…");
@@ -122,7 +122,7 @@ pub async fn run(args: LoadArgs) -> Result<()> {
     // Open (and keep pooled) the connections the hung phase uses, as the API server would
     // have: its timing must not include TLS handshakes.
     loadgen::closed_loop(&ivory_target, HUNG_CONCURRENCY, Duration::from_secs(1)).await;
-    let (late, hung_detail) = hung(&stack, &ivory.url, plan.hung).await?;
+    let (late, hung_detail) = hung(&stack, &stack.client, &ivory.url, plan.hung).await?;
     details.insert("hung".into(), hung_detail);
     let (hwm, _) = ivory.memory_kib()?;
     details.insert("ivory_serve_peak_rss_mib".into(), json!(mib(hwm)));
@@ -177,13 +177,24 @@ pub(crate) async fn admit(
     image: &Image,
     by_tag: bool,
 ) -> Result<()> {
+    admit_via(&stack.client, base, uid, image, by_tag).await
+}
+
+/// [`admit`] through `client` (a webhook with another CA: Kyverno's).
+pub(crate) async fn admit_via(
+    client: &reqwest::Client,
+    base: &str,
+    uid: String,
+    image: &Image,
+    by_tag: bool,
+) -> Result<()> {
     let reference = if by_tag {
         image.tag_ref()
     } else {
         image.digest_ref()
     };
     let body = Bytes::from(pod_review(&uid, std::slice::from_ref(&reference)));
-    let mutated = post(&stack.client, &url(base, "mutate"), body).await?;
+    let mutated = post(client, &url(base, "mutate"), body).await?;
     ensure!(
         mutated.allowed(),
         "mutate denied {reference}: {}",
@@ -202,7 +213,7 @@ pub(crate) async fn admit(
         reference.clone()
     };
     let body = Bytes::from(pod_review(&uid, &[pinned]));
-    let validated = post(&stack.client, &url(base, "validate"), body).await?;
+    let validated = post(client, &url(base, "validate"), body).await?;
     ensure!(
         validated.allowed(),
         "validate denied {reference}: {}",
@@ -221,15 +232,19 @@ pub(crate) fn request_lines(stack: &Stack) -> Vec<String> {
 }
 
 /// Registry requests for one never-seen image, by tag and by digest.
-async fn cold(stack: &Stack, base: &str) -> Result<(usize, usize, Value)> {
+pub(crate) async fn cold(
+    stack: &Stack,
+    client: &reqwest::Client,
+    base: &str,
+) -> Result<(usize, usize, Value)> {
     let [tag_image, digest_image] = stack.images.cold.as_slice() else {
         bail!("expected two cold images");
     };
     // Per-registry one-time requests (the `/v2/` ping, the referrers-API probe) happen on
     // the first contact; the fixture pays them so the counts below are per image.
     stack.registry.reset_requests();
-    admit(
-        stack,
+    admit_via(
+        client,
         base,
         "registry-first-contact".into(),
         &stack.images.fixture,
@@ -238,10 +253,10 @@ async fn cold(stack: &Stack, base: &str) -> Result<(usize, usize, Value)> {
     .await?;
     let first_contact = request_lines(stack);
     stack.registry.reset_requests();
-    admit(stack, base, "cold-tag".into(), tag_image, true).await?;
+    admit_via(client, base, "cold-tag".into(), tag_image, true).await?;
     let tag_lines = request_lines(stack);
     stack.registry.reset_requests();
-    admit(stack, base, "cold-digest".into(), digest_image, false).await?;
+    admit_via(client, base, "cold-digest".into(), digest_image, false).await?;
     let digest_lines = request_lines(stack);
     let detail = json!({
         "first_contact_requests_fixture_by_tag": first_contact,
@@ -251,13 +266,19 @@ async fn cold(stack: &Stack, base: &str) -> Result<(usize, usize, Value)> {
     Ok((tag_lines.len(), digest_lines.len(), detail))
 }
 
-/// 64 concurrent admissions (mutate + validate) of one uncached image: how many cold request
-/// sets reach the registry.
-async fn herd(stack: &Stack, base: &str, per_set: usize) -> Result<(f64, Value)> {
+/// `count` concurrent admissions (mutate + validate) of one uncached image: how many cold
+/// request sets reach the registry.
+pub(crate) async fn herd(
+    stack: &Stack,
+    client: &reqwest::Client,
+    base: &str,
+    per_set: usize,
+    count: usize,
+) -> Result<(f64, Value)> {
     stack.registry.reset_requests();
     let image = &stack.images.herd;
     let results = futures::future::join_all(
-        (0..HERD).map(|i| admit(stack, base, format!("herd-{i}"), image, true)),
+        (0..count).map(|i| admit_via(client, base, format!("herd-{i}"), image, true)),
     )
     .await;
     let failed: Vec<String> = results
@@ -276,19 +297,28 @@ async fn herd(stack: &Stack, base: &str, per_set: usize) -> Result<(f64, Value)>
 
 /// Closed-loop steps at each concurrency (after a short warm-up).
 async fn sweep(target: &Target, plan: &Plan) -> Vec<(usize, Stats)> {
+    sweep_at(target, &plan.concurrencies, plan.step).await
+}
+
+/// Closed-loop steps of `step` at each of `concurrencies` (after a one-second warm-up).
+pub(crate) async fn sweep_at(
+    target: &Target,
+    concurrencies: &[usize],
+    step: Duration,
+) -> Vec<(usize, Stats)> {
     loadgen::closed_loop(target, 8, Duration::from_secs(1)).await;
     let mut steps = Vec::new();
-    for &c in &plan.concurrencies {
-        steps.push((c, loadgen::closed_loop(target, c, plan.step).await));
+    for &c in concurrencies {
+        steps.push((c, loadgen::closed_loop(target, c, step).await));
     }
     steps
 }
 
-fn max_rps(steps: &[(usize, Stats)]) -> f64 {
+pub(crate) fn max_rps(steps: &[(usize, Stats)]) -> f64 {
     steps.iter().map(|(_, s)| s.rps).fold(0.0, f64::max)
 }
 
-fn steps_json(steps: &[(usize, Stats)]) -> Value {
+pub(crate) fn steps_json(steps: &[(usize, Stats)]) -> Value {
     steps
         .iter()
         .map(|(c, s)| {
@@ -301,7 +331,12 @@ fn steps_json(steps: &[(usize, Stats)]) -> Value {
 
 /// Admissions whose images live on a registry that accepts connections and never answers:
 /// every response must arrive within the budget derived from `?timeout=`.
-async fn hung(stack: &Stack, base: &str, count: usize) -> Result<(usize, Value)> {
+pub(crate) async fn hung(
+    stack: &Stack,
+    client: &reqwest::Client,
+    base: &str,
+    count: usize,
+) -> Result<(usize, Value)> {
     let budget = HUNG_TIMEOUT - HUNG_TIMEOUT / 10;
     let host = stack.hung.host();
     let fake = format!("sha256:{}", "ab".repeat(32));
@@ -313,7 +348,7 @@ async fn hung(stack: &Stack, base: &str, count: usize) -> Result<(usize, Value)>
         };
         let url = format!("{}?timeout=2s", url(base, stage));
         let body = Bytes::from(pod_review(&format!("hung-{i}"), &[image]));
-        let client = stack.client.clone();
+        let client = client.clone();
         async move {
             let start = Instant::now();
             let answer = post(&client, &url, body).await;
@@ -362,7 +397,7 @@ async fn hung(stack: &Stack, base: &str, count: usize) -> Result<(usize, Value)>
 }
 
 /// A fresh `ivory serve` verifies every cached-phase image once (three per Pod); peak RSS after.
-async fn cached_rss(stack: &Stack) -> Result<(f64, Value)> {
+pub(crate) async fn cached_rss(stack: &Stack) -> Result<(f64, Value)> {
     let ivory = stack.start_ivory("ivory-serve-cache").await?;
     let (_, before) = ivory.memory_kib()?;
     let started = Instant::now();

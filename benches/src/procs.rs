@@ -21,11 +21,24 @@ impl Server {
     /// Spawns `cmd` with stdout/stderr into `log`, then polls `url + ready_path` until 200.
     pub async fn start(
         name: &str,
+        cmd: Command,
+        log: &Path,
+        url: String,
+        ready_path: &str,
+        client: &reqwest::Client,
+    ) -> Result<Self> {
+        Self::start_within(name, cmd, log, url, ready_path, client, READY_TIMEOUT).await
+    }
+
+    /// [`Server::start`] with its own readiness timeout.
+    pub async fn start_within(
+        name: &str,
         mut cmd: Command,
         log: &Path,
         url: String,
         ready_path: &str,
         client: &reqwest::Client,
+        ready_timeout: Duration,
     ) -> Result<Self> {
         let out =
             std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
@@ -41,11 +54,19 @@ impl Server {
             child,
             url,
         };
-        server.wait_ready(ready_path, client, log).await?;
+        server
+            .wait_ready(ready_path, client, log, ready_timeout)
+            .await?;
         Ok(server)
     }
 
-    async fn wait_ready(&mut self, path: &str, client: &reqwest::Client, log: &Path) -> Result<()> {
+    async fn wait_ready(
+        &mut self,
+        path: &str,
+        client: &reqwest::Client,
+        log: &Path,
+        timeout: Duration,
+    ) -> Result<()> {
         let url = format!("{}{path}", self.url);
         let started = Instant::now();
         loop {
@@ -58,8 +79,8 @@ impl Server {
             {
                 return Ok(());
             }
-            if started.elapsed() > READY_TIMEOUT {
-                bail!("{} not ready on {url} after {READY_TIMEOUT:?}", self.name);
+            if started.elapsed() > timeout {
+                bail!("{} not ready on {url} after {timeout:?}", self.name);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

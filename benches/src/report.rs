@@ -89,6 +89,12 @@ pub fn write(out: &Path, results: &Value) -> Result<()> {
 /// Adds the fleet figures (`fleet_*` keys, `details.fleet`) to `results.json` in `out`,
 /// keeping the load harness's figures already there.
 pub fn merge_fleet(out: &Path, figures: Value, details: Value) -> Result<()> {
+    merge(out, "fleet", figures, details)
+}
+
+/// Adds `figures` (top-level keys) and `details.<section>` to `results.json` in `out`,
+/// keeping every other figure already there.
+pub fn merge(out: &Path, section: &str, figures: Value, details: Value) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let json_path = out.join("results.json");
     let mut results: Value = std::fs::read_to_string(&json_path)
@@ -104,7 +110,7 @@ pub fn merge_fleet(out: &Path, figures: Value, details: Value) -> Result<()> {
     if !results["details"].is_object() {
         results["details"] = json!({});
     }
-    results["details"]["fleet"] = details;
+    results["details"][section] = details;
     let text = serde_json::to_string_pretty(&results).context("serializing results")?;
     std::fs::write(&json_path, text + "\n")
         .with_context(|| format!("writing {}", json_path.display()))?;
