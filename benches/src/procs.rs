@@ -108,8 +108,8 @@ impl Drop for Server {
     }
 }
 
-/// A free loopback port (the bind is released before the server takes it).
+/// A free loopback port outside the kernel's ephemeral range (see `ivory_testkit::free_port`;
+/// the bind is released before the server takes it).
 pub fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(l.local_addr().context("free port address")?.port())
+    ivory_testkit::free_port().context("finding a free port")
 }

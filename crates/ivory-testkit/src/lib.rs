@@ -23,6 +23,7 @@ pub use layout::{
     sha256_digest, write_simple_image,
 };
 pub use pki::{CosignSigner, TestPki, TokenSigner};
+pub use ports::{free_port, is_port_taken};
 pub use redis::{REDIS_BINARY, RedisServer};
 pub use registry::{
     AuthMode, Harness, HarnessOptions, LoggedRequest, REGISTRY_BINARY, RegistryHarness,
@@ -35,6 +36,7 @@ mod hostile;
 mod layout;
 mod pki;
 pub mod policy;
+mod ports;
 mod push;
 mod redis;
 mod registry;

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result, io};
-use crate::registry::free_port;
+use crate::ports::{START_ATTEMPTS, free_port, is_port_taken};
 
 /// Binary started by the harness.
 pub const REDIS_BINARY: &str = "redis-server";
@@ -22,7 +22,8 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts `redis-server` on a free 127.0.0.1 port and waits until it answers `PING`.
+    /// Starts `redis-server` on a free 127.0.0.1 port and waits until it answers `PING`; starts
+    /// again on another port if it lost the race for one.
     pub async fn start() -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("ivory-redis-harness-")
@@ -33,8 +34,17 @@ impl RedisServer {
             port: free_port()?,
             dir,
         };
-        server.spawn().await?;
-        Ok(server)
+        let mut attempt = 1;
+        loop {
+            match server.spawn().await {
+                Err(err) if is_port_taken(&err) && attempt < START_ATTEMPTS => {
+                    attempt += 1;
+                    server.port = free_port()?;
+                }
+                Err(err) => return Err(err),
+                Ok(()) => return Ok(server),
+            }
+        }
     }
 
     async fn spawn(&mut self) -> Result<()> {
@@ -53,27 +63,62 @@ impl RedisServer {
             .map_err(io(format!(
                 "spawning {REDIS_BINARY} (Debian package redis-server; scripts/test.sh installs it)"
             )))?;
+        let pid = child.id();
         self.child = Some(child);
         let start = Instant::now();
         while start.elapsed() < STARTUP_TIMEOUT {
-            if self.ping() {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                self.child = None;
+                return Err(Error::Startup(format!(
+                    "{REDIS_BINARY} on port {} exited with {status}: {}",
+                    self.port,
+                    self.log_tail()
+                )));
+            }
+            // Another server may hold the port while ours fails to bind: only our pid counts.
+            if self.server_pid() == Some(pid) {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Err(Error::Startup(format!(
-            "{REDIS_BINARY} did not answer PING on port {} within {STARTUP_TIMEOUT:?}",
-            self.port
+            "{REDIS_BINARY} did not answer on port {} within {STARTUP_TIMEOUT:?}: {}",
+            self.port,
+            self.log_tail()
         )))
     }
 
-    fn ping(&self) -> bool {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-        let mut buf = [0u8; 7];
-        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    /// The `process_id` the server on our port reports through `INFO server`.
+    fn server_pid(&self) -> Option<u32> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+        s.write_all(b"INFO server\r\n").ok()?;
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 4096];
+        while reply.len() < 64 * 1024 {
+            let n = s.read(&mut buf).ok()?;
+            if n == 0 {
+                break;
+            }
+            reply.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&reply);
+            if let Some(pid) = text
+                .lines()
+                .find_map(|line| line.strip_prefix("process_id:"))
+                .and_then(|rest| rest.trim().parse().ok())
+            {
+                return Some(pid);
+            }
+        }
+        None
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(5)..].join("\n")
     }
 
     /// `redis://127.0.0.1:<port>`.
@@ -136,5 +181,22 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         // SIGKILL ends a paused (stopped) process too.
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_port_held_by_another_server_is_a_port_taken_error_not_a_false_start() {
+        let first = RedisServer::start().await.unwrap();
+        let mut second = RedisServer::start().await.unwrap();
+        second.stop();
+        second.port = first.port();
+        // The first server answers on that port, yet the second must not count as started.
+        let err = second.spawn().await.err().expect("the port is taken");
+        assert!(is_port_taken(&err), "{err}");
+        assert!(second.pid().is_none());
     }
 }

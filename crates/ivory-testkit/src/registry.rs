@@ -1,7 +1,6 @@
 //! `RegistryHarness`: the real `docker-registry` (CNCF Distribution) on a loopback port,
 //! with TLS from a generated CA and no auth, htpasswd basic auth, or token auth.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -9,12 +8,15 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result, io};
 use crate::pki::{TestPki, TokenSigner};
+use crate::ports::{START_ATTEMPTS, free_port, is_port_taken};
 use crate::token::{TOKEN_ISSUER, TOKEN_SERVICE, TokenServer, TokenState, TokenTls};
 
 /// Binary started by the harness (Debian package `docker-registry`).
 pub const REGISTRY_BINARY: &str = "docker-registry";
 /// How long to wait for the registry to answer `/v2/`.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long one readiness probe waits for an answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Distribution writes its log line just after the response; give it this long.
 const LOG_SETTLE: Duration = Duration::from_millis(150);
 
@@ -102,14 +104,23 @@ pub struct RegistryHarness;
 
 impl RegistryHarness {
     /// Starts `docker-registry serve` in a temp dir on a free 127.0.0.1 port and waits
-    /// until it answers.
+    /// until it answers; starts again on another port if it lost the race for one.
     pub async fn start(opts: HarnessOptions) -> Result<Harness> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_on(&opts, free_port()?).await {
+                Err(err) if is_port_taken(&err) && attempt < START_ATTEMPTS => attempt += 1,
+                done => return done,
+            }
+        }
+    }
+
+    async fn start_on(opts: &HarnessOptions, port: u16) -> Result<Harness> {
         let dir = tempfile::Builder::new()
             .prefix("ivory-registry-harness-")
             .tempdir()
             .map_err(io("creating harness temp dir"))?;
         let pki = TestPki::generate("ivory-testkit CA")?;
-        let port = free_port()?;
         let host = format!("127.0.0.1:{port}");
 
         let mut token_server = None;
@@ -181,7 +192,7 @@ impl RegistryHarness {
             child: Some(child),
             host,
             tls: opts.tls,
-            auth: opts.auth,
+            auth: opts.auth.clone(),
             ca_pem: pki.ca_pem,
             log_path,
             log_offset: Mutex::new(0),
@@ -332,7 +343,20 @@ impl Harness {
                     tail(&self.log_text())
                 )));
             }
-            if client.get(&url).send().await.is_ok() {
+            // Bounded: a port held by something that accepts and never answers must not hang.
+            let probe = client.get(&url).timeout(PROBE_TIMEOUT).send();
+            if probe.await.is_ok() {
+                // Another server on the port may have answered while ours failed to bind; ours
+                // is the one answering only if it is still running a moment later.
+                tokio::time::sleep(LOG_SETTLE).await;
+                if let Some(child) = self.child.as_mut()
+                    && let Ok(Some(status)) = child.try_wait()
+                {
+                    return Err(Error::Startup(format!(
+                        "{REGISTRY_BINARY} exited with {status}: {}",
+                        tail(&self.log_text())
+                    )));
+                }
                 return Ok(());
             }
             if started.elapsed() > STARTUP_TIMEOUT {
@@ -355,11 +379,6 @@ impl Drop for Harness {
         // TempDir removes the directory on drop.
         self.dir.take();
     }
-}
-
-pub(crate) fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(io("finding a free port"))?;
-    Ok(l.local_addr().map_err(io("free port address"))?.port())
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -418,5 +437,16 @@ garbage
                 ("GET".into(), "/v2/x".into(), 404)
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn a_taken_port_is_a_port_taken_startup_error() {
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = holder.local_addr().unwrap().port();
+        let err = RegistryHarness::start_on(&HarnessOptions::plain_http(), port)
+            .await
+            .err()
+            .expect("a second server cannot bind a held port");
+        assert!(is_port_taken(&err), "{err}");
     }
 }
