@@ -401,10 +401,9 @@ impl Drop for HungRegistry {
     }
 }
 
-/// A loopback `host:port` where nothing listens (connection refused).
+/// A loopback `host:port` where nothing listens (connection refused). The port comes from
+/// below the ephemeral range ([`crate::free_port`]), so no `:0` listener or outgoing connection
+/// of the test run takes it meanwhile.
 pub fn refused_host() -> Result<String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("binding probe port"))?;
-    let addr = l.local_addr().map_err(io("probe port address"))?;
-    drop(l);
-    Ok(addr.to_string())
+    Ok(format!("127.0.0.1:{}", crate::free_port()?))
 }

@@ -195,7 +195,7 @@ mod tests {
         second.stop();
         second.port = first.port();
         // The first server answers on that port, yet the second must not count as started.
-        let err = second.spawn().await.err().expect("the port is taken");
+        let err = second.spawn().await.expect_err("the port is taken");
         assert!(is_port_taken(&err), "{err}");
         assert!(second.pid().is_none());
     }
