@@ -9,6 +9,8 @@
 //! - The `ivory-testkit-registry` binary: the harness registry with OCI layouts pushed, kept
 //!   running for `scripts/demo.sh` and people trying ivory by hand.
 //! - [`RedisServer`]: the real `redis-server` on loopback (pause, stop, restart on demand).
+//! - [`free_port`]: ports for those servers from below the kernel's ephemeral range, so no other
+//!   socket of the test run takes one between choosing and binding it.
 
 #![warn(missing_docs)]
 
