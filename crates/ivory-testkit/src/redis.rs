@@ -22,7 +22,7 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts `redis-server` on a free 127.0.0.1 port and waits until it answers `PING`; starts
+    /// Starts `redis-server` on a free 127.0.0.1 port and waits until it answers as itself; starts
     /// again on another port if it lost the race for one.
     pub async fn start() -> Result<Self> {
         let dir = tempfile::Builder::new()
