@@ -47,8 +47,9 @@ pub fn free_port() -> Result<u16> {
 
 /// Whether a server's startup error says its port was taken (retry on a fresh port).
 pub fn is_port_taken(error: &Error) -> bool {
-    let text = error.to_string();
-    text.contains("address already in use") || text.contains("Address already in use")
+    // Go says "address already in use", redis "Address already in use".
+    let text = error.to_string().to_ascii_lowercase();
+    text.contains("address already in use")
 }
 
 fn claim(port: u16) -> bool {
