@@ -99,21 +99,61 @@ fn display_label(p: &CompiledPolicy) -> String {
 /// sorted order). Entries whose name starts with `.` are skipped: Kubernetes ConfigMap volumes
 /// hold each file a second time under `..data/` and `..<timestamp>/`.
 pub fn load_path(path: impl AsRef<Path>) -> LoadReport {
-    let (files, errors) = policy_files(path);
-    let mut report = LoadReport {
-        errors,
-        ..LoadReport::default()
-    };
-    for file in files {
-        match fs::read_to_string(&file) {
-            Ok(text) => {
-                let json = file.extension().is_some_and(|e| e == "json");
-                report.merge(load_text(&text, &file, json));
+    read_policy_files(path).load()
+}
+
+/// The bytes of policy files read in one pass, with the errors of entries that could not be
+/// read: what a policy source compares between polls and then loads, so that what is loaded is
+/// exactly what was compared.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PolicyFiles {
+    /// Each file's path and bytes, in load order.
+    pub files: Vec<(PathBuf, Vec<u8>)>,
+    /// Entries that could not be listed or read.
+    pub errors: Vec<PolicyError>,
+}
+
+impl PolicyFiles {
+    /// Appends the files and errors of `other` (a later `--policies` path).
+    pub fn merge(&mut self, other: PolicyFiles) {
+        self.files.extend(other.files);
+        self.errors.extend(other.errors);
+    }
+
+    /// Parses, validates and compiles every file (see [`load_path`]).
+    pub fn load(&self) -> LoadReport {
+        let mut report = LoadReport {
+            errors: self.errors.clone(),
+            ..LoadReport::default()
+        };
+        for (file, bytes) in &self.files {
+            match std::str::from_utf8(bytes) {
+                Ok(text) => {
+                    let json = file.extension().is_some_and(|e| e == "json");
+                    report.merge(load_text(text, file, json));
+                }
+                Err(_) => report.errors.push(PolicyError::new(
+                    file.display().to_string(),
+                    "",
+                    "failed to read: stream did not contain valid UTF-8",
+                )),
             }
-            Err(e) => report.errors.push(read_error(&file, &e)),
+        }
+        report
+    }
+}
+
+/// Reads the files [`policy_files`] lists for `path`.
+pub fn read_policy_files(path: impl AsRef<Path>) -> PolicyFiles {
+    let (paths, mut errors) = policy_files(path);
+    let mut files = Vec::with_capacity(paths.len());
+    for file in paths {
+        match fs::read(&file) {
+            Ok(bytes) => files.push((file, bytes)),
+            Err(e) => errors.push(read_error(&file, &e)),
         }
     }
-    report
+    PolicyFiles { files, errors }
 }
 
 /// The files [`load_path`] reads for `path`: the path itself when it is a file, else every

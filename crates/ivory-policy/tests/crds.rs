@@ -772,12 +772,19 @@ fn assert_hardened(deployment: &Value, args: &[&str]) {
     assert_eq!(volume["secret"]["secretName"], "ivory-tls");
 }
 
-const KUBE_ARGS: [&str; 5] = [
+const KUBE_ARGS: [&str; 12] = [
     "serve",
     "--kube",
     "--listen=0.0.0.0:8443",
     "--tls-cert=/etc/ivory/tls/tls.crt",
     "--tls-key=/etc/ivory/tls/tls.key",
+    "--body-limit=3145728",
+    "--body-budget=67108864",
+    "--body-timeout=10s",
+    "--header-timeout=10s",
+    "--idle-timeout=120s",
+    "--handshake-timeout=10s",
+    "--max-connections=1024",
 ];
 
 #[test]
@@ -1045,12 +1052,10 @@ fn helm_chart_lints_and_renders() {
     assert_hardened(
         deployment,
         &[
-            "serve",
-            "--policies=/etc/ivory/policies",
-            "--listen=0.0.0.0:8443",
-            "--tls-cert=/etc/ivory/tls/tls.crt",
-            "--tls-key=/etc/ivory/tls/tls.key",
-        ],
+            &["serve", "--policies=/etc/ivory/policies"][..],
+            &KUBE_ARGS[2..],
+        ]
+        .concat(),
     );
     assert_eq!(
         deployment["spec"]["template"]["spec"]["automountServiceAccountToken"],

@@ -9,8 +9,10 @@
 pub mod audit;
 pub mod background;
 pub mod budget;
+pub mod connection;
 mod error;
 pub mod kube_source;
+pub mod limits;
 pub mod metrics;
 pub mod policies;
 pub mod reports;
@@ -20,13 +22,13 @@ pub mod webhooks;
 
 pub use error::{Error, Result};
 pub use kube_source::KubeSource;
+pub use limits::{DEFAULT_BODY_LIMIT, HttpLimits};
 pub use metrics::{
     CacheCounts, CacheStatsSource, L2Counts, L2StatsSource, LogDropsSource, Metrics,
     RegistryStatsSource,
 };
 pub use policies::{FileSource, PolicyStore, Snapshot};
 pub use routes::{
-    AppState, DEFAULT_BODY_LIMIT, ExceptionSettings, NamespaceSource, READYZ_POLICY_ERRORS,
-    namespace_object, router,
+    AppState, ExceptionSettings, NamespaceSource, READYZ_POLICY_ERRORS, namespace_object, router,
 };
 pub use serve::{Listen, ServeOptions, serve, shutdown_signal};

@@ -153,6 +153,8 @@ pub struct Metrics {
     policy_results: Family<PolicyResultLabels, Counter>,
     reports_written: Counter,
     reports_dropped: Family<ReasonLabels, Counter>,
+    connections_refused: Family<ReasonLabels, Counter>,
+    requests_refused: Family<ReasonLabels, Counter>,
     l2_events: Family<L2Labels, Counter>,
     l2_calls: Counter,
     l2_call_micros: Counter,
@@ -199,6 +201,8 @@ impl Metrics {
             policy_results: Family::default(),
             reports_written: Counter::default(),
             reports_dropped: Family::default(),
+            connections_refused: Family::default(),
+            requests_refused: Family::default(),
             l2_events: Family::default(),
             l2_calls: Counter::default(),
             l2_call_micros: Counter::default(),
@@ -207,6 +211,16 @@ impl Metrics {
             log_drops_source: None,
             registry: Registry::default(),
         };
+        registry.register(
+            "http_connections_refused",
+            "Connections closed by the server's bounds: over max_connections, or idle past the idle timeout",
+            m.connections_refused.clone(),
+        );
+        registry.register(
+            "http_requests_refused",
+            "Requests refused before judging: body too large, body budget exhausted, body too slow, unreadable",
+            m.requests_refused.clone(),
+        );
         registry.register(
             "policy_results",
             "Policy results by policy, result and cause (admission request or background scan)",
@@ -374,6 +388,24 @@ impl Metrics {
     /// Counts a report update that was not written.
     pub fn report_dropped(&self, reason: &str) {
         self.reports_dropped
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a connection closed by a bound (`max_connections`, `idle_timeout`).
+    pub fn connection_refused(&self, reason: &str) {
+        self.connections_refused
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a request refused before it was judged (its body's bound).
+    pub fn request_refused(&self, reason: &str) {
+        self.requests_refused
             .get_or_create(&ReasonLabels {
                 reason: reason.to_owned(),
             })

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use ivory_policy::{CompiledException, CompiledPolicy, LoadReport, load_path};
+use ivory_policy::{CompiledException, CompiledPolicy, LoadReport, PolicyFiles, read_policy_files};
 use tokio::time::MissedTickBehavior;
 
 use crate::metrics::Metrics;
@@ -117,7 +117,16 @@ impl PolicyStore {
     }
 }
 
-/// Policy files and folders given by `--policies`, reloaded when their content changes.
+/// Policy files and folders given by `--policies`, reloaded when their content changes and
+/// has stopped changing.
+///
+/// A writer that is not atomic (`cat >`, scp, many configuration-management tools) exposes a
+/// prefix of the new file for a while, and a prefix can be a valid policy that lost a check.
+/// So a change is applied only once two reads a poll interval apart found the same bytes; until
+/// then the set in force stays. What is loaded is the bytes that were compared, never a third
+/// read. A writer that stalls mid-file for longer than the poll interval is not told apart from
+/// a finished one: write policy files atomically (rename, or a ConfigMap volume, whose updates
+/// are atomic symlink swaps).
 #[derive(Clone, Debug)]
 pub struct FileSource {
     /// The files and folders, in the order given (load order decides error order).
@@ -125,34 +134,45 @@ pub struct FileSource {
 }
 
 impl FileSource {
+    /// Reads every policy file of every path in one pass.
+    pub fn read(&self) -> PolicyFiles {
+        let mut files = PolicyFiles::default();
+        for path in &self.paths {
+            files.merge(read_policy_files(path));
+        }
+        files
+    }
+
     /// Loads every path into one report (duplicate names across paths are errors).
     pub fn load(&self) -> LoadReport {
-        let mut report = LoadReport::default();
-        for path in &self.paths {
-            report.merge(load_path(path));
-        }
-        report
+        self.read().load()
     }
 
-    /// Cheap change detector: every policy file's path and bytes. Contents rather than
-    /// mtimes, because ConfigMap volumes swap symlinks and editors may keep the mtime.
-    /// An unreadable entry shows as its location with no bytes, so it counts as a change too.
-    pub fn fingerprint(&self) -> Vec<(PathBuf, Option<Vec<u8>>)> {
-        let mut out = Vec::new();
-        for path in &self.paths {
-            let (files, errors) = ivory_policy::policy_files(path);
-            out.extend(files.into_iter().map(|f| {
-                let bytes = std::fs::read(&f).ok();
-                (f, bytes)
-            }));
-            out.extend(errors.iter().map(|e| (PathBuf::from(&e.location), None)));
+    /// Reads until two reads `interval` apart are the same, and returns that content: the
+    /// first load waits for files being written just like a reload does.
+    pub async fn read_settled(&self, interval: Duration) -> PolicyFiles {
+        let mut last = self.read_blocking().await;
+        loop {
+            tokio::time::sleep(interval).await;
+            let now = self.read_blocking().await;
+            if now == last {
+                return now;
+            }
+            tracing::info!("policy files are changing; waiting for them to settle");
+            last = now;
         }
-        out
     }
 
-    /// Loads, records the outcome in `store` and `metrics`, and logs it.
-    pub fn reload_into(&self, store: &PolicyStore, metrics: &Metrics) {
-        let report = self.load();
+    async fn read_blocking(&self) -> PolicyFiles {
+        let source = self.clone();
+        tokio::task::spawn_blocking(move || source.read())
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Loads `files`, records the outcome in `store` and `metrics`, and logs it.
+    pub fn apply(files: &PolicyFiles, store: &PolicyStore, metrics: &Metrics) {
+        let report = files.load();
         let count = report.policies.len();
         let errors: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
         for note in &report.skipped {
@@ -169,32 +189,65 @@ impl FileSource {
         }
     }
 
-    /// Polls for changes every `interval` and reloads when the fingerprint moves. Runs until
-    /// the task is dropped.
+    /// Reads, loads and records the outcome (no settling: one-shot loads and tests).
+    pub fn reload_into(&self, store: &PolicyStore, metrics: &Metrics) {
+        Self::apply(&self.read(), store, metrics);
+    }
+
+    /// Polls every `interval`; content that differs from `applied` is loaded once the next
+    /// poll reads it unchanged. Runs until the task is dropped.
     pub async fn watch(
         self,
         store: Arc<PolicyStore>,
         metrics: Arc<Metrics>,
         interval: Duration,
-        mut last: Vec<(PathBuf, Option<Vec<u8>>)>,
+        mut applied: PolicyFiles,
     ) {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut candidate: Option<PolicyFiles> = None;
         loop {
             tick.tick().await;
-            let source = self.clone();
-            // File reads and CEL compilation are blocking work.
-            let Ok(now) = tokio::task::spawn_blocking(move || source.fingerprint()).await else {
-                continue;
-            };
-            if now == last {
-                continue;
+            let now = self.read_blocking().await;
+            match next_step(&applied, candidate.as_ref(), now) {
+                Step::Unchanged => candidate = None,
+                Step::Settling(now) => {
+                    tracing::info!("policy files changed; applying them once they stop changing");
+                    candidate = Some(now);
+                }
+                Step::Apply(now) => {
+                    candidate = None;
+                    let (store, metrics, files) = (store.clone(), metrics.clone(), now.clone());
+                    // Parsing and CEL compilation are blocking work.
+                    let _ = tokio::task::spawn_blocking(move || {
+                        Self::apply(&files, &store, &metrics);
+                    })
+                    .await;
+                    applied = now;
+                }
             }
-            last = now;
-            tracing::info!("policy files changed, reloading");
-            let (source, store, metrics) = (self.clone(), store.clone(), metrics.clone());
-            let _ = tokio::task::spawn_blocking(move || source.reload_into(&store, &metrics)).await;
         }
+    }
+}
+
+/// What a poll that read `now` does.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// The content in force: nothing to do.
+    Unchanged,
+    /// New content not seen at the previous poll: wait for it to settle.
+    Settling(PolicyFiles),
+    /// The same new content as at the previous poll: load it.
+    Apply(PolicyFiles),
+}
+
+fn next_step(applied: &PolicyFiles, candidate: Option<&PolicyFiles>, now: PolicyFiles) -> Step {
+    if &now == applied {
+        Step::Unchanged
+    } else if candidate == Some(&now) {
+        Step::Apply(now)
+    } else {
+        Step::Settling(now)
     }
 }
 
@@ -220,13 +273,47 @@ mod tests {
         assert!(snap.is_ready() && snap.errors.is_empty());
         assert_eq!(snap.policies()[0].name, "ivory-pin-digests");
 
-        let before = source.fingerprint();
+        let before = source.read();
         std::fs::write(&file, "apiVersion: policies.kyverno.io/v1\nkind: ImageValidatingPolicy\nmetadata: {name: x}\nspec: {validations: 3}\n").unwrap();
-        assert_ne!(before, source.fingerprint());
+        assert_ne!(before, source.read());
         source.reload_into(&store, &metrics);
         let snap = store.snapshot();
         assert_eq!(snap.policies()[0].name, "ivory-pin-digests");
         assert!(snap.errors[0].contains("p.yaml"), "{:?}", snap.errors);
         assert!(metrics.encode().contains("ivory_policy_load_errors 1"));
+    }
+
+    fn files(content: &str) -> PolicyFiles {
+        PolicyFiles {
+            files: vec![(PathBuf::from("p.yaml"), content.as_bytes().to_vec())],
+            errors: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_change_is_applied_only_once_two_polls_read_it_unchanged() {
+        let applied = files("old");
+        let prefix = files("new, half writ");
+        let whole = files("new, half written and finished");
+        assert_eq!(next_step(&applied, None, applied.clone()), Step::Unchanged);
+        // The writer is mid-file: the prefix is never applied, even when it stays for a poll
+        // and the finished file then differs from it.
+        assert_eq!(
+            next_step(&applied, None, prefix.clone()),
+            Step::Settling(prefix.clone())
+        );
+        assert_eq!(
+            next_step(&applied, Some(&prefix), whole.clone()),
+            Step::Settling(whole.clone())
+        );
+        assert_eq!(
+            next_step(&applied, Some(&whole), whole.clone()),
+            Step::Apply(whole.clone())
+        );
+        // Put back as it was before settling: nothing to do.
+        assert_eq!(
+            next_step(&applied, Some(&prefix), applied.clone()),
+            Step::Unchanged
+        );
     }
 }

@@ -1,8 +1,9 @@
 //! The HTTP surface: the four admission routes plus `/healthz`, `/readyz` and `/metrics`.
 //!
 //! Every admission answer is an `admission.k8s.io/v1` AdmissionReview with the request's uid,
-//! except for requests ivory cannot judge: bodies that are not one (400 with the parse error,
-//! 413 past the body limit), paths that name no policy and objects that cannot hold what the
+//! except for requests ivory cannot judge: bodies that are not one (400 with the parse error;
+//! 413 past the body limit, 503 while the bodies in flight hold the whole body budget, 408 for
+//! a body slower than the body timeout: see [`crate::limits`]), paths that name no policy and objects that cannot hold what the
 //! selected policies read (400 naming the field), so the API server applies the webhook's
 //! failurePolicy. A panic while handling a request never drops the connection: it is answered
 //! by the selected policies' failurePolicy (500 before any is selected) and counted.
@@ -13,10 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
-use axum::http::{StatusCode, header};
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use futures::future::{BoxFuture, FutureExt as _};
@@ -38,12 +38,9 @@ use tokio::time::Instant;
 use crate::audit::{self, ReportSink};
 use crate::budget::{Budget, timeout_from_query};
 use crate::kube_source::CredentialError;
+use crate::limits::{BodyBudget, BodyError, HttpLimits, ReadBody, read_body};
 use crate::metrics::Metrics;
 use crate::policies::PolicyStore;
-
-/// Default request body limit: an UPDATE review carries `object` and `oldObject`, and etcd
-/// caps one object at 1.5 MiB.
-pub const DEFAULT_BODY_LIMIT: usize = 3 * 1024 * 1024;
 
 /// Where `namespaceObject` comes from (the Namespace reflector with `--kube`). Without one, or
 /// when it cannot tell, the server synthesizes the object with [`namespace_object`] and leaves
@@ -80,8 +77,10 @@ pub struct AppState {
     pub namespaces: Option<Arc<dyn NamespaceSource>>,
     /// `None`: policies' `credentials.secrets` are not read (the resolver decides alone).
     pub credentials: Option<Arc<dyn CredentialSource>>,
-    /// Largest accepted request body in bytes.
-    pub body_limit: usize,
+    /// Bounds on request bodies (size, time) and connections.
+    pub limits: HttpLimits,
+    /// The request-body bytes in flight, shared by every request (`limits.body_budget`).
+    pub body_budget: BodyBudget,
     /// `--enable-policy-exceptions`: `None` leaves every PolicyException inert (Kyverno's
     /// default); `Some` holds Kyverno's `--exceptionNamespace` (`None` inside: any namespace).
     pub exceptions: Option<ExceptionSettings>,
@@ -97,7 +96,7 @@ pub struct ExceptionSettings {
 }
 
 impl AppState {
-    /// State with the default body limit.
+    /// State with the default [`HttpLimits`].
     pub fn new(
         verifier: Arc<dyn ImageVerifier>,
         policies: Arc<PolicyStore>,
@@ -109,7 +108,8 @@ impl AppState {
             metrics,
             namespaces: None,
             credentials: None,
-            body_limit: DEFAULT_BODY_LIMIT,
+            body_budget: BodyBudget::new(HttpLimits::default().body_budget),
+            limits: HttpLimits::default(),
             exceptions: None,
             reports: None,
         }
@@ -123,9 +123,17 @@ enum Stage {
     Validate,
 }
 
-/// The router with all routes and the body limit.
+impl AppState {
+    /// Sets the bounds, with a body budget of `limits.body_budget`.
+    pub fn with_limits(mut self, limits: HttpLimits) -> Self {
+        self.body_budget = BodyBudget::new(limits.body_budget);
+        self.limits = limits;
+        self
+    }
+}
+
+/// The router with all routes (bodies are read by the handlers, under [`HttpLimits`]).
 pub fn router(state: AppState) -> Router {
-    let limit = state.body_limit;
     Router::new()
         .route("/ivpol/mutate/{*names}", post(ivpol_mutate))
         .route("/ivpol/validate/{*names}", post(ivpol_validate))
@@ -134,23 +142,47 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }
 
-type Body = Result<Bytes, BytesRejection>;
+/// The parts of an admission call a handler takes: path, query, headers and the unread body.
+type Parts = (Path<String>, RawQuery, HeaderMap, Body);
 
-async fn ivpol_mutate(s: State<AppState>, p: Path<String>, q: RawQuery, b: Body) -> Response {
-    admit(s, Call::new(Stage::Mutate, false), p, q, b).await
+async fn ivpol_mutate(
+    s: State<AppState>,
+    p: Path<String>,
+    q: RawQuery,
+    h: HeaderMap,
+    b: Body,
+) -> Response {
+    admit(s, Call::new(Stage::Mutate, false), (p, q, h, b)).await
 }
-async fn ivpol_validate(s: State<AppState>, p: Path<String>, q: RawQuery, b: Body) -> Response {
-    admit(s, Call::new(Stage::Validate, false), p, q, b).await
+async fn ivpol_validate(
+    s: State<AppState>,
+    p: Path<String>,
+    q: RawQuery,
+    h: HeaderMap,
+    b: Body,
+) -> Response {
+    admit(s, Call::new(Stage::Validate, false), (p, q, h, b)).await
 }
-async fn nivpol_mutate(s: State<AppState>, p: Path<String>, q: RawQuery, b: Body) -> Response {
-    admit(s, Call::new(Stage::Mutate, true), p, q, b).await
+async fn nivpol_mutate(
+    s: State<AppState>,
+    p: Path<String>,
+    q: RawQuery,
+    h: HeaderMap,
+    b: Body,
+) -> Response {
+    admit(s, Call::new(Stage::Mutate, true), (p, q, h, b)).await
 }
-async fn nivpol_validate(s: State<AppState>, p: Path<String>, q: RawQuery, b: Body) -> Response {
-    admit(s, Call::new(Stage::Validate, true), p, q, b).await
+async fn nivpol_validate(
+    s: State<AppState>,
+    p: Path<String>,
+    q: RawQuery,
+    h: HeaderMap,
+    b: Body,
+) -> Response {
+    admit(s, Call::new(Stage::Validate, true), (p, q, h, b)).await
 }
 
 /// Which route a request came in on.
@@ -181,14 +213,13 @@ impl Call {
 /// A finished request: the metrics outcome label and the HTTP response.
 type Answer = (&'static str, Response);
 
-async fn admit(
-    State(state): State<AppState>,
-    call: Call,
-    Path(names): Path<String>,
-    RawQuery(query): RawQuery,
-    body: Body,
-) -> Response {
-    // The budget starts once the body is read (axum extracts it before the handler runs).
+async fn admit(State(state): State<AppState>, call: Call, parts: Parts) -> Response {
+    let (Path(names), RawQuery(query), headers, body) = parts;
+    let body = match read_body(&headers, body, &state.limits, &state.body_budget).await {
+        Ok(body) => body,
+        Err(e) => return refuse_body(&state, call, e),
+    };
+    // The budget starts once the body is read.
     let start = Instant::now();
     let _guard = state.metrics.in_flight();
     let handled = AssertUnwindSafe(handle(&state, call, &names, query.as_deref(), body, start))
@@ -209,15 +240,24 @@ async fn admit(
     response
 }
 
+/// The answer to a body refused by its bounds; the API server then applies the webhook's
+/// failurePolicy.
+fn refuse_body(state: &AppState, call: Call, e: BodyError) -> Response {
+    state.metrics.request_refused(e.label());
+    tracing::warn!(route = call.label, error = %e, "request body refused");
+    e.into_response()
+}
+
 async fn handle(
     state: &AppState,
     call: Call,
     names: &str,
     query: Option<&str>,
-    body: Body,
+    body: ReadBody,
     start: Instant,
 ) -> Answer {
-    match parse(body) {
+    // The body's share of the budget is held until the answer is ready.
+    match parse(&body) {
         Ok(req) => answer(state, call, names, query, req, start).await,
         Err(rejected) => rejected.into_answer(call),
     }
@@ -234,8 +274,6 @@ fn panic_text(payload: &(dyn Any + Send)) -> &str {
 
 /// A body that is not a usable AdmissionReview.
 enum Rejected {
-    /// Unreadable or over the body limit (413).
-    Body(BytesRejection),
     /// Not an `admission.k8s.io/v1` AdmissionReview (400 with the parse error).
     Review(AdmissionError),
     /// The path names no policy (400): nothing says what to judge the request by.
@@ -247,10 +285,6 @@ enum Rejected {
 impl Rejected {
     fn into_answer(self, call: Call) -> Answer {
         let response = match self {
-            Self::Body(rejection) => {
-                tracing::warn!(route = call.label, error = %rejection.body_text(), "rejected request body");
-                rejection.into_response()
-            }
             Self::Review(e) => {
                 tracing::warn!(route = call.label, error = %e, "malformed AdmissionReview");
                 (StatusCode::BAD_REQUEST, e.to_string()).into_response()
@@ -272,9 +306,8 @@ impl Rejected {
     }
 }
 
-fn parse(body: Body) -> Result<AdmissionRequest, Rejected> {
-    let bytes = body.map_err(Rejected::Body)?;
-    let review = AdmissionReview::parse(&bytes).map_err(Rejected::Review)?;
+fn parse(body: &ReadBody) -> Result<AdmissionRequest, Rejected> {
+    let review = AdmissionReview::parse(&body.bytes).map_err(Rejected::Review)?;
     Ok(review.request)
 }
 

@@ -1,17 +1,31 @@
 //! Serving the router: HTTPS (HTTP/1.1 and HTTP/2 via ALPN) with certificate reload, or plain
-//! HTTP for local use, and graceful shutdown with a grace period.
+//! HTTP for local use, and graceful shutdown with a grace period. Connections are bounded by
+//! [`HttpLimits`]: a cap, handshake, header and idle timeouts ([`crate::connection`]), and
+//! HTTP/2 header lists and streams per connection.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum_server::Handle;
-use axum_server::tls_rustls::RustlsConfig;
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+use axum_server::{Handle, Server};
 use tokio::time::MissedTickBehavior;
 
+use crate::connection::GuardedAcceptor;
 use crate::error::{Error, Result};
+use crate::limits::HttpLimits;
+use crate::metrics::Metrics;
+
+/// HTTP/2 streams one connection may have open at once (the API server multiplexes its
+/// webhook calls over few connections; hyper's default is 200).
+const H2_MAX_CONCURRENT_STREAMS: u32 = 256;
+/// Largest HTTP/2 header list (an admission call's headers are a few hundred bytes).
+const H2_MAX_HEADER_LIST: u32 = 64 * 1024;
+/// Largest HTTP/1.1 read buffer, headers included (hyper's default is about 400 KiB).
+const H1_MAX_BUF: usize = 64 * 1024;
 
 /// How to listen.
 #[derive(Clone, Debug)]
@@ -38,6 +52,10 @@ pub struct ServeOptions {
     pub grace: Duration,
     /// How often the certificate files are checked for changes.
     pub cert_poll: Duration,
+    /// Bounds on connections (the same value the router's state reads its body bounds from).
+    pub limits: HttpLimits,
+    /// Where refused connections are counted.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Serves `router` until `shutdown` resolves, then stops accepting and lets in-flight
@@ -64,6 +82,11 @@ pub async fn serve(
     });
     let service = router.into_make_service();
     let addr = opts.addr;
+    let guard = GuardedAcceptor::new(
+        opts.limits.max_connections,
+        opts.limits.idle_timeout,
+        opts.metrics.clone(),
+    );
     let served = match opts.listen {
         Listen::Tls { cert, key } => {
             let config = RustlsConfig::from_pem_file(&cert, &key)
@@ -74,16 +97,36 @@ pub async fn serve(
                     source,
                 })?;
             let reload = tokio::spawn(watch_certificate(config.clone(), cert, key, opts.cert_poll));
-            let served = axum_server::bind_rustls(addr, config)
-                .handle(handle)
-                .serve(service)
-                .await;
+            let acceptor = RustlsAcceptor::new(config)
+                .handshake_timeout(opts.limits.handshake_timeout)
+                .acceptor(guard);
+            let mut server = axum_server::bind(addr).acceptor(acceptor);
+            bound(&mut server, &opts.limits);
+            let served = server.handle(handle).serve(service).await;
             reload.abort();
             served
         }
-        Listen::Insecure => axum_server::bind(addr).handle(handle).serve(service).await,
+        Listen::Insecure => {
+            let mut server = axum_server::bind(addr).acceptor(guard);
+            bound(&mut server, &opts.limits);
+            server.handle(handle).serve(service).await
+        }
     };
     served.map_err(|source| Error::Serve { addr, source })
+}
+
+/// hyper's per-connection bounds: the HTTP/1.1 header timeout and buffer, HTTP/2 streams and
+/// header lists.
+fn bound<A: axum_server::Address, Acc>(server: &mut Server<A, Acc>, limits: &HttpLimits) {
+    let builder = server.http_builder();
+    builder
+        .http1()
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(H1_MAX_BUF);
+    builder
+        .http2()
+        .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+        .max_header_list_size(H2_MAX_HEADER_LIST);
 }
 
 /// Reloads the certificate when the files' contents change. A broken pair (half-written

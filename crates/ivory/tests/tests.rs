@@ -8,6 +8,9 @@
 //!   scope.
 //! * `serve_parity`: Kyverno parity (key hash algorithms across cosign generations, legacy
 //!   Rekor entry kinds, certificate constraints, fields refused at load, image data).
+//! * `serve_limits`: the webhook port against clients holding partial bodies, header trickles,
+//!   idle and surplus connections (body budget, timeouts, connection cap; peak RSS).
+//! * `serve_reload`: policy files rewritten non-atomically while `ivory serve` watches them.
 //! * `serve_cel_cost`: `ivory serve` against costly CEL (load-time refusal, run-time limit).
 //! * `fleet`: `ivory serve` replicas sharing a real redis-server (`--cache-redis`).
 //! * `memory`: peak RSS of `ivory serve` against hostile registries.
@@ -41,7 +44,9 @@ mod serve_bypass;
 mod serve_cel_cost;
 mod serve_exceptions;
 mod serve_images;
+mod serve_limits;
 mod serve_parity;
+mod serve_reload;
 mod serve_route_scope;
 mod util;
 mod webhooks;

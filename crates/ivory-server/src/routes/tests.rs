@@ -228,8 +228,10 @@ async fn bad_bodies_are_400_and_oversize_is_413() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(String::from_utf8(bytes).unwrap().contains("v1beta1"));
 
-    let mut small = ready_state();
-    small.body_limit = 1024;
+    let small = ready_state().with_limits(crate::HttpLimits {
+        body_limit: 1024,
+        ..crate::HttpLimits::default()
+    });
     let mut review = pod_review("u-5", "nginx");
     review["request"]["object"]["metadata"]["annotations"] = json!({"big": "x".repeat(4096)});
     let (status, _) = post(
@@ -248,7 +250,53 @@ async fn bad_bodies_are_400_and_oversize_is_413() {
     .await;
     assert_eq!(status, StatusCode::OK);
     let (_, metrics) = get(&small, "/metrics").await;
-    assert!(metrics.contains(r#"outcome="bad_request"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"ivory_http_requests_refused_total{reason="body_too_large"} 1"#),
+        "{metrics}"
+    );
+}
+
+/// Bodies still arriving hold their bytes of the shared budget: past it a body is refused at
+/// once (503), and the budget comes back when the request is answered.
+#[tokio::test]
+async fn the_body_budget_is_shared_by_requests_in_flight() {
+    let review = pod_review("u-7", "nginx").to_string();
+    let s = ready_state().with_limits(crate::HttpLimits {
+        body_limit: 2 * review.len(),
+        body_budget: 2 * review.len(),
+        ..crate::HttpLimits::default()
+    });
+    let (tx, rx) = futures::channel::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+    let mut tx = tx;
+    let pending = Request::post("/ivpol/validate/ivory-pin-digests")
+        .header("content-type", "application/json")
+        .header("content-length", (2 * review.len()).to_string())
+        .body(HttpBody::from_stream(rx))
+        .unwrap();
+    let stalled = tokio::spawn(router(s.clone()).oneshot(pending));
+    tokio::task::yield_now().await;
+    while s.body_budget.available() > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let (status, text) = post(&s, "/ivpol/validate/ivory-pin-digests", review.clone()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        String::from_utf8_lossy(&text).contains("budget"),
+        "{text:?}"
+    );
+    // The stalled client gives up: its bytes return to the budget.
+    futures::SinkExt::send(&mut tx, Err(std::io::Error::other("reset")))
+        .await
+        .unwrap();
+    let _ = stalled.await.unwrap();
+    assert_eq!(s.body_budget.available(), 2 * review.len());
+    let (status, _) = post(&s, "/ivpol/validate/ivory-pin-digests", review).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, metrics) = get(&s, "/metrics").await;
+    assert!(
+        metrics.contains(r#"reason="body_budget_exhausted"} 1"#),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

@@ -11,7 +11,8 @@ use anyhow::{Context as _, bail};
 use ivory_registry::{Config as RegistryConfig, Registry};
 use ivory_server::budget::parse_go_duration;
 use ivory_server::{
-    AppState, DEFAULT_BODY_LIMIT, FileSource, Listen, Metrics, PolicyStore, ServeOptions,
+    AppState, DEFAULT_BODY_LIMIT, FileSource, HttpLimits, Listen, Metrics, PolicyStore,
+    ServeOptions,
 };
 use ivory_verify::{CosignVerifier, VerifierConfig};
 
@@ -56,6 +57,28 @@ pub struct Args {
     /// Largest accepted AdmissionReview body in bytes (larger bodies get 413).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
     body_limit: usize,
+    /// Request-body bytes all requests together may hold at once; a body past it gets 503 (the
+    /// API server applies the webhook's failurePolicy). Bounds the memory clients can pin
+    /// before ivory judges anything: the per-request --body-limit alone does not.
+    #[arg(long, value_name = "BYTES", default_value_t = HttpLimits::default().body_budget)]
+    body_budget: usize,
+    /// A request's whole body must arrive within this, or it gets 408 (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    body_timeout: Duration,
+    /// An HTTP/1.1 request's headers must arrive within this; it also closes HTTP/1.1
+    /// keep-alive connections idle for as long (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    header_timeout: Duration,
+    /// A connection (HTTP/1.1 or HTTP/2) that moves no byte for this long while no request of
+    /// it is in flight is closed; longer than the API server's own 90 s (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = duration)]
+    idle_timeout: Duration,
+    /// The TLS handshake must finish within this (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    handshake_timeout: Duration,
+    /// Connections open at once; one past it is closed as soon as it is accepted.
+    #[arg(long, value_name = "N", default_value = "1024")]
+    max_connections: std::num::NonZeroUsize,
     /// Time in-flight requests get to finish after SIGTERM/SIGINT (Go duration).
     #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = duration)]
     grace_period: Duration,
@@ -205,7 +228,22 @@ pub async fn run(
     let mut state = AppState::new(Arc::new(verifier), store, metrics);
     state.namespaces = kube.as_ref().map(|k| k.namespace_source());
     state.credentials = kube.as_ref().map(|k| k.credential_source());
-    state.body_limit = args.body_limit;
+    anyhow::ensure!(
+        args.body_budget >= args.body_limit,
+        "--body-budget ({}) must be at least --body-limit ({}): no body of the largest size could be read",
+        args.body_budget,
+        args.body_limit
+    );
+    let limits = HttpLimits {
+        body_limit: args.body_limit,
+        body_budget: args.body_budget,
+        body_timeout: args.body_timeout,
+        header_timeout: args.header_timeout,
+        idle_timeout: args.idle_timeout,
+        handshake_timeout: args.handshake_timeout,
+        max_connections: args.max_connections.get(),
+    };
+    state = state.with_limits(limits.clone());
     if !args.disable_policy_reports
         && let Some(client) = kube.as_ref().and_then(|k| k.client())
     {
@@ -237,6 +275,8 @@ pub async fn run(
         listen,
         grace: args.grace_period,
         cert_poll: args.reload_interval,
+        limits,
+        metrics: state.metrics.clone(),
     };
     ivory_server::serve(
         ivory_server::router(state),
@@ -284,13 +324,10 @@ async fn start_policy_source(
     let source = FileSource {
         paths: args.policies.clone(),
     };
-    let (initial, s, m, src) = (
-        source.fingerprint(),
-        store.clone(),
-        metrics.clone(),
-        source.clone(),
-    );
-    tokio::task::spawn_blocking(move || src.reload_into(&s, &m))
+    // Files being written when ivory starts are waited for like a reload would.
+    let initial = source.read_settled(args.reload_interval).await;
+    let (s, m, files) = (store.clone(), metrics.clone(), initial.clone());
+    tokio::task::spawn_blocking(move || FileSource::apply(&files, &s, &m))
         .await
         .context("loading policies")?;
     tokio::spawn(source.watch(

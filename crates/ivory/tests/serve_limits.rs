@@ -1,0 +1,355 @@
+//! The webhook port against a client in the cluster network that holds what it can: bodies
+//! sent up to their last byte, header trickles, idle and surplus connections. Real TLS
+//! connections to the real `ivory serve`; memory is the process's peak RSS (`VmHWM`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+use crate::util::{Ivory, Tls, eventually, pod_review, policy};
+
+/// Largest body the server takes by default (`--body-limit`).
+const BODY_LIMIT: usize = 3 * 1024 * 1024;
+/// The body budget the test gives the server.
+const BUDGET_MIB: u64 = 32;
+/// Connections holding an almost complete body each (the report: 300 added ~915 MiB).
+const HELD_BODIES: usize = 300;
+/// Extra peak memory allowed over the budget: connection state, TLS buffers, the allocator.
+const SLACK_MIB: u64 = 96;
+const VALIDATE: &str = "/ivpol/validate/noop";
+
+/// Peak resident set of `pid` in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// `ivory serve` with one policy that needs no registry, and `extra` flags.
+async fn start(dir: &std::path::Path, extra: &[&str]) -> Ivory {
+    let policies = dir.join("policies");
+    std::fs::create_dir_all(&policies).unwrap();
+    let body =
+        "  failurePolicy: Fail\n  attestors: []\n  validations:\n    - expression: \"true\"\n";
+    std::fs::write(
+        policies.join("noop.yaml"),
+        policy("noop", "unmatched.invalid/*", body),
+    )
+    .unwrap();
+    let tls = Tls::write(dir, "ivory test CA");
+    let mut args = vec!["--policies".to_string(), policies.display().to_string()];
+    args.extend(extra.iter().map(|s| (*s).to_string()));
+    Ivory::start(&tls, &args).await
+}
+
+/// A TLS client trusting only the test CA, offering `alpn`.
+fn connector(ca_pem: &str, alpn: &[&[u8]]) -> TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    TlsConnector::from(Arc::new(config))
+}
+
+async fn connect(ivory: &Ivory, tls: &TlsConnector) -> std::io::Result<TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(ivory.addr).await?;
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    tls.connect(name, tcp).await
+}
+
+/// Opens a connection and sends a request whose body stops one byte short: with a declared
+/// `Content-Length`, or chunked without one. `None` when the server refused it (closed, or
+/// answered at once).
+async fn hold_partial_body(
+    ivory: &Ivory,
+    tls: &TlsConnector,
+    chunked: bool,
+) -> Option<TlsStream<TcpStream>> {
+    let mut s = connect(ivory, tls).await.ok()?;
+    let len = BODY_LIMIT - 1024;
+    let head = if chunked {
+        format!(
+            "POST {VALIDATE}?timeout=10s HTTP/1.1\r\nhost: ivory\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
+    } else {
+        format!(
+            "POST {VALIDATE}?timeout=10s HTTP/1.1\r\nhost: ivory\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+        )
+    };
+    s.write_all(head.as_bytes()).await.ok()?;
+    let chunk = vec![b' '; 64 * 1024];
+    let mut sent = 0;
+    while sent + chunk.len() < len {
+        if chunked {
+            s.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                .await
+                .ok()?;
+            s.write_all(&chunk).await.ok()?;
+            s.write_all(b"\r\n").await.ok()?;
+        } else {
+            s.write_all(&chunk).await.ok()?;
+        }
+        sent += chunk.len();
+    }
+    s.flush().await.ok()?;
+    // A refused body is answered (and the connection closed) as soon as the server reads it.
+    let mut buf = [0u8; 64];
+    match tokio::time::timeout(Duration::from_millis(300), s.read(&mut buf)).await {
+        Err(_) => Some(s),
+        Ok(_) => None,
+    }
+}
+
+/// Reads until the server closes the connection or `limit` passes; returns what was read and
+/// whether it closed.
+async fn read_until_closed(s: &mut TlsStream<TcpStream>, limit: Duration) -> (String, bool) {
+    let mut out = Vec::new();
+    let until = tokio::time::Instant::now() + limit;
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(until, s.read(&mut buf)).await {
+            Err(_) => return (String::from_utf8_lossy(&out).into_owned(), false),
+            Ok(Ok(0) | Err(_)) => return (String::from_utf8_lossy(&out).into_owned(), true),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+fn counter(metrics: &str, name: &str, reason: &str) -> u64 {
+    let prefix = format!("{name}{{reason=\"{reason}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_bodies_cannot_pin_memory_past_the_body_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = (BUDGET_MIB * 1024 * 1024).to_string();
+    // Long enough that no held body times out before all connections are made.
+    let ivory = start(
+        dir.path(),
+        &["--body-budget", &budget, "--body-timeout", "20s"],
+    )
+    .await;
+    let review = pod_review("warm", &["example.invalid/app:v1"]);
+    assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
+    let pid = ivory.child.id().unwrap();
+    let base = peak_rss_kib(pid);
+
+    let tls = connector(&ivory.ca_pem, &[b"http/1.1"]);
+    let started = Instant::now();
+    let mut held = Vec::new();
+    for i in 0..HELD_BODIES {
+        if let Some(s) = hold_partial_body(&ivory, &tls, i % 2 == 1).await {
+            held.push(s);
+        }
+    }
+    let peak = peak_rss_kib(pid);
+    let extra_mib = peak.saturating_sub(base) / 1024;
+    eprintln!(
+        "{HELD_BODIES} bodies held one byte short of ~3 MiB ({} kept by the server, the rest refused) \
+         in {:?}: peak RSS {base} KiB -> {peak} KiB (+{extra_mib} MiB, body budget {BUDGET_MIB} MiB)",
+        held.len(),
+        started.elapsed()
+    );
+    assert!(
+        extra_mib < BUDGET_MIB + SLACK_MIB,
+        "+{extra_mib} MiB with a {BUDGET_MIB} MiB budget"
+    );
+    assert!(
+        held.len() <= (BUDGET_MIB as usize * 1024 * 1024) / (BODY_LIMIT - 1024) + 1,
+        "{} bodies kept",
+        held.len()
+    );
+
+    // While the budget is nearly spent, a small review still fits and is judged at once; a
+    // large one does not fit and is answered at once with a 503 naming the budget.
+    let asked = Instant::now();
+    assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
+    let mut large = review.clone();
+    large["request"]["object"]["metadata"]["annotations"] =
+        serde_json::json!({ "big": "x".repeat(BODY_LIMIT - 4096) });
+    let (status, text) = ivory.post(VALIDATE, large.to_string()).await;
+    assert!(status == 503 && text.contains("budget"), "{status} {text}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+
+    // The held bodies time out (408), their bytes return, and reviews are judged again.
+    for s in &mut held {
+        let (answer, closed) = read_until_closed(s, Duration::from_secs(30)).await;
+        assert!(closed && answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    }
+    assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
+    let metrics = ivory.metrics().await;
+    let refused = "ivory_http_requests_refused_total";
+    assert!(
+        counter(&metrics, refused, "body_budget_exhausted") > 0,
+        "{metrics}"
+    );
+    assert_eq!(
+        counter(&metrics, refused, "body_timeout") as usize,
+        held.len(),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_trickles_and_idle_connections_are_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let ivory = start(
+        dir.path(),
+        &["--header-timeout", "1s", "--idle-timeout", "2s"],
+    )
+    .await;
+    let h1 = connector(&ivory.ca_pem, &[b"http/1.1"]);
+    let h2 = connector(&ivory.ca_pem, &[b"h2"]);
+
+    // Slowloris: a header line a byte at a time, 200 ms apart, never finished.
+    let mut trickle = connect(&ivory, &h1).await.unwrap();
+    trickle
+        .write_all(b"POST /ivpol/validate/noop HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut closed_after = None;
+    for byte in b"x-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+        .iter()
+        .cycle()
+        .take(60)
+    {
+        if trickle.write_all(&[*byte]).await.is_err() || trickle.flush().await.is_err() {
+            closed_after = Some(started.elapsed());
+            break;
+        }
+        let mut buf = [0u8; 256];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(200), trickle.read(&mut buf)).await
+        {
+            closed_after = Some(started.elapsed());
+            break;
+        }
+    }
+    let closed_after = closed_after.expect("a header trickle of 12 s was never cut");
+    eprintln!("header trickle closed after {closed_after:?} (header timeout 1 s)");
+    assert!(closed_after < Duration::from_secs(5), "{closed_after:?}");
+
+    // An HTTP/2 connection that says hello and then nothing.
+    let mut idle = connect(&ivory, &h2).await.unwrap();
+    assert_eq!(idle.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    idle.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let (_, closed) = read_until_closed(&mut idle, Duration::from_secs(10)).await;
+    let after = started.elapsed();
+    eprintln!("idle HTTP/2 connection closed after {after:?} (idle timeout 2 s)");
+    assert!(closed && after >= Duration::from_millis(1500), "{after:?}");
+
+    // A connection that never even sends a TLS hello.
+    let mut silent = TcpStream::connect(ivory.addr).await.unwrap();
+    let mut buf = [0u8; 16];
+    let closed = tokio::time::timeout(Duration::from_secs(15), silent.read(&mut buf)).await;
+    assert!(matches!(closed, Ok(Ok(0) | Err(_))), "{closed:?}");
+
+    // The server still judges reviews, and counted what it closed.
+    let review = pod_review("after", &["example.invalid/app:v1"]);
+    assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
+    let metrics = ivory.metrics().await;
+    assert!(
+        counter(
+            &metrics,
+            "ivory_http_connections_refused_total",
+            "idle_timeout"
+        ) >= 1,
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_cap_are_closed_and_memory_stays_bounded() {
+    const CAP: usize = 400;
+    let dir = tempfile::tempdir().unwrap();
+    let cap = CAP.to_string();
+    let ivory = start(
+        dir.path(),
+        &["--max-connections", &cap, "--header-timeout", "60s"],
+    )
+    .await;
+    let review = pod_review("warm", &["example.invalid/app:v1"]);
+    assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
+    let pid = ivory.child.id().unwrap();
+    let base = peak_rss_kib(pid);
+
+    // Every slot taken by a TLS connection that sent half a header line (the test's own
+    // client holds one of them, idle).
+    let h1 = connector(&ivory.ca_pem, &[b"http/1.1"]);
+    let mut held = Vec::new();
+    for _ in 0..CAP + 20 {
+        if let Ok(mut s) = connect(&ivory, &h1).await
+            && s.write_all(b"POST /ivpol/validate/noop HTTP/1.1\r\nx-a: ")
+                .await
+                .is_ok()
+            && s.flush().await.is_ok()
+        {
+            held.push(s);
+        }
+    }
+    // Connections over the cap are closed at once: their handshake or first read fails.
+    let mut open = 0;
+    for s in &mut held {
+        let mut buf = [0u8; 16];
+        if tokio::time::timeout(Duration::from_millis(20), s.read(&mut buf))
+            .await
+            .is_err()
+        {
+            open += 1;
+        }
+    }
+    let peak = peak_rss_kib(pid);
+    let extra_kib = peak.saturating_sub(base);
+    eprintln!(
+        "{} connection attempts, {open} held open by the server (cap {CAP}): peak RSS {base} KiB -> {peak} KiB (+{extra_kib} KiB, {} KiB per connection)",
+        CAP + 20,
+        extra_kib / open.max(1) as u64
+    );
+    assert!(open < CAP, "{open} connections held with a cap of {CAP}");
+    assert!(open >= CAP - 20, "only {open} connections held");
+    assert!(extra_kib < 64 * 1024, "+{extra_kib} KiB");
+
+    // Once they are gone, slots are free again and the refusals were counted.
+    held.clear();
+    let ok = eventually(Duration::from_secs(10), || async {
+        let client = Ivory::client_for(&ivory.ca_pem);
+        client.get(ivory.url("/metrics")).send().await.is_ok()
+    })
+    .await;
+    assert!(ok, "no slot came free");
+    let metrics = ivory.metrics().await;
+    assert!(
+        counter(
+            &metrics,
+            "ivory_http_connections_refused_total",
+            "max_connections"
+        ) >= 20,
+        "{metrics}"
+    );
+}
