@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod autogen;
+mod blind_spots;
 mod compile;
 pub mod compiled;
 pub mod ephemeral;
@@ -26,6 +27,7 @@ pub mod yaml;
 mod testutil;
 
 pub use autogen::{CRONJOBS, DEFAULTS, autogen_rules, eligible_rule, rewrite as autogen_rewrite};
+pub use blind_spots::blind_spots;
 pub use compile::compile;
 pub use compiled::{
     CompiledAttestor, CompiledAuditAnnotation, CompiledPolicy, CompiledValidation, ImageMatcher,

@@ -559,6 +559,9 @@ impl Compiler {
             let outcome = match compile_object(object, &key) {
                 Ok(policy) => {
                     tracing::info!(kind = %key.0, namespace = %key.1, name = %key.2, "policy compiled");
+                    for warning in ivory_policy::blind_spots(&policy) {
+                        tracing::warn!(kind = %key.0, namespace = %key.1, name = %key.2, warning = %warning, "policy blind spot");
+                    }
                     self.good.insert(key.clone(), Arc::new(policy));
                     Ok(())
                 }

@@ -178,6 +178,9 @@ impl FileSource {
         for note in &report.skipped {
             tracing::info!(note = %note, "skipped non-policy document");
         }
+        for warning in report.policies.iter().flat_map(ivory_policy::blind_spots) {
+            tracing::warn!(warning = %warning, "policy blind spot");
+        }
         if store.apply(report) {
             tracing::info!(policies = count, "policies loaded");
             metrics.policies_loaded(count);

@@ -100,3 +100,33 @@ fn default_policy_and_errors() {
     assert!(stdout.is_empty());
     assert!(stderr.contains("bad.yaml"), "{stderr}");
 }
+
+/// What the printed webhooks will never send to ivory is said on stderr: the default
+/// kube-system exclusion (removable), and a policy's CREATE-only rule.
+#[test]
+fn exclusions_and_create_only_rules_are_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = "  attestors: []\n  validations:\n    - expression: \"true\"\n";
+    let create_only = policy("create-only", "*", body)
+        .replace("operations: [CREATE, UPDATE]", "operations: [CREATE]");
+    std::fs::write(dir.path().join("p.yaml"), create_only).unwrap();
+    let policies = dir.path().display().to_string();
+    let (code, stdout, stderr) = run(&["--policies", &policies]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("exclude namespace(s) kube-system"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("create-only: spec.matchConstraints.resourceRules[0] selects pods for CREATE but not UPDATE"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("kube-system"), "{stdout}");
+
+    let (code, stdout, stderr) = run(&["--policies", &policies, "--exclude-namespace="]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("exclude namespace"), "{stderr}");
+    assert!(!stdout.contains("kube-system"), "{stdout}");
+    // ivory's own namespace stays excluded.
+    assert!(stdout.contains("- ivory"), "{stdout}");
+}

@@ -32,7 +32,9 @@ pub struct Args {
     #[arg(long, default_value = "ivory.svc")]
     domain: String,
     /// Namespace no webhook applies to (repeatable). With a Service target, the Service's
-    /// namespace is always excluded too, so ivory never gates its own pods.
+    /// namespace is always excluded too, so ivory never gates its own pods. The default,
+    /// `kube-system`, is Kyverno's chart default; `--exclude-namespace=` (empty) removes it, so
+    /// that Pods in kube-system are verified too.
     #[arg(long = "exclude-namespace", value_name = "NS", default_values = ["kube-system"])]
     exclude_namespaces: Vec<String>,
 }
@@ -66,6 +68,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     opts.domain = args.domain.clone();
     opts.namespace_selector = exclusions(&args);
+    warn_unjudged(&args, &report);
     let (mutating, validating) = generate(&report.policies, &opts);
     let text = format!(
         "{}---\n{}",
@@ -74,6 +77,27 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     print!("{text}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says on stderr what the printed webhooks will never send to ivory: the namespaces excluded
+/// beyond ivory's own (the policies do not state them), and the policies' own blind spots.
+fn warn_unjudged(args: &Args, report: &LoadReport) {
+    let excluded: Vec<&str> = args
+        .exclude_namespaces
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !n.is_empty())
+        .collect();
+    if !excluded.is_empty() {
+        eprintln!(
+            "note: the webhooks exclude namespace(s) {}: no policy applies there and Pods there \
+             are not verified (--exclude-namespace= removes the default kube-system)",
+            excluded.join(", ")
+        );
+    }
+    for warning in report.policies.iter().flat_map(ivory_policy::blind_spots) {
+        eprintln!("warning: {warning}");
+    }
 }
 
 /// One `NotIn` per excluded namespace, as Kyverno writes its own exclusions.
