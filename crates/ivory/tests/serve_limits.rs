@@ -353,3 +353,90 @@ async fn connections_past_the_cap_are_closed_and_memory_stays_bounded() {
         "{metrics}"
     );
 }
+
+/// HTTP/2 multiplexes: one connection opens many streams, each sending part of a body and then
+/// nothing. The budget is per process, not per connection, so streams cannot get around it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multiplexed_partial_bodies_share_the_same_budget() {
+    const STREAMS: usize = 200;
+    const SENT: usize = 1024 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let budget = (BUDGET_MIB * 1024 * 1024).to_string();
+    let ivory = start(
+        dir.path(),
+        &["--body-budget", &budget, "--body-timeout", "20s"],
+    )
+    .await;
+    let review = pod_review("warm", &["example.invalid/app:v1"]);
+    assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
+    let pid = ivory.child.id().unwrap();
+    let base = peak_rss_kib(pid);
+
+    let tls = connect(&ivory, &connector(&ivory.ca_pem, &[b"h2"]))
+        .await
+        .unwrap();
+    let (client, connection) = h2::client::Builder::new()
+        .initial_window_size(4 * 1024 * 1024)
+        .initial_connection_window_size(64 * 1024 * 1024)
+        .handshake::<_, bytes::Bytes>(tls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for _ in 0..STREAMS {
+        let mut client = client.clone().ready().await.unwrap();
+        let request = http::Request::post(format!("https://127.0.0.1{VALIDATE}?timeout=10s"))
+            .header("content-type", "application/json")
+            .body(())
+            .unwrap();
+        let (response, mut body) = client.send_request(request, false).unwrap();
+        body.reserve_capacity(SENT);
+        // Sent without waiting for flow control beyond what the server grants: a refused
+        // stream is reset, which ends the wait.
+        let _ = body.send_data(bytes::Bytes::from(vec![b' '; SENT]), false);
+        held.push((response, body));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut still_open = Vec::new();
+    for (response, body) in held {
+        match tokio::time::timeout(Duration::from_millis(50), response).await {
+            Ok(Ok(r)) => {
+                assert_eq!(r.status(), 503, "{r:?}");
+                refused += 1;
+            }
+            Ok(Err(_)) => refused += 1,
+            Err(_) => still_open.push(body),
+        }
+    }
+    let peak = peak_rss_kib(pid);
+    let extra_mib = peak.saturating_sub(base) / 1024;
+    eprintln!(
+        "{STREAMS} HTTP/2 streams on one connection sending 1 MiB each and stalling: {} held, {refused} refused; \
+         peak RSS {base} KiB -> {peak} KiB (+{extra_mib} MiB, body budget {BUDGET_MIB} MiB)",
+        still_open.len()
+    );
+    assert!(refused > 0, "no stream was refused");
+    assert!(
+        extra_mib < BUDGET_MIB + SLACK_MIB,
+        "+{extra_mib} MiB with a {BUDGET_MIB} MiB budget"
+    );
+    // With the budget spent, another client's review is answered at once (503: the API server
+    // applies the failurePolicy), never left waiting.
+    let asked = Instant::now();
+    let (status, text) = ivory.post(VALIDATE, review.to_string()).await;
+    assert!(status == 503 || status == 200, "{status} {text}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    // The attacker's connection goes: its streams end and their bytes return to the budget.
+    drop(still_open);
+    drop(client);
+    let judged = eventually(Duration::from_secs(10), || async {
+        ivory.post(VALIDATE, review.to_string()).await.0 == 200
+    })
+    .await;
+    assert!(judged, "{}", ivory.logs());
+}
