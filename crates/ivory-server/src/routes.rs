@@ -215,9 +215,10 @@ type Answer = (&'static str, Response);
 
 async fn admit(State(state): State<AppState>, call: Call, parts: Parts) -> Response {
     let (Path(names), RawQuery(query), headers, body) = parts;
+    let reading = Instant::now();
     let body = match read_body(&headers, body, &state.limits, &state.body_budget).await {
         Ok(body) => body,
-        Err(e) => return refuse_body(&state, call, e),
+        Err(e) => return refuse_body(&state, call, e, reading),
     };
     // The budget starts once the body is read.
     let start = Instant::now();
@@ -242,8 +243,17 @@ async fn admit(State(state): State<AppState>, call: Call, parts: Parts) -> Respo
 
 /// The answer to a body refused by its bounds; the API server then applies the webhook's
 /// failurePolicy.
-fn refuse_body(state: &AppState, call: Call, e: BodyError) -> Response {
+fn refuse_body(state: &AppState, call: Call, e: BodyError, reading: Instant) -> Response {
     state.metrics.request_refused(e.label());
+    // An oversized or unreadable body is a bad request as before; the new bounds have their own
+    // outcome labels.
+    let outcome = match e {
+        BodyError::TooLarge { .. } | BodyError::Unreadable => "bad_request",
+        BodyError::BudgetExhausted { .. } | BodyError::TimedOut(_) => e.label(),
+    };
+    state
+        .metrics
+        .observe_admission(call.label, outcome, reading.elapsed());
     tracing::warn!(route = call.label, error = %e, "request body refused");
     e.into_response()
 }
