@@ -18,10 +18,10 @@ export GOTOOLCHAIN=local
 # go install -buildvcs has nothing to stamp here.
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
-if ! command -v go >/dev/null; then
-  echo "install-deploy-tools: the go command is required (Go module proxy access)" >&2
-  exit 1
-fi
+# shellcheck source=scripts/lib/needs.sh
+source scripts/lib/needs.sh
+needs_cmds go # built from the Go module proxy
+needs_done
 
 # install_tool NAME VERSION PACKAGE LDFLAGS VERSION-ARGS...: skipped when NAME VERSION-ARGS prints VERSION.
 install_tool() {
