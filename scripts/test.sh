@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need (Debian packages, and
-# the Go-built tools in .tools/; says in one line what it cannot install), then format check, clippy, the API docs and every test of the workspace. `.ci/run` calls
-# exactly this.
+# the Go-built tools in .tools/; says in one line what it cannot install), then format check,
+# clippy, the API docs and every test of the workspace. `.ci/run` calls exactly this, after
+# scripts/e2e.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

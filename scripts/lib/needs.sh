@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # What a script needs, installed when missing, or one line saying what is needed. Sourced by every
-# script in scripts/ (and deploy/certs/make-certs.sh):
+# script in scripts/ (deploy/certs/make-certs.sh, shipped to users, keeps its own openssl check):
 #
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib/needs.sh"
 #   needs_pkgs CMD:PACKAGE...  Debian packages, each named with a command it provides: the missing
