@@ -36,6 +36,7 @@ install_go_tool() {
   if [[ -x "$bin" ]]; then
     echo "install-tools: $name $version already present ($bin)"
   else
+    needs_cmds go
     echo "install-tools: building $name $version (go install $pkg@$version) ..."
     GOBIN="$dir" go install "$pkg@$version"
   fi
@@ -72,7 +73,8 @@ esac
 need_go=0 need_npm=0
 for tool in "$@"; do
   case "$tool" in
-    crane | cosign2 | cosign25 | cosign3) need_go=1 ;;
+    # Go only to build one that is missing (install_go_tool checks again for a new pin).
+    crane | cosign2 | cosign25 | cosign3) [[ -x "$TOOLS/bin/$tool" ]] || need_go=1 ;;
     cargo-cyclonedx) ;;
     sigstore-js) need_npm=1 ;;
     *) echo "usage: install-tools.sh [all|image|hash-fixtures|crane|cosign2|cosign25|cosign3|cargo-cyclonedx|sigstore-js...]" >&2; exit 2 ;;
