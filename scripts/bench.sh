@@ -20,18 +20,14 @@
 # load generator, and writes target/bench/results.json and target/bench/results.md.
 # Method and committed figures: BENCHMARKS.md. Micro-benchmarks: `cargo bench -p ivory-bench`.
 #
-# Installs what it needs on a fresh machine: docker-registry (Debian package) and cosign v2 at
-# .tools/bin/cosign2 (built from the Go module proxy by scripts/install-tools.sh, ~3 minutes once).
+# Installs what it needs on a fresh machine (or says in one line what it cannot): docker-registry
+# and apache2-utils (Debian packages); the default mode cosign v2 at .tools/bin/cosign2 (built from
+# the Go module proxy by scripts/install-tools.sh, ~3 minutes once); --fleet redis-server and
+# redis-tools; --peers Go (for Kyverno and the e2e cluster), openssl, curl and iproute2.
 # Extra arguments are passed to `ivory-bench load` (see `ivory-bench load --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v docker-registry >/dev/null; then
-    echo "bench.sh: installing docker-registry"
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq docker-registry >/dev/null
-fi
 mode=load
 if [[ "${1:-}" == "--fleet" ]]; then
     mode=fleet
@@ -40,15 +36,21 @@ elif [[ "${1:-}" == "--peers" ]]; then
     mode=peers
     shift
 fi
-if [[ $mode == fleet ]] && ! command -v redis-server >/dev/null; then
-    echo "bench.sh: installing redis-server"
-    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
-fi
-if [[ $mode == load && ! -x .tools/bin/cosign2 ]]; then
-    bash scripts/install-tools.sh cosign2
-fi
+# shellcheck source=scripts/lib/needs.sh
+source scripts/lib/needs.sh
+# Every mode: the registry harness of ivory-bench (crates/ivory-testkit).
+needs_pkgs docker-registry:docker-registry htpasswd:apache2-utils kill:procps
+case $mode in
+    # ivory-bench load compares cold verification with cosign v2 (.tools/bin/cosign2).
+    load) needs_tools cosign2 ;;
+    fleet) needs_pkgs redis-server:redis-server redis-cli:redis-tools ;;
+    # Kyverno and the e2e cluster are built from the Go module proxy; the cluster needs cluster.sh's packages.
+    peers)
+        needs_cmds go
+        needs_pkgs openssl:openssl curl:curl ss:iproute2
+        ;;
+esac
+needs_done
 
 if [[ $mode == peers ]]; then
     scripts/bench/build-kyverno.sh

@@ -4,7 +4,8 @@
 # (policies/samples/cosign-key.yaml, pointed at that registry and the fixtures' key), and sends Pod
 # AdmissionReviews through the mutating then the validating webhook, as the API server would.
 #
-#   scripts/demo.sh            builds (release) first; needs curl and jq
+#   scripts/demo.sh            builds (release) first; installs curl, jq and docker-registry
+#                              (Debian packages) when missing
 #
 # IVORY_DEMO_PROFILE=debug uses debug builds (the test suite does); IVORY_BIN overrides the ivory
 # binary. Everything it starts is stopped on exit.
@@ -12,9 +13,11 @@ set -euo pipefail
 [ -n "${IVORY_DEMO_TRACE:-}" ] && set -x
 cd "$(dirname "$0")/.."
 
-for tool in curl jq docker-registry; do
-  command -v "$tool" >/dev/null || { echo "demo: $tool is required (apt-get install $tool)" >&2; exit 2; }
-done
+# shellcheck source=scripts/lib/needs.sh
+source scripts/lib/needs.sh
+# docker-registry runs under ivory-testkit-registry.
+needs_pkgs curl:curl jq:jq docker-registry:docker-registry
+needs_done
 
 profile=${IVORY_DEMO_PROFILE:-release}
 build_flags=()

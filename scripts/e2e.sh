@@ -3,7 +3,8 @@
 #
 #   scripts/e2e.sh [extra cargo test args]
 #
-# Builds what is missing first (scripts/e2e/build.sh: kube-apiserver and etcd from the Go module
+# Installs the Debian packages the tests use when missing (or says in one line what it needs), then
+# builds what is missing (scripts/e2e/build.sh: kube-apiserver and etcd from the Go module
 # proxy, into ${IVORY_E2E_CACHE:-~/.cache/ivory-e2e}), then runs
 # `cargo test -p ivory-e2e --features e2e`, whose tests start the cluster themselves
 # (scripts/e2e/cluster.sh: a few seconds) and stop it when they end.
@@ -17,16 +18,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_pkgs=()
-command -v openssl >/dev/null || need_pkgs+=(openssl)
-command -v curl >/dev/null || need_pkgs+=(curl)
-command -v ss >/dev/null || need_pkgs+=(iproute2)
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-  echo "installing: ${need_pkgs[*]}"
-  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
-fi
+# shellcheck source=scripts/lib/needs.sh
+source scripts/lib/needs.sh
+# scripts/e2e/build.sh and cluster.sh (Go; openssl, curl, ss), the tests' harnesses
+# (crates/ivory-testkit: docker-registry, htpasswd, redis-server) and the tests (curl, kill).
+# script_needs.rs checks this list against them.
+needs_pkgs openssl:openssl curl:curl ss:iproute2 docker-registry:docker-registry \
+  htpasswd:apache2-utils redis-server:redis-server kill:procps
+needs_cmds go
+needs_done
 
 started=$SECONDS
 scripts/e2e/build.sh all

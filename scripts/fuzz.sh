@@ -9,7 +9,8 @@
 # --parallel P  run P targets at once, one libFuzzer process each (default 1)
 # --cmin        minimise each corpus after its run (cargo fuzz cmin)
 #
-# Installs cargo-fuzz (pinned) when missing and fails when no nightly toolchain is installed.
+# Installs the nightly toolchain (rustup, minimal profile) and cargo-fuzz (pinned, from crates.io)
+# when missing; says in one line when it cannot.
 # Inputs that once crashed a target (fuzz/regressions/<target>/) are replayed before it is
 # fuzzed. New corpus entries land in fuzz/corpus/<target>/ (commit them); crashes in
 # fuzz/artifacts/<target>/; one log per target and a summary (executions, coverage, crashes)
@@ -49,10 +50,18 @@ max_len() {
   esac
 }
 
+# shellcheck source=scripts/lib/needs.sh
+source scripts/lib/needs.sh
+needs_cmds rustup # the nightly toolchain comes from rustup's distribution server
 if ! rustup toolchain list | grep -q '^nightly'; then
-  echo "fuzz.sh: needs a nightly toolchain (rustup toolchain install nightly)" >&2
-  exit 1
+  if [ -n "${IVORY_NEEDS_CHECK:-}" ]; then
+    echo "fuzz.sh: needs: the nightly toolchain (would run rustup toolchain install nightly)" >&2
+  elif ! rustup toolchain install nightly --profile minimal; then
+    echo "fuzz.sh: needs the nightly toolchain; rustup could not install it (no access to static.rust-lang.org?)" >&2
+    exit 1
+  fi
 fi
+needs_done
 if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
   echo "fuzz.sh: installing cargo-fuzz $CARGO_FUZZ_VERSION"
   cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked

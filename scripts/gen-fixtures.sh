@@ -1,26 +1,30 @@
 #!/usr/bin/env bash
 # Regenerates fixtures/ (signed OCI image layouts + manifest.json + captured third-party data) with
 # real tools: docker-registry (Distribution 2.8), crane, cosign v2, cosign v3, sigstore-js.
-# Prerequisite: scripts/install-tools.sh (pinned tools in .tools/, npm ci in fixtures/gen/js).
+# Installs what it needs when missing: Debian packages, and the pinned tools in .tools/ and npm ci in
+# fixtures/gen/js (by scripts/install-tools.sh; Go needed); says in one line what it cannot install.
 # Usage: scripts/gen-fixtures.sh            (needs /work/shared-like captured data at
 #        IVORY_CAPTURED_DIR, default ../shared/data/captured; skipped with a warning if absent)
 #        scripts/gen-fixtures.sh hash       only fixtures/hash/ (P-384 signed by cosign v2.5 and
-#        v2.6; needs `scripts/install-tools.sh hash-fixtures`)
+#        v2.6)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FIX="$ROOT/fixtures"
-BIN="$ROOT/.tools/bin"
 CAPTURED="${IVORY_CAPTURED_DIR:-$ROOT/../shared/data/captured}"
 
 ONLY="${1:-all}"
-TOOLS_NEEDED="crane cosign2 cosign25"
-[[ "$ONLY" == "hash" ]] || TOOLS_NEEDED="$TOOLS_NEEDED cosign3"
-for tool in $TOOLS_NEEDED; do
-  [[ -x "$BIN/$tool" ]] || { echo "gen-fixtures: $BIN/$tool missing; run scripts/install-tools.sh" >&2; exit 1; }
-done
-[[ "$ONLY" == "hash" || -d "$FIX/gen/js/node_modules" ]] || { echo "gen-fixtures: run scripts/install-tools.sh (npm ci)" >&2; exit 1; }
-command -v docker-registry >/dev/null || { echo "gen-fixtures: docker-registry not installed (apt-get install docker-registry)" >&2; exit 1; }
+# shellcheck source=scripts/lib/needs.sh
+source "$ROOT/scripts/lib/needs.sh"
+# fixtures/gen/*.py run crane, cosign and (gen.py) node with sigstore-js.
+needs_pkgs docker-registry:docker-registry curl:curl python3:python3
+if [[ "$ONLY" == "hash" ]]; then
+  needs_tools crane cosign2 cosign25
+else
+  needs_pkgs node:nodejs
+  needs_tools crane cosign2 cosign25 cosign3 sigstore-js
+fi
+needs_done
 
 WORK="$(mktemp -d -t ivory-fixtures.XXXXXX)"
 REGISTRY_PID=""

@@ -22,7 +22,10 @@
 # The root filesystem holds only the binary, the shared libraries `ldd` lists for it (copied from
 # the host's Debian packages; none when the binary is static), the Debian CA bundle, and
 # passwd/group/nsswitch entries for the non-root user 65532. A static musl build is used when the
-# x86_64-unknown-linux-musl target and musl-gcc are installed (its C dependencies need musl-gcc).
+# x86_64-unknown-linux-musl target and musl-gcc are installed (its C dependencies need musl-gcc):
+# without --binary it installs musl-tools (Debian) and adds the target (rustup) when missing.
+# It installs what else it needs (git, jq, ca-certificates; crane, cosign v2, cargo-cyclonedx
+# into .tools/ for --push and signing), or says in one line what it cannot.
 #
 # Pushing uses crane (built from the Go module proxy by scripts/install-tools.sh) rather than
 # buildah: crane uploads the layout's blobs and manifest byte for byte, so the pushed digest is
@@ -56,6 +59,15 @@ fi
 log() { echo "image.sh: $*" >&2; }
 
 cd "$ROOT"
+# shellcheck source=scripts/lib/needs.sh
+source "$ROOT/scripts/lib/needs.sh"
+# git (commit, tree state), jq (the JSON), ca-certificates (the image's CA bundle).
+needs_pkgs git:git jq:jq update-ca-certificates:ca-certificates
+# A release build is static with musl-gcc and the musl target (added below when missing).
+[[ -n "$binary" ]] || needs_pkgs musl-gcc:musl-tools
+[[ -z "$push" ]] || needs_tools crane
+[[ -z "$sign_key" && "$keyless" == 0 ]] || needs_tools cosign2 cargo-cyclonedx
+needs_done
 commit="$(git rev-parse HEAD)"
 # Built from uncommitted changes: the provenance says so (externalParameters.workingTree), a
 # release policy can refuse it.
@@ -71,6 +83,10 @@ builder_id="$source_uri/$SCRIPT_PATH"
 # --- the binary ----------------------------------------------------------------------------
 build_kind="prebuilt"
 if [[ -z "$binary" ]]; then
+  if ! rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+    rustup target add x86_64-unknown-linux-musl >&2 ||
+      log "could not add the x86_64-unknown-linux-musl target (rustup): building for glibc"
+  fi
   if rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl \
       && command -v musl-gcc >/dev/null; then
     log "cargo build --release (static, x86_64-unknown-linux-musl)"
@@ -174,7 +190,6 @@ log "built $digest ($build_kind, revision $commit, $tree tree, ${#libs[@]} share
 # The SBOM describes the binary's crates as Cargo.lock resolves them (cargo-cyclonedx, built by
 # scripts/install-tools.sh image). Only needed when attesting.
 if [[ -n "$sign_key" || "$keyless" == 1 ]]; then
-  [[ -x "$TOOLS/cargo-cyclonedx" ]] || { log "$TOOLS/cargo-cyclonedx missing: run scripts/install-tools.sh image"; exit 1; }
   "$TOOLS/cargo-cyclonedx" cyclonedx --manifest-path crates/ivory/Cargo.toml --format json \
     --spec-version 1.5 --all --override-filename ivory-image-sbom >&2
   # It writes one file per workspace member; ivory's is the binary's.
@@ -185,7 +200,8 @@ if [[ -n "$sign_key" || "$keyless" == 1 ]]; then
   lib_deps="$(for lib in "${libs[@]}"; do
       pkg="$(dpkg -S "$(readlink -f "$lib")" 2>/dev/null | head -1 | cut -d: -f1 || true)"
       [[ -z "$pkg" ]] && pkg="$(dpkg -S "$lib" 2>/dev/null | head -1 | cut -d: -f1 || true)"
-      ver="$( [[ -n "$pkg" ]] && dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null || true)"
+      ver=""
+      [[ -z "$pkg" ]] || ver="$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null || true)"
       jq -cn --arg p "$lib" --arg pkg "$pkg" --arg v "$ver" --arg h "$(sha "$(readlink -f "$lib")")" \
         '{uri: ("file://" + $p), name: (if $pkg == "" then $p else ("pkg:deb/debian/" + $pkg + "@" + $v) end), digest: {sha256: $h}}'
     done | jq -cs .)"
@@ -218,11 +234,9 @@ fi
 
 # --- push, sign, attest --------------------------------------------------------------------
 if [[ -n "$push" ]]; then
-  [[ -x "$TOOLS/crane" ]] || { log "$TOOLS/crane missing: run scripts/install-tools.sh image"; exit 1; }
   "$TOOLS/crane" push "$out/oci" "$push:$tag" >&2
   ref="$push@$digest"
   if [[ -n "$sign_key" || "$keyless" == 1 ]]; then
-    [[ -x "$TOOLS/cosign2" ]] || { log "$TOOLS/cosign2 missing: run scripts/install-tools.sh image"; exit 1; }
     if [[ "$keyless" == 1 ]]; then
       sign=(--yes)
     else

@@ -18,10 +18,13 @@ export GOTOOLCHAIN=local
 # go install -buildvcs has nothing to stamp here.
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
-if ! command -v go >/dev/null; then
-  echo "install-deploy-tools: the go command is required (Go module proxy access)" >&2
-  exit 1
+# shellcheck source=scripts/lib/needs.sh
+source scripts/lib/needs.sh
+# Go only to build a tool that is missing (install_tool checks again for a new pin).
+if [ ! -x "$bin_dir/kustomize" ] || [ ! -x "$bin_dir/helm" ]; then
+  needs_cmds go # built from the Go module proxy
 fi
+needs_done
 
 # install_tool NAME VERSION PACKAGE LDFLAGS VERSION-ARGS...: skipped when NAME VERSION-ARGS prints VERSION.
 install_tool() {
@@ -30,6 +33,7 @@ install_tool() {
   if [ -x "$bin_dir/$name" ] && "$bin_dir/$name" "$@" 2>/dev/null | grep -F -- "$version" >/dev/null; then
     return 0
   fi
+  needs_cmds go
   echo "install-deploy-tools: building $name $version (go install; minutes when cold)"
   local start=$SECONDS
   # CGO off: static binaries, no C toolchain needed.

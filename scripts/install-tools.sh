@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # Installs the pinned signing tools used to generate fixtures/ into the git-ignored .tools/.
-# Idempotent: a tool is built only when its pinned binary is missing.
+#
+#   scripts/install-tools.sh [all]         crane, cosign v2.5, v2, v3, sigstore-js (npm ci): gen-fixtures
+#   scripts/install-tools.sh image         crane, cosign v2, cargo-cyclonedx: image.sh, the dogfood test
+#   scripts/install-tools.sh hash-fixtures cosign v2.5, v2, crane: `gen-fixtures.sh hash`
+#   scripts/install-tools.sh TOOL...       just these (crane cosign2 cosign25 cosign3 cargo-cyclonedx sigstore-js)
+#
+# Idempotent: a tool is built only when its pinned binary is missing. Needs Go for the Go tools and
+# installs npm (Debian package) for sigstore-js; says so in one line when it cannot.
 # Go builds are slow (several minutes each on a small machine); npm ci is quick.
 set -euo pipefail
 
@@ -23,11 +30,13 @@ export CGO_ENABLED=0
 install_go_tool() {
   local name="$1" version="$2" pkg="$3"
   local dir="$TOOLS/$name-$version"
-  local bin="$dir/$(basename "$pkg")"
+  local bin
+  bin="$dir/$(basename "$pkg")"
   mkdir -p "$TOOLS/bin"
   if [[ -x "$bin" ]]; then
     echo "install-tools: $name $version already present ($bin)"
   else
+    needs_cmds go
     echo "install-tools: building $name $version (go install $pkg@$version) ..."
     GOBIN="$dir" go install "$pkg@$version"
   fi
@@ -51,47 +60,57 @@ install_cargo_tool() {
   ln -sfn "$dir/bin/$name" "$TOOLS/bin/$name"
 }
 
-# `install-tools.sh image` builds what scripts/image.sh and the dogfood test need: crane (pushes the
-# OCI layout), cosign v2 (signs and attests), cargo-cyclonedx (the SBOM).
-if [[ "${1:-}" == "image" ]]; then
-  install_go_tool crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane
-  install_go_tool cosign2 "$COSIGN_V2_VERSION" github.com/sigstore/cosign/v2/cmd/cosign
-  install_cargo_tool cargo-cyclonedx "$CARGO_CYCLONEDX_VERSION"
-  exit 0
-fi
-
-# `install-tools.sh cosign2` builds only cosign v2 (what scripts/bench.sh needs).
-if [[ "${1:-}" == "cosign2" ]]; then
-  install_go_tool cosign2 "$COSIGN_V2_VERSION" github.com/sigstore/cosign/v2/cmd/cosign
-  "$TOOLS/bin/cosign2" version 2>/dev/null | grep -E '^GitVersion' || true
-  exit 0
-fi
-
-# `install-tools.sh hash-fixtures` builds what scripts/gen-fixtures.sh hash needs.
-if [[ "${1:-}" == "hash-fixtures" ]]; then
-  install_go_tool cosign25 "$COSIGN_V25_VERSION" github.com/sigstore/cosign/v2/cmd/cosign
-  install_go_tool cosign2 "$COSIGN_V2_VERSION" github.com/sigstore/cosign/v2/cmd/cosign
-  install_go_tool crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane
-  exit 0
-fi
-
-install_go_tool crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane
-install_go_tool cosign25 "$COSIGN_V25_VERSION" github.com/sigstore/cosign/v2/cmd/cosign
-install_go_tool cosign2 "$COSIGN_V2_VERSION" github.com/sigstore/cosign/v2/cmd/cosign
-install_go_tool cosign3 "$COSIGN_V3_VERSION" github.com/sigstore/cosign/v3/cmd/cosign
+# What to build: a mode or tool names.
+case "${1:-all}" in
+  # Everything scripts/gen-fixtures.sh needs.
+  all) set -- crane cosign25 cosign2 cosign3 sigstore-js ;;
+  # What scripts/image.sh and the dogfood test need: crane (pushes the OCI layout), cosign v2
+  # (signs and attests), cargo-cyclonedx (the SBOM).
+  image) set -- crane cosign2 cargo-cyclonedx ;;
+  # What `scripts/gen-fixtures.sh hash` needs.
+  hash-fixtures) set -- cosign25 cosign2 crane ;;
+esac
+need_go=0 need_npm=0
+for tool in "$@"; do
+  case "$tool" in
+    # Go only to build one that is missing (install_go_tool checks again for a new pin).
+    crane | cosign2 | cosign25 | cosign3) [[ -x "$TOOLS/bin/$tool" ]] || need_go=1 ;;
+    cargo-cyclonedx) ;;
+    sigstore-js) need_npm=1 ;;
+    *) echo "usage: install-tools.sh [all|image|hash-fixtures|crane|cosign2|cosign25|cosign3|cargo-cyclonedx|sigstore-js...]" >&2; exit 2 ;;
+  esac
+done
+# shellcheck source=scripts/lib/needs.sh
+source "$ROOT/scripts/lib/needs.sh"
+[[ $need_go == 0 ]] || needs_cmds go # the Go tools are built from the Go module proxy
+[[ $need_npm == 0 ]] || needs_pkgs npm:npm node:nodejs # sigstore-js, from the npm registry
+needs_done
 
 # Node helpers (sigstore-js signing with @sigstore/mock, @sigstore/oci attachment).
-JS_DIR="$ROOT/fixtures/gen/js"
-if [[ -f "$JS_DIR/package-lock.json" ]]; then
-  if [[ -d "$JS_DIR/node_modules" && "$JS_DIR/node_modules/.package-lock.json" -nt "$JS_DIR/package-lock.json" ]]; then
+install_sigstore_js() {
+  local js_dir="$ROOT/fixtures/gen/js"
+  [[ -f "$js_dir/package-lock.json" ]] || return 0
+  if [[ -d "$js_dir/node_modules" && "$js_dir/node_modules/.package-lock.json" -nt "$js_dir/package-lock.json" ]]; then
     echo "install-tools: node_modules up to date"
   else
     echo "install-tools: npm ci in fixtures/gen/js"
-    (cd "$JS_DIR" && npm ci --no-audit --no-fund)
+    (cd "$js_dir" && npm ci --no-audit --no-fund)
   fi
-fi
+}
 
-"$TOOLS/bin/crane" version
-"$TOOLS/bin/cosign25" version 2>/dev/null | grep -E '^GitVersion' || true
-"$TOOLS/bin/cosign2" version 2>/dev/null | grep -E '^GitVersion' || true
-"$TOOLS/bin/cosign3" version 2>/dev/null | grep -E '^GitVersion' || true
+for tool in "$@"; do
+  case "$tool" in
+    crane) install_go_tool crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane ;;
+    cosign2) install_go_tool cosign2 "$COSIGN_V2_VERSION" github.com/sigstore/cosign/v2/cmd/cosign ;;
+    cosign25) install_go_tool cosign25 "$COSIGN_V25_VERSION" github.com/sigstore/cosign/v2/cmd/cosign ;;
+    cosign3) install_go_tool cosign3 "$COSIGN_V3_VERSION" github.com/sigstore/cosign/v3/cmd/cosign ;;
+    cargo-cyclonedx) install_cargo_tool cargo-cyclonedx "$CARGO_CYCLONEDX_VERSION" ;;
+    sigstore-js) install_sigstore_js ;;
+  esac
+done
+for tool in "$@"; do
+  case "$tool" in
+    crane) "$TOOLS/bin/$tool" version ;;
+    cosign*) "$TOOLS/bin/$tool" version 2>/dev/null | grep -E '^GitVersion' || true ;;
+  esac
+done

@@ -17,7 +17,10 @@ SRC="$CACHE/src/kyverno-$KYVERNO_VERSION"
 OUT="$BIN/kyverno-$KYVERNO_VERSION"
 
 log() { echo "[kyverno build $(date -u +%H:%M:%S)] $*" >&2; }
-command -v go >/dev/null || { echo "build-kyverno.sh: the go command is needed" >&2; exit 1; }
+# shellcheck source=scripts/lib/needs.sh
+source "$(dirname "$0")/../lib/needs.sh"
+needs_cmds go # Kyverno is built from the Go module proxy
+needs_done
 
 if [ -x "$OUT" ] && [ -d "$SRC/config/crds" ]; then
   log "kyverno $KYVERNO_VERSION: cached ($OUT)"

@@ -16,8 +16,10 @@ CACHE="${IVORY_E2E_CACHE:-$HOME/.cache/ivory-e2e}"
 BIN="$CACHE/bin"
 mkdir -p "$BIN" "$CACHE/src"
 
-command -v go >/dev/null || { echo "build.sh: the go command is needed to build kube-apiserver and etcd" >&2; exit 1; }
-command -v openssl >/dev/null || { echo "build.sh: openssl is needed for the test cluster's certificates" >&2; exit 1; }
+# shellcheck source=scripts/lib/needs.sh
+source "$(dirname "$0")/../lib/needs.sh"
+needs_cmds go # kube-apiserver and etcd are built from the Go module proxy
+needs_done
 
 log() { echo "[e2e build $(date -u +%H:%M:%S)] $*" >&2; }
 

@@ -18,6 +18,10 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=scripts/e2e/versions.sh
 source "$HERE/versions.sh"
+# shellcheck source=scripts/lib/needs.sh
+source "$HERE/../lib/needs.sh"
+needs_pkgs openssl:openssl curl:curl ss:iproute2
+needs_done
 CACHE="${IVORY_E2E_CACHE:-$HOME/.cache/ivory-e2e}"
 ETCD="$CACHE/bin/etcd-$ETCD_VERSION"
 APISERVER="$CACHE/bin/kube-apiserver-$KUBE_VERSION"
