@@ -22,7 +22,9 @@
 #![warn(missing_docs)]
 
 mod breaker;
+mod client;
 mod entry;
+pub mod resp;
 mod store;
 
 pub use entry::{Keys, MIN_KEY_BYTES, Rejected};
@@ -48,4 +50,7 @@ pub enum Error {
         "--cache-redis: not a Redis URL (redis://host:port[/db] or rediss://host:port[/db]): {0}"
     )]
     Url(String),
+    /// The CA given for `rediss://` is not usable.
+    #[error("--cache-redis-ca: {0}")]
+    Ca(String),
 }
