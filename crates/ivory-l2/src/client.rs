@@ -19,7 +19,7 @@ use crate::resp::{self, Limits, Parsed, ProtocolError, Reply};
 /// memory a hostile one can make a replica hold (`MAX_CONNECTIONS × max_total`).
 pub const MAX_CONNECTIONS: usize = 16;
 /// Bytes asked from the socket at a time.
-const READ_CHUNK: usize = 16 * 1024;
+const READ_CHUNK: usize = 64 * 1024;
 
 /// Where and how to connect, from the URL.
 #[derive(Clone)]
