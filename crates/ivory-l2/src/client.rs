@@ -16,10 +16,14 @@ use crate::Error;
 use crate::resp::{self, Limits, Parsed, ProtocolError, Reply};
 
 /// Connections open at once (in use or idle): bounds both the load on the store and the
-/// memory a hostile one can make a replica hold (`MAX_CONNECTIONS × max_total`).
-pub const MAX_CONNECTIONS: usize = 16;
+/// memory a hostile one can make a replica hold (`MAX_CONNECTIONS × max_total`, 8 MiB with
+/// the default 1 MiB entries). A call takes about a millisecond, so eight serve thousands of
+/// calls a second; a call finding all eight busy waits for one within its deadline.
+pub const MAX_CONNECTIONS: usize = 8;
 /// Bytes asked from the socket at a time.
 const READ_CHUNK: usize = 64 * 1024;
+/// Capacity a reply buffer starts with: every reply but a large entry fits.
+const FIRST_BUFFER: usize = 4 * 1024;
 
 /// Where and how to connect, from the URL.
 #[derive(Clone)]
@@ -248,8 +252,11 @@ impl Conn {
         }
         self.flush().await?;
         let mut replies = Vec::with_capacity(commands.len());
-        let mut buf: Vec<u8> = Vec::new();
-        let mut chunk = vec![0u8; READ_CHUNK];
+        // Most replies are small; a larger one gets the whole limit at once, so a buffer is
+        // allocated at most twice per call (growing it step by step would leave every
+        // intermediate size behind in the allocator).
+        let most = limits.max_total.saturating_add(1);
+        let mut buf: Vec<u8> = Vec::with_capacity(FIRST_BUFFER.min(most));
         while replies.len() < commands.len() {
             match resp::parse(&buf, limits)? {
                 Parsed::Reply(reply, used) => {
@@ -265,13 +272,21 @@ impl Conn {
                 Parsed::NeedMore => {}
             }
             // Never more than one byte past the limit in the buffer: the parser then refuses.
-            let room = limits.max_total.saturating_sub(buf.len()).saturating_add(1);
-            let want = room.min(READ_CHUNK);
-            let n = self.stream.read(&mut chunk[..want]).await?;
+            let filled = buf.len();
+            let want = most.saturating_sub(filled).min(READ_CHUNK);
+            if buf.capacity() < filled + want {
+                buf.reserve_exact(most - filled);
+            }
+            buf.resize(filled + want, 0);
+            let read = self.stream.read(&mut buf[filled..]).await;
+            let n = match read {
+                Ok(n) => n,
+                Err(e) => return Err(e.into()),
+            };
+            buf.truncate(filled + n);
             if n == 0 {
                 return Err(CallError::Closed);
             }
-            buf.extend_from_slice(&chunk[..n]);
         }
         if !buf.is_empty() {
             // Replies nobody asked for: the stream is out of step.
