@@ -6,6 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
@@ -344,7 +345,7 @@ impl Pool {
 
     /// An idle connection, or a new one once fewer than [`MAX_CONNECTIONS`] exist.
     pub async fn get(&self) -> Result<Conn, CallError> {
-        if let Some(conn) = self.idle.lock().ok().and_then(|mut idle| idle.pop()) {
+        if let Some(conn) = self.idle_conn() {
             return Ok(conn);
         }
         let permit = Arc::clone(&self.permits)
@@ -352,10 +353,23 @@ impl Pool {
             .await
             .map_err(|_| CallError::Closed)?;
         // Another call may have returned one while this one waited.
-        if let Some(conn) = self.idle.lock().ok().and_then(|mut idle| idle.pop()) {
+        if let Some(conn) = self.idle_conn() {
             return Ok(conn);
         }
         Conn::open(&self.target, &self.limits, permit).await
+    }
+
+    /// An idle connection still open with nothing to read: one the server closed meanwhile
+    /// (its idle `timeout`, a restart) would otherwise fail the next call and open the breaker,
+    /// and one with bytes nobody asked for is out of step.
+    fn idle_conn(&self) -> Option<Conn> {
+        loop {
+            let mut conn = self.idle.lock().ok().and_then(|mut idle| idle.pop())?;
+            let mut probe = [0u8; 1];
+            if conn.stream.read(&mut probe).now_or_never().is_none() {
+                return Some(conn);
+            }
+        }
     }
 
     /// A connection whose last call succeeded, for the next call.

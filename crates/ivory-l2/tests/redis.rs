@@ -201,6 +201,25 @@ async fn a_paused_or_stopped_redis_reads_as_empty_and_trips_the_breaker() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_the_server_closed_are_not_used() {
+    let server = RedisServer::start().await.unwrap();
+    let a = l2(&server, &[KEY_A]);
+    a.put("n", b"v".to_vec(), Duration::from_secs(60)).await;
+    let mut conn = raw(&server).await;
+    // The server closes connections idle for a second (a common production setting).
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("timeout")
+        .arg("1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(a.get("n").await.as_deref(), Some(&b"v"[..]));
+    assert_eq!(a.stats().errors, 0, "{:?}", a.stats());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planted_or_replayed_leases_cost_a_waiter_at_most_one_poll() {
     let server = RedisServer::start().await.unwrap();
     let (a, b) = (l2(&server, &[KEY_A]), l2(&server, &[KEY_A]));
