@@ -23,6 +23,8 @@ use crate::resp::{self, Limits, Parsed, ProtocolError, Reply};
 pub const MAX_CONNECTIONS: usize = 8;
 /// Bytes asked from the socket at a time.
 const READ_CHUNK: usize = 64 * 1024;
+/// Bytes of an error reply kept for the log.
+const MAX_ERROR_SHOWN: usize = 200;
 /// Capacity a reply buffer starts with: every reply but a large entry fits.
 const FIRST_BUFFER: usize = 4 * 1024;
 
@@ -263,8 +265,10 @@ impl Conn {
                 Parsed::Reply(reply, used) => {
                     buf.drain(..used);
                     if let Reply::Error(text) = &reply {
+                        // Logged: a hostile server's error text is cut short.
+                        let shown = &text[..text.len().min(MAX_ERROR_SHOWN)];
                         return Err(CallError::Server(
-                            String::from_utf8_lossy(text).into_owned(),
+                            String::from_utf8_lossy(shown).into_owned(),
                         ));
                     }
                     replies.push(reply);

@@ -201,6 +201,44 @@ async fn a_paused_or_stopped_redis_reads_as_empty_and_trips_the_breaker() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_url_password_and_database_are_used() {
+    let server = RedisServer::start().await.unwrap();
+    let mut conn = raw(&server).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("p@ss/word")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let url = |auth: &str| format!("redis://{auth}127.0.0.1:{}/2", server.port());
+    let open = |url: String| {
+        let mut config = L2Config::new(url, keys(&[KEY_A]));
+        config.deadline = Duration::from_secs(2);
+        RedisL2::new(config).unwrap()
+    };
+    let a = open(url(":p%40ss%2Fword@"));
+    a.put("n", b"v".to_vec(), Duration::from_secs(60)).await;
+    assert_eq!(a.get("n").await.as_deref(), Some(&b"v"[..]));
+    assert_eq!(a.stats().errors, 0, "{:?}", a.stats());
+    // The entry is in database 2, written by an authenticated client.
+    let mut authed = redis::Client::open(format!(
+        "redis://:p%40ss%2Fword@127.0.0.1:{}/2",
+        server.port()
+    ))
+    .unwrap()
+    .get_multiplexed_async_connection()
+    .await
+    .unwrap();
+    let stored: Option<Vec<u8>> = authed.get("n").await.unwrap();
+    assert!(stored.is_some());
+    // A wrong password is a failed call, never an entry.
+    let wrong = open(url(":nope@"));
+    assert_eq!(wrong.get("n").await, None);
+    assert_eq!(wrong.stats().errors, 1, "{:?}", wrong.stats());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_the_server_closed_are_not_used() {
     let server = RedisServer::start().await.unwrap();
     let a = l2(&server, &[KEY_A]);
