@@ -405,6 +405,59 @@ mod tests {
         }
     }
 
+    /// The fuzz target's properties (fuzz/fuzz_targets/resp_reply.rs) over mutations of
+    /// replies, so that a regression shows without a fuzzing toolchain.
+    #[test]
+    fn mutated_replies_keep_the_parser_properties() {
+        let seeds: [&[u8]; 6] = [
+            b"*3\r\n$8\r\nIVL2abcd\r\n:0\r\n$0\r\n\r\n",
+            b"*2\r\n$0\r\n\r\n$6\r\nplant!\r\n",
+            b"*2\r\n*1\r\n:-1\r\n+OK\r\n",
+            b"$-1\r\n",
+            b"-ERR x\r\n",
+            b"$2000000000\r\n",
+        ];
+        let alphabet = b"$*:+-\r\n0129-x";
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut accepted = 0;
+        for round in 0..20_000u32 {
+            let mut bytes = seeds[round as usize % seeds.len()].to_vec();
+            for _ in 0..(next() % 4) {
+                let at = (next() as usize) % (bytes.len() + 1);
+                let b = alphabet[(next() as usize) % alphabet.len()];
+                match next() % 3 {
+                    0 if at < bytes.len() => bytes[at] = b,
+                    1 => bytes.insert(at, b),
+                    _ => bytes.truncate(at),
+                }
+            }
+            let limits = Limits {
+                max_bulk: (next() % 12) as usize,
+                max_array: (next() % 4) as usize,
+                max_depth: (next() % 4) as usize,
+                max_total: 4 + (next() % 40) as usize,
+            };
+            match parse(&bytes, &limits) {
+                Err(_) => {}
+                Ok(Parsed::NeedMore) => assert!(bytes.len() < limits.max_total),
+                Ok(Parsed::Reply(reply, used)) => {
+                    accepted += 1;
+                    assert!(used <= limits.max_total);
+                    assert_eq!(encode(&reply), &bytes[..used]);
+                    assert_eq!(parse(&bytes[..used - 1], &limits), Ok(Parsed::NeedMore));
+                }
+            }
+        }
+        // The mutations must reach accepted replies, or the checks above check nothing.
+        assert!(accepted > 1_000, "{accepted}");
+    }
+
     #[test]
     fn commands_are_arrays_of_bulk_strings() {
         assert_eq!(
