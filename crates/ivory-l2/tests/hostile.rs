@@ -69,7 +69,7 @@ async fn hostile_replies_fail_within_the_deadline_drop_the_connection_and_cost_n
         assert_eq!(l2.get("n").await, None, "{attack:?}");
         let took = start.elapsed();
         assert!(
-            took < DEADLINE + Duration::from_millis(200),
+            took < DEADLINE + Duration::from_millis(400),
             "{attack:?}: {took:?}"
         );
         assert_eq!((l2.stats().errors, l2.stats().hits), (1, 0), "{attack:?}");
