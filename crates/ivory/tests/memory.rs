@@ -1,4 +1,5 @@
-//! Peak memory of `ivory serve` (its real allocator) against hostile registries: the
+//! Peak memory of `ivory serve` (its real allocator) against hostile registries (and a hostile
+//! Redis behind `--cache-redis`): the
 //! growth of the process's peak RSS (`VmHWM`) over a run against an honest registry.
 
 use std::time::Duration;
