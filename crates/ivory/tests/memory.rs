@@ -1,6 +1,6 @@
-//! Peak memory of `ivory serve` (its real allocator) against hostile registries (and a hostile
-//! Redis behind `--cache-redis`): the
-//! growth of the process's peak RSS (`VmHWM`) over a run against an honest registry.
+//! Peak memory of `ivory serve` (its real allocator) against hostile registries and a hostile
+//! Redis behind `--cache-redis`: the growth of the process's peak RSS (`VmHWM`) over a run
+//! against an honest registry (an honest redis-server).
 
 use std::time::Duration;
 
