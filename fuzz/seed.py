@@ -148,5 +148,17 @@ def durations():
         put("go_duration", d)
 
 
-for step in (admission, images, policies, envelopes, bundles, manifests, durations):
+def resp_replies():
+    # Four limit bytes (bulk 4080, array 8, depth 3, total 16328), then what a Redis server sends
+    # ivory-l2: its real replies and the shapes of the attacks it must refuse.
+    head = bytes([255, 8, 3, 255])
+    for r in [b"+OK\r\n", b"+PONG\r\n", b"-ERR unknown command\r\n", b":-42\r\n", b"$-1\r\n",
+              b"$5\r\nhello\r\n", b"$0\r\n\r\n", b"*-1\r\n",
+              b"*3\r\n$8\r\nIVL2abcd\r\n:0\r\n$0\r\n\r\n", b"*3\r\n$0\r\n\r\n:2\r\n$6\r\nplant!\r\n",
+              b"*2\r\n$0\r\n\r\n$0\r\n\r\n", b"*2\r\n*2\r\n:1\r\n:2\r\n$1\r\nv\r\n",
+              b"$2000000000\r\nxxxx", b"*2000000000\r\n+x\r\n", b"*1\r\n" * 8, b"+" + b"x" * 64]:
+        put("resp_reply", head + r)
+
+
+for step in (admission, images, policies, envelopes, bundles, manifests, durations, resp_replies):
     step()

@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 
 CARGO_FUZZ_VERSION="0.13.2"
 ALL_TARGETS=(admission_review image_reference policy_load cel_compile cosign_envelope
-  sigstore_bundle oci_manifest go_duration)
+  sigstore_bundle oci_manifest go_duration resp_reply)
 
 seconds=600
 parallel=1
@@ -44,6 +44,7 @@ max_len() {
   case "$1" in
     image_reference) echo 512 ;;
     go_duration) echo 128 ;;
+    resp_reply) echo 8192 ;;
     cel_compile) echo 4096 ;;
     sigstore_bundle) echo 32768 ;;
     *) echo 16384 ;;

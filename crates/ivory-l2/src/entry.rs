@@ -114,6 +114,17 @@ impl Keys {
     /// The value of an entry stored under `name`, if it was sealed for that name by an active
     /// key and has not expired at `now_ms`.
     pub fn open<'e>(&self, name: &str, entry: &'e [u8], now_ms: u64) -> Result<&'e [u8], Rejected> {
+        self.open_with_expiry(name, entry, now_ms)
+            .map(|(value, _)| value)
+    }
+
+    /// [`Keys::open`], and the expiry sealed into the entry (Unix ms).
+    pub fn open_with_expiry<'e>(
+        &self,
+        name: &str,
+        entry: &'e [u8],
+        now_ms: u64,
+    ) -> Result<(&'e [u8], u64), Rejected> {
         if entry.len() < HEADER_LEN + TAG_LEN || !entry.starts_with(MAGIC) {
             return Err(Rejected::Malformed);
         }
@@ -127,10 +138,11 @@ impl Keys {
         hmac::verify(&key.mac, &mac_input(name, sealed), tag).map_err(|_| Rejected::BadTag)?;
         let mut expiry = [0u8; EXPIRY_LEN];
         expiry.copy_from_slice(&sealed[MAGIC.len() + KEY_ID_LEN..HEADER_LEN]);
-        if u64::from_be_bytes(expiry) <= now_ms {
+        let expires_ms = u64::from_be_bytes(expiry);
+        if expires_ms <= now_ms {
             return Err(Rejected::Expired);
         }
-        Ok(&sealed[HEADER_LEN..])
+        Ok((&sealed[HEADER_LEN..], expires_ms))
     }
 
     /// HMAC of secret material under the sealing key, for use inside names.
@@ -182,6 +194,10 @@ mod tests {
         let k = keys(&[A]);
         let entry = k.seal("n1", b"verified", 2_000);
         assert_eq!(k.open("n1", &entry, 1_000), Ok(b"verified".as_slice()));
+        assert_eq!(
+            k.open_with_expiry("n1", &entry, 1_000),
+            Ok((b"verified".as_slice(), 2_000))
+        );
         assert_eq!(k.open("n2", &entry, 1_000), Err(Rejected::BadTag));
         assert_eq!(k.open("n1", &entry, 2_000), Err(Rejected::Expired));
         let mut changed = entry.clone();

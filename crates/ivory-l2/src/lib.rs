@@ -7,22 +7,32 @@
 //! * **Tamper-evident** (`entry`): every value is sealed with an HMAC bound to its name and
 //!   lifetime under a key shared by the replicas; an entry that does not open is ignored and
 //!   counted (`rejected`), so write access to Redis alone cannot make an image "verified".
-//! * **Fleet-wide coalescing**: a miss takes a short lease (`SET NX PX`); the other replicas
-//!   poll for the holder's value instead of asking the registry.
+//! * **Fleet-wide coalescing**: a miss takes a short lease (`SET NX PX`) whose value is sealed
+//!   like an entry; the other replicas poll for the holder's value instead of asking the
+//!   registry, but only while the lease opens under the keys and lives no longer than a lease
+//!   does, so a lease planted in Redis costs them at most one poll.
 //! * **Never a dependency of admission**: each call has its own small deadline, reads are
 //!   bounded in size, and a failed or late call opens a circuit breaker (`breaker`) for a
 //!   cool-down during which the L2 is skipped. Every failure reads as "not in the L2".
 //!
-//! The client is `redis` (redis-rs, maintained by the Redis organisation, the most used Rust
-//! client): its `ConnectionManager` multiplexes every call over one connection and reconnects
-//! by itself, it is tokio-native and supports rustls (`rediss://` URLs), which is all this
-//! crate needs from a client. `fred` offers more (pools, cluster routing) that a handful of
-//! single-key commands does not use.
+//! The client is this crate's own (`client`, [`resp`]): RESP2 over tokio TCP or tokio-rustls
+//! (`rediss://`, system roots plus an optional private CA), a pool of at most 8 connections,
+//! each call "write the commands, read exactly their replies" under the deadline. Replies go
+//! through a bounded incremental parser ([`resp::parse`]) that refuses any bulk string, array,
+//! nesting or total size beyond what the largest legitimate reply needs (an entry plus a
+//! little) *before* allocating it, and a connection that failed in any way is dropped unread.
+//! `redis` (redis-rs), used before, multiplexes calls over one connection that goes on reading
+//! a reply after its caller's deadline, into memory and with no bound on the size announced:
+//! a hostile server (or anyone on a plain `redis://` path) grew replicas by gigabytes. Its
+//! buffering cannot be bounded from outside, and the handful of single-key commands and
+//! scripts used here make a focused client small.
 
 #![warn(missing_docs)]
 
 mod breaker;
+mod client;
 mod entry;
+pub mod resp;
 mod store;
 
 pub use entry::{Keys, MIN_KEY_BYTES, Rejected};
@@ -48,4 +58,7 @@ pub enum Error {
         "--cache-redis: not a Redis URL (redis://host:port[/db] or rediss://host:port[/db]): {0}"
     )]
     Url(String),
+    /// The CA given for `rediss://` is not usable.
+    #[error("--cache-redis-ca: {0}")]
+    Ca(String),
 }

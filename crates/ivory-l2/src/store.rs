@@ -10,25 +10,38 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::{BoxFuture, FutureExt as _};
 use ivory_verify::{Lookup, SharedCache};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, FromRedisValue, Pipeline};
 use tokio::time::Instant;
 
 use crate::Error;
 use crate::breaker::Breaker;
+use crate::client::{CallError, ORPHAN_SEND_LIMIT, Pool, Target};
 use crate::entry::{Keys, Rejected, SEAL_OVERHEAD, lease_token};
+use crate::resp::{Limits, Reply, command};
 
-/// Deletes the lease only if this replica still holds it (its token), so a release after the
-/// lease expired and another replica took it does not free theirs.
+/// Deletes the lease only if this replica still holds it (its sealed value), so a release
+/// after the lease expired and another replica took it does not free theirs.
 const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
 /// The value, or else the lease, in one atomic step: a value stored between a separate read and
-/// lease would otherwise be loaded again. Returns `{entry, 0}` (found), `{'', 1}` (lease
-/// taken) or `{'', 2}` (lease held by another replica).
+/// lease would otherwise be loaded again. Returns `{entry, 0, ''}` (found), `{'', 1, ''}`
+/// (lease taken) or `{'', 2, lease}` (lease held: its value, bounded, for the caller to check
+/// that it is a lease a replica sealed and not one planted to make the fleet wait).
 const LOOKUP_SCRIPT: &str = "local v = redis.call('GETRANGE', KEYS[1], 0, ARGV[3]) \
-if #v > 0 then return {v, 0} end \
-if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'', 1} end \
-return {'', 2}";
+if #v > 0 then return {v, 0, ''} end \
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'', 1, ''} end \
+return {'', 2, redis.call('GETRANGE', KEYS[2], 0, ARGV[4])}";
+
+/// The value and the lease's value (both bounded) in one atomic step: a holder's value and
+/// lease release never fall between the two reads.
+const WAIT_SCRIPT: &str = "return {redis.call('GETRANGE', KEYS[1], 0, ARGV[1]), \
+redis.call('GETRANGE', KEYS[2], 0, ARGV[2])}";
+
+/// Largest lease value read; a sealed lease takes `SEAL_OVERHEAD` + a 32-character token.
+const MAX_LEASE_BYTES: u64 = 255;
+/// Reply bytes besides the entry itself: framing, the status and a lease value.
+const REPLY_OVERHEAD: usize = 1024;
+/// Clock difference between replicas tolerated on a lease's sealed expiry.
+const LEASE_SKEW: Duration = Duration::from_millis(500);
 
 /// Settings of the L2.
 #[derive(Debug)]
@@ -45,8 +58,12 @@ pub struct L2Config {
     pub lease_ttl: Duration,
     /// How often a waiting replica looks for the lease holder's value.
     pub poll_interval: Duration,
-    /// Largest entry read; a larger one is rejected without being read whole.
+    /// Largest entry read; a larger one is rejected without being read whole. Also bounds
+    /// every reply the store may send (this plus a small overhead).
     pub max_entry_bytes: usize,
+    /// PEM certificates trusted for a `rediss://` server besides the system roots (a private
+    /// CA).
+    pub ca_pem: Option<Vec<u8>>,
 }
 
 impl L2Config {
@@ -60,6 +77,7 @@ impl L2Config {
             lease_ttl: Duration::from_secs(5),
             poll_interval: Duration::from_millis(10),
             max_entry_bytes: 1024 * 1024,
+            ca_pem: None,
         }
     }
 }
@@ -109,12 +127,12 @@ fn bump(c: &AtomicU64) {
 
 /// The shared cache on a Redis-compatible server. Cheap to share behind an `Arc`.
 pub struct RedisL2 {
-    conn: ConnectionManager,
+    pool: Pool,
     config: L2Config,
     breaker: Breaker,
     counters: Counters,
-    /// Tokens of the leases this replica holds, by lease name.
-    leases: Mutex<HashMap<String, String>>,
+    /// Sealed values of the leases this replica holds, by lease name.
+    leases: Mutex<HashMap<String, Vec<u8>>>,
 }
 
 impl std::fmt::Debug for RedisL2 {
@@ -125,22 +143,25 @@ impl std::fmt::Debug for RedisL2 {
     }
 }
 
+/// What a call returns: one reply per command, or nothing (counted, breaker opened).
+type Replies = Option<Vec<Reply>>;
+
 impl RedisL2 {
-    /// An L2 on `config.url`. Connects lazily (on the first call, then reconnects by itself):
-    /// a store that is down at start-up delays nothing.
+    /// An L2 on `config.url`. Connects lazily (on the first call, and again after a failed
+    /// one): a store that is down at start-up delays nothing.
     pub fn new(config: L2Config) -> Result<Self, Error> {
-        let client = redis::Client::open(config.url.as_str())
-            .map_err(|e| Error::Url(format!("{:?}", e.kind())))?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.deadline))
-            .set_response_timeout(Some(config.deadline))
-            .set_number_of_retries(1)
-            .set_max_delay(config.cooldown);
-        let conn = client
-            .get_connection_manager_lazy(manager_config)
-            .map_err(|e| Error::Url(e.to_string()))?;
+        let target = Target::parse(&config.url, config.ca_pem.as_deref())?;
+        let limits = Limits {
+            max_bulk: config.max_entry_bytes.saturating_add(1),
+            max_array: 4,
+            max_depth: 2,
+            max_total: config
+                .max_entry_bytes
+                .saturating_add(1)
+                .saturating_add(REPLY_OVERHEAD),
+        };
         Ok(Self {
-            conn,
+            pool: Pool::new(target, limits),
             breaker: Breaker::new(config.cooldown),
             config,
             counters: Counters::default(),
@@ -148,15 +169,21 @@ impl RedisL2 {
         })
     }
 
-    /// Opens the connection ahead of the first lookup (`PING`, bounded by `limit`), so that
+    /// Opens a connection ahead of the first lookup (`PING`, bounded by `limit`), so that
     /// the first admissions do not pay for connecting within the per-call deadline. False when
     /// the store did not answer: the L2 then connects on first use as usual.
     pub async fn connect(&self, limit: Duration) -> bool {
-        let mut conn = self.conn.clone();
-        let ping = redis::cmd("PING");
+        let ping = async {
+            let mut conn = self.pool.get().await?;
+            let replies = conn
+                .call(&[command(&[b"PING"])], self.pool.limits())
+                .await?;
+            self.pool.put(conn);
+            Ok::<_, CallError>(replies)
+        };
         matches!(
-            tokio::time::timeout(limit, ping.query_async::<String>(&mut conn)).await,
-            Ok(Ok(_))
+            tokio::time::timeout(limit, ping).await,
+            Ok(Ok(replies)) if matches!(replies.as_slice(), [Reply::Simple(pong)] if pong == b"PONG")
         )
     }
 
@@ -178,21 +205,48 @@ impl RedisL2 {
         }
     }
 
-    /// One command or pipeline, bounded by the deadline and the breaker; `None` on any failure.
-    async fn query<T: FromRedisValue>(&self, request: Request) -> Option<T> {
+    /// `commands` on one connection, bounded by the deadline (connecting included) and the
+    /// breaker; `None` on any failure, and the connection is then dropped. `after_failure`
+    /// is written behind the commands on that connection when the call failed after sending
+    /// them (see [`RedisL2::lookup_inner`]).
+    async fn query(&self, commands: &[Vec<u8>], after_failure: Option<Vec<u8>>) -> Replies {
         let start = Instant::now();
         if !self.breaker.allows(start.into_std()) {
             bump(&self.counters.skipped);
             return None;
         }
-        let mut conn = self.conn.clone();
-        let call = async {
-            match &request {
-                Request::Cmd(cmd) => cmd.query_async::<T>(&mut conn).await,
-                Request::Pipe(pipe) => pipe.query_async::<T>(&mut conn).await,
+        let deadline = start + self.config.deadline;
+        let outcome = match tokio::time::timeout_at(deadline, self.pool.get()).await {
+            Err(_) => Err("deadline passed while connecting".to_owned()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Ok(mut conn)) => {
+                match tokio::time::timeout_at(deadline, conn.call(commands, self.pool.limits()))
+                    .await
+                {
+                    Ok(Ok(replies)) => {
+                        self.pool.put(conn);
+                        Ok(replies)
+                    }
+                    failed => {
+                        let why = match failed {
+                            Ok(Err(e)) => e.to_string(),
+                            _ => "deadline passed".to_owned(),
+                        };
+                        // Never read again: a reply still coming is left unread.
+                        match (after_failure, tokio::runtime::Handle::try_current()) {
+                            (Some(cmd), Ok(runtime)) => {
+                                runtime.spawn(tokio::time::timeout(
+                                    ORPHAN_SEND_LIMIT,
+                                    conn.send_after(cmd),
+                                ));
+                            }
+                            _ => drop(conn),
+                        }
+                        Err(why)
+                    }
+                }
             }
         };
-        let outcome = tokio::time::timeout(self.config.deadline, call).await;
         let elapsed = start.elapsed();
         bump(&self.counters.calls);
         self.counters.call_micros.fetch_add(
@@ -200,13 +254,12 @@ impl RedisL2 {
             Ordering::Relaxed,
         );
         match outcome {
-            Ok(Ok(v)) => Some(v),
-            Ok(Err(e)) => {
-                self.failed(&format!("{e}"));
-                None
-            }
-            Err(_) => {
-                self.failed("deadline passed");
+            Ok(replies) => Some(replies),
+            Err(why) => {
+                // The idle connections are as suspect as the failed one (a restarted or
+                // hostile server): the next call starts afresh.
+                self.pool.clear();
+                self.failed(&why);
                 None
             }
         }
@@ -225,15 +278,8 @@ impl RedisL2 {
         self.breaker.failed(now);
     }
 
-    /// The bounded read of one name: at most `max_entry_bytes + 1` bytes come back.
-    fn read_cmd(&self, name: &str) -> Cmd {
-        let mut cmd = redis::cmd("GETRANGE");
-        cmd.arg(name).arg(0).arg(self.max_index());
-        cmd
-    }
-
-    fn max_index(&self) -> u64 {
-        self.config.max_entry_bytes as u64
+    fn max_index(&self) -> String {
+        self.config.max_entry_bytes.to_string()
     }
 
     /// The value of a stored entry, or `None` (counted) when absent, expired or not authentic.
@@ -264,129 +310,190 @@ impl RedisL2 {
         None
     }
 
+    /// Whether a lease value read from the store is worth waiting for: sealed by a replica for
+    /// this lease, not past its sealed expiry, and not expiring further away than a lease
+    /// lives. A planted lease (no key), one moved from another name, or an old one replayed
+    /// fails, so it costs a waiter at most one poll.
+    fn lease_is_live(&self, lease: &str, value: &[u8]) -> bool {
+        let now = unix_ms();
+        match self.config.keys.open_with_expiry(lease, value, now) {
+            Ok((_, expires)) => {
+                let longest = self.config.lease_ttl.saturating_add(LEASE_SKEW);
+                expires
+                    <= now.saturating_add(u64::try_from(longest.as_millis()).unwrap_or(u64::MAX))
+            }
+            // Expired: its holder vanished; load without waiting.
+            Err(Rejected::Expired) => false,
+            Err(why) => {
+                bump(&self.counters.rejected);
+                tracing::warn!(lease, reason = ?why, "L2 lease ignored: it does not verify");
+                false
+            }
+        }
+    }
+
     fn lease_name(name: &str) -> String {
         format!("{name}:lease")
     }
 
-    fn take_token(&self, lease: &str) -> Option<String> {
+    fn take_lease(&self, lease: &str) -> Option<Vec<u8>> {
         self.leases
             .lock()
             .ok()
             .and_then(|mut leases| leases.remove(lease))
     }
 
-    fn release_cmd(lease: &str, token: &str) -> Cmd {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(RELEASE_SCRIPT).arg(1).arg(lease).arg(token);
-        cmd
+    fn release_cmd(lease: &str, sealed: &[u8]) -> Vec<u8> {
+        command(&[
+            b"EVAL",
+            RELEASE_SCRIPT.as_bytes(),
+            b"1",
+            lease.as_bytes(),
+            sealed,
+        ])
+    }
+
+    fn read_cmd(&self, name: &str) -> Vec<u8> {
+        command(&[
+            b"GETRANGE",
+            name.as_bytes(),
+            b"0",
+            self.max_index().as_bytes(),
+        ])
     }
 
     async fn get_inner(&self, name: &str) -> Option<Vec<u8>> {
-        let entry: Vec<u8> = self.query(Request::Cmd(self.read_cmd(name))).await?;
-        self.open(name, &entry)
+        let replies = self.query(&[self.read_cmd(name)], None).await?;
+        match replies.as_slice() {
+            [Reply::Bulk(Some(entry))] => self.open(name, entry),
+            [Reply::Bulk(None)] => self.open(name, &[]),
+            _ => self.unexpected(),
+        }
+    }
+
+    /// A reply of the wrong shape: the store is not behaving as Redis; counted as a failure.
+    fn unexpected<T>(&self) -> Option<T> {
+        self.pool.clear();
+        self.failed("unexpected reply shape");
+        None
     }
 
     async fn put_inner(&self, name: &str, value: Vec<u8>, ttl: Duration) {
         let lease = Self::lease_name(name);
-        let token = self.take_token(&lease);
+        let held = self.take_lease(&lease);
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         // A value whose sealed entry a reader would refuse as too large is not stored.
         let too_large = value.len() > self.config.max_entry_bytes.saturating_sub(SEAL_OVERHEAD);
-        if ttl_ms == 0 || too_large {
-            if let Some(token) = token {
-                let _: Option<redis::Value> = self
-                    .query(Request::Cmd(Self::release_cmd(&lease, &token)))
-                    .await;
-            }
-            return;
+        let mut commands = Vec::with_capacity(2);
+        if ttl_ms > 0 && !too_large {
+            let entry = self
+                .config
+                .keys
+                .seal(name, &value, unix_ms().saturating_add(ttl_ms));
+            commands.push(command(&[
+                b"SET",
+                name.as_bytes(),
+                &entry,
+                b"PX",
+                ttl_ms.to_string().as_bytes(),
+            ]));
         }
-        let entry = self
-            .config
-            .keys
-            .seal(name, &value, unix_ms().saturating_add(ttl_ms));
-        let mut pipe = redis::pipe();
-        pipe.cmd("SET")
-            .arg(name)
-            .arg(entry)
-            .arg("PX")
-            .arg(ttl_ms)
-            .ignore();
-        if let Some(token) = token {
-            pipe.add_command(Self::release_cmd(&lease, &token)).ignore();
+        if let Some(sealed) = held {
+            commands.push(Self::release_cmd(&lease, &sealed));
         }
-        let _: Option<()> = self.query(Request::Pipe(pipe)).await;
+        if !commands.is_empty() {
+            let _ = self.query(&commands, None).await;
+        }
     }
 
     async fn lookup_inner(&self, name: &str) -> Lookup {
         let lease = Self::lease_name(name);
-        let token = lease_token();
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(LOOKUP_SCRIPT)
-            .arg(2)
-            .arg(name)
-            .arg(&lease)
-            .arg(&token)
-            .arg(u64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(u64::MAX))
-            .arg(self.max_index());
-        match self.query::<(Vec<u8>, u8)>(Request::Cmd(cmd)).await {
-            None => {
-                self.release_orphan(lease, token);
-                Lookup::Alone
-            }
-            Some((entry, 0)) => match self.open(name, &entry) {
+        let ttl_ms = u64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(u64::MAX);
+        let sealed = self.config.keys.seal(
+            &lease,
+            lease_token().as_bytes(),
+            unix_ms().saturating_add(ttl_ms),
+        );
+        let cmd = command(&[
+            b"EVAL",
+            LOOKUP_SCRIPT.as_bytes(),
+            b"2",
+            name.as_bytes(),
+            lease.as_bytes(),
+            &sealed,
+            ttl_ms.to_string().as_bytes(),
+            self.max_index().as_bytes(),
+            MAX_LEASE_BYTES.to_string().as_bytes(),
+        ]);
+        // A lookup that failed or passed its deadline may still run later (a paused server
+        // runs what it queued when it resumes) and take a lease this replica never learns
+        // about, which would keep the others waiting. The release, written right behind it on
+        // the same connection, runs right after it and frees the lease (only this value).
+        let release = Self::release_cmd(&lease, &sealed);
+        let Some(replies) = self.query(&[cmd], Some(release)).await else {
+            return Lookup::Alone;
+        };
+        let [Reply::Array(Some(parts))] = replies.as_slice() else {
+            return self.unexpected().unwrap_or(Lookup::Alone);
+        };
+        match parts.as_slice() {
+            [Reply::Bulk(Some(entry)), Reply::Integer(0), _] => match self.open(name, entry) {
                 Some(value) => Lookup::Found(value),
                 None => Lookup::Alone,
             },
-            Some((_, 1)) => {
+            [_, Reply::Integer(1), _] => {
                 bump(&self.counters.misses);
                 bump(&self.counters.leases_won);
                 if let Ok(mut leases) = self.leases.lock() {
-                    leases.insert(lease, token);
+                    leases.insert(lease, sealed);
                 }
                 Lookup::Won
             }
-            Some(_) => {
+            [_, Reply::Integer(2), Reply::Bulk(Some(held))] => {
                 bump(&self.counters.misses);
-                bump(&self.counters.leases_waited);
-                Lookup::Held
+                if self.lease_is_live(&lease, held) {
+                    bump(&self.counters.leases_waited);
+                    Lookup::Held
+                } else {
+                    Lookup::Alone
+                }
             }
+            _ => self.unexpected().unwrap_or(Lookup::Alone),
         }
-    }
-
-    /// A lookup that failed or passed its deadline may still run later (a paused server runs
-    /// what it queued when it resumes) and take a lease this replica never learns about, which
-    /// would keep the others waiting for the lease's lifetime. The release, sent now on the
-    /// same connection, runs right after it and frees the lease (only if it holds this token).
-    fn release_orphan(&self, lease: String, token: String) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let mut conn = self.conn.clone();
-        let limit = self.config.lease_ttl;
-        runtime.spawn(async move {
-            let cmd = Self::release_cmd(&lease, &token);
-            let _ = tokio::time::timeout(limit, cmd.query_async::<redis::Value>(&mut conn)).await;
-        });
     }
 
     async fn wait_inner(&self, name: &str, until: Instant) -> Option<Vec<u8>> {
         let lease = Self::lease_name(name);
+        // No holder needs longer than a lease lives to fill a name.
+        let until = until.min(Instant::now() + self.config.lease_ttl);
+        let cmd = command(&[
+            b"EVAL",
+            WAIT_SCRIPT.as_bytes(),
+            b"2",
+            name.as_bytes(),
+            lease.as_bytes(),
+            self.max_index().as_bytes(),
+            MAX_LEASE_BYTES.to_string().as_bytes(),
+        ]);
         loop {
-            // Atomic: a holder's value and lease release never fall between the two reads.
-            let mut pipe = redis::pipe();
-            pipe.atomic()
-                .add_command(self.read_cmd(name))
-                .cmd("EXISTS")
-                .arg(&lease);
-            let (entry, held): (Vec<u8>, bool) = self.query(Request::Pipe(pipe)).await?;
+            let replies = self.query(std::slice::from_ref(&cmd), None).await?;
+            let [Reply::Array(Some(parts))] = replies.as_slice() else {
+                return self.unexpected();
+            };
+            let [Reply::Bulk(Some(entry)), Reply::Bulk(Some(held))] = parts.as_slice() else {
+                return self.unexpected();
+            };
             if !entry.is_empty() {
-                let value = self.open(name, &entry);
+                let value = self.open(name, entry);
                 if value.is_some() {
                     bump(&self.counters.waits_answered);
                 }
                 return value;
             }
-            if !held || Instant::now() + self.config.poll_interval >= until {
+            if held.is_empty()
+                || !self.lease_is_live(&lease, held)
+                || Instant::now() + self.config.poll_interval >= until
+            {
                 return None;
             }
             tokio::time::sleep(self.config.poll_interval).await;
@@ -395,17 +502,12 @@ impl RedisL2 {
 
     async fn release_inner(&self, name: &str) {
         let lease = Self::lease_name(name);
-        if let Some(token) = self.take_token(&lease) {
-            let _: Option<redis::Value> = self
-                .query(Request::Cmd(Self::release_cmd(&lease, &token)))
+        if let Some(sealed) = self.take_lease(&lease) {
+            let _ = self
+                .query(&[Self::release_cmd(&lease, &sealed)], None)
                 .await;
         }
     }
-}
-
-enum Request {
-    Cmd(Cmd),
-    Pipe(Pipeline),
 }
 
 fn unix_ms() -> u64 {

@@ -165,13 +165,19 @@ async fn a_paused_or_stopped_redis_reads_as_empty_and_trips_the_breaker() {
     assert_eq!(a.get("n").await.as_deref(), Some(&b"v"[..]));
 
     server.pause().unwrap();
-    assert_eq!(a.get("n").await, None);
     assert_eq!(a.lookup("x").await, Lookup::Alone);
+    assert_eq!(a.get("n").await, None);
     a.put("y", b"v".to_vec(), Duration::from_secs(60)).await;
     let paused = a.stats();
     assert_eq!(paused.errors, 1, "{paused:?}");
     assert_eq!(paused.skipped, 2, "{paused:?}");
     server.resume().unwrap();
+    // The timed-out lookup ran when the server resumed and took the lease; the release written
+    // behind it on the same connection freed it at once (not after the lease's 5 s).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut conn = raw(&server).await;
+    let lease: Option<Vec<u8>> = conn.get("x:lease").await.unwrap();
+    assert_eq!(lease, None);
     // Past the cool-down the store is asked again.
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     assert_eq!(a.get("n").await.as_deref(), Some(&b"v"[..]));
@@ -192,6 +198,155 @@ async fn a_paused_or_stopped_redis_reads_as_empty_and_trips_the_breaker() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(got.as_deref(), Some(&b"w"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_url_password_and_database_are_used() {
+    let server = RedisServer::start().await.unwrap();
+    let mut conn = raw(&server).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("p@ss/word")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let url = |auth: &str| format!("redis://{auth}127.0.0.1:{}/2", server.port());
+    let open = |url: String| {
+        let mut config = L2Config::new(url, keys(&[KEY_A]));
+        config.deadline = Duration::from_secs(2);
+        RedisL2::new(config).unwrap()
+    };
+    let a = open(url(":p%40ss%2Fword@"));
+    a.put("n", b"v".to_vec(), Duration::from_secs(60)).await;
+    assert_eq!(a.get("n").await.as_deref(), Some(&b"v"[..]));
+    assert_eq!(a.stats().errors, 0, "{:?}", a.stats());
+    // The entry is in database 2, written by an authenticated client.
+    let mut authed = redis::Client::open(format!(
+        "redis://:p%40ss%2Fword@127.0.0.1:{}/2",
+        server.port()
+    ))
+    .unwrap()
+    .get_multiplexed_async_connection()
+    .await
+    .unwrap();
+    let stored: Option<Vec<u8>> = authed.get("n").await.unwrap();
+    assert!(stored.is_some());
+    // A wrong password is a failed call, never an entry.
+    let wrong = open(url(":nope@"));
+    assert_eq!(wrong.get("n").await, None);
+    assert_eq!(wrong.stats().errors, 1, "{:?}", wrong.stats());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_the_server_closed_are_not_used() {
+    let server = RedisServer::start().await.unwrap();
+    let a = l2(&server, &[KEY_A]);
+    a.put("n", b"v".to_vec(), Duration::from_secs(60)).await;
+    let mut conn = raw(&server).await;
+    // The server closes connections idle for a second (a common production setting).
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("timeout")
+        .arg("1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(a.get("n").await.as_deref(), Some(&b"v"[..]));
+    assert_eq!(a.stats().errors, 0, "{:?}", a.stats());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planted_or_replayed_leases_cost_a_waiter_at_most_one_poll() {
+    let server = RedisServer::start().await.unwrap();
+    let (a, b) = (l2(&server, &[KEY_A]), l2(&server, &[KEY_A]));
+    let mut conn = raw(&server).await;
+
+    // Planted by someone with write access to Redis but not the key, with no expiry: nobody
+    // waits for it, whether they see it at lookup or while waiting.
+    let _: () = conn.set("n:lease", "planted").await.unwrap();
+    let start = Instant::now();
+    assert_eq!(b.lookup("n").await, Lookup::Alone);
+    let until = Instant::now() + Duration::from_secs(10);
+    assert_eq!(b.wait("n", until).await, None);
+    let waited = start.elapsed();
+    eprintln!("planted lease: lookup + wait returned in {waited:?} (budget 10 s)");
+    assert!(waited < Duration::from_secs(1), "{waited:?}");
+    assert_eq!(b.stats().leases_waited, 0);
+    assert_eq!(b.stats().rejected, 2, "{:?}", b.stats());
+
+    // A genuine lease copied to another name does not open there.
+    assert_eq!(a.lookup("m").await, Lookup::Won);
+    let genuine: Vec<u8> = conn.get("m:lease").await.unwrap();
+    assert_eq!(b.lookup("m").await, Lookup::Held);
+    let _: () = conn.set("o:lease", &genuine).await.unwrap();
+    assert_eq!(b.lookup("o").await, Lookup::Alone);
+
+    // A genuine lease replayed after its sealed expiry (with no expiry in Redis) is over.
+    let mut config = L2Config::new(server.url(), keys(&[KEY_A]));
+    config.deadline = Duration::from_secs(2);
+    config.lease_ttl = Duration::from_millis(100);
+    let short = RedisL2::new(config).unwrap();
+    assert_eq!(short.lookup("p").await, Lookup::Won);
+    let old: Vec<u8> = conn.get("p:lease").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _: () = conn.set("p:lease", &old).await.unwrap();
+    let start = Instant::now();
+    assert_eq!(b.lookup("p").await, Lookup::Alone);
+    assert_eq!(
+        b.wait("p", Instant::now() + Duration::from_secs(10)).await,
+        None
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+
+    // A live lease is waited for, but never longer than a lease lives: its holder is gone.
+    assert_eq!(short.lookup("q").await, Lookup::Won);
+    let start = Instant::now();
+    assert_eq!(
+        short
+            .wait("q", Instant::now() + Duration::from_secs(10))
+            .await,
+        None
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_reaches_a_tls_redis_server_whose_certificate_is_from_the_given_ca() {
+    let server = RedisServer::start_tls().await.unwrap();
+    let url = server.tls_url().unwrap();
+    let ca = server.ca_pem().unwrap().as_bytes().to_vec();
+    let mut config = L2Config::new(url.clone(), keys(&[KEY_A]));
+    config.deadline = Duration::from_secs(2);
+    config.ca_pem = Some(ca);
+    let a = RedisL2::new(config).unwrap();
+    assert!(a.connect(Duration::from_secs(2)).await);
+    a.put("n", b"over tls".to_vec(), Duration::from_secs(60))
+        .await;
+    assert_eq!(a.get("n").await.as_deref(), Some(&b"over tls"[..]));
+    assert_eq!(a.lookup("m").await, Lookup::Won);
+    assert_eq!(a.stats().errors, 0, "{:?}", a.stats());
+    // The same data is there for a plain client: it went to this server.
+    let mut conn = raw(&server).await;
+    let lease: Option<Vec<u8>> = conn.get("m:lease").await.unwrap();
+    assert!(lease.is_some());
+
+    // Without the CA the server's certificate is not trusted: nothing is sent or read.
+    let mut config = L2Config::new(url, keys(&[KEY_A]));
+    config.deadline = Duration::from_secs(2);
+    let untrusted = RedisL2::new(config).unwrap();
+    assert!(!untrusted.connect(Duration::from_secs(2)).await);
+    assert_eq!(untrusted.get("n").await, None);
+    assert_eq!(untrusted.stats().errors, 1, "{:?}", untrusted.stats());
 }
 
 fn fixtures() -> PathBuf {

@@ -1124,8 +1124,8 @@ fn make_certs_writes_a_tls_secret_and_prints_the_ca_bundle() {
 }
 
 /// The shared cache (`--cache-redis`) as kustomize component and Helm values: the key mounted
-/// from a Secret, the URL from the environment, and a bundled server that ivory's own selectors
-/// never pick up.
+/// from a Secret, the URL from the environment, a bundled server that ivory's own selectors
+/// never pick up, and a `rediss://` server's private CA mounted from a Secret.
 #[test]
 fn kustomize_and_helm_render_the_shared_cache() {
     fn check(docs: &[Value], keys: &[&str]) {
@@ -1199,4 +1199,49 @@ fn kustomize_and_helm_render_the_shared_cache() {
         "sharedCache.enabled=true,sharedCache.server.enabled=true,sharedCache.rotating=true",
     ])));
     check(&docs, &["current", "previous"]);
+
+    // A rediss:// server's private CA, from a Secret: mounted and passed as --cache-redis-ca.
+    let docs = documents(&run(Command::new(&helm).args([
+        "template",
+        "ivory",
+        "deploy/helm/ivory",
+        "--namespace",
+        "ivory-system",
+        "--kube-version",
+        "1.32.0",
+        "--set",
+        "sharedCache.enabled=true,sharedCache.url=rediss://cache.example:6380,sharedCache.caSecret.name=cache-ca",
+    ])));
+    let ivory = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "ivory")
+        .expect("ivory Deployment");
+    let pod = &ivory["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let ca_args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|a| a.starts_with("--cache-redis-ca"))
+        .collect();
+    assert_eq!(
+        ca_args,
+        ["--cache-redis-ca=/etc/ivory/shared-cache-ca/ca.crt"]
+    );
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "shared-cache-ca")
+        .expect("CA mount");
+    assert_eq!(mount["mountPath"], "/etc/ivory/shared-cache-ca");
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "shared-cache-ca")
+        .expect("CA volume");
+    assert_eq!(volume["secret"]["secretName"], "cache-ca");
+    assert_eq!(volume["secret"]["items"][0]["key"], "ca.crt");
 }

@@ -8,7 +8,10 @@
 //! - [`HostileServer`], [`CaptureServer`]: registries that attack their clients.
 //! - The `ivory-testkit-registry` binary: the harness registry with OCI layouts pushed, kept
 //!   running for `scripts/demo.sh` and people trying ivory by hand.
-//! - [`RedisServer`]: the real `redis-server` on loopback (pause, stop, restart on demand).
+//! - [`RedisServer`]: the real `redis-server` on loopback (pause, stop, restart on demand; TLS
+//!   on a second port).
+//! - [`HostileRedis`]: a fake Redis answering every command with an attack on its client's
+//!   memory ([`RedisAttack`]).
 //! - [`free_port`]: ports for those servers from below the kernel's ephemeral range, so no other
 //!   socket of the test run takes one between choosing and binding it.
 
@@ -20,6 +23,7 @@ pub use hostile::{
     CaptureServer, HOSTILE_SECRET, HUGE_LENGTH, HostileAuth, HostileOptions, HostileServer,
     SeenRequest,
 };
+pub use hostile_redis::{HOSTILE_REDIS_CAP, HostileRedis, RedisAttack};
 pub use layout::{
     Descriptor, OCI_CONFIG, OCI_INDEX, OCI_LAYER, OCI_MANIFEST, OciLayout, REF_NAME, SimpleImage,
     sha256_digest, write_simple_image,
@@ -35,6 +39,7 @@ pub use token::{TOKEN_ISSUER, TOKEN_SERVICE, TOKEN_TTL_SECS};
 mod error;
 mod fault;
 mod hostile;
+mod hostile_redis;
 mod layout;
 mod pki;
 pub mod policy;

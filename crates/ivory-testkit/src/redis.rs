@@ -1,6 +1,8 @@
 //! `RedisServer`: the real `redis-server` (Debian package `redis-server`) on a loopback port,
 //! without persistence, for the shared L2 cache's tests. It can be paused (SIGSTOP: accepts
-//! connections, never answers), resumed, stopped and started again on the same port.
+//! connections, never answers), resumed, stopped and started again on the same port, and also
+//! listen with TLS ([`RedisServer::start_tls`]) on a second port, with a certificate from a
+//! throwaway CA ([`TestPki`]).
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
@@ -8,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result, io};
+use crate::pki::TestPki;
 use crate::ports::{START_ATTEMPTS, free_port, is_port_taken};
 
 /// Binary started by the harness.
@@ -19,20 +22,56 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
+    tls: Option<TlsPort>,
+}
+
+/// The TLS listener of a [`RedisServer::start_tls`] server.
+struct TlsPort {
+    port: u16,
+    ca_pem: String,
 }
 
 impl RedisServer {
     /// Starts `redis-server` on a free 127.0.0.1 port and waits until it answers as itself; starts
     /// again on another port if it lost the race for one.
     pub async fn start() -> Result<Self> {
+        Self::start_with(false).await
+    }
+
+    /// [`RedisServer::start`], also listening with TLS (server certificate for `127.0.0.1` from a
+    /// fresh CA, [`RedisServer::ca_pem`]; clients need no certificate) on
+    /// [`RedisServer::tls_url`]. The plain port stays open for the harness's readiness check.
+    pub async fn start_tls() -> Result<Self> {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(tls: bool) -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("ivory-redis-harness-")
             .tempdir()
             .map_err(io("creating redis temp dir"))?;
+        let tls = if tls {
+            let pki = TestPki::generate("ivory redis test CA")?;
+            for (name, pem) in [
+                ("server.pem", &pki.server_chain_pem),
+                ("server.key", &pki.server_key_pem),
+                ("ca.pem", &pki.ca_pem),
+            ] {
+                std::fs::write(dir.path().join(name), pem)
+                    .map_err(io(format!("writing redis {name}")))?;
+            }
+            Some(TlsPort {
+                port: free_port()?,
+                ca_pem: pki.ca_pem,
+            })
+        } else {
+            None
+        };
         let mut server = Self {
             child: None,
             port: free_port()?,
             dir,
+            tls,
         };
         let mut attempt = 1;
         loop {
@@ -40,6 +79,9 @@ impl RedisServer {
                 Err(err) if is_port_taken(&err) && attempt < START_ATTEMPTS => {
                     attempt += 1;
                     server.port = free_port()?;
+                    if let Some(tls) = server.tls.as_mut() {
+                        tls.port = free_port()?;
+                    }
                 }
                 Err(err) => return Err(err),
                 Ok(()) => return Ok(server),
@@ -50,12 +92,27 @@ impl RedisServer {
     async fn spawn(&mut self) -> Result<()> {
         let log = std::fs::File::create(self.dir.path().join("redis.log"))
             .map_err(io("creating redis log"))?;
-        let child = Command::new(REDIS_BINARY)
+        let mut command = Command::new(REDIS_BINARY);
+        command
             .args(["--bind", "127.0.0.1", "--port"])
             .arg(self.port.to_string())
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
-            .arg(self.dir.path())
+            .arg(self.dir.path());
+        if let Some(tls) = &self.tls {
+            let file = |name: &str| self.dir.path().join(name);
+            command
+                .arg("--tls-port")
+                .arg(tls.port.to_string())
+                .arg("--tls-cert-file")
+                .arg(file("server.pem"))
+                .arg("--tls-key-file")
+                .arg(file("server.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(file("ca.pem"))
+                .args(["--tls-auth-clients", "no"]);
+        }
+        let child = command
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(Stdio::null())
@@ -124,6 +181,18 @@ impl RedisServer {
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `rediss://127.0.0.1:<tls port>` of a [`RedisServer::start_tls`] server.
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls
+            .as_ref()
+            .map(|tls| format!("rediss://127.0.0.1:{}", tls.port))
+    }
+
+    /// The CA (PEM) of the TLS certificate of a [`RedisServer::start_tls`] server.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.tls.as_ref().map(|tls| tls.ca_pem.as_str())
     }
 
     /// The loopback port.

@@ -1,6 +1,7 @@
 //! A fleet of `ivory serve` processes sharing a real `redis-server` (`--cache-redis`), against
 //! the real registry: one registry request set for an image the fleet has not seen, and the
-//! same answers when Redis is paused, stopped or full of garbage.
+//! same answers when Redis is paused, stopped or full of garbage, and no wait for leases planted
+//! in it.
 
 use std::path::Path;
 use std::process::Command;
@@ -222,6 +223,44 @@ async fn paused_stopped_or_garbage_redis_changes_no_answer() {
     redis.stop();
     let during_outage = replica(dir.path(), &policies, &tls, Some(&redis)).await;
     answers_are_right(&during_outage, &signed, &unsigned).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_planted_in_redis_do_not_delay_admissions() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let signed = push(&h, "sig-p256").await;
+    let redis = RedisServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (policies, tls) = setup(dir.path(), &h);
+    let first = replica(dir.path(), &policies, &tls, Some(&redis)).await;
+    assert!(admit(&first, &signed, 1).await[0].0);
+    // Someone with write access to Redis (not the key) empties every name the fleet wrote and
+    // plants its lease, with no expiry: "another replica is loading this, wait".
+    redis_cli(
+        &redis,
+        "for _, k in ipairs(redis.call('KEYS', 'ivory:v1:*')) do \
+         redis.call('DEL', k) redis.call('SET', k .. ':lease', 'planted') end",
+    );
+    let fresh = replica(dir.path(), &policies, &tls, Some(&redis)).await;
+    let start = std::time::Instant::now();
+    let answers = admit(&fresh, &signed, 1).await;
+    let took = start.elapsed();
+    eprintln!("admission with planted leases: {took:?} (budget 8 s)");
+    assert!(answers[0].0, "{}", answers[0].1);
+    // Before sealed leases, each planted lease held the admission for half its budget.
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+    let m = fresh.metrics().await;
+    assert_eq!(
+        metric_sum(&m, "ivory_l2_events_total{event=\"leases_waited\"}"),
+        0.0,
+        "{m}"
+    );
+    assert!(
+        metric_sum(&m, "ivory_l2_events_total{event=\"rejected\"}") >= 1.0,
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,8 +1,11 @@
-//! Peak memory of `ivory serve` (its real allocator) against hostile registries: the
-//! growth of the process's peak RSS (`VmHWM`) over a run against an honest registry.
+//! Peak memory of `ivory serve` (its real allocator) against hostile registries and a hostile
+//! Redis behind `--cache-redis`: the growth of the process's peak RSS (`VmHWM`) over a run
+//! against an honest registry (an honest redis-server).
+
+use std::time::Duration;
 
 use futures::future::join_all;
-use ivory_testkit::{HostileOptions, HostileServer};
+use ivory_testkit::{HostileOptions, HostileRedis, HostileServer, RedisAttack, RedisServer};
 use serde_json::Value;
 
 use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, pod_review, policy};
@@ -153,5 +156,73 @@ async fn hostile_answers_cannot_grow_ivory_memory_past_their_bounds() {
     assert!(
         extra_many < MANY_MIB_BOUND * 1024,
         "{CONCURRENT} endless manifests: +{extra_many} KiB"
+    );
+}
+
+/// Starts `ivory serve --cache-redis <redis_url>` with the pin policy for images of `h`, sends
+/// [`CONCURRENT`] admissions of distinct tags (each a lookup in the shared cache), leaves the
+/// store 2 s to send whatever it sends, and returns the peak RSS in KiB.
+async fn run_l2(h: &HostileServer, redis_url: &str) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let body = "  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n  attestors: []\n  validations:\n    - expression: \"true\"\n";
+    std::fs::write(
+        policies.join("pin.yaml"),
+        policy("pin", &format!("{}/*", h.host()), body),
+    )
+    .unwrap();
+    let key = dir.path().join("l2.key");
+    std::fs::write(&key, "memory-test-hmac-key-0123456789abcdef0123456789").unwrap();
+    let tls = Tls::write(dir.path(), "ivory test CA");
+    let args = [
+        "--policies".to_owned(),
+        policies.display().to_string(),
+        "--cache-redis".into(),
+        redis_url.to_owned(),
+        "--cache-redis-key".into(),
+        key.display().to_string(),
+    ];
+    let ivory = Ivory::start(&tls, &args).await;
+    let reviews: Vec<Value> = (0..CONCURRENT)
+        .map(|i| pod_review(&format!("u{i}"), &[&format!("{}/good:l2-{i}", h.host())]))
+        .collect();
+    let url = format!("{PIN}?timeout=10s");
+    let responses = join_all(reviews.iter().map(|r| ivory.review(&url, r))).await;
+    for r in &responses {
+        // The shared cache never decides: every answer is the registry's.
+        assert_eq!(r["allowed"], true, "{r}");
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    peak_rss_kib(ivory.child.id().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_redis_cannot_grow_ivory_memory() {
+    let h = HostileServer::start(HostileOptions::default())
+        .await
+        .unwrap();
+    let honest = RedisServer::start().await.unwrap();
+    let base = run_l2(&h, &honest.url()).await;
+    let mut figures = vec![format!("honest redis-server = {base}")];
+    let mut worst = 0;
+    for attack in RedisAttack::ALL {
+        let fake = HostileRedis::start(attack).await.unwrap();
+        let peak = run_l2(&h, &fake.url()).await;
+        let extra = peak.saturating_sub(base);
+        figures.push(format!(
+            "{attack:?} = {peak} (+{extra}; the fake handed over {} B)",
+            fake.sent()
+        ));
+        worst = worst.max(extra);
+    }
+    eprintln!(
+        "peak RSS (KiB) of ivory serve --cache-redis: {}",
+        figures.join(", ")
+    );
+    assert!(
+        worst < ONE_MIB_BOUND * 1024,
+        "a hostile redis: +{worst} KiB ({})",
+        figures.join(", ")
     );
 }

@@ -13,7 +13,7 @@
 //! * `serve_reload`: policy files rewritten non-atomically while `ivory serve` watches them.
 //! * `serve_cel_cost`: `ivory serve` against costly CEL (load-time refusal, run-time limit).
 //! * `fleet`: `ivory serve` replicas sharing a real redis-server (`--cache-redis`).
-//! * `memory`: peak RSS of `ivory serve` against hostile registries.
+//! * `memory`: peak RSS of `ivory serve` against hostile registries and a hostile Redis.
 //! * `webhooks`: `ivory webhooks` output.
 //! * `dogfood`: ivory's own image (scripts/image.sh), signed and attested, judged by ivory.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry

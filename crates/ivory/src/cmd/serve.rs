@@ -136,6 +136,10 @@ pub struct Args {
     /// counts as a miss and the shared cache is skipped for a second.
     #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = duration)]
     cache_redis_timeout: Duration,
+    /// PEM file of the CA(s) that issued the certificate of a `rediss://` --cache-redis server,
+    /// trusted besides the system roots (a private CA).
+    #[arg(long, value_name = "FILE", requires = "cache_redis")]
+    cache_redis_ca: Option<PathBuf>,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -167,6 +171,7 @@ pub async fn run(
             url,
             &args.cache_redis_key,
             args.cache_redis_timeout,
+            args.cache_redis_ca.as_deref(),
         )?),
         None => None,
     };

@@ -1,6 +1,6 @@
 //! `--cache-redis`: the cache shared by the replicas (`ivory-l2`) and its metrics.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,11 +9,13 @@ use ivory_l2::{Keys, L2Config, RedisL2};
 use ivory_server::L2Counts;
 
 /// The L2 for `url`, sealed with the keys in `key_files` (the first seals, a second one is
-/// still accepted while the fleet rotates), each call bounded by `timeout`.
+/// still accepted while the fleet rotates), each call bounded by `timeout`; a `rediss://`
+/// server's certificate may come from the CA in `ca_file`.
 pub fn connect(
     url: &str,
     key_files: &[PathBuf],
     timeout: Duration,
+    ca_file: Option<&Path>,
 ) -> anyhow::Result<Arc<RedisL2>> {
     if key_files.is_empty() {
         bail!(
@@ -36,6 +38,12 @@ pub fn connect(
     }
     let mut config = L2Config::new(url, keys);
     config.deadline = timeout;
+    if let Some(path) = ca_file {
+        config.ca_pem = Some(
+            std::fs::read(path)
+                .with_context(|| format!("reading --cache-redis-ca {}", path.display()))?,
+        );
+    }
     Ok(Arc::new(RedisL2::new(config)?))
 }
 
