@@ -17,8 +17,8 @@
 pub use error::{Error, Result};
 pub use fault::{DEEP_LEVELS, FaultOptions, FaultServer, HungRegistry, refused_host};
 pub use hostile::{
-    CaptureServer, HOSTILE_SECRET, HUGE_LENGTH, HostileAuth, HostileOptions, HostileServer,
-    SeenRequest,
+    CaptureServer, HOSTILE_REPOSITORIES, HOSTILE_SECRET, HOSTILE_TAGS, HUGE_LENGTH, HostileAuth,
+    HostileOptions, HostileServer, SeenRequest, pages_tag,
 };
 pub use layout::{
     Descriptor, OCI_CONFIG, OCI_INDEX, OCI_LAYER, OCI_MANIFEST, OciLayout, REF_NAME, SimpleImage,
