@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 CARGO_FUZZ_VERSION="0.13.2"
 ALL_TARGETS=(admission_review image_reference policy_load cel_compile cosign_envelope
-  sigstore_bundle oci_manifest go_duration)
+  sigstore_bundle oci_manifest go_duration registry_listing)
 
 seconds=600
 parallel=1
@@ -45,6 +45,8 @@ max_len() {
     go_duration) echo 128 ;;
     cel_compile) echo 4096 ;;
     sigstore_bundle) echo 32768 ;;
+    # A page of a few hundred names plus its Link header.
+    registry_listing) echo 8192 ;;
     *) echo 16384 ;;
   esac
 }

@@ -13,7 +13,8 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
 
-use reqwest::Url;
+/// The URL type of [`next_page_link`].
+pub use reqwest::Url;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 /// Longest `host/repository` the distribution spec allows.
