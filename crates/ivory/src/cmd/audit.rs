@@ -19,7 +19,7 @@
 //! * A progress line on stderr when it is a terminal, none when piped.
 //! * Ctrl-C stops the audit and prints what finished (`summary.interrupted: true`, exit 130).
 //! * Exit 0 when everything passed (or `--exit-zero`), 1 when anything failed, 2 when anything
-//!   could not be checked.
+//!   could not be checked or listed.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{IsTerminal as _, Write as _};
@@ -47,8 +47,9 @@ mod cluster;
 #[command(
     after_help = "Exit status: 0 everything passed (or --exit-zero), 1 any image failed (not \
 verified, or denied by a validation), 2 any image could not be checked (registry failure, time \
-budget spent under failurePolicy Fail, CEL error) or a source could not be listed, 130 \
-interrupted (the finished part is printed)."
+budget spent under failurePolicy Fail, CEL error) or a source could not be listed (in full: \
+names outside the OCI grammar, --max-images reached), 130 interrupted (the finished part is \
+printed)."
 )]
 pub struct Args {
     /// Policy file or folder (repeatable).
@@ -280,8 +281,8 @@ struct Group {
 
 /// Resolves images as the sources find them and verifies each distinct repository@digest
 /// once, as soon as its first tag is resolved (a hung lookup does not hold the others back):
-/// at most `limit` tasks run and `2 × limit` wait, so a listing's pages wait for room instead
-/// of piling up.
+/// `limit` tasks run at a time and a new image waits while `2 × limit` are queued, so a
+/// listing's pages wait for room instead of piling up.
 struct Pipeline<'a> {
     checker: Arc<Checker>,
     limit: usize,
