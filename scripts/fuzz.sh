@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 
 CARGO_FUZZ_VERSION="0.13.2"
 ALL_TARGETS=(admission_review image_reference policy_load cel_compile cosign_envelope
-  sigstore_bundle oci_manifest go_duration resp_reply)
+  sigstore_bundle oci_manifest go_duration resp_reply registry_listing)
 
 seconds=600
 parallel=1
@@ -47,6 +47,8 @@ max_len() {
     resp_reply) echo 8192 ;;
     cel_compile) echo 4096 ;;
     sigstore_bundle) echo 32768 ;;
+    # A page of a few hundred names plus its Link header.
+    registry_listing) echo 8192 ;;
     *) echo 16384 ;;
   esac
 }

@@ -5,7 +5,6 @@
 //! buffered, registry text never reaches an error message, and digests are checked.
 
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,6 +22,7 @@ use crate::auth::{Credentials, registry_auth};
 use crate::config::Config;
 use crate::digest;
 use crate::error::{Error, Result, Site};
+use crate::listing::{self, NameKind, Page};
 use crate::manifest::{self, ACCEPTED_MEDIA_TYPES, Manifest};
 use crate::stats::{RegistryStats, StatsTable};
 
@@ -445,62 +445,88 @@ impl Registry {
         Ok(Some(index))
     }
 
-    /// All tags of `repo`, following `n`/`last` pagination.
+    /// All tags of `repo`, following pagination, collected (at most
+    /// [`Config::max_pages`] × [`Config::page_size`] valid tags). Long listings from a
+    /// registry that is not trusted are read page by page with [`Registry::tag_pages`].
     pub async fn list_tags(
         &self,
         repo: &str,
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<Vec<String>> {
-        let t = self.target(repo, creds)?;
-        let path = format!("{}/tags/list", t.reference.repository());
-        self.paginate(&t, |last| {
-            self.page(&t, "list_tags", &path, "tags", last, creds, deadline)
-        })
-        .await
+        self.tag_pages(repo, creds)?.collect(deadline).await
     }
 
-    /// All repositories of `registry` (`host[:port]`), following pagination. Bearer-token
-    /// registries need `registry:catalog:*` scope, which is not requested.
+    /// All repositories of `registry` (`host[:port]`), following pagination, collected (see
+    /// [`Registry::list_tags`]; [`Registry::catalog_pages`] reads page by page).
     pub async fn catalog(
         &self,
         registry: &str,
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<Vec<String>> {
-        // Addressed through a reference; only its registry is used.
-        let t = self.target(&format!("{registry}/catalog"), creds)?;
-        self.paginate(&t, |last| {
-            self.page(
-                &t,
-                "catalog",
-                "_catalog",
-                "repositories",
-                last,
-                creds,
-                deadline,
-            )
-        })
-        .await
+        self.catalog_pages(registry, creds)?.collect(deadline).await
     }
 
-    /// One page of a listing: the string array `field` of `path?n=…&last=…`.
+    /// The tags of `repo`, page by page (names checked against the tag grammar).
+    pub fn tag_pages(&self, repo: &str, creds: &Credentials) -> Result<Listing> {
+        let t = self.target(repo, creds)?;
+        let path = format!("{}/tags/list", t.reference.repository());
+        Ok(self.listing(t, "list_tags", path, NameKind::Tag, creds))
+    }
+
+    /// The repositories of `registry` (`host[:port]`), page by page (names checked against
+    /// the repository grammar). Bearer-token registries need `registry:catalog:*` scope,
+    /// which is not requested.
+    pub fn catalog_pages(&self, registry: &str, creds: &Credentials) -> Result<Listing> {
+        // Addressed through a reference; only its registry is used.
+        let t = self.target(&format!("{registry}/catalog"), creds)?;
+        Ok(self.listing(
+            t,
+            "catalog",
+            "_catalog".to_owned(),
+            NameKind::Repository,
+            creds,
+        ))
+    }
+
+    fn listing(
+        &self,
+        t: Target,
+        op: &'static str,
+        path: String,
+        kind: NameKind,
+        creds: &Credentials,
+    ) -> Listing {
+        Listing {
+            registry: self.clone(),
+            t,
+            op,
+            path,
+            kind,
+            creds: creds.clone(),
+            last: None,
+            pages: 0,
+            done: false,
+        }
+    }
+
+    /// One page of a listing, `path?n=…&last=…`, and whether its `Link` names a next page.
     #[allow(clippy::too_many_arguments)]
     async fn page(
         &self,
         t: &Target,
         op: &'static str,
         path: &str,
-        field: &'static str,
-        last: Option<String>,
+        kind: NameKind,
+        last: Option<&str>,
         creds: &Credentials,
         deadline: Instant,
-    ) -> Result<Vec<String>> {
+    ) -> Result<(Page, bool)> {
         let limit = self.inner.config.max_manifest_bytes;
         let n = self.inner.config.page_size;
         let site = t.site(op);
-        let last = &last;
-        let body = self
+        let (body, link_next) = self
             .call(op, t, creds, deadline, move |conn| async move {
                 let mut url = reqwest::Url::parse(&conn.url(&t.host, path))
                     .map_err(|e| site.rejected(None, format!("bad URL: {e}")))?;
@@ -512,24 +538,22 @@ impl Registry {
                     .send(&conn, t, site, Method::GET, url.as_str(), None)
                     .await?;
                 let resp = success(site, resp).await?;
-                read_capped(resp, limit, &self.inner.read_budget)
+                let links: Vec<&[u8]> = resp
+                    .headers()
+                    .get_all(reqwest::header::LINK)
+                    .iter()
+                    .map(|v| v.as_bytes())
+                    .collect();
+                let link_next = listing::next_page_link(&links, &url).is_some();
+                let body = read_capped(resp, limit, &self.inner.read_budget)
                     .await
-                    .map_err(|e| site.body("listing page", limit, e))
+                    .map_err(|e| site.body("listing page", limit, e))?;
+                Ok((body, link_next))
             })
             .await?;
-        let json = manifest::parse_json(&site, "listing page", &body)?;
-        match json.get(field) {
-            None | Some(serde_json::Value::Null) => Ok(Vec::new()),
-            Some(serde_json::Value::Array(items)) => items
-                .iter()
-                .map(|v| {
-                    v.as_str().map(str::to_owned).ok_or_else(|| {
-                        site.rejected(Some(200), format!("{field} holds a non-string"))
-                    })
-                })
-                .collect(),
-            Some(_) => Err(site.rejected(Some(200), format!("{field} is not an array"))),
-        }
+        let page = listing::parse_page(&body, kind, &t.host, last, n)
+            .map_err(|e| site.rejected(Some(200), e.to_string()))?;
+        Ok((page, link_next))
     }
 
     /// Per-registry counters, sorted by host.
@@ -550,42 +574,91 @@ impl Registry {
             auth,
         })
     }
+}
 
-    /// Collects pages until one is short, empty, or adds nothing new.
-    async fn paginate<F, Fut>(&self, t: &Target, mut page: F) -> Result<Vec<String>>
-    where
-        F: FnMut(Option<String>) -> Fut,
-        Fut: Future<Output = Result<Vec<String>>>,
-    {
-        let n = self.inner.config.page_size;
-        let mut all: Vec<String> = Vec::new();
-        let mut seen: HashSet<String> = HashSet::new();
-        let mut last: Option<String> = None;
-        for _ in 0..self.inner.config.max_pages {
-            let items = page(last.clone()).await?;
-            let count = items.len();
-            let mut added = 0;
-            for item in items {
-                if seen.insert(item.clone()) {
-                    all.push(item);
-                    added += 1;
-                }
-            }
-            // A registry that ignores `n` or `last` returns everything or repeats itself.
-            if count < n || added == 0 || count > n {
-                // Distribution 2.8 returns tags unsorted; callers get a stable order.
-                all.sort();
-                return Ok(all);
-            }
-            last = all.last().cloned();
+/// A registry listing read one page at a time (from [`Registry::tag_pages`] or
+/// [`Registry::catalog_pages`]): each page holds at most [`Config::page_size`] valid names,
+/// all greater than the previous page's, so pages never repeat a name and only one page is
+/// held at a time. The next page is asked for with `n` and `last` (ivory's own URL) while
+/// the registry's `Link` names one on the same origin and path, the page was cut (the
+/// registry sent more than `n`), or it was exactly full; it ends on a page with nothing new,
+/// and after [`Config::max_pages`] pages with an error.
+pub struct Listing {
+    registry: Registry,
+    t: Target,
+    op: &'static str,
+    path: String,
+    kind: NameKind,
+    creds: Credentials,
+    last: Option<String>,
+    pages: usize,
+    done: bool,
+}
+
+impl std::fmt::Debug for Listing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listing")
+            .field("image", &self.t.image)
+            .field("pages", &self.pages)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Listing {
+    /// The next page, read by `deadline` (one budget per page: the caller may take its time
+    /// between pages); `None` once the listing has ended. After an error the listing ends.
+    pub async fn next_page(&mut self, deadline: Instant) -> Result<Option<Page>> {
+        if self.done {
+            return Ok(None);
         }
-        Err(t.site("listing").rejected(
-            None,
-            format!(
-                "listing did not end after {} pages",
-                self.inner.config.max_pages
-            ),
-        ))
+        let config = &self.registry.inner.config;
+        if self.pages >= config.max_pages {
+            self.done = true;
+            return Err(self.t.site("listing").rejected(
+                None,
+                format!("listing did not end after {} pages", config.max_pages),
+            ));
+        }
+        self.pages += 1;
+        let n = config.page_size;
+        let answer = self
+            .registry
+            .page(
+                &self.t,
+                self.op,
+                &self.path,
+                self.kind,
+                self.last.as_deref(),
+                &self.creds,
+                deadline,
+            )
+            .await;
+        let (page, link_next) = match answer {
+            Ok(a) => a,
+            Err(e) => {
+                self.done = true;
+                return Err(e);
+            }
+        };
+        // No Link and an over-full page that was not cut: the registry ignored `n` and sent
+        // everything.
+        let more = link_next || page.cut > 0 || page.entries == n;
+        if page.names.is_empty() || !more {
+            self.done = true;
+        }
+        if let Some(max) = page.names.last() {
+            self.last = Some(max.clone());
+        }
+        Ok(Some(page))
+    }
+
+    /// Every remaining valid name, in order, all read by `deadline`.
+    pub async fn collect(mut self, deadline: Instant) -> Result<Vec<String>> {
+        let mut all = Vec::new();
+        while let Some(page) = self.next_page(deadline).await? {
+            all.extend(page.names);
+        }
+        Ok(all)
     }
 }
 

@@ -20,7 +20,7 @@
 #![warn(missing_docs)]
 
 pub use auth::Credentials;
-pub use client::{MAX_INDEX_DEPTH, Platform, Registry};
+pub use client::{Listing, MAX_INDEX_DEPTH, Platform, Registry};
 pub use config::{
     Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BLOB_BYTES, DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_PAGES, DEFAULT_PAGE_SIZE,
@@ -33,6 +33,7 @@ pub use json::{
     JsonLimits, JsonShape, OBJECT_COST_BYTES, ShapeError, VALUE_COST_BYTES, json_shape,
     parse_json_bounded,
 };
+pub use listing::{NameKind, Page, PageError, valid_repository, valid_tag};
 pub use manifest::{
     ACCEPTED_MEDIA_TYPES, DOCKER_MANIFEST, DOCKER_MANIFEST_LIST, Manifest, OCI_INDEX, OCI_MANIFEST,
 };
@@ -45,6 +46,7 @@ mod config;
 mod digest;
 mod error;
 mod json;
+pub mod listing;
 mod manifest;
 mod reference;
 mod roots;

@@ -16,6 +16,24 @@ use crate::layout::{OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, sha256_digest};
 
 /// Text every hostile body carries; it must never appear in what a client shows users.
 pub const HOSTILE_SECRET: &str = "IVORY-HOSTILE-SECRET-5f1c";
+/// The catalog of the hostile server: three valid names, then three outside the grammar.
+pub const HOSTILE_REPOSITORIES: [&str; 6] = [
+    "pages",
+    "ctrl",
+    "good",
+    "evil\x1b]0;owned\x07",
+    "x\r\nPASS   127.0.0.1/forged:v1  sha256:00",
+    "Upper\u{202e}",
+];
+/// Tags of `ctrl` outside the grammar (besides the valid `v1`).
+pub const HOSTILE_TAGS: [&str; 4] = [
+    "\x1b[2Kok",
+    "a\r\nPASS   forged",
+    "\u{202e}gnp.exe",
+    "x\u{2066}y",
+];
+/// Length of the invalid names of `pages`.
+const LONG_NAME: usize = 4000;
 /// Size of each chunk of an endless body.
 const CHUNK: usize = 64 * 1024;
 /// `Content-Length` announced by `hugelength` (1 GiB).
@@ -74,6 +92,15 @@ pub struct SeenRequest {
 /// - `badrefs`: referrers whose entry has an upper-case digest.
 /// - blobs: `endless` streams an endless blob; any other digest gets content that does
 ///   not match it.
+/// - `_catalog`: [`HOSTILE_REPOSITORIES`] (`pages`, `ctrl`, `good` and names outside the
+///   grammar: ESC, CR/LF and a forged table line, bidi controls, upper case), one page whose
+///   `Link` names a next page on another origin.
+/// - `pages`: a tag list that never ends. Each page holds exactly the `n` asked (so a client
+///   that trusts full pages keeps asking), about 3.6 KiB per entry: one in ten a valid
+///   128-byte tag after `last` ([`pages_tag`]), the rest ~4000-byte names outside the tag
+///   grammar (ESC sequences, CR/LF, U+202E, U+2066) that differ on every page; a same-origin
+///   `Link` names the next page.
+/// - `ctrl`: tags `v1` and [`HOSTILE_TAGS`] (control and bidi characters).
 pub struct HostileServer {
     addr: SocketAddr,
     state: Arc<HostileState>,
@@ -231,7 +258,87 @@ async fn hostile(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .push(seen(&method, &uri, &headers));
+    if let Some(listing) = listing(uri.path(), uri.query().unwrap_or("")) {
+        return listing;
+    }
     route(&state, &method, uri.path())
+}
+
+/// Valid tag `i` of page `page` of `pages`: 128 bytes, ordered by page then `i`.
+pub fn pages_tag(page: u64, i: usize) -> String {
+    let head = format!("p{page:08}-{i:05}-");
+    format!("{head}{}", "a".repeat(128 - head.len()))
+}
+
+/// The hostile listings (`_catalog`, `pages`, `ctrl`); `None` for any other path.
+fn listing(path: &str, query: &str) -> Option<Response> {
+    // Only `n` and our own tags are read back: no percent-decoding needed.
+    let param = |k: &str| {
+        query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(key, _)| *key == k)
+            .map(|(_, v)| v.to_owned())
+    };
+    let body = match path {
+        "/v2/_catalog" => {
+            let body = json!({ "repositories": HOSTILE_REPOSITORIES }).to_string();
+            return Some(plain(
+                StatusCode::OK,
+                &[
+                    (header::CONTENT_TYPE.as_str(), "application/json"),
+                    (
+                        "Link",
+                        r#"<http://elsewhere.invalid/v2/_catalog?last=z>; rel="next""#,
+                    ),
+                ],
+                body.into_bytes(),
+            ));
+        }
+        "/v2/ctrl/tags/list" => {
+            let tags: Vec<&str> = std::iter::once("v1").chain(HOSTILE_TAGS).collect();
+            json!({ "name": "ctrl", "tags": tags })
+        }
+        "/v2/pages/tags/list" => {
+            let n: usize = param("n")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(100)
+                .clamp(1, 1000);
+            // The page after `last`'s page (the first when `last` is not one of ours).
+            let page = param("last")
+                .and_then(|l| l.get(1..9).and_then(|d| d.parse::<u64>().ok()))
+                .map_or(0, |p| p + 1);
+            let valid = n.div_ceil(10);
+            let mut tags: Vec<String> = (0..n - valid)
+                .map(|i| {
+                    let noise = ["\x1b[31m", "\r\nPASS  ", "\u{202e}", "\u{2066}"][i % 4];
+                    let head = format!("{noise}bad-{page}-{i}-");
+                    format!("{head}{}", "x".repeat(LONG_NAME - head.len()))
+                })
+                .collect();
+            // Valid tags last: a client that takes the page's last entry as `last` moves on.
+            tags.extend((0..valid).map(|i| pages_tag(page, i)));
+            let body = json!({ "name": "pages", "tags": tags }).to_string();
+            let next = format!(
+                r#"</v2/pages/tags/list?n={n}&last={}>; rel="next""#,
+                pages_tag(page, valid - 1)
+            );
+            return Some(plain(
+                StatusCode::OK,
+                &[
+                    (header::CONTENT_TYPE.as_str(), "application/json"),
+                    ("Link", next.as_str()),
+                ],
+                body.into_bytes(),
+            ));
+        }
+        _ => return None,
+    };
+    Some(plain(
+        StatusCode::OK,
+        &[(header::CONTENT_TYPE.as_str(), "application/json")],
+        body.to_string().into_bytes(),
+    ))
 }
 
 fn route(state: &HostileState, method: &Method, path: &str) -> Response {

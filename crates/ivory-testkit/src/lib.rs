@@ -20,8 +20,8 @@
 pub use error::{Error, Result};
 pub use fault::{DEEP_LEVELS, FaultOptions, FaultServer, HungRegistry, refused_host};
 pub use hostile::{
-    CaptureServer, HOSTILE_SECRET, HUGE_LENGTH, HostileAuth, HostileOptions, HostileServer,
-    SeenRequest,
+    CaptureServer, HOSTILE_REPOSITORIES, HOSTILE_SECRET, HOSTILE_TAGS, HUGE_LENGTH, HostileAuth,
+    HostileOptions, HostileServer, SeenRequest, pages_tag,
 };
 pub use hostile_redis::{HOSTILE_REDIS_CAP, HostileRedis, RedisAttack};
 pub use layout::{

@@ -111,7 +111,8 @@ async fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // One line, whatever registry or user text the error carries.
+            eprintln!("error: {}", cmd::output::terminal(&format!("{e:#}")));
             ExitCode::from(2)
         }
     }

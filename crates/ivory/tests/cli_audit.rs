@@ -321,3 +321,172 @@ async fn images_from_file_errors_and_interrupt() {
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("--registry"), "{}", run.stderr);
 }
+
+/// Runs `ivory <args>` to completion, sampling its peak RSS (`VmHWM`, KiB) while it runs:
+/// the last sample is within a few milliseconds of the end.
+async fn ivory_with_peak(args: &[String]) -> (Run, u64) {
+    let child = tokio::process::Command::new(BIN)
+        .args(args)
+        .env("IVORY_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let sampler = tokio::spawn(async move {
+        let mut peak = 0;
+        while let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            // A zombie has no VmHWM line: the sampler stops there.
+            let Some(kib) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            else {
+                break;
+            };
+            peak = peak.max(kib);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        peak
+    });
+    let out = tokio::time::timeout(Duration::from_secs(600), child.wait_with_output())
+        .await
+        .expect("audit did not end")
+        .unwrap();
+    let peak = sampler.await.unwrap();
+    let run = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    (run, peak)
+}
+
+/// A control character a terminal would act on (see `output::terminal`).
+fn acts_on_terminal(c: char) -> bool {
+    (c.is_control() && c != '\n')
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}'
+        )
+        || ('\u{202a}'..='\u{202e}').contains(&c)
+        || ('\u{2066}'..='\u{2069}').contains(&c)
+}
+
+/// Extra peak RSS the hostile listing may cost over a tiny audit of the same registry: the
+/// reports of the 10,000 images it lists (measured: about +45 MiB in a debug build, linear in
+/// `--max-images`, whatever the listing's size).
+const HOSTILE_LISTING_MIB_BOUND: u64 = 64;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_listings_are_streamed_bounded_validated_and_escaped() {
+    use ivory_testkit::{HOSTILE_TAGS, HostileOptions, HostileServer};
+    let h = HostileServer::start(HostileOptions::default())
+        .await
+        .unwrap();
+    let host = h.host();
+    let dir = tempfile::tempdir().unwrap();
+    let body = format!("{}{VERIFY_SIGNED}", key_attestor());
+    let policy = write(
+        dir.path(),
+        "signed.yaml",
+        &policy("require-signed", &format!("{host}/*"), &body),
+    );
+    // Text of the operator's own list reaches the table too (an unparsable reference).
+    let forged = format!("{host}/evil\x1b]0;owned\x07:v1\u{202e}\x1b[2K");
+    let list = write(dir.path(), "images.txt", &format!("{forged}\n"));
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "audit".into(),
+            "--policy".into(),
+            policy.display().to_string(),
+            "--registry".into(),
+            host.clone(),
+        ];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+
+    // The control: the same registry, only the small repository.
+    let (small, base) = ivory_with_peak(&args(&["--repository", "ctrl"])).await;
+    assert_eq!(small.code, 2, "{}\n{}", small.stdout, small.stderr);
+    assert!(
+        small.stdout.contains(&format!(
+            "{host}/ctrl: {} tags outside the OCI distribution grammar skipped",
+            HOSTILE_TAGS.len()
+        )),
+        "{}",
+        small.stdout
+    );
+
+    // Endless pages of ~4000-byte names outside the grammar (and a few valid tags) in
+    // `pages`: the default --max-images stops the listing; every invalid name is counted,
+    // none is shown; nothing printed can drive the terminal.
+    let started = std::time::Instant::now();
+    let (run, peak) = ivory_with_peak(&args(&["--images-from", list.to_str().unwrap()])).await;
+    let took = started.elapsed();
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    for (name, text) in [("stdout", &run.stdout), ("stderr", &run.stderr)] {
+        let bad: Vec<char> = text.chars().filter(|c| acts_on_terminal(*c)).collect();
+        assert!(bad.is_empty(), "{name} holds {bad:?}");
+    }
+    assert!(
+        !run.stdout.contains("xxxxxxxx"),
+        "an invalid name was shown"
+    );
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    let summary = lines.last().unwrap();
+    // 10,000 listed images, the forged line, and one entry each: the catalog's invalid
+    // names, `ctrl`'s and `pages`' invalid tags, `good`'s failed tag listing, the stop.
+    let total = 10_000 + 1 + 5;
+    assert_eq!(
+        *summary,
+        format!(
+            "{total} images (0 digests): 0 pass, 0 fail, {total} error (listing stopped at --max-images)"
+        ),
+        "{}",
+        run.stderr
+    );
+    // One record, one line.
+    assert_eq!(lines.len(), total + 1);
+    for want in [
+        format!("ERROR  {host}: 3 repository names outside the OCI distribution grammar skipped"),
+        format!(
+            "ERROR  {host}: listing stopped at --max-images 10000: the registry lists more images"
+        ),
+        format!("ERROR  {host}/pages: 90000 tags outside the OCI distribution grammar skipped"),
+        format!("{host}/evil\\x1b]0;owned\\x07:v1\\u{{202e}}\\x1b[2K"),
+    ] {
+        assert!(
+            run.stdout.contains(&want),
+            "{want}\n{}",
+            &run.stdout[..run.stdout.len().min(4000)]
+        );
+    }
+    let last_page = ivory_testkit::pages_tag(99, 98);
+    assert!(run.stdout.contains(&format!("{host}/pages:{last_page}")));
+    assert!(!run.stdout.contains(&ivory_testkit::pages_tag(99, 99)));
+    // No page was fetched past the bound, and the catalog's Link to another origin was not
+    // followed.
+    let requests = h.requests();
+    let tag_pages = requests
+        .iter()
+        .filter(|r| r.path == "/v2/pages/tags/list")
+        .count();
+    assert_eq!(tag_pages, 100);
+    assert_eq!(
+        requests.iter().filter(|r| r.path == "/v2/_catalog").count(),
+        2,
+        "one catalog page per run"
+    );
+
+    let extra = peak.saturating_sub(base);
+    eprintln!(
+        "peak RSS (KiB): ctrl only = {base}, 100 hostile pages (~360 MiB of names, 10,000 images) = {peak} (+{extra}); took {took:?}"
+    );
+    assert!(
+        extra < HOSTILE_LISTING_MIB_BOUND * 1024,
+        "hostile listing: +{extra} KiB"
+    );
+}

@@ -218,3 +218,44 @@ async fn quick_keyless_flags_with_a_trusted_root() {
     let attestor = &image(&doc, &keyless)["policies"][0]["attestors"][0];
     assert_eq!(attestor["result"], "failed", "{attestor}");
 }
+
+/// Image text reaches the table escaped: one line per record, no control character (ESC,
+/// CR/LF, C1, bidi) left for the terminal to act on.
+#[tokio::test]
+async fn the_table_escapes_control_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = refused_host().unwrap();
+    let file = write(
+        dir.path(),
+        "signed.yaml",
+        &policy(
+            "require-signed",
+            &format!("{host}/*"),
+            &format!("{}{VERIFY_SIGNED}", key_attestor()),
+        ),
+    );
+    let forged = format!("{host}/a\x1b[2K\r\nPASS   {host}/b:v1\u{9b}31m\u{202e}:v1");
+    let run = ivory([
+        "verify".to_owned(),
+        "--policy".into(),
+        file.display().to_string(),
+        forged,
+    ])
+    .await;
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.stdout.lines().count(), 2, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("a\\x1b[2K\\x0d\\x0aPASS   ")
+            && run.stdout.contains("\\u{9b}31m\\u{202e}:v1"),
+        "{}",
+        run.stdout
+    );
+    for text in [&run.stdout, &run.stderr] {
+        assert!(
+            !text
+                .chars()
+                .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
+            "{text:?}"
+        );
+    }
+}

@@ -369,31 +369,38 @@ fn print(applied: &[Applied], format: Format) -> anyhow::Result<()> {
 }
 
 /// The patched resource as YAML, then the decision as comments.
+/// One resource's table entry: the object (YAML quotes control characters), then `#` lines
+/// whose texts go through [`output::terminal`].
 fn table(a: &Applied) -> anyhow::Result<String> {
+    let t = output::terminal;
     let mut text = String::from("---\n");
     text.push_str(&ivory_policy::yaml::to_string(&a.object)?);
     let verdict = if a.allowed() { "ALLOWED" } else { "DENIED" };
-    text.push_str(&format!("# {verdict} {}\n", a.id));
+    text.push_str(&format!("# {verdict} {}\n", t(&a.id)));
     for op in &a.mutate.patch {
-        text.push_str(&format!("#   patched {} = {}\n", op.path, op.value));
+        text.push_str(&format!(
+            "#   patched {} = {}\n",
+            t(&op.path),
+            t(&op.value.to_string())
+        ));
     }
     for r in a.mutate.results.iter().chain(&a.validate.results) {
         let detail = if r.message.is_empty() {
             String::new()
         } else {
-            format!(": {}", r.message)
+            format!(": {}", t(&r.message))
         };
         text.push_str(&format!(
             "#   policy {} {}{detail}\n",
-            r.policy,
+            t(&r.policy),
             r.status.as_str()
         ));
     }
     for w in a.mutate.warnings.iter().chain(&a.validate.warnings) {
-        text.push_str(&format!("#   warning: {w}\n"));
+        text.push_str(&format!("#   warning: {}\n", t(w)));
     }
     if let Some(m) = a.message() {
-        text.push_str(&format!("#   message: {m}\n"));
+        text.push_str(&format!("#   message: {}\n", t(&m)));
     }
     Ok(text)
 }

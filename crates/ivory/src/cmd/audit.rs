@@ -3,6 +3,10 @@
 //!
 //! * Work is bounded: `--concurrency` images in flight, `--registry-concurrency` requests per
 //!   registry host.
+//! * A registry under audit may be hostile: its listings are read page by page and each page
+//!   is queued for verification as it comes (never the whole listing in memory), names
+//!   outside the OCI distribution grammar are skipped and reported once per repository
+//!   (never shown), and at most `--max-images` images are listed per audit.
 //! * Tags that hold cosign signatures/attestations (`sha256-<hex>.sig`, …) are not images.
 //! * Dedup: tags are resolved first and each distinct `repository@digest` is verified once
 //!   (signatures live beside the image in its repository, so the repository is part of the
@@ -15,7 +19,7 @@
 //! * A progress line on stderr when it is a terminal, none when piped.
 //! * Ctrl-C stops the audit and prints what finished (`summary.interrupted: true`, exit 130).
 //! * Exit 0 when everything passed (or `--exit-zero`), 1 when anything failed, 2 when anything
-//!   could not be checked.
+//!   could not be checked or listed.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{IsTerminal as _, Write as _};
@@ -43,8 +47,9 @@ mod cluster;
 #[command(
     after_help = "Exit status: 0 everything passed (or --exit-zero), 1 any image failed (not \
 verified, or denied by a validation), 2 any image could not be checked (registry failure, time \
-budget spent under failurePolicy Fail, CEL error) or a source could not be listed, 130 \
-interrupted (the finished part is printed)."
+budget spent under failurePolicy Fail, CEL error) or a source could not be listed (in full: \
+names outside the OCI grammar, --max-images reached), 130 interrupted (the finished part is \
+printed)."
 )]
 pub struct Args {
     /// Policy file or folder (repeatable).
@@ -68,11 +73,15 @@ pub struct Args {
     /// Images verified at the same time.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = positive)]
     concurrency: usize,
+    /// Images listed from registries at most; past it the listing stops and says so (an
+    /// error entry: exit 2).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_IMAGES, value_parser = positive)]
+    max_images: usize,
     /// Entries per catalog/tag-list page.
     #[arg(long, value_name = "N", default_value_t = ivory_registry::DEFAULT_PAGE_SIZE, value_parser = positive)]
     page_size: usize,
     /// Output format. `json` is stable: {"summary": {images, digests, pass, fail, error,
-    /// found, interrupted}, "images": [{image, digest, verdict, policies, message}]}.
+    /// found, interrupted, truncated}, "images": [{image, digest, verdict, policies, message}]}.
     #[arg(long, short, value_enum, default_value_t = AuditFormat::Table)]
     output: AuditFormat,
     /// Also write a wgpolicyk8s.io/v1alpha2 ClusterPolicyReport (YAML) to FILE (`-`: stdout);
@@ -94,6 +103,9 @@ pub struct Args {
     registry: RegistryOpts,
 }
 
+/// Default of `--max-images`: a large registry's worth, a few MiB of reports.
+const DEFAULT_MAX_IMAGES: usize = 10_000;
+
 /// What the audit has finished so far (kept when it is interrupted).
 #[derive(Default)]
 struct Finished {
@@ -102,6 +114,8 @@ struct Finished {
     found: usize,
     /// Distinct repository@digest pairs verified.
     digests: usize,
+    /// Registry listings stopped at `--max-images`.
+    truncated: bool,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -164,23 +178,31 @@ async fn audit(
     finished: &mut Finished,
     progress: &mut Progress,
 ) -> anyhow::Result<()> {
-    let mut images = Vec::new();
+    let mut pipeline = Pipeline::new(args.concurrency, checker, finished, progress);
     for path in &args.images_from {
-        images.extend(image_lines(&wiring::read_input(path, "--images-from")?));
-    }
-    for host in &args.registries {
-        let listed = list_registry(args, registry, &checker.policies, host, progress).await?;
-        for r in listed {
-            match r {
-                Ok(image) => images.push(image),
-                Err(report) => finished.reports.push(*report),
-            }
+        for image in image_lines(&wiring::read_input(path, "--images-from")?) {
+            pipeline.push(image).await?;
         }
     }
-    let mut seen = HashSet::new();
-    images.retain(|i| seen.insert(i.clone()));
-    finished.found = images.len() + finished.reports.len();
-    pipeline(args.concurrency, images, checker, finished, progress).await?;
+    let mut listed = 0;
+    let mut hosts = args.registries.iter();
+    for host in hosts.by_ref() {
+        let policies = &checker.policies;
+        if !list_registry(args, registry, policies, host, &mut pipeline, &mut listed).await? {
+            pipeline.finished.truncated = true;
+            break;
+        }
+    }
+    for host in hosts {
+        pipeline.report(ImageReport::error(
+            host,
+            format!(
+                "{host}: not listed: --max-images {} reached",
+                args.max_images
+            ),
+        ));
+    }
+    pipeline.finish().await?;
     if let Some(path) = &args.kubeconfig {
         audit_cluster(args, path.as_deref(), registry, checker, finished, progress).await?;
     }
@@ -233,9 +255,11 @@ async fn audit_cluster(
             namespace_object: namespaces.get(&group.namespace).cloned(),
         });
         let before = finished.reports.len();
-        finished.found += group.images.len();
-        let images = group.images.into_iter().collect();
-        pipeline(args.concurrency, images, &checker, finished, progress).await?;
+        let mut pipeline = Pipeline::new(args.concurrency, &checker, finished, progress);
+        for image in group.images {
+            pipeline.push(image).await?;
+        }
+        pipeline.finish().await?;
         for report in &mut finished.reports[before..] {
             report.namespace = Some(group.namespace.clone());
         }
@@ -255,68 +279,120 @@ struct Group {
     report: Option<ImageReport>,
 }
 
-/// Resolves every image and verifies each distinct repository@digest once, as soon as its
-/// first tag is resolved (a hung lookup does not hold the others back), at most `limit` tasks
-/// running at a time.
-async fn pipeline(
+/// Resolves images as the sources find them and verifies each distinct repository@digest
+/// once, as soon as its first tag is resolved (a hung lookup does not hold the others back):
+/// `limit` tasks run at a time and a new image waits while `2 × limit` are queued, so a
+/// listing's pages wait for room instead of piling up.
+struct Pipeline<'a> {
+    checker: Arc<Checker>,
     limit: usize,
-    images: Vec<String>,
-    checker: &Arc<Checker>,
-    finished: &mut Finished,
-    progress: &mut Progress,
-) -> anyhow::Result<()> {
-    progress.start("verifying", images.len());
-    let permits = Arc::new(Semaphore::new(limit));
-    let mut tasks = JoinSet::new();
-    for image in images {
-        let (checker, permits) = (checker.clone(), permits.clone());
-        tasks.spawn(async move {
+    permits: Arc<Semaphore>,
+    tasks: JoinSet<Done>,
+    groups: HashMap<String, Group>,
+    /// Images queued so far: each is audited once, however many sources name it.
+    seen: HashSet<String>,
+    finished: &'a mut Finished,
+    progress: &'a mut Progress,
+}
+
+impl<'a> Pipeline<'a> {
+    fn new(
+        limit: usize,
+        checker: &Arc<Checker>,
+        finished: &'a mut Finished,
+        progress: &'a mut Progress,
+    ) -> Self {
+        progress.start("verifying", 0);
+        Self {
+            checker: checker.clone(),
+            limit,
+            permits: Arc::new(Semaphore::new(limit)),
+            tasks: JoinSet::new(),
+            groups: HashMap::new(),
+            seen: HashSet::new(),
+            finished,
+            progress,
+        }
+    }
+
+    /// Queues `image` (waiting for room first); false when it was queued before.
+    async fn push(&mut self, image: String) -> anyhow::Result<bool> {
+        if !self.seen.insert(image.clone()) {
+            return Ok(false);
+        }
+        self.finished.found += 1;
+        self.progress.grow(1);
+        while self.tasks.len() >= 2 * self.limit {
+            self.join_one().await?;
+        }
+        let (checker, permits) = (self.checker.clone(), self.permits.clone());
+        self.tasks.spawn(async move {
             let _permit = permits.acquire_owned().await;
             let digest = checker.resolve(&image).await;
             Done::Resolved(image, digest)
         });
+        Ok(true)
     }
-    let mut groups: HashMap<String, Group> = HashMap::new();
-    while let Some(joined) = tasks.join_next().await {
+
+    /// An entry for something that could not be listed.
+    fn report(&mut self, report: ImageReport) {
+        self.finished.found += 1;
+        self.finished.reports.push(report);
+        self.progress.grow(1);
+        self.progress.inc(1);
+    }
+
+    /// Waits for every queued image.
+    async fn finish(mut self) -> anyhow::Result<()> {
+        while self.join_one().await? {}
+        Ok(())
+    }
+
+    /// Takes one finished task's result; false when no task is left.
+    async fn join_one(&mut self) -> anyhow::Result<bool> {
+        let Some(joined) = self.tasks.join_next().await else {
+            return Ok(false);
+        };
+        let finished = &mut *self.finished;
         match joined.context("audit task failed")? {
             Done::Resolved(image, Err(message)) => {
                 finished.reports.push(ImageReport::error(&image, message));
-                progress.inc(1);
+                self.progress.inc(1);
             }
             Done::Resolved(image, Ok(digest)) => {
                 let key = format!("{}@{digest}", repository(&image));
-                if let Some(group) = groups.get_mut(&key) {
+                if let Some(group) = self.groups.get_mut(&key) {
                     match &group.report {
                         Some(report) => {
                             finished.reports.push(ImageReport {
                                 image,
                                 ..report.clone()
                             });
-                            progress.inc(1);
+                            self.progress.inc(1);
                         }
                         None => group.waiting.push(image),
                     }
-                    continue;
+                    return Ok(true);
                 }
-                groups.insert(
+                self.groups.insert(
                     key.clone(),
                     Group {
                         waiting: vec![image.clone()],
                         report: None,
                     },
                 );
-                let (checker, permits) = (checker.clone(), permits.clone());
-                tasks.spawn(async move {
+                let (checker, permits) = (self.checker.clone(), self.permits.clone());
+                self.tasks.spawn(async move {
                     let _permit = permits.acquire_owned().await;
                     Done::Verified(key, checker.check_digest(&image, &digest).await)
                 });
             }
             Done::Verified(key, report) => {
-                let Some(group) = groups.get_mut(&key) else {
-                    continue;
+                let Some(group) = self.groups.get_mut(&key) else {
+                    return Ok(true);
                 };
                 let waiting = std::mem::take(&mut group.waiting);
-                progress.inc(waiting.len());
+                self.progress.inc(waiting.len());
                 for image in waiting {
                     finished.reports.push(ImageReport {
                         image,
@@ -327,19 +403,23 @@ async fn pipeline(
                 finished.digests += 1;
             }
         }
+        Ok(true)
     }
-    Ok(())
 }
 
-/// `host/repo:tag` for every tag of every catalog repository matching `--repository`; a repo
-/// whose tags cannot be listed becomes an error entry.
+/// Queues `host/repo:tag` for every tag of every catalog repository matching `--repository`,
+/// page by page. Repository names outside the grammar become one error entry for the
+/// registry; a repository whose tags cannot be listed, or that lists tags outside the
+/// grammar, one entry for it. False once `--max-images` images were listed: the listing
+/// stopped (and says so in an entry).
 async fn list_registry(
     args: &Args,
     registry: &Registry,
     policies: &[Arc<ivory_policy::CompiledPolicy>],
     host: &str,
-    progress: &mut Progress,
-) -> anyhow::Result<Vec<Result<String, Box<ImageReport>>>> {
+    pipeline: &mut Pipeline<'_>,
+    listed: &mut usize,
+) -> anyhow::Result<bool> {
     // The listing may use plain HTTP or unverified TLS where a policy for this registry's
     // images allows it, as verifying them will: the catalog when such a policy may select an
     // image on this host, each repository's tags when it selects that repository.
@@ -347,13 +427,6 @@ async fn list_registry(
         .iter()
         .any(|p| allows_insecure(p) && may_select_on_host(p, host));
     let creds = Credentials::anonymous().allow_insecure(insecure);
-    let repos = registry
-        .catalog(host, &creds, Instant::now() + args.timeout)
-        .await
-        .map_err(|e| {
-            tracing::debug!(registry = host, error = %e, "catalog listing failed");
-            anyhow::anyhow!("listing the catalog of registry {host}: {}", e.summary())
-        })?;
     let globs = args
         .repositories
         .iter()
@@ -362,35 +435,111 @@ async fn list_registry(
                 .map_err(|e| anyhow::anyhow!("--repository {g}: {e}"))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let repos: Vec<String> = repos
-        .into_iter()
-        .filter(|r| globs.is_empty() || globs.iter().any(|g| g.is_match(r)))
-        .collect();
-    progress.start("listing tags", repos.len());
-    let mut out = Vec::new();
-    for repo in repos {
-        let reference = format!("{host}/{repo}");
-        let repo_insecure = policies
+    let failed = |e: ivory_registry::Error| {
+        tracing::debug!(registry = host, error = %e, "catalog listing failed");
+        anyhow::anyhow!("listing the catalog of registry {host}: {}", e.summary())
+    };
+    let mut catalog = registry.catalog_pages(host, &creds).map_err(failed)?;
+    let mut invalid = 0;
+    let mut more = true;
+    while let Some(page) = catalog
+        .next_page(Instant::now() + args.timeout)
+        .await
+        .map_err(failed)?
+    {
+        invalid += page.invalid;
+        for repo in page
+            .names
             .iter()
-            .any(|p| allows_insecure(p) && selects_repository(p, &reference));
-        let repo_creds = Credentials::anonymous().allow_insecure(repo_insecure);
-        match registry
-            .list_tags(&reference, &repo_creds, Instant::now() + args.timeout)
-            .await
+            .filter(|r| globs.is_empty() || globs.iter().any(|g| g.is_match(r)))
         {
-            Ok(tags) => out.extend(
-                tags.into_iter()
-                    .filter(|t| !is_signature_tag(t))
-                    .map(|t| Ok(format!("{reference}:{t}"))),
-            ),
-            Err(e) => out.push(Err(Box::new(ImageReport::error(
-                &reference,
-                format!("{reference}: listing the tags: {}", e.summary()),
-            )))),
+            more = list_repository(args, registry, policies, host, repo, pipeline, listed).await?;
+            if !more {
+                break;
+            }
         }
-        progress.inc(1);
+        if !more {
+            break;
+        }
     }
-    Ok(out)
+    if invalid > 0 {
+        pipeline.report(ImageReport::error(
+            host,
+            format!(
+                "{host}: {invalid} repository names outside the OCI distribution grammar skipped"
+            ),
+        ));
+    }
+    if !more {
+        pipeline.report(ImageReport::error(
+            host,
+            format!(
+                "{host}: listing stopped at --max-images {}: the registry lists more images \
+                 (raise --max-images to audit them)",
+                args.max_images
+            ),
+        ));
+    }
+    Ok(more)
+}
+
+/// Queues the tags of `host/repo`, page by page; false when `--max-images` stopped it.
+async fn list_repository(
+    args: &Args,
+    registry: &Registry,
+    policies: &[Arc<ivory_policy::CompiledPolicy>],
+    host: &str,
+    repo: &str,
+    pipeline: &mut Pipeline<'_>,
+    listed: &mut usize,
+) -> anyhow::Result<bool> {
+    let reference = format!("{host}/{repo}");
+    let repo_insecure = policies
+        .iter()
+        .any(|p| allows_insecure(p) && selects_repository(p, &reference));
+    let repo_creds = Credentials::anonymous().allow_insecure(repo_insecure);
+    let failed = |e: ivory_registry::Error| {
+        ImageReport::error(
+            &reference,
+            format!("{reference}: listing the tags: {}", e.summary()),
+        )
+    };
+    let mut tags = match registry.tag_pages(&reference, &repo_creds) {
+        Ok(tags) => tags,
+        Err(e) => {
+            pipeline.report(failed(e));
+            return Ok(true);
+        }
+    };
+    let mut invalid = 0;
+    let mut more = true;
+    'pages: loop {
+        let page = match tags.next_page(Instant::now() + args.timeout).await {
+            Ok(Some(page)) => page,
+            Ok(None) => break,
+            Err(e) => {
+                pipeline.report(failed(e));
+                break;
+            }
+        };
+        invalid += page.invalid;
+        for tag in page.names.iter().filter(|t| !is_signature_tag(t)) {
+            if *listed >= args.max_images {
+                more = false;
+                break 'pages;
+            }
+            if pipeline.push(format!("{reference}:{tag}")).await? {
+                *listed += 1;
+            }
+        }
+    }
+    if invalid > 0 {
+        pipeline.report(ImageReport::error(
+            &reference,
+            format!("{reference}: {invalid} tags outside the OCI distribution grammar skipped"),
+        ));
+    }
+    Ok(more)
 }
 
 /// The policy's `credentials.allowInsecureRegistry`.
@@ -471,7 +620,11 @@ fn print(args: &Args, finished: &Finished, interrupted: bool) -> anyhow::Result<
         } else {
             String::new()
         }
-    );
+    ) + if finished.truncated {
+        " (listing stopped at --max-images)"
+    } else {
+        ""
+    };
     let text = match args.output {
         AuditFormat::Table => format!("{}{summary}\n", output::image_table(reports)),
         AuditFormat::Json | AuditFormat::Yaml => {
@@ -484,6 +637,7 @@ fn print(args: &Args, finished: &Finished, interrupted: bool) -> anyhow::Result<
                     "error": counts.error,
                     "found": finished.found,
                     "interrupted": interrupted,
+                    "truncated": finished.truncated,
                 },
                 "images": reports.iter().map(ImageReport::to_json).collect::<Vec<_>>(),
             });
@@ -579,6 +733,12 @@ impl Progress {
         self.draw();
     }
 
+    /// More images to do (the sources are still being listed).
+    fn grow(&mut self, n: usize) {
+        self.total += n;
+        self.draw();
+    }
+
     fn inc(&mut self, n: usize) {
         self.done += n;
         self.draw();
@@ -586,7 +746,7 @@ impl Progress {
 
     fn draw(&self) {
         if self.enabled {
-            eprint!("\r\x1b[2K{}", self.line());
+            eprint!("\r\x1b[2K{}", output::terminal(&self.line()));
         }
     }
 

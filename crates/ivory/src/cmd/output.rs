@@ -7,7 +7,9 @@
 //! "attestation", "result": "verified"|"failed"|"error"|"not-checked", "reason"}]}], "message"}`.
 //! `yaml` is the same document as YAML.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
+use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
@@ -65,48 +67,89 @@ pub fn render(doc: &Value, yaml: bool) -> anyhow::Result<String> {
     }
 }
 
+/// Whether `c` must not reach a terminal as is: C0 controls (CR, LF, ESC, …), DEL, C1
+/// controls (U+0080–U+009F, 8-bit CSI), bidi embeddings, overrides and isolates (they
+/// reorder what follows on the line: a "Trojan Source" display), and line/paragraph
+/// separators.
+fn is_control(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// `s` as it may be printed to a terminal: every control character (see `is_control`)
+/// is written visibly, `\x1b` below U+0080 and `\u{202e}` above, so registry or user text
+/// can neither move the cursor, recolour, retitle, reorder nor break a line: one record is
+/// one line. Borrowed when there is nothing to escape.
+pub fn terminal(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(is_control) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if !is_control(c) {
+            out.push(c);
+        } else if (c as u32) < 0x80 {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        } else {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// The image table: one row per image, then one indented row per policy and attestor.
+/// Every text in it goes through [`terminal`].
 pub fn image_table(reports: &[ImageReport]) -> String {
+    let t = terminal;
     let mut out = String::new();
     for r in reports {
         let verdict = r.verdict.as_str().to_uppercase();
         if r.digest.is_none() && r.policies.is_empty() && r.message.starts_with(&r.image) {
             // Not checked at all: one line, the message names the image.
-            out.push_str(&format!("{verdict:<5}  {}\n", r.message));
+            out.push_str(&format!("{verdict:<5}  {}\n", t(&r.message)));
             continue;
         }
         out.push_str(&format!(
             "{verdict:<5}  {}  {}\n",
-            r.image,
-            r.digest.as_deref().unwrap_or("-"),
+            t(&r.image),
+            t(r.digest.as_deref().unwrap_or("-")),
         ));
         if r.policies.is_empty() && !r.message.is_empty() {
-            out.push_str(&format!("       {}\n", r.message));
+            out.push_str(&format!("       {}\n", t(&r.message)));
         }
         for p in &r.policies {
             let detail = if p.message.is_empty() {
                 String::new()
             } else {
-                format!(": {}", p.message)
+                format!(": {}", t(&p.message))
             };
             out.push_str(&format!(
                 "       policy {} {}{detail}\n",
-                p.policy,
+                t(&p.policy),
                 p.result.as_str()
             ));
             for a in &p.attestors {
                 let what = match &a.attestation {
-                    Some(att) => format!("attestation {att}"),
+                    Some(att) => format!("attestation {}", t(att)),
                     None => "signature".to_owned(),
                 };
                 let reason = if a.reason.is_empty() {
                     String::new()
                 } else {
-                    format!(": {}", a.reason)
+                    format!(": {}", t(&a.reason))
                 };
                 out.push_str(&format!(
                     "         attestor {} ({what}) {}{reason}\n",
-                    a.attestor,
+                    t(&a.attestor),
                     a.result.as_str()
                 ));
             }
@@ -115,7 +158,7 @@ pub fn image_table(reports: &[ImageReport]) -> String {
             && r.verdict != Verdict::Pass
             && r.policies.iter().all(|p| p.message.is_empty())
         {
-            out.push_str(&format!("       {}\n", r.message));
+            out.push_str(&format!("       {}\n", t(&r.message)));
         }
     }
     out
@@ -236,6 +279,52 @@ mod tests {
             }],
             message: String::new(),
         }
+    }
+
+    #[test]
+    fn terminal_text_shows_every_control_character() {
+        assert!(matches!(terminal("r/a:v1 sha256:aa"), Cow::Borrowed(_)));
+        assert_eq!(terminal("é ü 漢"), "é ü 漢");
+        assert_eq!(
+            terminal("a\x1b[2K\r\nPASS\t\x07\x7f\u{9b}31m"),
+            "a\\x1b[2K\\x0d\\x0aPASS\\x09\\x07\\x7f\\u{9b}31m"
+        );
+        assert_eq!(
+            terminal("\u{202e}gnp\u{2066}x\u{2069}\u{200f}\u{2028}\u{61c}"),
+            "\\u{202e}gnp\\u{2066}x\\u{2069}\\u{200f}\\u{2028}\\u{61c}"
+        );
+        // Every code point: what comes out has no control left in it.
+        for c in (0..=0x10ffff).filter_map(char::from_u32) {
+            let shown = terminal(&c.to_string()).into_owned();
+            assert!(!shown.chars().any(is_control), "{:x}", c as u32);
+        }
+    }
+
+    #[test]
+    fn image_table_rows_are_one_line_each() {
+        let mut r = report("r/a:v1\x1b[1A\rPASS  r/b", Verdict::Fail, Status::Fail);
+        r.policies[0].policy = "p\u{202e}".into();
+        r.policies[0].message = "bad\nPASS   r/c:1  sha256:00".into();
+        r.policies[0]
+            .attestors
+            .push(crate::cmd::check::AttestorOutcome {
+                attestor: "k\x1b]0;t\x07".into(),
+                attestation: Some("sbom\r".into()),
+                result: crate::cmd::check::AttestorResult::Failed,
+                reason: "nope\u{2066}".into(),
+            });
+        let error = ImageReport::error("x\ny", "x\ny: down\r\nPASS".into());
+        let table = image_table(&[r, error]);
+        assert_eq!(table.lines().count(), 4, "{table}");
+        assert!(
+            !table.chars().any(|c| c != '\n' && is_control(c)),
+            "{table}"
+        );
+        assert!(table.contains("r/a:v1\\x1b[1A\\x0dPASS  r/b"), "{table}");
+        assert!(
+            table.contains("policy p\\u{202e} fail: bad\\x0aPASS"),
+            "{table}"
+        );
     }
 
     #[test]
