@@ -98,6 +98,7 @@ impl ImageVerifier for InstantVerifier {
             Ok(Verification::Verified {
                 digest: DIGEST.to_owned(),
                 payload: None,
+                signer: None,
             })
         })
     }

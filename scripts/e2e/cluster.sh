@@ -117,9 +117,26 @@ start_etcd() {
     --initial-cluster "e2e=http://127.0.0.1:$peer" --unsafe-no-fsync --log-level warn
 }
 
+# The API server's audit log ($DIR/audit.log): Metadata for Pods and their subresources (the
+# level that records admission webhooks' audit annotations), nothing else.
+write_audit_policy() {
+  cat >"$DIR/audit-policy.yaml" <<'YAML'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    resources:
+      - group: ""
+        resources: ["pods", "pods/ephemeralcontainers"]
+  - level: None
+YAML
+}
+
 start_apiserver() {
   local pki="$DIR/pki"
   APISERVER_PORT="$(free_port)"
+  write_audit_policy
   # The service range is only an allocation range for Service objects: no traffic goes there.
   # No endpoint reconciler: it refuses a loopback advertise address, and nothing here needs the
   # `kubernetes` Service endpoints.
@@ -136,6 +153,8 @@ start_apiserver() {
     --authorization-mode RBAC \
     --disable-admission-plugins ServiceAccount \
     --allow-privileged=true \
+    --audit-policy-file "$DIR/audit-policy.yaml" --audit-log-path "$DIR/audit.log" \
+    --audit-log-mode blocking \
     --profiling=false
   echo "$APISERVER_PORT" >"$DIR/apiserver.port"
 }

@@ -128,6 +128,20 @@ impl Cluster {
         self.owned.as_ref().map(|owned| owned.path.as_path())
     }
 
+    /// The API server's audit events so far (`audit.log`: Metadata level for Pods), one JSON
+    /// object each; empty for a cluster started by hand.
+    pub fn audit_events(&self) -> Vec<serde_json::Value> {
+        let Some(text) = self
+            .dir()
+            .and_then(|d| std::fs::read_to_string(d.join("audit.log")).ok())
+        else {
+            return Vec::new();
+        };
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
     /// The last `lines` lines of the API server's log (for failure messages), if this process
     /// started the cluster.
     pub fn apiserver_log_tail(&self, lines: usize) -> Option<String> {

@@ -316,6 +316,8 @@ async fn every_image_a_pod_runs_is_verified() -> Result<()> {
         answer.body["spec"]["containers"][0]["image"] == pinned_signed.as_str(),
         "{answer:?}"
     );
+    // The API server's audit event of that create names the verified digest and its signer.
+    verification_evidence_is_audited(cluster, &ns, &signed_digest).await?;
 
     // kubectl debug with an unsigned image: denied, nothing stored.
     let answer = debug(&client, &ns, "web", &unsigned).await?;
@@ -376,5 +378,73 @@ async fn every_image_a_pod_runs_is_verified() -> Result<()> {
         "{respelled}: {answer:?}{}",
         logs()
     );
+    Ok(())
+}
+
+/// sha256 of the DER SubjectPublicKeyInfo of the fixture key the policy trusts, computed here
+/// from its PEM, independently of ivory.
+fn fixture_key_fingerprint() -> Result<String> {
+    use base64::Engine as _;
+    let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))?;
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let der = base64::engine::general_purpose::STANDARD.decode(body)?;
+    let out = std::process::Command::new("openssl")
+        .args(["dgst", "-sha256", "-r"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            child
+                .stdin
+                .take()
+                .ok_or_else(|| std::io::Error::other("no stdin"))?
+                .write_all(&der)?;
+            child.wait_with_output()
+        })?;
+    let text = String::from_utf8(out.stdout)?;
+    let hex = text
+        .split_whitespace()
+        .next()
+        .context("openssl printed no digest")?;
+    Ok(format!("sha256:{hex}"))
+}
+
+/// Reads the audit log until the event of the `web` Pod's create carries ivory's
+/// `verified-images` annotation, and checks what it says.
+async fn verification_evidence_is_audited(cluster: &Cluster, ns: &str, digest: &str) -> Result<()> {
+    let key = fixture_key_fingerprint()?;
+    let found = eventually(
+        "the audit event of the admitted Pod",
+        PROPAGATION,
+        || async {
+            let events = cluster.audit_events();
+            let event = events
+                .iter()
+                .filter(|e| e["verb"] == "create" && e["objectRef"]["namespace"] == ns)
+                .filter(|e| {
+                    e["objectRef"]["name"] == "web" && e["objectRef"]["subresource"].is_null()
+                })
+                .find(|e| e["stage"] == "ResponseComplete")
+                .ok_or_else(|| anyhow::anyhow!("no ResponseComplete event for pods/web yet"))?;
+            let annotations = event["annotations"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+            let (name, value) = annotations
+                .iter()
+                .find(|(k, _)| k.ends_with("/verified-images"))
+                .ok_or_else(|| anyhow::anyhow!("no verified-images annotation: {annotations:?}"))?;
+            Ok::<_, anyhow::Error>((name.clone(), value.as_str().unwrap_or_default().to_owned()))
+        },
+    )
+    .await?;
+    let (name, value) = found;
+    ensure!(name.starts_with("ivpol.validate."), "annotation {name}");
+    let entries: Value = serde_json::from_str(&value)?;
+    let entry = &entries[0];
+    ensure!(entry["digest"] == digest, "{value}");
+    ensure!(entry["key"] == key.as_str(), "{value} (fixture key {key})");
+    ensure!(entry["policy"] == "e2e-pod-images", "{value}");
     Ok(())
 }

@@ -77,6 +77,27 @@ impl ImagePlatform {
     }
 }
 
+/// Who vouched for a verified signature or attestation: taken from the signature and the trust
+/// material that verified it, never from the request. Recorded in the admission's audit
+/// annotations so the API server's audit log says what was verified and by whom.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Signer {
+    /// `sha256:<hex>` of the public key (DER SubjectPublicKeyInfo) that verified the signature:
+    /// a key attestor's key, or a certificate attestor's certificate key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The signing certificate's identity (email or URI SAN), for keyless signatures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// The OIDC issuer the signing certificate names, for keyless signatures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// The index of the transparency-log entry that was checked with the signature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_index: Option<u64>,
+}
+
 /// A definite answer about one (image, attestor, attestation) triple.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Verification {
@@ -88,6 +109,8 @@ pub enum Verification {
         digest: String,
         /// The verified statement, for attestations; `None` for signatures.
         payload: Option<serde_json::Value>,
+        /// Who signed it (`None` from verifiers that do not say, e.g. test fakes).
+        signer: Option<Signer>,
     },
     /// A definite negative verdict: no signature, bad signature, wrong identity, missing
     /// annotation, unsupported attestor kind. Safe to cache briefly.

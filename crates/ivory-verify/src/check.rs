@@ -14,6 +14,8 @@ use crate::envelope::{
 use crate::keys::{PublicKey, parse_certificates};
 use crate::plan::{Authority, KeylessRules, Plan};
 use crate::rejection::Rejection;
+use crate::signer;
+use ivory_engine::verifier::Signer;
 
 /// The predicate type cosign v3 uses for image signatures stored as bundles.
 pub const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
@@ -32,6 +34,8 @@ const MAX_REASONS: usize = 5;
 pub struct Accepted {
     /// The verified in-toto statement (attestations only).
     pub statement: Option<Value>,
+    /// Who signed it: the key or certificate identity and the log entry that verified it.
+    pub signer: Signer,
 }
 
 /// What a verified envelope carried.
@@ -70,14 +74,22 @@ fn evaluate_signatures(
     }
     let mut reasons = Vec::new();
     for env in candidates {
-        let outcome = verify_envelope(plan, digest, env).and_then(|content| match content {
-            Content::Simple(payload) => check_simple_signing(plan, digest, &payload),
-            // cosign accepts any verified statement whose subject is the image as a signature
-            // (Kyverno's github-attestation case), not only the cosign/sign/v1 predicate.
-            Content::Statement(st) => check_bundle_annotations(plan, &st),
+        let outcome = verify_envelope(plan, digest, env).and_then(|(content, signer)| {
+            match content {
+                Content::Simple(payload) => check_simple_signing(plan, digest, &payload),
+                // cosign accepts any verified statement whose subject is the image as a
+                // signature (Kyverno's github-attestation case), not only cosign/sign/v1.
+                Content::Statement(st) => check_bundle_annotations(plan, &st),
+            }
+            .map(|()| signer)
         });
         match outcome {
-            Ok(()) => return Ok(Accepted { statement: None }),
+            Ok(signer) => {
+                return Ok(Accepted {
+                    statement: None,
+                    signer,
+                });
+            }
             Err(e) => push_reason(&mut reasons, e),
         }
     }
@@ -101,18 +113,19 @@ fn evaluate_attestations(
     let mut found_types = Vec::new();
     for env in candidates {
         match verify_envelope(plan, digest, env) {
-            Ok(Content::Statement(st)) => {
+            Ok((Content::Statement(st), signer)) => {
                 let t = predicate_type_of(&st).to_owned();
                 if t == wanted {
                     return Ok(Accepted {
                         statement: Some(st),
+                        signer,
                     });
                 }
                 if t != COSIGN_SIGN_PREDICATE && !found_types.contains(&t) {
                     found_types.push(t);
                 }
             }
-            Ok(Content::Simple(_)) => push_reason(
+            Ok((Content::Simple(_), _)) => push_reason(
                 &mut reasons,
                 Rejection::Content("not an attestation".into()),
             ),
@@ -149,11 +162,15 @@ fn predicate_type_of(statement: &Value) -> &str {
         .unwrap_or_default()
 }
 
-/// Cryptographic and trust verification of one envelope.
-fn verify_envelope(plan: &Plan, digest: &str, env: &Envelope) -> Result<Content, Rejection> {
+/// Cryptographic and trust verification of one envelope: what it carried and who signed it.
+fn verify_envelope(
+    plan: &Plan,
+    digest: &str,
+    env: &Envelope,
+) -> Result<(Content, Signer), Rejection> {
     match (&plan.authority, plan.ignore_tlog) {
         (Authority::Key(key) | Authority::Certificate(key), true) => {
-            verify_offline(key, digest, env)
+            verify_offline(key, digest, env).map(|c| (c, signer::of_key(key, None)))
         }
         _ => verify_with_sigstore(plan, digest, env),
     }
@@ -223,7 +240,11 @@ fn verify_offline(key: &PublicKey, digest: &str, env: &Envelope) -> Result<Conte
 }
 
 /// Everything else goes through sigstore-verify on a bundle (legacy layers are rewritten).
-fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Content, Rejection> {
+fn verify_with_sigstore(
+    plan: &Plan,
+    digest: &str,
+    env: &Envelope,
+) -> Result<(Content, Signer), Rejection> {
     let verifier = plan
         .verifier
         .as_ref()
@@ -236,8 +257,8 @@ fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Con
         if let (Authority::Keyless(rules), true) = (&plan.authority, plan.ignore_tlog) {
             return verify_keyless_offline(plan, rules, digest, env);
         }
-        let key = crate::legacy_tlog::signer(plan, root, env)?;
-        return verify_offline(&key, digest, env);
+        let (key, signer) = crate::legacy_tlog::signer(plan, root, env)?;
+        return verify_offline(&key, digest, env).map(|c| (c, signer));
     }
     let use_key = !matches!(plan.authority, Authority::Keyless(_));
     let bundle = env.to_bundle(use_key)?;
@@ -261,13 +282,22 @@ fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Con
             ));
         }
     };
-    if let Authority::Keyless(rules) = &plan.authority {
-        let info = result.ok_or(Rejection::Malformed(
-            "keyless signature has no certificate".into(),
-        ))?;
-        rules.check(&info)?;
-    }
-    match &bundle.content {
+    // With insecureIgnoreTlog the entry was not checked, so it is no evidence either.
+    let log_index = (!plan.ignore_tlog)
+        .then(|| bundle.verification_material.tlog_entries.first())
+        .flatten()
+        .map(|e| e.log_index.get());
+    let signer = match &plan.authority {
+        Authority::Keyless(rules) => {
+            let info = result.ok_or(Rejection::Malformed(
+                "keyless signature has no certificate".into(),
+            ))?;
+            rules.check(&info)?;
+            signer::of_certificate(&info, log_index)
+        }
+        Authority::Key(key) | Authority::Certificate(key) => signer::of_key(key, log_index),
+    };
+    let content = match &bundle.content {
         SignatureContent::DsseEnvelope(d) => {
             statement_content(&d.payload_type, d.payload.as_bytes(), digest)
         }
@@ -275,7 +305,8 @@ fn verify_with_sigstore(plan: &Plan, digest: &str, env: &Envelope) -> Result<Con
             Envelope::SimpleSigning(l) => Ok(Content::Simple(l.blob.clone())),
             _ => Err(Rejection::Content("unexpected bundle content".into())),
         },
-    }
+    }?;
+    Ok((content, signer))
 }
 
 /// Keyless with `insecureIgnoreTlog` and a legacy layer without a Rekor entry: the layer's
@@ -286,7 +317,7 @@ fn verify_keyless_offline(
     rules: &KeylessRules,
     digest: &str,
     env: &Envelope,
-) -> Result<Content, Rejection> {
+) -> Result<(Content, Signer), Rejection> {
     let (Envelope::SimpleSigning(l) | Envelope::Dsse(l)) = env else {
         return Err(Rejection::Tlog(
             "bundle has no transparency log entry".into(),
@@ -314,8 +345,9 @@ fn verify_keyless_offline(
         Rejection::Certificate(format!("signing certificate cannot be parsed: {e}"))
     })?;
     rules.check(&info)?;
+    let signer = signer::of_certificate(&info, None);
     let key = PublicKey::with_default_scheme(info.public_key, info.key_algorithm);
-    verify_offline(&key, digest, env)
+    verify_offline(&key, digest, env).map(|c| (c, signer))
 }
 
 /// Runs sigstore-verify; returns the verified signing certificate for keyless.

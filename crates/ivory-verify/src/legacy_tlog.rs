@@ -36,6 +36,7 @@ use crate::envelope::{
 use crate::keys::{PublicKey, parse_certificates};
 use crate::plan::{Authority, Plan};
 use crate::rejection::Rejection;
+use ivory_engine::verifier::Signer;
 
 /// `1.3.6.1.4.1.11129.2.4.2`, the embedded SCT list (RFC 6962 §3.3).
 const CT_PRECERT_SCTS: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.4.1.11129.2.4.2");
@@ -73,7 +74,7 @@ pub(crate) fn signer(
     plan: &Plan,
     root: &TrustedRoot,
     env: &Envelope,
-) -> Result<PublicKey, Rejection> {
+) -> Result<(PublicKey, Signer), Rejection> {
     let (layer, dsse) = match env {
         Envelope::SimpleSigning(l) => (l, false),
         Envelope::Dsse(l) => (l, true),
@@ -92,6 +93,8 @@ pub(crate) fn signer(
     let time = Timestamp::from_second(entry.integrated_time)
         .map_err(|e| Rejection::LogEntry(format!("Rekor integrated time is out of range: {e}")))?;
     verify_set(&entry, root, time)?;
+    // The SET signs the index with the body: it is the checked entry's place in the log.
+    let log_index = u64::try_from(entry.log_index).ok();
     let named_key = match (entry.kind, dsse) {
         (Kind::RekordV001, false) => check_rekord(&entry.body, layer)?,
         (Kind::IntotoV001, true) => check_intoto(&entry.body, layer)?,
@@ -131,9 +134,10 @@ pub(crate) fn signer(
                 verify_embedded_sct(&leaf, &issuers, root)?;
             }
             rules.check(&info)?;
-            Ok(PublicKey::with_default_scheme(
-                info.public_key,
-                info.key_algorithm,
+            let signer = crate::signer::of_certificate(&info, log_index);
+            Ok((
+                PublicKey::with_default_scheme(info.public_key, info.key_algorithm),
+                signer,
             ))
         }
         Authority::Key(key) | Authority::Certificate(key) => {
@@ -142,7 +146,7 @@ pub(crate) fn signer(
                     "Rekor entry names another key than the attestor's".into(),
                 ));
             }
-            Ok(key.clone())
+            Ok((key.clone(), crate::signer::of_key(key, log_index)))
         }
     }
 }

@@ -35,6 +35,7 @@ mod keys;
 mod legacy_tlog;
 pub mod plan;
 mod rejection;
+mod signer;
 pub mod trust;
 mod verifier;
 

@@ -158,6 +158,7 @@ impl FakeVerifier {
         Ok(Verification::Verified {
             digest: DIGEST.into(),
             payload,
+            signer: Some(fake_signer(&request.attestor.name)),
         })
     }
 }
@@ -206,5 +207,14 @@ impl ImageVerifier for FakeVerifier {
             }))
         }
         .boxed()
+    }
+}
+
+/// The signer the fake reports for `attestor`: a made-up key fingerprint naming it.
+pub(super) fn fake_signer(attestor: &str) -> crate::verifier::Signer {
+    crate::verifier::Signer {
+        key: Some(format!("sha256:{attestor}")),
+        log_index: Some(42),
+        ..Default::default()
     }
 }

@@ -1,7 +1,7 @@
 //! The verification host: answers the CEL verification functions synchronously from the results
 //! prefetched for the request, and records per-image evidence for `required`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
 
 use ivory_cel::{Host, HostError};
@@ -10,16 +10,58 @@ use ivory_policy::types::Attestation;
 use serde_json::Value;
 
 use super::prefetch::{Outcome, Prefetched, VerifyKey};
-use crate::verifier::{ErrorKind, Verification, VerifyError};
+use crate::verifier::{ErrorKind, Signer, Verification, VerifyError};
 
 /// Kyverno's error when a payload is asked for before its attestation was verified.
 pub(super) const PAYLOAD_NOT_VERIFIED: &str = "failed to get payload: intoto attestation payload cannot be fetch before verifying intoto attestation";
 
 /// Request-scoped evidence shared by all policies: image → verified (monotonic OR). An image
-/// is present once any policy asked a verification function about it with attestors.
+/// is present once any policy asked a verification function about it with attestors. Also
+/// who signed what was verified, for the audit trail ([`Evidence::verified`]).
 #[derive(Debug, Default)]
 pub(super) struct Evidence {
     images: Mutex<BTreeMap<String, bool>>,
+    signers: Mutex<BTreeSet<VerifiedBy>>,
+}
+
+/// One verification an expression read and that verified: what, by which policy and attestor,
+/// and who signed it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct VerifiedBy {
+    pub(super) image: String,
+    pub(super) digest: String,
+    pub(super) policy: String,
+    pub(super) attestor: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) attestation: Option<String>,
+    #[serde(flatten)]
+    pub(super) signer: SignerFields,
+}
+
+/// [`Signer`] with an order, for a deterministic annotation.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct SignerFields {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subject: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    issuer: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    log_index: Option<u64>,
+}
+
+impl From<&Signer> for SignerFields {
+    fn from(s: &Signer) -> Self {
+        Self {
+            key: s.key.clone(),
+            subject: s.subject.clone(),
+            issuer: s.issuer.clone(),
+            log_index: s.log_index,
+        }
+    }
 }
 
 /// What the request learnt about one image.
@@ -40,6 +82,19 @@ impl Evidence {
         let mut images = self.images();
         let entry = images.entry(image.to_owned()).or_insert(false);
         *entry |= verified;
+    }
+
+    fn record_signer(&self, verified: VerifiedBy) {
+        self.signers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(verified);
+    }
+
+    /// Every verification that verified and was read, in a stable order.
+    pub(super) fn verified(&self) -> Vec<VerifiedBy> {
+        let signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
+        signers.iter().cloned().collect()
     }
 
     pub(super) fn of(&self, image: &str) -> ImageEvidence {
@@ -149,8 +204,22 @@ impl PolicyHost<'_> {
                 return Err(not_prepared(image, name, attestation));
             };
             match self.prefetched.outcome(index) {
-                Some(Outcome::Verify(Ok(Verification::Verified { payload, .. }))) => {
+                Some(Outcome::Verify(Ok(Verification::Verified {
+                    payload,
+                    digest,
+                    signer,
+                }))) => {
                     count += 1;
+                    if let (Some(signer), None) = (signer, assumed) {
+                        self.evidence.record_signer(VerifiedBy {
+                            image: image.to_owned(),
+                            digest: digest.clone(),
+                            policy: self.policy.name.clone(),
+                            attestor: name.to_owned(),
+                            attestation: attestation.map(str::to_owned),
+                            signer: signer.into(),
+                        });
+                    }
                     if let (Some(att), Some(payload)) = (attestation, payload) {
                         self.payloads
                             .lock()

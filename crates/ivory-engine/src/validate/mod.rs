@@ -37,7 +37,7 @@ use crate::decision::{Decision, PolicyResult, Status};
 use crate::images;
 use crate::verifier::ImageVerifier;
 
-pub use self::response::SKIPPED_ANNOTATION;
+pub use self::response::{MAX_VERIFIED_ANNOTATION_BYTES, SKIPPED_ANNOTATION, VERIFIED_ANNOTATION};
 
 /// Prefix of every evaluation error, as Kyverno words it.
 const EVAL_FAILED: &str = "failed to evaluate policy";
@@ -88,7 +88,15 @@ pub async fn validate(
         }
     }
     response::enforce_required(&mut evaluated, &evidence);
-    response::decide(evaluated)
+    let mut decision = response::decide(evaluated);
+    if decision.allowed
+        && let Some(value) = response::verified_annotation(evidence.verified())
+    {
+        decision
+            .audit_annotations
+            .insert(VERIFIED_ANNOTATION.to_owned(), value);
+    }
+    decision
 }
 
 /// A result of `policy` with its actions filled in.

@@ -1,13 +1,57 @@
 //! `required` across all policies of the request, then the Deny/Warn/Audit response.
 
 use super::evaluate::Evaluated;
-use super::host::{Evidence, ImageEvidence};
+use super::host::{Evidence, ImageEvidence, VerifiedBy};
 use crate::decision::{Decision, Status};
 
 /// Audit annotation listing the policies whose verification or digest check was skipped under
 /// `failurePolicy: Ignore` (the time budget ran out, or a tag's registry could not answer); the
 /// API server prefixes it with the webhook name.
 pub const SKIPPED_ANNOTATION: &str = "verification-skipped";
+
+/// Audit annotation of an admitted request: a JSON list of what was verified, by which policy
+/// and attestor, and who signed it (key fingerprint, or certificate subject and issuer, and the
+/// transparency-log index). The API server records it in its audit event, prefixed with the
+/// webhook name. Everything in it comes from verification, except the image as the request
+/// names it (cut to [`MAX_IMAGE_CHARS`]).
+pub const VERIFIED_ANNOTATION: &str = "verified-images";
+
+/// Longest annotation value; entries past it are counted in a last `{"omitted": N}` entry.
+pub const MAX_VERIFIED_ANNOTATION_BYTES: usize = 8 * 1024;
+
+/// Longest image string carried into the annotation.
+const MAX_IMAGE_CHARS: usize = 256;
+
+/// [`VERIFIED_ANNOTATION`]'s value for `verified`, within [`MAX_VERIFIED_ANNOTATION_BYTES`];
+/// `None` when nothing was verified.
+pub(super) fn verified_annotation(verified: Vec<VerifiedBy>) -> Option<String> {
+    if verified.is_empty() {
+        return None;
+    }
+    let total = verified.len();
+    let mut entries: Vec<String> = Vec::new();
+    // Room kept for the closing `{"omitted":N}` entry, brackets and commas.
+    let budget = MAX_VERIFIED_ANNOTATION_BYTES - 32;
+    let mut used = 2;
+    for mut entry in verified {
+        if entry.image.chars().count() > MAX_IMAGE_CHARS {
+            entry.image = entry.image.chars().take(MAX_IMAGE_CHARS).collect();
+        }
+        let Ok(text) = serde_json::to_string(&entry) else {
+            continue;
+        };
+        if used + text.len() + 1 > budget {
+            break;
+        }
+        used += text.len() + 1;
+        entries.push(text);
+    }
+    let omitted = total - entries.len();
+    if omitted > 0 {
+        entries.push(format!("{{\"omitted\":{omitted}}}"));
+    }
+    Some(format!("[{}]", entries.join(",")))
+}
 
 /// `docs/kyverno-semantics.md` §2 step 7: a passing policy with `required` fails unless each of its matched
 /// images was verified by some policy of this request. Images are checked in sorted order so

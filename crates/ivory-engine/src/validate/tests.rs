@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::fake::{FakeVerifier, Mode};
-use super::{SKIPPED_ANNOTATION, validate};
+use super::{MAX_VERIFIED_ANNOTATION_BYTES, SKIPPED_ANNOTATION, VERIFIED_ANNOTATION, validate};
 use crate::admission::AdmissionRequest;
 use crate::decision::{Decision, Status};
 
@@ -174,6 +174,60 @@ async fn signed_and_unsigned_images() {
         assert_eq!(d.allowed, message.is_none(), "{images:?}");
         assert_eq!(verifier.calls(), *calls, "{images:?}");
     }
+}
+
+/// An admitted request carries who signed what it verified (`verified-images`), from the
+/// verifier's answers only: a forged annotation on the Pod is not evidence, a denied request
+/// gets none, and the value is bounded however many images a Pod names.
+#[tokio::test]
+async fn admitted_requests_name_the_verified_digests_and_their_signers() {
+    let pol = pod_policy("sig", &no_digest(VERIFY_ALL));
+    let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+    let forged = json!({"verified-images": "[{\"image\":\"evil\"}]"});
+    let d = run(
+        &verifier,
+        &[&pol],
+        &pod("CREATE", &[SIGNED], &[], &[], forged),
+    )
+    .await;
+    assert!(d.allowed, "{d:?}");
+    let value: Value = serde_json::from_str(&d.audit_annotations[VERIFIED_ANNOTATION]).unwrap();
+    assert_eq!(
+        value,
+        json!([{
+            "image": SIGNED,
+            "digest": super::fake::DIGEST,
+            "policy": "sig",
+            "attestor": "cosign",
+            "key": "sha256:cosign",
+            "logIndex": 42,
+        }])
+    );
+
+    let denied = run(&verifier, &[&pol], &create(&[SIGNED, UNSIGNED])).await;
+    assert!(!denied.allowed);
+    assert!(!denied.audit_annotations.contains_key(VERIFIED_ANNOTATION));
+
+    let many: Vec<String> = (0..400)
+        .map(|i| format!("ghcr.io/kyverno/{}{i}:v1", "x".repeat(200)))
+        .collect();
+    let verifier = many
+        .iter()
+        .fold(FakeVerifier::new(), |v, image| v.sign(image, "cosign"));
+    let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+    let d = run(&verifier, &[&pol], &create(&refs)).await;
+    assert!(d.allowed, "{d:?}");
+    let text = &d.audit_annotations[VERIFIED_ANNOTATION];
+    assert!(
+        text.len() <= MAX_VERIFIED_ANNOTATION_BYTES,
+        "{}",
+        text.len()
+    );
+    let value: Value = serde_json::from_str(text).unwrap();
+    let entries = value.as_array().unwrap();
+    let omitted = entries.last().unwrap()["omitted"].as_u64().unwrap();
+    assert_eq!(entries.len() - 1 + omitted as usize, 400);
+    assert!(entries[0]["image"].as_str().unwrap().chars().count() <= 256);
 }
 
 #[tokio::test]

@@ -63,6 +63,7 @@ impl ImageVerifier for Recording {
                 Verification::Verified {
                     digest: digest.unwrap_or_default(),
                     payload: None,
+                    signer: None,
                 }
             } else {
                 Verification::NotVerified {

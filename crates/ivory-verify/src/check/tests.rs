@@ -85,18 +85,36 @@ fn data(path: &str) -> String {
     .unwrap()
 }
 
+/// The signer is the key's fingerprint: sha256 of its DER SubjectPublicKeyInfo, as
+/// `openssl pkey -pubin -outform DER | sha256sum` prints it (no log entry was checked).
 #[test]
 fn keys_of_every_type_verify_offline() {
-    for dir in [
-        "ratify/legacy-key-ecdsa-p256",
-        "ratify/legacy-key-rsa2048",
-        "sigstore-rs/legacy-key-busybox",
+    for (dir, fingerprint) in [
+        (
+            "ratify/legacy-key-ecdsa-p256",
+            "ddfe255211b47f74169079c1e7611e6fa39ec7286895ad2cc8a87dfa0221348c",
+        ),
+        (
+            "ratify/legacy-key-rsa2048",
+            "4e1cb757a70fd3378e56625c04b368797d9f0d9283e062db21295ba4c40e1765",
+        ),
+        (
+            "sigstore-rs/legacy-key-busybox",
+            "622601a9e498c09004d82cfb8879122e780c0813a0ba350edd3eefa73097605a",
+        ),
     ] {
         let (env, digest) = simple(dir);
         let p = plan(&key_attestor(&data(&format!("{dir}/pubkey.pem")), true));
+        let signer = ivory_engine::verifier::Signer {
+            key: Some(format!("sha256:{fingerprint}")),
+            ..Default::default()
+        };
         assert_eq!(
             evaluate(&p, &digest, &[env], None),
-            Ok(Accepted { statement: None }),
+            Ok(Accepted {
+                statement: None,
+                signer
+            }),
             "{dir}"
         );
     }
@@ -203,7 +221,18 @@ fn legacy_keyless_with_rekor_set_and_sct_verifies_identity() {
         "sozercan@gmail.com",
         "https://github.com/login/oauth",
     ));
-    assert!(evaluate(&ok, &digest, std::slice::from_ref(&env), None).is_ok());
+    let accepted = evaluate(&ok, &digest, std::slice::from_ref(&env), None).unwrap();
+    // The signer is the verified certificate's identity and the checked entry's log index
+    // (logIndex of the signature's dev.sigstore.cosign/bundle annotation).
+    assert_eq!(
+        accepted.signer,
+        ivory_engine::verifier::Signer {
+            subject: Some("sozercan@gmail.com".into()),
+            issuer: Some("https://github.com/login/oauth".into()),
+            log_index: Some(13452680),
+            key: None,
+        }
+    );
     let wrong = plan(&keyless_attestor(
         "someone@else.com",
         "https://github.com/login/oauth",
@@ -325,6 +354,9 @@ fn bundle_v03_dsse_verifies_and_mismatched_signature_fails() {
     );
     let got = evaluate(&p, A_TXT, &[ok], Some("https://slsa.dev/provenance/v1")).unwrap();
     assert_eq!(got.statement.unwrap()["subject"][0]["name"], "a.txt");
+    assert_eq!(got.signer.subject.as_deref(), Some(BEACON));
+    assert_eq!(got.signer.issuer.as_deref(), Some(GHA));
+    assert!(got.signer.log_index.is_some(), "{:?}", got.signer);
     let bad = Envelope::Bundle(
         data("sigstore-conformance/bundle-verify/dsse-mismatch-sig_fail/bundle.sigstore.json")
             .into_bytes(),

@@ -367,6 +367,7 @@ mod tests {
         let yes = Verification::Verified {
             digest: "d".into(),
             payload: None,
+            signer: None,
         };
         let no = Verification::NotVerified {
             digest: None,

@@ -372,7 +372,7 @@ impl CosignVerifier {
         }
         let digest = at.digest.clone();
         Ok(match verdict {
-            Ok(Accepted { statement }) => {
+            Ok(Accepted { statement, signer }) => {
                 tracing::debug!(image, %digest, source = ?found, "signature verified");
                 if found != first {
                     self.remember_source(hint_key, found).await;
@@ -380,6 +380,7 @@ impl CosignVerifier {
                 Verification::Verified {
                     digest,
                     payload: statement,
+                    signer: Some(signer),
                 }
             }
             Err(reason) => {

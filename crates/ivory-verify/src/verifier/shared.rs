@@ -112,6 +112,10 @@ enum StoredVerdict {
     Verified {
         digest: String,
         payload: Option<serde_json::Value>,
+        /// Who signed: evidence for the audit trail, never a reason to admit (the entry's HMAC
+        /// covers it with the rest).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signer: Option<ivory_engine::verifier::Signer>,
     },
     NotVerified {
         digest: Option<String>,
@@ -131,9 +135,15 @@ pub(super) trait SharedValue: Sized {
 impl SharedValue for Verification {
     fn encode(&self) -> Option<Vec<u8>> {
         let stored = match self.clone() {
-            Verification::Verified { digest, payload } => {
-                StoredVerdict::Verified { digest, payload }
-            }
+            Verification::Verified {
+                digest,
+                payload,
+                signer,
+            } => StoredVerdict::Verified {
+                digest,
+                payload,
+                signer,
+            },
             Verification::NotVerified { digest, reason } => {
                 StoredVerdict::NotVerified { digest, reason }
             }
@@ -143,9 +153,15 @@ impl SharedValue for Verification {
 
     fn decode(bytes: &[u8], expected_digest: Option<&str>) -> Option<Self> {
         let v = match serde_json::from_slice(bytes).ok()? {
-            StoredVerdict::Verified { digest, payload } => {
-                Verification::Verified { digest, payload }
-            }
+            StoredVerdict::Verified {
+                digest,
+                payload,
+                signer,
+            } => Verification::Verified {
+                digest,
+                payload,
+                signer,
+            },
             StoredVerdict::NotVerified { digest, reason } => {
                 Verification::NotVerified { digest, reason }
             }
@@ -268,6 +284,11 @@ mod tests {
         let yes = Verification::Verified {
             digest: D.into(),
             payload: Some(serde_json::json!({"predicateType": "x"})),
+            signer: Some(ivory_engine::verifier::Signer {
+                key: Some("sha256:ab".into()),
+                log_index: Some(7),
+                ..Default::default()
+            }),
         };
         let bytes = yes.encode().unwrap_or_default();
         assert_eq!(Verification::decode(&bytes, Some(D)), Some(yes));
