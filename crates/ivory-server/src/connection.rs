@@ -3,7 +3,8 @@
 //! [`GuardedAcceptor`] runs before TLS: it takes one of `max_connections` slots (a connection
 //! past the cap is closed at once), wraps the socket in [`WatchedIo`], which closes the
 //! connection once it has moved no byte for the idle timeout while no request of it is in
-//! flight, and wraps the connection's service to count those requests. hyper's own header
+//! flight, or while a write waits for a peer that reads nothing, and wraps the connection's
+//! service to count those requests. hyper's own header
 //! timeout and the TLS handshake timeout bound the other waits.
 
 use std::future::{Future, Ready};
@@ -100,17 +101,29 @@ impl<I> WatchedIo<I> {
             self.active();
             return Poll::Pending;
         }
+        self.poll_expired(cx, "idle_timeout").map(Err)
+    }
+
+    /// Called when a write could not proceed because the peer reads nothing: an error once no
+    /// byte has moved for the idle timeout, whatever is in flight, so an answer nobody reads
+    /// cannot hold the connection (and its slot) forever.
+    fn poll_stalled(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        self.poll_expired(cx, "write_stalled").map(Err)
+    }
+
+    /// Ready with the error once `last + idle` has passed; counts it under `reason`.
+    fn poll_expired(&mut self, cx: &mut Context<'_>, reason: &str) -> Poll<io::Error> {
         let at = self.last + self.idle;
         if self.deadline.deadline() != at {
             self.deadline.as_mut().reset(at);
         }
         match self.deadline.as_mut().poll(cx) {
             Poll::Ready(()) => {
-                self.metrics.connection_refused("idle_timeout");
-                Poll::Ready(Err(io::Error::new(
+                self.metrics.connection_refused(reason);
+                Poll::Ready(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    "connection idle past the idle timeout",
-                )))
+                    format!("connection closed: {reason}"),
+                ))
             }
             Poll::Pending => Poll::Pending,
         }
@@ -145,11 +158,16 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for WatchedIo<I> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
-        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
-            this.active();
+        match Pin::new(&mut this.inner).poll_write(cx, buf) {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    this.active();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => this.poll_stalled(cx),
         }
-        written
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -166,11 +184,16 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for WatchedIo<I> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
-            this.active();
+        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    this.active();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => this.poll_stalled(cx),
         }
-        written
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -274,6 +297,23 @@ mod tests {
             Duration::from_secs(5),
             "idle counts from the answer"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_reads_nothing_cannot_hold_a_write_forever() {
+        let (mut io, _client, in_flight) = watched(Duration::from_secs(5));
+        // Even with a request in flight: the answer is what cannot be delivered.
+        in_flight.store(1, Ordering::Release);
+        let started = Instant::now();
+        let chunk = [0u8; 16];
+        let err = loop {
+            match io.write(&chunk).await {
+                Ok(_) => continue,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
     }
 
     #[test]

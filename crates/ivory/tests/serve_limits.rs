@@ -440,3 +440,45 @@ async fn multiplexed_partial_bodies_share_the_same_budget() {
     .await;
     assert!(judged, "{}", ivory.logs());
 }
+
+/// A client that sends requests and never reads the answers: once the socket buffers are full,
+/// the server's writes wait, and the connection (with its slot) is closed after the idle
+/// timeout instead of being held forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_no_answers_cannot_hold_a_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let ivory = start(dir.path(), &["--idle-timeout", "2s"]).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(ivory.addr).await.unwrap();
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let mut s = connector(&ivory.ca_pem, &[b"http/1.1"])
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    // Pipelined: thousands of /metrics answers (kilobytes each) that nobody reads.
+    let request = b"GET /metrics HTTP/1.1\r\nhost: ivory\r\n\r\n".repeat(100);
+    let started = Instant::now();
+    for _ in 0..40 {
+        match tokio::time::timeout(Duration::from_secs(2), s.write_all(&request)).await {
+            Ok(Ok(())) => {}
+            // Our own writes block once the server stops reading, or fail once it closed.
+            _ => break,
+        }
+    }
+    let closed = eventually(Duration::from_secs(20), || async {
+        let metrics = ivory.metrics().await;
+        counter(
+            &metrics,
+            "ivory_http_connections_refused_total",
+            "write_stalled",
+        ) >= 1
+    })
+    .await;
+    eprintln!(
+        "connection with unread answers closed after {:?}",
+        started.elapsed()
+    );
+    assert!(closed, "{}", ivory.logs());
+    drop(s);
+}
