@@ -482,3 +482,53 @@ async fn a_client_that_reads_no_answers_cannot_hold_a_connection() {
     assert!(closed, "{}", ivory.logs());
     drop(s);
 }
+
+/// HTTP/2 rapid reset (CVE-2023-44487): streams opened and reset at once, thousands of them.
+/// hyper's h2 server answers a flood of resets by closing the connection; other clients are
+/// still answered and memory stays flat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rapid_reset_streams_cost_nothing_lasting() {
+    let dir = tempfile::tempdir().unwrap();
+    let ivory = start(dir.path(), &[]).await;
+    let review = pod_review("warm", &["example.invalid/app:v1"]);
+    assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
+    let pid = ivory.child.id().unwrap();
+    let base = peak_rss_kib(pid);
+    let tls = connect(&ivory, &connector(&ivory.ca_pem, &[b"h2"]))
+        .await
+        .unwrap();
+    let (client, connection) = h2::client::handshake(tls).await.unwrap();
+    let driver = tokio::spawn(connection);
+    let mut sent = 0;
+    for _ in 0..10_000 {
+        let Ok(mut ready) = client.clone().ready().await else {
+            break;
+        };
+        let request = http::Request::post(format!("https://127.0.0.1{VALIDATE}"))
+            .body(())
+            .unwrap();
+        let Ok((_, mut body)) = ready.send_request(request, false) else {
+            break;
+        };
+        body.send_reset(h2::Reason::CANCEL);
+        sent += 1;
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(10), driver).await;
+    let peak = peak_rss_kib(pid);
+    eprintln!(
+        "{sent} streams opened and reset; connection ended by the server: {}; peak RSS {base} -> {peak} KiB",
+        ended.is_ok()
+    );
+    assert!(
+        peak.saturating_sub(base) < 32 * 1024,
+        "+{} KiB",
+        peak - base
+    );
+    let asked = Instant::now();
+    assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+}
