@@ -13,7 +13,7 @@ pub const SKIPPED_ANNOTATION: &str = "verification-skipped";
 /// and attestor, and who signed it (key fingerprint, or certificate subject and issuer, and the
 /// transparency-log index). The API server records it in its audit event, prefixed with the
 /// webhook name. Everything in it comes from verification, except the image as the request
-/// names it (cut to [`MAX_IMAGE_CHARS`]).
+/// names it (cut to 256 characters).
 pub const VERIFIED_ANNOTATION: &str = "verified-images";
 
 /// Longest annotation value; entries past it are counted in a last `{"omitted": N}` entry.
