@@ -79,7 +79,7 @@ build_binaries() {
 holder_pid() { cat "$STATE/run/holder.pid" 2>/dev/null; }
 
 # Runs a command inside the cluster's network and mount namespace.
-in_ns() { nsenter -t "$(holder_pid)" -m -n -- "$@"; }
+in_ns() { nsenter -t "$(holder_pid)" -m -n --wd="$PWD" -- "$@"; }
 
 # The cgroup v1 hierarchies (and the v2 one when mounted) the cluster's processes go into.
 cgroup_dirs() {
@@ -154,7 +154,7 @@ wait_for() {
 
 crane_ns() { in_ns env SSL_CERT_FILE="$STATE/pki/ca.crt" "$TOOLS/crane" "$@"; }
 
-kubectl_ns() { in_ns env KUBECONFIG="$STATE/kubeconfig" "$BIN/kubectl" "$@"; }
+kubectl_ns() { in_ns env KUBECONFIG="$STATE/admin.kubeconfig" "$BIN/kubectl" "$@"; }
 
 # --- certificates ----------------------------------------------------------------------------
 
@@ -225,6 +225,9 @@ make_namespaces() {
   ip netns add "$NS"
   ip -n "$NS" link set lo up
   ip -n "$NS" addr add "$NODE_IP/32" dev lo
+  # Connections from the namespace itself (the API server calling a webhook Service) need a route
+  # to the service range before kube-proxy's OUTPUT rules rewrite them to a Pod address.
+  ip -n "$NS" route add "$SVC_CIDR" dev lo src "$NODE_IP"
 
   local sys="$STATE/sysctl"
   mkdir -p "$sys"
@@ -451,6 +454,7 @@ hostnameOverride: $NODE_NAME
 bindAddress: $NODE_IP
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
+nodePortAddresses: [primary]
 # 0: leave the (global) conntrack table size and timeouts as they are.
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 YAML
@@ -483,7 +487,7 @@ up() {
   mkdir -p "$STATE/run" "$STATE/logs"
   log "certificates"
   gen_certs
-  kubeconfig kubeconfig admin
+  kubeconfig admin admin
   kubeconfig controller-manager controller-manager
   kubeconfig scheduler scheduler
   kubeconfig kube-proxy kube-proxy
@@ -550,7 +554,7 @@ case "$cmd" in
   kubectl) need_root; kubectl_ns "$@" ;;
   exec)
     need_root
-    in_ns env KUBECONFIG="$STATE/kubeconfig" REGISTRY="$REGISTRY" SSL_CERT_FILE="$STATE/pki/ca.crt" \
+    in_ns env KUBECONFIG="$STATE/admin.kubeconfig" REGISTRY="$REGISTRY" SSL_CERT_FILE="$STATE/pki/ca.crt" \
       IVORY_CLUSTER_DIR="$STATE" PATH="$TOOLS:$BIN:$PATH" "$@" ;;
   _step) need_root; "$@" ;; # development: run internal steps one by one
   *) sed -n '2,14p' "$0" >&2; exit 2 ;;
