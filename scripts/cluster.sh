@@ -71,15 +71,18 @@ build_binaries() {
     command -v go >/dev/null || die "cannot run: Kubernetes binaries missing in $BIN and no go command to build them"
     nice "$ROOT/scripts/e2e/build.sh" cluster
   fi
+  # crane pushes the base images; helm is for scripts/cluster/ivory.sh (nothing can be
+  # downloaded inside the namespace, so both are built here).
   if [ ! -x "$TOOLS/crane" ]; then nice "$ROOT/scripts/install-tools.sh" image; fi
+  if [ ! -x "$TOOLS/helm" ]; then nice "$ROOT/scripts/install-deploy-tools.sh"; fi
 }
 
 # --- helpers ---------------------------------------------------------------------------------
 
 holder_pid() { cat "$STATE/run/holder.pid" 2>/dev/null; }
 
-# Runs a command inside the cluster's network and mount namespace.
-in_ns() { nsenter -t "$(holder_pid)" -m -n --wd="$PWD" -- "$@"; }
+# Runs a command inside the cluster's network namespace (the machine's file system as it is).
+in_ns() { nsenter --net="/run/netns/$NS" -- "$@"; }
 
 # The cgroup v1 hierarchies (and the v2 one when mounted) the cluster's processes go into.
 cgroup_dirs() {
@@ -154,7 +157,15 @@ wait_for() {
 
 crane_ns() { in_ns env SSL_CERT_FILE="$STATE/pki/ca.crt" "$TOOLS/crane" "$@"; }
 
-kubectl_ns() { in_ns env KUBECONFIG="$STATE/admin.kubeconfig" "$BIN/kubectl" "$@"; }
+# kubectl's and helm's caches stay in the state folder too.
+client_env() {
+  echo KUBECONFIG="$STATE/admin.kubeconfig" KUBECACHEDIR="$STATE/client/kube-cache" \
+    HELM_CACHE_HOME="$STATE/client/helm-cache" HELM_CONFIG_HOME="$STATE/client/helm-config" \
+    HELM_DATA_HOME="$STATE/client/helm-data"
+}
+
+# shellcheck disable=SC2046  # client_env prints NAME=VALUE words without spaces
+kubectl_ns() { in_ns env $(client_env) "$BIN/kubectl" "$@"; }
 
 # --- certificates ----------------------------------------------------------------------------
 
@@ -242,6 +253,16 @@ mount --rbind /sys/fs/cgroup "$stage"
 mount -t sysfs sysfs /sys
 mount --rbind "$stage" /sys/fs/cgroup
 umount -l "$stage"
+# Paths the kubelet, containerd and the CNI plugins write to whatever their configuration says
+# (/var/lib/kubelet/device-plugins, /var/log/containers, libcni's cache, containerd's shim
+# sockets in /run/containerd/s, pod network namespaces): private copies from the state folder.
+# A mount point missing on the machine is made (an empty folder) and listed for `down` to remove.
+for p in /run /var/lib/kubelet /var/lib/cni /var/log/containers; do
+  if [ ! -d "$p" ]; then echo "$p" >>"$state/run/made-dirs"; mkdir -p "$p"; fi
+  private="$state/host${p//\//-}"
+  mkdir -p "$private"
+  mount --bind "$private" "$p"
+done
 for f in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops \
          kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
   mount --bind "$state/sysctl/${f##*/}" "/proc/sys/$f"
@@ -346,6 +367,10 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   restrict_oom_score_adj = true
   stream_server_address = "127.0.0.1"
   enable_selinux = false
+  # Pod network namespaces are bind mounts in the cluster's private mount namespace: keep their
+  # files under the state folder, not in the machine's /run/netns (where they would stay behind
+  # as empty files).
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$STATE/cni/net.d"
@@ -440,7 +465,7 @@ imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
 YAML
   spawn kubelet "$BIN/kubelet" --config "$STATE/kubelet.yaml" --kubeconfig "$STATE/kubelet.kubeconfig" \
-    --root-dir "$STATE/kubelet" --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --v 1
+    --root-dir "$STATE/kubelet" --cert-dir "$STATE/kubelet/pki" --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --v 1
 }
 
 start_kube_proxy() {
@@ -479,7 +504,7 @@ up() {
   need_root
   install_packages
   build_binaries
-  if [ -f "$STATE/run/holder.pid" ] || ip netns list | grep -qw "$NS"; then
+  if [ -f "$STATE/run/holder.pid" ] || [ -e "/run/netns/$NS" ]; then
     die "a cluster is up already (or was not torn down): run scripts/cluster.sh down"
   fi
   local started=$SECONDS
@@ -515,11 +540,8 @@ up() {
 
 down() {
   local started=$SECONDS name pid
-  # Pods first, so that the kubelet and containerd stop their containers while they still run.
-  if alive kubelet && alive kube-apiserver; then
-    kubectl_ns delete deployments,daemonsets,statefulsets,jobs --all --all-namespaces --wait=false >/dev/null 2>&1 || true
-    kubectl_ns delete pods --all --all-namespaces --grace-period=1 --timeout=30s >/dev/null 2>&1 || true
-  fi
+  # A throwaway cluster: no Pod is drained. The components get TERM (KILL after 10 s); the
+  # containers and containerd's shims are killed with whatever else is left in the cgroups.
   for name in kube-proxy kubelet kube-scheduler kube-controller-manager kube-apiserver etcd containerd registry; do
     pid="$(cat "$STATE/run/$name.pid" 2>/dev/null)" || continue
     kill -TERM "$pid" 2>/dev/null || true
@@ -533,7 +555,11 @@ down() {
   if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null || true; rm -f "$STATE/run/holder.pid" "$STATE/run/holder.ready"; fi
   for _ in $(seq 1 50); do [ -z "$(cgroup_pids)" ] && break; sleep 0.1; done
   remove_cgroups
-  if ip netns list | grep -qw "$NS"; then ip netns del "$NS"; fi
+  if [ -e "/run/netns/$NS" ]; then ip netns del "$NS"; fi
+  if [ -f "$STATE/run/made-dirs" ]; then
+    while read -r d; do rmdir "$d" 2>/dev/null || true; done <"$STATE/run/made-dirs"
+    rm -f "$STATE/run/made-dirs"
+  fi
   log "down in $((SECONDS - started))s (logs kept in $STATE/logs)"
 }
 
@@ -554,7 +580,8 @@ case "$cmd" in
   kubectl) need_root; kubectl_ns "$@" ;;
   exec)
     need_root
-    in_ns env KUBECONFIG="$STATE/admin.kubeconfig" REGISTRY="$REGISTRY" SSL_CERT_FILE="$STATE/pki/ca.crt" \
+    # shellcheck disable=SC2046  # as in kubectl_ns
+    in_ns env $(client_env) REGISTRY="$REGISTRY" SSL_CERT_FILE="$STATE/pki/ca.crt" \
       IVORY_CLUSTER_DIR="$STATE" PATH="$TOOLS:$BIN:$PATH" "$@" ;;
   _step) need_root; "$@" ;; # development: run internal steps one by one
   *) sed -n '2,14p' "$0" >&2; exit 2 ;;

@@ -55,7 +55,10 @@ YAML
 }
 
 install() {
-  [ -x "$IVORY_BIN" ] || { log "$IVORY_BIN missing: cargo build -p ivory"; exit 1; }
+  # Nothing can be downloaded inside the namespace: build these before, outside it.
+  [ -x "$IVORY_BIN" ] || { log "cannot install: $IVORY_BIN is missing (run cargo build -p ivory first)"; exit 1; }
+  [ -x "$ROOT/.tools/bin/helm" ] || { log "cannot install: no helm in .tools/bin (run scripts/install-deploy-tools.sh first)"; exit 1; }
+  export PATH="$ROOT/.tools/bin:$PATH"
   local ref repo digest
   log "image: scripts/image.sh --binary $IVORY_BIN --push $REGISTRY/ivory/ivory"
   ref="$("$ROOT/scripts/image.sh" --binary "$IVORY_BIN" --out "$STATE/image" --tag cluster \
