@@ -145,11 +145,11 @@ wait_for() {
   until "$@" >/dev/null 2>&1; do
     if [ -f "$STATE/run/$what.pid" ] && ! alive "$what"; then
       tail -n 30 "$STATE/logs/$what.log" >&2
-      die "$what exited during start-up (log: $STATE/logs/$what.log)"
+      die "$what exited during start-up (log: $STATE/logs/$what.log; scripts/cluster.sh down stops the rest)"
     fi
     if [ "$SECONDS" -ge "$deadline" ]; then
       tail -n 30 "$STATE/logs/$what.log" >&2 || true
-      die "$what not ready after ${secs}s (log: $STATE/logs/$what.log)"
+      die "$what not ready after ${secs}s (log: $STATE/logs/$what.log; scripts/cluster.sh down stops the rest)"
     fi
     sleep 1
   done
@@ -542,13 +542,19 @@ down() {
   local started=$SECONDS name pid
   # A throwaway cluster: no Pod is drained. The components get TERM (KILL after 10 s); the
   # containers and containerd's shims are killed with whatever else is left in the cgroups.
-  for name in kube-proxy kubelet kube-scheduler kube-controller-manager kube-apiserver etcd containerd registry; do
+  local pids=()
+  for name in $COMPONENTS; do
     pid="$(cat "$STATE/run/$name.pid" 2>/dev/null)" || continue
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
+    kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
     rm -f "$STATE/run/$name.pid"
   done
+  for _ in $(seq 1 100); do
+    local left=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && left=1; done
+    [ "$left" = 0 ] && break
+    sleep 0.1
+  done
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   # What is left in the cluster's cgroups: containerd's shims and their containers.
   for pid in $(cgroup_pids); do kill -KILL "$pid" 2>/dev/null || true; done
   pid="$(holder_pid || true)"
