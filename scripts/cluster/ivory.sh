@@ -85,11 +85,13 @@ install() {
   step "$IVORY_BIN" doctor
 }
 
-# The sample key policy (policies/samples/cosign-key.yaml) for this registry's demo/ repository
-# and the cluster's own cosign key pair (made by `verify` when missing).
+# policy [GLOB_PREFIX KEYFILE NAME]: the sample key policy (policies/samples/cosign-key.yaml)
+# for images under GLOB_PREFIX (default this registry's demo/ repositories) and KEYFILE (default
+# the cluster's own cosign key pair, made when missing), named NAME.
 policy() {
-  key_pair
-  awk -v host="$REGISTRY/demo" -v keyfile="$STATE/pki/cosign.pub" '
+  local prefix="${1:-$REGISTRY/demo}" keyfile="${2:-$STATE/pki/cosign.pub}" name="${3:-sample-cosign-key}"
+  [ $# -gt 0 ] || key_pair
+  awk -v host="$prefix" -v keyfile="$keyfile" -v keyname="${keyfile##*/}" -v name="$name" '
     /BEGIN PUBLIC KEY/ {
       indent = substr($0, 1, index($0, "-") - 1)
       while ((getline line < keyfile) > 0) print indent line
@@ -97,8 +99,27 @@ policy() {
     }
     skipping && /END PUBLIC KEY/ { skipping = 0; next }
     skipping { next }
-    { gsub("ghcr.io/acme", host); gsub("the acme release key", "the cluster key"); print }
+    /^  name: sample-cosign-key$/ { print "  name: " name; next }
+    { gsub("ghcr.io/acme", host); gsub("the acme release key", "the key " keyname); print }
   ' "$ROOT/policies/samples/cosign-key.yaml"
+}
+
+# push_fixture NAME: fixtures/oci/ivory/NAME into $REGISTRY/fixtures/NAME, every manifest of its
+# index.json in order (one crane push per manifest; tags from the ref.name annotations).
+push_fixture() {
+  local layout="$ROOT/fixtures/oci/ivory/$1" tmp n i tag digest
+  tmp="$(mktemp -d)"
+  ln -s "$layout/blobs" "$tmp/blobs"
+  cp "$layout/oci-layout" "$tmp/oci-layout"
+  n="$(jq '.manifests | length' "$layout/index.json")"
+  for ((i = 0; i < n; i++)); do
+    jq -c "{schemaVersion: 2, manifests: [.manifests[$i]]}" "$layout/index.json" >"$tmp/index.json"
+    tag="$(jq -r ".manifests[$i].annotations[\"org.opencontainers.image.ref.name\"] // empty" "$layout/index.json")"
+    digest="$(jq -r ".manifests[$i].digest" "$layout/index.json")"
+    "$ROOT/.tools/bin/crane" push "$tmp" "$REGISTRY/fixtures/$1:${tag:-push-$i}" >/dev/null 2>&1
+    log "pushed fixtures/$1 ${tag:-(by digest)} $digest"
+  done
+  rm -rf "$tmp"
 }
 
 key_pair() {
@@ -156,6 +177,24 @@ verify() {
   kubectl -n demo get rs -l app=unsigned \
     -o jsonpath='{range .items[*]}{.metadata.name}{": "}{range .status.conditions[*]}{.type}={.status} {.message}{"\n"}{end}{end}'
   [ -z "$(kubectl -n demo get pods -l app=unsigned -o name)" ] || { log "UNEXPECTED: an unsigned Pod exists"; exit 1; }
+
+  log "3. signatures made by cosign itself: the fixtures (fixtures/oci/ivory/sig-p256, signed with the key"
+  log "   of fixtures/keys/cosign-p256.pub; its image holds no program, so only admission is shown)"
+  push_fixture sig-p256
+  push_fixture unsigned
+  mkdir -p "$STATE/policies"
+  cp "$STATE/policy-pods.yaml" "$STATE/policies/demo.yaml"
+  policy "$REGISTRY/fixtures" "$ROOT/fixtures/keys/cosign-p256.pub" fixture-cosign-key >"$STATE/policies/fixtures.yaml"
+  step kubectl apply -f "$STATE/policies/fixtures.yaml"
+  "$IVORY_BIN" webhooks --policies "$STATE/policies" --service-namespace "$NS" --service-name ivory \
+    --ca-bundle "$STATE/ivory-certs/ca.crt" 2>/dev/null | kubectl apply -f -
+  sleep 3 # ivory's policy watch
+  step kubectl -n demo run fixture-signed --image="$REGISTRY/fixtures/sig-p256:v1" --restart=Never
+  kubectl -n demo get pod fixture-signed -o jsonpath='  spec image: {.spec.containers[0].image}{"\n"}'
+  if kubectl -n demo run fixture-unsigned --image="$REGISTRY/fixtures/unsigned:v1" --restart=Never; then
+    log "UNEXPECTED: the unsigned fixture was admitted"; exit 1
+  fi
+  kubectl -n demo delete pod fixture-signed --wait=false >/dev/null
 }
 
 # deployment NAME: a one-replica Deployment of $REGISTRY/demo/NAME:v1 (by tag).
@@ -187,6 +226,6 @@ case "${1:-}" in
   smoke) smoke ;;
   install) install ;;
   verify) verify ;;
-  policy) policy ;;
+  policy) shift; policy "$@" ;;
   *) sed -n '2,12p' "$0" >&2; exit 2 ;;
 esac
