@@ -540,7 +540,8 @@ up() {
 
 down() {
   local started=$SECONDS name pid
-  # A throwaway cluster: no Pod is drained. The components get TERM (KILL after 10 s); the
+  # A throwaway cluster: no Pod is drained. The components get TERM (KILL after 5 s: etcd and the
+  # API server take longer to end their watches, for nothing here); the
   # containers and containerd's shims are killed with whatever else is left in the cgroups.
   local pids=()
   for name in $COMPONENTS; do
@@ -548,7 +549,7 @@ down() {
     kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
     rm -f "$STATE/run/$name.pid"
   done
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 50); do
     local left=0
     for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && left=1; done
     [ "$left" = 0 ] && break
