@@ -31,13 +31,16 @@ new_module() {
   (cd "$dir" && go mod init "$name" >/dev/null 2>&1)
 }
 
-build_kube_apiserver() {
-  local out="$BIN/kube-apiserver-$KUBE_VERSION"
-  if [ -x "$out" ]; then log "kube-apiserver $KUBE_VERSION: cached"; return; fi
-  local dir="$CACHE/src/kube-apiserver-$KUBE_VERSION"
+# Builds k8s.io/kubernetes/cmd/$1 (kube-apiserver, kubelet, kube-controller-manager, ...) into
+# "$BIN/$1-$KUBE_VERSION", each in its own throwaway module.
+build_kube_cmd() {
+  local cmd="$1"
+  local out="$BIN/$cmd-$KUBE_VERSION"
+  if [ -x "$out" ]; then log "$cmd $KUBE_VERSION: cached"; return; fi
+  local dir="$CACHE/src/$cmd-$KUBE_VERSION"
   local started=$SECONDS
-  log "kube-apiserver $KUBE_VERSION: building (the first build takes 15-30 minutes on 2 cores)"
-  new_module "$dir" ivory-e2e/kube-apiserver
+  log "$cmd $KUBE_VERSION: building (the first Kubernetes build takes 15-30 minutes on 2 cores, later ones 3-10)"
+  new_module "$dir" "ivory-e2e/$cmd"
 
   local gomod
   gomod="$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^\s*"GoMod": "\(.*\)",$/\1/p')"
@@ -47,7 +50,7 @@ build_kube_apiserver() {
   [ -n "$staging" ] || { echo "build.sh: no staging replace lines found in $gomod" >&2; exit 1; }
 
   {
-    echo "module ivory-e2e/kube-apiserver"
+    echo "module ivory-e2e/$cmd"
     echo
     echo "go $(sed -n 's/^go \(.*\)/\1/p' "$gomod")"
     # Same GODEBUG defaults as the upstream build (they follow the main module's go.mod).
@@ -64,13 +67,14 @@ build_kube_apiserver() {
   local minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
   (
     cd "$dir"
-    go get "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION"
+    go get "k8s.io/kubernetes/cmd/$cmd@$KUBE_VERSION"
     CGO_ENABLED=0 nice go build -trimpath -o "$out.tmp" \
       -ldflags "-s -w -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean" \
-      k8s.io/kubernetes/cmd/kube-apiserver
+      "k8s.io/kubernetes/cmd/$cmd"
   )
   mv "$out.tmp" "$out"
-  log "kube-apiserver $KUBE_VERSION: built in $((SECONDS - started))s"
+  ln -sfn "$cmd-$KUBE_VERSION" "$BIN/$cmd"
+  log "$cmd $KUBE_VERSION: built in $((SECONDS - started))s"
 }
 
 build_etcd() {
@@ -90,11 +94,16 @@ build_etcd() {
   log "etcd $ETCD_VERSION: built in $((SECONDS - started))s"
 }
 
+# The node components used by scripts/cluster.sh (the end-to-end tests need only etcd and
+# kube-apiserver).
+CLUSTER_CMDS="kubelet kube-controller-manager kube-scheduler kube-proxy kubectl"
+
 case "${1:-all}" in
-  all) build_etcd; build_kube_apiserver ;;
+  all) build_etcd; build_kube_cmd kube-apiserver ;;
+  cluster) build_etcd; for c in kube-apiserver $CLUSTER_CMDS; do build_kube_cmd "$c"; done ;;
   etcd) build_etcd ;;
-  kube-apiserver) build_kube_apiserver ;;
-  *) echo "usage: build.sh [all|etcd|kube-apiserver]" >&2; exit 2 ;;
+  kube-apiserver | kubelet | kube-controller-manager | kube-scheduler | kube-proxy | kubectl) build_kube_cmd "$1" ;;
+  *) echo "usage: build.sh [all|cluster|etcd|kube-apiserver|kubelet|kube-controller-manager|kube-scheduler|kube-proxy|kubectl]" >&2; exit 2 ;;
 esac
 
 ln -sfn "etcd-$ETCD_VERSION" "$BIN/etcd"

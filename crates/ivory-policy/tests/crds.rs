@@ -1245,3 +1245,62 @@ fn kustomize_and_helm_render_the_shared_cache() {
     assert_eq!(volume["secret"]["secretName"], "cache-ca");
     assert_eq!(volume["secret"]["items"][0]["key"], "ca.crt");
 }
+
+#[test]
+fn helm_renders_the_registry_ca() {
+    let helm = tool("helm");
+    let render = |extra: &[&str]| {
+        let mut cmd = Command::new(&helm);
+        cmd.args([
+            "template",
+            "ivory",
+            "deploy/helm/ivory",
+            "--namespace",
+            "ivory-system",
+            "--kube-version",
+            "1.32.0",
+        ]);
+        cmd.args(extra);
+        let docs = documents(&run(&mut cmd));
+        docs.into_iter()
+            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "ivory")
+            .expect("ivory Deployment")
+    };
+    let ca_args = |d: &Value| -> Vec<String> {
+        d["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|a| a.starts_with("--registry-ca"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let plain = render(&[]);
+    assert!(ca_args(&plain).is_empty(), "no --registry-ca by default");
+
+    let with_ca = render(&[
+        "--set",
+        "registryCA.configMap=registry-ca,registryCA.key=root.pem",
+    ]);
+    assert_eq!(
+        ca_args(&with_ca),
+        ["--registry-ca=/etc/ivory/registry-ca/root.pem"]
+    );
+    let pod = &with_ca["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "registry-ca")
+        .expect("registry-ca volume");
+    assert_eq!(volume["configMap"]["name"], "registry-ca");
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "registry-ca")
+        .expect("registry-ca mount");
+    assert_eq!(mount["mountPath"], "/etc/ivory/registry-ca");
+    assert_eq!(mount["readOnly"], true);
+}
