@@ -111,6 +111,25 @@ impl<I> WatchedIo<I> {
         self.poll_expired(cx, "write_stalled").map(Err)
     }
 
+    /// A write's outcome: progress counts as activity, a write that cannot proceed waits at
+    /// most until the idle timeout.
+    fn after_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        written: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match written {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.active();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => self.poll_stalled(cx),
+        }
+    }
+
     /// Ready with the error once `last + idle` has passed; counts it under `reason`.
     fn poll_expired(&mut self, cx: &mut Context<'_>, reason: &str) -> Poll<io::Error> {
         let at = self.last + self.idle;
@@ -158,16 +177,8 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for WatchedIo<I> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_write(cx, buf) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    this.active();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.poll_stalled(cx),
-        }
+        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.after_write(cx, written)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -184,16 +195,8 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for WatchedIo<I> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    this.active();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.poll_stalled(cx),
-        }
+        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.after_write(cx, written)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -8,7 +8,7 @@ use futures::future::join_all;
 use ivory_testkit::{HostileOptions, HostileRedis, HostileServer, RedisAttack, RedisServer};
 use serde_json::Value;
 
-use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, pod_review, policy};
+use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, peak_rss_kib, pod_review, policy};
 
 /// Bound on the extra peak memory of one hostile answer.
 const ONE_MIB_BOUND: u64 = 16;
@@ -16,16 +16,6 @@ const ONE_MIB_BOUND: u64 = 16;
 const MANY_MIB_BOUND: u64 = 64;
 /// Concurrent admission requests per run.
 const CONCURRENT: usize = 32;
-
-/// Peak resident set of `pid` in KiB.
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
 
 /// Pins the digest (reads no manifest body).
 const PIN: &str = "/ivpol/mutate/pin";

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use crate::util::{Ivory, Tls, eventually, pod_review, policy};
+use crate::util::{Ivory, Tls, eventually, peak_rss_kib, pod_review, policy};
 
 /// Largest body the server takes by default (`--body-limit`).
 const BODY_LIMIT: usize = 3 * 1024 * 1024;
@@ -23,16 +23,6 @@ const HELD_BODIES: usize = 300;
 /// Extra peak memory allowed over the budget: connection state, TLS buffers, the allocator.
 const SLACK_MIB: u64 = 96;
 const VALIDATE: &str = "/ivpol/validate/noop";
-
-/// Peak resident set of `pid` in KiB.
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
 
 /// `ivory serve` with one policy that needs no registry, and `extra` flags.
 async fn start(dir: &std::path::Path, extra: &[&str]) -> Ivory {
@@ -49,6 +39,15 @@ async fn start(dir: &std::path::Path, extra: &[&str]) -> Ivory {
     let mut args = vec!["--policies".to_string(), policies.display().to_string()];
     args.extend(extra.iter().map(|s| (*s).to_string()));
     Ivory::start(&tls, &args).await
+}
+
+/// Judges one review (so caches and buffers are warm) and returns it, ivory's pid and its peak
+/// RSS so far: the baseline an attack is measured against.
+async fn warm(ivory: &Ivory) -> (serde_json::Value, u32, u64) {
+    let review = pod_review("warm", &["example.invalid/app:v1"]);
+    assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
+    let pid = ivory.child.id().unwrap();
+    (review, pid, peak_rss_kib(pid))
 }
 
 /// A TLS client trusting only the test CA, offering `alpn`.
@@ -147,10 +146,7 @@ async fn partial_bodies_cannot_pin_memory_past_the_body_budget() {
         &["--body-budget", &budget, "--body-timeout", "20s"],
     )
     .await;
-    let review = pod_review("warm", &["example.invalid/app:v1"]);
-    assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
-    let pid = ivory.child.id().unwrap();
-    let base = peak_rss_kib(pid);
+    let (review, pid, base) = warm(&ivory).await;
 
     let tls = connector(&ivory.ca_pem, &[b"http/1.1"]);
     let started = Instant::now();
@@ -294,10 +290,7 @@ async fn connections_past_the_cap_are_closed_and_memory_stays_bounded() {
         &["--max-connections", &cap, "--header-timeout", "60s"],
     )
     .await;
-    let review = pod_review("warm", &["example.invalid/app:v1"]);
-    assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
-    let pid = ivory.child.id().unwrap();
-    let base = peak_rss_kib(pid);
+    let (_, pid, base) = warm(&ivory).await;
 
     // Every slot taken by a TLS connection that sent half a header line (the test's own
     // client holds one of them, idle).
@@ -367,10 +360,7 @@ async fn multiplexed_partial_bodies_share_the_same_budget() {
         &["--body-budget", &budget, "--body-timeout", "20s"],
     )
     .await;
-    let review = pod_review("warm", &["example.invalid/app:v1"]);
-    assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
-    let pid = ivory.child.id().unwrap();
-    let base = peak_rss_kib(pid);
+    let (review, pid, base) = warm(&ivory).await;
 
     let tls = connect(&ivory, &connector(&ivory.ca_pem, &[b"h2"]))
         .await
@@ -490,10 +480,7 @@ async fn a_client_that_reads_no_answers_cannot_hold_a_connection() {
 async fn rapid_reset_streams_cost_nothing_lasting() {
     let dir = tempfile::tempdir().unwrap();
     let ivory = start(dir.path(), &[]).await;
-    let review = pod_review("warm", &["example.invalid/app:v1"]);
-    assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
-    let pid = ivory.child.id().unwrap();
-    let base = peak_rss_kib(pid);
+    let (review, pid, base) = warm(&ivory).await;
     let tls = connect(&ivory, &connector(&ivory.ca_pem, &[b"h2"]))
         .await
         .unwrap();
