@@ -18,6 +18,16 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/e2e/versions.sh
 source "$ROOT/scripts/e2e/versions.sh"
+# shellcheck source=scripts/lib/needs.sh
+source "$ROOT/scripts/lib/needs.sh"
+# The CNI plugins are not on PATH: their bridge plugin's path stands for the package. crane pushes
+# the base images; helm is for scripts/cluster/ivory.sh (nothing can be downloaded inside the
+# namespace, so both are built here).
+needs_pkgs containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins \
+  iptables:iptables conntrack:conntrack ip:iproute2 docker-registry:docker-registry \
+  openssl:openssl busybox:busybox-static curl:curl jq:jq nsenter:util-linux
+needs_tools crane helm
+needs_done
 CACHE="${IVORY_E2E_CACHE:-$HOME/.cache/ivory-e2e}"
 BIN="$CACHE/bin"
 STATE="${IVORY_CLUSTER_DIR:-$HOME/.cache/ivory-cluster}"
@@ -37,7 +47,6 @@ API_PORT=6443
 READY_TIMEOUT="${IVORY_CLUSTER_READY_TIMEOUT:-180}"
 
 COMPONENTS="registry containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy"
-DEB_PACKAGES="containerd runc containernetworking-plugins iptables conntrack iproute2 docker-registry openssl busybox-static curl jq util-linux"
 
 log() { echo "[cluster $(date -u +%H:%M:%S)] $*" >&2; }
 die() { echo "cluster.sh: $*" >&2; exit 1; }
@@ -48,19 +57,6 @@ need_root() {
   [ "$(id -u)" = 0 ] || die "cannot run: needs root (network namespace, cgroups, containerd)"
 }
 
-install_packages() {
-  local missing=()
-  for p in $DEB_PACKAGES; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return
-  command -v apt-get >/dev/null || die "cannot run: Debian packages missing (${missing[*]}) and no apt-get"
-  log "apt-get install ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >&2 || {
-    DEBIAN_FRONTEND=noninteractive apt-get update >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >&2
-  }
-}
 
 build_binaries() {
   local absent=0
@@ -71,10 +67,6 @@ build_binaries() {
     command -v go >/dev/null || die "cannot run: Kubernetes binaries missing in $BIN and no go command to build them"
     nice "$ROOT/scripts/e2e/build.sh" cluster
   fi
-  # crane pushes the base images; helm is for scripts/cluster/ivory.sh (nothing can be
-  # downloaded inside the namespace, so both are built here).
-  if [ ! -x "$TOOLS/crane" ]; then nice "$ROOT/scripts/install-tools.sh" image; fi
-  if [ ! -x "$TOOLS/helm" ]; then nice "$ROOT/scripts/install-deploy-tools.sh"; fi
 }
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -503,7 +495,6 @@ YAML
 
 up() {
   need_root
-  install_packages
   build_binaries
   if [ -f "$STATE/run/holder.pid" ] || [ -e "/run/netns/$NS" ]; then
     die "a cluster is up already (or was not torn down): run scripts/cluster.sh down"

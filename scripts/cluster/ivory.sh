@@ -16,6 +16,14 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 STATE="$IVORY_CLUSTER_DIR"
 IVORY_BIN="${IVORY_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/ivory}"
 NS=ivory-system
+# scripts/cluster.sh up installed these (nothing can be downloaded inside the namespace);
+# kubectl is on PATH through scripts/cluster.sh exec.
+# shellcheck source=scripts/lib/needs.sh
+source "$ROOT/scripts/lib/needs.sh"
+needs_pkgs curl:curl jq:jq openssl:openssl
+needs_cmds kubectl
+needs_tools crane helm
+needs_done
 
 log() { echo "[ivory.sh $(date -u +%H:%M:%S)] $*" >&2; }
 step() { log "\$ $*"; "$@"; }
@@ -112,7 +120,7 @@ push_fixture() {
   ln -s "$layout/blobs" "$tmp/blobs"
   cp "$layout/oci-layout" "$tmp/oci-layout"
   n="$(jq '.manifests | length' "$layout/index.json")"
-  for ((i = 0; i < n; i++)); do
+  for i in $(seq 0 $((n - 1))); do
     jq -c "{schemaVersion: 2, manifests: [.manifests[$i]]}" "$layout/index.json" >"$tmp/index.json"
     tag="$(jq -r ".manifests[$i].annotations[\"org.opencontainers.image.ref.name\"] // empty" "$layout/index.json")"
     digest="$(jq -r ".manifests[$i].digest" "$layout/index.json")"
@@ -128,6 +136,21 @@ key_pair() {
   openssl pkcs8 -topk8 -nocrypt -in "$STATE/pki/cosign.key.sec1" -out "$STATE/pki/cosign.key"
   openssl pkey -in "$STATE/pki/cosign.key" -pubout -out "$STATE/pki/cosign.pub"
   rm -f "$STATE/pki/cosign.key.sec1"
+}
+
+# The API server's audit log (Metadata level) records ivory's verified-images audit annotation on
+# the create of each signed Pod: the digest that was verified and the key that signed it.
+audited_evidence() {
+  local digest="$1" events
+  events="$(jq -c 'select(.verb == "create" and .objectRef.resource == "pods"
+      and .objectRef.namespace == "demo" and .stage == "ResponseComplete")
+    | .annotations // {} | to_entries[] | select(.key | endswith("/verified-images")) | .value' \
+    "$STATE/logs/audit.log")"
+  if ! grep -q "$digest" <<<"$events"; then
+    log "UNEXPECTED: no audit event names the verified digest $digest"; exit 1
+  fi
+  log "the API server's audit log, verified-images of the signed Pods' creates:"
+  head -n 1 <<<"$events" | jq -r 'fromjson | .[] | "  \(.image)  key \(.key)  policy \(.policy)"'
 }
 
 verify() {
@@ -170,6 +193,7 @@ verify() {
   step kubectl -n demo rollout status deployment/signed --timeout=120s
   kubectl -n demo get deploy signed -o jsonpath='  template image: {.spec.template.spec.containers[0].image}{"\n"}'
   pods_images signed
+  audited_evidence "${signed#*@}"
   step kubectl -n demo apply -f - <<<"$(deployment unsigned)"
   sleep 10
   log "the unsigned Deployment: no Pod; its ReplicaSet says why"

@@ -11,10 +11,17 @@
 # Runs crane from .tools/bin (SSL_CERT_FILE must name the registry's CA when it is a test CA).
 set -euo pipefail
 
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+# shellcheck source=scripts/lib/needs.sh
+source "$root/scripts/lib/needs.sh"
+needs_pkgs jq:jq openssl:openssl
+needs_tools crane
+needs_done
+
 key="$1" ref="$2"
 repo="${ref%@*}" digest="${ref#*@}"
 [[ "$digest" == sha256:* && "$repo" != "$ref" ]] || { echo "sign.sh: give REPOSITORY@sha256:DIGEST" >&2; exit 2; }
-crane="$(cd "$(dirname "$0")/../.." && pwd)/.tools/bin/crane"
+crane="$root/.tools/bin/crane"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
