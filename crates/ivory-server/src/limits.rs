@@ -241,43 +241,45 @@ mod tests {
         h
     }
 
+    /// Reads `len` bytes sent whole with a declared length, under a body limit of 80.
+    async fn declared(len: usize, budget: &BodyBudget) -> Result<ReadBody, BodyError> {
+        read_body(
+            &with_length(len),
+            Body::from(vec![1u8; len]),
+            &limits(80),
+            budget,
+        )
+        .await
+    }
+
+    /// Reads `frames` frames of 10 bytes without a declared length, under a body limit of 80.
+    async fn streamed(frames: usize, budget: &BodyBudget) -> Result<ReadBody, BodyError> {
+        let chunks =
+            futures::stream::iter((0..frames).map(|_| Ok::<_, std::io::Error>(vec![0u8; 10])));
+        read_body(
+            &HeaderMap::new(),
+            Body::from_stream(chunks),
+            &limits(80),
+            budget,
+        )
+        .await
+    }
+
     #[tokio::test]
     async fn bodies_hold_their_bytes_of_the_budget_until_dropped() {
         let budget = BodyBudget::new(100);
-        let first = read_body(
-            &with_length(60),
-            Body::from(vec![1u8; 60]),
-            &limits(80),
-            &budget,
-        )
-        .await
-        .unwrap();
+        let first = declared(60, &budget).await.unwrap();
         assert_eq!(first.bytes.len(), 60);
         assert_eq!(budget.available(), 40);
         // A declared length the budget cannot cover is refused before anything is read.
-        let refused = read_body(
-            &with_length(50),
-            Body::from(vec![1u8; 50]),
-            &limits(80),
-            &budget,
-        )
-        .await
-        .unwrap_err();
+        let refused = declared(50, &budget).await.unwrap_err();
         assert!(matches!(
             refused,
             BodyError::BudgetExhausted { budget: 100 }
         ));
         // Without a declared length the budget is taken frame by frame.
-        let chunks = futures::stream::iter((0..5).map(|_| Ok::<_, std::io::Error>(vec![0u8; 10])));
-        let streamed = read_body(
-            &HeaderMap::new(),
-            Body::from_stream(chunks),
-            &limits(80),
-            &budget,
-        )
-        .await
-        .unwrap_err();
-        assert!(matches!(streamed, BodyError::BudgetExhausted { .. }));
+        let refused = streamed(5, &budget).await.unwrap_err();
+        assert!(matches!(refused, BodyError::BudgetExhausted { .. }));
         assert_eq!(
             budget.available(),
             40,
@@ -290,24 +292,9 @@ mod tests {
     #[tokio::test]
     async fn oversized_and_slow_bodies_are_refused() {
         let budget = BodyBudget::new(1000);
-        let big = read_body(
-            &with_length(81),
-            Body::from(vec![1u8; 81]),
-            &limits(80),
-            &budget,
-        )
-        .await
-        .unwrap_err();
+        let big = declared(81, &budget).await.unwrap_err();
         assert!(matches!(big, BodyError::TooLarge { limit: 80 }));
-        let chunks = futures::stream::iter((0..9).map(|_| Ok::<_, std::io::Error>(vec![0u8; 10])));
-        let undeclared = read_body(
-            &HeaderMap::new(),
-            Body::from_stream(chunks),
-            &limits(80),
-            &budget,
-        )
-        .await
-        .unwrap_err();
+        let undeclared = streamed(9, &budget).await.unwrap_err();
         assert!(matches!(undeclared, BodyError::TooLarge { .. }));
         let stalled = futures::stream::pending::<Result<Vec<u8>, std::io::Error>>();
         let slow = read_body(

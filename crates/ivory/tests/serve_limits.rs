@@ -41,6 +41,13 @@ async fn start(dir: &std::path::Path, extra: &[&str]) -> Ivory {
     Ivory::start(&tls, &args).await
 }
 
+/// `ivory serve` with the test's body budget, and a body timeout long enough that no held body
+/// times out before all of an attack's connections are made.
+async fn start_with_budget(dir: &std::path::Path) -> Ivory {
+    let budget = (BUDGET_MIB * 1024 * 1024).to_string();
+    start(dir, &["--body-budget", &budget, "--body-timeout", "20s"]).await
+}
+
 /// Judges one review (so caches and buffers are warm) and returns it, ivory's pid and its peak
 /// RSS so far: the baseline an attack is measured against.
 async fn warm(ivory: &Ivory) -> (serde_json::Value, u32, u64) {
@@ -139,13 +146,7 @@ fn counter(metrics: &str, name: &str, reason: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partial_bodies_cannot_pin_memory_past_the_body_budget() {
     let dir = tempfile::tempdir().unwrap();
-    let budget = (BUDGET_MIB * 1024 * 1024).to_string();
-    // Long enough that no held body times out before all connections are made.
-    let ivory = start(
-        dir.path(),
-        &["--body-budget", &budget, "--body-timeout", "20s"],
-    )
-    .await;
+    let ivory = start_with_budget(dir.path()).await;
     let (review, pid, base) = warm(&ivory).await;
 
     let tls = connector(&ivory.ca_pem, &[b"http/1.1"]);
@@ -354,12 +355,7 @@ async fn multiplexed_partial_bodies_share_the_same_budget() {
     const STREAMS: usize = 200;
     const SENT: usize = 1024 * 1024;
     let dir = tempfile::tempdir().unwrap();
-    let budget = (BUDGET_MIB * 1024 * 1024).to_string();
-    let ivory = start(
-        dir.path(),
-        &["--body-budget", &budget, "--body-timeout", "20s"],
-    )
-    .await;
+    let ivory = start_with_budget(dir.path()).await;
     let (review, pid, base) = warm(&ivory).await;
 
     let tls = connect(&ivory, &connector(&ivory.ca_pem, &[b"h2"]))
