@@ -7,8 +7,10 @@
 #   scripts/demo.sh            builds (release) first; installs curl, jq and docker-registry
 #                              (Debian packages) when missing
 #
-# IVORY_DEMO_PROFILE=debug uses debug builds (the test suite does); IVORY_BIN overrides the ivory
-# binary. Everything it starts is stopped on exit.
+# IVORY_DEMO_PROFILE=debug uses debug builds (the test suite does); IVORY_BIN and
+# IVORY_REGISTRY_BIN give the ivory and ivory-testkit-registry binaries, and with both nothing is
+# built (the test suite's own binaries: a `cargo build` here would relink them under tests that
+# are running them). Everything it starts is stopped on exit.
 set -euo pipefail
 [ -n "${IVORY_DEMO_TRACE:-}" ] && set -x
 cd "$(dirname "$0")/.."
@@ -22,9 +24,12 @@ needs_done
 profile=${IVORY_DEMO_PROFILE:-release}
 build_flags=()
 [ "$profile" = release ] && build_flags=(--release)
-cargo build --quiet --locked "${build_flags[@]}" -p ivory -p ivory-testkit --bins
+if [ -z "${IVORY_BIN:-}" ] || [ -z "${IVORY_REGISTRY_BIN:-}" ]; then
+  cargo build --quiet --locked "${build_flags[@]}" -p ivory -p ivory-testkit --bins
+fi
 target=${CARGO_TARGET_DIR:-target}/$profile
 ivory=${IVORY_BIN:-$target/ivory}
+registry=${IVORY_REGISTRY_BIN:-$target/ivory-testkit-registry}
 
 work=$(mktemp -d)
 pids=()
@@ -47,7 +52,7 @@ wait_for() {
 }
 
 # The registry, with both fixture images pushed.
-"$target/ivory-testkit-registry" fixtures/oci/ivory/sig-p256 fixtures/oci/ivory/unsigned \
+"$registry" fixtures/oci/ivory/sig-p256 fixtures/oci/ivory/unsigned \
   >"$work/registry.out" 2>&1 &
 pids+=($!)
 wait_for "$work/registry.out" '^ready '

@@ -23,6 +23,9 @@ fn demo_pins_admits_denies_and_admits_from_cache() {
         .arg(repo_root().join("scripts/demo.sh"))
         .env("IVORY_DEMO_PROFILE", "debug")
         .env("IVORY_BIN", BIN)
+        // The suite's own binaries: a `cargo build` of a different feature set would relink
+        // target/debug/ivory under the tests running it (the dogfood test's two image builds).
+        .envs(registry_bin().map(|r| ("IVORY_REGISTRY_BIN", r)))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -79,4 +82,12 @@ fn demo_pins_admits_denies_and_admits_from_cache() {
         after.parse::<u64>().unwrap() > before.parse::<u64>().unwrap(),
         "the second admission is a cache hit: {stdout}"
     );
+}
+
+/// `ivory-testkit-registry` beside the `ivory` binary under test (same target folder and
+/// profile), when it is there: `cargo test --workspace` builds it for ivory-testkit's own tests.
+/// Without it the demo builds both binaries itself.
+fn registry_bin() -> Option<std::path::PathBuf> {
+    let registry = std::path::Path::new(BIN).with_file_name("ivory-testkit-registry");
+    registry.exists().then_some(registry)
 }
