@@ -114,31 +114,13 @@ fuzz_target!(|data: &[u8]| {
         Some(DIGEST)
     );
 
+    // The registry client parses with the same crate now (one image reference type); what it
+    // would fetch must still be what every other part judged.
     let fetched = ivory_registry::parse_reference(input)
         .unwrap_or_else(|e| panic!("registry client refuses {input:?} the parser accepted: {e}"));
     assert_eq!(
-        (
-            fetched.resolve_registry(),
-            fetched.repository(),
-            fetched.digest()
-        ),
+        (fetched.registry(), fetched.repository(), fetched.digest()),
         (parsed.registry(), parsed.repository(), parsed.digest()),
         "registry client would fetch another image than {input:?}"
     );
-    if let Ok(read_back) = fetched.whole().parse::<oci_client::Reference>() {
-        assert_eq!(
-            (
-                read_back.resolve_registry(),
-                read_back.repository(),
-                read_back.digest()
-            ),
-            (
-                fetched.resolve_registry(),
-                fetched.repository(),
-                fetched.digest()
-            ),
-            "oci-client reads {:?} (from {input:?}) as another image",
-            fetched.whole()
-        );
-    }
 });
