@@ -155,19 +155,23 @@ impl FileSource {
         loop {
             tokio::time::sleep(interval).await;
             let now = self.read_blocking().await;
-            if now == last {
-                return now;
+            if let (Some(now), Some(before)) = (&now, &last)
+                && now == before
+            {
+                return now.clone();
             }
             tracing::info!("policy files are changing; waiting for them to settle");
             last = now;
         }
     }
 
-    async fn read_blocking(&self) -> PolicyFiles {
+    /// [`Self::read`] off the async workers; `None` when the read did not finish (the task
+    /// panicked or was cancelled), which must never read as "no policy files".
+    async fn read_blocking(&self) -> Option<PolicyFiles> {
         let source = self.clone();
         tokio::task::spawn_blocking(move || source.read())
             .await
-            .unwrap_or_default()
+            .ok()
     }
 
     /// Loads `files`, records the outcome in `store` and `metrics`, and logs it.
@@ -211,7 +215,9 @@ impl FileSource {
         let mut candidate: Option<PolicyFiles> = None;
         loop {
             tick.tick().await;
-            let now = self.read_blocking().await;
+            let Some(now) = self.read_blocking().await else {
+                continue;
+            };
             match next_step(&applied, candidate.as_ref(), now) {
                 Step::Unchanged => candidate = None,
                 Step::Settling(now) => {

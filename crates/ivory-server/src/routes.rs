@@ -18,7 +18,7 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use futures::future::{BoxFuture, FutureExt as _};
 use ivory_engine::admission::shape::{ShapeError, check_shape};
 use ivory_engine::admission::{
@@ -135,54 +135,38 @@ impl AppState {
 /// The router with all routes (bodies are read by the handlers, under [`HttpLimits`]).
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/ivpol/mutate/{*names}", post(ivpol_mutate))
-        .route("/ivpol/validate/{*names}", post(ivpol_validate))
-        .route("/nivpol/mutate/{*names}", post(nivpol_mutate))
-        .route("/nivpol/validate/{*names}", post(nivpol_validate))
+        .route(
+            "/ivpol/mutate/{*names}",
+            admission(Call::new(Stage::Mutate, false)),
+        )
+        .route(
+            "/ivpol/validate/{*names}",
+            admission(Call::new(Stage::Validate, false)),
+        )
+        .route(
+            "/nivpol/mutate/{*names}",
+            admission(Call::new(Stage::Mutate, true)),
+        )
+        .route(
+            "/nivpol/validate/{*names}",
+            admission(Call::new(Stage::Validate, true)),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(state)
 }
 
-/// The parts of an admission call a handler takes: path, query, headers and the unread body.
-type Parts = (Path<String>, RawQuery, HeaderMap, Body);
-
-async fn ivpol_mutate(
-    s: State<AppState>,
-    p: Path<String>,
-    q: RawQuery,
-    h: HeaderMap,
-    b: Body,
-) -> Response {
-    admit(s, Call::new(Stage::Mutate, false), (p, q, h, b)).await
-}
-async fn ivpol_validate(
-    s: State<AppState>,
-    p: Path<String>,
-    q: RawQuery,
-    h: HeaderMap,
-    b: Body,
-) -> Response {
-    admit(s, Call::new(Stage::Validate, false), (p, q, h, b)).await
-}
-async fn nivpol_mutate(
-    s: State<AppState>,
-    p: Path<String>,
-    q: RawQuery,
-    h: HeaderMap,
-    b: Body,
-) -> Response {
-    admit(s, Call::new(Stage::Mutate, true), (p, q, h, b)).await
-}
-async fn nivpol_validate(
-    s: State<AppState>,
-    p: Path<String>,
-    q: RawQuery,
-    h: HeaderMap,
-    b: Body,
-) -> Response {
-    admit(s, Call::new(Stage::Validate, true), (p, q, h, b)).await
+/// The handler of one admission route: path, query, headers and the unread body, judged as
+/// `call`.
+fn admission(call: Call) -> MethodRouter<AppState> {
+    post(
+        move |state: State<AppState>,
+              path: Path<String>,
+              query: RawQuery,
+              headers: HeaderMap,
+              body: Body| { admit(state, call, path, query, headers, body) },
+    )
 }
 
 /// Which route a request came in on.
@@ -213,8 +197,14 @@ impl Call {
 /// A finished request: the metrics outcome label and the HTTP response.
 type Answer = (&'static str, Response);
 
-async fn admit(State(state): State<AppState>, call: Call, parts: Parts) -> Response {
-    let (Path(names), RawQuery(query), headers, body) = parts;
+async fn admit(
+    State(state): State<AppState>,
+    call: Call,
+    Path(names): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let reading = Instant::now();
     let body = match read_body(&headers, body, &state.limits, &state.body_budget).await {
         Ok(body) => body,
