@@ -10,6 +10,8 @@
 #   scripts/cluster.sh kubectl …   kubectl against the cluster (run inside the namespace)
 #   scripts/cluster.sh exec CMD …  any command inside the namespace, with KUBECONFIG, REGISTRY,
 #                                  SSL_CERT_FILE (the cluster CA) and PATH (.tools/bin, kubectl)
+#   scripts/cluster.sh restart kube-apiserver    stop the API server (TERM) and start it again
+#   scripts/cluster.sh registry block|unblock    drop / let through packets to the registry
 #
 # State (certificates, logs, data) lives in IVORY_CLUSTER_DIR (default ~/.cache/ivory-cluster);
 # Kubernetes binaries come from scripts/e2e/build.sh's cache (IVORY_E2E_CACHE). Needs root.
@@ -21,12 +23,13 @@ source "$ROOT/scripts/e2e/versions.sh"
 # shellcheck source=scripts/lib/needs.sh
 source "$ROOT/scripts/lib/needs.sh"
 # The CNI plugins are not on PATH: their bridge plugin's path stands for the package. crane pushes
-# the base images; helm is for scripts/cluster/ivory.sh (nothing can be downloaded inside the
+# the base images; helm and kustomize are for scripts/cluster/ivory.sh (nothing can be downloaded
+# inside the
 # namespace, so both are built here).
 needs_pkgs containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins \
   iptables:iptables conntrack:conntrack ip:iproute2 docker-registry:docker-registry \
-  openssl:openssl busybox:busybox-static curl:curl jq:jq nsenter:util-linux
-needs_tools crane helm
+  openssl:openssl busybox:busybox-static curl:curl jq:jq nsenter:util-linux gawk:gawk pgrep:procps
+needs_tools crane helm kustomize
 needs_done
 CACHE="${IVORY_E2E_CACHE:-$HOME/.cache/ivory-e2e}"
 BIN="$CACHE/bin"
@@ -562,6 +565,31 @@ down() {
   log "down in $((SECONDS - started))s (logs kept in $STATE/logs)"
 }
 
+# restart_apiserver: TERM (KILL after 10 s), start it again with the same flags, wait for /readyz.
+# Its log of the previous run is kept as kube-apiserver.log.1; the audit log is appended to.
+restart_apiserver() {
+  local pid
+  pid="$(cat "$STATE/run/kube-apiserver.pid")" || die "the API server is not running"
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  mv -f "$STATE/logs/kube-apiserver.log" "$STATE/logs/kube-apiserver.log.1"
+  start_apiserver
+  wait_for kube-apiserver "$READY_TIMEOUT" kubectl_ns get --raw /readyz
+}
+
+# registry block|unblock: a DROP rule for the registry's port in the namespace, so that its
+# clients (ivory's Pods, containerd) see an unreachable registry: connections and packets of
+# open connections vanish, nothing answers (worse than a refused connection).
+REGISTRY_BLOCK=(INPUT -p tcp -d "$NODE_IP" --dport 5000 -m comment --comment ivory-cluster-registry-block -j DROP)
+registry_block() {
+  case "${1:-}" in
+    block) in_ns iptables -C "${REGISTRY_BLOCK[@]}" 2>/dev/null || in_ns iptables -I "${REGISTRY_BLOCK[@]}" ;;
+    unblock) while in_ns iptables -D "${REGISTRY_BLOCK[@]}" 2>/dev/null; do :; done ;;
+    *) die "registry block|unblock" ;;
+  esac
+}
+
 status() {
   local name
   for name in holder $COMPONENTS; do
@@ -577,11 +605,16 @@ case "$cmd" in
   down) need_root; down ;;
   status) status ;;
   kubectl) need_root; kubectl_ns "$@" ;;
+  restart)
+    need_root
+    [ "${1:-}" = kube-apiserver ] || die "restart: only kube-apiserver can be restarted"
+    restart_apiserver ;;
+  registry) need_root; registry_block "$@" ;;
   exec)
     need_root
     # shellcheck disable=SC2046  # as in kubectl_ns
     in_ns env $(client_env) REGISTRY="$REGISTRY" SSL_CERT_FILE="$STATE/pki/ca.crt" \
       IVORY_CLUSTER_DIR="$STATE" PATH="$TOOLS:$BIN:$PATH" "$@" ;;
   _step) need_root; "$@" ;; # development: run internal steps one by one
-  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,17p' "$0" >&2; exit 2 ;;
 esac

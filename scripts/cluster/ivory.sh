@@ -6,6 +6,7 @@
 #   scripts/cluster.sh exec scripts/cluster/ivory.sh smoke     a Deployment + Service of busybox (milestone A)
 #   scripts/cluster.sh exec scripts/cluster/ivory.sh install   image, Helm chart, policy, webhooks, doctor (B)
 #   scripts/cluster.sh exec scripts/cluster/ivory.sh verify    a signed Deployment runs, an unsigned one is denied (C)
+#   scripts/cluster.sh exec scripts/cluster/ivory.sh kustomize the kustomize path (deploy/), checked, then removed
 #
 # IVORY_BIN: the ivory binary to package and to run `ivory webhooks`/`ivory doctor` with
 # (default $CARGO_TARGET_DIR/debug/ivory, else target/debug/ivory).
@@ -20,13 +21,23 @@ NS=ivory-system
 # kubectl is on PATH through scripts/cluster.sh exec.
 # shellcheck source=scripts/lib/needs.sh
 source "$ROOT/scripts/lib/needs.sh"
-needs_pkgs curl:curl jq:jq openssl:openssl
+needs_pkgs curl:curl jq:jq openssl:openssl file:file
 needs_cmds kubectl
-needs_tools crane helm
+needs_tools crane helm kustomize
 needs_done
 
 log() { echo "[ivory.sh $(date -u +%H:%M:%S)] $*" >&2; }
 step() { log "\$ $*"; "$@"; }
+# retry SECONDS CMD…: CMD again every 3 s until it succeeds (its last output shown), at most SECONDS.
+retry() {
+  local deadline=$((SECONDS + $1)) out; shift
+  log "\$ $*"
+  until out="$("$@" 2>&1)"; do
+    [ "$SECONDS" -lt "$deadline" ] || { echo "$out"; return 1; }
+    sleep 3
+  done
+  echo "$out"
+}
 
 smoke() {
   kubectl create namespace smoke --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -62,35 +73,98 @@ YAML
   for _ in 1 2 3 4; do curl -fsS --max-time 5 "http://$ip/index.html"; done
 }
 
-install() {
+# push_image: scripts/image.sh packs IVORY_BIN and pushes it; sets IMAGE_REPO and IMAGE_DIGEST.
+push_image() {
   # Nothing can be downloaded inside the namespace: build these before, outside it.
   [ -x "$IVORY_BIN" ] || { log "cannot install: $IVORY_BIN is missing (run cargo build -p ivory first)"; exit 1; }
   [ -x "$ROOT/.tools/bin/helm" ] || { log "cannot install: no helm in .tools/bin (run scripts/install-deploy-tools.sh first)"; exit 1; }
   export PATH="$ROOT/.tools/bin:$PATH"
-  local ref repo digest
+  local ref
   log "image: scripts/image.sh --binary $IVORY_BIN --push $REGISTRY/ivory/ivory"
   ref="$("$ROOT/scripts/image.sh" --binary "$IVORY_BIN" --out "$STATE/image" --tag cluster \
     --push "$REGISTRY/ivory/ivory")"
-  repo="${ref%@*}" digest="${ref#*@}"
-  log "pushed $ref"
+  IMAGE_REPO="${ref%@*}" IMAGE_DIGEST="${ref#*@}"
+  log "pushed $ref ($(file -b "$IVORY_BIN" | grep -o 'static-pie linked\|statically linked\|dynamically linked'))"
+}
 
+# prerequisites: the namespace, the serving certificate's Secret (deploy/certs/make-certs.sh),
+# the registry CA's ConfigMap, and the PolicyReport CRDs (Kyverno's, in deploy/crds/kyverno:
+# ivory writes reports only when they are installed before it starts).
+prerequisites() {
   kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   step "$ROOT/deploy/certs/make-certs.sh" --out "$STATE/ivory-certs" --namespace "$NS" --service ivory >/dev/null
   step kubectl apply -f "$STATE/ivory-certs/secret.yaml"
   kubectl -n "$NS" create configmap registry-ca --from-file=ca.crt="$SSL_CERT_FILE" \
     --dry-run=client -o yaml | kubectl apply -f -
+  step kubectl apply -f "$ROOT/deploy/crds/kyverno/wgpolicyk8s.io_policyreports.yaml" \
+    -f "$ROOT/deploy/crds/kyverno/wgpolicyk8s.io_clusterpolicyreports.yaml"
+}
+
+# register POLICY_FILE: the policy, then the webhooks `ivory webhooks` derives from it.
+register() {
+  step kubectl apply -f "$1"
+  log "\$ ivory webhooks --policies $1 --service-namespace $NS --service-name ivory --ca-bundle $STATE/ivory-certs/ca.crt | kubectl apply -f -"
+  "$IVORY_BIN" webhooks --policies "$1" --service-namespace "$NS" --service-name ivory \
+    --ca-bundle "$STATE/ivory-certs/ca.crt" | kubectl apply -f -
+}
+
+install() {
+  push_image
+  prerequisites
   step helm upgrade --install ivory "$ROOT/deploy/helm/ivory" -n "$NS" \
-    --set image.repository="$repo" --set image.digest="$digest" \
+    --set image.repository="$IMAGE_REPO" --set image.digest="$IMAGE_DIGEST" \
     --set replicaCount=2 --set podDisruptionBudget.minAvailable=1 \
     --set registryCA.configMap=registry-ca --wait --timeout 5m
   kubectl -n "$NS" get deploy,pods,pdb,svc,endpointslices -o wide
-
   policy >"$STATE/policy.yaml"
-  step kubectl apply -f "$STATE/policy.yaml"
-  log "\$ ivory webhooks --policies $STATE/policy.yaml --service-namespace $NS --service-name ivory --ca-bundle $STATE/ivory-certs/ca.crt | kubectl apply -f -"
-  "$IVORY_BIN" webhooks --policies "$STATE/policy.yaml" --service-namespace "$NS" --service-name ivory \
-    --ca-bundle "$STATE/ivory-certs/ca.crt" | kubectl apply -f -
-  step "$IVORY_BIN" doctor
+  register "$STATE/policy.yaml"
+  retry 30 "$IVORY_BIN" doctor
+}
+
+# The kustomize path of deploy/README.md: an overlay over deploy/ made with `kustomize create` and
+# `kustomize edit` (the image by digest, 2 replicas, PDB minAvailable 1, the registry CA), then
+# `kubectl apply -k`; webhooks;
+# doctor; a signed Pod admitted and pinned, an unsigned one denied. Then everything it made in
+# the namespace goes (the namespace itself, and the cluster-wide RBAC objects), so that
+# `install` (Helm) starts clean; the CRDs stay (Helm skips CRDs that exist).
+install_kustomize() {
+  push_image
+  prerequisites
+  local overlay="$STATE/kustomize"
+  rm -rf "$overlay"; mkdir -p "$overlay"
+  cp "$SSL_CERT_FILE" "$overlay/registry-ca.crt"
+  (
+    cd "$overlay"
+    step kustomize create --resources "$(realpath --relative-to=. "$ROOT/deploy")"
+    step kustomize edit set image "ghcr.io/ivory/ivory=$IMAGE_REPO@$IMAGE_DIGEST"
+    step kustomize edit set replicas ivory=2
+    step kustomize edit add patch --kind PodDisruptionBudget --name ivory \
+      --patch '[{"op": "replace", "path": "/spec/minAvailable", "value": 1}]'
+    step kustomize edit add patch --kind Deployment --name ivory --patch '[
+      {"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--registry-ca=/etc/ivory/registry-ca/ca.crt"},
+      {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-", "value": {"name": "registry-ca", "mountPath": "/etc/ivory/registry-ca", "readOnly": true}},
+      {"op": "add", "path": "/spec/template/spec/volumes/-", "value": {"name": "registry-ca", "configMap": {"name": "registry-ca"}}}]'
+  )
+  cat "$overlay/kustomization.yaml"
+  step kubectl apply -k "$overlay"
+  step kubectl -n "$NS" rollout status deployment/ivory --timeout=300s
+  kubectl -n "$NS" get deploy,pods,pdb,svc -o wide
+  key_pair
+  policy >"$STATE/policy.yaml"
+  register "$STATE/policy.yaml"
+  retry 30 "$IVORY_BIN" doctor
+  demo_images
+  kubectl create namespace kustomize-check --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  step kubectl -n kustomize-check run signed --image="$REGISTRY/demo/signed:v1" --restart=Never -- sleep 5
+  kubectl -n kustomize-check get pod signed -o jsonpath='  spec image: {.spec.containers[0].image}{"\n"}'
+  [[ "$(kubectl -n kustomize-check get pod signed -o jsonpath='{.spec.containers[0].image}')" == *@sha256:* ]] ||
+    { log "UNEXPECTED: the signed Pod was not pinned"; exit 1; }
+  if kubectl -n kustomize-check run unsigned --image="$REGISTRY/demo/unsigned:v1" --restart=Never; then
+    log "UNEXPECTED: the unsigned Pod was admitted"; exit 1
+  fi
+  log "kustomize path done; removing it for the Helm install"
+  kubectl delete namespace kustomize-check "$NS" --wait=true >/dev/null
+  kubectl delete clusterrole,clusterrolebinding -l app.kubernetes.io/part-of=ivory >/dev/null
 }
 
 # policy [GLOB_PREFIX KEYFILE NAME]: the sample key policy (policies/samples/cosign-key.yaml)
@@ -153,16 +227,22 @@ audited_evidence() {
   head -n 1 <<<"$events" | jq -r 'fromjson | .[] | "  \(.image)  key \(.key)  policy \(.policy)"'
 }
 
-verify() {
+# demo_images: demo/signed:v1 and demo/unsigned:v1, busybox with different labels (so different
+# digests); the first gets a signature of the cluster's cosign key. Sets SIGNED and UNSIGNED.
+demo_images() {
   key_pair
-  local crane="$ROOT/.tools/bin/crane" signed unsigned
-  # Two images with different digests: demo/signed gets a signature, demo/unsigned does not.
+  local crane="$ROOT/.tools/bin/crane"
   "$crane" mutate "$REGISTRY/library/busybox:1" --label ivory.demo=signed -t "$REGISTRY/demo/signed:v1" >/dev/null 2>&1
   "$crane" mutate "$REGISTRY/library/busybox:1" --label ivory.demo=unsigned -t "$REGISTRY/demo/unsigned:v1" >/dev/null 2>&1
-  signed="$REGISTRY/demo/signed@$("$crane" digest "$REGISTRY/demo/signed:v1")"
-  unsigned="$REGISTRY/demo/unsigned@$("$crane" digest "$REGISTRY/demo/unsigned:v1")"
-  step "$ROOT/scripts/cluster/sign.sh" "$STATE/pki/cosign.key" "$signed"
-  log "signed $signed; not signed $unsigned"
+  SIGNED="$REGISTRY/demo/signed@$("$crane" digest "$REGISTRY/demo/signed:v1")"
+  UNSIGNED="$REGISTRY/demo/unsigned@$("$crane" digest "$REGISTRY/demo/unsigned:v1")"
+  step "$ROOT/scripts/cluster/sign.sh" "$STATE/pki/cosign.key" "$SIGNED"
+  log "signed $SIGNED; not signed $UNSIGNED"
+}
+
+verify() {
+  demo_images
+  local signed="$SIGNED"
 
   # A rerun starts from the sample policy and an empty namespace.
   kubectl delete namespace demo --ignore-not-found --wait=true >/dev/null
@@ -249,6 +329,7 @@ pods_images() {
 case "${1:-}" in
   smoke) smoke ;;
   install) install ;;
+  kustomize) install_kustomize ;;
   verify) verify ;;
   policy) shift; policy "$@" ;;
   *) sed -n '2,12p' "$0" >&2; exit 2 ;;

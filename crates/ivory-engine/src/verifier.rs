@@ -298,6 +298,17 @@ pub trait ImageVerifier: Send + Sync {
         platform: &'a ImagePlatform,
         deadline: Instant,
     ) -> BoxFuture<'a, Result<serde_json::Value, VerifyError>>;
+
+    /// This verifier as a background scan that started at `since` uses it: a verdict reached
+    /// before `since` is reached again rather than reused, so a signature removed from the
+    /// registry or a key no longer trusted shows up at the next scan and not only when the
+    /// cached verdict expires; verdicts reached since `since` are reused, so a digest that many
+    /// Pods run is verified once per scan. `None` (the default): this verifier keeps no
+    /// verdicts and is used as it is.
+    fn revalidating(&self, since: Instant) -> Option<Box<dyn ImageVerifier + '_>> {
+        let _ = since;
+        None
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,9 @@
 //!
 //! Load is bounded: Pods are scanned `concurrency` at a time, each under its own deadline, and
 //! verifications go through the verifier's digest-keyed cache and coalescing, so a digest that
-//! a thousand Pods run is verified once per cache lifetime.
+//! a thousand Pods run is verified once per scan: a verdict cached before the scan started is
+//! reached again ([`ImageVerifier::revalidating`]), so that a signature removed from the
+//! registry shows up at the next scan rather than when its cached verdict expires.
 //!
 //! Each Pod is judged as a CREATE of itself (Kyverno's background scanner synthesises one, with
 //! an empty userInfo) in which every container image the kubelet reports a digest for is
@@ -26,6 +28,7 @@ use ivory_engine::admission::{
 };
 use ivory_engine::exceptions::{Exceptions, Partition};
 use ivory_engine::validate;
+use ivory_engine::verifier::ImageVerifier;
 use ivory_policy::CompiledPolicy;
 use ivory_policy::types::PolicyKind;
 use k8s_openapi::api::core::v1::Pod;
@@ -120,10 +123,24 @@ pub async fn scan_once(
     let requests: Vec<AdmissionRequest> =
         pods.state().iter().filter_map(|p| request_for(p)).collect();
     let count = requests.len();
+    // Verdicts cached before this scan are reached again: a scan is how a signature removed
+    // from the registry shows up before its cached verdict expires.
+    let revalidating = state.verifier.revalidating(Instant::now());
+    let verifier = revalidating.as_deref().unwrap_or(state.verifier.as_ref());
     futures::stream::iter(requests)
         .for_each_concurrent(settings.concurrency.max(1), |req| {
             let (policies, exceptions) = (&policies, exceptions.as_ref());
-            async move { judge(state, policies, exceptions, &req, settings.pod_budget).await }
+            async move {
+                judge(
+                    state,
+                    verifier,
+                    policies,
+                    exceptions,
+                    &req,
+                    settings.pod_budget,
+                )
+                .await
+            }
         })
         .await;
     count
@@ -131,6 +148,7 @@ pub async fn scan_once(
 
 async fn judge(
     state: &AppState,
+    verifier: &dyn ImageVerifier,
     policies: &[Arc<CompiledPolicy>],
     exceptions: Option<&Exceptions>,
     req: &AdmissionRequest,
@@ -163,14 +181,8 @@ async fn judge(
             skipped: Vec::new(),
         },
     };
-    let mut decision = validate::validate(
-        state.verifier.as_ref(),
-        &evaluate,
-        &req,
-        ns_object.as_ref(),
-        deadline,
-    )
-    .await;
+    let mut decision =
+        validate::validate(verifier, &evaluate, &req, ns_object.as_ref(), deadline).await;
     decision.results.extend(skipped);
     audit::after_background(
         &state.metrics,

@@ -1167,3 +1167,82 @@ async fn ballooning_signature_and_attestation_blobs_are_not_verified_with_the_re
         assert!(!reason.contains("balloon"), "{what}: {reason}");
     }
 }
+
+/// A background scan's view (`revalidating`) reaches again a verdict cached before the scan
+/// started: a signature deleted from the registry shows up at the scan, not when the cached
+/// positive verdict expires (an hour by default); the scan's verdict then serves the rest of the
+/// scan and the admissions that follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_scan_notices_a_deleted_signature_and_admissions_follow_it() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let v = verifier(&h);
+    let repo = push(&h, "sig-p256").await;
+    let digest = v
+        .resolve_digest(&format!("{repo}:v1"), None, soon())
+        .await
+        .unwrap();
+    let req = request(
+        format!("{repo}@{digest}"),
+        key_attestor(&key("cosign-p256.pub")),
+        None,
+    );
+    assert!(v.verify(&req, soon()).await.unwrap().is_verified());
+
+    // Distribution deletes a manifest by its digest only.
+    let client = h.http_client().unwrap();
+    let sig_tag = format!(
+        "{}/v2/ivory/sig-p256/manifests/{}.sig",
+        h.base_url(),
+        digest.replace(':', "-")
+    );
+    let head = client
+        .head(&sig_tag)
+        .header(
+            "Accept",
+            "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json",
+        )
+        .send()
+        .await
+        .unwrap();
+    let sig_digest = head.headers()["docker-content-digest"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let deleted = client
+        .delete(format!(
+            "{}/v2/ivory/sig-p256/manifests/{sig_digest}",
+            h.base_url()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status().as_u16(), 202, "{deleted:?}");
+
+    h.reset_requests();
+    assert!(
+        v.verify(&req, soon()).await.unwrap().is_verified(),
+        "an admission keeps the cached verdict"
+    );
+    assert!(h.requests().is_empty());
+
+    let scan = v
+        .revalidating(Instant::now())
+        .expect("CosignVerifier caches verdicts, so it has a revalidating view");
+    let rescanned = scan.verify(&req, soon()).await.unwrap();
+    assert!(!rescanned.is_verified(), "{rescanned:?}");
+    assert!(!h.requests().is_empty(), "the scan read the registry");
+
+    h.reset_requests();
+    assert_eq!(scan.verify(&req, soon()).await.unwrap(), rescanned);
+    assert!(
+        h.requests().is_empty(),
+        "a verdict reached during the scan serves the rest of it"
+    );
+    assert_eq!(
+        v.verify(&req, soon()).await.unwrap(),
+        rescanned,
+        "admissions follow the scan's verdict"
+    );
+}

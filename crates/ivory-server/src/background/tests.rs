@@ -195,3 +195,128 @@ async fn a_scan_verifies_running_digests_bounded_and_reports_them() {
         assert_eq!(result.result, expected, "{update:?}");
     }
 }
+
+/// A verifier whose cache still says every image is verified (as after a signature was deleted
+/// from the registry); its revalidating view is `fresh`, which reads the "registry".
+#[derive(Default)]
+struct StaleCache {
+    fresh: Recording,
+    since: Mutex<Option<Instant>>,
+}
+
+/// `StaleCache`'s revalidating view.
+struct Fresh<'a>(&'a Recording);
+
+impl ImageVerifier for Fresh<'_> {
+    fn resolve_digest<'a>(
+        &'a self,
+        image: &'a str,
+        credentials: Option<&'a Credentials>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        self.0.resolve_digest(image, credentials, deadline)
+    }
+
+    fn verify<'a>(
+        &'a self,
+        request: &'a VerifyRequest,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
+        self.0.verify(request, deadline)
+    }
+
+    fn image_data<'a>(
+        &'a self,
+        image: &'a str,
+        credentials: Option<&'a Credentials>,
+        platform: &'a ivory_engine::verifier::ImagePlatform,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
+        self.0.image_data(image, credentials, platform, deadline)
+    }
+}
+
+impl ImageVerifier for StaleCache {
+    fn resolve_digest<'a>(
+        &'a self,
+        image: &'a str,
+        credentials: Option<&'a Credentials>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        self.fresh.resolve_digest(image, credentials, deadline)
+    }
+
+    fn verify<'a>(
+        &'a self,
+        request: &'a VerifyRequest,
+        _: Instant,
+    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
+        let digest = request.image.rsplit_once('@').map(|(_, d)| d.to_owned());
+        async move {
+            Ok(Verification::Verified {
+                digest: digest.unwrap_or_default(),
+                payload: None,
+                signer: None,
+            })
+        }
+        .boxed()
+    }
+
+    fn image_data<'a>(
+        &'a self,
+        image: &'a str,
+        credentials: Option<&'a Credentials>,
+        platform: &'a ivory_engine::verifier::ImagePlatform,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
+        self.fresh
+            .image_data(image, credentials, platform, deadline)
+    }
+
+    fn revalidating(&self, since: Instant) -> Option<Box<dyn ImageVerifier + '_>> {
+        *self.since.lock().unwrap_or_else(|e| e.into_inner()) = Some(since);
+        Some(Box::new(Fresh(&self.fresh)))
+    }
+}
+
+#[tokio::test]
+async fn a_scan_judges_through_the_revalidating_view_not_the_cached_verdicts() {
+    let (pods, mut writer) = reflector::store::<Pod>();
+    writer.apply_watcher_event(&Event::Init);
+    for n in 1..=2 {
+        writer.apply_watcher_event(&Event::InitApply(pod(n)));
+    }
+    writer.apply_watcher_event(&Event::InitDone);
+    let verifier = Arc::new(StaleCache::default());
+    let sink = Arc::new(Sink::default());
+    let mut state = AppState::new(
+        verifier.clone(),
+        Arc::new(PolicyStore::with_policies(vec![policy()])),
+        Arc::new(Metrics::new()),
+    );
+    state.reports = Some(sink.clone());
+    let before = Instant::now();
+    assert_eq!(
+        scan_once(&pods, &state, &BackgroundSettings::default()).await,
+        2
+    );
+    let since = verifier
+        .since
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .expect("the scan asked for a revalidating view");
+    assert!(since >= before && since <= Instant::now());
+    let updates = sink.0.lock().unwrap_or_else(|e| e.into_inner());
+    let result_of = |uid: &str| {
+        updates
+            .iter()
+            .find(|u| u.subject.uid == uid)
+            .map(|u| u.results[0].result)
+    };
+    assert_eq!(result_of("uid-1"), Some(Status::Pass));
+    assert_eq!(
+        result_of("uid-2"),
+        Some(Status::Fail),
+        "the stale cached verdict was not used"
+    );
+}

@@ -77,20 +77,37 @@ pub(super) struct ResultKey {
     pub(super) attestation: Option<String>,
 }
 
+/// A cached verdict and when it was reached: a background scan reaches again a verdict
+/// reached before it started ([`CosignVerifier::verify_request`]'s `fresh_since`).
+#[derive(Clone, Debug)]
+pub(super) struct Stamped {
+    pub(super) at: Instant,
+    pub(super) verdict: Verification,
+}
+
+impl Stamped {
+    pub(super) fn now(verdict: Verification) -> Self {
+        Self {
+            at: Instant::now(),
+            verdict,
+        }
+    }
+}
+
 /// Positive verdicts live `verified_ttl`, negative ones `negative_ttl`.
 pub(super) struct VerdictExpiry {
     pub(super) verified: Duration,
     pub(super) negative: Duration,
 }
 
-impl Expiry<ResultKey, Verification> for VerdictExpiry {
+impl Expiry<ResultKey, Stamped> for VerdictExpiry {
     fn expire_after_create(
         &self,
         _: &ResultKey,
-        v: &Verification,
+        v: &Stamped,
         _: std::time::Instant,
     ) -> Option<Duration> {
-        Some(if v.is_verified() {
+        Some(if v.verdict.is_verified() {
             self.verified
         } else {
             self.negative
@@ -143,7 +160,7 @@ impl CosignVerifier {
             &self.inner.tag_counters,
             key,
             deadline,
-            |_| false,
+            |_| Cached::Positive,
             |budget| deadline_error(image, "resolving the digest", budget),
             load,
         )
@@ -151,8 +168,20 @@ impl CosignVerifier {
     }
 }
 
-/// Looks `key` up; on a miss, runs `load` once for all concurrent callers of the same key.
-/// Errors are never cached. Three rules hold here, and only here:
+/// What a cached value is to the caller of [`coalesced`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Cached {
+    /// Served, counted as a hit.
+    Positive,
+    /// Served, counted as a hit and a negative hit.
+    Negative,
+    /// Not served: reached again as on a miss.
+    Stale,
+}
+
+/// Looks `key` up; on a miss (or a cached value `classify` calls stale), runs `load` once for all
+/// concurrent callers of the same key. Errors are never cached. Three rules hold here, and
+/// only here:
 ///
 /// 1. **Own deadline.** Each caller waits until its own `deadline` only: one that gives up gets
 ///    a deadline error while the shared load goes on for the callers still waiting.
@@ -173,7 +202,7 @@ pub(super) async fn coalesced<K, V>(
     counters: &Arc<CacheCounters>,
     key: K,
     deadline: Instant,
-    is_negative: impl Fn(&V) -> bool,
+    classify: impl Fn(&V) -> Cached,
     deadline_err: impl FnOnce(Duration) -> VerifyError,
     load: impl Fn() -> BoxFuture<'static, Result<V, VerifyError>>,
 ) -> Result<V, VerifyError>
@@ -183,11 +212,17 @@ where
 {
     let budget = deadline.saturating_duration_since(Instant::now());
     if let Some(v) = cache.get(&key).await {
-        counters.hits.fetch_add(1, Ordering::Relaxed);
-        if is_negative(&v) {
-            counters.negative_hits.fetch_add(1, Ordering::Relaxed);
+        let class = classify(&v);
+        if class != Cached::Stale {
+            counters.hits.fetch_add(1, Ordering::Relaxed);
+            if class == Cached::Negative {
+                counters.negative_hits.fetch_add(1, Ordering::Relaxed);
+            }
+            return Ok(v);
         }
-        return Ok(v);
+        // Callers that find the stale value before the load below replaces it reach the verdict
+        // again too; they coalesce with this load.
+        cache.invalidate(&key).await;
     }
     let attempts = async {
         let mut retried = false;
@@ -364,15 +399,15 @@ mod tests {
             attestation: None,
         };
         let now = std::time::Instant::now();
-        let yes = Verification::Verified {
+        let yes = Stamped::now(Verification::Verified {
             digest: "d".into(),
             payload: None,
             signer: None,
-        };
-        let no = Verification::NotVerified {
+        });
+        let no = Stamped::now(Verification::NotVerified {
             digest: None,
             reason: "x".into(),
-        };
+        });
         assert_eq!(
             e.expire_after_create(&key, &yes, now),
             Some(Duration::from_secs(60))

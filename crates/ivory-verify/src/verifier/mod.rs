@@ -47,8 +47,8 @@ use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
 
 pub use cache::CacheStats;
 use cache::{
-    AttestorMemo, CacheCounters, ResultKey, SHARED_LOAD_CAP, TagKey, VerdictExpiry, attestor_hash,
-    coalesced,
+    AttestorMemo, CacheCounters, Cached, ResultKey, SHARED_LOAD_CAP, Stamped, TagKey,
+    VerdictExpiry, attestor_hash, coalesced,
 };
 pub use shared::{Lookup, SharedCache};
 use shared::{Shared, SharedLoad, hint_name, through, verdict_name};
@@ -109,7 +109,7 @@ struct Inner {
     config: VerifierConfig,
     credentials: CredentialsResolver,
     tags: Cache<TagKey, String>,
-    results: Cache<ResultKey, Verification>,
+    results: Cache<ResultKey, Stamped>,
     plans: moka::sync::Cache<[u8; 32], Arc<Result<Plan, Rejection>>>,
     tag_counters: Arc<CacheCounters>,
     result_counters: Arc<CacheCounters>,
@@ -232,10 +232,14 @@ impl CosignVerifier {
         (plan, hash)
     }
 
+    /// Answers `request` from the verdict cache or the registry. With `fresh_since`, a cached
+    /// verdict reached before then is reached again, and the cache shared with other replicas is
+    /// neither read nor written (its entries carry no time a scan could compare with).
     async fn verify_request(
         &self,
         request: &VerifyRequest,
         deadline: Instant,
+        fresh_since: Option<Instant>,
     ) -> Result<Verification, VerifyError> {
         // Verdicts that do not depend on the image (unsupported or malformed attestor, notary,
         // KMS, referrer attestations) need no registry round trip.
@@ -295,7 +299,8 @@ impl CosignVerifier {
         );
         // Built on a miss only: naming hashes the key.
         let load = || {
-            let shared = self.inner.shared.clone().map(|l2| SharedLoad {
+            let l2 = self.inner.shared.clone().filter(|_| fresh_since.is_none());
+            let shared = l2.map(|l2| SharedLoad {
                 name: verdict_name(&at.digest, &at.repo_key(), &hash, predicate.as_deref()),
                 l2,
                 digest: Some(at.digest.clone()),
@@ -308,7 +313,7 @@ impl CosignVerifier {
                     .await
             }
             .boxed();
-            match shared {
+            let load = match shared {
                 None => load,
                 Some(shared) => through(
                     shared,
@@ -322,18 +327,28 @@ impl CosignVerifier {
                     load,
                 )
                 .boxed(),
-            }
+            };
+            load.map(|verdict| verdict.map(Stamped::now)).boxed()
         };
         coalesced(
             &self.inner.results,
             &self.inner.result_counters,
             key,
             deadline,
-            |v| !v.is_verified(),
+            |v| {
+                if fresh_since.is_some_and(|since| v.at < since) {
+                    Cached::Stale
+                } else if v.verdict.is_verified() {
+                    Cached::Positive
+                } else {
+                    Cached::Negative
+                }
+            },
             |budget| deadline_error(&request.image, "verifying signatures", budget),
             load,
         )
         .await
+        .map(|v| v.verdict)
     }
 
     /// Fetches and checks signatures for one cache miss. The source where this repository's
@@ -493,7 +508,7 @@ impl ImageVerifier for CosignVerifier {
             &request.image,
             "verifying signatures",
             deadline,
-            self.verify_request(request, deadline),
+            self.verify_request(request, deadline, None),
         )
         .boxed()
     }
@@ -516,6 +531,57 @@ impl ImageVerifier for CosignVerifier {
             .await
         }
         .boxed()
+    }
+
+    fn revalidating(&self, since: Instant) -> Option<Box<dyn ImageVerifier + '_>> {
+        Some(Box::new(Revalidating {
+            verifier: self,
+            since,
+        }))
+    }
+}
+
+/// [`CosignVerifier`] for a background scan that started at `since` (see
+/// [`ImageVerifier::revalidating`]).
+struct Revalidating<'a> {
+    verifier: &'a CosignVerifier,
+    since: Instant,
+}
+
+impl ImageVerifier for Revalidating<'_> {
+    fn resolve_digest<'a>(
+        &'a self,
+        image: &'a str,
+        credentials: Option<&'a PolicyCredentials>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        self.verifier.resolve_digest(image, credentials, deadline)
+    }
+
+    fn verify<'a>(
+        &'a self,
+        request: &'a VerifyRequest,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
+        bounded(
+            &request.image,
+            "verifying signatures",
+            deadline,
+            self.verifier
+                .verify_request(request, deadline, Some(self.since)),
+        )
+        .boxed()
+    }
+
+    fn image_data<'a>(
+        &'a self,
+        image: &'a str,
+        credentials: Option<&'a PolicyCredentials>,
+        platform: &'a ImagePlatform,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
+        self.verifier
+            .image_data(image, credentials, platform, deadline)
     }
 }
 
