@@ -7,7 +7,8 @@
 #   scripts/cluster.sh exec scripts/cluster/matrix.sh [SCENARIO…]
 #
 # Scenarios (all by default, in this order): baseline, rollout (kubectl rollout restart),
-# sigkill (SIGKILL to the replica holding the API server's connection), evict (every ivory Pod
+# sigkill three times (SIGKILL to the serving process of the replica holding the API server's
+# connection), sigkill-main (to that replica's main process: the container), evict (every ivory Pod
 # through the Eviction API, which honours the PodDisruptionBudget), apiserver (the kube-apiserver
 # restarts), registry (the registry drops every packet for 30 s).
 #
@@ -117,25 +118,44 @@ fault_rollout() {
 
 # The API server holds one HTTP/2 connection to the webhook Service; conntrack names the Pod it
 # went to. That replica is the worst one to kill: its in-flight requests die with it.
-fault_sigkill() {
-  local svc_ip pod_ip pod uid pid
+target_pod() {
+  local svc_ip pod_ip pod
   svc_ip="$(kubectl -n "$NS" get service ivory -o jsonpath='{.spec.clusterIP}')"
   pod_ip="$(conntrack -L -p tcp --orig-dst "$svc_ip" --state ESTABLISHED 2>/dev/null |
-    sed -n 's/.* src=\([0-9.]*\) dst=[0-9.]* sport=[0-9]* dport=[0-9]* \[ASSURED\].*/\1/p; s/.*src=[0-9.]* dst=[0-9.]* sport=[0-9]* dport=[0-9]* src=\([0-9.]*\) .*/\1/p' | head -n 1)"
+    sed -n 's/.*src=[0-9.]* dst=[0-9.]* sport=[0-9]* dport=[0-9]* src=\([0-9.]*\) .*/\1/p' | head -n 1)"
   pod="$(ivory_pods | awk -v ip="$pod_ip" '$2 == ip {print $1}')"
   [ -n "$pod" ] || pod="$(ivory_pods | awk 'NR == 1 {print $1}')"
-  uid="$(kubectl -n "$NS" get pod "$pod" -o jsonpath='{.metadata.uid}')"
+  echo "$pod $pod_ip"
+}
+
+# ivory_pids POD: the ivory processes of POD (its cgroup names the Pod's UID), parent first.
+ivory_pids() {
+  local uid p
+  uid="$(kubectl -n "$NS" get pod "$1" -o jsonpath='{.metadata.uid}')"
   for p in $(pgrep -x ivory); do
-    if grep -q "${uid//-/_}\|$uid" "/proc/$p/cgroup" 2>/dev/null; then pid="$p"; fi
-  done
-  [ -n "${pid:-}" ] || { echo "no ivory process of Pod $pod"; return 1; }
-  echo "SIGKILL to pid $pid: Pod $pod ($pod_ip), the one the API server's connection went to"
+    if grep -q "${uid//-/_}\|$uid" "/proc/$p/cgroup" 2>/dev/null; then echo "$p"; fi
+  done | sort -n
+}
+
+# kill_replica WHICH: SIGKILL to the serving process (`serving`: the one doing the work, which
+# the OOM killer and crashes end; the chart's --supervise parent then starts another on the
+# same socket) or to the container's main process (`main`: the whole container goes, as with
+# `kill -9 1` or a runtime kill), until both replicas are Ready again.
+kill_replica() {
+  local pod ip pids pid
+  read -r pod ip <<<"$(target_pod)"
+  mapfile -t pids < <(ivory_pids "$pod")
+  [ ${#pids[@]} -gt 0 ] || { echo "no ivory process of Pod $pod"; return 1; }
+  if [ "$1" = main ]; then pid="${pids[0]}"; else pid="${pids[${#pids[@]} - 1]}"; fi
+  echo "SIGKILL to pid $pid ($1 process; processes of the Pod: ${pids[*]}): Pod $pod ($ip), the one the API server's connection went to"
   kill -KILL "$pid"
-  # Until the kubelet has restarted it and it is Ready again.
   sleep 2
   wait_ivory_ready
   kubectl -n "$NS" get pods -l app.kubernetes.io/name=ivory -o wide
+  echo "processes of $pod now: $(ivory_pids "$pod" | tr '\n' ' ')"
 }
+fault_sigkill() { kill_replica serving; }
+fault_sigkill_main() { kill_replica main; }
 
 # kubectl drain without the cordon (a one-node cluster would have nowhere to put the
 # replacements): each Pod through the Eviction API, retried while the PDB refuses it.
@@ -225,7 +245,7 @@ main() {
     jq '[.items[].webhooks[] | select(.clientConfig.service.namespace == "'"$NS"'") | .timeoutSeconds] | max // 10')"
   declare -gA PAYLOAD=([signed]="$(pod_json signed)" [unsigned]="$(pod_json unsigned)")
   kubectl create namespace "$LOAD_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-  local all=(baseline rollout sigkill evict apiserver registry)
+  local all=(baseline rollout sigkill sigkill sigkill sigkill-main evict apiserver registry)
   [ $# -gt 0 ] && all=("$@")
   local s n ran=""
   for s in "${all[@]}"; do
@@ -236,7 +256,8 @@ main() {
     case "$s" in
       baseline) scenario "baseline$SUFFIX" "no fault: 20 s of load" fault_baseline ;;
       rollout) scenario "rollout$SUFFIX" "kubectl rollout restart deployment/ivory, until the rollout is complete" fault_rollout ;;
-      sigkill) scenario "sigkill$SUFFIX" "SIGKILL to the ivory process of the replica the API server's connection goes to, until both replicas are Ready again" fault_sigkill ;;
+      sigkill) scenario "sigkill$SUFFIX" "SIGKILL to the serving ivory process of the replica the API server's connection goes to (as the OOM killer or a crash ends it), until both replicas are Ready again" fault_sigkill ;;
+      sigkill-main) scenario "sigkill-main$SUFFIX" "SIGKILL to the container's main process of the replica the API server's connection goes to (the whole container goes), until both replicas are Ready again" fault_sigkill_main ;;
       evict) scenario "evict$SUFFIX" "every ivory Pod evicted through the Eviction API (retried while the PodDisruptionBudget refuses), until the replacements are Ready" fault_evict ;;
       apiserver) scenario "apiserver$SUFFIX" "the kube-apiserver stopped (SIGTERM) and started again, until /readyz answers" fault_apiserver ;;
       registry) scenario "registry$SUFFIX" "every packet to the registry dropped for 30 s (iptables DROP in the cluster's namespace)" fault_registry ;;

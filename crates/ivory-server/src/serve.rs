@@ -42,10 +42,14 @@ pub enum Listen {
 }
 
 /// How [`serve`] listens and shuts down: address, TLS, drain time, certificate reloading.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct ServeOptions {
     /// The address the admission routes listen on.
     pub addr: SocketAddr,
+    /// A socket already listening on `addr`, inherited from the process that started this one
+    /// (`ivory serve --supervise`): served instead of binding `addr`, so that connections made
+    /// while this process was being replaced wait in its backlog instead of being refused.
+    pub inherited: Option<std::net::TcpListener>,
     /// TLS or plain HTTP.
     pub listen: Listen,
     /// In-flight requests get this long to finish after the shutdown signal.
@@ -87,6 +91,12 @@ pub async fn serve(
         opts.limits.idle_timeout,
         opts.metrics.clone(),
     );
+    let base = match opts.inherited {
+        Some(listener) => {
+            axum_server::from_tcp(listener).map_err(|source| Error::Serve { addr, source })?
+        }
+        None => axum_server::bind(addr),
+    };
     let served = match opts.listen {
         Listen::Tls { cert, key } => {
             let config = RustlsConfig::from_pem_file(&cert, &key)
@@ -100,14 +110,14 @@ pub async fn serve(
             let acceptor = RustlsAcceptor::new(config)
                 .handshake_timeout(opts.limits.handshake_timeout)
                 .acceptor(guard);
-            let mut server = axum_server::bind(addr).acceptor(acceptor);
+            let mut server = base.acceptor(acceptor);
             bound(&mut server, &opts.limits);
             let served = server.handle(handle).serve(service).await;
             reload.abort();
             served
         }
         Listen::Insecure => {
-            let mut server = axum_server::bind(addr).acceptor(guard);
+            let mut server = base.acceptor(guard);
             bound(&mut server, &opts.limits);
             server.handle(handle).serve(service).await
         }

@@ -18,6 +18,7 @@ use ivory_verify::{CosignVerifier, VerifierConfig};
 
 mod kube_wiring;
 mod l2_wiring;
+mod supervise;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -37,6 +38,12 @@ pub struct Args {
     /// Serve plain HTTP. For local experiments only: the API server requires HTTPS.
     #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
     insecure_http: bool,
+    /// Bind the listening socket in a small parent process that starts the serving process and
+    /// starts it again at once when it dies (SIGKILL, OOM kill, crash), on the same socket:
+    /// connections made meanwhile wait in its backlog instead of being refused. SIGTERM/SIGINT
+    /// are passed on. The Helm chart and the kustomize base turn it on.
+    #[arg(long)]
+    supervise: bool,
     /// Extra CA certificates (PEM) trusted for registries.
     #[arg(long, value_name = "FILE")]
     registry_ca: Option<PathBuf>,
@@ -157,12 +164,17 @@ pub async fn run(
             cert: cert.clone(),
             key: key.clone(),
         },
+        (None, None, true) if args.supervise => Listen::Insecure,
         (None, None, true) => {
             warn_insecure();
             Listen::Insecure
         }
         _ => bail!("either --tls-cert FILE --tls-key FILE or --insecure-http is required"),
     };
+    if args.supervise {
+        return supervise::run(args.listen, supervise::serve_args()).await;
+    }
+    let inherited = supervise::inherited_listener()?;
 
     let kube_slot = Arc::new(std::sync::OnceLock::new());
     let registry = Registry::new(registry_config(&args)?).context("creating registry client")?;
@@ -277,6 +289,7 @@ pub async fn run(
     }
     let opts = ServeOptions {
         addr: args.listen,
+        inherited,
         listen,
         grace: args.grace_period,
         cert_poll: args.reload_interval,
