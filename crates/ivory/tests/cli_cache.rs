@@ -81,13 +81,14 @@ async fn a_second_run_asks_the_registry_nothing_and_hand_edits_are_ignored() {
     let dir = tempfile::tempdir().unwrap();
     let ca = write_ca(dir.path(), &h);
     let cache = dir.path().join("cache");
+    // Each command gets a cache of its own, so each first run is cold.
     let common = |command: &str| -> Vec<String> {
         vec![
             command.to_owned(),
             "--registry-ca".into(),
             ca.display().to_string(),
             "--cache-dir".into(),
-            cache.display().to_string(),
+            cache.join(command).display().to_string(),
             "-o".into(),
             "json".into(),
         ]
@@ -122,8 +123,8 @@ async fn a_second_run_asks_the_registry_nothing_and_hand_edits_are_ignored() {
 
     // Entries edited by hand are ignored: the registry is asked again, nothing changes.
     assert!(
-        edit_every_entry(&cache) >= 4,
-        "tags and verdicts of two images"
+        edit_every_entry(&cache.join("verify")) >= 4 * COPIES,
+        "tags and verdicts of every image"
     );
     let (edited, requests, _) = counted(&h, &verify).await;
     assert_eq!(verdicts(&first.json()), verdicts(&edited.json()));
@@ -158,15 +159,23 @@ async fn a_second_run_asks_the_registry_nothing_and_hand_edits_are_ignored() {
         "--resource".into(),
         resources.display().to_string(),
     ]);
-    let (first, _, cold_ms) = counted(&h, &apply).await;
+    let (first, cold_requests, cold_ms) = counted(&h, &apply).await;
     assert_eq!(first.code, 1, "{}\n{}", first.stdout, first.stderr);
     let (second, warm_requests, warm_ms) = counted(&h, &apply).await;
     assert_eq!(first.stdout, second.stdout);
+    assert!(cold_requests > 0);
     assert_eq!(warm_requests, 0, "the second apply: {:?}", h.requests());
-    eprintln!("apply: first run {cold_ms} ms, second {warm_requests} requests in {warm_ms} ms");
+    eprintln!(
+        "apply (1 Pod, 2 images): first run {cold_requests} registry requests in {cold_ms} ms, second {warm_requests} in {warm_ms} ms"
+    );
 
-    // audit: the same images from a list.
-    let list = write(dir.path(), "images.txt", &format!("{signed}\n{unsigned}\n"));
+    // audit: the same images as verify, from a list.
+    let mut lines = format!("{signed}\n{unsigned}\n");
+    for image in &many {
+        lines.push_str(image);
+        lines.push('\n');
+    }
+    let list = write(dir.path(), "images.txt", &lines);
     let mut audit = common("audit");
     audit.extend([
         "--images-from".into(),
@@ -174,12 +183,16 @@ async fn a_second_run_asks_the_registry_nothing_and_hand_edits_are_ignored() {
         "--policy".into(),
         policies.display().to_string(),
     ]);
-    let (first, _, cold_ms) = counted(&h, &audit).await;
+    let (first, cold_requests, cold_ms) = counted(&h, &audit).await;
     assert_eq!(first.code, 1, "{}\n{}", first.stdout, first.stderr);
     let (second, warm_requests, warm_ms) = counted(&h, &audit).await;
     assert_eq!(verdicts(&first.json()), verdicts(&second.json()));
+    assert!(cold_requests > 0);
     assert_eq!(warm_requests, 0, "the second audit: {:?}", h.requests());
-    eprintln!("audit: first run {cold_ms} ms, second {warm_requests} requests in {warm_ms} ms");
+    eprintln!(
+        "audit ({} images): first run {cold_requests} registry requests in {cold_ms} ms, second {warm_requests} in {warm_ms} ms",
+        many.len() + 2
+    );
 
     // --no-cache: the registry again.
     let mut uncached = verify.clone();
