@@ -20,6 +20,7 @@ use anyhow::{Context, Result, bail, ensure};
 use ivory_e2e::{Cluster, eventually, unique_name};
 use ivory_testkit::policy::key_attestor_yaml;
 use ivory_testkit::{HarnessOptions, RegistryHarness};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
@@ -225,24 +226,21 @@ async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> 
         "ImageValidatingPolicy",
         "imagevalidatingpolicies",
     );
+    let (all_policy, pods_policy, none_policy) = (
+        unique_name("e2e-pin-all"),
+        unique_name("e2e-pin-pods"),
+        unique_name("e2e-pin-none"),
+    );
     for (name, mode, namespaces) in [
         (
-            unique_name("e2e-pin-all"),
+            &all_policy,
             None,
             vec![default_ns.as_str(), labelled_ns.as_str()],
         ),
-        (
-            unique_name("e2e-pin-pods"),
-            Some("pods-only"),
-            vec![pods_only_ns.as_str()],
-        ),
-        (
-            unique_name("e2e-pin-none"),
-            Some("no-patch"),
-            vec![no_patch_ns.as_str()],
-        ),
+        (&pods_policy, Some("pods-only"), vec![pods_only_ns.as_str()]),
+        (&none_policy, Some("no-patch"), vec![no_patch_ns.as_str()]),
     ] {
-        let yaml = policy(&name, mode, &host, &namespaces)?;
+        let yaml = policy(name, mode, &host, &namespaces)?;
         std::fs::write(policies.join(format!("{name}.yaml")), &yaml)?;
         // The vendored Kyverno CRD stores the annotation as it is.
         apply(&dynamic(&client, ivpol, None), &yaml).await?;
@@ -256,13 +254,24 @@ async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> 
     let ivory = serve(dir.path(), &registry_ca, &[OsStr::new("--kube")], &envs).await?;
     let logs = || format!("\nivory log:\n{}", ivory.logs());
     let hooks = register(&client, &policies, &ivory, &ca, &unique_name("gitops")).await?;
+    // The no-patch policy is never called to mutate; the two others are.
+    let (_, mutating) = hooks
+        .iter()
+        .find(|(kind, _)| kind == "MutatingWebhookConfiguration")
+        .context("no mutating webhook configuration")?;
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get(mutating)
+        .await?;
+    let urls: Vec<String> = mutating
+        .webhooks
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|w| w.client_config.url)
+        .collect();
+    let named = |policy: &str| urls.iter().any(|u| u.ends_with(&format!("/{policy}")));
     ensure!(
-        hooks
-            .iter()
-            .filter(|(kind, _)| kind == "MutatingWebhookConfiguration")
-            .count()
-            == 1,
-        "{hooks:?}"
+        named(&all_policy) && named(&pods_policy) && !named(&none_policy),
+        "mutating webhooks {urls:?}"
     );
 
     let cases = [

@@ -179,11 +179,11 @@ pub(super) fn prepare<'a>(
     Prepared::Ready(Box::new(plan))
 }
 
-/// Whether `verifyDigest` applies to this request: only where the policy's [`Pinning`](ivory_policy::compiled::Pinning) mode
-/// (narrowed by the namespace) pins, since an image the mutating stage left as a tag on purpose
-/// cannot carry a digest. A tag image is still verified: the verifier resolves it and verifies
-/// that digest, which is what the kubelet pulls unless the tag moves in between
-/// (docs/kyverno-semantics.md §3).
+/// Whether `verifyDigest` applies to this request: only where the policy's pinning mode
+/// ([`Pinning`](ivory_policy::compiled::Pinning), narrowed by the namespace) pins, since an
+/// image the mutating stage left as a tag on purpose cannot carry a digest. A tag image is
+/// still verified: the verifier resolves it and verifies that digest, which is what the
+/// kubelet pulls unless the tag moves in between (docs/kyverno-semantics.md §3).
 fn demands_digest(policy: &CompiledPolicy, inputs: &RequestInputs<'_>) -> bool {
     let kind = inputs
         .req
