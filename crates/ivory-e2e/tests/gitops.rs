@@ -8,8 +8,11 @@
 //!   what was applied (drift), and the Pod is pinned;
 //! * `pods-only` (policy annotation, or the Namespace label under a default policy): the
 //!   template stays exactly as applied, the second apply changes nothing, the Pod is pinned;
-//! * `no-patch`: neither is patched, yet an unsigned image is still denied (Deployment and Pod)
-//!   and a signed one admitted: the validating stage verifies the digest the tag names.
+//! * `no-patch` (policy annotation, or the Namespace label under a policy that allows it with
+//!   `ivory.dev/namespace-digest-pinning: any`): neither is patched, yet an unsigned image is
+//!   still denied (Deployment and Pod) and a signed one admitted: the validating stage verifies
+//!   the digest the tag names;
+//! * the Namespace label `no-patch` under a policy that does not allow it: pinned as by default.
 
 mod setup;
 
@@ -44,9 +47,14 @@ const MANAGER: &str = "e2e-gitops";
 fn policy(name: &str, mode: Option<&str>, host: &str, namespaces: &[&str]) -> Result<String> {
     let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))?;
     let attestors = key_attestor_yaml(&pem);
-    let annotation = mode
-        .map(|m| format!("  annotations:\n    ivory.dev/digest-pinning: {m}\n"))
-        .unwrap_or_default();
+    let annotation = match mode {
+        // Namespaces may choose no-patch under this policy.
+        Some("consent") => {
+            "  annotations:\n    ivory.dev/namespace-digest-pinning: any\n".to_owned()
+        }
+        Some(m) => format!("  annotations:\n    ivory.dev/digest-pinning: {m}\n"),
+        None => String::new(),
+    };
     Ok(format!(
         "apiVersion: policies.kyverno.io/v1
 kind: ImageValidatingPolicy
@@ -216,6 +224,9 @@ async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> 
     )
     .await?;
     let pods_only_ns = namespace(&client, "e2e-pin-pods", &[]).await?;
+    let no_patch_label = [("ivory.dev/digest-pinning", "no-patch")];
+    let ignored_ns = namespace(&client, "e2e-pin-ignored", &no_patch_label).await?;
+    let chosen_ns = namespace(&client, "e2e-pin-chosen", &no_patch_label).await?;
     let no_patch_ns = namespace(&client, "e2e-pin-none", &[]).await?;
 
     let policies = dir.path().join("policies");
@@ -226,17 +237,23 @@ async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> 
         "ImageValidatingPolicy",
         "imagevalidatingpolicies",
     );
-    let (all_policy, pods_policy, none_policy) = (
+    let (all_policy, pods_policy, none_policy, consent_policy) = (
         unique_name("e2e-pin-all"),
         unique_name("e2e-pin-pods"),
         unique_name("e2e-pin-none"),
+        unique_name("e2e-pin-consent"),
     );
     for (name, mode, namespaces) in [
         (
             &all_policy,
             None,
-            vec![default_ns.as_str(), labelled_ns.as_str()],
+            vec![
+                default_ns.as_str(),
+                labelled_ns.as_str(),
+                ignored_ns.as_str(),
+            ],
         ),
+        (&consent_policy, Some("consent"), vec![chosen_ns.as_str()]),
         (&pods_policy, Some("pods-only"), vec![pods_only_ns.as_str()]),
         (&none_policy, Some("no-patch"), vec![no_patch_ns.as_str()]),
     ] {
@@ -270,7 +287,7 @@ async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> 
         .collect();
     let named = |policy: &str| urls.iter().any(|u| u.ends_with(&format!("/{policy}")));
     ensure!(
-        named(&all_policy) && named(&pods_policy) && !named(&none_policy),
+        named(&all_policy) && named(&pods_policy) && named(&consent_policy) && !named(&none_policy),
         "mutating webhooks {urls:?}"
     );
 
@@ -296,6 +313,18 @@ async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> 
         Case {
             what: "policy no-patch",
             ns: no_patch_ns,
+            pins_template: false,
+            pins_pod: false,
+        },
+        Case {
+            what: "namespace label no-patch, policy without consent",
+            ns: ignored_ns,
+            pins_template: true,
+            pins_pod: true,
+        },
+        Case {
+            what: "namespace label no-patch, policy with consent",
+            ns: chosen_ns,
             pins_template: false,
             pins_pod: false,
         },

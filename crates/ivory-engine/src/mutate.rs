@@ -22,7 +22,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use futures::future::join_all;
 use ivory_cel::image::{ImageRefError, ImageReference, Reason};
-use ivory_policy::compiled::{CompiledPolicy, NAMESPACE_PINNING_LABEL, Pinning};
+use ivory_policy::compiled::{
+    CompiledPolicy, NAMESPACE_PINNING_ANNOTATION, NAMESPACE_PINNING_LABEL, Pinning,
+};
 use ivory_policy::types::{Credentials, FailurePolicy, ValidationAction};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -91,11 +93,19 @@ pub async fn mutate(
     let mut decision = decide(&plans, &lookups, &resolved);
     // Said on every request it could have mattered to, so a namespace owner who set it sees
     // why the Pod was pinned anyway.
-    if let Some(value) = Pinning::ignored_namespace_label(namespace_object)
-        && !plans.is_empty()
+    let ignoring: BTreeSet<&str> = policies
+        .iter()
+        .filter(|p| p.mutate_digest && p.ignored_namespace_pinning(namespace_object).is_some())
+        .filter(|p| plans.iter().any(|plan| plan.policy.name == p.name))
+        .map(|p| p.name.as_str())
+        .collect();
+    if let Some(value) = Pinning::namespace_label(namespace_object)
+        && !ignoring.is_empty()
     {
+        let names: Vec<&str> = ignoring.into_iter().collect();
         decision.warnings.push(format!(
-            "namespace label {NAMESPACE_PINNING_LABEL}={value} is ignored: a namespace may only choose pods-only; no-patch is set on the policy"
+            "namespace label {NAMESPACE_PINNING_LABEL}={value} is ignored by policy {}: a namespace may choose pods-only, and no-patch only where the policy allows it ({NAMESPACE_PINNING_ANNOTATION}: any)",
+            names.join(", ")
         ));
     }
     decision
@@ -159,7 +169,7 @@ fn plan<'p>(
         Ok(false) => return None,
         Err(e) => return failed(format!("failed to evaluate match conditions: {e}")),
     }
-    if !policy.pinning.effective(namespace_object).pins(kind) {
+    if !policy.pinning_for(namespace_object).pins(kind) {
         return None;
     }
     let mut targets = Vec::new();

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use crate::compiled::{
     CompiledAttestor, CompiledAuditAnnotation, CompiledPolicy, CompiledValidation, ImageMatcher,
-    NamedProgram, Origin, PINNING_ANNOTATION, Pinning,
+    NAMESPACE_PINNING_ANNOTATION, NamedProgram, Origin, PINNING_ANNOTATION, Pinning,
 };
 use crate::error::{Errors, PolicyError, location};
 use crate::types::{
@@ -54,6 +54,7 @@ pub fn compile(doc: &PolicyDocument, origin: Origin) -> Result<CompiledPolicy, V
     }
     validate::spec(&doc.spec, &mut errs);
     let pinning = pinning(doc, &mut errs);
+    let namespace_may_skip_pinning = namespace_pinning(doc, &mut errs);
     let Some(kind) = kind else {
         return Err(errs.into_policy_errors(&loc));
     };
@@ -70,6 +71,7 @@ pub fn compile(doc: &PolicyDocument, origin: Origin) -> Result<CompiledPolicy, V
         origin,
         hash,
         pinning,
+        namespace_may_skip_pinning,
     };
     let mut parent = compile_spec(&head, Arc::new(doc.spec.clone()), None, &mut errs);
     if !errs.is_empty() {
@@ -96,6 +98,29 @@ struct Head {
     origin: Origin,
     hash: String,
     pinning: Pinning,
+    namespace_may_skip_pinning: bool,
+}
+
+/// The [`NAMESPACE_PINNING_ANNOTATION`] of the policy: whether namespaces may choose
+/// `no-patch` (`any`) or only `pods-only` (the default). Any other value is refused.
+fn namespace_pinning(doc: &PolicyDocument, errs: &mut Errors) -> bool {
+    match doc
+        .metadata
+        .annotations
+        .get(NAMESPACE_PINNING_ANNOTATION)
+        .map(String::as_str)
+    {
+        None | Some("pods-only") => false,
+        Some("any") => true,
+        Some(other) => {
+            errs.unsupported(
+                format!("metadata.annotations[{NAMESPACE_PINNING_ANNOTATION}]"),
+                other,
+                &["pods-only", "any"],
+            );
+            false
+        }
+    }
 }
 
 /// The [`PINNING_ANNOTATION`] of the policy. A value ivory does not know, or a mode other than
@@ -218,6 +243,7 @@ fn compile_spec(
         mutate_digest: spec.mutate_digest(),
         verify_digest: spec.verify_digest(),
         pinning: head.pinning,
+        namespace_may_skip_pinning: head.namespace_may_skip_pinning,
         required: spec.required(),
         json_mode,
         autogen_config: autogen_config.map(str::to_owned),

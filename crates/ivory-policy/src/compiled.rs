@@ -85,9 +85,15 @@ pub struct CompiledAttestor {
 /// more, never verifies less.
 pub const PINNING_ANNOTATION: &str = "ivory.dev/digest-pinning";
 
-/// The Namespace label that narrows an `all` policy to `pods-only` for the namespace's
-/// requests (only that: see [`Pinning::effective`] and docs/SECURITY.md).
+/// The Namespace label that chooses how the namespace's requests are pinned under a policy:
+/// `pods-only` always, `no-patch` only where the policy allows it with
+/// [`NAMESPACE_PINNING_ANNOTATION`] (see [`Pinning::effective`] and docs/SECURITY.md).
 pub const NAMESPACE_PINNING_LABEL: &str = "ivory.dev/digest-pinning";
+
+/// The policy annotation that lets namespaces choose `no-patch` with
+/// [`NAMESPACE_PINNING_LABEL`]: `pods-only` (the default: namespaces may only narrow pinning
+/// to Pods) or `any`. Only the policy author can open the tag window `no-patch` brings.
+pub const NAMESPACE_PINNING_ANNOTATION: &str = "ivory.dev/namespace-digest-pinning";
 
 /// Where a policy's digest pins go, and so where the validating stage demands a digest
 /// (`verifyDigest`). Verification itself is the same in every mode: every matched image is
@@ -127,22 +133,39 @@ impl Pinning {
         }
     }
 
-    /// The mode for one request: the policy's, narrowed to `pods-only` when the request's
-    /// Namespace carries [`NAMESPACE_PINNING_LABEL`]`: pods-only`. A namespace can only
-    /// move where pins go without letting any Pod run unpinned; `no-patch` (which lets the
-    /// kubelet pull a tag after admission) is the policy author's choice alone, so any other
-    /// label value is ignored (and said, see [`Pinning::ignored_namespace_label`]).
-    pub fn effective(self, namespace_object: Option<&serde_json::Value>) -> Self {
+    /// The mode for one request: the policy's, narrowed by the request's Namespace label
+    /// [`NAMESPACE_PINNING_LABEL`]: to `pods-only` always (no Pod runs unpinned), to `no-patch`
+    /// only when `namespace_may_skip` (the policy's [`NAMESPACE_PINNING_ANNOTATION`] is `any`).
+    /// A label never widens pinning; a value it may not choose is ignored (and said, see
+    /// [`Pinning::ignored_namespace_label`]).
+    pub fn effective(
+        self,
+        namespace_object: Option<&serde_json::Value>,
+        namespace_may_skip: bool,
+    ) -> Self {
         match (self, namespace_label(namespace_object)) {
             (Self::All, Some("pods-only")) => Self::PodsOnly,
+            (Self::All | Self::PodsOnly, Some("no-patch")) if namespace_may_skip => Self::NoPatch,
             _ => self,
         }
     }
 
-    /// The Namespace label's value when it is one ivory does not honour (anything but
-    /// `pods-only` and `all`), for a warning.
-    pub fn ignored_namespace_label(namespace_object: Option<&serde_json::Value>) -> Option<&str> {
-        namespace_label(namespace_object).filter(|v| !matches!(*v, "pods-only" | "all"))
+    /// The Namespace label's value when it is one this policy does not let the namespace
+    /// choose, for a warning.
+    pub fn ignored_namespace_label(
+        namespace_object: Option<&serde_json::Value>,
+        namespace_may_skip: bool,
+    ) -> Option<&str> {
+        namespace_label(namespace_object).filter(|v| match *v {
+            "all" | "pods-only" => false,
+            "no-patch" => !namespace_may_skip,
+            _ => true,
+        })
+    }
+
+    /// The value of the Namespace's [`NAMESPACE_PINNING_LABEL`], if it has one.
+    pub fn namespace_label(namespace_object: Option<&serde_json::Value>) -> Option<&str> {
+        namespace_label(namespace_object)
     }
 
     /// Whether an object of `kind` gets pins (and must carry digests) in this mode.
@@ -212,8 +235,11 @@ pub struct CompiledPolicy {
     /// is not referenced by digest.
     pub verify_digest: bool,
     /// Where this policy pins digests (ivory extension, [`PINNING_ANNOTATION`]); the
-    /// namespace may narrow it further ([`Pinning::effective`]).
+    /// namespace may narrow it further ([`CompiledPolicy::pinning_for`]).
     pub pinning: Pinning,
+    /// Whether a Namespace label may choose `no-patch` under this policy
+    /// ([`NAMESPACE_PINNING_ANNOTATION`]: `any`).
+    pub namespace_may_skip_pinning: bool,
     /// `spec.validationConfigurations.required` (default true): fail when a matched image was
     /// not verified by any policy of the request.
     pub required: bool,
@@ -227,6 +253,20 @@ pub struct CompiledPolicy {
 }
 
 impl CompiledPolicy {
+    /// The pinning mode for a request in the namespace `namespace_object` ([`Pinning::effective`]).
+    pub fn pinning_for(&self, namespace_object: Option<&serde_json::Value>) -> Pinning {
+        self.pinning
+            .effective(namespace_object, self.namespace_may_skip_pinning)
+    }
+
+    /// The namespace's pinning label when this policy ignores it (for a warning).
+    pub fn ignored_namespace_pinning<'n>(
+        &self,
+        namespace_object: Option<&'n serde_json::Value>,
+    ) -> Option<&'n str> {
+        Pinning::ignored_namespace_label(namespace_object, self.namespace_may_skip_pinning)
+    }
+
     /// Whether the policy can ever pin a digest, so needs a mutating webhook:
     /// `mutateDigest` and a [`Pinning`] mode other than `no-patch` (a namespace cannot widen it).
     pub fn pins_digests(&self) -> bool {

@@ -76,6 +76,7 @@ pub(crate) fn policy(name: &str, rules: Vec<NamedRuleWithOperations>) -> Compile
         mutate_digest: true,
         verify_digest: true,
         pinning: ivory_policy::compiled::Pinning::All,
+        namespace_may_skip_pinning: false,
         required: true,
         json_mode: false,
         autogen_config: None,

@@ -736,6 +736,11 @@ spec:
 
 /// `pod_policy` with the ivory pinning annotation, through the loader, with its autogen variants.
 fn pinning_policies(mode: &str) -> Vec<CompiledPolicy> {
+    pinning_policies_with(mode, "pods-only")
+}
+
+/// [`pinning_policies`] with `ivory.dev/namespace-digest-pinning: namespaces` too.
+fn pinning_policies_with(mode: &str, namespaces: &str) -> Vec<CompiledPolicy> {
     let p = load(&format!(
         r#"
 apiVersion: policies.kyverno.io/v1
@@ -744,6 +749,7 @@ metadata:
   name: pin
   annotations:
     ivory.dev/digest-pinning: {mode}
+    ivory.dev/namespace-digest-pinning: {namespaces}
 spec:
   matchConstraints:
     resourceRules:
@@ -807,7 +813,7 @@ async fn pods_only_leaves_templates_as_applied_and_no_patch_pins_nothing() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_namespace_label_chooses_pods_only_and_an_ignored_value_is_said() {
+async fn a_namespace_label_chooses_pods_only_and_no_patch_only_with_the_policys_consent() {
     let all = pinning_policies("all");
     let ns = |value: &str| {
         json!({"apiVersion": "v1", "kind": "Namespace",
@@ -824,20 +830,25 @@ async fn a_namespace_label_chooses_pods_only_and_an_ignored_value_is_said() {
     assert!(d.patch.is_empty() && d.warnings.is_empty(), "{d:?}");
     let d = run_in(&Fake::standard(), &all, "pod-create.json", Some(&pods_only)).await;
     assert_eq!(d.patch, pod_pins());
-    // A namespace cannot switch pinning off: the template is pinned, and the label named.
+    // A namespace cannot switch pinning off unless the policy lets it: the template and the
+    // Pod are pinned, and the ignored label named.
     let no_patch = ns("no-patch");
-    let d = run_in(
-        &Fake::standard(),
-        &all,
-        "deployment-create.json",
-        Some(&no_patch),
-    )
-    .await;
-    assert_eq!(d.patch.len(), 2);
-    assert_eq!(
-        d.warnings,
-        [
-            "namespace label ivory.dev/digest-pinning=no-patch is ignored: a namespace may only choose pods-only; no-patch is set on the policy"
-        ]
-    );
+    for file in ["deployment-create.json", "pod-create.json"] {
+        let d = run_in(&Fake::standard(), &all, file, Some(&no_patch)).await;
+        assert!(!d.patch.is_empty(), "{file}");
+        assert_eq!(
+            d.warnings,
+            [
+                "namespace label ivory.dev/digest-pinning=no-patch is ignored by policy pin: a namespace may choose pods-only, and no-patch only where the policy allows it (ivory.dev/namespace-digest-pinning: any)"
+            ]
+        );
+    }
+    // With the policy's consent, nothing is patched and nothing is said.
+    let consenting = pinning_policies_with("all", "any");
+    for file in ["deployment-create.json", "pod-create.json"] {
+        let fake = Fake::standard();
+        let d = run_in(&fake, &consenting, file, Some(&no_patch)).await;
+        assert!(d.patch.is_empty() && d.warnings.is_empty(), "{file}: {d:?}");
+        assert!(fake.calls().is_empty(), "{file}");
+    }
 }

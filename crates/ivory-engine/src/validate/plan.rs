@@ -191,7 +191,7 @@ fn demands_digest(policy: &CompiledPolicy, inputs: &RequestInputs<'_>) -> bool {
         .and_then(|o| o.get("kind"))
         .and_then(Json::as_str)
         .unwrap_or(&inputs.req.kind.kind);
-    policy.pinning.effective(inputs.namespace_object).pins(kind)
+    policy.pinning_for(inputs.namespace_object).pins(kind)
 }
 
 /// All conditions true ⇒ matched; any false ⇒ not matched (even if another errored); else an

@@ -1685,6 +1685,11 @@ fn pinned_policies(mode: Option<&str>) -> Vec<CompiledPolicy> {
     let annotation = mode
         .map(|m| format!("  annotations:\n    ivory.dev/digest-pinning: {m}\n"))
         .unwrap_or_default();
+    pinned_policies_annotated(&annotation)
+}
+
+/// [`pinned_policies`] with `annotation` (YAML lines under `metadata`).
+fn pinned_policies_annotated(annotation: &str) -> Vec<CompiledPolicy> {
     let body: String = format!(
         "matchConstraints:\n  resourceRules:\n  - apiGroups: ['']\n    apiVersions: ['v1']\n    operations: ['CREATE', 'UPDATE']\n    resources: ['pods']\nmatchImageReferences:\n- glob: 'ghcr.io/*'\n{}{VERIFY_ALL}",
         attestors(&["cosign"])
@@ -1771,7 +1776,7 @@ async fn verify_digest_follows_the_pinning_mode_and_every_tag_is_still_verified(
 }
 
 #[tokio::test]
-async fn a_namespace_label_narrows_to_pods_only_but_never_turns_digests_off() {
+async fn a_namespace_label_narrows_to_pods_only_and_to_no_patch_only_with_the_policys_consent() {
     let policies = pinned_policies(None);
     let ns = |value: &str| {
         json!({"apiVersion": "v1", "kind": "Namespace",
@@ -1783,10 +1788,23 @@ async fn a_namespace_label_narrows_to_pods_only_but_never_turns_digests_off() {
     assert!(d.allowed, "{:?}", d.message);
     let (d, _, _) = judged(&policies, &create(&[SIGNED]), Some(&pods_only)).await;
     assert_eq!(d.message.as_deref(), Some(no_digest.as_str()));
-    // `no-patch` is the policy author's choice only: a namespace asking for it changes nothing.
+    // `no-patch` is the policy author's choice: a namespace asking for it changes nothing...
     let no_patch = ns("no-patch");
     for req in [create(&[SIGNED]), deployment(json!({}), SIGNED)] {
         let (d, _, _) = judged(&policies, &req, Some(&no_patch)).await;
         assert_eq!(d.message.as_deref(), Some(no_digest.as_str()));
+    }
+    // ...unless the policy lets namespaces choose it; the tag is still verified.
+    let consenting =
+        pinned_policies_annotated("  annotations:\n    ivory.dev/namespace-digest-pinning: any\n");
+    let denied = "Policy pin failed: failed the image Signature verification";
+    for (req, message) in [
+        (create(&[SIGNED]), None),
+        (deployment(json!({}), SIGNED), None),
+        (create(&[UNSIGNED]), Some(denied)),
+    ] {
+        let (d, calls, _) = judged(&consenting, &req, Some(&no_patch)).await;
+        assert_eq!(d.message.as_deref(), message);
+        assert_eq!(calls, 1);
     }
 }

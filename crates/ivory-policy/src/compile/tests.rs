@@ -474,32 +474,79 @@ fn the_pinning_annotation_is_read_checked_and_shared_with_autogen_variants() {
 }
 
 #[test]
-fn a_namespace_label_only_narrows_all_to_pods_only() {
+fn a_namespace_label_narrows_pinning_and_chooses_no_patch_only_where_the_policy_allows() {
     use crate::compiled::Pinning;
     let ns = |value: &str| json!({"metadata": {"name": "team", "labels": {"ivory.dev/digest-pinning": value}}});
+    let (pods_only, no_patch, all) = (ns("pods-only"), ns("no-patch"), ns("all"));
+    for may_skip in [false, true] {
+        assert_eq!(
+            Pinning::All.effective(Some(&pods_only), may_skip),
+            Pinning::PodsOnly
+        );
+        // A label never widens a policy's choice.
+        assert_eq!(
+            Pinning::PodsOnly.effective(Some(&all), may_skip),
+            Pinning::PodsOnly
+        );
+        assert_eq!(
+            Pinning::NoPatch.effective(Some(&pods_only), may_skip),
+            Pinning::NoPatch
+        );
+        assert_eq!(Pinning::All.effective(None, may_skip), Pinning::All);
+        assert_eq!(
+            Pinning::ignored_namespace_label(Some(&pods_only), may_skip),
+            None
+        );
+        assert_eq!(
+            Pinning::ignored_namespace_label(Some(&ns("sometimes")), may_skip),
+            Some("sometimes")
+        );
+    }
+    // no-patch only with the policy's consent.
+    assert_eq!(Pinning::All.effective(Some(&no_patch), false), Pinning::All);
     assert_eq!(
-        Pinning::All.effective(Some(&ns("pods-only"))),
-        Pinning::PodsOnly
-    );
-    // A namespace cannot turn pinning off, nor widen a policy's choice.
-    assert_eq!(Pinning::All.effective(Some(&ns("no-patch"))), Pinning::All);
-    assert_eq!(
-        Pinning::PodsOnly.effective(Some(&ns("all"))),
-        Pinning::PodsOnly
-    );
-    assert_eq!(
-        Pinning::NoPatch.effective(Some(&ns("pods-only"))),
-        Pinning::NoPatch
-    );
-    assert_eq!(Pinning::All.effective(None), Pinning::All);
-    assert_eq!(
-        Pinning::ignored_namespace_label(Some(&ns("no-patch"))),
+        Pinning::ignored_namespace_label(Some(&no_patch), false),
         Some("no-patch")
     );
     assert_eq!(
-        Pinning::ignored_namespace_label(Some(&ns("pods-only"))),
+        Pinning::All.effective(Some(&no_patch), true),
+        Pinning::NoPatch
+    );
+    assert_eq!(
+        Pinning::PodsOnly.effective(Some(&no_patch), true),
+        Pinning::NoPatch
+    );
+    assert_eq!(
+        Pinning::ignored_namespace_label(Some(&no_patch), true),
         None
     );
     assert!(Pinning::PodsOnly.pins("Pod") && !Pinning::PodsOnly.pins("Deployment"));
     assert!(!Pinning::NoPatch.pins("Pod") && Pinning::All.pins("CronJob"));
+
+    // The consent is the annotation ivory.dev/namespace-digest-pinning: any.
+    let with = |value: &str| {
+        let mut doc = base();
+        patch(
+            &mut doc,
+            "/metadata/annotations",
+            Some(json!({"ivory.dev/namespace-digest-pinning": value})),
+        );
+        load(&doc)
+    };
+    assert!(!load(&base()).policies[0].namespace_may_skip_pinning);
+    let report = with("any");
+    let p = &report.policies[0];
+    assert!(p.namespace_may_skip_pinning);
+    assert!(p.autogen.iter().all(|v| v.namespace_may_skip_pinning));
+    assert_eq!(p.pinning_for(Some(&no_patch)), Pinning::NoPatch);
+    assert!(!with("pods-only").policies[0].namespace_may_skip_pinning);
+    let report = with("yes");
+    assert!(report.policies.is_empty());
+    let text: Vec<String> = report.errors.iter().map(|e| e.to_string()).collect();
+    assert!(
+        text.join("\n").contains(
+            "metadata.annotations[ivory.dev/namespace-digest-pinning]: Unsupported value: \"yes\""
+        ),
+        "{text:?}"
+    );
 }
