@@ -26,7 +26,8 @@ pub fn ivory_binary() -> PathBuf {
     target.join("debug/ivory")
 }
 
-/// Runs `ivory <args>` to completion with `envs`, returning (exit code, stdout, stderr).
+/// Runs `ivory <args>` to completion with `envs` (and without the persistent cache unless
+/// `envs` says otherwise), returning (exit code, stdout, stderr).
 pub async fn run_ivory<I, S>(args: I, envs: &[(&str, &OsStr)]) -> Result<(i32, String, String)>
 where
     I: IntoIterator<Item = S>,
@@ -35,6 +36,9 @@ where
     let binary = ivory_binary();
     let output = Command::new(&binary)
         .args(args)
+        // Registry ports are reused across runs: a tag cached by an earlier run must never
+        // answer for another registry's image.
+        .env("IVORY_NO_CACHE", "true")
         .envs(envs.iter().copied())
         .stdin(Stdio::null())
         .output()

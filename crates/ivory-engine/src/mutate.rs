@@ -14,12 +14,17 @@
 //!   server drops every other change made through it.
 //! * Images are matched under their canonical spellings as well as as written (see
 //!   [`matches_image`]).
+//! * An ivory extension chooses where pins go ([`Pinning`]): everywhere (Kyverno), in Pods
+//!   only (controllers' templates stay as applied, so GitOps tools see no drift), or nowhere
+//!   (the validating stage verifies the digest the tag names at admission).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::future::join_all;
 use ivory_cel::image::{ImageRefError, ImageReference, Reason};
-use ivory_policy::compiled::CompiledPolicy;
+use ivory_policy::compiled::{
+    CompiledPolicy, NAMESPACE_PINNING_ANNOTATION, NAMESPACE_PINNING_LABEL, Pinning,
+};
 use ivory_policy::types::{Credentials, FailurePolicy, ValidationAction};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -77,7 +82,7 @@ pub async fn mutate(
     let plans: Vec<Plan<'_>> = policies
         .iter()
         .filter(|p| p.mutate_digest)
-        .filter_map(|p| plan(p, req, namespace_object, &pointers, deadline))
+        .filter_map(|p| plan(p, req, namespace_object, kind, &pointers, deadline))
         .collect();
     let lookups = distinct_lookups(&plans);
     let started = Instant::now();
@@ -85,7 +90,25 @@ pub async fn mutate(
         resolve(verifier, reference, *credentials, deadline, started)
     }))
     .await;
-    decide(&plans, &lookups, &resolved)
+    let mut decision = decide(&plans, &lookups, &resolved);
+    // Said on every request it could have mattered to, so a namespace owner who set it sees
+    // why the Pod was pinned anyway.
+    let ignoring: BTreeSet<&str> = policies
+        .iter()
+        .filter(|p| p.mutate_digest && p.ignored_namespace_pinning(namespace_object).is_some())
+        .filter(|p| plans.iter().any(|plan| plan.policy.name == p.name))
+        .map(|p| p.name.as_str())
+        .collect();
+    if let Some(value) = Pinning::namespace_label(namespace_object)
+        && !ignoring.is_empty()
+    {
+        let names: Vec<&str> = ignoring.into_iter().collect();
+        decision.warnings.push(format!(
+            "namespace label {NAMESPACE_PINNING_LABEL}={value} is ignored by policy {}: a namespace may choose pods-only, and no-patch only where the policy allows it ({NAMESPACE_PINNING_ANNOTATION}: any)",
+            names.join(", ")
+        ));
+    }
+    decision
 }
 
 /// The pointers a patch may change: the API server refuses or drops changes to the others.
@@ -118,11 +141,13 @@ struct Plan<'p> {
     malformed: Vec<(String, Reason)>,
 }
 
-/// `None` when the policy does not apply to the request.
+/// `None` when the policy does not apply to the request, or pins nothing in an object of
+/// `kind` in its [`Pinning`] mode for this namespace.
 fn plan<'p>(
     policy: &'p CompiledPolicy,
     req: &AdmissionRequest,
     namespace_object: Option<&Value>,
+    kind: &str,
     pointers: &[ImageAt],
     deadline: Instant,
 ) -> Option<Plan<'p>> {
@@ -143,6 +168,9 @@ fn plan<'p>(
         Ok(true) => {}
         Ok(false) => return None,
         Err(e) => return failed(format!("failed to evaluate match conditions: {e}")),
+    }
+    if !policy.pinning_for(namespace_object).pins(kind) {
+        return None;
     }
     let mut targets = Vec::new();
     let mut malformed = Vec::new();

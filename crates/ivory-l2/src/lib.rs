@@ -15,6 +15,9 @@
 //!   bounded in size, and a failed or late call opens a circuit breaker (`breaker`) for a
 //!   cool-down during which the L2 is skipped. Every failure reads as "not in the L2".
 //!
+//! [`DiskCache`] puts the same entries in files, for the one-shot commands' persistent cache
+//! (`ivory verify|apply|audit --cache-dir`): sealed with a per-user key, bounded in size.
+//!
 //! The client is this crate's own (`client`, [`resp`]): RESP2 over tokio TCP or tokio-rustls
 //! (`rediss://`, system roots plus an optional private CA), a pool of at most 8 connections,
 //! each call "write the commands, read exactly their replies" under the deadline. Replies go
@@ -31,10 +34,12 @@
 
 mod breaker;
 mod client;
+pub mod disk;
 mod entry;
 pub mod resp;
 mod store;
 
+pub use disk::{DiskCache, DiskError, DiskStats};
 pub use entry::{Keys, MIN_KEY_BYTES, Rejected};
 pub use store::{L2Config, L2Stats, RedisL2};
 

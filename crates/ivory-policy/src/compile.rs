@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use crate::compiled::{
     CompiledAttestor, CompiledAuditAnnotation, CompiledPolicy, CompiledValidation, ImageMatcher,
-    NamedProgram, Origin,
+    NAMESPACE_PINNING_ANNOTATION, NamedProgram, Origin, PINNING_ANNOTATION, Pinning,
 };
 use crate::error::{Errors, PolicyError, location};
 use crate::types::{
@@ -53,6 +53,8 @@ pub fn compile(doc: &PolicyDocument, origin: Origin) -> Result<CompiledPolicy, V
         validate::credentials_scope(kind, &doc.metadata, &doc.spec, &mut errs);
     }
     validate::spec(&doc.spec, &mut errs);
+    let pinning = pinning(doc, &mut errs);
+    let namespace_may_skip_pinning = namespace_pinning(doc, &mut errs);
     let Some(kind) = kind else {
         return Err(errs.into_policy_errors(&loc));
     };
@@ -68,6 +70,8 @@ pub fn compile(doc: &PolicyDocument, origin: Origin) -> Result<CompiledPolicy, V
         namespace,
         origin,
         hash,
+        pinning,
+        namespace_may_skip_pinning,
     };
     let mut parent = compile_spec(&head, Arc::new(doc.spec.clone()), None, &mut errs);
     if !errs.is_empty() {
@@ -93,6 +97,53 @@ struct Head {
     namespace: Option<String>,
     origin: Origin,
     hash: String,
+    pinning: Pinning,
+    namespace_may_skip_pinning: bool,
+}
+
+/// The [`NAMESPACE_PINNING_ANNOTATION`] of the policy: whether namespaces may choose
+/// `no-patch` (`any`) or only `pods-only` (the default). Any other value is refused.
+fn namespace_pinning(doc: &PolicyDocument, errs: &mut Errors) -> bool {
+    match doc
+        .metadata
+        .annotations
+        .get(NAMESPACE_PINNING_ANNOTATION)
+        .map(String::as_str)
+    {
+        None | Some("pods-only") => false,
+        Some("any") => true,
+        Some(other) => {
+            errs.unsupported(
+                format!("metadata.annotations[{NAMESPACE_PINNING_ANNOTATION}]"),
+                other,
+                &["pods-only", "any"],
+            );
+            false
+        }
+    }
+}
+
+/// The [`PINNING_ANNOTATION`] of the policy. A value ivory does not know, or a mode other than
+/// `all` on a policy that does not pin at all (`mutateDigest: false`), is refused: an
+/// annotation that would be accepted and then ignored is a silent misconfiguration.
+fn pinning(doc: &PolicyDocument, errs: &mut Errors) -> Pinning {
+    let Some(value) = doc.metadata.annotations.get(PINNING_ANNOTATION) else {
+        return Pinning::default();
+    };
+    let field = format!("metadata.annotations[{PINNING_ANNOTATION}]");
+    let Some(mode) = Pinning::parse(value) else {
+        errs.unsupported(field, value, &Pinning::VALUES);
+        return Pinning::default();
+    };
+    if mode != Pinning::All && !doc.spec.mutate_digest() {
+        errs.invalid(
+            field,
+            format!(
+                "{value:?}: chooses where digests are pinned, but spec.validationConfigurations.mutateDigest is false"
+            ),
+        );
+    }
+    mode
 }
 
 fn qualified_name(doc: &PolicyDocument) -> String {
@@ -191,6 +242,8 @@ fn compile_spec(
         attestations: spec.attestations.clone(),
         mutate_digest: spec.mutate_digest(),
         verify_digest: spec.verify_digest(),
+        pinning: head.pinning,
+        namespace_may_skip_pinning: head.namespace_may_skip_pinning,
         required: spec.required(),
         json_mode,
         autogen_config: autogen_config.map(str::to_owned),

@@ -79,6 +79,113 @@ pub struct CompiledAttestor {
     pub json: serde_json::Value,
 }
 
+/// The policy annotation that chooses where a policy pins digests (an ivory extension, see
+/// `docs/kyverno-semantics.md` §3): `all` (Kyverno's behaviour, the default), `pods-only` or
+/// `no-patch`. Kyverno ignores it and pins everywhere, so a policy moved to Kyverno only pins
+/// more, never verifies less.
+pub const PINNING_ANNOTATION: &str = "ivory.dev/digest-pinning";
+
+/// The Namespace label that chooses how the namespace's requests are pinned under a policy:
+/// `pods-only` always, `no-patch` only where the policy allows it with
+/// [`NAMESPACE_PINNING_ANNOTATION`] (see [`Pinning::effective`] and docs/SECURITY.md).
+pub const NAMESPACE_PINNING_LABEL: &str = "ivory.dev/digest-pinning";
+
+/// The policy annotation that lets namespaces choose `no-patch` with
+/// [`NAMESPACE_PINNING_LABEL`]: `pods-only` (the default: namespaces may only narrow pinning
+/// to Pods) or `any`. Only the policy author can open the tag window `no-patch` brings.
+pub const NAMESPACE_PINNING_ANNOTATION: &str = "ivory.dev/namespace-digest-pinning";
+
+/// Where a policy's digest pins go, and so where the validating stage demands a digest
+/// (`verifyDigest`). Verification itself is the same in every mode: every matched image is
+/// verified by the digest its reference names or its tag resolves to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pinning {
+    /// Kyverno's behaviour: Pods and the pod templates of controllers are pinned.
+    #[default]
+    All,
+    /// Only Pods are pinned; controllers' templates are left as applied, so GitOps tools
+    /// see no drift. Every Pod still runs a pinned digest.
+    PodsOnly,
+    /// Nothing is patched; tags are resolved and the digest they name now is verified.
+    NoPatch,
+}
+
+impl Pinning {
+    /// The annotation and label values, in the order of the variants.
+    pub const VALUES: [&'static str; 3] = ["all", "pods-only", "no-patch"];
+
+    /// The mode a value of [`PINNING_ANNOTATION`] names.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "all" => Some(Self::All),
+            "pods-only" => Some(Self::PodsOnly),
+            "no-patch" => Some(Self::NoPatch),
+            _ => None,
+        }
+    }
+
+    /// The value as written in the annotation.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::All => "all",
+            Self::PodsOnly => "pods-only",
+            Self::NoPatch => "no-patch",
+        }
+    }
+
+    /// The mode for one request: the policy's, narrowed by the request's Namespace label
+    /// [`NAMESPACE_PINNING_LABEL`]: to `pods-only` always (no Pod runs unpinned), to `no-patch`
+    /// only when `namespace_may_skip` (the policy's [`NAMESPACE_PINNING_ANNOTATION`] is `any`).
+    /// A label never widens pinning; a value it may not choose is ignored (and said, see
+    /// [`Pinning::ignored_namespace_label`]).
+    pub fn effective(
+        self,
+        namespace_object: Option<&serde_json::Value>,
+        namespace_may_skip: bool,
+    ) -> Self {
+        match (self, namespace_label(namespace_object)) {
+            (Self::All, Some("pods-only")) => Self::PodsOnly,
+            (Self::All | Self::PodsOnly, Some("no-patch")) if namespace_may_skip => Self::NoPatch,
+            _ => self,
+        }
+    }
+
+    /// The Namespace label's value when it is one this policy does not let the namespace
+    /// choose, for a warning.
+    pub fn ignored_namespace_label(
+        namespace_object: Option<&serde_json::Value>,
+        namespace_may_skip: bool,
+    ) -> Option<&str> {
+        namespace_label(namespace_object).filter(|v| match *v {
+            "all" | "pods-only" => false,
+            "no-patch" => !namespace_may_skip,
+            _ => true,
+        })
+    }
+
+    /// The value of the Namespace's [`NAMESPACE_PINNING_LABEL`], if it has one.
+    pub fn namespace_label(namespace_object: Option<&serde_json::Value>) -> Option<&str> {
+        namespace_label(namespace_object)
+    }
+
+    /// Whether an object of `kind` gets pins (and must carry digests) in this mode.
+    pub fn pins(self, kind: &str) -> bool {
+        match self {
+            Self::All => true,
+            Self::PodsOnly => kind == "Pod",
+            Self::NoPatch => false,
+        }
+    }
+}
+
+fn namespace_label(namespace_object: Option<&serde_json::Value>) -> Option<&str> {
+    namespace_object?
+        .get("metadata")?
+        .get("labels")?
+        .get(NAMESPACE_PINNING_LABEL)?
+        .as_str()
+}
+
 /// A policy ready for evaluation.
 #[derive(Clone, Debug)]
 pub struct CompiledPolicy {
@@ -127,6 +234,12 @@ pub struct CompiledPolicy {
     /// `spec.validationConfigurations.verifyDigest` (default true): fail when a matched image
     /// is not referenced by digest.
     pub verify_digest: bool,
+    /// Where this policy pins digests (ivory extension, [`PINNING_ANNOTATION`]); the
+    /// namespace may narrow it further ([`CompiledPolicy::pinning_for`]).
+    pub pinning: Pinning,
+    /// Whether a Namespace label may choose `no-patch` under this policy
+    /// ([`NAMESPACE_PINNING_ANNOTATION`]: `any`).
+    pub namespace_may_skip_pinning: bool,
     /// `spec.validationConfigurations.required` (default true): fail when a matched image was
     /// not verified by any policy of the request.
     pub required: bool,
@@ -137,4 +250,26 @@ pub struct CompiledPolicy {
     pub autogen_config: Option<String>,
     /// The autogen variants of this policy (empty for variants and non-eligible policies).
     pub autogen: Vec<CompiledPolicy>,
+}
+
+impl CompiledPolicy {
+    /// The pinning mode for a request in the namespace `namespace_object` ([`Pinning::effective`]).
+    pub fn pinning_for(&self, namespace_object: Option<&serde_json::Value>) -> Pinning {
+        self.pinning
+            .effective(namespace_object, self.namespace_may_skip_pinning)
+    }
+
+    /// The namespace's pinning label when this policy ignores it (for a warning).
+    pub fn ignored_namespace_pinning<'n>(
+        &self,
+        namespace_object: Option<&'n serde_json::Value>,
+    ) -> Option<&'n str> {
+        Pinning::ignored_namespace_label(namespace_object, self.namespace_may_skip_pinning)
+    }
+
+    /// Whether the policy can ever pin a digest, so needs a mutating webhook:
+    /// `mutateDigest` and a [`Pinning`] mode other than `no-patch` (a namespace cannot widen it).
+    pub fn pins_digests(&self) -> bool {
+        self.mutate_digest && self.pinning != Pinning::NoPatch
+    }
 }

@@ -31,7 +31,8 @@ pub use blind_spots::blind_spots;
 pub use compile::compile;
 pub use compiled::{
     CompiledAttestor, CompiledAuditAnnotation, CompiledPolicy, CompiledValidation, ImageMatcher,
-    NamedProgram, Origin,
+    NAMESPACE_PINNING_ANNOTATION, NAMESPACE_PINNING_LABEL, NamedProgram, Origin,
+    PINNING_ANNOTATION, Pinning,
 };
 pub use error::{PolicyError, Result};
 pub use exception::CompiledException;

@@ -120,7 +120,8 @@ fn configuration(policies: &[CompiledPolicy], opts: &Options, stage: Stage) -> V
             .iter()
             .filter(|p| p.kind == kind && p.autogen_config.is_none())
             .filter(|p| p.spec.admission_enabled())
-            .filter(|p| stage == Stage::Validate || p.mutate_digest)
+            // A `no-patch` policy pins nowhere: the API server need not call it to mutate.
+            .filter(|p| stage == Stage::Validate || p.pins_digests())
             .collect();
         webhooks.extend(for_kind(&selected, kind, stage, opts));
     }

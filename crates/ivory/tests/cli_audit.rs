@@ -239,6 +239,8 @@ async fn images_from_file_errors_and_interrupt() {
     let child = tokio::process::Command::new(BIN)
         .args(&args)
         .env("IVORY_LOG", "warn")
+        // Each run measures a cold start, as before the persistent cache.
+        .env("IVORY_NO_CACHE", "true")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -328,6 +330,7 @@ async fn ivory_with_peak(args: &[String]) -> (Run, u64) {
     let child = tokio::process::Command::new(BIN)
         .args(args)
         .env("IVORY_LOG", "warn")
+        .env("IVORY_NO_CACHE", "true")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)

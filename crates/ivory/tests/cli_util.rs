@@ -26,15 +26,18 @@ impl Run {
     }
 }
 
-/// Runs `ivory <args>` to completion.
+/// Runs `ivory <args>` to completion, with a persistent cache of its own (empty: every run
+/// starts cold unless `args` names a `--cache-dir`, which wins over the environment).
 pub async fn ivory<I, S>(args: I) -> Run
 where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
+    let cache = tempfile::tempdir().unwrap();
     let out = tokio::process::Command::new(BIN)
         .args(args)
         .env("IVORY_LOG", "warn")
+        .env("IVORY_CACHE_DIR", cache.path())
         .output()
         .await
         .unwrap();
@@ -45,12 +48,14 @@ where
     }
 }
 
-/// Runs `ivory <args>` with `input` on stdin.
+/// Runs `ivory <args>` with `input` on stdin (and an empty cache of its own, as [`ivory`]).
 pub async fn ivory_stdin(args: &[&str], input: &str) -> Run {
     use tokio::io::AsyncWriteExt as _;
+    let cache = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new(BIN)
         .args(args)
         .env("IVORY_LOG", "warn")
+        .env("IVORY_CACHE_DIR", cache.path())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

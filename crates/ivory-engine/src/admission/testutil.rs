@@ -75,6 +75,8 @@ pub(crate) fn policy(name: &str, rules: Vec<NamedRuleWithOperations>) -> Compile
         attestations: Vec::new(),
         mutate_digest: true,
         verify_digest: true,
+        pinning: ivory_policy::compiled::Pinning::All,
+        namespace_may_skip_pinning: false,
         required: true,
         json_mode: false,
         autogen_config: None,

@@ -733,3 +733,122 @@ spec:
     assert_eq!(d.patch, vec![pod_pins()[2].clone()]);
     assert_eq!(fake.calls().len(), 1);
 }
+
+/// `pod_policy` with the ivory pinning annotation, through the loader, with its autogen variants.
+fn pinning_policies(mode: &str) -> Vec<CompiledPolicy> {
+    pinning_policies_with(mode, "pods-only")
+}
+
+/// [`pinning_policies`] with `ivory.dev/namespace-digest-pinning: namespaces` too.
+fn pinning_policies_with(mode: &str, namespaces: &str) -> Vec<CompiledPolicy> {
+    let p = load(&format!(
+        r#"
+apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata:
+  name: pin
+  annotations:
+    ivory.dev/digest-pinning: {mode}
+    ivory.dev/namespace-digest-pinning: {namespaces}
+spec:
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        operations: ["CREATE", "UPDATE"]
+        resources: ["pods"]
+  attestors: []
+  validations:
+    - expression: "true"
+"#
+    ))
+    .remove(0);
+    let mut all = vec![(*p).clone()];
+    all.extend(p.autogen.iter().cloned());
+    all
+}
+
+async fn run_in(
+    fake: &Fake,
+    policies: &[CompiledPolicy],
+    file: &str,
+    namespace: Option<&serde_json::Value>,
+) -> Decision {
+    let refs: Vec<&CompiledPolicy> = policies.iter().collect();
+    mutate(fake, &refs, &request(file), namespace, later(10)).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn pods_only_leaves_templates_as_applied_and_no_patch_pins_nothing() {
+    let all = pinning_policies("all");
+    let pods_only = pinning_policies("pods-only");
+    let no_patch = pinning_policies("no-patch");
+    let fake = Fake::standard();
+    assert_eq!(
+        run_in(&fake, &all, "deployment-create.json", None)
+            .await
+            .patch
+            .len(),
+        2,
+        "Kyverno's behaviour pins the template"
+    );
+    for file in [
+        "deployment-create.json",
+        "cronjob-create.json",
+        "replicaset-create.json",
+    ] {
+        let fake = Fake::standard();
+        let d = run_in(&fake, &pods_only, file, None).await;
+        assert!(d.allowed && d.patch.is_empty(), "{file}: {:?}", d.patch);
+        assert!(fake.calls().is_empty(), "{file}: nothing to resolve");
+    }
+    let d = run_in(&Fake::standard(), &pods_only, "pod-create.json", None).await;
+    assert_eq!(d.patch, pod_pins(), "every Pod is still pinned");
+    for file in ["pod-create.json", "deployment-create.json"] {
+        let fake = Fake::standard();
+        let d = run_in(&fake, &no_patch, file, None).await;
+        assert!(d.allowed && d.patch.is_empty(), "{file}: {:?}", d.patch);
+        assert!(d.results.is_empty() && fake.calls().is_empty(), "{file}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_namespace_label_chooses_pods_only_and_no_patch_only_with_the_policys_consent() {
+    let all = pinning_policies("all");
+    let ns = |value: &str| {
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": "team", "labels": {"ivory.dev/digest-pinning": value}}})
+    };
+    let pods_only = ns("pods-only");
+    let d = run_in(
+        &Fake::standard(),
+        &all,
+        "deployment-create.json",
+        Some(&pods_only),
+    )
+    .await;
+    assert!(d.patch.is_empty() && d.warnings.is_empty(), "{d:?}");
+    let d = run_in(&Fake::standard(), &all, "pod-create.json", Some(&pods_only)).await;
+    assert_eq!(d.patch, pod_pins());
+    // A namespace cannot switch pinning off unless the policy lets it: the template and the
+    // Pod are pinned, and the ignored label named.
+    let no_patch = ns("no-patch");
+    for file in ["deployment-create.json", "pod-create.json"] {
+        let d = run_in(&Fake::standard(), &all, file, Some(&no_patch)).await;
+        assert!(!d.patch.is_empty(), "{file}");
+        assert_eq!(
+            d.warnings,
+            [
+                "namespace label ivory.dev/digest-pinning=no-patch is ignored by policy pin: a namespace may choose pods-only, and no-patch only where the policy allows it (ivory.dev/namespace-digest-pinning: any)"
+            ]
+        );
+    }
+    // With the policy's consent, nothing is patched and nothing is said.
+    let consenting = pinning_policies_with("all", "any");
+    for file in ["deployment-create.json", "pod-create.json"] {
+        let fake = Fake::standard();
+        let d = run_in(&fake, &consenting, file, Some(&no_patch)).await;
+        assert!(d.patch.is_empty() && d.warnings.is_empty(), "{file}: {d:?}");
+        assert!(fake.calls().is_empty(), "{file}");
+    }
+}

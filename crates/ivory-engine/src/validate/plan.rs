@@ -114,7 +114,7 @@ pub(super) fn prepare<'a>(
         Err(e) => return fail(Status::Error, format!("{EVAL_FAILED}: {e}"), &[]),
     };
     let matched = flatten(&images);
-    let mut undigested: Vec<&String> = if policy.verify_digest {
+    let mut undigested: Vec<&String> = if policy.verify_digest && demands_digest(policy, inputs) {
         matched.iter().filter(|i| !has_digest(i)).collect()
     } else {
         Vec::new()
@@ -177,6 +177,21 @@ pub(super) fn prepare<'a>(
     let platform = ImagePlatform::of_workload(inputs.req.object.as_ref());
     plan_jobs(&mut plan, &attestors, &platform, jobs);
     Prepared::Ready(Box::new(plan))
+}
+
+/// Whether `verifyDigest` applies to this request: only where the policy's pinning mode
+/// ([`Pinning`](ivory_policy::compiled::Pinning), narrowed by the namespace) pins, since an
+/// image the mutating stage left as a tag on purpose cannot carry a digest. A tag image is
+/// still verified: the verifier resolves it and verifies that digest, which is what the
+/// kubelet pulls unless the tag moves in between (docs/kyverno-semantics.md §3).
+fn demands_digest(policy: &CompiledPolicy, inputs: &RequestInputs<'_>) -> bool {
+    let kind = inputs
+        .req
+        .subject()
+        .and_then(|o| o.get("kind"))
+        .and_then(Json::as_str)
+        .unwrap_or(&inputs.req.kind.kind);
+    policy.pinning_for(inputs.namespace_object).pins(kind)
 }
 
 /// All conditions true ⇒ matched; any false ⇒ not matched (even if another errored); else an

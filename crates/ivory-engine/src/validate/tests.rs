@@ -1678,3 +1678,133 @@ async fn cel_evaluation_stops_at_the_request_deadline() {
     let message = d.message.unwrap_or_default();
     assert!(message.contains("deadline has passed"), "{message}");
 }
+
+/// `pod_policy` with the ivory pinning annotation set to `mode` (`None`: no annotation), and
+/// its variants for controllers (autogen), in the order the routes select them.
+fn pinned_policies(mode: Option<&str>) -> Vec<CompiledPolicy> {
+    let annotation = mode
+        .map(|m| format!("  annotations:\n    ivory.dev/digest-pinning: {m}\n"))
+        .unwrap_or_default();
+    pinned_policies_annotated(&annotation)
+}
+
+/// [`pinned_policies`] with `annotation` (YAML lines under `metadata`).
+fn pinned_policies_annotated(annotation: &str) -> Vec<CompiledPolicy> {
+    let body: String = format!(
+        "matchConstraints:\n  resourceRules:\n  - apiGroups: ['']\n    apiVersions: ['v1']\n    operations: ['CREATE', 'UPDATE']\n    resources: ['pods']\nmatchImageReferences:\n- glob: 'ghcr.io/*'\n{}{VERIFY_ALL}",
+        attestors(&["cosign"])
+    )
+    .lines()
+    .map(|l| format!("  {l}\n"))
+    .collect();
+    let p = load(&format!(
+        "apiVersion: policies.kyverno.io/v1\nkind: ImageValidatingPolicy\nmetadata:\n  name: pin\n{annotation}spec:\n{body}"
+    ));
+    assert!(!p.autogen.is_empty(), "a pod policy has autogen variants");
+    let mut all = vec![p.clone()];
+    all.extend(p.autogen.iter().cloned());
+    all
+}
+
+async fn judged(
+    policies: &[CompiledPolicy],
+    req: &AdmissionRequest,
+    namespace: Option<&Value>,
+) -> (Decision, usize, usize) {
+    let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+    let refs: Vec<&CompiledPolicy> = policies.iter().collect();
+    let d = validate(
+        &verifier,
+        &refs,
+        req,
+        namespace,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .await;
+    (d, verifier.calls(), verifier.resolves())
+}
+
+#[tokio::test]
+async fn verify_digest_follows_the_pinning_mode_and_every_tag_is_still_verified() {
+    let no_digest =
+        |image: &str| format!("Policy pin failed: image {image} does not have a digest");
+    let denied = "Policy pin failed: failed the image Signature verification";
+    // (mode, request, expected message); a tag the mode leaves unpinned is verified as is
+    // (the verifier resolves it and verifies that digest).
+    let cases: Vec<(Option<&str>, AdmissionRequest, Option<String>)> = vec![
+        // Kyverno's behaviour: both the Pod and the template must carry digests.
+        (None, create(&[SIGNED]), Some(no_digest(SIGNED))),
+        (None, deployment(json!({}), SIGNED), Some(no_digest(SIGNED))),
+        // pods-only: the template is left as applied, so its tags are verified; Pods are pinned.
+        (Some("pods-only"), deployment(json!({}), SIGNED), None),
+        (
+            Some("pods-only"),
+            deployment(json!({}), UNSIGNED),
+            Some(denied.to_owned()),
+        ),
+        (
+            Some("pods-only"),
+            create(&[SIGNED]),
+            Some(no_digest(SIGNED)),
+        ),
+        (
+            Some("pods-only"),
+            create(&[PINNED]),
+            Some(denied.to_owned()),
+        ),
+        // no-patch: nothing is pinned, every tag is verified, an unsigned one denied.
+        (Some("no-patch"), create(&[SIGNED]), None),
+        (
+            Some("no-patch"),
+            create(&[UNSIGNED]),
+            Some(denied.to_owned()),
+        ),
+        (Some("no-patch"), deployment(json!({}), SIGNED), None),
+        (
+            Some("no-patch"),
+            deployment(json!({}), UNSIGNED),
+            Some(denied.to_owned()),
+        ),
+    ];
+    for (mode, req, message) in cases {
+        let (d, calls, _) = judged(&pinned_policies(mode), &req, None).await;
+        let what = format!("{mode:?} {:?}", req.kind.kind);
+        assert_eq!(d.message, message, "{what}");
+        assert_eq!(d.allowed, message.is_none(), "{what}");
+        assert_eq!(calls, 1, "{what}: the image is verified in every mode");
+    }
+}
+
+#[tokio::test]
+async fn a_namespace_label_narrows_to_pods_only_and_to_no_patch_only_with_the_policys_consent() {
+    let policies = pinned_policies(None);
+    let ns = |value: &str| {
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": "default", "labels": {"ivory.dev/digest-pinning": value}}})
+    };
+    let no_digest = format!("Policy pin failed: image {SIGNED} does not have a digest");
+    let pods_only = ns("pods-only");
+    let (d, _, _) = judged(&policies, &deployment(json!({}), SIGNED), Some(&pods_only)).await;
+    assert!(d.allowed, "{:?}", d.message);
+    let (d, _, _) = judged(&policies, &create(&[SIGNED]), Some(&pods_only)).await;
+    assert_eq!(d.message.as_deref(), Some(no_digest.as_str()));
+    // `no-patch` is the policy author's choice: a namespace asking for it changes nothing...
+    let no_patch = ns("no-patch");
+    for req in [create(&[SIGNED]), deployment(json!({}), SIGNED)] {
+        let (d, _, _) = judged(&policies, &req, Some(&no_patch)).await;
+        assert_eq!(d.message.as_deref(), Some(no_digest.as_str()));
+    }
+    // ...unless the policy lets namespaces choose it; the tag is still verified.
+    let consenting =
+        pinned_policies_annotated("  annotations:\n    ivory.dev/namespace-digest-pinning: any\n");
+    let denied = "Policy pin failed: failed the image Signature verification";
+    for (req, message) in [
+        (create(&[SIGNED]), None),
+        (deployment(json!({}), SIGNED), None),
+        (create(&[UNSIGNED]), Some(denied)),
+    ] {
+        let (d, calls, _) = judged(&consenting, &req, Some(&no_patch)).await;
+        assert_eq!(d.message.as_deref(), message);
+        assert_eq!(calls, 1);
+    }
+}

@@ -420,3 +420,133 @@ fn a_costly_expression_is_refused_naming_policy_field_and_expression() {
         assert!(error.contains(nested), "{error}");
     }
 }
+
+#[test]
+fn the_pinning_annotation_is_read_checked_and_shared_with_autogen_variants() {
+    use crate::compiled::Pinning;
+    let with = |value: Value, validation_configurations: Option<Value>| {
+        let mut doc = base();
+        patch(
+            &mut doc,
+            "/metadata/annotations",
+            Some(json!({"ivory.dev/digest-pinning": value})),
+        );
+        if let Some(v) = validation_configurations {
+            patch(&mut doc, "/spec/validationConfigurations", Some(v));
+        }
+        load(&doc)
+    };
+    assert_eq!(load(&base()).policies[0].pinning, Pinning::All);
+    for (value, mode) in [
+        ("all", Pinning::All),
+        ("pods-only", Pinning::PodsOnly),
+        ("no-patch", Pinning::NoPatch),
+    ] {
+        let report = with(json!(value), None);
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        let p = &report.policies[0];
+        assert_eq!(p.pinning, mode);
+        assert!(!p.autogen.is_empty());
+        assert!(p.autogen.iter().all(|v| v.pinning == mode), "{value}");
+    }
+    let errors = |report: crate::load::LoadReport| -> Vec<String> {
+        report.errors.iter().map(|e| e.to_string()).collect()
+    };
+    let report = with(json!("pods"), None);
+    assert!(report.policies.is_empty());
+    let text = errors(report).join("\n");
+    assert!(
+        text.contains(
+            "metadata.annotations[ivory.dev/digest-pinning]: Unsupported value: \"pods\": supported values: \"all\", \"pods-only\", \"no-patch\""
+        ),
+        "{text}"
+    );
+    // Where to pin means nothing to a policy that never pins: refused, not ignored.
+    let report = with(json!("pods-only"), Some(json!({"mutateDigest": false})));
+    let text = errors(report).join("\n");
+    assert!(
+        text.contains("metadata.annotations[ivory.dev/digest-pinning]: Invalid value")
+            && text.contains("mutateDigest is false"),
+        "{text}"
+    );
+    let report = with(json!("all"), Some(json!({"mutateDigest": false})));
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+}
+
+#[test]
+fn a_namespace_label_narrows_pinning_and_chooses_no_patch_only_where_the_policy_allows() {
+    use crate::compiled::Pinning;
+    let ns = |value: &str| json!({"metadata": {"name": "team", "labels": {"ivory.dev/digest-pinning": value}}});
+    let (pods_only, no_patch, all) = (ns("pods-only"), ns("no-patch"), ns("all"));
+    for may_skip in [false, true] {
+        assert_eq!(
+            Pinning::All.effective(Some(&pods_only), may_skip),
+            Pinning::PodsOnly
+        );
+        // A label never widens a policy's choice.
+        assert_eq!(
+            Pinning::PodsOnly.effective(Some(&all), may_skip),
+            Pinning::PodsOnly
+        );
+        assert_eq!(
+            Pinning::NoPatch.effective(Some(&pods_only), may_skip),
+            Pinning::NoPatch
+        );
+        assert_eq!(Pinning::All.effective(None, may_skip), Pinning::All);
+        assert_eq!(
+            Pinning::ignored_namespace_label(Some(&pods_only), may_skip),
+            None
+        );
+        assert_eq!(
+            Pinning::ignored_namespace_label(Some(&ns("sometimes")), may_skip),
+            Some("sometimes")
+        );
+    }
+    // no-patch only with the policy's consent.
+    assert_eq!(Pinning::All.effective(Some(&no_patch), false), Pinning::All);
+    assert_eq!(
+        Pinning::ignored_namespace_label(Some(&no_patch), false),
+        Some("no-patch")
+    );
+    assert_eq!(
+        Pinning::All.effective(Some(&no_patch), true),
+        Pinning::NoPatch
+    );
+    assert_eq!(
+        Pinning::PodsOnly.effective(Some(&no_patch), true),
+        Pinning::NoPatch
+    );
+    assert_eq!(
+        Pinning::ignored_namespace_label(Some(&no_patch), true),
+        None
+    );
+    assert!(Pinning::PodsOnly.pins("Pod") && !Pinning::PodsOnly.pins("Deployment"));
+    assert!(!Pinning::NoPatch.pins("Pod") && Pinning::All.pins("CronJob"));
+
+    // The consent is the annotation ivory.dev/namespace-digest-pinning: any.
+    let with = |value: &str| {
+        let mut doc = base();
+        patch(
+            &mut doc,
+            "/metadata/annotations",
+            Some(json!({"ivory.dev/namespace-digest-pinning": value})),
+        );
+        load(&doc)
+    };
+    assert!(!load(&base()).policies[0].namespace_may_skip_pinning);
+    let report = with("any");
+    let p = &report.policies[0];
+    assert!(p.namespace_may_skip_pinning);
+    assert!(p.autogen.iter().all(|v| v.namespace_may_skip_pinning));
+    assert_eq!(p.pinning_for(Some(&no_patch)), Pinning::NoPatch);
+    assert!(!with("pods-only").policies[0].namespace_may_skip_pinning);
+    let report = with("yes");
+    assert!(report.policies.is_empty());
+    let text: Vec<String> = report.errors.iter().map(|e| e.to_string()).collect();
+    assert!(
+        text.join("\n").contains(
+            "metadata.annotations[ivory.dev/namespace-digest-pinning]: Unsupported value: \"yes\""
+        ),
+        "{text:?}"
+    );
+}

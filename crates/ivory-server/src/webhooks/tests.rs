@@ -235,3 +235,22 @@ fn pod_policies_register_the_ephemeral_containers_subresource() {
         }
     }
 }
+
+#[test]
+fn no_patch_policies_get_no_mutating_webhook() {
+    let with_annotation = |name: &str, mode: &str| {
+        let text = format!(
+            "apiVersion: policies.kyverno.io/v1\nkind: ImageValidatingPolicy\nmetadata:\n  name: {name}\n  annotations:\n    ivory.dev/digest-pinning: {mode}\nspec:\n  matchConstraints:\n    resourceRules:\n      - apiGroups: [\"\"]\n        apiVersions: [v1]\n        operations: [CREATE, UPDATE]\n        resources: [pods]\n  attestors: []\n  validations:\n    - expression: \"true\"\n"
+        );
+        let report = load_str(&text, name);
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        report.policies.into_iter().next().unwrap()
+    };
+    let opts = Options::for_service("ivory", "ivory", 443);
+    let (m, v) = generate(&[with_annotation("verify-only", "no-patch")], &opts);
+    assert!(names(&m).is_empty(), "{m}");
+    assert_eq!(names(&v), ["ivpol.validate.ivory.svc-fail"]);
+    // pods-only still pins Pods, so it keeps its mutating webhook.
+    let (m, _) = generate(&[with_annotation("pods", "pods-only")], &opts);
+    assert_eq!(names(&m), ["ivpol.mutate.ivory.svc-fail"]);
+}

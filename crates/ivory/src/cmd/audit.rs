@@ -32,6 +32,7 @@ use anyhow::{Context as _, bail};
 use ivory_engine::verifier::ImageVerifier;
 use ivory_policy::compiled::ImageMatcher;
 use ivory_registry::{Credentials, Registry};
+use ivory_verify::SharedCache;
 use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -127,7 +128,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policies = check::policies(&args.policies, &args.quick)?;
     let mut config = args.registry.config()?;
     config.page_size = args.page_size;
-    let verifier = wiring::verifier_for(config, args.registry.tag_cache_ttl)?;
+    let cache = args.registry.cache.open();
+    let verifier = wiring::verifier_for(config, args.registry.tag_cache_ttl, cache.clone())?;
     let registry = verifier.registry().clone();
     let checker = Arc::new(Checker {
         verifier: Arc::new(verifier),
@@ -143,7 +145,14 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut finished = Finished::default();
     let mut progress = Progress::new(std::io::stderr().is_terminal());
     let interrupted = {
-        let work = audit(&args, &registry, &checker, &mut finished, &mut progress);
+        let work = audit(
+            &args,
+            &registry,
+            cache,
+            &checker,
+            &mut finished,
+            &mut progress,
+        );
         tokio::select! {
             result = work => {
                 result?;
@@ -174,6 +183,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 async fn audit(
     args: &Args,
     registry: &Registry,
+    cache: Option<Arc<dyn SharedCache>>,
     checker: &Arc<Checker>,
     finished: &mut Finished,
     progress: &mut Progress,
@@ -204,17 +214,33 @@ async fn audit(
     }
     pipeline.finish().await?;
     if let Some(path) = &args.kubeconfig {
-        audit_cluster(args, path.as_deref(), registry, checker, finished, progress).await?;
+        let cluster = ClusterAudit {
+            kubeconfig: path.as_deref(),
+            registry,
+            cache,
+        };
+        audit_cluster(args, cluster, checker, finished, progress).await?;
     }
     Ok(())
+}
+
+/// Where a cluster audit reads from: the cluster, and the registry client and persistent cache
+/// the verifiers for each set of pull secrets share.
+struct ClusterAudit<'a> {
+    kubeconfig: Option<&'a std::path::Path>,
+    registry: &'a Registry,
+    cache: Option<Arc<dyn SharedCache>>,
 }
 
 /// The images of the cluster's Pods, each group (namespace × pull secrets) evaluated in its
 /// namespace with its credentials; the reports name the namespace.
 async fn audit_cluster(
     args: &Args,
-    kubeconfig: Option<&std::path::Path>,
-    registry: &Registry,
+    ClusterAudit {
+        kubeconfig,
+        registry,
+        cache,
+    }: ClusterAudit<'_>,
     base: &Checker,
     finished: &mut Finished,
     progress: &mut Progress,
@@ -244,6 +270,7 @@ async fn audit_cluster(
                 registry.clone(),
                 args.registry.tag_cache_ttl,
                 credentials,
+                cache.clone(),
             ))
         };
         let checker = Arc::new(Checker {

@@ -345,7 +345,8 @@ pub fn hook(
     })
 }
 
-/// For every policy: a validating webhook naming it, a mutating one when it pins digests, and
+/// For every policy: a validating webhook naming it, a mutating one when it pins digests
+/// (`mutateDigest`, and not `ivory.dev/digest-pinning: no-patch`), and
 /// a failurePolicy on the webhook that matches the policy's.
 pub fn registration_checks(policies: &[CompiledPolicy], hooks: &[Hook]) -> Vec<Check> {
     let mut checks = Vec::new();
@@ -359,7 +360,7 @@ pub fn registration_checks(policies: &[CompiledPolicy], hooks: &[Hook]) -> Vec<C
             _ => policy.name.clone(),
         };
         let mut stages = vec!["validate"];
-        if policy.mutate_digest {
+        if policy.pins_digests() {
             stages.push("mutate");
         }
         for stage in stages {

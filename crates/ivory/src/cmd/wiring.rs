@@ -17,11 +17,12 @@ use ivory_engine::exceptions::{self, Exceptions, Partition};
 use ivory_engine::matching::{Route, select_policies};
 use ivory_engine::verifier::ImageVerifier;
 use ivory_engine::{mutate, validate};
+use ivory_l2::DiskCache;
 use ivory_policy::CompiledPolicy;
 use ivory_policy::types::PolicyKind;
 use ivory_registry::{Config as RegistryConfig, DEFAULT_PER_REGISTRY_CONCURRENCY, Registry};
 use ivory_server::budget::parse_go_duration;
-use ivory_verify::{CosignVerifier, VerifierConfig};
+use ivory_verify::{CosignVerifier, SharedCache, VerifierConfig};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -44,6 +45,48 @@ pub struct RegistryOpts {
     pub tag_cache_ttl: Duration,
     #[command(flatten)]
     pub insecure: InsecureOpts,
+    #[command(flatten)]
+    pub cache: CacheOpts,
+}
+
+/// The persistent verification cache of the one-shot commands (`ivory_l2::DiskCache`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct CacheOpts {
+    /// Folder of the persistent verification cache: verdicts by digest and policy/trust hash
+    /// (as `ivory serve` keys them), resolved tags for --tag-cache-ttl, sealed with a per-user
+    /// key (a file edited by hand is ignored). Default: $XDG_CACHE_HOME/ivory, else
+    /// ~/.cache/ivory.
+    #[arg(long, value_name = "DIR", env = "IVORY_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Run without the persistent cache (every verification asks the registry).
+    #[arg(long, env = "IVORY_NO_CACHE")]
+    pub no_cache: bool,
+    /// Most bytes the cache's files may take; the oldest entries go first.
+    #[arg(long, value_name = "BYTES", default_value_t = ivory_l2::disk::DEFAULT_MAX_BYTES)]
+    pub cache_max_size: u64,
+}
+
+impl CacheOpts {
+    /// The cache, or `None` (said once on stderr) when it is off or its folder is unusable:
+    /// a cache is never needed to answer.
+    pub fn open(&self) -> Option<Arc<dyn SharedCache>> {
+        if self.no_cache {
+            return None;
+        }
+        let Some(dir) = self.cache_dir.clone().or_else(DiskCache::default_dir) else {
+            tracing::warn!(
+                "no cache folder (no --cache-dir, XDG_CACHE_HOME or HOME): running without the verification cache"
+            );
+            return None;
+        };
+        match DiskCache::open(&dir, self.cache_max_size) {
+            Ok(cache) => Some(Arc::new(cache)),
+            Err(e) => {
+                tracing::warn!(error = %e, "running without the verification cache");
+                None
+            }
+        }
+    }
 }
 
 /// Registries without (verified) TLS, with cosign's and crane's flag names. Loopback
@@ -95,35 +138,43 @@ impl RegistryOpts {
         Ok(config)
     }
 
-    /// The cosign verifier over a registry client built from these flags.
+    /// The cosign verifier over a registry client built from these flags, behind the
+    /// persistent cache unless it is off.
     pub fn verifier(&self) -> anyhow::Result<CosignVerifier> {
-        verifier_for(self.config()?, self.tag_cache_ttl)
+        verifier_for(self.config()?, self.tag_cache_ttl, self.cache.open())
     }
 }
 
 /// The cosign verifier over a registry client with `config`, reusing resolved tags for
-/// `tag_ttl`.
-pub fn verifier_for(config: RegistryConfig, tag_ttl: Duration) -> anyhow::Result<CosignVerifier> {
+/// `tag_ttl`, behind `cache` when given.
+pub fn verifier_for(
+    config: RegistryConfig,
+    tag_ttl: Duration,
+    cache: Option<Arc<dyn SharedCache>>,
+) -> anyhow::Result<CosignVerifier> {
     let registry = Registry::new(config).context("creating registry client")?;
-    Ok(CosignVerifier::new(
+    Ok(CosignVerifier::with_shared_cache(
         registry,
         VerifierConfig {
             tag_ttl,
             ..VerifierConfig::default()
         },
         CosignVerifier::anonymous_credentials(),
+        cache,
     ))
 }
 
 /// A cosign verifier over an existing registry client (sharing its connections and limits)
 /// that reads with `credentials` (a Pod's pull secrets, say) plus each policy's
-/// `allowInsecureRegistry`.
+/// `allowInsecureRegistry`, behind `cache` when given (tags are named per credential set
+/// there, so what one set of pull secrets saw never answers for another).
 pub fn verifier_with_credentials(
     registry: Registry,
     tag_ttl: Duration,
     credentials: ivory_registry::Credentials,
+    cache: Option<Arc<dyn SharedCache>>,
 ) -> CosignVerifier {
-    CosignVerifier::new(
+    CosignVerifier::with_shared_cache(
         registry,
         VerifierConfig {
             tag_ttl,
@@ -134,6 +185,7 @@ pub fn verifier_with_credentials(
                 .clone()
                 .allow_insecure(c.and_then(|c| c.allow_insecure_registry).unwrap_or(false))
         }),
+        cache,
     )
 }
 
