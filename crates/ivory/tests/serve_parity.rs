@@ -391,3 +391,107 @@ async fn kyverno_image_data_scenario_follows_the_pods_platform() {
         assert!(got, "{image}: {resp}\n{}", ivory.logs());
     }
 }
+
+/// Kyverno's image-data scenarios beyond the policy's own images: an architecture check on
+/// every container of the Pod, one of which the policy's globs do not select, and literal
+/// images in the policy. Kyverno fetches image data for whatever image the expression names;
+/// so does ivory, for the Pod's platform.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kyverno_image_data_scenarios_reach_images_outside_the_globs_and_literals() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let index = push(&h, "oci/ivory/sig-index", "sig-index").await;
+    let (repo, _) = index.split_once('@').unwrap();
+    let index_by_tag = format!("{repo}:v1");
+    let single = push(&h, "oci/ivory/sig-p256", "sig-p256").await;
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let lenient = "  validationConfigurations:
+    verifyDigest: false
+    required: false
+  attestors: []
+";
+    // Selects only sig-p256 (its config names no architecture); the index is another
+    // container of the same Pod.
+    let every_container = format!(
+        "{lenient}  validations:
+    - expression: >-
+        object.spec.containers.all(c, image.GetMetadata(c.image).config.architecture != 'arm64')
+      messageExpression: \"'image architecture is not supported: ' + object.spec.containers.map(c, image.GetMetadata(c.image).config.architecture).filter(a, a != '').join(',')\"
+"
+    );
+    let host = h.host();
+    let literal = format!(
+        "{lenient}  validations:
+    - expression: image.GetMetadata('{index_by_tag}').config.os == 'linux'
+      message: the base image is not linux
+    - expression: getImageData('{single}').digest == '{}'
+      message: getImageData disagrees with the registry
+",
+        single.split_once('@').unwrap().1
+    );
+    let missing = format!(
+        "{lenient}  validations:
+    - expression: image.GetMetadata('{host}/ivory/missing:v1').config.os == 'linux'
+"
+    );
+    let scoped = format!("{host}/ivory/sig-p256*");
+    let nothing = format!("{host}/nothing/*");
+    for (name, glob, body) in [
+        ("arch-every-container", &scoped, &every_container),
+        ("literal-image", &nothing, &literal),
+        ("literal-missing", &nothing, &missing),
+    ] {
+        std::fs::write(
+            policies.join(format!("{name}.yaml")),
+            policy(name, glob, body),
+        )
+        .unwrap();
+    }
+    std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
+    let ivory = Ivory::start_with_policies(dir.path(), &policies).await;
+
+    let arch = "arch-every-container";
+    let pod = |uid: &str, selector: Value| {
+        let mut review = pod_review(uid, &[&single, &index_by_tag]);
+        review["request"]["object"]["spec"]["nodeSelector"] = selector;
+        review
+    };
+    let (got, resp) = allowed(&ivory, arch, &pod("o-1", json!({}))).await;
+    assert!(got, "{resp}\n{}", ivory.logs());
+    // On an arm64 node the index's arm64 manifest is read, though the policy does not select it.
+    let (got, resp) = allowed(
+        &ivory,
+        arch,
+        &pod("o-2", json!({"kubernetes.io/arch": "arm64"})),
+    )
+    .await;
+    assert!(!got, "{resp}");
+    assert_eq!(
+        resp["status"]["message"],
+        format!("Policy {arch} failed: image architecture is not supported: arm64"),
+        "{resp}"
+    );
+
+    h.reset_requests();
+    let (got, resp) = allowed(&ivory, "literal-image", &pod_review("l-1", &[&single])).await;
+    assert!(got, "{resp}\n{}", ivory.logs());
+    let asked: Vec<String> = h.requests().into_iter().map(|(_, path, _)| path).collect();
+    assert!(
+        asked
+            .iter()
+            .any(|p| p.starts_with("/v2/ivory/sig-index/manifests/")),
+        "the literal was fetched: {asked:?}"
+    );
+
+    let (got, resp) = allowed(&ivory, "literal-missing", &pod_review("l-2", &[&single])).await;
+    assert!(!got, "{resp}");
+    let message = resp["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("Policy literal-missing error: failed to evaluate policy: ")
+            && message.contains(&format!("{host}/ivory/missing:v1")),
+        "{resp}"
+    );
+}
