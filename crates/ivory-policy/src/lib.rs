@@ -31,7 +31,7 @@ pub use blind_spots::blind_spots;
 pub use compile::compile;
 pub use compiled::{
     CompiledAttestor, CompiledAuditAnnotation, CompiledPolicy, CompiledValidation, ImageMatcher,
-    NamedProgram, Origin,
+    NamedProgram, Origin, VERIFY_PLATFORMS_ANNOTATION, VerifyPlatforms,
 };
 pub use error::{PolicyError, Result};
 pub use exception::CompiledException;

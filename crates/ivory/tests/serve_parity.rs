@@ -495,3 +495,157 @@ async fn kyverno_image_data_scenarios_reach_images_outside_the_globs_and_literal
         "{resp}"
     );
 }
+
+/// A policy whose signature checks cover the platforms `annotation` names (ivory's
+/// `ivory.dev/verify-platforms`; none: Kyverno's index).
+fn platforms_policy(name: &str, glob: &str, annotation: Option<&str>, attestor: &str) -> String {
+    let text = policy(
+        name,
+        glob,
+        &format!(
+            "  validationConfigurations:\n    verifyDigest: false\n{attestor}  validations:\n    - expression: >-\n        images.containers.map(image, verifyImageSignatures(image, [attestors.key])).all(e, e > 0)\n      message: failed the image Signature verification\n"
+        ),
+    );
+    match annotation {
+        None => text,
+        Some(value) => text.replacen(
+            &format!("  name: {name}\n"),
+            &format!("  name: {name}\n  annotations:\n    ivory.dev/verify-platforms: {value}\n"),
+            1,
+        ),
+    }
+}
+
+/// Multi-platform images (ivory extension): the policy chooses what must be signed — the index
+/// (Kyverno's default), every platform manifest, or the platforms the Pod can run on — and an
+/// arm64-only or Windows-only image is verified and its image data read for its platform.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_platform_images_verify_what_the_policy_chooses() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let signer = ivory_testkit::CosignSigner::generate().unwrap();
+    let host = h.host().to_owned();
+    // arm64 only and Windows only: the platform manifest is signed, the index is not.
+    let mut images = std::collections::BTreeMap::new();
+    for (repo, platforms) in [
+        ("ivory/arm-only", &[("linux", "arm64")][..]),
+        ("ivory/windows-only", &[("windows", "amd64")][..]),
+    ] {
+        let (_, children) = h.push_platform_index(repo, "v1", platforms).await.unwrap();
+        h.push_cosign_signature(repo, &children[0], &signer)
+            .await
+            .unwrap();
+        images.insert(repo, format!("{host}/{repo}:v1"));
+    }
+    // Two platforms: the index and its amd64 manifest are signed, the arm64 manifest is not.
+    let (index, children) = h
+        .push_platform_index(
+            "ivory/multi",
+            "v1",
+            &[("linux", "amd64"), ("linux", "arm64")],
+        )
+        .await
+        .unwrap();
+    for digest in [&index, &children[0]] {
+        h.push_cosign_signature("ivory/multi", digest, &signer)
+            .await
+            .unwrap();
+    }
+    let multi = format!("{host}/ivory/multi:v1");
+    let (arm, windows) = (&images["ivory/arm-only"], &images["ivory/windows-only"]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let glob = format!("{host}/*");
+    let attestor = ivory_testkit::policy::key_attestor_yaml(&signer.public_pem);
+    for (name, annotation) in [
+        ("platforms-index", None),
+        ("platforms-index-named", Some("index")),
+        ("platforms-all", Some("allPlatforms")),
+        ("platforms-pod", Some("podPlatform")),
+    ] {
+        std::fs::write(
+            policies.join(format!("{name}.yaml")),
+            platforms_policy(name, &glob, annotation, &attestor),
+        )
+        .unwrap();
+    }
+    // Image data of a single-platform index is its platform's, where Kyverno asks for
+    // linux/amd64 and fails.
+    let data = "  validationConfigurations:\n    verifyDigest: false\n    required: false\n  attestors: []\n  validations:\n    - expression: >-\n        object.spec.containers.all(c, image.GetMetadata(c.image).config.os + '/' + image.GetMetadata(c.image).config.architecture == c.name)\n      messageExpression: \"object.spec.containers.map(c, image.GetMetadata(c.image).config.os + '/' + image.GetMetadata(c.image).config.architecture).join(',')\"\n";
+    std::fs::write(
+        policies.join("platform-data.yaml"),
+        policy("platform-data", &glob, data),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
+    let ivory = Ivory::start_with_policies(dir.path(), &policies).await;
+
+    let review = |uid: &str, image: &str, selector: Value| {
+        let mut review = pod_review(uid, &[image]);
+        if !selector.is_null() {
+            review["request"]["object"]["spec"]["nodeSelector"] = selector;
+        }
+        review
+    };
+    let amd64 = json!({"kubernetes.io/arch": "amd64"});
+    let arm64 = json!({"kubernetes.io/arch": "arm64"});
+    let cases = [
+        // Kyverno's default: the index's own signature.
+        ("platforms-index", arm, Value::Null, false),
+        ("platforms-index-named", arm, Value::Null, false),
+        ("platforms-index", &multi, Value::Null, true),
+        // Every platform manifest.
+        ("platforms-all", arm, Value::Null, true),
+        ("platforms-all", windows, Value::Null, true),
+        ("platforms-all", &multi, Value::Null, false),
+        // The platforms the Pod can run on: all of them when it pins none.
+        ("platforms-pod", arm, Value::Null, true),
+        (
+            "platforms-pod",
+            windows,
+            json!({"kubernetes.io/os": "windows"}),
+            true,
+        ),
+        ("platforms-pod", &multi, amd64.clone(), true),
+        ("platforms-pod", &multi, arm64.clone(), false),
+        ("platforms-pod", &multi, Value::Null, false),
+        // A platform the index does not carry: nothing of it verifies.
+        ("platforms-pod", arm, amd64, false),
+    ];
+    for (n, (policy, image, selector, want)) in cases.iter().enumerate() {
+        let (got, resp) = allowed(
+            &ivory,
+            policy,
+            &review(&format!("p-{n}"), image, selector.clone()),
+        )
+        .await;
+        assert_eq!(
+            got,
+            *want,
+            "{policy} on {image} ({selector}): {resp}\n{}",
+            ivory.logs()
+        );
+        if !want {
+            assert_eq!(
+                resp["status"]["message"],
+                format!("Policy {policy} failed: failed the image Signature verification"),
+                "{resp}"
+            );
+        }
+    }
+    // The container's name says the platform its image data must describe.
+    for (uid, image, platform, selector) in [
+        ("d-1", arm, "linux/arm64", Value::Null),
+        ("d-2", windows, "windows/amd64", Value::Null),
+        ("d-3", &multi, "linux/amd64", Value::Null),
+        ("d-4", &multi, "linux/arm64", arm64.clone()),
+    ] {
+        let mut review = review(uid, image, selector);
+        review["request"]["object"]["spec"]["containers"][0]["name"] = json!(platform);
+        let (got, resp) = allowed(&ivory, "platform-data", &review).await;
+        assert!(got, "{image} on {platform}: {resp}\n{}", ivory.logs());
+    }
+}

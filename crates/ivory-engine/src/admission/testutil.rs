@@ -77,6 +77,7 @@ pub(crate) fn policy(name: &str, rules: Vec<NamedRuleWithOperations>) -> Compile
         verify_digest: true,
         required: true,
         json_mode: false,
+        verify_platforms: Default::default(),
         autogen_config: None,
         autogen: Vec::new(),
     }

@@ -18,7 +18,7 @@ use super::{EVAL_FAILED, result};
 use crate::admission::AdmissionRequest;
 use crate::bindings::RequestBindings;
 use crate::decision::{PolicyResult, Status};
-use crate::verifier::{ImagePlatform, VerifyRequest};
+use crate::verifier::{ImagePlatform, PlatformScope, VerifyRequest};
 use crate::{images, matching};
 
 /// CEL functions that need signature verdicts / attestation verdicts / image metadata.
@@ -228,7 +228,8 @@ pub(super) fn prepare<'a>(
         platform: ImagePlatform::of_workload(inputs.req.object.as_ref()),
         late_image_data: BTreeMap::new(),
     };
-    plan_jobs(&mut plan, &attestors, jobs);
+    let platforms = PlatformScope::of_policy(policy.verify_platforms, inputs.req.object.as_ref());
+    plan_jobs(&mut plan, &attestors, &platforms, jobs);
     Prepared::Ready(Box::new(plan))
 }
 
@@ -460,7 +461,12 @@ fn calls_any(policy: &CompiledPolicy, names: &[&str]) -> bool {
 /// for it ([`super::evaluate::Run::Wants`]), so a registry the policy does not cover is asked
 /// only when, and matters only where, an expression reads its answer. Image data describes the
 /// manifest for the workload's platform.
-fn plan_jobs(plan: &mut Plan<'_>, attestors: &[(Attestor, Json)], jobs: &mut JobSet) {
+fn plan_jobs(
+    plan: &mut Plan<'_>,
+    attestors: &[(Attestor, Json)],
+    platforms: &PlatformScope,
+    jobs: &mut JobSet,
+) {
     let policy = plan.policy;
     let credentials = policy.spec.credentials.clone();
     let mut attestations = Vec::new();
@@ -482,6 +488,7 @@ fn plan_jobs(plan: &mut Plan<'_>, attestors: &[(Attestor, Json)], jobs: &mut Job
                     attestor: attestor.clone(),
                     attestation: attestation.cloned(),
                     credentials: credentials.clone(),
+                    platforms: platforms.clone(),
                 })));
                 let key = VerifyKey {
                     image: image.clone(),

@@ -70,6 +70,7 @@ impl Job {
                 &r.attestor,
                 &r.attestation,
                 &r.credentials,
+                &r.platforms,
             )),
             Self::ImageData {
                 image,
