@@ -272,6 +272,7 @@ async fn cached_verifier() -> (
         attestor,
         attestation: None,
         credentials: None,
+        platforms: Default::default(),
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     let first = verifier.verify(&request, deadline).await;
