@@ -456,11 +456,11 @@ fn calls_any(policy: &CompiledPolicy, names: &[&str]) -> bool {
 }
 
 /// Registers every question the policy's CEL can ask: matched images × attestors (× attestations),
-/// and image data for the matched images. Nothing is prefetched for images outside the
-/// policy's `matchImageReferences`: their image data is fetched only once an expression asks
-/// for it ([`super::evaluate::Run::Wants`]), so a registry the policy does not cover is asked
-/// only when, and matters only where, an expression reads its answer. Image data describes the
-/// manifest for the workload's platform.
+/// and image data for the matched images and the images its expressions name as literals.
+/// Nothing is prefetched for the request's other images: their image data is fetched only once
+/// an expression asks for it ([`super::evaluate::Run::Wants`]), so a registry the policy does
+/// not cover is asked only when, and matters only where, an expression reads its answer. Image
+/// data describes the manifest for the workload's platform.
 fn plan_jobs(
     plan: &mut Plan<'_>,
     attestors: &[(Attestor, Json)],
@@ -500,7 +500,18 @@ fn plan_jobs(
         }
     }
     if calls_any(policy, &IMAGE_DATA_FUNCTIONS) {
-        for image in &plan.matched {
+        // Literal images are the policy author's, like its globs: asked with the prefetch, so a
+        // policy that reads one is evaluated once.
+        let literals = programs(policy).flat_map(|p| {
+            IMAGE_DATA_FUNCTIONS
+                .iter()
+                .flat_map(move |f| p.literal_arguments(f))
+        });
+        let literals: Vec<String> = literals
+            .filter(|image| ImageReference::parse(image).is_ok())
+            .map(str::to_owned)
+            .collect();
+        for image in plan.matched.iter().chain(&literals) {
             if !plan.image_data.contains_key(image) {
                 let index = jobs.add(Job::ImageData {
                     image: image.clone(),

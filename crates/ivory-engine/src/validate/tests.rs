@@ -739,10 +739,10 @@ async fn image_data_of_any_image_an_expression_names_is_fetched_with_kyvernos_an
     let d = run(&verifier, &[&pol], &create(&[SIGNED, NGINX])).await;
     assert!(d.allowed, "{:?}", d.message);
     assert_eq!(statuses(&d)[0].1, Status::Pass);
-    // The policy's own image first (prefetched), then what its expressions named.
+    // The policy's own image and its literal with the prefetch, then the other container.
     assert_eq!(
         verifier.fetched(),
-        [SIGNED, NGINX, "docker.io/library/base:1"]
+        [SIGNED, "docker.io/library/base:1", NGINX]
     );
 
     let verifier = FakeVerifier::new().arch(NGINX, "arm64");
