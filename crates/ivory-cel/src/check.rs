@@ -227,7 +227,11 @@ impl Walker<'_> {
             .collect();
         if !literals.is_empty() {
             let name = namespaced.clone().unwrap_or_else(|| call.func_name.clone());
-            self.out.literal_args.entry(name).or_default().extend(literals);
+            self.out
+                .literal_args
+                .entry(name)
+                .or_default()
+                .extend(literals);
         }
         match namespaced {
             Some(qualified) => {

@@ -1788,3 +1788,24 @@ async fn cel_evaluation_stops_at_the_request_deadline() {
     let message = d.message.unwrap_or_default();
     assert!(message.contains("deadline has passed"), "{message}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn image_data_asked_for_after_the_deadline_is_a_spent_budget_not_an_error() {
+    let pol = pod_policy(
+        "late",
+        &lenient(
+            "failurePolicy: Ignore\nvalidations:\n- expression: object.spec.containers.all(c, image.GetMetadata(c.image).config.os == 'linux')\n",
+        ),
+    );
+    // The policy's own image answers only after the request's 10 s budget.
+    let verifier = FakeVerifier::new().host("ghcr.io", Mode::Sleep(Duration::from_secs(20)));
+    let d = run(
+        &verifier,
+        &[&pol],
+        &create(&[SIGNED, "docker.io/library/nginx:1"]),
+    )
+    .await;
+    assert!(d.allowed, "{:?}", d.message);
+    assert!(d.budget_exhausted);
+    assert_eq!(statuses(&d)[0].1, Status::Skip, "{:?}", d.results);
+}
