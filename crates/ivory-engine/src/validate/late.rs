@@ -3,7 +3,7 @@
 //! Kyverno's `image.GetMetadata` answers for any image). Fetched through the same verifier
 //! (its caches, coalescing and byte caps), under the request deadline, and bounded per request:
 //! the request now chooses which registry ivory asks, so it must not choose how often or
-//! where to (see SECURITY.md, "Image data for images the policy does not select").
+//! where to (see SECURITY.md, "Image data the request chooses").
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
