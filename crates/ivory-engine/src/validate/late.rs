@@ -1,6 +1,7 @@
 //! Image data an expression asked for after the prefetch: images of the request outside the
-//! policy's `matchImageReferences`, literals in the policy, any image an expression names (as
-//! Kyverno's `image.GetMetadata` answers for any image). Fetched through the same verifier
+//! policy's `matchImageReferences`, strings an expression builds, any image an expression names
+//! that the prefetch did not cover (Kyverno's `image.GetMetadata` answers for any image; the
+//! policy's own images and literals are prefetched). Fetched through the same verifier
 //! (its caches, coalescing and byte caps), under the request deadline, and bounded per request:
 //! the request now chooses which registry ivory asks, so it must not choose how often or
 //! where to (see SECURITY.md, "Image data the request chooses").
