@@ -87,7 +87,13 @@ pub(super) fn run(
         wanted: Mutex::new(BTreeSet::new()),
     };
     let mut eval = eval.with_host(&host);
-    let evaluated = judge(policy, &mut eval, &host, plan.matched.clone(), digest);
+    // Evaluated for the last time, the plan gives its images up to the result.
+    let matched = if can_ask {
+        plan.matched.clone()
+    } else {
+        std::mem::take(&mut plan.matched)
+    };
+    let evaluated = judge(policy, &mut eval, &host, matched, digest);
     let wanted = host.take_wanted();
     if can_ask && !wanted.is_empty() && eval.over_budget().is_none() {
         return Run::Wants(wanted);

@@ -94,9 +94,11 @@ impl Evidence {
     /// Adds what `other` learnt (the evidence of one policy's final evaluation).
     pub(super) fn merge(&self, other: Evidence) {
         let images = other.images.into_inner().unwrap_or_else(|p| p.into_inner());
+        let mut mine = self.images();
         for (image, verified) in images {
-            self.record(&image, verified);
+            *mine.entry(image).or_insert(false) |= verified;
         }
+        drop(mine);
         let signers = other
             .signers
             .into_inner()

@@ -37,6 +37,9 @@ pub(super) async fn fetch(
     let mut jobs = JobSet::default();
     let mut asked = Vec::new();
     for (index, (plan, images)) in wants.iter_mut().enumerate() {
+        let Some(platform) = plan.platform().cloned() else {
+            continue;
+        };
         for image in std::mem::take(images) {
             if let Some(why) = refusal(&image, seen) {
                 plan.late_image_data
@@ -46,7 +49,7 @@ pub(super) async fn fetch(
             let job = jobs.add(Job::ImageData {
                 image: image.clone(),
                 credentials: plan.policy.spec.credentials.clone(),
-                platform: plan.platform.clone(),
+                platform: platform.clone(),
             });
             asked.push((index, image, job));
         }

@@ -100,8 +100,11 @@ pub async fn validate(
             // Past the deadline too: the fetch then answers "budget spent" at once, and the
             // failurePolicy decides for an expression that needed it.
             let can_ask = round < late::MAX_ROUNDS && plan.can_evaluate_again();
+            // A policy that may be evaluated again records into evidence of its own, kept
+            // only from its final evaluation; any other records directly.
             let scratch = Evidence::default();
-            match evaluate::run(&mut plan, &prefetched, &scratch, can_ask) {
+            let records = if can_ask { &scratch } else { &evidence };
+            match evaluate::run(&mut plan, &prefetched, records, can_ask) {
                 Run::Done(done) => {
                     evidence.merge(scratch);
                     if let Some(slot) = evaluated.get_mut(position) {

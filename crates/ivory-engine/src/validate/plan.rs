@@ -48,8 +48,6 @@ pub(super) struct Plan<'a> {
     /// `verifyDigest`: matched tag images (sorted) and their resolve job, asked so that a
     /// registry that cannot answer is told apart from an image that was simply not pinned.
     pub(super) undigested: Vec<(String, usize)>,
-    /// The workload's platform: which manifest of an index image data describes.
-    pub(super) platform: ImagePlatform,
     /// Image data fetched after an evaluation asked for it (see [`super::evaluate::Run`]).
     pub(super) late_image_data: BTreeMap<String, LateImageData>,
 }
@@ -58,6 +56,8 @@ pub(super) struct Plan<'a> {
 /// fetched: charged to the same cost budget, so evaluating again buys no extra CEL.
 pub(super) struct Again<'a> {
     data: &'a RequestBindings<'a>,
+    /// The workload's platform: which manifest of an index image data describes.
+    platform: ImagePlatform,
     images: BTreeMap<String, Vec<String>>,
     attestors: Json,
     budget: Option<Arc<CostBudget>>,
@@ -67,6 +67,11 @@ impl<'a> Plan<'a> {
     /// Whether the policy can be evaluated again (only one that reads image data is).
     pub(super) fn can_evaluate_again(&self) -> bool {
         self.again.is_some()
+    }
+
+    /// The workload's platform, for a policy that reads image data.
+    pub(super) fn platform(&self) -> Option<&ImagePlatform> {
+        self.again.as_ref().map(|again| &again.platform)
     }
 
     /// The evaluator of the policy's next evaluation; `None` when it was evaluated and cannot
@@ -205,8 +210,10 @@ pub(super) fn prepare<'a>(
         attestor_map.clone(),
         policy.attestations.iter().map(|a| a.name.clone()),
     );
+    // Only a policy that reads image data needs the workload's platform or a second evaluation.
     let again = calls_any(policy, &IMAGE_DATA_FUNCTIONS).then(|| Again {
         data: inputs.data,
+        platform: ImagePlatform::of_workload(inputs.req.object.as_ref()),
         budget: eval.shared_budget(),
         images,
         attestors: attestor_map,
@@ -225,7 +232,6 @@ pub(super) fn prepare<'a>(
         keys: BTreeMap::new(),
         image_data: BTreeMap::new(),
         undigested,
-        platform: ImagePlatform::of_workload(inputs.req.object.as_ref()),
         late_image_data: BTreeMap::new(),
     };
     let platforms = PlatformScope::of_policy(policy.verify_platforms, inputs.req.object.as_ref());
@@ -499,7 +505,7 @@ fn plan_jobs(
             }
         }
     }
-    if calls_any(policy, &IMAGE_DATA_FUNCTIONS) {
+    if let Some(platform) = plan.platform().cloned() {
         // Literal images are the policy author's, like its globs: asked with the prefetch, so a
         // policy that reads one is evaluated once.
         let literals = programs(policy).flat_map(|p| {
@@ -516,7 +522,7 @@ fn plan_jobs(
                 let index = jobs.add(Job::ImageData {
                     image: image.clone(),
                     credentials: credentials.clone(),
-                    platform: plan.platform.clone(),
+                    platform: platform.clone(),
                 });
                 plan.image_data.insert(image.clone(), index);
             }

@@ -498,29 +498,23 @@ impl ImageVerifier for CosignVerifier {
         request: &'a VerifyRequest,
         deadline: Instant,
     ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
-        async move {
-            match &request.platforms {
-                PlatformScope::Index => {
-                    bounded(
-                        &request.image,
-                        "verifying signatures",
-                        deadline,
-                        self.verify_request(request, deadline),
-                    )
-                    .await
-                }
-                PlatformScope::Platforms(set) => {
-                    bounded(
-                        &request.image,
-                        "verifying the signatures of its platform manifests",
-                        deadline,
-                        self.verify_platforms(request, set, deadline),
-                    )
-                    .await
-                }
-            }
+        // Each scope boxes its own future: the common one stays as small as it was.
+        match &request.platforms {
+            PlatformScope::Index => bounded(
+                &request.image,
+                "verifying signatures",
+                deadline,
+                self.verify_request(request, deadline),
+            )
+            .boxed(),
+            PlatformScope::Platforms(set) => bounded(
+                &request.image,
+                "verifying the signatures of its platform manifests",
+                deadline,
+                self.verify_platforms(request, set, deadline),
+            )
+            .boxed(),
         }
-        .boxed()
     }
 
     fn image_data<'a>(
