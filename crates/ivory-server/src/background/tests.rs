@@ -141,22 +141,29 @@ fn pod(n: usize) -> Pod {
     .unwrap_or_default()
 }
 
-#[tokio::test]
-async fn a_scan_verifies_running_digests_bounded_and_reports_them() {
+/// A Pod store holding `pod(1)` to `pod(count)`, and the state of a server with [`policy`],
+/// `verifier` and a report sink.
+fn cluster(count: usize, verifier: Arc<dyn ImageVerifier>) -> (Store<Pod>, AppState, Arc<Sink>) {
     let (pods, mut writer) = reflector::store::<Pod>();
     writer.apply_watcher_event(&Event::Init);
-    for n in 1..=6 {
+    for n in 1..=count {
         writer.apply_watcher_event(&Event::InitApply(pod(n)));
     }
     writer.apply_watcher_event(&Event::InitDone);
-    let verifier = Arc::new(Recording::default());
     let sink = Arc::new(Sink::default());
     let mut state = AppState::new(
-        verifier.clone(),
+        verifier,
         Arc::new(PolicyStore::with_policies(vec![policy()])),
         Arc::new(Metrics::new()),
     );
     state.reports = Some(sink.clone());
+    (pods, state, sink)
+}
+
+#[tokio::test]
+async fn a_scan_verifies_running_digests_bounded_and_reports_them() {
+    let verifier = Arc::new(Recording::default());
+    let (pods, state, sink) = cluster(6, verifier.clone());
     let settings = BackgroundSettings {
         concurrency: 2,
         ..BackgroundSettings::default()
@@ -281,20 +288,8 @@ impl ImageVerifier for StaleCache {
 
 #[tokio::test]
 async fn a_scan_judges_through_the_revalidating_view_not_the_cached_verdicts() {
-    let (pods, mut writer) = reflector::store::<Pod>();
-    writer.apply_watcher_event(&Event::Init);
-    for n in 1..=2 {
-        writer.apply_watcher_event(&Event::InitApply(pod(n)));
-    }
-    writer.apply_watcher_event(&Event::InitDone);
     let verifier = Arc::new(StaleCache::default());
-    let sink = Arc::new(Sink::default());
-    let mut state = AppState::new(
-        verifier.clone(),
-        Arc::new(PolicyStore::with_policies(vec![policy()])),
-        Arc::new(Metrics::new()),
-    );
-    state.reports = Some(sink.clone());
+    let (pods, state, sink) = cluster(2, verifier.clone());
     let before = Instant::now();
     assert_eq!(
         scan_once(&pods, &state, &BackgroundSettings::default()).await,
