@@ -184,8 +184,10 @@ fault_apiserver() {
   "$ROOT/scripts/cluster.sh" restart kube-apiserver
   for pod in $(ivory_pods | awk '{print $1}'); do
     deadline=$((SECONDS + 120))
-    until kubectl -n "$NS" logs "$pod" --since-time="${restarted}Z" 2>/dev/null |
-        grep -q 'policies from Kubernetes published'; do
+    # Read whole, then searched: `kubectl logs | grep -q` fails under pipefail when grep stops
+    # reading before kubectl has written everything (SIGPIPE).
+    until grep -q 'policies from Kubernetes published' \
+        <<<"$(kubectl -n "$NS" logs "$pod" --since-time="${restarted}Z" 2>/dev/null)"; do
       [ "$SECONDS" -lt "$deadline" ] || { echo "$pod: no policy list after the restart in 120 s"; return 1; }
       sleep 2
     done
