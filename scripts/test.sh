@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need (Debian packages, and
 # the Go-built tools in .tools/; says in one line what it cannot install), then format check,
-# clippy, the API docs and every test of the workspace. `.ci/run` calls exactly this, after
+# clippy, the API docs, shellcheck on every shell script and every test of the workspace. `.ci/run` calls exactly this, after
 # scripts/e2e.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,12 +12,19 @@ source scripts/lib/needs.sh
 # and deploy/certs/make-certs.sh, run by tests. script_needs.rs checks this list against them.
 needs_pkgs docker-registry:docker-registry htpasswd:apache2-utils redis-server:redis-server \
   redis-cli:redis-tools openssl:openssl jq:jq curl:curl git:git python3:python3 kill:procps
+# The review of the shell scripts.
+needs_pkgs shellcheck:shellcheck
 # kustomize + helm for the deploy/ tests; crane, cosign v2, cargo-cyclonedx for the dogfood test
 # (ivory's own image). Built from the Go module proxy into .tools/ (skipped when built; Go is
 # needed only to build one).
 needs_tools kustomize helm crane cosign2 cargo-cyclonedx
 needs_done
 
+# Every shell script of the repository: those with a sh/bash shebang, and the sourced ones, which
+# carry a `# shellcheck shell=bash` line. -x follows the `source`s their directives name.
+mapfile -t shell_scripts < <(git ls-files -z | xargs -0 awk \
+  'FNR == 1 { if (/^#!.*[\/ ](ba)?sh( |$)|^# shellcheck shell=/) print FILENAME; nextfile }')
+shellcheck -x "${shell_scripts[@]}"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked # broken intra-doc links, bad doc markup
