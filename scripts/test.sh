@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need (Debian packages, and
-# the Go-built tools in .tools/; says in one line what it cannot install), then format check,
-# clippy, the API docs, shellcheck on every shell script and every test of the workspace. `.ci/run` calls exactly this, after
-# scripts/e2e.sh.
+# the Go-built tools in .tools/; says in one line what it cannot install), then shellcheck on
+# every shell script, format check, clippy (with the workspace's lints: missing_docs,
+# unreachable_pub, ...), the API docs and every test of the workspace. `.ci/run` calls exactly
+# this, after scripts/e2e.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +27,6 @@ mapfile -t shell_scripts < <(git ls-files -z | xargs -0 awk \
   'FNR == 1 { if (/^#!.*[\/ ](ba)?sh( |$)|^# shellcheck shell=/) print FILENAME; nextfile }')
 shellcheck -x "${shell_scripts[@]}"
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings # --all-features: ivory-e2e's e2e tests too
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked # broken intra-doc links, bad doc markup
 cargo test --workspace --locked "$@"
