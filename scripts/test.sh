@@ -16,9 +16,9 @@ needs_pkgs docker-registry:docker-registry htpasswd:apache2-utils redis-server:r
 # The review of the shell scripts.
 needs_pkgs shellcheck:shellcheck
 # kustomize + helm for the deploy/ tests; crane, cosign v2, cargo-cyclonedx for the dogfood test
-# (ivory's own image); cargo-deny for the dependency policy. Built from the Go module proxy or
-# crates.io into .tools/ (skipped when built; Go is needed only to build one).
-needs_tools kustomize helm crane cosign2 cargo-cyclonedx cargo-deny
+# (ivory's own image); cargo-deny and cargo-machete for the dependency checks. Built from the Go
+# module proxy or crates.io into .tools/ (skipped when built; Go is needed only to build one).
+needs_tools kustomize helm crane cosign2 cargo-cyclonedx cargo-deny cargo-machete
 needs_done
 
 # Every shell script of the repository: those with a sh/bash shebang, and the sourced ones, which
@@ -30,6 +30,9 @@ cargo fmt --all -- --check
 # Bans, licenses and sources of every crate in the graph (deny.toml); not advisories: the RustSec
 # database is a git clone this machine cannot fetch.
 .tools/bin/cargo-deny --locked check bans licenses sources
+# Unused dependencies of every crate, fuzz/ included (a crate's source never names them;
+# [package.metadata.cargo-machete] lists, with the reason, those it names otherwise).
+.tools/bin/cargo-machete
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings # --all-features: ivory-e2e's e2e tests too
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked # broken intra-doc links, bad doc markup
 cargo test --workspace --locked "$@"
