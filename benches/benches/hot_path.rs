@@ -109,7 +109,9 @@ impl ImageVerifier for InstantVerifier {
         _: &'a ImagePlatform,
         _: Instant,
     ) -> BoxFuture<'a, Result<Value, VerifyError>> {
-        Box::pin(async { Ok(Value::Null) })
+        Box::pin(async {
+            Ok(serde_json::json!({"config": {"os": "linux", "architecture": "amd64"}}))
+        })
     }
 }
 
@@ -193,6 +195,60 @@ fn cel_validate_stage(b: Bencher<'_, '_>) {
     });
 }
 
+/// A policy reading the image data of every container, selecting the images `glob` matches.
+fn image_data_policy(glob: &str) -> CompiledPolicy {
+    let yaml = format!(
+        "apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata:
+  name: bench
+spec:
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [\"\"]
+        apiVersions: [v1]
+        operations: [CREATE, UPDATE]
+        resources: [pods]
+  matchImageReferences:
+    - glob: \"{glob}\"
+  validationConfigurations:
+    verifyDigest: false
+    required: false
+  attestors: []
+  validations:
+    - expression: object.spec.containers.all(c, image.GetMetadata(c.image).config.os == 'linux')
+"
+    );
+    let report = ivory_policy::load_str(&yaml, "bench.yaml");
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    report.policies.into_iter().next().expect("one policy")
+}
+
+/// The validating stage of a policy reading every container's image data: all three images
+/// selected (prefetched, one evaluation) or only the first (the other two fetched when the
+/// expression asks, then a second evaluation).
+#[divan::bench(args = ["selected", "outside the globs"])]
+fn image_data_stage(b: Bencher<'_, '_>, scope: &str) {
+    let rt = runtime();
+    let req = request(&PINNED);
+    let glob = match scope {
+        "selected" => format!("{HOST}/bench/*"),
+        _ => format!("{HOST}/bench/app0*"),
+    };
+    let policy = image_data_policy(&glob);
+    b.bench(|| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let d = rt.block_on(validate(
+            &InstantVerifier,
+            &[&policy],
+            black_box(&req),
+            None,
+            deadline,
+        ));
+        assert!(d.allowed, "{:?}", d.message);
+    });
+}
+
 /// Tag → digest pinning of three containers and the JSON Patch in the response review.
 #[divan::bench]
 fn patch_building(b: Bencher<'_, '_>) {
@@ -272,6 +328,7 @@ async fn cached_verifier() -> (
         attestor,
         attestation: None,
         credentials: None,
+        platforms: Default::default(),
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     let first = verifier.verify(&request, deadline).await;

@@ -154,6 +154,12 @@ impl<'a> Activation<'a> {
         self.budget.as_deref()
     }
 
+    /// The budget evaluations are charged to, to charge another activation to it as well
+    /// (a policy evaluated again must not get a fresh budget).
+    pub fn shared_budget(&self) -> Option<Arc<CostBudget>> {
+        self.budget.clone()
+    }
+
     /// Binds `name` to a JSON value (converted once, here). Rebinding replaces.
     pub fn bind_json(&mut self, name: &str, value: &serde_json::Value) {
         self.bind_val(name, json_to_val(value));

@@ -2,7 +2,7 @@
 //! unknown functions. Also records `variables.NAME` references and called functions, and
 //! rewrites `matches` to the library's regex-caching implementation.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use cel::IdedExpr;
 use cel::common::ast::{CallExpr, EntryExpr, Expr, IdedEntryExpr, LiteralValue, operators};
@@ -18,6 +18,8 @@ pub(crate) struct Analysis {
     pub variable_refs: Vec<String>,
     pub dynamic_variables: bool,
     pub functions: BTreeSet<String>,
+    /// String literals passed directly as arguments, by called function.
+    pub literal_args: BTreeMap<String, BTreeSet<String>>,
     /// Deepest nesting of the tree, as the interpreter recurses through it.
     pub max_depth: usize,
 }
@@ -215,6 +217,22 @@ impl Walker<'_> {
             .filter(|segs| !self.is_bound(&segs[0]))
             .map(|segs| format!("{}.{}", segs.join("."), call.func_name))
             .filter(|qualified| self.lib.knows_function(qualified, false));
+        let literals: BTreeSet<String> = call
+            .args
+            .iter()
+            .filter_map(|a| match &a.expr {
+                Expr::Literal(LiteralValue::String(s)) => Some(s.inner().to_owned()),
+                _ => None,
+            })
+            .collect();
+        if !literals.is_empty() {
+            let name = namespaced.clone().unwrap_or_else(|| call.func_name.clone());
+            self.out
+                .literal_args
+                .entry(name)
+                .or_default()
+                .extend(literals);
+        }
         match namespaced {
             Some(qualified) => {
                 self.out.functions.insert(qualified);

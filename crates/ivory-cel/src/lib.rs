@@ -17,7 +17,7 @@ mod error;
 pub use ivory_reference as image;
 mod library;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 pub use activation::{Activation, Host, LazyJson, NoHost};
@@ -117,6 +117,7 @@ pub fn compile(source: &str, scope: &Scope) -> Result<Program, CompileError> {
             variable_refs: analysis.variable_refs,
             dynamic_variables: analysis.dynamic_variables,
             functions: analysis.functions,
+            literal_args: analysis.literal_args,
             depth: analysis.max_depth,
             estimated_cost,
         }),
@@ -160,6 +161,7 @@ struct Inner {
     variable_refs: Vec<String>,
     dynamic_variables: bool,
     functions: BTreeSet<String>,
+    literal_args: BTreeMap<String, BTreeSet<String>>,
     depth: usize,
     estimated_cost: u64,
 }
@@ -287,6 +289,18 @@ impl Program {
     /// Whether the expression calls function `name` (global, member or namespaced name).
     pub fn calls_function(&self, name: &str) -> bool {
         self.inner.functions.contains(name)
+    }
+
+    /// The string literals the expression passes directly to function `name` (e.g. the image
+    /// of `image.GetMetadata('ghcr.io/acme/base:1')`): what a call can be known to ask about
+    /// before the expression runs.
+    pub fn literal_arguments(&self, name: &str) -> impl Iterator<Item = &str> {
+        self.inner
+            .literal_args
+            .get(name)
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
     }
 }
 

@@ -389,6 +389,21 @@ fn calls_function_reports_called_functions() {
 }
 
 #[test]
+fn literal_arguments_are_recorded_per_function() {
+    let p = compile(
+        "image.GetMetadata('ghcr.io/a/base:1').config.os == 'linux' && getImageData('r.test/b:2') != null && getImageData(object.spec.image) != null && getImageData('r.test/b:2') != null",
+        &scope(),
+    )
+    .unwrap();
+    let args = |name: &str| p.literal_arguments(name).collect::<Vec<_>>();
+    assert_eq!(args("image.GetMetadata"), ["ghcr.io/a/base:1"]);
+    assert_eq!(args("getImageData"), ["r.test/b:2"]);
+    // The comparison's literal is an operator's argument, not a function's.
+    assert!(args("_==_").is_empty());
+    assert!(args("verifyImageSignatures").is_empty());
+}
+
+#[test]
 fn typed_evaluation_helpers() {
     let act = Activation::new(&NoHost);
     let p = compile("'a' + 'b'", &scope()).unwrap();

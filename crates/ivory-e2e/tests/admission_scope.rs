@@ -558,3 +558,122 @@ async fn a_namespaced_policy_cannot_use_ivorys_pull_secret() -> Result<()> {
     hooks.remove().await?;
     Ok(())
 }
+
+/// A policy on Pods in namespaces labelled `SELECT_LABEL=<value>` requiring the signature of
+/// `attestor`, with `ivory.dev/verify-platforms: <platforms>` when given.
+fn platforms_policy(
+    name: &str,
+    host: &str,
+    value: &str,
+    platforms: Option<&str>,
+    attestor: &str,
+) -> String {
+    let annotation = platforms
+        .map(|p| format!("  annotations:\n    ivory.dev/verify-platforms: {p}\n"))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata:
+  name: {name}
+{annotation}spec:
+  failurePolicy: Fail
+  matchConstraints:
+    namespaceSelector:
+      matchLabels:
+        {SELECT_LABEL}: {value}
+    resourceRules:
+      - apiGroups: [\"\"]
+        apiVersions: [v1]
+        operations: [CREATE]
+        resources: [pods]
+  matchImageReferences:
+    - glob: \"{host}/*\"
+{attestor}  validations:
+    - expression: >-
+        images.containers.map(image, verifyImageSignatures(image, [attestors.key])).all(e, e > 0)
+      message: failed the image Signature verification
+"
+    )
+}
+
+/// ivory's multi-platform choice travels through the real API server: Kyverno's CRD prunes
+/// `spec` fields it does not declare, never annotations, so `ivory.dev/verify-platforms` on a
+/// policy applied to the cluster reaches `ivory serve --kube`. An arm64-only image whose
+/// platform manifest is signed (its index is not) is admitted under `allPlatforms` and denied
+/// once the annotation is removed (Kyverno's default: the index).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_verify_platforms_annotation_reaches_ivory_through_the_api_server() -> Result<()> {
+    let cluster = Cluster::shared().await?;
+    let client = cluster.client().await?;
+    install_crds(&client).await?;
+    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let signer = ivory_testkit::CosignSigner::generate()?;
+    let repo = "ivory/arm-only";
+    let (_, children) = registry
+        .push_platform_index(repo, "v1", &[("linux", "arm64")])
+        .await?;
+    let child = children.first().context("no platform manifest")?;
+    registry.push_cosign_signature(repo, child, &signer).await?;
+    let image = format!("{}/{repo}:v1", registry.host());
+    let dir = tempfile::tempdir()?;
+    let (_, _, ca) = tls(dir.path())?;
+    let registry_ca = dir.path().join("registry-ca.pem");
+    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
+    let value = unique_name("plat");
+    let ns = namespace(&client, "e2e-platforms", &[(SELECT_LABEL, &value)]).await?;
+    let name = unique_name("e2e-platforms");
+    let attestor = ivory_testkit::policy::key_attestor_yaml(&signer.public_pem);
+    let all = platforms_policy(
+        &name,
+        registry.host(),
+        &value,
+        Some("allPlatforms"),
+        &attestor,
+    );
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies)?;
+    std::fs::write(policies.join("platforms.yaml"), &all)?;
+    apply_policy(&client, &all).await?;
+
+    let kubeconfig = cluster.kubeconfig().as_os_str().to_owned();
+    let envs = [
+        ("KUBECONFIG", kubeconfig.as_os_str()),
+        ("POD_NAMESPACE", OsStr::new(&own_ns)),
+    ];
+    let ivory = serve(dir.path(), &registry_ca, &[OsStr::new("--kube")], &envs).await?;
+    let hooks = register(&client, &policies, &ivory, &ca, &unique_name("platforms")).await?;
+    let admitted = eventually(
+        "allPlatforms to admit the arm64-only image",
+        PROPAGATION,
+        || async {
+            let (status, body) = create_pod(&client, &ns, &image, true).await?;
+            ensure!(status == 201, "{status} {body}");
+            Ok(())
+        },
+    )
+    .await;
+    if let Err(e) = admitted {
+        bail!("{e}\nivory --kube log:\n{}", ivory.logs());
+    }
+
+    // Without the annotation: Kyverno's default, the index's own signature, which it lacks.
+    let index = platforms_policy(&name, registry.host(), &value, None, &attestor);
+    apply_policy(&client, &index).await?;
+    let denied = eventually("the index default to deny it", PROPAGATION, || async {
+        let (status, body) = create_pod(&client, &ns, &image, true).await?;
+        let message = body["message"].as_str().unwrap_or_default();
+        ensure!(
+            status == 403 && message.contains("failed the image Signature verification"),
+            "{status} {body}"
+        );
+        Ok(())
+    })
+    .await;
+    if let Err(e) = denied {
+        bail!("{e}\nivory --kube log:\n{}", ivory.logs());
+    }
+    hooks.remove().await?;
+    Ok(())
+}

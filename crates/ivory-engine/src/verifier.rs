@@ -2,6 +2,7 @@
 //! cryptography goes through [`ImageVerifier`]. `ivory-verify` implements it for real;
 //! unit tests use in-memory fakes. The engine never talks to a registry itself.
 
+use std::collections::BTreeSet;
 use std::fmt;
 
 use futures::future::BoxFuture;
@@ -23,6 +24,146 @@ pub struct VerifyRequest {
     pub attestation: Option<Attestation>,
     /// The policy's `spec.credentials`; `None` means the global registry options.
     pub credentials: Option<Credentials>,
+    /// Which manifests of an image index must verify (the policy's
+    /// `ivory.dev/verify-platforms`); the index itself by default, as Kyverno.
+    pub platforms: PlatformScope,
+}
+
+/// Which manifests of an image index a verification covers. A single-manifest image is that
+/// manifest under either.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum PlatformScope {
+    /// The digest the image names or its tag resolves to (for an index, the index): Kyverno.
+    #[default]
+    Index,
+    /// Every platform manifest of the index whose platform is in the set; each must verify.
+    Platforms(PlatformSet),
+}
+
+impl PlatformScope {
+    /// The scope `policy` asks for about the workload `object` (the Pod or pod template).
+    pub fn of_policy(
+        policy: ivory_policy::VerifyPlatforms,
+        object: Option<&serde_json::Value>,
+    ) -> Self {
+        match policy {
+            ivory_policy::VerifyPlatforms::Index => Self::Index,
+            ivory_policy::VerifyPlatforms::AllPlatforms => Self::Platforms(PlatformSet::default()),
+            ivory_policy::VerifyPlatforms::PodPlatform => {
+                Self::Platforms(PlatformSet::of_workload(object))
+            }
+        }
+    }
+}
+
+/// The platforms a workload can run on, from its pod spec: each part `None` when nothing
+/// constrains it (any value).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct PlatformSet {
+    /// Allowed `kubernetes.io/os` values.
+    pub os: Option<BTreeSet<String>>,
+    /// Allowed `kubernetes.io/arch` values.
+    pub architecture: Option<BTreeSet<String>>,
+}
+
+impl PlatformSet {
+    /// Whether a manifest for `os`/`architecture` can run under this set.
+    pub fn contains(&self, os: &str, architecture: &str) -> bool {
+        let allows = |set: &Option<BTreeSet<String>>, value: &str| {
+            set.as_ref().is_none_or(|s| s.contains(value))
+        };
+        allows(&self.os, os) && allows(&self.architecture, architecture)
+    }
+
+    /// The set as `os/arch` for messages (`*` for an unconstrained part).
+    pub fn describe(&self) -> String {
+        let part = |set: &Option<BTreeSet<String>>| match set {
+            None => "*".to_owned(),
+            Some(s) => s.iter().cloned().collect::<Vec<_>>().join("|"),
+        };
+        format!("{}/{}", part(&self.os), part(&self.architecture))
+    }
+
+    /// Where the workload can be scheduled: its pod spec's `nodeSelector` and the required
+    /// node affinity (`requiredDuringSchedulingIgnoredDuringExecution`: terms are alternatives,
+    /// so their `In` values add up; a term that does not constrain a label leaves it free) on
+    /// `kubernetes.io/os` and `kubernetes.io/arch`; both bind, so they intersect. Other
+    /// operators only ever narrow what the scheduler allows, so they are left out: the set may
+    /// be larger than the scheduler's, never smaller.
+    pub fn of_workload(object: Option<&serde_json::Value>) -> Self {
+        let spec = object.and_then(|o| {
+            [
+                "/spec/template/spec",
+                "/spec/jobTemplate/spec/template/spec",
+                "/spec",
+            ]
+            .iter()
+            .find_map(|p| {
+                o.pointer(p).filter(|s| {
+                    ["containers", "nodeSelector", "affinity"]
+                        .iter()
+                        .any(|k| s.get(k).is_some())
+                })
+            })
+        });
+        let constrained = |key: &str| {
+            let selected = spec
+                .and_then(|s| s.pointer("/nodeSelector"))
+                .and_then(|s| s.get(key))
+                .and_then(serde_json::Value::as_str)
+                .filter(|v| !v.is_empty())
+                .map(|v| BTreeSet::from([v.to_owned()]));
+            let affinity = spec.and_then(|s| required_affinity(s, key));
+            match (selected, affinity) {
+                (Some(a), Some(b)) => Some(a.intersection(&b).cloned().collect()),
+                (a, b) => a.or(b),
+            }
+        };
+        Self {
+            os: constrained(NODE_OS),
+            architecture: constrained(NODE_ARCH),
+        }
+    }
+}
+
+/// The values of `key` the required node affinity allows, `None` when some term leaves it free.
+fn required_affinity(spec: &serde_json::Value, key: &str) -> Option<BTreeSet<String>> {
+    let terms = spec
+        .pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")?
+        .as_array()?;
+    let mut allowed = BTreeSet::new();
+    for term in terms {
+        let mut in_term: Option<BTreeSet<String>> = None;
+        for expression in term
+            .get("matchExpressions")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let about_key = expression.get("key").and_then(serde_json::Value::as_str) == Some(key);
+            let is_in = expression
+                .get("operator")
+                .and_then(serde_json::Value::as_str)
+                == Some("In");
+            if !(about_key && is_in) {
+                continue;
+            }
+            let values: BTreeSet<String> = expression
+                .get("values")
+                .and_then(serde_json::Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect();
+            in_term = Some(match in_term {
+                Some(before) => before.intersection(&values).cloned().collect(),
+                None => values,
+            });
+        }
+        // A term that does not constrain the label allows any value.
+        allowed.extend(in_term?);
+    }
+    (!terms.is_empty()).then_some(allowed)
 }
 
 /// The platform whose manifest [`ImageVerifier::image_data`] takes from an image index.
@@ -32,6 +173,10 @@ pub struct ImagePlatform {
     pub os: String,
     /// e.g. `amd64`.
     pub architecture: String,
+    /// Where the workload can run: when the index has no manifest for `os`/`architecture` and
+    /// exactly one manifest in this set, that one is described (an arm64-only or Windows-only
+    /// image on a Pod that does not say its platform runs that platform, or nowhere).
+    pub allowed: PlatformSet,
 }
 
 /// The nodeSelector keys that pin a workload's platform (well-known Kubernetes labels).
@@ -44,35 +189,27 @@ impl Default for ImagePlatform {
         Self {
             os: "linux".into(),
             architecture: "amd64".into(),
+            allowed: PlatformSet::default(),
         }
     }
 }
 
 impl ImagePlatform {
-    /// The platform the workload's pod spec pins through its `nodeSelector`
-    /// (`kubernetes.io/os`, `kubernetes.io/arch`; Pods, pod templates of controllers and
-    /// CronJobs), each part defaulting to `linux`/`amd64` when it is not pinned.
+    /// The platform the workload's pod spec pins ([`PlatformSet::of_workload`]: `nodeSelector`
+    /// and required node affinity on `kubernetes.io/os` and `kubernetes.io/arch`), each part
+    /// defaulting to `linux`/`amd64` when it is not pinned to one value.
     pub fn of_workload(object: Option<&serde_json::Value>) -> Self {
-        let selector = object.and_then(|o| {
-            [
-                "/spec/nodeSelector",
-                "/spec/template/spec/nodeSelector",
-                "/spec/jobTemplate/spec/template/spec/nodeSelector",
-            ]
-            .iter()
-            .find_map(|p| o.pointer(p))
-        });
-        let label = |key: &str| {
-            selector
-                .and_then(|s| s.get(key))
-                .and_then(serde_json::Value::as_str)
-                .filter(|v| !v.is_empty())
-                .map(str::to_owned)
+        let allowed = PlatformSet::of_workload(object);
+        let one = |set: &Option<BTreeSet<String>>| {
+            set.as_ref()
+                .filter(|s| s.len() == 1)
+                .and_then(|s| s.first().cloned())
         };
         let default = Self::default();
         Self {
-            os: label(NODE_OS).unwrap_or(default.os),
-            architecture: label(NODE_ARCH).unwrap_or(default.architecture),
+            os: one(&allowed.os).unwrap_or(default.os),
+            architecture: one(&allowed.architecture).unwrap_or(default.architecture),
+            allowed,
         }
     }
 }
@@ -340,5 +477,71 @@ mod tests {
             "linux/arm64"
         );
         assert_eq!(ImagePlatform::of_workload(None), ImagePlatform::default());
+    }
+
+    #[test]
+    fn the_platforms_a_pod_can_run_on_come_from_node_selector_and_required_affinity() {
+        let set = |spec: serde_json::Value| {
+            PlatformSet::of_workload(Some(&json!({"spec": spec}))).describe()
+        };
+        assert_eq!(set(json!({"containers": []})), "*/*");
+        let term = |key: &str, op: &str, values: serde_json::Value| json!({"matchExpressions": [{"key": key, "operator": op, "values": values}]});
+        let affinity = |terms: Vec<serde_json::Value>| {
+            json!({"containers": [], "affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}})
+        };
+        assert_eq!(
+            set(affinity(vec![term(
+                "kubernetes.io/arch",
+                "In",
+                json!(["arm64"])
+            )])),
+            "*/arm64"
+        );
+        // Terms are alternatives: their values add up; a free term frees the label.
+        assert_eq!(
+            set(affinity(vec![
+                term("kubernetes.io/arch", "In", json!(["arm64"])),
+                term("kubernetes.io/arch", "In", json!(["amd64"])),
+            ])),
+            "*/amd64|arm64"
+        );
+        assert_eq!(
+            set(affinity(vec![
+                term("kubernetes.io/arch", "In", json!(["arm64"])),
+                term("kubernetes.io/os", "In", json!(["linux"])),
+            ])),
+            "*/*"
+        );
+        // NotIn only narrows what the scheduler allows: left out, never a smaller set.
+        assert_eq!(
+            set(affinity(vec![term(
+                "kubernetes.io/arch",
+                "NotIn",
+                json!(["arm64"])
+            )])),
+            "*/*"
+        );
+        // nodeSelector and affinity both bind.
+        let mut both = affinity(vec![term(
+            "kubernetes.io/arch",
+            "In",
+            json!(["arm64", "amd64"]),
+        )]);
+        both["nodeSelector"] =
+            json!({"kubernetes.io/arch": "arm64", "kubernetes.io/os": "windows"});
+        assert_eq!(set(both.clone()), "windows/arm64");
+        let platform = ImagePlatform::of_workload(Some(&json!({"spec": both})));
+        assert_eq!(
+            (platform.os.as_str(), platform.architecture.as_str()),
+            ("windows", "arm64")
+        );
+        // A pod template of a controller.
+        let deployment = json!({"spec": {"template": {"spec": affinity(vec![term("kubernetes.io/os", "In", json!(["windows"]))])}}});
+        assert_eq!(
+            PlatformSet::of_workload(Some(&deployment)).describe(),
+            "windows/*"
+        );
+        assert!(PlatformSet::default().contains("windows", "arm64"));
     }
 }

@@ -399,6 +399,7 @@ async fn verify(v: &CosignVerifier, image: &str) -> Verification {
         attestor: attestor(),
         attestation: None,
         credentials: None,
+        platforms: Default::default(),
     };
     v.verify(&request, later()).await.unwrap()
 }

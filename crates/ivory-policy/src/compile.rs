@@ -1,6 +1,7 @@
 //! `PolicyDocument` → [`CompiledPolicy`]: structural validation, CEL compilation in the scope
 //! Kyverno gives each field, glob compilation, hashing and autogen variants.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
 use ivory_cel::{CompileError, Program, Scope};
@@ -10,6 +11,7 @@ use sha2::{Digest, Sha256};
 use crate::compiled::{
     CompiledAttestor, CompiledAuditAnnotation, CompiledPolicy, CompiledValidation, ImageMatcher,
     NAMESPACE_PINNING_ANNOTATION, NamedProgram, Origin, PINNING_ANNOTATION, Pinning,
+    VERIFY_PLATFORMS_ANNOTATION, VerifyPlatforms,
 };
 use crate::error::{Errors, PolicyError, location};
 use crate::types::{
@@ -63,7 +65,12 @@ pub fn compile(doc: &PolicyDocument, origin: Origin) -> Result<CompiledPolicy, V
         // The API server drops a namespace on cluster-scoped objects; so do we.
         PolicyKind::ImageValidatingPolicy => None,
     };
-    let hash = policy_hash(kind, namespace.as_deref(), &doc.metadata.name, &doc.spec);
+    let verify_platforms = verify_platforms(&doc.metadata.annotations, &mut errs);
+    let mut hash = policy_hash(kind, namespace.as_deref(), &doc.metadata.name, &doc.spec);
+    if verify_platforms != VerifyPlatforms::Index {
+        // The annotation changes what is verified: the same spec is another policy.
+        hash = hex::encode(Sha256::digest(format!("{hash}/{verify_platforms:?}")));
+    }
     let head = Head {
         kind,
         name: doc.metadata.name.clone(),
@@ -72,6 +79,7 @@ pub fn compile(doc: &PolicyDocument, origin: Origin) -> Result<CompiledPolicy, V
         hash,
         pinning,
         namespace_may_skip_pinning,
+        verify_platforms,
     };
     let mut parent = compile_spec(&head, Arc::new(doc.spec.clone()), None, &mut errs);
     if !errs.is_empty() {
@@ -99,6 +107,7 @@ struct Head {
     hash: String,
     pinning: Pinning,
     namespace_may_skip_pinning: bool,
+    verify_platforms: VerifyPlatforms,
 }
 
 /// The [`NAMESPACE_PINNING_ANNOTATION`] of the policy: whether namespaces may choose
@@ -144,6 +153,22 @@ fn pinning(doc: &PolicyDocument, errs: &mut Errors) -> Pinning {
         );
     }
     mode
+}
+
+/// [`VERIFY_PLATFORMS_ANNOTATION`], `index` when absent; any other value keeps the policy from
+/// loading (never accepted and then ignored).
+fn verify_platforms(annotations: &BTreeMap<String, String>, errs: &mut Errors) -> VerifyPlatforms {
+    let Some(value) = annotations.get(VERIFY_PLATFORMS_ANNOTATION) else {
+        return VerifyPlatforms::Index;
+    };
+    VerifyPlatforms::from_annotation(value).unwrap_or_else(|| {
+        errs.unsupported(
+            format!("metadata.annotations[{VERIFY_PLATFORMS_ANNOTATION}]"),
+            value,
+            &VerifyPlatforms::VALUES,
+        );
+        VerifyPlatforms::Index
+    })
 }
 
 fn qualified_name(doc: &PolicyDocument) -> String {
@@ -246,6 +271,7 @@ fn compile_spec(
         namespace_may_skip_pinning: head.namespace_may_skip_pinning,
         required: spec.required(),
         json_mode,
+        verify_platforms: head.verify_platforms,
         autogen_config: autogen_config.map(str::to_owned),
         autogen: Vec::new(),
         spec,

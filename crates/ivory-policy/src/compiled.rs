@@ -186,6 +186,42 @@ fn namespace_label(namespace_object: Option<&serde_json::Value>) -> Option<&str>
         .as_str()
 }
 
+/// The policy annotation that chooses which manifests of a multi-platform image its signature
+/// and attestation checks cover (an ivory extension: the API server prunes fields Kyverno's
+/// CRD does not declare from `spec`, never annotations).
+pub const VERIFY_PLATFORMS_ANNOTATION: &str = "ivory.dev/verify-platforms";
+
+/// What must be signed when an image is an index (a multi-platform image), from
+/// [`VERIFY_PLATFORMS_ANNOTATION`]. A single-manifest image is that manifest under all three.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum VerifyPlatforms {
+    /// `index` (Kyverno's behaviour, the default): the digest the image names or its tag
+    /// resolves to, the index itself.
+    #[default]
+    Index,
+    /// `allPlatforms`: every platform manifest of the index.
+    AllPlatforms,
+    /// `podPlatform`: the manifests of the platforms the Pod can run on (its `nodeSelector` and
+    /// required node affinity on `kubernetes.io/os` and `kubernetes.io/arch`; every platform
+    /// when it pins none).
+    PodPlatform,
+}
+
+impl VerifyPlatforms {
+    /// The annotation values, in the order of the variants.
+    pub const VALUES: [&'static str; 3] = ["index", "allPlatforms", "podPlatform"];
+
+    /// The variant an annotation value names.
+    pub fn from_annotation(value: &str) -> Option<Self> {
+        match value {
+            "index" => Some(Self::Index),
+            "allPlatforms" => Some(Self::AllPlatforms),
+            "podPlatform" => Some(Self::PodPlatform),
+            _ => None,
+        }
+    }
+}
+
 /// A policy ready for evaluation.
 #[derive(Clone, Debug)]
 pub struct CompiledPolicy {
@@ -245,6 +281,9 @@ pub struct CompiledPolicy {
     pub required: bool,
     /// `spec.evaluation.mode: JSON`: only `object` is bound and images come from `spec.images`.
     pub json_mode: bool,
+    /// Which manifests of an image index the signature and attestation checks cover
+    /// ([`VERIFY_PLATFORMS_ANNOTATION`]).
+    pub verify_platforms: VerifyPlatforms,
     /// `None` for the policy as written; `Some("defaults")` / `Some("cronjobs")` for autogen
     /// variants, which keep the parent's name and are evaluated exactly like it.
     pub autogen_config: Option<String>,

@@ -30,7 +30,7 @@ pub use compile::compile;
 pub use compiled::{
     CompiledAttestor, CompiledAuditAnnotation, CompiledPolicy, CompiledValidation, ImageMatcher,
     NAMESPACE_PINNING_ANNOTATION, NAMESPACE_PINNING_LABEL, NamedProgram, Origin,
-    PINNING_ANNOTATION, Pinning,
+    PINNING_ANNOTATION, Pinning, VERIFY_PLATFORMS_ANNOTATION, VerifyPlatforms,
 };
 pub use error::{PolicyError, Result};
 pub use exception::CompiledException;

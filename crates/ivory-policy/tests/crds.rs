@@ -772,10 +772,12 @@ fn assert_hardened(deployment: &Value, args: &[&str]) {
     assert_eq!(volume["secret"]["secretName"], "ivory-tls");
 }
 
-const KUBE_ARGS: [&str; 12] = [
+const KUBE_ARGS: [&str; 13] = [
     "serve",
     "--kube",
     "--listen=0.0.0.0:8443",
+    // A killed serving process is replaced on the same socket (docs/CLUSTER.md, failures under load).
+    "--supervise",
     "--tls-cert=/etc/ivory/tls/tls.crt",
     "--tls-key=/etc/ivory/tls/tls.key",
     "--body-limit=3145728",

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result, io};
 use crate::layout::{OCI_INDEX, OCI_MANIFEST, REF_NAME, sha256_digest};
+use crate::pki::CosignSigner;
 use crate::registry::Harness;
 
 /// One manifest of a layout, in push order (children before parents).
@@ -87,6 +88,100 @@ impl Harness {
             return Err(Error::Http(format!("PUT {url}: HTTP {status}: {body}")));
         }
         Ok(sha256_digest(bytes))
+    }
+
+    /// Signs `digest` in `repo` as `cosign sign --key … --tlog-upload=false` does: a
+    /// simple-signing payload naming the digest, its ECDSA signature in the layer annotation
+    /// `dev.cosignproject.cosign/signature`, under the tag `sha256-<hex>.sig`.
+    pub async fn push_cosign_signature(
+        &self,
+        repo: &str,
+        digest: &str,
+        signer: &CosignSigner,
+    ) -> Result<()> {
+        use base64::Engine as _;
+        let payload = serde_json::json!({
+            "critical": {
+                "identity": {"docker-reference": format!("{}/{repo}", self.host())},
+                "image": {"docker-manifest-digest": digest},
+                "type": "cosign container image signature",
+            },
+            "optional": null,
+        })
+        .to_string()
+        .into_bytes();
+        let signature = base64::engine::general_purpose::STANDARD.encode(signer.sign(&payload)?);
+        let config = self.push_blob(repo, b"{}").await?;
+        let layer = self.push_blob(repo, &payload).await?;
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": 2},
+            "layers": [{
+                "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+                "digest": layer,
+                "size": payload.len(),
+                "annotations": {"dev.cosignproject.cosign/signature": signature},
+            }],
+        });
+        let tag = format!("{}.sig", digest.replace(':', "-"));
+        self.push_manifest(repo, &tag, OCI_MANIFEST, manifest.to_string().as_bytes())
+            .await?;
+        Ok(())
+    }
+
+    /// Pushes a multi-platform image: one small image per `os/architecture` (its config says
+    /// that platform) and an OCI index over them, tagged `tag`. Returns the index digest and
+    /// the platform manifests' digests, in the order given.
+    pub async fn push_platform_index(
+        &self,
+        repo: &str,
+        tag: &str,
+        platforms: &[(&str, &str)],
+    ) -> Result<(String, Vec<String>)> {
+        let mut children = Vec::new();
+        let mut entries = Vec::new();
+        for (os, architecture) in platforms {
+            let config = serde_json::json!({
+                "architecture": architecture,
+                "os": os,
+                "config": {"Labels": {"platform": format!("{os}/{architecture}")}},
+                "rootfs": {"type": "layers", "diff_ids": []},
+            })
+            .to_string();
+            let layer = format!("ivory {repo} {os}/{architecture}\n");
+            let config_digest = self.push_blob(repo, config.as_bytes()).await?;
+            let layer_digest = self.push_blob(repo, layer.as_bytes()).await?;
+            let manifest = serde_json::json!({
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config.len()},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer_digest, "size": layer.len()}],
+            })
+            .to_string();
+            let digest = self
+                .push_manifest(
+                    repo,
+                    &sha256_digest(manifest.as_bytes()),
+                    OCI_MANIFEST,
+                    manifest.as_bytes(),
+                )
+                .await?;
+            entries.push(serde_json::json!({
+                "mediaType": OCI_MANIFEST,
+                "digest": digest,
+                "size": manifest.len(),
+                "platform": {"os": os, "architecture": architecture},
+            }));
+            children.push(digest);
+        }
+        let index =
+            serde_json::json!({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries})
+                .to_string();
+        let digest = self
+            .push_manifest(repo, tag, OCI_INDEX, index.as_bytes())
+            .await?;
+        Ok((digest, children))
     }
 
     /// Pushes an OCI image layout: every blob, then every manifest (children before

@@ -75,6 +75,7 @@ fn request(image: String, attestor: Attestor, attestation: Option<Attestation>) 
         attestor,
         attestation,
         credentials: None,
+        platforms: Default::default(),
     }
 }
 
@@ -736,6 +737,7 @@ async fn image_data_for_a_manifest_and_an_index() {
     let arm64 = ImagePlatform {
         os: "linux".into(),
         architecture: "arm64".into(),
+        allowed: Default::default(),
     };
     let data = v
         .image_data(&format!("{index}:v1"), None, &arm64, soon())
@@ -1245,4 +1247,88 @@ async fn a_background_scan_notices_a_deleted_signature_and_admissions_follow_it(
         rescanned,
         "admissions follow the scan's verdict"
     );
+}
+
+/// `ivory.dev/verify-platforms` in the verifier: every selected platform manifest must verify,
+/// a failure names the platform, and a warm verification reads nothing from the registry (the
+/// index's children and each manifest's verdict are cached by digest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn platform_manifests_are_verified_each_by_digest_and_cached() {
+    use ivory_engine::verifier::{PlatformScope, PlatformSet};
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let signer = ivory_testkit::CosignSigner::generate().unwrap();
+    let repo = "ivory/two-platforms";
+    let (index, children) = h
+        .push_platform_index(repo, "v1", &[("linux", "amd64"), ("linux", "arm64")])
+        .await
+        .unwrap();
+    h.push_cosign_signature(repo, &children[0], &signer)
+        .await
+        .unwrap();
+    let v = verifier(&h);
+    let image = format!("{}/{repo}:v1", h.host());
+    let scoped = |platforms: PlatformScope| VerifyRequest {
+        platforms,
+        ..request(image.clone(), key_attestor(&signer.public_pem), None)
+    };
+    let arch = |a: &str| PlatformSet {
+        architecture: Some([a.to_owned()].into()),
+        ..PlatformSet::default()
+    };
+
+    let all = v
+        .verify(
+            &scoped(PlatformScope::Platforms(PlatformSet::default())),
+            soon(),
+        )
+        .await
+        .unwrap();
+    let Verification::NotVerified { digest, reason } = &all else {
+        panic!("{all:?}")
+    };
+    assert_eq!(digest.as_deref(), Some(index.as_str()));
+    assert!(
+        reason.starts_with(&format!("platform linux/arm64 ({}): ", children[1])),
+        "{reason}"
+    );
+    let index_only = v
+        .verify(&scoped(PlatformScope::Index), soon())
+        .await
+        .unwrap();
+    assert!(!index_only.is_verified(), "the index itself is not signed");
+
+    let amd64 = scoped(PlatformScope::Platforms(arch("amd64")));
+    let verified = v.verify(&amd64, soon()).await.unwrap();
+    let Verification::Verified {
+        digest, signer: by, ..
+    } = &verified
+    else {
+        panic!("{verified:?}")
+    };
+    assert_eq!(digest, &index, "the answer names the image's own digest");
+    assert!(by.as_ref().and_then(|s| s.key.as_ref()).is_some());
+    let none = v
+        .verify(&scoped(PlatformScope::Platforms(arch("s390x"))), soon())
+        .await
+        .unwrap();
+    let Verification::NotVerified { reason, .. } = &none else {
+        panic!("{none:?}")
+    };
+    assert_eq!(
+        reason,
+        "the image index has no manifest for the platforms to verify (*/s390x)"
+    );
+
+    h.reset_requests();
+    let again = v.verify(&amd64, soon()).await.unwrap();
+    assert!(again.is_verified());
+    let asked: Vec<String> = h
+        .requests()
+        .into_iter()
+        .map(|(method, path, _)| format!("{method} {path}"))
+        .filter(|r| !r.ends_with(" /v2/"))
+        .collect();
+    assert!(asked.is_empty(), "a warm verification asked {asked:?}");
 }

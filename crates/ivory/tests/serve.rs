@@ -710,6 +710,85 @@ async fn an_out_of_scope_hung_registry_never_skips_the_policy() {
     );
 }
 
+/// An image outside the policy's globs whose image data an expression reads (an architecture
+/// check on every container) is fetched; when its registry hangs, only that expression fails,
+/// and the policy's failurePolicy decides as for any answer the budget did not allow. A
+/// definite failure of another validation still denies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_out_of_scope_hung_registry_an_expression_reads_follows_the_failure_policy() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let hung = HungRegistry::start().await.unwrap();
+    let (signed, _) = push(&h, "sig-p256").await;
+    let (unsigned, _) = push(&h, "unsigned").await;
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let glob = format!("{}/*", h.host());
+    for failure in ["Ignore", "Fail"] {
+        let name = format!("arch-{}", failure.to_lowercase());
+        let body = format!(
+            "  failurePolicy: {failure}\n{NO_DIGEST_RULES}{}{VERIFY_SIGNED}    - expression: object.spec.containers.all(c, image.GetMetadata(c.image).config.os != 'windows')\n",
+            key_attestor()
+        );
+        write(
+            &policies,
+            &format!("{name}.yaml"),
+            &policy(&name, &glob, &body),
+        );
+    }
+    write(dir.path(), "registry-ca.pem", h.ca_pem());
+    let ivory = Ivory::start_with_policies(dir.path(), &policies).await;
+    let extra = format!("{}/ivory/sidecar:v1", hung.host());
+
+    let resp = ivory
+        .review(
+            "/ivpol/validate/arch-ignore?timeout=3s",
+            &pod_review("i", &[&signed, &extra]),
+        )
+        .await;
+    assert_eq!(resp["allowed"], true, "{resp}\n{}", ivory.logs());
+    let warnings = resp["warnings"].to_string();
+    assert!(
+        warnings.contains("verification skipped") && warnings.contains(&extra),
+        "{resp}"
+    );
+    let resp = ivory
+        .review(
+            "/ivpol/validate/arch-fail?timeout=3s",
+            &pod_review("f", &[&signed, &extra]),
+        )
+        .await;
+    assert_eq!(resp["allowed"], false, "{resp}");
+    let msg = resp["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.starts_with("Policy arch-fail error: ") && msg.contains(&hung.host()),
+        "{resp}"
+    );
+    let resp = ivory
+        .review(
+            "/ivpol/validate/arch-ignore?timeout=3s",
+            &pod_review("u", &[&unsigned, &extra]),
+        )
+        .await;
+    assert_eq!(
+        resp["status"]["message"],
+        "Policy arch-ignore failed: failed the image Signature verification",
+        "{resp}"
+    );
+    let m = ivory.metrics().await;
+    assert!(
+        metric(
+            &m,
+            "ivory_deadline_expiries_total{route=\"ivpol_validate\"}"
+        )
+        .unwrap_or(0.0)
+            >= 2.0,
+        "{m}"
+    );
+}
+
 /// verifyDigest under failurePolicy: a tag whose registry cannot answer follows the failure
 /// policy (Fail names the registry, Ignore warns); a tag whose registry answers was simply not
 /// pinned and is denied under either.

@@ -391,3 +391,261 @@ async fn kyverno_image_data_scenario_follows_the_pods_platform() {
         assert!(got, "{image}: {resp}\n{}", ivory.logs());
     }
 }
+
+/// Kyverno's image-data scenarios beyond the policy's own images: an architecture check on
+/// every container of the Pod, one of which the policy's globs do not select, and literal
+/// images in the policy. Kyverno fetches image data for whatever image the expression names;
+/// so does ivory, for the Pod's platform.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kyverno_image_data_scenarios_reach_images_outside_the_globs_and_literals() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let index = push(&h, "oci/ivory/sig-index", "sig-index").await;
+    let (repo, _) = index.split_once('@').unwrap();
+    let index_by_tag = format!("{repo}:v1");
+    let single = push(&h, "oci/ivory/sig-p256", "sig-p256").await;
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let lenient = "  validationConfigurations:
+    verifyDigest: false
+    required: false
+  attestors: []
+";
+    // Selects only sig-p256 (its config names no architecture); the index is another
+    // container of the same Pod.
+    let every_container = format!(
+        "{lenient}  validations:
+    - expression: >-
+        object.spec.containers.all(c, image.GetMetadata(c.image).config.architecture != 'arm64')
+      messageExpression: \"'image architecture is not supported: ' + object.spec.containers.map(c, image.GetMetadata(c.image).config.architecture).filter(a, a != '').join(',')\"
+"
+    );
+    let host = h.host();
+    let literal = format!(
+        "{lenient}  validations:
+    - expression: image.GetMetadata('{index_by_tag}').config.os == 'linux'
+      message: the base image is not linux
+    - expression: getImageData('{single}').digest == '{}'
+      message: getImageData disagrees with the registry
+",
+        single.split_once('@').unwrap().1
+    );
+    let missing = format!(
+        "{lenient}  validations:
+    - expression: image.GetMetadata('{host}/ivory/missing:v1').config.os == 'linux'
+"
+    );
+    let scoped = format!("{host}/ivory/sig-p256*");
+    let nothing = format!("{host}/nothing/*");
+    for (name, glob, body) in [
+        ("arch-every-container", &scoped, &every_container),
+        ("literal-image", &nothing, &literal),
+        ("literal-missing", &nothing, &missing),
+    ] {
+        std::fs::write(
+            policies.join(format!("{name}.yaml")),
+            policy(name, glob, body),
+        )
+        .unwrap();
+    }
+    std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
+    let ivory = Ivory::start_with_policies(dir.path(), &policies).await;
+
+    let arch = "arch-every-container";
+    let pod = |uid: &str, selector: Value| {
+        let mut review = pod_review(uid, &[&single, &index_by_tag]);
+        review["request"]["object"]["spec"]["nodeSelector"] = selector;
+        review
+    };
+    let (got, resp) = allowed(&ivory, arch, &pod("o-1", json!({}))).await;
+    assert!(got, "{resp}\n{}", ivory.logs());
+    // On an arm64 node the index's arm64 manifest is read, though the policy does not select it.
+    let (got, resp) = allowed(
+        &ivory,
+        arch,
+        &pod("o-2", json!({"kubernetes.io/arch": "arm64"})),
+    )
+    .await;
+    assert!(!got, "{resp}");
+    assert_eq!(
+        resp["status"]["message"],
+        format!("Policy {arch} failed: image architecture is not supported: arm64"),
+        "{resp}"
+    );
+
+    h.reset_requests();
+    let (got, resp) = allowed(&ivory, "literal-image", &pod_review("l-1", &[&single])).await;
+    assert!(got, "{resp}\n{}", ivory.logs());
+    let asked: Vec<String> = h.requests().into_iter().map(|(_, path, _)| path).collect();
+    assert!(
+        asked
+            .iter()
+            .any(|p| p.starts_with("/v2/ivory/sig-index/manifests/")),
+        "the literal was fetched: {asked:?}"
+    );
+
+    let (got, resp) = allowed(&ivory, "literal-missing", &pod_review("l-2", &[&single])).await;
+    assert!(!got, "{resp}");
+    let message = resp["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("Policy literal-missing error: failed to evaluate policy: ")
+            && message.contains(&format!("{host}/ivory/missing:v1")),
+        "{resp}"
+    );
+}
+
+/// A policy whose signature checks cover the platforms `annotation` names (ivory's
+/// `ivory.dev/verify-platforms`; none: Kyverno's index).
+fn platforms_policy(name: &str, glob: &str, annotation: Option<&str>, attestor: &str) -> String {
+    let text = policy(
+        name,
+        glob,
+        &format!(
+            "  validationConfigurations:\n    verifyDigest: false\n{attestor}  validations:\n    - expression: >-\n        images.containers.map(image, verifyImageSignatures(image, [attestors.key])).all(e, e > 0)\n      message: failed the image Signature verification\n"
+        ),
+    );
+    match annotation {
+        None => text,
+        Some(value) => text.replacen(
+            &format!("  name: {name}\n"),
+            &format!("  name: {name}\n  annotations:\n    ivory.dev/verify-platforms: {value}\n"),
+            1,
+        ),
+    }
+}
+
+/// Multi-platform images (ivory extension): the policy chooses what must be signed — the index
+/// (Kyverno's default), every platform manifest, or the platforms the Pod can run on — and an
+/// arm64-only or Windows-only image is verified and its image data read for its platform.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_platform_images_verify_what_the_policy_chooses() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let signer = ivory_testkit::CosignSigner::generate().unwrap();
+    let host = h.host().to_owned();
+    // arm64 only and Windows only: the platform manifest is signed, the index is not.
+    let mut images = std::collections::BTreeMap::new();
+    for (repo, platforms) in [
+        ("ivory/arm-only", &[("linux", "arm64")][..]),
+        ("ivory/windows-only", &[("windows", "amd64")][..]),
+    ] {
+        let (_, children) = h.push_platform_index(repo, "v1", platforms).await.unwrap();
+        h.push_cosign_signature(repo, &children[0], &signer)
+            .await
+            .unwrap();
+        images.insert(repo, format!("{host}/{repo}:v1"));
+    }
+    // Two platforms: the index and its amd64 manifest are signed, the arm64 manifest is not.
+    let (index, children) = h
+        .push_platform_index(
+            "ivory/multi",
+            "v1",
+            &[("linux", "amd64"), ("linux", "arm64")],
+        )
+        .await
+        .unwrap();
+    for digest in [&index, &children[0]] {
+        h.push_cosign_signature("ivory/multi", digest, &signer)
+            .await
+            .unwrap();
+    }
+    let multi = format!("{host}/ivory/multi:v1");
+    let (arm, windows) = (&images["ivory/arm-only"], &images["ivory/windows-only"]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let glob = format!("{host}/*");
+    let attestor = ivory_testkit::policy::key_attestor_yaml(&signer.public_pem);
+    for (name, annotation) in [
+        ("platforms-index", None),
+        ("platforms-index-named", Some("index")),
+        ("platforms-all", Some("allPlatforms")),
+        ("platforms-pod", Some("podPlatform")),
+    ] {
+        std::fs::write(
+            policies.join(format!("{name}.yaml")),
+            platforms_policy(name, &glob, annotation, &attestor),
+        )
+        .unwrap();
+    }
+    // Image data of a single-platform index is its platform's, where Kyverno asks for
+    // linux/amd64 and fails.
+    let data = "  validationConfigurations:\n    verifyDigest: false\n    required: false\n  attestors: []\n  validations:\n    - expression: >-\n        object.spec.containers.all(c, image.GetMetadata(c.image).config.os + '/' + image.GetMetadata(c.image).config.architecture == c.name)\n      messageExpression: \"object.spec.containers.map(c, image.GetMetadata(c.image).config.os + '/' + image.GetMetadata(c.image).config.architecture).join(',')\"\n";
+    std::fs::write(
+        policies.join("platform-data.yaml"),
+        policy("platform-data", &glob, data),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
+    let ivory = Ivory::start_with_policies(dir.path(), &policies).await;
+
+    let review = |uid: &str, image: &str, selector: Value| {
+        let mut review = pod_review(uid, &[image]);
+        if !selector.is_null() {
+            review["request"]["object"]["spec"]["nodeSelector"] = selector;
+        }
+        review
+    };
+    let amd64 = json!({"kubernetes.io/arch": "amd64"});
+    let arm64 = json!({"kubernetes.io/arch": "arm64"});
+    let cases = [
+        // Kyverno's default: the index's own signature.
+        ("platforms-index", arm, Value::Null, false),
+        ("platforms-index-named", arm, Value::Null, false),
+        ("platforms-index", &multi, Value::Null, true),
+        // Every platform manifest.
+        ("platforms-all", arm, Value::Null, true),
+        ("platforms-all", windows, Value::Null, true),
+        ("platforms-all", &multi, Value::Null, false),
+        // The platforms the Pod can run on: all of them when it pins none.
+        ("platforms-pod", arm, Value::Null, true),
+        (
+            "platforms-pod",
+            windows,
+            json!({"kubernetes.io/os": "windows"}),
+            true,
+        ),
+        ("platforms-pod", &multi, amd64.clone(), true),
+        ("platforms-pod", &multi, arm64.clone(), false),
+        ("platforms-pod", &multi, Value::Null, false),
+        // A platform the index does not carry: nothing of it verifies.
+        ("platforms-pod", arm, amd64, false),
+    ];
+    for (n, (policy, image, selector, want)) in cases.iter().enumerate() {
+        let (got, resp) = allowed(
+            &ivory,
+            policy,
+            &review(&format!("p-{n}"), image, selector.clone()),
+        )
+        .await;
+        assert_eq!(
+            got,
+            *want,
+            "{policy} on {image} ({selector}): {resp}\n{}",
+            ivory.logs()
+        );
+        if !want {
+            assert_eq!(
+                resp["status"]["message"],
+                format!("Policy {policy} failed: failed the image Signature verification"),
+                "{resp}"
+            );
+        }
+    }
+    // The container's name says the platform its image data must describe.
+    for (uid, image, platform, selector) in [
+        ("d-1", arm, "linux/arm64", Value::Null),
+        ("d-2", windows, "windows/amd64", Value::Null),
+        ("d-3", &multi, "linux/amd64", Value::Null),
+        ("d-4", &multi, "linux/arm64", arm64.clone()),
+    ] {
+        let mut review = review(uid, image, selector);
+        review["request"]["object"]["spec"]["containers"][0]["name"] = json!(platform);
+        let (got, resp) = allowed(&ivory, "platform-data", &review).await;
+        assert!(got, "{image} on {platform}: {resp}\n{}", ivory.logs());
+    }
+}

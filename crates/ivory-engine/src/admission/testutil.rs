@@ -79,6 +79,7 @@ pub(crate) fn policy(name: &str, rules: Vec<NamedRuleWithOperations>) -> Compile
         namespace_may_skip_pinning: false,
         required: true,
         json_mode: false,
+        verify_platforms: Default::default(),
         autogen_config: None,
         autogen: Vec::new(),
     }

@@ -2,8 +2,9 @@
 //! `variables`, and the policy's `images`, `attestors` and `attestations`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
-use ivory_cel::{Activation, EvalError, Host, Program, Value};
+use ivory_cel::{Activation, CostBudget, EvalError, Host, Program, Value};
 use ivory_policy::compiled::{CompiledPolicy, NamedProgram};
 use serde_json::Value as Json;
 
@@ -90,6 +91,16 @@ impl<'a> Evaluator<'a> {
             act: self.act.with_host(host),
             over_budget: self.over_budget,
         }
+    }
+
+    /// The cost budget this evaluator charges, for an evaluator of the same policy built later.
+    pub(super) fn shared_budget(&self) -> Option<Arc<CostBudget>> {
+        self.act.shared_budget()
+    }
+
+    /// Charges every evaluation to `budget` instead of the one [`Evaluator::new`] gave.
+    pub(super) fn share_budget(&mut self, budget: Arc<CostBudget>) {
+        self.act.set_budget(budget);
     }
 
     /// Drops the memoized variables, so that they are evaluated again on next use.

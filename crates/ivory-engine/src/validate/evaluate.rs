@@ -1,6 +1,6 @@
 //! Evaluation of one prepared policy against the prefetched answers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use ivory_policy::compiled::{CompiledPolicy, CompiledValidation};
@@ -39,35 +39,76 @@ impl Evaluated {
     }
 }
 
-pub(super) fn run(plan: Plan<'_>, prefetched: &Prefetched, evidence: &Evidence) -> Evaluated {
-    let Plan {
-        policy,
-        eval,
-        matched,
-        notary_attestors,
-        keys,
-        image_data,
-        undigested,
-    } = plan;
-    let digest = match check_digests(policy, &undigested, prefetched, &matched) {
+/// What one evaluation of a prepared policy came to.
+pub(super) enum Run {
+    /// The policy's result.
+    Done(Evaluated),
+    /// Its expressions asked for the image data of these images, which nothing fetched yet
+    /// (images the policy does not select, literals): fetch them and evaluate it again.
+    Wants(BTreeSet<String>),
+}
+
+/// Evaluates `plan` against the answers fetched so far. With `can_ask`, an evaluation that
+/// asked for image data nothing fetched yet is given up for [`Run::Wants`]; its evidence is
+/// the caller's to drop (evaluated again, the policy records it anew).
+pub(super) fn run(
+    plan: &mut Plan<'_>,
+    prefetched: &Prefetched,
+    evidence: &Evidence,
+    can_ask: bool,
+) -> Run {
+    let digest = match check_digests(plan.policy, &plan.undigested, prefetched, &plan.matched) {
         Ok(notes) => notes,
-        Err(decided) => return *decided,
+        Err(decided) => return Run::Done(*decided),
+    };
+    let policy = plan.policy;
+    let Some(eval) = plan.evaluator() else {
+        let message = format!("{EVAL_FAILED}: evaluated twice without the means to");
+        return Run::Done(Evaluated::decided(result(
+            policy,
+            Status::Error,
+            message,
+            plan.matched.clone(),
+        )));
     };
     let matches = |image: &str| images::matches_image(policy, image).unwrap_or(false);
     let host = PolicyHost {
         policy,
         matches: &matches,
-        notary_attestors: &notary_attestors,
+        notary_attestors: &plan.notary_attestors,
         prefetched,
-        keys: &keys,
-        image_data: &image_data,
+        keys: &plan.keys,
+        image_data: &plan.image_data,
+        late_image_data: &plan.late_image_data,
         evidence,
         payloads: Mutex::new(BTreeMap::new()),
         unanswered: Mutex::new(Vec::new()),
         assumed: Mutex::new(None),
+        wanted: Mutex::new(BTreeSet::new()),
     };
     let mut eval = eval.with_host(&host);
+    // Evaluated for the last time, the plan gives its images up to the result.
+    let matched = if can_ask {
+        plan.matched.clone()
+    } else {
+        std::mem::take(&mut plan.matched)
+    };
+    let evaluated = judge(policy, &mut eval, &host, matched, digest);
+    let wanted = host.take_wanted();
+    if can_ask && !wanted.is_empty() && eval.over_budget().is_none() {
+        return Run::Wants(wanted);
+    }
+    Run::Done(evaluated)
+}
 
+/// The validations, in order, then the audit annotations.
+fn judge(
+    policy: &CompiledPolicy,
+    eval: &mut Evaluator<'_>,
+    host: &PolicyHost<'_>,
+    matched: Vec<String>,
+    digest: DigestNotes,
+) -> Evaluated {
     let mut status = Status::Pass;
     let mut message = String::new();
     // An expression that needed an answer the budget did not allow: the failurePolicy applies,
@@ -78,7 +119,7 @@ pub(super) fn run(plan: Plan<'_>, prefetched: &Prefetched, evidence: &Evidence) 
             Ok(true) => {}
             Ok(false) => {
                 status = Status::Fail;
-                message = failure_message(&mut eval, validation, index);
+                message = failure_message(eval, validation, index);
                 budget_miss = None;
                 break;
             }
@@ -92,9 +133,9 @@ pub(super) fn run(plan: Plan<'_>, prefetched: &Prefetched, evidence: &Evidence) 
                 eval.forget_variables();
                 let _ = eval.bool(&validation.expression);
                 let message = match host.deciding_error_since(mark) {
-                    Some(_) if fails_whatever_is_missing(&mut eval, &host, validation) => {
+                    Some(_) if fails_whatever_is_missing(eval, host, validation) => {
                         status = Status::Fail;
-                        message = failure_message(&mut eval, validation, index);
+                        message = failure_message(eval, validation, index);
                         budget_miss = None;
                         break;
                     }
@@ -116,7 +157,7 @@ pub(super) fn run(plan: Plan<'_>, prefetched: &Prefetched, evidence: &Evidence) 
         return evaluated;
     }
     let mut result = result(policy, status, message, matched);
-    result.properties = audit_annotations(policy, &mut eval);
+    result.properties = audit_annotations(policy, eval);
     Evaluated {
         result,
         required: policy.required,

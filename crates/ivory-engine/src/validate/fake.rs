@@ -36,6 +36,8 @@ pub(super) struct FakeVerifier {
     mode: Mode,
     /// Registry hosts whose images behave as the given mode instead (every kind of call).
     hosts: HashMap<String, Mode>,
+    /// Architectures image data reports, by image (amd64 otherwise).
+    arches: HashMap<String, String>,
     pub(super) calls: AtomicUsize,
     /// `resolve_digest` calls (not counted in `calls`).
     pub(super) resolves: AtomicUsize,
@@ -57,6 +59,13 @@ impl FakeVerifier {
     /// Every call about an image on registry `host` behaves as `mode`.
     pub(super) fn host(mut self, host: &str, mode: Mode) -> Self {
         self.hosts.insert(host.to_owned(), mode);
+        self
+    }
+
+    /// Image data of `image` says `architecture`.
+    pub(super) fn arch(mut self, image: &str, architecture: &str) -> Self {
+        self.arches
+            .insert(image.to_owned(), architecture.to_owned());
         self
     }
 
@@ -203,7 +212,10 @@ impl ImageVerifier for FakeVerifier {
             Ok(json!({
                 "image": image,
                 "digest": DIGEST,
-                "config": {"architecture": "amd64", "os": "linux"},
+                "config": {
+                    "architecture": self.arches.get(image).map_or("amd64", String::as_str),
+                    "os": "linux",
+                },
             }))
         }
         .boxed()

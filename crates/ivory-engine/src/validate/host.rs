@@ -9,7 +9,7 @@ use ivory_policy::compiled::CompiledPolicy;
 use ivory_policy::types::Attestation;
 use serde_json::Value;
 
-use super::prefetch::{Outcome, Prefetched, VerifyKey};
+use super::prefetch::{LateImageData, Outcome, Prefetched, VerifyKey};
 use crate::verifier::{ErrorKind, Signer, Verification, VerifyError};
 
 /// Kyverno's error when a payload is asked for before its attestation was verified.
@@ -91,6 +91,24 @@ impl Evidence {
             .insert(verified);
     }
 
+    /// Adds what `other` learnt (the evidence of one policy's final evaluation).
+    pub(super) fn merge(&self, other: Evidence) {
+        let images = other.images.into_inner().unwrap_or_else(|p| p.into_inner());
+        let mut mine = self.images();
+        for (image, verified) in images {
+            *mine.entry(image).or_insert(false) |= verified;
+        }
+        drop(mine);
+        let signers = other
+            .signers
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner());
+        self.signers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(signers);
+    }
+
     /// Every verification that verified and was read, in a stable order.
     pub(super) fn verified(&self) -> Vec<VerifiedBy> {
         let signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
@@ -116,6 +134,9 @@ pub(super) struct PolicyHost<'a> {
     pub(super) prefetched: &'a Prefetched,
     pub(super) keys: &'a BTreeMap<VerifyKey, usize>,
     pub(super) image_data: &'a BTreeMap<String, usize>,
+    /// Image data fetched because an earlier evaluation of the policy asked for it: images the
+    /// policy does not select and literals, or why ivory would not fetch it.
+    pub(super) late_image_data: &'a BTreeMap<String, LateImageData>,
     pub(super) evidence: &'a Evidence,
     /// Payloads verified during this policy's evaluation: (image, attestation name) → statement.
     pub(super) payloads: Mutex<BTreeMap<(String, String), Value>>,
@@ -126,6 +147,8 @@ pub(super) struct PolicyHost<'a> {
     /// not) instead of an error, and nothing is recorded as evidence: used only to learn
     /// whether an expression fails whatever the missing answers would have been.
     pub(super) assumed: Mutex<Option<bool>>,
+    /// Images whose data an expression asked for and nothing fetched yet.
+    pub(super) wanted: Mutex<BTreeSet<String>>,
 }
 
 impl PolicyHost<'_> {
@@ -143,6 +166,11 @@ impl PolicyHost<'_> {
                 HostError::Registry(text)
             }
         }
+    }
+
+    /// The images whose data was asked for and not fetched, taken out.
+    pub(super) fn take_wanted(&self) -> BTreeSet<String> {
+        std::mem::take(&mut *self.wanted.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Sets (or clears) the answer assumed for verifications the budget did not allow.
@@ -295,25 +323,36 @@ impl Host for PolicyHost<'_> {
         }
     }
 
+    /// Any image an expression names, as Kyverno answers (the policy's images, the request's
+    /// others, literals): the policy's own images come from the prefetch; any other is asked
+    /// for here ([`PolicyHost::take_wanted`]) and answered when the policy is evaluated again.
+    /// A failed answer fails only the expression that reads it.
     fn image_data(&self, image: &str) -> Result<Value, HostError> {
-        if !(self.matches)(image) {
-            return Err(HostError::InvalidArgument(format!(
-                "failed to get imagedata: image {image} is not selected by the policy's matchImageReferences; ivory fetches image data only for the policy's own images"
-            )));
+        let failed = "failed to get imagedata: ";
+        if let Some(&index) = self.image_data.get(image) {
+            return match self.prefetched.outcome(index) {
+                Some(Outcome::ImageData(Ok(data))) => Ok(data.clone()),
+                Some(Outcome::ImageData(Err(err))) => Err(self.needed(err, failed)),
+                Some(Outcome::Verify(_) | Outcome::Resolve(_)) | None => {
+                    Err(HostError::InvalidArgument(format!("{failed}{image}")))
+                }
+            };
         }
-        let Some(&index) = self.image_data.get(image) else {
-            return Err(HostError::InvalidArgument(format!(
-                "failed to get imagedata: image {image} is not one of the images extracted from the request"
-            )));
-        };
-        match self.prefetched.outcome(index) {
-            Some(Outcome::ImageData(Ok(data))) => Ok(data.clone()),
-            Some(Outcome::ImageData(Err(err))) => {
-                Err(self.needed(err, "failed to get imagedata: "))
+        match self.late_image_data.get(image) {
+            Some(LateImageData::Answer(Ok(data))) => Ok(data.clone()),
+            Some(LateImageData::Answer(Err(err))) => Err(self.needed(err, failed)),
+            Some(LateImageData::Refused(why)) => {
+                Err(HostError::InvalidArgument(format!("{failed}{why}")))
             }
-            Some(Outcome::Verify(_) | Outcome::Resolve(_)) | None => Err(
-                HostError::InvalidArgument(format!("failed to get imagedata: {image}")),
-            ),
+            None => {
+                self.wanted
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(image.to_owned());
+                Err(HostError::InvalidArgument(format!(
+                    "{failed}image {image} was named only after ivory's last round of image data fetches for this request"
+                )))
+            }
         }
     }
 }
@@ -418,10 +457,12 @@ spec:
             prefetched: &prefetched,
             keys: &keys,
             image_data: &image_data,
+            late_image_data: &BTreeMap::new(),
             evidence: &evidence,
             payloads: Mutex::new(BTreeMap::new()),
             unanswered: Mutex::new(Vec::new()),
             assumed: Mutex::new(None),
+            wanted: Mutex::new(BTreeSet::new()),
         };
         let attestor = |name: &str| [json!({ "name": name })];
 

@@ -13,6 +13,7 @@
 mod context;
 mod evaluate;
 mod host;
+mod late;
 mod plan;
 mod prefetch;
 mod response;
@@ -27,9 +28,9 @@ use ivory_policy::types::ValidationAction;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use self::evaluate::Evaluated;
+use self::evaluate::{Evaluated, Run};
 use self::host::Evidence;
-use self::plan::{Prepared, RequestInputs};
+use self::plan::{Plan, Prepared, RequestInputs};
 use self::prefetch::{JobSet, Prefetched};
 use crate::admission::AdmissionRequest;
 use crate::bindings::RequestBindings;
@@ -76,17 +77,57 @@ pub async fn validate(
     };
 
     let evidence = Evidence::default();
-    let mut evaluated = Vec::with_capacity(prepared.len());
+    let mut evaluated: Vec<Option<Evaluated>> = Vec::with_capacity(prepared.len());
+    let mut pending: Vec<(usize, Box<Plan<'_>>)> = Vec::new();
     for prepared in prepared {
         match prepared {
             Prepared::NotMatched => {}
-            Prepared::Done(result) => evaluated.push(Evaluated::decided(result)),
-            Prepared::Evaluated(done) => evaluated.push(done),
+            Prepared::Done(result) => evaluated.push(Some(Evaluated::decided(result))),
+            Prepared::Evaluated(done) => evaluated.push(Some(done)),
             Prepared::Ready(plan) => {
-                evaluated.push(evaluate::run(*plan, &prefetched, &evidence));
+                pending.push((evaluated.len(), plan));
+                evaluated.push(None);
             }
         }
     }
+    // Each policy is evaluated; one that asked for image data nothing fetched yet (an image it
+    // does not select, a literal) is evaluated again once that data is fetched, a bounded
+    // number of times. Only the final evaluation's evidence counts.
+    let mut seen = std::collections::BTreeSet::new();
+    for round in 0..=late::MAX_ROUNDS {
+        let mut wants = Vec::new();
+        for (position, mut plan) in std::mem::take(&mut pending) {
+            // Past the deadline too: the fetch then answers "budget spent" at once, and the
+            // failurePolicy decides for an expression that needed it.
+            let can_ask = round < late::MAX_ROUNDS && plan.can_evaluate_again();
+            // A policy that may be evaluated again records into evidence of its own, kept
+            // only from its final evaluation; any other records directly.
+            let scratch = Evidence::default();
+            let records = if can_ask { &scratch } else { &evidence };
+            match evaluate::run(&mut plan, &prefetched, records, can_ask) {
+                Run::Done(done) => {
+                    evidence.merge(scratch);
+                    if let Some(slot) = evaluated.get_mut(position) {
+                        *slot = Some(done);
+                    }
+                }
+                Run::Wants(images) => wants.push((position, plan, images)),
+            }
+        }
+        if wants.is_empty() {
+            break;
+        }
+        let mut asks: Vec<_> = wants
+            .iter_mut()
+            .map(|(_, plan, images)| (&mut **plan, std::mem::take(images)))
+            .collect();
+        late::fetch(verifier, &mut asks, &mut seen, started, deadline).await;
+        pending = wants
+            .into_iter()
+            .map(|(position, plan, _)| (position, plan))
+            .collect();
+    }
+    let mut evaluated: Vec<Evaluated> = evaluated.into_iter().flatten().collect();
     response::enforce_required(&mut evaluated, &evidence);
     let mut decision = response::decide(evaluated);
     if decision.allowed

@@ -3,27 +3,28 @@
 //! verification questions to prefetch.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use ivory_cel::image::ImageReference;
-use ivory_cel::{NoHost, Program};
+use ivory_cel::{CostBudget, NoHost, Program};
 use ivory_policy::compiled::{CompiledAttestor, CompiledPolicy};
 use ivory_policy::types::{Attestor, FailurePolicy};
 use serde_json::Value as Json;
 
 use super::context::{Evaluator, ExprError};
 use super::evaluate::{self, Evaluated};
-use super::prefetch::{Job, JobSet, VerifyKey};
+use super::prefetch::{Job, JobSet, LateImageData, VerifyKey};
 use super::{EVAL_FAILED, result};
 use crate::admission::AdmissionRequest;
 use crate::bindings::RequestBindings;
 use crate::decision::{PolicyResult, Status};
-use crate::verifier::{ImagePlatform, VerifyRequest};
+use crate::verifier::{ImagePlatform, PlatformScope, VerifyRequest};
 use crate::{images, matching};
 
 /// CEL functions that need signature verdicts / attestation verdicts / image metadata.
 const SIGNATURE_FUNCTIONS: [&str; 1] = ["verifyImageSignatures"];
 const ATTESTATION_FUNCTIONS: [&str; 2] = ["verifyAttestationSignatures", "extractPayload"];
-const IMAGE_DATA_FUNCTIONS: [&str; 5] = [
+pub(super) const IMAGE_DATA_FUNCTIONS: [&str; 5] = [
     "getImageData",
     "image.GetMetadata",
     "image.getMetadata",
@@ -34,8 +35,11 @@ const IMAGE_DATA_FUNCTIONS: [&str; 5] = [
 /// A policy that matched and is ready for evaluation once the prefetch is done.
 pub(super) struct Plan<'a> {
     pub(super) policy: &'a CompiledPolicy,
-    /// Holds the policy's `images`/`attestors`/`attestations` bindings.
-    pub(super) eval: Evaluator<'a>,
+    /// Holds the policy's `images`/`attestors`/`attestations` bindings; taken by the first
+    /// evaluation ([`Plan::evaluator`] builds the next).
+    pub(super) eval: Option<Evaluator<'a>>,
+    /// What a later evaluation of a policy that reads image data is built from.
+    pub(super) again: Option<Again<'a>>,
     /// Images after matchImageReferences, flat, first occurrence order.
     pub(super) matched: Vec<String>,
     pub(super) notary_attestors: Vec<String>,
@@ -44,6 +48,50 @@ pub(super) struct Plan<'a> {
     /// `verifyDigest`: matched tag images (sorted) and their resolve job, asked so that a
     /// registry that cannot answer is told apart from an image that was simply not pinned.
     pub(super) undigested: Vec<(String, usize)>,
+    /// Image data fetched after an evaluation asked for it (see [`super::evaluate::Run`]).
+    pub(super) late_image_data: BTreeMap<String, LateImageData>,
+}
+
+/// The bindings of a policy's evaluator, kept to evaluate it again after more image data was
+/// fetched: charged to the same cost budget, so evaluating again buys no extra CEL.
+pub(super) struct Again<'a> {
+    data: &'a RequestBindings<'a>,
+    /// The workload's platform: which manifest of an index image data describes.
+    platform: ImagePlatform,
+    images: BTreeMap<String, Vec<String>>,
+    attestors: Json,
+    budget: Option<Arc<CostBudget>>,
+}
+
+impl<'a> Plan<'a> {
+    /// Whether the policy can be evaluated again (only one that reads image data is).
+    pub(super) fn can_evaluate_again(&self) -> bool {
+        self.again.is_some()
+    }
+
+    /// The workload's platform, for a policy that reads image data.
+    pub(super) fn platform(&self) -> Option<&ImagePlatform> {
+        self.again.as_ref().map(|again| &again.platform)
+    }
+
+    /// The evaluator of the policy's next evaluation; `None` when it was evaluated and cannot
+    /// be again ([`Plan::can_evaluate_again`]).
+    pub(super) fn evaluator(&mut self) -> Option<Evaluator<'a>> {
+        if let Some(eval) = self.eval.take() {
+            return Some(eval);
+        }
+        let again = self.again.as_ref()?;
+        let mut eval = Evaluator::new(again.data, self.policy, &NoHost);
+        if let Some(budget) = &again.budget {
+            eval.share_budget(Arc::clone(budget));
+        }
+        eval.bind_policy(
+            &again.images,
+            again.attestors.clone(),
+            self.policy.attestations.iter().map(|a| a.name.clone()),
+        );
+        Some(eval)
+    }
 }
 
 pub(super) enum Prepared<'a> {
@@ -151,19 +199,30 @@ pub(super) fn prepare<'a>(
             });
         }
     };
-    let attestor_map: serde_json::Map<String, Json> = attestors
-        .iter()
-        .map(|(a, json)| (a.name.clone(), json.clone()))
-        .collect();
+    let attestor_map = Json::Object(
+        attestors
+            .iter()
+            .map(|(a, json)| (a.name.clone(), json.clone()))
+            .collect(),
+    );
     eval.bind_policy(
         &images,
-        Json::Object(attestor_map),
+        attestor_map.clone(),
         policy.attestations.iter().map(|a| a.name.clone()),
     );
+    // Only a policy that reads image data needs the workload's platform or a second evaluation.
+    let again = calls_any(policy, &IMAGE_DATA_FUNCTIONS).then(|| Again {
+        data: inputs.data,
+        platform: ImagePlatform::of_workload(inputs.req.object.as_ref()),
+        budget: eval.shared_budget(),
+        images,
+        attestors: attestor_map,
+    });
 
     let mut plan = Plan {
         policy,
-        eval,
+        eval: Some(eval),
+        again,
         notary_attestors: attestors
             .iter()
             .filter(|(a, _)| a.notary.is_some())
@@ -173,9 +232,10 @@ pub(super) fn prepare<'a>(
         keys: BTreeMap::new(),
         image_data: BTreeMap::new(),
         undigested,
+        late_image_data: BTreeMap::new(),
     };
-    let platform = ImagePlatform::of_workload(inputs.req.object.as_ref());
-    plan_jobs(&mut plan, &attestors, &platform, jobs);
+    let platforms = PlatformScope::of_policy(policy.verify_platforms, inputs.req.object.as_ref());
+    plan_jobs(&mut plan, &attestors, &platforms, jobs);
     Prepared::Ready(Box::new(plan))
 }
 
@@ -417,13 +477,15 @@ fn calls_any(policy: &CompiledPolicy, names: &[&str]) -> bool {
 }
 
 /// Registers every question the policy's CEL can ask: matched images × attestors (× attestations),
-/// and image data for the matched images. Images outside the policy's `matchImageReferences`
-/// are never fetched for it: a registry the policy does not cover cannot affect its outcome.
-/// Image data describes the manifest for the workload's `platform`.
+/// and image data for the matched images and the images its expressions name as literals.
+/// Nothing is prefetched for the request's other images: their image data is fetched only once
+/// an expression asks for it ([`super::evaluate::Run::Wants`]), so a registry the policy does
+/// not cover is asked only when, and matters only where, an expression reads its answer. Image
+/// data describes the manifest for the workload's platform.
 fn plan_jobs(
     plan: &mut Plan<'_>,
     attestors: &[(Attestor, Json)],
-    platform: &ImagePlatform,
+    platforms: &PlatformScope,
     jobs: &mut JobSet,
 ) {
     let policy = plan.policy;
@@ -447,6 +509,7 @@ fn plan_jobs(
                     attestor: attestor.clone(),
                     attestation: attestation.cloned(),
                     credentials: credentials.clone(),
+                    platforms: platforms.clone(),
                 })));
                 let key = VerifyKey {
                     image: image.clone(),
@@ -457,8 +520,19 @@ fn plan_jobs(
             }
         }
     }
-    if calls_any(policy, &IMAGE_DATA_FUNCTIONS) {
-        for image in &plan.matched {
+    if let Some(platform) = plan.platform().cloned() {
+        // Literal images are the policy author's, like its globs: asked with the prefetch, so a
+        // policy that reads one is evaluated once.
+        let literals = programs(policy).flat_map(|p| {
+            IMAGE_DATA_FUNCTIONS
+                .iter()
+                .flat_map(move |f| p.literal_arguments(f))
+        });
+        let literals: Vec<String> = literals
+            .filter(|image| ImageReference::parse(image).is_ok())
+            .map(str::to_owned)
+            .collect();
+        for image in plan.matched.iter().chain(&literals) {
             if !plan.image_data.contains_key(image) {
                 let index = jobs.add(Job::ImageData {
                     image: image.clone(),

@@ -70,6 +70,7 @@ impl Job {
                 &r.attestor,
                 &r.attestation,
                 &r.credentials,
+                &r.platforms,
             )),
             Self::ImageData {
                 image,
@@ -90,6 +91,14 @@ pub(super) enum Outcome {
     Verify(Result<Verification, VerifyError>),
     ImageData(Result<Value, VerifyError>),
     Resolve(Result<String, VerifyError>),
+}
+
+/// Image data an evaluation asked for after the prefetch (an image the policy does not
+/// select, a literal): the answer, or why ivory would not ask a registry for it.
+#[derive(Clone, Debug)]
+pub(super) enum LateImageData {
+    Answer(Result<Value, VerifyError>),
+    Refused(String),
 }
 
 /// The jobs of all policies of one request, de-duplicated.
@@ -132,6 +141,11 @@ pub(super) struct Prefetched {
 impl Prefetched {
     pub(super) fn outcome(&self, index: usize) -> Option<&Outcome> {
         self.outcomes.get(index)
+    }
+
+    /// The answers, in the order of the jobs.
+    pub(super) fn into_outcomes(self) -> Vec<Outcome> {
+        self.outcomes
     }
 
     /// Answers given directly, for tests of what reads them.

@@ -722,28 +722,138 @@ async fn images_outside_the_policy_scope_are_never_fetched_for_it() {
     assert!(d.warnings.is_empty(), "{:?}", d.warnings);
 }
 
+/// Kyverno's image-data scenarios: an architecture check on every container (images outside
+/// the policy's globs included) and a literal image in the policy.
+const ARCH_EVERY_CONTAINER: &str = "validations:
+- expression: object.spec.containers.all(c, image.GetMetadata(c.image).config.architecture == 'amd64')
+  message: image architecture is not supported
+- expression: getImageData('docker.io/library/base:1').config.os == 'linux'
+  message: the base image is not linux
+";
+
 #[tokio::test]
-async fn image_data_of_an_image_outside_the_scope_is_an_error_naming_it() {
-    let pol = pod_policy(
-        "meta",
-        &no_digest(
+async fn image_data_of_any_image_an_expression_names_is_fetched_with_kyvernos_answer() {
+    const NGINX: &str = "docker.io/library/nginx:1";
+    let pol = pod_policy("arch", &lenient(ARCH_EVERY_CONTAINER));
+    let verifier = FakeVerifier::new();
+    let d = run(&verifier, &[&pol], &create(&[SIGNED, NGINX])).await;
+    assert!(d.allowed, "{:?}", d.message);
+    assert_eq!(statuses(&d)[0].1, Status::Pass);
+    // The policy's own image and its literal with the prefetch, then the other container.
+    assert_eq!(
+        verifier.fetched(),
+        [SIGNED, "docker.io/library/base:1", NGINX]
+    );
+
+    let verifier = FakeVerifier::new().arch(NGINX, "arm64");
+    let d = run(&verifier, &[&pol], &create(&[SIGNED, NGINX])).await;
+    assert_eq!(
+        d.message.as_deref(),
+        Some("Policy arch failed: image architecture is not supported")
+    );
+
+    // Evaluated again, a policy that also verifies records its evidence once.
+    let both = pod_policy(
+        "both",
+        &no_digest(&format!("{VERIFY_ALL}{}", &ARCH_EVERY_CONTAINER[13..])),
+    );
+    let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+    let d = run(&verifier, &[&both], &create(&[SIGNED, NGINX])).await;
+    assert!(d.allowed, "{:?}", d.message);
+    let verified: Value = serde_json::from_str(&d.audit_annotations[VERIFIED_ANNOTATION]).unwrap();
+    assert_eq!(verified.as_array().map(Vec::len), Some(1), "{verified}");
+    assert_eq!(
+        verifier.calls(),
+        4,
+        "one verification, three image data fetches"
+    );
+}
+
+#[tokio::test]
+async fn an_image_outside_the_scope_that_cannot_be_fetched_fails_only_the_expression_reading_it() {
+    let arch = |failure_policy: &str| {
+        pod_policy(
+            "arch",
+            &no_digest(&format!(
+                "failurePolicy: {failure_policy}\n{VERIFY_ALL}- expression: object.spec.containers.all(c, image.GetMetadata(c.image).config.architecture == 'amd64')\n"
+            )),
+        )
+    };
+    // A hung registry an expression reads: the failurePolicy decides, as for a budget miss.
+    let verifier = FakeVerifier::new()
+        .host("hung.example", Mode::Deadline)
+        .sign(SIGNED, "cosign");
+    let d = run(&verifier, &[&arch("Ignore")], &create(&[SIGNED, HUNG])).await;
+    assert!(d.allowed, "{:?}", d.message);
+    assert!(d.budget_exhausted);
+    assert!(
+        d.warnings.iter().any(|w| w.contains(HUNG)),
+        "{:?}",
+        d.warnings
+    );
+    let d = run(&verifier, &[&arch("Fail")], &create(&[SIGNED, HUNG])).await;
+    assert!(!d.allowed);
+    assert!(d.message.unwrap_or_default().contains(HUNG));
+
+    // An unsigned image in scope is denied whatever the hung registry would have said.
+    let verifier = FakeVerifier::new().host("hung.example", Mode::Deadline);
+    let d = run(&verifier, &[&arch("Ignore")], &create(&[UNSIGNED, HUNG])).await;
+    assert_eq!(
+        d.message.as_deref(),
+        Some("Policy arch failed: failed the image Signature verification")
+    );
+
+    // An unreachable registry is an error of the expression reading it, naming the image.
+    let verifier = FakeVerifier::new()
+        .host("hung.example", Mode::Unavailable)
+        .sign(SIGNED, "cosign");
+    let d = run(&verifier, &[&arch("Ignore")], &create(&[SIGNED, HUNG])).await;
+    let message = d.message.unwrap_or_default();
+    assert!(
+        message.starts_with("Policy arch error: failed to evaluate policy: ")
+            && message.contains(HUNG),
+        "{message}"
+    );
+    // A policy that does not read it never asks (the same Pod, signatures only).
+    let verify = pod_policy("verify", &no_digest(VERIFY_ALL));
+    let verifier = FakeVerifier::new()
+        .host("hung.example", Mode::Deadline)
+        .sign(SIGNED, "cosign");
+    let d = run(&verifier, &[&verify], &create(&[SIGNED, HUNG])).await;
+    assert!(d.allowed && d.warnings.is_empty(), "{d:?}");
+    assert!(verifier.fetched().is_empty());
+}
+
+#[tokio::test]
+async fn image_data_the_request_chooses_is_bounded_and_never_from_a_metadata_address() {
+    let metadata = pod_policy(
+        "metadata",
+        &lenient(
             "validations:\n- expression: object.spec.containers.all(c, image.GetMetadata(c.image).config.os == 'linux')\n",
         ),
     );
     let verifier = FakeVerifier::new();
-    let d = run(
-        &verifier,
-        &[&pol],
-        &create(&[SIGNED, "docker.io/library/nginx:1"]),
-    )
-    .await;
+    let imds = "169.254.169.254/latest/meta-data:1";
+    let d = run(&verifier, &[&metadata], &create(&[imds])).await;
     let message = d.message.unwrap_or_default();
     assert!(
-        message.starts_with("Policy meta error: failed to evaluate policy: ")
-            && message.contains("image docker.io/library/nginx:1 is not selected by the policy's matchImageReferences"),
+        message.starts_with("Policy metadata error: failed to evaluate policy: ")
+            && message.contains("link-local"),
         "{message}"
     );
-    assert_eq!(verifier.fetched(), [SIGNED]);
+    assert!(verifier.fetched().is_empty());
+
+    // Every container of a Pod larger than the bound: the images past it are not fetched.
+    let many: Vec<String> = (0..40).map(|n| format!("r.example/app{n}:1")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let verifier = FakeVerifier::new();
+    let d = run(&verifier, &[&metadata], &create(&many)).await;
+    let message = d.message.unwrap_or_default();
+    assert!(
+        message.contains(&format!("at most {} images", super::late::MAX_LATE_IMAGES)),
+        "{message}"
+    );
+    assert_eq!(verifier.fetched().len(), super::late::MAX_LATE_IMAGES);
 }
 
 #[tokio::test]
@@ -1807,4 +1917,25 @@ async fn a_namespace_label_narrows_to_pods_only_and_to_no_patch_only_with_the_po
         assert_eq!(d.message.as_deref(), message);
         assert_eq!(calls, 1);
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn image_data_asked_for_after_the_deadline_is_a_spent_budget_not_an_error() {
+    let pol = pod_policy(
+        "late",
+        &lenient(
+            "failurePolicy: Ignore\nvalidations:\n- expression: object.spec.containers.all(c, image.GetMetadata(c.image).config.os == 'linux')\n",
+        ),
+    );
+    // The policy's own image answers only after the request's 10 s budget.
+    let verifier = FakeVerifier::new().host("ghcr.io", Mode::Sleep(Duration::from_secs(20)));
+    let d = run(
+        &verifier,
+        &[&pol],
+        &create(&[SIGNED, "docker.io/library/nginx:1"]),
+    )
+    .await;
+    assert!(d.allowed, "{:?}", d.message);
+    assert!(d.budget_exhausted);
+    assert_eq!(statuses(&d)[0].1, Status::Skip, "{:?}", d.results);
 }

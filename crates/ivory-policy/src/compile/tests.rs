@@ -550,3 +550,44 @@ fn a_namespace_label_narrows_pinning_and_chooses_no_patch_only_where_the_policy_
         "{text:?}"
     );
 }
+
+#[test]
+fn the_verify_platforms_annotation_is_compiled_or_refused_never_ignored() {
+    use crate::compiled::{VERIFY_PLATFORMS_ANNOTATION, VerifyPlatforms};
+    let with = |value: &str| {
+        let mut doc = base();
+        patch(
+            &mut doc,
+            "/metadata/annotations",
+            Some(json!({ VERIFY_PLATFORMS_ANNOTATION: value })),
+        );
+        doc
+    };
+    let plain = load(&base());
+    assert_eq!(plain.policies[0].verify_platforms, VerifyPlatforms::Index);
+    for (value, want) in [
+        ("index", VerifyPlatforms::Index),
+        ("allPlatforms", VerifyPlatforms::AllPlatforms),
+        ("podPlatform", VerifyPlatforms::PodPlatform),
+    ] {
+        let report = load(&with(value));
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        let policy = &report.policies[0];
+        assert_eq!(policy.verify_platforms, want);
+        // Autogen variants verify the same platforms (their Pods run the same images).
+        assert!(policy.autogen.iter().all(|v| v.verify_platforms == want));
+    }
+    // Another choice is another policy; `index` is the default spelled out.
+    assert_eq!(hash_of(&with("index")), hash_of(&base()));
+    assert_ne!(hash_of(&with("allPlatforms")), hash_of(&base()));
+    let errors = errors_after(&[(
+        "/metadata/annotations",
+        Some(json!({ VERIFY_PLATFORMS_ANNOTATION: "everything" })),
+    )]);
+    assert_eq!(
+        errors,
+        [format!(
+            "metadata.annotations[{VERIFY_PLATFORMS_ANNOTATION}]: Unsupported value: \"everything\": supported values: \"index\", \"allPlatforms\", \"podPlatform\""
+        )]
+    );
+}

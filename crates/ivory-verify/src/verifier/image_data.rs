@@ -32,14 +32,15 @@ impl CosignVerifier {
             .await
             .map_err(|e| map_error(image, "fetching the manifest", e, deadline))?;
         let (index, manifest) = if top.is_index() {
+            let (os, architecture) = described_platform(&top.json, platform);
             let wanted = ivory_registry::Platform {
-                os: platform.os.clone(),
-                architecture: platform.architecture.clone(),
+                os,
+                architecture,
                 variant: None,
             };
             let operation = format!(
                 "fetching the {}/{} manifest of the index",
-                platform.os, platform.architecture
+                wanted.os, wanted.architecture
             );
             let m = registry
                 .fetch_platform_manifest(&pinned, &wanted, creds, deadline)
@@ -81,6 +82,28 @@ impl CosignVerifier {
             config,
         ))
     }
+}
+
+/// The platform whose manifest describes an index for a workload on `platform`: that one when
+/// the index has it; else the only runnable manifest the workload can run (an arm64-only or
+/// Windows-only image on a Pod that does not pin another platform: the kubelet can pull
+/// nothing else); else `platform`, which the index lacks (an error naming it).
+fn described_platform(index: &Value, platform: &ImagePlatform) -> (String, String) {
+    let children = super::platforms::runnable_children(index);
+    let has = |os: &str, arch: &str| {
+        children
+            .iter()
+            .any(|c| c.os == os && c.architecture == arch)
+    };
+    if !has(&platform.os, &platform.architecture) {
+        let mut possible = children
+            .iter()
+            .filter(|c| platform.allowed.contains(&c.os, &c.architecture));
+        if let (Some(only), None) = (possible.next(), possible.next()) {
+            return (only.os.clone(), only.architecture.clone());
+        }
+    }
+    (platform.os.clone(), platform.architecture.clone())
 }
 
 /// Kyverno's image data shape (SDK `imagedataloader.ImageDescriptor`): a digest reference
@@ -194,6 +217,41 @@ mod tests {
         assert!(pinned.get("tag").is_none(), "{pinned}");
         assert!(pinned.get("config").is_none(), "{pinned}");
         assert_eq!(pinned["imageIndex"], json!({"manifests": []}));
+    }
+
+    #[test]
+    fn a_single_platform_index_is_described_by_its_platform_unless_the_pod_pins_another() {
+        let index = |platforms: &[(&str, &str)]| {
+            let manifests: Vec<Value> = platforms
+                .iter()
+                .map(
+                    |(os, arch)| json!({"digest": D, "platform": {"os": os, "architecture": arch}}),
+                )
+                .chain([
+                    json!({"digest": D, "platform": {"os": "unknown", "architecture": "unknown"}}),
+                ])
+                .collect();
+            json!({ "manifests": manifests })
+        };
+        let pick = |index: &Value, object: Value| {
+            let (os, arch) = described_platform(index, &ImagePlatform::of_workload(Some(&object)));
+            format!("{os}/{arch}")
+        };
+        let free = json!({"spec": {"containers": []}});
+        let arm_only = index(&[("linux", "arm64")]);
+        assert_eq!(pick(&arm_only, free.clone()), "linux/arm64");
+        assert_eq!(
+            pick(&index(&[("windows", "amd64")]), free.clone()),
+            "windows/amd64"
+        );
+        // The amd64 manifest of a multi-platform index, as Kyverno (go-containerregistry).
+        let both = index(&[("linux", "arm64"), ("linux", "amd64")]);
+        assert_eq!(pick(&both, free.clone()), "linux/amd64");
+        // A Pod pinned to a platform the index lacks gets an error naming it, not another's data.
+        let pinned = json!({"spec": {"nodeSelector": {"kubernetes.io/arch": "s390x"}}});
+        assert_eq!(pick(&arm_only, pinned), "linux/s390x");
+        let windows_pod = json!({"spec": {"nodeSelector": {"kubernetes.io/os": "windows"}}});
+        assert_eq!(pick(&arm_only, windows_pod), "windows/amd64");
     }
 
     #[test]

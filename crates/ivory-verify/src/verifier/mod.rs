@@ -21,6 +21,7 @@
 
 mod cache;
 mod image_data;
+mod platforms;
 mod shared;
 mod sources;
 
@@ -29,7 +30,7 @@ use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt as _};
 use ivory_engine::verifier::{
-    ImagePlatform, ImageVerifier, Verification, VerifyError, VerifyRequest,
+    ImagePlatform, ImageVerifier, PlatformScope, Verification, VerifyError, VerifyRequest,
 };
 use ivory_policy::types::{Attestation, Attestor, Credentials as PolicyCredentials};
 use ivory_reference::ImageReference;
@@ -118,6 +119,9 @@ struct Inner {
     found_in: moka::sync::Cache<(String, Family), Source>,
     /// Parsed image references (see [`CosignVerifier::reference`]).
     references: moka::sync::Cache<String, Arc<ImageReference>>,
+    /// The runnable children of an index (`None`: a single manifest), by digest reference and
+    /// credential set (`ivory.dev/verify-platforms`).
+    indexes: moka::sync::Cache<TagKey, Option<Arc<Vec<platforms::Child>>>>,
     /// SHA-256 of `config.default_trusted_root`, part of every attestor hash.
     root_hash: [u8; 32],
     /// Recent attestors' hashes and plans (see [`AttestorMemo`]).
@@ -159,6 +163,10 @@ impl CosignVerifier {
         let plans = moka::sync::Cache::builder().max_capacity(1_000).build();
         let root_hash = Sha256::digest(config.default_trusted_root.as_bytes()).into();
         let references = moka::sync::Cache::new(config.max_tags);
+        let indexes = moka::sync::Cache::builder()
+            .max_capacity(config.max_tags)
+            .time_to_idle(Duration::from_secs(3600))
+            .build();
         Self {
             inner: Arc::new(Inner {
                 root_hash,
@@ -172,6 +180,7 @@ impl CosignVerifier {
                 plans,
                 tag_counters: Arc::default(),
                 result_counters: Arc::default(),
+                indexes,
                 references,
                 found_in: moka::sync::Cache::builder()
                     .max_capacity(FOUND_IN_CAPACITY)
@@ -230,6 +239,33 @@ impl CosignVerifier {
             .attestors
             .insert(attestor, &(hash, Arc::clone(&plan)));
         (plan, hash)
+    }
+
+    /// [`ImageVerifier::verify`] for the request's platform scope; `fresh_since` as for
+    /// [`CosignVerifier::verify_request`].
+    fn verify_scoped<'a>(
+        &'a self,
+        request: &'a VerifyRequest,
+        deadline: Instant,
+        fresh_since: Option<Instant>,
+    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
+        // Each scope boxes its own future: the common one stays as small as it was.
+        match &request.platforms {
+            PlatformScope::Index => bounded(
+                &request.image,
+                "verifying signatures",
+                deadline,
+                self.verify_request(request, deadline, fresh_since),
+            )
+            .boxed(),
+            PlatformScope::Platforms(set) => bounded(
+                &request.image,
+                "verifying the signatures of its platform manifests",
+                deadline,
+                self.verify_platforms(request, set, deadline, fresh_since),
+            )
+            .boxed(),
+        }
     }
 
     /// Answers `request` from the verdict cache or the registry. With `fresh_since`, a cached
@@ -504,13 +540,7 @@ impl ImageVerifier for CosignVerifier {
         request: &'a VerifyRequest,
         deadline: Instant,
     ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
-        bounded(
-            &request.image,
-            "verifying signatures",
-            deadline,
-            self.verify_request(request, deadline, None),
-        )
-        .boxed()
+        self.verify_scoped(request, deadline, None)
     }
 
     fn image_data<'a>(
@@ -563,14 +593,8 @@ impl ImageVerifier for Revalidating<'_> {
         request: &'a VerifyRequest,
         deadline: Instant,
     ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
-        bounded(
-            &request.image,
-            "verifying signatures",
-            deadline,
-            self.verifier
-                .verify_request(request, deadline, Some(self.since)),
-        )
-        .boxed()
+        self.verifier
+            .verify_scoped(request, deadline, Some(self.since))
     }
 
     fn image_data<'a>(

@@ -270,6 +270,10 @@ impl Checker {
                     attestor: compiled.attestor.clone(),
                     attestation: attestation.cloned(),
                     credentials: policy.spec.credentials.clone(),
+                    platforms: ivory_engine::verifier::PlatformScope::of_policy(
+                        policy.verify_platforms,
+                        None,
+                    ),
                 };
                 let (result, reason) = match self.verifier.verify(&request, deadline).await {
                     Ok(Verification::Verified { .. }) => (AttestorResult::Verified, String::new()),

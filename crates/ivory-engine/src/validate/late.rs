@@ -1,0 +1,166 @@
+//! Image data an expression asked for after the prefetch: images of the request outside the
+//! policy's `matchImageReferences`, strings an expression builds, any image an expression names
+//! that the prefetch did not cover (Kyverno's `image.GetMetadata` answers for any image; the
+//! policy's own images and literals are prefetched). Fetched through the same verifier
+//! (its caches, coalescing and byte caps), under the request deadline, and bounded per request:
+//! the request now chooses which registry ivory asks, so it must not choose how often or
+//! where to (see SECURITY.md, "Image data the request chooses").
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use ivory_cel::image::ImageReference;
+use tokio::time::Instant;
+
+use super::plan::Plan;
+use super::prefetch::{self, Job, JobSet, LateImageData, Outcome};
+use crate::verifier::ImageVerifier;
+
+/// Rounds of late fetches per request: one for what the first evaluation names, one more for
+/// an image named from another image's data.
+pub(super) const MAX_ROUNDS: usize = 2;
+
+/// Distinct images whose data is fetched late, per request: every container of a large Pod
+/// and a policy's literals, but not an unbounded fan-out chosen by the request.
+pub(super) const MAX_LATE_IMAGES: usize = 32;
+
+/// Fetches the image data each plan wants, at most [`MAX_LATE_IMAGES`] distinct images per
+/// request (`seen` carries the count across rounds), and stores the answers (or why ivory did
+/// not ask) in the plans' `late_image_data`.
+pub(super) async fn fetch(
+    verifier: &dyn ImageVerifier,
+    wants: &mut [(&mut Plan<'_>, BTreeSet<String>)],
+    seen: &mut BTreeSet<String>,
+    started: Instant,
+    deadline: Instant,
+) {
+    let mut jobs = JobSet::default();
+    let mut asked = Vec::new();
+    for (index, (plan, images)) in wants.iter_mut().enumerate() {
+        let Some(platform) = plan.platform().cloned() else {
+            continue;
+        };
+        for image in std::mem::take(images) {
+            if let Some(why) = refusal(&image, seen) {
+                plan.late_image_data
+                    .insert(image, LateImageData::Refused(why));
+                continue;
+            }
+            let job = jobs.add(Job::ImageData {
+                image: image.clone(),
+                credentials: plan.policy.spec.credentials.clone(),
+                platform: platform.clone(),
+            });
+            asked.push((index, image, job));
+        }
+    }
+    if jobs.is_empty() {
+        return;
+    }
+    let count = jobs.len();
+    let outcomes = prefetch::run(verifier, jobs, started, deadline)
+        .await
+        .into_outcomes();
+    tracing::debug!(calls = count, elapsed = ?started.elapsed(), "late image data fetched");
+    for (index, image, job) in asked {
+        let answer = match outcomes.get(job) {
+            Some(Outcome::ImageData(answer)) => LateImageData::Answer(answer.clone()),
+            _ => LateImageData::Refused(format!("image data of {image} was not fetched")),
+        };
+        if let Some((plan, _)) = wants.get_mut(index) {
+            plan.late_image_data.insert(image, answer);
+        }
+    }
+}
+
+/// Why ivory does not fetch `image`'s data, if it does not; otherwise counts it in `seen`.
+fn refusal(image: &str, seen: &mut BTreeSet<String>) -> Option<String> {
+    let reference = match ImageReference::parse(image) {
+        Ok(reference) => reference,
+        Err(e) => return Some(format!("invalid image reference {image}: {}", e.reason)),
+    };
+    if let Some(ip) = host_ip(reference.registry())
+        && forbidden(ip)
+    {
+        return Some(format!(
+            "image {image} names a link-local or unspecified address ({ip}); ivory fetches image data from there only for the policy's own images"
+        ));
+    }
+    if !seen.contains(image) && seen.len() >= MAX_LATE_IMAGES {
+        return Some(format!(
+            "image {image}: ivory fetches image data for at most {MAX_LATE_IMAGES} images outside the policy's matchImageReferences per request"
+        ));
+    }
+    seen.insert(image.to_owned());
+    None
+}
+
+/// The registry host as an IP address, when it is one (`10.0.0.1:5000`, `[fe80::1]:5000`).
+fn host_ip(registry: &str) -> Option<IpAddr> {
+    if let Some(rest) = registry.strip_prefix('[') {
+        return rest.split_once(']')?.0.parse().ok();
+    }
+    let host = registry.rsplit_once(':').map_or(registry, |(host, _)| host);
+    host.parse().ok()
+}
+
+/// Addresses a request must not make ivory contact on its own say: link-local (cloud metadata
+/// services answer on 169.254.169.254), AWS's IPv6 metadata address and unspecified ones
+/// (which reach the local host).
+fn forbidden(ip: IpAddr) -> bool {
+    const AWS_METADATA_V6: [u16; 8] = [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254];
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local() || v4.is_unspecified(),
+        IpAddr::V6(v6) => {
+            v6.is_unspecified()
+                || v6.segments() == AWS_METADATA_V6
+                || (v6.segments()[0] & 0xffc0) == 0xfe80
+                || v6
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| forbidden(IpAddr::V4(v4)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_local_and_unspecified_hosts_are_refused_and_the_count_is_capped() {
+        let mut seen = BTreeSet::new();
+        for image in [
+            "169.254.169.254/latest/meta-data:1",
+            "169.254.169.254:80/xx:1",
+            "[fe80::1]:5000/xx:1",
+            "[fd00:ec2::254]/xx:1",
+            "[::ffff:169.254.169.254]:5000/xx:1",
+            "0.0.0.0:5000/xx:1",
+            "[::]:5000/xx:1",
+        ] {
+            let why = refusal(image, &mut seen).unwrap_or_default();
+            assert!(why.contains("link-local or unspecified"), "{image}: {why}");
+        }
+        assert!(seen.is_empty());
+        assert!(refusal("not a reference!", &mut seen).is_some());
+        // Loopback, private and public hosts are asked (a kubelet pulls from them as well).
+        for image in [
+            "127.0.0.1:5000/xx:1",
+            "10.0.0.1:5000/xx:1",
+            "[::1]:5000/xx:1",
+            "registry.example/xx:1",
+        ] {
+            assert_eq!(refusal(image, &mut seen), None, "{image}");
+        }
+        for n in seen.len()..MAX_LATE_IMAGES {
+            assert_eq!(refusal(&format!("r.example/xx:{n}"), &mut seen), None);
+        }
+        let why = refusal("r.example/one-too-many:1", &mut seen).unwrap_or_default();
+        assert!(
+            why.contains(&format!("at most {MAX_LATE_IMAGES} images")),
+            "{why}"
+        );
+        // An image already counted is asked again (another policy, another round).
+        assert_eq!(refusal("r.example/xx:4", &mut seen), None);
+    }
+}
