@@ -4,7 +4,9 @@
 #   scripts/install-tools.sh [all]         crane, cosign v2.5, v2, v3, sigstore-js (npm ci): gen-fixtures
 #   scripts/install-tools.sh image         crane, cosign v2, cargo-cyclonedx: image.sh, the dogfood test
 #   scripts/install-tools.sh hash-fixtures cosign v2.5, v2, crane: `gen-fixtures.sh hash`
-#   scripts/install-tools.sh TOOL...       just these (crane cosign2 cosign25 cosign3 cargo-cyclonedx sigstore-js)
+#   scripts/install-tools.sh review        cargo-deny, cargo-machete: the dependency checks of scripts/test.sh
+#   scripts/install-tools.sh TOOL...       just these (crane cosign2 cosign25 cosign3 cargo-cyclonedx cargo-deny
+#                                          cargo-machete sigstore-js)
 #
 # Idempotent: a tool is built only when its pinned binary is missing. Needs Go for the Go tools and
 # installs npm (Debian package) for sigstore-js; says so in one line when it cannot.
@@ -21,6 +23,9 @@ COSIGN_V3_VERSION="v3.1.3"
 COSIGN_V25_VERSION="v2.5.0"
 CRANE_VERSION="v0.22.1"
 CARGO_CYCLONEDX_VERSION="0.5.9"
+# scripts/test.sh: bans, licenses and sources of the dependency graph (deny.toml), unused dependencies.
+CARGO_DENY_VERSION="0.20.2"
+CARGO_MACHETE_VERSION="0.9.2"
 
 export GOTOOLCHAIN=local
 export GOFLAGS="${GOFLAGS:-} -trimpath"
@@ -69,15 +74,17 @@ case "${1:-all}" in
   image) set -- crane cosign2 cargo-cyclonedx ;;
   # What `scripts/gen-fixtures.sh hash` needs.
   hash-fixtures) set -- cosign25 cosign2 crane ;;
+  # What scripts/test.sh's dependency checks need.
+  review) set -- cargo-deny cargo-machete ;;
 esac
 need_go=0 need_npm=0
 for tool in "$@"; do
   case "$tool" in
     # Go only to build one that is missing (install_go_tool checks again for a new pin).
     crane | cosign2 | cosign25 | cosign3) [[ -x "$TOOLS/bin/$tool" ]] || need_go=1 ;;
-    cargo-cyclonedx) ;;
+    cargo-cyclonedx | cargo-deny | cargo-machete) ;;
     sigstore-js) need_npm=1 ;;
-    *) echo "usage: install-tools.sh [all|image|hash-fixtures|crane|cosign2|cosign25|cosign3|cargo-cyclonedx|sigstore-js...]" >&2; exit 2 ;;
+    *) echo "usage: install-tools.sh [all|image|hash-fixtures|review|crane|cosign2|cosign25|cosign3|cargo-cyclonedx|cargo-deny|cargo-machete|sigstore-js...]" >&2; exit 2 ;;
   esac
 done
 # shellcheck source=scripts/lib/needs.sh
@@ -105,6 +112,8 @@ for tool in "$@"; do
     cosign25) install_go_tool cosign25 "$COSIGN_V25_VERSION" github.com/sigstore/cosign/v2/cmd/cosign ;;
     cosign3) install_go_tool cosign3 "$COSIGN_V3_VERSION" github.com/sigstore/cosign/v3/cmd/cosign ;;
     cargo-cyclonedx) install_cargo_tool cargo-cyclonedx "$CARGO_CYCLONEDX_VERSION" ;;
+    cargo-deny) install_cargo_tool cargo-deny "$CARGO_DENY_VERSION" ;;
+    cargo-machete) install_cargo_tool cargo-machete "$CARGO_MACHETE_VERSION" ;;
     sigstore-js) install_sigstore_js ;;
   esac
 done

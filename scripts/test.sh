@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need (Debian packages, and
-# the Go-built tools in .tools/; says in one line what it cannot install), then format check,
-# clippy, the API docs and every test of the workspace. `.ci/run` calls exactly this, after
-# scripts/e2e.sh.
+# the Go-built tools in .tools/; says in one line what it cannot install), then shellcheck on
+# every shell script, format check, clippy (with the workspace's lints: missing_docs,
+# unreachable_pub, ...), the API docs and every test of the workspace. `.ci/run` calls exactly
+# this, after scripts/e2e.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,13 +13,26 @@ source scripts/lib/needs.sh
 # and deploy/certs/make-certs.sh, run by tests. script_needs.rs checks this list against them.
 needs_pkgs docker-registry:docker-registry htpasswd:apache2-utils redis-server:redis-server \
   redis-cli:redis-tools openssl:openssl jq:jq curl:curl git:git python3:python3 kill:procps
+# The review of the shell scripts.
+needs_pkgs shellcheck:shellcheck
 # kustomize + helm for the deploy/ tests; crane, cosign v2, cargo-cyclonedx for the dogfood test
-# (ivory's own image). Built from the Go module proxy into .tools/ (skipped when built; Go is
-# needed only to build one).
-needs_tools kustomize helm crane cosign2 cargo-cyclonedx
+# (ivory's own image); cargo-deny and cargo-machete for the dependency checks. Built from the Go
+# module proxy or crates.io into .tools/ (skipped when built; Go is needed only to build one).
+needs_tools kustomize helm crane cosign2 cargo-cyclonedx cargo-deny cargo-machete
 needs_done
 
+# Every shell script of the repository: those with a sh/bash shebang, and the sourced ones, which
+# carry a `# shellcheck shell=bash` line. -x follows the `source`s their directives name.
+mapfile -t shell_scripts < <(git ls-files -z | xargs -0 awk \
+  'FNR == 1 { if (/^#!.*[\/ ](ba)?sh( |$)|^# shellcheck shell=/) print FILENAME; nextfile }')
+shellcheck -x "${shell_scripts[@]}"
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
+# Bans, licenses and sources of every crate in the graph (deny.toml); not advisories: the RustSec
+# database is a git clone this machine cannot fetch.
+.tools/bin/cargo-deny --locked check bans licenses sources
+# Unused dependencies of every crate, fuzz/ included (a crate's source never names them;
+# [package.metadata.cargo-machete] lists, with the reason, those it names otherwise).
+.tools/bin/cargo-machete
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings # --all-features: ivory-e2e's e2e tests too
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked # broken intra-doc links, bad doc markup
 cargo test --workspace --locked "$@"

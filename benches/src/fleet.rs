@@ -32,7 +32,7 @@ struct Plan {
     rounds: usize,
 }
 
-pub async fn run(args: LoadArgs) -> Result<()> {
+pub(crate) async fn run(args: LoadArgs) -> Result<()> {
     let started = Instant::now();
     let plan = if args.quick {
         Plan {

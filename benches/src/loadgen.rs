@@ -16,7 +16,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 const OPEN_LOOP_CONNECTIONS: usize = 16;
 
 /// HTTPS client trusting the bench CA.
-pub fn client(ca_pem: &str, max_idle: usize) -> Result<reqwest::Client> {
+pub(crate) fn client(ca_pem: &str, max_idle: usize) -> Result<reqwest::Client> {
     let cert = reqwest::Certificate::from_pem(ca_pem.as_bytes()).context("bench CA")?;
     reqwest::Client::builder()
         .tls_certs_merge([cert])
@@ -28,22 +28,22 @@ pub fn client(ca_pem: &str, max_idle: usize) -> Result<reqwest::Client> {
 }
 
 /// One answer.
-pub struct Answer {
+pub(crate) struct Answer {
     pub status: u16,
     pub body: Value,
 }
 
 impl Answer {
-    pub fn allowed(&self) -> bool {
+    pub(crate) fn allowed(&self) -> bool {
         self.status == 200 && self.body["response"]["allowed"] == json!(true)
     }
-    pub fn patch(&self) -> Option<&str> {
+    pub(crate) fn patch(&self) -> Option<&str> {
         self.body["response"]["patch"].as_str()
     }
 }
 
 /// Sends one AdmissionReview and parses the answer.
-pub async fn post(client: &reqwest::Client, url: &str, body: Bytes) -> Result<Answer> {
+pub(crate) async fn post(client: &reqwest::Client, url: &str, body: Bytes) -> Result<Answer> {
     let res = client
         .post(url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -62,7 +62,7 @@ pub async fn post(client: &reqwest::Client, url: &str, body: Bytes) -> Result<An
 
 /// What one load step measured.
 #[derive(Clone, Debug, Default)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub ok: u64,
     pub errors: u64,
     pub rps: f64,
@@ -85,7 +85,7 @@ impl Stats {
         }
     }
 
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({
             "ok": self.ok, "errors": self.errors, "rps": round(self.rps, 1),
             "p50_ms": round(self.p50_ms, 3), "p99_ms": round(self.p99_ms, 3),
@@ -103,14 +103,14 @@ fn percentile(sorted: &[u64], q: f64) -> f64 {
     sorted[rank - 1] as f64 / 1000.0
 }
 
-pub fn round(v: f64, digits: i32) -> f64 {
+pub(crate) fn round(v: f64, digits: i32) -> f64 {
     let f = 10f64.powi(digits);
     (v * f).round() / f
 }
 
 /// A request repeated under load; only 200 with `"allowed":true` counts as success.
 #[derive(Clone)]
-pub struct Target {
+pub(crate) struct Target {
     pub client: reqwest::Client,
     pub url: String,
     pub body: Bytes,
@@ -140,7 +140,7 @@ fn memchr(needle: &[u8], hay: &[u8]) -> bool {
 }
 
 /// `concurrency` workers send back-to-back for `duration`.
-pub async fn closed_loop(target: &Target, concurrency: usize, duration: Duration) -> Stats {
+pub(crate) async fn closed_loop(target: &Target, concurrency: usize, duration: Duration) -> Stats {
     let start = Instant::now();
     let until = start + duration;
     let mut set = JoinSet::new();
@@ -180,7 +180,7 @@ pub async fn closed_loop(target: &Target, concurrency: usize, duration: Duration
 /// server's queueing shows), and from the actual send time when it was idle and only the
 /// timer woke it late (tokio timers have millisecond granularity; that slop is the
 /// generator's, not the server's).
-pub async fn open_loop(target: &Target, rate: f64, duration: Duration) -> Stats {
+pub(crate) async fn open_loop(target: &Target, rate: f64, duration: Duration) -> Stats {
     let connections = OPEN_LOOP_CONNECTIONS;
     let period = Duration::from_secs_f64(connections as f64 / rate.max(1.0));
     let start = Instant::now();

@@ -55,7 +55,7 @@ const WEBHOOKS: &str = r#"{"namespaceSelector": {"matchExpressions": [{"key":"ku
 
 /// Settings of `ivory-bench peers`.
 #[derive(clap::Args, Clone, Debug)]
-pub struct PeersArgs {
+pub(crate) struct PeersArgs {
     /// The load harness's settings (`--quick`, binaries, fixtures, output folder, …).
     #[command(flatten)]
     pub load: LoadArgs,
@@ -111,7 +111,7 @@ struct Side {
 
 /// Runs both webhooks through the same phases and merges the `kyverno_*` figures into
 /// `results.json`.
-pub async fn run(args: PeersArgs) -> Result<()> {
+pub(crate) async fn run(args: PeersArgs) -> Result<()> {
     let started = Instant::now();
     let plan = Plan::new(&args.load);
     let machine = report::machine();

@@ -57,7 +57,7 @@ impl Plan {
     }
 }
 
-pub async fn run(args: LoadArgs) -> Result<()> {
+pub(crate) async fn run(args: LoadArgs) -> Result<()> {
     let started = Instant::now();
     let plan = Plan::new(&args);
     let machine = report::machine();

@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result, bail};
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A running server; killed when dropped.
-pub struct Server {
+pub(crate) struct Server {
     name: String,
     child: Child,
     pub url: String,
@@ -19,7 +19,7 @@ pub struct Server {
 
 impl Server {
     /// Spawns `cmd` with stdout/stderr into `log`, then polls `url + ready_path` until 200.
-    pub async fn start(
+    pub(crate) async fn start(
         name: &str,
         cmd: Command,
         log: &Path,
@@ -31,7 +31,7 @@ impl Server {
     }
 
     /// [`Server::start`] with its own readiness timeout.
-    pub async fn start_within(
+    pub(crate) async fn start_within(
         name: &str,
         mut cmd: Command,
         log: &Path,
@@ -87,7 +87,7 @@ impl Server {
     }
 
     /// (VmHWM, VmRSS) in KiB from /proc.
-    pub fn memory_kib(&self) -> Result<(u64, u64)> {
+    pub(crate) fn memory_kib(&self) -> Result<(u64, u64)> {
         let path = format!("/proc/{}/status", self.child.id());
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
         let field = |name: &str| -> Result<u64> {
@@ -110,6 +110,6 @@ impl Drop for Server {
 
 /// A free loopback port outside the kernel's ephemeral range (see `ivory_testkit::free_port`;
 /// the bind is released before the server takes it).
-pub fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     ivory_testkit::free_port().context("finding a free port")
 }

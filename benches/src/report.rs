@@ -50,7 +50,7 @@ const ROWS: &[(&str, &str, &str)] = &[
 ];
 
 /// CPU model, cores, memory and load average now.
-pub fn machine() -> Value {
+pub(crate) fn machine() -> Value {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()
@@ -72,7 +72,7 @@ pub fn machine() -> Value {
 }
 
 /// Writes `results.json` and `results.md` into `out`.
-pub fn write(out: &Path, results: &Value) -> Result<()> {
+pub(crate) fn write(out: &Path, results: &Value) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let json_path = out.join("results.json");
     let text = serde_json::to_string_pretty(results).context("serializing results")?;
@@ -88,13 +88,13 @@ pub fn write(out: &Path, results: &Value) -> Result<()> {
 
 /// Adds the fleet figures (`fleet_*` keys, `details.fleet`) to `results.json` in `out`,
 /// keeping the load harness's figures already there.
-pub fn merge_fleet(out: &Path, figures: Value, details: Value) -> Result<()> {
+pub(crate) fn merge_fleet(out: &Path, figures: Value, details: Value) -> Result<()> {
     merge(out, "fleet", figures, details)
 }
 
 /// Adds `figures` (top-level keys) and `details.<section>` to `results.json` in `out`,
 /// keeping every other figure already there.
-pub fn merge(out: &Path, section: &str, figures: Value, details: Value) -> Result<()> {
+pub(crate) fn merge(out: &Path, section: &str, figures: Value, details: Value) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let json_path = out.join("results.json");
     let mut results: Value = std::fs::read_to_string(&json_path)

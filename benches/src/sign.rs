@@ -19,13 +19,13 @@ const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 
 /// A throwaway cosign key pair.
-pub struct BenchKey {
+pub(crate) struct BenchKey {
     pair: EcdsaKeyPair,
     rng: SystemRandom,
 }
 
 impl BenchKey {
-    pub fn generate() -> Result<Self> {
+    pub(crate) fn generate() -> Result<Self> {
         let rng = SystemRandom::new();
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
             .map_err(|_| anyhow!("generating the bench P-256 key"))?;
@@ -35,7 +35,7 @@ impl BenchKey {
     }
 
     /// `-----BEGIN PUBLIC KEY-----` PEM, as `cosign generate-key-pair` writes it.
-    pub fn public_pem(&self) -> Result<String> {
+    pub(crate) fn public_pem(&self) -> Result<String> {
         let mut der = hex::decode(P256_SPKI_PREFIX).context("SPKI prefix")?;
         der.extend_from_slice(self.pair.public_key().as_ref());
         let b64 = STANDARD.encode(der);
@@ -60,7 +60,7 @@ impl BenchKey {
 
 /// One pushed image.
 #[derive(Clone, Debug)]
-pub struct Image {
+pub(crate) struct Image {
     /// `HOST/REPO`.
     pub name: String,
     pub tag: String,
@@ -68,21 +68,21 @@ pub struct Image {
 }
 
 impl Image {
-    pub fn tag_ref(&self) -> String {
+    pub(crate) fn tag_ref(&self) -> String {
         format!("{}:{}", self.name, self.tag)
     }
-    pub fn digest_ref(&self) -> String {
+    pub(crate) fn digest_ref(&self) -> String {
         format!("{}@{}", self.name, self.digest)
     }
     /// What the mutating webhook turns a tag into.
-    pub fn pinned_ref(&self) -> String {
+    pub(crate) fn pinned_ref(&self) -> String {
         format!("{}:{}@{}", self.name, self.tag, self.digest)
     }
 }
 
 /// Pushes over one shared HTTPS client (the testkit helpers open a client per call, too slow
 /// for thousands of images).
-pub struct Pusher {
+pub(crate) struct Pusher {
     client: reqwest::Client,
     base: String,
     host: String,
@@ -96,7 +96,7 @@ struct Shared {
 }
 
 impl Pusher {
-    pub fn new(host: &str, ca_pem: &str) -> Result<Self> {
+    pub(crate) fn new(host: &str, ca_pem: &str) -> Result<Self> {
         let cert = reqwest::Certificate::from_pem(ca_pem.as_bytes()).context("registry CA")?;
         let client = reqwest::Client::builder()
             .tls_certs_merge([cert])
@@ -110,7 +110,7 @@ impl Pusher {
     }
 
     /// Pushes `count` distinct images signed by `key` into `repo`, `concurrency` at a time.
-    pub async fn signed_images(
+    pub(crate) async fn signed_images(
         &self,
         repo: &str,
         count: usize,

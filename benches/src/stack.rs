@@ -16,7 +16,7 @@ use ivory_bench::policy::key_policy;
 const PUSH_CONCURRENCY: usize = 16;
 
 /// Images pushed for the run.
-pub struct Images {
+pub(crate) struct Images {
     /// The cosign-signed fixture `ivory/sig-p256:v1` (key-p256).
     pub fixture: Image,
     /// Two synthetic images for the warm Pod (with the fixture: three containers).
@@ -31,7 +31,7 @@ pub struct Images {
     pub cached: Vec<Image>,
 }
 
-pub struct Stack {
+pub(crate) struct Stack {
     pub args: LoadArgs,
     pub work: PathBuf,
     pub registry: ivory_testkit::Harness,
@@ -47,7 +47,7 @@ pub struct Stack {
 }
 
 impl Stack {
-    pub async fn build(args: LoadArgs, cached: usize, cosign: usize) -> Result<Self> {
+    pub(crate) async fn build(args: LoadArgs, cached: usize, cosign: usize) -> Result<Self> {
         let work = args.out.join("work");
         if work.exists() {
             std::fs::remove_dir_all(&work)
@@ -111,12 +111,12 @@ impl Stack {
     }
 
     /// `ivory serve` with TLS on a fresh port.
-    pub async fn start_ivory(&self, label: &str) -> Result<Server> {
+    pub(crate) async fn start_ivory(&self, label: &str) -> Result<Server> {
         self.start_ivory_with(label, &[]).await
     }
 
     /// `ivory serve` with TLS on a fresh port and `extra` arguments.
-    pub async fn start_ivory_with(&self, label: &str, extra: &[String]) -> Result<Server> {
+    pub(crate) async fn start_ivory_with(&self, label: &str, extra: &[String]) -> Result<Server> {
         let port = free_port()?;
         let mut cmd = wrapped(&self.args.ivory);
         cmd.arg("serve")
@@ -140,7 +140,7 @@ impl Stack {
     }
 
     /// The null webhook with the same certificate.
-    pub async fn start_null(&self) -> Result<Server> {
+    pub(crate) async fn start_null(&self) -> Result<Server> {
         let port = free_port()?;
         let bin = match &self.args.null_webhook {
             Some(p) => p.clone(),

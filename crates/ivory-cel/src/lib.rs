@@ -8,8 +8,6 @@
 //!   under a per-evaluation cost limit, the activation's [`CostBudget`] and its deadline.
 //! * The library (k8s + Kyverno functions) is built once per process.
 
-#![warn(missing_docs)]
-
 mod activation;
 mod check;
 mod convert;

@@ -5,8 +5,6 @@
 //! crate runs. `scripts/e2e.sh` does both and runs the cluster tests
 //! (`cargo test -p ivory-e2e --features e2e`).
 
-#![warn(missing_docs)]
-
 mod cluster;
 mod ivory;
 mod matrix;

@@ -4,8 +4,6 @@
 //! images, evaluates CEL, asks the [`verifier::ImageVerifier`] seam for digests and signatures,
 //! and returns a [`decision::Decision`]. It does no IO of its own.
 
-#![warn(missing_docs)]
-
 pub mod admission;
 mod bindings;
 pub mod decision;

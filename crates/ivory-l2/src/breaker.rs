@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 /// Open/closed state, lock-free (every L2 call reads it).
 #[derive(Debug)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     origin: Instant,
     cooldown: Duration,
     /// Milliseconds since `origin` until which calls are skipped; 0 when closed.
@@ -16,7 +16,7 @@ pub struct Breaker {
 
 impl Breaker {
     /// A closed breaker that stays open `cooldown` after each failure.
-    pub fn new(cooldown: Duration) -> Self {
+    pub(crate) fn new(cooldown: Duration) -> Self {
         Self {
             origin: Instant::now(),
             cooldown,
@@ -29,12 +29,12 @@ impl Breaker {
     }
 
     /// Whether a call may go to the store at `now`.
-    pub fn allows(&self, now: Instant) -> bool {
+    pub(crate) fn allows(&self, now: Instant) -> bool {
         self.ms(now) >= self.open_until_ms.load(Ordering::Relaxed)
     }
 
     /// A call that failed or ran past its deadline at `now`.
-    pub fn failed(&self, now: Instant) {
+    pub(crate) fn failed(&self, now: Instant) {
         let until = self.ms(now).saturating_add(
             u64::try_from(self.cooldown.as_millis())
                 .unwrap_or(u64::MAX)
@@ -44,7 +44,7 @@ impl Breaker {
     }
 
     /// Whether the breaker is open at `now` (for metrics and logs).
-    pub fn is_open(&self, now: Instant) -> bool {
+    pub(crate) fn is_open(&self, now: Instant) -> bool {
         !self.allows(now)
     }
 }

@@ -20,7 +20,7 @@ use crate::resp::{self, Limits, Parsed, ProtocolError, Reply};
 /// memory a hostile one can make a replica hold (`MAX_CONNECTIONS × max_total`, 8 MiB with
 /// the default 1 MiB entries). A call takes about a millisecond, so eight serve thousands of
 /// calls a second; a call finding all eight busy waits for one within its deadline.
-pub const MAX_CONNECTIONS: usize = 8;
+pub(crate) const MAX_CONNECTIONS: usize = 8;
 /// Bytes asked from the socket at a time.
 const READ_CHUNK: usize = 64 * 1024;
 /// Bytes of an error reply kept for the log.
@@ -30,7 +30,7 @@ const FIRST_BUFFER: usize = 4 * 1024;
 
 /// Where and how to connect, from the URL.
 #[derive(Clone)]
-pub struct Target {
+pub(crate) struct Target {
     host: String,
     port: u16,
     user: Option<String>,
@@ -54,7 +54,7 @@ impl std::fmt::Debug for Target {
 impl Target {
     /// `redis://[[user]:password@]host[:port][/db]` or `rediss://…` (TLS, trusting the system
     /// roots plus `ca_pem`). Error details never repeat the URL, which may hold a password.
-    pub fn parse(url: &str, ca_pem: Option<&[u8]>) -> Result<Self, Error> {
+    pub(crate) fn parse(url: &str, ca_pem: Option<&[u8]>) -> Result<Self, Error> {
         let bad = |why: &str| Error::Url(why.to_owned());
         let (tls, rest) = if let Some(rest) = url.strip_prefix("rediss://") {
             (true, rest)
@@ -179,7 +179,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
 /// Why a call failed; the connection it used is gone.
 #[derive(Debug, thiserror::Error)]
-pub enum CallError {
+pub(crate) enum CallError {
     /// Connecting, TLS, or the socket.
     #[error("connection: {0}")]
     Io(#[from] std::io::Error),
@@ -196,7 +196,7 @@ pub enum CallError {
 
 /// One connection: bytes not yet written (kept across a cancelled call, see
 /// [`Conn::send_after`]) and the read side.
-pub struct Conn {
+pub(crate) struct Conn {
     stream: Box<dyn Stream>,
     unsent: Vec<u8>,
     _permit: OwnedSemaphorePermit,
@@ -245,7 +245,7 @@ impl Conn {
 
     /// Writes `commands` and reads exactly one reply for each; an error reply, or a byte more
     /// than those replies, fails the call.
-    pub async fn call(
+    pub(crate) async fn call(
         &mut self,
         commands: &[Vec<u8>],
         limits: &Limits,
@@ -315,7 +315,7 @@ impl Conn {
     /// After a call was cancelled: writes what it had not written yet, then `command`, then
     /// closes the connection without reading anything. Used to release a lease a timed-out
     /// lookup may still take when the server gets to it: the server runs both in order.
-    pub async fn send_after(mut self, command: Vec<u8>) {
+    pub(crate) async fn send_after(mut self, command: Vec<u8>) {
         self.unsent.extend_from_slice(&command);
         if self.flush().await.is_ok() {
             let _ = self.stream.shutdown().await;
@@ -324,7 +324,7 @@ impl Conn {
 }
 
 /// Idle connections and the permits bounding how many exist.
-pub struct Pool {
+pub(crate) struct Pool {
     target: Target,
     limits: Limits,
     idle: Mutex<Vec<Conn>>,
@@ -333,7 +333,7 @@ pub struct Pool {
 
 impl Pool {
     /// A pool that connects to `target` on demand.
-    pub fn new(target: Target, limits: Limits) -> Self {
+    pub(crate) fn new(target: Target, limits: Limits) -> Self {
         Self {
             target,
             limits,
@@ -343,12 +343,12 @@ impl Pool {
     }
 
     /// The limits every reply is read under.
-    pub fn limits(&self) -> &Limits {
+    pub(crate) fn limits(&self) -> &Limits {
         &self.limits
     }
 
     /// An idle connection, or a new one once fewer than [`MAX_CONNECTIONS`] exist.
-    pub async fn get(&self) -> Result<Conn, CallError> {
+    pub(crate) async fn get(&self) -> Result<Conn, CallError> {
         if let Some(conn) = self.idle_conn() {
             return Ok(conn);
         }
@@ -377,14 +377,14 @@ impl Pool {
     }
 
     /// A connection whose last call succeeded, for the next call.
-    pub fn put(&self, conn: Conn) {
+    pub(crate) fn put(&self, conn: Conn) {
         if let Ok(mut idle) = self.idle.lock() {
             idle.push(conn);
         }
     }
 
     /// Drops every idle connection (after a failure: they are as suspect as the failed one).
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         if let Ok(mut idle) = self.idle.lock() {
             idle.clear();
         }
@@ -392,7 +392,7 @@ impl Pool {
 }
 
 /// How long a [`Conn::send_after`] may take.
-pub const ORPHAN_SEND_LIMIT: Duration = Duration::from_secs(5);
+pub(crate) const ORPHAN_SEND_LIMIT: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {

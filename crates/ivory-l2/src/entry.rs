@@ -22,7 +22,7 @@ const EXPIRY_LEN: usize = 8;
 const TAG_LEN: usize = 32;
 const HEADER_LEN: usize = MAGIC.len() + KEY_ID_LEN + EXPIRY_LEN;
 /// Bytes a sealed entry adds to its value.
-pub const SEAL_OVERHEAD: usize = HEADER_LEN + TAG_LEN;
+pub(crate) const SEAL_OVERHEAD: usize = HEADER_LEN + TAG_LEN;
 /// Domain separation of the MAC input from any other use of the same key.
 const MAC_CONTEXT: &[u8] = b"ivory-l2 entry v1\0";
 const NAME_CONTEXT: &[u8] = b"ivory-l2 name v1\0";
@@ -165,7 +165,7 @@ fn mac_input(name: &str, sealed: &[u8]) -> Vec<u8> {
 }
 
 /// A random lease token (hex): whoever holds the lease can prove it when releasing.
-pub fn lease_token() -> String {
+pub(crate) fn lease_token() -> String {
     let mut bytes = [0u8; 16];
     // The system source failing is not recoverable here; a fixed token would only make two
     // replicas' releases indistinguishable, which costs a duplicate load, never a verdict.

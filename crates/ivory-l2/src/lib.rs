@@ -30,8 +30,6 @@
 //! buffering cannot be bounded from outside, and the handful of single-key commands and
 //! scripts used here make a focused client small.
 
-#![warn(missing_docs)]
-
 mod breaker;
 mod client;
 pub mod disk;

@@ -57,7 +57,7 @@ fn is_pods_with_subresources(resources: &[String]) -> bool {
 }
 
 /// Resource rules of one autogen config for the spec's controllers (empty when none apply).
-pub fn target_rules(
+pub(crate) fn target_rules(
     config: &str,
     pod_rule: &NamedRuleWithOperations,
     controllers: &[String],

@@ -48,7 +48,7 @@ impl PolicyError {
 pub type Result<T, E = PolicyError> = std::result::Result<T, E>;
 
 /// The `<file> (doc <n>)` / `<kind>/<name>` prefix of a policy's errors.
-pub fn location(origin: &Origin, fallback: &str) -> String {
+pub(crate) fn location(origin: &Origin, fallback: &str) -> String {
     match &origin.file {
         Some(file) => format!("{} (doc {})", file.display(), origin.document),
         None => fallback.to_owned(),

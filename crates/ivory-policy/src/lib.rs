@@ -5,8 +5,6 @@
 //! ([`load_path`], [`load_str`]) collects every error of every document instead of stopping at the
 //! first. This crate is synchronous and does no IO besides reading policy files.
 
-#![warn(missing_docs)]
-
 mod autogen;
 mod blind_spots;
 mod compile;

@@ -3,8 +3,6 @@
 //! normalisation used for digest pinning, and the canonical spelling policies are matched on
 //! ([`canonical`]).
 
-#![warn(missing_docs)]
-
 use std::borrow::Cow;
 
 use thiserror::Error;

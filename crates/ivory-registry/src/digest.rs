@@ -28,7 +28,7 @@ impl std::fmt::Display for DigestProblem {
 }
 
 /// Checks `sha256:` + 64 or `sha512:` + 128 lower-case hex characters.
-pub fn validate(digest: &str) -> Result<(), DigestProblem> {
+pub(crate) fn validate(digest: &str) -> Result<(), DigestProblem> {
     let (algorithm, hex) = digest
         .split_once(':')
         .ok_or(DigestProblem::UnknownAlgorithm)?;

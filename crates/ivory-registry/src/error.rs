@@ -398,7 +398,7 @@ fn what(op: &str) -> &'static str {
 
 /// The root cause of a transport failure in a few words: the HTTP/TLS stack's chain names
 /// every layer ("error sending request: client error (Connect): dns error: …").
-pub fn root_cause(detail: &str) -> String {
+pub(crate) fn root_cause(detail: &str) -> String {
     let lower = detail.to_ascii_lowercase();
     let known = [
         ("dns error", "DNS lookup failed"),

@@ -17,8 +17,6 @@
 //! credentials never mix. A missing referrers API is remembered for
 //! [`Config::referrers_api_ttl`] so referrers go straight to the `sha256-<hex>` fallback tag.
 
-#![warn(missing_docs)]
-
 pub use auth::Credentials;
 pub use client::{Listing, MAX_INDEX_DEPTH, Platform, Registry};
 pub use config::{

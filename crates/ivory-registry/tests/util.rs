@@ -6,16 +6,16 @@ use ivory_registry::{Config, Registry};
 use ivory_testkit::{AuthMode, Harness, HarnessOptions, RegistryHarness, SimpleImage};
 use tokio::time::Instant;
 
-pub fn deadline(d: Duration) -> Instant {
+pub(crate) fn deadline(d: Duration) -> Instant {
     Instant::now() + d
 }
 
 /// Generous budget for calls that should succeed on a loaded 2-core machine.
-pub fn ok_deadline() -> Instant {
+pub(crate) fn ok_deadline() -> Instant {
     deadline(Duration::from_secs(20))
 }
 
-pub async fn start(auth: AuthMode) -> Harness {
+pub(crate) async fn start(auth: AuthMode) -> Harness {
     RegistryHarness::start(HarnessOptions {
         auth,
         ..HarnessOptions::default()
@@ -24,11 +24,11 @@ pub async fn start(auth: AuthMode) -> Harness {
     .expect("start docker-registry harness")
 }
 
-pub fn client_for(h: &Harness) -> Registry {
+pub(crate) fn client_for(h: &Harness) -> Registry {
     client_with(h, Config::default())
 }
 
-pub fn client_with(h: &Harness, config: Config) -> Registry {
+pub(crate) fn client_with(h: &Harness, config: Config) -> Registry {
     Registry::new(Config {
         ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
         ..config
@@ -37,7 +37,7 @@ pub fn client_with(h: &Harness, config: Config) -> Registry {
 }
 
 /// Writes a layout with one image tagged `tag` and pushes it to `repo`.
-pub async fn push_simple(h: &Harness, repo: &str, tag: &str, seed: &str) -> SimpleImage {
+pub(crate) async fn push_simple(h: &Harness, repo: &str, tag: &str, seed: &str) -> SimpleImage {
     let dir = tempfile::tempdir().unwrap();
     let img = ivory_testkit::write_simple_image(dir.path(), tag, seed).unwrap();
     let tags = h.push_oci_layout(dir.path(), repo).await.unwrap();
@@ -46,7 +46,7 @@ pub async fn push_simple(h: &Harness, repo: &str, tag: &str, seed: &str) -> Simp
 }
 
 /// Requests as "METHOD path status" strings, for readable assertions.
-pub fn seq(h: &Harness) -> Vec<String> {
+pub(crate) fn seq(h: &Harness) -> Vec<String> {
     h.requests()
         .into_iter()
         .map(|(m, p, s)| format!("{m} {p} {s}"))

@@ -4,8 +4,6 @@
 //! graceful shutdown; [`policies`] holds the hot-reloaded policy set; [`webhooks`] renders the
 //! webhook configurations that point the API server at those routes.
 
-#![warn(missing_docs)]
-
 pub mod audit;
 pub mod background;
 pub mod budget;

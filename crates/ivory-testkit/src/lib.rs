@@ -15,8 +15,6 @@
 //! - [`free_port`]: ports for those servers from below the kernel's ephemeral range, so no other
 //!   socket of the test run takes one between choosing and binding it.
 
-#![warn(missing_docs)]
-
 pub use error::{Error, Result};
 pub use fault::{DEEP_LEVELS, FaultOptions, FaultServer, HungRegistry, refused_host};
 pub use hostile::{

@@ -25,8 +25,6 @@
 //! named in `source.PullSecrets` are neither read nor used, so a signature repository that
 //! needs them is read anonymously (or with those other credentials) and fails if refused.
 
-#![warn(missing_docs)]
-
 mod chain;
 pub mod check;
 mod classify;

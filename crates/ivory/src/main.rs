@@ -18,15 +18,15 @@ use tracing_subscriber::fmt::writer::BoxMakeWriter;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod cmd {
-    pub mod apply;
-    pub mod audit;
-    pub mod check;
-    pub mod doctor;
-    pub mod output;
-    pub mod serve;
-    pub mod verify;
-    pub mod webhooks;
-    pub mod wiring;
+    pub(crate) mod apply;
+    pub(crate) mod audit;
+    pub(crate) mod check;
+    pub(crate) mod doctor;
+    pub(crate) mod output;
+    pub(crate) mod serve;
+    pub(crate) mod verify;
+    pub(crate) mod webhooks;
+    pub(crate) mod wiring;
 }
 
 #[derive(Parser)]

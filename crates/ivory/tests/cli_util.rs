@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::util::{BIN, fixtures};
 
 /// Exit code, stdout and stderr of one `ivory` run.
-pub struct Run {
+pub(crate) struct Run {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
@@ -16,7 +16,7 @@ pub struct Run {
 
 impl Run {
     /// stdout parsed as JSON (panics with both streams when it is not).
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
             panic!(
                 "stdout is not JSON ({e}):\n{}\n{}",
@@ -28,7 +28,7 @@ impl Run {
 
 /// Runs `ivory <args>` to completion, with a persistent cache of its own (empty: every run
 /// starts cold unless `args` names a `--cache-dir`, which wins over the environment).
-pub async fn ivory<I, S>(args: I) -> Run
+pub(crate) async fn ivory<I, S>(args: I) -> Run
 where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
@@ -49,7 +49,7 @@ where
 }
 
 /// Runs `ivory <args>` with `input` on stdin (and an empty cache of its own, as [`ivory`]).
-pub async fn ivory_stdin(args: &[&str], input: &str) -> Run {
+pub(crate) async fn ivory_stdin(args: &[&str], input: &str) -> Run {
     use tokio::io::AsyncWriteExt as _;
     let cache = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new(BIN)
@@ -74,7 +74,7 @@ pub async fn ivory_stdin(args: &[&str], input: &str) -> Run {
 }
 
 /// Pushes fixture layout `layout` as `ivory/<layout>`; returns (`host/ivory/<layout>:v1`, digest).
-pub async fn push_fixture(h: &Harness, layout: &str) -> (String, String) {
+pub(crate) async fn push_fixture(h: &Harness, layout: &str) -> (String, String) {
     let repo = format!("ivory/{layout}");
     let tags = h
         .push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
@@ -84,7 +84,7 @@ pub async fn push_fixture(h: &Harness, layout: &str) -> (String, String) {
 }
 
 /// Tags the manifest `digest` of fixture `layout` (already pushed to `repo`) as `tag` too.
-pub async fn retag_fixture(h: &Harness, layout: &str, repo: &str, digest: &str, tag: &str) {
+pub(crate) async fn retag_fixture(h: &Harness, layout: &str, repo: &str, digest: &str, tag: &str) {
     let hex = digest.trim_start_matches("sha256:");
     let dir = fixtures().join("oci/ivory").join(layout);
     let bytes = std::fs::read(dir.join("blobs/sha256").join(hex)).unwrap();
@@ -98,20 +98,20 @@ pub async fn retag_fixture(h: &Harness, layout: &str, repo: &str, digest: &str, 
 }
 
 /// Writes the harness CA and returns its path.
-pub fn write_ca(dir: &Path, h: &Harness) -> PathBuf {
+pub(crate) fn write_ca(dir: &Path, h: &Harness) -> PathBuf {
     let path = dir.join("registry-ca.pem");
     std::fs::write(&path, h.ca_pem()).unwrap();
     path
 }
 
 /// Writes `text` to `dir/name` and returns the path.
-pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+pub(crate) fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path
 }
 
 /// Path of a fixture key.
-pub fn key(name: &str) -> PathBuf {
+pub(crate) fn key(name: &str) -> PathBuf {
     fixtures().join("keys").join(name)
 }

@@ -13,21 +13,21 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::oneshot;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_ivory");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_ivory");
 
-pub fn fixtures() -> PathBuf {
+pub(crate) fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
 }
 
 /// A CA plus a 127.0.0.1 server certificate, written to `dir`.
-pub struct Tls {
+pub(crate) struct Tls {
     pub cert: PathBuf,
     pub key: PathBuf,
     pub ca_pem: String,
 }
 
 impl Tls {
-    pub fn write(dir: &Path, name: &str) -> Self {
+    pub(crate) fn write(dir: &Path, name: &str) -> Self {
         let pki = TestPki::generate(name).unwrap();
         let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
         std::fs::write(&cert, &pki.server_chain_pem).unwrap();
@@ -41,7 +41,7 @@ impl Tls {
 }
 
 /// A running `ivory serve`; killed on drop.
-pub struct Ivory {
+pub(crate) struct Ivory {
     pub child: Child,
     /// Shared, so requests reuse one connection like the API server does.
     client: reqwest::Client,
@@ -52,7 +52,7 @@ pub struct Ivory {
 
 impl Ivory {
     /// Starts `ivory serve --listen 127.0.0.1:0 --tls-cert … --tls-key … <extra>`.
-    pub async fn start(tls: &Tls, extra: &[String]) -> Self {
+    pub(crate) async fn start(tls: &Tls, extra: &[String]) -> Self {
         let mut cmd = Command::new(BIN);
         cmd.args([
             "serve",
@@ -102,7 +102,7 @@ impl Ivory {
 
     /// Starts `ivory serve --policies <policies>` with a new test CA in `dir`, trusting the
     /// registry CA the caller wrote to `dir/registry-ca.pem`.
-    pub async fn start_with_policies(dir: &Path, policies: &Path) -> Self {
+    pub(crate) async fn start_with_policies(dir: &Path, policies: &Path) -> Self {
         let tls = Tls::write(dir, "ivory test CA");
         Self::start(
             &tls,
@@ -116,12 +116,12 @@ impl Ivory {
         .await
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("https://{}{path}", self.addr)
     }
 
     /// A fresh client (no pooled connections) trusting only `ca_pem`.
-    pub fn client_for(ca_pem: &str) -> reqwest::Client {
+    pub(crate) fn client_for(ca_pem: &str) -> reqwest::Client {
         let ca = reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap();
         reqwest::Client::builder()
             .tls_certs_only([ca])
@@ -130,16 +130,16 @@ impl Ivory {
             .unwrap()
     }
 
-    pub fn client(&self) -> reqwest::Client {
+    pub(crate) fn client(&self) -> reqwest::Client {
         self.client.clone()
     }
 
-    pub fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         self.logs.lock().unwrap().join("\n")
     }
 
     /// POSTs `body` and returns the status and the raw body.
-    pub async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, String) {
+    pub(crate) async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, String) {
         let resp = self
             .client()
             .post(self.url(path))
@@ -152,7 +152,7 @@ impl Ivory {
     }
 
     /// POSTs a review and returns `response` (asserting a 200 AdmissionReview).
-    pub async fn review(&self, path: &str, review: &Value) -> Value {
+    pub(crate) async fn review(&self, path: &str, review: &Value) -> Value {
         let (status, text) = self.post(path, review.to_string()).await;
         assert_eq!(status, 200, "{path}: {text}\n{}", self.logs());
         let v: Value = serde_json::from_str(&text).unwrap();
@@ -162,12 +162,12 @@ impl Ivory {
         v["response"].clone()
     }
 
-    pub async fn get(&self, path: &str) -> (u16, String) {
+    pub(crate) async fn get(&self, path: &str) -> (u16, String) {
         let resp = self.client().get(self.url(path)).send().await.unwrap();
         (resp.status().as_u16(), resp.text().await.unwrap())
     }
 
-    pub async fn metrics(&self) -> String {
+    pub(crate) async fn metrics(&self) -> String {
         let (status, text) = self.get("/metrics").await;
         assert_eq!(status, 200);
         text
@@ -175,7 +175,7 @@ impl Ivory {
 }
 
 /// A Pod CREATE review in namespace `default` with one container per image.
-pub fn pod_review(uid: &str, images: &[&str]) -> Value {
+pub(crate) fn pod_review(uid: &str, images: &[&str]) -> Value {
     let containers: Vec<Value> = images
         .iter()
         .enumerate()
@@ -203,7 +203,7 @@ pub fn pod_review(uid: &str, images: &[&str]) -> Value {
 }
 
 /// An ImageValidatingPolicy for pods whose images match `glob`.
-pub fn policy(name: &str, glob: &str, body: &str) -> String {
+pub(crate) fn policy(name: &str, glob: &str, body: &str) -> String {
     format!(
         "apiVersion: policies.kyverno.io/v1
 kind: ImageValidatingPolicy
@@ -223,20 +223,20 @@ spec:
 }
 
 /// `attestors:` with the fixture P-256 key (signatures without transparency log).
-pub fn key_attestor() -> String {
+pub(crate) fn key_attestor() -> String {
     let pem = std::fs::read_to_string(fixtures().join("keys/cosign-p256.pub")).unwrap();
     ivory_testkit::policy::key_attestor_yaml(&pem)
 }
 
 /// Kyverno's verification check and message.
-pub const VERIFY_SIGNED: &str = "  validations:
+pub(crate) const VERIFY_SIGNED: &str = "  validations:
     - expression: >-
         images.containers.map(image, verifyImageSignatures(image, [attestors.key])).all(e, e > 0)
       message: failed the image Signature verification
 ";
 
 /// Polls `check` every 200 ms until it returns true or `limit` passes.
-pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+pub(crate) async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -252,7 +252,7 @@ where
 }
 
 /// Peak resident set of `pid` in KiB (`VmHWM`).
-pub fn peak_rss_kib(pid: u32) -> u64 {
+pub(crate) fn peak_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
         .lines()

@@ -37,18 +37,18 @@ pub(crate) fn get() -> &'static Library {
 }
 
 impl Library {
-    pub fn parser(&self) -> Parser {
+    pub(crate) fn parser(&self) -> Parser {
         self.env.parser()
     }
 
-    pub fn has_type(&self, name: &str) -> bool {
+    pub(crate) fn has_type(&self, name: &str) -> bool {
         self.env.types().find_type(name).is_some()
     }
 
     /// Whether a call of `name` (as a member call when `member`) resolves to a function.
     /// cel-rust offers no lookup API, so ask the interpreter with an argument-less call:
     /// an unknown name is the only case reported as an undeclared reference to itself.
-    pub fn knows_function(&self, name: &str, member: bool) -> bool {
+    pub(crate) fn knows_function(&self, name: &str, member: bool) -> bool {
         let call = IdedExpr {
             id: 1,
             expr: Expr::Call(CallExpr {
@@ -109,18 +109,18 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    pub fn add(&mut self, name: &'static str, handler: Handler) {
+    pub(crate) fn add(&mut self, name: &'static str, handler: Handler) {
         self.handlers.entry(name).or_default().push(handler);
     }
 
     /// A function that needs the call context (e.g. to reach the host).
-    pub fn add_raw(&mut self, name: &'static str, f: Func) {
+    pub(crate) fn add_raw(&mut self, name: &'static str, f: Func) {
         self.raw.push((name, f));
     }
 
     /// The Kubernetes comparison members of an ordered library type: `x.compareTo(y)` (-1, 0,
     /// 1), `x.isGreaterThan(y)` and `x.isLessThan(y)`.
-    pub fn add_comparisons<T: Ordered>(&mut self) {
+    pub(crate) fn add_comparisons<T: Ordered>(&mut self) {
         self.add("compareTo", |a| {
             compare::<T>(a).map(|o| Ok(Value::Int(o as i64)))
         });

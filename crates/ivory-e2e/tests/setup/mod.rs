@@ -19,14 +19,14 @@ use kube::api::{
 use serde_json::{Value, json};
 
 /// How long the API server may take to establish a CRD or put a webhook in its chain.
-pub const PROPAGATION: Duration = Duration::from_secs(30);
+pub(crate) const PROPAGATION: Duration = Duration::from_secs(30);
 
-pub fn workspace() -> PathBuf {
+pub(crate) fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// Installs CRD files (paths relative to the workspace) and waits until each is Established.
-pub async fn install_crds(client: &Client, files: &[&str]) -> Result<()> {
+pub(crate) async fn install_crds(client: &Client, files: &[&str]) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for file in files {
         let text = std::fs::read_to_string(workspace().join(file))
@@ -65,7 +65,7 @@ pub async fn install_crds(client: &Client, files: &[&str]) -> Result<()> {
 }
 
 /// TLS material for ivory in `dir`: (cert, key, CA).
-pub fn tls(dir: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
+pub(crate) fn tls(dir: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
     let pki = TestPki::generate("ivory e2e CA")?;
     let files = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.pem"));
     std::fs::write(&files.0, &pki.server_chain_pem)?;
@@ -75,7 +75,7 @@ pub fn tls(dir: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
 }
 
 /// Starts `ivory serve` with the TLS files of [`tls`] in `dir`, trusting `registry_ca`.
-pub async fn serve(
+pub(crate) async fn serve(
     dir: &Path,
     registry_ca: &Path,
     extra: &[&OsStr],
@@ -96,7 +96,7 @@ pub async fn serve(
 
 /// Registers what `ivory webhooks` prints for `policies`, named after `tag`; returns the
 /// configurations to delete.
-pub async fn register(
+pub(crate) async fn register(
     client: &Client,
     policies: &Path,
     ivory: &IvoryServer,
@@ -148,7 +148,7 @@ pub async fn register(
 }
 
 /// Deletes the configurations [`register`] created.
-pub async fn unregister(client: &Client, names: &[(String, String)]) -> Result<()> {
+pub(crate) async fn unregister(client: &Client, names: &[(String, String)]) -> Result<()> {
     let params = DeleteParams::default();
     for (kind, name) in names {
         if kind == "MutatingWebhookConfiguration" {
@@ -165,7 +165,7 @@ pub async fn unregister(client: &Client, names: &[(String, String)]) -> Result<(
 }
 
 /// The dynamic API of `group/version kind (plural)`, in `namespace` when given.
-pub fn dynamic(
+pub(crate) fn dynamic(
     client: &Client,
     (group, version, kind, plural): (&str, &str, &str, &str),
     namespace: Option<&str>,
@@ -179,7 +179,7 @@ pub fn dynamic(
 }
 
 /// Server-side applies a YAML object through `api`.
-pub async fn apply(api: &Api<DynamicObject>, yaml: &str) -> Result<()> {
+pub(crate) async fn apply(api: &Api<DynamicObject>, yaml: &str) -> Result<()> {
     let object: DynamicObject = serde_json::from_value(serde_saphyr::from_str::<Value>(yaml)?)?;
     let name = object.metadata.name.clone().context("object has no name")?;
     api.patch(

@@ -26,7 +26,7 @@ use super::wiring::{self, RegistryOpts, Stage, duration};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 #[value(rename_all = "UPPER")]
-pub enum Op {
+pub(crate) enum Op {
     Create,
     Update,
 }
@@ -38,7 +38,7 @@ failed), 2 any policy could not be evaluated (registry failure, time budget spen
 failurePolicy Fail, CEL error) or a usage or configuration error. A time budget spent under \
 failurePolicy Ignore admits with a warning."
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// Policy file or folder (repeatable).
     #[arg(long = "policy", value_name = "FILE", required = true)]
     policies: Vec<PathBuf>,
@@ -132,7 +132,7 @@ impl Applied {
     }
 }
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policies = wiring::load_policies(&args.policies)?;
     let exceptions = wiring::load_exceptions(&args.exceptions)?;
     let mut objects = Vec::new();

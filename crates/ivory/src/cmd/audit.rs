@@ -52,7 +52,7 @@ budget spent under failurePolicy Fail, CEL error) or a source could not be liste
 names outside the OCI grammar, --max-images reached), 130 interrupted (the finished part is \
 printed)."
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// Policy file or folder (repeatable).
     #[arg(long = "policy", value_name = "FILE")]
     policies: Vec<PathBuf>,
@@ -119,7 +119,7 @@ struct Finished {
     truncated: bool,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.registries.is_empty() && args.images_from.is_empty() && args.kubeconfig.is_none() {
         bail!(
             "nothing to audit: give --registry HOST, --images-from FILE and/or --kubeconfig FILE"

@@ -24,14 +24,14 @@ use super::wiring::{self, Stage};
 
 /// Overall verdict for one image (`--output json` spelling: `pass`, `fail`, `error`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Pass,
     Fail,
     Error,
 }
 
 impl Verdict {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Pass => "pass",
             Self::Fail => "fail",
@@ -42,7 +42,7 @@ impl Verdict {
 
 /// What one attestor said about one image, decided from the verifier's answer's type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AttestorResult {
+pub(crate) enum AttestorResult {
     /// A [`Verification::Verified`] verdict.
     Verified,
     /// A [`Verification::NotVerified`] verdict.
@@ -55,7 +55,7 @@ pub enum AttestorResult {
 
 impl AttestorResult {
     /// `--output` spelling: `verified`, `failed`, `error`, `not-checked`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Verified => "verified",
             Self::Failed => "failed",
@@ -67,7 +67,7 @@ impl AttestorResult {
 
 /// One attestor's answer about one image.
 #[derive(Clone, Debug)]
-pub struct AttestorOutcome {
+pub(crate) struct AttestorOutcome {
     pub attestor: String,
     /// `None`: the image signature; else the attestation name.
     pub attestation: Option<String>,
@@ -77,7 +77,7 @@ pub struct AttestorOutcome {
 
 /// One policy's result for one image.
 #[derive(Clone, Debug)]
-pub struct PolicyOutcome {
+pub(crate) struct PolicyOutcome {
     pub policy: String,
     pub namespace: Option<String>,
     /// The engine's status for the policy (spelt `pass`, `fail`, `error` or `skip`).
@@ -88,7 +88,7 @@ pub struct PolicyOutcome {
 
 /// The full answer for one image.
 #[derive(Clone, Debug)]
-pub struct ImageReport {
+pub(crate) struct ImageReport {
     pub image: String,
     /// The namespace it was evaluated in, for cluster Pods' images.
     pub namespace: Option<String>,
@@ -100,7 +100,7 @@ pub struct ImageReport {
 
 impl ImageReport {
     /// An image that could not be checked at all (registry or listing failure).
-    pub fn error(image: &str, message: String) -> Self {
+    pub(crate) fn error(image: &str, message: String) -> Self {
         Self {
             image: image.to_owned(),
             namespace: None,
@@ -112,7 +112,7 @@ impl ImageReport {
     }
 
     /// The stable `--output json` form: `{image, digest, verdict, policies, message}`.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let policies: Vec<Value> = self
             .policies
             .iter()
@@ -153,7 +153,7 @@ impl ImageReport {
 }
 
 /// Verifies images against loaded policies.
-pub struct Checker {
+pub(crate) struct Checker {
     pub verifier: Arc<dyn ImageVerifier>,
     pub policies: Vec<Arc<CompiledPolicy>>,
     /// Time budget per image (digest resolution, then verification).
@@ -170,7 +170,7 @@ impl Checker {
     /// Tag → digest with the credentials of the first policy that matches the image (its
     /// `allowInsecureRegistry` included), as the webhook's mutating stage resolves it. The
     /// error is one line: the image, then the registry and the root cause once.
-    pub async fn resolve(&self, image: &str) -> Result<String, String> {
+    pub(crate) async fn resolve(&self, image: &str) -> Result<String, String> {
         let deadline = Instant::now() + self.timeout;
         let credentials = self
             .policies
@@ -184,7 +184,7 @@ impl Checker {
     }
 
     /// Resolves and checks `image`.
-    pub async fn check(&self, image: &str) -> ImageReport {
+    pub(crate) async fn check(&self, image: &str) -> ImageReport {
         match self.resolve(image).await {
             Ok(digest) => self.check_digest(image, &digest).await,
             Err(e) => ImageReport::error(image, e),
@@ -192,7 +192,7 @@ impl Checker {
     }
 
     /// Checks `image` whose manifest digest is `digest`.
-    pub async fn check_digest(&self, image: &str, digest: &str) -> ImageReport {
+    pub(crate) async fn check_digest(&self, image: &str, digest: &str) -> ImageReport {
         let pinned = pinned(image, digest);
         let deadline = Instant::now() + self.timeout;
         let req = pod_request(&pinned, &self.namespace);
@@ -295,7 +295,7 @@ impl Checker {
 }
 
 /// `repo:tag` + digest → `repo:tag@digest` (unchanged when it already has a digest).
-pub fn pinned(image: &str, digest: &str) -> String {
+pub(crate) fn pinned(image: &str, digest: &str) -> String {
     if image.contains('@') {
         image.to_owned()
     } else {
@@ -336,7 +336,7 @@ fn verdict(decision: &Decision, policies: &[PolicyOutcome]) -> (Verdict, String)
 }
 
 /// A Pod CREATE request with one container running `image`.
-pub fn pod_request(image: &str, namespace: &str) -> AdmissionRequest {
+pub(crate) fn pod_request(image: &str, namespace: &str) -> AdmissionRequest {
     let pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -365,7 +365,7 @@ pub fn pod_request(image: &str, namespace: &str) -> AdmissionRequest {
 
 /// Flags that build an in-memory policy for ad-hoc checks (no policy file needed).
 #[derive(clap::Args, Clone, Debug)]
-pub struct QuickPolicy {
+pub(crate) struct QuickPolicy {
     /// Cosign public key (PEM): images must carry a signature by it.
     #[arg(long, value_name = "FILE")]
     pub key: Option<PathBuf>,
@@ -389,15 +389,15 @@ pub struct QuickPolicy {
 }
 
 /// Name of the policy the quick flags build.
-pub const QUICK_POLICY: &str = "ivory-cli-flags";
+pub(crate) const QUICK_POLICY: &str = "ivory-cli-flags";
 
 impl QuickPolicy {
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.key.is_some() || self.certificate_identity.is_some()
     }
 
     /// The policy document the flags describe (JSON), or `None` when no flag is set.
-    pub fn document(&self) -> anyhow::Result<Option<Value>> {
+    pub(crate) fn document(&self) -> anyhow::Result<Option<Value>> {
         if !self.is_set() {
             return Ok(None);
         }
@@ -457,7 +457,7 @@ impl QuickPolicy {
 }
 
 /// `--policy` files plus the quick-flag policy; at least one is required.
-pub fn policies(
+pub(crate) fn policies(
     paths: &[PathBuf],
     quick: &QuickPolicy,
 ) -> anyhow::Result<Vec<Arc<CompiledPolicy>>> {

@@ -31,11 +31,11 @@ const CRDS: [&str; 2] = [
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub(crate) struct Args {}
 
 /// Result of one check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     Ok,
     Warn,
     Fail,
@@ -53,7 +53,7 @@ impl Status {
 
 /// One row of the report.
 #[derive(Clone, Debug)]
-pub struct Check {
+pub(crate) struct Check {
     pub layer: &'static str,
     pub subject: String,
     pub status: Status,
@@ -74,7 +74,7 @@ fn check(
     }
 }
 
-pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(_args: Args) -> anyhow::Result<ExitCode> {
     let checks = collect().await;
     print!("{}", render(&checks));
     let failed = checks.iter().any(|c| c.status == Status::Fail);
@@ -229,7 +229,7 @@ fn policy_subject(kind: &str, object: &DynamicObject) -> String {
 
 /// One registered webhook that calls an ivory route.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Hook {
+pub(crate) struct Hook {
     pub config: String,
     pub name: String,
     /// `mutate` or `validate`.
@@ -244,7 +244,7 @@ pub struct Hook {
 
 /// Where a webhook sends its calls.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     /// `https://host:port` with the caBundle (PEM) to trust.
     Url { base: String, ca: Vec<u8> },
     Service {
@@ -297,7 +297,7 @@ async fn webhooks(client: &kube::Client) -> anyhow::Result<Vec<Hook>> {
 }
 
 /// The ivory route of a webhook's client config, if it calls one.
-pub fn hook(
+pub(crate) fn hook(
     config: &str,
     name: &str,
     client: &WebhookClientConfig,
@@ -348,7 +348,7 @@ pub fn hook(
 /// For every policy: a validating webhook naming it, a mutating one when it pins digests
 /// (`mutateDigest`, and not `ivory.dev/digest-pinning: no-patch`), and
 /// a failurePolicy on the webhook that matches the policy's.
-pub fn registration_checks(policies: &[CompiledPolicy], hooks: &[Hook]) -> Vec<Check> {
+pub(crate) fn registration_checks(policies: &[CompiledPolicy], hooks: &[Hook]) -> Vec<Check> {
     let mut checks = Vec::new();
     for policy in policies.iter().filter(|p| p.spec.admission_enabled()) {
         let prefix = match policy.kind {
@@ -528,7 +528,7 @@ fn policy_errors(headers: &http::HeaderMap) -> usize {
 }
 
 /// The report as an aligned table.
-pub fn render(checks: &[Check]) -> String {
+pub(crate) fn render(checks: &[Check]) -> String {
     let header = ["LAYER", "SUBJECT", "STATUS", "DETAIL"];
     let rows: Vec<[String; 4]> = checks
         .iter()

@@ -17,7 +17,7 @@ use super::check::{ImageReport, Verdict};
 
 /// `--output` of `verify` and `apply`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Table,
     Json,
     Yaml,
@@ -25,7 +25,7 @@ pub enum Format {
 
 /// `--output` of `audit` (adds SARIF).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum AuditFormat {
+pub(crate) enum AuditFormat {
     Table,
     Json,
     Yaml,
@@ -34,14 +34,14 @@ pub enum AuditFormat {
 
 /// Counts by verdict.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
+pub(crate) struct Counts {
     pub pass: usize,
     pub fail: usize,
     pub error: usize,
 }
 
 impl Counts {
-    pub fn of(reports: &[ImageReport]) -> Self {
+    pub(crate) fn of(reports: &[ImageReport]) -> Self {
         let mut c = Self::default();
         for r in reports {
             match r.verdict {
@@ -53,13 +53,13 @@ impl Counts {
         c
     }
 
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.pass + self.fail + self.error
     }
 }
 
 /// JSON or YAML text of `doc`.
-pub fn render(doc: &Value, yaml: bool) -> anyhow::Result<String> {
+pub(crate) fn render(doc: &Value, yaml: bool) -> anyhow::Result<String> {
     if yaml {
         Ok(ivory_policy::yaml::to_string(doc)?)
     } else {
@@ -89,7 +89,7 @@ fn is_control(c: char) -> bool {
 /// is written visibly, `\x1b` below U+0080 and `\u{202e}` above, so registry or user text
 /// can neither move the cursor, recolour, retitle, reorder nor break a line: one record is
 /// one line. Borrowed when there is nothing to escape.
-pub fn terminal(s: &str) -> Cow<'_, str> {
+pub(crate) fn terminal(s: &str) -> Cow<'_, str> {
     if !s.chars().any(is_control) {
         return Cow::Borrowed(s);
     }
@@ -108,7 +108,7 @@ pub fn terminal(s: &str) -> Cow<'_, str> {
 
 /// The image table: one row per image, then one indented row per policy and attestor.
 /// Every text in it goes through [`terminal`].
-pub fn image_table(reports: &[ImageReport]) -> String {
+pub(crate) fn image_table(reports: &[ImageReport]) -> String {
     let t = terminal;
     let mut out = String::new();
     for r in reports {
@@ -165,7 +165,7 @@ pub fn image_table(reports: &[ImageReport]) -> String {
 }
 
 /// A SARIF 2.1.0 log with one result per failed or errored (image, policy).
-pub fn sarif(reports: &[ImageReport]) -> Value {
+pub(crate) fn sarif(reports: &[ImageReport]) -> Value {
     let mut rules = BTreeSet::new();
     let mut results = Vec::new();
     for r in reports.iter().filter(|r| r.verdict != Verdict::Pass) {
@@ -221,7 +221,7 @@ pub fn sarif(reports: &[ImageReport]) -> Value {
 
 /// A `wgpolicyk8s.io/v1alpha2` ClusterPolicyReport: one result per (image, policy), the image
 /// and digest in `properties` (registry images are not Kubernetes resources).
-pub fn cluster_policy_report(reports: &[ImageReport], name: &str, now: (u64, u32)) -> Value {
+pub(crate) fn cluster_policy_report(reports: &[ImageReport], name: &str, now: (u64, u32)) -> Value {
     let mut summary = json!({"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0});
     let mut results = Vec::new();
     let mut add = |policy: &str, result: &str, message: &str, r: &ImageReport| {

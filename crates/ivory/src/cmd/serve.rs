@@ -21,7 +21,7 @@ mod l2_wiring;
 mod supervise;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Policy file or folder (repeatable; reloaded on change). Without it the embedded default
     /// policy is served, which pins every Pod image to its digest.
     #[arg(long = "policies", value_name = "PATH")]
@@ -155,7 +155,7 @@ fn duration(text: &str) -> Result<Duration, String> {
 
 /// Runs the webhook until a shutdown signal; `log_drops` counts the log lines the serve log's
 /// writer dropped, for the metrics.
-pub async fn run(
+pub(crate) async fn run(
     args: Args,
     log_drops: Option<ivory_server::LogDropsSource>,
 ) -> anyhow::Result<ExitCode> {

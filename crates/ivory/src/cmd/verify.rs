@@ -24,7 +24,7 @@ validation), 2 any image could not be checked (registry failure, time budget spe
 failurePolicy Fail, CEL error) or a usage or configuration error. A time budget spent under \
 failurePolicy Ignore passes with a warning. Tags are resolved to digests and verified by digest."
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// Images to verify (tags or digests).
     #[arg(value_name = "IMAGE", required = true)]
     images: Vec<String>,
@@ -51,7 +51,7 @@ pub struct Args {
     registry: RegistryOpts,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policies = check::policies(&args.policies, &args.quick)?;
     let checker = Checker {
         verifier: Arc::new(args.registry.verifier()?),
@@ -105,7 +105,7 @@ fn summary_line(c: &Counts) -> String {
 }
 
 /// 2 when anything could not be checked, else 1 when anything failed, else 0.
-pub fn exit_code(reports: &[ImageReport]) -> ExitCode {
+pub(crate) fn exit_code(reports: &[ImageReport]) -> ExitCode {
     let c = Counts::of(reports);
     if c.error > 0 {
         ExitCode::from(2)

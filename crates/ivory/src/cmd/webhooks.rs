@@ -9,7 +9,7 @@ use ivory_policy::{LoadReport, default_policy, load_path};
 use ivory_server::webhooks::{Options, Target, generate};
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Policy file or folder (repeatable). Without it: the embedded default policy.
     #[arg(long = "policies", value_name = "PATH")]
     policies: Vec<PathBuf>,
@@ -39,7 +39,7 @@ pub struct Args {
     exclude_namespaces: Vec<String>,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = load(&args.policies);
     if !report.errors.is_empty() {
         for e in &report.errors {

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 /// Registry access flags.
 #[derive(clap::Args, Clone, Debug)]
-pub struct RegistryOpts {
+pub(crate) struct RegistryOpts {
     /// Extra CA certificates (PEM) trusted for registries.
     #[arg(long, value_name = "FILE")]
     pub registry_ca: Option<PathBuf>,
@@ -51,7 +51,7 @@ pub struct RegistryOpts {
 
 /// The persistent verification cache of the one-shot commands (`ivory_l2::DiskCache`).
 #[derive(clap::Args, Clone, Debug)]
-pub struct CacheOpts {
+pub(crate) struct CacheOpts {
     /// Folder of the persistent verification cache: verdicts by digest and policy/trust hash
     /// (as `ivory serve` keys them), resolved tags for --tag-cache-ttl, sealed with a per-user
     /// key (a file edited by hand is ignored). Default: $XDG_CACHE_HOME/ivory, else
@@ -69,7 +69,7 @@ pub struct CacheOpts {
 impl CacheOpts {
     /// The cache, or `None` (said once on stderr) when it is off or its folder is unusable:
     /// a cache is never needed to answer.
-    pub fn open(&self) -> Option<Arc<dyn SharedCache>> {
+    pub(crate) fn open(&self) -> Option<Arc<dyn SharedCache>> {
         if self.no_cache {
             return None;
         }
@@ -94,7 +94,7 @@ impl CacheOpts {
 /// as go-containerregistry gives it; a policy's `credentials.allowInsecureRegistry` allows
 /// both for its own images.
 #[derive(clap::Args, Clone, Copy, Debug, Default)]
-pub struct InsecureOpts {
+pub(crate) struct InsecureOpts {
     /// Accept any TLS certificate from registries and fall back to plain HTTP when TLS fails.
     #[arg(long)]
     pub allow_insecure_registry: bool,
@@ -106,17 +106,17 @@ pub struct InsecureOpts {
 
 impl InsecureOpts {
     /// Sets these flags on a registry configuration.
-    pub fn apply(self, config: &mut RegistryConfig) {
+    pub(crate) fn apply(self, config: &mut RegistryConfig) {
         config.allow_insecure = self.allow_insecure_registry;
         config.allow_http = self.allow_http_registry;
     }
 }
 
 /// Default of `--tag-cache-ttl` (as `VerifierConfig::tag_ttl`).
-pub const TAG_CACHE_TTL: &str = "30s";
+pub(crate) const TAG_CACHE_TTL: &str = "30s";
 
 impl RegistryOpts {
-    pub fn config(&self) -> anyhow::Result<RegistryConfig> {
+    pub(crate) fn config(&self) -> anyhow::Result<RegistryConfig> {
         let ca_bundle_pem = match &self.registry_ca {
             Some(path) => Some(
                 std::fs::read(path)
@@ -140,14 +140,14 @@ impl RegistryOpts {
 
     /// The cosign verifier over a registry client built from these flags, behind the
     /// persistent cache unless it is off.
-    pub fn verifier(&self) -> anyhow::Result<CosignVerifier> {
+    pub(crate) fn verifier(&self) -> anyhow::Result<CosignVerifier> {
         verifier_for(self.config()?, self.tag_cache_ttl, self.cache.open())
     }
 }
 
 /// The cosign verifier over a registry client with `config`, reusing resolved tags for
 /// `tag_ttl`, behind `cache` when given.
-pub fn verifier_for(
+pub(crate) fn verifier_for(
     config: RegistryConfig,
     tag_ttl: Duration,
     cache: Option<Arc<dyn SharedCache>>,
@@ -168,7 +168,7 @@ pub fn verifier_for(
 /// that reads with `credentials` (a Pod's pull secrets, say) plus each policy's
 /// `allowInsecureRegistry`, behind `cache` when given (tags are named per credential set
 /// there, so what one set of pull secrets saw never answers for another).
-pub fn verifier_with_credentials(
+pub(crate) fn verifier_with_credentials(
     registry: Registry,
     tag_ttl: Duration,
     credentials: ivory_registry::Credentials,
@@ -190,7 +190,7 @@ pub fn verifier_with_credentials(
 }
 
 /// clap parser for counts that must be at least 1.
-pub fn positive(text: &str) -> Result<usize, String> {
+pub(crate) fn positive(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(n) if n > 0 => Ok(n),
         _ => Err(format!("{text:?} is not a whole number of at least 1")),
@@ -198,12 +198,12 @@ pub fn positive(text: &str) -> Result<usize, String> {
 }
 
 /// clap parser for Go durations (`30s`, `1m30s`).
-pub fn duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn duration(text: &str) -> Result<Duration, String> {
     parse_go_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 30s or 1m30s"))
 }
 
 /// Loads every policy file or folder; any load error fails with the file it came from.
-pub fn load_policies(paths: &[PathBuf]) -> anyhow::Result<Vec<Arc<CompiledPolicy>>> {
+pub(crate) fn load_policies(paths: &[PathBuf]) -> anyhow::Result<Vec<Arc<CompiledPolicy>>> {
     let mut report = ivory_policy::LoadReport::default();
     for path in paths {
         if !path.exists() {
@@ -216,7 +216,7 @@ pub fn load_policies(paths: &[PathBuf]) -> anyhow::Result<Vec<Arc<CompiledPolicy
 
 /// Loads `--exception` files (PolicyExceptions, acted on as with Kyverno's CLI `--exception`);
 /// `None` without any. Any load error fails with the file it came from.
-pub fn load_exceptions(paths: &[PathBuf]) -> anyhow::Result<Option<Exceptions>> {
+pub(crate) fn load_exceptions(paths: &[PathBuf]) -> anyhow::Result<Option<Exceptions>> {
     if paths.is_empty() {
         return Ok(None);
     }
@@ -244,7 +244,7 @@ pub fn load_exceptions(paths: &[PathBuf]) -> anyhow::Result<Option<Exceptions>> 
 }
 
 /// Turns a load report into policies, or an error listing every problem.
-pub fn finish_load(
+pub(crate) fn finish_load(
     report: ivory_policy::LoadReport,
     what: &str,
 ) -> anyhow::Result<Vec<Arc<CompiledPolicy>>> {
@@ -263,7 +263,7 @@ pub fn finish_load(
 
 /// Which admission stage to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stage {
+pub(crate) enum Stage {
     Mutate,
     Validate,
 }
@@ -273,7 +273,7 @@ pub enum Stage {
 /// the request namespace as the cluster holds it; `None` gives the webhook's minimal form.
 /// With `exceptions`, an excepted policy is skipped (and pins nothing), as `ivory serve
 /// --enable-policy-exceptions` does.
-pub async fn run_routes(
+pub(crate) async fn run_routes(
     verifier: &dyn ImageVerifier,
     policies: &[Arc<CompiledPolicy>],
     exceptions: Option<&Exceptions>,
@@ -354,7 +354,7 @@ fn merge(into: &mut Decision, d: Decision) {
 }
 
 /// Applies the mutating stage's `replace` operations to `object`.
-pub fn apply_patch(object: &mut Value, decision: &Decision) -> anyhow::Result<()> {
+pub(crate) fn apply_patch(object: &mut Value, decision: &Decision) -> anyhow::Result<()> {
     for op in &decision.patch {
         let slot = object
             .pointer_mut(&op.path)
@@ -365,7 +365,7 @@ pub fn apply_patch(object: &mut Value, decision: &Decision) -> anyhow::Result<()
 }
 
 /// Reads a file, or stdin for `-`.
-pub fn read_input(path: &std::path::Path, flag: &str) -> anyhow::Result<String> {
+pub(crate) fn read_input(path: &std::path::Path, flag: &str) -> anyhow::Result<String> {
     if path.as_os_str() == "-" {
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)

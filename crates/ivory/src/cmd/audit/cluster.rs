@@ -16,7 +16,7 @@ use serde_json::Value;
 
 /// Pods that are evaluated alike: same namespace, same pull secrets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PodGroup {
+pub(super) struct PodGroup {
     pub namespace: String,
     /// `imagePullSecrets` names, in the Pod's order.
     pub pull_secrets: Vec<String>,
@@ -25,7 +25,7 @@ pub struct PodGroup {
 
 /// A client for the current context of the kubeconfig at `path`; without one, as kubectl
 /// finds it: `KUBECONFIG`, `~/.kube/config`, else the in-cluster service account.
-pub async fn client(path: Option<&Path>) -> anyhow::Result<kube::Client> {
+pub(super) async fn client(path: Option<&Path>) -> anyhow::Result<kube::Client> {
     let Some(path) = path else {
         return kube::Client::try_default().await.context(
             "connecting to the Kubernetes API (KUBECONFIG, ~/.kube/config or in-cluster config)",
@@ -42,7 +42,7 @@ pub async fn client(path: Option<&Path>) -> anyhow::Result<kube::Client> {
 
 /// Every Pod (of `namespace`, or of all namespaces), listed in pages, grouped by namespace
 /// and pull secrets, in a stable order.
-pub async fn pod_groups(
+pub(super) async fn pod_groups(
     client: kube::Client,
     namespace: Option<&str>,
     page_size: usize,
@@ -92,7 +92,7 @@ fn pull_secrets_of(pod: &Pod) -> Vec<String> {
 
 /// The Namespace object as the API server holds it (labels for namespaceSelector). When it
 /// cannot be read (RBAC), the webhook's minimal form with the name label, and a warning.
-pub async fn namespace_object(client: &kube::Client, name: &str) -> Value {
+pub(super) async fn namespace_object(client: &kube::Client, name: &str) -> Value {
     let api: Api<Namespace> = Api::all(client.clone());
     match api.get(name).await.map(serde_json::to_value) {
         Ok(Ok(object)) => object,
@@ -111,7 +111,7 @@ pub async fn namespace_object(client: &kube::Client, name: &str) -> Value {
 /// The `.dockerconfigjson` (or legacy `.dockercfg`) of each named Secret of `namespace`, as
 /// `(source name, bytes)`. A missing or unreadable secret is skipped with a warning, as the
 /// kubelet pulls without it.
-pub async fn pull_secrets(
+pub(super) async fn pull_secrets(
     client: &kube::Client,
     namespace: &str,
     names: &[String],
@@ -140,7 +140,7 @@ pub async fn pull_secrets(
 }
 
 /// The images of a Pod's containers, init containers and ephemeral containers.
-pub fn images_of(pod: &Pod) -> Vec<String> {
+pub(super) fn images_of(pod: &Pod) -> Vec<String> {
     let Some(spec) = &pod.spec else {
         return Vec::new();
     };

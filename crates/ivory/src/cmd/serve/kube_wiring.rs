@@ -13,7 +13,7 @@ use ivory_verify::CredentialsResolver;
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 /// Connects (KUBECONFIG or in-cluster), starts the reflectors and waits for their first lists.
-pub async fn start(
+pub(super) async fn start(
     flag_namespace: &str,
     store: &Arc<PolicyStore>,
     metrics: &Arc<Metrics>,
@@ -41,7 +41,7 @@ fn own_namespace(flag: &str) -> String {
 
 /// Policy credentials resolved from the Secret reflector once `slot` holds the source; until
 /// then (and without --kube) anonymous, as before.
-pub fn credentials_resolver(slot: Arc<OnceLock<KubeSource>>) -> CredentialsResolver {
+pub(super) fn credentials_resolver(slot: Arc<OnceLock<KubeSource>>) -> CredentialsResolver {
     Arc::new(move |c: Option<&PolicyCredentials>| match slot.get() {
         Some(source) => source.credentials(c),
         None => Credentials::anonymous()

@@ -11,7 +11,7 @@ use ivory_server::L2Counts;
 /// The L2 for `url`, sealed with the keys in `key_files` (the first seals, a second one is
 /// still accepted while the fleet rotates), each call bounded by `timeout`; a `rediss://`
 /// server's certificate may come from the CA in `ca_file`.
-pub fn connect(
+pub(super) fn connect(
     url: &str,
     key_files: &[PathBuf],
     timeout: Duration,
@@ -52,7 +52,7 @@ pub fn connect(
 const CONNECT_LIMIT: Duration = Duration::from_secs(2);
 
 /// Connects before serving, so that the first admissions' L2 calls do not include connecting.
-pub async fn warm_up(l2: &RedisL2) {
+pub(super) async fn warm_up(l2: &RedisL2) {
     if l2.connect(CONNECT_LIMIT).await {
         tracing::info!("shared cache connected");
     } else {
@@ -64,7 +64,7 @@ pub async fn warm_up(l2: &RedisL2) {
 }
 
 /// The L2's counters for `/metrics`.
-pub fn counts(l2: &RedisL2) -> L2Counts {
+pub(super) fn counts(l2: &RedisL2) -> L2Counts {
     let s = l2.stats();
     L2Counts {
         events: vec![

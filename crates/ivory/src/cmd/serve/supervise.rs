@@ -32,7 +32,7 @@ const HEALTHY_AFTER: Duration = Duration::from_secs(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 /// Binds `addr`, then runs `ivory <serve_args>` with the socket until a shutdown signal.
-pub async fn run(addr: SocketAddr, serve_args: Vec<String>) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(addr: SocketAddr, serve_args: Vec<String>) -> anyhow::Result<ExitCode> {
     let listener = TcpListener::bind(addr).with_context(|| format!("binding {addr}"))?;
     let socket = inheritable(listener)?;
     let exe = std::env::current_exe().context("finding the ivory executable")?;
@@ -122,7 +122,7 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
 }
 
 /// The socket a supervising process handed on (`LISTEN_FDS`), if any.
-pub fn inherited_listener() -> anyhow::Result<Option<TcpListener>> {
+pub(super) fn inherited_listener() -> anyhow::Result<Option<TcpListener>> {
     let mut fds = listenfd::ListenFd::from_env();
     if fds.len() == 0 {
         return Ok(None);
@@ -135,7 +135,7 @@ pub fn inherited_listener() -> anyhow::Result<Option<TcpListener>> {
 }
 
 /// The arguments of `ivory serve …` as given, without `--supervise`.
-pub fn serve_args() -> Vec<String> {
+pub(super) fn serve_args() -> Vec<String> {
     std::env::args()
         .skip(1)
         .filter(|a| a != "--supervise")
