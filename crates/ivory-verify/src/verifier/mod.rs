@@ -163,7 +163,15 @@ impl CosignVerifier {
         let plans = moka::sync::Cache::builder().max_capacity(1_000).build();
         let root_hash = Sha256::digest(config.default_trusted_root.as_bytes()).into();
         let references = moka::sync::Cache::new(config.max_tags);
+        // Weighed by children, so the bound is on what is held, not on the number of indexes.
         let indexes = moka::sync::Cache::builder()
+            .weigher(
+                |_: &TagKey, children: &Option<Arc<Vec<platforms::Child>>>| {
+                    children.as_ref().map_or(1, |c| {
+                        u32::try_from(c.len()).unwrap_or(u32::MAX).saturating_add(1)
+                    })
+                },
+            )
             .max_capacity(config.max_tags)
             .time_to_idle(Duration::from_secs(3600))
             .build();

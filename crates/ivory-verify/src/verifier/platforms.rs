@@ -35,8 +35,15 @@ impl Child {
     }
 }
 
+/// Platform manifests of one index ivory verifies at most. Real indexes list a handful; an
+/// index a registry fills with thousands (a manifest may hold ~30,000 entries within its byte
+/// cap) must not fan one admission out into thousands of verifications, nor fill the index
+/// cache: past this the image is not verified, and at most this many + 1 children are kept.
+pub(super) const MAX_PLATFORM_MANIFESTS: usize = 64;
+
 /// The platform manifests of an index a kubelet can pick: entries with a platform that is not
-/// `unknown` (BuildKit's attestation manifests say `unknown/unknown`).
+/// `unknown` (BuildKit's attestation manifests say `unknown/unknown`); at most
+/// [`MAX_PLATFORM_MANIFESTS`] + 1 of them, so that too many can still be told.
 pub(super) fn runnable_children(index: &Value) -> Vec<Child> {
     index
         .get("manifests")
@@ -58,6 +65,7 @@ pub(super) fn runnable_children(index: &Value) -> Vec<Child> {
                 variant: part("variant").map(str::to_owned),
             })
         })
+        .take(MAX_PLATFORM_MANIFESTS + 1)
         .collect()
 }
 
@@ -94,6 +102,14 @@ impl CosignVerifier {
                 .verify_request(&as_image(pinned), deadline, fresh_since)
                 .await;
         };
+        if children.len() > MAX_PLATFORM_MANIFESTS {
+            return Ok(Verification::NotVerified {
+                digest: Some(digest),
+                reason: format!(
+                    "the image index lists more than {MAX_PLATFORM_MANIFESTS} platform manifests; ivory verifies at most {MAX_PLATFORM_MANIFESTS}"
+                ),
+            });
+        }
         let selected: Vec<&Child> = children
             .iter()
             .filter(|c| set.contains(&c.os, &c.architecture))
@@ -191,5 +207,14 @@ mod tests {
         let platforms: Vec<String> = children.iter().map(Child::platform).collect();
         assert_eq!(platforms, ["linux/arm64/v8", "windows/amd64"]);
         assert_eq!(children[1].digest, "sha256:d");
+    }
+
+    #[test]
+    fn an_index_keeps_at_most_one_child_past_the_cap() {
+        let entries: Vec<Value> = (0..1000)
+            .map(|n| json!({"digest": format!("sha256:{n}"), "platform": {"os": "linux", "architecture": format!("a{n}")}}))
+            .collect();
+        let children = runnable_children(&json!({ "manifests": entries }));
+        assert_eq!(children.len(), MAX_PLATFORM_MANIFESTS + 1);
     }
 }
