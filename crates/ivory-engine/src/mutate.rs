@@ -92,16 +92,17 @@ pub async fn mutate(
     .await;
     let mut decision = decide(&plans, &lookups, &resolved);
     // Said on every request it could have mattered to, so a namespace owner who set it sees
-    // why the Pod was pinned anyway.
-    let ignoring: BTreeSet<&str> = policies
+    // why the Pod was pinned anyway. Most namespaces carry no such label: nothing to look at.
+    let Some(value) = Pinning::namespace_label(namespace_object) else {
+        return decision;
+    };
+    let ignoring: BTreeSet<&str> = plans
         .iter()
-        .filter(|p| p.mutate_digest && p.ignored_namespace_pinning(namespace_object).is_some())
-        .filter(|p| plans.iter().any(|plan| plan.policy.name == p.name))
+        .map(|plan| plan.policy)
+        .filter(|p| p.ignored_namespace_pinning(namespace_object).is_some())
         .map(|p| p.name.as_str())
         .collect();
-    if let Some(value) = Pinning::namespace_label(namespace_object)
-        && !ignoring.is_empty()
-    {
+    if !ignoring.is_empty() {
         let names: Vec<&str> = ignoring.into_iter().collect();
         decision.warnings.push(format!(
             "namespace label {NAMESPACE_PINNING_LABEL}={value} is ignored by policy {}: a namespace may choose pods-only, and no-patch only where the policy allows it ({NAMESPACE_PINNING_ANNOTATION}: any)",
