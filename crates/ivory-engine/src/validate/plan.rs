@@ -205,18 +205,20 @@ pub(super) fn prepare<'a>(
             .map(|(a, json)| (a.name.clone(), json.clone()))
             .collect(),
     );
+    // Only a policy that reads image data needs the workload's platform or a second evaluation,
+    // so only its attestor bindings are kept (a copy per request otherwise).
+    let kept_attestors = calls_any(policy, &IMAGE_DATA_FUNCTIONS).then(|| attestor_map.clone());
     eval.bind_policy(
         &images,
-        attestor_map.clone(),
+        attestor_map,
         policy.attestations.iter().map(|a| a.name.clone()),
     );
-    // Only a policy that reads image data needs the workload's platform or a second evaluation.
-    let again = calls_any(policy, &IMAGE_DATA_FUNCTIONS).then(|| Again {
+    let again = kept_attestors.map(|attestors| Again {
         data: inputs.data,
         platform: ImagePlatform::of_workload(inputs.req.object.as_ref()),
         budget: eval.shared_budget(),
         images,
-        attestors: attestor_map,
+        attestors,
     });
 
     let mut plan = Plan {
