@@ -24,6 +24,7 @@ use crate::digest;
 use crate::error::{Error, Result, Site};
 use crate::listing::{self, NameKind, Page};
 use crate::manifest::{self, ACCEPTED_MEDIA_TYPES, Manifest};
+use crate::operation::Operation;
 use crate::stats::{RegistryStats, StatsTable};
 
 use http::{ReadBudget, build_client, error_snippet, read_capped};
@@ -32,6 +33,7 @@ use session::{Challenge, Token, TokenKey};
 
 pub(crate) mod http;
 mod referrers;
+mod resolve;
 mod session;
 #[cfg(test)]
 mod tests;
@@ -104,7 +106,7 @@ struct Target {
 }
 
 impl Target {
-    fn site(&self, op: &'static str) -> Site<'_> {
+    fn site(&self, op: Operation) -> Site<'_> {
         Site {
             op,
             image: &self.image,
@@ -201,10 +203,10 @@ impl Registry {
             return Ok(d.to_string());
         }
         let t = &t;
-        let site = t.site("resolve_digest");
+        let site = t.site(Operation::ResolveDigest);
         let limit = self.inner.config.max_manifest_bytes;
         self.call(
-            "resolve_digest",
+            Operation::ResolveDigest,
             t,
             creds,
             deadline,
@@ -248,10 +250,10 @@ impl Registry {
     ) -> Result<Manifest> {
         let limit = self.inner.config.max_manifest_bytes;
         let counters = self.inner.stats.for_host(&t.host);
-        let site = t.site("fetch_manifest");
+        let site = t.site(Operation::FetchManifest);
         let (bytes, digest) = self
             .call(
-                "fetch_manifest",
+                Operation::FetchManifest,
                 t,
                 creds,
                 deadline,
@@ -303,7 +305,7 @@ impl Registry {
                 return Ok(m);
             }
             seen.insert(m.digest.clone());
-            let site = t.site("fetch_manifest");
+            let site = t.site(Operation::FetchManifest);
             let child = m
                 .children()
                 .into_iter()
@@ -324,7 +326,7 @@ impl Registry {
             t.reference = sibling(&t.reference, '@', &child)?;
         }
         Err(t
-            .site("fetch_manifest")
+            .site(Operation::FetchManifest)
             .invalid_manifest(format!("index nesting deeper than {MAX_INDEX_DEPTH}")))
     }
 
@@ -341,21 +343,27 @@ impl Registry {
     ) -> Result<Vec<u8>> {
         let t = self.target(repo_ref, creds)?;
         let t = &t;
-        let site = t.site("fetch_blob");
+        let site = t.site(Operation::FetchBlob);
         site.checked_digest("blob descriptor", digest)?;
         let counters = self.inner.stats.for_host(&t.host);
         let data = self
-            .call("fetch_blob", t, creds, deadline, move |conn| async move {
-                let url = conn.url(&t.host, &t.path("blobs", digest));
-                let resp = self.send(&conn, t, site, Method::GET, &url, None).await?;
-                let resp = success(site, resp).await?;
-                let header = header_digest(site, &resp)?;
-                let body = read_capped(resp, max_bytes, &self.inner.read_budget)
-                    .await
-                    .map_err(|e| site.body("blob", max_bytes, e))?;
-                verified_digest(site, Some(digest), header, &body)?;
-                Ok(body)
-            })
+            .call(
+                Operation::FetchBlob,
+                t,
+                creds,
+                deadline,
+                move |conn| async move {
+                    let url = conn.url(&t.host, &t.path("blobs", digest));
+                    let resp = self.send(&conn, t, site, Method::GET, &url, None).await?;
+                    let resp = success(site, resp).await?;
+                    let header = header_digest(site, &resp)?;
+                    let body = read_capped(resp, max_bytes, &self.inner.read_budget)
+                        .await
+                        .map_err(|e| site.body("blob", max_bytes, e))?;
+                    verified_digest(site, Some(digest), header, &body)?;
+                    Ok(body)
+                },
+            )
             .await?;
         counters.bytes(data.len());
         Ok(data)
@@ -390,7 +398,7 @@ impl Registry {
             Some(index) => index,
             None => self.referrers_by_tag(&t, &digest, creds, deadline).await?,
         };
-        let site = t.site("referrers");
+        let site = t.site(Operation::Referrers);
         let entries = index
             .get_mut("manifests")
             .and_then(|v| v.as_array_mut())
@@ -417,18 +425,24 @@ impl Registry {
         deadline: Instant,
     ) -> Result<Option<serde_json::Value>> {
         let limit = self.inner.config.max_manifest_bytes;
-        let site = t.site("referrers");
+        let site = t.site(Operation::Referrers);
         let res = self
-            .call("referrers", t, creds, deadline, move |conn| async move {
-                let url = conn.url(&t.host, &t.path("referrers", digest));
-                let resp = self
-                    .send(&conn, t, site, Method::GET, &url, Some(manifest::OCI_INDEX))
-                    .await?;
-                let resp = success(site, resp).await?;
-                read_capped(resp, limit, &self.inner.read_budget)
-                    .await
-                    .map_err(|e| site.body("referrers index", limit, e))
-            })
+            .call(
+                Operation::Referrers,
+                t,
+                creds,
+                deadline,
+                move |conn| async move {
+                    let url = conn.url(&t.host, &t.path("referrers", digest));
+                    let resp = self
+                        .send(&conn, t, site, Method::GET, &url, Some(manifest::OCI_INDEX))
+                        .await?;
+                    let resp = success(site, resp).await?;
+                    read_capped(resp, limit, &self.inner.read_budget)
+                        .await
+                        .map_err(|e| site.body("referrers index", limit, e))
+                },
+            )
             .await;
         let body = match res {
             Ok(body) => body,
@@ -472,7 +486,7 @@ impl Registry {
     pub fn tag_pages(&self, repo: &str, creds: &Credentials) -> Result<Listing> {
         let t = self.target(repo, creds)?;
         let path = format!("{}/tags/list", t.reference.repository());
-        Ok(self.listing(t, "list_tags", path, NameKind::Tag, creds))
+        Ok(self.listing(t, Operation::ListTags, path, NameKind::Tag, creds))
     }
 
     /// The repositories of `registry` (`host[:port]`), page by page (names checked against
@@ -483,7 +497,7 @@ impl Registry {
         let t = self.target(&format!("{registry}/catalog"), creds)?;
         Ok(self.listing(
             t,
-            "catalog",
+            Operation::Catalog,
             "_catalog".to_owned(),
             NameKind::Repository,
             creds,
@@ -493,7 +507,7 @@ impl Registry {
     fn listing(
         &self,
         t: Target,
-        op: &'static str,
+        op: Operation,
         path: String,
         kind: NameKind,
         creds: &Credentials,
@@ -516,7 +530,7 @@ impl Registry {
     async fn page(
         &self,
         t: &Target,
-        op: &'static str,
+        op: Operation,
         path: &str,
         kind: NameKind,
         last: Option<&str>,
@@ -586,7 +600,7 @@ impl Registry {
 pub struct Listing {
     registry: Registry,
     t: Target,
-    op: &'static str,
+    op: Operation,
     path: String,
     kind: NameKind,
     creds: Credentials,
@@ -614,7 +628,7 @@ impl Listing {
         let config = &self.registry.inner.config;
         if self.pages >= config.max_pages {
             self.done = true;
-            return Err(self.t.site("listing").rejected(
+            return Err(self.t.site(self.op).rejected(
                 None,
                 format!("listing did not end after {} pages", config.max_pages),
             ));

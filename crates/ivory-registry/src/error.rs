@@ -4,8 +4,10 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
-use crate::client::http::{BodyError, REDIRECT_DOWNGRADE, REDIRECT_NOT_HTTP, REDIRECT_TOO_MANY};
+use crate::cause::{RedirectRefusal, TransportCause};
+use crate::client::http::BodyError;
 use crate::digest::DigestProblem;
+use crate::operation::Operation;
 use crate::stats::StatusClass;
 
 /// Result alias for this crate.
@@ -25,7 +27,7 @@ pub enum Error {
     )]
     DeadlineExceeded {
         /// What was being done.
-        op: &'static str,
+        op: Operation,
         /// The image the operation was for.
         image: String,
         /// The registry host.
@@ -37,7 +39,7 @@ pub enum Error {
     #[error("{op} for image {image} on registry {registry}: not found ({})", http(*status))]
     NotFound {
         /// What was being done.
-        op: &'static str,
+        op: Operation,
         /// The image the operation was for.
         image: String,
         /// The registry host.
@@ -49,7 +51,7 @@ pub enum Error {
     #[error("{op} for image {image} on registry {registry}: unauthorized ({})", http(*status))]
     Unauthorized {
         /// What was being done.
-        op: &'static str,
+        op: Operation,
         /// The image the operation was for.
         image: String,
         /// The registry host.
@@ -77,7 +79,7 @@ pub enum Error {
     )]
     ReadBudgetExhausted {
         /// What was being done.
-        op: &'static str,
+        op: Operation,
         /// The image the operation was for.
         image: String,
         /// The registry host.
@@ -102,7 +104,7 @@ pub enum Error {
     #[error("{op} for image {image} on registry {registry} failed ({})", http(*status))]
     Server {
         /// What was being done.
-        op: &'static str,
+        op: Operation,
         /// The image the operation was for.
         image: String,
         /// The registry host.
@@ -111,29 +113,32 @@ pub enum Error {
         status: u16,
     },
     /// Connection, TLS or protocol-level I/O failure (refused, reset, bad certificate).
-    /// `detail` comes from the HTTP and TLS stack, with URLs removed.
+    /// `cause` is read from the error's types; `detail` is the HTTP and TLS stack's text
+    /// with URLs removed, for logs only.
     #[error("transport error during {op} for image {image} on registry {registry}: {detail}")]
     Transport {
         /// What was being done.
-        op: &'static str,
+        op: Operation,
         /// The image the operation was for.
         image: String,
         /// The registry host.
         registry: String,
-        /// ivory's description of the failure.
+        /// What failed, classified from the error chain's types.
+        cause: TransportCause,
+        /// The HTTP and TLS stack's description, for logs.
         detail: String,
     },
     /// The registry redirected too often, to a non-HTTP URL, or from HTTPS to plain HTTP.
     #[error("{op} for image {image} on registry {registry}: redirect refused ({reason})")]
     RedirectRefused {
         /// What was being done.
-        op: &'static str,
+        op: Operation,
         /// The image the operation was for.
         image: String,
         /// The registry host.
         registry: String,
         /// Why ivory refused it.
-        reason: &'static str,
+        reason: RedirectRefusal,
     },
     /// The registry's token realm is not usable without risking credentials: plain HTTP
     /// for a registry reached over TLS, or not an http(s) URL at all.
@@ -199,7 +204,7 @@ pub enum Error {
     #[error("{op} for image {image} on registry {registry} was rejected: {detail}")]
     Rejected {
         /// What was being done.
-        op: &'static str,
+        op: Operation,
         /// The image the operation was for.
         image: String,
         /// The registry host.
@@ -301,14 +306,14 @@ impl Error {
                 ..
             } => format!(
                 "{registry} did not answer in time ({} within {budget:?})",
-                what(op)
+                op.target()
             ),
             Error::NotFound {
                 op,
                 registry,
                 status,
                 ..
-            } => format!("{} not found on {registry} (HTTP {status})", what(op)),
+            } => format!("{} not found on {registry} (HTTP {status})", op.target()),
             Error::Unauthorized {
                 op,
                 registry,
@@ -316,7 +321,7 @@ impl Error {
                 ..
             } => format!(
                 "{registry} refused access to the {} (HTTP {status}: missing or wrong credentials)",
-                what(op)
+                op.target()
             ),
             Error::TooLarge {
                 what,
@@ -342,12 +347,18 @@ impl Error {
                 ..
             } => format!(
                 "{registry} failed to serve the {} ({})",
-                what(op),
+                op.target(),
                 http(*status)
             ),
             Error::Transport {
-                registry, detail, ..
-            } => format!("cannot reach {registry} ({})", root_cause(detail)),
+                registry,
+                cause: TransportCause::Other,
+                detail,
+                ..
+            } => format!("cannot reach {registry} ({})", innermost(detail)),
+            Error::Transport {
+                registry, cause, ..
+            } => format!("cannot reach {registry} ({})", cause.describe()),
             Error::RedirectRefused {
                 registry, reason, ..
             } => format!("{registry} redirected where ivory does not follow ({reason})"),
@@ -377,74 +388,21 @@ impl Error {
                 registry,
                 detail,
                 ..
-            } => format!("{registry} rejected the {} request ({detail})", what(op)),
+            } => format!("{registry} rejected the {} request ({detail})", op.target()),
             Error::InvalidCredentials { .. } | Error::Config { .. } => self.to_string(),
         }
     }
 }
 
-/// What an operation was after, in words.
-fn what(op: &str) -> &'static str {
-    match op {
-        "resolve_digest" => "tag",
-        "fetch_manifest" => "manifest",
-        "fetch_blob" => "blob",
-        "referrers" => "referrers",
-        "list_tags" => "tag list",
-        "catalog" => "catalog",
-        _ => "content",
-    }
-}
-
-/// The root cause of a transport failure in a few words: the HTTP/TLS stack's chain names
-/// every layer ("error sending request: client error (Connect): dns error: …").
-pub(crate) fn root_cause(detail: &str) -> String {
-    let lower = detail.to_ascii_lowercase();
-    let known = [
-        ("dns error", "DNS lookup failed"),
-        ("failed to lookup address", "DNS lookup failed"),
-        ("connection refused", "connection refused"),
-        (
-            "unknownissuer",
-            "TLS certificate signed by an unknown authority",
-        ),
-        (
-            "notvalidforname",
-            "TLS certificate not valid for this host name",
-        ),
-        ("expired", "TLS certificate expired"),
-        (
-            "invalidcontenttype",
-            "TLS handshake failed: the registry may serve plain HTTP",
-        ),
-        (
-            "corrupt message",
-            "TLS handshake failed: the registry may serve plain HTTP",
-        ),
-        ("invalid peer certificate", "TLS certificate rejected"),
-        ("timed out", "connection timed out"),
-        ("connection reset", "connection reset"),
-        ("network is unreachable", "network unreachable"),
-        ("no route to host", "no route to host"),
-        ("connection closed", "connection closed by the registry"),
-        ("broken pipe", "connection closed by the registry"),
-    ];
-    if let Some((_, cause)) = known.iter().find(|(needle, _)| lower.contains(needle)) {
-        return (*cause).to_owned();
-    }
-    // Unknown: the innermost layer of the chain, which is where the cause is.
-    detail
-        .rsplit(": ")
-        .next()
-        .unwrap_or(detail)
-        .trim()
-        .to_owned()
+/// The innermost layer of a transport error's text, where an unclassified cause is named.
+fn innermost(detail: &str) -> &str {
+    detail.rsplit(": ").next().unwrap_or(detail).trim()
 }
 
 /// Where an error happened, used to fill in the error's names.
 #[derive(Clone, Copy)]
 pub(crate) struct Site<'a> {
-    pub op: &'static str,
+    pub op: Operation,
     pub image: &'a str,
     pub registry: &'a str,
 }
@@ -543,21 +501,14 @@ impl Site<'_> {
         }
     }
 
-    /// A reqwest failure: a refused redirect, or a transport error without URLs (a
-    /// redirect target is the registry's text).
+    /// A reqwest failure: a refused redirect, or a transport error classified by the types
+    /// in its chain, its text kept without URLs (a redirect target is the registry's text).
     pub(crate) fn transport(&self, e: reqwest::Error) -> Error {
         let e = e.without_url();
         let detail = chain(&e);
-        if e.is_redirect() {
-            tracing::warn!(registry = %self.registry, image = %self.image, op = self.op,
+        if let Some(reason) = RedirectRefusal::of(&e) {
+            tracing::warn!(registry = %self.registry, image = %self.image, op = self.op.as_str(),
                 error = %detail, "registry redirect refused");
-            let reason = if detail.contains(REDIRECT_DOWNGRADE) {
-                REDIRECT_DOWNGRADE
-            } else if detail.contains(REDIRECT_NOT_HTTP) {
-                REDIRECT_NOT_HTTP
-            } else {
-                REDIRECT_TOO_MANY
-            };
             return Error::RedirectRefused {
                 op: self.op,
                 image: self.image(),
@@ -569,6 +520,7 @@ impl Site<'_> {
             op: self.op,
             image: self.image(),
             registry: self.registry(),
+            cause: TransportCause::of(&e),
             detail,
         }
     }
@@ -576,7 +528,7 @@ impl Site<'_> {
     /// A non-2xx answer: classified by status alone; `snippet` (the start of the body) goes
     /// to the log only.
     pub(crate) fn by_status(&self, code: u16, snippet: &str) -> Error {
-        tracing::info!(registry = %self.registry, image = %self.image, op = self.op,
+        tracing::info!(registry = %self.registry, image = %self.image, op = self.op.as_str(),
             status = code, body = %truncate(snippet), "registry refused a request");
         let (op, image, registry) = (self.op, self.image(), self.registry());
         match code {
@@ -644,7 +596,7 @@ mod tests {
 
     fn site() -> Site<'static> {
         Site {
-            op: "fetch_manifest",
+            op: Operation::FetchManifest,
             image: "r.example/app:1",
             registry: "r.example",
         }
@@ -714,9 +666,10 @@ mod tests {
     #[test]
     fn summaries_are_one_line_with_the_root_cause_once_and_no_image() {
         let dns = Error::Transport {
-            op: "resolve_digest",
+            op: Operation::ResolveDigest,
             image: "docker.io/busybox:1.36".into(),
             registry: "index.docker.io".into(),
+            cause: TransportCause::DnsLookupFailed,
             detail: "error sending request: client error (Connect): dns error: failed to lookup \
                      address information: Temporary failure in name resolution"
                 .into(),
@@ -726,9 +679,10 @@ mod tests {
             "cannot reach index.docker.io (DNS lookup failed)"
         );
         let tls = Error::Transport {
-            op: "fetch_manifest",
+            op: Operation::FetchManifest,
             image: "127.0.0.1:5000/a:1".into(),
             registry: "127.0.0.1:5000".into(),
+            cause: TransportCause::CertificateUnknownIssuer,
             detail: "error sending request: client error (Connect): invalid peer certificate: UnknownIssuer".into(),
         };
         assert_eq!(
@@ -750,7 +704,14 @@ mod tests {
                 "{line}"
             );
         }
-        assert_eq!(root_cause("a: b: something new"), "something new");
+        let unknown = Error::Transport {
+            op: Operation::FetchBlob,
+            image: "r.example/app:1".into(),
+            registry: "r.example".into(),
+            cause: TransportCause::Other,
+            detail: "a: b: something new".into(),
+        };
+        assert_eq!(unknown.summary(), "cannot reach r.example (something new)");
     }
 
     #[test]

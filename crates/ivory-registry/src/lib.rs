@@ -18,6 +18,7 @@
 //! [`Config::referrers_api_ttl`] so referrers go straight to the `sha256-<hex>` fallback tag.
 
 pub use auth::Credentials;
+pub use cause::{LookupFailed, RedirectRefusal, TransportCause};
 pub use client::{Listing, MAX_INDEX_DEPTH, Platform, Registry};
 pub use config::{
     Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BLOB_BYTES, DEFAULT_MAX_BUFFERED_BYTES,
@@ -35,10 +36,12 @@ pub use listing::{NameKind, Page, PageError, valid_repository, valid_tag};
 pub use manifest::{
     ACCEPTED_MEDIA_TYPES, DOCKER_MANIFEST, DOCKER_MANIFEST_LIST, Manifest, OCI_INDEX, OCI_MANIFEST,
 };
+pub use operation::Operation;
 pub use reference::parse_reference;
 pub use stats::RegistryStats;
 
 mod auth;
+mod cause;
 mod client;
 mod config;
 mod digest;
@@ -46,6 +49,7 @@ mod error;
 mod json;
 pub mod listing;
 mod manifest;
+mod operation;
 mod reference;
 mod roots;
 mod stats;

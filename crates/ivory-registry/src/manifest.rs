@@ -66,7 +66,7 @@ impl Manifest {
         bytes: Vec<u8>,
     ) -> Result<Self, Error> {
         let site = Site {
-            op: "fetch_manifest",
+            op: crate::operation::Operation::FetchManifest,
             image,
             registry,
         };
@@ -138,7 +138,7 @@ mod tests {
 
     fn site() -> Site<'static> {
         Site {
-            op: "fetch_manifest",
+            op: crate::operation::Operation::FetchManifest,
             image: "r/x:1",
             registry: "r",
         }

@@ -133,6 +133,34 @@ async fn a_cold_client_build_respects_the_deadline() {
 }
 
 #[tokio::test]
+async fn a_host_that_does_not_resolve_is_named_a_dns_failure_by_type() {
+    // `.invalid` never resolves (RFC 6761); the failure comes from ivory's resolver.
+    let r = Registry::new(Config::default()).unwrap();
+    let err = r
+        .resolve_digest(
+            "registry.ivory-test.invalid/app:v1",
+            &Credentials::anonymous(),
+            ok_deadline(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Transport {
+                cause: ivory_registry::TransportCause::DnsLookupFailed,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.summary(),
+        "cannot reach registry.ivory-test.invalid (DNS lookup failed)"
+    );
+}
+
+#[tokio::test]
 async fn refused_connection_is_a_transient_transport_error() {
     let host = refused_host().unwrap();
     let r = Registry::new(Config::default()).unwrap();
@@ -144,7 +172,16 @@ async fn refused_connection_is_a_transient_transport_error() {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Transport { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Transport {
+                cause: ivory_registry::TransportCause::ConnectionRefused,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert!(err.is_transient());
 }
 

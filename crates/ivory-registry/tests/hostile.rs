@@ -252,7 +252,7 @@ async fn redirect_loops_are_cut_after_a_few_hops() {
         matches!(
             err,
             Error::RedirectRefused {
-                reason: "too many redirects",
+                reason: ivory_registry::RedirectRefusal::TooMany,
                 ..
             }
         ),

@@ -1,6 +1,6 @@
 //! TLS: the harness CA as `--registry-ca`, a missing CA, and allowInsecureRegistry.
 
-use ivory_registry::{Config, Credentials, Error, Registry};
+use ivory_registry::{Config, Credentials, Error, Registry, TransportCause};
 use ivory_testkit::{AuthMode, HarnessOptions, RegistryHarness};
 
 use crate::util::{ok_deadline, push_simple, start};
@@ -16,7 +16,16 @@ async fn missing_ca_is_a_clear_tls_error_and_insecure_skips_verification() {
         .resolve_digest(&image, &Credentials::anonymous(), ok_deadline())
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Transport { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Transport {
+                cause: TransportCause::CertificateUnknownIssuer,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     let msg = err.to_string();
     assert!(
         msg.contains("certificate"),
@@ -110,7 +119,16 @@ async fn plain_http_only_with_allow_insecure() {
         .resolve_digest(&image, &Credentials::anonymous(), ok_deadline())
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Transport { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Transport {
+                cause: TransportCause::PeerNotTls,
+                ..
+            }
+        ),
+        "a plain-HTTP server is recognised by rustls' error type: {err:?}"
+    );
 
     let insecure = Credentials::anonymous().allow_insecure(true);
     let d = r

@@ -149,7 +149,7 @@ mod tests {
         let cases = [
             (
                 RegistryError::DeadlineExceeded {
-                    op: "HEAD",
+                    op: ivory_registry::Operation::ResolveDigest,
                     image: image.clone(),
                     registry: registry.clone(),
                     budget: Duration::from_millis(1500),
@@ -158,7 +158,7 @@ mod tests {
             ),
             (
                 RegistryError::NotFound {
-                    op: "GET",
+                    op: ivory_registry::Operation::FetchManifest,
                     image: image.clone(),
                     registry: registry.clone(),
                     status: 404,
@@ -193,7 +193,7 @@ mod tests {
             ),
             (
                 RegistryError::Server {
-                    op: "GET",
+                    op: ivory_registry::Operation::FetchManifest,
                     image: image.clone(),
                     registry: registry.clone(),
                     status: 503,
@@ -202,16 +202,17 @@ mod tests {
             ),
             (
                 RegistryError::Transport {
-                    op: "GET",
+                    op: ivory_registry::Operation::FetchManifest,
                     image: image.clone(),
                     registry: registry.clone(),
+                    cause: ivory_registry::TransportCause::ConnectionReset,
                     detail: detail.clone(),
                 },
                 ErrorKind::Unavailable,
             ),
             (
                 RegistryError::ReadBudgetExhausted {
-                    op: "GET",
+                    op: ivory_registry::Operation::FetchManifest,
                     image: image.clone(),
                     registry: registry.clone(),
                 },
@@ -228,10 +229,10 @@ mod tests {
             ),
             (
                 RegistryError::RedirectRefused {
-                    op: "GET",
+                    op: ivory_registry::Operation::FetchManifest,
                     image: image.clone(),
                     registry: registry.clone(),
-                    reason: "too many redirects",
+                    reason: ivory_registry::RedirectRefusal::TooMany,
                 },
                 ErrorKind::Hostile,
             ),
@@ -245,7 +246,7 @@ mod tests {
             ),
             (
                 RegistryError::Unauthorized {
-                    op: "GET",
+                    op: ivory_registry::Operation::FetchManifest,
                     image: image.clone(),
                     registry: registry.clone(),
                     status: 401,
@@ -266,7 +267,7 @@ mod tests {
             IMAGE,
             "resolving the digest",
             RegistryError::DeadlineExceeded {
-                op: "HEAD",
+                op: ivory_registry::Operation::ResolveDigest,
                 image,
                 registry,
                 budget: Duration::from_millis(1500),
@@ -284,9 +285,10 @@ mod tests {
         // A transport failure whose text mentions a budget is still an unavailable registry.
         let (image, registry, _) = at("");
         let sneaky = RegistryError::Transport {
-            op: "GET",
+            op: ivory_registry::Operation::FetchManifest,
             image,
             registry,
+            cause: ivory_registry::TransportCause::Other,
             detail: "time budget of 1ms exhausted".into(),
         };
         assert_eq!(kind(sneaky, later()), ErrorKind::Unavailable);
@@ -297,9 +299,10 @@ mod tests {
         let (image, registry, detail) = at("reset");
         let past = Instant::now();
         let e = RegistryError::Transport {
-            op: "GET",
+            op: ivory_registry::Operation::FetchManifest,
             image,
             registry,
+            cause: ivory_registry::TransportCause::TimedOut,
             detail,
         };
         assert_eq!(kind(e, past), ErrorKind::Deadline);

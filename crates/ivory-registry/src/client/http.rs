@@ -12,17 +12,13 @@ use std::sync::Arc;
 use reqwest::redirect::{Attempt, Policy};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::cause::RedirectRefusal;
+use crate::client::resolve::SystemResolver;
 use crate::config::Config;
 
 /// Redirects followed per request. Registries redirect blob downloads to a CDN once;
 /// reqwest drops `Authorization` whenever the origin (scheme, host or port) changes.
 pub(crate) const MAX_REDIRECTS: usize = 3;
-/// Why a redirect was refused (also matched in the error chain to name the reason).
-pub(crate) const REDIRECT_TOO_MANY: &str = "too many redirects";
-/// See [`REDIRECT_TOO_MANY`].
-pub(crate) const REDIRECT_NOT_HTTP: &str = "to a non-HTTP URL";
-/// See [`REDIRECT_TOO_MANY`].
-pub(crate) const REDIRECT_DOWNGRADE: &str = "from HTTPS to plain HTTP";
 /// Error bodies are read this far, for the log only.
 pub(crate) const ERROR_SNIPPET_BYTES: usize = 1024;
 /// Token endpoint answers larger than this are refused (tokens are a few KiB).
@@ -154,6 +150,7 @@ pub(crate) fn build_client(
         .connect_timeout(config.connect_timeout)
         .user_agent(user_agent)
         .redirect(Policy::custom(redirect))
+        .dns_resolver(SystemResolver)
         .build()
 }
 
@@ -165,11 +162,11 @@ fn redirect(attempt: Attempt<'_>) -> reqwest::redirect::Action {
         .is_some_and(|u| u.scheme() == "https");
     let scheme = attempt.url().scheme().to_owned();
     if attempt.previous().len() > MAX_REDIRECTS {
-        attempt.error(REDIRECT_TOO_MANY)
+        attempt.error(RedirectRefusal::TooMany)
     } else if scheme != "https" && scheme != "http" {
-        attempt.error(REDIRECT_NOT_HTTP)
+        attempt.error(RedirectRefusal::NotHttp)
     } else if from_tls && scheme == "http" {
-        attempt.error(REDIRECT_DOWNGRADE)
+        attempt.error(RedirectRefusal::Downgrade)
     } else {
         attempt.follow()
     }

@@ -11,6 +11,7 @@ use super::{Registry, Target};
 use crate::auth::Credentials;
 use crate::error::{Error, Result};
 use crate::manifest::OCI_INDEX;
+use crate::operation::Operation;
 use crate::reference::sibling;
 
 /// Per host: referrers API present (true) or absent (false), until the instant.
@@ -69,7 +70,7 @@ impl Registry {
         };
         if !m.is_index() {
             return Err(fallback
-                .site("referrers")
+                .site(Operation::Referrers)
                 .invalid_manifest("referrers tag holds an image manifest, not an index"));
         }
         Ok(m.json)

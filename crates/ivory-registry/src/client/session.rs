@@ -354,10 +354,11 @@ fn clone_error(e: &Error, site: Site<'_>) -> Error {
     let (op, image, registry) = (site.op, site.image.to_owned(), site.registry.to_owned());
     match e {
         Error::DeadlineExceeded { budget, .. } => site.deadline(*budget),
-        Error::Transport { detail, .. } => Error::Transport {
+        Error::Transport { cause, detail, .. } => Error::Transport {
             op,
             image,
             registry,
+            cause: *cause,
             detail: detail.clone(),
         },
         Error::NotFound { status, .. } => Error::NotFound {
@@ -384,7 +385,7 @@ fn clone_error(e: &Error, site: Site<'_>) -> Error {
             op,
             image,
             registry,
-            reason,
+            reason: *reason,
         },
         Error::Unauthorized { status, .. } => Error::Unauthorized {
             op,
@@ -403,16 +404,18 @@ fn clone_error(e: &Error, site: Site<'_>) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cause::TransportCause;
+    use crate::operation::Operation;
 
     #[test]
     fn a_shared_probe_failure_names_each_callers_image() {
         let first = Site {
-            op: "resolve_digest",
+            op: Operation::ResolveDigest,
             image: "127.0.0.1:1/a:1",
             registry: "127.0.0.1:1",
         };
         let second = Site {
-            op: "fetch_manifest",
+            op: Operation::FetchManifest,
             image: "127.0.0.1:1/b:2",
             registry: "127.0.0.1:1",
         };
@@ -420,6 +423,7 @@ mod tests {
             op: first.op,
             image: first.image.into(),
             registry: first.registry.into(),
+            cause: TransportCause::ConnectionRefused,
             detail: "connection refused".into(),
         };
         let msg = clone_error(&shared, second).to_string();

@@ -13,8 +13,10 @@ use super::http::build_client;
 use super::session::Conn;
 use super::{Registry, Target};
 use crate::auth::Credentials;
+use crate::cause::TransportCause;
 use crate::config::is_loopback_host;
 use crate::error::{Error, Result, Site};
+use crate::operation::Operation;
 use crate::stats::{Counters, StatusClass};
 
 /// First retry delay after a 429/503; doubles per attempt.
@@ -49,7 +51,7 @@ impl Registry {
     /// the deadline allows, and falling back to plain HTTP for insecure credentials.
     pub(super) async fn call<T, F, Fut>(
         &self,
-        op: &'static str,
+        op: Operation,
         t: &Target,
         creds: &Credentials,
         deadline: Instant,
@@ -273,9 +275,7 @@ impl Registry {
 /// the TLS failure itself came from a TLS server, not from a plain one).
 fn speaks_no_plain_http(tls: &Error, plain: &Error) -> bool {
     let tls_server = match tls {
-        Error::Transport { detail, .. } => {
-            !(detail.contains("InvalidContentType") || detail.contains("corrupt message"))
-        }
+        Error::Transport { cause, .. } => *cause != TransportCause::PeerNotTls,
         _ => false,
     };
     match plain {
