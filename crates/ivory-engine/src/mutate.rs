@@ -259,15 +259,12 @@ async fn resolve(
     let digest = match outcome {
         Ok(result) => result?,
         Err(_elapsed) => {
-            return Err(VerifyError::DeadlineExceeded {
-                image: image.to_owned(),
-                registry: ImageReference::parse(image)
-                    .map(|r| r.registry().to_owned())
-                    .unwrap_or_default(),
-                operation: RESOLVE_OPERATION.to_owned(),
-                budget_ms: u64::try_from(deadline.saturating_duration_since(started).as_millis())
-                    .unwrap_or(u64::MAX),
-            });
+            let budget = deadline.saturating_duration_since(started);
+            return Err(VerifyError::deadline_exceeded(
+                image,
+                RESOLVE_OPERATION,
+                budget,
+            ));
         }
     };
     if is_digest(&digest) {
@@ -275,9 +272,7 @@ async fn resolve(
     } else {
         Err(VerifyError::Unavailable {
             image: image.to_owned(),
-            registry: ImageReference::parse(image)
-                .map(|r| r.registry().to_owned())
-                .unwrap_or_default(),
+            registry: crate::verifier::registry_of(image),
             message: format!("registry returned an invalid digest {digest:?}"),
         })
     }

@@ -315,6 +315,27 @@ pub enum VerifyError {
     },
 }
 
+impl VerifyError {
+    /// The budget ran out while `operation` was in progress for `image`: the one place a
+    /// deadline error is made, so each names the image's registry and its budget alike.
+    pub fn deadline_exceeded(image: &str, operation: &str, budget: std::time::Duration) -> Self {
+        VerifyError::DeadlineExceeded {
+            image: image.to_owned(),
+            registry: registry_of(image),
+            operation: operation.to_owned(),
+            budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// The registry host of `image`, or the image itself when it does not parse (so a message
+/// still points somewhere).
+pub fn registry_of(image: &str) -> String {
+    ivory_cel::image::ImageReference::parse(image)
+        .map(|r| r.registry().to_owned())
+        .unwrap_or_else(|_| image.to_owned())
+}
+
 /// The class of a [`VerifyError`], for decisions and metrics labels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorKind {

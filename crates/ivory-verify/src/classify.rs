@@ -3,7 +3,7 @@
 //! chosen here, never the text.
 
 use ivory_engine::verifier::VerifyError;
-use ivory_registry::{Error as RegistryError, parse_reference};
+use ivory_registry::Error as RegistryError;
 use tokio::time::Instant;
 
 /// Classifies `e`, met while doing `operation` for `image`. A failure that arrives after the
@@ -16,18 +16,13 @@ pub(crate) fn map_error(
 ) -> VerifyError {
     use RegistryError as E;
     let registry = registry_of(&e);
-    let budget_ms = match &e {
-        E::DeadlineExceeded { budget, .. } => Some(millis(*budget)),
-        _ if Instant::now() >= deadline => Some(0),
+    let budget = match &e {
+        E::DeadlineExceeded { budget, .. } => Some(*budget),
+        _ if Instant::now() >= deadline => Some(std::time::Duration::ZERO),
         _ => None,
     };
-    if let Some(budget_ms) = budget_ms {
-        return VerifyError::DeadlineExceeded {
-            image: image.to_owned(),
-            registry,
-            operation: operation.to_owned(),
-            budget_ms,
-        };
+    if let Some(budget) = budget {
+        return deadline_error(image, operation, budget);
     }
     // People read the one-line summary; the full chain goes to the debug log.
     tracing::debug!(%image, operation, error = %e, "registry call failed");
@@ -76,14 +71,7 @@ pub(crate) fn deadline_error(
     operation: &str,
     budget: std::time::Duration,
 ) -> VerifyError {
-    VerifyError::DeadlineExceeded {
-        image: image.to_owned(),
-        registry: parse_reference(image)
-            .map(|r| r.registry().to_owned())
-            .unwrap_or_default(),
-        operation: operation.to_owned(),
-        budget_ms: millis(budget),
-    }
+    VerifyError::deadline_exceeded(image, operation, budget)
 }
 
 /// No answer could be had for a reason local to ivory (bad reference, failed task).
@@ -93,10 +81,6 @@ pub(crate) fn unavailable(image: &str, registry: &str, message: String) -> Verif
         registry: registry.to_owned(),
         message,
     }
-}
-
-fn millis(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn registry_of(e: &RegistryError) -> String {

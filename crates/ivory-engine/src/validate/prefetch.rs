@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 
 use futures::future::join_all;
-use ivory_cel::image::ImageReference;
 use ivory_policy::types::Credentials;
 use serde_json::Value;
 use tokio::time::{Instant, timeout_at};
@@ -180,11 +179,9 @@ async fn run_one(
     deadline: Instant,
     budget_ms: u64,
 ) -> Outcome {
-    let expired = || VerifyError::DeadlineExceeded {
-        image: job.image().to_owned(),
-        registry: registry_of(job.image()),
-        operation: job.operation(),
-        budget_ms,
+    let expired = || {
+        let budget = std::time::Duration::from_millis(budget_ms);
+        VerifyError::deadline_exceeded(job.image(), &job.operation(), budget)
     };
     match job {
         Job::Verify(request) => Outcome::Verify(
@@ -213,11 +210,4 @@ async fn run_one(
             .unwrap_or_else(|_| Err(expired())),
         ),
     }
-}
-
-/// The registry host of `image` for messages; the raw string when it does not parse.
-pub(super) fn registry_of(image: &str) -> String {
-    ImageReference::parse(image)
-        .map(|r| r.registry().to_owned())
-        .unwrap_or_else(|_| image.to_owned())
 }
