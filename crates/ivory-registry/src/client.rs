@@ -148,11 +148,6 @@ impl Registry {
             }
             None => Credentials::anonymous(),
         };
-        if config.per_registry_concurrency == 0 {
-            return Err(Error::Config {
-                detail: "per_registry_concurrency must be at least 1".into(),
-            });
-        }
         // One small leak per Registry, so clients built later need no copy.
         let user_agent: &'static str = Box::leak(config.user_agent.clone().into_boxed_str());
         // Building the client now surfaces a bad CA bundle at startup, not on first use.

@@ -1,5 +1,6 @@
 //! Client configuration: plain values, built once by the binary.
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ pub const DEFAULT_MAX_BLOB_BYTES: usize = 8 * 1024 * 1024;
 /// answers can hold); a read that would pass it fails as transient.
 pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 32 * 1024 * 1024;
 /// Concurrent calls in flight per registry host.
-pub const DEFAULT_PER_REGISTRY_CONCURRENCY: usize = 16;
+pub const DEFAULT_PER_REGISTRY_CONCURRENCY: NonZeroUsize = NonZeroUsize::new(16).unwrap();
 /// TCP+TLS connect budget; the per-call deadline still applies on top.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Entries per page for tag and catalog listings.
@@ -30,8 +31,8 @@ pub struct Config {
     pub ca_bundle_pem: Option<Vec<u8>>,
     /// A docker `config.json` whose `auths` apply when a request carries no matching secret.
     pub docker_config: Option<PathBuf>,
-    /// Maximum concurrent calls per registry host.
-    pub per_registry_concurrency: usize,
+    /// Maximum concurrent calls per registry host (zero would stop every call).
+    pub per_registry_concurrency: NonZeroUsize,
     /// Manifest size limit in bytes.
     pub max_manifest_bytes: usize,
     /// Default blob size limit in bytes (callers pass their own to `fetch_blob`).

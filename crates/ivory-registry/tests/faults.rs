@@ -189,7 +189,7 @@ async fn refused_connection_is_a_transient_transport_error() {
 async fn concurrency_cap_queues_calls_per_registry() {
     let hung = HungRegistry::start().await.unwrap();
     let r = Registry::new(Config {
-        per_registry_concurrency: 1,
+        per_registry_concurrency: std::num::NonZeroUsize::MIN,
         ..Config::default()
     })
     .unwrap();

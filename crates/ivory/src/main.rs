@@ -188,6 +188,37 @@ mod tests {
     }
 
     #[test]
+    fn every_command_that_reaches_registries_takes_the_same_registry_flags() {
+        use clap::Parser as _;
+        let flags = [
+            "--registry-ca",
+            "/nonexistent/ca.pem",
+            "--docker-config",
+            "/nonexistent/config.json",
+            "--registry-concurrency",
+            "3",
+            "--allow-http-registry",
+        ];
+        for command in ["serve", "verify", "apply", "audit"] {
+            let parsed = super::Cli::try_parse_from(["ivory", command].iter().chain(&flags));
+            // Parsing may stop at the command's own required arguments, never at these flags.
+            if let Err(e) = &parsed {
+                assert!(
+                    e.kind() == clap::error::ErrorKind::MissingRequiredArgument,
+                    "{command}: {e}"
+                );
+            }
+            let zero =
+                super::Cli::try_parse_from(["ivory", command, "--registry-concurrency", "0"]);
+            let err = zero.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                err.contains("--registry-concurrency"),
+                "{command} accepted 0: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn logs_are_text_only_for_one_shot_commands_on_a_terminal() {
         use super::{LogFormat, default_log_format};
         assert_eq!(default_log_format(false, true), LogFormat::Text);

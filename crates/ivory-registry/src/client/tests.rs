@@ -31,17 +31,6 @@ fn ca_bundle_must_hold_a_certificate() {
 }
 
 #[test]
-fn zero_concurrency_is_refused() {
-    let err = Registry::new(Config {
-        per_registry_concurrency: 0,
-        ..Config::default()
-    })
-    .err()
-    .unwrap();
-    assert!(err.to_string().contains("per_registry_concurrency"));
-}
-
-#[test]
 fn platform_matching_honours_variant() {
     let p = serde_json::json!({"os":"linux","architecture":"arm64","variant":"v8"});
     let mut want = Platform {

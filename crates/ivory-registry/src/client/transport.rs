@@ -201,7 +201,11 @@ impl Registry {
         let mut gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
         gates
             .entry(host.to_string())
-            .or_insert_with(|| Arc::new(Semaphore::new(self.inner.config.per_registry_concurrency)))
+            .or_insert_with(|| {
+                Arc::new(Semaphore::new(
+                    self.inner.config.per_registry_concurrency.get(),
+                ))
+            })
             .clone()
     }
 

@@ -23,6 +23,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{IsTerminal as _, Write as _};
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -43,6 +44,9 @@ use super::output::{self, AuditFormat, Counts};
 use super::wiring::{self, RegistryOpts, duration, positive};
 
 mod cluster;
+
+/// Default of `--concurrency`: images verified at the same time.
+const DEFAULT_CONCURRENCY: NonZeroUsize = NonZeroUsize::new(8).unwrap();
 
 #[derive(clap::Args)]
 #[command(
@@ -72,8 +76,8 @@ pub(crate) struct Args {
     #[arg(long, value_name = "FILE", num_args = 0..=1)]
     kubeconfig: Option<Option<PathBuf>>,
     /// Images verified at the same time.
-    #[arg(long, value_name = "N", default_value_t = 8, value_parser = positive)]
-    concurrency: usize,
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY)]
+    concurrency: NonZeroUsize,
     /// Images listed from registries at most; past it the listing stops and says so (an
     /// error entry: exit 2).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_IMAGES, value_parser = positive)]
@@ -324,7 +328,7 @@ struct Pipeline<'a> {
 
 impl<'a> Pipeline<'a> {
     fn new(
-        limit: usize,
+        limit: NonZeroUsize,
         checker: &Arc<Checker>,
         finished: &'a mut Finished,
         progress: &'a mut Progress,
@@ -332,8 +336,8 @@ impl<'a> Pipeline<'a> {
         progress.start("verifying", 0);
         Self {
             checker: checker.clone(),
-            limit,
-            permits: Arc::new(Semaphore::new(limit)),
+            limit: limit.get(),
+            permits: Arc::new(Semaphore::new(limit.get())),
             tasks: JoinSet::new(),
             groups: HashMap::new(),
             seen: HashSet::new(),

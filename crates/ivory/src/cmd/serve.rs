@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use ivory_registry::{Config as RegistryConfig, Registry};
+use ivory_registry::Registry;
 use ivory_server::budget::parse_go_duration;
 use ivory_server::{
     AppState, DEFAULT_BODY_LIMIT, FileSource, HttpLimits, Listen, Metrics, PolicyStore,
@@ -44,14 +44,8 @@ pub(crate) struct Args {
     /// are passed on. The Helm chart and the kustomize base turn it on.
     #[arg(long)]
     supervise: bool,
-    /// Extra CA certificates (PEM) trusted for registries.
-    #[arg(long, value_name = "FILE")]
-    registry_ca: Option<PathBuf>,
-    /// Docker config.json whose `auths` are used for registries.
-    #[arg(long, value_name = "FILE")]
-    docker_config: Option<PathBuf>,
     #[command(flatten)]
-    insecure: super::wiring::InsecureOpts,
+    registry: super::wiring::RegistryAccessOpts,
     /// Watch ImageValidatingPolicies, NamespacedImageValidatingPolicies, Namespaces and the
     /// registry Secrets of ivory's namespace through the Kubernetes API (KUBECONFIG or
     /// in-cluster config) instead of reading --policies.
@@ -177,7 +171,7 @@ pub(crate) async fn run(
     let inherited = supervise::inherited_listener()?;
 
     let kube_slot = Arc::new(std::sync::OnceLock::new());
-    let registry = Registry::new(registry_config(&args)?).context("creating registry client")?;
+    let registry = Registry::new(args.registry.config()?).context("creating registry client")?;
     let l2 = match &args.cache_redis {
         Some(url) => Some(l2_wiring::connect(
             url,
@@ -304,27 +298,6 @@ pub(crate) async fn run(
     .await?;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
-}
-
-fn registry_config(args: &Args) -> anyhow::Result<RegistryConfig> {
-    let ca_bundle_pem = match &args.registry_ca {
-        Some(path) => Some(
-            std::fs::read(path)
-                .with_context(|| format!("reading --registry-ca {}", path.display()))?,
-        ),
-        None => None,
-    };
-    if let Some(path) = &args.docker_config {
-        std::fs::metadata(path)
-            .with_context(|| format!("reading --docker-config {}", path.display()))?;
-    }
-    let mut config = RegistryConfig {
-        ca_bundle_pem,
-        docker_config: args.docker_config.clone(),
-        ..RegistryConfig::default()
-    };
-    args.insecure.apply(&mut config);
-    Ok(config)
 }
 
 /// Loads the policies once (the server is not ready until a clean load), then keeps watching.

@@ -2,10 +2,9 @@
 //! verifier, policy loading, and running the engine per webhook route exactly as `ivory serve`
 //! does (cluster route with every ImageValidatingPolicy, namespaced route with the request
 //! namespace's NamespacedImageValidatingPolicies).
-//!
-//! `ivory serve` still builds its registry configuration itself (`cmd/serve.rs`); the two
-//! should converge on [`RegistryOpts`].
+//! `ivory serve` takes the same registry flags ([`RegistryAccessOpts`]).
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,9 +25,10 @@ use ivory_verify::{CosignVerifier, SharedCache, VerifierConfig};
 use serde_json::Value;
 use tokio::time::Instant;
 
-/// Registry access flags.
+/// How every command reaches registries: trust, credentials, concurrency, insecure registries
+/// (`ivory serve` and the one-shot commands alike).
 #[derive(clap::Args, Clone, Debug)]
-pub(crate) struct RegistryOpts {
+pub(crate) struct RegistryAccessOpts {
     /// Extra CA certificates (PEM) trusted for registries.
     #[arg(long, value_name = "FILE")]
     pub registry_ca: Option<PathBuf>,
@@ -36,15 +36,48 @@ pub(crate) struct RegistryOpts {
     #[arg(long, value_name = "FILE")]
     pub docker_config: Option<PathBuf>,
     /// Most requests in flight to any one registry host at a time.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_PER_REGISTRY_CONCURRENCY, value_parser = positive)]
-    pub registry_concurrency: usize,
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PER_REGISTRY_CONCURRENCY)]
+    pub registry_concurrency: NonZeroUsize,
+    #[command(flatten)]
+    pub insecure: InsecureOpts,
+}
+
+impl RegistryAccessOpts {
+    /// The registry client configuration these flags give; a named file that cannot be read
+    /// is an error naming its flag.
+    pub(crate) fn config(&self) -> anyhow::Result<RegistryConfig> {
+        let ca_bundle_pem = match &self.registry_ca {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .with_context(|| format!("reading --registry-ca {}", path.display()))?,
+            ),
+            None => None,
+        };
+        if let Some(path) = &self.docker_config {
+            std::fs::metadata(path)
+                .with_context(|| format!("reading --docker-config {}", path.display()))?;
+        }
+        let mut config = RegistryConfig {
+            ca_bundle_pem,
+            docker_config: self.docker_config.clone(),
+            per_registry_concurrency: self.registry_concurrency,
+            ..RegistryConfig::default()
+        };
+        self.insecure.apply(&mut config);
+        Ok(config)
+    }
+}
+
+/// The one-shot commands' registry flags: access, the tag cache and the persistent cache.
+#[derive(clap::Args, Clone, Debug)]
+pub(crate) struct RegistryOpts {
+    #[command(flatten)]
+    pub access: RegistryAccessOpts,
     /// How long a tag's resolved digest is reused (Go duration; 0s disables the cache). Longer
     /// spares registries a herd of lookups for popular tags; shorter notices a moved tag
     /// sooner. Never reused across credential sets.
     #[arg(long, value_name = "DURATION", default_value = TAG_CACHE_TTL, value_parser = duration)]
     pub tag_cache_ttl: Duration,
-    #[command(flatten)]
-    pub insecure: InsecureOpts,
     #[command(flatten)]
     pub cache: CacheOpts,
 }
@@ -116,26 +149,9 @@ impl InsecureOpts {
 pub(crate) const TAG_CACHE_TTL: &str = "30s";
 
 impl RegistryOpts {
+    /// The registry client configuration of [`RegistryAccessOpts::config`].
     pub(crate) fn config(&self) -> anyhow::Result<RegistryConfig> {
-        let ca_bundle_pem = match &self.registry_ca {
-            Some(path) => Some(
-                std::fs::read(path)
-                    .with_context(|| format!("reading --registry-ca {}", path.display()))?,
-            ),
-            None => None,
-        };
-        if let Some(path) = &self.docker_config {
-            std::fs::metadata(path)
-                .with_context(|| format!("reading --docker-config {}", path.display()))?;
-        }
-        let mut config = RegistryConfig {
-            ca_bundle_pem,
-            docker_config: self.docker_config.clone(),
-            per_registry_concurrency: self.registry_concurrency,
-            ..RegistryConfig::default()
-        };
-        self.insecure.apply(&mut config);
-        Ok(config)
+        self.access.config()
     }
 
     /// The cosign verifier over a registry client built from these flags, behind the
