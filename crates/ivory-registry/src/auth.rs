@@ -6,7 +6,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use base64::Engine as _;
-use oci_client::secrets::RegistryAuth;
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
@@ -98,6 +97,26 @@ impl Credentials {
 
     pub(crate) fn basic_for(&self, registry: &str) -> Option<&Basic> {
         self.auths.get(&normalize_host(registry))
+    }
+}
+
+/// The credentials one registry call carries, and the key its bearer tokens are kept under
+/// (tokens are never shared across credential sets). ivory never sends a token it was given:
+/// bearer tokens are always fetched from the registry's realm for the repository.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) enum RegistryAuth {
+    /// No credentials.
+    Anonymous,
+    /// User name and password (or identity token as password), for Basic or a token realm.
+    Basic(String, String),
+}
+
+impl std::fmt::Debug for RegistryAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegistryAuth::Anonymous => f.write_str("Anonymous"),
+            RegistryAuth::Basic(user, _) => write!(f, "Basic({user:?}, <redacted>)"),
+        }
     }
 }
 
@@ -270,5 +289,7 @@ mod tests {
             RegistryAuth::Basic("global".into(), "g".into())
         );
         assert_eq!(registry_auth("x", &c, &global), RegistryAuth::Anonymous);
+        let shown = format!("{:?}", registry_auth("h", &c, &global));
+        assert!(shown.contains("first") && !shown.contains('1'), "{shown}");
     }
 }

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ivory_reference::ImageReference;
-use oci_client::secrets::RegistryAuth;
 use reqwest::Method;
 
 use crate::reference::{parse_reference, sibling};
@@ -18,7 +17,7 @@ use rustls_pki_types::pem::PemObject;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use crate::auth::{Credentials, registry_auth};
+use crate::auth::{Credentials, RegistryAuth, registry_auth};
 use crate::config::Config;
 use crate::digest;
 use crate::error::{Error, Result, Site};

@@ -1,9 +1,9 @@
 //! ivory-registry: OCI registry access for verification and digest pinning.
 //!
 //! Image references are `ivory-reference`'s, the one reference type the engine, the verifier
-//! and this crate share; the credential type comes from oci-client. Requests go through ivory's own
-//! reqwest layer, because oci-client reads whole bodies before any limit applies and
-//! exposes neither its HTTP client nor its redirect policy. Every answer is streamed under
+//! and this crate share. Requests go through ivory's own reqwest layer, not oci-client,
+//! because oci-client reads whole bodies before any limit applies and exposes neither its
+//! HTTP client nor its redirect policy. Every answer is streamed under
 //! a hard cap and a shared read budget; registry text never reaches an error message (it is
 //! logged, truncated); redirects are capped, never downgrade TLS and never carry
 //! credentials to another origin; credentials go over TLS only, unless the policy allows

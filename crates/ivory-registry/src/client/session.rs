@@ -5,15 +5,14 @@
 
 use std::time::Duration;
 
-use oci_client::secrets::RegistryAuth;
 use reqwest::header::{AUTHORIZATION, HeaderValue, WWW_AUTHENTICATE};
 use reqwest::{Method, StatusCode, Url};
 use serde::Deserialize;
 use tokio::time::Instant;
 
 use super::http::{MAX_TOKEN_BYTES, error_snippet, read_capped};
-use super::transport::AuthKey;
 use super::{Registry, Target};
+use crate::auth::RegistryAuth;
 use crate::error::{Error, Result, Site, truncate};
 use crate::stats::{Counters, StatusClass};
 
@@ -96,7 +95,7 @@ fn parse_challenge(header: Option<&HeaderValue>) -> Challenge {
 pub(crate) struct TokenKey {
     origin: String,
     repository: String,
-    auth: AuthKey,
+    auth: RegistryAuth,
 }
 
 /// A cached Bearer token.
@@ -161,7 +160,6 @@ impl Registry {
             return Ok(None);
         }
         match (&t.auth, self.challenge(conn, t, site).await?) {
-            (RegistryAuth::Bearer(token), _) => Ok(Some(format!("Bearer {token}"))),
             (_, Challenge::Open) | (RegistryAuth::Anonymous, Challenge::Basic) => Ok(None),
             (RegistryAuth::Basic(u, p), Challenge::Basic) => Ok(Some(basic(u, p))),
             (_, Challenge::Bearer { realm, service }) => self
@@ -234,7 +232,7 @@ impl Registry {
         let key = TokenKey {
             origin: conn.origin(&t.host),
             repository: t.reference.repository().to_string(),
-            auth: AuthKey::from(&t.auth),
+            auth: t.auth.clone(),
         };
         if let Some(tok) = self.inner.tokens.get(&key).await
             && Instant::now() < tok.until
@@ -333,7 +331,7 @@ impl Registry {
         let key = TokenKey {
             origin: conn.origin(&t.host),
             repository: t.reference.repository().to_string(),
-            auth: AuthKey::from(&t.auth),
+            auth: t.auth.clone(),
         };
         self.inner.tokens.invalidate(&key).await;
     }

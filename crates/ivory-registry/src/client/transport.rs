@@ -5,7 +5,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oci_client::secrets::RegistryAuth;
 use tokio::sync::Semaphore;
 use tokio::time::{Instant, timeout_at};
 
@@ -25,24 +24,6 @@ const RETRY_BASE: Duration = Duration::from_millis(100);
 const RETRY_CAP: Duration = Duration::from_secs(2);
 /// Attempts per call, whatever the deadline.
 const MAX_ATTEMPTS: u32 = 8;
-
-/// A credential set, as a cache key (tokens are never shared across credential sets).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum AuthKey {
-    Anonymous,
-    Basic(String, String),
-    Bearer(String),
-}
-
-impl From<&RegistryAuth> for AuthKey {
-    fn from(a: &RegistryAuth) -> Self {
-        match a {
-            RegistryAuth::Anonymous => AuthKey::Anonymous,
-            RegistryAuth::Basic(u, p) => AuthKey::Basic(u.clone(), p.clone()),
-            RegistryAuth::Bearer(t) => AuthKey::Bearer(t.clone()),
-        }
-    }
-}
 
 // === impl Registry ===
 
