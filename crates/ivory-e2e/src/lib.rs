@@ -15,7 +15,7 @@ pub use cluster::{Cluster, KEEP_ENV, KUBECONFIG_ENV};
 pub use ivory::{IvoryServer, ivory_binary, run_ivory};
 pub use matrix::{FailureMatrix, Row, report_path};
 pub use metrics::metric_value;
-pub use support::{create_namespace, eventually, unique_name, unused_local_port};
+pub use support::{create_namespace, eventually, unique_name};
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -69,9 +69,6 @@ pub enum Error {
     /// An API request could not be built.
     #[error("building a request: {0}")]
     Request(String),
-    /// No free loopback port was found.
-    #[error("finding a free port on 127.0.0.1: {0}")]
-    Port(#[source] std::io::Error),
     /// The ivory binary could not be started.
     #[error("running {binary} (build it with `cargo build -p ivory`): {source}")]
     Ivory {

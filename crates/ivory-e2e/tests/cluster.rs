@@ -4,9 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use ivory_e2e::{
-    Cluster, create_namespace, eventually, metric_value, unique_name, unused_local_port,
-};
+use ivory_e2e::{Cluster, create_namespace, eventually, metric_value, unique_name};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, PostParams};
@@ -116,7 +114,8 @@ async fn unreachable_webhook_rejects_with_fail_and_is_skipped_with_ignore() -> R
     let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let config = unique_name("e2e-unreachable");
     let hook = format!("{config}.ivory-e2e.test");
-    let port = unused_local_port()?;
+    // Nothing listens there: a webhook URL on it gets "connection refused".
+    let port = ivory_testkit::free_port()?;
 
     // failurePolicy Fail: once the configuration is active, pod creation is refused.
     configs
