@@ -7,6 +7,7 @@
 
 mod autogen;
 mod blind_spots;
+pub mod cluster_reads;
 mod compile;
 pub mod compiled;
 pub mod ephemeral;
@@ -26,6 +27,7 @@ mod testutil;
 
 pub use autogen::{CRONJOBS, DEFAULTS, autogen_rules, eligible_rule, rewrite as autogen_rewrite};
 pub use blind_spots::blind_spots;
+pub use cluster_reads::{ClusterReads, ResourceRead};
 pub use compile::compile;
 pub use compiled::{
     CompiledAttestor, CompiledAuditAnnotation, CompiledPolicy, CompiledValidation, ImageMatcher,
