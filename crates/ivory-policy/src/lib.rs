@@ -37,7 +37,9 @@ pub use compiled::{
 pub use error::{PolicyError, Result};
 pub use exception::CompiledException;
 pub use glob::{GlobError, compile_image_glob};
-pub use load::{LoadReport, PolicyFiles, documents, load_path, load_str, policy_files, read_policy_files};
+pub use load::{
+    LoadReport, PolicyFiles, documents, load_path, load_str, policy_files, read_policy_files,
+};
 
 /// The embedded default policy (`policies/default.yaml`): pin every pod image to its digest.
 pub const DEFAULT_POLICY_YAML: &str = include_str!("../../../policies/default.yaml");
