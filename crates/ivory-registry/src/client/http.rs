@@ -154,6 +154,7 @@ pub(crate) fn build_client(
         .connect_timeout(config.connect_timeout)
         .user_agent(user_agent)
         .redirect(Policy::custom(redirect))
+        .dns_resolver(std::sync::Arc::new(super::resolve::GuardedResolver))
         .build()
 }
 

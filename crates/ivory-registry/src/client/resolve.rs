@@ -1,0 +1,118 @@
+//! Name resolution that never connects to a cloud metadata service: a registry host (or a
+//! redirect target) whose name resolves to link-local, unspecified or AWS's IPv6 metadata
+//! addresses is refused at connect time, whatever the name. Request data can name any image,
+//! and a name is resolved only when it is connected to, so this is where a name that points at
+//! 169.254.169.254 is stopped (literal addresses are refused before any request by the engine).
+
+use std::net::{IpAddr, SocketAddr};
+
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
+/// The system resolver (`getaddrinfo`, as reqwest's default), without forbidden addresses.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct GuardedResolver;
+
+/// A name that resolved to forbidden addresses only.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{host} resolves to {ip}, a link-local, unspecified or metadata address: ivory does not connect there"
+)]
+struct Refused {
+    host: String,
+    ip: IpAddr,
+}
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let (kept, refused) = keep_allowed(found);
+            match (kept.is_empty(), refused) {
+                (true, Some(ip)) => Err(Box::new(Refused { host, ip }).into()),
+                _ => Ok(Box::new(kept.into_iter()) as Addrs),
+            }
+        })
+    }
+}
+
+/// The allowed addresses, and the first refused one.
+fn keep_allowed(found: Vec<SocketAddr>) -> (Vec<SocketAddr>, Option<IpAddr>) {
+    let mut refused = None;
+    let kept = found
+        .into_iter()
+        .filter(|a| {
+            let bad = is_metadata_or_unspecified(a.ip());
+            if bad {
+                refused.get_or_insert(a.ip());
+            }
+            !bad
+        })
+        .collect();
+    (kept, refused)
+}
+
+/// Addresses ivory never connects to: link-local (cloud metadata services answer on
+/// 169.254.169.254 and fe80::/10 neighbours), AWS's IPv6 metadata address, unspecified ones
+/// (which reach the local host), and the IPv4-mapped forms of these.
+pub fn is_metadata_or_unspecified(ip: IpAddr) -> bool {
+    const AWS_METADATA_V6: [u16; 8] = [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254];
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local() || v4.is_unspecified(),
+        IpAddr::V6(v6) => {
+            v6.is_unspecified()
+                || v6.segments() == AWS_METADATA_V6
+                || (v6.segments()[0] & 0xffc0) == 0xfe80
+                || v6
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| is_metadata_or_unspecified(IpAddr::V4(v4)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(ip: &str) -> SocketAddr {
+        SocketAddr::new(ip.parse().unwrap(), 0)
+    }
+
+    #[test]
+    fn metadata_link_local_and_unspecified_addresses_are_dropped() {
+        for bad in [
+            "169.254.169.254",
+            "0.0.0.0",
+            "fd00:ec2::254",
+            "fe80::1",
+            "::",
+            "::ffff:169.254.169.254",
+        ] {
+            assert!(is_metadata_or_unspecified(bad.parse().unwrap()), "{bad}");
+        }
+        for good in ["127.0.0.1", "10.0.0.1", "::1", "2001:db8::1", "192.168.1.1"] {
+            assert!(!is_metadata_or_unspecified(good.parse().unwrap()), "{good}");
+        }
+        let (kept, refused) = keep_allowed(vec![addr("169.254.169.254"), addr("10.1.2.3")]);
+        assert_eq!(
+            (kept, refused),
+            (
+                vec![addr("10.1.2.3")],
+                Some("169.254.169.254".parse().unwrap())
+            )
+        );
+        let (kept, refused) = keep_allowed(vec![addr("fe80::1")]);
+        assert!(kept.is_empty() && refused.is_some());
+    }
+
+    #[tokio::test]
+    async fn real_names_resolve_through_the_system_resolver() {
+        let name: Name = "localhost".parse().unwrap();
+        let addrs: Vec<SocketAddr> = GuardedResolver.resolve(name).await.unwrap().collect();
+        assert!(
+            !addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback()),
+            "{addrs:?}"
+        );
+    }
+}
