@@ -101,6 +101,15 @@ pub fn split_api_version(api_version: &str) -> Option<(&str, &str)> {
     (word(version) && (group.is_empty() || word(group))).then_some((group, version))
 }
 
+/// Whether `program` calls any cluster-read function.
+pub(crate) fn reads_cluster(program: &Program) -> bool {
+    RESOURCE_GET
+        .iter()
+        .chain(&RESOURCE_LIST)
+        .chain(&GLOBAL_CONTEXT_GET)
+        .any(|name| program.calls_function(name))
+}
+
 /// Records what `program` reads into `reads`; a call ivory cannot know before it runs, or may
 /// not serve, is returned as an error message. `policy_namespace` is set for a
 /// NamespacedImageValidatingPolicy, whose calls take no namespace argument.

@@ -476,6 +476,16 @@ impl CelCompiler<'_> {
                 (None, Some(expr)) => {
                     let field = format!("spec.matchImageReferences[{i}].expression");
                     if let Some(p) = self.expr(expr, &field, &ref_scope) {
+                        if cluster_reads::reads_cluster(&p) {
+                            // Kyverno compiles these in an environment without its libraries;
+                            // and an image's selection must not depend on cluster state.
+                            self.errs.push(
+                                &field,
+                                "resource and globalContext are not available in \
+                                 matchImageReferences (Kyverno's match environment has no \
+                                 libraries): read the cluster in a validation",
+                            );
+                        }
                         out.push(ImageMatcher::Expression(p));
                     }
                 }

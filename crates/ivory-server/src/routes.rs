@@ -481,7 +481,16 @@ async fn run_engine(
     let engine = async {
         match stage {
             Stage::Mutate => {
-                mutate::mutate(verifier, selected, req, ns_object, budget.deadline).await
+                let resources = state.resources.as_ref();
+                mutate::mutate_with(
+                    verifier,
+                    resources,
+                    selected,
+                    req,
+                    ns_object,
+                    budget.deadline,
+                )
+                .await
             }
             Stage::Validate => {
                 let resources = state.resources.as_ref();

@@ -260,3 +260,59 @@ async fn global_context_entries_answer_their_objects() {
         Status::Fail
     );
 }
+
+/// A policy pinning only where a ConfigMap of ivory's namespace says so (its matchConditions
+/// read the cluster in the mutating stage too).
+fn pinning_policy(failure: &str) -> CompiledPolicy {
+    let yaml = format!(
+        "apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata:
+  name: pin-where-told
+spec:
+  failurePolicy: {failure}
+  matchConstraints:
+    resourceRules:
+    - apiGroups: ['']
+      apiVersions: ['v1']
+      operations: ['CREATE']
+      resources: ['pods']
+  matchConditions:
+  - name: told
+    expression: resource.Get('v1', 'configmaps', 'ivory', 'pinning').data.pin == 'yes'
+  attestors: []
+  validations:
+  - expression: 'true'
+"
+    );
+    let report = ivory_policy::load_str(&yaml, "test.yaml");
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    report.policies.into_iter().next().expect("one policy")
+}
+
+#[tokio::test]
+async fn the_mutating_stage_reads_the_cluster_in_match_conditions() {
+    let told = |pin: &str| {
+        FileResources::new(vec![json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "pinning", "namespace": "ivory"}, "data": {"pin": pin}})])
+        .unwrap()
+    };
+    let deadline = || Instant::now() + Duration::from_secs(10);
+    let verifier = FakeVerifier::new();
+    let p = pinning_policy("Fail");
+    let req = pod("ghcr.io/acme/app:1");
+    let pinned =
+        crate::mutate::mutate_with(&verifier, &told("yes"), &[&p], &req, None, deadline()).await;
+    assert!(pinned.allowed && pinned.patch.len() == 1, "{pinned:?}");
+    let left =
+        crate::mutate::mutate_with(&verifier, &told("no"), &[&p], &req, None, deadline()).await;
+    assert!(left.allowed && left.patch.is_empty(), "{left:?}");
+    // Unavailable: Fail denies, Ignore leaves the policy out; never "not matched" by accident.
+    let failed =
+        crate::mutate::mutate_with(&verifier, &Unsynced, &[&p], &req, None, deadline()).await;
+    assert!(!failed.allowed, "{failed:?}");
+    let ignore = pinning_policy("Ignore");
+    let skipped =
+        crate::mutate::mutate_with(&verifier, &Unsynced, &[&ignore], &req, None, deadline()).await;
+    assert!(skipped.allowed && skipped.patch.is_empty(), "{skipped:?}");
+}

@@ -146,6 +146,15 @@ fn cel_errors_name_the_field() {
         ),
         (
             vec![set(
+                "/spec/matchImageReferences",
+                json!([{"expression": "ref.startsWith(resource.Get('v1', 'configmaps', 'ivory', 'r').data.prefix)"}]),
+            )],
+            vec![
+                "spec.matchImageReferences[0].expression: resource and globalContext are not available in matchImageReferences (Kyverno's match environment has no libraries): read the cluster in a validation",
+            ],
+        ),
+        (
+            vec![set(
                 "/spec/validations/0/expression",
                 json!("resource.Get('v1', 'configmaps', 'keys') != null"),
             )],

@@ -321,7 +321,15 @@ pub(crate) async fn run_routes(
         };
         let mut d = match stage {
             Stage::Mutate => {
-                mutate::mutate(verifier, &selected, req, ns_object.as_ref(), deadline).await
+                mutate::mutate_with(
+                    verifier,
+                    resources,
+                    &selected,
+                    req,
+                    ns_object.as_ref(),
+                    deadline,
+                )
+                .await
             }
             Stage::Validate => {
                 validate::validate_with(
