@@ -3,9 +3,10 @@
 //!
 //! Which kinds to watch comes from the loaded policies ([`ivory_policy::ClusterReads`], known at
 //! load): [`ResourceWatches::follow`] starts a watch when a policy needs it and stops it when
-//! none does (hot reload). A watch answers only once its first list is complete; before that,
-//! while it is relisting after losing its place, or when it holds more than its bounds, a read
-//! fails (the policy's failurePolicy decides) instead of answering from a partial set.
+//! none does (hot reload). A watch answers only once its first list is complete (a relist after it lost its place keeps
+//! serving the previous complete set until the new one is complete); before that, or when it
+//! holds more than its bounds, a read fails (the policy's failurePolicy decides) instead of
+//! answering from a partial set.
 //!
 //! Memory is bounded per watch ([`WatchLimits`]: objects and bytes, `managedFields` dropped);
 //! what each holds is exported as metrics. GlobalContextEntries (`kyverno.io/v2beta1`, watched
@@ -458,5 +459,158 @@ fn forbidden_hint(read: &ResourceRead, error: &str) -> String {
         )
     } else {
         error.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::GroupVersionKind;
+    use serde_json::json;
+
+    use super::*;
+
+    fn resource() -> ApiResource {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("", "v1", "ConfigMap"),
+            "configmaps",
+        )
+    }
+
+    fn cm(name: &str, data: &str) -> DynamicObject {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ivory",
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+            "data": {"k": data},
+        }))
+        .unwrap()
+    }
+
+    fn step(
+        h: &mut Held,
+        pending: &mut Option<Listing>,
+        e: watcher::Event<DynamicObject>,
+        limits: WatchLimits,
+    ) -> bool {
+        apply(h, pending, e, &resource(), limits)
+    }
+
+    #[test]
+    fn a_watch_serves_only_complete_lists_within_its_bounds() {
+        let limits = WatchLimits {
+            max_objects: 2,
+            max_bytes: 4096,
+        };
+        let (mut h, mut pending) = (Held::default(), None);
+        assert!(!step(&mut h, &mut pending, watcher::Event::Init, limits));
+        assert!(!step(
+            &mut h,
+            &mut pending,
+            watcher::Event::InitApply(cm("a", "1")),
+            limits
+        ));
+        assert!(
+            !h.synced && h.objects.is_empty(),
+            "nothing served before the list completes"
+        );
+        assert!(!step(
+            &mut h,
+            &mut pending,
+            watcher::Event::InitDone,
+            limits
+        ));
+        assert!(h.synced && h.objects.len() == 1);
+        let stored = &h.objects[&("ivory".to_owned(), "a".to_owned())];
+        assert_eq!(
+            (stored["apiVersion"].as_str(), stored["kind"].as_str()),
+            (Some("v1"), Some("ConfigMap"))
+        );
+        assert!(
+            stored["metadata"].get("managedFields").is_none(),
+            "{stored}"
+        );
+        assert_eq!(h.bytes, size_of(stored));
+
+        // An update replaces; a delete removes and gives its bytes back.
+        assert!(!step(
+            &mut h,
+            &mut pending,
+            watcher::Event::Apply(cm("a", "22")),
+            limits
+        ));
+        assert!(!step(
+            &mut h,
+            &mut pending,
+            watcher::Event::Apply(cm("b", "3")),
+            limits
+        ));
+        assert_eq!(h.objects.len(), 2);
+        assert!(!step(
+            &mut h,
+            &mut pending,
+            watcher::Event::Delete(cm("b", "3")),
+            limits
+        ));
+        let a = h.objects[&("ivory".to_owned(), "a".to_owned())].clone();
+        assert_eq!((h.objects.len(), h.bytes), (1, size_of(&a)));
+
+        // Past a bound: everything dropped, nothing served, until a list within bounds.
+        assert!(!step(
+            &mut h,
+            &mut pending,
+            watcher::Event::Apply(cm("b", "3")),
+            limits
+        ));
+        assert!(step(
+            &mut h,
+            &mut pending,
+            watcher::Event::Apply(cm("c", "4")),
+            limits
+        ));
+        assert!(h.objects.is_empty() && h.bytes == 0 && !h.synced);
+        assert!(
+            h.over.as_deref().is_some_and(|o| o.contains("3 objects")),
+            "{:?}",
+            h.over
+        );
+        let big = WatchLimits {
+            max_objects: 10,
+            max_bytes: 150,
+        };
+        let (mut h, mut pending) = (Held::default(), None);
+        step(&mut h, &mut pending, watcher::Event::Init, big);
+        assert!(step(
+            &mut h,
+            &mut pending,
+            watcher::Event::InitApply(cm("a", &"x".repeat(200))),
+            big
+        ));
+        assert!(
+            h.over.as_deref().is_some_and(|o| o.contains("bytes")),
+            "{:?}",
+            h.over
+        );
+        step(&mut h, &mut pending, watcher::Event::Init, big);
+        step(
+            &mut h,
+            &mut pending,
+            watcher::Event::InitApply(cm("a", "small")),
+            big,
+        );
+        step(&mut h, &mut pending, watcher::Event::InitDone, big);
+        assert!(h.synced && h.over.is_none() && h.objects.len() == 1);
+    }
+
+    #[test]
+    fn a_refused_watch_says_what_to_grant() {
+        let read = global_context_watch();
+        let hint = forbidden_hint(&read, "ApiError: forbidden (403)");
+        assert!(
+            hint.contains("clusterReads") && hint.contains("globalcontextentries"),
+            "{hint}"
+        );
+        assert_eq!(
+            forbidden_hint(&read, "connection reset"),
+            "connection reset"
+        );
     }
 }
