@@ -2,12 +2,12 @@
 //! policy takes its cosign key from a ConfigMap through `resource.Get` (Kyverno's
 //! "key from a ConfigMap" scenario). The ConfigMap's key decides; without the file the read
 //! fails and the failurePolicy decides (never an empty answer); a file ivory refuses (a
-//! Secret) is an error naming it.
+//! Secret) is an error naming it. `ivory serve --cluster-resources` (file mode) answers the same.
 
 use ivory_testkit::{HarnessOptions, RegistryHarness};
 
 use crate::cli_util::{ivory, push_fixture, write, write_ca};
-use crate::util::{VERIFY_SIGNED, fixtures};
+use crate::util::{Ivory, Tls, VERIFY_SIGNED, fixtures, pod_review};
 
 fn policy(glob: &str) -> String {
     format!(
@@ -155,4 +155,62 @@ async fn a_configmap_given_as_a_cluster_resource_holds_the_key() {
     .await;
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert_eq!(run.json()["summary"]["allowed"], 1, "{}", run.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_in_file_mode_reads_cluster_resources_files() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let (signed, digest) = push_fixture(&h, "sig-p256").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = write_ca(dir.path(), &h);
+    let policy = write(
+        dir.path(),
+        "policy.yaml",
+        &policy(&format!("{}/*", h.host())),
+    );
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    // As the mutating stage leaves it: pinned.
+    let review = pod_review("u-1", &[&format!("{signed}@{digest}")]);
+    for (key, allowed) in [("cosign-p256.pub", true), ("untrusted-p256.pub", false)] {
+        let cluster = write(dir.path(), "cluster.yaml", &config_map(key));
+        let tls = Tls::write(dir.path(), "ivory test CA");
+        let ivory = Ivory::start(
+            &tls,
+            &[
+                "--policies".into(),
+                path(&policy),
+                "--cluster-resources".into(),
+                path(&cluster),
+                "--registry-ca".into(),
+                path(&ca),
+            ],
+        )
+        .await;
+        let resp = ivory
+            .review("/ivpol/validate/key-from-configmap", &review)
+            .await;
+        assert_eq!(resp["allowed"], allowed, "{key}: {resp}\n{}", ivory.logs());
+    }
+    // Without the file: the read fails, failurePolicy Fail denies, naming why.
+    let tls = Tls::write(dir.path(), "ivory test CA");
+    let ivory = Ivory::start(
+        &tls,
+        &[
+            "--policies".into(),
+            path(&policy),
+            "--registry-ca".into(),
+            path(&ca),
+        ],
+    )
+    .await;
+    let resp = ivory
+        .review("/ivpol/validate/key-from-configmap", &review)
+        .await;
+    assert_eq!(resp["allowed"], false, "{resp}");
+    assert!(
+        resp.to_string().contains("cluster data unavailable"),
+        "{resp}"
+    );
 }
