@@ -640,4 +640,38 @@ mod tests {
             Some(5.0)
         );
     }
+
+    #[test]
+    fn watches_of_cluster_reads_are_exported_and_go_when_they_stop() {
+        use crate::cluster_resources::WatchStats;
+        let held = Arc::new(Mutex::new(vec![WatchStats {
+            resource: "v1 configmaps in namespace ivory".into(),
+            objects: 3,
+            bytes: 1200,
+            synced: true,
+        }]));
+        let source = held.clone();
+        let m = Metrics::new();
+        m.set_resource_watch_stats(Arc::new(move || source.lock().unwrap().clone()));
+        let text = m.encode();
+        let label = r#"{resource="v1 configmaps in namespace ivory"}"#;
+        assert_eq!(
+            line(&text, &format!("ivory_resource_watch_objects{label}")),
+            Some(3.0),
+            "{text}"
+        );
+        assert_eq!(
+            line(&text, &format!("ivory_resource_watch_bytes{label}")),
+            Some(1200.0),
+            "{text}"
+        );
+        assert_eq!(
+            line(&text, &format!("ivory_resource_watch_synced{label}")),
+            Some(1.0),
+            "{text}"
+        );
+        held.lock().unwrap().clear();
+        let text = m.encode();
+        assert!(!text.contains("configmaps"), "{text}");
+    }
 }
