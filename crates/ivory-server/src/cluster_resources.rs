@@ -162,6 +162,14 @@ impl ResourceWatches {
 
     /// Starts the watches in `needed` that do not run, stops those no longer needed.
     pub fn sync(&self, needed: &BTreeSet<ResourceRead>) {
+        {
+            // The usual case, every second: nothing changed; admissions are not held up by a
+            // write lock for it.
+            let watches = self.watches.read().unwrap_or_else(|p| p.into_inner());
+            if watches.len() == needed.len() && needed.iter().all(|r| watches.contains_key(r)) {
+                return;
+            }
+        }
         let mut watches = self.watches.write().unwrap_or_else(|p| p.into_inner());
         watches.retain(|read, _| {
             let keep = needed.contains(read);
