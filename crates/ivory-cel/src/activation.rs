@@ -35,6 +35,44 @@ pub trait Host: Send + Sync {
     ) -> Result<serde_json::Value, HostError>;
     /// `getImageData(img)`, `image.GetMetadata(img)`, `image.getMetadata(img)`.
     fn image_data(&self, image: &str) -> Result<serde_json::Value, HostError>;
+
+    /// `resource.Get`/`resource.get`: the object, or `None` when it does not exist (Kyverno
+    /// answers `null` for a missing object). Hosts without cluster resources refuse.
+    fn resource_get(&self, _query: &ResourceQuery) -> Result<Option<serde_json::Value>, HostError> {
+        Err(HostError::NotAvailable)
+    }
+
+    /// `resource.List`/`resource.list`: a list object (`apiVersion`, `kind`, `metadata`,
+    /// `items`), as Kyverno's dynamic client returns it.
+    fn resource_list(&self, _query: &ResourceQuery) -> Result<serde_json::Value, HostError> {
+        Err(HostError::NotAvailable)
+    }
+
+    /// `globalContext.Get`/`globalContext.get(entry, projection)`: the entry's data (`null`
+    /// for an entry that does not exist, as Kyverno answers).
+    fn global_context(
+        &self,
+        _entry: &str,
+        _projection: &str,
+    ) -> Result<serde_json::Value, HostError> {
+        Err(HostError::NotAvailable)
+    }
+}
+
+/// The arguments of one `resource.Get` / `resource.List` call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceQuery {
+    /// `apiVersion` as written: `v1`, `apps/v1`.
+    pub api_version: String,
+    /// The resource's plural name (`configmaps`).
+    pub resource: String,
+    /// The namespace argument of a cluster policy's call (`""`: cluster-scoped, or every
+    /// namespace for a list); `None` for the namespaced form, which reads the policy's own.
+    pub namespace: Option<String>,
+    /// The object's name (`Get` only).
+    pub name: Option<String>,
+    /// Label selector of `List(..., labels)`: every pair must match.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// A host for contexts without registry access: every call errors.
@@ -300,6 +338,9 @@ pub(crate) enum HostOp {
     VerifyAttestationSignatures,
     ExtractPayload,
     ImageData,
+    ResourceGet,
+    ResourceList,
+    GlobalContext,
 }
 
 impl HostOp {
@@ -309,6 +350,9 @@ impl HostOp {
             Self::VerifyAttestationSignatures => "verifyAttestationSignatures",
             Self::ExtractPayload => "extractPayload",
             Self::ImageData => "getImageData",
+            Self::ResourceGet => "resource.Get",
+            Self::ResourceList => "resource.List",
+            Self::GlobalContext => "globalContext.Get",
         }
     }
 }
@@ -358,6 +402,29 @@ fn dispatch(host: &dyn Host, op: HostOp, args: &[Value]) -> Result<Value, Execut
             .image_data(img)
             .map(|j| json_to_value(&j))
             .map_err(fail),
+        (HostOp::ResourceGet, args) => {
+            let query = crate::library::resource_query(op, args).ok_or_else(bad)?;
+            match host.resource_get(&query).map_err(fail)? {
+                Some(object) => Ok(json_to_value(&object)),
+                None => Ok(Value::Null),
+            }
+        }
+        (HostOp::ResourceList, args) => {
+            let query = crate::library::resource_query(op, args).ok_or_else(bad)?;
+            host.resource_list(&query)
+                .map(|j| json_to_value(&j))
+                .map_err(fail)
+        }
+        (HostOp::GlobalContext, [Value::String(entry), rest @ ..]) => {
+            let projection = match rest {
+                [] => "",
+                [Value::String(p)] => p.as_str(),
+                _ => return Err(bad()),
+            };
+            host.global_context(entry, projection)
+                .map(|j| json_to_value(&j))
+                .map_err(fail)
+        }
         _ => Err(bad()),
     }
 }

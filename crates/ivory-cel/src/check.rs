@@ -20,6 +20,9 @@ pub(crate) struct Analysis {
     pub functions: BTreeSet<String>,
     /// String literals passed directly as arguments, by called function.
     pub literal_args: BTreeMap<String, BTreeSet<String>>,
+    /// Each call of a namespaced function (`resource.Get`), its arguments in order: the
+    /// string literal, or `None` for any other expression.
+    pub namespaced_calls: BTreeMap<String, Vec<Vec<Option<String>>>>,
     /// Deepest nesting of the tree, as the interpreter recurses through it.
     pub max_depth: usize,
 }
@@ -235,6 +238,19 @@ impl Walker<'_> {
         }
         match namespaced {
             Some(qualified) => {
+                let positional = call
+                    .args
+                    .iter()
+                    .map(|a| match &a.expr {
+                        Expr::Literal(LiteralValue::String(s)) => Some(s.inner().to_owned()),
+                        _ => None,
+                    })
+                    .collect();
+                self.out
+                    .namespaced_calls
+                    .entry(qualified.clone())
+                    .or_default()
+                    .push(positional);
                 self.out.functions.insert(qualified);
             }
             None => {

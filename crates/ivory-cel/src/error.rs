@@ -112,6 +112,11 @@ pub enum HostError {
     /// declare, an image it does not select, an attestor kind the attestation cannot use.
     #[error("{0}")]
     InvalidArgument(String),
+    /// Cluster data the expression reads (`resource.*`, `globalContext.*`) is not available:
+    /// its watch has not synced, is over its bounds, is not allowed, or nothing serves cluster
+    /// data here. Never answered as an empty result.
+    #[error("{0}")]
+    ClusterData(String),
     /// No host in this context (matchConditions, image extraction, policy loading): the
     /// verification functions cannot be answered there.
     #[error("not available in this context")]

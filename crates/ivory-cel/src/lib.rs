@@ -20,7 +20,7 @@ mod library;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-pub use activation::{Activation, Host, LazyJson, NoHost};
+pub use activation::{Activation, Host, LazyJson, NoHost, ResourceQuery};
 pub use cel::Value;
 pub use convert::{json_to_value, value_to_json};
 pub use cost::{
@@ -118,6 +118,7 @@ pub fn compile(source: &str, scope: &Scope) -> Result<Program, CompileError> {
             dynamic_variables: analysis.dynamic_variables,
             functions: analysis.functions,
             literal_args: analysis.literal_args,
+            namespaced_calls: analysis.namespaced_calls,
             depth: analysis.max_depth,
             estimated_cost,
         }),
@@ -162,6 +163,7 @@ struct Inner {
     dynamic_variables: bool,
     functions: BTreeSet<String>,
     literal_args: BTreeMap<String, BTreeSet<String>>,
+    namespaced_calls: BTreeMap<String, Vec<Vec<Option<String>>>>,
     depth: usize,
     estimated_cost: u64,
 }
@@ -302,6 +304,24 @@ impl Program {
             .flatten()
             .map(String::as_str)
     }
+
+    /// Every call of the namespaced function `name` (`resource.Get`, `globalContext.get`),
+    /// each as its arguments in order: the string literal, or `None` where the argument is
+    /// any other expression. What a policy reads is known from these before it runs.
+    pub fn namespaced_calls(&self, name: &str) -> impl Iterator<Item = &[Option<String>]> {
+        self.inner
+            .namespaced_calls
+            .get(name)
+            .into_iter()
+            .flatten()
+            .map(Vec::as_slice)
+    }
+}
+
+/// The names under which Kyverno's `resource.Get`, `resource.List` and `globalContext.Get` are
+/// declared (PascalCase and camelCase).
+pub mod cluster_functions {
+    pub use crate::library::resources_names::{GLOBAL_CONTEXT_GET, RESOURCE_GET, RESOURCE_LIST};
 }
 
 #[cfg(test)]

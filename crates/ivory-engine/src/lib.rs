@@ -11,5 +11,6 @@ pub mod exceptions;
 pub mod images;
 pub mod matching;
 pub mod mutate;
+pub mod resources;
 pub mod validate;
 pub mod verifier;

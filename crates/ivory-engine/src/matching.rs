@@ -378,12 +378,23 @@ pub fn matches_conditions(
     namespace_object: Option<&Value>,
     deadline: Instant,
 ) -> Result<bool> {
+    matches_conditions_with(policy, req, namespace_object, deadline, &NoHost)
+}
+
+/// [`matches_conditions`], with the policy's cluster reads (`resource.*`) answered by `host`.
+pub(crate) fn matches_conditions_with(
+    policy: &CompiledPolicy,
+    req: &AdmissionRequest,
+    namespace_object: Option<&Value>,
+    deadline: Instant,
+    host: &dyn ivory_cel::Host,
+) -> Result<bool> {
     if policy.match_conditions.is_empty() {
         return Ok(true);
     }
     let bindings =
         RequestBindings::new(req, req.object.as_ref(), namespace_object).with_deadline(deadline);
-    let mut act = Activation::new(&NoHost);
+    let mut act = Activation::new(host);
     bindings.bind(&mut act, false);
     for condition in &policy.match_conditions {
         match condition.program.evaluate_bool(&act) {

@@ -32,7 +32,9 @@ use tokio::time::Instant;
 use crate::admission::{AdmissionRequest, Operation};
 use crate::decision::{Decision, PatchOp, PolicyResult, Status};
 use crate::images::{IMAGE_VOLUMES, ImageAt, image_pointers, matches_image};
-use crate::matching::{matches_conditions, matches_constraints};
+use crate::matching::{matches_conditions_with, matches_constraints};
+use crate::resources::host::ClusterHost;
+use crate::resources::{NoResources, ResourceSource};
 use crate::verifier::{ImageVerifier, VerifyError};
 
 /// Audit annotation listing images admitted without a digest because the time budget ran out
@@ -54,6 +56,27 @@ const RESOLVE_OPERATION: &str = "resolving the image digest";
 /// in `tokio::time::timeout_at(deadline, …)`.
 pub async fn mutate(
     verifier: &dyn ImageVerifier,
+    policies: &[&CompiledPolicy],
+    req: &AdmissionRequest,
+    namespace_object: Option<&Value>,
+    deadline: Instant,
+) -> Decision {
+    mutate_with(
+        verifier,
+        &NoResources,
+        policies,
+        req,
+        namespace_object,
+        deadline,
+    )
+    .await
+}
+
+/// [`mutate`], with the cluster reads of the policies' matchConditions answered from
+/// `resources` (as the validating stage answers them).
+pub async fn mutate_with(
+    verifier: &dyn ImageVerifier,
+    resources: &dyn ResourceSource,
     policies: &[&CompiledPolicy],
     req: &AdmissionRequest,
     namespace_object: Option<&Value>,
@@ -82,7 +105,17 @@ pub async fn mutate(
     let plans: Vec<Plan<'_>> = policies
         .iter()
         .filter(|p| p.mutate_digest)
-        .filter_map(|p| plan(p, req, namespace_object, kind, &pointers, deadline))
+        .filter_map(|p| {
+            let cluster = ClusterHost::new(resources, p);
+            plan(
+                p,
+                req,
+                (namespace_object, &cluster),
+                kind,
+                &pointers,
+                deadline,
+            )
+        })
         .collect();
     let lookups = distinct_lookups(&plans);
     let started = Instant::now();
@@ -147,7 +180,7 @@ struct Plan<'p> {
 fn plan<'p>(
     policy: &'p CompiledPolicy,
     req: &AdmissionRequest,
-    namespace_object: Option<&Value>,
+    (namespace_object, cluster): (Option<&Value>, &ClusterHost<'_>),
     kind: &str,
     pointers: &[ImageAt],
     deadline: Instant,
@@ -165,7 +198,7 @@ fn plan<'p>(
         Ok(false) => return None,
         Err(e) => return failed(format!("failed to execute matching: {e}")),
     }
-    match matches_conditions(policy, req, namespace_object, deadline) {
+    match matches_conditions_with(policy, req, namespace_object, deadline, cluster) {
         Ok(true) => {}
         Ok(false) => return None,
         Err(e) => return failed(format!("failed to evaluate match conditions: {e}")),

@@ -8,6 +8,7 @@ use ivory_cel::{CompileError, Program, Scope};
 use regex::Regex;
 use sha2::{Digest, Sha256};
 
+use crate::cluster_reads::{self, ClusterReads};
 use crate::compiled::{
     CompiledAttestor, CompiledAuditAnnotation, CompiledPolicy, CompiledValidation, ImageMatcher,
     NAMESPACE_PINNING_ANNOTATION, NamedProgram, Origin, PINNING_ANNOTATION, Pinning,
@@ -40,8 +41,9 @@ const POLICY_DEFINED_VARS: [&str; 2] = ["attestors", "attestations"];
 const JSON_VARS: [&str; 4] = ["object", "images", "attestors", "attestations"];
 
 /// Kyverno CEL libraries ivory does not implement, recognised in expressions that fail to compile.
-static UNSUPPORTED_LIBRARY: LazyLock<Option<Regex>> =
-    LazyLock::new(|| Regex::new(r"\b(resource|http|globalContext)\s*\.\s*[A-Za-z]+\s*\(").ok());
+static UNSUPPORTED_LIBRARY: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"\b(http\s*\.\s*[A-Za-z]+|resource\s*\.\s*(?:[Pp]ost|[Tt]oGVR))\s*\(").ok()
+});
 
 /// Validates and compiles one policy document. Every problem found is returned, not just the
 /// first; errors are located with `origin` (or `<kind>/<name>` when it has no file).
@@ -233,6 +235,8 @@ fn compile_spec(
             .as_ref()
             .map(|list| list.iter().map(|a| a.name.clone()).collect()),
         attestations: spec.attestations.iter().map(|a| a.name.clone()).collect(),
+        namespace: head.namespace.clone(),
+        cluster_reads: ClusterReads::default(),
     };
     let match_scope = Scope::new(MATCH_CONDITION_VARS);
     let match_conditions = cel.named(&spec.match_conditions, "spec.matchConditions", &match_scope);
@@ -243,6 +247,7 @@ fn compile_spec(
     let validations = cel.validations(&spec);
     let audit_annotations = cel.audit_annotations(&spec);
     let attestors = cel.attestors(spec.attestors.as_deref().unwrap_or_default());
+    let cluster_reads = std::mem::take(&mut cel.cluster_reads);
     let mut match_constraints = spec.match_constraints.clone().unwrap_or_default();
     match_constraints.resource_rules =
         ephemeral::with_ephemeral_containers(match_constraints.resource_rules);
@@ -274,6 +279,7 @@ fn compile_spec(
         verify_platforms: head.verify_platforms,
         autogen_config: autogen_config.map(str::to_owned),
         autogen: Vec::new(),
+        cluster_reads,
         spec,
     }
 }
@@ -291,6 +297,10 @@ struct CelCompiler<'e> {
     attestors: Option<Vec<String>>,
     /// Declared `spec.attestations` names.
     attestations: Vec<String>,
+    /// The namespace of a NamespacedImageValidatingPolicy (its cluster reads are confined to it).
+    namespace: Option<String>,
+    /// What the expressions compiled so far read from the cluster.
+    cluster_reads: ClusterReads,
 }
 
 impl CelCompiler<'_> {
@@ -304,6 +314,7 @@ impl CelCompiler<'_> {
             Ok(program) => {
                 self.check_variable_refs(&program, field, None);
                 self.check_member_refs(source, field, scope);
+                self.record_cluster_reads(&program, field);
                 Some(program)
             }
             Err(err) => {
@@ -311,6 +322,15 @@ impl CelCompiler<'_> {
                 self.errs.push(field, reason);
                 None
             }
+        }
+    }
+
+    /// Records what `program` reads from the cluster; a read ivory cannot know before the
+    /// policy runs, or may not serve, is an error at `field`.
+    fn record_cluster_reads(&mut self, program: &Program, field: &str) {
+        let namespace = self.namespace.as_deref();
+        for reason in cluster_reads::record(program, namespace, &mut self.cluster_reads) {
+            self.errs.push(field, reason);
         }
     }
 
@@ -322,10 +342,21 @@ impl CelCompiler<'_> {
             .and_then(|re| re.captures(source))
             && let Some(lib) = caps.get(1)
         {
-            return format!(
-                "Kyverno library '{}' is not supported by ivory",
-                lib.as_str()
-            );
+            return if lib.as_str().starts_with("http") {
+                "Kyverno library 'http' is not supported by ivory: an admission never makes an \
+                 HTTP call a policy chooses"
+                    .to_owned()
+            } else {
+                format!(
+                    "Kyverno function '{}' is not supported by ivory: it reads cluster objects \
+                     from watch caches (resource.Get, resource.List) and never writes",
+                    lib.as_str()
+                        .split('(')
+                        .next()
+                        .unwrap_or_default()
+                        .replace(' ', "")
+                )
+            };
         }
         if let CompileError::TooCostly { .. } = err {
             return format!("policy {:?}: {err}", self.policy);
@@ -413,6 +444,7 @@ impl CelCompiler<'_> {
                 Ok(program) => {
                     self.check_variable_refs(&program, &field, Some(i));
                     self.check_member_refs(&item.expression, &field, &scope);
+                    self.record_cluster_reads(&program, &field);
                     out.push(NamedProgram {
                         name: item.name.clone(),
                         program,
@@ -444,6 +476,16 @@ impl CelCompiler<'_> {
                 (None, Some(expr)) => {
                     let field = format!("spec.matchImageReferences[{i}].expression");
                     if let Some(p) = self.expr(expr, &field, &ref_scope) {
+                        if cluster_reads::reads_cluster(&p) {
+                            // Kyverno compiles these in an environment without its libraries;
+                            // and an image's selection must not depend on cluster state.
+                            self.errs.push(
+                                &field,
+                                "resource and globalContext are not available in \
+                                 matchImageReferences (Kyverno's match environment has no \
+                                 libraries): read the cluster in a validation",
+                            );
+                        }
                         out.push(ImageMatcher::Expression(p));
                     }
                 }

@@ -289,6 +289,9 @@ pub struct CompiledPolicy {
     pub autogen_config: Option<String>,
     /// The autogen variants of this policy (empty for variants and non-eligible policies).
     pub autogen: Vec<CompiledPolicy>,
+    /// What its expressions read from the cluster (`resource.Get`/`List`,
+    /// `globalContext.Get`): what ivory must watch for it.
+    pub cluster_reads: crate::cluster_reads::ClusterReads,
 }
 
 impl CompiledPolicy {

@@ -271,6 +271,11 @@ enum FieldError {
     /// Any other compile error of a matchCondition.
     #[error(transparent)]
     Compile(ivory_cel::CompileError),
+    /// A cluster read: whether an exception applies is decided without cluster data.
+    #[error(
+        "resource and globalContext are not available in an exception's matchConditions (ivory decides whether an exception applies without reading the cluster)"
+    )]
+    ClusterRead,
 }
 
 /// An RFC 3339 date-time, as the CRD's `format: date-time`.
@@ -287,10 +292,14 @@ fn compile_condition(source: &str, scope: &Scope) -> Result<Program, FieldError>
     if source.trim().is_empty() {
         return Err(FieldError::Required);
     }
-    ivory_cel::compile(source, scope).map_err(|e| match e {
+    let program = ivory_cel::compile(source, scope).map_err(|e| match e {
         ivory_cel::CompileError::UndeclaredReference(_) => FieldError::Undeclared(e),
         other => FieldError::Compile(other),
-    })
+    })?;
+    if crate::cluster_reads::reads_cluster(&program) {
+        return Err(FieldError::ClusterRead);
+    }
+    Ok(program)
 }
 
 #[cfg(test)]
@@ -359,6 +368,21 @@ mod tests {
         });
         let errors = compile_exception(unknown, &origin()).expect_err("unknown field refused");
         assert!(errors[0].to_string().contains("exclude"), "{errors:?}");
+
+        let reads = json!({
+            "apiVersion": "policies.kyverno.io/v1",
+            "kind": "PolicyException",
+            "metadata": {"name": "x"},
+            "spec": {"policyRefs": [{"name": "c", "kind": "ImageValidatingPolicy"}],
+                     "matchConditions": [{"name": "cm", "expression": "resource.Get('v1', 'configmaps', 'ops', 'allow') != null"}]}
+        });
+        let errors = compile_exception(reads, &origin()).expect_err("cluster read refused");
+        assert!(
+            errors[0]
+                .to_string()
+                .contains("not available in an exception's matchConditions"),
+            "{errors:?}"
+        );
     }
 
     #[test]

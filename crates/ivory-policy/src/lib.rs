@@ -7,6 +7,7 @@
 
 mod autogen;
 mod blind_spots;
+pub mod cluster_reads;
 mod compile;
 pub mod compiled;
 pub mod ephemeral;
@@ -26,6 +27,7 @@ mod testutil;
 
 pub use autogen::{CRONJOBS, DEFAULTS, autogen_rules, eligible_rule, rewrite as autogen_rewrite};
 pub use blind_spots::blind_spots;
+pub use cluster_reads::{ClusterReads, ResourceRead};
 pub use compile::compile;
 pub use compiled::{
     CompiledAttestor, CompiledAuditAnnotation, CompiledPolicy, CompiledValidation, ImageMatcher,
@@ -35,7 +37,9 @@ pub use compiled::{
 pub use error::{PolicyError, Result};
 pub use exception::CompiledException;
 pub use glob::{GlobError, compile_image_glob};
-pub use load::{LoadReport, PolicyFiles, load_path, load_str, policy_files, read_policy_files};
+pub use load::{
+    LoadReport, PolicyFiles, documents, load_path, load_str, policy_files, read_policy_files,
+};
 
 /// The embedded default policy (`policies/default.yaml`): pin every pod image to its digest.
 pub const DEFAULT_POLICY_YAML: &str = include_str!("../../../policies/default.yaml");

@@ -178,6 +178,25 @@ pub fn load_str(text: &str, origin: &str) -> LoadReport {
     load_text(text, Path::new(origin), json)
 }
 
+/// The documents of a YAML stream (or one JSON value when `text` starts with `{` or `[`), as
+/// JSON values, in order; the first that does not parse is the error, naming its number and line.
+/// For files that hold other objects than policies (cluster resources given on the command
+/// line).
+pub fn documents(text: &str) -> std::result::Result<Vec<Value>, String> {
+    if text.trim_start().starts_with(['{', '[']) {
+        return serde_json::from_str(text)
+            .map(|v| vec![v])
+            .map_err(|e| SyntaxError::from(e).to_string());
+    }
+    yaml_documents(text)
+        .into_iter()
+        .map(|doc| {
+            doc.value
+                .map_err(|e| format!("document {}: {e}", doc.number))
+        })
+        .collect()
+}
+
 fn read_error(path: &Path, err: &std::io::Error) -> PolicyError {
     PolicyError::new(
         path.display().to_string(),

@@ -806,6 +806,9 @@ fn kustomize_renders_the_base_and_the_cert_manager_overlay() {
         ("ServiceAccount", "ivory"),
         ("ClusterRole", "ivory"),
         ("ClusterRoleBinding", "ivory"),
+        // What policies read through resource.Get/List: nothing until an overlay adds rules.
+        ("ClusterRole", "ivory-cluster-reads"),
+        ("ClusterRoleBinding", "ivory-cluster-reads"),
         ("Role", "ivory-secrets"),
         ("RoleBinding", "ivory-secrets"),
         ("Deployment", "ivory"),
@@ -837,6 +840,11 @@ fn kustomize_renders_the_base_and_the_cert_manager_overlay() {
         (json!(443), json!("https"))
     );
     assert_least_privilege(&docs);
+    let reads = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "ivory-cluster-reads")
+        .unwrap();
+    assert_eq!(reads["rules"], json!([]), "no cluster reads by default");
 
     let overlay = documents(&run(
         Command::new(&kustomize).args(["build", "deploy/overlays/cert-manager"])
@@ -999,6 +1007,48 @@ fn helm_chart_lints_and_renders() {
         .collect();
     assert_eq!(crd_docs, [&crd(IVPOL), &crd(NIVPOL)]);
     assert_eq!(image_of(&docs), "ghcr.io/ivory/ivory:0.1.0");
+
+    // What the policies read (resource.Get/List, globalContext.Get): get/list/watch on
+    // those resources only, in a ClusterRole of their own; nothing by default; never Secrets.
+    let reads = template(&[
+        "--set",
+        "clusterReads[0].resource=configmaps",
+        "--set",
+        "clusterReads[1].apiGroup=kyverno.io",
+        "--set",
+        "clusterReads[1].resource=globalcontextentries",
+    ]);
+    let role = reads
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "ivory-cluster-reads")
+        .expect("the cluster-reads ClusterRole");
+    assert_eq!(
+        role["rules"],
+        json!([
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["kyverno.io"], "resources": ["globalcontextentries"], "verbs": ["get", "list", "watch"]},
+        ])
+    );
+    assert!(reads.iter().any(|d| d["kind"] == "ClusterRoleBinding"
+        && d["metadata"]["name"] == "ivory-cluster-reads"
+        && d["subjects"][0]["name"] == "ivory"));
+    assert_least_privilege(&reads);
+    let secrets = Command::new(&helm)
+        .args([
+            "template",
+            "ivory",
+            "deploy/helm/ivory",
+            "--set",
+            "clusterReads[0].resource=secrets",
+        ])
+        .current_dir(repo_root())
+        .output()
+        .expect("running helm");
+    assert!(
+        !secrets.status.success()
+            && String::from_utf8_lossy(&secrets.stderr).contains("never reads Secrets"),
+        "Secrets are refused"
+    );
 
     // Deploy by digest: repository + digest, the digest preferred over a tag.
     let by_digest =

@@ -114,22 +114,27 @@ fn kyverno_examples_load_unchanged() {
 }
 
 #[test]
-fn kyverno_libraries_ivory_lacks_are_reported() {
+fn kyverno_library_examples_load_with_what_they_read_from_the_cluster() {
     let dir = repo_path("tests/data/kyverno-library");
     let report = load_path(&dir);
-    let errors: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
-    assert_eq!(
-        errors,
-        [format!(
-            "{}/b-notary-configmap-cert.yaml (doc 1): spec.variables[0].expression: Kyverno library 'resource' is not supported by ivory",
-            dir.display()
-        )]
-    );
-    // (o) `image.GetMetadata` is provided by ivory-cel, so that example loads.
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
     let names: Vec<&str> = report.policies.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!(names, ["ivpol-image-data-arch"]);
+    assert_eq!(
+        names,
+        ["ivpol-notary-configmap-cert", "ivpol-image-data-arch"]
+    );
+    // (b) reads ConfigMaps of the request's namespace: watched in every namespace.
+    let reads: Vec<String> = report.policies[0]
+        .cluster_reads
+        .resources
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(reads, ["v1 configmaps in all namespaces"]);
+    // (o) `image.GetMetadata` is provided by ivory-cel.
+    assert!(report.policies[1].cluster_reads.is_empty());
     assert!(
-        report.policies[0].variables[1]
+        report.policies[1].variables[1]
             .program
             .calls_function("image.GetMetadata")
     );

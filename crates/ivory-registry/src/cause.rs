@@ -14,6 +14,9 @@ use std::io;
 pub enum TransportCause {
     /// The registry's host name did not resolve.
     DnsLookupFailed,
+    /// The registry's host name resolves only to addresses ivory never connects to
+    /// (link-local, unspecified, cloud metadata).
+    AddressRefused,
     /// Nothing listens on the registry's port.
     ConnectionRefused,
     /// The connection or the request timed out.
@@ -57,6 +60,9 @@ impl TransportCause {
     pub fn describe(self) -> &'static str {
         match self {
             TransportCause::DnsLookupFailed => "DNS lookup failed",
+            TransportCause::AddressRefused => {
+                "the name resolves to a link-local or metadata address, which ivory never connects to"
+            }
             TransportCause::ConnectionRefused => "connection refused",
             TransportCause::TimedOut => "connection timed out",
             TransportCause::ConnectionReset => "connection reset",
@@ -87,6 +93,19 @@ pub struct LookupFailed {
     /// The system resolver's error.
     #[source]
     pub source: io::Error,
+}
+
+/// ivory's resolver refused a host whose every address is link-local, unspecified or a cloud
+/// metadata address.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{host} resolves to {ip}, a link-local, unspecified or metadata address: ivory does not connect there"
+)]
+pub struct AddressRefused {
+    /// The host name.
+    pub host: String,
+    /// The first refused address it resolved to.
+    pub ip: std::net::IpAddr,
 }
 
 /// Why ivory's redirect policy refused to follow a registry's redirect.
@@ -137,6 +156,9 @@ fn walk(err: &(dyn StdError + 'static), visit: &mut dyn FnMut(&(dyn StdError + '
 fn classify_layer(layer: &(dyn StdError + 'static)) -> TransportCause {
     if layer.is::<LookupFailed>() {
         return TransportCause::DnsLookupFailed;
+    }
+    if layer.is::<AddressRefused>() {
+        return TransportCause::AddressRefused;
     }
     if let Some(tls) = layer.downcast_ref::<rustls::Error>() {
         return of_tls(tls);
@@ -258,6 +280,14 @@ mod tests {
         assert_eq!(
             TransportCause::of(&Outer(Box::new(lookup))),
             TransportCause::DnsLookupFailed
+        );
+        let metadata = AddressRefused {
+            host: "metadata.internal".into(),
+            ip: "169.254.169.254".parse().unwrap(),
+        };
+        assert_eq!(
+            TransportCause::of(&Outer(Box::new(metadata))),
+            TransportCause::AddressRefused
         );
         let redirect = Outer(Box::new(RedirectRefusal::Downgrade));
         assert_eq!(

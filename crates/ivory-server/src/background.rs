@@ -181,8 +181,15 @@ async fn judge(
             skipped: Vec::new(),
         },
     };
-    let mut decision =
-        validate::validate(verifier, &evaluate, &req, ns_object.as_ref(), deadline).await;
+    let mut decision = validate::validate_with(
+        verifier,
+        state.resources.as_ref(),
+        &evaluate,
+        &req,
+        ns_object.as_ref(),
+        deadline,
+    )
+    .await;
     decision.results.extend(skipped);
     audit::after_background(
         &state.metrics,

@@ -7,6 +7,7 @@
 pub mod audit;
 pub mod background;
 pub mod budget;
+pub mod cluster_resources;
 pub mod connection;
 mod error;
 pub mod kube_source;
@@ -23,7 +24,7 @@ pub use kube_source::KubeSource;
 pub use limits::{DEFAULT_BODY_LIMIT, HttpLimits};
 pub use metrics::{
     CacheCounts, CacheStatsSource, L2Counts, L2StatsSource, LogDropsSource, Metrics,
-    RegistryStatsSource,
+    RegistryStatsSource, ResourceWatchStatsSource,
 };
 pub use policies::{FileSource, PolicyStore, Snapshot};
 pub use routes::{

@@ -127,6 +127,15 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WatchLabels {
+    resource: String,
+}
+
+/// What the watches of the policies' cluster reads hold, read when the metrics are served.
+pub type ResourceWatchStatsSource =
+    Arc<dyn Fn() -> Vec<crate::cluster_resources::WatchStats> + Send + Sync>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CacheLabels {
     cache: String,
 }
@@ -161,6 +170,10 @@ pub struct Metrics {
     l2_source: Option<L2StatsSource>,
     log_lines_dropped: Counter,
     log_drops_source: Option<LogDropsSource>,
+    watch_objects: Family<WatchLabels, Gauge>,
+    watch_bytes: Family<WatchLabels, Gauge>,
+    watch_synced: Family<WatchLabels, Gauge>,
+    watch_source: std::sync::OnceLock<ResourceWatchStatsSource>,
 }
 
 impl fmt::Debug for Metrics {
@@ -209,6 +222,10 @@ impl Metrics {
             l2_source: None,
             log_lines_dropped: Counter::default(),
             log_drops_source: None,
+            watch_objects: Family::default(),
+            watch_bytes: Family::default(),
+            watch_synced: Family::default(),
+            watch_source: std::sync::OnceLock::new(),
             registry: Registry::default(),
         };
         registry.register(
@@ -311,6 +328,21 @@ impl Metrics {
             registry.register(name, help, family.clone());
         }
         registry.register(
+            "resource_watch_objects",
+            "Objects held by the watch of a resource policies read (resource.Get/List, globalContext)",
+            m.watch_objects.clone(),
+        );
+        registry.register(
+            "resource_watch_bytes",
+            "Bytes (JSON, managedFields dropped) held by the watch of a resource policies read",
+            m.watch_bytes.clone(),
+        );
+        registry.register(
+            "resource_watch_synced",
+            "1 when the watch of a resource policies read has listed it and is within its bounds",
+            m.watch_synced.clone(),
+        );
+        registry.register(
             "log_lines_dropped",
             "Log lines dropped because the log consumer fell behind (admission never waits for it)",
             m.log_lines_dropped.clone(),
@@ -355,6 +387,11 @@ impl Metrics {
     pub fn with_registry_stats(mut self, source: RegistryStatsSource) -> Self {
         self.registry_source = Some(source);
         self
+    }
+
+    /// Exports what the watches of the policies' cluster reads hold (set once, by `--kube`).
+    pub fn set_resource_watch_stats(&self, source: ResourceWatchStatsSource) {
+        let _ = self.watch_source.set(source);
     }
 
     /// Records one finished admission request.
@@ -504,6 +541,25 @@ impl Metrics {
                 .inner()
                 .store(source(), Ordering::Relaxed);
         }
+        if let Some(source) = self.watch_source.get() {
+            // Watches stop when no policy reads them: their series go with them.
+            self.watch_objects.clear();
+            self.watch_bytes.clear();
+            self.watch_synced.clear();
+            let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            for w in source() {
+                let labels = WatchLabels {
+                    resource: w.resource.clone(),
+                };
+                self.watch_objects
+                    .get_or_create(&labels)
+                    .set(gauge(w.objects));
+                self.watch_bytes.get_or_create(&labels).set(gauge(w.bytes));
+                self.watch_synced
+                    .get_or_create(&labels)
+                    .set(i64::from(w.synced));
+            }
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -583,5 +639,39 @@ mod tests {
             ),
             Some(5.0)
         );
+    }
+
+    #[test]
+    fn watches_of_cluster_reads_are_exported_and_go_when_they_stop() {
+        use crate::cluster_resources::WatchStats;
+        let held = Arc::new(Mutex::new(vec![WatchStats {
+            resource: "v1 configmaps in namespace ivory".into(),
+            objects: 3,
+            bytes: 1200,
+            synced: true,
+        }]));
+        let source = held.clone();
+        let m = Metrics::new();
+        m.set_resource_watch_stats(Arc::new(move || source.lock().unwrap().clone()));
+        let text = m.encode();
+        let label = r#"{resource="v1 configmaps in namespace ivory"}"#;
+        assert_eq!(
+            line(&text, &format!("ivory_resource_watch_objects{label}")),
+            Some(3.0),
+            "{text}"
+        );
+        assert_eq!(
+            line(&text, &format!("ivory_resource_watch_bytes{label}")),
+            Some(1200.0),
+            "{text}"
+        );
+        assert_eq!(
+            line(&text, &format!("ivory_resource_watch_synced{label}")),
+            Some(1.0),
+            "{text}"
+        );
+        held.lock().unwrap().clear();
+        let text = m.encode();
+        assert!(!text.contains("configmaps"), "{text}");
     }
 }

@@ -8,6 +8,7 @@
 //! failurePolicy. A panic while handling a request never drops the connection: it is answered
 //! by the selected policies' failurePolicy (500 before any is selected) and counted.
 
+use ivory_engine::resources::{NoResources, ResourceSource};
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -86,6 +87,9 @@ pub struct AppState {
     pub exceptions: Option<ExceptionSettings>,
     /// Where PolicyReport updates go (`--kube`); `None`: results are only logged and counted.
     pub reports: Option<Arc<dyn ReportSink>>,
+    /// Cluster objects for the policies' `resource.*` / `globalContext.*` calls: watch caches
+    /// (`--kube`), `--cluster-resources` files, or nothing ([`NoResources`]: such reads fail).
+    pub resources: Arc<dyn ResourceSource>,
 }
 
 /// Where PolicyExceptions may come from once they are enabled.
@@ -112,6 +116,7 @@ impl AppState {
             limits: HttpLimits::default(),
             exceptions: None,
             reports: None,
+            resources: Arc::new(NoResources),
         }
     }
 }
@@ -476,10 +481,28 @@ async fn run_engine(
     let engine = async {
         match stage {
             Stage::Mutate => {
-                mutate::mutate(verifier, selected, req, ns_object, budget.deadline).await
+                let resources = state.resources.as_ref();
+                mutate::mutate_with(
+                    verifier,
+                    resources,
+                    selected,
+                    req,
+                    ns_object,
+                    budget.deadline,
+                )
+                .await
             }
             Stage::Validate => {
-                validate::validate(verifier, selected, req, ns_object, budget.deadline).await
+                let resources = state.resources.as_ref();
+                validate::validate_with(
+                    verifier,
+                    resources,
+                    selected,
+                    req,
+                    ns_object,
+                    budget.deadline,
+                )
+                .await
             }
         }
     };

@@ -19,6 +19,7 @@
 //! * `dogfood`: ivory's own image (scripts/image.sh), signed and attested, judged by ivory.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
 //!   (`cli_util`: running them, pushing fixtures).
+//! * `cli_cluster_resources`: `--cluster-resources` for `resource.Get` in `verify` and `apply`.
 //! * `cli_cache`: the persistent verification cache of the one-shot commands (`--cache-dir`).
 //! * `cli_completions`: `ivory completions bash|zsh|fish`.
 //! * `cli_registries`: every command against a plain-HTTP loopback registry and a self-signed
@@ -33,6 +34,7 @@ mod advisories;
 mod cli_apply;
 mod cli_audit;
 mod cli_cache;
+mod cli_cluster_resources;
 mod cli_completions;
 mod cli_exceptions;
 mod cli_registries;

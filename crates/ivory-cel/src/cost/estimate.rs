@@ -11,7 +11,7 @@
 use cel::IdedExpr;
 use cel::common::ast::{CallExpr, ComprehensionExpr, EntryExpr, Expr, LiteralValue, operators};
 
-use super::instrument::{ITERATION, REPLACE, SIZE, is_builder};
+use super::instrument::{ITERATION, REPLACE, SIZE, is_builder, is_cluster_read};
 use super::{
     BYTES_PER_UNIT, MAX_INPUT_BYTES, MIN_ELEMENT_BYTES, POLICY_VALUE_BYTES, POLICY_VALUE_ITEMS,
 };
@@ -238,6 +238,9 @@ impl Estimator<'_> {
                     .map_or(SCALAR, |a| Bound::unknown(a.bound.bytes)),
             ),
             "range" => (0, range(&call.args)),
+            // Cluster objects are not request data: sized like a value the policy defines
+            // (the run-time meter charges what is actually read).
+            _ if is_cluster_read(call) => (0, POLICY_VALUE),
             name if yields_scalar(name) => (0, SCALAR),
             name if is_builder(name) => (
                 0,

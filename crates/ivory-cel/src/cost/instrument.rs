@@ -227,13 +227,27 @@ fn wrap(e: &mut IdedExpr, func: &str, units: Option<usize>) {
     };
 }
 
+/// `resource.Get`/`List` and `globalContext.Get` (either case).
+pub(crate) fn is_cluster_read(call: &CallExpr) -> bool {
+    let Some(Expr::Ident(target)) = call.target.as_deref().map(|t| &t.expr) else {
+        return false;
+    };
+    let name = format!("{target}.{}", call.func_name);
+    crate::library::resources_names::RESOURCE_GET
+        .iter()
+        .chain(&crate::library::resources_names::RESOURCE_LIST)
+        .chain(&crate::library::resources_names::GLOBAL_CONTEXT_GET)
+        .any(|n| *n == name)
+}
+
 fn inner_id(args: &[IdedExpr]) -> u64 {
     args.last().map_or(0, |a| a.id)
 }
 
 /// Whether the call's work grows with the size of its operands.
 fn is_sized(call: &CallExpr) -> bool {
-    if call.func_name.starts_with("cost$") {
+    // A cluster read is a lookup by its (short) arguments in a host's cache.
+    if call.func_name.starts_with("cost$") || is_cluster_read(call) {
         return false;
     }
     let named = call

@@ -84,6 +84,8 @@ fn signature_ok(op: HostOp, args: &[Value]) -> bool {
         HostOp::VerifyAttestationSignatures => matches!(args, [S(_), S(_), List(_)]),
         HostOp::ExtractPayload => matches!(args, [S(_), S(_)]),
         HostOp::ImageData => matches!(args, [S(_)]),
+        // Declared by the `resources` module, with their own signatures.
+        HostOp::ResourceGet | HostOp::ResourceList | HostOp::GlobalContext => false,
     }
 }
 

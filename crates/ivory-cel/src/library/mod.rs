@@ -6,6 +6,7 @@ mod kyverno;
 mod net;
 mod quantity;
 mod regex;
+mod resources;
 mod semvers;
 mod sets;
 mod urls;
@@ -20,6 +21,13 @@ use cel::common::value::CowVal;
 use cel::objects::Opaque;
 use cel::parser::Parser;
 use cel::{Context, Env, ExecutionError, FunctionContext, IdedExpr, Value};
+
+pub(crate) use resources::resource_query;
+
+/// The names of the cluster-read functions (re-exported by the crate).
+pub(crate) mod resources_names {
+    pub use super::resources::{GLOBAL_CONTEXT_GET, RESOURCE_GET, RESOURCE_LIST};
+}
 
 /// Name `matches` calls are rewritten to, so that they use the cached regexes.
 /// `$` keeps it out of reach of expressions.
@@ -170,6 +178,7 @@ fn build() -> Library {
     semvers::register(&mut registry);
     sets::register(&mut registry);
     kyverno::register(&mut registry);
+    resources::register(&mut registry);
     k8s_lists::register(&mut registry);
     crate::cost::functions::register(&mut registry);
     for (name, handlers) in registry.handlers {

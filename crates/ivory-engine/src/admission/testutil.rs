@@ -82,6 +82,7 @@ pub(crate) fn policy(name: &str, rules: Vec<NamedRuleWithOperations>) -> Compile
         verify_platforms: Default::default(),
         autogen_config: None,
         autogen: Vec::new(),
+        cluster_reads: Default::default(),
     }
 }
 

@@ -85,6 +85,7 @@ pub(super) fn run(
         unanswered: Mutex::new(Vec::new()),
         assumed: Mutex::new(None),
         wanted: Mutex::new(BTreeSet::new()),
+        cluster: Some(plan.cluster),
     };
     let mut eval = eval.with_host(&host);
     // Evaluated for the last time, the plan gives its images up to the result.
@@ -130,8 +131,12 @@ fn judge(
                 // Evaluated again with fresh variables, so that exactly the answers this
                 // validation reads are recorded (memoized variables would hide them).
                 let mark = host.mark();
+                let cluster_mark = plan_cluster_mark(host);
                 eval.forget_variables();
                 let _ = eval.bool(&validation.expression);
+                if let Some(err) = host.cluster.and_then(|c| c.failure_since(cluster_mark)) {
+                    return cluster_unavailable(policy, &err, matched);
+                }
                 let message = match host.deciding_error_since(mark) {
                     Some(_) if fails_whatever_is_missing(eval, host, validation) => {
                         status = Status::Fail;
@@ -270,6 +275,26 @@ fn unverifiable(policy: &CompiledPolicy, err: &VerifyError, images: Vec<String>)
         message: err.to_string(),
         skipped: "verification skipped",
         budget_exhausted: true,
+    };
+    outcome.apply(policy, images)
+}
+
+fn plan_cluster_mark(host: &PolicyHost<'_>) -> usize {
+    host.cluster.map_or(0, |c| c.mark())
+}
+
+/// A policy an expression of which read cluster data that is not available (a watch not
+/// synced, over its bounds, not allowed): like an unreachable registry under a spent budget,
+/// it follows the policy's failurePolicy, and is never judged on an empty answer.
+pub(super) fn cluster_unavailable(
+    policy: &CompiledPolicy,
+    err: &crate::resources::ResourceError,
+    images: Vec<String>,
+) -> Evaluated {
+    let outcome = FailureOutcome {
+        message: format!("{EVAL_FAILED}: cluster data unavailable: {err}"),
+        skipped: "evaluation skipped",
+        budget_exhausted: false,
     };
     outcome.apply(policy, images)
 }

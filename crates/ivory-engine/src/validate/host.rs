@@ -10,6 +10,7 @@ use ivory_policy::types::Attestation;
 use serde_json::Value;
 
 use super::prefetch::{LateImageData, Outcome, Prefetched, VerifyKey};
+use crate::resources::host::ClusterHost;
 use crate::verifier::{ErrorKind, Signer, Verification, VerifyError};
 
 /// Kyverno's error when a payload is asked for before its attestation was verified.
@@ -149,6 +150,8 @@ pub(super) struct PolicyHost<'a> {
     pub(super) assumed: Mutex<Option<bool>>,
     /// Images whose data an expression asked for and nothing fetched yet.
     pub(super) wanted: Mutex<BTreeSet<String>>,
+    /// Answers `resource.*` and `globalContext.*` (`None`: not available).
+    pub(super) cluster: Option<&'a ClusterHost<'a>>,
 }
 
 impl PolicyHost<'_> {
@@ -323,6 +326,24 @@ impl Host for PolicyHost<'_> {
         }
     }
 
+    fn resource_get(&self, query: &ivory_cel::ResourceQuery) -> Result<Option<Value>, HostError> {
+        self.cluster
+            .ok_or(HostError::NotAvailable)?
+            .resource_get(query)
+    }
+
+    fn resource_list(&self, query: &ivory_cel::ResourceQuery) -> Result<Value, HostError> {
+        self.cluster
+            .ok_or(HostError::NotAvailable)?
+            .resource_list(query)
+    }
+
+    fn global_context(&self, entry: &str, projection: &str) -> Result<Value, HostError> {
+        self.cluster
+            .ok_or(HostError::NotAvailable)?
+            .global_context(entry, projection)
+    }
+
     /// Any image an expression names, as Kyverno answers (the policy's images, the request's
     /// others, literals): the policy's own images come from the prefetch; any other is asked
     /// for here ([`PolicyHost::take_wanted`]) and answered when the policy is evaluated again.
@@ -463,6 +484,7 @@ spec:
             unanswered: Mutex::new(Vec::new()),
             assumed: Mutex::new(None),
             wanted: Mutex::new(BTreeSet::new()),
+            cluster: None,
         };
         let attestor = |name: &str| [json!({ "name": name })];
 

@@ -19,6 +19,8 @@ mod prefetch;
 mod response;
 
 #[cfg(test)]
+mod cluster_tests;
+#[cfg(test)]
 mod fake;
 #[cfg(test)]
 mod tests;
@@ -36,6 +38,8 @@ use crate::admission::AdmissionRequest;
 use crate::bindings::RequestBindings;
 use crate::decision::{Decision, PolicyResult, Status};
 use crate::images;
+use crate::resources::host::ClusterHost;
+use crate::resources::{NoResources, ResourceSource};
 use crate::verifier::ImageVerifier;
 
 pub use self::response::{MAX_VERIFIED_ANNOTATION_BYTES, SKIPPED_ANNOTATION, VERIFIED_ANNOTATION};
@@ -53,6 +57,27 @@ pub async fn validate(
     namespace_object: Option<&Value>,
     deadline: Instant,
 ) -> Decision {
+    validate_with(
+        verifier,
+        &NoResources,
+        policies,
+        req,
+        namespace_object,
+        deadline,
+    )
+    .await
+}
+
+/// [`validate`], with the cluster objects the policies' `resource.*` and `globalContext.*`
+/// calls read answered from `resources` (a watch cache, or files).
+pub async fn validate_with(
+    verifier: &dyn ImageVerifier,
+    resources: &dyn ResourceSource,
+    policies: &[&CompiledPolicy],
+    req: &AdmissionRequest,
+    namespace_object: Option<&Value>,
+    deadline: Instant,
+) -> Decision {
     let started = Instant::now();
     let data = RequestBindings::new(req, req.subject(), namespace_object).with_deadline(deadline);
     let builtin = images::builtin_images(req);
@@ -63,9 +88,14 @@ pub async fn validate(
         builtin: &builtin,
     };
     let mut jobs = JobSet::default();
+    let cluster: Vec<ClusterHost<'_>> = policies
+        .iter()
+        .map(|policy| ClusterHost::new(resources, policy))
+        .collect();
     let prepared: Vec<Prepared<'_>> = policies
         .iter()
-        .map(|policy| plan::prepare(policy, &inputs, &mut jobs))
+        .zip(&cluster)
+        .map(|(policy, cluster)| plan::prepare(policy, cluster, &inputs, &mut jobs))
         .collect();
     let prefetched = if jobs.is_empty() {
         Prefetched::default()

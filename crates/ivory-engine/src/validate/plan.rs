@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ivory_cel::image::ImageReference;
-use ivory_cel::{CostBudget, NoHost, Program};
+use ivory_cel::{CostBudget, Program};
 use ivory_policy::compiled::{CompiledAttestor, CompiledPolicy};
 use ivory_policy::types::{Attestor, FailurePolicy};
 use serde_json::Value as Json;
@@ -18,6 +18,7 @@ use super::{EVAL_FAILED, result};
 use crate::admission::AdmissionRequest;
 use crate::bindings::RequestBindings;
 use crate::decision::{PolicyResult, Status};
+use crate::resources::host::ClusterHost;
 use crate::verifier::{ImagePlatform, PlatformScope, VerifyRequest};
 use crate::{images, matching};
 
@@ -35,6 +36,8 @@ pub(super) const IMAGE_DATA_FUNCTIONS: [&str; 5] = [
 /// A policy that matched and is ready for evaluation once the prefetch is done.
 pub(super) struct Plan<'a> {
     pub(super) policy: &'a CompiledPolicy,
+    /// Answers the policy's cluster reads (`resource.*`, `globalContext.*`).
+    pub(super) cluster: &'a ClusterHost<'a>,
     /// Holds the policy's `images`/`attestors`/`attestations` bindings; taken by the first
     /// evaluation ([`Plan::evaluator`] builds the next).
     pub(super) eval: Option<Evaluator<'a>>,
@@ -81,7 +84,7 @@ impl<'a> Plan<'a> {
             return Some(eval);
         }
         let again = self.again.as_ref()?;
-        let mut eval = Evaluator::new(again.data, self.policy, &NoHost);
+        let mut eval = Evaluator::new(again.data, self.policy, self.cluster);
         if let Some(budget) = &again.budget {
             eval.share_budget(Arc::clone(budget));
         }
@@ -115,6 +118,7 @@ pub(super) struct RequestInputs<'a> {
 
 pub(super) fn prepare<'a>(
     policy: &'a CompiledPolicy,
+    cluster: &'a ClusterHost<'a>,
     inputs: &RequestInputs<'a>,
     jobs: &mut JobSet,
 ) -> Prepared<'a> {
@@ -136,7 +140,14 @@ pub(super) fn prepare<'a>(
             }
         }
     }
-    let mut eval = Evaluator::new(inputs.data, policy, &NoHost);
+    let mut eval = Evaluator::new(inputs.data, policy, cluster);
+    // A cluster read that could not be answered before verification (in a variable an
+    // attestor or extractor reads) leaves the policy to its failurePolicy.
+    let cluster_failed = |images: &[String]| {
+        cluster.failure_since(0).map(|err| {
+            Prepared::Evaluated(evaluate::cluster_unavailable(policy, &err, images.to_vec()))
+        })
+    };
     let over_budget = |eval: &Evaluator<'_>, images: &[String]| {
         eval.over_budget()
             .map(|why| Prepared::Evaluated(evaluate::over_budget(policy, why, images.to_vec())))
@@ -154,6 +165,7 @@ pub(super) fn prepare<'a>(
         Ok(images) => images,
         Err(message) => {
             return over_budget(&eval, &[])
+                .or_else(|| cluster_failed(&[]))
                 .unwrap_or_else(|| fail(Status::Error, format!("{EVAL_FAILED}: {message}"), &[]));
         }
     };
@@ -194,9 +206,11 @@ pub(super) fn prepare<'a>(
     let attestors = match evaluate_attestors(&policy.attestors, &mut eval) {
         Ok(attestors) => attestors,
         Err(message) => {
-            return over_budget(&eval, &matched).unwrap_or_else(|| {
-                fail(Status::Error, format!("{EVAL_FAILED}: {message}"), &matched)
-            });
+            return over_budget(&eval, &matched)
+                .or_else(|| cluster_failed(&matched))
+                .unwrap_or_else(|| {
+                    fail(Status::Error, format!("{EVAL_FAILED}: {message}"), &matched)
+                });
         }
     };
     let attestor_map = Json::Object(
@@ -223,6 +237,7 @@ pub(super) fn prepare<'a>(
 
     let mut plan = Plan {
         policy,
+        cluster,
         eval: Some(eval),
         again,
         notary_attestors: attestors

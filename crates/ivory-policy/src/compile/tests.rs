@@ -108,10 +108,58 @@ fn cel_errors_name_the_field() {
         (
             vec![set(
                 "/spec/validations/0/expression",
-                json!("resource.get('v1', 'configmaps', 'ns', 'keys').data.x == 'y'"),
+                json!("http.Get('https://example.com/keys').ok"),
             )],
             vec![
-                "spec.validations[0].expression: Kyverno library 'resource' is not supported by ivory",
+                "spec.validations[0].expression: Kyverno library 'http' is not supported by ivory: an admission never makes an HTTP call a policy chooses",
+            ],
+        ),
+        (
+            vec![set(
+                "/spec/validations/0/expression",
+                json!("resource.Post('v1', 'configmaps', 'ns', {}) != null"),
+            )],
+            vec![
+                "spec.validations[0].expression: Kyverno function 'resource.Post' is not supported by ivory: it reads cluster objects from watch caches (resource.Get, resource.List) and never writes",
+            ],
+        ),
+        (
+            vec![set(
+                "/spec/validations/0/expression",
+                json!("resource.Get('v1', 'secrets', object.metadata.namespace, 'k') != null"),
+            )],
+            vec![
+                "spec.validations[0].expression: resource.Get: reading secrets is refused: ivory does not read Secrets for policies: it would hold every Secret of the namespace in memory, and a policy could copy one into a message, an annotation or a report",
+            ],
+        ),
+        (
+            vec![set(
+                "/spec/validations/0/expression",
+                json!(
+                    "resource.list(object.apiVersion, 'configmaps', '').items.size() > 0 && globalContext.Get(object.kind, '') != null"
+                ),
+            )],
+            vec![
+                "spec.validations[0].expression: resource.list: apiVersion and resource must be string literals, so that ivory knows which resources to watch from the policy alone",
+                "spec.validations[0].expression: globalContext.Get: the entry name must be a string literal (ivory knows which GlobalContextEntries to read from the policy alone)",
+            ],
+        ),
+        (
+            vec![set(
+                "/spec/matchImageReferences",
+                json!([{"expression": "ref.startsWith(resource.Get('v1', 'configmaps', 'ivory', 'r').data.prefix)"}]),
+            )],
+            vec![
+                "spec.matchImageReferences[0].expression: resource and globalContext are not available in matchImageReferences (Kyverno's match environment has no libraries): read the cluster in a validation",
+            ],
+        ),
+        (
+            vec![set(
+                "/spec/validations/0/expression",
+                json!("resource.Get('v1', 'configmaps', 'keys') != null"),
+            )],
+            vec![
+                "spec.validations[0].expression: resource.Get: found no matching overload (takes (apiVersion, resource, namespace, name))",
             ],
         ),
     ];

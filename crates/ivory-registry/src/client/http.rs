@@ -13,7 +13,7 @@ use reqwest::redirect::{Attempt, Policy};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::cause::RedirectRefusal;
-use crate::client::resolve::SystemResolver;
+use crate::client::resolve::GuardedResolver;
 use crate::config::Config;
 
 /// Redirects followed per request. Registries redirect blob downloads to a CDN once;
@@ -150,7 +150,7 @@ pub(crate) fn build_client(
         .connect_timeout(config.connect_timeout)
         .user_agent(user_agent)
         .redirect(Policy::custom(redirect))
-        .dns_resolver(SystemResolver)
+        .dns_resolver(GuardedResolver)
         .build()
 }
 

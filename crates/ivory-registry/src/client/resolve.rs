@@ -1,26 +1,117 @@
-//! The system resolver behind ivory's registry clients, with a typed failure.
+//! Name resolution that never connects to a cloud metadata service: a registry host (or a
+//! redirect target) whose name resolves to link-local, unspecified or AWS's IPv6 metadata
+//! addresses is refused at connect time, whatever the name. Request data can name any image,
+//! and a name is resolved only when it is connected to, so this is where a name that points at
+//! 169.254.169.254 is stopped (literal addresses are refused before any request by the engine).
+
+use std::net::{IpAddr, SocketAddr};
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
-use crate::cause::LookupFailed;
+use crate::cause::{AddressRefused, LookupFailed};
 
-/// getaddrinfo on tokio's blocking pool, as reqwest's default resolver does, but failing
-/// with [`LookupFailed`] so a failed lookup is known by its type, not by hyper's words.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct SystemResolver;
+/// The system resolver (`getaddrinfo`, as reqwest's default), without forbidden addresses; its
+/// failures are typed ([`LookupFailed`], [`AddressRefused`]) so they are known by type.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct GuardedResolver;
 
-impl Resolve for SystemResolver {
+impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().to_owned();
         Box::pin(async move {
             // Collected at once: the iterator borrows `host`, which the error takes.
             let found = tokio::net::lookup_host((host.as_str(), 0))
                 .await
-                .map(Iterator::collect::<Vec<_>>);
-            match found {
-                Ok(addrs) => Ok(Box::new(addrs.into_iter()) as Addrs),
-                Err(source) => Err(LookupFailed { host, source }.into()),
+                .map(Iterator::collect::<Vec<SocketAddr>>);
+            let found = match found {
+                Ok(found) => found,
+                Err(source) => return Err(LookupFailed { host, source }.into()),
+            };
+            let (kept, refused) = keep_allowed(found);
+            match (kept.is_empty(), refused) {
+                (true, Some(ip)) => Err(AddressRefused { host, ip }.into()),
+                _ => Ok(Box::new(kept.into_iter()) as Addrs),
             }
         })
+    }
+}
+
+/// The allowed addresses, and the first refused one.
+fn keep_allowed(found: Vec<SocketAddr>) -> (Vec<SocketAddr>, Option<IpAddr>) {
+    let mut refused = None;
+    let kept = found
+        .into_iter()
+        .filter(|a| {
+            let bad = is_metadata_or_unspecified(a.ip());
+            if bad {
+                refused.get_or_insert(a.ip());
+            }
+            !bad
+        })
+        .collect();
+    (kept, refused)
+}
+
+/// Addresses ivory never connects to: link-local (cloud metadata services answer on
+/// 169.254.169.254 and fe80::/10 neighbours), AWS's IPv6 metadata address, unspecified ones
+/// (which reach the local host), and the IPv4-mapped forms of these.
+pub fn is_metadata_or_unspecified(ip: IpAddr) -> bool {
+    const AWS_METADATA_V6: [u16; 8] = [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254];
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local() || v4.is_unspecified(),
+        IpAddr::V6(v6) => {
+            v6.is_unspecified()
+                || v6.segments() == AWS_METADATA_V6
+                || (v6.segments()[0] & 0xffc0) == 0xfe80
+                || v6
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| is_metadata_or_unspecified(IpAddr::V4(v4)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(ip: &str) -> SocketAddr {
+        SocketAddr::new(ip.parse().unwrap(), 0)
+    }
+
+    #[test]
+    fn metadata_link_local_and_unspecified_addresses_are_dropped() {
+        for bad in [
+            "169.254.169.254",
+            "0.0.0.0",
+            "fd00:ec2::254",
+            "fe80::1",
+            "::",
+            "::ffff:169.254.169.254",
+        ] {
+            assert!(is_metadata_or_unspecified(bad.parse().unwrap()), "{bad}");
+        }
+        for good in ["127.0.0.1", "10.0.0.1", "::1", "2001:db8::1", "192.168.1.1"] {
+            assert!(!is_metadata_or_unspecified(good.parse().unwrap()), "{good}");
+        }
+        let (kept, refused) = keep_allowed(vec![addr("169.254.169.254"), addr("10.1.2.3")]);
+        assert_eq!(
+            (kept, refused),
+            (
+                vec![addr("10.1.2.3")],
+                Some("169.254.169.254".parse().unwrap())
+            )
+        );
+        let (kept, refused) = keep_allowed(vec![addr("fe80::1")]);
+        assert!(kept.is_empty() && refused.is_some());
+    }
+
+    #[tokio::test]
+    async fn real_names_resolve_through_the_system_resolver() {
+        let name: Name = "localhost".parse().unwrap();
+        let addrs: Vec<SocketAddr> = GuardedResolver.resolve(name).await.unwrap().collect();
+        assert!(
+            !addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback()),
+            "{addrs:?}"
+        );
     }
 }

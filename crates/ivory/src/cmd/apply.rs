@@ -7,7 +7,6 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -15,9 +14,6 @@ use ivory_engine::admission::{
     AdmissionRequest, AdmissionReview, GroupVersionKind, GroupVersionResource, Operation, UserInfo,
 };
 use ivory_engine::decision::{Decision, Status};
-use ivory_engine::exceptions::Exceptions;
-use ivory_engine::verifier::ImageVerifier;
-use ivory_policy::CompiledPolicy;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -46,6 +42,11 @@ pub(crate) struct Args {
     /// resources their conditions select (as Kyverno's CLI `--exception`).
     #[arg(long = "exception", value_name = "FILE")]
     exceptions: Vec<PathBuf>,
+    /// Cluster objects (YAML/JSON files or folders, repeatable) the policies' `resource.Get`,
+    /// `resource.List` and `globalContext.Get` read, as `kyverno apply --cluster-resources`;
+    /// without it such calls fail and the policy's failurePolicy decides.
+    #[arg(long = "cluster-resources", value_name = "FILE")]
+    cluster_resources: Vec<PathBuf>,
     /// Resource manifest or AdmissionReview (YAML or JSON, several documents allowed; `-` for
     /// stdin; repeatable). A review is run as the request it carries.
     #[arg(long = "resource", value_name = "FILE", required = true)]
@@ -135,6 +136,7 @@ impl Applied {
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policies = wiring::load_policies(&args.policies)?;
     let exceptions = wiring::load_exceptions(&args.exceptions)?;
+    let cluster = wiring::load_cluster_resources(&args.cluster_resources)?;
     let mut objects = Vec::new();
     for path in &args.resources {
         let text = wiring::read_input(path, "--resource")?;
@@ -150,7 +152,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             Some(req) => req,
             None => request(object, args.operation, &args.namespace)?,
         };
-        applied.push(apply(&verifier, &policies, exceptions.as_ref(), req, args.timeout).await?);
+        let routes = wiring::Routes {
+            verifier: &verifier,
+            resources: cluster.as_ref(),
+            policies: &policies,
+            exceptions: exceptions.as_ref(),
+        };
+        applied.push(apply(&routes, req, args.timeout).await?);
     }
     print(&applied, args.output)?;
     Ok(if applied.iter().any(Applied::errored) {
@@ -163,23 +171,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn apply(
-    verifier: &dyn ImageVerifier,
-    policies: &[Arc<CompiledPolicy>],
-    exceptions: Option<&Exceptions>,
+    routes: &wiring::Routes<'_>,
     mut req: AdmissionRequest,
     timeout: Duration,
 ) -> anyhow::Result<Applied> {
     let id = format!("{}/{}", req.kind.kind, qualified_name(&req));
-    let mutate = wiring::run_routes(
-        verifier,
-        policies,
-        exceptions,
-        Stage::Mutate,
-        &req,
-        None,
-        Instant::now() + timeout,
-    )
-    .await;
+    let mutate =
+        wiring::run_routes(routes, Stage::Mutate, &req, None, Instant::now() + timeout).await;
     let mut object = req.object.clone().unwrap_or(Value::Null);
     if mutate.allowed {
         wiring::apply_patch(&mut object, &mutate).with_context(|| format!("patching {id}"))?;
@@ -188,9 +186,7 @@ async fn apply(
         // The API server sends the validating webhooks the object as mutated.
         req.object = Some(object.clone());
         wiring::run_routes(
-            verifier,
-            policies,
-            exceptions,
+            routes,
             Stage::Validate,
             &req,
             None,

@@ -139,6 +139,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         verifier: Arc::new(verifier),
         policies,
         exceptions: None,
+        resources: Arc::new(ivory_engine::resources::NoResources),
         timeout: args.timeout,
         namespace: args
             .namespace
@@ -281,6 +282,7 @@ async fn audit_cluster(
             verifier,
             policies: base.policies.clone(),
             exceptions: base.exceptions.clone(),
+            resources: base.resources.clone(),
             timeout: base.timeout,
             namespace: group.namespace.clone(),
             namespace_object: namespaces.get(&group.namespace).cloned(),

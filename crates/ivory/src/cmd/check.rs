@@ -162,6 +162,8 @@ pub(crate) struct Checker {
     pub namespace: String,
     /// `--exception` files, if any.
     pub exceptions: Option<ivory_engine::exceptions::Exceptions>,
+    /// What the policies' `resource.*` / `globalContext.*` calls read (`--cluster-resources`).
+    pub resources: Arc<dyn ivory_engine::resources::ResourceSource>,
     /// That namespace as the cluster holds it (labels for namespaceSelector), when known.
     pub namespace_object: Option<Value>,
 }
@@ -196,10 +198,14 @@ impl Checker {
         let pinned = pinned(image, digest);
         let deadline = Instant::now() + self.timeout;
         let req = pod_request(&pinned, &self.namespace);
+        let routes = wiring::Routes {
+            verifier: self.verifier.as_ref(),
+            resources: self.resources.as_ref(),
+            policies: &self.policies,
+            exceptions: self.exceptions.as_ref(),
+        };
         let decision = wiring::run_routes(
-            self.verifier.as_ref(),
-            &self.policies,
-            self.exceptions.as_ref(),
+            &routes,
             Stage::Validate,
             &req,
             self.namespace_object.as_ref(),
@@ -663,6 +669,7 @@ mod tests {
                 timeout: Duration::from_secs(5),
                 namespace: "default".into(),
                 exceptions: None,
+                resources: Arc::new(ivory_engine::resources::NoResources),
                 namespace_object: None,
             };
             let report = checker.check(image).await;

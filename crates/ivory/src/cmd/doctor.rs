@@ -4,23 +4,28 @@
 //!
 //! Layers: `api` (reachable), `crds` (installed, v1 served, Established), `policy` (each
 //! compiles), `registration` (a validating, and for digest pinning a mutating, webhook calls
-//! ivory for each policy), `endpoint` (each ivory endpoint of those webhooks answers `/readyz`).
+//! ivory for each policy), `endpoint` (each ivory endpoint of those webhooks answers `/readyz`),
+//! `reads` (ivory's service account may get, list and watch what each policy reads through
+//! `resource.Get`/`List` and `globalContext.Get`: a SubjectAccessReview per verb).
 
 use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use ivory_policy::CompiledPolicy;
 use ivory_policy::types::{FailurePolicy, PolicyKind};
+use ivory_policy::{CompiledPolicy, ResourceRead};
 use ivory_server::READYZ_POLICY_ERRORS;
 use ivory_server::kube_source::{POLICY_VERSION, compile_policy_object, policy_resources};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status as ApiStatus;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 
 /// CRDs ivory reads.
 const CRDS: [&str; 2] = [
@@ -31,7 +36,16 @@ const CRDS: [&str; 2] = [
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(clap::Args)]
-pub(crate) struct Args {}
+pub(crate) struct Args {
+    /// ivory's service account, as NAMESPACE/NAME: whose permission to watch what the policies
+    /// read (resource.Get/List, globalContext.Get) is checked.
+    #[arg(
+        long,
+        value_name = "NAMESPACE/NAME",
+        default_value = "ivory-system/ivory"
+    )]
+    service_account: String,
+}
 
 /// Result of one check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,8 +88,15 @@ fn check(
     }
 }
 
-pub(crate) async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    let checks = collect().await;
+pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let Some((namespace, name)) = args.service_account.split_once('/') else {
+        anyhow::bail!(
+            "--service-account {:?}: expected NAMESPACE/NAME",
+            args.service_account
+        );
+    };
+    let user = format!("system:serviceaccount:{namespace}:{name}");
+    let checks = collect(&user).await;
     print!("{}", render(&checks));
     let failed = checks.iter().any(|c| c.status == Status::Fail);
     Ok(if failed {
@@ -85,7 +106,7 @@ pub(crate) async fn run(_args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-async fn collect() -> Vec<Check> {
+async fn collect(service_account: &str) -> Vec<Check> {
     let mut checks = Vec::new();
     let client = match connect().await {
         Ok((client, version)) => {
@@ -105,6 +126,7 @@ async fn collect() -> Vec<Check> {
     checks.extend(crd_checks(&client).await);
     let (policies, policy_checks) = policy_checks(&client).await;
     checks.extend(policy_checks);
+    checks.extend(read_checks(&client, service_account, &policies).await);
     match webhooks(&client).await {
         Ok(hooks) => {
             checks.extend(registration_checks(&policies, &hooks));
@@ -217,6 +239,116 @@ async fn policy_checks(client: &kube::Client) -> (Vec<CompiledPolicy>, Vec<Check
         ));
     }
     (policies, checks)
+}
+
+/// Verbs ivory's watches need.
+const WATCH_VERBS: [&str; 3] = ["get", "list", "watch"];
+
+/// What each policy reads from the cluster (its `resource.*` calls, and GlobalContextEntries,
+/// which ivory reads as `kyverno.io` `globalcontextentries`), by policy subject.
+pub(crate) fn reads_needed(policies: &[CompiledPolicy]) -> Vec<(String, ResourceRead)> {
+    let mut out = Vec::new();
+    for p in policies {
+        let subject = match &p.namespace {
+            Some(ns) => format!("{:?}/{ns}/{}", p.kind, p.name),
+            None => format!("{:?}/{}", p.kind, p.name),
+        };
+        for read in &p.cluster_reads.resources {
+            out.push((subject.clone(), read.clone()));
+        }
+        if !p.cluster_reads.global_context.is_empty() {
+            out.push((
+                subject.clone(),
+                ResourceRead {
+                    group: "kyverno.io".into(),
+                    version: "v2beta1".into(),
+                    resource: "globalcontextentries".into(),
+                    namespace: None,
+                },
+            ));
+        }
+    }
+    out
+}
+
+/// One row per (policy, resource read): ok when every watch verb is allowed, else which are
+/// not (the policy's reads fail, and its failurePolicy decides every request it judges).
+pub(crate) fn read_check(
+    subject: &str,
+    read: &ResourceRead,
+    service_account: &str,
+    answers: &[(&str, Result<bool, String>)],
+) -> Check {
+    let denied: Vec<&str> = answers
+        .iter()
+        .filter(|(_, a)| matches!(a, Ok(false)))
+        .map(|(verb, _)| *verb)
+        .collect();
+    if let Some((verb, Err(e))) = answers.iter().find(|(_, a)| a.is_err()) {
+        return check(
+            "reads",
+            subject,
+            Status::Warn,
+            format!("reads {read}; could not ask whether {service_account} may {verb} it: {e}"),
+        );
+    }
+    if denied.is_empty() {
+        check(
+            "reads",
+            subject,
+            Status::Ok,
+            format!("reads {read}; {service_account} may get, list and watch it"),
+        )
+    } else {
+        check(
+            "reads",
+            subject,
+            Status::Fail,
+            format!(
+                "reads {read}, but {service_account} may not {} it: every read fails and the \
+                 failurePolicy decides (Helm value clusterReads, or the ClusterRole \
+                 ivory-cluster-reads)",
+                denied.join(", ")
+            ),
+        )
+    }
+}
+
+async fn read_checks(
+    client: &kube::Client,
+    service_account: &str,
+    policies: &[CompiledPolicy],
+) -> Vec<Check> {
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let mut checks = Vec::new();
+    for (subject, read) in reads_needed(policies) {
+        let mut answers = Vec::new();
+        for verb in WATCH_VERBS {
+            let review = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: Some(service_account.to_owned()),
+                    resource_attributes: Some(ResourceAttributes {
+                        group: Some(read.group.clone()),
+                        version: Some(read.version.clone()),
+                        resource: Some(read.resource.clone()),
+                        namespace: read.namespace.clone(),
+                        verb: Some(verb.to_owned()),
+                        ..ResourceAttributes::default()
+                    }),
+                    ..SubjectAccessReviewSpec::default()
+                },
+                ..SubjectAccessReview::default()
+            };
+            let answer = api
+                .create(&PostParams::default(), &review)
+                .await
+                .map(|r| r.status.is_some_and(|s| s.allowed))
+                .map_err(|e| e.to_string());
+            answers.push((verb, answer));
+        }
+        checks.push(read_check(&subject, &read, service_account, &answers));
+    }
+    checks
 }
 
 fn policy_subject(kind: &str, object: &DynamicObject) -> String {

@@ -55,6 +55,22 @@ pub(crate) struct Args {
     /// POD_NAMESPACE nor the service account's namespace file is present.
     #[arg(long, value_name = "NS", default_value = "ivory")]
     namespace: String,
+    /// Without --kube: cluster objects (YAML/JSON files or folders, repeatable) the policies'
+    /// `resource.Get`, `resource.List` and `globalContext.Get` read, loaded once at start.
+    /// With --kube they come from watches of what the loaded policies read.
+    #[arg(
+        long = "cluster-resources",
+        value_name = "FILE",
+        conflicts_with = "kube"
+    )]
+    cluster_resources: Vec<PathBuf>,
+    /// With --kube, most objects one watch of a resource the policies read may hold; past it
+    /// the watch serves nothing (reads fail, the failurePolicy decides) and lists again later.
+    #[arg(long, value_name = "N", default_value_t = ivory_server::cluster_resources::WatchLimits::default().max_objects)]
+    resource_watch_max_objects: usize,
+    /// With --kube, most bytes (objects' JSON without managedFields) one such watch may hold.
+    #[arg(long, value_name = "BYTES", default_value_t = ivory_server::cluster_resources::WatchLimits::default().max_bytes)]
+    resource_watch_max_bytes: usize,
     /// Largest accepted AdmissionReview body in bytes (larger bodies get 413).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
     body_limit: usize,
@@ -236,7 +252,23 @@ pub(crate) async fn run(
         None
     };
 
+    let resources: Arc<dyn ivory_engine::resources::ResourceSource> =
+        match kube.as_ref().and_then(|k| k.client()) {
+            Some(client) => {
+                let limits = ivory_server::cluster_resources::WatchLimits {
+                    max_objects: args.resource_watch_max_objects,
+                    max_bytes: args.resource_watch_max_bytes,
+                };
+                let watches = ivory_server::cluster_resources::ResourceWatches::new(client, limits);
+                watches.follow(store.clone());
+                let stats = watches.clone();
+                metrics.set_resource_watch_stats(Arc::new(move || stats.stats()));
+                watches
+            }
+            None => super::wiring::load_cluster_resources(&args.cluster_resources)?,
+        };
     let mut state = AppState::new(Arc::new(verifier), store, metrics);
+    state.resources = resources;
     state.namespaces = kube.as_ref().map(|k| k.namespace_source());
     state.credentials = kube.as_ref().map(|k| k.credential_source());
     anyhow::ensure!(

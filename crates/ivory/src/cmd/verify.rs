@@ -37,6 +37,11 @@ pub(crate) struct Args {
     /// synthetic Pod skips the policy it names (as Kyverno's CLI `--exception`).
     #[arg(long = "exception", value_name = "FILE")]
     exceptions: Vec<PathBuf>,
+    /// Cluster objects (YAML/JSON files or folders, repeatable) the policies' `resource.Get`,
+    /// `resource.List` and `globalContext.Get` read, as `kyverno apply --cluster-resources`;
+    /// without it such calls fail and the policy's failurePolicy decides.
+    #[arg(long = "cluster-resources", value_name = "FILE")]
+    cluster_resources: Vec<PathBuf>,
     /// Output format. `json` is stable: {"summary": {images, pass, fail, error},
     /// "images": [{image, digest, verdict, policies, message}]}.
     #[arg(long, short, value_enum, default_value_t = Format::Table)]
@@ -59,6 +64,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         timeout: args.timeout,
         namespace: args.namespace.clone(),
         exceptions: super::wiring::load_exceptions(&args.exceptions)?,
+        resources: super::wiring::load_cluster_resources(&args.cluster_resources)?,
         namespace_object: None,
     };
     let mut reports = Vec::with_capacity(args.images.len());

@@ -14,6 +14,7 @@ use ivory_engine::admission::AdmissionRequest;
 use ivory_engine::decision::Decision;
 use ivory_engine::exceptions::{self, Exceptions, Partition};
 use ivory_engine::matching::{Route, select_policies};
+use ivory_engine::resources::{FileResources, NoResources, ResourceSource};
 use ivory_engine::verifier::ImageVerifier;
 use ivory_engine::{mutate, validate};
 use ivory_l2::DiskCache;
@@ -284,20 +285,34 @@ pub(crate) enum Stage {
     Validate,
 }
 
+/// What the engine judges a request with, on every route.
+#[derive(Clone, Copy)]
+pub(crate) struct Routes<'a> {
+    pub verifier: &'a dyn ImageVerifier,
+    /// What the policies' `resource.*` / `globalContext.*` calls read.
+    pub resources: &'a dyn ResourceSource,
+    pub policies: &'a [Arc<CompiledPolicy>],
+    pub exceptions: Option<&'a Exceptions>,
+}
+
 /// Runs `stage` for `req` on each route that has policies for it, as the API server would call
 /// ivory's webhooks, and merges the answers (every route must allow). `namespace_object` is
 /// the request namespace as the cluster holds it; `None` gives the webhook's minimal form.
 /// With `exceptions`, an excepted policy is skipped (and pins nothing), as `ivory serve
 /// --enable-policy-exceptions` does.
 pub(crate) async fn run_routes(
-    verifier: &dyn ImageVerifier,
-    policies: &[Arc<CompiledPolicy>],
-    exceptions: Option<&Exceptions>,
+    routes: &Routes<'_>,
     stage: Stage,
     req: &AdmissionRequest,
     namespace_object: Option<&Value>,
     deadline: Instant,
 ) -> Decision {
+    let Routes {
+        verifier,
+        resources,
+        policies,
+        exceptions,
+    } = *routes;
     let ns_object = namespace_object
         .cloned()
         .or_else(|| req.namespace().map(ivory_server::namespace_object));
@@ -322,10 +337,26 @@ pub(crate) async fn run_routes(
         };
         let mut d = match stage {
             Stage::Mutate => {
-                mutate::mutate(verifier, &selected, req, ns_object.as_ref(), deadline).await
+                mutate::mutate_with(
+                    verifier,
+                    resources,
+                    &selected,
+                    req,
+                    ns_object.as_ref(),
+                    deadline,
+                )
+                .await
             }
             Stage::Validate => {
-                validate::validate(verifier, &selected, req, ns_object.as_ref(), deadline).await
+                validate::validate_with(
+                    verifier,
+                    resources,
+                    &selected,
+                    req,
+                    ns_object.as_ref(),
+                    deadline,
+                )
+                .await
             }
         };
         exceptions::merge_into(&mut d, skipped);
@@ -381,6 +412,54 @@ pub(crate) fn apply_patch(object: &mut Value, decision: &Decision) -> anyhow::Re
 }
 
 /// Reads a file, or stdin for `-`.
+/// Largest cluster resource file read (`--cluster-resources`).
+const MAX_CLUSTER_RESOURCE_FILE: u64 = 64 * 1024 * 1024;
+
+/// The objects of `--cluster-resources` files and folders (YAML or JSON, several documents,
+/// `kind: List`, GlobalContextEntries), for the policies' `resource.*` / `globalContext.*`
+/// calls; none given: such calls fail (the policies' failurePolicy decides).
+pub(crate) fn load_cluster_resources(paths: &[PathBuf]) -> anyhow::Result<Arc<dyn ResourceSource>> {
+    if paths.is_empty() {
+        return Ok(Arc::new(NoResources));
+    }
+    let mut documents = Vec::new();
+    for path in paths {
+        let files = if path.is_dir() {
+            let (files, errors) = ivory_policy::policy_files(path);
+            if let Some(e) = errors.first() {
+                bail!("--cluster-resources {}: {e}", path.display());
+            }
+            files
+        } else {
+            vec![path.clone()]
+        };
+        for file in files {
+            let flag = format!("--cluster-resources {}", file.display());
+            let text = read_bounded(&file, MAX_CLUSTER_RESOURCE_FILE)
+                .with_context(|| format!("reading {flag}"))?;
+            let docs =
+                ivory_policy::documents(&text).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+            documents.extend(docs.into_iter().filter(|d| !d.is_null()));
+        }
+    }
+    let files = FileResources::new(documents).context("--cluster-resources")?;
+    tracing::debug!(objects = files.len(), "cluster resources loaded");
+    Ok(Arc::new(files))
+}
+
+/// The file's text, refused past `max` bytes (read no further than that).
+fn read_bounded(path: &std::path::Path, max: u64) -> anyhow::Result<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(max + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        bail!("larger than {max} bytes");
+    }
+    Ok(text)
+}
+
 pub(crate) fn read_input(path: &std::path::Path, flag: &str) -> anyhow::Result<String> {
     if path.as_os_str() == "-" {
         let mut text = String::new();

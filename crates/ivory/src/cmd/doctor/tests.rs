@@ -147,3 +147,61 @@ fn the_table_ends_with_the_verdict() {
     let failed = [check("registration", "p (validate)", Status::Fail, "none")];
     assert!(render(&failed).ends_with("1 check(s) failed\n"));
 }
+
+#[test]
+fn a_policy_reading_what_the_service_account_may_not_watch_fails_its_row() {
+    let text = "apiVersion: policies.kyverno.io/v1
+kind: NamespacedImageValidatingPolicy
+metadata:
+  name: keys
+  namespace: team-a
+spec:
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [\"\"]
+        apiVersions: [v1]
+        operations: [CREATE]
+        resources: [pods]
+  attestors: []
+  validations:
+    - expression: resource.get('v1', 'configmaps', 'keys') != null && globalContext.Get('trusted', '') != null
+";
+    let report = ivory_policy::load_str(text, "test");
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let needed = reads_needed(&report.policies);
+    let described: Vec<(String, String)> = needed
+        .iter()
+        .map(|(s, r)| (s.clone(), r.to_string()))
+        .collect();
+    assert_eq!(
+        described,
+        [
+            (
+                "NamespacedImageValidatingPolicy/team-a/keys".to_owned(),
+                "v1 configmaps in namespace team-a".to_owned()
+            ),
+            (
+                "NamespacedImageValidatingPolicy/team-a/keys".to_owned(),
+                "kyverno.io/v2beta1 globalcontextentries in all namespaces".to_owned()
+            ),
+        ]
+    );
+    let sa = "system:serviceaccount:ivory-system:ivory";
+    let (subject, read) = &needed[0];
+    let all = [("get", Ok(true)), ("list", Ok(true)), ("watch", Ok(true))];
+    assert_eq!(read_check(subject, read, sa, &all).status, Status::Ok);
+    let no_watch = [("get", Ok(true)), ("list", Ok(false)), ("watch", Ok(false))];
+    let row = read_check(subject, read, sa, &no_watch);
+    assert_eq!(row.status, Status::Fail);
+    assert!(
+        row.detail.contains("may not list, watch it"),
+        "{}",
+        row.detail
+    );
+    let unknown = [
+        ("get", Err("forbidden".to_owned())),
+        ("list", Ok(true)),
+        ("watch", Ok(true)),
+    ];
+    assert_eq!(read_check(subject, read, sa, &unknown).status, Status::Warn);
+}
