@@ -32,7 +32,7 @@ use session::{Challenge, Token, TokenKey};
 
 pub(crate) mod http;
 mod referrers;
-mod resolve;
+pub(crate) mod resolve;
 mod session;
 #[cfg(test)]
 mod tests;

@@ -27,6 +27,7 @@ use kube::discovery::Scope;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::Value;
 
+use crate::metrics::WatchStats;
 use crate::policies::PolicyStore;
 
 /// How often the watched set is compared with what the policies need.
@@ -59,19 +60,6 @@ impl Default for WatchLimits {
             max_bytes: 64 * 1024 * 1024,
         }
     }
-}
-
-/// What one watch holds, for metrics and `ivory doctor`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WatchStats {
-    /// The watched kind and namespace.
-    pub resource: String,
-    /// Objects held.
-    pub objects: usize,
-    /// Their bytes.
-    pub bytes: usize,
-    /// Whether the first list completed (and the watch is within its bounds).
-    pub synced: bool,
 }
 
 /// Objects by (namespace, name).

@@ -1,11 +1,9 @@
 //! The crate's error: why the server could not start or keep serving. Per-request problems
-//! are answers, not errors (see [`crate::kube_source::CredentialError`] for the one that
+//! are answers, not errors (see [`crate::sources::CredentialError`] for the one that
 //! crosses a module boundary).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-
-use crate::kube_source::SYNC_TIMEOUT;
 
 /// Why the server, or its Kubernetes source, could not run.
 #[derive(Debug, thiserror::Error)]
@@ -41,11 +39,13 @@ pub enum Error {
     #[error(
         "the {what} watch did not complete its first list within {}s (is the CRD installed, and \
          may ivory list and watch {what}? the watch errors are in the log)",
-        SYNC_TIMEOUT.as_secs()
+        waited.as_secs()
     )]
     SyncTimeout {
         /// The watched kind (`ImageValidatingPolicy`, `Namespace`, `Secret`, ...).
         what: &'static str,
+        /// How long the first list was waited for.
+        waited: std::time::Duration,
     },
 }
 

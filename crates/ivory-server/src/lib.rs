@@ -17,6 +17,7 @@ pub mod policies;
 pub mod reports;
 mod routes;
 mod serve;
+pub mod sources;
 pub mod webhooks;
 
 pub use error::{Error, Result};
@@ -24,10 +25,9 @@ pub use kube_source::KubeSource;
 pub use limits::{DEFAULT_BODY_LIMIT, HttpLimits};
 pub use metrics::{
     CacheCounts, CacheStatsSource, L2Counts, L2StatsSource, LogDropsSource, Metrics,
-    RegistryStatsSource, ResourceWatchStatsSource,
+    RegistryStatsSource, ResourceWatchStatsSource, WatchStats,
 };
 pub use policies::{FileSource, PolicyStore, Snapshot};
-pub use routes::{
-    AppState, ExceptionSettings, NamespaceSource, READYZ_POLICY_ERRORS, namespace_object, router,
-};
+pub use routes::{AppState, ExceptionSettings, READYZ_POLICY_ERRORS, namespace_object, router};
 pub use serve::{Listen, ServeOptions, serve, shutdown_signal};
+pub use sources::{CredentialError, CredentialSource, NamespaceSource, SecretProblem};

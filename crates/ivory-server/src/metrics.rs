@@ -132,8 +132,20 @@ struct WatchLabels {
 }
 
 /// What the watches of the policies' cluster reads hold, read when the metrics are served.
-pub type ResourceWatchStatsSource =
-    Arc<dyn Fn() -> Vec<crate::cluster_resources::WatchStats> + Send + Sync>;
+pub type ResourceWatchStatsSource = Arc<dyn Fn() -> Vec<WatchStats> + Send + Sync>;
+
+/// What one watch holds, for metrics and `ivory doctor`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchStats {
+    /// The watched kind and namespace.
+    pub resource: String,
+    /// Objects held.
+    pub objects: usize,
+    /// Their bytes.
+    pub bytes: usize,
+    /// Whether the first list completed (and the watch is within its bounds).
+    pub synced: bool,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CacheLabels {
@@ -643,7 +655,6 @@ mod tests {
 
     #[test]
     fn watches_of_cluster_reads_are_exported_and_go_when_they_stop() {
-        use crate::cluster_resources::WatchStats;
         let held = Arc::new(Mutex::new(vec![WatchStats {
             resource: "v1 configmaps in namespace ivory".into(),
             objects: 3,

@@ -20,7 +20,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{MethodRouter, get, post};
-use futures::future::{BoxFuture, FutureExt as _};
+use futures::future::FutureExt as _;
 use ivory_engine::admission::shape::{ShapeError, check_shape};
 use ivory_engine::admission::{
     AdmissionError, AdmissionRequest, AdmissionResponse, AdmissionReview, ResponseStatus,
@@ -32,38 +32,16 @@ use ivory_engine::matching::{Route, UnknownPolicies, select_policies};
 use ivory_engine::verifier::ImageVerifier;
 use ivory_engine::{mutate, validate};
 use ivory_policy::CompiledPolicy;
-use ivory_policy::types::{Credentials, FailurePolicy, PolicyKind};
+use ivory_policy::types::{FailurePolicy, PolicyKind};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::audit::{self, ReportSink};
 use crate::budget::{Budget, timeout_from_query};
-use crate::kube_source::CredentialError;
 use crate::limits::{BodyBudget, BodyError, HttpLimits, ReadBody, read_body};
 use crate::metrics::Metrics;
 use crate::policies::PolicyStore;
-
-/// Where `namespaceObject` comes from (the Namespace reflector with `--kube`). Without one, or
-/// when it cannot tell, the server synthesizes the object with [`namespace_object`] and leaves
-/// namespaceSelectors to the API server (see `AdmissionRequest::namespace_labels_unknown`).
-pub trait NamespaceSource: Send + Sync {
-    /// The Namespace object named `name` as the API server has it, found by `deadline`, or
-    /// `None` when its labels cannot be known in time.
-    fn namespace<'a>(&'a self, name: &'a str, deadline: Instant) -> BoxFuture<'a, Option<Value>>;
-}
-
-/// Where the Secrets of a policy's `credentials` come from (the Kubernetes API with `--kube`).
-pub trait CredentialSource: Send + Sync {
-    /// Makes every Secret `credentials` names available to the verifier's credentials resolver
-    /// by `deadline`, or says which one cannot be used and why. `policy_namespace` is the
-    /// namespace of a NamespacedImageValidatingPolicy (`None` for a cluster policy).
-    fn prepare<'a>(
-        &'a self,
-        policy_namespace: Option<&'a str>,
-        credentials: &'a Credentials,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<(), CredentialError>>;
-}
+use crate::sources::{CredentialSource, NamespaceSource};
 
 /// Shared state of every handler; cheap to clone.
 #[derive(Clone)]

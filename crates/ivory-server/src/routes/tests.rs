@@ -12,7 +12,7 @@ use ivory_policy::{default_policy, load_str};
 use tower::ServiceExt as _;
 
 use super::*;
-use crate::kube_source::SecretProblem;
+use crate::sources::{CredentialError, SecretProblem};
 
 const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 
