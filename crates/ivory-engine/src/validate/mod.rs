@@ -14,6 +14,7 @@ mod context;
 mod evaluate;
 mod host;
 mod late;
+mod outcome;
 mod plan;
 mod prefetch;
 mod response;
@@ -30,8 +31,9 @@ use ivory_policy::types::ValidationAction;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use self::evaluate::{Evaluated, Run};
+use self::evaluate::Run;
 use self::host::Evidence;
+use self::outcome::Evaluated;
 use self::plan::{Plan, Prepared, RequestInputs};
 use self::prefetch::{JobSet, Prefetched};
 use crate::admission::AdmissionRequest;

@@ -12,7 +12,7 @@ use ivory_policy::types::{Attestor, FailurePolicy};
 use serde_json::Value as Json;
 
 use super::context::{Evaluator, ExprError};
-use super::evaluate::{self, Evaluated};
+use super::outcome::{self, Evaluated};
 use super::prefetch::{Job, JobSet, LateImageData, VerifyKey};
 use super::{EVAL_FAILED, result};
 use crate::admission::AdmissionRequest;
@@ -145,12 +145,12 @@ pub(super) fn prepare<'a>(
     // attestor or extractor reads) leaves the policy to its failurePolicy.
     let cluster_failed = |images: &[String]| {
         cluster.failure_since(0).map(|err| {
-            Prepared::Evaluated(evaluate::cluster_unavailable(policy, &err, images.to_vec()))
+            Prepared::Evaluated(outcome::cluster_unavailable(policy, &err, images.to_vec()))
         })
     };
     let over_budget = |eval: &Evaluator<'_>, images: &[String]| {
         eval.over_budget()
-            .map(|why| Prepared::Evaluated(evaluate::over_budget(policy, why, images.to_vec())))
+            .map(|why| Prepared::Evaluated(outcome::over_budget(policy, why, images.to_vec())))
     };
     match match_conditions(policy, &mut eval) {
         Ok(true) => {}

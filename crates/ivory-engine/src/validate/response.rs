@@ -1,7 +1,7 @@
 //! `required` across all policies of the request, then the Deny/Warn/Audit response.
 
-use super::evaluate::Evaluated;
 use super::host::{Evidence, ImageEvidence, VerifiedBy};
+use super::outcome::Evaluated;
 use crate::decision::{Decision, Status};
 
 /// Audit annotation listing the policies whose verification or digest check was skipped under
