@@ -11,6 +11,7 @@ use cel::common::value::Val;
 use cel::objects::{Key, Map, OptionalValue};
 
 use crate::EvalError;
+use crate::library::type_name;
 
 /// JSON → CEL runtime value, built directly in the interpreter's representation so that
 /// binding costs one traversal.
@@ -126,16 +127,6 @@ fn key_string(k: &Key) -> String {
         Key::Uint(u) => u.to_string(),
         Key::Bool(b) => b.to_string(),
         Key::String(s) => s.as_str().to_owned(),
-    }
-}
-
-/// CEL type name of a value, for error messages.
-pub(crate) fn type_name(v: &Value) -> String {
-    match v {
-        Value::Opaque(o) => o.runtime_type_name().to_owned(),
-        Value::Float(_) => "double".to_owned(),
-        Value::Null => "null_type".to_owned(),
-        other => other.type_of().to_string(),
     }
 }
 

@@ -76,7 +76,7 @@ impl EvalError {
     pub(crate) fn unexpected(expected: &'static str, got: &Value) -> Self {
         EvalError::UnexpectedType {
             expected,
-            got: crate::convert::type_name(got),
+            got: crate::library::type_name(got),
         }
     }
 }

@@ -11,7 +11,8 @@
 use cel::IdedExpr;
 use cel::common::ast::{CallExpr, ComprehensionExpr, EntryExpr, Expr, LiteralValue, operators};
 
-use super::instrument::{ITERATION, REPLACE, SIZE, is_builder, is_cluster_read};
+use super::functions::{ITERATION, REPLACE, SIZE};
+use super::instrument::{is_builder, is_cluster_read};
 use super::{
     BYTES_PER_UNIT, MAX_INPUT_BYTES, MIN_ELEMENT_BYTES, POLICY_VALUE_BYTES, POLICY_VALUE_ITEMS,
 };

@@ -4,9 +4,15 @@ use cel::common::types::{CelBytes, CelInt, CelString};
 use cel::common::value::CowVal;
 use cel::{ExecutionError, FunctionContext};
 
-use super::instrument::{ITERATION, REPLACE, SIZE};
 use super::{Exceeded, charge, string_units};
-use crate::library::Registry;
+use crate::library::registry::Registry;
+
+/// `cost$iteration(units, value)`: charges `units`, returns `value`.
+pub(crate) const ITERATION: &str = "cost$iteration";
+/// `cost$size(value)`: charges the size of `value`, returns it.
+pub(crate) const SIZE: &str = "cost$size";
+/// `s.cost$replace(old, new[, n])`: `replace`, charging its result's size before building it.
+pub(crate) const REPLACE: &str = "cost$replace";
 
 pub(crate) fn register(registry: &mut Registry) {
     registry.add_raw(ITERATION, Box::new(iteration));

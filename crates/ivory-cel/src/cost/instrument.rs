@@ -11,14 +11,8 @@ use cel::IdedExpr;
 use cel::common::ast::{CallExpr, ComprehensionExpr, EntryExpr, Expr, LiteralValue, operators};
 use cel::common::types::CelInt;
 
+use super::functions::{ITERATION, REPLACE, SIZE};
 use crate::library::Library;
-
-/// `cost$iteration(units, value)`: charges `units`, returns `value`.
-pub(crate) const ITERATION: &str = "cost$iteration";
-/// `cost$size(value)`: charges the size of `value`, returns it.
-pub(crate) const SIZE: &str = "cost$size";
-/// `s.cost$replace(old, new[, n])`: `replace`, charging its result's size before building it.
-pub(crate) const REPLACE: &str = "cost$replace";
 
 /// Whether `name` builds a string or list (see [`BUILDERS`]).
 pub(crate) fn is_builder(name: &str) -> bool {

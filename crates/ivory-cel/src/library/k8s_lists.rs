@@ -15,8 +15,8 @@ fn compare(a: &Value, b: &Value) -> Result<Ordering, FunctionError> {
     a.partial_cmp(b).ok_or_else(|| {
         FunctionError::Elements(format!(
             "{} and {} are not comparable",
-            crate::convert::type_name(a),
-            crate::convert::type_name(b)
+            super::type_name(a),
+            super::type_name(b)
         ))
     })
 }
@@ -59,16 +59,13 @@ fn sum(items: &[Value]) -> Result<Value, FunctionError> {
             .map(Value::Float),
         Some(other) => Err(FunctionError::Elements(format!(
             "sum is not defined on list of {}",
-            crate::convert::type_name(other)
+            super::type_name(other)
         ))),
     }
 }
 
 fn mixed(v: &Value) -> FunctionError {
-    FunctionError::Elements(format!(
-        "sum: unexpected {} in list",
-        crate::convert::type_name(v)
-    ))
+    FunctionError::Elements(format!("sum: unexpected {} in list", super::type_name(v)))
 }
 
 pub(super) fn register(r: &mut Registry) {

@@ -6,13 +6,12 @@ mod kyverno;
 mod net;
 mod quantity;
 mod regex;
+pub(crate) mod registry;
 mod resources;
 mod semvers;
 mod sets;
 mod urls;
 
-use std::cmp::Ordering;
-use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use cel::common::ast::{CallExpr, Expr, LiteralValue};
@@ -22,6 +21,7 @@ use cel::objects::Opaque;
 use cel::parser::Parser;
 use cel::{Context, Env, ExecutionError, FunctionContext, IdedExpr, Value};
 
+pub(crate) use registry::{Func, Handler, Ordered, Registry};
 pub(crate) use resources::resource_query;
 
 /// The names of the cluster-read functions (re-exported by the crate).
@@ -78,10 +78,6 @@ impl Library {
     }
 }
 
-/// A library function overload: gets the receiver (if any) followed by the arguments;
-/// `None` means "these argument types are not mine".
-pub(crate) type Handler = fn(&[Value]) -> Option<Result<Value, FunctionError>>;
-
 /// Why a library function refused its arguments. The text becomes the CEL error
 /// (`Error executing function '<name>': <text>`), in the words of the Kubernetes or Kyverno
 /// library the function comes from.
@@ -102,55 +98,6 @@ pub(crate) enum FunctionError {
     /// element is needed.
     #[error("{0}")]
     Elements(String),
-}
-
-pub(crate) type Func = Box<
-    dyn for<'c, 'd> Fn(&mut FunctionContext<'c, 'd>) -> Result<CowVal<'c, 'd>, ExecutionError>
-        + Send
-        + Sync,
->;
-
-#[derive(Default)]
-pub(crate) struct Registry {
-    handlers: BTreeMap<&'static str, Vec<Handler>>,
-    raw: Vec<(&'static str, Func)>,
-}
-
-impl Registry {
-    pub(crate) fn add(&mut self, name: &'static str, handler: Handler) {
-        self.handlers.entry(name).or_default().push(handler);
-    }
-
-    /// A function that needs the call context (e.g. to reach the host).
-    pub(crate) fn add_raw(&mut self, name: &'static str, f: Func) {
-        self.raw.push((name, f));
-    }
-
-    /// The Kubernetes comparison members of an ordered library type: `x.compareTo(y)` (-1, 0,
-    /// 1), `x.isGreaterThan(y)` and `x.isLessThan(y)`.
-    pub(crate) fn add_comparisons<T: Ordered>(&mut self) {
-        self.add("compareTo", |a| {
-            compare::<T>(a).map(|o| Ok(Value::Int(o as i64)))
-        });
-        self.add("isGreaterThan", |a| {
-            compare::<T>(a).map(|o| Ok(Value::Bool(o.is_gt())))
-        });
-        self.add("isLessThan", |a| {
-            compare::<T>(a).map(|o| Ok(Value::Bool(o.is_lt())))
-        });
-    }
-}
-
-/// A library type with an order of its own (quantities by value, semvers by precedence), for
-/// [`Registry::add_comparisons`].
-pub(crate) trait Ordered: 'static {
-    fn order(&self, other: &Self) -> Ordering;
-}
-
-/// Receiver and argument both of type `T`: their order; otherwise not this overload.
-fn compare<T: Ordered>(a: &[Value]) -> Option<Ordering> {
-    let [x, y] = a else { return None };
-    Some(opaque::<T>(x)?.order(opaque::<T>(y)?))
 }
 
 fn build() -> Library {
@@ -229,7 +176,7 @@ fn display_name(name: &str) -> &str {
 }
 
 pub(crate) fn no_overload(name: &str, args: &[Value], member: bool) -> ExecutionError {
-    let types = args.iter().map(crate::convert::type_name).collect();
+    let types = args.iter().map(type_name).collect();
     if member {
         ExecutionError::no_such_member_overload(name, types)
     } else {
@@ -250,6 +197,16 @@ pub(crate) fn wrap<T: Opaque>(t: T) -> Value {
 
 pub(crate) fn string(s: impl Into<String>) -> Value {
     Value::String(Arc::new(s.into()))
+}
+
+/// CEL type name of a value, for error messages.
+pub(crate) fn type_name(v: &Value) -> String {
+    match v {
+        Value::Opaque(o) => o.runtime_type_name().to_owned(),
+        Value::Float(_) => "double".to_owned(),
+        Value::Null => "null_type".to_owned(),
+        other => other.type_of().to_string(),
+    }
 }
 
 /// String form of the library's object types (`string(x)`, JSON output).
