@@ -98,10 +98,10 @@ pub(crate) fn translate_condition(cond: &Value, map: PathMapper<'_>) -> Result<S
     match operator {
         "Equals" | "Equal" => equals(&key, value).map_err(op),
         "NotEquals" | "NotEqual" => equals(&key, value).map(|c| format!("!({c})")).map_err(op),
-        "In" | "AllIn" => membership(&key, value, Membership::AllIn).map_err(op),
-        "AnyIn" => membership(&key, value, Membership::AnyIn).map_err(op),
-        "NotIn" | "AnyNotIn" => membership(&key, value, Membership::AnyNotIn).map_err(op),
-        "AllNotIn" => membership(&key, value, Membership::AllNotIn).map_err(op),
+        "In" | "AllIn" => membership(&key, value, Membership::Every).map_err(op),
+        "AnyIn" => membership(&key, value, Membership::Some).map_err(op),
+        "NotIn" | "AnyNotIn" => membership(&key, value, Membership::NotEvery).map_err(op),
+        "AllNotIn" => membership(&key, value, Membership::None).map_err(op),
         "GreaterThan" => numeric(&key, value, ">").map_err(op),
         "GreaterThanOrEquals" => numeric(&key, value, ">=").map_err(op),
         "LessThan" => numeric(&key, value, "<").map_err(op),
@@ -232,10 +232,14 @@ fn equals(key: &str, value: &Value) -> Result<String, String> {
 
 #[derive(Clone, Copy)]
 enum Membership {
-    AllIn,
-    AnyIn,
-    AnyNotIn,
-    AllNotIn,
+    /// `AllIn`, `In`: every element of a list key is in the values.
+    Every,
+    /// `AnyIn`: some element is.
+    Some,
+    /// `AnyNotIn`, `NotIn`: some element is not.
+    NotEvery,
+    /// `AllNotIn`: no element is.
+    None,
 }
 
 fn membership(key: &str, value: &Value, kind: Membership) -> Result<String, String> {
@@ -258,19 +262,19 @@ fn membership(key: &str, value: &Value, kind: Membership) -> Result<String, Stri
     let (one, many) = match kind {
         // `sets.*` instead of comprehensions: the expression already runs inside one over the
         // images, and nested comprehensions exceed the cost limit.
-        Membership::AllIn => (
+        Membership::Every => (
             format!("{key} in {list}"),
             format!("sets.contains({list}, {key})"),
         ),
-        Membership::AnyIn => (
+        Membership::Some => (
             format!("{key} in {list}"),
             format!("sets.intersects({key}, {list})"),
         ),
-        Membership::AnyNotIn => (
+        Membership::NotEvery => (
             format!("!({key} in {list})"),
             format!("!sets.contains({list}, {key})"),
         ),
-        Membership::AllNotIn => (
+        Membership::None => (
             format!("!({key} in {list})"),
             format!("!sets.intersects({key}, {list})"),
         ),

@@ -88,16 +88,6 @@ pub(crate) fn matches_any(subject: &str, patterns: &[String]) -> String {
     parts.join(" || ")
 }
 
-/// CEL over `ref` (a `matchImageReferences` expression): an `imageReferences` pattern matches
-/// and no `skipImageReferences` pattern does.
-pub(crate) fn include_and_skip(include: &[String], skip: &[String]) -> String {
-    format!(
-        "({}) && !({})",
-        matches_any("ref", include),
-        matches_any("ref", skip)
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,7 +112,11 @@ mod tests {
             "docker.io/nginx:?.*".to_owned(),
         ];
         let skip = vec!["ghcr.io/acme/skip*".to_owned()];
-        let expr = include_and_skip(&include, &skip);
+        let expr = format!(
+            "({}) && !({})",
+            matches_any("ref", &include),
+            matches_any("ref", &skip)
+        );
         assert!(eval_bool(&expr, "ghcr.io/acme/app:v1"));
         assert!(!eval_bool(&expr, "ghcr.io/acme/skipped:v1"));
         assert!(!eval_bool(&expr, "ghcr.io/other/app"));

@@ -104,6 +104,9 @@ pub(crate) fn convert_policy(
                 Some(reason) => Err(reason.clone()),
                 None => convert_entry(&ctx, rule, entry, i, many),
             };
+            let result = result.and_then(|(doc, differences, autogen)| {
+                loads(&doc).map(|()| (doc, differences, autogen))
+            });
             match result {
                 Ok((doc, differences, autogen)) => {
                     autogen_everywhere &= autogen;
@@ -325,7 +328,7 @@ fn convert_entry(
         attestors::convert_sets(
             &att.attestors,
             &format!("{at}.attestors"),
-            &format!("{name}"),
+            &name,
             &attestation_inherited,
             &mut converted,
         )?;
@@ -369,47 +372,47 @@ fn convert_entry(
         differences.push(format!("{field}.imageReferences: ivory also matches the other spellings of an image (docker.io/library/…, lower-case host, tag next to a digest), so digest pinning and verifyDigest may cover images Kyverno's patterns miss; they are verified too (stricter than Kyverno)"));
     }
     let skip = &iv.skip_image_references;
-    if !skip.is_empty() && verify_digest && !mutate_digest {
-        return Err(format!(
-            "{field}.skipImageReferences: with verifyDigest and without mutateDigest, Kyverno still demands a digest on skipped images; the converted policy would not select them (not converted)"
-        ));
-    }
     if skip.iter().any(|p| pattern_may_select_more(p)) {
-        differences.push(format!("{field}.skipImageReferences: a pattern for Docker Hub, a host-less name or a tag may miss other spellings of an image, which ivory then verifies (stricter than Kyverno)"));
+        differences.push(format!("{field}.skipImageReferences: Kyverno matches skip patterns on its normalised image string before pinning; the converted policy matches them on the image as written (pinned), so a Docker Hub, host-less or tag pattern may not skip an image Kyverno skips, which ivory then verifies (stricter)"));
     }
-    if !skip.is_empty() && mutate_digest {
-        differences.push(format!("{field}.skipImageReferences: Kyverno still pins skipped images to their digests; the converted policy leaves them as written"));
-    }
+    // Skipped images are still selected (Kyverno pins them and demands their digest); only
+    // their verification is skipped.
+    let skip_cel = (!skip.is_empty()).then(|| images::matches_any("image", skip));
     let mut validations = Vec::new();
     for (i, check) in signature_checks.iter().enumerate() {
-        validations.push(Validation {
-            expression: per_image(&format!(
-                "verifyImageSignatures(image, {}) >= {}",
-                attestor_list(&check.names),
-                check.count
-            )),
-            message: Some(format!(
-                "failed to verify image signatures (attestors[{i}]: {} of {} attestors required)",
-                check.count,
-                check.names.len()
-            )),
-            ..Validation::default()
-        });
+        let check_cel = format!(
+            "verifyImageSignatures(image, {}) >= {}",
+            attestor_list(&check.names),
+            check.count
+        );
+        let message = format!(
+            "failed to verify image signatures (attestors[{i}]: {} of {} attestors required)",
+            check.count,
+            check.names.len()
+        );
+        validations_for(&check_cel, skip_cel.as_ref(), message, &mut validations);
     }
     for (name, checks, condition) in &attestation_checks {
+        let type_ = type_of(&attestations, name);
         for (i, check) in checks.iter().enumerate() {
-            validations.push(Validation {
-                expression: per_image(&format!("verifyAttestationSignatures(image, attestations.{name}, {}) >= {}", attestor_list(&check.names), check.count)),
-                message: Some(format!("failed to verify the {} attestations (attestors[{i}]: {} of {} attestors required)", type_of(&attestations, name), check.count, check.names.len())),
-                ..Validation::default()
-            });
+            let check_cel = format!(
+                "verifyAttestationSignatures(image, attestations.{name}, {}) >= {}",
+                attestor_list(&check.names),
+                check.count
+            );
+            let message = format!(
+                "failed to verify the {type_} attestations (attestors[{i}]: {} of {} attestors required)",
+                check.count,
+                check.names.len()
+            );
+            validations_for(&check_cel, skip_cel.as_ref(), message, &mut validations);
         }
         if let Some(condition) = condition {
-            validations.push(Validation {
-                expression: per_image(&format!("cel.bind(predicate, extractPayload(image, attestations.{name}).predicate, {condition})")),
-                message: Some(format!("attestation checks failed for predicate {}", type_of(&attestations, name))),
-                ..Validation::default()
-            });
+            let check_cel = format!(
+                "cel.bind(predicate, extractPayload(image, attestations.{name}).predicate, {condition})"
+            );
+            let message = format!("attestation checks failed for predicate {type_}");
+            validations_for(&check_cel, skip_cel.as_ref(), message, &mut validations);
         }
     }
     let verifies = !signature_checks.is_empty() || !attestation_checks.is_empty();
@@ -527,7 +530,13 @@ fn convert_entry(
         spec: PolicySpec {
             match_constraints: Some(matched.constraints),
             match_conditions,
-            match_image_references: match_image_references(&include, skip),
+            match_image_references: include
+                .iter()
+                .map(|p| MatchImageReference {
+                    glob: Some(images::wildcard_to_glob(p)),
+                    expression: None,
+                })
+                .collect(),
             validation_actions: vec![if enforce { "Deny" } else { "Audit" }.to_owned()],
             failure_policy,
             validations: Some(validations),
@@ -564,29 +573,30 @@ fn attestor_list(names: &[String]) -> String {
     format!("[{}]", items.join(", "))
 }
 
-/// CEL: `check` holds for every selected container, init container and ephemeral container
-/// image: the images Kyverno's legacy extractors read (OCI image volumes are not among them).
-fn per_image(check: &str) -> String {
-    format!(
-        "(images.containers + images.initContainers + images.ephemeralContainers).all(image, {check})"
-    )
+/// CEL, one expression per image list: `check` holds for every selected container, init
+/// container and ephemeral container image (the images Kyverno's legacy extractors read; OCI
+/// image volumes are not among them). One expression per list keeps each under the static
+/// cost limit that a comprehension over their concatenation exceeds.
+fn per_image(check: &str) -> Vec<String> {
+    ["containers", "initContainers", "ephemeralContainers"]
+        .iter()
+        .map(|list| format!("images.{list}.all(image, {check})"))
+        .collect()
 }
 
-/// Globs for the patterns, or one CEL expression when some images are skipped.
-fn match_image_references(include: &[String], skip: &[String]) -> Vec<MatchImageReference> {
-    if skip.is_empty() {
-        return include
-            .iter()
-            .map(|p| MatchImageReference {
-                glob: Some(images::wildcard_to_glob(p)),
-                expression: None,
-            })
-            .collect();
+/// One validation per image list, with the same message.
+fn validations_for(check: &str, skip: Option<&String>, message: String, out: &mut Vec<Validation>) {
+    let check = match skip {
+        Some(skip) => format!("({skip}) || {check}"),
+        None => check.to_owned(),
+    };
+    for expression in per_image(&check) {
+        out.push(Validation {
+            expression,
+            message: Some(message.clone()),
+            ..Validation::default()
+        });
     }
-    vec![MatchImageReference {
-        glob: None,
-        expression: Some(images::include_and_skip(include, skip)),
-    }]
 }
 
 /// Whether a pattern can select an image under one of ivory's other spellings that Kyverno's
@@ -704,4 +714,18 @@ fn autogen(
             controllers: Some(controllers),
         }),
     }))
+}
+
+/// The converted policy must load in ivory; if it does not (a CEL program over the cost limit,
+/// say), the rule is refused with ivory's reason instead of being written.
+fn loads(doc: &PolicyDocument) -> Result<(), String> {
+    let text = crate::yaml::to_string(doc).map_err(|e| format!("cannot write YAML: {e}"))?;
+    let report = crate::load_str(&text, "converted");
+    match report.errors.first() {
+        None => Ok(()),
+        Some(e) => Err(format!(
+            "the converted policy does not load in ivory: {}: {}",
+            e.field, e.reason
+        )),
+    }
 }
