@@ -1,71 +1,120 @@
-//! `ivory convert` as a process: the legacy corpus under `fixtures/legacy/` converts, the
-//! output loads, and the converted policy judges Pods on the real registry harness as Kyverno's
-//! legacy rule is documented to (signed passes, wrong key and unsigned fail, a skipped image
-//! passes); refused rules are named and nothing is written.
+//! `ivory convert` as a process: the legacy corpus under `fixtures/legacy/` converts, and the
+//! converted policies judge every case on the real registry harness as the real Kyverno v1.19.1
+//! judged it with the legacy policies (recorded by `scripts/convert-proof.sh`); refused rules
+//! are named and nothing is written.
+
+use std::collections::BTreeMap;
 
 use ivory_testkit::{HarnessOptions, RegistryHarness};
+use serde_json::Value;
 
-use crate::cli_util::{ivory, push_fixture, write, write_ca};
+use crate::cli_util::{ivory, write, write_ca};
 use crate::util::fixtures;
 
-fn pod(name: &str, image: &str) -> String {
+fn pod(name: &str, namespace: &str, image: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: shop}}\nspec:\n  containers:\n  - name: app\n    image: {image}\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  containers:\n  - name: app\n    image: {image}\n"
     )
 }
 
+fn json_file(path: &str) -> Value {
+    let text = std::fs::read_to_string(fixtures().join(path)).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Every case of `fixtures/legacy/cases.json` through `ivory convert` and `ivory apply` gives the
+/// verdict (and, when admitted, the pinned image) the real Kyverno v1.19.1 gave with the legacy
+/// policies, as `scripts/convert-proof.sh` recorded it in `fixtures/legacy/verdicts.json`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_key_signed_legacy_policy_converts_and_judges_like_kyverno() {
+async fn the_converted_corpus_gives_the_verdicts_kyverno_gave() {
     let h = RegistryHarness::start(HarnessOptions::default())
         .await
         .unwrap();
-    let (signed, _) = push_fixture(&h, "sig-p256").await;
-    let (wrong_key, _) = push_fixture(&h, "sig-wrong-key").await;
-    let (unsigned, _) = push_fixture(&h, "unsigned").await;
+    let host = h.host().to_owned();
+    let cases = json_file("legacy/cases.json");
+    let verdicts = json_file("legacy/verdicts.json");
+    assert_eq!(verdicts["kyvernoVersion"], "v1.19.1");
     let dir = tempfile::tempdir().unwrap();
     let ca = write_ca(dir.path(), &h);
-    let legacy = std::fs::read_to_string(fixtures().join("legacy/key-signed.yaml"))
+    let mut digests = BTreeMap::new();
+    for case in cases["cases"].as_array().unwrap() {
+        let repo = case["repo"].as_str().unwrap();
+        if !digests.contains_key(repo) {
+            let layout = fixtures()
+                .join("oci/ivory")
+                .join(case["layout"].as_str().unwrap());
+            let tags = h.push_oci_layout(&layout, repo).await.unwrap();
+            digests.insert(repo.to_owned(), tags["v1"].clone());
+        }
+    }
+    let mut legacy = Vec::new();
+    let mut corpus: Vec<_> = std::fs::read_dir(fixtures().join("legacy/corpus"))
         .unwrap()
-        .replace("REGISTRY_HOST", &h.host());
-    let input = write(dir.path(), "legacy.yaml", &legacy);
+        .map(|e| e.unwrap().path())
+        .collect();
+    corpus.sort();
+    for file in corpus {
+        let text = std::fs::read_to_string(&file)
+            .unwrap()
+            .replace("REGISTRY_HOST", &host);
+        let name = file.file_name().unwrap().to_str().unwrap();
+        legacy.push(write(dir.path(), name, &text).to_str().unwrap().to_owned());
+    }
     let out = dir.path().join("converted");
-    let run = ivory([
-        "convert",
-        input.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ])
-    .await;
+    let mut args = vec!["convert".to_owned()];
+    args.extend(legacy);
+    args.extend(["-o".to_owned(), out.to_str().unwrap().to_owned()]);
+    let run = ivory(&args).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(
-        run.stderr
-            .contains("rule verify-signature -> check-image-keys-verify-signature"),
-        "{}",
-        run.stderr
-    );
-    let policy = out.join("check-image-keys-verify-signature.yaml");
-    assert!(policy.exists(), "{}", run.stderr);
 
-    // (image, allowed): Kyverno's legacy rule verifies imageReferences minus the skipped ones.
-    let cases = [(&signed, true), (&wrong_key, false), (&unsigned, true)];
-    for (i, (image, allowed)) in cases.into_iter().enumerate() {
+    let recorded = verdicts["cases"].as_array().unwrap();
+    assert_eq!(recorded.len(), cases["cases"].as_array().unwrap().len());
+    for case in cases["cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let kyverno = recorded.iter().find(|v| v["name"] == name).unwrap();
+        let repo = case["repo"].as_str().unwrap();
+        let image = if case["byDigest"] == true {
+            format!("{host}/{repo}@{}", digests[repo])
+        } else {
+            format!("{host}/{repo}:v1")
+        };
+        let namespace = case["namespace"].as_str().unwrap();
         let resource = write(
             dir.path(),
-            &format!("pod-{i}.yaml"),
-            &pod(&format!("p{i}"), image),
+            &format!("{name}.yaml"),
+            &pod(name, namespace, &image),
         );
         let run = ivory([
             "apply",
             "--policy",
-            policy.to_str().unwrap(),
+            out.to_str().unwrap(),
             "--resource",
             resource.to_str().unwrap(),
             "--registry-ca",
             ca.to_str().unwrap(),
         ])
         .await;
-        let want = if allowed { 0 } else { 1 };
-        assert_eq!(run.code, want, "{image}: {}\n{}", run.stdout, run.stderr);
+        let allowed = kyverno["kyverno"] == "allow";
+        assert_eq!(
+            run.code,
+            if allowed { 0 } else { 1 },
+            "{name}: Kyverno said {} ({}); ivory:\n{}\n{}",
+            kyverno["kyverno"],
+            kyverno["kyvernoMessage"],
+            run.stdout,
+            run.stderr
+        );
+        if allowed {
+            let pinned = kyverno["kyvernoImage"]
+                .as_str()
+                .unwrap()
+                .replace("REGISTRY_HOST", &host);
+            assert!(
+                run.stdout.contains(&format!("image: {pinned}\n")),
+                "{name}: Kyverno admitted {pinned}; ivory:\n{}",
+                run.stdout
+            );
+        }
     }
 }
 
