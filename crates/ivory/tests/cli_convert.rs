@@ -6,15 +6,49 @@
 use std::collections::BTreeMap;
 
 use ivory_testkit::{HarnessOptions, RegistryHarness};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::cli_util::{ivory, write, write_ca};
 use crate::util::fixtures;
 
-fn pod(name: &str, namespace: &str, image: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  containers:\n  - name: app\n    image: {image}\n"
-    )
+/// The AdmissionReview `scripts/convert-proof.sh` sent Kyverno and ivory for `case` (a CREATE
+/// of a Pod, or a Deployment, by `case.user`, default alice), with `image`.
+fn review(case: &Value, image: &str) -> Value {
+    let name = case["name"].as_str().unwrap();
+    let spec = json!({"containers": [{"name": "app", "image": image}]});
+    let metadata = json!({"name": name, "namespace": case["namespace"], "labels": {"app": name}});
+    let deployment = case["kind"] == "Deployment";
+    let object = if deployment {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata, "spec": {
+            "replicas": 1, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}})
+    } else {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
+    };
+    let (group, kind, resource) = if deployment {
+        ("apps", "Deployment", "deployments")
+    } else {
+        ("", "Pod", "pods")
+    };
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0b7c1f5e-5d7a-4c59-9f3e-2a1d4c8b9e01",
+            "kind": {"group": group, "version": "v1", "kind": kind},
+            "resource": {"group": group, "version": "v1", "resource": resource},
+            "requestKind": {"group": group, "version": "v1", "kind": kind},
+            "requestResource": {"group": group, "version": "v1", "resource": resource},
+            "name": name,
+            "namespace": case["namespace"],
+            "operation": "CREATE",
+            "userInfo": {"username": case["user"].as_str().unwrap_or("alice"), "groups": ["system:authenticated"]},
+            "object": object,
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+        },
+    })
 }
 
 fn json_file(path: &str) -> Value {
@@ -78,11 +112,10 @@ async fn the_converted_corpus_gives_the_verdicts_kyverno_gave() {
         } else {
             format!("{host}/{repo}:v1")
         };
-        let namespace = case["namespace"].as_str().unwrap();
         let resource = write(
             dir.path(),
-            &format!("{name}.yaml"),
-            &pod(name, namespace, &image),
+            &format!("{name}.json"),
+            &review(case, &image).to_string(),
         );
         let run = ivory([
             "apply",
@@ -94,7 +127,14 @@ async fn the_converted_corpus_gives_the_verdicts_kyverno_gave() {
             ca.to_str().unwrap(),
         ])
         .await;
-        let allowed = kyverno["kyverno"] == "allow";
+        // A documented Kyverno bug: ivory's own recorded verdict is the expected one.
+        let expected = if case.get("kyvernoBug").is_some() {
+            assert_ne!(kyverno["kyverno"], kyverno["ivory"], "{name}");
+            &kyverno["ivory"]
+        } else {
+            &kyverno["kyverno"]
+        };
+        let allowed = expected == "allow";
         assert_eq!(
             run.code,
             if allowed { 0 } else { 1 },
@@ -104,7 +144,7 @@ async fn the_converted_corpus_gives_the_verdicts_kyverno_gave() {
             run.stdout,
             run.stderr
         );
-        if allowed {
+        if allowed && case.get("kyvernoBug").is_none() {
             let pinned = kyverno["kyvernoImage"]
                 .as_str()
                 .unwrap()

@@ -160,6 +160,15 @@ fn convert_entry(
                     expression: None,
                 })
         };
+        if certs.cert_chain.as_deref().is_some_and(|c| !c.is_empty())
+            && certs.ctlog.as_ref().and_then(|c| c.ignore_sct) == Some(true)
+        {
+            differences.push(format!(
+                "{at}.certificates.ctlog.ignoreSCT: Kyverno v1.19.1 ignores it with a certChain (a \
+                 bug: the chain is checked before the flag is set) and denies certificates without \
+                 an embedded SCT; ivory honours it"
+            ));
+        }
         let cosign = Cosign {
             certificate: Some(CosignCertificate {
                 cert: value(&certs.cert),
