@@ -523,6 +523,23 @@ mod tests {
     }
 
     #[test]
+    fn names_from_the_policy_stay_literals_in_cel() {
+        use ivory_cel::{Activation, NoHost, Scope};
+        for hostile in [
+            "a' || true || 'b",
+            "a\\' || true || '",
+            "x*') || true || ('",
+        ] {
+            let cel = one_of("request.namespace", &[hostile.to_owned()]);
+            let program = ivory_cel::compile(&cel, &Scope::new(["request"]))
+                .unwrap_or_else(|e| panic!("{cel}: {e}"));
+            let mut act = Activation::new(&NoHost);
+            act.bind_json("request", &json!({"namespace": "other"}));
+            assert!(!program.evaluate_bool(&act).unwrap(), "{cel}");
+        }
+    }
+
+    #[test]
     fn preconditions_read_the_request() {
         let out = convert(
             Some(&m(json!({"resources": {"kinds": ["Pod", "apps/v1/Deployment"]}}))),
