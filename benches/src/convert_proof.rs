@@ -129,34 +129,59 @@ pub(crate) async fn run(args: ProofArgs) -> Result<()> {
         .await?;
     for file in &legacy {
         let text = std::fs::read_to_string(file)?;
-        kube.create(
-            "/apis/kyverno.io/v1/clusterpolicies",
-            "application/yaml",
-            text,
-        )
-        .await
-        .with_context(|| format!("creating the legacy policy {}", file.display()))?;
+        let (kind, namespace, _) = identity(&text)?;
+        let path = match (kind.as_str(), namespace) {
+            ("Policy", Some(ns)) => format!("/apis/kyverno.io/v1/namespaces/{ns}/policies"),
+            _ => "/apis/kyverno.io/v1/clusterpolicies".to_owned(),
+        };
+        kube.create(&path, "application/yaml", text)
+            .await
+            .with_context(|| format!("creating the legacy policy {}", file.display()))?;
     }
-    let mut ivpol_names = Vec::new();
+    // Routes as the generated webhooks name them: cluster policies on /ivpol, namespaced ones
+    // on /nivpol, each path listing its policies.
+    let mut cluster_names = Vec::new();
+    let mut namespaced_names = Vec::new();
     for file in sorted_yaml(&converted)? {
         let text = std::fs::read_to_string(&file)?;
-        kube.create(
-            "/apis/policies.kyverno.io/v1/imagevalidatingpolicies",
-            "application/yaml",
-            text,
-        )
-        .await
-        .with_context(|| {
-            format!(
-                "Kyverno's CRD refused the converted policy {}",
-                file.display()
-            )
-        })?;
-        let stem = file
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or_default();
-        ivpol_names.push(stem.to_owned());
+        let (kind, namespace, name) = identity(&text)?;
+        let path = match namespace {
+            Some(ns) if kind == "NamespacedImageValidatingPolicy" => {
+                namespaced_names.push(name);
+                format!(
+                    "/apis/policies.kyverno.io/v1/namespaces/{ns}/namespacedimagevalidatingpolicies"
+                )
+            }
+            _ => {
+                cluster_names.push(name);
+                "/apis/policies.kyverno.io/v1/imagevalidatingpolicies".to_owned()
+            }
+        };
+        kube.create(&path, "application/yaml", text)
+            .await
+            .with_context(|| {
+                format!(
+                    "Kyverno's CRD refused the converted policy {}",
+                    file.display()
+                )
+            })?;
+        // Accepted by the CRD; now out of Kyverno's way: Kyverno v1.19.1 names the webhooks
+        // of cluster and namespaced ImageValidatingPolicies alike, and with both present the
+        // API server rejects its webhook configurations (duplicate names) and it never becomes
+        // ready. The legacy policies are what Kyverno is asked about.
+        if kind == "NamespacedImageValidatingPolicy" {
+            let name = namespaced_names.last().cloned().unwrap_or_default();
+            kube.delete(&format!("{path}/{name}")).await?;
+        }
+    }
+    let mut ivory_routes = Vec::new();
+    for (prefix, names) in [("ivpol", &cluster_names), ("nivpol", &namespaced_names)] {
+        if !names.is_empty() {
+            ivory_routes.push((
+                format!("/{prefix}/mutate/{}", names.join("/")),
+                format!("/{prefix}/validate/{}", names.join("/")),
+            ));
+        }
     }
 
     eprintln!("convert-proof: starting Kyverno and ivory…");
@@ -168,7 +193,6 @@ pub(crate) async fn run(args: ProofArgs) -> Result<()> {
     };
     let (kyverno, kyverno_client, _) = peers::start_kyverno_with(&paths, &kube).await?;
     let (ivory, ivory_client) = start_ivory(&args.ivory, &work, &converted, &registry_ca).await?;
-    let ivory_paths = ivpol_names.join("/");
 
     let image = |case: &Case| -> String {
         if case.by_digest {
@@ -183,11 +207,11 @@ pub(crate) async fn run(args: ProofArgs) -> Result<()> {
     let mut differ = Vec::new();
     for case in &cases {
         let object = object(case, &image(case));
+        let kyverno_routes = [("/mutate".to_owned(), "/validate".to_owned())];
         let k = through(
             &kyverno_client,
             &kyverno.url,
-            "/mutate",
-            "/validate",
+            &kyverno_routes,
             &object,
             &case.user,
         )
@@ -195,8 +219,7 @@ pub(crate) async fn run(args: ProofArgs) -> Result<()> {
         let i = through(
             &ivory_client,
             &ivory.url,
-            &format!("/ivpol/mutate/{ivory_paths}"),
-            &format!("/ivpol/validate/{ivory_paths}"),
+            &ivory_routes,
             &object,
             &case.user,
         )
@@ -363,11 +386,11 @@ async fn wait_for_kyverno(
         .context("cases.json: no key-unsigned case to probe Kyverno with")?;
     let started = Instant::now();
     loop {
+        let routes = [("/mutate".to_owned(), "/validate".to_owned())];
         let v = through(
             client,
             base,
-            "/mutate",
-            "/validate",
+            &routes,
             &object(probe, &image(probe)),
             &probe.user,
         )
@@ -436,57 +459,69 @@ fn review(uid: &str, object: &Value, user: &str) -> Value {
     })
 }
 
-/// Mutating webhook, its patch applied, then the validating webhook: the API server's order.
+/// The mutating webhooks in turn, each patch applied, then the validating webhooks: the API
+/// server's order. `routes` are (mutate, validate) paths.
 async fn through(
     client: &reqwest::Client,
     base: &str,
-    mutate: &str,
-    validate: &str,
+    routes: &[(String, String)],
     object: &Value,
     user: &str,
 ) -> Result<Verdict> {
     let uid = "0b7c1f5e-5d7a-4c59-9f3e-2a1d4c8b9e01";
-    let answer = post(
-        client,
-        &format!("{base}{mutate}"),
-        &review(uid, object, user),
-    )
-    .await?;
-    let response = &answer["response"];
-    if response["allowed"] != true {
-        return Ok(denied(response, object));
-    }
     let mut object = object.clone();
-    if let Some(patch) = response["patch"].as_str() {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(patch)
-            .context("patch is not base64")?;
-        let ops: Value = serde_json::from_slice(&bytes).context("patch is not JSON")?;
-        apply_patch(&mut object, &ops)?;
+    for (mutate, _) in routes {
+        let answer = post(
+            client,
+            &format!("{base}{mutate}"),
+            &review(uid, &object, user),
+        )
+        .await?;
+        let response = &answer["response"];
+        if response["allowed"] != true {
+            return Ok(denied(response, &object));
+        }
+        if let Some(patch) = response["patch"].as_str() {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(patch)
+                .context("patch is not base64")?;
+            let ops: Value = serde_json::from_slice(&bytes).context("patch is not JSON")?;
+            apply_patch(&mut object, &ops)?;
+        }
     }
-    let answer = post(
-        client,
-        &format!("{base}{validate}"),
-        &review(uid, &object, user),
-    )
-    .await?;
-    let response = &answer["response"];
-    if response["allowed"] != true {
-        return Ok(denied(response, &object));
+    let mut warnings = Vec::new();
+    for (_, validate) in routes {
+        let answer = post(
+            client,
+            &format!("{base}{validate}"),
+            &review(uid, &object, user),
+        )
+        .await?;
+        let response = &answer["response"];
+        if response["allowed"] != true {
+            return Ok(denied(response, &object));
+        }
+        if let Some(list) = response["warnings"].as_array() {
+            warnings.extend(list.iter().filter_map(Value::as_str).map(str::to_owned));
+        }
     }
     Ok(Verdict {
         image: container_image(&object),
         allowed: true,
-        message: response["warnings"]
-            .as_array()
-            .map(|w| {
-                w.iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            })
-            .unwrap_or_default(),
+        message: warnings.join("; "),
     })
+}
+
+/// Kind, namespace and name of a YAML policy document.
+fn identity(text: &str) -> Result<(String, Option<String>, String)> {
+    let doc: Value = ivory_policy::yaml::from_str(text).context("not YAML")?;
+    let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+    let namespace = doc["metadata"]["namespace"].as_str().map(str::to_owned);
+    let name = doc["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    Ok((kind, namespace, name))
 }
 
 fn container_image(object: &Value) -> String {

@@ -602,6 +602,22 @@ impl Kube {
         bail!("POST {path}: {status}: {text}")
     }
 
+    /// DELETEs one object; one that does not exist (404) is fine.
+    pub(crate) async fn delete(&self, path: &str) -> Result<()> {
+        let res = self
+            .client
+            .delete(format!("{}{path}", self.base))
+            .send()
+            .await
+            .with_context(|| format!("DELETE {path}"))?;
+        let status = res.status();
+        if status.is_success() || status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(());
+        }
+        let text = res.text().await.unwrap_or_default();
+        bail!("DELETE {path}: {status}: {text}")
+    }
+
     /// GETs one object; `None` when it does not exist.
     pub(crate) async fn get(&self, path: &str) -> Result<Option<Value>> {
         let res = self
