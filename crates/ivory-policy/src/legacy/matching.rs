@@ -21,8 +21,6 @@ use crate::types::{LabelSelector, MatchResources as Constraints, NamedRuleWithOp
 pub(crate) struct Matched {
     pub constraints: Constraints,
     pub conditions: Vec<(String, String)>,
-    /// Whether Kyverno would generate pod-controller rules from it (`CanAutoGen`).
-    pub autogen: bool,
 }
 
 /// A kind Kyverno names → its group, version and resource.
@@ -57,7 +55,6 @@ struct Filter {
     selector: Option<LabelSelector>,
     namespace_selector: Option<LabelSelector>,
     condition: Option<String>,
-    autogen: bool,
 }
 
 fn filter(
@@ -73,10 +70,7 @@ fn filter(
              bindings; a CEL condition cannot)"
         ));
     }
-    let mut out = Filter {
-        autogen: true,
-        ..Filter::default()
-    };
+    let mut out = Filter::default();
     let mut parts = Vec::new();
     if let Some(r) = resources {
         for kind in &r.kinds {
@@ -96,11 +90,8 @@ fn filter(
                      StatefulSet, DaemonSet, ReplicaSet, ReplicationController, Job, CronJob)"
                 ));
             }
-            let bare = kind.rsplit('/').next().unwrap_or(kind).to_owned();
-            if bare != "Pod" {
-                out.autogen = false;
-            }
-            out.kinds.insert(bare);
+            out.kinds
+                .insert(kind.rsplit('/').next().unwrap_or(kind).to_owned());
         }
         for op in &r.operations {
             if !matches!(op.as_str(), "CREATE" | "UPDATE" | "DELETE" | "CONNECT") {
@@ -118,7 +109,6 @@ fn filter(
             names.push(name);
         }
         if !names.is_empty() {
-            out.autogen = false;
             parts.push(format!(
                 "has(object.metadata.name) && ({})",
                 one_of("object.metadata.name", &names)
@@ -127,10 +117,7 @@ fn filter(
         if r.annotations.is_some() {
             return Err(format!("{at}.resources.annotations: not converted"));
         }
-        if let Some(selector) = &r.selector {
-            out.autogen = false;
-            out.selector = Some(selector.clone());
-        }
+        out.selector.clone_from(&r.selector);
         out.namespace_selector = r.namespace_selector.clone();
     }
     if !subjects.is_empty() {
@@ -246,10 +233,7 @@ pub(crate) fn convert(
     if filters.is_empty() {
         return Err("match: at least one filter is required".to_owned());
     }
-    let mut out = Matched {
-        autogen: filters.iter().all(|f| f.autogen),
-        ..Matched::default()
-    };
+    let mut out = Matched::default();
     let first = &filters[0];
     let same_kinds = filters.iter().all(|f| f.kinds == first.kinds);
     let kinds: BTreeSet<String> = if is_any {
@@ -380,9 +364,6 @@ fn convert_exclude(
         return Err("exclude.all: several filters are not converted".to_owned());
     }
     for (i, f) in filters.iter().enumerate() {
-        if !f.autogen {
-            out.autogen = false;
-        }
         if f.selector.is_some() || f.namespace_selector.is_some() {
             return Err(format!(
                 "exclude[{i}]: selectors in exclude are not converted"
@@ -482,7 +463,6 @@ mod tests {
             None,
         )
         .unwrap();
-        assert!(out.autogen);
         let rule = &out.constraints.resource_rules[0];
         assert_eq!(rule.resources, ["pods"]);
         assert_eq!(rule.operations, ["CREATE", "UPDATE"]);
@@ -547,7 +527,6 @@ mod tests {
             Some(&json!({"all": [{"key": "{{ request.object.metadata.labels.team }}", "operator": "Equals", "value": "blue"}]})),
         )
         .unwrap();
-        assert!(!out.autogen);
         assert_eq!(out.constraints.resource_rules.len(), 2);
         assert_eq!(
             out.conditions[0].1,

@@ -76,12 +76,14 @@ pub(crate) fn convert_policy(
     };
     let rules = ctx.spec.rules.clone();
     let policy_refusal = policy_refusal(&ctx.spec);
-    // Kyverno generates pod-controller rules only when every rule of the policy allows it.
-    let mut autogen_everywhere = true;
-    let mut pending = Vec::new();
+    // Kyverno generates pod-controller rules only when every rule of the policy allows it
+    // (`CanAutoGen`: no names, selector or annotations, only Pod kinds, in any rule).
+    let autogen_everywhere = rules.iter().all(rule_allows_autogen);
+    // Reports in input order; converted policies are finished once all rules are seen.
+    let mut lines: Vec<Result<(String, PolicyDocument, Vec<String>), RuleReport>> = Vec::new();
     for rule in &rules {
         if rule.verify_images.is_empty() {
-            out.reports.push(report(
+            lines.push(Err(report(
                 &ctx,
                 &label,
                 &rule.name,
@@ -90,7 +92,7 @@ pub(crate) fn convert_policy(
                     reason: "not a verifyImages rule (only verifyImages rules are converted)"
                         .to_owned(),
                 },
-            ));
+            )));
             continue;
         }
         let many = rule.verify_images.len() > 1;
@@ -104,28 +106,32 @@ pub(crate) fn convert_policy(
                 Some(reason) => Err(reason.clone()),
                 None => convert_entry(&ctx, rule, entry, i, many),
             };
-            let result = result.and_then(|(doc, differences, autogen)| {
-                loads(&doc).map(|()| (doc, differences, autogen))
-            });
-            match result {
-                Ok((doc, differences, autogen)) => {
-                    autogen_everywhere &= autogen;
-                    pending.push((rule_label, doc, differences));
+            let result = result.and_then(|(mut doc, differences)| {
+                if !autogen_everywhere {
+                    doc.spec.autogen = Some(no_autogen());
                 }
-                Err(reason) => out.reports.push(report(
+                loads(&doc).map(|()| (doc, differences))
+            });
+            lines.push(match result {
+                Ok((doc, differences)) => Ok((rule_label, doc, differences)),
+                Err(reason) => Err(report(
                     &ctx,
                     &label,
                     &rule_label,
                     None,
                     Outcome::Refused { reason },
                 )),
-            }
+            });
         }
     }
-    for (rule_label, mut doc, differences) in pending {
-        if !autogen_everywhere {
-            doc.spec.autogen = Some(no_autogen());
-        }
+    for line in lines {
+        let (rule_label, doc, differences) = match line {
+            Ok(converted) => converted,
+            Err(line) => {
+                out.reports.push(line);
+                continue;
+            }
+        };
         let outcome = if differences.is_empty() {
             Outcome::Exact
         } else {
@@ -141,6 +147,26 @@ pub(crate) fn convert_policy(
         out.policies.push(doc);
     }
     Ok(())
+}
+
+/// Kyverno's `checkAutogenSupport` over a rule's match and exclude.
+fn rule_allows_autogen(rule: &Rule) -> bool {
+    let descriptions = [rule.match_.as_ref(), rule.exclude.as_ref()]
+        .into_iter()
+        .flatten()
+        .flat_map(|m| {
+            m.resources
+                .iter()
+                .chain(m.any.iter().filter_map(|f| f.resources.as_ref()))
+                .chain(m.all.iter().filter_map(|f| f.resources.as_ref()))
+        });
+    descriptions.into_iter().all(|d| {
+        d.name.as_deref().is_none_or(str::is_empty)
+            && d.names.is_empty()
+            && d.selector.is_none()
+            && d.annotations.is_none()
+            && d.kinds.iter().all(|k| k.rsplit('/').next() == Some("Pod"))
+    })
 }
 
 fn report(
@@ -213,7 +239,7 @@ fn policy_name(policy: &str, rule: &str, index: Option<usize>) -> Result<String,
     Ok(name)
 }
 
-type Entry = (PolicyDocument, Vec<String>, bool);
+type Entry = (PolicyDocument, Vec<String>);
 
 fn convert_entry(
     ctx: &PolicyContext<'_>,
@@ -556,7 +582,7 @@ fn convert_entry(
             ..PolicySpec::default()
         },
     };
-    Ok((doc, differences, matched.autogen))
+    Ok((doc, differences))
 }
 
 fn type_of(attestations: &[Attestation], name: &str) -> String {

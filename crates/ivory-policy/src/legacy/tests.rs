@@ -226,3 +226,31 @@ spec:
             .contains("system:serviceaccount:ci:deployer")
     );
 }
+
+#[test]
+fn autogen_follows_kyvernos_policy_wide_rule_and_reports_keep_input_order() {
+    let text = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: p}
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: by-name
+    match: {any: [{resources: {kinds: [Pod], names: ["web-*"]}}]}
+    validate: {message: x, pattern: {}}
+  - name: digests
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    verifyImages:
+    - imageReferences: ["ghcr.io/*"]
+      required: false
+"#;
+    let c = convert_ok(text);
+    let rules: Vec<&str> = c.reports.iter().map(|r| r.rule.as_str()).collect();
+    assert_eq!(rules, ["by-name", "digests"]);
+    assert_eq!(c.policies[0].spec.autogen_controllers(), Vec::<String>::new());
+    // Without the named rule, Kyverno (and the conversion) extend the rule to controllers.
+    let alone = text.replace("  - name: by-name\n    match: {any: [{resources: {kinds: [Pod], names: [\"web-*\"]}}]}\n    validate: {message: x, pattern: {}}\n", "");
+    let c = convert_ok(&alone);
+    assert_eq!(c.policies[0].spec.autogen_controllers().len(), 6);
+}
