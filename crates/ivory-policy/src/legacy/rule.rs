@@ -80,7 +80,7 @@ pub(crate) fn convert_policy(
     // (`CanAutoGen`: no names, selector or annotations, only Pod kinds, in any rule).
     let autogen_everywhere = rules.iter().all(rule_allows_autogen);
     // Reports in input order; converted policies are finished once all rules are seen.
-    let mut lines: Vec<Result<(String, PolicyDocument, Vec<String>), RuleReport>> = Vec::new();
+    let mut lines: Vec<Result<ConvertedEntry, RuleReport>> = Vec::new();
     for rule in &rules {
         if rule.verify_images.is_empty() {
             lines.push(Err(report(
@@ -240,6 +240,9 @@ fn policy_name(policy: &str, rule: &str, index: Option<usize>) -> Result<String,
 }
 
 type Entry = (PolicyDocument, Vec<String>);
+
+/// A converted entry: its report label, the policy and its documented differences.
+type ConvertedEntry = (String, PolicyDocument, Vec<String>);
 
 fn convert_entry(
     ctx: &PolicyContext<'_>,

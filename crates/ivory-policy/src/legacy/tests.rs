@@ -248,7 +248,10 @@ spec:
     let c = convert_ok(text);
     let rules: Vec<&str> = c.reports.iter().map(|r| r.rule.as_str()).collect();
     assert_eq!(rules, ["by-name", "digests"]);
-    assert_eq!(c.policies[0].spec.autogen_controllers(), Vec::<String>::new());
+    assert_eq!(
+        c.policies[0].spec.autogen_controllers(),
+        Vec::<String>::new()
+    );
     // Without the named rule, Kyverno (and the conversion) extend the rule to controllers.
     let alone = text.replace("  - name: by-name\n    match: {any: [{resources: {kinds: [Pod], names: [\"web-*\"]}}]}\n    validate: {message: x, pattern: {}}\n", "");
     let c = convert_ok(&alone);
