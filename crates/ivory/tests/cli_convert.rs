@@ -180,6 +180,29 @@ async fn refused_rules_are_named_and_nothing_is_written() {
         assert!(run.stderr.contains(needle), "{needle}\n{}", run.stderr);
     }
     assert!(!out.exists() || std::fs::read_dir(&out).unwrap().next().is_none());
+    // Two files converting to one policy name: refused before anything is written.
+    let corpus = fixtures().join("legacy/corpus/digest-only.yaml");
+    let copy = write(
+        dir.path(),
+        "copy.yaml",
+        &std::fs::read_to_string(&corpus).unwrap(),
+    );
+    let run = ivory([
+        "convert",
+        corpus.to_str().unwrap(),
+        copy.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("both convert to a policy named \"pin-digests-pin\""),
+        "{}",
+        run.stderr
+    );
+    assert!(!out.exists() || std::fs::read_dir(&out).unwrap().next().is_none());
     let run = ivory(["convert", dir.path().join("missing.yaml").to_str().unwrap()]).await;
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("missing.yaml"), "{}", run.stderr);

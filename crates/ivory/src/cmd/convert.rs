@@ -40,6 +40,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     check_loads(&conversions)?;
+    check_unique(&conversions)?;
     match &args.output {
         Some(dir) => write_dir(dir, &conversions)?,
         None => {
@@ -100,6 +101,30 @@ fn check_loads(conversions: &[Conversion]) -> anyhow::Result<()> {
             bail!(
                 "a converted policy does not load in ivory (a converter bug; nothing written): {e}"
             );
+        }
+    }
+    Ok(())
+}
+
+/// Two files must not convert to policies of one name: one would replace the other.
+fn check_unique(conversions: &[Conversion]) -> anyhow::Result<()> {
+    let mut seen = std::collections::BTreeMap::new();
+    for c in conversions {
+        for r in c.reports.iter() {
+            let Some(name) = &r.converted_to else {
+                continue;
+            };
+            let namespace = c
+                .policies
+                .iter()
+                .find(|p| &p.metadata.name == name)
+                .and_then(|p| p.metadata.namespace.clone());
+            if let Some(first) = seen.insert((namespace, name.clone()), r.location.clone()) {
+                bail!(
+                    "{} and {first} both convert to a policy named {name:?}; rename a policy or rule (nothing written)",
+                    r.location
+                );
+            }
         }
     }
     Ok(())
