@@ -26,11 +26,13 @@ needs_done
 scripts/bench/build-kyverno.sh
 scripts/e2e/build.sh all
 cargo build --release -p ivory -p ivory-bench
+target="${CARGO_TARGET_DIR:-target}"
 kyverno_cache="${IVORY_KYVERNO_CACHE:-$HOME/.cache/ivory-kyverno}"
 cluster="$(mktemp -d "${TMPDIR:-/tmp}/ivory-convert-proof.XXXXXX")"
 # The cluster's watchdog stops it when this process (ivory-bench, after exec) exits.
 IVORY_E2E_OWNER_PID=$$ scripts/e2e/cluster.sh start "$cluster" >/dev/null
-exec target/release/ivory-bench convert-proof --cluster "$cluster" \
+exec "$target/release/ivory-bench" convert-proof --cluster "$cluster" \
+    --ivory "$target/release/ivory" \
     --kyverno "$kyverno_cache/bin/kyverno-v1.19.1" \
     --kyverno-crds "$kyverno_cache/src/kyverno-v1.19.1/config/crds" \
     --date "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$@"
