@@ -23,13 +23,13 @@ pub(crate) struct Matched {
     pub conditions: Vec<(String, String)>,
 }
 
-/// A kind Kyverno names → its group, version and resource.
+/// A kind Kyverno names → its group, version and resource. Only kinds whose images an
+/// ImageValidatingPolicy extracts (docs/kyverno-semantics.md §8): not ReplicationController.
 fn gvr(kind: &str) -> Option<(&'static str, &'static str, &'static str)> {
     // `v1/Pod`, `apps/v1/Deployment` and `Pod` all name the same kind.
     let bare = kind.rsplit('/').next().unwrap_or(kind);
     let (g, v, r) = match bare {
         "Pod" => ("", "v1", "pods"),
-        "ReplicationController" => ("", "v1", "replicationcontrollers"),
         "Deployment" => ("apps", "v1", "deployments"),
         "StatefulSet" => ("apps", "v1", "statefulsets"),
         "DaemonSet" => ("apps", "v1", "daemonsets"),
@@ -87,7 +87,8 @@ fn filter(
             if gvr(kind).is_none() {
                 return Err(format!(
                     "{at}.resources.kinds: {kind:?} is not converted (Pod, Deployment, \
-                     StatefulSet, DaemonSet, ReplicaSet, ReplicationController, Job, CronJob)"
+                     StatefulSet, DaemonSet, ReplicaSet, Job, CronJob: the kinds whose images an \
+                     ImageValidatingPolicy extracts)"
                 ));
             }
             out.kinds
