@@ -24,6 +24,8 @@ struct PolicyContext<'a> {
     kind: &'a str,
     name: &'a str,
     namespace: Option<String>,
+    /// Policy-wide differences every converted rule reports.
+    notes: Vec<String>,
     spec: Spec,
     autogen_annotation: Option<String>,
     location: &'a str,
@@ -50,12 +52,21 @@ pub(crate) fn convert_policy(
     let namespace = doc
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
+        .filter(|ns| !ns.is_empty())
         .map(str::to_owned);
-    if kind == "Policy" && namespace.as_deref().is_none_or(str::is_empty) {
-        return Err(err(
-            "metadata.namespace: Required value: a Policy converts to a NamespacedImageValidatingPolicy in its namespace".to_owned(),
-        ));
-    }
+    // kubectl puts a Policy without a namespace into its context's namespace, and the Kyverno
+    // CLI's test suites leave it out: the conversion uses `default` and says so.
+    let mut notes = Vec::new();
+    let namespace = if kind == "Policy" && namespace.is_none() {
+        notes.push(
+            "metadata.namespace: not set; the NamespacedImageValidatingPolicy is put in namespace \
+             default (where kubectl's default context would put the Policy)"
+                .to_owned(),
+        );
+        Some("default".to_owned())
+    } else {
+        namespace
+    };
     let spec_value = doc.get("spec").cloned().unwrap_or(Value::Null);
     if spec_value.is_null() {
         return Err(err("spec: Required value".to_owned()));
@@ -70,6 +81,7 @@ pub(crate) fn convert_policy(
         kind,
         name,
         namespace: if kind == "Policy" { namespace } else { None },
+        notes,
         spec,
         autogen_annotation,
         location,
@@ -268,7 +280,7 @@ fn convert_entry(
             "{field}.validate: deny conditions over verifyImages are not converted"
         ));
     }
-    let mut differences = Vec::new();
+    let mut differences = ctx.notes.clone();
     let iv = legacy_defaults(iv, &field, &mut differences)?;
     let matched = matching::convert(
         rule.match_.as_ref(),

@@ -139,14 +139,26 @@ spec:
         c.reports[0]
     );
     let err = convert_str(
-        "apiVersion: kyverno.io/v1\nkind: Policy\nmetadata: {name: p}\nspec: {rules: []}\n",
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {}\nspec: {rules: []}\n",
         "t.yaml",
     )
     .unwrap_err();
     assert!(
-        err.to_string()
-            .contains("Policy/p: metadata.namespace: Required value"),
+        err.to_string().contains("metadata.name: Required value"),
         "{err}"
+    );
+    // A Policy without a namespace (as the Kyverno CLI's test suites write them) goes to
+    // `default`, and the report says so.
+    let c = convert_ok(
+        "apiVersion: kyverno.io/v1\nkind: Policy\nmetadata: {name: p}\nspec:\n  validationFailureAction: Enforce\n  rules:\n  - name: r\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    verifyImages:\n    - imageReferences: ['*']\n      required: false\n",
+    );
+    assert_eq!(c.policies[0].metadata.namespace.as_deref(), Some("default"));
+    assert!(
+        c.reports[0]
+            .to_string()
+            .contains("metadata.namespace: not set"),
+        "{}",
+        c.reports[0]
     );
     let err = convert_str(&"a".repeat(MAX_INPUT_BYTES + 1), "big.yaml").unwrap_err();
     assert!(err.to_string().starts_with("big.yaml: input is"), "{err}");
