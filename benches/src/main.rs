@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod convert_proof;
 mod fleet;
 mod loadgen;
 mod peers;
@@ -37,6 +38,10 @@ enum Command {
     /// and reviews), run out of cluster against the e2e kube-apiserver: add the `kyverno_*`
     /// figures to target/bench/results.json (`scripts/bench.sh --peers`).
     Peers(peers::PeersArgs),
+    /// The `ivory convert` proof: the legacy corpus of fixtures/legacy/ judged by Kyverno
+    /// v1.19.1 (legacy ClusterPolicies) and by `ivory serve` (their conversions), side by side;
+    /// writes fixtures/legacy/verdicts.json (`scripts/convert-proof.sh`).
+    ConvertProof(convert_proof::ProofArgs),
 }
 
 /// Load harness settings.
@@ -86,6 +91,7 @@ fn main() -> ExitCode {
             Command::Load(args) => phases::run(args).await,
             Command::Fleet(args) => fleet::run(args).await,
             Command::Peers(args) => peers::run(args).await,
+            Command::ConvertProof(args) => convert_proof::run(args).await,
         }
     });
     match result {

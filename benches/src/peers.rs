@@ -303,6 +303,26 @@ async fn fill_cache(client: &reqwest::Client, base: &str, images: &[Image]) -> V
 /// Kyverno's CRDs, namespaces `kyverno` and `shop` (the review's), the ConfigMaps Kyverno reads
 /// and the ImageValidatingPolicies of `policies` (the files `ivory serve` reads).
 async fn prepare_cluster(kube: &Kube, crds: &Path, policies: &Path) -> Result<()> {
+    install_kyverno(kube, crds).await?;
+    let mut docs = Vec::new();
+    yaml_files(policies, &mut docs)?;
+    for file in &docs {
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        kube.create(
+            "/apis/policies.kyverno.io/v1/imagevalidatingpolicies",
+            "application/yaml",
+            text,
+        )
+        .await
+        .with_context(|| format!("creating the policy of {}", file.display()))?;
+    }
+    Ok(())
+}
+
+/// Kyverno's CRDs (every file under `crds`), namespaces `kyverno` and `shop` (the reviews'), and
+/// the ConfigMaps Kyverno reads at start-up (the Helm chart's defaults).
+pub(crate) async fn install_kyverno(kube: &Kube, crds: &Path) -> Result<()> {
     let mut files = Vec::new();
     yaml_files(crds, &mut files)?;
     ensure!(!files.is_empty(), "no CRD files under {}", crds.display());
@@ -359,19 +379,6 @@ async fn prepare_cluster(kube: &Kube, crds: &Path, policies: &Path) -> Result<()
         )
         .await?;
     }
-    let mut docs = Vec::new();
-    yaml_files(policies, &mut docs)?;
-    for file in &docs {
-        let text =
-            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-        kube.create(
-            "/apis/policies.kyverno.io/v1/imagevalidatingpolicies",
-            "application/yaml",
-            text,
-        )
-        .await
-        .with_context(|| format!("creating the policy of {}", file.display()))?;
-    }
     Ok(())
 }
 
@@ -410,10 +417,39 @@ async fn start_kyverno(
     stack: &Stack,
     kube: &Kube,
 ) -> Result<(Server, reqwest::Client, Vec<String>)> {
+    let paths = KyvernoPaths {
+        binary: &args.kyverno,
+        cluster: &args.cluster,
+        registry_ca: &stack.registry_ca,
+        work: &stack.work,
+    };
+    start_kyverno_with(&paths, kube).await
+}
+
+/// Where Kyverno's binary, the cluster, the registry CA and the log folder are.
+pub(crate) struct KyvernoPaths<'a> {
+    /// `cmd/kyverno`, built by scripts/bench/build-kyverno.sh.
+    pub binary: &'a Path,
+    /// The folder of `scripts/e2e/cluster.sh start DIR`.
+    pub cluster: &'a Path,
+    /// The registry's CA (Go reads it through `SSL_CERT_FILE`).
+    pub registry_ca: &'a Path,
+    /// Where `kyverno.log` goes.
+    pub work: &'a Path,
+}
+
+/// [`start_kyverno`] for any caller: the side-by-side proof of `ivory convert` uses it too.
+pub(crate) async fn start_kyverno_with(
+    paths: &KyvernoPaths<'_>,
+    kube: &Kube,
+) -> Result<(Server, reqwest::Client, Vec<String>)> {
     let port = free_port()?;
     let metrics_port = free_port()?;
     let flags = vec![
-        format!("--kubeconfig={}", args.cluster.join("kubeconfig").display()),
+        format!(
+            "--kubeconfig={}",
+            paths.cluster.join("kubeconfig").display()
+        ),
         format!("--serverIP=127.0.0.1:{port}"),
         "--webhookServerHost=127.0.0.1".to_owned(),
         format!("--webhookServerPort={port}"),
@@ -434,7 +470,7 @@ async fn start_kyverno(
         format!("--metricsPort={metrics_port}"),
         "--controllerRuntimeMetricsAddress=0".to_owned(),
     ];
-    let mut cmd = Command::new(&args.kyverno);
+    let mut cmd = Command::new(paths.binary);
     cmd.args(&flags)
         .env("KYVERNO_NAMESPACE", NAMESPACE)
         .env("KYVERNO_SERVICEACCOUNT_NAME", "kyverno")
@@ -444,14 +480,14 @@ async fn start_kyverno(
         .env("INIT_CONFIG", "kyverno")
         .env("METRICS_CONFIG", "kyverno-metrics")
         // Go's crypto/x509 reads the roots from this file on Linux: the registry's CA.
-        .env("SSL_CERT_FILE", &stack.registry_ca);
+        .env("SSL_CERT_FILE", paths.registry_ca);
     // Only for the readiness poll: Kyverno's CA exists once it has started.
     let insecure = reqwest::Client::builder()
         .tls_danger_accept_invalid_certs(true)
         .timeout(Duration::from_secs(5))
         .build()
         .context("building the readiness client")?;
-    let log = stack.work.join("kyverno.log");
+    let log = paths.work.join("kyverno.log");
     let url = format!("https://127.0.0.1:{port}");
     let server = Server::start_within(
         "kyverno",
@@ -510,13 +546,13 @@ async fn wait_for_policies(stack: &Stack, client: &reqwest::Client, base: &str) 
 }
 
 /// The e2e kube-apiserver as the admin of `cluster.sh` (client certificate, system:masters).
-struct Kube {
+pub(crate) struct Kube {
     base: String,
     client: reqwest::Client,
 }
 
 impl Kube {
-    fn open(dir: &Path) -> Result<Self> {
+    pub(crate) fn open(dir: &Path) -> Result<Self> {
         let read = |name: &str| -> Result<String> {
             let path = dir.join(name);
             std::fs::read_to_string(&path).with_context(|| {
@@ -549,7 +585,7 @@ impl Kube {
     }
 
     /// POSTs one object; an object that already exists (409) is fine.
-    async fn create(&self, path: &str, content_type: &str, body: String) -> Result<()> {
+    pub(crate) async fn create(&self, path: &str, content_type: &str, body: String) -> Result<()> {
         let res = self
             .client
             .post(format!("{}{path}", self.base))
@@ -566,8 +602,24 @@ impl Kube {
         bail!("POST {path}: {status}: {text}")
     }
 
+    /// DELETEs one object; one that does not exist (404) is fine.
+    pub(crate) async fn delete(&self, path: &str) -> Result<()> {
+        let res = self
+            .client
+            .delete(format!("{}{path}", self.base))
+            .send()
+            .await
+            .with_context(|| format!("DELETE {path}"))?;
+        let status = res.status();
+        if status.is_success() || status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(());
+        }
+        let text = res.text().await.unwrap_or_default();
+        bail!("DELETE {path}: {status}: {text}")
+    }
+
     /// GETs one object; `None` when it does not exist.
-    async fn get(&self, path: &str) -> Result<Option<Value>> {
+    pub(crate) async fn get(&self, path: &str) -> Result<Option<Value>> {
         let res = self
             .client
             .get(format!("{}{path}", self.base))

@@ -14,6 +14,7 @@ pub mod ephemeral;
 mod error;
 pub mod exception;
 mod glob;
+pub mod legacy;
 mod load;
 pub mod pem;
 mod refs;

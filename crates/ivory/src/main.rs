@@ -21,6 +21,7 @@ mod cmd {
     pub(crate) mod apply;
     pub(crate) mod audit;
     pub(crate) mod check;
+    pub(crate) mod convert;
     pub(crate) mod doctor;
     pub(crate) mod output;
     pub(crate) mod serve;
@@ -55,6 +56,8 @@ enum Command {
     Apply(cmd::apply::Args),
     /// Verify every image of a registry or an image list; table, JSON, YAML, SARIF, PolicyReport.
     Audit(cmd::audit::Args),
+    /// Convert Kyverno ClusterPolicy/Policy verifyImages rules to ImageValidatingPolicies.
+    Convert(cmd::convert::Args),
     /// Check each layer through the Kubernetes API: CRDs, policies, webhook registration, endpoint.
     Doctor(cmd::doctor::Args),
     /// Print a shell completion script (e.g. `ivory completions bash > /etc/bash_completion.d/ivory`).
@@ -100,6 +103,7 @@ async fn main() -> ExitCode {
         Command::Apply(args) => cmd::apply::run(args).await,
         Command::Audit(args) => cmd::audit::run(args).await,
         Command::Doctor(args) => cmd::doctor::run(args).await,
+        Command::Convert(args) => cmd::convert::run(args).await,
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),
     };
     match result {

@@ -36,6 +36,7 @@ mod cli_audit;
 mod cli_cache;
 mod cli_cluster_resources;
 mod cli_completions;
+mod cli_convert;
 mod cli_exceptions;
 mod cli_registries;
 mod cli_util;

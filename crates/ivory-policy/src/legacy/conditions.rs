@@ -1,0 +1,531 @@
+//! Kyverno's JMESPath `conditions` (`any`/`all` blocks of `{key, operator, value}`) as CEL.
+//!
+//! Only forms whose Kyverno meaning (`pkg/engine/variables/operator`) a CEL expression can state
+//! exactly are translated; anything else is refused with the condition named. Variables are
+//! `{{ path }}` with a plain path (fields, quoted fields, `[n]`): no functions, filters or
+//! projections. A path is read from `root` (the attestation's predicate, or the request).
+
+use serde_json::Value;
+
+use super::images::{cel_string, has_wildcard, wildcard_to_regex};
+
+/// Translates a JMESPath path (inside `{{ }}`) to CEL paths; returns `None` when the path is
+/// not a plain one.
+pub(crate) type PathMapper<'a> = &'a dyn Fn(&str) -> Result<String, String>;
+
+/// `conditions` (a list of `{any, all}` blocks, all of which must hold) as one CEL boolean.
+pub(crate) fn translate_blocks(blocks: &[Value], map: PathMapper<'_>) -> Result<String, String> {
+    let mut parts = Vec::new();
+    for (i, block) in blocks.iter().enumerate() {
+        parts.push(translate_block(block, map).map_err(|e| format!("[{i}]{e}"))?);
+    }
+    if parts.is_empty() {
+        return Ok("true".to_owned());
+    }
+    Ok(parts.join(" && "))
+}
+
+/// One `{any: [...], all: [...]}` block (or, as Kyverno's older form, a list of conditions
+/// that must all hold).
+pub(crate) fn translate_block(block: &Value, map: PathMapper<'_>) -> Result<String, String> {
+    let Value::Object(obj) = block else {
+        if let Value::Array(items) = block {
+            return translate_list(items, " && ", map, "");
+        }
+        return Err(": a condition block must be an object with any/all".to_owned());
+    };
+    for key in obj.keys() {
+        if key != "any" && key != "all" {
+            return Err(format!(".{key}: unknown field (only any and all)"));
+        }
+    }
+    let mut parts = Vec::new();
+    if let Some(any) = obj.get("any") {
+        let Value::Array(items) = any else {
+            return Err(".any: must be a list".to_owned());
+        };
+        parts.push(translate_list(items, " || ", map, ".any")?);
+    }
+    if let Some(all) = obj.get("all") {
+        let Value::Array(items) = all else {
+            return Err(".all: must be a list".to_owned());
+        };
+        parts.push(translate_list(items, " && ", map, ".all")?);
+    }
+    Ok(match parts.len() {
+        0 => "true".to_owned(),
+        _ => parts.join(" && "),
+    })
+}
+
+fn translate_list(
+    items: &[Value],
+    joiner: &str,
+    map: PathMapper<'_>,
+    at: &str,
+) -> Result<String, String> {
+    if items.is_empty() {
+        // Kyverno: an empty `any` is false only when present and non-nil; an empty list
+        // decodes as nil, so it holds.
+        return Ok("true".to_owned());
+    }
+    let mut parts = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let cel = translate_condition(item, map).map_err(|e| format!("{at}[{i}]{e}"))?;
+        parts.push(format!("({cel})"));
+    }
+    Ok(format!("({})", parts.join(joiner)))
+}
+
+/// One `{key, operator, value, message}`.
+pub(crate) fn translate_condition(cond: &Value, map: PathMapper<'_>) -> Result<String, String> {
+    let Value::Object(obj) = cond else {
+        return Err(": a condition must be an object".to_owned());
+    };
+    for key in obj.keys() {
+        if !matches!(key.as_str(), "key" | "operator" | "value" | "message") {
+            return Err(format!(".{key}: unknown field"));
+        }
+    }
+    let operator = obj
+        .get("operator")
+        .and_then(Value::as_str)
+        .ok_or(".operator: Required value")?;
+    let key =
+        operand(obj.get("key").unwrap_or(&Value::Null), map).map_err(|e| format!(".key: {e}"))?;
+    let value = obj.get("value").unwrap_or(&Value::Null);
+    let op = |e: String| format!(" (operator {operator}): {e}");
+    match operator {
+        "Equals" | "Equal" => equals(&key, value).map_err(op),
+        "NotEquals" | "NotEqual" => equals(&key, value).map(|c| format!("!({c})")).map_err(op),
+        "In" | "AllIn" => membership(&key, value, Membership::Every).map_err(op),
+        "AnyIn" => membership(&key, value, Membership::Some).map_err(op),
+        "NotIn" | "AnyNotIn" => membership(&key, value, Membership::NotEvery).map_err(op),
+        "AllNotIn" => membership(&key, value, Membership::None).map_err(op),
+        "GreaterThan" => numeric(&key, value, ">").map_err(op),
+        "GreaterThanOrEquals" => numeric(&key, value, ">=").map_err(op),
+        "LessThan" => numeric(&key, value, "<").map_err(op),
+        "LessThanOrEquals" => numeric(&key, value, "<=").map_err(op),
+        other => Err(format!(
+            ".operator: {other:?} is not converted (supported: Equals, NotEquals, In, AnyIn, \
+             AllIn, NotIn, AnyNotIn, AllNotIn, GreaterThan, GreaterThanOrEquals, LessThan, \
+             LessThanOrEquals)"
+        )),
+    }
+}
+
+/// The CEL of a key or value: a `{{ path }}` variable or a literal.
+fn operand(v: &Value, map: PathMapper<'_>) -> Result<String, String> {
+    match v {
+        Value::String(s) => match variable(s)? {
+            Some(path) => map(&path),
+            None => Ok(cel_string(s)),
+        },
+        other => literal(other),
+    }
+}
+
+/// `Some(path)` for a string that is exactly one `{{ path }}`; `None` for a plain string; an
+/// error for text mixing variables and literal text.
+fn variable(s: &str) -> Result<Option<String>, String> {
+    let trimmed = s.trim();
+    if !s.contains("{{") {
+        return Ok(None);
+    }
+    let inner = trimmed
+        .strip_prefix("{{")
+        .and_then(|r| r.strip_suffix("}}"))
+        .filter(|inner| !inner.contains("{{") && !inner.contains("}}"))
+        .ok_or_else(|| {
+            format!("{s:?}: text around or between {{{{ }}}} variables is not converted")
+        })?;
+    let inner = inner.trim();
+    // Kyverno's `{{- ... }}` (shallow substitution) reads the same value.
+    let inner = inner.strip_prefix('-').unwrap_or(inner).trim();
+    Ok(Some(inner.to_owned()))
+}
+
+fn literal(v: &Value) -> Result<String, String> {
+    match v {
+        Value::Null => Err("null is not converted".to_owned()),
+        Value::Bool(b) => Ok(b.to_string()),
+        Value::Number(n) => {
+            if n.is_f64() {
+                let f = n.as_f64().unwrap_or_default();
+                Ok(if f.fract() == 0.0 {
+                    format!("{f:.1}")
+                } else {
+                    f.to_string()
+                })
+            } else {
+                Ok(n.to_string())
+            }
+        }
+        Value::String(s) => Ok(cel_string(s)),
+        Value::Array(items) => {
+            let inner = items.iter().map(literal).collect::<Result<Vec<_>, _>>()?;
+            Ok(format!("[{}]", inner.join(", ")))
+        }
+        Value::Object(_) => Err("an object value is not converted".to_owned()),
+    }
+}
+
+/// Go's `time.ParseDuration` grammar and Kubernetes' quantity grammar: Kyverno's Equals compares
+/// such strings as durations or quantities (`1h` equals `60m`), which string equality does not.
+fn duration_or_quantity(s: &str) -> bool {
+    static DURATION: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"^[+-]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$")
+            .unwrap_or_else(|_| unreachable!("constant regex"))
+    });
+    static QUANTITY: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$",
+        )
+        .unwrap_or_else(|_| unreachable!("constant regex"))
+    });
+    s == "0" || DURATION.is_match(s) || QUANTITY.is_match(s)
+}
+
+/// Kubernetes' quantity grammar in RE2, for the guard Kyverno's Equals has on wildcard values:
+/// a key that parses as a quantity is compared as one, and a wildcard never is.
+const QUANTITY_RE2: &str =
+    r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$";
+
+fn equals(key: &str, value: &Value) -> Result<String, String> {
+    match value {
+        Value::String(s) => {
+            if let Some(path) = variable(s)? {
+                return Err(format!(
+                    "value {{{{ {path} }}}}: a variable as the value is not converted (Kyverno \
+                     treats the value as a wildcard pattern)"
+                ));
+            }
+            if duration_or_quantity(s) {
+                return Err(format!(
+                    "value {s:?}: Kyverno compares it as a duration or quantity, not as text"
+                ));
+            }
+            if has_wildcard(s) {
+                // The guard matters only for a pattern that can match a quantity (one starting
+                // with a digit, sign, dot or wildcard); it costs a regex match otherwise.
+                let may_match_quantity = s.chars().next().is_some_and(|c| {
+                    c.is_ascii_digit() || matches!(c, '+' | '-' | '.' | '*' | '?')
+                });
+                let guard = if may_match_quantity {
+                    format!(" && !{key}.matches({})", cel_string(QUANTITY_RE2))
+                } else {
+                    String::new()
+                };
+                Ok(format!(
+                    "type({key}) == string{guard} && {key}.matches({})",
+                    cel_string(&wildcard_to_regex(s))
+                ))
+            } else {
+                Ok(format!("{key} == {}", cel_string(s)))
+            }
+        }
+        Value::Null => Err("a null value is not converted".to_owned()),
+        Value::Object(_) => Err("an object value is not converted".to_owned()),
+        other => Ok(format!("{key} == {}", literal(other)?)),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Membership {
+    /// `AllIn`, `In`: every element of a list key is in the values.
+    Every,
+    /// `AnyIn`: some element is.
+    Some,
+    /// `AnyNotIn`, `NotIn`: some element is not.
+    NotEvery,
+    /// `AllNotIn`: no element is.
+    None,
+}
+
+fn membership(key: &str, value: &Value, kind: Membership) -> Result<String, String> {
+    let Value::Array(items) = value else {
+        return Err("the value must be a list of strings".to_owned());
+    };
+    let mut strings = Vec::with_capacity(items.len());
+    for item in items {
+        let Value::String(s) = item else {
+            return Err("the value must be a list of strings".to_owned());
+        };
+        if has_wildcard(s) || s.contains("{{") {
+            return Err(format!(
+                "value {s:?}: wildcards and variables in the list are not converted"
+            ));
+        }
+        strings.push(cel_string(s));
+    }
+    let list = format!("[{}]", strings.join(", "));
+    let (one, many) = match kind {
+        // `sets.*` instead of comprehensions: the expression already runs inside one over the
+        // images, and nested comprehensions exceed the cost limit.
+        Membership::Every => (
+            format!("{key} in {list}"),
+            format!("sets.contains({list}, {key})"),
+        ),
+        Membership::Some => (
+            format!("{key} in {list}"),
+            format!("sets.intersects({key}, {list})"),
+        ),
+        Membership::NotEvery => (
+            format!("!({key} in {list})"),
+            format!("!sets.contains({list}, {key})"),
+        ),
+        Membership::None => (
+            format!("!({key} in {list})"),
+            format!("!sets.intersects({key}, {list})"),
+        ),
+    };
+    Ok(format!(
+        "type({key}) == string ? {one} : (type({key}) == list ? {many} : false)"
+    ))
+}
+
+fn numeric(key: &str, value: &Value, op: &str) -> Result<String, String> {
+    let Value::Number(_) = value else {
+        return Err(
+            "only a number value is converted (Kyverno also compares durations, quantities and \
+             versions)"
+                .to_owned(),
+        );
+    };
+    Ok(format!(
+        "(type({key}) == int || type({key}) == uint || type({key}) == double) && {key} {op} {}",
+        literal(value)?
+    ))
+}
+
+/// A plain JMESPath path as CEL, read from `root`: `a.b."c-d"[0]` → `root.a.b['c-d'][0]`.
+pub(crate) fn path_to_cel(root: &str, path: &str) -> Result<String, String> {
+    let mut out = root.to_owned();
+    let segments = split_path(path)?;
+    for segment in segments {
+        match segment {
+            Segment::Field(name) => {
+                if is_cel_identifier(&name) {
+                    out.push('.');
+                    out.push_str(&name);
+                } else {
+                    out.push('[');
+                    out.push_str(&cel_string(&name));
+                    out.push(']');
+                }
+            }
+            Segment::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    Ok(out)
+}
+
+/// The path's segments, for callers that map a prefix (`request.object` → `object`).
+pub(crate) fn split_path(path: &str) -> Result<Vec<Segment>, String> {
+    let mut segments = Vec::new();
+    let chars: Vec<char> = path.trim().chars().collect();
+    let mut i = 0;
+    let bad = || {
+        format!(
+            "{{{{ {path} }}}}: only plain paths (fields, \"quoted\" fields, [n]) are converted, not JMESPath functions, filters or projections"
+        )
+    };
+    let mut expect_field = true;
+    while i < chars.len() {
+        let c = chars[i];
+        if expect_field {
+            if c == '"' {
+                let mut name = String::new();
+                i += 1;
+                while i < chars.len() && chars[i] != '"' {
+                    if chars[i] == '\\' {
+                        return Err(bad());
+                    }
+                    name.push(chars[i]);
+                    i += 1;
+                }
+                if i >= chars.len() {
+                    return Err(bad());
+                }
+                i += 1;
+                segments.push(Segment::Field(name));
+            } else if c.is_ascii_alphabetic() || c == '_' {
+                let mut name = String::new();
+                while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+                    name.push(chars[i]);
+                    i += 1;
+                }
+                segments.push(Segment::Field(name));
+            } else {
+                return Err(bad());
+            }
+            expect_field = false;
+        } else if c == '.' {
+            expect_field = true;
+            i += 1;
+        } else if c == '[' {
+            let mut digits = String::new();
+            i += 1;
+            while i < chars.len() && chars[i].is_ascii_digit() {
+                digits.push(chars[i]);
+                i += 1;
+            }
+            if digits.is_empty() || i >= chars.len() || chars[i] != ']' {
+                return Err(bad());
+            }
+            i += 1;
+            segments.push(Segment::Index(digits.parse().map_err(|_| bad())?));
+        } else {
+            return Err(bad());
+        }
+    }
+    if segments.is_empty() || expect_field {
+        return Err(bad());
+    }
+    Ok(segments)
+}
+
+/// One segment of a plain path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Segment {
+    /// `.name` or `."name"`.
+    Field(String),
+    /// `[n]`.
+    Index(u64),
+}
+
+fn is_cel_identifier(name: &str) -> bool {
+    const RESERVED: [&str; 21] = [
+        "in",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
+        "true",
+        "false",
+        "null",
+    ];
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !RESERVED.contains(&name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ivory_cel::{Activation, NoHost, Scope};
+    use serde_json::json;
+
+    fn predicate_path(path: &str) -> Result<String, String> {
+        path_to_cel("predicate", path)
+    }
+
+    fn holds(conditions: Value, predicate: Value) -> bool {
+        let blocks = conditions.as_array().cloned().unwrap_or_default();
+        let cel = translate_blocks(&blocks, &predicate_path).unwrap();
+        let program = ivory_cel::compile(&cel, &Scope::new(["predicate"]))
+            .unwrap_or_else(|e| panic!("{cel}: {e}"));
+        let mut act = Activation::new(&NoHost);
+        act.bind_json("predicate", &predicate);
+        program
+            .evaluate_bool(&act)
+            .unwrap_or_else(|e| panic!("{cel}: {e}"))
+    }
+
+    #[test]
+    fn equals_and_wildcards_follow_kyverno() {
+        let p = json!({"builder": {"id": "https://ivory.test/builder@v1"}, "n": 3, "ok": true,
+                       "list": ["a", "b"], "q": "10"});
+        let eq = |key: &str, value: Value| {
+            holds(
+                json!([{"all": [{"key": key, "operator": "Equals", "value": value}]}]),
+                p.clone(),
+            )
+        };
+        assert!(eq(
+            "{{ builder.id }}",
+            json!("https://ivory.test/builder@v1")
+        ));
+        assert!(eq("{{builder.id}}", json!("https://ivory.test/*")));
+        assert!(!eq("{{ builder.id }}", json!("https://other/*")));
+        assert!(eq("{{ n }}", json!(3)));
+        assert!(eq("{{ n }}", json!(3.0)));
+        assert!(!eq("{{ n }}", json!("x3")));
+        assert!(eq("{{ ok }}", json!(true)));
+        // A key that parses as a quantity is never a wildcard match in Kyverno.
+        assert!(!eq("{{ q }}", json!("1*")));
+        assert!(holds(
+            json!([{"any": [
+                {"key": "{{ builder.id }}", "operator": "NotEquals", "value": "x"},
+                {"key": "{{ n }}", "operator": "Equals", "value": 4}]}]),
+            p.clone()
+        ));
+    }
+
+    #[test]
+    fn membership_and_numbers() {
+        let p = json!({"list": ["a", "b"], "s": "a", "n": 7});
+        let check = |key: &str, op: &str, value: Value| {
+            holds(
+                json!([{"all": [{"key": key, "operator": op, "value": value}]}]),
+                p.clone(),
+            )
+        };
+        assert!(check("{{ s }}", "AnyIn", json!(["a", "z"])));
+        assert!(check("{{ list }}", "AnyIn", json!(["b", "z"])));
+        assert!(!check("{{ list }}", "AllIn", json!(["b", "z"])));
+        assert!(check("{{ list }}", "AllIn", json!(["a", "b", "z"])));
+        assert!(check("{{ list }}", "AnyNotIn", json!(["a"])));
+        assert!(!check("{{ list }}", "AllNotIn", json!(["a"])));
+        assert!(check("{{ s }}", "NotIn", json!(["x"])));
+        assert!(check("{{ n }}", "GreaterThan", json!(5)));
+        assert!(check("{{ n }}", "LessThanOrEquals", json!(7)));
+        assert!(!check("{{ n }}", "LessThan", json!(7)));
+    }
+
+    #[test]
+    fn unsupported_forms_are_refused_with_the_condition_named() {
+        let refuse = |cond: Value| {
+            let blocks = vec![json!({"all": [cond]})];
+            translate_blocks(&blocks, &predicate_path).unwrap_err()
+        };
+        let e = refuse(json!({"key": "{{ length(list) }}", "operator": "Equals", "value": 2}));
+        assert!(e.starts_with("[0].all[0].key: "), "{e}");
+        assert!(e.contains("only plain paths"), "{e}");
+        let e = refuse(json!({"key": "{{ a }}", "operator": "DurationGreaterThan", "value": "1h"}));
+        assert!(e.contains("DurationGreaterThan"), "{e}");
+        let e = refuse(json!({"key": "{{ a }}", "operator": "Equals", "value": "1h"}));
+        assert!(e.contains("duration or quantity"), "{e}");
+        let e = refuse(json!({"key": "x-{{ a }}", "operator": "Equals", "value": "y"}));
+        assert!(e.contains("text around"), "{e}");
+        let e = refuse(json!({"key": "{{ a }}", "operator": "AnyIn", "value": ["a*"]}));
+        assert!(e.contains("wildcards"), "{e}");
+    }
+
+    #[test]
+    fn paths_become_cel() {
+        assert_eq!(
+            path_to_cel("p", r#"a."b-c"[2].in"#).unwrap(),
+            "p.a['b-c'][2]['in']"
+        );
+        assert!(split_path("a[*]").is_err());
+        assert!(split_path("a | b").is_err());
+        assert!(split_path("a.").is_err());
+    }
+}

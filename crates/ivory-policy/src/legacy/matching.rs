@@ -1,0 +1,537 @@
+//! `match` / `exclude` / `preconditions` of a legacy rule as `matchConstraints` and
+//! `matchConditions`.
+//!
+//! Kinds and operations become resource rules; namespaces, names, subjects and preconditions
+//! become CEL conditions on `request` and `object` (evaluated by Kyverno and ivory alike, also
+//! where ivory cannot see Namespace labels); `selector` and `namespaceSelector` map to the
+//! selectors of the same name. Forms with no exact equivalent (roles, clusterRoles, several
+//! filters mixing kinds with other constraints, selectors in exclusions) are refused.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use super::conditions::{self, Segment};
+use super::images::{cel_string, cel_string_list, has_wildcard, wildcard_to_regex};
+use super::model::{MatchResources, ResourceDescription, ResourceFilter, Subject};
+use crate::types::{LabelSelector, MatchResources as Constraints, NamedRuleWithOperations};
+
+/// What a rule's match, exclude and preconditions became.
+#[derive(Debug, Default)]
+pub(crate) struct Matched {
+    pub constraints: Constraints,
+    pub conditions: Vec<(String, String)>,
+}
+
+/// A kind Kyverno names → its group, version and resource. Only kinds whose images an
+/// ImageValidatingPolicy extracts (docs/kyverno-semantics.md §8): not ReplicationController.
+fn gvr(kind: &str) -> Option<(&'static str, &'static str, &'static str)> {
+    // `v1/Pod`, `apps/v1/Deployment` and `Pod` all name the same kind.
+    let bare = kind.rsplit('/').next().unwrap_or(kind);
+    let (g, v, r) = match bare {
+        "Pod" => ("", "v1", "pods"),
+        "Deployment" => ("apps", "v1", "deployments"),
+        "StatefulSet" => ("apps", "v1", "statefulsets"),
+        "DaemonSet" => ("apps", "v1", "daemonsets"),
+        "ReplicaSet" => ("apps", "v1", "replicasets"),
+        "Job" => ("batch", "v1", "jobs"),
+        "CronJob" => ("batch", "v1", "cronjobs"),
+        _ => return None,
+    };
+    let prefix_ok = match kind.matches('/').count() {
+        0 => true,
+        1 => kind.starts_with(&format!("{v}/")),
+        2 => kind.starts_with(&format!("{g}/{v}/")),
+        _ => false,
+    };
+    prefix_ok.then_some((g, v, r))
+}
+
+/// One filter reduced to kinds, operations, selectors and a CEL condition.
+#[derive(Debug, Default)]
+struct Filter {
+    kinds: BTreeSet<String>,
+    operations: BTreeSet<String>,
+    selector: Option<LabelSelector>,
+    namespace_selector: Option<LabelSelector>,
+    condition: Option<String>,
+}
+
+fn filter(
+    resources: Option<&ResourceDescription>,
+    subjects: &[Subject],
+    roles: &[String],
+    cluster_roles: &[String],
+    at: &str,
+) -> Result<Filter, String> {
+    if !roles.is_empty() || !cluster_roles.is_empty() {
+        return Err(format!(
+            "{at}: roles and clusterRoles are not converted (Kyverno resolves them from RBAC \
+             bindings; a CEL condition cannot)"
+        ));
+    }
+    let mut out = Filter::default();
+    let mut parts = Vec::new();
+    if let Some(r) = resources {
+        for kind in &r.kinds {
+            if kind.contains('/')
+                && kind
+                    .split('/')
+                    .next_back()
+                    .is_some_and(|k| k.starts_with(char::is_lowercase))
+            {
+                return Err(format!(
+                    "{at}.resources.kinds: {kind:?}: subresources are not converted"
+                ));
+            }
+            if gvr(kind).is_none() {
+                return Err(format!(
+                    "{at}.resources.kinds: {kind:?} is not converted (Pod, Deployment, \
+                     StatefulSet, DaemonSet, ReplicaSet, Job, CronJob: the kinds whose images an \
+                     ImageValidatingPolicy extracts)"
+                ));
+            }
+            out.kinds
+                .insert(kind.rsplit('/').next().unwrap_or(kind).to_owned());
+        }
+        for op in &r.operations {
+            if !matches!(op.as_str(), "CREATE" | "UPDATE" | "DELETE" | "CONNECT") {
+                return Err(format!(
+                    "{at}.resources.operations: unsupported value {op:?}"
+                ));
+            }
+            out.operations.insert(op.clone());
+        }
+        if !r.namespaces.is_empty() {
+            parts.push(one_of("request.namespace", &r.namespaces));
+        }
+        let mut names = r.names.clone();
+        if let Some(name) = r.name.clone().filter(|n| !n.is_empty()) {
+            names.push(name);
+        }
+        if !names.is_empty() {
+            parts.push(format!(
+                "has(object.metadata.name) && ({})",
+                one_of("object.metadata.name", &names)
+            ));
+        }
+        if r.annotations.is_some() {
+            return Err(format!("{at}.resources.annotations: not converted"));
+        }
+        out.selector.clone_from(&r.selector);
+        out.namespace_selector = r.namespace_selector.clone();
+    }
+    if !subjects.is_empty() {
+        let mut any = Vec::new();
+        for (i, s) in subjects.iter().enumerate() {
+            any.push(subject(s).map_err(|e| format!("{at}.subjects[{i}]: {e}"))?);
+        }
+        parts.push(any.join(" || "));
+    }
+    out.condition = match parts.len() {
+        0 => None,
+        _ => Some(
+            parts
+                .iter()
+                .map(|p| format!("({p})"))
+                .collect::<Vec<_>>()
+                .join(" && "),
+        ),
+    };
+    Ok(out)
+}
+
+fn subject(s: &Subject) -> Result<String, String> {
+    if has_wildcard(&s.name) {
+        return Err("wildcards in subject names are not converted".to_owned());
+    }
+    match s.kind.as_str() {
+        "User" => Ok(format!(
+            "request.userInfo.username == {}",
+            cel_string(&s.name)
+        )),
+        "Group" => Ok(format!(
+            "{} in request.userInfo.?groups.orValue([])",
+            cel_string(&s.name)
+        )),
+        "ServiceAccount" => {
+            let ns = s.namespace.as_deref().unwrap_or_default();
+            Ok(format!(
+                "request.userInfo.username == {}",
+                cel_string(&format!("system:serviceaccount:{ns}:{}", s.name))
+            ))
+        }
+        other => Err(format!(
+            "kind {other:?}: User, Group or ServiceAccount expected"
+        )),
+    }
+}
+
+/// CEL: `subject` equals one of `values`, each a go-wildcard pattern.
+fn one_of(subject: &str, values: &[String]) -> String {
+    let (patterns, exact): (Vec<&String>, Vec<&String>) =
+        values.iter().partition(|v| has_wildcard(v));
+    let mut parts = Vec::new();
+    if !exact.is_empty() {
+        let exact: Vec<String> = exact.into_iter().cloned().collect();
+        parts.push(format!("{subject} in {}", cel_string_list(&exact)));
+    }
+    for p in patterns {
+        parts.push(format!(
+            "{subject}.matches({})",
+            cel_string(&wildcard_to_regex(p))
+        ));
+    }
+    parts.join(" || ")
+}
+
+fn filters_of(m: &MatchResources, at: &str) -> Result<(Vec<Filter>, bool), String> {
+    let direct = m.resources.is_some() || !m.subjects.is_empty();
+    let groups = [!m.any.is_empty(), !m.all.is_empty(), direct];
+    if groups.iter().filter(|g| **g).count() > 1 {
+        return Err(format!("{at}: any, all and resources cannot be combined"));
+    }
+    if direct || !m.roles.is_empty() || !m.cluster_roles.is_empty() {
+        let f = filter(
+            m.resources.as_ref(),
+            &m.subjects,
+            &m.roles,
+            &m.cluster_roles,
+            at,
+        )?;
+        return Ok((vec![f], true));
+    }
+    let (list, is_any, name) = if m.any.is_empty() {
+        (&m.all, false, "all")
+    } else {
+        (&m.any, true, "any")
+    };
+    let mut out = Vec::new();
+    for (i, f) in list.iter().enumerate() {
+        out.push(filter_entry(f, &format!("{at}.{name}[{i}]"))?);
+    }
+    Ok((out, is_any))
+}
+
+fn filter_entry(f: &ResourceFilter, at: &str) -> Result<Filter, String> {
+    filter(
+        f.resources.as_ref(),
+        &f.subjects,
+        &f.roles,
+        &f.cluster_roles,
+        at,
+    )
+}
+
+/// Converts `match`, `exclude` and `preconditions`.
+pub(crate) fn convert(
+    match_: Option<&MatchResources>,
+    exclude: Option<&MatchResources>,
+    preconditions: Option<&Value>,
+) -> Result<Matched, String> {
+    let match_ = match_.ok_or("match: Required value")?;
+    let (filters, is_any) = filters_of(match_, "match")?;
+    if filters.is_empty() {
+        return Err("match: at least one filter is required".to_owned());
+    }
+    let mut out = Matched::default();
+    let first = &filters[0];
+    let same_kinds = filters.iter().all(|f| f.kinds == first.kinds);
+    let kinds: BTreeSet<String> = if is_any {
+        filters
+            .iter()
+            .flat_map(|f| f.kinds.iter().cloned())
+            .collect()
+    } else {
+        if !same_kinds {
+            return Err("match.all: filters naming different kinds are not converted".to_owned());
+        }
+        first.kinds.clone()
+    };
+    if kinds.is_empty() {
+        return Err("match: resources.kinds: Required value".to_owned());
+    }
+    let operations: BTreeSet<String> = filters
+        .iter()
+        .flat_map(|f| f.operations.iter().cloned())
+        .collect();
+    if filters.iter().any(|f| f.operations != first.operations) {
+        return Err("match: filters with different operations are not converted".to_owned());
+    }
+    let conditions: Vec<Option<String>> = filters.iter().map(|f| f.condition.clone()).collect();
+    let selectors: Vec<(Option<LabelSelector>, Option<LabelSelector>)> = filters
+        .iter()
+        .map(|f| (f.selector.clone(), f.namespace_selector.clone()))
+        .collect();
+    let has_constraints = conditions.iter().any(Option::is_some)
+        || selectors.iter().any(|(a, b)| a.is_some() || b.is_some());
+    if filters.len() > 1 && is_any && has_constraints {
+        // `any` of filters: one OR of conditions is exact only when every filter names the
+        // same kinds and no selectors (selectors cannot be OR-ed).
+        if !same_kinds || selectors.iter().any(|(a, b)| a.is_some() || b.is_some()) {
+            return Err(
+                "match.any: several filters with different kinds or with selectors are not \
+                 converted (split the rule)"
+                    .to_owned(),
+            );
+        }
+        let ors: Vec<String> = conditions
+            .iter()
+            .map(|c| c.clone().unwrap_or_else(|| "true".to_owned()))
+            .map(|c| format!("({c})"))
+            .collect();
+        out.conditions.push(("match".to_owned(), ors.join(" || ")));
+    } else {
+        for (i, c) in conditions.iter().enumerate() {
+            if let Some(c) = c {
+                let name = if filters.len() > 1 {
+                    format!("match-{i}")
+                } else {
+                    "match".to_owned()
+                };
+                out.conditions.push((name, c.clone()));
+            }
+        }
+        let mut object = None;
+        let mut namespace = None;
+        for (o, n) in selectors {
+            if o.is_some() {
+                if object.is_some() {
+                    return Err("match.all: several object selectors are not converted".to_owned());
+                }
+                object = o;
+            }
+            if n.is_some() {
+                if namespace.is_some() {
+                    return Err(
+                        "match.all: several namespace selectors are not converted".to_owned()
+                    );
+                }
+                namespace = n;
+            }
+        }
+        out.constraints.object_selector = object;
+        out.constraints.namespace_selector = namespace;
+    }
+    let ops: Vec<String> = if operations.is_empty() {
+        vec!["CREATE".to_owned(), "UPDATE".to_owned()]
+    } else {
+        operations.into_iter().collect()
+    };
+    out.constraints.resource_rules = resource_rules(&kinds, &ops);
+    if let Some(exclude) = exclude {
+        convert_exclude(exclude, &kinds, &mut out)?;
+    }
+    if let Some(pre) = preconditions.filter(|p| !p.is_null()) {
+        let blocks = match pre {
+            Value::Array(_) => vec![pre.clone()],
+            other => vec![other.clone()],
+        };
+        let cel = conditions::translate_blocks(&blocks, &request_path)
+            .map_err(|e| format!("preconditions{}", e.trim_start_matches("[0]")))?;
+        out.conditions.push(("preconditions".to_owned(), cel));
+    }
+    Ok(out)
+}
+
+fn resource_rules(kinds: &BTreeSet<String>, ops: &[String]) -> Vec<NamedRuleWithOperations> {
+    let mut rules: Vec<NamedRuleWithOperations> = Vec::new();
+    for kind in kinds {
+        let Some((g, v, r)) = gvr(kind) else { continue };
+        match rules
+            .iter_mut()
+            .find(|rule| rule.api_groups == [g] && rule.api_versions == [v])
+        {
+            Some(rule) => rule.resources.push(r.to_owned()),
+            None => rules.push(NamedRuleWithOperations {
+                api_groups: vec![g.to_owned()],
+                api_versions: vec![v.to_owned()],
+                resources: vec![r.to_owned()],
+                operations: ops.to_vec(),
+                ..NamedRuleWithOperations::default()
+            }),
+        }
+    }
+    rules
+}
+
+fn convert_exclude(
+    exclude: &MatchResources,
+    match_kinds: &BTreeSet<String>,
+    out: &mut Matched,
+) -> Result<(), String> {
+    let (filters, is_any) = filters_of(exclude, "exclude")?;
+    if !is_any && filters.len() > 1 {
+        return Err("exclude.all: several filters are not converted".to_owned());
+    }
+    for (i, f) in filters.iter().enumerate() {
+        if f.selector.is_some() || f.namespace_selector.is_some() {
+            return Err(format!(
+                "exclude[{i}]: selectors in exclude are not converted"
+            ));
+        }
+        if !f.operations.is_empty() {
+            return Err(format!(
+                "exclude[{i}]: operations in exclude are not converted"
+            ));
+        }
+        let covers_all = f.kinds.is_empty() || match_kinds.is_subset(&f.kinds);
+        let disjoint = !f.kinds.is_empty() && f.kinds.is_disjoint(match_kinds);
+        if disjoint {
+            continue;
+        }
+        match (&f.condition, covers_all) {
+            (Some(c), true) => out
+                .conditions
+                .push((format!("exclude-{i}"), format!("!({c})"))),
+            (None, true) => {
+                return Err(format!(
+                    "exclude[{i}]: excludes every resource the rule matches"
+                ));
+            }
+            (None, false) => {
+                let ops = out
+                    .constraints
+                    .resource_rules
+                    .first()
+                    .map(|r| r.operations.clone())
+                    .unwrap_or_default();
+                let kinds: BTreeSet<String> = f.kinds.intersection(match_kinds).cloned().collect();
+                out.constraints
+                    .exclude_resource_rules
+                    .extend(resource_rules(&kinds, &ops));
+            }
+            (Some(_), false) => {
+                return Err(format!(
+                    "exclude[{i}]: a filter naming some of the matched kinds and other \
+                     constraints is not converted (split the rule)"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `{{ request.… }}` paths in preconditions as CEL on the request.
+fn request_path(path: &str) -> Result<String, String> {
+    let segments = conditions::split_path(path)?;
+    let field = |i: usize| match segments.get(i) {
+        Some(Segment::Field(f)) => Some(f.as_str()),
+        _ => None,
+    };
+    let (root, skip) = match (field(0), field(1)) {
+        (Some("request"), Some("object")) => ("object", 2),
+        (Some("request"), Some("oldObject")) => ("oldObject", 2),
+        (
+            Some("request"),
+            Some("operation" | "namespace" | "name" | "userInfo" | "kind" | "dryRun"),
+        ) => ("request", 1),
+        _ => {
+            return Err(format!(
+                "{{{{ {path} }}}}: only request.object, request.oldObject, request.operation, \
+                 request.namespace, request.name, request.kind and request.userInfo are converted"
+            ));
+        }
+    };
+    let rest: Vec<String> = segments[skip..]
+        .iter()
+        .map(|s| match s {
+            Segment::Field(f) => format!("\"{f}\""),
+            Segment::Index(i) => format!("[{i}]"),
+        })
+        .collect();
+    let joined = rest.join(".").replace(".[", "[");
+    if joined.is_empty() {
+        return Ok(root.to_owned());
+    }
+    conditions::path_to_cel(root, &joined)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn m(v: Value) -> MatchResources {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn pods_in_namespaces_with_an_excluded_namespace() {
+        let out = convert(
+            Some(&m(json!({"any": [{"resources": {"kinds": ["Pod"], "namespaces": ["shop", "team-*"]}}]}))),
+            Some(&m(json!({"any": [{"resources": {"namespaces": ["team-legacy"]}}]}))),
+            None,
+        )
+        .unwrap();
+        let rule = &out.constraints.resource_rules[0];
+        assert_eq!(rule.resources, ["pods"]);
+        assert_eq!(rule.operations, ["CREATE", "UPDATE"]);
+        assert_eq!(
+            out.conditions,
+            [
+                (
+                    "match".to_owned(),
+                    "(request.namespace in ['shop'] || request.namespace.matches('^team\\\\-.*$'))"
+                        .to_owned()
+                ),
+                (
+                    "exclude-0".to_owned(),
+                    "!((request.namespace in ['team-legacy']))".to_owned()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_field() {
+        let e = convert(
+            Some(&m(
+                json!({"any": [{"resources": {"kinds": ["Pod"]}, "clusterRoles": ["admin"]}]}),
+            )),
+            None,
+            None,
+        )
+        .unwrap_err();
+        assert!(e.starts_with("match.any[0]: roles and clusterRoles"), "{e}");
+        let e = convert(
+            Some(&m(json!({"any": [{"resources": {"kinds": ["Service"]}}]}))),
+            None,
+            None,
+        )
+        .unwrap_err();
+        assert!(e.contains("\"Service\" is not converted"), "{e}");
+    }
+
+    #[test]
+    fn names_from_the_policy_stay_literals_in_cel() {
+        use ivory_cel::{Activation, NoHost, Scope};
+        for hostile in [
+            "a' || true || 'b",
+            "a\\' || true || '",
+            "x*') || true || ('",
+        ] {
+            let cel = one_of("request.namespace", &[hostile.to_owned()]);
+            let program = ivory_cel::compile(&cel, &Scope::new(["request"]))
+                .unwrap_or_else(|e| panic!("{cel}: {e}"));
+            let mut act = Activation::new(&NoHost);
+            act.bind_json("request", &json!({"namespace": "other"}));
+            assert!(!program.evaluate_bool(&act).unwrap(), "{cel}");
+        }
+    }
+
+    #[test]
+    fn preconditions_read_the_request() {
+        let out = convert(
+            Some(&m(json!({"resources": {"kinds": ["Pod", "apps/v1/Deployment"]}}))),
+            None,
+            Some(&json!({"all": [{"key": "{{ request.object.metadata.labels.team }}", "operator": "Equals", "value": "blue"}]})),
+        )
+        .unwrap();
+        assert_eq!(out.constraints.resource_rules.len(), 2);
+        assert_eq!(
+            out.conditions[0].1,
+            "((object.metadata.labels.team == 'blue'))"
+        );
+    }
+}

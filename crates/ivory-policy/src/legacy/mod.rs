@@ -1,0 +1,225 @@
+//! `ivory convert`: Kyverno's legacy `verifyImages` rules (`ClusterPolicy` / `Policy`,
+//! `kyverno.io/v1` and `v2beta1`) as `ImageValidatingPolicy` / `NamespacedImageValidatingPolicy`
+//! (`policies.kyverno.io/v1`).
+//!
+//! [`convert_str`] reads one file's text and returns every converted policy as YAML that
+//! [`crate::load_str`] loads, with a report per rule: converted exactly, converted with
+//! documented differences, refused (and why), or skipped (not a `verifyImages` rule). Nothing is
+//! approximated silently: a field, match form or condition without an exact equivalent is
+//! refused, naming the policy, rule and field. The mapping and every difference are in
+//! `docs/kyverno-semantics.md` §14.
+//!
+//! ```
+//! let legacy = r#"
+//! apiVersion: kyverno.io/v1
+//! kind: ClusterPolicy
+//! metadata: {name: check-images}
+//! spec:
+//!   validationFailureAction: Enforce
+//!   rules:
+//!   - name: signed
+//!     match: {any: [{resources: {kinds: [Pod]}}]}
+//!     verifyImages:
+//!     - imageReferences: ["ghcr.io/acme/*"]
+//!       attestors:
+//!       - entries:
+//!         - keys:
+//!             publicKeys: |
+//!               -----BEGIN PUBLIC KEY-----
+//!               MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE6QsNef3SKYhJVYSVj+ZfbPwJd0pv
+//!               DLYNHXITZkhIzfE+apcxDjCCkDPcJ3A3zvhPATYOIsCxYPch7Q2JdJLsDQ==
+//!               -----END PUBLIC KEY-----
+//! "#;
+//! let conversion = ivory_policy::legacy::convert_str(legacy, "policy.yaml").unwrap();
+//! assert!(!conversion.refused());
+//! let loaded = ivory_policy::load_str(&conversion.yaml, "converted.yaml");
+//! assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+//! assert_eq!(loaded.policies[0].name, "check-images-signed");
+//! ```
+
+mod attestors;
+mod conditions;
+mod images;
+mod matching;
+mod model;
+mod report;
+mod rule;
+
+use serde_json::Value;
+
+pub use report::{Outcome, RuleReport};
+
+use crate::types::PolicyDocument;
+
+/// Largest legacy file accepted, in bytes: policies are small; this bounds parsing work on
+/// input a user (or a CI job) hands over.
+pub const MAX_INPUT_BYTES: usize = 4 * 1024 * 1024;
+
+/// The result of converting one file.
+#[derive(Clone, Debug, Default)]
+pub struct Conversion {
+    /// The converted policies, in input order.
+    pub policies: Vec<PolicyDocument>,
+    /// All converted policies as one multi-document YAML stream (empty when there are none).
+    pub yaml: String,
+    /// One line per rule (per `verifyImages` entry when a rule has several).
+    pub reports: Vec<RuleReport>,
+    /// Documents that are not legacy policies: `<origin> (doc <n>): skipped <kind> <name>`.
+    pub skipped: Vec<String>,
+}
+
+impl Conversion {
+    /// Whether any rule was refused: the caller should then write nothing.
+    pub fn refused(&self) -> bool {
+        self.reports.iter().any(RuleReport::refused)
+    }
+}
+
+/// Input that cannot be read as legacy policies at all (as opposed to a refused rule, which is
+/// reported in [`Conversion::reports`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{location}: {message}")]
+pub struct LegacyError {
+    /// `<origin>` or `<origin> (doc <n>)`, with the policy when known.
+    pub location: String,
+    /// What is wrong, naming the field.
+    pub message: String,
+}
+
+/// Converts every `verifyImages` rule of the ClusterPolicy / Policy documents in `text`
+/// (multi-document YAML, or JSON). `origin` names the source in reports and errors (a file
+/// name). Documents of other kinds are listed in [`Conversion::skipped`].
+pub fn convert_str(text: &str, origin: &str) -> Result<Conversion, LegacyError> {
+    if text.len() > MAX_INPUT_BYTES {
+        return Err(LegacyError {
+            location: origin.to_owned(),
+            message: format!(
+                "input is {} bytes, more than the {MAX_INPUT_BYTES} accepted",
+                text.len()
+            ),
+        });
+    }
+    let documents = parse_documents(text, origin)?;
+    let mut out = Conversion::default();
+    for (number, doc) in documents {
+        let location = format!("{origin} (doc {number})");
+        convert_document(doc, &location, &mut out)?;
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for p in &out.policies {
+        let key = (
+            p.kind.clone(),
+            p.metadata.namespace.clone(),
+            p.metadata.name.clone(),
+        );
+        if !names.insert(key) {
+            return Err(LegacyError {
+                location: origin.to_owned(),
+                message: format!(
+                    "two converted policies would both be named {:?}; rename a rule",
+                    p.metadata.name
+                ),
+            });
+        }
+    }
+    out.yaml = render(&out.policies).map_err(|message| LegacyError {
+        location: origin.to_owned(),
+        message,
+    })?;
+    Ok(out)
+}
+
+fn render(policies: &[PolicyDocument]) -> Result<String, String> {
+    let mut yaml = String::new();
+    for p in policies {
+        let text = crate::yaml::to_string(p).map_err(|e| format!("cannot write YAML: {e}"))?;
+        yaml.push_str("---\n");
+        yaml.push_str(&text);
+        if !text.ends_with('\n') {
+            yaml.push('\n');
+        }
+    }
+    Ok(yaml)
+}
+
+fn parse_documents(text: &str, origin: &str) -> Result<Vec<(usize, Value)>, LegacyError> {
+    let err = |message: String| LegacyError {
+        location: origin.to_owned(),
+        message,
+    };
+    if text.trim_start().starts_with(['{', '[']) {
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| err(format!("JSON syntax error: {e}")))?;
+        return Ok(match value {
+            Value::Array(items) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| (i + 1, v))
+                .collect(),
+            other => vec![(1, other)],
+        });
+    }
+    let mut docs = Vec::new();
+    for (i, chunk) in split_documents(text).into_iter().enumerate() {
+        let value: Value = crate::yaml::from_str(&chunk).map_err(|e| LegacyError {
+            location: format!("{origin} (doc {})", i + 1),
+            message: format!("YAML syntax error: {}", crate::yaml::describe(&e, 1)),
+        })?;
+        if !value.is_null() {
+            docs.push((i + 1, value));
+        }
+    }
+    Ok(docs)
+}
+
+/// Splits a YAML stream at `---` lines.
+fn split_documents(text: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    for line in text.lines() {
+        if line == "---" || line.starts_with("--- ") || line == "..." {
+            out.push(String::new());
+            continue;
+        }
+        if let Some(last) = out.last_mut() {
+            last.push_str(line);
+            last.push('\n');
+        }
+    }
+    out.retain(|d| {
+        d.lines()
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+    });
+    out
+}
+
+fn convert_document(doc: Value, location: &str, out: &mut Conversion) -> Result<(), LegacyError> {
+    let api_version = doc
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let name = doc
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if kind == "List" {
+        if let Some(Value::Array(items)) = doc.get("items") {
+            for item in items.clone() {
+                convert_document(item, location, out)?;
+            }
+        }
+        return Ok(());
+    }
+    let legacy_version = matches!(api_version, "kyverno.io/v1" | "kyverno.io/v2beta1");
+    if !legacy_version || !matches!(kind, "ClusterPolicy" | "Policy") {
+        out.skipped.push(format!(
+            "{location}: skipped {api_version} {kind} {name:?}: not a kyverno.io/v1 or v2beta1 ClusterPolicy or Policy"
+        ));
+        return Ok(());
+    }
+    rule::convert_policy(&doc, kind, &name, location, out)
+}
+
+#[cfg(test)]
+mod tests;
