@@ -1,0 +1,485 @@
+//! `ivory test DIR…`: runs Kyverno CLI test suites (`kyverno-test.yaml`) unchanged with
+//! ivory's engine: each test's image policies, exceptions and resources go through the
+//! validating stage as the webhook runs it, and each `results` row is checked. Output like
+//! `kyverno test`: a table per test, `Test Summary: N tests passed and M tests failed`;
+//! `--junit FILE` writes one JUnit testcase per row. Exit 0 when every row passed, 1 when
+//! any failed, 2 when a test could not be loaded or run (usage, files, registry setup).
+
+mod run;
+mod suite;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+
+use self::run::{Outcome, Row};
+use self::suite::ResultRow;
+use super::output;
+use super::wiring::{RegistryOpts, duration};
+
+#[derive(clap::Args)]
+#[command(
+    after_help = "Exit status: 0 every result as expected, 1 any result not as expected (Kyverno's \
+`kyverno test` exits 1 too), 2 a test could not be loaded or run (a malformed kyverno-test.yaml, a \
+missing file, an invalid policy, a legacy ClusterPolicy that needs `ivory convert`). Rows about \
+policies that are not image policies (ValidatingPolicy, MutatingPolicy, …) are shown as not run \
+and change no exit status."
+)]
+pub(crate) struct Args {
+    /// Folders searched recursively for test files (hidden folders included), or test files.
+    #[arg(value_name = "DIR", required = true)]
+    paths: Vec<PathBuf>,
+    /// Name of the test files to look for.
+    #[arg(
+        long,
+        short = 'f',
+        value_name = "NAME",
+        default_value = "kyverno-test.yaml"
+    )]
+    file_name: String,
+    /// Which results to check: `policy=<glob>,rule=<glob>,resource=<glob>` (`*` and `?`).
+    /// A resource other than `*` replaces every selected row's resources, as in Kyverno.
+    #[arg(
+        long,
+        short = 't',
+        value_name = "SELECTOR",
+        default_value = "policy=*,rule=*,resource=*"
+    )]
+    test_case_selector: String,
+    /// Add each result's message to the table (and to the JUnit output).
+    #[arg(long)]
+    detailed_results: bool,
+    /// Print only the failed results, after the summary.
+    #[arg(long)]
+    fail_only: bool,
+    /// Fail (exit 2) when no test file is found.
+    #[arg(long)]
+    require_tests: bool,
+    /// Also write the results as JUnit XML to FILE (one testcase per result row).
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Accepted for `kyverno test` command lines; ivory always asks the registries.
+    #[arg(long, hide = true)]
+    registry: bool,
+    /// Accepted for `kyverno test` command lines; ivory's table has no colours.
+    #[arg(long, hide = true)]
+    remove_color: bool,
+    /// Fetch images of registry HOST from MIRROR instead (`ghcr.io=127.0.0.1:5000`;
+    /// repeatable). Image names, policy globs and the cache keep HOST; digests and
+    /// signatures are checked as for HOST. For air-gapped CI with mirrored images.
+    #[arg(long = "registry-mirror", value_name = "HOST=MIRROR", value_parser = mirror)]
+    mirrors: Vec<(String, String)>,
+    /// Time budget per resource (Go duration), like the webhook's timeout.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
+    timeout: Duration,
+    #[command(flatten)]
+    registry_opts: RegistryOpts,
+}
+
+fn mirror(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((from, to)) if !from.is_empty() && !to.is_empty() && !to.contains('/') => {
+            Ok((from.to_owned(), to.to_owned()))
+        }
+        _ => Err(format!(
+            "{text:?} is not HOST=MIRROR (e.g. ghcr.io=127.0.0.1:5000)"
+        )),
+    }
+}
+
+/// `--test-case-selector`: globs on a row's policy, rule and resources.
+#[derive(Debug, Default)]
+struct Selector {
+    policy: Vec<String>,
+    rule: Vec<String>,
+    resource: Vec<String>,
+}
+
+impl Selector {
+    /// Parses Kyverno's `key=value,…` form; a malformed part is an error naming it.
+    fn parse(text: &str) -> anyhow::Result<Self> {
+        let mut s = Self::default();
+        for part in text.split(',').filter(|p| !p.trim().is_empty()) {
+            let Some((key, value)) = part.split_once('=') else {
+                bail!("--test-case-selector: {part:?} is not <key>=<value>");
+            };
+            let value = value.trim().to_owned();
+            match key.trim() {
+                "policy" => s.policy.push(value),
+                "rule" => s.rule.push(value),
+                "resource" => s.resource.push(value),
+                other => {
+                    bail!("--test-case-selector: unknown key {other:?} (policy, rule or resource)")
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    /// Kyverno's filter: an empty field of the row passes; otherwise every glob of that key
+    /// must match it (a resource glob: any of the row's resources).
+    fn selects(&self, row: &ResultRow) -> bool {
+        let policy = row.policy.is_empty() || self.policy.iter().all(|g| glob(g, &row.policy));
+        let rule = row.rule.is_empty() || self.rule.iter().all(|g| glob(g, &row.rule));
+        let resource = row.resources.is_empty()
+            || self
+                .resource
+                .iter()
+                .all(|g| row.resources.iter().any(|r| glob(g, r)));
+        policy && rule && resource
+    }
+
+    /// The row as run: a resource selector other than `*` replaces its resources.
+    fn apply(&self, mut row: ResultRow) -> ResultRow {
+        let named: Vec<String> = self
+            .resource
+            .iter()
+            .take_while(|g| g.as_str() != "*")
+            .cloned()
+            .collect();
+        if !named.is_empty() {
+            row.resources = named;
+        }
+        row
+    }
+}
+
+/// `*` (any run) and `?` (any one character) glob, as Kyverno's `wildcard.Match`.
+fn glob(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let selector = Selector::parse(&args.test_case_selector)?;
+    let files = suite::discover(&args.paths, &args.file_name)?;
+    if files.is_empty() {
+        if args.require_tests {
+            bail!("no test files named {} found", args.file_name);
+        }
+        println!("\nNo test yamls available");
+    }
+    let mut cases = Vec::new();
+    for file in &files {
+        cases.extend(suite::load(file)?);
+    }
+    let mut config = args.registry_opts.config()?;
+    config.mirrors = args.mirrors.iter().cloned().collect();
+    let verifier = super::wiring::verifier_for(
+        config,
+        args.registry_opts.tag_cache_ttl,
+        args.registry_opts.cache.open(),
+    )?;
+    let mut all = Vec::new();
+    let mut notes = Vec::new();
+    let mut errors = Vec::new();
+    for case in &cases {
+        if case.test.api_version.is_none() {
+            notes.push(format!(
+                "{}: no apiVersion/kind: the deprecated test schema (Kyverno 1.19 refuses it; add apiVersion: cli.kyverno.io/v1alpha1, kind: Test)",
+                case.path.display()
+            ));
+        }
+        let rows: Vec<ResultRow> = case
+            .test
+            .results
+            .iter()
+            .filter(|r| selector.selects(r))
+            .cloned()
+            .map(|r| selector.apply(r))
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        println!(
+            "Loading test {} ( {} ) ...",
+            case.name(),
+            case.path.display()
+        );
+        let results = match run::run_case(case, &rows, &verifier, args.timeout, &mut notes).await {
+            Ok(results) => results,
+            // One test that cannot run does not hide the others' results; the run ends 2.
+            Err(e) => {
+                let what = format!(
+                    "test {:?} ({}, document {}) could not be run: {e:#}",
+                    case.name(),
+                    case.path.display(),
+                    case.document
+                );
+                println!("  Error: {}", output::terminal(&what));
+                errors.push(what);
+                continue;
+            }
+        };
+        println!("  Checking results ...");
+        if !args.fail_only {
+            println!("\n{}", table(&results, args.detailed_results, 1));
+        }
+        all.extend(results);
+    }
+    for note in &notes {
+        eprintln!("note: {}", output::terminal(note));
+    }
+    let count = |o: Outcome| all.iter().filter(|r| r.outcome == o).count();
+    let (passed, failed, not_run) = (
+        count(Outcome::Pass),
+        count(Outcome::Fail),
+        count(Outcome::NotRun),
+    );
+    if not_run > 0 {
+        println!("\n{not_run} results not run: their policies are not image policies");
+    }
+    if args.fail_only {
+        println!(
+            "\nTest Summary: {failed} out of {} tests failed\n",
+            passed + failed
+        );
+        let failures: Vec<Row> = all
+            .iter()
+            .filter(|r| r.outcome == Outcome::Fail)
+            .cloned()
+            .collect();
+        if !failures.is_empty() {
+            println!("Aggregated Failed Test Cases : ");
+            println!("{}", table(&failures, args.detailed_results, 1));
+        }
+    } else {
+        println!("\nTest Summary: {passed} tests passed and {failed} tests failed\n");
+    }
+    if let Some(path) = &args.junit {
+        std::fs::write(path, junit(&all, args.detailed_results))
+            .with_context(|| format!("writing --junit {}", path.display()))?;
+    }
+    if !errors.is_empty() {
+        bail!(
+            "{} of {} tests could not be run: {}",
+            errors.len(),
+            cases.len(),
+            errors.join("; ")
+        );
+    }
+    Ok(if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn result_word(row: &Row) -> &'static str {
+    match row.outcome {
+        Outcome::Pass => "Pass",
+        Outcome::Fail => "Fail",
+        Outcome::NotRun => "Skip",
+    }
+}
+
+/// Kyverno's result table: ID, POLICY, RULE, RESOURCE, RESULT, REASON (and MESSAGE), in
+/// aligned columns; every cell goes through [`output::terminal`].
+fn table(rows: &[Row], detailed: bool, first_id: usize) -> String {
+    let mut header = vec!["ID", "POLICY", "RULE", "RESOURCE", "RESULT", "REASON"];
+    if detailed {
+        header.push("MESSAGE");
+    }
+    let mut lines: Vec<Vec<String>> = vec![header.iter().map(|h| (*h).to_owned()).collect()];
+    for (i, r) in rows.iter().enumerate() {
+        let mut cells = vec![
+            (first_id + i).to_string(),
+            r.policy.clone(),
+            r.rule.clone(),
+            r.resource.clone(),
+            result_word(r).to_owned(),
+            r.reason.clone(),
+        ];
+        if detailed {
+            cells.push(r.message.clone());
+        }
+        lines.push(
+            cells
+                .iter()
+                .map(|c| output::terminal(c).into_owned())
+                .collect(),
+        );
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| {
+            lines
+                .iter()
+                .map(|l| l[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for line in &lines {
+        let cells: Vec<String> = line
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        let _ = writeln!(out, "│ {} │", cells.join(" │ "));
+    }
+    out
+}
+
+/// JUnit XML: one `testsuite` per test, one `testcase` per row (`classname` the policy,
+/// `name` the resource and rule); a failed row has a `failure` whose message says what was
+/// expected and what the engine concluded; a row not run is `skipped`.
+fn junit(rows: &[Row], detailed: bool) -> String {
+    let mut suites: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        suites.entry(r.test.as_str()).or_default().push(r);
+    }
+    let failures = rows.iter().filter(|r| r.outcome == Outcome::Fail).count();
+    let skipped = rows.iter().filter(|r| r.outcome == Outcome::NotRun).count();
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        out,
+        "<testsuites name=\"ivory test\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\">",
+        rows.len()
+    );
+    for (name, rows) in suites {
+        let f = rows.iter().filter(|r| r.outcome == Outcome::Fail).count();
+        let s = rows.iter().filter(|r| r.outcome == Outcome::NotRun).count();
+        let _ = writeln!(
+            out,
+            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{f}\" skipped=\"{s}\">",
+            xml(name),
+            rows.len()
+        );
+        for r in rows {
+            let _ = write!(
+                out,
+                "    <testcase classname=\"{}\" name=\"{}\">",
+                xml(&r.policy),
+                xml(&format!("{} ({})", r.resource, r.rule))
+            );
+            let detail = if detailed || r.outcome == Outcome::Fail {
+                xml(&r.message)
+            } else {
+                String::new()
+            };
+            match r.outcome {
+                Outcome::Pass => {
+                    if !detail.is_empty() {
+                        let _ = write!(out, "<system-out>{detail}</system-out>");
+                    }
+                }
+                Outcome::Fail => {
+                    let _ = write!(
+                        out,
+                        "<failure message=\"{}\">{detail}</failure>",
+                        xml(&r.reason)
+                    );
+                }
+                Outcome::NotRun => {
+                    let _ = write!(out, "<skipped message=\"{}\"/>", xml(&r.reason));
+                }
+            }
+            out.push_str("</testcase>\n");
+        }
+        out.push_str("  </testsuite>\n");
+    }
+    out.push_str("</testsuites>\n");
+    out
+}
+
+/// Text as XML character data or attribute value; characters XML 1.0 cannot hold become
+/// U+FFFD.
+fn xml(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\n' => out.push_str("&#10;"),
+            '\t' | '\r' => out.push(c),
+            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(policy: &str, rule: &str, resources: &[&str]) -> ResultRow {
+        let mut r: ResultRow = suite::strict(serde_json::json!({
+            "policy": policy, "rule": rule, "result": "pass", "resources": resources,
+        }))
+        .unwrap();
+        r._kind = "Pod".into();
+        r
+    }
+
+    #[test]
+    fn globs_match_as_kyverno_wildcards() {
+        assert!(glob("*", "") && glob("*", "abc") && glob("a*c", "abbbc"));
+        assert!(glob("ivpol-?", "ivpol-1") && !glob("ivpol-?", "ivpol-12"));
+        assert!(!glob("a*d", "abc") && glob("*-pod", "bad-pod"));
+    }
+
+    #[test]
+    fn selectors_filter_rows_and_name_resources() {
+        let s = Selector::parse("policy=ivpol-*, resource=bad-pod").unwrap();
+        assert!(s.selects(&row("ivpol-sample", "", &["bad-pod", "good-pod"])));
+        assert!(!s.selects(&row("other", "", &["bad-pod"])));
+        assert!(!s.selects(&row("ivpol-sample", "", &["good-pod"])));
+        assert_eq!(
+            s.apply(row("ivpol-sample", "", &["bad-pod", "good-pod"]))
+                .resources,
+            vec!["bad-pod"]
+        );
+        let all = Selector::parse("policy=*,rule=*,resource=*").unwrap();
+        assert_eq!(all.apply(row("p", "", &["a", "b"])).resources.len(), 2);
+        for bad in ["policy", "kind=Pod"] {
+            assert!(Selector::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn junit_escapes_and_says_expected_versus_got() {
+        let rows = vec![Row {
+            test: "t<1>".into(),
+            policy: "p".into(),
+            rule: "p".into(),
+            resource: "v1/Pod/default/a".into(),
+            outcome: Outcome::Fail,
+            reason: "Want pass, got fail".into(),
+            message: "image \"x\" & <y>\u{1b}".into(),
+            skipped: false,
+        }];
+        let xml = junit(&rows, false);
+        assert!(
+            xml.contains("<testsuite name=\"t&lt;1&gt;\" tests=\"1\" failures=\"1\""),
+            "{xml}"
+        );
+        assert!(xml.contains("<failure message=\"Want pass, got fail\">image &quot;x&quot; &amp; &lt;y&gt;\u{FFFD}</failure>"), "{xml}");
+    }
+}
