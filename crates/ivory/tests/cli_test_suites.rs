@@ -78,7 +78,7 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
     assert_eq!(run.code, 0, "{}", show(&run));
     assert!(
         run.stdout
-            .contains("Test Summary: 5 tests passed and 0 tests failed"),
+            .contains("Test Summary: 7 tests passed and 0 tests failed"),
         "{}",
         show(&run)
     );
@@ -90,6 +90,14 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
         show(&run)
     );
     assert!(line(&run, "v1/Pod/sandbox/sandbox-pod").contains("Excluded"));
+    // UPDATE is judged like CREATE; the policy does not match DELETE.
+    let unsigned: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.contains("v1/Pod/default/unsigned-pod"))
+        .collect();
+    assert_eq!(unsigned.len(), 3, "{}", show(&run));
+    assert!(unsigned[1].contains("│ Pass   │ Ok") && unsigned[2].contains("Excluded"));
     let excepted = line(&run, "excepted-pod");
     assert!(
         excepted.contains("│ exception ") && excepted.contains("│ Ok"),
@@ -97,7 +105,7 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
     );
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(
-        xml.contains("tests=\"5\" failures=\"0\" skipped=\"0\"") && !xml.contains("<failure"),
+        xml.contains("tests=\"7\" failures=\"0\" skipped=\"0\"") && !xml.contains("<failure"),
         "{xml}"
     );
 
@@ -139,10 +147,11 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
     assert_eq!(run.code, 0, "{}", show(&run));
     assert!(
         run.stdout
-            .contains("Test Summary: 1 tests passed and 0 tests failed"),
+            .contains("Test Summary: 3 tests passed and 0 tests failed"),
         "{}",
         show(&run)
     );
+    assert!(!run.stdout.contains("/default/signed-pod") && !run.stdout.contains("excepted-pod"));
     assert!(run.stdout.contains("│ MESSAGE"), "{}", show(&run));
     assert!(line(&run, "unsigned-pod").contains("failed the image Signature verification"));
     let run = ivory(test_args(&h, dir.path(), &[&passing, "-t", "kind=Pod"])).await;

@@ -277,7 +277,8 @@ fn review_request(document: &Value) -> anyhow::Result<Option<AdmissionRequest>> 
 }
 
 /// Cluster-scoped kinds an image policy could plausibly name; everything else is namespaced.
-const CLUSTER_SCOPED: &[&str] = &["Namespace", "Node", "PersistentVolume", "ClusterRole"];
+pub(crate) const CLUSTER_SCOPED: &[&str] =
+    &["Namespace", "Node", "PersistentVolume", "ClusterRole"];
 
 /// The AdmissionRequest the API server would send for `object`.
 pub(crate) fn request(

@@ -473,7 +473,6 @@ mod tests {
             outcome: Outcome::Fail,
             reason: "Want pass, got fail".into(),
             message: "image \"x\" & <y>\u{1b}".into(),
-            skipped: false,
         }];
         let xml = junit(&rows, false);
         assert!(

@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::suite::{self, Expected, ResultRow, RowOperation, TestCase, ValuesSpec};
-use crate::cmd::apply::{Op, documents, request};
+use crate::cmd::apply::{CLUSTER_SCOPED, Op, documents, request};
 use crate::cmd::wiring::{self, Stage};
 
 /// How one row came out.
@@ -44,8 +44,6 @@ pub(crate) struct Row {
     /// `Ok`, `Want fail, got pass`, `Not found`, `Excluded`, `Not run: …`.
     pub reason: String,
     pub message: String,
-    /// `true` for the "Excluded" and "skip" rows Kyverno counts as skipped.
-    pub skipped: bool,
 }
 
 /// What the engine concluded for one resource under one operation.
@@ -157,7 +155,21 @@ pub(crate) async fn run_case(
     for row in rows {
         let op = row.operation.unwrap_or(loaded.operation);
         let results = evaluated.get(&op).map_or(&[][..], Vec::as_slice);
-        out.extend(check_row(&name, row, &loaded, results));
+        let checked = check_row(&name, row, &loaded, results);
+        if checked.is_empty() {
+            // Kyverno prints nothing for a row with nothing to check; a row that checks
+            // nothing must not pass unseen.
+            out.push(Row {
+                test: name.clone(),
+                policy: row.policy.clone(),
+                rule: row.rule.clone(),
+                resource: "-".into(),
+                outcome: Outcome::Fail,
+                reason: "Not found".into(),
+                message: "the test has no resources".into(),
+            });
+        }
+        out.extend(checked);
     }
     Ok(out)
 }
@@ -210,7 +222,10 @@ fn load(case: &TestCase, notes: &mut Vec<String>) -> anyhow::Result<Loaded> {
     for file in &t.resources {
         let path = case.file(file);
         let text = suite::read(&path).with_context(|| format!("{where_}: resources"))?;
-        for object in documents(&text).with_context(|| format!("resources {}", path.display()))? {
+        for mut object in
+            documents(&text).with_context(|| format!("resources {}", path.display()))?
+        {
+            default_namespace(&mut object);
             // A resource given twice is evaluated once, as Kyverno removes duplicates.
             if seen.insert(ResourceKey::of(&object)) {
                 resources.push(object);
@@ -247,6 +262,18 @@ fn load(case: &TestCase, notes: &mut Vec<String>) -> anyhow::Result<Loaded> {
     })
 }
 
+/// A namespaced resource written without a namespace is in `default`, as Kyverno's CLI
+/// reads it (and as `kubectl apply` would create it).
+fn default_namespace(object: &mut Value) {
+    let kind = object["kind"].as_str().unwrap_or_default();
+    if CLUSTER_SCOPED.contains(&kind) || object["metadata"]["namespace"].is_string() {
+        return;
+    }
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.insert("namespace".into(), Value::String("default".into()));
+    }
+}
+
 fn add_namespace(namespaces: &mut BTreeMap<String, Value>, object: Value) {
     if let Some(name) = object["metadata"]["name"].as_str() {
         namespaces.insert(name.to_owned(), object.clone());
@@ -262,9 +289,7 @@ fn operation_of(values: &ValuesSpec) -> anyhow::Result<RowOperation> {
 }
 
 /// The test's image policies, and the other policy documents by name.
-fn load_policies(
-    case: &TestCase,
-) -> anyhow::Result<(Vec<Arc<CompiledPolicy>>, OtherPolicies)> {
+fn load_policies(case: &TestCase) -> anyhow::Result<(Vec<Arc<CompiledPolicy>>, OtherPolicies)> {
     let mut report = ivory_policy::LoadReport::default();
     let mut others = BTreeMap::new();
     for file in &case.test.policies {
@@ -472,7 +497,6 @@ fn check_row(test: &str, row: &ResultRow, loaded: &Loaded, evaluated: &[Evaluate
         outcome,
         reason,
         message,
-        skipped: false,
     };
     let other_kind = row
         .declared_other_kind()
@@ -549,7 +573,7 @@ fn check_row(test: &str, row: &ResultRow, loaded: &Loaded, evaluated: &[Evaluate
             } else {
                 r.message.clone()
             };
-            let mut line = make(
+            rows.push(make(
                 resource.clone(),
                 if ok { Outcome::Pass } else { Outcome::Fail },
                 if ok {
@@ -559,9 +583,7 @@ fn check_row(test: &str, row: &ResultRow, loaded: &Loaded, evaluated: &[Evaluate
                 },
                 message,
                 &rule,
-            );
-            line.skipped = ok && row.result == Expected::Skip;
-            rows.push(line);
+            ));
         }
     }
     rows
@@ -576,7 +598,6 @@ fn excluded(row: &ResultRow, mut line: Row) -> Row {
     line.message = "the policy does not apply to this resource".into();
     if matches!(row.result, Expected::Pass | Expected::Skip) {
         line.outcome = Outcome::Pass;
-        line.skipped = true;
     } else {
         line.outcome = Outcome::Fail;
         line.reason = format!("Want {}, got excluded", row.result.as_str());
