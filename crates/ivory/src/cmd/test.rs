@@ -331,15 +331,21 @@ fn table(rows: &[Row], detailed: bool, first_id: usize) -> String {
                 .unwrap_or(0)
         })
         .collect();
-    let mut out = String::new();
-    for line in &lines {
+    let rule: Vec<String> = widths.iter().map(|w| "─".repeat(w + 2)).collect();
+    let rule = format!("│{}│\n", rule.join("│"));
+    let mut out = rule.clone();
+    for (i, line) in lines.iter().enumerate() {
         let cells: Vec<String> = line
             .iter()
             .zip(&widths)
             .map(|(cell, w)| format!("{cell:<w$}"))
             .collect();
         let _ = writeln!(out, "│ {} │", cells.join(" │ "));
+        if i == 0 {
+            out.push_str(&rule);
+        }
     }
+    out.push_str(&rule);
     out
 }
 

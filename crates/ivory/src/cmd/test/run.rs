@@ -503,24 +503,12 @@ fn check_row(test: &str, row: &ResultRow, loaded: &Loaded, evaluated: &[Evaluate
         .map(str::to_owned)
         .or_else(|| loaded.others.get(row.policy_name()).map(|o| o.kind.clone()));
     let (matched, missing) = select_resources(row, evaluated);
-    let mut rows: Vec<Row> = missing
-        .into_iter()
-        .map(|name| {
-            make(
-                name,
-                Outcome::Fail,
-                "Not found".into(),
-                "no such resource in the test's resources".into(),
-                &row.rule,
-            )
-        })
-        .collect();
     if let Some(kind) = other_kind {
-        let resources: Vec<String> = if row.resources.is_empty() {
-            vec!["-".to_owned()]
-        } else {
-            row.resources.clone()
-        };
+        let mut resources: Vec<String> = matched.iter().map(|e| e.key.display()).collect();
+        resources.extend(missing);
+        if resources.is_empty() {
+            resources.push("-".to_owned());
+        }
         return resources
             .into_iter()
             .map(|r| {
@@ -534,6 +522,18 @@ fn check_row(test: &str, row: &ResultRow, loaded: &Loaded, evaluated: &[Evaluate
             })
             .collect();
     }
+    let mut rows: Vec<Row> = missing
+        .into_iter()
+        .map(|name| {
+            make(
+                name,
+                Outcome::Fail,
+                "Not found".into(),
+                "no such resource in the test's resources".into(),
+                &row.rule,
+            )
+        })
+        .collect();
     let known = loaded.policies.iter().any(|p| p.name == row.policy_name());
     for e in matched {
         let resource = e.key.display();

@@ -511,6 +511,34 @@ mod tests {
     }
 
     #[test]
+    fn discovery_skips_links_and_reads_are_capped() {
+        let dir = tempfile::tempdir().unwrap();
+        let nested = dir.path().join("a/.hidden");
+        std::fs::create_dir_all(&nested).unwrap();
+        std::fs::write(nested.join("kyverno-test.yaml"), "results: []\n").unwrap();
+        std::fs::write(dir.path().join("kyverno-test.yaml"), "results: []\n").unwrap();
+        // A link back to the root would loop a walk that followed links.
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("a/loop")).unwrap();
+        let found = discover(&[dir.path().to_owned()], "kyverno-test.yaml").unwrap();
+        assert_eq!(
+            found,
+            vec![
+                dir.path().join("a/.hidden/kyverno-test.yaml"),
+                dir.path().join("kyverno-test.yaml")
+            ]
+        );
+        let big = dir.path().join("big.yaml");
+        let file = std::fs::File::create(&big).unwrap();
+        file.set_len(MAX_FILE_BYTES + 1).unwrap();
+        let err = read(&big).unwrap_err().to_string();
+        assert!(err.contains("larger than"), "{err}");
+        let err = discover(&[dir.path().join("missing")], "kyverno-test.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing"), "{err}");
+    }
+
+    #[test]
     fn unsupported_inputs_are_named() {
         let t = parse("jsonPayload: a.json\ncontext: c.yaml\n").unwrap();
         assert_eq!(t.unsupported_fields(), vec!["jsonPayloads", "context"]);
