@@ -132,6 +132,17 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
         "{xml}"
     );
 
+    // --fail-only: the failures alone, after Kyverno's other summary line.
+    let run = ivory(test_args(&h, dir.path(), &[&wrong, "--fail-only"])).await;
+    assert_eq!(run.code, 1, "{}", show(&run));
+    assert!(
+        run.stdout.contains("Test Summary: 1 out of 2 tests failed")
+            && !run.stdout.contains("/default/signed-pod"),
+        "{}",
+        show(&run)
+    );
+    assert!(line(&run, "unsigned-pod").contains("Want pass, got fail"));
+
     // The selector keeps the rows naming the resource; detailed results show messages.
     let run = ivory(test_args(
         &h,

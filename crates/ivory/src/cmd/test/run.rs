@@ -377,6 +377,8 @@ fn refuse_legacy(case: &TestCase, rows: &[ResultRow], loaded: &Loaded) -> anyhow
     for row in rows {
         if let Some(other) = loaded.others.get(row.policy_name())
             && other.legacy_verify_images
+            && !row.is_image_validating_policy
+            && !loaded.policies.iter().any(|p| p.name == row.policy_name())
         {
             bail!(
                 "{}: legacy {} {:?} ({}) has verifyImages rules, which ivory runs only as ImageValidatingPolicies: \
@@ -498,10 +500,15 @@ fn check_row(test: &str, row: &ResultRow, loaded: &Loaded, evaluated: &[Evaluate
         reason,
         message,
     };
-    let other_kind = row
-        .declared_other_kind()
-        .map(str::to_owned)
-        .or_else(|| loaded.others.get(row.policy_name()).map(|o| o.kind.clone()));
+    let known = loaded.policies.iter().any(|p| p.name == row.policy_name());
+    // A name both an image policy and another kind carry is the image policy's unless the
+    // row says otherwise.
+    let other_kind = row.declared_other_kind().map(str::to_owned).or_else(|| {
+        if known || row.is_image_validating_policy {
+            return None;
+        }
+        loaded.others.get(row.policy_name()).map(|o| o.kind.clone())
+    });
     let (matched, missing) = select_resources(row, evaluated);
     if let Some(kind) = other_kind {
         let mut resources: Vec<String> = matched.iter().map(|e| e.key.display()).collect();
@@ -534,7 +541,6 @@ fn check_row(test: &str, row: &ResultRow, loaded: &Loaded, evaluated: &[Evaluate
             )
         })
         .collect();
-    let known = loaded.policies.iter().any(|p| p.name == row.policy_name());
     for e in matched {
         let resource = e.key.display();
         if !known {

@@ -169,9 +169,9 @@ pub(crate) struct ResultRow {
     pub is_validating_policy: bool,
     #[serde(default)]
     pub is_deleting_policy: bool,
-    /// Kyverno needs it to pick an engine; every image policy row is one here.
-    #[serde(default, rename = "isImageValidatingPolicy")]
-    pub _is_image_validating_policy: bool,
+    /// Says the row is about an image policy when another kind shares its name.
+    #[serde(default)]
+    pub is_image_validating_policy: bool,
     #[serde(default)]
     pub is_generating_policy: bool,
     #[serde(default)]
