@@ -105,7 +105,7 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
     );
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(
-        xml.contains("tests=\"7\" failures=\"0\" skipped=\"0\"") && !xml.contains("<failure"),
+        xml.contains("tests=\"7\" failures=\"0\" errors=\"0\" skipped=\"0\"") && !xml.contains("<failure"),
         "{xml}"
     );
 
@@ -291,7 +291,7 @@ async fn kyverno_ivpol_cli_suites_run_unchanged() {
     );
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(
-        xml.contains("tests=\"8\" failures=\"2\" skipped=\"2\""),
+        xml.contains("tests=\"9\" failures=\"2\" errors=\"1\" skipped=\"2\""),
         "{xml}"
     );
 }

@@ -229,7 +229,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
                     case.document
                 );
                 println!("  Error: {}", output::terminal(&what));
-                errors.push(what);
+                errors.push(Unrun {
+                    test: run::suite_name(case),
+                    message: what,
+                });
                 continue;
             }
         };
@@ -269,15 +272,16 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("\nTest Summary: {passed} tests passed and {failed} tests failed\n");
     }
     if let Some(path) = &args.junit {
-        std::fs::write(path, junit(&all, args.detailed_results))
+        std::fs::write(path, junit(&all, &errors, args.detailed_results))
             .with_context(|| format!("writing --junit {}", path.display()))?;
     }
     if !errors.is_empty() {
+        let messages: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
         bail!(
             "{} of {} tests could not be run: {}",
             errors.len(),
             cases.len(),
-            errors.join("; ")
+            messages.join("; ")
         );
     }
     Ok(if failed > 0 {
@@ -349,10 +353,17 @@ fn table(rows: &[Row], detailed: bool, first_id: usize) -> String {
     out
 }
 
+/// A test that could not be run, for the JUnit report.
+struct Unrun {
+    test: String,
+    message: String,
+}
+
 /// JUnit XML: one `testsuite` per test, one `testcase` per row (`classname` the policy,
 /// `name` the resource and rule); a failed row has a `failure` whose message says what was
-/// expected and what the engine concluded; a row not run is `skipped`.
-fn junit(rows: &[Row], detailed: bool) -> String {
+/// expected and what the engine concluded; a row not run is `skipped`; a test that could not
+/// be run is one testcase with an `error`.
+fn junit(rows: &[Row], unrun: &[Unrun], detailed: bool) -> String {
     let mut suites: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
     for r in rows {
         suites.entry(r.test.as_str()).or_default().push(r);
@@ -362,9 +373,18 @@ fn junit(rows: &[Row], detailed: bool) -> String {
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(
         out,
-        "<testsuites name=\"ivory test\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\">",
-        rows.len()
+        "<testsuites name=\"ivory test\" tests=\"{}\" failures=\"{failures}\" errors=\"{}\" skipped=\"{skipped}\">",
+        rows.len() + unrun.len(),
+        unrun.len()
     );
+    for u in unrun {
+        let _ = writeln!(
+            out,
+            "  <testsuite name=\"{0}\" tests=\"1\" failures=\"0\" errors=\"1\" skipped=\"0\">\n    <testcase classname=\"kyverno-test\" name=\"{0}\"><error message=\"could not be run\">{1}</error></testcase>\n  </testsuite>",
+            xml(&u.test),
+            xml(&u.message)
+        );
+    }
     for (name, rows) in suites {
         let f = rows.iter().filter(|r| r.outcome == Outcome::Fail).count();
         let s = rows.iter().filter(|r| r.outcome == Outcome::NotRun).count();
@@ -480,7 +500,19 @@ mod tests {
             reason: "Want pass, got fail".into(),
             message: "image \"x\" & <y>\u{1b}".into(),
         }];
-        let xml = junit(&rows, false);
+        let xml = junit(
+            &rows,
+            &[Unrun {
+                test: "t2".into(),
+                message: "bad".into(),
+            }],
+            false,
+        );
+        assert!(
+            xml.contains("tests=\"2\" failures=\"1\" errors=\"1\"")
+                && xml.contains("<error message=\"could not be run\">bad</error>"),
+            "{xml}"
+        );
         assert!(
             xml.contains("<testsuite name=\"t&lt;1&gt;\" tests=\"1\" failures=\"1\""),
             "{xml}"

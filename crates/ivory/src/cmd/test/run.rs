@@ -143,6 +143,12 @@ pub(crate) async fn run_case(
     }
     check_rows(case)?;
     let loaded = load(case, notes)?;
+    println!(
+        "  Applying {} policies to {} resources with {} exceptions ...",
+        loaded.policies.len() + loaded.others.len(),
+        loaded.resources.len(),
+        loaded.exceptions.as_ref().map_or(0, |e| e.exceptions.len())
+    );
     refuse_legacy(case, rows, &loaded)?;
     let mut operations: BTreeSet<RowOperation> = rows.iter().filter_map(|r| r.operation).collect();
     operations.insert(loaded.operation);
@@ -150,7 +156,7 @@ pub(crate) async fn run_case(
     for op in operations {
         evaluated.insert(op, evaluate(&loaded, op, verifier, timeout).await?);
     }
-    let name = case.name();
+    let name = suite_name(case);
     let mut out = Vec::new();
     for row in rows {
         let op = row.operation.unwrap_or(loaded.operation);
@@ -172,6 +178,12 @@ pub(crate) async fn run_case(
         out.extend(checked);
     }
     Ok(out)
+}
+
+/// A test's name in reports: its name and file (Kyverno's suites all call themselves
+/// `kyverno-test`).
+pub(crate) fn suite_name(case: &TestCase) -> String {
+    format!("{} ({})", case.name(), case.path.display())
 }
 
 /// Row fields ivory cannot honour for an image policy are refused, naming the row.
