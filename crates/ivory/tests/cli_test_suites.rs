@@ -105,8 +105,25 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
     );
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(
-        xml.contains("tests=\"7\" failures=\"0\" errors=\"0\" skipped=\"0\"") && !xml.contains("<failure"),
+        xml.contains("tests=\"7\" failures=\"0\" errors=\"0\" skipped=\"0\"")
+            && !xml.contains("<failure"),
         "{xml}"
+    );
+
+    // -o json: stdout is the document alone (Kyverno's keys), the summary on stderr.
+    let run = ivory(test_args(&h, dir.path(), &[&passing, "-o", "json"])).await;
+    assert_eq!(run.code, 0, "{}", show(&run));
+    let doc = run.json();
+    let rows = doc.as_array().unwrap();
+    assert_eq!(rows.len(), 7, "{doc}");
+    assert_eq!(rows[0]["RESOURCE"], "v1/Pod/default/signed-pod");
+    assert_eq!(
+        (rows[0]["RESULT"].as_str(), rows[0]["REASON"].as_str()),
+        (Some("Pass"), Some("Ok"))
+    );
+    assert!(
+        run.stderr
+            .contains("Test Summary: 7 tests passed and 0 tests failed")
     );
 
     // A deliberately wrong expectation: exit 1, and the JUnit failure says want vs got.

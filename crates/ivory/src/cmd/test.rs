@@ -62,6 +62,10 @@ pub(crate) struct Args {
     /// Also write the results as JUnit XML to FILE (one testcase per result row).
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// Print the results to stdout as this document instead of tables (progress and the
+    /// summary go to stderr): Kyverno's `-o`.
+    #[arg(long, short = 'o', value_enum, value_name = "FORMAT")]
+    output_format: Option<OutputFormat>,
     /// Accepted for `kyverno test` command lines; ivory always asks the registries.
     #[arg(long, hide = true)]
     registry: bool,
@@ -78,6 +82,15 @@ pub(crate) struct Args {
     timeout: Duration,
     #[command(flatten)]
     registry_opts: RegistryOpts,
+}
+
+/// `--output-format` documents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum OutputFormat {
+    Json,
+    Yaml,
+    Markdown,
+    Junit,
 }
 
 fn mirror(text: &str) -> Result<(String, String), String> {
@@ -174,12 +187,16 @@ fn glob(pattern: &str, text: &str) -> bool {
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let selector = Selector::parse(&args.test_case_selector)?;
+    // With --output-format, stdout holds the document alone; progress goes to stderr.
+    let console = Console {
+        to_stderr: args.output_format.is_some(),
+    };
     let files = suite::discover(&args.paths, &args.file_name)?;
     if files.is_empty() {
         if args.require_tests {
             bail!("no test files named {} found", args.file_name);
         }
-        println!("\nNo test yamls available");
+        console.line("\nNo test yamls available");
     }
     let mut cases = Vec::new();
     for file in &files {
@@ -192,12 +209,71 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.registry_opts.tag_cache_ttl,
         args.registry_opts.cache.open(),
     )?;
-    let mut all = Vec::new();
-    let mut notes = Vec::new();
-    let mut errors = Vec::new();
-    for case in &cases {
+    let ran = run_all(&args, &console, &selector, &cases, &verifier).await;
+    for note in &ran.notes {
+        eprintln!("note: {}", output::terminal(note));
+    }
+    let failed = summarize(&args, &console, &ran)?;
+    if let Some(path) = &args.junit {
+        std::fs::write(path, junit(&ran.rows, &ran.unrun, args.detailed_results))
+            .with_context(|| format!("writing --junit {}", path.display()))?;
+    }
+    if !ran.unrun.is_empty() {
+        let messages: Vec<&str> = ran.unrun.iter().map(|e| e.message.as_str()).collect();
+        bail!(
+            "{} of {} tests could not be run: {}",
+            ran.unrun.len(),
+            cases.len(),
+            messages.join("; ")
+        );
+    }
+    Ok(if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Where progress and tables go: stdout, or stderr when stdout holds `--output-format`'s
+/// document.
+struct Console {
+    to_stderr: bool,
+}
+
+impl Console {
+    fn line(&self, text: &str) {
+        if self.to_stderr {
+            eprintln!("{text}");
+        } else {
+            println!("{text}");
+        }
+    }
+}
+
+/// What running every selected test gave.
+struct Ran {
+    rows: Vec<Row>,
+    unrun: Vec<Unrun>,
+    notes: Vec<String>,
+}
+
+/// Runs each test's selected rows, printing its table; a test that cannot be run is
+/// recorded and the others still run.
+async fn run_all(
+    args: &Args,
+    console: &Console,
+    selector: &Selector,
+    cases: &[suite::TestCase],
+    verifier: &dyn ivory_engine::verifier::ImageVerifier,
+) -> Ran {
+    let mut ran = Ran {
+        rows: Vec::new(),
+        unrun: Vec::new(),
+        notes: Vec::new(),
+    };
+    for case in cases {
         if case.test.api_version.is_none() {
-            notes.push(format!(
+            ran.notes.push(format!(
                 "{}: no apiVersion/kind: the deprecated test schema (Kyverno 1.19 refuses it; add apiVersion: cli.kyverno.io/v1alpha1, kind: Test)",
                 case.path.display()
             ));
@@ -213,82 +289,145 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         if rows.is_empty() {
             continue;
         }
-        println!(
+        console.line(&format!(
             "Loading test {} ( {} ) ...",
-            case.name(),
-            case.path.display()
-        );
-        let results = match run::run_case(case, &rows, &verifier, args.timeout, &mut notes).await {
-            Ok(results) => results,
+            output::terminal(&case.name()),
+            output::terminal(&case.path.display().to_string())
+        ));
+        match run::run_case(case, &rows, verifier, args.timeout, console, &mut ran.notes).await {
+            Ok(results) => {
+                console.line("  Checking results ...");
+                if !args.fail_only {
+                    console.line(&format!("\n{}", table(&results, args.detailed_results, 1)));
+                }
+                ran.rows.extend(results);
+            }
             // One test that cannot run does not hide the others' results; the run ends 2.
             Err(e) => {
-                let what = format!(
+                let message = format!(
                     "test {:?} ({}, document {}) could not be run: {e:#}",
                     case.name(),
                     case.path.display(),
                     case.document
                 );
-                println!("  Error: {}", output::terminal(&what));
-                errors.push(Unrun {
+                console.line(&format!("  Error: {}", output::terminal(&message)));
+                ran.unrun.push(Unrun {
                     test: run::suite_name(case),
-                    message: what,
+                    message,
                 });
-                continue;
             }
-        };
-        println!("  Checking results ...");
-        if !args.fail_only {
-            println!("\n{}", table(&results, args.detailed_results, 1));
         }
-        all.extend(results);
     }
-    for note in &notes {
-        eprintln!("note: {}", output::terminal(note));
-    }
-    let count = |o: Outcome| all.iter().filter(|r| r.outcome == o).count();
+    ran
+}
+
+/// Prints the summary (and `--fail-only`'s failures, `--output-format`'s document); returns
+/// how many rows failed.
+fn summarize(args: &Args, console: &Console, ran: &Ran) -> anyhow::Result<usize> {
+    let rows = &ran.rows;
+    let count = |o: Outcome| rows.iter().filter(|r| r.outcome == o).count();
     let (passed, failed, not_run) = (
         count(Outcome::Pass),
         count(Outcome::Fail),
         count(Outcome::NotRun),
     );
     if not_run > 0 {
-        println!("\n{not_run} results not run: their policies are not image policies");
+        console.line(&format!(
+            "\n{not_run} results not run: their policies are not image policies"
+        ));
     }
-    if args.fail_only {
-        println!(
+    let shown: Vec<Row> = if args.fail_only {
+        console.line(&format!(
             "\nTest Summary: {failed} out of {} tests failed\n",
             passed + failed
-        );
-        let failures: Vec<Row> = all
+        ));
+        let failures: Vec<Row> = rows
             .iter()
             .filter(|r| r.outcome == Outcome::Fail)
             .cloned()
             .collect();
-        if !failures.is_empty() {
-            println!("Aggregated Failed Test Cases : ");
-            println!("{}", table(&failures, args.detailed_results, 1));
+        if !failures.is_empty() && args.output_format.is_none() {
+            console.line("Aggregated Failed Test Cases : ");
+            console.line(&table(&failures, args.detailed_results, 1));
         }
+        failures
     } else {
-        println!("\nTest Summary: {passed} tests passed and {failed} tests failed\n");
-    }
-    if let Some(path) = &args.junit {
-        std::fs::write(path, junit(&all, &errors, args.detailed_results))
-            .with_context(|| format!("writing --junit {}", path.display()))?;
-    }
-    if !errors.is_empty() {
-        let messages: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
-        bail!(
-            "{} of {} tests could not be run: {}",
-            errors.len(),
-            cases.len(),
-            messages.join("; ")
+        console.line(&format!(
+            "\nTest Summary: {passed} tests passed and {failed} tests failed\n"
+        ));
+        rows.to_vec()
+    };
+    if let Some(format) = args.output_format {
+        print!(
+            "{}",
+            document(format, &shown, &ran.unrun, args.detailed_results)?
         );
     }
-    Ok(if failed > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(failed)
+}
+
+/// `--output-format`: the rows as Kyverno's keys (ID, POLICY, RULE, RESOURCE, RESULT, REASON,
+/// and Message with `--detailed-results`), or JUnit XML.
+fn document(
+    format: OutputFormat,
+    rows: &[Row],
+    unrun: &[Unrun],
+    detailed: bool,
+) -> anyhow::Result<String> {
+    if format == OutputFormat::Junit {
+        return Ok(junit(rows, unrun, detailed));
+    }
+    if format == OutputFormat::Markdown {
+        return Ok(markdown(rows, detailed));
+    }
+    let doc: Vec<serde_json::Value> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut row = serde_json::json!({
+                "ID": i + 1,
+                "POLICY": r.policy,
+                "RULE": r.rule,
+                "RESOURCE": r.resource,
+                "RESULT": result_word(r),
+                "REASON": r.reason,
+            });
+            if detailed {
+                row["Message"] = r.message.clone().into();
+            }
+            row
+        })
+        .collect();
+    output::render(&serde_json::Value::Array(doc), format == OutputFormat::Yaml)
+}
+
+/// Kyverno's markdown table; cells through [`output::terminal`], `|` escaped.
+fn markdown(rows: &[Row], detailed: bool) -> String {
+    let mut header = vec!["ID", "POLICY", "RULE", "RESOURCE", "RESULT", "REASON"];
+    if detailed {
+        header.push("MESSAGE");
+    }
+    let mut out = format!(
+        "| {} |\n|{}\n",
+        header.join(" | "),
+        "----|".repeat(header.len())
+    );
+    let cell = |text: &str| output::terminal(text).replace('|', "\\|");
+    for (i, r) in rows.iter().enumerate() {
+        let mut cells = vec![
+            (i + 1).to_string(),
+            cell(&r.policy),
+            cell(&r.rule),
+            cell(&r.resource),
+            result_word(r).to_owned(),
+            cell(&r.reason),
+        ];
+        if detailed {
+            cells.push(cell(&r.message));
+        }
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
+    }
+    out
 }
 
 fn result_word(row: &Row) -> &'static str {
@@ -399,7 +538,11 @@ fn junit(rows: &[Row], unrun: &[Unrun], detailed: bool) -> String {
                 out,
                 "    <testcase classname=\"{}\" name=\"{}\">",
                 xml(&r.policy),
-                xml(&format!("{} ({})", r.resource, r.rule))
+                xml(&if r.rule.is_empty() {
+                    r.resource.clone()
+                } else {
+                    format!("{} ({})", r.resource, r.rule)
+                })
             );
             let detail = if detailed || r.outcome == Outcome::Fail {
                 xml(&r.message)
@@ -487,6 +630,25 @@ mod tests {
         for bad in ["policy", "kind=Pod"] {
             assert!(Selector::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn markdown_cells_stay_in_their_column() {
+        let rows = vec![Row {
+            test: "t".into(),
+            policy: "p|q".into(),
+            rule: String::new(),
+            resource: "v1/Pod/default/a\n| forged |".into(),
+            outcome: Outcome::Pass,
+            reason: "Ok".into(),
+            message: String::new(),
+        }];
+        let text = markdown(&rows, false);
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(
+            text.contains("| 1 | p\\|q |  | v1/Pod/default/a\\x0a\\| forged \\| | Pass | Ok |"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ use ivory_policy::CompiledPolicy;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::Console;
 use super::suite::{self, Expected, ResultRow, RowOperation, TestCase, ValuesSpec};
 use crate::cmd::apply::{CLUSTER_SCOPED, Op, documents, request};
 use crate::cmd::wiring::{self, Stage};
@@ -131,6 +132,7 @@ pub(crate) async fn run_case(
     rows: &[ResultRow],
     verifier: &dyn ImageVerifier,
     timeout: Duration,
+    console: &Console,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<Vec<Row>> {
     let where_ = case.path.display().to_string();
@@ -143,12 +145,12 @@ pub(crate) async fn run_case(
     }
     check_rows(case)?;
     let loaded = load(case, notes)?;
-    println!(
+    console.line(&format!(
         "  Applying {} policies to {} resources with {} exceptions ...",
         loaded.policies.len() + loaded.others.len(),
         loaded.resources.len(),
         loaded.exceptions.as_ref().map_or(0, |e| e.exceptions.len())
-    );
+    ));
     refuse_legacy(case, rows, &loaded)?;
     let mut operations: BTreeSet<RowOperation> = rows.iter().filter_map(|r| r.operation).collect();
     operations.insert(loaded.operation);
