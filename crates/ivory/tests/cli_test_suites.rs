@@ -209,6 +209,30 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
         show(&run)
     );
 
+    // Inputs an image policy row would need and ivory cannot give: refused, naming the field.
+    let payloads = dir.path().join("payloads");
+    std::fs::create_dir(&payloads).unwrap();
+    std::fs::write(
+        payloads.join("kyverno-test.yaml"),
+        format!(
+            "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: payloads}}\npolicies: [{}]\njsonPayloads: [payload.json]\nresults:\n- {{policy: require-signed, resources: [payload.json], result: pass}}\n",
+            suites().join("passing/policy.yaml").display()
+        ),
+    )
+    .unwrap();
+    let run = ivory(test_args(
+        &h,
+        dir.path(),
+        &[&payloads.display().to_string()],
+    ))
+    .await;
+    assert_eq!(run.code, 2, "{}", show(&run));
+    assert!(
+        run.stderr.contains("field jsonPayloads: not supported"),
+        "{}",
+        show(&run)
+    );
+
     // A legacy ClusterPolicy with verifyImages: refused until converted.
     let legacy = suites().join("legacy").display().to_string();
     let run = ivory(test_args(&h, dir.path(), &[&legacy])).await;

@@ -112,6 +112,31 @@ struct OtherPolicy {
     legacy_verify_images: bool,
 }
 
+impl Loaded {
+    /// True when an image policy of the test has the row's policy name.
+    fn knows(&self, row: &ResultRow) -> bool {
+        self.policies.iter().any(|p| p.name == row.policy_name())
+    }
+
+    /// The kind of policy the row is about when ivory does not run it: the kind the row
+    /// declares, else that of the policy document of its name. A name both an image policy
+    /// and another kind carry is the image policy's unless the row says otherwise.
+    fn other_kind(&self, row: &ResultRow) -> Option<String> {
+        if let Some(kind) = row.declared_other_kind() {
+            return Some(kind.to_owned());
+        }
+        if self.knows(row) || row.is_image_validating_policy {
+            return None;
+        }
+        self.others.get(row.policy_name()).map(|o| o.kind.clone())
+    }
+
+    /// True when ivory judges the row (it is not about another kind of policy).
+    fn is_image_row(&self, row: &ResultRow) -> bool {
+        self.other_kind(row).is_none()
+    }
+}
+
 /// Policy documents ivory does not run, by name.
 type OtherPolicies = BTreeMap<String, OtherPolicy>;
 
@@ -135,16 +160,8 @@ pub(crate) async fn run_case(
     console: &Console,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<Vec<Row>> {
-    let where_ = case.path.display().to_string();
-    let unsupported = case.test.unsupported_fields();
-    if !unsupported.is_empty() {
-        bail!(
-            "{where_}: field {}: not supported by ivory test (ivory runs image policies on Kubernetes resources)",
-            unsupported.join(", ")
-        );
-    }
-    check_rows(case)?;
     let loaded = load(case, notes)?;
+    check_inputs(case, rows, &loaded)?;
     console.line(&format!(
         "  Applying {} policies to {} resources with {} exceptions ...",
         loaded.policies.len() + loaded.others.len(),
@@ -188,10 +205,23 @@ pub(crate) fn suite_name(case: &TestCase) -> String {
     format!("{} ({})", case.name(), case.path.display())
 }
 
-/// Row fields ivory cannot honour for an image policy are refused, naming the row.
-fn check_rows(case: &TestCase) -> anyhow::Result<()> {
+/// Inputs ivory cannot give an image policy (payloads, mocks, targets, expected patched or
+/// generated resources) are refused, naming the field, when a row is about an image policy;
+/// a test whose rows are all about other kinds is only reported as not run.
+fn check_inputs(case: &TestCase, rows: &[ResultRow], loaded: &Loaded) -> anyhow::Result<()> {
+    if !rows.iter().any(|r| loaded.is_image_row(r)) {
+        return Ok(());
+    }
+    let unsupported = case.test.unsupported_fields();
+    if !unsupported.is_empty() {
+        bail!(
+            "{}: field {}: not supported by ivory test (ivory runs image policies on Kubernetes resources)",
+            case.path.display(),
+            unsupported.join(", ")
+        );
+    }
     for (i, row) in case.test.results.iter().enumerate() {
-        if row.declared_other_kind().is_some() {
+        if !loaded.is_image_row(row) {
             continue;
         }
         let field = [
@@ -392,7 +422,7 @@ fn refuse_legacy(case: &TestCase, rows: &[ResultRow], loaded: &Loaded) -> anyhow
         if let Some(other) = loaded.others.get(row.policy_name())
             && other.legacy_verify_images
             && !row.is_image_validating_policy
-            && !loaded.policies.iter().any(|p| p.name == row.policy_name())
+            && !loaded.knows(row)
         {
             bail!(
                 "{}: legacy {} {:?} ({}) has verifyImages rules, which ivory runs only as ImageValidatingPolicies: \
@@ -514,15 +544,8 @@ fn check_row(test: &str, row: &ResultRow, loaded: &Loaded, evaluated: &[Evaluate
         reason,
         message,
     };
-    let known = loaded.policies.iter().any(|p| p.name == row.policy_name());
-    // A name both an image policy and another kind carry is the image policy's unless the
-    // row says otherwise.
-    let other_kind = row.declared_other_kind().map(str::to_owned).or_else(|| {
-        if known || row.is_image_validating_policy {
-            return None;
-        }
-        loaded.others.get(row.policy_name()).map(|o| o.kind.clone())
-    });
+    let known = loaded.knows(row);
+    let other_kind = loaded.other_kind(row);
     let (matched, missing) = select_resources(row, evaluated);
     if let Some(kind) = other_kind {
         let mut resources: Vec<String> = matched.iter().map(|e| e.key.display()).collect();
