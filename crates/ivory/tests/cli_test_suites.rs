@@ -110,6 +110,29 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
         "{xml}"
     );
 
+    // Values (operation), user info, cluster resources, the default namespace, and a second
+    // document in the older form (run with a note).
+    let inputs = suites().join("inputs").display().to_string();
+    let run = ivory(test_args(&h, dir.path(), &[&inputs])).await;
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert!(
+        run.stdout
+            .contains("Test Summary: 4 tests passed and 0 tests failed"),
+        "{}",
+        show(&run)
+    );
+    let rows: Vec<&str> = run.stdout.lines().filter(|l| l.contains("/app ")).collect();
+    assert_eq!(rows.len(), 4, "{}", show(&run));
+    assert!(rows[0].contains("v1/Pod/default/app") && rows[0].contains("│ Pass   │ Ok"));
+    assert!(rows[1].contains("v1/Pod/quarantine/app") && rows[1].contains("Excluded"));
+    assert!(rows[2].contains("v1/Pod/default/app") && rows[2].contains("Excluded"));
+    assert!(rows[3].contains("v1/Pod/default/app") && rows[3].contains("Excluded"));
+    assert!(
+        run.stderr.contains("deprecated test schema"),
+        "{}",
+        show(&run)
+    );
+
     // -o json: stdout is the document alone (Kyverno's keys), the summary on stderr.
     let run = ivory(test_args(&h, dir.path(), &[&passing, "-o", "json"])).await;
     assert_eq!(run.code, 0, "{}", show(&run));
