@@ -353,6 +353,13 @@ async fn kyverno_ivpol_cli_suites_run_unchanged() {
         "{}",
         show(&run)
     );
+    assert!(
+        run.stderr.contains(
+            "policy \"ivpol-sample\": notary attestors (notary) are not verified by ivory"
+        ),
+        "{}",
+        show(&run)
+    );
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(
         xml.contains("tests=\"9\" failures=\"2\" errors=\"1\" skipped=\"2\""),

@@ -260,6 +260,21 @@ fn load(case: &TestCase, notes: &mut Vec<String>) -> anyhow::Result<Loaded> {
         None => None,
     };
     let (policies, others) = load_policies(case)?;
+    for p in &policies {
+        let notary: Vec<&str> = p
+            .attestors
+            .iter()
+            .filter(|a| a.attestor.notary.is_some())
+            .map(|a| a.attestor.name.as_str())
+            .collect();
+        if !notary.is_empty() {
+            notes.push(format!(
+                "{where_}: policy {:?}: notary attestors ({}) are not verified by ivory: no image verifies through them",
+                p.name,
+                notary.join(", ")
+            ));
+        }
+    }
     let exceptions = load_exceptions(case)?;
     let mut resources = Vec::new();
     let mut seen = BTreeSet::new();
