@@ -93,10 +93,21 @@ enum OutputFormat {
     Junit,
 }
 
+/// `HOST=MIRROR`; HOST as image references name it (lower case; Docker Hub's names are
+/// `index.docker.io`, the host go-containerregistry and ivory give its images).
 fn mirror(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
-        Some((from, to)) if !from.is_empty() && !to.is_empty() && !to.contains('/') => {
-            Ok((from.to_owned(), to.to_owned()))
+        Some((from, to))
+            if !from.is_empty() && !to.is_empty() && !from.contains('/') && !to.contains('/') =>
+        {
+            let from = from.to_ascii_lowercase();
+            let from = match from.as_str() {
+                "docker.io" | "registry-1.docker.io" => {
+                    ivory_reference::DEFAULT_REGISTRY.to_owned()
+                }
+                _ => from,
+            };
+            Ok((from, to.to_owned()))
         }
         _ => Err(format!(
             "{text:?} is not HOST=MIRROR (e.g. ghcr.io=127.0.0.1:5000)"
@@ -605,6 +616,24 @@ mod tests {
         .unwrap();
         r._kind = "Pod".into();
         r
+    }
+
+    #[test]
+    fn mirrors_are_named_by_the_host_references_carry() {
+        assert_eq!(
+            mirror("GHCR.io=127.0.0.1:5000"),
+            Ok(("ghcr.io".to_owned(), "127.0.0.1:5000".to_owned()))
+        );
+        assert_eq!(mirror("docker.io=m:5000").unwrap().0, "index.docker.io");
+        for bad in [
+            "ghcr.io",
+            "=m",
+            "ghcr.io=",
+            "ghcr.io/acme=m",
+            "ghcr.io=m/path",
+        ] {
+            assert!(mirror(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
