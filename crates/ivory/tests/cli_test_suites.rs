@@ -279,8 +279,10 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
 /// Kyverno v1.19.1's ImageValidatingPolicy CLI suites, unchanged (`fixtures/kyverno-cli-tests`,
 /// provenance in its README). Their policies verify `ghcr.io/kyverno/test-verify-image` with a
 /// notary certificate whose private key is not public, so the images cannot be signed again
-/// here, and ivory does not verify notary signatures: the harness serves the unsigned image
-/// under both tags. Every row that does not need that notary signature passes; the two
+/// here, and ivory does not verify notary signatures (it refuses a notary attestor before any
+/// lookup, so it asks the registry nothing for these suites). The harness still serves the
+/// unsigned image under both tags through `--registry-mirror`, so that no lookup could leave
+/// the machine. Every row that does not need that notary signature passes; the two
 /// "signed image passes" rows fail; the suite that reads cluster resources through Kyverno's
 /// `resource` CEL library (which ivory lacks) cannot be run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -299,6 +301,7 @@ async fn kyverno_ivpol_cli_suites_run_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let junit = dir.path().join("junit.xml");
     let suites = fixtures().join("kyverno-cli-tests").display().to_string();
+    h.reset_requests();
     let run = ivory(test_args(
         &h,
         dir.path(),
@@ -360,6 +363,9 @@ async fn kyverno_ivpol_cli_suites_run_unchanged() {
         "{}",
         show(&run)
     );
+    // Every image check of these policies goes through a notary attestor, which ivory
+    // refuses before any lookup: the run asked the registry nothing.
+    assert_eq!(h.requests(), Vec::new(), "{}", show(&run));
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(
         xml.contains("tests=\"9\" failures=\"2\" errors=\"1\" skipped=\"2\""),
