@@ -283,8 +283,8 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
 /// lookup, so it asks the registry nothing for these suites). The harness still serves the
 /// unsigned image under both tags through `--registry-mirror`, so that no lookup could leave
 /// the machine. Every row that does not need that notary signature passes; the two
-/// "signed image passes" rows fail; the suite that reads cluster resources through Kyverno's
-/// `resource` CEL library (which ivory lacks) cannot be run.
+/// "signed image passes" rows fail; `test-context-resource-ivpol` names a `resources.yaml` its
+/// folder does not hold, and cannot be run (nor can Kyverno run it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kyverno_ivpol_cli_suites_run_unchanged() {
     let h = RegistryHarness::start(HarnessOptions::default())
@@ -349,10 +349,8 @@ async fn kyverno_ivpol_cli_suites_run_unchanged() {
     assert!(line(&run, "dev-deploy-2").contains("Not run: MutatingPolicy is not an image policy"));
     assert!(run.stdout.contains("2 results not run"), "{}", show(&run));
     assert!(
-        run.stderr.contains("test-context-resource-ivpol")
-            && run
-                .stderr
-                .contains("Kyverno library 'resource' is not supported by ivory"),
+        run.stderr
+            .contains("test-context-resource-ivpol/.kyverno-test/resources.yaml: No such file"),
         "{}",
         show(&run)
     );

@@ -132,6 +132,8 @@ pub(super) fn load(case: &TestCase, notes: &mut Vec<String>) -> anyhow::Result<L
         Some(file) => Some(suite::load_user_info(&case.file(file))?),
         None => None,
     };
+    // Resources first, as a missing resource file is the first thing Kyverno reports too.
+    let resources = load_resources(case)?;
     let (policies, others) = load_policies(case)?;
     for p in &policies {
         let notary: Vec<&str> = p
@@ -149,21 +151,6 @@ pub(super) fn load(case: &TestCase, notes: &mut Vec<String>) -> anyhow::Result<L
         }
     }
     let exceptions = load_exceptions(case)?;
-    let mut resources = Vec::new();
-    let mut seen = BTreeSet::new();
-    for file in &t.resources {
-        let path = case.file(file);
-        let text = suite::read(&path).with_context(|| format!("{where_}: resources"))?;
-        for mut object in
-            documents(&text).with_context(|| format!("resources {}", path.display()))?
-        {
-            default_namespace(&mut object);
-            // A resource given twice is evaluated once, as Kyverno removes duplicates.
-            if seen.insert(ResourceKey::of(&object)) {
-                resources.push(object);
-            }
-        }
-    }
     let mut namespaces = BTreeMap::new();
     for file in &t.cluster_resources {
         for object in suite::load_cluster_resources(&case.file(file))? {
@@ -192,6 +179,26 @@ pub(super) fn load(case: &TestCase, notes: &mut Vec<String>) -> anyhow::Result<L
         user,
         operation,
     })
+}
+
+/// The test's resources, in order, each once (as Kyverno removes duplicates).
+fn load_resources(case: &TestCase) -> anyhow::Result<Vec<Value>> {
+    let mut resources = Vec::new();
+    let mut seen = BTreeSet::new();
+    for file in &case.test.resources {
+        let path = case.file(file);
+        let text =
+            suite::read(&path).with_context(|| format!("{}: resources", case.path.display()))?;
+        for mut object in
+            documents(&text).with_context(|| format!("resources {}", path.display()))?
+        {
+            default_namespace(&mut object);
+            if seen.insert(ResourceKey::of(&object)) {
+                resources.push(object);
+            }
+        }
+    }
+    Ok(resources)
 }
 
 /// A namespaced resource written without a namespace is in `default`, as Kyverno's CLI
