@@ -151,7 +151,7 @@ fn refuse_legacy(case: &TestCase, rows: &[ResultRow], loaded: &Loaded) -> anyhow
         {
             bail!(
                 "{}: legacy {} {:?} ({}) has verifyImages rules, which ivory runs only as ImageValidatingPolicies: \
-                 run `ivory convert {}` first and point the test's policies at the converted file",
+                 run `ivory convert {}` first (one ImageValidatingPolicy per rule, named <policy>-<rule>) and point the test's policies and results at them; `ivory test` does not convert legacy policies itself yet",
                 case.path.display(),
                 other.kind,
                 row.policy_name(),
