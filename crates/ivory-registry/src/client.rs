@@ -573,7 +573,14 @@ impl Registry {
 
     fn target(&self, image: &str, creds: &Credentials) -> Result<Target> {
         let reference = parse_reference(image)?;
-        let host = reference.registry().to_owned();
+        let registry = reference.registry();
+        let host = self
+            .inner
+            .config
+            .mirrors
+            .get(registry)
+            .map_or(registry, String::as_str)
+            .to_owned();
         let auth = registry_auth(&host, creds, &self.inner.global);
         Ok(Target {
             reference,

@@ -61,6 +61,12 @@ pub struct Config {
     /// `127.0.0.0/8`, `::1`), as go-containerregistry gives it: their traffic does not leave
     /// the machine. On by default.
     pub plain_http_loopback: bool,
+    /// Registry hosts served by another host (`ghcr.io` → `127.0.0.1:5000`), as a
+    /// containerd mirror: image names, and so policies' globs and cache keys, keep the
+    /// original host; connections, auth and limits are the mirror's. Nothing a mirror serves
+    /// is trusted more than the original's answer would be: digests are checked against
+    /// bodies and signatures are verified as usual.
+    pub mirrors: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for Config {
@@ -80,6 +86,7 @@ impl Default for Config {
             allow_insecure: false,
             allow_http: false,
             plain_http_loopback: true,
+            mirrors: std::collections::BTreeMap::new(),
         }
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! - `budget`: the cold verification path's request sequence.
 //! - `auth`: anonymous, basic (explicit, secret, config file) and token flows, request counts.
-//! - `tls`: custom CA, missing CA, allowInsecureRegistry.
+//! - `tls`: custom CA, missing CA, allowInsecureRegistry, mirrors.
 //! - `fetch`: manifests, blobs, limits, platforms, referrers fallback.
 //! - `listing`: tag and catalog pagination.
 //! - `faults`: deadlines, refusals, 429/503, malformed and looping manifests, concurrency cap.

@@ -159,3 +159,36 @@ fn bad_ca_bundle_is_refused_at_construction() {
     .unwrap();
     assert!(matches!(err, Error::Config { .. }), "{err}");
 }
+
+#[tokio::test]
+async fn a_mirror_serves_another_hosts_images_under_their_own_names() {
+    let h = start(AuthMode::None).await;
+    let img = push_simple(&h, "acme/app", "v1", "mirror").await;
+    let mut config = Config {
+        ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
+        ..Config::default()
+    };
+    config
+        .mirrors
+        .insert("ghcr.io".to_owned(), h.host().to_owned());
+    let r = Registry::new(config).unwrap();
+    let anonymous = Credentials::anonymous();
+    // ghcr.io's name, the harness's bytes; the digest is checked against them as always.
+    let d = r
+        .resolve_digest("ghcr.io/acme/app:v1", &anonymous, ok_deadline())
+        .await
+        .unwrap();
+    assert_eq!(d, img.manifest.digest);
+    let m = r
+        .fetch_manifest(&format!("ghcr.io/acme/app@{d}"), &anonymous, ok_deadline())
+        .await
+        .unwrap();
+    assert_eq!(m.digest, img.manifest.digest);
+    // Only the named host is mirrored, and an error names the image as written.
+    let err = r
+        .resolve_digest("ghcr.io/acme/missing:v1", &anonymous, ok_deadline())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    assert!(err.to_string().contains("ghcr.io/acme/missing:v1"), "{err}");
+}

@@ -25,6 +25,7 @@ mod cmd {
     pub(crate) mod doctor;
     pub(crate) mod output;
     pub(crate) mod serve;
+    pub(crate) mod test;
     pub(crate) mod verify;
     pub(crate) mod webhooks;
     pub(crate) mod wiring;
@@ -58,6 +59,8 @@ enum Command {
     Audit(cmd::audit::Args),
     /// Convert Kyverno ClusterPolicy/Policy verifyImages rules to ImageValidatingPolicies.
     Convert(cmd::convert::Args),
+    /// Run Kyverno CLI test suites (kyverno-test.yaml) with ivory's engine; table and JUnit.
+    Test(cmd::test::Args),
     /// Check each layer through the Kubernetes API: CRDs, policies, webhook registration, endpoint.
     Doctor(cmd::doctor::Args),
     /// Print a shell completion script (e.g. `ivory completions bash > /etc/bash_completion.d/ivory`).
@@ -102,6 +105,7 @@ async fn main() -> ExitCode {
         Command::Verify(args) => cmd::verify::run(args).await,
         Command::Apply(args) => cmd::apply::run(args).await,
         Command::Audit(args) => cmd::audit::run(args).await,
+        Command::Test(args) => cmd::test::run(args).await,
         Command::Doctor(args) => cmd::doctor::run(args).await,
         Command::Convert(args) => cmd::convert::run(args).await,
         Command::Completions { .. } => Ok(ExitCode::SUCCESS),

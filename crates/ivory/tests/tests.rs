@@ -39,6 +39,7 @@ mod cli_completions;
 mod cli_convert;
 mod cli_exceptions;
 mod cli_registries;
+mod cli_test_suites;
 mod cli_util;
 mod cli_verify;
 mod demo;

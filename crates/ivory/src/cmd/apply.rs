@@ -216,7 +216,7 @@ fn qualified_name(req: &AdmissionRequest) -> String {
 }
 
 /// Every non-empty document of a YAML/JSON stream; `kind: List` is flattened.
-fn documents(text: &str) -> anyhow::Result<Vec<Value>> {
+pub(crate) fn documents(text: &str) -> anyhow::Result<Vec<Value>> {
     let mut out = Vec::new();
     for (i, doc) in split_documents(text).iter().enumerate() {
         let blank = |l: &str| l.trim().is_empty() || l.trim_start().starts_with('#');
@@ -273,10 +273,15 @@ fn review_request(document: &Value) -> anyhow::Result<Option<AdmissionRequest>> 
 }
 
 /// Cluster-scoped kinds an image policy could plausibly name; everything else is namespaced.
-const CLUSTER_SCOPED: &[&str] = &["Namespace", "Node", "PersistentVolume", "ClusterRole"];
+pub(crate) const CLUSTER_SCOPED: &[&str] =
+    &["Namespace", "Node", "PersistentVolume", "ClusterRole"];
 
 /// The AdmissionRequest the API server would send for `object`.
-fn request(object: Value, op: Op, default_namespace: &str) -> anyhow::Result<AdmissionRequest> {
+pub(crate) fn request(
+    object: Value,
+    op: Op,
+    default_namespace: &str,
+) -> anyhow::Result<AdmissionRequest> {
     let api_version = object["apiVersion"].as_str().unwrap_or_default();
     let kind = object["kind"].as_str().unwrap_or_default().to_owned();
     let name = object["metadata"]["name"].as_str().unwrap_or_default();

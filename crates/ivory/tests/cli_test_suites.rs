@@ -1,0 +1,405 @@
+//! `ivory test` over Kyverno CLI test suites (`kyverno-test.yaml`), against the real registry
+//! harness: the suites name `ghcr.io/…` images, which `--registry-mirror ghcr.io=<harness>`
+//! fetches from the harness (the suite files are never rewritten). Our own suites
+//! (`tests/data/ivory-test-suites/`) pass, fail on a wrong expectation (exit 1, JUnit
+//! failure), select rows, show messages and refuse malformed or legacy input (exit 2);
+//! Kyverno 1.19.1's own ImageValidatingPolicy suites (`fixtures/kyverno-cli-tests/`) run
+//! unchanged; a second run with the persistent cache asks the registry nothing.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+
+use crate::cli_util::{Run, ivory, retag_fixture, write_ca};
+use crate::util::fixtures;
+
+fn suites() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/ivory-test-suites")
+}
+
+/// The harness with the fixture images our suites name: `ghcr.io/ivory-test/signed:v1`
+/// (cosign, P-256 key) and `ghcr.io/ivory-test/unsigned:v1`.
+async fn registry() -> Harness {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    for (layout, repo) in [
+        ("sig-p256", "ivory-test/signed"),
+        ("unsigned", "ivory-test/unsigned"),
+    ] {
+        h.push_oci_layout(&fixtures().join("oci/ivory").join(layout), repo)
+            .await
+            .unwrap();
+    }
+    h
+}
+
+/// `ivory test` arguments reaching the harness for `ghcr.io`.
+fn test_args(h: &Harness, dir: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "test".to_owned(),
+        "--registry-ca".into(),
+        write_ca(dir, h).display().to_string(),
+        "--registry-mirror".into(),
+        format!("ghcr.io={}", h.host()),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+fn show(run: &Run) -> String {
+    format!("stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr)
+}
+
+/// The table line of `resource` (panics with the output when there is none).
+fn line<'a>(run: &'a Run, resource: &str) -> &'a str {
+    run.stdout
+        .lines()
+        .find(|l| l.contains(resource))
+        .unwrap_or_else(|| panic!("no row for {resource}\n{}", show(run)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
+    let h = registry().await;
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("junit.xml");
+    let passing = suites().join("passing").display().to_string();
+
+    // Every row as expected: verified, not verified, excluded (matchConditions, and the
+    // namespace labels of the values file), skipped by a PolicyException.
+    let run = ivory(test_args(
+        &h,
+        dir.path(),
+        &[&passing, "--junit", &junit.display().to_string()],
+    ))
+    .await;
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert!(
+        run.stdout
+            .contains("Test Summary: 7 tests passed and 0 tests failed"),
+        "{}",
+        show(&run)
+    );
+    assert!(line(&run, "v1/Pod/default/signed-pod").contains("│ Pass   │ Ok"));
+    assert!(line(&run, "v1/Pod/default/unsigned-pod").contains("│ Pass   │ Ok"));
+    assert!(
+        line(&run, "opted-out-pod").contains("Excluded"),
+        "{}",
+        show(&run)
+    );
+    assert!(line(&run, "v1/Pod/sandbox/sandbox-pod").contains("Excluded"));
+    // UPDATE is judged like CREATE; the policy does not match DELETE.
+    let unsigned: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.contains("v1/Pod/default/unsigned-pod"))
+        .collect();
+    assert_eq!(unsigned.len(), 3, "{}", show(&run));
+    assert!(unsigned[1].contains("│ Pass   │ Ok") && unsigned[2].contains("Excluded"));
+    let excepted = line(&run, "excepted-pod");
+    assert!(
+        excepted.contains("│ exception ") && excepted.contains("│ Ok"),
+        "{excepted}"
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains("tests=\"7\" failures=\"0\" errors=\"0\" skipped=\"0\"")
+            && !xml.contains("<failure"),
+        "{xml}"
+    );
+
+    // Values (operation), user info, cluster resources, the default namespace, and a second
+    // document in the older form (run with a note).
+    let inputs = suites().join("inputs").display().to_string();
+    let run = ivory(test_args(&h, dir.path(), &[&inputs])).await;
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert!(
+        run.stdout
+            .contains("Test Summary: 4 tests passed and 0 tests failed"),
+        "{}",
+        show(&run)
+    );
+    let rows: Vec<&str> = run.stdout.lines().filter(|l| l.contains("/app ")).collect();
+    assert_eq!(rows.len(), 4, "{}", show(&run));
+    assert!(rows[0].contains("v1/Pod/default/app") && rows[0].contains("│ Pass   │ Ok"));
+    assert!(rows[1].contains("v1/Pod/quarantine/app") && rows[1].contains("Excluded"));
+    assert!(rows[2].contains("v1/Pod/default/app") && rows[2].contains("Excluded"));
+    assert!(rows[3].contains("v1/Pod/default/app") && rows[3].contains("Excluded"));
+    assert!(
+        run.stderr.contains("deprecated test schema"),
+        "{}",
+        show(&run)
+    );
+
+    // -o json: stdout is the document alone (Kyverno's keys), the summary on stderr.
+    let run = ivory(test_args(&h, dir.path(), &[&passing, "-o", "json"])).await;
+    assert_eq!(run.code, 0, "{}", show(&run));
+    let doc = run.json();
+    let rows = doc.as_array().unwrap();
+    assert_eq!(rows.len(), 7, "{doc}");
+    assert_eq!(rows[0]["RESOURCE"], "v1/Pod/default/signed-pod");
+    assert_eq!(
+        (rows[0]["RESULT"].as_str(), rows[0]["REASON"].as_str()),
+        (Some("Pass"), Some("Ok"))
+    );
+    assert!(
+        run.stderr
+            .contains("Test Summary: 7 tests passed and 0 tests failed")
+    );
+
+    // A deliberately wrong expectation: exit 1, and the JUnit failure says want vs got.
+    let wrong = suites().join("wrong-expectation").display().to_string();
+    let run = ivory(test_args(
+        &h,
+        dir.path(),
+        &[&wrong, "--junit", &junit.display().to_string()],
+    ))
+    .await;
+    assert_eq!(run.code, 1, "{}", show(&run));
+    assert!(
+        run.stdout
+            .contains("Test Summary: 1 tests passed and 1 tests failed"),
+        "{}",
+        show(&run)
+    );
+    assert!(line(&run, "unsigned-pod").contains("│ Fail   │ Want pass, got fail"));
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("tests=\"2\" failures=\"1\""), "{xml}");
+    assert!(
+        xml.contains("<testcase classname=\"require-signed\" name=\"v1/Pod/default/unsigned-pod (require-signed)\"><failure message=\"Want pass, got fail\">failed the image Signature verification</failure></testcase>"),
+        "{xml}"
+    );
+
+    // --fail-only: the failures alone, after Kyverno's other summary line.
+    let run = ivory(test_args(&h, dir.path(), &[&wrong, "--fail-only"])).await;
+    assert_eq!(run.code, 1, "{}", show(&run));
+    assert!(
+        run.stdout.contains("Test Summary: 1 out of 2 tests failed")
+            && !run.stdout.contains("/default/signed-pod"),
+        "{}",
+        show(&run)
+    );
+    assert!(line(&run, "unsigned-pod").contains("Want pass, got fail"));
+
+    // The selector keeps the rows naming the resource; detailed results show messages.
+    let run = ivory(test_args(
+        &h,
+        dir.path(),
+        &[
+            &passing,
+            "--test-case-selector",
+            "policy=require-*,resource=unsigned-pod",
+            "--detailed-results",
+        ],
+    ))
+    .await;
+    assert_eq!(run.code, 0, "{}", show(&run));
+    assert!(
+        run.stdout
+            .contains("Test Summary: 3 tests passed and 0 tests failed"),
+        "{}",
+        show(&run)
+    );
+    assert!(!run.stdout.contains("/default/signed-pod") && !run.stdout.contains("excepted-pod"));
+    assert!(run.stdout.contains("│ MESSAGE"), "{}", show(&run));
+    assert!(line(&run, "unsigned-pod").contains("failed the image Signature verification"));
+    let run = ivory(test_args(&h, dir.path(), &[&passing, "-t", "kind=Pod"])).await;
+    assert_eq!(run.code, 2, "{}", show(&run));
+    assert!(
+        run.stderr
+            .contains("--test-case-selector: unknown key \"kind\""),
+        "{}",
+        show(&run)
+    );
+
+    // Malformed test file: exit 2, naming the file and the field.
+    let malformed = suites().join("malformed");
+    let run = ivory(test_args(
+        &h,
+        dir.path(),
+        &[&malformed.display().to_string()],
+    ))
+    .await;
+    assert_eq!(run.code, 2, "{}", show(&run));
+    let file = malformed.join("kyverno-test.yaml").display().to_string();
+    assert!(
+        run.stderr.contains(&file)
+            && run.stderr.contains("field results[0]")
+            && run.stderr.contains("reslt"),
+        "{}",
+        show(&run)
+    );
+
+    // Inputs an image policy row would need and ivory cannot give: refused, naming the field.
+    let payloads = dir.path().join("payloads");
+    std::fs::create_dir(&payloads).unwrap();
+    std::fs::write(
+        payloads.join("kyverno-test.yaml"),
+        format!(
+            "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: payloads}}\npolicies: [{}]\njsonPayloads: [payload.json]\nresults:\n- {{policy: require-signed, resources: [payload.json], result: pass}}\n",
+            suites().join("passing/policy.yaml").display()
+        ),
+    )
+    .unwrap();
+    let run = ivory(test_args(
+        &h,
+        dir.path(),
+        &[&payloads.display().to_string()],
+    ))
+    .await;
+    assert_eq!(run.code, 2, "{}", show(&run));
+    assert!(
+        run.stderr.contains("field jsonPayloads: not supported"),
+        "{}",
+        show(&run)
+    );
+
+    // A legacy ClusterPolicy with verifyImages: refused until converted.
+    let legacy = suites().join("legacy").display().to_string();
+    let run = ivory(test_args(&h, dir.path(), &[&legacy])).await;
+    assert_eq!(run.code, 2, "{}", show(&run));
+    assert!(
+        run.stderr.contains("legacy ClusterPolicy \"check-image\"")
+            && run.stderr.contains("run `ivory convert"),
+        "{}",
+        show(&run)
+    );
+
+    // No test file at all: nothing to fail, unless tests are required.
+    let empty = tempfile::tempdir().unwrap();
+    let path = empty.path().display().to_string();
+    let run = ivory(["test", path.as_str()]).await;
+    assert_eq!(run.code, 0, "{}", show(&run));
+    let run = ivory(["test", "--require-tests", path.as_str()]).await;
+    assert_eq!(run.code, 2, "{}", show(&run));
+}
+
+/// Kyverno v1.19.1's ImageValidatingPolicy CLI suites, unchanged (`fixtures/kyverno-cli-tests`,
+/// provenance in its README). Their policies verify `ghcr.io/kyverno/test-verify-image` with a
+/// notary certificate whose private key is not public, so the images cannot be signed again
+/// here, and ivory does not verify notary signatures (it refuses a notary attestor before any
+/// lookup, so it asks the registry nothing for these suites). The harness still serves the
+/// unsigned image under both tags through `--registry-mirror`, so that no lookup could leave
+/// the machine. Every row that does not need that notary signature passes; the two
+/// "signed image passes" rows fail; `test-context-resource-ivpol` names a `resources.yaml` its
+/// folder does not hold, and cannot be run (nor can Kyverno run it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kyverno_ivpol_cli_suites_run_unchanged() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let repo = "kyverno/test-verify-image";
+    let tags = h
+        .push_oci_layout(&fixtures().join("oci/ivory/unsigned"), repo)
+        .await
+        .unwrap();
+    for tag in ["signed", "unsigned"] {
+        retag_fixture(&h, "unsigned", repo, &tags["v1"], tag).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("junit.xml");
+    let suites = fixtures().join("kyverno-cli-tests").display().to_string();
+    h.reset_requests();
+    let run = ivory(test_args(
+        &h,
+        dir.path(),
+        &[
+            &suites,
+            "--detailed-results",
+            "--junit",
+            &junit.display().to_string(),
+        ],
+    ))
+    .await;
+    assert_eq!(run.code, 2, "{}", show(&run));
+    assert!(
+        run.stdout
+            .contains("Test Summary: 4 tests passed and 2 tests failed"),
+        "{}",
+        show(&run)
+    );
+    for bad in ["v1/Pod/default/bad-pod", "v1/Pod/default/test-pod-bad"] {
+        assert!(line(&run, bad).contains("│ Pass   │ Ok"), "{}", show(&run));
+    }
+    for good in ["v1/Pod/default/good-pod ", "v1/Pod/default/test-pod-good"] {
+        assert!(
+            line(&run, good).contains(
+                "│ Fail   │ Want pass, got fail │ failed to verify image with notary cert"
+            ),
+            "{}",
+            show(&run)
+        );
+    }
+    assert!(
+        line(&run, "skipped-pod").contains("│ exception "),
+        "{}",
+        show(&run)
+    );
+    assert!(
+        line(&run, "good-pod-excluded").contains("Excluded"),
+        "{}",
+        show(&run)
+    );
+    assert!(
+        line(&run, "deployment-excluded")
+            .contains("Not run: ValidatingPolicy is not an image policy")
+    );
+    assert!(line(&run, "dev-deploy-2").contains("Not run: MutatingPolicy is not an image policy"));
+    assert!(run.stdout.contains("2 results not run"), "{}", show(&run));
+    assert!(
+        run.stderr
+            .contains("test-context-resource-ivpol/.kyverno-test/resources.yaml: No such file"),
+        "{}",
+        show(&run)
+    );
+    assert!(
+        run.stderr.contains(
+            "policy \"ivpol-sample\": notary attestors (notary) are not verified by ivory"
+        ),
+        "{}",
+        show(&run)
+    );
+    // Every image check of these policies goes through a notary attestor, which ivory
+    // refuses before any lookup: the run asked the registry nothing.
+    assert_eq!(h.requests(), Vec::new(), "{}", show(&run));
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains("tests=\"9\" failures=\"2\" errors=\"1\" skipped=\"2\""),
+        "{xml}"
+    );
+}
+
+/// With `--cache-dir`, a second `ivory test` over the same suite asks the registry nothing and
+/// prints the same results. `--nocapture` prints the figures BENCHMARKS.md quotes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_ivory_test_run_asks_the_registry_nothing() {
+    let h = registry().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache").display().to_string();
+    let passing = suites().join("passing").display().to_string();
+    let args = test_args(&h, dir.path(), &[&passing, "--cache-dir", &cache]);
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        h.reset_requests();
+        let started = Instant::now();
+        let run = ivory(&args).await;
+        let millis = started.elapsed().as_millis();
+        assert_eq!(run.code, 0, "{}", show(&run));
+        runs.push((run, h.requests().len(), millis));
+    }
+    let (first, cold, cold_ms) = &runs[0];
+    let (second, warm, warm_ms) = &runs[1];
+    assert_eq!(first.stdout, second.stdout);
+    assert!(*cold > 0);
+    assert_eq!(
+        *warm,
+        0,
+        "the second run asked the registry: {:?}",
+        h.requests()
+    );
+    eprintln!(
+        "ivory test (5 Pods, 2 images): first run {cold} registry requests in {cold_ms} ms, second {warm} in {warm_ms} ms"
+    );
+}
