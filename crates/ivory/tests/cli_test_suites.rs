@@ -2,7 +2,8 @@
 //! harness: the suites name `ghcr.io/…` images, which `--registry-mirror ghcr.io=<harness>`
 //! fetches from the harness (the suite files are never rewritten). Our own suites
 //! (`tests/data/ivory-test-suites/`) pass, fail on a wrong expectation (exit 1, JUnit
-//! failure), select rows, show messages and refuse malformed or legacy input (exit 2);
+//! failure), select rows, show messages, run legacy `verifyImages` rules through the converter
+//! and refuse malformed input (exit 2);
 //! Kyverno 1.19.1's own ImageValidatingPolicy suites (`fixtures/kyverno-cli-tests/`) run
 //! unchanged; a second run with the persistent cache asks the registry nothing.
 
@@ -256,13 +257,33 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
         show(&run)
     );
 
-    // A legacy ClusterPolicy with verifyImages: refused until converted.
+    // A legacy ClusterPolicy with verifyImages: converted as `ivory convert` converts it, the
+    // rows answered by the policy written for their rule (tags pinned first, as Kyverno's
+    // legacy rules pin them).
     let legacy = suites().join("legacy").display().to_string();
-    let run = ivory(test_args(&h, dir.path(), &[&legacy])).await;
+    let run = ivory(test_args(&h, dir.path(), &[&legacy, "--detailed-results"])).await;
+    assert_eq!(run.code, 0, "{}", show(&run));
+    for pod in ["signed-pod", "unsigned-pod"] {
+        let row = line(&run, pod);
+        assert!(
+            row.contains("check-image") && row.contains("verify-signature") && row.contains("Ok"),
+            "{pod}: {}",
+            show(&run)
+        );
+    }
+    assert!(
+        line(&run, "unsigned-pod").contains("failed to verify image signatures")
+            && line(&run, "signed-pod").contains("success"),
+        "{}",
+        show(&run)
+    );
+
+    // A legacy rule the converter refuses is never judged by nothing: the test cannot run.
+    let refused = suites().join("legacy-refused").display().to_string();
+    let run = ivory(test_args(&h, dir.path(), &[&refused])).await;
     assert_eq!(run.code, 2, "{}", show(&run));
     assert!(
-        run.stderr.contains("legacy ClusterPolicy \"check-image\"")
-            && run.stderr.contains("run `ivory convert"),
+        run.stderr.contains("rule verify-with-kms: refused") && run.stderr.contains("kms"),
         "{}",
         show(&run)
     );

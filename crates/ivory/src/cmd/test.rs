@@ -5,6 +5,7 @@
 //! `--junit FILE` writes one JUnit testcase per row. Exit 0 when every row passed, 1 when
 //! any failed, 2 when a test could not be loaded or run (usage, files, registry setup).
 
+mod legacy;
 mod load;
 mod report;
 mod run;

@@ -14,6 +14,7 @@ use ivory_engine::exceptions::Exceptions;
 use ivory_policy::CompiledPolicy;
 use serde_json::Value;
 
+use super::legacy::{self, Converted};
 use super::suite::{self, ResultRow, RowOperation, TestCase, ValuesSpec};
 use crate::cmd::apply::{CLUSTER_SCOPED, documents};
 
@@ -79,7 +80,16 @@ pub(super) struct OtherPolicy {
 impl Loaded {
     /// True when an image policy of the test has the row's policy name.
     pub(super) fn knows(&self, row: &ResultRow) -> bool {
-        self.policies.iter().any(|p| p.name == row.policy_name())
+        let name = self.engine_policy(row);
+        self.policies.iter().any(|p| p.name == name)
+    }
+
+    /// The name of the policy whose results answer the row: the row's policy, or for a rule
+    /// of a legacy policy, the ImageValidatingPolicy it was converted to.
+    pub(super) fn engine_policy<'r>(&'r self, row: &'r ResultRow) -> &'r str {
+        self.legacy
+            .policy_for(row.policy_name(), &row.rule)
+            .unwrap_or_else(|| row.policy_name())
     }
 
     /// The kind of policy the row is about when ivory does not run it: the kind the row
@@ -111,6 +121,8 @@ pub(super) struct Loaded {
     pub(super) exceptions: Option<Exceptions>,
     pub(super) resources: Vec<Value>,
     pub(super) namespaces: BTreeMap<String, Value>,
+    /// The legacy `verifyImages` rules of the test, converted (also among `policies`).
+    pub(super) legacy: Converted,
     /// The `clusterResources` objects, for policies' `resource.*` / `globalContext.*` reads.
     pub(super) cluster: FileResources,
     pub(super) user: Option<UserInfo>,
@@ -137,7 +149,9 @@ pub(super) fn load(case: &TestCase, notes: &mut Vec<String>) -> anyhow::Result<L
     };
     // Resources first, as a missing resource file is the first thing Kyverno reports too.
     let resources = load_resources(case)?;
-    let (policies, others) = load_policies(case)?;
+    let (mut policies, others) = load_policies(case)?;
+    let legacy = legacy::convert(&others)?;
+    policies.extend(legacy.policies.iter().cloned());
     for p in &policies {
         let notary: Vec<&str> = p
             .attestors
@@ -178,6 +192,7 @@ pub(super) fn load(case: &TestCase, notes: &mut Vec<String>) -> anyhow::Result<L
         }
     }
     Ok(Loaded {
+        legacy,
         cluster,
         policies,
         others,

@@ -67,7 +67,6 @@ pub(crate) async fn run_case(
         loaded.resources.len(),
         loaded.exceptions.as_ref().map_or(0, |e| e.exceptions.len())
     ));
-    refuse_legacy(case, rows, &loaded)?;
     let mut operations: BTreeSet<RowOperation> = rows.iter().filter_map(|r| r.operation).collect();
     operations.insert(loaded.operation);
     let mut evaluated = BTreeMap::new();
@@ -141,28 +140,6 @@ fn check_inputs(case: &TestCase, rows: &[ResultRow], loaded: &Loaded) -> anyhow:
     Ok(())
 }
 
-/// A row about a legacy `verifyImages` policy cannot be answered until it is converted.
-fn refuse_legacy(case: &TestCase, rows: &[ResultRow], loaded: &Loaded) -> anyhow::Result<()> {
-    for row in rows {
-        if let Some(other) = loaded.others.get(row.policy_name())
-            && other.legacy_verify_images
-            && !row.is_image_validating_policy
-            && !loaded.knows(row)
-        {
-            bail!(
-                "{}: legacy {} {:?} ({}) has verifyImages rules, which ivory runs only as ImageValidatingPolicies: \
-                 run `ivory convert {}` first (one ImageValidatingPolicy per rule, named <policy>-<rule>) and point the test's policies and results at them; `ivory test` does not convert legacy policies itself yet",
-                case.path.display(),
-                other.kind,
-                row.policy_name(),
-                other.file.display(),
-                other.file.display()
-            );
-        }
-    }
-    Ok(())
-}
-
 /// The validating stage for every resource under `op`, as the webhook runs it.
 async fn evaluate(
     loaded: &Loaded,
@@ -173,7 +150,12 @@ async fn evaluate(
     let mut out = Vec::new();
     for object in &loaded.resources {
         let key = ResourceKey::of(object);
-        let req = admission_request(object, op, loaded.user.as_ref())
+        let mut req = admission_request(object, op, loaded.user.as_ref())
+            .with_context(|| format!("resource {}", key.display()))?;
+        let namespace = loaded.namespaces.get(&key.namespace);
+        let deadline = Instant::now() + timeout;
+        pin_for_legacy_rules(loaded, verifier, &mut req, namespace, deadline)
+            .await
             .with_context(|| format!("resource {}", key.display()))?;
         let routes = wiring::Routes {
             verifier,
@@ -181,20 +163,43 @@ async fn evaluate(
             policies: &loaded.policies,
             exceptions: loaded.exceptions.as_ref(),
         };
-        let decision = wiring::run_routes(
-            &routes,
-            Stage::Validate,
-            &req,
-            loaded.namespaces.get(&key.namespace),
-            Instant::now() + timeout,
-        )
-        .await;
+        let decision =
+            wiring::run_routes(&routes, Stage::Validate, &req, namespace, deadline).await;
         out.push(Evaluated {
             key,
             results: decision.results,
         });
     }
     Ok(out)
+}
+
+/// Kyverno runs a legacy `verifyImages` rule as one step that pins tags to digests and then
+/// verifies: the converted policies' mutating stage runs first and the validating stage sees
+/// the pinned object, as the API server would send it (a tag the registry cannot resolve stays
+/// a tag, and the policies' `verifyDigest` then says so).
+async fn pin_for_legacy_rules(
+    loaded: &Loaded,
+    verifier: &dyn ImageVerifier,
+    req: &mut AdmissionRequest,
+    namespace: Option<&Value>,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    if loaded.legacy.policies.is_empty() || req.object.is_none() {
+        return Ok(());
+    }
+    let routes = wiring::Routes {
+        verifier,
+        resources: &loaded.cluster,
+        policies: &loaded.legacy.policies,
+        exceptions: loaded.exceptions.as_ref(),
+    };
+    let mutate = wiring::run_routes(&routes, Stage::Mutate, req, namespace, deadline).await;
+    if mutate.allowed
+        && let Some(object) = req.object.as_mut()
+    {
+        wiring::apply_patch(object, &mutate)?;
+    }
+    Ok(())
 }
 
 /// The request the API server would send for `object` (namespace as written, as Kyverno's
@@ -292,7 +297,7 @@ fn check_row(test: &str, row: &ResultRow, loaded: &Loaded, evaluated: &[Evaluate
         let results: Vec<&PolicyResult> = e
             .results
             .iter()
-            .filter(|r| r.policy == row.policy_name() && namespace_fits(row, r))
+            .filter(|r| r.policy == loaded.engine_policy(row) && namespace_fits(row, r))
             .collect();
         if results.is_empty() {
             rows.push(excluded(
@@ -307,8 +312,11 @@ fn check_row(test: &str, row: &ResultRow, loaded: &Loaded, evaluated: &[Evaluate
             ));
             continue;
         }
+        let legacy = loaded.legacy.has_policy(row.policy_name());
         for r in results {
             let (got, rule) = actual(r);
+            // A converted legacy rule keeps the name the row gave it.
+            let rule = if legacy { row.rule.clone() } else { rule };
             let ok = got == row.result.as_str();
             let message = if r.message.is_empty() && got == "pass" {
                 "success".to_owned()
