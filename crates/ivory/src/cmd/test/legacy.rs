@@ -2,14 +2,13 @@
 //! them (`ivory_policy::legacy`), one ImageValidatingPolicy per rule, and each `results` row
 //! about `<policy>`/`<rule>` answered by the policy written for that rule.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use ivory_policy::CompiledPolicy;
 
-use super::load::OtherPolicies;
 use super::suite;
 
 /// Kyverno's prefixes of the rules it generates for controllers from a Pod rule.
@@ -43,14 +42,9 @@ impl Converted {
     }
 }
 
-/// Converts every file of `others` holding legacy `verifyImages` rules. A rule the converter
-/// refuses makes the test unrunnable, naming it: it would otherwise be judged by nothing.
-pub(super) fn convert(others: &OtherPolicies) -> anyhow::Result<Converted> {
-    let files: BTreeSet<&PathBuf> = others
-        .values()
-        .filter(|o| o.legacy_verify_images)
-        .map(|o| &o.file)
-        .collect();
+/// Converts the `files` holding legacy `verifyImages` rules. A rule the converter refuses
+/// makes the test unrunnable, naming it: it would otherwise be judged by nothing.
+pub(super) fn convert<'a>(files: impl IntoIterator<Item = &'a Path>) -> anyhow::Result<Converted> {
     let mut converted = Converted::default();
     for file in files {
         let origin = file.display().to_string();

@@ -150,7 +150,12 @@ pub(super) fn load(case: &TestCase, notes: &mut Vec<String>) -> anyhow::Result<L
     // Resources first, as a missing resource file is the first thing Kyverno reports too.
     let resources = load_resources(case)?;
     let (mut policies, others) = load_policies(case)?;
-    let legacy = legacy::convert(&others)?;
+    let legacy_files: BTreeSet<&Path> = others
+        .values()
+        .filter(|o| o.legacy_verify_images)
+        .map(|o| o.file.as_path())
+        .collect();
+    let legacy = legacy::convert(legacy_files)?;
     policies.extend(legacy.policies.iter().cloned());
     for p in &policies {
         let notary: Vec<&str> = p
