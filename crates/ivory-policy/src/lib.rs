@@ -14,6 +14,7 @@ mod error;
 pub mod exception;
 mod glob;
 mod load;
+pub mod notation;
 pub mod pem;
 mod refs;
 pub mod types;
