@@ -36,7 +36,11 @@ pub struct NotationTrustPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub level: Option<Level>,
     /// `signatureVerification.override`: a check's action instead of the level's.
-    #[serde(default, rename = "override", skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        rename = "override",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub overrides: BTreeMap<Check, Action>,
     /// `trustedIdentities`: `*` or `x509.subject: <DN>` entries; the signing certificate's
     /// subject must hold every attribute of one of them. Absent or empty: any identity
@@ -208,7 +212,11 @@ pub fn parse_dn(dn: &str) -> Result<BTreeMap<String, String>, String> {
 
 /// Reads [`NOTATION_TRUST_POLICY_ANNOTATION`] and writes each entry into its `notary`
 /// attestor of `spec`. Every problem is an error at the annotation's field.
-pub(crate) fn apply(annotations: &BTreeMap<String, String>, spec: &mut PolicySpec, errs: &mut Errors) {
+pub(crate) fn apply(
+    annotations: &BTreeMap<String, String>,
+    spec: &mut PolicySpec,
+    errs: &mut Errors,
+) {
     let Some(text) = annotations.get(NOTATION_TRUST_POLICY_ANNOTATION) else {
         return;
     };
@@ -228,11 +236,7 @@ pub(crate) fn apply(annotations: &BTreeMap<String, String>, spec: &mut PolicySpe
         for (key, problem) in policy.problems() {
             errs.invalid(format!("{at}.{key}"), problem);
         }
-        let attestor = spec
-            .attestors
-            .iter_mut()
-            .flatten()
-            .find(|a| a.name == name);
+        let attestor = spec.attestors.iter_mut().flatten().find(|a| a.name == name);
         match attestor.and_then(|a| a.notary.as_mut()) {
             Some(notary) => notary.trust_policy = Some(policy),
             None => errs.invalid(
@@ -252,7 +256,14 @@ mod tests {
         use Action::*;
         use Check::*;
         let row = |l: Level| {
-            [Integrity, Authenticity, AuthenticTimestamp, Expiry, Revocation].map(|c| l.action(c))
+            [
+                Integrity,
+                Authenticity,
+                AuthenticTimestamp,
+                Expiry,
+                Revocation,
+            ]
+            .map(|c| l.action(c))
         };
         assert_eq!(row(Level::Strict), [Enforce; 5]);
         assert_eq!(row(Level::Permissive), [Enforce, Enforce, Log, Log, Log]);
@@ -275,7 +286,12 @@ mod tests {
             panic!("subject expected");
         };
         assert_eq!(dn.get("O").map(String::as_str), Some("ivory tests"));
-        for bad in ["CN=x", "x509.subject: CN", "x509.subject: C=US, C=DE", "x509.subject: CN=a\\,b"] {
+        for bad in [
+            "CN=x",
+            "x509.subject: CN",
+            "x509.subject: C=US, C=DE",
+            "x509.subject: CN=a\\,b",
+        ] {
             assert!(TrustedIdentity::parse(bad).is_err(), "{bad}");
         }
     }
@@ -289,7 +305,12 @@ mod tests {
         let keys: Vec<String> = p.problems().into_iter().map(|(k, _)| k).collect();
         assert_eq!(
             keys,
-            ["level", "override.integrity", "override.revocation", "trustedIdentities[0]"]
+            [
+                "level",
+                "override.integrity",
+                "override.revocation",
+                "trustedIdentities[0]"
+            ]
         );
         assert!(serde_json::from_str::<NotationTrustPolicy>(r#"{"levle":"strict"}"#).is_err());
         assert!(serde_json::from_str::<NotationTrustPolicy>(r#"{"level":"lax"}"#).is_err());
