@@ -8,7 +8,7 @@
 #        scripts/gen-fixtures.sh hash       only fixtures/hash/ (P-384 signed by cosign v2.5 and
 #        v2.6)
 #        scripts/gen-fixtures.sh notation   only fixtures/notation/ (notation v1.3.2 signatures, a test
-#        PKI and a local RFC 3161 TSA; needs python3 `cryptography` and pip (asn1crypto from PyPI))
+#        PKI and a local RFC 3161 TSA; pip installs asn1crypto and cryptography, pinned, from PyPI)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,6 +23,7 @@ needs_pkgs docker-registry:docker-registry curl:curl python3:python3
 if [[ "$ONLY" == "hash" ]]; then
   needs_tools crane cosign2 cosign25
 elif [[ "$ONLY" == "notation" ]]; then
+  needs_pkgs pip3:python3-pip # gen_notation.py installs asn1crypto and cryptography (pinned) from PyPI
   needs_tools crane notation
 else
   needs_pkgs node:nodejs

@@ -366,3 +366,38 @@ async fn notation_signed_sbom_referrers_are_attestations() {
         "notary verifier only supports oci 1.1 referrers as attestations"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notation_verdicts_are_cached_and_concurrent_misses_coalesced() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let v = verifier(&h);
+    let root = pem("root.pem");
+    let image = push(&h, "cose").await;
+    h.reset_requests();
+    // Eight concurrent identical misses: one set of registry reads.
+    let all = futures::future::join_all(
+        (0..8).map(|_| verify(&v, &image, attestor(&root, None, None), None)),
+    )
+    .await;
+    assert!(all.iter().all(Verification::is_verified), "{all:?}");
+    let reads = h.requests();
+    let referrer_tags = reads
+        .iter()
+        .filter(|(m, uri, _)| m == "GET" && uri.contains("/manifests/sha256-"))
+        .count();
+    assert_eq!(referrer_tags, 1, "{reads:?}");
+    // Warm: nothing asked of the registry.
+    h.reset_requests();
+    assert!(
+        verify(&v, &image, attestor(&root, None, None), None)
+            .await
+            .is_verified()
+    );
+    assert!(h.requests().is_empty(), "{:?}", h.requests());
+    // Another trust policy is another verdict (the attestor hash includes it).
+    let audit = attestor(&root, None, level(Level::Audit));
+    assert!(verify(&v, &image, audit, None).await.is_verified());
+    assert!(!h.requests().is_empty());
+}

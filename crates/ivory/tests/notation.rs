@@ -266,6 +266,33 @@ async fn verify_and_audit_judge_the_same_images() {
     let reason = tampered["policies"][0]["attestors"][0]["reason"].to_string();
     assert!(reason.contains("does not verify"), "{tampered}");
 
+    // Through the persistent cache (the SharedCache seam, as the L2): a second run reads no
+    // signature of the verified images.
+    let cache = dir.path().join("cache");
+    let cached = |image: &str| {
+        ivory(vec![
+            "verify".to_owned(),
+            "--policy".into(),
+            file.display().to_string(),
+            "--registry-ca".into(),
+            ca.display().to_string(),
+            "--cache-dir".into(),
+            cache.display().to_string(),
+            image.to_owned(),
+        ])
+    };
+    assert_eq!(cached(&images["cose"]).await.code, 0);
+    h.reset_requests();
+    let run = cached(&images["cose"]).await;
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let reads = h.requests();
+    assert!(
+        !reads
+            .iter()
+            .any(|(_, uri, _)| uri.contains("/manifests/sha256-")),
+        "{reads:?}"
+    );
+
     let list = write(
         dir.path(),
         "images.txt",
@@ -281,7 +308,7 @@ async fn verify_and_audit_judge_the_same_images() {
         "--registry-ca".into(),
         ca.display().to_string(),
         "--no-cache".into(),
-        "--images".into(),
+        "--images-from".into(),
         list.display().to_string(),
         "-o".into(),
         "json".into(),
