@@ -118,6 +118,7 @@ async fn notation_cli_signatures_through_a_real_registry() {
         "expired",
         "expired-tsa",
         "many",
+        "sig-expired",
     ] {
         images.insert(case, push(&h, case).await);
     }
@@ -199,6 +200,41 @@ async fn notation_cli_signatures_through_a_real_registry() {
     )
     .await;
     assert!(!enforced.is_verified(), "{enforced:?}");
+
+    // The signature's own expiry (notation sign --expiry) has passed: denied when strict, logged
+    // when permissive, denied again when permissive enforces expiry.
+    let sig_expired = verify(
+        &v,
+        &images["sig-expired"],
+        attestor(&root, None, None),
+        None,
+    )
+    .await;
+    assert!(
+        reason(&sig_expired).contains("the signature expired at"),
+        "{sig_expired:?}"
+    );
+    let logged = verify(
+        &v,
+        &images["sig-expired"],
+        attestor(&root, None, level(Level::Permissive)),
+        None,
+    )
+    .await;
+    assert!(logged.is_verified(), "{logged:?}");
+    let expiry_enforced = NotationTrustPolicy {
+        level: Some(Level::Permissive),
+        overrides: [(Check::Expiry, Action::Enforce)].into(),
+        ..NotationTrustPolicy::default()
+    };
+    let denied = verify(
+        &v,
+        &images["sig-expired"],
+        attestor(&root, None, Some(expiry_enforced)),
+        None,
+    )
+    .await;
+    assert!(!denied.is_verified(), "{denied:?}");
 
     // Timestamped before the certificate expired: admitted with tsaCerts, not without, and
     // not with another TSA root.

@@ -175,6 +175,8 @@ async fn serve_admits_notation_signed_images_and_denies_the_bad_ones() {
         ("notary-tsa", "expired-tsa", true),
         ("notary-tsa", "jws", false),
         ("notary-permissive", "expired", true),
+        ("notary-strict", "sig-expired", false),
+        ("notary-permissive", "sig-expired", true),
         ("notary-permissive", "tampered", false),
         ("notary-pinned", "jws", false),
         ("notary-expression", "jws", true),
