@@ -303,7 +303,10 @@ fn chain_to(anchors: &[DerCertificate], env: &SignedEnvelope, at: Timestamp) -> 
     let leaf = env.chain.first().ok_or("no certificate")?;
     let leaf_der = CertificateDer::from(leaf.as_slice());
     let ee = EndEntityCert::try_from(&leaf_der).map_err(|e| e.to_string())?;
-    let intermediates: Vec<CertificateDer<'_>> = env.chain[1..]
+    let intermediates: Vec<CertificateDer<'_>> = env
+        .chain
+        .get(1..)
+        .unwrap_or_default()
         .iter()
         .map(|c| CertificateDer::from(c.as_slice()))
         .collect();
