@@ -154,9 +154,7 @@ fn integrity(env: &SignedEnvelope, target: &Target<'_>) -> Result<Leaf, Rejectio
                 "the signature does not verify with the signing certificate's key".into(),
             )
         })?;
-    let payload: Payload = serde_json::from_slice(&env.payload).map_err(|e| {
-        Rejection::Content(format!("the signed payload is not a Notary payload: {e}"))
-    })?;
+    let payload: Payload = crate::envelope::parse_signed_json(&env.payload, "Notary payload")?;
     let got = &payload.target_artifact;
     if got.digest != target.digest {
         return Err(Rejection::Content(format!(

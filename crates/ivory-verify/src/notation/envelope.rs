@@ -14,6 +14,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use coset::cbor::value::Value as Cbor;
 use coset::{CoseSign1, Label, RegisteredLabelWithPrivate, TaggedCborSerializable as _, iana};
+use ivory_registry::{JsonLimits, parse_json_bounded};
 use jiff::Timestamp;
 use serde::Deserialize;
 use serde_json::Value;
@@ -195,8 +196,9 @@ struct JwsUnprotected {
 
 /// Reads a JWS envelope (JSON serialization, one signature).
 pub fn parse_jws(bytes: &[u8]) -> Result<SignedEnvelope, EnvelopeError> {
-    let jws: JwsJson =
-        serde_json::from_slice(bytes).map_err(|e| jws_error(format!("not a Notary JWS: {e}")))?;
+    // Bounded: no envelope makes ivory build a JSON tree far larger than its bytes.
+    let jws: JwsJson = parse_json_bounded(bytes, &JsonLimits::SIGNATURE)
+        .map_err(|e| jws_error(format!("not a Notary JWS: {e}")))?;
     let b64url = |field: &str, text: &str| {
         URL_SAFE_NO_PAD
             .decode(text)
@@ -205,8 +207,9 @@ pub fn parse_jws(bytes: &[u8]) -> Result<SignedEnvelope, EnvelopeError> {
     let protected_bytes = b64url("protected", &jws.protected)?;
     let payload = b64url("payload", &jws.payload)?;
     let signature = b64url("signature", &jws.signature)?;
-    let protected: serde_json::Map<String, Value> = serde_json::from_slice(&protected_bytes)
-        .map_err(|e| jws_error(format!("protected header is not a JSON object: {e}")))?;
+    let protected: serde_json::Map<String, Value> =
+        parse_json_bounded(&protected_bytes, &JsonLimits::SIGNATURE)
+            .map_err(|e| jws_error(format!("protected header is not a JSON object: {e}")))?;
     let text = |key: &str| protected.get(key).and_then(Value::as_str);
     let algorithm = text("alg")
         .and_then(Algorithm::from_jws)
@@ -514,5 +517,20 @@ mod tests {
         assert!(parse_jws(b"[]").is_err());
         assert!(parse_cose(b"\xd2\x84").is_err());
         assert!(parse("text/plain", b"{}").is_err());
+    }
+
+    #[test]
+    fn ballooning_json_is_refused_before_a_tree_is_built() {
+        // 20,000 empty objects: more than JsonLimits::SIGNATURE allows, in a few dozen KiB.
+        let objects = format!("[{}{{}}]", "{},".repeat(20_000));
+        let envelope = format!(
+            r#"{{"payload":"","protected":"","signature":"","header":{{"x5c":[],"x":{objects}}}}}"#
+        );
+        let err = parse_jws(envelope.as_bytes()).unwrap_err().to_string();
+        assert!(err.contains("objects"), "{err}");
+        let protected = format!(r#"{{"alg":"ES256","x":{objects}}}"#);
+        let err = parse_jws(&jws_with(&protected)).unwrap_err().to_string();
+        assert!(err.contains("protected header"), "{err}");
+        assert!(err.contains("objects"), "{err}");
     }
 }

@@ -212,8 +212,11 @@ impl CosignVerifier {
             .fetch_blob(&reference, layer, limit, creds, deadline)
             .await
             .map_err(|e| map_error(image, "reading an attestation", e, deadline))?;
-        Ok(serde_json::from_slice(&blob)
-            .map_err(|e| Rejection::Content(format!("attestation {referrer} is not JSON: {e}"))))
+        // Bounded like every signed document: an SBOM of tiny objects cannot balloon.
+        Ok(crate::envelope::parse_signed_json(
+            &blob,
+            &format!("attestation {referrer}"),
+        ))
     }
 
     /// The Notation signatures among the referrers of `subject` (a digest reference): at most
