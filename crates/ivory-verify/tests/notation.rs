@@ -119,13 +119,26 @@ async fn notation_cli_signatures_through_a_real_registry() {
         "expired-tsa",
         "many",
         "sig-expired",
+        "cose-tsa",
+        "alg-ps256-jws",
+        "alg-ps512-cose",
+        "alg-es384-cose",
+        "alg-es512-jws",
     ] {
         images.insert(case, push(&h, case).await);
     }
 
-    // Signed, JWS (ES256) and COSE (PS384): verified with Kyverno's strict policy, and the
-    // signer is the leaf of the fixture CA.
-    for case in ["jws", "cose"] {
+    // Signed, JWS and COSE, with every algorithm of the specification (ES256, PS384 COSE,
+    // PS256, PS512 COSE, ES384 COSE, ES512): verified with Kyverno's strict policy, and the
+    // signer is a leaf of the fixture CA.
+    for case in [
+        "jws",
+        "cose",
+        "alg-ps256-jws",
+        "alg-ps512-cose",
+        "alg-es384-cose",
+        "alg-es512-jws",
+    ] {
         let ok = verify(&v, &images[case], attestor(&root, None, None), None).await;
         let Verification::Verified { signer, digest, .. } = &ok else {
             panic!("{case}: {ok:?}");
@@ -246,6 +259,16 @@ async fn notation_cli_signatures_through_a_real_registry() {
     )
     .await;
     assert!(stamped.is_verified(), "{stamped:?}");
+    let cose_stamped = verify(
+        &v,
+        &images["cose-tsa"],
+        attestor(&root, Some(&tsa), None),
+        None,
+    )
+    .await;
+    assert!(cose_stamped.is_verified(), "{cose_stamped:?}");
+    let cose_unstamped = verify(&v, &images["cose-tsa"], attestor(&root, None, None), None).await;
+    assert!(!cose_unstamped.is_verified(), "{cose_unstamped:?}");
     let unstamped = verify(
         &v,
         &images["expired-tsa"],
