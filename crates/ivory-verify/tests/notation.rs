@@ -347,6 +347,23 @@ async fn notation_cli_signatures_through_a_real_registry() {
         "{mismatch:?}"
     );
 
+    // The attestor's certs as a signingAuthority store: a notary.x509 signature needs a ca one.
+    let authority = NotationTrustPolicy {
+        certs_trust_store: Some(ivory_policy::notation::TrustStore::SigningAuthority),
+        ..NotationTrustPolicy::default()
+    };
+    let store = verify(
+        &v,
+        &images["jws"],
+        attestor(&root, None, Some(authority)),
+        None,
+    )
+    .await;
+    assert!(
+        reason(&store).contains("needs a ca trust store"),
+        "{store:?}"
+    );
+
     // More signatures than the cap (all by another CA): 10 tried, the verdict says so.
     let many = verify(&v, &images["many"], attestor(&root, None, None), None).await;
     assert!(
