@@ -112,7 +112,7 @@ for tool in "$@"; do
     crane | cosign2 | cosign25 | cosign3 | notation) [[ -x "$TOOLS/bin/$tool" ]] || need_go=1 ;;
     cargo-cyclonedx | cargo-deny | cargo-machete) ;;
     sigstore-js) need_npm=1 ;;
-    *) echo "usage: install-tools.sh [all|image|hash-fixtures|review|notation|crane|cosign2|cosign25|cosign3|notation|cargo-cyclonedx|cargo-deny|cargo-machete|sigstore-js...]" >&2; exit 2 ;;
+    *) echo "usage: install-tools.sh [all|image|hash-fixtures|review|notation|crane|cosign2|cosign25|cosign3|cargo-cyclonedx|cargo-deny|cargo-machete|sigstore-js...]" >&2; exit 2 ;;
   esac
 done
 # shellcheck source=scripts/lib/needs.sh
