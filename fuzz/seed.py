@@ -130,6 +130,16 @@ def bundles():
         put("sigstore_bundle", read(path))
 
 
+def notation():
+    """The envelopes notation v1.3.2 made for fixtures/notation (JWS and COSE)."""
+    for path in files("fixtures/notation/oci/**/blobs/sha256/*"):
+        data = read(path)
+        if data.startswith(b'{"payload"'):
+            put("notation_jws", data)
+        elif data.startswith(b"\xd2\x84"):
+            put("notation_cose", data)
+
+
 def manifests():
     blobs, _ = oci_blobs()
     for data in blobs.values():
@@ -160,5 +170,6 @@ def resp_replies():
         put("resp_reply", head + r)
 
 
-for step in (admission, images, policies, envelopes, bundles, manifests, durations, resp_replies):
+for step in (admission, images, policies, envelopes, bundles, notation, manifests, durations,
+             resp_replies):
     step()

@@ -7,6 +7,8 @@
 #        IVORY_CAPTURED_DIR, default ../shared/data/captured; skipped with a warning if absent)
 #        scripts/gen-fixtures.sh hash       only fixtures/hash/ (P-384 signed by cosign v2.5 and
 #        v2.6)
+#        scripts/gen-fixtures.sh notation   only fixtures/notation/ (notation v1.3.2 signatures, a test
+#        PKI and a local RFC 3161 TSA; pip installs asn1crypto and cryptography, pinned, from PyPI)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,6 +22,9 @@ source "$ROOT/scripts/lib/needs.sh"
 needs_pkgs docker-registry:docker-registry curl:curl python3:python3
 if [[ "$ONLY" == "hash" ]]; then
   needs_tools crane cosign2 cosign25
+elif [[ "$ONLY" == "notation" ]]; then
+  needs_pkgs pip3:python3-pip # gen_notation.py installs asn1crypto and cryptography (pinned) from PyPI
+  needs_tools crane notation
 else
   needs_pkgs node:nodejs
   needs_tools crane cosign2 cosign25 cosign3 sigstore-js
@@ -60,6 +65,10 @@ echo "gen-fixtures: registry on 127.0.0.1:$PORT (pid $REGISTRY_PID)" >&2
 
 if [[ "$ONLY" == "hash" ]]; then
   IVORY_FIXTURE_REGISTRY="127.0.0.1:$PORT" IVORY_FIXTURE_WORK="$WORK" python3 "$FIX/gen/gen_hash.py"
+  exit 0
+fi
+if [[ "$ONLY" == "notation" ]]; then
+  IVORY_FIXTURE_REGISTRY="127.0.0.1:$PORT" IVORY_FIXTURE_WORK="$WORK" python3 "$FIX/gen/gen_notation.py"
   exit 0
 fi
 

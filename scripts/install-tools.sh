@@ -5,8 +5,9 @@
 #   scripts/install-tools.sh image         crane, cosign v2, cargo-cyclonedx: image.sh, the dogfood test
 #   scripts/install-tools.sh hash-fixtures cosign v2.5, v2, crane: `gen-fixtures.sh hash`
 #   scripts/install-tools.sh review        cargo-deny, cargo-machete: the dependency checks of scripts/test.sh
-#   scripts/install-tools.sh TOOL...       just these (crane cosign2 cosign25 cosign3 cargo-cyclonedx cargo-deny
-#                                          cargo-machete sigstore-js)
+#   scripts/install-tools.sh notation      notation v1.3.2, crane: scripts/gen-notation-fixtures.sh
+#   scripts/install-tools.sh TOOL...       just these (crane cosign2 cosign25 cosign3 notation cargo-cyclonedx
+#                                          cargo-deny cargo-machete sigstore-js)
 #
 # Idempotent: a tool is built only when its pinned binary is missing. Needs Go for the Go tools and
 # installs npm (Debian package) for sigstore-js; says so in one line when it cannot.
@@ -22,6 +23,8 @@ COSIGN_V3_VERSION="v3.1.3"
 # P-521 included), the behaviour the hash-algorithm fixtures capture.
 COSIGN_V25_VERSION="v2.5.0"
 CRANE_VERSION="v0.22.1"
+# Notation fixtures (scripts/gen-notation-fixtures.sh): the Notary Project's CLI signs JWS and COSE envelopes.
+NOTATION_VERSION="v1.3.2"
 CARGO_CYCLONEDX_VERSION="0.5.9"
 # scripts/test.sh: bans, licenses and sources of the dependency graph (deny.toml), unused dependencies.
 CARGO_DENY_VERSION="0.20.2"
@@ -44,6 +47,29 @@ install_go_tool() {
     needs_cmds go
     echo "install-tools: building $name $version (go install $pkg@$version) ..."
     GOBIN="$dir" go install "$pkg@$version"
+  fi
+  ln -sfn "$bin" "$TOOLS/bin/$name"
+}
+
+# install_go_module_tool NAME VERSION MODULE CMD_DIR: like install_go_tool, for a module whose `go install
+# mod@version` the proxy refuses (it also asks for the module's version list, to look for a deprecation):
+# downloads that exact version and builds CMD_DIR inside it with the module's own go.mod and go.sum.
+install_go_module_tool() {
+  local name="$1" version="$2" module="$3" cmd_dir="$4"
+  local dir="$TOOLS/$name-$version"
+  local bin
+  bin="$dir/$(basename "$cmd_dir")"
+  mkdir -p "$TOOLS/bin"
+  if [[ -x "$bin" ]]; then
+    echo "install-tools: $name $version already present ($bin)"
+  else
+    needs_cmds go
+    echo "install-tools: building $name $version (go mod download $module@$version; go build ./$cmd_dir) ..."
+    local src
+    src="$(go mod download -json "$module@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    [[ -n "$src" && -d "$src" ]] || { echo "install-tools: go mod download $module@$version failed" >&2; exit 1; }
+    mkdir -p "$dir"
+    (cd "$src" && go build -o "$bin" "./$cmd_dir")
   fi
   ln -sfn "$bin" "$TOOLS/bin/$name"
 }
@@ -76,15 +102,17 @@ case "${1:-all}" in
   hash-fixtures) set -- cosign25 cosign2 crane ;;
   # What scripts/test.sh's dependency checks need.
   review) set -- cargo-deny cargo-machete ;;
+  # What scripts/gen-notation-fixtures.sh needs.
+  notation) set -- notation crane ;;
 esac
 need_go=0 need_npm=0
 for tool in "$@"; do
   case "$tool" in
     # Go only to build one that is missing (install_go_tool checks again for a new pin).
-    crane | cosign2 | cosign25 | cosign3) [[ -x "$TOOLS/bin/$tool" ]] || need_go=1 ;;
+    crane | cosign2 | cosign25 | cosign3 | notation) [[ -x "$TOOLS/bin/$tool" ]] || need_go=1 ;;
     cargo-cyclonedx | cargo-deny | cargo-machete) ;;
     sigstore-js) need_npm=1 ;;
-    *) echo "usage: install-tools.sh [all|image|hash-fixtures|review|crane|cosign2|cosign25|cosign3|cargo-cyclonedx|cargo-deny|cargo-machete|sigstore-js...]" >&2; exit 2 ;;
+    *) echo "usage: install-tools.sh [all|image|hash-fixtures|review|notation|crane|cosign2|cosign25|cosign3|cargo-cyclonedx|cargo-deny|cargo-machete|sigstore-js...]" >&2; exit 2 ;;
   esac
 done
 # shellcheck source=scripts/lib/needs.sh
@@ -111,6 +139,7 @@ for tool in "$@"; do
     cosign2) install_go_tool cosign2 "$COSIGN_V2_VERSION" github.com/sigstore/cosign/v2/cmd/cosign ;;
     cosign25) install_go_tool cosign25 "$COSIGN_V25_VERSION" github.com/sigstore/cosign/v2/cmd/cosign ;;
     cosign3) install_go_tool cosign3 "$COSIGN_V3_VERSION" github.com/sigstore/cosign/v3/cmd/cosign ;;
+    notation) install_go_module_tool notation "$NOTATION_VERSION" github.com/notaryproject/notation cmd/notation ;;
     cargo-cyclonedx) install_cargo_tool cargo-cyclonedx "$CARGO_CYCLONEDX_VERSION" ;;
     cargo-deny) install_cargo_tool cargo-deny "$CARGO_DENY_VERSION" ;;
     cargo-machete) install_cargo_tool cargo-machete "$CARGO_MACHETE_VERSION" ;;
@@ -121,5 +150,6 @@ for tool in "$@"; do
   case "$tool" in
     crane) "$TOOLS/bin/$tool" version ;;
     cosign*) "$TOOLS/bin/$tool" version 2>/dev/null | grep -E '^GitVersion' || true ;;
+    notation) "$TOOLS/bin/$tool" version 2>/dev/null | grep -E '^Version' || true ;;
   esac
 done

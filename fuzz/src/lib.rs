@@ -117,3 +117,16 @@ pub fn keyless_plan() -> Plan {
     };
     Plan::new(&attestor, PUBLIC_GOOD_TRUSTED_ROOT).expect("keyless plan")
 }
+
+/// What every envelope the Notation parsers accept must hold.
+pub fn notation_invariants(env: &ivory_verify::notation::envelope::SignedEnvelope) {
+    use ivory_verify::notation::envelope::{MAX_CHAIN, SigningScheme};
+    assert!(env.chain.len() <= MAX_CHAIN, "chain longer than the cap");
+    match env.scheme {
+        SigningScheme::X509 => assert!(env.signing_time.is_some(), "notary.x509 without signing time"),
+        SigningScheme::SigningAuthority => assert!(
+            env.authentic_signing_time.is_some(),
+            "signingAuthority without authentic signing time"
+        ),
+    }
+}

@@ -6,7 +6,7 @@
 #   needs_pkgs CMD:PACKAGE...  Debian packages, each named with a command it provides: the missing
 #                              ones are installed with one `apt-get update` and one `apt-get install`
 #                              (as root, or with sudo); otherwise one line names them and the script stops.
-#   needs_tools NAME...        pinned tools in .tools/bin (crane, cosign2, cosign25, cosign3,
+#   needs_tools NAME...        pinned tools in .tools/bin (crane, cosign2, cosign25, cosign3, notation,
 #                              cargo-cyclonedx, cargo-deny, cargo-machete, kustomize, helm;
 #                              sigstore-js in fixtures/gen/js): runs the script that builds them
 #                              (idempotent; see needs_tool_builder).
@@ -70,7 +70,7 @@ needs_pkgs() {
 # declare the tools it builds.
 needs_tool_builder() {
   case "$1" in
-    crane | cosign2 | cosign25 | cosign3 | cargo-cyclonedx | cargo-deny | cargo-machete | sigstore-js) echo install-tools.sh ;;
+    crane | cosign2 | cosign25 | cosign3 | notation | cargo-cyclonedx | cargo-deny | cargo-machete | sigstore-js) echo install-tools.sh ;;
     kustomize | helm) echo install-deploy-tools.sh ;;
     *) return 1 ;;
   esac

@@ -7,7 +7,9 @@
 //!   the API server's choice to call);
 //! * a NamespacedImageValidatingPolicy cannot use a pull Secret of ivory's namespace (confused
 //!   deputy): the Pod is denied naming the Secret it looked for; the Secret of its own namespace
-//!   works.
+//!   works;
+//! * ivory's annotations (`ivory.dev/verify-platforms`, `ivory.dev/notation-trust-policy`) reach
+//!   `ivory serve --kube` through Kyverno's CRD.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -666,6 +668,128 @@ async fn the_verify_platforms_annotation_reaches_ivory_through_the_api_server() 
         let message = body["message"].as_str().unwrap_or_default();
         ensure!(
             status == 403 && message.contains("failed the image Signature verification"),
+            "{status} {body}"
+        );
+        Ok(())
+    })
+    .await;
+    if let Err(e) = denied {
+        bail!("{e}\nivory --kube log:\n{}", ivory.logs());
+    }
+    hooks.remove().await?;
+    Ok(())
+}
+
+/// A policy whose `notary` attestor trusts the Notation fixtures' root, with ivory's Notation
+/// trust policy `trust` (none: Kyverno's strict level).
+fn notation_policy(name: &str, host: &str, value: &str, trust: Option<&str>) -> Result<String> {
+    let root = std::fs::read_to_string(workspace().join("fixtures/notation/pki/root.pem"))?;
+    let annotation = trust
+        .map(|t| format!("  annotations:\n    ivory.dev/notation-trust-policy: '{t}'\n"))
+        .unwrap_or_default();
+    let certs: String = root.lines().map(|l| format!("            {l}\n")).collect();
+    Ok(format!(
+        "apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata:
+  name: {name}
+{annotation}spec:
+  failurePolicy: Fail
+  matchConstraints:
+    namespaceSelector:
+      matchLabels:
+        {SELECT_LABEL}: {value}
+    resourceRules:
+      - apiGroups: [\"\"]
+        apiVersions: [v1]
+        operations: [CREATE]
+        resources: [pods]
+  matchImageReferences:
+    - glob: \"{host}/*\"
+  attestors:
+    - name: notary
+      notary:
+        certs:
+          value: |-
+{certs}  validations:
+    - expression: >-
+        images.containers.map(image, verifyImageSignatures(image, [attestors.notary])).all(e, e > 0)
+      message: failed to verify image with notary cert
+"
+    ))
+}
+
+/// A Kyverno policy with a `notary` attestor goes through Kyverno's CRD, and ivory's Notation
+/// trust policy (an annotation) reaches `ivory serve --kube`: an image signed by the real
+/// notation CLI with a certificate that has since expired is admitted under `permissive` and
+/// denied once the annotation is removed (Kyverno's strict level).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_notation_trust_policy_annotation_reaches_ivory_through_the_api_server() -> Result<()> {
+    let cluster = Cluster::shared().await?;
+    let client = cluster.client().await?;
+    install_crds(&client).await?;
+    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let manifest: Value = serde_json::from_str(&std::fs::read_to_string(
+        workspace().join("fixtures/notation/manifest.json"),
+    )?)?;
+    let row = &manifest["images"]["expired"];
+    let repo = row["repo"].as_str().context("repo")?;
+    registry
+        .push_oci_layout(&workspace().join("fixtures/notation/oci").join(repo), repo)
+        .await?;
+    let image = format!(
+        "{}/{repo}@{}",
+        registry.host(),
+        row["digest"].as_str().context("digest")?
+    );
+    let dir = tempfile::tempdir()?;
+    let (_, _, ca) = tls(dir.path())?;
+    let registry_ca = dir.path().join("registry-ca.pem");
+    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
+    let value = unique_name("notation");
+    let ns = namespace(&client, "e2e-notation", &[(SELECT_LABEL, &value)]).await?;
+    let name = unique_name("e2e-notation");
+    let permissive = notation_policy(
+        &name,
+        registry.host(),
+        &value,
+        Some(r#"{"notary": {"level": "permissive"}}"#),
+    )?;
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies)?;
+    std::fs::write(policies.join("notation.yaml"), &permissive)?;
+    apply_policy(&client, &permissive).await?;
+
+    let kubeconfig = cluster.kubeconfig().as_os_str().to_owned();
+    let envs = [
+        ("KUBECONFIG", kubeconfig.as_os_str()),
+        ("POD_NAMESPACE", OsStr::new(&own_ns)),
+    ];
+    let ivory = serve(dir.path(), &registry_ca, &[OsStr::new("--kube")], &envs).await?;
+    let hooks = register(&client, &policies, &ivory, &ca, &unique_name("notation")).await?;
+    let admitted = eventually(
+        "permissive to admit the expired signer's image",
+        PROPAGATION,
+        || async {
+            let (status, body) = create_pod(&client, &ns, &image, true).await?;
+            ensure!(status == 201, "{status} {body}");
+            Ok(())
+        },
+    )
+    .await;
+    if let Err(e) = admitted {
+        bail!("{e}\nivory --kube log:\n{}", ivory.logs());
+    }
+
+    // Without the annotation: Kyverno's strict level, which the expired certificate fails.
+    let strict = notation_policy(&name, registry.host(), &value, None)?;
+    apply_policy(&client, &strict).await?;
+    let denied = eventually("strict to deny it", PROPAGATION, || async {
+        let (status, body) = create_pod(&client, &ns, &image, true).await?;
+        let message = body["message"].as_str().unwrap_or_default();
+        ensure!(
+            status == 403 && message.contains("failed to verify image with notary cert"),
             "{status} {body}"
         );
         Ok(())

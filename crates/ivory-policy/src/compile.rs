@@ -73,6 +73,14 @@ pub fn compile(doc: &PolicyDocument, origin: Origin) -> Result<CompiledPolicy, V
         // The annotation changes what is verified: the same spec is another policy.
         hash = hex::encode(Sha256::digest(format!("{hash}/{verify_platforms:?}")));
     }
+    if let Some(trust) = doc
+        .metadata
+        .annotations
+        .get(crate::notation::NOTATION_TRUST_POLICY_ANNOTATION)
+    {
+        // So does the Notation trust policy.
+        hash = hex::encode(Sha256::digest(format!("{hash}/notation/{trust}")));
+    }
     let head = Head {
         kind,
         name: doc.metadata.name.clone(),
@@ -83,12 +91,16 @@ pub fn compile(doc: &PolicyDocument, origin: Origin) -> Result<CompiledPolicy, V
         namespace_may_skip_pinning,
         verify_platforms,
     };
-    let mut parent = compile_spec(&head, Arc::new(doc.spec.clone()), None, &mut errs);
+    let mut spec = doc.spec.clone();
+    crate::notation::apply(&doc.metadata.annotations, &mut spec, &mut errs);
+    let mut parent = compile_spec(&head, Arc::new(spec), None, &mut errs);
     if !errs.is_empty() {
         return Err(errs.into_policy_errors(&loc));
     }
-    for (config, spec) in autogen::variants(&doc.spec) {
+    for (config, mut spec) in autogen::variants(&doc.spec) {
         let mut variant_errs = Errors::default();
+        // Its problems were reported for the policy itself.
+        crate::notation::apply(&doc.metadata.annotations, &mut spec, &mut Errors::default());
         let variant = compile_spec(&head, Arc::new(spec), Some(config), &mut variant_errs);
         parent.autogen.push(variant);
         errs.extend(variant_errs.with_field_suffix(&format!(" (autogen {config})")));

@@ -16,6 +16,7 @@ pub mod exception;
 mod glob;
 pub mod legacy;
 mod load;
+pub mod notation;
 pub mod pem;
 mod refs;
 pub mod types;

@@ -551,7 +551,7 @@ pub struct TufRoot {
     pub path: Option<String>,
 }
 
-/// `spec.attestors[].notary`: a Notary v2 signer (parsed and validated; verification is reported as unsupported).
+/// `spec.attestors[].notary`: a Notary Project (Notation) signer.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Notary {
@@ -561,6 +561,17 @@ pub struct Notary {
     /// Timestamp-authority certificates (PEM) for Notary signatures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tsa_certs: Option<StringSource>,
+    /// ivory's trust-policy extension for this attestor, from the policy's
+    /// `ivory.dev/notation-trust-policy` annotation ([`crate::notation`]). Never read from the
+    /// spec (Kyverno's CRD has no such field; written there it is an unknown field); serialized
+    /// so that it is part of the attestor's identity in verification cache keys.
+    #[serde(
+        default,
+        skip_deserializing,
+        skip_serializing_if = "Option::is_none",
+        rename = "ivory.dev/notationTrustPolicy"
+    )]
+    pub trust_policy: Option<crate::notation::NotationTrustPolicy>,
 }
 
 /// `spec.attestations[]`: an attestation validations may verify, a name and exactly one of

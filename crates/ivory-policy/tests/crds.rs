@@ -323,7 +323,11 @@ fn full_spec() -> PolicySpec {
     let notary_attestor = |name: &str, certs, tsa_certs| Attestor {
         name: name.to_owned(),
         cosign: None,
-        notary: Some(Notary { certs, tsa_certs }),
+        notary: Some(Notary {
+            certs,
+            tsa_certs,
+            trust_policy: None,
+        }),
     };
     PolicySpec {
         match_constraints: Some(MatchResources {

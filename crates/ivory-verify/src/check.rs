@@ -54,6 +54,11 @@ pub fn evaluate(
     envelopes: &[Envelope],
     predicate_type: Option<&str>,
 ) -> Result<Accepted, Rejection> {
+    if matches!(plan.authority, Authority::Notary(_)) {
+        return Err(Rejection::Attestor(
+            "a notary attestor verifies Notation signatures, not cosign ones".into(),
+        ));
+    }
     match predicate_type {
         None => evaluate_signatures(plan, digest, envelopes),
         Some(t) => evaluate_attestations(plan, digest, envelopes, t),
@@ -296,6 +301,9 @@ fn verify_with_sigstore(
             signer::of_certificate(&info, log_index)
         }
         Authority::Key(key) | Authority::Certificate(key) => signer::of_key(key, log_index),
+        Authority::Notary(_) => {
+            return Err(Rejection::Attestor("not a cosign attestor".into()));
+        }
     };
     let content = match &bundle.content {
         SignatureContent::DsseEnvelope(d) => {
@@ -396,6 +404,9 @@ fn run_once<'a>(
             let policy = PublicKeyVerificationPolicy::new(key.der.clone());
             verifier.verify(artifact, bundle, &policy).map(|_| None)
         }
+        Authority::Notary(_) => Err(sigstore_verify::Error::SignatureInvalid(
+            "not a cosign attestor".into(),
+        )),
         Authority::Keyless(_) => {
             let mut policy = VerificationPolicy::any_identity();
             if plan.ignore_sct {

@@ -148,6 +148,7 @@ pub(crate) fn signer(
             }
             Ok((key.clone(), crate::signer::of_key(key, log_index)))
         }
+        Authority::Notary(_) => Err(Rejection::Attestor("not a cosign attestor".into())),
     }
 }
 

@@ -13,6 +13,8 @@
 //!   trust root ([`trust`]: the embedded public-good `trusted_root.json`, `trustedRoot`,
 //!   `keyless.roots` and `ctlog` keys).
 //! * [`envelope`]: signature material as registries store it.
+//! * [`notation`]: Notary Project signatures (JWS and COSE envelopes, X.509 chains to the
+//!   attestor's trust stores, RFC 3161 timestamps, the trust policy's levels).
 //! * `verifier`: discovery (`.sig`/`.att` tag ∥ referrers, blobs in parallel), caches
 //!   (tag → digest; verdicts by digest + attestor hash + attestation, short-lived when
 //!   negative, never for errors; concurrent identical misses coalesced, each caller bounded
@@ -31,6 +33,7 @@ mod classify;
 pub mod envelope;
 mod keys;
 mod legacy_tlog;
+pub mod notation;
 pub mod plan;
 mod rejection;
 mod signer;
@@ -39,7 +42,7 @@ mod verifier;
 
 pub use check::{Accepted, NO_ATTESTATIONS, NO_SIGNATURES, TLOG_FAILED, evaluate};
 pub use envelope::{Envelope, Legacy};
-pub use plan::{KMS_UNSUPPORTED, NOTARY_UNSUPPORTED, Plan, TUF_UNSUPPORTED};
+pub use plan::{KMS_UNSUPPORTED, Plan, TUF_UNSUPPORTED};
 pub use rejection::Rejection;
 pub use trust::PUBLIC_GOOD_TRUSTED_ROOT;
 pub use verifier::{

@@ -16,8 +16,6 @@ use crate::keys::{PublicKey, certificate_key, parse_certificates, parse_public_k
 use crate::rejection::Rejection;
 use crate::trust::verifier_for;
 
-/// Why an attestor cannot verify anything, whatever the image.
-pub const NOTARY_UNSUPPORTED: &str = "notary attestors are not supported by ivory";
 /// `key.kms` without `key.data`.
 pub const KMS_UNSUPPORTED: &str = "KMS keys are not supported by ivory";
 /// `tuf.mirror`/`tuf.root` without `trustedRoot`: falling back to the embedded public-good root
@@ -33,6 +31,8 @@ pub(crate) enum Authority {
     Certificate(PublicKey),
     /// `keyless.identities` (any rule may match) and `keyless.additionalExtensions`.
     Keyless(KeylessRules),
+    /// A `notary` attestor: Notation signatures, never cosign ones.
+    Notary(Box<crate::notation::NotaryPlan>),
 }
 
 /// What a keyless signing certificate must show.
@@ -239,11 +239,13 @@ impl Plan {
     /// Builds the plan for `attestor`; `Err` is the NotVerified reason.
     pub fn new(attestor: &Attestor, default_root: &str) -> Result<Self, Rejection> {
         let Some(cosign) = &attestor.cosign else {
-            return Err(Rejection::Attestor(if attestor.notary.is_some() {
-                NOTARY_UNSUPPORTED.to_owned()
-            } else {
-                format!("attestor {} has neither cosign nor notary", attestor.name)
-            }));
+            return match &attestor.notary {
+                Some(notary) => Ok(Self::notary(crate::notation::NotaryPlan::new(notary)?)),
+                None => Err(Rejection::Attestor(format!(
+                    "attestor {} has neither cosign nor notary",
+                    attestor.name
+                ))),
+            };
         };
         let ctlog = cosign.ctlog.clone().unwrap_or_default();
         let ignore_tlog = ctlog.insecure_ignore_tlog.unwrap_or(false);
@@ -268,6 +270,21 @@ impl Plan {
             ignore_sct,
             annotations: cosign.annotations.clone(),
         })
+    }
+}
+
+impl Plan {
+    /// A notary attestor's plan: no Sigstore trust at all.
+    fn notary(plan: crate::notation::NotaryPlan) -> Self {
+        Self {
+            authority: Authority::Notary(Box::new(plan)),
+            verifier: None,
+            ca_certs: Vec::new(),
+            trusted_root: None,
+            ignore_tlog: true,
+            ignore_sct: true,
+            annotations: BTreeMap::new(),
+        }
     }
 }
 
@@ -352,7 +369,7 @@ mod tests {
             Plan::new(&notary, PUBLIC_GOOD_TRUSTED_ROOT)
                 .unwrap_err()
                 .to_string(),
-            NOTARY_UNSUPPORTED
+            "notary.certs holds no certificate"
         );
         let kms = cosign(Cosign {
             key: Some(CosignKey {

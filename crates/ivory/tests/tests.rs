@@ -15,6 +15,7 @@
 //! * `serve_cel_cost`: `ivory serve` against costly CEL (load-time refusal, run-time limit).
 //! * `fleet`: `ivory serve` replicas sharing a real redis-server (`--cache-redis`).
 //! * `memory`: peak RSS of `ivory serve` against hostile registries and a hostile Redis.
+//! * `notation`: Notation signatures (notation CLI fixtures) through `serve`, `verify`, `audit`.
 //! * `webhooks`: `ivory webhooks` output.
 //! * `dogfood`: ivory's own image (scripts/image.sh), signed and attested, judged by ivory.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
@@ -46,6 +47,7 @@ mod demo;
 mod dogfood;
 mod fleet;
 mod memory;
+mod notation;
 mod serve;
 mod serve_bypass;
 mod serve_cel_cost;

@@ -144,10 +144,11 @@ impl FakeVerifier {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.requests.lock().unwrap().push(request.clone());
         self.behave(&request.image, "fetching the manifest").await?;
+        // The fake holds no Notation signatures (ivory-verify's tests verify real ones).
         if request.attestor.notary.is_some() {
             return Ok(Verification::NotVerified {
                 digest: None,
-                reason: "notary attestors are not supported".into(),
+                reason: "the fake verifier holds no Notation signatures".into(),
             });
         }
         let attestation = request.attestation.as_ref().map(|a| a.name.clone());

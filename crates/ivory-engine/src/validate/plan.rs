@@ -432,12 +432,19 @@ fn evaluate_attestors(
                 }
             })?;
         }
-        let attestor: Attestor = serde_json::from_value(json.clone()).map_err(|source| {
+        let mut attestor: Attestor = serde_json::from_value(json.clone()).map_err(|source| {
             PrepareError::AttestorDecode {
                 attestor: name.clone(),
                 source,
             }
         })?;
+        // The Notation trust policy comes from an annotation, never from the attestor's JSON
+        // (which does not deserialize it): carried over as compiled.
+        if let (Some(notary), Some(compiled)) =
+            (attestor.notary.as_mut(), compiled.attestor.notary.as_ref())
+        {
+            notary.trust_policy = compiled.trust_policy.clone();
+        }
         out.push((attestor, json));
     }
     Ok(out)

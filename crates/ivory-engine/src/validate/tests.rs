@@ -1086,7 +1086,8 @@ fn json_payload(payload: Value) -> AdmissionRequest {
 #[tokio::test]
 async fn example_f_json_mode_with_custom_extractor() {
     let payload = json!({"foo": {"bar": SIGNED}});
-    // ivory does not verify notary signatures: the verifier answers NotVerified.
+    // The fake verifier holds no Notation signatures: it answers NotVerified (ivory-verify's
+    // `notation` tests verify real ones).
     let notary = load(EXAMPLE_F);
     let verifier = FakeVerifier::new().sign(SIGNED, "notary");
     let d = run(&verifier, &[&notary], &json_payload(payload.clone())).await;

@@ -639,3 +639,85 @@ fn the_verify_platforms_annotation_is_compiled_or_refused_never_ignored() {
         )]
     );
 }
+
+#[test]
+fn the_notation_trust_policy_annotation_reaches_notary_attestors_or_refuses_the_policy() {
+    use crate::notation::{Level, NOTATION_TRUST_POLICY_ANNOTATION};
+    const ROOT: &str = include_str!("../../../../fixtures/notation/pki/root.pem");
+    let with = |value: &str| {
+        let mut doc = base();
+        patch(
+            &mut doc,
+            "/spec/attestors/1",
+            Some(json!({"name": "notary", "notary": {"certs": {"value": ROOT}}})),
+        );
+        patch(
+            &mut doc,
+            "/metadata/annotations",
+            Some(json!({ NOTATION_TRUST_POLICY_ANNOTATION: value })),
+        );
+        doc
+    };
+    let report = load(&with(
+        r#"{"notary": {"level": "audit", "trustedIdentities": ["*"]}}"#,
+    ));
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let policy = &report.policies[0];
+    let trust = |p: &crate::CompiledPolicy| {
+        p.attestors
+            .iter()
+            .find(|a| a.attestor.name == "notary")
+            .and_then(|a| a.attestor.notary.as_ref())
+            .and_then(|n| n.trust_policy.clone())
+    };
+    assert_eq!(trust(policy).unwrap().level, Some(Level::Audit));
+    // Autogen variants verify with the same trust policy.
+    assert!(!policy.autogen.is_empty());
+    assert!(policy.autogen.iter().all(|v| trust(v) == trust(policy)));
+    // Another trust policy is another policy.
+    assert_ne!(
+        hash_of(&with(r#"{"notary": {"level": "audit"}}"#)),
+        hash_of(&with(r#"{"notary": {"level": "permissive"}}"#))
+    );
+    let field = format!("metadata.annotations[{NOTATION_TRUST_POLICY_ANNOTATION}]");
+    for (value, want) in [
+        (
+            r#"{"cosign": {"level": "audit"}}"#,
+            format!(
+                "{field}.cosign: Invalid value: spec.attestors has no notary attestor named \"cosign\""
+            ),
+        ),
+        (
+            r#"{"notary": {"override": {"revocation": "enforce"}}}"#,
+            format!(
+                "{field}.notary.override.revocation: Invalid value: only \"skip\" is supported: ivory fetches no OCSP response or CRL while admitting, and does not keep revocation data"
+            ),
+        ),
+        (
+            r#"{"notary": {"levle": "audit"}}"#,
+            format!(
+                "{field}: Invalid value: not a JSON object of attestor name to Notation trust policy: unknown field `levle`"
+            ),
+        ),
+    ] {
+        let report = load(&with(value));
+        let errors: Vec<String> = report.errors.iter().map(|e| e.to_string()).collect();
+        assert!(
+            errors.iter().any(|e| e.contains(&want)),
+            "{value}: {errors:?}"
+        );
+    }
+    // Written in the spec, it is an unknown field, never a silent trust policy.
+    let mut doc = with("{}");
+    doc["spec"]["attestors"][1]["notary"]["ivory.dev/notationTrustPolicy"] =
+        json!({"level": "audit"});
+    let report = load(&doc);
+    assert!(
+        report
+            .errors
+            .iter()
+            .any(|e| e.to_string().contains("notationTrustPolicy")),
+        "{:?}",
+        report.errors
+    );
+}

@@ -340,6 +340,7 @@ fn notary_entry(entry: &model::Attestor, at: &str) -> Result<Attestor, String> {
                 expression: None,
             }),
             tsa_certs: None,
+            trust_policy: None,
         }),
     })
 }

@@ -318,7 +318,7 @@ fn convert_entry(
             false
         }
         "Notary" => {
-            differences.push(format!("{field}.type Notary: ivory does not verify Notary signatures yet; the converted policy fails closed on every image it selects"));
+            differences.push(format!("{field}.type Notary: verified as Notation signatures at the strict level, except revocation, which ivory never checks (docs/kyverno-semantics.md §16)"));
             true
         }
         other => return Err(format!("{field}.type: Unsupported value: {other:?}")),

@@ -21,6 +21,7 @@
 
 mod cache;
 mod image_data;
+mod notation;
 mod platforms;
 mod shared;
 mod sources;
@@ -42,7 +43,7 @@ use tokio::time::Instant;
 
 use crate::check::{Accepted, evaluate};
 use crate::classify::{deadline_error, unavailable};
-use crate::plan::Plan;
+use crate::plan::{Authority, Plan};
 use crate::rejection::Rejection;
 use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
 
@@ -288,21 +289,19 @@ impl CosignVerifier {
         // Verdicts that do not depend on the image (unsupported or malformed attestor, notary,
         // KMS, referrer attestations) need no registry round trip.
         let (plan, hash) = self.plan(&request.attestor);
-        let early = match (
-            plan.as_ref(),
-            attestation_type(request.attestation.as_ref()).as_ref(),
-        ) {
-            (Err(reason), _) => Some(reason.to_string()),
-            (Ok(_), Err(reason)) => Some(reason.to_string()),
-            _ => None,
+        let wanted = match plan.as_ref() {
+            Err(reason) => Err(reason.to_string()),
+            Ok(p) => attestation_key(p, request.attestation.as_ref()).map_err(|e| e.to_string()),
         };
-        if let Some(reason) = early {
-            let digest = parse_reference(&request.image)
-                .ok()
-                .and_then(|r| r.digest().map(str::to_owned));
-            return Ok(Verification::NotVerified { digest, reason });
-        }
-        let predicate = attestation_type(request.attestation.as_ref()).unwrap_or_default();
+        let predicate = match wanted {
+            Ok(predicate) => predicate,
+            Err(reason) => {
+                let digest = parse_reference(&request.image)
+                    .ok()
+                    .and_then(|r| r.digest().map(str::to_owned));
+                return Ok(Verification::NotVerified { digest, reason });
+            }
+        };
         let creds = (self.inner.credentials)(request.credentials.as_ref());
         let reference = self.reference(&request.image)?;
         let digest = self
@@ -412,6 +411,20 @@ impl CosignVerifier {
             message: reason.to_string(),
         })?;
         let shared = Instant::now() + SHARED_LOAD_CAP;
+        if let Authority::Notary(notary) = &plan.authority {
+            let referrer = predicate
+                .as_deref()
+                .and_then(|p| p.strip_prefix(REFERRER_KEY));
+            let reading = notation::Reading {
+                image,
+                repo: &at.repo,
+                creds,
+                deadline: shared,
+            };
+            return self
+                .load_notation_verdict(&reading, &at.digest, notary, referrer)
+                .await;
+        }
         let hint_key = (at.repo_key(), at.family);
         let first = self.source_hint(&hint_key).await;
         let mut fetched = self.fetch(image, at, first, creds, shared).await;
@@ -486,13 +499,38 @@ impl CosignVerifier {
 /// How long a source hint lives in the L2 (the in-process one is kept while used).
 const HINT_TTL: Duration = Duration::from_secs(3600);
 
-/// An attestation a cosign attestor cannot verify: the reason of a "not verified" verdict.
+/// An attestation an attestor cannot verify: the reason of a "not verified" verdict.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 enum UnverifiableAttestation {
     #[error("cosign verifier only supports intoto attestations, {0} is a referrer attestation")]
     Referrer(String),
+    #[error("notary verifier only supports oci 1.1 referrers as attestations")]
+    Intoto,
     #[error("attestation {0} has neither intoto nor referrer")]
     Untyped(String),
+}
+
+/// How a referrer attestation of a notary attestor is named in verdict keys (an in-toto
+/// predicate type is a URI, so the two cannot meet).
+const REFERRER_KEY: &str = "referrer:";
+
+/// The attestation part of a verdict's key: the in-toto predicate type (cosign) or
+/// [`REFERRER_KEY`] + the referrer's artifactType (notary).
+fn attestation_key(
+    plan: &Plan,
+    a: Option<&Attestation>,
+) -> Result<Option<String>, UnverifiableAttestation> {
+    if !matches!(plan.authority, Authority::Notary(_)) {
+        return attestation_type(a);
+    }
+    match a {
+        None => Ok(None),
+        Some(a) => match (&a.referrer, &a.intoto) {
+            (Some(t), _) => Ok(Some(format!("{REFERRER_KEY}{}", t.type_))),
+            (None, Some(_)) => Err(UnverifiableAttestation::Intoto),
+            (None, None) => Err(UnverifiableAttestation::Untyped(a.name.clone())),
+        },
+    }
 }
 
 /// The in-toto predicate type of the requested attestation; `referrer` attestations are

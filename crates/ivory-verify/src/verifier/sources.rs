@@ -215,7 +215,7 @@ fn collect(
 }
 
 /// A missing tag or referrers list means "none", not an error.
-fn absent_is_empty<T>(r: Result<T, RegistryError>) -> Result<Option<T>, RegistryError> {
+pub(super) fn absent_is_empty<T>(r: Result<T, RegistryError>) -> Result<Option<T>, RegistryError> {
     match r {
         Ok(v) => Ok(Some(v)),
         Err(RegistryError::NotFound { .. }) => Ok(None),

@@ -157,21 +157,6 @@ pub(super) fn load(case: &TestCase, notes: &mut Vec<String>) -> anyhow::Result<L
         .collect();
     let legacy = legacy::convert(legacy_files)?;
     policies.extend(legacy.policies.iter().cloned());
-    for p in &policies {
-        let notary: Vec<&str> = p
-            .attestors
-            .iter()
-            .filter(|a| a.attestor.notary.is_some())
-            .map(|a| a.attestor.name.as_str())
-            .collect();
-        if !notary.is_empty() {
-            notes.push(format!(
-                "{where_}: policy {:?}: notary attestors ({}) are not verified by ivory: no image verifies through them",
-                p.name,
-                notary.join(", ")
-            ));
-        }
-    }
     let exceptions = load_exceptions(case)?;
     let mut namespaces = BTreeMap::new();
     let mut cluster_objects = Vec::new();

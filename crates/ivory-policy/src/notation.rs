@@ -1,0 +1,318 @@
+//! ivory's Notation trust-policy extension: the parts of the Notary Project trust policy that
+//! Kyverno's `notary` attestor has no field for (verification level, per-check overrides,
+//! `trustedIdentities`, which trust store the attestor's `certs` are). They are given in the
+//! policy annotation [`NOTATION_TRUST_POLICY_ANNOTATION`] (the API server prunes fields Kyverno's
+//! CRD does not declare from `spec`, never annotations), a JSON object from attestor name to
+//! [`NotationTrustPolicy`]:
+//!
+//! ```yaml
+//! metadata:
+//!   annotations:
+//!     ivory.dev/notation-trust-policy: |
+//!       {"notary": {"level": "permissive",
+//!                   "override": {"expiry": "enforce"},
+//!                   "trustedIdentities": ["x509.subject: C=US, O=Acme, CN=release"]}}
+//! ```
+//!
+//! Everything is checked at load: an unknown attestor, a cosign attestor, an unknown key or
+//! value, the `skip` level, an override of `integrity`, and any `revocation` other than `skip`
+//! (ivory never fetches OCSP or CRLs while admitting) keep the policy from loading.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Errors;
+use crate::types::PolicySpec;
+
+/// The policy annotation carrying [`NotationTrustPolicy`]s by attestor name.
+pub const NOTATION_TRUST_POLICY_ANNOTATION: &str = "ivory.dev/notation-trust-policy";
+
+/// The Notary Project trust-policy knobs for one `notary` attestor.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NotationTrustPolicy {
+    /// `signatureVerification.level`; `strict` (Kyverno's) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<Level>,
+    /// `signatureVerification.override`: a check's action instead of the level's.
+    #[serde(
+        default,
+        rename = "override",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub overrides: BTreeMap<Check, Action>,
+    /// `trustedIdentities`: `*` or `x509.subject: <DN>` entries; the signing certificate's
+    /// subject must hold every attribute of one of them. Absent or empty: any identity
+    /// (Kyverno's `["*"]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trusted_identities: Vec<String>,
+    /// Which trust store the attestor's `certs` are: `ca` (Kyverno's) for `notary.x509`
+    /// signatures, or `signingAuthority` for `notary.x509.signingAuthority` ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certs_trust_store: Option<TrustStore>,
+}
+
+/// A verification level of the Notary Project trust policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Level {
+    /// Every check enforced.
+    #[default]
+    Strict,
+    /// Authentic timestamp, expiry and revocation only logged.
+    Permissive,
+    /// Only integrity enforced; authenticity too is only logged.
+    Audit,
+    /// No verification: refused at load (leave the attestor out instead).
+    Skip,
+}
+
+/// A validation of the Notary Project trust policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Check {
+    /// The signature verifies and covers the image (never overridable).
+    Integrity,
+    /// The certificate chain leads to the trust store and a trusted identity.
+    Authenticity,
+    /// The certificates were valid at a trusted time (timestamp, signing authority, or now).
+    AuthenticTimestamp,
+    /// The signature's own expiry has not passed.
+    Expiry,
+    /// The certificates are not revoked (ivory does not check it: only `skip` loads).
+    Revocation,
+}
+
+/// What a failed check does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Action {
+    /// Fails the verification.
+    Enforce,
+    /// Logged (a warning), the verification goes on.
+    Log,
+    /// Not performed.
+    Skip,
+}
+
+/// What the attestor's `certs` are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TrustStore {
+    /// Certificate authorities of `notary.x509` signatures.
+    Ca,
+    /// Signing authorities of `notary.x509.signingAuthority` signatures.
+    SigningAuthority,
+}
+
+impl Level {
+    /// The action of `check` at this level (the specification's table).
+    pub fn action(self, check: Check) -> Action {
+        match (self, check) {
+            (Self::Skip, _) => Action::Skip,
+            (_, Check::Integrity) | (Self::Strict, _) => Action::Enforce,
+            (Self::Permissive, Check::Authenticity) => Action::Enforce,
+            (Self::Audit | Self::Permissive, _) => Action::Log,
+        }
+    }
+}
+
+impl NotationTrustPolicy {
+    /// The action for `check`: the override, else the level's.
+    pub fn action(&self, check: Check) -> Action {
+        self.overrides
+            .get(&check)
+            .copied()
+            .unwrap_or_else(|| self.level.unwrap_or_default().action(check))
+    }
+
+    /// Problems that keep the policy from loading, with the key they are about.
+    fn problems(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if self.level == Some(Level::Skip) {
+            out.push((
+                "level".into(),
+                "\"skip\" would admit any image: leave the attestor out instead".into(),
+            ));
+        }
+        if self.overrides.contains_key(&Check::Integrity) {
+            out.push((
+                "override.integrity".into(),
+                "integrity is always enforced".into(),
+            ));
+        }
+        match self.overrides.get(&Check::Revocation) {
+            None | Some(Action::Skip) => {}
+            Some(_) => out.push((
+                "override.revocation".into(),
+                "only \"skip\" is supported: ivory fetches no OCSP response or CRL while admitting, and does not keep revocation data".into(),
+            )),
+        }
+        for (i, identity) in self.trusted_identities.iter().enumerate() {
+            if let Err(e) = TrustedIdentity::parse(identity) {
+                out.push((format!("trustedIdentities[{i}]"), e));
+            }
+        }
+        out
+    }
+}
+
+/// One `trustedIdentities` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TrustedIdentity {
+    /// `*`: any signing certificate.
+    Any,
+    /// `x509.subject: <DN>`: attributes (short names such as `C`, `O`, `CN`) the signing
+    /// certificate's subject must hold with these values.
+    Subject(BTreeMap<String, String>),
+}
+
+impl TrustedIdentity {
+    /// Parses `*` or `x509.subject: C=US, O=Acme, CN=release` (no escaped commas or
+    /// multi-valued attributes; an attribute named twice is refused).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text.trim() == "*" {
+            return Ok(Self::Any);
+        }
+        let Some(dn) = text.trim().strip_prefix("x509.subject:") else {
+            return Err(format!(
+                "{text:?}: expected \"*\" or \"x509.subject: <distinguished name>\""
+            ));
+        };
+        parse_dn(dn).map(Self::Subject)
+    }
+}
+
+/// `C=US, O=Acme, CN=release` as attribute → value.
+pub fn parse_dn(dn: &str) -> Result<BTreeMap<String, String>, String> {
+    if dn.contains('\\') || dn.contains('+') {
+        return Err(format!(
+            "{dn:?}: escaped characters and multi-valued attributes are not supported"
+        ));
+    }
+    let mut out = BTreeMap::new();
+    for part in dn.split(',') {
+        let Some((k, v)) = part.split_once('=') else {
+            return Err(format!("{dn:?}: {part:?} is not attribute=value"));
+        };
+        let (k, v) = (k.trim().to_ascii_uppercase(), v.trim());
+        if k.is_empty() || v.is_empty() {
+            return Err(format!("{dn:?}: {part:?} is not attribute=value"));
+        }
+        if out.insert(k.clone(), v.to_owned()).is_some() {
+            return Err(format!("{dn:?}: {k} is given twice"));
+        }
+    }
+    if out.is_empty() {
+        return Err("empty distinguished name".into());
+    }
+    Ok(out)
+}
+
+/// Reads [`NOTATION_TRUST_POLICY_ANNOTATION`] and writes each entry into its `notary`
+/// attestor of `spec`. Every problem is an error at the annotation's field.
+pub(crate) fn apply(
+    annotations: &BTreeMap<String, String>,
+    spec: &mut PolicySpec,
+    errs: &mut Errors,
+) {
+    let Some(text) = annotations.get(NOTATION_TRUST_POLICY_ANNOTATION) else {
+        return;
+    };
+    let field = format!("metadata.annotations[{NOTATION_TRUST_POLICY_ANNOTATION}]");
+    let policies: BTreeMap<String, NotationTrustPolicy> = match serde_json::from_str(text) {
+        Ok(p) => p,
+        Err(e) => {
+            errs.invalid(
+                field,
+                format!("not a JSON object of attestor name to Notation trust policy: {e}"),
+            );
+            return;
+        }
+    };
+    for (name, policy) in policies {
+        let at = format!("{field}.{name}");
+        for (key, problem) in policy.problems() {
+            errs.invalid(format!("{at}.{key}"), problem);
+        }
+        let attestor = spec.attestors.iter_mut().flatten().find(|a| a.name == name);
+        match attestor.and_then(|a| a.notary.as_mut()) {
+            Some(notary) => notary.trust_policy = Some(policy),
+            None => errs.invalid(
+                at,
+                format!("spec.attestors has no notary attestor named {name:?}"),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_follow_the_specification_table() {
+        use Action::*;
+        use Check::*;
+        let row = |l: Level| {
+            [
+                Integrity,
+                Authenticity,
+                AuthenticTimestamp,
+                Expiry,
+                Revocation,
+            ]
+            .map(|c| l.action(c))
+        };
+        assert_eq!(row(Level::Strict), [Enforce; 5]);
+        assert_eq!(row(Level::Permissive), [Enforce, Enforce, Log, Log, Log]);
+        assert_eq!(row(Level::Audit), [Enforce, Log, Log, Log, Log]);
+        let p = NotationTrustPolicy {
+            level: Some(Level::Permissive),
+            overrides: [(Expiry, Enforce)].into(),
+            ..Default::default()
+        };
+        assert_eq!(p.action(Expiry), Enforce);
+        assert_eq!(p.action(AuthenticTimestamp), Log);
+    }
+
+    #[test]
+    fn identities_parse_and_bad_ones_are_named() {
+        assert_eq!(TrustedIdentity::parse("*"), Ok(TrustedIdentity::Any));
+        let TrustedIdentity::Subject(dn) =
+            TrustedIdentity::parse("x509.subject: C=US, O=ivory tests, CN=x").unwrap()
+        else {
+            panic!("subject expected");
+        };
+        assert_eq!(dn.get("O").map(String::as_str), Some("ivory tests"));
+        for bad in [
+            "CN=x",
+            "x509.subject: CN",
+            "x509.subject: C=US, C=DE",
+            "x509.subject: CN=a\\,b",
+        ] {
+            assert!(TrustedIdentity::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn refused_settings_are_named() {
+        let p: NotationTrustPolicy = serde_json::from_str(
+            r#"{"level":"skip","override":{"integrity":"log","revocation":"enforce"},"trustedIdentities":["nope"]}"#,
+        )
+        .unwrap();
+        let keys: Vec<String> = p.problems().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            [
+                "level",
+                "override.integrity",
+                "override.revocation",
+                "trustedIdentities[0]"
+            ]
+        );
+        assert!(serde_json::from_str::<NotationTrustPolicy>(r#"{"levle":"strict"}"#).is_err());
+        assert!(serde_json::from_str::<NotationTrustPolicy>(r#"{"level":"lax"}"#).is_err());
+    }
+}
