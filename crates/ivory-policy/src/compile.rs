@@ -21,6 +21,8 @@ use crate::types::{
 use crate::validate;
 use crate::{autogen, ephemeral};
 
+mod notation_trust;
+
 /// Variables bound in `matchConditions`.
 const MATCH_CONDITION_VARS: [&str; 4] = ["object", "oldObject", "request", "namespaceObject"];
 /// Variables bound everywhere else in `evaluation.mode: Kubernetes`.
@@ -92,7 +94,7 @@ pub fn compile(doc: &PolicyDocument, origin: Origin) -> Result<CompiledPolicy, V
         verify_platforms,
     };
     let mut spec = doc.spec.clone();
-    crate::notation::apply(&doc.metadata.annotations, &mut spec, &mut errs);
+    notation_trust::apply(&doc.metadata.annotations, &mut spec, &mut errs);
     let mut parent = compile_spec(&head, Arc::new(spec), None, &mut errs);
     if !errs.is_empty() {
         return Err(errs.into_policy_errors(&loc));
@@ -100,7 +102,7 @@ pub fn compile(doc: &PolicyDocument, origin: Origin) -> Result<CompiledPolicy, V
     for (config, mut spec) in autogen::variants(&doc.spec) {
         let mut variant_errs = Errors::default();
         // Its problems were reported for the policy itself.
-        crate::notation::apply(&doc.metadata.annotations, &mut spec, &mut Errors::default());
+        notation_trust::apply(&doc.metadata.annotations, &mut spec, &mut Errors::default());
         let variant = compile_spec(&head, Arc::new(spec), Some(config), &mut variant_errs);
         parent.autogen.push(variant);
         errs.extend(variant_errs.with_field_suffix(&format!(" (autogen {config})")));

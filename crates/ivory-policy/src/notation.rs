@@ -22,9 +22,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::Errors;
-use crate::types::PolicySpec;
-
 /// The policy annotation carrying [`NotationTrustPolicy`]s by attestor name.
 pub const NOTATION_TRUST_POLICY_ANNOTATION: &str = "ivory.dev/notation-trust-policy";
 
@@ -128,7 +125,7 @@ impl NotationTrustPolicy {
     }
 
     /// Problems that keep the policy from loading, with the key they are about.
-    fn problems(&self) -> Vec<(String, String)> {
+    pub(crate) fn problems(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         if self.level == Some(Level::Skip) {
             out.push((
@@ -208,43 +205,6 @@ pub fn parse_dn(dn: &str) -> Result<BTreeMap<String, String>, String> {
         return Err("empty distinguished name".into());
     }
     Ok(out)
-}
-
-/// Reads [`NOTATION_TRUST_POLICY_ANNOTATION`] and writes each entry into its `notary`
-/// attestor of `spec`. Every problem is an error at the annotation's field.
-pub(crate) fn apply(
-    annotations: &BTreeMap<String, String>,
-    spec: &mut PolicySpec,
-    errs: &mut Errors,
-) {
-    let Some(text) = annotations.get(NOTATION_TRUST_POLICY_ANNOTATION) else {
-        return;
-    };
-    let field = format!("metadata.annotations[{NOTATION_TRUST_POLICY_ANNOTATION}]");
-    let policies: BTreeMap<String, NotationTrustPolicy> = match serde_json::from_str(text) {
-        Ok(p) => p,
-        Err(e) => {
-            errs.invalid(
-                field,
-                format!("not a JSON object of attestor name to Notation trust policy: {e}"),
-            );
-            return;
-        }
-    };
-    for (name, policy) in policies {
-        let at = format!("{field}.{name}");
-        for (key, problem) in policy.problems() {
-            errs.invalid(format!("{at}.{key}"), problem);
-        }
-        let attestor = spec.attestors.iter_mut().flatten().find(|a| a.name == name);
-        match attestor.and_then(|a| a.notary.as_mut()) {
-            Some(notary) => notary.trust_policy = Some(policy),
-            None => errs.invalid(
-                at,
-                format!("spec.attestors has no notary attestor named {name:?}"),
-            ),
-        }
-    }
 }
 
 #[cfg(test)]
