@@ -12,7 +12,7 @@ pub(crate) const DOCKER_CONFIG_TYPE: &str = "kubernetes.io/dockerconfigjson";
 /// Key of the docker config in such a Secret.
 pub(crate) const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
 /// Where `namespaceObject` comes from (the Namespace reflector with `--kube`). Without one, or
-/// when it cannot tell, the server synthesizes the object with [`namespace_object`] and leaves
+/// when it cannot tell, the server synthesizes the object with [`namespace_object`](crate::namespace_object) and leaves
 /// namespaceSelectors to the API server (see `AdmissionRequest::namespace_labels_unknown`).
 pub trait NamespaceSource: Send + Sync {
     /// The Namespace object named `name` as the API server has it, found by `deadline`, or

@@ -1,6 +1,6 @@
-//! Notary Project (Notation) signatures: a `notary` attestor turned into a [`NotaryPlan`]
+//! Notary Project (Notation) signatures: a `notary` attestor turned into a `NotaryPlan`
 //! (its trust stores and trust policy), [`envelope`]s read from JWS or COSE, and the verdict
-//! over an image's signatures ([`evaluate`]). No IO: the verifier fetches (at most
+//! over an image's signatures (`evaluate`). No IO: the verifier fetches (at most
 //! [`MAX_SIGNATURE_ATTEMPTS`] signatures, each bounded) and calls in here.
 
 mod check;
