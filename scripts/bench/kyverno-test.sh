@@ -17,6 +17,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+# shellcheck source=scripts/lib/needs.sh
+source scripts/lib/needs.sh
+# ivory-testkit-registry runs Debian's docker-registry.
+needs_pkgs docker-registry:docker-registry
+needs_done
+
 : "${KYVERNO_CLI:?set KYVERNO_CLI to a kyverno CLI binary}"
 target=${CARGO_TARGET_DIR:-target}/debug
 ivory=${IVORY_BIN:-$target/ivory}
