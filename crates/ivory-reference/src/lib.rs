@@ -7,8 +7,10 @@ use std::borrow::Cow;
 
 use thiserror::Error;
 
+mod address;
 mod canonical;
 
+pub use address::is_metadata_or_unspecified;
 pub use canonical::{CANONICAL_DOCKER_HUB, alternative_spellings, canonical, canonical_host};
 
 /// Docker Hub's canonical registry host (`RegistryStr()` of a bare name).

@@ -32,7 +32,7 @@ use session::{Challenge, Token, TokenKey};
 
 pub(crate) mod http;
 mod referrers;
-pub(crate) mod resolve;
+mod resolve;
 mod session;
 #[cfg(test)]
 mod tests;

@@ -19,7 +19,6 @@
 
 pub use auth::Credentials;
 pub use cause::{AddressRefused, LookupFailed, RedirectRefusal, TransportCause};
-pub use client::resolve::is_metadata_or_unspecified;
 pub use client::{Listing, MAX_INDEX_DEPTH, Platform, Registry};
 pub use config::{
     Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BLOB_BYTES, DEFAULT_MAX_BUFFERED_BYTES,

@@ -80,7 +80,7 @@ fn refusal(image: &str, seen: &mut BTreeSet<String>) -> Option<String> {
         Err(e) => return Some(format!("invalid image reference {image}: {}", e.reason)),
     };
     if let Some(ip) = host_ip(reference.registry())
-        && forbidden(ip)
+        && ivory_reference::is_metadata_or_unspecified(ip)
     {
         return Some(format!(
             "image {image} names a link-local or unspecified address ({ip}); ivory fetches image data from there only for the policy's own images"
@@ -102,24 +102,6 @@ fn host_ip(registry: &str) -> Option<IpAddr> {
     }
     let host = registry.rsplit_once(':').map_or(registry, |(host, _)| host);
     host.parse().ok()
-}
-
-/// Addresses a request must not make ivory contact on its own say: link-local (cloud metadata
-/// services answer on 169.254.169.254), AWS's IPv6 metadata address and unspecified ones
-/// (which reach the local host).
-fn forbidden(ip: IpAddr) -> bool {
-    const AWS_METADATA_V6: [u16; 8] = [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254];
-    match ip {
-        IpAddr::V4(v4) => v4.is_link_local() || v4.is_unspecified(),
-        IpAddr::V6(v6) => {
-            v6.is_unspecified()
-                || v6.segments() == AWS_METADATA_V6
-                || (v6.segments()[0] & 0xffc0) == 0xfe80
-                || v6
-                    .to_ipv4_mapped()
-                    .is_some_and(|v4| forbidden(IpAddr::V4(v4)))
-        }
-    }
 }
 
 #[cfg(test)]

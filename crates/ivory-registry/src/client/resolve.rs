@@ -8,6 +8,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
+use ivory_reference::is_metadata_or_unspecified;
+
 use crate::cause::{AddressRefused, LookupFailed};
 
 /// The system resolver (`getaddrinfo`, as reqwest's default), without forbidden addresses; its
@@ -52,24 +54,6 @@ fn keep_allowed(found: Vec<SocketAddr>) -> (Vec<SocketAddr>, Option<IpAddr>) {
     (kept, refused)
 }
 
-/// Addresses ivory never connects to: link-local (cloud metadata services answer on
-/// 169.254.169.254 and fe80::/10 neighbours), AWS's IPv6 metadata address, unspecified ones
-/// (which reach the local host), and the IPv4-mapped forms of these.
-pub fn is_metadata_or_unspecified(ip: IpAddr) -> bool {
-    const AWS_METADATA_V6: [u16; 8] = [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254];
-    match ip {
-        IpAddr::V4(v4) => v4.is_link_local() || v4.is_unspecified(),
-        IpAddr::V6(v6) => {
-            v6.is_unspecified()
-                || v6.segments() == AWS_METADATA_V6
-                || (v6.segments()[0] & 0xffc0) == 0xfe80
-                || v6
-                    .to_ipv4_mapped()
-                    .is_some_and(|v4| is_metadata_or_unspecified(IpAddr::V4(v4)))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,19 +64,6 @@ mod tests {
 
     #[test]
     fn metadata_link_local_and_unspecified_addresses_are_dropped() {
-        for bad in [
-            "169.254.169.254",
-            "0.0.0.0",
-            "fd00:ec2::254",
-            "fe80::1",
-            "::",
-            "::ffff:169.254.169.254",
-        ] {
-            assert!(is_metadata_or_unspecified(bad.parse().unwrap()), "{bad}");
-        }
-        for good in ["127.0.0.1", "10.0.0.1", "::1", "2001:db8::1", "192.168.1.1"] {
-            assert!(!is_metadata_or_unspecified(good.parse().unwrap()), "{good}");
-        }
         let (kept, refused) = keep_allowed(vec![addr("169.254.169.254"), addr("10.1.2.3")]);
         assert_eq!(
             (kept, refused),
