@@ -5,12 +5,13 @@
 //! Exit codes: 0 converted (possibly with documented differences), 1 a rule was refused,
 //! 2 a file could not be read or parsed.
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use ivory_policy::legacy::{Conversion, MAX_INPUT_BYTES, convert_str};
+
+use super::wiring::read_bounded;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -53,26 +54,18 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// Reads a file (or standard input for `-`) with a size cap, as UTF-8.
 fn read(file: &Path) -> anyhow::Result<(String, String)> {
-    let limit = u64::try_from(MAX_INPUT_BYTES).unwrap_or(u64::MAX) + 1;
-    let mut bytes = Vec::new();
-    let origin = if file == Path::new("-") {
-        std::io::stdin()
-            .take(limit)
-            .read_to_end(&mut bytes)
-            .context("reading standard input")?;
-        "<stdin>".to_owned()
+    let limit = u64::try_from(MAX_INPUT_BYTES).unwrap_or(u64::MAX);
+    let (origin, text) = if file == Path::new("-") {
+        let origin = "<stdin>".to_owned();
+        let text = read_bounded(std::io::stdin(), &origin, limit)?;
+        (origin, text)
     } else {
-        std::fs::File::open(file)
-            .with_context(|| format!("opening {}", file.display()))?
-            .take(limit)
-            .read_to_end(&mut bytes)
-            .with_context(|| format!("reading {}", file.display()))?;
-        file.display().to_string()
+        let origin = file.display().to_string();
+        let opened =
+            std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
+        let text = read_bounded(opened, &origin, limit)?;
+        (origin, text)
     };
-    if bytes.len() > MAX_INPUT_BYTES {
-        bail!("{origin}: larger than {MAX_INPUT_BYTES} bytes");
-    }
-    let text = String::from_utf8(bytes).with_context(|| format!("{origin}: not UTF-8"))?;
     Ok((text, origin))
 }
 

@@ -435,8 +435,8 @@ pub(crate) fn load_cluster_resources(paths: &[PathBuf]) -> anyhow::Result<Arc<dy
         };
         for file in files {
             let flag = format!("--cluster-resources {}", file.display());
-            let text = read_bounded(&file, MAX_CLUSTER_RESOURCE_FILE)
-                .with_context(|| format!("reading {flag}"))?;
+            let opened = std::fs::File::open(&file).with_context(|| format!("reading {flag}"))?;
+            let text = read_bounded(opened, &flag, MAX_CLUSTER_RESOURCE_FILE)?;
             let docs =
                 ivory_policy::documents(&text).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
             documents.extend(docs.into_iter().filter(|d| !d.is_null()));
@@ -447,17 +447,23 @@ pub(crate) fn load_cluster_resources(paths: &[PathBuf]) -> anyhow::Result<Arc<dy
     Ok(Arc::new(files))
 }
 
-/// The file's text, refused past `max` bytes (read no further than that).
-fn read_bounded(path: &std::path::Path, max: u64) -> anyhow::Result<String> {
+/// The text `reader` holds, refused past `max` bytes (read no further than that) or when it
+/// is not UTF-8; errors name `origin`. The one bounded read of the commands' input files.
+pub(crate) fn read_bounded(
+    reader: impl std::io::Read,
+    origin: &str,
+    max: u64,
+) -> anyhow::Result<String> {
     use std::io::Read as _;
-    let mut text = String::new();
-    std::fs::File::open(path)?
-        .take(max + 1)
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > max {
-        bail!("larger than {max} bytes");
+    let mut bytes = Vec::new();
+    reader
+        .take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {origin}"))?;
+    if bytes.len() as u64 > max {
+        bail!("{origin}: larger than {max} bytes");
     }
-    Ok(text)
+    String::from_utf8(bytes).with_context(|| format!("{origin}: not UTF-8"))
 }
 
 pub(crate) fn read_input(path: &std::path::Path, flag: &str) -> anyhow::Result<String> {

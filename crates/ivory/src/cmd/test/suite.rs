@@ -354,16 +354,7 @@ fn walk(dir: &Path, file_name: &str, depth: usize, found: &mut Vec<PathBuf>) -> 
 /// Reads a suite file, at most [`MAX_FILE_BYTES`].
 pub(crate) fn read(path: &Path) -> anyhow::Result<String> {
     let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut text = String::new();
-    std::io::Read::read_to_string(
-        &mut std::io::Read::take(file, MAX_FILE_BYTES + 1),
-        &mut text,
-    )
-    .with_context(|| format!("reading {}", path.display()))?;
-    if text.len() as u64 > MAX_FILE_BYTES {
-        bail!("{}: larger than {MAX_FILE_BYTES} bytes", path.display());
-    }
-    Ok(text)
+    crate::cmd::wiring::read_bounded(file, &path.display().to_string(), MAX_FILE_BYTES)
 }
 
 /// The tests of one file, one per YAML document.
