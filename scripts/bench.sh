@@ -6,6 +6,11 @@
 #   scripts/bench.sh --fleet [--quick]
 #                               three `ivory serve` replicas sharing one redis-server
 #                               (--cache-redis): fleet figures added to results.json
+#   scripts/bench.sh --curves [--quick]
+#                               cost curves: warm latency and CPU per admission for 1/10/100
+#                               containers and 1/10/50 policies, cold admissions of 1/10/100
+#                               never-seen images, the verdict cache at 10k/100k/1M verdicts:
+#                               curve_* figures added to results.json (BENCHMARKS.md, "Cost curves")
 #   scripts/bench.sh --peers [--quick]
 #                               Kyverno v1.19.1's admission controller side by side with ivory
 #                               (same registry, images, policies, reviews): kyverno_* figures
@@ -32,6 +37,9 @@ mode=load
 if [[ "${1:-}" == "--fleet" ]]; then
     mode=fleet
     shift
+elif [[ "${1:-}" == "--curves" ]]; then
+    mode=curves
+    shift
 elif [[ "${1:-}" == "--peers" ]]; then
     mode=peers
     shift
@@ -57,7 +65,10 @@ if [[ $mode == peers ]]; then
     scripts/e2e/build.sh all
 fi
 
-cargo build --release -p ivory -p ivory-bench
+# Two builds: one would unify features, and ivory-bench's `bench-support` of ivory-verify (the
+# verdict-cache probe's seeding) must never reach the product binary measured here.
+cargo build --release -p ivory
+cargo build --release -p ivory-bench
 if [[ $mode == peers ]]; then
     kyverno_cache="${IVORY_KYVERNO_CACHE:-$HOME/.cache/ivory-kyverno}"
     cluster="$(mktemp -d "${TMPDIR:-/tmp}/ivory-peers-cluster.XXXXXX")"

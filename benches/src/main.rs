@@ -10,7 +10,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cache_probe;
 mod convert_proof;
+mod curves;
 mod fleet;
 mod loadgen;
 mod peers;
@@ -42,6 +44,11 @@ enum Command {
     /// v1.19.1 (legacy ClusterPolicies) and by `ivory serve` (their conversions), side by side;
     /// writes fixtures/legacy/verdicts.json (`scripts/convert-proof.sh`).
     ConvertProof(convert_proof::ProofArgs),
+    /// Cost curves: warm latency and CPU per admission for 1, 10, 100 containers per Pod and
+    /// 1, 10, 50 matching policies; cold admissions of 1, 10, 100 never-seen images in one Pod;
+    /// the verdict cache's lookup time and memory at 10k, 100k (and in a full run 1M) verdicts.
+    /// Added to target/bench/results.json (`curve_*` keys, `details.curves`).
+    Curves(LoadArgs),
 }
 
 /// Load harness settings.
@@ -92,6 +99,7 @@ fn main() -> ExitCode {
             Command::Fleet(args) => fleet::run(args).await,
             Command::Peers(args) => peers::run(args).await,
             Command::ConvertProof(args) => convert_proof::run(args).await,
+            Command::Curves(args) => curves::run(args).await,
         }
     });
     match result {

@@ -101,7 +101,11 @@ pub(crate) async fn run(args: LoadArgs) -> Result<()> {
     );
 
     eprintln!("latency at half load ({:.0} req/s)…", ivory_max / 2.0);
+    let cpu_before = ivory.cpu_time()?;
     let half = loadgen::open_loop(&ivory_target, ivory_max / 2.0, plan.step).await;
+    let half_cpu = ivory.cpu_time()?.saturating_sub(cpu_before);
+    // The server's own CPU per answered admission over the half-load step.
+    let warm_cpu_us = half_cpu.as_secs_f64() * 1e6 / half.ok.max(1) as f64;
     let null_half = loadgen::open_loop(&null_target, ivory_max / 2.0, plan.step).await;
     drop(null);
     details.insert(
@@ -144,6 +148,7 @@ pub(crate) async fn run(args: LoadArgs) -> Result<()> {
     let results = json!({
         "warm_rps_ratio": round(ivory_max / null_max, 3),
         "warm_p99_ms": round(half.p99_ms, 3),
+        "warm_cpu_us": round(warm_cpu_us, 1),
         "cold_requests_per_tag_image": tag_cold,
         "cold_requests_per_digest_image": digest_cold,
         "herd_request_sets_64": round(sets, 2),

@@ -101,6 +101,45 @@ impl Server {
     }
 }
 
+impl Server {
+    /// User + system CPU time the server process has used so far (all its threads), from
+    /// `/proc/<pid>/stat` in clock ticks.
+    pub(crate) fn cpu_time(&self) -> Result<Duration> {
+        let path = format!("/proc/{}/stat", self.child.id());
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        // Fields after the parenthesised command name (which may hold spaces): utime is the
+        // 14th field of the line, stime the 15th, i.e. the 12th and 13th after the name.
+        let after_name = text
+            .rsplit_once(')')
+            .map(|(_, rest)| rest)
+            .with_context(|| format!("{path}: no command name"))?;
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        let ticks = |i: usize| -> Result<u64> {
+            fields
+                .get(i)
+                .and_then(|v| v.parse().ok())
+                .with_context(|| format!("{path}: field {} unreadable", i + 3))
+        };
+        let total = ticks(11)? + ticks(12)?;
+        Ok(Duration::from_secs_f64(total as f64 / clock_ticks_per_second()))
+    }
+}
+
+/// `getconf CLK_TCK` (100 on Linux unless the kernel says otherwise), read once.
+fn clock_ticks_per_second() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .filter(|t: &f64| *t > 0.0)
+            .unwrap_or(100.0)
+    })
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -117,11 +117,21 @@ impl Stack {
 
     /// `ivory serve` with TLS on a fresh port and `extra` arguments.
     pub(crate) async fn start_ivory_with(&self, label: &str, extra: &[String]) -> Result<Server> {
+        self.start_ivory_on(label, &self.policies, extra).await
+    }
+
+    /// `ivory serve` with TLS on a fresh port, the policies of `policies` and `extra` arguments.
+    pub(crate) async fn start_ivory_on(
+        &self,
+        label: &str,
+        policies: &std::path::Path,
+        extra: &[String],
+    ) -> Result<Server> {
         let port = free_port()?;
         let mut cmd = wrapped(&self.args.ivory);
         cmd.arg("serve")
             .arg("--policies")
-            .arg(&self.policies)
+            .arg(policies)
             .arg("--tls-cert")
             .arg(&self.cert)
             .arg("--tls-key")

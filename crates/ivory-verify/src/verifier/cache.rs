@@ -336,6 +336,45 @@ pub(super) fn attestor_hash(attestor: &Attestor, root_hash: &[u8; 32]) -> [u8; 3
     h.finalize().into()
 }
 
+#[cfg(feature = "bench-support")]
+impl CosignVerifier {
+    /// Benchmarks only (`bench-support` feature, never in the product): a verified verdict for
+    /// each of `digests` of `repository` under `attestor`, put in the verdict cache where a
+    /// verified cosign signature (no attestation, the image's own repository) would put it, so
+    /// the cost of a cache of millions of verdicts can be measured without a registry of
+    /// millions of images. Lookups then go through [`ImageVerifier::verify`] as the engine's do.
+    ///
+    /// [`ImageVerifier::verify`]: ivory_engine::verifier::ImageVerifier::verify
+    pub async fn seed_verified_verdicts(
+        &self,
+        repository: &str,
+        attestor: &Attestor,
+        digests: &[String],
+    ) {
+        let (_, hash) = self.plan(attestor);
+        for digest in digests {
+            let at = super::sources::SignatureLocation {
+                repo: repository.to_owned(),
+                prefix: String::new(),
+                digest: digest.clone(),
+                family: super::sources::Family::Signatures,
+            };
+            let key = ResultKey {
+                digest: digest.clone(),
+                signature_repo: at.repo_key(),
+                attestor: hash,
+                attestation: None,
+            };
+            let verdict = Verification::Verified {
+                digest: digest.clone(),
+                payload: None,
+                signer: None,
+            };
+            self.inner.results.insert(key, Stamped::now(verdict)).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,3 +457,4 @@ mod tests {
         );
     }
 }
+
