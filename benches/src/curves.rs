@@ -36,11 +36,7 @@ const WARM_CONCURRENCY: usize = 1;
 /// Runs every curve and adds them to the results file.
 pub(crate) async fn run(args: LoadArgs) -> Result<()> {
     let started = Instant::now();
-    let step = if args.quick {
-        Duration::from_secs(2)
-    } else {
-        Duration::from_secs(6)
-    };
+    let step = warm_step(args.quick);
     let warm_pool = CONTAINERS.iter().copied().max().unwrap_or(1);
     let cold_pool: usize = COLD_IMAGES.iter().sum();
     let stack = Stack::build(args, warm_pool + cold_pool, 0).await?;
@@ -108,19 +104,44 @@ fn key_figures(
 /// Warm latency and server CPU per admission of a Pod with 1, 10, 100 signed containers.
 async fn containers_curve(stack: &Stack, warm: &[Image], step: Duration) -> Result<Value> {
     let ivory = stack.start_ivory("ivory-serve-containers").await?;
+    containers_points(&ivory, &stack.client, warm, step).await
+}
+
+/// [`containers_curve`] against any webhook serving the `bench` policy (`ivory-bench peers` runs
+/// it against Kyverno too): `server` is whose CPU is read, `client` trusts its certificate.
+pub(crate) async fn containers_points(
+    server: &Server,
+    client: &reqwest::Client,
+    warm: &[Image],
+    step: Duration,
+) -> Result<Value> {
+    ensure!(
+        warm.len() >= CONTAINERS.iter().copied().max().unwrap_or(1),
+        "the containers curve needs {CONTAINERS:?} images, the run pushed {}",
+        warm.len()
+    );
     let mut points = Vec::new();
     for n in CONTAINERS {
         let images: Vec<String> = warm.iter().take(n).map(Image::pinned_ref).collect();
         let target = Target {
-            client: stack.client.clone(),
-            url: format!("{}/ivpol/validate/bench", ivory.url),
+            client: client.clone(),
+            url: format!("{}/ivpol/validate/bench", server.url),
             body: Bytes::from(pod_review(&format!("containers-{n}"), &images)),
         };
-        let mut point = warm_point(&ivory, &target, step).await?;
+        let mut point = warm_point(server, &target, step).await?;
         point["containers"] = json!(n);
         points.push(point);
     }
     Ok(Value::Array(points))
+}
+
+/// Step of a warm point: `--quick` 2 s, full 6 s.
+pub(crate) fn warm_step(quick: bool) -> Duration {
+    if quick {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_secs(6)
+    }
 }
 
 /// Warm latency and server CPU per admission when 1, 10, 50 policies match the same image.
@@ -163,7 +184,7 @@ fn write_policies(dir: &Path, n: usize, glob: &str, pem: &str) -> Result<Vec<Str
 
 /// One warm point: the first answer (which verifies) must admit; then a closed loop at
 /// [`WARM_CONCURRENCY`] for `step`, with the server's own CPU time over the step.
-async fn warm_point(ivory: &Server, target: &Target, step: Duration) -> Result<Value> {
+async fn warm_point(server: &Server, target: &Target, step: Duration) -> Result<Value> {
     let first = post(&target.client, &target.url, target.body.clone()).await?;
     ensure!(
         first.allowed(),
@@ -171,9 +192,9 @@ async fn warm_point(ivory: &Server, target: &Target, step: Duration) -> Result<V
         target.url,
         first.body
     );
-    let cpu_before = ivory.cpu_time()?;
+    let cpu_before = server.cpu_time()?;
     let stats = loadgen::closed_loop(target, WARM_CONCURRENCY, step).await;
-    let cpu = ivory.cpu_time()?.saturating_sub(cpu_before);
+    let cpu = server.cpu_time()?.saturating_sub(cpu_before);
     ensure!(
         stats.ok > 0 && stats.errors == 0,
         "warm step of {}: {} answers, {} errors",

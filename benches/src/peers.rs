@@ -20,6 +20,7 @@ use futures::StreamExt as _;
 use serde_json::{Value, json};
 
 use crate::LoadArgs;
+use crate::curves;
 use crate::loadgen::{self, Target, post, round};
 use crate::phases::{self, HUNG_CONCURRENCY, mib, warm_images};
 use crate::procs::{Server, free_port};
@@ -36,6 +37,8 @@ const CA_SECRET: &str = "kyverno-svc.kyverno.svc.kyverno-tls-ca";
 const TLS_SECRET: &str = "kyverno-svc.kyverno.svc.kyverno-tls-pair";
 /// Concurrent admissions of one never-seen image in the herd phase.
 const HERD: usize = 32;
+/// Images of the containers-per-Pod curve (its largest Pod), taken from the cached-phase images.
+const CURVE_IMAGES: usize = 100;
 /// Kyverno's start-up (CRD discovery, informers, leader election, its own CA and certificate).
 const KYVERNO_READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long the policies get to show up in Kyverno's engine after it is ready.
@@ -136,6 +139,16 @@ pub(crate) async fn run(args: PeersArgs) -> Result<()> {
     eprintln!("peers: Kyverno (cold, herd, warm, hung)…");
     let kyverno_side = side(&stack, &kyverno_client, &kyverno.url, &plan).await?;
 
+    eprintln!("peers: containers per Pod, Kyverno then ivory…");
+    let step = curves::warm_step(stack.args.quick);
+    let curve_images = &stack.images.cached[..CURVE_IMAGES.min(stack.images.cached.len())];
+    let kyverno_containers =
+        curves::containers_points(&kyverno, &kyverno_client, curve_images, step).await?;
+    let ivory = stack.start_ivory("peers-ivory-containers").await?;
+    let ivory_containers =
+        curves::containers_points(&ivory, &stack.client, curve_images, step).await?;
+    drop(ivory);
+
     eprintln!(
         "peers: Kyverno verifies {} distinct images…",
         stack.images.cached.len()
@@ -160,6 +173,15 @@ pub(crate) async fn run(args: PeersArgs) -> Result<()> {
         "kyverno_late_responses_hung_registry": kyverno_side.late,
         "kyverno_rss_mib": mib(kyverno_hwm),
     });
+    let mut figures = figures;
+    for (side, points) in [("kyverno", &kyverno_containers), ("ivory", &ivory_containers)] {
+        for point in points.as_array().into_iter().flatten() {
+            let n = &point["containers"];
+            for field in ["p50_ms", "cpu_us_per_admission"] {
+                figures[format!("curve_{side}_containers_{n}_{field}")] = point[field].clone();
+            }
+        }
+    }
     let details = json!({
         "quick": stack.args.quick,
         "kyverno_version": KYVERNO_VERSION,
@@ -170,6 +192,7 @@ pub(crate) async fn run(args: PeersArgs) -> Result<()> {
         "kyverno_rss_mib_at_end": mib(kyverno_rss),
         "kyverno_cold_requests_per_digest_image": kyverno_side.cold_digest,
         "kyverno_cached": kyverno_cached,
+        "containers_per_pod": {"kyverno": kyverno_containers, "ivory": ivory_containers},
         "kyverno": Value::Object(kyverno_side.detail),
         "ivory": Value::Object(ivory_side.detail),
         "ivory_cold_requests_per_tag_image": ivory_side.cold_tag,
