@@ -317,12 +317,7 @@ async fn cached_verifier() -> (
         FIXTURE_KEY,
     );
     let report = ivory_policy::load_str(&yaml, "fixture.yaml");
-    let attestor = report.policies[0]
-        .spec
-        .attestors
-        .clone()
-        .unwrap_or_default()
-        .remove(0);
+    let attestor = report.policies[0].attestors[0].attestor.clone();
     let request = VerifyRequest {
         image: format!("{}/ivory/sig-p256@{}", registry.host(), tags["v1"]),
         attestor,

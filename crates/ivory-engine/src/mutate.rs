@@ -254,7 +254,7 @@ type Lookup<'p> = (String, Option<&'p Credentials>);
 fn distinct_lookups<'p>(plans: &[Plan<'p>]) -> Vec<Lookup<'p>> {
     let mut lookups: Vec<Lookup<'p>> = Vec::new();
     for plan in plans {
-        let credentials = plan.policy.spec.credentials.as_ref();
+        let credentials = plan.policy.credentials();
         for t in &plan.targets {
             if !lookups
                 .iter()
@@ -456,7 +456,7 @@ fn evaluate_plan(
             }
         }
     }
-    let credentials = plan.policy.spec.credentials.as_ref();
+    let credentials = plan.policy.credentials();
     let mut digest_errors = Vec::new();
     let mut budget_errors = Vec::new();
     for t in &plan.targets {

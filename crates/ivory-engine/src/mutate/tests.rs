@@ -261,7 +261,7 @@ async fn different_credentials_are_looked_up_separately() {
     let fake = Fake::standard();
     let plain = pod_policy("plain");
     let mut creds = pod_policy("creds");
-    creds.spec = std::sync::Arc::new(PolicySpec {
+    creds = creds.with_spec(PolicySpec {
         credentials: Some(Credentials {
             secrets: vec!["regcred".into()],
             ..Credentials::default()

@@ -48,7 +48,7 @@ pub(super) async fn fetch(
             }
             let job = jobs.add(Job::ImageData {
                 image: image.clone(),
-                credentials: plan.policy.spec.credentials.clone(),
+                credentials: plan.policy.credentials().cloned(),
                 platform: platform.clone(),
             });
             asked.push((index, image, job));

@@ -197,7 +197,7 @@ pub(super) fn prepare<'a>(
         .map(|image| {
             let job = jobs.add(Job::Resolve {
                 image: image.clone(),
-                credentials: policy.spec.credentials.clone(),
+                credentials: policy.credentials().cloned(),
             });
             (image.clone(), job)
         })
@@ -513,7 +513,7 @@ fn plan_jobs(
     jobs: &mut JobSet,
 ) {
     let policy = plan.policy;
-    let credentials = policy.spec.credentials.clone();
+    let credentials = policy.credentials().cloned();
     let mut attestations = Vec::new();
     if calls_any(policy, &SIGNATURE_FUNCTIONS) {
         attestations.push(None);

@@ -178,7 +178,7 @@ impl Checker {
             .policies
             .iter()
             .find(|p| ivory_engine::images::matches_image(p, image).unwrap_or(false))
-            .and_then(|p| p.spec.credentials.as_ref());
+            .and_then(|p| p.credentials());
         self.verifier
             .resolve_digest(image, credentials, deadline)
             .await
@@ -275,7 +275,7 @@ impl Checker {
                     image: image.to_owned(),
                     attestor: compiled.attestor.clone(),
                     attestation: attestation.cloned(),
-                    credentials: policy.spec.credentials.clone(),
+                    credentials: policy.credentials().cloned(),
                     platforms: ivory_engine::verifier::PlatformScope::of_policy(
                         policy.verify_platforms,
                         None,
