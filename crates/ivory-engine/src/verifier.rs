@@ -9,6 +9,10 @@ use futures::future::BoxFuture;
 use ivory_policy::types::{Attestation, Attestor, Credentials};
 use tokio::time::Instant;
 
+mod rejection;
+
+pub use rejection::{Rejection, Sought};
+
 /// One verification question: does `attestor` vouch for `image` (a signature when
 /// `attestation` is `None`, else that attestation)?
 #[derive(Clone, Debug, PartialEq)]
@@ -254,8 +258,8 @@ pub enum Verification {
     NotVerified {
         /// The image's digest, when it was resolved before the verdict.
         digest: Option<String>,
-        /// Why the image is not verified.
-        reason: String,
+        /// Why the image is not verified, as decided where the verdict was reached.
+        reason: Rejection,
     },
 }
 

@@ -13,7 +13,7 @@ use crate::envelope::{
 };
 use crate::keys::{PublicKey, parse_certificates};
 use crate::plan::{Authority, KeylessRules, Plan};
-use crate::rejection::Rejection;
+use crate::rejection::{Rejection, Sought};
 use crate::signer;
 use ivory_engine::verifier::Signer;
 
@@ -98,7 +98,7 @@ fn evaluate_signatures(
             Err(e) => push_reason(&mut reasons, e),
         }
     }
-    Err(join_reasons("no matching signatures", &reasons))
+    Err(join_reasons(Sought::Signatures, &reasons))
 }
 
 fn evaluate_attestations(
@@ -143,7 +143,7 @@ fn evaluate_attestations(
             found: found_types.join(", "),
         });
     }
-    Err(join_reasons(NO_ATTESTATIONS, &reasons))
+    Err(join_reasons(Sought::Attestations, &reasons))
 }
 
 fn push_reason(reasons: &mut Vec<Rejection>, reason: Rejection) {
@@ -152,9 +152,9 @@ fn push_reason(reasons: &mut Vec<Rejection>, reason: Rejection) {
     }
 }
 
-fn join_reasons(prefix: &'static str, reasons: &[Rejection]) -> Rejection {
+fn join_reasons(sought: Sought, reasons: &[Rejection]) -> Rejection {
     Rejection::NoneMatched {
-        prefix,
+        sought,
         reasons: reasons.iter().take(MAX_REASONS).cloned().collect(),
         left_out: reasons.len().saturating_sub(MAX_REASONS),
     }

@@ -96,7 +96,7 @@ async fn verify(
 
 fn reason(v: &Verification) -> String {
     match v {
-        Verification::NotVerified { reason, .. } => reason.clone(),
+        Verification::NotVerified { reason, .. } => reason.to_string(),
         other => panic!("expected not verified, got {other:?}"),
     }
 }

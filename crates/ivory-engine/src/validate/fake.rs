@@ -11,7 +11,9 @@ use ivory_policy::types::Credentials;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::verifier::{ImagePlatform, ImageVerifier, Verification, VerifyError, VerifyRequest};
+use crate::verifier::{
+    ImagePlatform, ImageVerifier, Rejection, Verification, VerifyError, VerifyRequest,
+};
 
 /// How every call behaves besides the verdict table.
 #[derive(Clone, Copy, Debug, Default)]
@@ -148,7 +150,9 @@ impl FakeVerifier {
         if request.attestor.notary.is_some() {
             return Ok(Verification::NotVerified {
                 digest: None,
-                reason: "the fake verifier holds no Notation signatures".into(),
+                reason: Rejection::Attestor(
+                    "the fake verifier holds no Notation signatures".into(),
+                ),
             });
         }
         let attestation = request.attestation.as_ref().map(|a| a.name.clone());
@@ -160,7 +164,7 @@ impl FakeVerifier {
         if !self.verified.contains(&key) {
             return Ok(Verification::NotVerified {
                 digest: Some(DIGEST.into()),
-                reason: "no matching signatures".into(),
+                reason: Rejection::NoSignatures,
             });
         }
         let payload =

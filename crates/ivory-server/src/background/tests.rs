@@ -68,7 +68,7 @@ impl ImageVerifier for Recording {
             } else {
                 Verification::NotVerified {
                     digest,
-                    reason: "no signature".into(),
+                    reason: ivory_engine::verifier::Rejection::NoSignatures,
                 }
             })
         }

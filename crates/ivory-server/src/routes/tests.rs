@@ -55,7 +55,7 @@ impl ImageVerifier for FakeVerifier {
         async {
             Ok(Verification::NotVerified {
                 digest: None,
-                reason: "fake".into(),
+                reason: ivory_engine::verifier::Rejection::NoSignatures,
             })
         }
         .boxed()

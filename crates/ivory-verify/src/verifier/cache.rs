@@ -406,7 +406,7 @@ mod tests {
         });
         let no = Stamped::now(Verification::NotVerified {
             digest: None,
-            reason: "x".into(),
+            reason: crate::Rejection::NoSignatures,
         });
         assert_eq!(
             e.expire_after_create(&key, &yes, now),

@@ -290,8 +290,9 @@ impl CosignVerifier {
         // KMS, referrer attestations) need no registry round trip.
         let (plan, hash) = self.plan(&request.attestor);
         let wanted = match plan.as_ref() {
-            Err(reason) => Err(reason.to_string()),
-            Ok(p) => attestation_key(p, request.attestation.as_ref()).map_err(|e| e.to_string()),
+            Err(reason) => Err(reason.clone()),
+            Ok(p) => attestation_key(p, request.attestation.as_ref())
+                .map_err(|e| Rejection::Attestor(e.to_string())),
         };
         let predicate = match wanted {
             Ok(predicate) => predicate,
@@ -459,7 +460,7 @@ impl CosignVerifier {
                 tracing::debug!(image, %digest, %reason, "not verified");
                 Verification::NotVerified {
                     digest: Some(digest),
-                    reason: reason.to_string(),
+                    reason,
                 }
             }
         })

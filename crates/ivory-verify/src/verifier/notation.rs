@@ -19,7 +19,7 @@ use crate::notation::envelope::{COSE_MEDIA_TYPE, JWS_MEDIA_TYPE};
 use crate::notation::{
     Candidate, MAX_SIGNATURE_ATTEMPTS, NotaryPlan, SIGNATURE_ARTIFACT_TYPE, Target, evaluate,
 };
-use crate::rejection::Rejection;
+use crate::rejection::{Rejection, Sought};
 
 /// Most referrers of the wanted attestation type whose signatures are checked.
 const MAX_ATTESTATION_REFERRERS: usize = MAX_SIGNATURE_ATTEMPTS;
@@ -70,7 +70,7 @@ impl CosignVerifier {
                 tracing::debug!(image, digest, %reason, "not verified (notation)");
                 Verification::NotVerified {
                     digest: Some(digest.to_owned()),
-                    reason: reason.to_string(),
+                    reason,
                 }
             }
         })
@@ -174,7 +174,7 @@ impl CosignVerifier {
             }
         }
         Ok(Err(Rejection::NoneMatched {
-            prefix: "no matching attestations",
+            sought: Sought::Attestations,
             left_out: reasons.len().saturating_sub(5),
             reasons: reasons.into_iter().take(5).collect(),
         }))

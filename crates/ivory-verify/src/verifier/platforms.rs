@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use super::CosignVerifier;
 use super::cache::TagKey;
 use crate::classify::map_error;
+use crate::rejection::Rejection;
 
 /// One platform manifest of an index: its digest and `os/architecture[/variant]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,9 +106,9 @@ impl CosignVerifier {
         if children.len() > MAX_PLATFORM_MANIFESTS {
             return Ok(Verification::NotVerified {
                 digest: Some(digest),
-                reason: format!(
-                    "the image index lists more than {MAX_PLATFORM_MANIFESTS} platform manifests; ivory verifies at most {MAX_PLATFORM_MANIFESTS}"
-                ),
+                reason: Rejection::TooManyPlatforms {
+                    limit: MAX_PLATFORM_MANIFESTS,
+                },
             });
         }
         let selected: Vec<&Child> = children
@@ -117,10 +118,9 @@ impl CosignVerifier {
         if selected.is_empty() {
             return Ok(Verification::NotVerified {
                 digest: Some(digest),
-                reason: format!(
-                    "the image index has no manifest for the platforms to verify ({})",
-                    set.describe()
-                ),
+                reason: Rejection::NoPlatformManifest {
+                    platforms: set.describe(),
+                },
             });
         }
         let name = format!("{}/{}", reference.registry(), reference.repository());
@@ -143,11 +143,11 @@ impl CosignVerifier {
                 Verification::NotVerified { reason, .. } => {
                     return Ok(Verification::NotVerified {
                         digest: Some(digest),
-                        reason: format!(
-                            "platform {} ({}): {reason}",
-                            child.platform(),
-                            child.digest
-                        ),
+                        reason: Rejection::Platform {
+                            platform: child.platform(),
+                            digest: child.digest.clone(),
+                            reason: Box::new(reason),
+                        },
                     });
                 }
             }

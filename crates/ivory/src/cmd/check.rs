@@ -284,7 +284,7 @@ impl Checker {
                 let (result, reason) = match self.verifier.verify(&request, deadline).await {
                     Ok(Verification::Verified { .. }) => (AttestorResult::Verified, String::new()),
                     Ok(Verification::NotVerified { reason, .. }) => {
-                        (AttestorResult::Failed, reason)
+                        (AttestorResult::Failed, reason.to_string())
                     }
                     Err(e) => (AttestorResult::Error, e.reason()),
                 };
@@ -613,7 +613,7 @@ mod tests {
         };
         let not_verified = Verification::NotVerified {
             digest: None,
-            reason: "registry unreachable".into(),
+            reason: ivory_engine::verifier::Rejection::NoSignatures,
         };
         let cases = [
             // (answer, failurePolicy, verdict, policy status, attestor result)
