@@ -395,7 +395,7 @@ async fn push(h: &Harness, layout: &str) -> String {
 
 async fn verify(v: &CosignVerifier, image: &str) -> Verification {
     let request = VerifyRequest {
-        image: image.to_owned(),
+        image: ivory_engine::verifier::ImageReference::parse(image).unwrap(),
         attestor: attestor(),
         attestation: None,
         credentials: None,

@@ -83,7 +83,7 @@ async fn verify(
     attestation: Option<Attestation>,
 ) -> Verification {
     let request = VerifyRequest {
-        image: image.to_owned(),
+        image: ivory_engine::verifier::ImageReference::parse(image).unwrap(),
         attestor,
         attestation,
         credentials: None,

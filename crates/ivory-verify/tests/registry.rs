@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ivory_engine::verifier::{ImagePlatform, ImageVerifier, Verification, VerifyRequest};
+use ivory_engine::verifier::{
+    ImagePlatform, ImageReference, ImageVerifier, Verification, VerifyRequest,
+};
 use ivory_policy::types::{
     Attestation, Attestor, Cosign, CosignKey, Credentials, Ctlog, Source, TypeRef,
 };
@@ -69,9 +71,14 @@ async fn push(h: &Harness, layout: &str) -> String {
     format!("{}/{repo}", h.host())
 }
 
+/// `image` parsed, as the engine hands images to the verifier.
+fn reference(image: impl AsRef<str>) -> ImageReference {
+    ImageReference::parse(image.as_ref()).unwrap_or_else(|e| panic!("{e}"))
+}
+
 fn request(image: String, attestor: Attestor, attestation: Option<Attestation>) -> VerifyRequest {
     VerifyRequest {
-        image,
+        image: reference(image),
         attestor,
         attestation,
         credentials: None,
@@ -547,7 +554,7 @@ async fn negative_verdicts_are_cached_briefly() {
         CosignVerifier::anonymous_credentials(),
     );
     let digest = v
-        .resolve_digest(&format!("{unsigned}:v1"), None, soon())
+        .resolve_digest(&reference(&format!("{unsigned}:v1")), None, soon())
         .await
         .unwrap();
     let image = format!("{unsigned}@{digest}");
@@ -716,7 +723,7 @@ async fn image_data_for_a_manifest_and_an_index() {
     let amd64 = ImagePlatform::default();
     let single = push(&h, "sig-p256").await;
     let data = v
-        .image_data(&format!("{single}:v1"), None, &amd64, soon())
+        .image_data(&reference(&format!("{single}:v1")), None, &amd64, soon())
         .await
         .unwrap();
     assert_eq!(data["tag"], "v1");
@@ -729,7 +736,7 @@ async fn image_data_for_a_manifest_and_an_index() {
     );
     let index = push(&h, "sig-index").await;
     let data = v
-        .image_data(&format!("{index}:v1"), None, &amd64, soon())
+        .image_data(&reference(&format!("{index}:v1")), None, &amd64, soon())
         .await
         .unwrap();
     assert!(data["imageIndex"]["manifests"].is_array(), "{data}");
@@ -741,7 +748,7 @@ async fn image_data_for_a_manifest_and_an_index() {
         allowed: Default::default(),
     };
     let data = v
-        .image_data(&format!("{index}:v1"), None, &arm64, soon())
+        .image_data(&reference(&format!("{index}:v1")), None, &arm64, soon())
         .await
         .unwrap();
     assert_eq!(data["config"]["architecture"], "arm64", "{data}");
@@ -818,7 +825,9 @@ async fn coalesced_callers_keep_their_own_deadlines() {
         let v = Arc::new(verifier(&h));
         if shared_cache == "results" {
             // Resolve first so the two callers meet in the verdict cache, not the tag cache.
-            v.resolve_digest(&image, None, soon()).await.unwrap();
+            v.resolve_digest(&reference(&image), None, soon())
+                .await
+                .unwrap();
         }
         // Cold, a verification takes 2 s and more through the proxy; warm connections and a
         // known digest, still at least two 250 ms round trips.
@@ -1030,13 +1039,13 @@ async fn a_resolved_tag_is_never_reused_across_credential_sets() {
         ..Credentials::default()
     };
     let digest = v
-        .resolve_digest(&image, Some(&alice), soon())
+        .resolve_digest(&reference(&image), Some(&alice), soon())
         .await
         .unwrap();
     assert!(digest.starts_with("sha256:"), "{digest}");
 
     // Anonymous: the registry refuses, and alice's cached answer must not stand in for it.
-    let anonymous = v.resolve_digest(&image, None, soon()).await;
+    let anonymous = v.resolve_digest(&reference(&image), None, soon()).await;
     let err = anonymous.expect_err("anonymous must not see alice's digest");
     assert_eq!(
         err.kind(),
@@ -1051,7 +1060,7 @@ async fn a_resolved_tag_is_never_reused_across_credential_sets() {
     };
     h.reset_requests();
     let again = v
-        .resolve_digest(&image, Some(&alice_insecure), soon())
+        .resolve_digest(&reference(&image), Some(&alice_insecure), soon())
         .await
         .unwrap();
     assert_eq!(again, digest);
@@ -1060,7 +1069,7 @@ async fn a_resolved_tag_is_never_reused_across_credential_sets() {
     // The same set within the TTL is served from the cache.
     h.reset_requests();
     let cached = v
-        .resolve_digest(&image, Some(&alice), soon())
+        .resolve_digest(&reference(&image), Some(&alice), soon())
         .await
         .unwrap();
     assert_eq!(cached, digest);
@@ -1184,7 +1193,7 @@ async fn a_background_scan_notices_a_deleted_signature_and_admissions_follow_it(
     let v = verifier(&h);
     let repo = push(&h, "sig-p256").await;
     let digest = v
-        .resolve_digest(&format!("{repo}:v1"), None, soon())
+        .resolve_digest(&reference(&format!("{repo}:v1")), None, soon())
         .await
         .unwrap();
     let req = request(

@@ -73,10 +73,11 @@ impl Fake {
 impl ImageVerifier for Fake {
     fn resolve_digest<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ImageReference,
         credentials: Option<&'a Credentials>,
         _deadline: Instant,
     ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        let image = image.original();
         Box::pin(async move {
             self.calls
                 .lock()
@@ -109,7 +110,7 @@ impl ImageVerifier for Fake {
 
     fn image_data<'a>(
         &'a self,
-        _image: &'a str,
+        _image: &'a ImageReference,
         _credentials: Option<&'a Credentials>,
         _platform: &'a ImagePlatform,
         _deadline: Instant,

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use ivory_engine::verifier::{
-    PlatformScope, PlatformSet, Verification, VerifyError, VerifyRequest,
+    ImageReference, PlatformScope, PlatformSet, Verification, VerifyError, VerifyRequest,
 };
 use ivory_registry::Credentials;
 use serde_json::Value;
@@ -83,14 +83,14 @@ impl CosignVerifier {
     ) -> Result<Verification, VerifyError> {
         let image = &request.image;
         let creds = (self.inner.credentials)(request.credentials.as_ref());
-        let reference = self.reference(image)?;
-        let digest = self.resolve(image, &reference, &creds, deadline).await?;
-        let pinned = format!(
-            "{}/{}@{digest}",
-            reference.registry(),
-            reference.repository()
-        );
-        let as_image = |image: String| VerifyRequest {
+        let digest = self.resolve(image, &creds, deadline).await?;
+        let name = image.repository_name();
+        let manifest_of = |digest: &str| {
+            super::sibling(&name, '@', digest)
+                .map_err(|e| map_error(image, "fetching the manifest", e, deadline))
+        };
+        let pinned = manifest_of(&digest)?;
+        let as_image = |image: ImageReference| VerifyRequest {
             image,
             platforms: PlatformScope::Index,
             ..request.clone()
@@ -123,15 +123,16 @@ impl CosignVerifier {
                 },
             });
         }
-        let name = format!("{}/{}", reference.registry(), reference.repository());
-        let answers = futures::future::join_all(selected.iter().map(|child| {
-            let request = as_image(format!("{name}@{}", child.digest));
-            async move {
-                let answer = self.verify_request(&request, deadline, fresh_since).await;
-                (child, answer)
-            }
-        }))
-        .await;
+        let mut requests = Vec::with_capacity(selected.len());
+        for child in selected {
+            requests.push((child, as_image(manifest_of(&child.digest)?)));
+        }
+        let answers =
+            futures::future::join_all(requests.iter().map(|(child, request)| async move {
+                let answer = self.verify_request(request, deadline, fresh_since).await;
+                (*child, answer)
+            }))
+            .await;
         let mut first = None;
         for (child, answer) in answers {
             match answer? {
@@ -163,13 +164,13 @@ impl CosignVerifier {
     /// The runnable children of the index `pinned` names, `None` when it is a single manifest.
     async fn index_children(
         &self,
-        image: &str,
-        pinned: &str,
+        image: &ImageReference,
+        pinned: &ImageReference,
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<Option<Arc<Vec<Child>>>, VerifyError> {
         let key = TagKey {
-            reference: pinned.to_owned(),
+            reference: pinned.original().to_owned(),
             credentials: creds.clone(),
         };
         if let Some(children) = self.inner.indexes.get(&key) {
