@@ -1946,3 +1946,26 @@ async fn image_data_asked_for_after_the_deadline_is_a_spent_budget_not_an_error(
     assert!(d.budget_exhausted);
     assert_eq!(statuses(&d)[0].1, Status::Skip, "{:?}", d.results);
 }
+
+#[tokio::test]
+async fn an_unparseable_image_is_answered_where_it_is_parsed_and_never_reaches_the_verifier() {
+    let pol = pod_policy("refs", &no_digest(VERIFY_ALL));
+    let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+    // ggcr's grammar wants a repository of at least two characters.
+    let d = run(&verifier, &[&pol], &create(&[SIGNED, "ghcr.io/x:1"])).await;
+    assert!(!d.allowed);
+    let message = d.message.unwrap_or_default();
+    assert!(
+        message.contains(
+            "ghcr.io/x:1: invalid image reference (repository must be between 2 and 255 characters in length: x)"
+        ),
+        "{message}"
+    );
+    // The verifier got parsed references only: the valid image, never the invalid one.
+    let asked: Vec<String> = verifier
+        .requests()
+        .iter()
+        .map(|r| r.image.original().to_owned())
+        .collect();
+    assert_eq!(asked, vec![SIGNED.to_owned()]);
+}
