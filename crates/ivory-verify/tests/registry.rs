@@ -631,8 +631,9 @@ async fn registry_errors_are_named_and_never_cached() {
         "{verdict:?}"
     );
 
-    // Connection refused: a named error, quickly.
-    let refused = insecure(format!("{}/x:v1", refused_host().unwrap()));
+    // Connection refused: a named error, quickly. (`x` alone is no repository by ggcr's
+    // grammar: before references were parsed at the seam, this asked nothing at all.)
+    let refused = insecure(format!("{}/xx:v1", refused_host().unwrap()));
     let err = v
         .verify(&refused, Instant::now() + Duration::from_secs(5))
         .await
