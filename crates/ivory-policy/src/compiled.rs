@@ -379,12 +379,6 @@ impl CompiledPolicy {
         &self.spec.match_conditions
     }
 
-    /// Whether the written spec is one autogen rewrites for pod controllers (a single pod rule,
-    /// no exclusions, no object selector: [`crate::eligible_rule`]).
-    pub fn autogen_eligible(&self) -> bool {
-        crate::autogen::eligible_rule(&self.spec).is_some()
-    }
-
     /// The pinning mode for a request in the namespace `namespace_object` ([`Pinning::effective`]).
     pub fn pinning_for(&self, namespace_object: Option<&serde_json::Value>) -> Pinning {
         self.pinning
