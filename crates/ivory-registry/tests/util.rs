@@ -54,6 +54,6 @@ pub(crate) fn seq(h: &Harness) -> Vec<String> {
 }
 
 /// `image` parsed, as the registry's callers hand images over (parsed once, where they enter).
-pub(crate) fn reference(image: impl AsRef<str>) -> ivory_reference::ImageReference {
-    ivory_reference::ImageReference::parse(image.as_ref()).unwrap_or_else(|e| panic!("{e}"))
+pub(crate) fn reference(image: &str) -> ivory_reference::ImageReference {
+    ivory_reference::ImageReference::parse(image).unwrap_or_else(|e| panic!("{e}"))
 }

@@ -72,13 +72,13 @@ async fn push(h: &Harness, layout: &str) -> String {
 }
 
 /// `image` parsed, as the engine hands images to the verifier.
-fn reference(image: impl AsRef<str>) -> ImageReference {
-    ImageReference::parse(image.as_ref()).unwrap_or_else(|e| panic!("{e}"))
+fn reference(image: &str) -> ImageReference {
+    ImageReference::parse(image).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn request(image: String, attestor: Attestor, attestation: Option<Attestation>) -> VerifyRequest {
     VerifyRequest {
-        image: reference(image),
+        image: reference(&image),
         attestor,
         attestation,
         credentials: None,

@@ -586,7 +586,7 @@ fn plan_jobs(
         let images: Vec<(String, Result<ImageReference, ImageRefError>)> =
             matched.chain(literals).collect();
         for (image, reference) in images {
-            if !plan.image_data.contains_key(&image) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = plan.image_data.entry(image) {
                 let job = match reference {
                     Ok(reference) => Job::ImageData {
                         image: reference,
@@ -594,11 +594,10 @@ fn plan_jobs(
                         platform: platform.clone(),
                     },
                     Err(e) => Job::Settled(Outcome::ImageData(Err(
-                        crate::verifier::VerifyError::invalid_reference(&image, &e),
+                        crate::verifier::VerifyError::invalid_reference(slot.key(), &e),
                     ))),
                 };
-                let index = jobs.add(job);
-                plan.image_data.insert(image, index);
+                slot.insert(jobs.add(job));
             }
         }
     }
