@@ -83,7 +83,7 @@ struct InstantVerifier;
 impl ImageVerifier for InstantVerifier {
     fn resolve_digest<'a>(
         &'a self,
-        _: &'a str,
+        _: &'a ivory_engine::verifier::ImageReference,
         _: Option<&'a Credentials>,
         _: Instant,
     ) -> BoxFuture<'a, Result<String, VerifyError>> {
@@ -104,7 +104,7 @@ impl ImageVerifier for InstantVerifier {
     }
     fn image_data<'a>(
         &'a self,
-        _: &'a str,
+        _: &'a ivory_engine::verifier::ImageReference,
         _: Option<&'a Credentials>,
         _: &'a ImagePlatform,
         _: Instant,
@@ -317,14 +317,14 @@ async fn cached_verifier() -> (
         FIXTURE_KEY,
     );
     let report = ivory_policy::load_str(&yaml, "fixture.yaml");
-    let attestor = report.policies[0]
-        .spec
-        .attestors
-        .clone()
-        .unwrap_or_default()
-        .remove(0);
+    let attestor = report.policies[0].attestors[0].attestor.clone();
     let request = VerifyRequest {
-        image: format!("{}/ivory/sig-p256@{}", registry.host(), tags["v1"]),
+        image: ivory_engine::verifier::ImageReference::parse(&format!(
+            "{}/ivory/sig-p256@{}",
+            registry.host(),
+            tags["v1"]
+        ))
+        .expect("the fixture's reference parses"),
         attestor,
         attestation: None,
         credentials: None,

@@ -108,7 +108,7 @@ pub fn select_policies<'a>(
             }
             known = true;
             let in_scope = !route.namespaced || policy.namespace.as_deref() == request_namespace;
-            if in_scope && policy.spec.admission_enabled() {
+            if in_scope && policy.admission_enabled() {
                 selected.push(policy);
                 selected.extend(policy.autogen.iter());
             }

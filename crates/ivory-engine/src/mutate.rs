@@ -249,18 +249,20 @@ fn invalid_image(image: &str, reason: &Reason) -> String {
     format!("invalid image '{image}' ({reason})")
 }
 
-type Lookup<'p> = (String, Option<&'p Credentials>);
+/// One tag to resolve: the normalized reference (parsed once, when the plan was made) and the
+/// credentials to ask with.
+type Lookup<'p> = (ImageReference, Option<&'p Credentials>);
 
 fn distinct_lookups<'p>(plans: &[Plan<'p>]) -> Vec<Lookup<'p>> {
     let mut lookups: Vec<Lookup<'p>> = Vec::new();
     for plan in plans {
-        let credentials = plan.policy.spec.credentials.as_ref();
+        let credentials = plan.policy.credentials();
         for t in &plan.targets {
             if !lookups
                 .iter()
-                .any(|(i, c)| *i == t.normalized && *c == credentials)
+                .any(|(r, c)| r.original() == t.normalized && *c == credentials)
             {
-                lookups.push((t.normalized.clone(), credentials));
+                lookups.push((t.reference.clone(), credentials));
             }
         }
     }
@@ -274,12 +276,12 @@ fn lookup_index(
 ) -> Option<usize> {
     lookups
         .iter()
-        .position(|(i, c)| i == image && *c == credentials)
+        .position(|(r, c)| r.original() == image && *c == credentials)
 }
 
 async fn resolve(
     verifier: &dyn ImageVerifier,
-    image: &str,
+    image: &ImageReference,
     credentials: Option<&Credentials>,
     deadline: Instant,
     started: Instant,
@@ -304,8 +306,8 @@ async fn resolve(
         Ok(digest)
     } else {
         Err(VerifyError::Unavailable {
-            image: image.to_owned(),
-            registry: crate::verifier::registry_of(image),
+            image: image.original().to_owned(),
+            registry: image.registry().to_owned(),
             message: format!("registry returned an invalid digest {digest:?}"),
         })
     }
@@ -456,7 +458,7 @@ fn evaluate_plan(
             }
         }
     }
-    let credentials = plan.policy.spec.credentials.as_ref();
+    let credentials = plan.policy.credentials();
     let mut digest_errors = Vec::new();
     let mut budget_errors = Vec::new();
     for t in &plan.targets {

@@ -7,15 +7,21 @@ use std::fmt;
 
 use futures::future::BoxFuture;
 use ivory_policy::types::{Attestation, Attestor, Credentials};
+pub use ivory_reference::{ImageRefError, ImageReference};
 use tokio::time::Instant;
+
+mod rejection;
+
+pub use rejection::{Rejection, Sought};
 
 /// One verification question: does `attestor` vouch for `image` (a signature when
 /// `attestation` is `None`, else that attestation)?
 #[derive(Clone, Debug, PartialEq)]
 pub struct VerifyRequest {
-    /// The image as the workload names it. Implementations resolve it to a digest first and
-    /// verify (and cache) by digest only, never by tag.
-    pub image: String,
+    /// The image as the workload names it, parsed once where it left the request or the
+    /// policy ([`ImageReference::original`] is the text, for messages). Implementations
+    /// resolve it to a digest first and verify (and cache) by digest only, never by tag.
+    pub image: ImageReference,
     /// The attestor with every CEL-sourced field (`key.expression`, `certificate.*.expression`,
     /// `trustedRoot.expression`, notary certs) already evaluated into its `data`/`value` field.
     pub attestor: Attestor,
@@ -254,8 +260,8 @@ pub enum Verification {
     NotVerified {
         /// The image's digest, when it was resolved before the verdict.
         digest: Option<String>,
-        /// Why the image is not verified.
-        reason: String,
+        /// Why the image is not verified, as decided where the verdict was reached.
+        reason: Rejection,
     },
 }
 
@@ -318,22 +324,29 @@ pub enum VerifyError {
 impl VerifyError {
     /// The budget ran out while `operation` was in progress for `image`: the one place a
     /// deadline error is made, so each names the image's registry and its budget alike.
-    pub fn deadline_exceeded(image: &str, operation: &str, budget: std::time::Duration) -> Self {
+    pub fn deadline_exceeded(
+        image: &ImageReference,
+        operation: &str,
+        budget: std::time::Duration,
+    ) -> Self {
         VerifyError::DeadlineExceeded {
-            image: image.to_owned(),
-            registry: registry_of(image),
+            image: image.original().to_owned(),
+            registry: image.registry().to_owned(),
             operation: operation.to_owned(),
             budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
         }
     }
-}
 
-/// The registry host of `image`, or the image itself when it does not parse (so a message
-/// still points somewhere).
-pub fn registry_of(image: &str) -> String {
-    ivory_cel::image::ImageReference::parse(image)
-        .map(|r| r.registry().to_owned())
-        .unwrap_or_else(|_| image.to_owned())
+    /// `image` is not an image reference: no registry can be asked about it. Made where the
+    /// image is parsed (the first seam it crosses), so the verifier is never asked; an
+    /// availability failure, as when the verifier refused it before, with the same words.
+    pub fn invalid_reference(image: &str, error: &ImageRefError) -> Self {
+        VerifyError::Unavailable {
+            image: image.to_owned(),
+            registry: String::new(),
+            message: format!("invalid image reference ({})", error.reason),
+        }
+    }
 }
 
 /// The class of a [`VerifyError`], for decisions and metrics labels.
@@ -432,7 +445,7 @@ pub trait ImageVerifier: Send + Sync {
     /// their own digest without network access.
     fn resolve_digest<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ImageReference,
         credentials: Option<&'a Credentials>,
         deadline: Instant,
     ) -> BoxFuture<'a, Result<String, VerifyError>>;
@@ -451,7 +464,7 @@ pub trait ImageVerifier: Send + Sync {
     /// those of the `platform` entry (an error when the index has none).
     fn image_data<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ImageReference,
         credentials: Option<&'a Credentials>,
         platform: &'a ImagePlatform,
         deadline: Instant,

@@ -395,7 +395,7 @@ async fn push(h: &Harness, layout: &str) -> String {
 
 async fn verify(v: &CosignVerifier, image: &str) -> Verification {
     let request = VerifyRequest {
-        image: image.to_owned(),
+        image: ivory_engine::verifier::ImageReference::parse(image).unwrap(),
         attestor: attestor(),
         attestation: None,
         credentials: None,
@@ -441,7 +441,7 @@ async fn replicas_share_verdicts_and_tags_and_redis_alone_cannot_verify_an_image
     // entries over the unsigned image's ones: a third replica ignores them, counts them, and
     // still says "not verified" from the registry.
     let mut conn = raw(&server).await;
-    let names: Vec<String> = conn.keys("ivory:v1:verdict:*").await.unwrap();
+    let names: Vec<String> = conn.keys("ivory:v2:verdict:*").await.unwrap();
     assert_eq!(names.len(), 2, "{names:?}");
     let mut entries = Vec::new();
     for n in &names {
@@ -467,7 +467,7 @@ async fn replicas_share_verdicts_and_tags_and_redis_alone_cannot_verify_an_image
 
     // No credential and no raw reference appears in a name.
     let all: Vec<String> = conn.keys("*").await.unwrap();
-    assert!(all.iter().all(|n| n.starts_with("ivory:v1:")), "{all:?}");
+    assert!(all.iter().all(|n| n.starts_with("ivory:v2:")), "{all:?}");
     assert!(all.iter().all(|n| !n.contains("ivory/")), "{all:?}");
 }
 

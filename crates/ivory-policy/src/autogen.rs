@@ -45,6 +45,14 @@ pub fn eligible_rule(spec: &PolicySpec) -> Option<&NamedRuleWithOperations> {
     (is_pod_rule && mc.exclude_resource_rules.is_empty() && !has_object_selector).then_some(rule)
 }
 
+impl CompiledPolicy {
+    /// Whether the written spec is one autogen rewrites for pod controllers (a single pod rule,
+    /// no exclusions, no object selector: [`eligible_rule`]).
+    pub fn autogen_eligible(&self) -> bool {
+        eligible_rule(&self.spec).is_some()
+    }
+}
+
 /// `pods` plus, optionally, pod subresources (Kyverno PR #17427 keeps autogen for those).
 fn is_pods_with_subresources(resources: &[String]) -> bool {
     let mut main = resources.iter().filter(|r| !r.contains('/'));

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use ivory_cel::Program;
 
 use crate::types::{
-    Attestation, Attestor, FailurePolicy, MatchResources, PolicyKind, PolicySpec, ValidationAction,
+    Attestation, Attestor, Credentials, FailurePolicy, MatchResources, NamedExpression, PolicyKind,
+    PolicySpec, ValidationAction,
 };
 
 /// Where a policy came from, for error messages and `/readyz`.
@@ -233,8 +234,10 @@ pub struct CompiledPolicy {
     pub namespace: Option<String>,
     /// The file and document the policy was loaded from.
     pub origin: Origin,
-    /// The spec as written (webhook generation and reports read it).
-    pub spec: Arc<PolicySpec>,
+    /// The spec as written: read only inside this crate. Other crates read what they need
+    /// through the typed accessors ([`CompiledPolicy::credentials`],
+    /// [`CompiledPolicy::admission_enabled`], [`CompiledPolicy::timeout_seconds`], ...).
+    pub(crate) spec: Arc<PolicySpec>,
     /// Hex sha256 of kind, namespace, name and the canonical JSON of the spec: changes whenever
     /// the policy changes, so it can be part of verification cache keys.
     pub hash: String,
@@ -295,6 +298,87 @@ pub struct CompiledPolicy {
 }
 
 impl CompiledPolicy {
+    /// A policy of `kind` named `name` that matches no resource and checks nothing, with an
+    /// empty spec: where a policy built field by field (tests, tools) starts. Policies that are
+    /// enforced come from [`crate::load_str`] and its siblings, which compile every field.
+    pub fn new(kind: PolicyKind, name: impl Into<String>) -> Self {
+        Self {
+            kind,
+            name: name.into(),
+            namespace: None,
+            origin: Origin::default(),
+            spec: Arc::new(PolicySpec::default()),
+            hash: String::new(),
+            actions: vec![ValidationAction::Deny],
+            failure_policy: FailurePolicy::Fail,
+            match_constraints: MatchResources::default(),
+            match_conditions: Vec::new(),
+            image_matchers: Vec::new(),
+            variables: Vec::new(),
+            image_extractors: Vec::new(),
+            validations: Vec::new(),
+            audit_annotations: Vec::new(),
+            attestors: Vec::new(),
+            attestations: Vec::new(),
+            mutate_digest: true,
+            verify_digest: true,
+            pinning: Pinning::All,
+            namespace_may_skip_pinning: false,
+            required: true,
+            json_mode: false,
+            verify_platforms: VerifyPlatforms::default(),
+            autogen_config: None,
+            autogen: Vec::new(),
+            cluster_reads: crate::cluster_reads::ClusterReads::default(),
+        }
+    }
+
+    /// This policy with `spec` as its written spec. Only what the accessors read from the spec
+    /// changes ([`CompiledPolicy::credentials`], [`CompiledPolicy::admission_enabled`], ...):
+    /// nothing is compiled again, so this is for policies built field by field (tests, tools).
+    #[must_use]
+    pub fn with_spec(mut self, spec: PolicySpec) -> Self {
+        self.spec = Arc::new(spec);
+        self
+    }
+
+    /// `spec.credentials`: how this policy's images are pulled (`None`: the global registry
+    /// options).
+    pub fn credentials(&self) -> Option<&Credentials> {
+        self.spec.credentials.as_ref()
+    }
+
+    /// `spec.credentials.allowInsecureRegistry`, default `false`.
+    pub fn allows_insecure_registry(&self) -> bool {
+        self.credentials()
+            .and_then(|c| c.allow_insecure_registry)
+            .unwrap_or(false)
+    }
+
+    /// `spec.evaluation.admission.enabled`, default `true`: whether admission requests are
+    /// judged by this policy.
+    pub fn admission_enabled(&self) -> bool {
+        self.spec.admission_enabled()
+    }
+
+    /// `spec.evaluation.background.enabled`, default `true`: whether background scans judge
+    /// running Pods by this policy.
+    pub fn background_enabled(&self) -> bool {
+        self.spec.background_enabled()
+    }
+
+    /// `spec.webhookConfiguration.timeoutSeconds` when set.
+    pub fn timeout_seconds(&self) -> Option<i32> {
+        self.spec.timeout_seconds()
+    }
+
+    /// `spec.matchConditions` as written (name and expression text), for a webhook
+    /// configuration that hands them to the API server; [`CompiledPolicy::match_conditions`]
+    /// holds them compiled.
+    pub fn written_match_conditions(&self) -> &[NamedExpression] {
+        &self.spec.match_conditions
+    }
+
     /// The pinning mode for a request in the namespace `namespace_object` ([`Pinning::effective`]).
     pub fn pinning_for(&self, namespace_object: Option<&serde_json::Value>) -> Pinning {
         self.pinning
@@ -313,5 +397,81 @@ impl CompiledPolicy {
     /// `mutateDigest` and a [`Pinning`] mode other than `no-patch` (a namespace cannot widen it).
     pub fn pins_digests(&self) -> bool {
         self.mutate_digest && self.pinning != Pinning::NoPatch
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLICY: &str = "apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata:
+  name: accessors
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: ['']
+      apiVersions: ['v1']
+      operations: ['CREATE']
+      resources: ['pods']
+  matchConditions:
+  - name: labelled
+    expression: has(object.metadata.labels)
+  evaluation:
+    admission:
+      enabled: false
+  webhookConfiguration:
+    timeoutSeconds: 7
+  credentials:
+    allowInsecureRegistry: true
+    secrets: [regcred]
+  attestors:
+  - name: signer
+    cosign:
+      keyless:
+        identities:
+        - issuer: https://issuer.example
+          subject: someone@example.com
+  validations:
+  - expression: 'true'
+";
+
+    #[test]
+    fn accessors_read_the_written_spec() {
+        let report = crate::load_str(POLICY, "accessors.yaml");
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        let policy = &report.policies[0];
+        assert_eq!(
+            policy.credentials().map(|c| c.secrets.clone()),
+            Some(vec!["regcred".to_owned()])
+        );
+        assert!(policy.allows_insecure_registry());
+        assert!(!policy.admission_enabled());
+        assert!(policy.background_enabled());
+        assert_eq!(policy.timeout_seconds(), Some(7));
+        let written = policy.written_match_conditions();
+        assert_eq!(written.len(), 1);
+        assert_eq!(written[0].name, "labelled");
+        assert_eq!(written[0].expression, "has(object.metadata.labels)");
+        assert!(policy.autogen_eligible());
+    }
+
+    #[test]
+    fn a_policy_built_field_by_field_has_the_specs_defaults() {
+        let policy = CompiledPolicy::new(PolicyKind::ImageValidatingPolicy, "bare");
+        assert_eq!(policy.credentials(), None);
+        assert!(!policy.allows_insecure_registry());
+        assert!(policy.admission_enabled() && policy.background_enabled());
+        assert_eq!(policy.timeout_seconds(), None);
+        assert!(!policy.autogen_eligible());
+        let with = policy.with_spec(PolicySpec {
+            credentials: Some(Credentials {
+                allow_insecure_registry: Some(true),
+                ..Credentials::default()
+            }),
+            ..PolicySpec::default()
+        });
+        assert!(with.allows_insecure_registry());
     }
 }

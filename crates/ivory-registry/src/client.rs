@@ -188,11 +188,11 @@ impl Registry {
     /// must be a well-formed digest; a body, when read, must hash to it.
     pub async fn resolve_digest(
         &self,
-        image: &str,
+        image: &ImageReference,
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<String> {
-        let t = self.target(image, creds)?;
+        let t = self.target(image, creds);
         if let Some(d) = t.reference.digest() {
             return Ok(d.to_string());
         }
@@ -228,11 +228,11 @@ impl Registry {
     /// media type checked. Indexes are returned as is (no platform selection).
     pub async fn fetch_manifest(
         &self,
-        image: &str,
+        image: &ImageReference,
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<Manifest> {
-        let t = self.target(image, creds)?;
+        let t = self.target(image, creds);
         self.fetch_manifest_target(&t, creds, deadline).await
     }
 
@@ -286,12 +286,12 @@ impl Registry {
     /// `platform`. Cycles and over-deep nesting end in `InvalidManifest`.
     pub async fn fetch_platform_manifest(
         &self,
-        image: &str,
+        image: &ImageReference,
         platform: &Platform,
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<Manifest> {
-        let mut t = self.target(image, creds)?;
+        let mut t = self.target(image, creds);
         let mut seen: HashSet<String> = HashSet::new();
         for _ in 0..=MAX_INDEX_DEPTH {
             let m = self.fetch_manifest_target(&t, creds, deadline).await?;
@@ -324,18 +324,18 @@ impl Registry {
             .invalid_manifest(format!("index nesting deeper than {MAX_INDEX_DEPTH}")))
     }
 
-    /// Fetches a blob by digest from the repository of `repo_ref`, refusing more than
+    /// Fetches a blob by digest from the repository of `repository`, refusing more than
     /// `max_bytes` while streaming; content is verified against `digest`. Redirects (to a
     /// CDN, say) are followed without credentials when they leave the registry's origin.
     pub async fn fetch_blob(
         &self,
-        repo_ref: &str,
+        repository: &ImageReference,
         digest: &str,
         max_bytes: usize,
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<Vec<u8>> {
-        let t = self.target(repo_ref, creds)?;
+        let t = self.target(repository, creds);
         let t = &t;
         let site = t.site(Operation::FetchBlob);
         site.checked_digest("blob descriptor", digest)?;
@@ -370,12 +370,12 @@ impl Registry {
     /// no referrers.
     pub async fn referrers(
         &self,
-        image_at_digest: &str,
+        image_at_digest: &ImageReference,
         artifact_type: Option<&str>,
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<serde_json::Value> {
-        let t = self.target(image_at_digest, creds)?;
+        let t = self.target(image_at_digest, creds);
         let Some(digest) = t.reference.digest().map(str::to_owned) else {
             return Err(Error::InvalidReference {
                 image: t.image.clone(),
@@ -478,7 +478,7 @@ impl Registry {
 
     /// The tags of `repo`, page by page (names checked against the tag grammar).
     pub fn tag_pages(&self, repo: &str, creds: &Credentials) -> Result<Listing> {
-        let t = self.target(repo, creds)?;
+        let t = self.target(&parse_reference(repo)?, creds);
         let path = format!("{}/tags/list", t.reference.repository());
         Ok(self.listing(t, Operation::ListTags, path, NameKind::Tag, creds))
     }
@@ -488,7 +488,7 @@ impl Registry {
     /// which is not requested.
     pub fn catalog_pages(&self, registry: &str, creds: &Credentials) -> Result<Listing> {
         // Addressed through a reference; only its registry is used.
-        let t = self.target(&format!("{registry}/catalog"), creds)?;
+        let t = self.target(&parse_reference(&format!("{registry}/catalog"))?, creds);
         Ok(self.listing(
             t,
             Operation::Catalog,
@@ -571,8 +571,9 @@ impl Registry {
 
     // --- internals ---
 
-    fn target(&self, image: &str, creds: &Credentials) -> Result<Target> {
-        let reference = parse_reference(image)?;
+    /// Where `reference` is fetched from (its registry, or that registry's mirror) and with
+    /// which auth. The reference was parsed by the caller, once: nothing here parses it again.
+    fn target(&self, reference: &ImageReference, creds: &Credentials) -> Target {
         let registry = reference.registry();
         let host = self
             .inner
@@ -582,12 +583,12 @@ impl Registry {
             .map_or(registry, String::as_str)
             .to_owned();
         let auth = registry_auth(&host, creds, &self.inner.global);
-        Ok(Target {
-            reference,
-            image: image.to_string(),
+        Target {
+            reference: reference.clone(),
+            image: reference.original().to_owned(),
             host,
             auth,
-        })
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 use ivory_registry::{Config, Credentials, Error};
 use ivory_testkit::AuthMode;
 
+use crate::util::reference;
 use crate::util::{client_for, client_with, ok_deadline, push_simple, seq, start};
 
 #[tokio::test]
@@ -15,7 +16,7 @@ async fn anonymous_resolve_costs_ping_plus_head() {
 
     let image = format!("{}/team/app:v1", h.host());
     let d = r
-        .resolve_digest(&image, &creds, ok_deadline())
+        .resolve_digest(&reference(&image), &creds, ok_deadline())
         .await
         .unwrap();
     assert_eq!(d, img.manifest.digest);
@@ -29,7 +30,7 @@ async fn anonymous_resolve_costs_ping_plus_head() {
 
     // The host answered /v2/ without a challenge once: no more pings for it.
     h.reset_requests();
-    r.resolve_digest(&image, &creds, ok_deadline())
+    r.resolve_digest(&reference(&image), &creds, ok_deadline())
         .await
         .unwrap();
     assert_eq!(
@@ -40,7 +41,7 @@ async fn anonymous_resolve_costs_ping_plus_head() {
     h.reset_requests();
     let image2 = format!("{}/team/other:v1", h.host());
     let d2 = r
-        .resolve_digest(&image2, &creds, ok_deadline())
+        .resolve_digest(&reference(&image2), &creds, ok_deadline())
         .await
         .unwrap();
     assert_eq!(d2, other.manifest.digest);
@@ -72,7 +73,7 @@ async fn basic_auth_resolves_and_caches_credentials_per_repo() {
 
     let image = format!("{}/private/app:v1", h.host());
     let d = r
-        .resolve_digest(&image, &creds, ok_deadline())
+        .resolve_digest(&reference(&image), &creds, ok_deadline())
         .await
         .unwrap();
     assert_eq!(d, img.manifest.digest);
@@ -84,7 +85,7 @@ async fn basic_auth_resolves_and_caches_credentials_per_repo() {
         ]
     );
     h.reset_requests();
-    r.resolve_digest(&image, &creds, ok_deadline())
+    r.resolve_digest(&reference(&image), &creds, ok_deadline())
         .await
         .unwrap();
     assert_eq!(
@@ -96,7 +97,7 @@ async fn basic_auth_resolves_and_caches_credentials_per_repo() {
     h.reset_requests();
     let d = r
         .resolve_digest(
-            &format!("{}/private/other:v1", h.host()),
+            &reference(&format!("{}/private/other:v1", h.host())),
             &creds,
             ok_deadline(),
         )
@@ -112,14 +113,14 @@ async fn basic_auth_resolves_and_caches_credentials_per_repo() {
     // Wrong password and no credentials are definite Unauthorized answers.
     let bad = Credentials::anonymous().with_basic(h.host(), "alice", "wrong");
     let err = r
-        .resolve_digest(&image, &bad, ok_deadline())
+        .resolve_digest(&reference(&image), &bad, ok_deadline())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Unauthorized { .. }), "{err}");
     assert!(!err.is_transient());
     assert!(err.to_string().contains("private/app"), "{err}");
     let err = r
-        .resolve_digest(&image, &Credentials::anonymous(), ok_deadline())
+        .resolve_digest(&reference(&image), &Credentials::anonymous(), ok_deadline())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Unauthorized { .. }), "{err}");
@@ -144,7 +145,7 @@ async fn basic_auth_from_pull_secret_and_docker_config_file() {
         .unwrap();
     let r = client_for(&h);
     let d = r
-        .resolve_digest(&image, &creds, ok_deadline())
+        .resolve_digest(&reference(&image), &creds, ok_deadline())
         .await
         .unwrap();
     assert_eq!(d, img.manifest.digest);
@@ -160,7 +161,7 @@ async fn basic_auth_from_pull_secret_and_docker_config_file() {
         },
     );
     let d = r
-        .resolve_digest(&image, &Credentials::anonymous(), ok_deadline())
+        .resolve_digest(&reference(&image), &Credentials::anonymous(), ok_deadline())
         .await
         .unwrap();
     assert_eq!(d, img.manifest.digest);
@@ -177,7 +178,7 @@ async fn anonymous_token_flow_caches_token_until_expiry() {
 
     let image = format!("{}/public/app:v1", h.host());
     let d = r
-        .resolve_digest(&image, &creds, ok_deadline())
+        .resolve_digest(&reference(&image), &creds, ok_deadline())
         .await
         .unwrap();
     assert_eq!(d, img.manifest.digest);
@@ -196,7 +197,7 @@ async fn anonymous_token_flow_caches_token_until_expiry() {
     h.reset_requests();
     h.reset_token_requests();
     let m = r
-        .fetch_manifest(&image, &creds, ok_deadline())
+        .fetch_manifest(&reference(&image), &creds, ok_deadline())
         .await
         .unwrap();
     assert_eq!(m.digest, img.manifest.digest);
@@ -219,14 +220,14 @@ async fn token_flow_with_login_and_wrong_password() {
 
     let creds = Credentials::anonymous().with_basic(h.host(), "carol", "pw");
     let d = r
-        .resolve_digest(&image, &creds, ok_deadline())
+        .resolve_digest(&reference(&image), &creds, ok_deadline())
         .await
         .unwrap();
     assert_eq!(d, img.manifest.digest);
 
     let bad = Credentials::anonymous().with_basic(h.host(), "carol", "nope");
     let err = r
-        .resolve_digest(&image, &bad, ok_deadline())
+        .resolve_digest(&reference(&image), &bad, ok_deadline())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Unauthorized { .. }), "{err}");

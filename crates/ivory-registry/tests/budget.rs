@@ -7,6 +7,7 @@ use ivory_registry::{Credentials, OCI_MANIFEST, Registry};
 use ivory_testkit::{AuthMode, Harness, sha256_digest};
 use serde_json::json;
 
+use crate::util::reference;
 use crate::util::{client_for, ok_deadline, push_simple, seq, start};
 
 /// Pushes a cosign-style signature manifest for `digest`; returns (sig tag, payload digest).
@@ -30,11 +31,12 @@ async fn push_sig(h: &Harness, digest: &str, payload: &[u8]) -> (String, String)
 /// Runs the verification path for `repo:tag`: resolve, (.sig ∥ referrers), blob.
 async fn verify_path(r: &Registry, creds: &Credentials, repo: &str, tag: &str, payload: &str) {
     let digest = r
-        .resolve_digest(&format!("{repo}:{tag}"), creds, ok_deadline())
+        .resolve_digest(&reference(&format!("{repo}:{tag}")), creds, ok_deadline())
         .await
         .unwrap();
     let sig_ref = format!("{repo}:{}.sig", digest.replace(':', "-"));
     let subject = format!("{repo}@{digest}");
+    let (sig_ref, subject) = (reference(&sig_ref), reference(&subject));
     let (sig_manifest, referrers) = tokio::join!(
         r.fetch_manifest(&sig_ref, creds, ok_deadline()),
         r.referrers(&subject, None, creds, ok_deadline())
@@ -43,7 +45,7 @@ async fn verify_path(r: &Registry, creds: &Credentials, repo: &str, tag: &str, p
     assert_eq!(referrers.unwrap()["manifests"], json!([]));
     let layer = sig_manifest.json["layers"][0]["digest"].as_str().unwrap();
     let blob = r
-        .fetch_blob(repo, layer, 1 << 20, creds, ok_deadline())
+        .fetch_blob(&reference(repo), layer, 1 << 20, creds, ok_deadline())
         .await
         .unwrap();
     assert_eq!(sha256_digest(&blob), payload);
@@ -123,7 +125,10 @@ async fn concurrent_cold_calls_ping_once() {
     let calls: Vec<_> = (0..8)
         .map(|_| {
             let (r, creds, image) = (r.clone(), creds.clone(), image.clone());
-            tokio::spawn(async move { r.resolve_digest(&image, &creds, ok_deadline()).await })
+            tokio::spawn(async move {
+                r.resolve_digest(&reference(&image), &creds, ok_deadline())
+                    .await
+            })
         })
         .collect();
     for c in calls {

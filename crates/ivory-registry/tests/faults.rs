@@ -8,6 +8,7 @@ use ivory_testkit::{FaultOptions, FaultServer, HungRegistry, refused_host};
 use tokio::time::Instant;
 
 use crate::util::ok_deadline;
+use crate::util::reference;
 
 /// Slack allowed past a deadline before we call it a hang.
 const SLACK: Duration = Duration::from_millis(500);
@@ -35,16 +36,16 @@ async fn hung_registry_ends_in_deadline_exceeded_on_time() {
         let image = format!("{}/app:v1", hung.host());
         let err = match op {
             "resolve" => r
-                .resolve_digest(&image, &Credentials::anonymous(), deadline)
+                .resolve_digest(&reference(&image), &Credentials::anonymous(), deadline)
                 .await
                 .err(),
             "manifest" => r
-                .fetch_manifest(&image, &Credentials::anonymous(), deadline)
+                .fetch_manifest(&reference(&image), &Credentials::anonymous(), deadline)
                 .await
                 .err(),
             _ => r
                 .fetch_blob(
-                    &format!("{}/app", hung.host()),
+                    &reference(&format!("{}/app", hung.host())),
                     &format!("sha256:{}", "1".repeat(64)),
                     100,
                     &Credentials::anonymous(),
@@ -87,7 +88,7 @@ async fn concurrent_cold_calls_keep_their_deadline() {
             };
             tokio::spawn(async move {
                 let err = r
-                    .resolve_digest(&image, &creds, deadline)
+                    .resolve_digest(&reference(&image), &creds, deadline)
                     .await
                     .unwrap_err();
                 (err, Instant::now())
@@ -118,7 +119,7 @@ async fn a_cold_client_build_respects_the_deadline() {
     let started = Instant::now();
     let err = r
         .resolve_digest(
-            &format!("{}/app:v1", hung.host()),
+            &reference(&format!("{}/app:v1", hung.host())),
             &Credentials::anonymous(),
             started + budget,
         )
@@ -138,7 +139,7 @@ async fn a_host_that_does_not_resolve_is_named_a_dns_failure_by_type() {
     let r = Registry::new(Config::default()).unwrap();
     let err = r
         .resolve_digest(
-            "registry.ivory-test.invalid/app:v1",
+            &reference("registry.ivory-test.invalid/app:v1"),
             &Credentials::anonymous(),
             ok_deadline(),
         )
@@ -166,7 +167,7 @@ async fn refused_connection_is_a_transient_transport_error() {
     let r = Registry::new(Config::default()).unwrap();
     let err = r
         .resolve_digest(
-            &format!("{host}/app:v1"),
+            &reference(&format!("{host}/app:v1")),
             &Credentials::anonymous(),
             ok_deadline(),
         )
@@ -197,6 +198,7 @@ async fn concurrency_cap_queues_calls_per_registry() {
     let deadline = Instant::now() + Duration::from_secs(2);
     let image = format!("{}/app:v1", hung.host());
     let creds = Credentials::anonymous();
+    let image = reference(&image);
     let (a, b) = tokio::join!(
         r.resolve_digest(&image, &creds, deadline),
         r.resolve_digest(&image, &creds, deadline)
@@ -219,7 +221,7 @@ async fn throttling_is_retried_then_succeeds() {
     let r = Registry::new(Config::default()).unwrap();
     let d = r
         .resolve_digest(
-            &format!("{}/throttled:latest", f.host()),
+            &reference(&format!("{}/throttled:latest", f.host())),
             &insecure(),
             ok_deadline(),
         )
@@ -250,7 +252,7 @@ async fn persistent_503_gives_up_before_the_deadline() {
     let started = Instant::now();
     let err = r
         .resolve_digest(
-            &format!("{}/unavailable:latest", f.host()),
+            &reference(&format!("{}/unavailable:latest", f.host())),
             &insecure(),
             started + budget,
         )
@@ -271,7 +273,7 @@ async fn oversized_manifests_and_blobs_are_refused() {
     let r = Registry::new(Config::default()).unwrap();
     let err = r
         .fetch_manifest(
-            &format!("{}/big:latest", f.host()),
+            &reference(&format!("{}/big:latest", f.host())),
             &insecure(),
             ok_deadline(),
         )
@@ -292,7 +294,7 @@ async fn oversized_manifests_and_blobs_are_refused() {
     let blob = f.digest("bigblob-config").unwrap().to_string();
     let err = r
         .fetch_blob(
-            &format!("{}/bigblob", f.host()),
+            &reference(&format!("{}/bigblob", f.host())),
             &blob,
             1 << 20,
             &insecure(),
@@ -303,7 +305,7 @@ async fn oversized_manifests_and_blobs_are_refused() {
     assert!(matches!(err, Error::TooLarge { what: "blob", .. }), "{err}");
     let ok = r
         .fetch_blob(
-            &format!("{}/bigblob", f.host()),
+            &reference(&format!("{}/bigblob", f.host())),
             &blob,
             4 << 20,
             &insecure(),
@@ -321,7 +323,7 @@ async fn self_referencing_and_deep_indexes_end_in_errors() {
     let started = Instant::now();
     let err = r
         .fetch_platform_manifest(
-            &format!("{}/loop:latest", f.host()),
+            &reference(&format!("{}/loop:latest", f.host())),
             &amd64(),
             &insecure(),
             ok_deadline(),
@@ -334,7 +336,7 @@ async fn self_referencing_and_deep_indexes_end_in_errors() {
 
     let err = r
         .fetch_platform_manifest(
-            &format!("{}/deep:latest", f.host()),
+            &reference(&format!("{}/deep:latest", f.host())),
             &amd64(),
             &insecure(),
             ok_deadline(),
@@ -354,7 +356,7 @@ async fn digest_header_lies_and_omissions() {
     // No Docker-Content-Digest: HEAD, then GET and hash the body.
     let d = r
         .resolve_digest(
-            &format!("{}/nodigest:latest", f.host()),
+            &reference(&format!("{}/nodigest:latest", f.host())),
             &insecure(),
             ok_deadline(),
         )
@@ -372,7 +374,7 @@ async fn digest_header_lies_and_omissions() {
     // A false header is caught when the body is read.
     let err = r
         .fetch_manifest(
-            &format!("{}/wrongdigest:latest", f.host()),
+            &reference(&format!("{}/wrongdigest:latest", f.host())),
             &insecure(),
             ok_deadline(),
         )
@@ -388,7 +390,7 @@ async fn unknown_media_types_and_garbage_are_invalid_manifests() {
     for repo in ["unknowntype", "malformed"] {
         let err = r
             .fetch_manifest(
-                &format!("{}/{repo}:latest", f.host()),
+                &reference(&format!("{}/{repo}:latest", f.host())),
                 &insecure(),
                 ok_deadline(),
             )

@@ -6,6 +6,7 @@ use ivory_registry::{Config, Credentials, Error, OCI_INDEX, OCI_MANIFEST, Platfo
 use ivory_testkit::{AuthMode, OciLayout, sha256_digest};
 use serde_json::json;
 
+use crate::util::reference;
 use crate::util::{client_for, client_with, ok_deadline, push_simple, seq, start};
 
 #[tokio::test]
@@ -16,7 +17,7 @@ async fn digest_refs_need_no_request() {
     h.reset_requests();
     let image = format!("{}/app@{}", h.host(), img.manifest.digest);
     let d = r
-        .resolve_digest(&image, &Credentials::anonymous(), ok_deadline())
+        .resolve_digest(&reference(&image), &Credentials::anonymous(), ok_deadline())
         .await
         .unwrap();
     assert_eq!(d, img.manifest.digest);
@@ -34,7 +35,7 @@ async fn manifests_and_blobs_are_verified_and_size_limited() {
 
     let by_digest = format!("{}/app@{}", h.host(), img.manifest.digest);
     let m = r
-        .fetch_manifest(&by_digest, &creds, ok_deadline())
+        .fetch_manifest(&reference(&by_digest), &creds, ok_deadline())
         .await
         .unwrap();
     assert_eq!(m.digest, img.manifest.digest);
@@ -52,7 +53,13 @@ async fn manifests_and_blobs_are_verified_and_size_limited() {
     let repo = format!("{}/app", h.host());
     h.reset_requests();
     let blob = r
-        .fetch_blob(&repo, &img.config.digest, 1 << 20, &creds, ok_deadline())
+        .fetch_blob(
+            &reference(&repo),
+            &img.config.digest,
+            1 << 20,
+            &creds,
+            ok_deadline(),
+        )
         .await
         .unwrap();
     assert_eq!(sha256_digest(&blob), img.config.digest);
@@ -63,14 +70,20 @@ async fn manifests_and_blobs_are_verified_and_size_limited() {
     );
 
     let err = r
-        .fetch_blob(&repo, &img.config.digest, 10, &creds, ok_deadline())
+        .fetch_blob(
+            &reference(&repo),
+            &img.config.digest,
+            10,
+            &creds,
+            ok_deadline(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::TooLarge { limit: 10, .. }), "{err}");
 
     let missing = format!("sha256:{}", "0".repeat(64));
     let err = r
-        .fetch_blob(&repo, &missing, 1 << 20, &creds, ok_deadline())
+        .fetch_blob(&reference(&repo), &missing, 1 << 20, &creds, ok_deadline())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }), "{err}");
@@ -83,13 +96,17 @@ async fn manifests_and_blobs_are_verified_and_size_limited() {
         },
     );
     let err = tiny
-        .fetch_manifest(&by_digest, &creds, ok_deadline())
+        .fetch_manifest(&reference(&by_digest), &creds, ok_deadline())
         .await
         .unwrap_err();
     assert!(matches!(err, Error::TooLarge { .. }), "{err}");
 
     let err = r
-        .fetch_manifest(&format!("{}/app:nope", h.host()), &creds, ok_deadline())
+        .fetch_manifest(
+            &reference(&format!("{}/app:nope", h.host())),
+            &creds,
+            ok_deadline(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }), "{err}");
@@ -131,12 +148,12 @@ async fn index_resolves_to_index_digest_and_platform_child() {
     let creds = Credentials::anonymous();
     let image = format!("{}/multi:multi", h.host());
     let d = r
-        .resolve_digest(&image, &creds, ok_deadline())
+        .resolve_digest(&reference(&image), &creds, ok_deadline())
         .await
         .unwrap();
     assert_eq!(d, index.digest, "a multi-arch tag pins to the index");
     let m = r
-        .fetch_manifest(&image, &creds, ok_deadline())
+        .fetch_manifest(&reference(&image), &creds, ok_deadline())
         .await
         .unwrap();
     assert!(m.is_index());
@@ -149,7 +166,7 @@ async fn index_resolves_to_index_digest_and_platform_child() {
         variant: Some("v8".into()),
     };
     let child = r
-        .fetch_platform_manifest(&image, &arm64, &creds, ok_deadline())
+        .fetch_platform_manifest(&reference(&image), &arm64, &creds, ok_deadline())
         .await
         .unwrap();
     assert_eq!(child.digest, arm.digest);
@@ -159,7 +176,7 @@ async fn index_resolves_to_index_digest_and_platform_child() {
         variant: None,
     };
     let err = r
-        .fetch_platform_manifest(&image, &s390, &creds, ok_deadline())
+        .fetch_platform_manifest(&reference(&image), &s390, &creds, ok_deadline())
         .await
         .unwrap_err();
     assert!(
@@ -210,7 +227,12 @@ async fn referrers_fall_back_to_the_tag_schema() {
     let subject = format!("{}/app@{}", h.host(), img.manifest.digest);
     h.reset_requests();
     let found = r
-        .referrers(&subject, Some(bundle_type), &creds, ok_deadline())
+        .referrers(
+            &reference(&subject),
+            Some(bundle_type),
+            &creds,
+            ok_deadline(),
+        )
         .await
         .unwrap();
     assert_eq!(found["manifests"][0]["digest"], artifact_digest.as_str());
@@ -234,7 +256,12 @@ async fn referrers_fall_back_to_the_tag_schema() {
     h.reset_requests();
 
     let none = r
-        .referrers(&subject, Some("application/x-other"), &creds, ok_deadline())
+        .referrers(
+            &reference(&subject),
+            Some("application/x-other"),
+            &creds,
+            ok_deadline(),
+        )
         .await
         .unwrap();
     assert_eq!(none["manifests"], json!([]));
@@ -242,7 +269,7 @@ async fn referrers_fall_back_to_the_tag_schema() {
     let other = push_simple(&h, "app", "v2", "no-referrers").await;
     let empty = r
         .referrers(
-            &format!("{}/app@{}", h.host(), other.manifest.digest),
+            &reference(&format!("{}/app@{}", h.host(), other.manifest.digest)),
             None,
             &creds,
             ok_deadline(),
@@ -287,14 +314,14 @@ async fn referrers_api_absence_is_forgotten_after_its_ttl() {
     h.reset_requests();
     for _ in 0..2 {
         let idx = r
-            .referrers(&subject, None, &creds, ok_deadline())
+            .referrers(&reference(&subject), None, &creds, ok_deadline())
             .await
             .unwrap();
         assert_eq!(idx["manifests"], json!([]));
     }
     assert_eq!(probes(&h), 1, "{:?}", seq(&h));
     tokio::time::sleep(Duration::from_millis(400)).await;
-    r.referrers(&subject, None, &creds, ok_deadline())
+    r.referrers(&reference(&subject), None, &creds, ok_deadline())
         .await
         .unwrap();
     assert_eq!(

@@ -10,6 +10,7 @@ use ivory_testkit::{
 };
 use tokio::time::Instant;
 
+use crate::util::reference;
 use crate::util::{client_for, ok_deadline, push_simple};
 
 fn insecure() -> Credentials {
@@ -41,7 +42,7 @@ async fn endless_and_huge_answers_are_cut_at_their_limit() {
     for image in ["endless:latest", "hugelength:latest"] {
         let image = format!("{}/{image}", h.host());
         let err = r
-            .fetch_manifest(&image, &c, ok_deadline())
+            .fetch_manifest(&reference(&image), &c, ok_deadline())
             .await
             .unwrap_err();
         assert!(
@@ -53,7 +54,11 @@ async fn endless_and_huge_answers_are_cut_at_their_limit() {
     }
     // No digest header on HEAD: resolving reads the body, under the same cap.
     let err = r
-        .resolve_digest(&format!("{}/endless:v1", h.host()), &c, ok_deadline())
+        .resolve_digest(
+            &reference(&format!("{}/endless:v1", h.host())),
+            &c,
+            ok_deadline(),
+        )
         .await
         .unwrap_err();
     assert!(
@@ -69,7 +74,7 @@ async fn endless_and_huge_answers_are_cut_at_their_limit() {
 
     let subject = format!("{}/endless@{}", h.host(), h.good_digest());
     let err = r
-        .referrers(&subject, None, &c, ok_deadline())
+        .referrers(&reference(&subject), None, &c, ok_deadline())
         .await
         .unwrap_err();
     assert!(
@@ -100,7 +105,7 @@ async fn endless_and_huge_answers_are_cut_at_their_limit() {
 
     let err = r
         .fetch_blob(
-            &format!("{}/endless", h.host()),
+            &reference(&format!("{}/endless", h.host())),
             &h.good_digest(),
             1 << 20,
             &c,
@@ -126,7 +131,7 @@ async fn manifests_that_would_balloon_once_parsed_are_refused() {
     let r = Registry::new(Config::default()).unwrap();
     let err = r
         .fetch_manifest(
-            &format!("{}/objects:latest", h.host()),
+            &reference(&format!("{}/objects:latest", h.host())),
             &insecure(),
             ok_deadline(),
         )
@@ -142,7 +147,7 @@ async fn an_endless_token_answer_is_cut() {
     let r = Registry::new(Config::default()).unwrap();
     let err = r
         .resolve_digest(
-            &format!("{}/good:latest", h.host()),
+            &reference(&format!("{}/good:latest", h.host())),
             &insecure(),
             ok_deadline(),
         )
@@ -174,7 +179,11 @@ async fn error_bodies_never_reach_the_message() {
         let image = format!("{}/secret-{code}:latest", h.host());
         let started = Instant::now();
         let err = r
-            .fetch_manifest(&image, &insecure(), Instant::now() + Duration::from_secs(5))
+            .fetch_manifest(
+                &reference(&image),
+                &insecure(),
+                Instant::now() + Duration::from_secs(5),
+            )
             .await
             .unwrap_err();
         assert_no_registry_text(&err);
@@ -205,7 +214,11 @@ async fn redirects_carry_no_credentials_to_another_host() {
 
     // The registry itself asks for and gets the login.
     let d = r
-        .resolve_digest(&format!("{}/good:latest", h.host()), &creds, ok_deadline())
+        .resolve_digest(
+            &reference(&format!("{}/good:latest", h.host())),
+            &creds,
+            ok_deadline(),
+        )
         .await
         .unwrap();
     assert_eq!(d, h.good_digest());
@@ -219,7 +232,7 @@ async fn redirects_carry_no_credentials_to_another_host() {
 
     let err = r
         .fetch_manifest(
-            &format!("{}/redirect:latest", h.host()),
+            &reference(&format!("{}/redirect:latest", h.host())),
             &creds,
             ok_deadline(),
         )
@@ -242,7 +255,7 @@ async fn redirect_loops_are_cut_after_a_few_hops() {
     let r = Registry::new(Config::default()).unwrap();
     let err = r
         .fetch_manifest(
-            &format!("{}/redirectloop:latest", h.host()),
+            &reference(&format!("{}/redirectloop:latest", h.host())),
             &insecure(),
             ok_deadline(),
         )
@@ -278,7 +291,11 @@ async fn credentials_never_travel_over_plain_http_without_allow_insecure() {
     .unwrap();
     let creds = Credentials::anonymous().with_basic(&h.host(), "alice", "s3cret");
     let err = r
-        .resolve_digest(&format!("{}/good:latest", h.host()), &creds, ok_deadline())
+        .resolve_digest(
+            &reference(&format!("{}/good:latest", h.host())),
+            &creds,
+            ok_deadline(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Transport { .. }), "{err}");
@@ -310,7 +327,7 @@ async fn a_plain_http_token_realm_is_refused_for_a_tls_registry() {
         Credentials::anonymous(),
     ] {
         let err = r
-            .resolve_digest(&image, &creds, ok_deadline())
+            .resolve_digest(&reference(&image), &creds, ok_deadline())
             .await
             .unwrap_err();
         assert!(matches!(err, Error::TokenRealmRefused { .. }), "{err}");
@@ -336,10 +353,10 @@ async fn forged_digests_are_registry_errors() {
     ] {
         let image = format!("{}/{repo}:latest", h.host());
         for err in [
-            r.resolve_digest(&image, &c, ok_deadline())
+            r.resolve_digest(&reference(&image), &c, ok_deadline())
                 .await
                 .unwrap_err(),
-            r.fetch_manifest(&image, &c, ok_deadline())
+            r.fetch_manifest(&reference(&image), &c, ok_deadline())
                 .await
                 .unwrap_err(),
         ] {
@@ -360,7 +377,7 @@ async fn forged_digests_are_registry_errors() {
     // A well-formed digest of other content is caught where the body is read.
     let err = r
         .fetch_manifest(
-            &format!("{}/liardigest:latest", h.host()),
+            &reference(&format!("{}/liardigest:latest", h.host())),
             &c,
             ok_deadline(),
         )
@@ -368,14 +385,18 @@ async fn forged_digests_are_registry_errors() {
         .unwrap_err();
     assert!(matches!(err, Error::DigestMismatch { .. }), "{err}");
     let good = r
-        .fetch_manifest(&format!("{}/good:latest", h.host()), &c, ok_deadline())
+        .fetch_manifest(
+            &reference(&format!("{}/good:latest", h.host())),
+            &c,
+            ok_deadline(),
+        )
         .await
         .unwrap();
     assert_eq!(good.digest, h.good_digest());
 
     let err = r
         .fetch_blob(
-            &format!("{}/app", h.host()),
+            &reference(&format!("{}/app", h.host())),
             &h.good_digest(),
             1 << 20,
             &c,
@@ -387,7 +408,7 @@ async fn forged_digests_are_registry_errors() {
 
     let subject = format!("{}/badrefs@{}", h.host(), h.good_digest());
     let err = r
-        .referrers(&subject, None, &c, ok_deadline())
+        .referrers(&reference(&subject), None, &c, ok_deadline())
         .await
         .unwrap_err();
     assert!(

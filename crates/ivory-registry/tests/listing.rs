@@ -3,6 +3,7 @@
 use ivory_registry::{Config, Credentials};
 use ivory_testkit::{AuthMode, OCI_MANIFEST};
 
+use crate::util::reference;
 use crate::util::{client_with, ok_deadline, push_simple, start};
 
 #[tokio::test]
@@ -13,7 +14,7 @@ async fn tags_and_catalog_are_paginated() {
     let manifest = {
         let r = client_with(&h, Config::default());
         r.fetch_manifest(
-            &format!("{}/paged@{}", h.host(), img.manifest.digest),
+            &reference(&format!("{}/paged@{}", h.host(), img.manifest.digest)),
             &Credentials::anonymous(),
             ok_deadline(),
         )

@@ -3,6 +3,7 @@
 use ivory_registry::{Config, Credentials, Error, Registry, TransportCause};
 use ivory_testkit::{AuthMode, HarnessOptions, RegistryHarness};
 
+use crate::util::reference;
 use crate::util::{ok_deadline, push_simple, start};
 
 #[tokio::test]
@@ -13,7 +14,7 @@ async fn missing_ca_is_a_clear_tls_error_and_insecure_skips_verification() {
     let r = Registry::new(Config::default()).unwrap();
 
     let err = r
-        .resolve_digest(&image, &Credentials::anonymous(), ok_deadline())
+        .resolve_digest(&reference(&image), &Credentials::anonymous(), ok_deadline())
         .await
         .unwrap_err();
     assert!(
@@ -35,7 +36,7 @@ async fn missing_ca_is_a_clear_tls_error_and_insecure_skips_verification() {
 
     let insecure = Credentials::anonymous().allow_insecure(true);
     let d = r
-        .resolve_digest(&image, &insecure, ok_deadline())
+        .resolve_digest(&reference(&image), &insecure, ok_deadline())
         .await
         .unwrap();
     assert_eq!(d, img.manifest.digest);
@@ -51,7 +52,7 @@ async fn plain_http_on_loopback_by_default_and_with_allow_http() {
     let anonymous = Credentials::anonymous();
     let r = Registry::new(Config::default()).unwrap();
     let d = r
-        .resolve_digest(&image, &anonymous, ok_deadline())
+        .resolve_digest(&reference(&image), &anonymous, ok_deadline())
         .await
         .unwrap();
     assert_eq!(d, img.manifest.digest);
@@ -62,7 +63,7 @@ async fn plain_http_on_loopback_by_default_and_with_allow_http() {
     })
     .unwrap();
     let d = r
-        .resolve_digest(&image, &anonymous, ok_deadline())
+        .resolve_digest(&reference(&image), &anonymous, ok_deadline())
         .await
         .unwrap();
     assert_eq!(d, img.manifest.digest);
@@ -80,7 +81,7 @@ async fn a_self_signed_registry_is_reached_with_allow_insecure_and_its_tls_error
     // failure is the cause reported.
     let err = Registry::new(Config::default())
         .unwrap()
-        .resolve_digest(&image, &anonymous, ok_deadline())
+        .resolve_digest(&reference(&image), &anonymous, ok_deadline())
         .await
         .unwrap_err();
     assert!(
@@ -94,7 +95,7 @@ async fn a_self_signed_registry_is_reached_with_allow_insecure_and_its_tls_error
     })
     .unwrap();
     let d = r
-        .resolve_digest(&image, &anonymous, ok_deadline())
+        .resolve_digest(&reference(&image), &anonymous, ok_deadline())
         .await
         .unwrap();
     assert_eq!(d, img.manifest.digest);
@@ -116,7 +117,7 @@ async fn plain_http_only_with_allow_insecure() {
     .unwrap();
 
     let err = r
-        .resolve_digest(&image, &Credentials::anonymous(), ok_deadline())
+        .resolve_digest(&reference(&image), &Credentials::anonymous(), ok_deadline())
         .await
         .unwrap_err();
     assert!(
@@ -132,13 +133,13 @@ async fn plain_http_only_with_allow_insecure() {
 
     let insecure = Credentials::anonymous().allow_insecure(true);
     let d = r
-        .resolve_digest(&image, &insecure, ok_deadline())
+        .resolve_digest(&reference(&image), &insecure, ok_deadline())
         .await
         .unwrap();
     assert_eq!(d, img.manifest.digest);
     // The learned scheme sticks: the next call goes straight to HTTP, one HEAD.
     h.reset_requests();
-    r.resolve_digest(&image, &insecure, ok_deadline())
+    r.resolve_digest(&reference(&image), &insecure, ok_deadline())
         .await
         .unwrap();
     assert_eq!(
@@ -175,18 +176,26 @@ async fn a_mirror_serves_another_hosts_images_under_their_own_names() {
     let anonymous = Credentials::anonymous();
     // ghcr.io's name, the harness's bytes; the digest is checked against them as always.
     let d = r
-        .resolve_digest("ghcr.io/acme/app:v1", &anonymous, ok_deadline())
+        .resolve_digest(&reference("ghcr.io/acme/app:v1"), &anonymous, ok_deadline())
         .await
         .unwrap();
     assert_eq!(d, img.manifest.digest);
     let m = r
-        .fetch_manifest(&format!("ghcr.io/acme/app@{d}"), &anonymous, ok_deadline())
+        .fetch_manifest(
+            &reference(&format!("ghcr.io/acme/app@{d}")),
+            &anonymous,
+            ok_deadline(),
+        )
         .await
         .unwrap();
     assert_eq!(m.digest, img.manifest.digest);
     // Only the named host is mirrored, and an error names the image as written.
     let err = r
-        .resolve_digest("ghcr.io/acme/missing:v1", &anonymous, ok_deadline())
+        .resolve_digest(
+            &reference("ghcr.io/acme/missing:v1"),
+            &anonymous,
+            ok_deadline(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }), "{err}");

@@ -52,3 +52,8 @@ pub(crate) fn seq(h: &Harness) -> Vec<String> {
         .map(|(m, p, s)| format!("{m} {p} {s}"))
         .collect()
 }
+
+/// `image` parsed, as the registry's callers hand images over (parsed once, where they enter).
+pub(crate) fn reference(image: &str) -> ivory_reference::ImageReference {
+    ivory_reference::ImageReference::parse(image).unwrap_or_else(|e| panic!("{e}"))
+}

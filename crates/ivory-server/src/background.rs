@@ -110,7 +110,7 @@ pub async fn scan_once(
     let policies: Vec<Arc<CompiledPolicy>> = snapshot
         .policies()
         .iter()
-        .filter(|p| p.autogen_config.is_none() && p.spec.background_enabled())
+        .filter(|p| p.autogen_config.is_none() && p.background_enabled())
         .cloned()
         .collect();
     if policies.is_empty() {

@@ -313,7 +313,7 @@ async fn run_watch(
             let event = match event {
                 Ok(event) => event,
                 Err(e) => {
-                    set_error(forbidden_hint(&read, &e.to_string()));
+                    set_error(forbidden_hint(&read, &e));
                     continue;
                 }
             };
@@ -446,15 +446,29 @@ async fn discover(client: &Client, read: &ResourceRead) -> Result<(ApiResource, 
 }
 
 /// A watch error, with what to do about a refusal.
-fn forbidden_hint(read: &ResourceRead, error: &str) -> String {
-    if error.contains("403") || error.to_ascii_lowercase().contains("forbidden") {
+fn forbidden_hint(read: &ResourceRead, error: &watcher::Error) -> String {
+    if is_forbidden(error) {
         format!(
             "{error} (may ivory's service account get, list and watch {}? add it to the Helm \
              value clusterReads, or the kustomize ClusterRole)",
             read.resource
         )
     } else {
-        error.to_owned()
+        error.to_string()
+    }
+}
+
+/// Whether the API server refused the watch (403 or reason `Forbidden`), from the status it
+/// answered with, never from the error's text.
+fn is_forbidden(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => {
+            matches!(e, kube::Error::Api(status) if status.is_forbidden())
+        }
+        watcher::Error::WatchError(status) => status.is_forbidden(),
+        watcher::Error::NoResourceVersion => false,
     }
 }
 
@@ -599,14 +613,22 @@ mod tests {
     #[test]
     fn a_refused_watch_says_what_to_grant() {
         let read = global_context_watch();
-        let hint = forbidden_hint(&read, "ApiError: forbidden (403)");
-        assert!(
-            hint.contains("clusterReads") && hint.contains("globalcontextentries"),
-            "{hint}"
-        );
-        assert_eq!(
-            forbidden_hint(&read, "connection reset"),
-            "connection reset"
-        );
+        let forbidden = || kube::core::Status::failure("no", "Forbidden").with_code(403);
+        for refused in [
+            watcher::Error::InitialListFailed(kube::Error::Api(forbidden().boxed())),
+            watcher::Error::WatchError(forbidden().boxed()),
+        ] {
+            let hint = forbidden_hint(&read, &refused);
+            assert!(
+                hint.contains("clusterReads") && hint.contains("globalcontextentries"),
+                "{hint}"
+            );
+        }
+        // The status decides, not the words: a 500 whose message says 403 gets no hint.
+        let worded = kube::core::Status::failure("forbidden (403)", "InternalError").with_code(500);
+        let error = watcher::Error::WatchError(worded.boxed());
+        assert_eq!(forbidden_hint(&read, &error), error.to_string());
+        let error = watcher::Error::NoResourceVersion;
+        assert_eq!(forbidden_hint(&read, &error), error.to_string());
     }
 }

@@ -587,7 +587,7 @@ async fn with_usable_credentials<'p>(
     };
     let mut unusable: Vec<Unusable<'p>> = Vec::new();
     for policy in &selected {
-        let Some(credentials) = policy.spec.credentials.as_ref() else {
+        let Some(credentials) = policy.credentials() else {
             continue;
         };
         if credentials.secrets.is_empty() || unusable.iter().any(|(p, _)| same(p, policy)) {
@@ -636,7 +636,7 @@ fn credentials_verdict(unusable: &[Unusable<'_>]) -> Option<Decision> {
 fn policy_timeout(selected: &[&CompiledPolicy]) -> Option<Duration> {
     selected
         .iter()
-        .filter_map(|p| p.spec.timeout_seconds())
+        .filter_map(|p| p.timeout_seconds())
         .filter_map(|s| u64::try_from(s).ok())
         .min()
         .map(Duration::from_secs)

@@ -27,7 +27,7 @@ use base64::Engine as _;
 use ivory_policy::types::{
     FailurePolicy, LabelSelector, LabelSelectorRequirement, NamedRuleWithOperations, PolicyKind,
 };
-use ivory_policy::{CRONJOBS, CompiledPolicy, DEFAULTS, autogen_rules, eligible_rule};
+use ivory_policy::{CRONJOBS, CompiledPolicy, DEFAULTS, autogen_rules};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
@@ -119,7 +119,7 @@ fn configuration(policies: &[CompiledPolicy], opts: &Options, stage: Stage) -> V
         let selected: Vec<&CompiledPolicy> = policies
             .iter()
             .filter(|p| p.kind == kind && p.autogen_config.is_none())
-            .filter(|p| p.spec.admission_enabled())
+            .filter(|p| p.admission_enabled())
             // A `no-patch` policy pins nowhere: the API server need not call it to mutate.
             .filter(|p| stage == Stage::Validate || p.pins_digests())
             .collect();
@@ -225,7 +225,7 @@ fn for_kind(
             stage,
             opts,
         );
-        hook["timeoutSeconds"] = json!(p.spec.timeout_seconds().unwrap_or(DEFAULT_TIMEOUT_SECONDS));
+        hook["timeoutSeconds"] = json!(p.timeout_seconds().unwrap_or(DEFAULT_TIMEOUT_SECONDS));
         let exact = p.match_constraints.match_policy.as_deref() == Some("Exact");
         if exact && stage == Stage::Validate {
             hook["matchPolicy"] = json!("Exact");
@@ -303,7 +303,7 @@ fn facts<'a>(policy: &'a CompiledPolicy, opts: &Options) -> Facts<'a> {
         .namespace_selector
         .as_ref()
         .is_some_and(|s| !s.match_labels.is_empty() || !s.match_expressions.is_empty());
-    let fine_grained = policy.spec.timeout_seconds().is_some()
+    let fine_grained = policy.timeout_seconds().is_some()
         || mc.match_policy.as_deref() == Some("Exact")
         || own_namespace_selector
         || !conditions.is_empty();
@@ -366,11 +366,11 @@ fn compatible(expression: &str) -> bool {
 
 /// matchConditions to offload to the API server (empty when any is not compatible).
 fn conditions(policy: &CompiledPolicy) -> Vec<Value> {
-    let own = &policy.spec.match_conditions;
+    let own = policy.written_match_conditions();
     if own.is_empty() || !own.iter().all(|c| compatible(&c.expression)) {
         return Vec::new();
     }
-    if eligible_rule(&policy.spec).is_none() || policy.autogen.is_empty() {
+    if !policy.autogen_eligible() || policy.autogen.is_empty() {
         return own
             .iter()
             .map(|c| json!({"name": c.name, "expression": c.expression}))
@@ -405,7 +405,7 @@ fn conditions(policy: &CompiledPolicy) -> Vec<Value> {
                 })
             })
             .collect();
-        for c in &variant.spec.match_conditions {
+        for c in variant.written_match_conditions() {
             out.push(json!({
                 "name": format!("autogen-{config}-{}", c.name),
                 "expression": format!("!({}) || ({})", kinds.join(" || "), c.expression),

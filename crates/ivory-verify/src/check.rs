@@ -13,7 +13,7 @@ use crate::envelope::{
 };
 use crate::keys::{PublicKey, parse_certificates};
 use crate::plan::{Authority, KeylessRules, Plan};
-use crate::rejection::Rejection;
+use crate::rejection::{Rejection, Sought};
 use crate::signer;
 use ivory_engine::verifier::Signer;
 
@@ -98,7 +98,7 @@ fn evaluate_signatures(
             Err(e) => push_reason(&mut reasons, e),
         }
     }
-    Err(join_reasons("no matching signatures", &reasons))
+    Err(join_reasons(Sought::Signatures, &reasons))
 }
 
 fn evaluate_attestations(
@@ -143,7 +143,7 @@ fn evaluate_attestations(
             found: found_types.join(", "),
         });
     }
-    Err(join_reasons(NO_ATTESTATIONS, &reasons))
+    Err(join_reasons(Sought::Attestations, &reasons))
 }
 
 fn push_reason(reasons: &mut Vec<Rejection>, reason: Rejection) {
@@ -152,9 +152,9 @@ fn push_reason(reasons: &mut Vec<Rejection>, reason: Rejection) {
     }
 }
 
-fn join_reasons(prefix: &'static str, reasons: &[Rejection]) -> Rejection {
+fn join_reasons(sought: Sought, reasons: &[Rejection]) -> Rejection {
     Rejection::NoneMatched {
-        prefix,
+        sought,
         reasons: reasons.iter().take(MAX_REASONS).cloned().collect(),
         left_out: reasons.len().saturating_sub(MAX_REASONS),
     }
@@ -364,7 +364,9 @@ fn verify_keyless_offline(
 /// 3161 allows and e.g. @sigstore/mock's TSA emits). When such a token rides along with a Rekor
 /// v1 entry whose SET/inclusion proof is verified anyway, the entry alone establishes the
 /// signing time, so verification is retried without the undecodable timestamps. Without a
-/// checked log entry there is no retry: the timestamp was the only time evidence.
+/// checked log entry there is no retry: the timestamp was the only time evidence. Which
+/// timestamps are undecodable is read from the tokens themselves (`gen_time`), never from the
+/// error's text.
 fn run<'a>(
     plan: &Plan,
     verifier: &sigstore_verify::Verifier,
@@ -372,16 +374,37 @@ fn run<'a>(
     bundle: &Bundle,
 ) -> Result<Option<CertificateInfo>, Rejection> {
     match run_once(plan, verifier, artifact.clone(), bundle) {
-        Err(sigstore_verify::Error::Timestamp(TimestampError::Invalid(detail)))
-            if !plan.ignore_tlog && has_promised_entry(bundle) && detail.contains("decode") =>
+        Err(e @ sigstore_verify::Error::Timestamp(TimestampError::Invalid(_)))
+            if !plan.ignore_tlog && has_promised_entry(bundle) =>
         {
-            let mut without = bundle.clone();
-            without.verification_material.timestamp_verification_data =
-                TimestampVerificationData::new(Vec::new());
-            run_once(plan, verifier, artifact, &without).map_err(describe)
+            match without_fractional_timestamps(bundle) {
+                Some(without) => run_once(plan, verifier, artifact, &without).map_err(describe),
+                None => Err(describe(e)),
+            }
         }
         other => other.map_err(describe),
     }
+}
+
+/// `bundle` without its RFC 3161 timestamps whose `genTime` has fractional seconds; `None`
+/// when it has none (nothing to retry without).
+fn without_fractional_timestamps(bundle: &Bundle) -> Option<Bundle> {
+    let timestamps = &bundle
+        .verification_material
+        .timestamp_verification_data
+        .rfc3161_timestamps;
+    let decodable: Vec<_> = timestamps
+        .iter()
+        .filter(|t| !gen_time::has_fractional_gen_time(t.signed_timestamp.as_bytes()))
+        .cloned()
+        .collect();
+    if decodable.len() == timestamps.len() {
+        return None;
+    }
+    let mut without = bundle.clone();
+    without.verification_material.timestamp_verification_data =
+        TimestampVerificationData::new(decodable);
+    Some(without)
 }
 
 /// A Rekor v1 entry with an inclusion promise: it carries its own verified integrated time.
@@ -510,6 +533,8 @@ fn check_annotations(
     }
     Ok(())
 }
+
+mod gen_time;
 
 #[cfg(test)]
 mod tests;

@@ -2,14 +2,14 @@
 //! decision downstream (failurePolicy, metrics, exit codes, messages) follows the variant
 //! chosen here, never the text.
 
-use ivory_engine::verifier::VerifyError;
+use ivory_engine::verifier::{ImageReference, VerifyError};
 use ivory_registry::Error as RegistryError;
 use tokio::time::Instant;
 
 /// Classifies `e`, met while doing `operation` for `image`. A failure that arrives after the
 /// caller's `deadline` counts as the budget running out, whatever caused it.
 pub(crate) fn map_error(
-    image: &str,
+    image: &ImageReference,
     operation: &str,
     e: RegistryError,
     deadline: Instant,
@@ -27,7 +27,7 @@ pub(crate) fn map_error(
     // People read the one-line summary; the full chain goes to the debug log.
     tracing::debug!(%image, operation, error = %e, "registry call failed");
     let message = e.summary();
-    let (image, registry) = (image.to_owned(), registry.clone());
+    let (image, registry) = (image.original().to_owned(), registry.clone());
     match e {
         E::NotFound { .. } => VerifyError::NotFound {
             image,
@@ -67,20 +67,11 @@ pub(crate) fn map_error(
 
 /// A caller's own deadline passed while it waited for a (possibly shared) load.
 pub(crate) fn deadline_error(
-    image: &str,
+    image: &ImageReference,
     operation: &str,
     budget: std::time::Duration,
 ) -> VerifyError {
     VerifyError::deadline_exceeded(image, operation, budget)
-}
-
-/// No answer could be had for a reason local to ivory (bad reference, failed task).
-pub(crate) fn unavailable(image: &str, registry: &str, message: String) -> VerifyError {
-    VerifyError::Unavailable {
-        image: image.to_owned(),
-        registry: registry.to_owned(),
-        message,
-    }
 }
 
 fn registry_of(e: &RegistryError) -> String {
@@ -115,12 +106,16 @@ mod tests {
 
     const IMAGE: &str = "reg.example/app:1";
 
+    fn reference() -> ImageReference {
+        ImageReference::parse(IMAGE).unwrap()
+    }
+
     fn later() -> Instant {
         Instant::now() + Duration::from_secs(60)
     }
 
     fn kind(e: RegistryError, deadline: Instant) -> ErrorKind {
-        map_error(IMAGE, "resolving the digest", e, deadline).kind()
+        map_error(&reference(), "resolving the digest", e, deadline).kind()
     }
 
     fn at(detail: &str) -> (String, String, String) {
@@ -248,7 +243,7 @@ mod tests {
     fn the_budget_is_read_from_the_variant_not_the_text() {
         let (image, registry, _) = at("");
         let mapped = map_error(
-            IMAGE,
+            &reference(),
             "resolving the digest",
             RegistryError::DeadlineExceeded {
                 op: ivory_registry::Operation::ResolveDigest,

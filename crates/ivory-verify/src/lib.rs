@@ -43,7 +43,7 @@ mod verifier;
 pub use check::{Accepted, NO_ATTESTATIONS, NO_SIGNATURES, TLOG_FAILED, evaluate};
 pub use envelope::{Envelope, Legacy};
 pub use plan::{KMS_UNSUPPORTED, Plan, TUF_UNSUPPORTED};
-pub use rejection::Rejection;
+pub use rejection::{Rejection, Sought};
 pub use trust::PUBLIC_GOOD_TRUSTED_ROOT;
 pub use verifier::{
     CacheStats, CosignVerifier, CredentialsResolver, Lookup, SharedCache, VerifierConfig,

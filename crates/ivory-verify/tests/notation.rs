@@ -83,7 +83,7 @@ async fn verify(
     attestation: Option<Attestation>,
 ) -> Verification {
     let request = VerifyRequest {
-        image: image.to_owned(),
+        image: ivory_engine::verifier::ImageReference::parse(image).unwrap(),
         attestor,
         attestation,
         credentials: None,
@@ -96,7 +96,7 @@ async fn verify(
 
 fn reason(v: &Verification) -> String {
     match v {
-        Verification::NotVerified { reason, .. } => reason.clone(),
+        Verification::NotVerified { reason, .. } => reason.to_string(),
         other => panic!("expected not verified, got {other:?}"),
     }
 }

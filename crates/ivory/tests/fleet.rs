@@ -208,7 +208,7 @@ async fn paused_stopped_or_garbage_redis_changes_no_answer() {
     // Garbage and forged entries under every name the fleet wrote.
     redis_cli(
         &redis,
-        "for _, k in ipairs(redis.call('KEYS', 'ivory:v1:*')) do \
+        "for _, k in ipairs(redis.call('KEYS', 'ivory:v2:*')) do \
          redis.call('SET', k, 'IVL2' .. string.rep('x', 60)) end",
     );
     let after_garbage = replica(dir.path(), &policies, &tls, Some(&redis)).await;
@@ -240,7 +240,7 @@ async fn leases_planted_in_redis_do_not_delay_admissions() {
     // plants its lease, with no expiry: "another replica is loading this, wait".
     redis_cli(
         &redis,
-        "for _, k in ipairs(redis.call('KEYS', 'ivory:v1:*')) do \
+        "for _, k in ipairs(redis.call('KEYS', 'ivory:v2:*')) do \
          redis.call('DEL', k) redis.call('SET', k .. ':lease', 'planted') end",
     );
     let fresh = replica(dir.path(), &policies, &tls, Some(&redis)).await;

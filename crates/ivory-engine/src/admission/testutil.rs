@@ -1,13 +1,9 @@
 //! Test support shared by the engine's unit tests: fixture loading and policy builders.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use ivory_policy::compiled::{CompiledPolicy, ImageMatcher, NamedProgram, Origin};
-use ivory_policy::types::{
-    FailurePolicy, MatchResources, NamedRuleWithOperations, PolicyKind, PolicySpec,
-    ValidationAction,
-};
+use ivory_policy::compiled::{CompiledPolicy, ImageMatcher, NamedProgram};
+use ivory_policy::types::{MatchResources, NamedRuleWithOperations, PolicyKind};
 
 use super::{AdmissionRequest, AdmissionReview};
 
@@ -52,38 +48,12 @@ pub(crate) fn pod_rule() -> NamedRuleWithOperations {
 /// A cluster policy named `name` matching `rules`, Deny, failurePolicy Fail, mutateDigest on,
 /// every image.
 pub(crate) fn policy(name: &str, rules: Vec<NamedRuleWithOperations>) -> CompiledPolicy {
-    CompiledPolicy {
-        kind: PolicyKind::ImageValidatingPolicy,
-        name: name.to_owned(),
-        namespace: None,
-        origin: Origin::default(),
-        spec: Arc::new(PolicySpec::default()),
-        hash: String::new(),
-        actions: vec![ValidationAction::Deny],
-        failure_policy: FailurePolicy::Fail,
-        match_constraints: MatchResources {
-            resource_rules: rules,
-            ..MatchResources::default()
-        },
-        match_conditions: Vec::new(),
-        image_matchers: Vec::new(),
-        variables: Vec::new(),
-        image_extractors: Vec::new(),
-        validations: Vec::new(),
-        audit_annotations: Vec::new(),
-        attestors: Vec::new(),
-        attestations: Vec::new(),
-        mutate_digest: true,
-        verify_digest: true,
-        pinning: ivory_policy::compiled::Pinning::All,
-        namespace_may_skip_pinning: false,
-        required: true,
-        json_mode: false,
-        verify_platforms: Default::default(),
-        autogen_config: None,
-        autogen: Vec::new(),
-        cluster_reads: Default::default(),
-    }
+    let mut policy = CompiledPolicy::new(PolicyKind::ImageValidatingPolicy, name);
+    policy.match_constraints = MatchResources {
+        resource_rules: rules,
+        ..MatchResources::default()
+    };
+    policy
 }
 
 /// A gobwas-style glob matcher (`*` crosses `/`), as ivory-policy compiles them.

@@ -496,7 +496,7 @@ fn select_policies_by_route() {
     variant.autogen_config = Some("defaults".into());
     with_autogen.autogen = vec![variant];
     let mut disabled = named(Ivp, "off", None);
-    disabled.spec = Arc::new(PolicySpec {
+    disabled = disabled.with_spec(PolicySpec {
         evaluation: Some(ivory_policy::types::Evaluation {
             admission: Some(ivory_policy::types::Enabled {
                 enabled: Some(false),

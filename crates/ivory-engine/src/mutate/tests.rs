@@ -73,10 +73,11 @@ impl Fake {
 impl ImageVerifier for Fake {
     fn resolve_digest<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ImageReference,
         credentials: Option<&'a Credentials>,
         _deadline: Instant,
     ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        let image = image.original();
         Box::pin(async move {
             self.calls
                 .lock()
@@ -109,7 +110,7 @@ impl ImageVerifier for Fake {
 
     fn image_data<'a>(
         &'a self,
-        _image: &'a str,
+        _image: &'a ImageReference,
         _credentials: Option<&'a Credentials>,
         _platform: &'a ImagePlatform,
         _deadline: Instant,
@@ -261,7 +262,7 @@ async fn different_credentials_are_looked_up_separately() {
     let fake = Fake::standard();
     let plain = pod_policy("plain");
     let mut creds = pod_policy("creds");
-    creds.spec = std::sync::Arc::new(PolicySpec {
+    creds = creds.with_spec(PolicySpec {
         credentials: Some(Credentials {
             secrets: vec!["regcred".into()],
             ..Credentials::default()

@@ -11,7 +11,10 @@ use ivory_policy::types::Credentials;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::verifier::{ImagePlatform, ImageVerifier, Verification, VerifyError, VerifyRequest};
+use crate::verifier::{
+    ImagePlatform, ImageReference, ImageVerifier, Rejection, Verification, VerifyError,
+    VerifyRequest,
+};
 
 /// How every call behaves besides the verdict table.
 #[derive(Clone, Copy, Debug, Default)]
@@ -143,28 +146,30 @@ impl FakeVerifier {
     async fn answer(&self, request: &VerifyRequest) -> Result<Verification, VerifyError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.requests.lock().unwrap().push(request.clone());
-        self.behave(&request.image, "fetching the manifest").await?;
+        let image = request.image.original();
+        self.behave(image, "fetching the manifest").await?;
         // The fake holds no Notation signatures (ivory-verify's tests verify real ones).
         if request.attestor.notary.is_some() {
             return Ok(Verification::NotVerified {
                 digest: None,
-                reason: "the fake verifier holds no Notation signatures".into(),
+                reason: Rejection::Attestor(
+                    "the fake verifier holds no Notation signatures".into(),
+                ),
             });
         }
         let attestation = request.attestation.as_ref().map(|a| a.name.clone());
         let key = (
-            request.image.clone(),
+            image.to_owned(),
             request.attestor.name.clone(),
             attestation.clone(),
         );
         if !self.verified.contains(&key) {
             return Ok(Verification::NotVerified {
                 digest: Some(DIGEST.into()),
-                reason: "no matching signatures".into(),
+                reason: Rejection::NoSignatures,
             });
         }
-        let payload =
-            attestation.and_then(|a| self.payloads.get(&(request.image.clone(), a)).cloned());
+        let payload = attestation.and_then(|a| self.payloads.get(&(image.to_owned(), a)).cloned());
         Ok(Verification::Verified {
             digest: DIGEST.into(),
             payload,
@@ -179,10 +184,11 @@ pub(super) const DIGEST: &str =
 impl ImageVerifier for FakeVerifier {
     fn resolve_digest<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ImageReference,
         _credentials: Option<&'a Credentials>,
         _deadline: Instant,
     ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        let image = image.original();
         async move {
             self.resolves.fetch_add(1, Ordering::SeqCst);
             self.behave(image, "resolving the digest").await?;
@@ -201,11 +207,12 @@ impl ImageVerifier for FakeVerifier {
 
     fn image_data<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ImageReference,
         _credentials: Option<&'a Credentials>,
         _platform: &'a ImagePlatform,
         _deadline: Instant,
     ) -> BoxFuture<'a, Result<Value, VerifyError>> {
+        let image = image.original();
         async move {
             self.calls.fetch_add(1, Ordering::SeqCst);
             self.fetched.lock().unwrap().push(image.to_owned());

@@ -9,12 +9,11 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use ivory_cel::image::ImageReference;
 use tokio::time::Instant;
 
 use super::plan::Plan;
 use super::prefetch::{self, Job, JobSet, LateImageData, Outcome};
-use crate::verifier::ImageVerifier;
+use crate::verifier::{ImageReference, ImageVerifier};
 
 /// Rounds of late fetches per request: one for what the first evaluation names, one more for
 /// an image named from another image's data.
@@ -41,14 +40,17 @@ pub(super) async fn fetch(
             continue;
         };
         for image in std::mem::take(images) {
-            if let Some(why) = refusal(&image, seen) {
-                plan.late_image_data
-                    .insert(image, LateImageData::Refused(why));
-                continue;
-            }
+            let reference = match admitted(&image, seen) {
+                Ok(reference) => reference,
+                Err(why) => {
+                    plan.late_image_data
+                        .insert(image, LateImageData::Refused(why));
+                    continue;
+                }
+            };
             let job = jobs.add(Job::ImageData {
-                image: image.clone(),
-                credentials: plan.policy.spec.credentials.clone(),
+                image: reference,
+                credentials: plan.policy.credentials().cloned(),
                 platform: platform.clone(),
             });
             asked.push((index, image, job));
@@ -73,26 +75,25 @@ pub(super) async fn fetch(
     }
 }
 
-/// Why ivory does not fetch `image`'s data, if it does not; otherwise counts it in `seen`.
-fn refusal(image: &str, seen: &mut BTreeSet<String>) -> Option<String> {
-    let reference = match ImageReference::parse(image) {
-        Ok(reference) => reference,
-        Err(e) => return Some(format!("invalid image reference {image}: {}", e.reason)),
-    };
+/// `image` parsed, once, where an expression named it, and counted in `seen`; or why ivory does
+/// not fetch its data.
+fn admitted(image: &str, seen: &mut BTreeSet<String>) -> Result<ImageReference, String> {
+    let reference = ImageReference::parse(image)
+        .map_err(|e| format!("invalid image reference {image}: {}", e.reason))?;
     if let Some(ip) = host_ip(reference.registry())
         && ivory_reference::is_metadata_or_unspecified(ip)
     {
-        return Some(format!(
+        return Err(format!(
             "image {image} names a link-local or unspecified address ({ip}); ivory fetches image data from there only for the policy's own images"
         ));
     }
     if !seen.contains(image) && seen.len() >= MAX_LATE_IMAGES {
-        return Some(format!(
+        return Err(format!(
             "image {image}: ivory fetches image data for at most {MAX_LATE_IMAGES} images outside the policy's matchImageReferences per request"
         ));
     }
     seen.insert(image.to_owned());
-    None
+    Ok(reference)
 }
 
 /// The registry host as an IP address, when it is one (`10.0.0.1:5000`, `[fe80::1]:5000`).
@@ -120,11 +121,11 @@ mod tests {
             "0.0.0.0:5000/xx:1",
             "[::]:5000/xx:1",
         ] {
-            let why = refusal(image, &mut seen).unwrap_or_default();
+            let why = admitted(image, &mut seen).err().unwrap_or_default();
             assert!(why.contains("link-local or unspecified"), "{image}: {why}");
         }
         assert!(seen.is_empty());
-        assert!(refusal("not a reference!", &mut seen).is_some());
+        assert!(admitted("not a reference!", &mut seen).is_err());
         // Loopback, private and public hosts are asked (a kubelet pulls from them as well).
         for image in [
             "127.0.0.1:5000/xx:1",
@@ -132,17 +133,20 @@ mod tests {
             "[::1]:5000/xx:1",
             "registry.example/xx:1",
         ] {
-            assert_eq!(refusal(image, &mut seen), None, "{image}");
+            let reference = admitted(image, &mut seen).unwrap_or_else(|e| panic!("{image}: {e}"));
+            assert_eq!(reference.original(), image);
         }
         for n in seen.len()..MAX_LATE_IMAGES {
-            assert_eq!(refusal(&format!("r.example/xx:{n}"), &mut seen), None);
+            assert!(admitted(&format!("r.example/xx:{n}"), &mut seen).is_ok());
         }
-        let why = refusal("r.example/one-too-many:1", &mut seen).unwrap_or_default();
+        let why = admitted("r.example/one-too-many:1", &mut seen)
+            .err()
+            .unwrap_or_default();
         assert!(
             why.contains(&format!("at most {MAX_LATE_IMAGES} images")),
             "{why}"
         );
         // An image already counted is asked again (another policy, another round).
-        assert_eq!(refusal("r.example/xx:4", &mut seen), None);
+        assert!(admitted("r.example/xx:4", &mut seen).is_ok());
     }
 }

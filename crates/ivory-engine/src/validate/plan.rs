@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ivory_cel::image::ImageReference;
 use ivory_cel::{CostBudget, Program};
 use ivory_policy::compiled::{CompiledAttestor, CompiledPolicy};
 use ivory_policy::types::{Attestor, FailurePolicy};
@@ -13,13 +12,13 @@ use serde_json::Value as Json;
 
 use super::context::{Evaluator, ExprError};
 use super::outcome::{self, Evaluated};
-use super::prefetch::{Job, JobSet, LateImageData, VerifyKey};
+use super::prefetch::{Job, JobSet, LateImageData, Outcome, VerifyKey};
 use super::{EVAL_FAILED, result};
 use crate::admission::AdmissionRequest;
 use crate::bindings::RequestBindings;
 use crate::decision::{PolicyResult, Status};
 use crate::resources::host::ClusterHost;
-use crate::verifier::{ImagePlatform, PlatformScope, VerifyRequest};
+use crate::verifier::{ImagePlatform, ImageRefError, ImageReference, PlatformScope, VerifyRequest};
 use crate::{images, matching};
 
 /// CEL functions that need signature verdicts / attestation verdicts / image metadata.
@@ -45,6 +44,8 @@ pub(super) struct Plan<'a> {
     pub(super) again: Option<Again<'a>>,
     /// Images after matchImageReferences, flat, first occurrence order.
     pub(super) matched: Vec<String>,
+    /// Each of `matched` parsed, once: what crosses into the verifier, or why it cannot.
+    pub(super) references: Vec<Result<ImageReference, ImageRefError>>,
     pub(super) notary_attestors: Vec<String>,
     pub(super) keys: BTreeMap<VerifyKey, usize>,
     pub(super) image_data: BTreeMap<String, usize>,
@@ -174,32 +175,45 @@ pub(super) fn prepare<'a>(
         Err(e) => return fail(Status::Error, format!("{EVAL_FAILED}: {e}"), &[]),
     };
     let matched = flatten(&images);
-    let mut undigested: Vec<&String> = if policy.verify_digest && demands_digest(policy, inputs) {
-        matched.iter().filter(|i| !has_digest(i)).collect()
-    } else {
-        Vec::new()
-    };
-    undigested.sort();
-    // An image that is not even a reference can never be pinned: no registry to ask. The
-    // smallest offending image is named, so container order never changes the message.
-    if let Some(image) = undigested
+    // Parsed once, here, where the images leave the request: every later step (verifyDigest,
+    // the verifier, the registry) takes the parsed reference.
+    let references: Vec<Result<ImageReference, ImageRefError>> = matched
         .iter()
-        .find(|i| ImageReference::parse(i).is_err())
-    {
-        return fail(
-            Status::Fail,
-            format!("image {image} does not have a digest"),
-            &matched,
-        );
+        .map(|image| ImageReference::parse(image))
+        .collect();
+    let mut undigested: Vec<(&String, Option<&ImageReference>)> =
+        if policy.verify_digest && demands_digest(policy, inputs) {
+            matched
+                .iter()
+                .zip(&references)
+                .filter(|(_, r)| !has_digest(r))
+                .map(|(image, r)| (image, r.as_ref().ok()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+    undigested.sort_by_key(|(image, _)| *image);
+    let mut resolvable = Vec::with_capacity(undigested.len());
+    for (image, reference) in undigested {
+        // An image that is not even a reference can never be pinned: no registry to ask. The
+        // smallest offending image is named, so container order never changes the message.
+        let Some(reference) = reference else {
+            return fail(
+                Status::Fail,
+                format!("image {image} does not have a digest"),
+                &matched,
+            );
+        };
+        resolvable.push((image.clone(), reference.clone()));
     }
-    let undigested: Vec<(String, usize)> = undigested
+    let undigested: Vec<(String, usize)> = resolvable
         .into_iter()
-        .map(|image| {
+        .map(|(image, reference)| {
             let job = jobs.add(Job::Resolve {
-                image: image.clone(),
-                credentials: policy.spec.credentials.clone(),
+                image: reference,
+                credentials: policy.credentials().cloned(),
             });
-            (image.clone(), job)
+            (image, job)
         })
         .collect();
 
@@ -246,6 +260,7 @@ pub(super) fn prepare<'a>(
             .map(|(a, _)| a.name.clone())
             .collect(),
         matched,
+        references,
         keys: BTreeMap::new(),
         image_data: BTreeMap::new(),
         undigested,
@@ -399,8 +414,8 @@ fn flatten(images: &BTreeMap<String, Vec<String>>) -> Vec<String> {
 }
 
 /// A digest reference as go-containerregistry `name.NewDigest` accepts it.
-fn has_digest(image: &str) -> bool {
-    ImageReference::parse(image).is_ok_and(|r| r.digest().is_some())
+fn has_digest(reference: &Result<ImageReference, ImageRefError>) -> bool {
+    reference.as_ref().is_ok_and(|r| r.digest().is_some())
 }
 
 /// Evaluates each attestor's CEL-sourced fields into place: (attestor, its JSON for CEL).
@@ -513,7 +528,7 @@ fn plan_jobs(
     jobs: &mut JobSet,
 ) {
     let policy = plan.policy;
-    let credentials = policy.spec.credentials.clone();
+    let credentials = policy.credentials().cloned();
     let mut attestations = Vec::new();
     if calls_any(policy, &SIGNATURE_FUNCTIONS) {
         attestations.push(None);
@@ -521,20 +536,26 @@ fn plan_jobs(
     if calls_any(policy, &ATTESTATION_FUNCTIONS) {
         attestations.extend(policy.attestations.iter().map(Some));
     }
-    for image in &plan.matched {
+    for (image, reference) in plan.matched.iter().zip(&plan.references) {
         for attestation in &attestations {
             for (attestor, _) in attestors {
                 // The host rejects notary × in-toto before looking anything up (Kyverno's error).
                 if attestor.notary.is_some() && attestation.is_some_and(|a| a.intoto.is_some()) {
                     continue;
                 }
-                let index = jobs.add(Job::Verify(Box::new(VerifyRequest {
-                    image: image.clone(),
-                    attestor: attestor.clone(),
-                    attestation: attestation.cloned(),
-                    credentials: credentials.clone(),
-                    platforms: platforms.clone(),
-                })));
+                let job = match reference {
+                    Ok(reference) => Job::Verify(Box::new(VerifyRequest {
+                        image: reference.clone(),
+                        attestor: attestor.clone(),
+                        attestation: attestation.cloned(),
+                        credentials: credentials.clone(),
+                        platforms: platforms.clone(),
+                    })),
+                    Err(e) => Job::Settled(Outcome::Verify(Err(
+                        crate::verifier::VerifyError::invalid_reference(image, e),
+                    ))),
+                };
+                let index = jobs.add(job);
                 let key = VerifyKey {
                     image: image.clone(),
                     attestor: attestor.name.clone(),
@@ -552,18 +573,31 @@ fn plan_jobs(
                 .iter()
                 .flat_map(move |f| p.literal_arguments(f))
         });
-        let literals: Vec<String> = literals
-            .filter(|image| ImageReference::parse(image).is_ok())
-            .map(str::to_owned)
-            .collect();
-        for image in plan.matched.iter().chain(&literals) {
-            if !plan.image_data.contains_key(image) {
-                let index = jobs.add(Job::ImageData {
-                    image: image.clone(),
-                    credentials: credentials.clone(),
-                    platform: platform.clone(),
-                });
-                plan.image_data.insert(image.clone(), index);
+        let literals = literals.filter_map(|image| {
+            ImageReference::parse(image)
+                .ok()
+                .map(|reference| (image.to_owned(), Ok(reference)))
+        });
+        let matched = plan
+            .matched
+            .iter()
+            .cloned()
+            .zip(plan.references.iter().cloned());
+        let images: Vec<(String, Result<ImageReference, ImageRefError>)> =
+            matched.chain(literals).collect();
+        for (image, reference) in images {
+            if let std::collections::btree_map::Entry::Vacant(slot) = plan.image_data.entry(image) {
+                let job = match reference {
+                    Ok(reference) => Job::ImageData {
+                        image: reference,
+                        credentials: credentials.clone(),
+                        platform: platform.clone(),
+                    },
+                    Err(e) => Job::Settled(Outcome::ImageData(Err(
+                        crate::verifier::VerifyError::invalid_reference(slot.key(), &e),
+                    ))),
+                };
+                slot.insert(jobs.add(job));
             }
         }
     }

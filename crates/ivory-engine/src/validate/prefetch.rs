@@ -8,7 +8,9 @@ use ivory_policy::types::Credentials;
 use serde_json::Value;
 use tokio::time::{Instant, timeout_at};
 
-use crate::verifier::{ImagePlatform, ImageVerifier, Verification, VerifyError, VerifyRequest};
+use crate::verifier::{
+    ImagePlatform, ImageReference, ImageVerifier, Verification, VerifyError, VerifyRequest,
+};
 
 /// One (image, attestor, attestation) question as a policy's CEL names it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -18,31 +20,27 @@ pub(super) struct VerifyKey {
     pub(super) attestation: Option<String>,
 }
 
-/// One call to the verifier.
+/// One call to the verifier, or an answer settled before any call.
 #[derive(Clone, Debug)]
 pub(super) enum Job {
     Verify(Box<VerifyRequest>),
     ImageData {
-        image: String,
+        image: ImageReference,
         credentials: Option<Credentials>,
         /// The workload's platform: which manifest of an index is described.
         platform: ImagePlatform,
     },
     /// `verifyDigest` on a tag: can the registry be asked at all?
     Resolve {
-        image: String,
+        image: ImageReference,
         credentials: Option<Credentials>,
     },
+    /// An image that is not a reference: its answer is this error, and the verifier is never
+    /// asked ([`VerifyError::invalid_reference`]).
+    Settled(Outcome),
 }
 
 impl Job {
-    fn image(&self) -> &str {
-        match self {
-            Self::Verify(r) => &r.image,
-            Self::ImageData { image, .. } | Self::Resolve { image, .. } => image,
-        }
-    }
-
     fn operation(&self) -> String {
         match self {
             Self::Verify(request) => match &request.attestation {
@@ -57,6 +55,7 @@ impl Job {
             },
             Self::ImageData { .. } => "fetching image data".to_owned(),
             Self::Resolve { .. } => "resolving the image digest".to_owned(),
+            Self::Settled(_) => String::new(),
         }
     }
 
@@ -65,7 +64,7 @@ impl Job {
         let value = match self {
             Self::Verify(r) => serde_json::to_string(&(
                 "verify",
-                &r.image,
+                r.image.original(),
                 &r.attestor,
                 &r.attestation,
                 &r.credentials,
@@ -75,10 +74,11 @@ impl Job {
                 image,
                 credentials,
                 platform,
-            } => serde_json::to_string(&("image_data", image, credentials, platform)),
+            } => serde_json::to_string(&("image_data", image.original(), credentials, platform)),
             Self::Resolve { image, credentials } => {
-                serde_json::to_string(&("resolve", image, credentials))
+                serde_json::to_string(&("resolve", image.original(), credentials))
             }
+            Self::Settled(_) => return None,
         };
         value.ok()
     }
@@ -179,15 +179,15 @@ async fn run_one(
     deadline: Instant,
     budget_ms: u64,
 ) -> Outcome {
-    let expired = || {
+    let expired = |image: &ImageReference| {
         let budget = std::time::Duration::from_millis(budget_ms);
-        VerifyError::deadline_exceeded(job.image(), &job.operation(), budget)
+        VerifyError::deadline_exceeded(image, &job.operation(), budget)
     };
     match job {
         Job::Verify(request) => Outcome::Verify(
             timeout_at(deadline, verifier.verify(request, deadline))
                 .await
-                .unwrap_or_else(|_| Err(expired())),
+                .unwrap_or_else(|_| Err(expired(&request.image))),
         ),
         Job::ImageData {
             image,
@@ -199,7 +199,7 @@ async fn run_one(
                 verifier.image_data(image, credentials.as_ref(), platform, deadline),
             )
             .await
-            .unwrap_or_else(|_| Err(expired())),
+            .unwrap_or_else(|_| Err(expired(image))),
         ),
         Job::Resolve { image, credentials } => Outcome::Resolve(
             timeout_at(
@@ -207,7 +207,8 @@ async fn run_one(
                 verifier.resolve_digest(image, credentials.as_ref(), deadline),
             )
             .await
-            .unwrap_or_else(|_| Err(expired())),
+            .unwrap_or_else(|_| Err(expired(image))),
         ),
+        Job::Settled(outcome) => outcome.clone(),
     }
 }

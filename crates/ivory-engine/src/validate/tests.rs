@@ -708,7 +708,10 @@ async fn images_outside_the_policy_scope_are_never_fetched_for_it() {
         assert!(!d.budget_exhausted);
         assert_eq!(verifier.fetched(), [UNSIGNED], "no image data for {HUNG}");
         assert!(
-            verifier.requests().iter().all(|r| r.image != HUNG),
+            verifier
+                .requests()
+                .iter()
+                .all(|r| r.image.original() != HUNG),
             "no verification of {HUNG}"
         );
     }
@@ -1098,7 +1101,7 @@ async fn example_f_json_mode_with_custom_extractor() {
     assert_eq!(d.results[0].images, [SIGNED]);
     let requests = verifier.requests();
     assert_eq!(requests.len(), 1);
-    assert_eq!(requests[0].image, SIGNED);
+    assert_eq!(requests[0].image.original(), SIGNED);
 
     // The same policy with a cosign attestor passes, and `required` is met by that check.
     let cosign = load(
@@ -1363,7 +1366,7 @@ async fn prefetch_runs_concurrently() {
             no_digest("")
         ),
     );
-    let images = ["ghcr.io/a:1", "ghcr.io/b:1", "ghcr.io/c:1"];
+    let images = ["ghcr.io/aa:1", "ghcr.io/bb:1", "ghcr.io/cc:1"];
     let verifier = images
         .iter()
         .fold(FakeVerifier::new(), |v, i| v.sign(i, "a").sign(i, "b"))
@@ -1487,9 +1490,9 @@ async fn container_order_never_changes_the_outcome() {
     let pol = pod_policy("order", &no_digest(VERIFY_ALL));
     let pinned = requiring("pinned");
     let orders: [&[&str]; 3] = [
-        &[SIGNED, UNSIGNED, "ghcr.io/z:1"],
-        &[UNSIGNED, "ghcr.io/z:1", SIGNED],
-        &["ghcr.io/z:1", SIGNED, UNSIGNED],
+        &[SIGNED, UNSIGNED, "ghcr.io/zz:1"],
+        &[UNSIGNED, "ghcr.io/zz:1", SIGNED],
+        &["ghcr.io/zz:1", SIGNED, UNSIGNED],
     ];
     let mut seen = Vec::new();
     for order in orders {
@@ -1602,7 +1605,10 @@ async fn other_spellings_of_a_matched_image_are_verified() {
         assert_eq!(d.message.as_deref(), Some(denied), "{image}");
         assert_eq!(verifier.calls(), 1, "{image}");
         // The verifier is asked about the image as written: that is what the kubelet pulls.
-        let asked = verifier.requests.lock().unwrap()[0].image.clone();
+        let asked = verifier.requests.lock().unwrap()[0]
+            .image
+            .original()
+            .to_owned();
         assert_eq!(asked, image);
     }
     // Docker Hub aliases and `library/` against a glob naming docker.io.
@@ -1939,4 +1945,27 @@ async fn image_data_asked_for_after_the_deadline_is_a_spent_budget_not_an_error(
     assert!(d.allowed, "{:?}", d.message);
     assert!(d.budget_exhausted);
     assert_eq!(statuses(&d)[0].1, Status::Skip, "{:?}", d.results);
+}
+
+#[tokio::test]
+async fn an_unparseable_image_is_answered_where_it_is_parsed_and_never_reaches_the_verifier() {
+    let pol = pod_policy("refs", &no_digest(VERIFY_ALL));
+    let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+    // ggcr's grammar wants a repository of at least two characters.
+    let d = run(&verifier, &[&pol], &create(&[SIGNED, "ghcr.io/x:1"])).await;
+    assert!(!d.allowed);
+    let message = d.message.unwrap_or_default();
+    assert!(
+        message.contains(
+            "ghcr.io/x:1: invalid image reference (repository must be between 2 and 255 characters in length: x)"
+        ),
+        "{message}"
+    );
+    // The verifier got parsed references only: the valid image, never the invalid one.
+    let asked: Vec<String> = verifier
+        .requests()
+        .iter()
+        .map(|r| r.image.original().to_owned())
+        .collect();
+    assert_eq!(asked, vec![SIGNED.to_owned()]);
 }

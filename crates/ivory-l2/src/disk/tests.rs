@@ -2,8 +2,8 @@ use std::os::unix::fs::PermissionsExt as _;
 
 use super::*;
 
-const NAME: &str = "ivory:v1:verdict:0123";
-const OTHER: &str = "ivory:v1:verdict:4567";
+const NAME: &str = "ivory:v2:verdict:0123";
+const OTHER: &str = "ivory:v2:verdict:4567";
 const HOUR: Duration = Duration::from_secs(3600);
 
 fn open(dir: &Path) -> DiskCache {

@@ -50,23 +50,34 @@ async fn digest_refs_and_bad_input_need_no_network() {
     let c = Credentials::anonymous();
     let d = format!("sha256:{}", "a".repeat(64));
     let deadline = Instant::now() + Duration::from_secs(1);
+    let reference = |image: &str| parse_reference(image).unwrap();
     let got = r
-        .resolve_digest(&format!("unreachable.invalid/xy@{d}"), &c, deadline)
+        .resolve_digest(
+            &reference(&format!("unreachable.invalid/xy@{d}")),
+            &c,
+            deadline,
+        )
         .await
         .unwrap();
     assert_eq!(got, d);
-    let err = r
-        .resolve_digest("UPPER/Case::", &c, deadline)
-        .await
-        .unwrap_err();
+    // A string that is not a reference never reaches the client: it is refused where it is
+    // parsed, naming the image.
+    let err = parse_reference("UPPER/Case::").unwrap_err();
     assert!(matches!(err, Error::InvalidReference { .. }), "{err}");
+    assert!(err.to_string().contains("UPPER/Case::"), "{err}");
     let err = r
-        .fetch_blob("unreachable.invalid/xy", "md5:abc", 10, &c, deadline)
+        .fetch_blob(
+            &reference("unreachable.invalid/xy"),
+            "md5:abc",
+            10,
+            &c,
+            deadline,
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::InvalidDigest { .. }), "{err}");
     let err = r
-        .referrers("unreachable.invalid/xy:tag", None, &c, deadline)
+        .referrers(&reference("unreachable.invalid/xy:tag"), None, &c, deadline)
         .await
         .unwrap_err();
     assert!(err.to_string().contains("need a digest"), "{err}");

@@ -31,12 +31,13 @@ struct Recording {
 impl ImageVerifier for Recording {
     fn resolve_digest<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ivory_engine::verifier::ImageReference,
         _: Option<&'a Credentials>,
         _: Instant,
     ) -> BoxFuture<'a, Result<String, VerifyError>> {
         async move {
             Ok(image
+                .original()
                 .rsplit_once('@')
                 .map(|(_, d)| d.to_owned())
                 .unwrap_or_default())
@@ -55,10 +56,14 @@ impl ImageVerifier for Recording {
             self.asked
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push(request.image.clone());
+                .push(request.image.original().to_owned());
             tokio::time::sleep(Duration::from_millis(20)).await;
             self.running.fetch_sub(1, Ordering::SeqCst);
-            let digest = request.image.rsplit_once('@').map(|(_, d)| d.to_owned());
+            let digest = request
+                .image
+                .original()
+                .rsplit_once('@')
+                .map(|(_, d)| d.to_owned());
             Ok(if digest.as_deref() == Some(digest_one().as_str()) {
                 Verification::Verified {
                     digest: digest.unwrap_or_default(),
@@ -68,7 +73,7 @@ impl ImageVerifier for Recording {
             } else {
                 Verification::NotVerified {
                     digest,
-                    reason: "no signature".into(),
+                    reason: ivory_engine::verifier::Rejection::NoSignatures,
                 }
             })
         }
@@ -77,7 +82,7 @@ impl ImageVerifier for Recording {
 
     fn image_data<'a>(
         &'a self,
-        _: &'a str,
+        _: &'a ivory_engine::verifier::ImageReference,
         _: Option<&'a Credentials>,
         _: &'a ivory_engine::verifier::ImagePlatform,
         _: Instant,
@@ -217,7 +222,7 @@ struct Fresh<'a>(&'a Recording);
 impl ImageVerifier for Fresh<'_> {
     fn resolve_digest<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ivory_engine::verifier::ImageReference,
         credentials: Option<&'a Credentials>,
         deadline: Instant,
     ) -> BoxFuture<'a, Result<String, VerifyError>> {
@@ -234,7 +239,7 @@ impl ImageVerifier for Fresh<'_> {
 
     fn image_data<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ivory_engine::verifier::ImageReference,
         credentials: Option<&'a Credentials>,
         platform: &'a ivory_engine::verifier::ImagePlatform,
         deadline: Instant,
@@ -246,7 +251,7 @@ impl ImageVerifier for Fresh<'_> {
 impl ImageVerifier for StaleCache {
     fn resolve_digest<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ivory_engine::verifier::ImageReference,
         credentials: Option<&'a Credentials>,
         deadline: Instant,
     ) -> BoxFuture<'a, Result<String, VerifyError>> {
@@ -258,7 +263,11 @@ impl ImageVerifier for StaleCache {
         request: &'a VerifyRequest,
         _: Instant,
     ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
-        let digest = request.image.rsplit_once('@').map(|(_, d)| d.to_owned());
+        let digest = request
+            .image
+            .original()
+            .rsplit_once('@')
+            .map(|(_, d)| d.to_owned());
         async move {
             Ok(Verification::Verified {
                 digest: digest.unwrap_or_default(),
@@ -271,7 +280,7 @@ impl ImageVerifier for StaleCache {
 
     fn image_data<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ivory_engine::verifier::ImageReference,
         credentials: Option<&'a Credentials>,
         platform: &'a ivory_engine::verifier::ImagePlatform,
         deadline: Instant,

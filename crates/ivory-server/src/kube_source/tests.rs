@@ -358,7 +358,7 @@ fn namespaced_policies_plain_secret_names_are_their_own_namespace() {
     }))
     .unwrap();
     let policy = compile_object(&object, &key_of(&object)).unwrap();
-    let creds = policy.spec.credentials.as_ref().unwrap();
+    let creds = policy.credentials().unwrap();
     assert_eq!(creds.secrets, ["team/team-pull", "team/other"]);
     // Naming another namespace is a load error, not a silent skip.
     let mut object = object;

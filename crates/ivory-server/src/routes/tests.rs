@@ -23,10 +23,11 @@ struct FakeVerifier;
 impl ImageVerifier for FakeVerifier {
     fn resolve_digest<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ivory_engine::verifier::ImageReference,
         _: Option<&'a Credentials>,
         _: Instant,
     ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        let image = image.original();
         async move {
             if image.starts_with("hung.example") {
                 std::future::pending::<()>().await;
@@ -55,7 +56,7 @@ impl ImageVerifier for FakeVerifier {
         async {
             Ok(Verification::NotVerified {
                 digest: None,
-                reason: "fake".into(),
+                reason: ivory_engine::verifier::Rejection::NoSignatures,
             })
         }
         .boxed()
@@ -63,7 +64,7 @@ impl ImageVerifier for FakeVerifier {
 
     fn image_data<'a>(
         &'a self,
-        _: &'a str,
+        _: &'a ivory_engine::verifier::ImageReference,
         _: Option<&'a Credentials>,
         _: &'a ImagePlatform,
         _: Instant,

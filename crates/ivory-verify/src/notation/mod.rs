@@ -15,7 +15,7 @@ pub(crate) use check::Target;
 use check::Verified;
 
 use crate::keys::parse_certificates;
-use crate::rejection::Rejection;
+use crate::rejection::{Rejection, Sought};
 use ivory_engine::verifier::Signer;
 
 /// `artifactType` of Notation signatures among an image's referrers.
@@ -116,7 +116,7 @@ pub(crate) fn evaluate(
     let left_out = reasons.len().saturating_sub(5);
     reasons.truncate(5);
     Err(Rejection::NoneMatched {
-        prefix: "no matching signatures",
+        sought: Sought::Signatures,
         reasons,
         left_out,
     })

@@ -119,7 +119,6 @@ impl CosignVerifier {
     /// The digest `reference` names: its own, or the tag's from the tag cache (coalesced).
     pub(super) async fn resolve(
         &self,
-        image: &str,
         reference: &ImageReference,
         creds: &Credentials,
         deadline: Instant,
@@ -141,7 +140,7 @@ impl CosignVerifier {
                 deadline,
             });
             let registry = self.inner.registry.clone();
-            let (image, creds) = (image.to_owned(), creds.clone());
+            let (image, creds) = (reference.clone(), creds.clone());
             let load = async move {
                 let shared = Instant::now() + SHARED_LOAD_CAP;
                 registry
@@ -161,7 +160,7 @@ impl CosignVerifier {
             key,
             deadline,
             |_| Cached::Positive,
-            |budget| deadline_error(image, "resolving the digest", budget),
+            |budget| deadline_error(reference, "resolving the digest", budget),
             load,
         )
         .await
@@ -445,7 +444,7 @@ mod tests {
         });
         let no = Stamped::now(Verification::NotVerified {
             digest: None,
-            reason: "x".into(),
+            reason: crate::Rejection::NoSignatures,
         });
         assert_eq!(
             e.expire_after_create(&key, &yes, now),

@@ -1,36 +1,34 @@
 //! Image data for the CEL `image` context (`image.GetMetadata`): the manifest (and the index
 //! it came from) and the config of an image, by digest.
 
-use ivory_engine::verifier::{ImagePlatform, VerifyError};
+use ivory_engine::verifier::{ImagePlatform, ImageReference, VerifyError};
 use ivory_registry::{Credentials, JsonLimits, parse_json_bounded};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::CosignVerifier;
-use crate::classify::{map_error, unavailable};
+use crate::classify::map_error;
 
 impl CosignVerifier {
     /// The image data of `image`, fetched by the digest its tag resolves to; from an index,
     /// the manifest for `platform`.
     pub(super) async fn image_data_inner(
         &self,
-        image: &str,
+        reference: &ImageReference,
         creds: &Credentials,
         platform: &ImagePlatform,
         deadline: Instant,
     ) -> Result<Value, VerifyError> {
-        let reference = self.reference(image)?;
-        let digest = self.resolve(image, &reference, creds, deadline).await?;
+        let image = reference.original();
+        let fail = |operation: &str, e| map_error(reference, operation, e, deadline);
+        let digest = self.resolve(reference, creds, deadline).await?;
         let registry = &self.inner.registry;
-        let pinned = format!(
-            "{}/{}@{digest}",
-            reference.registry(),
-            reference.repository()
-        );
+        let pinned = super::sibling(&reference.repository_name(), '@', &digest)
+            .map_err(|e| fail("fetching the manifest", e))?;
         let top = registry
             .fetch_manifest(&pinned, creds, deadline)
             .await
-            .map_err(|e| map_error(image, "fetching the manifest", e, deadline))?;
+            .map_err(|e| fail("fetching the manifest", e))?;
         let (index, manifest) = if top.is_index() {
             let (os, architecture) = described_platform(&top.json, platform);
             let wanted = ivory_registry::Platform {
@@ -45,7 +43,7 @@ impl CosignVerifier {
             let m = registry
                 .fetch_platform_manifest(&pinned, &wanted, creds, deadline)
                 .await
-                .map_err(|e| map_error(image, &operation, e, deadline))?;
+                .map_err(|e| fail(&operation, e))?;
             (Some(top.json.clone()), m)
         } else {
             (None, top)
@@ -65,17 +63,14 @@ impl CosignVerifier {
                         deadline,
                     )
                     .await
-                    .map_err(|e| map_error(image, "fetching the config", e, deadline))?;
+                    .map_err(|e| fail("fetching the config", e))?;
                 image_config(image, reference.registry(), &bytes)?
             }
             None => Value::Null,
         };
-        let parsed = ivory_reference::ImageReference::parse(image).map_err(|e| {
-            unavailable(image, "", format!("invalid image reference: {}", e.reason))
-        })?;
         Ok(describe(
             image,
-            &parsed,
+            reference,
             &digest,
             index,
             manifest.json,

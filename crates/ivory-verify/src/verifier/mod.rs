@@ -35,14 +35,14 @@ use ivory_engine::verifier::{
 };
 use ivory_policy::types::{Attestation, Attestor, Credentials as PolicyCredentials};
 use ivory_reference::ImageReference;
-use ivory_registry::{Credentials, Registry, parse_reference};
+use ivory_registry::{Credentials, Error as RegistryError, Registry, parse_reference};
 use moka::future::Cache;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
 use crate::check::{Accepted, evaluate};
-use crate::classify::{deadline_error, unavailable};
+use crate::classify::deadline_error;
 use crate::plan::{Authority, Plan};
 use crate::rejection::Rejection;
 use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
@@ -118,8 +118,6 @@ struct Inner {
     /// Per signature repository and family, the source whose signature last verified when it
     /// was not the one read first. Only an ordering hint: it never decides a verdict.
     found_in: moka::sync::Cache<(String, Family), Source>,
-    /// Parsed image references (see [`CosignVerifier::reference`]).
-    references: moka::sync::Cache<String, Arc<ImageReference>>,
     /// The runnable children of an index (`None`: a single manifest), by digest reference and
     /// credential set (`ivory.dev/verify-platforms`).
     indexes: moka::sync::Cache<TagKey, Option<Arc<Vec<platforms::Child>>>>,
@@ -163,7 +161,6 @@ impl CosignVerifier {
             .build();
         let plans = moka::sync::Cache::builder().max_capacity(1_000).build();
         let root_hash = Sha256::digest(config.default_trusted_root.as_bytes()).into();
-        let references = moka::sync::Cache::new(config.max_tags);
         // Weighed by children, so the bound is on what is held, not on the number of indexes.
         let indexes = moka::sync::Cache::builder()
             .weigher(
@@ -190,7 +187,6 @@ impl CosignVerifier {
                 tag_counters: Arc::default(),
                 result_counters: Arc::default(),
                 indexes,
-                references,
                 found_in: moka::sync::Cache::builder()
                     .max_capacity(FOUND_IN_CAPACITY)
                     .time_to_idle(Duration::from_secs(3600))
@@ -218,20 +214,6 @@ impl CosignVerifier {
             self.inner.tag_counters.snapshot("tags"),
             self.inner.result_counters.snapshot("results"),
         ]
-    }
-
-    /// `image` parsed, memoized: the warm path would otherwise parse every image of every
-    /// admission again (what that costs: BENCHMARKS.md, "Warm admissions").
-    fn reference(&self, image: &str) -> Result<Arc<ImageReference>, VerifyError> {
-        if let Some(reference) = self.inner.references.get(image) {
-            return Ok(reference);
-        }
-        let reference: Arc<ImageReference> =
-            Arc::new(parse_reference(image).map_err(|e| unavailable(image, "", e.summary()))?);
-        self.inner
-            .references
-            .insert(image.to_owned(), Arc::clone(&reference));
-        Ok(reference)
     }
 
     fn plan(&self, attestor: &Attestor) -> (Arc<Result<Plan, Rejection>>, [u8; 32]) {
@@ -290,23 +272,20 @@ impl CosignVerifier {
         // KMS, referrer attestations) need no registry round trip.
         let (plan, hash) = self.plan(&request.attestor);
         let wanted = match plan.as_ref() {
-            Err(reason) => Err(reason.to_string()),
-            Ok(p) => attestation_key(p, request.attestation.as_ref()).map_err(|e| e.to_string()),
+            Err(reason) => Err(reason.clone()),
+            Ok(p) => attestation_key(p, request.attestation.as_ref())
+                .map_err(|e| Rejection::Attestor(e.to_string())),
         };
         let predicate = match wanted {
             Ok(predicate) => predicate,
             Err(reason) => {
-                let digest = parse_reference(&request.image)
-                    .ok()
-                    .and_then(|r| r.digest().map(str::to_owned));
+                let digest = request.image.digest().map(str::to_owned);
                 return Ok(Verification::NotVerified { digest, reason });
             }
         };
         let creds = (self.inner.credentials)(request.credentials.as_ref());
-        let reference = self.reference(&request.image)?;
-        let digest = self
-            .resolve(&request.image, &reference, &creds, deadline)
-            .await?;
+        let reference = &request.image;
+        let digest = self.resolve(reference, &creds, deadline).await?;
         let cosign = request.attestor.cosign.as_ref();
         let signature_repo = match cosign
             .and_then(|c| c.source.as_ref())
@@ -399,14 +378,14 @@ impl CosignVerifier {
     /// one round trip less per cold image, and a negative verdict still means both were read.
     async fn load_verdict(
         &self,
-        image: &str,
+        image: &ImageReference,
         at: &SignatureLocation,
         plan: &Result<Plan, Rejection>,
         predicate: Option<String>,
         creds: &Credentials,
     ) -> Result<Verification, VerifyError> {
         let plan = plan.as_ref().map_err(|reason| VerifyError::Unavailable {
-            image: image.to_owned(),
+            image: image.original().to_owned(),
             registry: String::new(),
             message: reason.to_string(),
         })?;
@@ -445,7 +424,7 @@ impl CosignVerifier {
         let digest = at.digest.clone();
         Ok(match verdict {
             Ok(Accepted { statement, signer }) => {
-                tracing::debug!(image, %digest, source = ?found, "signature verified");
+                tracing::debug!(%image, %digest, source = ?found, "signature verified");
                 if found != first {
                     self.remember_source(hint_key, found).await;
                 }
@@ -456,10 +435,10 @@ impl CosignVerifier {
                 }
             }
             Err(reason) => {
-                tracing::debug!(image, %digest, %reason, "not verified");
+                tracing::debug!(%image, %digest, %reason, "not verified");
                 Verification::NotVerified {
                     digest: Some(digest),
-                    reason: reason.to_string(),
+                    reason,
                 }
             }
         })
@@ -494,6 +473,18 @@ impl CosignVerifier {
         }
         self.inner.found_in.insert(key, source);
     }
+}
+
+/// The reference `<repository><separator><identifier>` (`@digest` or `:tag`) next to an image:
+/// a signature tag, a referrer, a pinned or platform manifest. ivory builds it from parts of a
+/// parsed reference (or a policy's signature repository) and parses it like any other, so a
+/// bad part is refused here, naming it, and the registry only ever gets a parsed reference.
+fn sibling(
+    repository: &str,
+    separator: char,
+    identifier: &str,
+) -> Result<ImageReference, RegistryError> {
+    parse_reference(&format!("{repository}{separator}{identifier}"))
 }
 
 /// How long a source hint lives in the L2 (the in-process one is kept while used).
@@ -548,7 +539,7 @@ fn attestation_type(a: Option<&Attestation>) -> Result<Option<String>, Unverifia
 
 /// Runs `fut` until `deadline`; past it, a named deadline error instead of a hang.
 async fn bounded<T>(
-    image: &str,
+    image: &ImageReference,
     operation: &str,
     deadline: Instant,
     fut: impl std::future::Future<Output = Result<T, VerifyError>>,
@@ -563,18 +554,17 @@ async fn bounded<T>(
 impl ImageVerifier for CosignVerifier {
     fn resolve_digest<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ImageReference,
         credentials: Option<&'a PolicyCredentials>,
         deadline: Instant,
     ) -> BoxFuture<'a, Result<String, VerifyError>> {
         async move {
             let creds = (self.inner.credentials)(credentials);
-            let reference = self.reference(image)?;
             bounded(
                 image,
                 "resolving the digest",
                 deadline,
-                self.resolve(image, &reference, &creds, deadline),
+                self.resolve(image, &creds, deadline),
             )
             .await
         }
@@ -591,7 +581,7 @@ impl ImageVerifier for CosignVerifier {
 
     fn image_data<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ImageReference,
         credentials: Option<&'a PolicyCredentials>,
         platform: &'a ImagePlatform,
         deadline: Instant,
@@ -627,7 +617,7 @@ struct Revalidating<'a> {
 impl ImageVerifier for Revalidating<'_> {
     fn resolve_digest<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ImageReference,
         credentials: Option<&'a PolicyCredentials>,
         deadline: Instant,
     ) -> BoxFuture<'a, Result<String, VerifyError>> {
@@ -645,7 +635,7 @@ impl ImageVerifier for Revalidating<'_> {
 
     fn image_data<'a>(
         &'a self,
-        image: &'a str,
+        image: &'a ImageReference,
         credentials: Option<&'a PolicyCredentials>,
         platform: &'a ImagePlatform,
         deadline: Instant,

@@ -6,7 +6,7 @@
 //! manifest and envelope under the registry's and `max_signature_bytes` caps.
 
 use futures::future::join_all;
-use ivory_engine::verifier::{Verification, VerifyError};
+use ivory_engine::verifier::{ImageReference, Verification, VerifyError};
 use ivory_registry::{Credentials, Error as RegistryError};
 use jiff::Timestamp;
 use serde_json::Value;
@@ -19,7 +19,7 @@ use crate::notation::envelope::{COSE_MEDIA_TYPE, JWS_MEDIA_TYPE};
 use crate::notation::{
     Candidate, MAX_SIGNATURE_ATTEMPTS, NotaryPlan, SIGNATURE_ARTIFACT_TYPE, Target, evaluate,
 };
-use crate::rejection::Rejection;
+use crate::rejection::{Rejection, Sought};
 
 /// Most referrers of the wanted attestation type whose signatures are checked.
 const MAX_ATTESTATION_REFERRERS: usize = MAX_SIGNATURE_ATTEMPTS;
@@ -28,7 +28,7 @@ const MAX_ATTESTATION_REFERRERS: usize = MAX_SIGNATURE_ATTEMPTS;
 /// its repository, the credentials and the deadline of every registry call.
 #[derive(Clone, Copy)]
 pub(super) struct Reading<'a> {
-    pub(super) image: &'a str,
+    pub(super) image: &'a ImageReference,
     pub(super) repo: &'a str,
     pub(super) creds: &'a Credentials,
     pub(super) deadline: Instant,
@@ -67,10 +67,10 @@ impl CosignVerifier {
                 signer: Some(signer),
             },
             Err(reason) => {
-                tracing::debug!(image, digest, %reason, "not verified (notation)");
+                tracing::debug!(%image, digest, %reason, "not verified (notation)");
                 Verification::NotVerified {
                     digest: Some(digest.to_owned()),
-                    reason: reason.to_string(),
+                    reason,
                 }
             }
         })
@@ -89,7 +89,8 @@ impl CosignVerifier {
             creds,
             deadline,
         } = *at;
-        let subject = format!("{repo}@{digest}");
+        let subject = super::sibling(repo, '@', digest)
+            .map_err(|e| map_error(image, "reading the signed manifest", e, deadline))?;
         let (manifest, signatures) = futures::join!(
             self.inner
                 .registry
@@ -114,7 +115,7 @@ impl CosignVerifier {
         )
         .map(|(signer, warnings)| {
             for warning in warnings {
-                tracing::warn!(image, digest, %warning, "Notation check not enforced");
+                tracing::warn!(%image, digest, %warning, "Notation check not enforced");
             }
             signer
         }))
@@ -137,7 +138,8 @@ impl CosignVerifier {
             creds,
             deadline,
         } = *at;
-        let subject = format!("{repo}@{digest}");
+        let subject = super::sibling(repo, '@', digest)
+            .map_err(|e| map_error(image, "reading referrers", e, deadline))?;
         let registry = &self.inner.registry;
         let index = absent_is_empty(
             registry
@@ -174,7 +176,7 @@ impl CosignVerifier {
             }
         }
         Ok(Err(Rejection::NoneMatched {
-            prefix: "no matching attestations",
+            sought: Sought::Attestations,
             left_out: reasons.len().saturating_sub(5),
             reasons: reasons.into_iter().take(5).collect(),
         }))
@@ -193,7 +195,8 @@ impl CosignVerifier {
             deadline,
         } = *at;
         let registry = &self.inner.registry;
-        let reference = format!("{repo}@{referrer}");
+        let reference = super::sibling(repo, '@', referrer)
+            .map_err(|e| map_error(image, "reading an attestation", e, deadline))?;
         let manifest = registry
             .fetch_manifest(&reference, creds, deadline)
             .await
@@ -223,7 +226,7 @@ impl CosignVerifier {
     /// [`MAX_SIGNATURE_ATTEMPTS`] envelopes, fetched in parallel.
     async fn notation_signatures(
         &self,
-        subject: &str,
+        subject: &ImageReference,
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<Signatures, RegistryError> {
@@ -251,7 +254,7 @@ impl CosignVerifier {
         let more = all.len() > MAX_SIGNATURE_ATTEMPTS;
         let limit = self.inner.config.max_signature_bytes;
         let fetched = join_all(all.iter().take(MAX_SIGNATURE_ATTEMPTS).map(|d| async move {
-            let reference = subject_sibling(subject, d);
+            let reference = super::sibling(&subject.repository_name(), '@', d)?;
             let manifest = registry.fetch_manifest(&reference, creds, deadline).await?;
             let Some(layer) = manifest.json.pointer("/layers/0") else {
                 return Ok(None);
@@ -287,10 +290,4 @@ impl CosignVerifier {
         }
         Ok(Signatures { candidates, more })
     }
-}
-
-/// `repo@other` for the subject reference `repo@digest`.
-fn subject_sibling(subject: &str, digest: &str) -> String {
-    let repo = subject.split_once('@').map_or(subject, |(r, _)| r);
-    format!("{repo}@{digest}")
 }

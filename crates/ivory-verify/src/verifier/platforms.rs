@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use ivory_engine::verifier::{
-    PlatformScope, PlatformSet, Verification, VerifyError, VerifyRequest,
+    ImageReference, PlatformScope, PlatformSet, Verification, VerifyError, VerifyRequest,
 };
 use ivory_registry::Credentials;
 use serde_json::Value;
@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use super::CosignVerifier;
 use super::cache::TagKey;
 use crate::classify::map_error;
+use crate::rejection::Rejection;
 
 /// One platform manifest of an index: its digest and `os/architecture[/variant]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,14 +83,14 @@ impl CosignVerifier {
     ) -> Result<Verification, VerifyError> {
         let image = &request.image;
         let creds = (self.inner.credentials)(request.credentials.as_ref());
-        let reference = self.reference(image)?;
-        let digest = self.resolve(image, &reference, &creds, deadline).await?;
-        let pinned = format!(
-            "{}/{}@{digest}",
-            reference.registry(),
-            reference.repository()
-        );
-        let as_image = |image: String| VerifyRequest {
+        let digest = self.resolve(image, &creds, deadline).await?;
+        let name = image.repository_name();
+        let manifest_of = |digest: &str| {
+            super::sibling(&name, '@', digest)
+                .map_err(|e| map_error(image, "fetching the manifest", e, deadline))
+        };
+        let pinned = manifest_of(&digest)?;
+        let as_image = |image: ImageReference| VerifyRequest {
             image,
             platforms: PlatformScope::Index,
             ..request.clone()
@@ -105,9 +106,9 @@ impl CosignVerifier {
         if children.len() > MAX_PLATFORM_MANIFESTS {
             return Ok(Verification::NotVerified {
                 digest: Some(digest),
-                reason: format!(
-                    "the image index lists more than {MAX_PLATFORM_MANIFESTS} platform manifests; ivory verifies at most {MAX_PLATFORM_MANIFESTS}"
-                ),
+                reason: Rejection::TooManyPlatforms {
+                    limit: MAX_PLATFORM_MANIFESTS,
+                },
             });
         }
         let selected: Vec<&Child> = children
@@ -117,21 +118,21 @@ impl CosignVerifier {
         if selected.is_empty() {
             return Ok(Verification::NotVerified {
                 digest: Some(digest),
-                reason: format!(
-                    "the image index has no manifest for the platforms to verify ({})",
-                    set.describe()
-                ),
+                reason: Rejection::NoPlatformManifest {
+                    platforms: set.describe(),
+                },
             });
         }
-        let name = format!("{}/{}", reference.registry(), reference.repository());
-        let answers = futures::future::join_all(selected.iter().map(|child| {
-            let request = as_image(format!("{name}@{}", child.digest));
-            async move {
-                let answer = self.verify_request(&request, deadline, fresh_since).await;
-                (child, answer)
-            }
-        }))
-        .await;
+        let mut requests = Vec::with_capacity(selected.len());
+        for child in selected {
+            requests.push((child, as_image(manifest_of(&child.digest)?)));
+        }
+        let answers =
+            futures::future::join_all(requests.iter().map(|(child, request)| async move {
+                let answer = self.verify_request(request, deadline, fresh_since).await;
+                (*child, answer)
+            }))
+            .await;
         let mut first = None;
         for (child, answer) in answers {
             match answer? {
@@ -143,11 +144,11 @@ impl CosignVerifier {
                 Verification::NotVerified { reason, .. } => {
                     return Ok(Verification::NotVerified {
                         digest: Some(digest),
-                        reason: format!(
-                            "platform {} ({}): {reason}",
-                            child.platform(),
-                            child.digest
-                        ),
+                        reason: Rejection::Platform {
+                            platform: child.platform(),
+                            digest: child.digest.clone(),
+                            reason: Box::new(reason),
+                        },
                     });
                 }
             }
@@ -163,13 +164,13 @@ impl CosignVerifier {
     /// The runnable children of the index `pinned` names, `None` when it is a single manifest.
     async fn index_children(
         &self,
-        image: &str,
-        pinned: &str,
+        image: &ImageReference,
+        pinned: &ImageReference,
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<Option<Arc<Vec<Child>>>, VerifyError> {
         let key = TagKey {
-            reference: pinned.to_owned(),
+            reference: pinned.original().to_owned(),
             credentials: creds.clone(),
         };
         if let Some(children) = self.inner.indexes.get(&key) {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use ivory_engine::verifier::{Verification, VerifyError};
+use ivory_engine::verifier::{Rejection, Verification, VerifyError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
@@ -60,8 +60,9 @@ pub trait SharedCache: Send + Sync {
 /// The L2 handle the verifier holds.
 pub(super) type Shared = Option<Arc<dyn SharedCache>>;
 
-/// Name prefix: the format version, so a change of encoding never reads old entries.
-const PREFIX: &str = "ivory:v1";
+/// Name prefix: the format version, so a change of encoding never reads old entries. v2: a
+/// negative verdict keeps its typed [`Rejection`] (v1 held its text).
+const PREFIX: &str = "ivory:v2";
 
 /// SHA-256 over length-prefixed fields, hex: fields can never run into each other.
 fn name(kind: &str, fields: &[&[u8]]) -> String {
@@ -119,7 +120,9 @@ enum StoredVerdict {
     },
     NotVerified {
         digest: Option<String>,
-        reason: String,
+        /// The typed reason (format v2; v1 entries held its text and are never read: their
+        /// names are under the old prefix).
+        reason: Rejection,
     },
 }
 
@@ -295,7 +298,14 @@ mod tests {
         assert_eq!(Verification::decode(&bytes, Some("sha256:other")), None);
         let no = Verification::NotVerified {
             digest: None,
-            reason: "no signature".into(),
+            reason: Rejection::NoneMatched {
+                sought: ivory_engine::verifier::Sought::Attestations,
+                reasons: vec![Rejection::Identity {
+                    subject: "someone".into(),
+                    issuer: "https://issuer.example".into(),
+                }],
+                left_out: 0,
+            },
         };
         let bytes = no.encode().unwrap_or_default();
         assert_eq!(Verification::decode(&bytes, Some(D)), Some(no));
@@ -303,6 +313,17 @@ mod tests {
             Verification::decode(b"{\"verdict\":\"maybe\"}", Some(D)),
             None
         );
+    }
+
+    #[test]
+    fn a_v1_negative_verdict_is_never_misread() {
+        // What a replica of format v1 stored: the reason as text. Such entries live under
+        // `ivory:v1:` names, which v2 never asks for; were one read anyway, it is ignored, not
+        // turned into some rejection.
+        let v1 = br#"{"verdict":"not_verified","digest":null,"reason":"signatures not found"}"#;
+        assert_eq!(Verification::decode(v1, Some(D)), None);
+        assert!(PREFIX != "ivory:v1");
+        assert!(verdict_name(D, "r", &[0; 32], None).starts_with("ivory:v2:"));
     }
 
     #[test]
@@ -329,7 +350,7 @@ mod tests {
         assert_ne!(a, key("a", "bc", None));
         assert_ne!(a, key("ab", "c", Some("")));
         assert_ne!(a, verdict_name("ab", "c", &[2; 32], None));
-        assert!(a.starts_with("ivory:v1:verdict:"));
+        assert!(a.starts_with("ivory:v2:verdict:"));
         assert_ne!(
             hint_name("r", Family::Signatures),
             hint_name("r", Family::Attestations)

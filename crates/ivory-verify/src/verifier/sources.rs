@@ -4,7 +4,7 @@
 //! the verifier's decision (`CosignVerifier::load_verdict`).
 
 use futures::future::join_all;
-use ivory_engine::verifier::VerifyError;
+use ivory_engine::verifier::{ImageReference, VerifyError};
 use ivory_registry::{Credentials, Error as RegistryError};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -67,7 +67,7 @@ impl CosignVerifier {
     /// layers, or the OCI referrers (API or tag schema) and each bundle.
     pub(super) async fn fetch(
         &self,
-        image: &str,
+        image: &ImageReference,
         at: &SignatureLocation,
         source: Source,
         creds: &Credentials,
@@ -80,18 +80,24 @@ impl CosignVerifier {
                     Family::Signatures => "sig",
                     Family::Attestations => "att",
                 };
-                let tag = format!("{}{}", at.prefix, at.digest.replace(':', "-"));
-                let tag_ref = format!("{repo}:{tag}.{suffix}");
-                let (found, failure) = self
-                    .fetch_tagged(&tag_ref, at.family, creds, deadline)
-                    .await;
+                let tag = format!("{}{}.{suffix}", at.prefix, at.digest.replace(':', "-"));
+                let (found, failure) = match super::sibling(repo, ':', &tag) {
+                    Ok(tag_ref) => {
+                        self.fetch_tagged(&tag_ref, at.family, creds, deadline)
+                            .await
+                    }
+                    Err(e) => (Vec::new(), Some(e)),
+                };
                 (found, failure, "reading cosign signatures")
             }
             Source::Referrers => {
-                let subject_ref = format!("{repo}@{}", at.digest);
-                let (found, failure) = self
-                    .fetch_bundles(repo, &subject_ref, creds, deadline)
-                    .await;
+                let (found, failure) = match super::sibling(repo, '@', &at.digest) {
+                    Ok(subject_ref) => {
+                        self.fetch_bundles(repo, &subject_ref, creds, deadline)
+                            .await
+                    }
+                    Err(e) => (Vec::new(), Some(e)),
+                };
                 (found, failure, "reading signature referrers")
             }
         };
@@ -104,7 +110,7 @@ impl CosignVerifier {
     /// The cosign tag's layers: simple-signing (`.sig`) or DSSE (`.att`).
     async fn fetch_tagged(
         &self,
-        tag_ref: &str,
+        tag_ref: &ImageReference,
         family: Family,
         creds: &Credentials,
         deadline: Instant,
@@ -152,7 +158,7 @@ impl CosignVerifier {
     async fn fetch_bundles(
         &self,
         repo: &str,
-        subject_ref: &str,
+        subject_ref: &ImageReference,
         creds: &Credentials,
         deadline: Instant,
     ) -> (Vec<Envelope>, Option<RegistryError>) {
@@ -181,7 +187,7 @@ impl CosignVerifier {
         let limit = self.inner.config.max_signature_bytes;
         let results = join_all(refs.iter().map(|d| async move {
             let m = registry
-                .fetch_manifest(&format!("{repo}@{d}"), creds, deadline)
+                .fetch_manifest(&super::sibling(repo, '@', d)?, creds, deadline)
                 .await?;
             let Some(ld) = m.json.pointer("/layers/0/digest").and_then(Value::as_str) else {
                 return Ok(None);

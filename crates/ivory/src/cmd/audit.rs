@@ -458,7 +458,7 @@ async fn list_registry(
     // image on this host, each repository's tags when it selects that repository.
     let insecure = policies
         .iter()
-        .any(|p| allows_insecure(p) && may_select_on_host(p, host));
+        .any(|p| p.allows_insecure_registry() && may_select_on_host(p, host));
     let creds = Credentials::anonymous().allow_insecure(insecure);
     let globs = args
         .repositories
@@ -529,7 +529,7 @@ async fn list_repository(
     let reference = format!("{host}/{repo}");
     let repo_insecure = policies
         .iter()
-        .any(|p| allows_insecure(p) && selects_repository(p, &reference));
+        .any(|p| p.allows_insecure_registry() && selects_repository(p, &reference));
     let repo_creds = Credentials::anonymous().allow_insecure(repo_insecure);
     let failed = |e: ivory_registry::Error| {
         ImageReport::error(
@@ -573,16 +573,6 @@ async fn list_repository(
         ));
     }
     Ok(more)
-}
-
-/// The policy's `credentials.allowInsecureRegistry`.
-fn allows_insecure(policy: &ivory_policy::CompiledPolicy) -> bool {
-    policy
-        .spec
-        .credentials
-        .as_ref()
-        .and_then(|c| c.allow_insecure_registry)
-        .unwrap_or(false)
 }
 
 /// Whether the policy may select some image on `host`: a glob whose literal start (before its

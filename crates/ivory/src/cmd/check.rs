@@ -15,7 +15,9 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use ivory_engine::admission::AdmissionRequest;
 use ivory_engine::decision::{Decision, Status};
-use ivory_engine::verifier::{ImageVerifier, Verification, VerifyRequest};
+use ivory_engine::verifier::{
+    ImageReference, ImageVerifier, Verification, VerifyError, VerifyRequest,
+};
 use ivory_policy::CompiledPolicy;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -174,13 +176,20 @@ impl Checker {
     /// error is one line: the image, then the registry and the root cause once.
     pub(crate) async fn resolve(&self, image: &str) -> Result<String, String> {
         let deadline = Instant::now() + self.timeout;
+        // Parsed once, where the image enters from the command line.
+        let reference = ImageReference::parse(image).map_err(|e| {
+            format!(
+                "{image}: {}",
+                VerifyError::invalid_reference(image, &e).reason()
+            )
+        })?;
         let credentials = self
             .policies
             .iter()
             .find(|p| ivory_engine::images::matches_image(p, image).unwrap_or(false))
-            .and_then(|p| p.spec.credentials.as_ref());
+            .and_then(|p| p.credentials());
         self.verifier
-            .resolve_digest(image, credentials, deadline)
+            .resolve_digest(&reference, credentials, deadline)
             .await
             .map_err(|e| format!("{image}: {}", e.reason()))
     }
@@ -253,6 +262,8 @@ impl Checker {
         deadline: Instant,
     ) -> Vec<AttestorOutcome> {
         let mut out = Vec::new();
+        let reference =
+            ImageReference::parse(image).map_err(|e| VerifyError::invalid_reference(image, &e));
         let questions = std::iter::once(None).chain(policy.attestations.iter().map(Some));
         let questions: Vec<_> = questions.collect();
         for compiled in &policy.attestors {
@@ -271,11 +282,23 @@ impl Checker {
                     });
                     continue;
                 }
+                let reference = match &reference {
+                    Ok(reference) => reference.clone(),
+                    Err(e) => {
+                        out.push(AttestorOutcome {
+                            attestor: name,
+                            attestation: attestation_name,
+                            result: AttestorResult::Error,
+                            reason: e.reason(),
+                        });
+                        continue;
+                    }
+                };
                 let request = VerifyRequest {
-                    image: image.to_owned(),
+                    image: reference,
                     attestor: compiled.attestor.clone(),
                     attestation: attestation.cloned(),
-                    credentials: policy.spec.credentials.clone(),
+                    credentials: policy.credentials().cloned(),
                     platforms: ivory_engine::verifier::PlatformScope::of_policy(
                         policy.verify_platforms,
                         None,
@@ -284,7 +307,7 @@ impl Checker {
                 let (result, reason) = match self.verifier.verify(&request, deadline).await {
                     Ok(Verification::Verified { .. }) => (AttestorResult::Verified, String::new()),
                     Ok(Verification::NotVerified { reason, .. }) => {
-                        (AttestorResult::Failed, reason)
+                        (AttestorResult::Failed, reason.to_string())
                     }
                     Err(e) => (AttestorResult::Error, e.reason()),
                 };
@@ -533,7 +556,7 @@ mod tests {
     impl ImageVerifier for OneAnswer {
         fn resolve_digest<'a>(
             &'a self,
-            _: &'a str,
+            _: &'a ImageReference,
             _: Option<&'a ivory_policy::types::Credentials>,
             _: Instant,
         ) -> futures::future::BoxFuture<'a, Result<String, ivory_engine::verifier::VerifyError>>
@@ -553,14 +576,14 @@ mod tests {
 
         fn image_data<'a>(
             &'a self,
-            image: &'a str,
+            image: &'a ImageReference,
             _: Option<&'a ivory_policy::types::Credentials>,
             _: &'a ivory_engine::verifier::ImagePlatform,
             _: Instant,
         ) -> futures::future::BoxFuture<'a, Result<Value, ivory_engine::verifier::VerifyError>>
         {
             let err = ivory_engine::verifier::VerifyError::NotFound {
-                image: image.to_owned(),
+                image: image.original().to_owned(),
                 registry: "r.test".into(),
                 message: "no image data in this test".into(),
             };
@@ -613,7 +636,7 @@ mod tests {
         };
         let not_verified = Verification::NotVerified {
             digest: None,
-            reason: "registry unreachable".into(),
+            reason: ivory_engine::verifier::Rejection::NoSignatures,
         };
         let cases = [
             // (answer, failurePolicy, verdict, policy status, attestor result)

@@ -482,7 +482,7 @@ pub(crate) fn hook(
 /// a failurePolicy on the webhook that matches the policy's.
 pub(crate) fn registration_checks(policies: &[CompiledPolicy], hooks: &[Hook]) -> Vec<Check> {
     let mut checks = Vec::new();
-    for policy in policies.iter().filter(|p| p.spec.admission_enabled()) {
+    for policy in policies.iter().filter(|p| p.admission_enabled()) {
         let prefix = match policy.kind {
             PolicyKind::ImageValidatingPolicy => "ivpol",
             PolicyKind::NamespacedImageValidatingPolicy => "nivpol",
