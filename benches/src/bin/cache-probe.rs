@@ -13,6 +13,7 @@ use anyhow::{Context as _, Result, ensure};
 use clap::Parser;
 use ivory_engine::verifier::{ImageVerifier as _, Verification, VerifyRequest};
 use ivory_policy::types::Attestor;
+use ivory_reference::ImageReference;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -72,15 +73,20 @@ async fn probe(args: &Args) -> Result<serde_json::Value> {
         .await;
     let rss_after = rss_kib()?;
 
+    // Parsed before the clock starts, as the engine parses a request's images before it asks.
     let requests: Vec<VerifyRequest> = random_indexes(args.lookups, args.verdicts)
-        .map(|i| VerifyRequest {
-            image: format!("{REPOSITORY}@{}", digests[i]),
-            attestor: attestor.clone(),
-            attestation: None,
-            credentials: None,
-            platforms: Default::default(),
+        .map(|i| -> Result<VerifyRequest> {
+            let image = format!("{REPOSITORY}@{}", digests[i]);
+            Ok(VerifyRequest {
+                image: ImageReference::parse(&image)
+                    .map_err(|e| anyhow::anyhow!("{image}: {e}"))?,
+                attestor: attestor.clone(),
+                attestation: None,
+                credentials: None,
+                platforms: Default::default(),
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let deadline = Instant::now() + Duration::from_secs(3600);
     let started = Instant::now();
     let mut verified = 0usize;
