@@ -32,8 +32,8 @@ use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::policies::PolicyStore;
 use crate::sources::{
-    CredentialError, CredentialSource, DOCKER_CONFIG_KEY, DOCKER_CONFIG_TYPE, NamespaceSource,
-    SecretProblem,
+    CredentialError, CredentialProblem, CredentialSource, DOCKER_CONFIG_KEY, DOCKER_CONFIG_TYPE,
+    NamespaceSource, SecretProblem,
 };
 
 /// API group of the policy CRDs.
@@ -281,7 +281,7 @@ impl CredentialSource for KubeSource {
         policy_namespace: Option<&'a str>,
         credentials: &'a PolicyCredentials,
         deadline: Instant,
-    ) -> BoxFuture<'a, Result<(), CredentialError>> {
+    ) -> BoxFuture<'a, Result<(), CredentialProblem>> {
         async move {
             for (index, reference) in credentials.secrets.iter().enumerate() {
                 self.prepare_secret(policy_namespace, index, reference, deadline)

@@ -13,6 +13,7 @@ use super::*;
 use crate::admission::testutil::{condition, glob, pod_rule, policy, request, rule};
 use crate::admission::{response_from_decision, review_response};
 use crate::decision::{PatchOp, Status};
+use crate::resources::NoResources;
 use crate::verifier::{ImagePlatform, ImageVerifier, Verification, VerifyRequest};
 
 fn digest(c: char) -> String {
@@ -151,7 +152,15 @@ fn later(secs: u64) -> Instant {
 }
 
 async fn run(fake: &Fake, policies: &[&CompiledPolicy], file: &str) -> Decision {
-    mutate(fake, policies, &request(file), None, later(10)).await
+    mutate(
+        fake,
+        &NoResources,
+        policies,
+        &request(file),
+        None,
+        later(10),
+    )
+    .await
 }
 
 #[tokio::test(start_paused = true)]
@@ -359,7 +368,15 @@ async fn lookups_run_concurrently() {
         );
     let p = pod_policy("pin");
     let start = Instant::now();
-    let d = mutate(&fake, &[&p], &request("pod-create.json"), None, later(5)).await;
+    let d = mutate(
+        &fake,
+        &NoResources,
+        &[&p],
+        &request("pod-create.json"),
+        None,
+        later(5),
+    )
+    .await;
     assert_eq!(start.elapsed(), Duration::from_secs(1));
     assert_eq!(d.patch, pod_pins());
 }
@@ -371,7 +388,15 @@ async fn deadline_with_failure_policy_fail_denies() {
     p.actions = vec![ValidationAction::Warn]; // budget exhaustion denies regardless of actions
     let start = Instant::now();
     let deadline = later(2);
-    let d = mutate(&fake, &[&p], &request("pod-create.json"), None, deadline).await;
+    let d = mutate(
+        &fake,
+        &NoResources,
+        &[&p],
+        &request("pod-create.json"),
+        None,
+        deadline,
+    )
+    .await;
     assert_eq!(
         start.elapsed(),
         Duration::from_secs(2),
@@ -396,7 +421,15 @@ async fn deadline_with_failure_policy_ignore_admits_unpinned() {
     let mut p = pod_policy("pin");
     p.failure_policy = FailurePolicy::Ignore;
     let start = Instant::now();
-    let d = mutate(&fake, &[&p], &request("pod-create.json"), None, later(2)).await;
+    let d = mutate(
+        &fake,
+        &NoResources,
+        &[&p],
+        &request("pod-create.json"),
+        None,
+        later(2),
+    )
+    .await;
     assert_eq!(start.elapsed(), Duration::from_secs(2));
     assert!(d.allowed);
     assert_eq!(d.patch, vec![pod_pins()[0].clone(), pod_pins()[2].clone()]);
@@ -541,7 +574,7 @@ async fn canonical_spellings_are_pinned() {
         ],
         &[],
     );
-    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    let d = mutate(&fake, &NoResources, &[&p], &req, None, later(10)).await;
     assert!(d.allowed, "{:?}", d.message);
     assert_eq!(
         d.patch,
@@ -565,7 +598,7 @@ async fn image_volumes_are_pinned_on_create_only() {
         .insert("ghcr.io/acme/models:v1".into(), digest('7'));
     let p = pod_policy("p");
     let req = pod_with("pod-create.json", &[], &["ghcr.io/acme/models:v1"]);
-    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    let d = mutate(&fake, &NoResources, &[&p], &req, None, later(10)).await;
     assert_eq!(
         d.patch,
         vec![op(
@@ -575,7 +608,7 @@ async fn image_volumes_are_pinned_on_create_only() {
     );
     // Pod volumes are immutable: a Pod UPDATE cannot change them, so none is patched.
     let req = pod_with("pod-update.json", &[], &["ghcr.io/acme/models:v1"]);
-    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    let d = mutate(&fake, &NoResources, &[&p], &req, None, later(10)).await;
     assert!(d.allowed && d.patch.is_empty(), "{d:?}");
 }
 
@@ -590,7 +623,7 @@ async fn malformed_images_are_a_policy_error_per_failure_policy() {
         &["nginx", "GHCR.IO/Acme/App:v1"],
         &["bad image"],
     );
-    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    let d = mutate(&fake, &NoResources, &[&p], &req, None, later(10)).await;
     assert!(!d.allowed);
     assert!(d.patch.is_empty());
     assert_eq!(
@@ -605,7 +638,7 @@ async fn malformed_images_are_a_policy_error_per_failure_policy() {
     assert_eq!(d.results[0].status, Status::Error);
 
     p.failure_policy = FailurePolicy::Ignore;
-    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    let d = mutate(&fake, &NoResources, &[&p], &req, None, later(10)).await;
     assert!(d.allowed);
     assert_eq!(
         d.audit_annotations
@@ -647,7 +680,7 @@ async fn response_patch_decodes_to_the_ops() {
     let fake = Fake::standard();
     let p = pod_policy("pin");
     let req = request("pod-create.json");
-    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    let d = mutate(&fake, &NoResources, &[&p], &req, None, later(10)).await;
     let wire = review_response(&response_from_decision(&req, &d));
     assert_eq!(wire["response"]["uid"], "pod-create-uid");
     assert_eq!(wire["response"]["allowed"], true);
@@ -775,7 +808,15 @@ async fn run_in(
     namespace: Option<&serde_json::Value>,
 ) -> Decision {
     let refs: Vec<&CompiledPolicy> = policies.iter().collect();
-    mutate(fake, &refs, &request(file), namespace, later(10)).await
+    mutate(
+        fake,
+        &NoResources,
+        &refs,
+        &request(file),
+        namespace,
+        later(10),
+    )
+    .await
 }
 
 #[tokio::test(start_paused = true)]

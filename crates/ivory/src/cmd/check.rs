@@ -197,21 +197,25 @@ impl Checker {
     pub(crate) async fn check_digest(&self, image: &str, digest: &str) -> ImageReport {
         let pinned = pinned(image, digest);
         let deadline = Instant::now() + self.timeout;
-        let req = pod_request(&pinned, &self.namespace);
+        let mut req = pod_request(&pinned, &self.namespace);
         let routes = wiring::Routes {
             verifier: self.verifier.as_ref(),
             resources: self.resources.as_ref(),
             policies: &self.policies,
             exceptions: self.exceptions.as_ref(),
         };
-        let decision = wiring::run_routes(
+        let judged = wiring::run_routes(
             &routes,
             Stage::Validate,
-            &req,
+            &mut req,
             self.namespace_object.as_ref(),
             deadline,
         )
         .await;
+        let decision = match judged {
+            Ok(decision) => decision,
+            Err(e) => return ImageReport::error(image, e.to_string()),
+        };
         let mut policies = Vec::new();
         for result in &decision.results {
             let attestors = match self.policy(&result.policy, result.namespace.as_deref()) {
