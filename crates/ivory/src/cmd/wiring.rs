@@ -440,6 +440,9 @@ pub(crate) fn read_input(path: &std::path::Path, flag: &str) -> anyhow::Result<S
 }
 
 #[cfg(test)]
+mod parity;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use ivory_engine::decision::PatchOp;
