@@ -54,6 +54,8 @@ pub struct FakeVerifier {
     mode: Mode,
     /// Registry hosts whose images behave as the given mode instead (every kind of call).
     hosts: HashMap<String, Mode>,
+    /// How `verify` calls behave, whatever the host (digests and image data as usual).
+    verifying: Option<Mode>,
     /// Architectures image data reports, by image (amd64 otherwise).
     arches: HashMap<String, String>,
     calls: AtomicUsize,
@@ -62,6 +64,9 @@ pub struct FakeVerifier {
     most_running: AtomicUsize,
     fetched: Mutex<Vec<String>>,
     requests: Mutex<Vec<VerifyRequest>>,
+    /// What a background scan reads through ([`ImageVerifier::revalidating`]), if anything.
+    revalidated: Option<Box<FakeVerifier>>,
+    revalidating_since: Mutex<Option<Instant>>,
 }
 
 impl FakeVerifier {
@@ -79,6 +84,12 @@ impl FakeVerifier {
     /// Every call about an image on registry `host` behaves as `mode`.
     pub fn host(mut self, host: &str, mode: Mode) -> Self {
         self.hosts.insert(host.to_owned(), mode);
+        self
+    }
+
+    /// Every `verify` call behaves as `mode` (digests and image data as their host says).
+    pub fn verifying(mut self, mode: Mode) -> Self {
+        self.verifying = Some(mode);
         self
     }
 
@@ -117,6 +128,18 @@ impl FakeVerifier {
         self
     }
 
+    /// [`ImageVerifier::revalidating`] gives `fresh`: this verifier then plays a cache whose
+    /// verdicts may be stale, `fresh` the registry behind it.
+    pub fn revalidating_with(mut self, fresh: FakeVerifier) -> Self {
+        self.revalidated = Some(Box::new(fresh));
+        self
+    }
+
+    /// The `since` of the last [`ImageVerifier::revalidating`] call.
+    pub fn revalidating_since(&self) -> Option<Instant> {
+        *lock(&self.revalidating_since)
+    }
+
     /// `verify` and `image_data` calls so far.
     pub fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
@@ -151,8 +174,13 @@ impl FakeVerifier {
 
     /// Applies the mode of `image`'s registry: `Err` when it fails or reports a spent budget.
     async fn behave(&self, image: &str, operation: &str) -> Result<(), VerifyError> {
+        self.behave_as(self.mode_for(image), image, operation).await
+    }
+
+    /// Applies `mode` to a call about `image`.
+    async fn behave_as(&self, mode: Mode, image: &str, operation: &str) -> Result<(), VerifyError> {
         let registry = registry(image).to_owned();
-        match self.mode_for(image) {
+        match mode {
             Mode::Answer => Ok(()),
             Mode::Sleep(d) => {
                 tokio::time::sleep(d).await;
@@ -184,7 +212,12 @@ impl FakeVerifier {
         lock(&self.requests).push(request.clone());
         let running = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.most_running.fetch_max(running, Ordering::SeqCst);
-        let behaved = self.behave(&request.image, "fetching the manifest").await;
+        let mode = self
+            .verifying
+            .unwrap_or_else(|| self.mode_for(&request.image));
+        let behaved = self
+            .behave_as(mode, &request.image, "fetching the manifest")
+            .await;
         self.running.fetch_sub(1, Ordering::SeqCst);
         behaved?;
         // The fake holds no Notation signatures (ivory-verify's tests verify real ones).
@@ -272,6 +305,44 @@ impl ImageVerifier for FakeVerifier {
             }))
         }
         .boxed()
+    }
+
+    fn revalidating(&self, since: Instant) -> Option<Box<dyn ImageVerifier + '_>> {
+        *lock(&self.revalidating_since) = Some(since);
+        let fresh = self.revalidated.as_deref()?;
+        Some(Box::new(Revalidated(fresh)))
+    }
+}
+
+/// The revalidating view of a [`FakeVerifier`]: the fresh verifier behind it.
+struct Revalidated<'a>(&'a FakeVerifier);
+
+impl ImageVerifier for Revalidated<'_> {
+    fn resolve_digest<'a>(
+        &'a self,
+        image: &'a str,
+        credentials: Option<&'a Credentials>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        self.0.resolve_digest(image, credentials, deadline)
+    }
+
+    fn verify<'a>(
+        &'a self,
+        request: &'a VerifyRequest,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
+        self.0.verify(request, deadline)
+    }
+
+    fn image_data<'a>(
+        &'a self,
+        image: &'a str,
+        credentials: Option<&'a Credentials>,
+        platform: &'a ImagePlatform,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
+        self.0.image_data(image, credentials, platform, deadline)
     }
 }
 

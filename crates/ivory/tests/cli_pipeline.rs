@@ -66,11 +66,7 @@ async fn a_misshapen_review_is_refused_naming_the_field_by_apply_as_by_the_webho
     assert!(run.stdout.is_empty(), "nothing judged: {}", run.stdout);
 
     let tls = Tls::write(dir.path(), "ivory pipeline test CA");
-    let server = Ivory::start(
-        &tls,
-        &["--policies".into(), policies.display().to_string()],
-    )
-    .await;
+    let server = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
     for path in ["/ivpol/mutate/check-images", "/ivpol/validate/check-images"] {
         let (status, text) = server
             .post(path, review(json!(["reg.example/app:1"])).to_string())

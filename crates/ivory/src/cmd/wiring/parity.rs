@@ -143,8 +143,10 @@ async fn the_webhook_the_cli_and_the_background_scan_give_the_same_verdict() {
         )),
         Arc::new(Metrics::new()),
     );
-    for (image, allowed, status) in [(SIGNED, true, Status::Pass), (UNSIGNED, false, Status::Fail)]
-    {
+    for (image, allowed, status) in [
+        (SIGNED, true, Status::Pass),
+        (UNSIGNED, false, Status::Fail),
+    ] {
         let pod = pod(image);
         // The review the background scan judges the Pod as; the others get the same one.
         let req = request_for(&pod).expect("a named Pod");
@@ -152,11 +154,18 @@ async fn the_webhook_the_cli_and_the_background_scan_give_the_same_verdict() {
             through_cli(&verifier, &policies, &req).await;
         let webhook = through_webhook(&state, &req).await;
         let background = through_background(&state, pod).await;
-        assert_eq!((cli_allowed, &cli_statuses[..]), (allowed, &[status][..]), "{image}");
+        assert_eq!(
+            (cli_allowed, &cli_statuses[..]),
+            (allowed, &[status][..]),
+            "{image}"
+        );
         assert_eq!(webhook, (cli_allowed, cli_message.clone()), "{image}");
         assert_eq!(background, cli_statuses, "{image}");
         if !allowed {
-            assert_eq!(cli_message.as_deref(), Some("Policy signed failed: not signed"));
+            assert_eq!(
+                cli_message.as_deref(),
+                Some("Policy signed failed: not signed")
+            );
         }
     }
 }
