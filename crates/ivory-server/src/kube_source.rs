@@ -146,8 +146,9 @@ impl KubeSource {
 
     /// Registry credentials for a policy's `credentials`: its `secrets` read from the Secret
     /// reflectors (`name` in ivory's namespace, `namespace/name` in that namespace). The
-    /// server checks them with `CredentialSource::prepare` before the engine runs, so a
-    /// Secret missing here vanished in between: it is logged and skipped.
+    /// webhook's pipeline checks them with `CredentialSource::prepare` before the stage runs,
+    /// so for an admission a Secret missing here vanished in between (a background scan reads
+    /// with what admissions prepared): it is logged and skipped.
     pub fn credentials(&self, policy: Option<&PolicyCredentials>) -> Credentials {
         let mut creds = Credentials::anonymous().allow_insecure(
             policy
