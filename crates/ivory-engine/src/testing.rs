@@ -56,6 +56,12 @@ pub struct FakeVerifier {
     hosts: HashMap<String, Mode>,
     /// How `verify` calls behave, whatever the host (digests and image data as usual).
     verifying: Option<Mode>,
+    /// Images whose calls behave as the given mode instead (before their host's).
+    images: HashMap<String, Mode>,
+    /// Images whose calls fail with the given error (after their mode).
+    failures: HashMap<String, VerifyError>,
+    /// Tags not in `digests` fail to resolve instead of resolving to [`DIGEST`].
+    only_known_digests: bool,
     /// Architectures image data reports, by image (amd64 otherwise).
     arches: HashMap<String, String>,
     calls: AtomicUsize,
@@ -64,6 +70,8 @@ pub struct FakeVerifier {
     most_running: AtomicUsize,
     fetched: Mutex<Vec<String>>,
     requests: Mutex<Vec<VerifyRequest>>,
+    /// `resolve_digest` calls: the image and whether the policy named credentials.
+    resolved: Mutex<Vec<(String, bool)>>,
     /// What a background scan reads through ([`ImageVerifier::revalidating`]), if anything.
     revalidated: Option<Box<FakeVerifier>>,
     revalidating_since: Mutex<Option<Instant>>,
@@ -103,6 +111,24 @@ impl FakeVerifier {
     /// `image` resolves to `digest`.
     pub fn digest(mut self, image: &str, digest: &str) -> Self {
         self.digests.insert(image.to_owned(), digest.to_owned());
+        self
+    }
+
+    /// Tags [`Self::digest`] did not name fail to resolve (`manifest unknown`).
+    pub fn only_known_digests(mut self) -> Self {
+        self.only_known_digests = true;
+        self
+    }
+
+    /// Every call about `image` behaves as `mode` (whatever its host).
+    pub fn image(mut self, image: &str, mode: Mode) -> Self {
+        self.images.insert(image.to_owned(), mode);
+        self
+    }
+
+    /// Every call about `image` fails with `error`.
+    pub fn fail(mut self, image: &str, error: VerifyError) -> Self {
+        self.failures.insert(image.to_owned(), error);
         self
     }
 
@@ -150,6 +176,14 @@ impl FakeVerifier {
         self.resolves.load(Ordering::SeqCst)
     }
 
+    /// Every `resolve_digest` call so far, sorted: the image, and whether credentials came
+    /// with it.
+    pub fn resolved(&self) -> Vec<(String, bool)> {
+        let mut resolved = lock(&self.resolved).clone();
+        resolved.sort();
+        resolved
+    }
+
     /// The most `verify` calls that were in flight at once.
     pub fn most_concurrent(&self) -> usize {
         self.most_running.load(Ordering::SeqCst)
@@ -166,13 +200,16 @@ impl FakeVerifier {
     }
 
     fn mode_for(&self, image: &str) -> Mode {
-        self.hosts
-            .get(registry(image))
+        let by_host = || self.hosts.get(registry(image)).copied();
+        self.images
+            .get(image)
             .copied()
+            .or_else(by_host)
             .unwrap_or(self.mode)
     }
 
-    /// Applies the mode of `image`'s registry: `Err` when it fails or reports a spent budget.
+    /// Applies the mode of `image` (or its registry), then its failure: `Err` when it fails or
+    /// reports a spent budget.
     async fn behave(&self, image: &str, operation: &str) -> Result<(), VerifyError> {
         self.behave_as(self.mode_for(image), image, operation).await
     }
@@ -180,7 +217,7 @@ impl FakeVerifier {
     /// Applies `mode` to a call about `image`.
     async fn behave_as(&self, mode: Mode, image: &str, operation: &str) -> Result<(), VerifyError> {
         let registry = registry(image).to_owned();
-        match mode {
+        let behaved = match mode {
             Mode::Answer => Ok(()),
             Mode::Sleep(d) => {
                 tokio::time::sleep(d).await;
@@ -204,6 +241,10 @@ impl FakeVerifier {
                 registry,
                 message: message.into(),
             }),
+        };
+        match self.failures.get(image) {
+            Some(error) => Err(error.clone()),
+            None => behaved,
         }
     }
 
@@ -261,17 +302,22 @@ impl ImageVerifier for FakeVerifier {
     fn resolve_digest<'a>(
         &'a self,
         image: &'a str,
-        _credentials: Option<&'a Credentials>,
+        credentials: Option<&'a Credentials>,
         _deadline: Instant,
     ) -> BoxFuture<'a, Result<String, VerifyError>> {
         async move {
             self.resolves.fetch_add(1, Ordering::SeqCst);
+            lock(&self.resolved).push((image.to_owned(), credentials.is_some()));
             self.behave(image, "resolving the digest").await?;
-            Ok(self
-                .digests
-                .get(image)
-                .map_or(DIGEST, String::as_str)
-                .to_owned())
+            match self.digests.get(image) {
+                Some(digest) => Ok(digest.clone()),
+                None if self.only_known_digests => Err(VerifyError::Unavailable {
+                    image: image.to_owned(),
+                    registry: registry(image).to_owned(),
+                    message: "manifest unknown".into(),
+                }),
+                None => Ok(DIGEST.to_owned()),
+            }
         }
         .boxed()
     }
