@@ -14,14 +14,13 @@ use ivory_engine::admission::AdmissionRequest;
 use ivory_engine::admission::shape::ShapeError;
 use ivory_engine::decision::Decision;
 use ivory_engine::exceptions::Exceptions;
-use ivory_engine::matching::{Route, select_policies};
+use ivory_engine::matching::{Route, route_policies};
 pub(crate) use ivory_engine::pipeline::Stage;
 use ivory_engine::pipeline::{Namespaces, Pipeline};
 use ivory_engine::resources::{FileResources, NoResources, ResourceSource};
 use ivory_engine::verifier::ImageVerifier;
 use ivory_l2::DiskCache;
 use ivory_policy::CompiledPolicy;
-use ivory_policy::types::PolicyKind;
 use ivory_registry::{Config as RegistryConfig, DEFAULT_PER_REGISTRY_CONCURRENCY, Registry};
 use ivory_server::budget::parse_go_duration;
 use ivory_verify::{CosignVerifier, SharedCache, VerifierConfig};
@@ -315,7 +314,7 @@ pub(crate) async fn run_routes(
         ..Decision::default()
     };
     for namespaced in [false, true] {
-        let selected = route_policies(routes.policies, namespaced, req.namespace());
+        let selected = route_policies(routes.policies, Route { namespaced }, req.namespace());
         if selected.is_empty() {
             continue;
         }
@@ -326,26 +325,6 @@ pub(crate) async fn run_routes(
         merge(&mut merged, judged.decision);
     }
     Ok(merged)
-}
-
-/// The policies (with autogen variants) the webhook of one route would evaluate.
-fn route_policies<'a>(
-    policies: &'a [Arc<CompiledPolicy>],
-    namespaced: bool,
-    namespace: Option<&str>,
-) -> Vec<&'a CompiledPolicy> {
-    let kind = if namespaced {
-        PolicyKind::NamespacedImageValidatingPolicy
-    } else {
-        PolicyKind::ImageValidatingPolicy
-    };
-    let names: Vec<String> = policies
-        .iter()
-        .filter(|p| p.kind == kind && (!namespaced || p.namespace.as_deref() == namespace))
-        .map(|p| p.name.clone())
-        .collect();
-    // Every name comes from the loaded set, so none can be unknown.
-    select_policies(policies, Route { namespaced }, &names, namespace).unwrap_or_default()
 }
 
 fn merge(into: &mut Decision, d: Decision) {
