@@ -19,6 +19,7 @@ use ivory_engine::admission::{
 use ivory_engine::images::{builtin_images, image_pointers, matches_image};
 use ivory_engine::matching::{Route, matches_constraints, select_policies};
 use ivory_engine::mutate::mutate;
+use ivory_engine::resources::NoResources;
 use ivory_engine::validate::validate;
 use ivory_engine::verifier::{
     ImagePlatform, ImageVerifier, Verification, VerifyError, VerifyRequest,
@@ -186,6 +187,7 @@ fn cel_validate_stage(b: Bencher<'_, '_>) {
         let deadline = Instant::now() + Duration::from_secs(10);
         let d = rt.block_on(validate(
             &InstantVerifier,
+            &NoResources,
             &policies,
             black_box(&req),
             None,
@@ -240,6 +242,7 @@ fn image_data_stage(b: Bencher<'_, '_>, scope: &str) {
         let deadline = Instant::now() + Duration::from_secs(10);
         let d = rt.block_on(validate(
             &InstantVerifier,
+            &NoResources,
             &[&policy],
             black_box(&req),
             None,
@@ -259,6 +262,7 @@ fn patch_building(b: Bencher<'_, '_>) {
         let deadline = Instant::now() + Duration::from_secs(10);
         let d = rt.block_on(mutate(
             &InstantVerifier,
+            &NoResources,
             &policies,
             black_box(&req),
             None,

@@ -2,7 +2,8 @@
 //!
 //! Given an AdmissionRequest and the compiled policies a route selects, it matches, extracts
 //! images, evaluates CEL, asks the [`verifier::ImageVerifier`] seam for digests and signatures,
-//! and returns a [`decision::Decision`]. It does no IO of its own.
+//! and returns a [`decision::Decision`]. It does no IO of its own. Every front end judges a
+//! request through [`pipeline::Pipeline::judge`].
 
 pub mod admission;
 mod bindings;
@@ -11,6 +12,9 @@ pub mod exceptions;
 pub mod images;
 pub mod matching;
 pub mod mutate;
+pub mod pipeline;
 pub mod resources;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
 pub mod validate;
 pub mod verifier;

@@ -127,6 +127,30 @@ pub fn select_policies<'a>(
     }
 }
 
+/// Every policy a route's webhooks would name, as [`select_policies`] selects them: what the
+/// one-shot commands judge a request by, as if `ivory webhooks` had registered every loaded
+/// policy.
+pub fn route_policies<'a>(
+    all: &'a [Arc<CompiledPolicy>],
+    route: Route,
+    request_namespace: Option<&str>,
+) -> Vec<&'a CompiledPolicy> {
+    let kind = if route.namespaced {
+        PolicyKind::NamespacedImageValidatingPolicy
+    } else {
+        PolicyKind::ImageValidatingPolicy
+    };
+    let names: Vec<String> = all
+        .iter()
+        .filter(|p| {
+            p.kind == kind && (!route.namespaced || p.namespace.as_deref() == request_namespace)
+        })
+        .map(|p| p.name.clone())
+        .collect();
+    // Every name comes from `all`, so none can be unknown.
+    select_policies(all, route, &names, request_namespace).unwrap_or_default()
+}
+
 /// Evaluates `spec.matchConstraints` like the API server does for a ValidatingAdmissionPolicy:
 /// namespaceSelector, objectSelector, excludeResourceRules, then resourceRules.
 ///

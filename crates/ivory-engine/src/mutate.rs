@@ -33,8 +33,8 @@ use crate::admission::{AdmissionRequest, Operation};
 use crate::decision::{Decision, PatchOp, PolicyResult, Status};
 use crate::images::{IMAGE_VOLUMES, ImageAt, image_pointers, matches_image};
 use crate::matching::{matches_conditions_with, matches_constraints};
+use crate::resources::ResourceSource;
 use crate::resources::host::ClusterHost;
-use crate::resources::{NoResources, ResourceSource};
 use crate::verifier::{ImageVerifier, VerifyError};
 
 /// Audit annotation listing images admitted without a digest because the time budget ran out
@@ -50,31 +50,13 @@ const EPHEMERAL_CONTAINERS: &str = "ephemeralContainers";
 /// Operation reported in synthesized deadline errors.
 const RESOLVE_OPERATION: &str = "resolving the image digest";
 
-/// Pins matched images of `req` to digests for `policies` (already selected for the route).
+/// Pins matched images of `req` to digests for `policies` (already selected for the route),
+/// with the cluster reads of the policies' matchConditions answered from `resources` (as the
+/// validating stage answers them).
 ///
 /// Never returns later than `deadline` plus local bookkeeping: every registry lookup is wrapped
 /// in `tokio::time::timeout_at(deadline, …)`.
 pub async fn mutate(
-    verifier: &dyn ImageVerifier,
-    policies: &[&CompiledPolicy],
-    req: &AdmissionRequest,
-    namespace_object: Option<&Value>,
-    deadline: Instant,
-) -> Decision {
-    mutate_with(
-        verifier,
-        &NoResources,
-        policies,
-        req,
-        namespace_object,
-        deadline,
-    )
-    .await
-}
-
-/// [`mutate`], with the cluster reads of the policies' matchConditions answered from
-/// `resources` (as the validating stage answers them).
-pub async fn mutate_with(
     verifier: &dyn ImageVerifier,
     resources: &dyn ResourceSource,
     policies: &[&CompiledPolicy],

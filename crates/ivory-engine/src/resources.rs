@@ -9,7 +9,7 @@
 //! [`ResourceError`], and the policy's failurePolicy decides; it is never answered empty.
 //!
 //! Entry point for other front ends (`ivory test`): build a [`FileResources`] from the
-//! documents of the resource files and pass it to [`crate::validate::validate_with`].
+//! documents of the resource files and pass it to [`crate::validate::validate`].
 
 mod file;
 pub mod global_context;

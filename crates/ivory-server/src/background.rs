@@ -26,8 +26,8 @@ use futures::StreamExt as _;
 use ivory_engine::admission::{
     AdmissionRequest, GroupVersionKind, GroupVersionResource, Operation,
 };
-use ivory_engine::exceptions::{Exceptions, Partition};
-use ivory_engine::validate;
+use ivory_engine::exceptions::Exceptions;
+use ivory_engine::pipeline::{Judged, Namespaces, Pipeline, Stage};
 use ivory_engine::verifier::ImageVerifier;
 use ivory_policy::CompiledPolicy;
 use ivory_policy::types::PolicyKind;
@@ -40,7 +40,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::audit;
-use crate::routes::{AppState, namespace_object};
+use crate::routes::AppState;
 
 /// How a background scan runs.
 #[derive(Clone, Debug)]
@@ -165,38 +165,40 @@ async fn judge(
             }
         })
         .collect();
-    let namespace = match (&state.namespaces, req.namespace()) {
-        (Some(source), Some(name)) => source.namespace(name, deadline).await,
-        _ => None,
+    let pipeline = Pipeline {
+        verifier,
+        resources: state.resources.as_ref(),
+        namespaces: match &state.namespaces {
+            Some(source) => Namespaces::Source(source.as_ref()),
+            None => Namespaces::Unknown,
+        },
+        // A scan reports each policy's own result, and a policy left out for unusable Secrets
+        // has none: the verifier reads with the Secrets admissions already prepared.
+        credentials: None,
+        exceptions,
+        // Nobody waits on a scan: the per-Pod deadline is bound enough.
+        backstop: None,
     };
     let mut req = req.clone();
-    if namespace.is_none() {
-        req.namespace_labels_unknown = true;
+    match pipeline
+        .judge(Stage::Validate, &in_scope, &mut req, deadline)
+        .await
+    {
+        Ok(Judged { decision, panic }) => {
+            if let Some(panic) = panic {
+                tracing::error!(pod = %req.name, namespace = %req.namespace, %panic, "background evaluation panicked");
+            }
+            audit::after_background(
+                &state.metrics,
+                state.reports.as_ref(),
+                &req,
+                &decision.results,
+            );
+        }
+        Err(e) => {
+            tracing::warn!(pod = %req.name, namespace = %req.namespace, error = %e, "Pod not judged");
+        }
     }
-    let ns_object = namespace.or_else(|| req.namespace().map(namespace_object));
-    let Partition { evaluate, skipped } = match exceptions {
-        Some(set) => set.partition(&in_scope, &req, ns_object.as_ref(), deadline),
-        None => Partition {
-            evaluate: in_scope,
-            skipped: Vec::new(),
-        },
-    };
-    let mut decision = validate::validate_with(
-        verifier,
-        state.resources.as_ref(),
-        &evaluate,
-        &req,
-        ns_object.as_ref(),
-        deadline,
-    )
-    .await;
-    decision.results.extend(skipped);
-    audit::after_background(
-        &state.metrics,
-        state.reports.as_ref(),
-        &req,
-        &decision.results,
-    );
 }
 
 /// A CREATE of `pod` with each container image pinned to the digest it runs.

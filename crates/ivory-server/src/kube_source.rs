@@ -32,8 +32,8 @@ use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::policies::PolicyStore;
 use crate::sources::{
-    CredentialError, CredentialSource, DOCKER_CONFIG_KEY, DOCKER_CONFIG_TYPE, NamespaceSource,
-    SecretProblem,
+    CredentialError, CredentialProblem, CredentialSource, DOCKER_CONFIG_KEY, DOCKER_CONFIG_TYPE,
+    NamespaceSource, SecretProblem,
 };
 
 /// API group of the policy CRDs.
@@ -146,8 +146,9 @@ impl KubeSource {
 
     /// Registry credentials for a policy's `credentials`: its `secrets` read from the Secret
     /// reflectors (`name` in ivory's namespace, `namespace/name` in that namespace). The
-    /// server checks them with `CredentialSource::prepare` before the engine runs, so a
-    /// Secret missing here vanished in between: it is logged and skipped.
+    /// webhook's pipeline checks them with `CredentialSource::prepare` before the stage runs,
+    /// so for an admission a Secret missing here vanished in between (a background scan reads
+    /// with what admissions prepared): it is logged and skipped.
     pub fn credentials(&self, policy: Option<&PolicyCredentials>) -> Credentials {
         let mut creds = Credentials::anonymous().allow_insecure(
             policy
@@ -281,7 +282,7 @@ impl CredentialSource for KubeSource {
         policy_namespace: Option<&'a str>,
         credentials: &'a PolicyCredentials,
         deadline: Instant,
-    ) -> BoxFuture<'a, Result<(), CredentialError>> {
+    ) -> BoxFuture<'a, Result<(), CredentialProblem>> {
         async move {
             for (index, reference) in credentials.secrets.iter().enumerate() {
                 self.prepare_secret(policy_namespace, index, reference, deadline)

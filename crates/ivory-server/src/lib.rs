@@ -28,6 +28,6 @@ pub use metrics::{
     RegistryStatsSource, ResourceWatchStatsSource, WatchStats,
 };
 pub use policies::{FileSource, PolicyStore, Snapshot};
-pub use routes::{AppState, ExceptionSettings, READYZ_POLICY_ERRORS, namespace_object, router};
+pub use routes::{AppState, ExceptionSettings, READYZ_POLICY_ERRORS, router};
 pub use serve::{Listen, ServeOptions, serve, shutdown_signal};
 pub use sources::{CredentialError, CredentialSource, NamespaceSource, SecretProblem};

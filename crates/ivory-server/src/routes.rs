@@ -21,19 +21,18 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{MethodRouter, get, post};
 use futures::future::FutureExt as _;
-use ivory_engine::admission::shape::{ShapeError, check_shape};
+use ivory_engine::admission::shape::ShapeError;
 use ivory_engine::admission::{
     AdmissionError, AdmissionRequest, AdmissionResponse, AdmissionReview, ResponseStatus,
     response_from_decision, review_response,
 };
 use ivory_engine::decision::Decision;
-use ivory_engine::exceptions::{self, Exceptions, Partition};
+use ivory_engine::exceptions::Exceptions;
 use ivory_engine::matching::{Route, UnknownPolicies, select_policies};
+use ivory_engine::pipeline::{Backstop, Judged, Namespaces, Pipeline, Stage};
 use ivory_engine::verifier::ImageVerifier;
-use ivory_engine::{mutate, validate};
 use ivory_policy::CompiledPolicy;
-use ivory_policy::types::{FailurePolicy, PolicyKind};
-use serde_json::{Value, json};
+use ivory_policy::types::PolicyKind;
 use tokio::time::Instant;
 
 use crate::audit::{self, ReportSink};
@@ -97,13 +96,6 @@ impl AppState {
             resources: Arc::new(NoResources),
         }
     }
-}
-
-/// Which of the two webhook stages a route serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stage {
-    Mutate,
-    Validate,
 }
 
 impl AppState {
@@ -294,7 +286,8 @@ fn parse(body: &ReadBody) -> Result<AdmissionRequest, Rejected> {
     Ok(review.request)
 }
 
-/// Selects the path's policies, runs the engine within the budget and builds the review.
+/// Selects the path's policies, has the engine's pipeline judge the request within the
+/// budget, and encodes its decision as the review.
 async fn answer(
     state: &AppState,
     call: Call,
@@ -319,7 +312,6 @@ async fn answer(
     if names.is_empty() {
         return Rejected::NoPolicies.into_answer(call);
     }
-    let req = &mut req;
     let selected = match select_policies(snapshot.policies(), call.route, &names, req.namespace()) {
         Ok(selected) => selected,
         Err(unknown) => {
@@ -327,61 +319,42 @@ async fn answer(
             let hint = other_kind_hint(snapshot.policies(), call.route, &unknown);
             return (
                 "unknown_policy",
-                review_json(&unknown_response(req, &unknown, &hint)),
+                review_json(&unknown_response(&req, &unknown, &hint)),
             );
         }
     };
-    if !selected.is_empty()
-        && let Err(e) = check_shape(req)
-    {
-        return Rejected::Shape(e).into_answer(call);
-    }
     let budget = Budget::new(start, timeout_from_query(query), policy_timeout(&selected));
-    let ns_object = namespace_for(state, req, halfway(budget.deadline)).await;
-    let req = &*req;
-    let Partition {
-        evaluate: selected,
-        skipped: excepted,
-    } = match &state.exceptions {
-        Some(settings) => Exceptions {
-            exceptions: snapshot.exceptions.clone(),
-            namespace: settings.namespace.clone(),
-        }
-        .partition(&selected, req, ns_object.as_ref(), budget.deadline),
-        None => Partition {
-            evaluate: selected,
-            skipped: Vec::new(),
-        },
+    let exceptions = state.exceptions.as_ref().map(|settings| Exceptions {
+        exceptions: snapshot.exceptions.clone(),
+        namespace: settings.namespace.clone(),
+    });
+    let judged = pipeline(state, exceptions.as_ref(), budget)
+        .judge(call.stage, &selected, &mut req, budget.deadline)
+        .await;
+    let Judged { decision, panic } = match judged {
+        Ok(judged) => judged,
+        Err(e) => return Rejected::Shape(e).into_answer(call),
     };
-    let (selected, unusable) = with_usable_credentials(state, selected, budget.deadline).await;
-    let mut decision = match credentials_verdict(&unusable) {
-        Some(denial) => denial,
-        None => {
-            let mut decision =
-                evaluate(state, call, &selected, req, ns_object.as_ref(), budget).await;
-            decision
-                .warnings
-                .extend(unusable.iter().map(|(_, why)| why.clone()));
-            decision
-        }
-    };
-    exceptions::merge_into(&mut decision, excepted);
+    if let Some(panic) = panic {
+        state.metrics.panicked(call.label);
+        tracing::error!(route = call.label, uid = %req.uid, %panic, "policy evaluation panicked");
+    }
     match call.stage {
         Stage::Validate => audit::after_validation(
             &state.metrics,
             state.reports.as_ref(),
-            req,
+            &req,
             &decision.results,
         ),
         Stage::Mutate => decision
             .results
             .iter()
-            .for_each(|r| audit::log_result(req, r, audit::Cause::Admission)),
+            .for_each(|r| audit::log_result(&req, r, audit::Cause::Admission)),
     }
-    if Instant::now() >= budget.deadline || budget_exhausted(&decision) {
+    if Instant::now() >= budget.deadline || decision.budget_exhausted {
         state.metrics.deadline_expired(call.label);
     }
-    let resp = response_from_decision(req, &decision);
+    let resp = response_from_decision(&req, &decision);
     let outcome = if !resp.allowed {
         "denied"
     } else if resp.patch.is_some() {
@@ -389,8 +362,34 @@ async fn answer(
     } else {
         "allowed"
     };
-    log_admission(call, req, outcome, &decision, start, budget);
+    log_admission(call, &req, outcome, &decision, start, budget);
     (outcome, review_json(&resp))
+}
+
+/// The engine's pipeline as the webhook runs it: Namespaces from the watch (labels unknown
+/// without one), the policies' Secrets prepared, and a backstop halfway between ivory's
+/// deadline and the API server's timeout, so the API server always gets ivory's answer (a
+/// budget exhausted by `budget.deadline` comes from the engine; by the backstop, from the
+/// pipeline).
+fn pipeline<'a>(
+    state: &'a AppState,
+    exceptions: Option<&'a Exceptions>,
+    budget: Budget,
+) -> Pipeline<'a> {
+    Pipeline {
+        verifier: state.verifier.as_ref(),
+        resources: state.resources.as_ref(),
+        namespaces: match &state.namespaces {
+            Some(source) => Namespaces::Source(source.as_ref()),
+            None => Namespaces::Unknown,
+        },
+        credentials: state.credentials.as_deref(),
+        exceptions,
+        backstop: Some(Backstop {
+            at: budget.deadline + (budget.timeout - budget.budget) / 2,
+            budget: budget.budget,
+        }),
+    }
 }
 
 fn log_admission(
@@ -419,219 +418,6 @@ fn log_admission(
     );
 }
 
-/// Runs the engine; a panic in it is counted and answered by the policies' failure policy.
-async fn evaluate(
-    state: &AppState,
-    call: Call,
-    selected: &[&CompiledPolicy],
-    req: &AdmissionRequest,
-    ns_object: Option<&Value>,
-    budget: Budget,
-) -> Decision {
-    let run = run_engine(state, call.stage, selected, req, ns_object, budget);
-    match AssertUnwindSafe(run).catch_unwind().await {
-        Ok(decision) => decision,
-        Err(panic) => {
-            state.metrics.panicked(call.label);
-            tracing::error!(route = call.label, uid = %req.uid, panic = %panic_text(panic.as_ref()), "policy evaluation panicked");
-            let message = format!(
-                "ivory: internal error evaluating policy {}",
-                policy_names(selected)
-            );
-            // A panic is not a spent budget: the deadline metric does not count it.
-            failure_decision(selected, message, false)
-        }
-    }
-}
-
-/// Runs the engine under a backstop: the engine promises to return by the deadline, and if it
-/// ever does not, the request is still answered (by the policies' failure policy) before the
-/// API server gives up.
-async fn run_engine(
-    state: &AppState,
-    stage: Stage,
-    selected: &[&CompiledPolicy],
-    req: &AdmissionRequest,
-    ns_object: Option<&Value>,
-    budget: Budget,
-) -> Decision {
-    let verifier = state.verifier.as_ref();
-    let engine = async {
-        match stage {
-            Stage::Mutate => {
-                let resources = state.resources.as_ref();
-                mutate::mutate_with(
-                    verifier,
-                    resources,
-                    selected,
-                    req,
-                    ns_object,
-                    budget.deadline,
-                )
-                .await
-            }
-            Stage::Validate => {
-                let resources = state.resources.as_ref();
-                validate::validate_with(
-                    verifier,
-                    resources,
-                    selected,
-                    req,
-                    ns_object,
-                    budget.deadline,
-                )
-                .await
-            }
-        }
-    };
-    let backstop = budget.deadline + (budget.timeout - budget.budget) / 2;
-    match tokio::time::timeout_at(backstop, engine).await {
-        Ok(decision) => decision,
-        Err(_) => backstop_decision(selected, budget.budget),
-    }
-}
-
-fn backstop_decision(selected: &[&CompiledPolicy], budget: Duration) -> Decision {
-    let message = format!(
-        "ivory: time budget of {}ms exhausted before policies {} finished",
-        budget.as_millis(),
-        policy_names(selected)
-    );
-    failure_decision(selected, message, true)
-}
-
-/// The selected policies' names, each once, comma-separated.
-fn policy_names(selected: &[&CompiledPolicy]) -> String {
-    let mut names: Vec<&str> = selected.iter().map(|p| p.name.as_str()).collect();
-    names.dedup();
-    names.join(", ")
-}
-
-/// The answer when the policies could not be evaluated: a denial with `message` when any of
-/// them is `failurePolicy: Fail`, else an allowance carrying `message` as a warning and as
-/// the skipped-policies audit annotation. `budget_exhausted` says whether the time budget ran
-/// out (the deadline metric), as opposed to a panic.
-fn failure_decision(
-    selected: &[&CompiledPolicy],
-    message: String,
-    budget_exhausted: bool,
-) -> Decision {
-    if selected
-        .iter()
-        .any(|p| p.failure_policy == FailurePolicy::Fail)
-    {
-        Decision {
-            allowed: false,
-            message: Some(message),
-            budget_exhausted,
-            ..Decision::default()
-        }
-    } else {
-        let mut d = Decision {
-            allowed: true,
-            warnings: vec![message.clone()],
-            budget_exhausted,
-            ..Decision::default()
-        };
-        d.audit_annotations
-            .insert(validate::SKIPPED_ANNOTATION.to_owned(), message);
-        d
-    }
-}
-
-/// True when the engine applied a failure policy because the budget ran out. A registry lookup
-/// shared between concurrent requests can end before this request's own deadline, so the clock
-/// alone is not enough: the engine classifies its errors by type and says so in the decision.
-fn budget_exhausted(d: &Decision) -> bool {
-    d.budget_exhausted
-}
-
-/// Halfway from now to `deadline`: what a lookup before the engine may spend.
-fn halfway(deadline: Instant) -> Instant {
-    let now = Instant::now();
-    now + deadline.saturating_duration_since(now) / 2
-}
-
-/// `namespaceObject` for a namespaced request: the Namespace as the API server has it, or,
-/// when its labels cannot be known by `deadline`, the synthesized object, with the request
-/// marked so namespaceSelectors are left to the API server (which evaluated them already).
-async fn namespace_for(
-    state: &AppState,
-    req: &mut AdmissionRequest,
-    deadline: Instant,
-) -> Option<Value> {
-    let name = req.namespace()?.to_owned();
-    let known = match &state.namespaces {
-        Some(source) => source.namespace(&name, deadline).await,
-        None => None,
-    };
-    if known.is_none() {
-        req.namespace_labels_unknown = true;
-    }
-    Some(known.unwrap_or_else(|| namespace_object(&name)))
-}
-
-/// A policy whose credentials cannot be used, and why (the text names the policy and field).
-type Unusable<'p> = (&'p CompiledPolicy, String);
-
-/// Reads the Secrets every selected policy's `credentials` names. A policy whose Secrets
-/// cannot be used is taken out of the selection and returned with the reason: evaluating it
-/// anonymously would judge images by other credentials than the policy asked for.
-async fn with_usable_credentials<'p>(
-    state: &AppState,
-    selected: Vec<&'p CompiledPolicy>,
-    deadline: Instant,
-) -> (Vec<&'p CompiledPolicy>, Vec<Unusable<'p>>) {
-    let Some(source) = &state.credentials else {
-        return (selected, Vec::new());
-    };
-    let mut unusable: Vec<Unusable<'p>> = Vec::new();
-    for policy in &selected {
-        let Some(credentials) = policy.credentials() else {
-            continue;
-        };
-        if credentials.secrets.is_empty() || unusable.iter().any(|(p, _)| same(p, policy)) {
-            continue;
-        }
-        if let Err(why) = source
-            .prepare(policy.namespace.as_deref(), credentials, deadline)
-            .await
-        {
-            let who = match &policy.namespace {
-                Some(ns) => format!("{} {ns}/{}", policy.kind.as_str(), policy.name),
-                None => format!("{} {}", policy.kind.as_str(), policy.name),
-            };
-            tracing::warn!(policy = %who, error = %why, "policy credentials unusable");
-            unusable.push((policy, format!("ivory: {who}: {why}")));
-        }
-    }
-    let usable = selected
-        .into_iter()
-        .filter(|p| !unusable.iter().any(|(u, _)| same(u, p)))
-        .collect();
-    (usable, unusable)
-}
-
-/// The same policy object (autogen variants share their parent's name and namespace).
-fn same(a: &CompiledPolicy, b: &CompiledPolicy) -> bool {
-    a.kind == b.kind && a.name == b.name && a.namespace == b.namespace
-}
-
-/// A denial when any policy with unusable credentials has `failurePolicy: Fail`; `None` when
-/// all of them are `Ignore` (their reasons become warnings of the engine's answer).
-fn credentials_verdict(unusable: &[Unusable<'_>]) -> Option<Decision> {
-    let failing: Vec<&str> = unusable
-        .iter()
-        .filter(|(p, _)| p.failure_policy == FailurePolicy::Fail)
-        .map(|(_, why)| why.as_str())
-        .collect();
-    (!failing.is_empty()).then(|| Decision {
-        allowed: false,
-        message: Some(failing.join("; ")),
-        ..Decision::default()
-    })
-}
-
 /// The tightest `webhookConfiguration.timeoutSeconds` of the selected policies.
 fn policy_timeout(selected: &[&CompiledPolicy]) -> Option<Duration> {
     selected
@@ -640,20 +426,6 @@ fn policy_timeout(selected: &[&CompiledPolicy]) -> Option<Duration> {
         .filter_map(|s| u64::try_from(s).ok())
         .min()
         .map(Duration::from_secs)
-}
-
-/// Without the Namespace's real object, `namespaceObject` is synthesized from the request's
-/// namespace with the one label the API server guarantees on every Namespace
-/// (`kubernetes.io/metadata.name`).
-pub fn namespace_object(namespace: &str) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": namespace,
-            "labels": {"kubernetes.io/metadata.name": namespace},
-        },
-    })
 }
 
 /// Says which unknown names are policies of the other kind, and where that kind is served: a

@@ -1,37 +1,13 @@
-//! The seams the admission routes read the cluster through, and what they answer when a
-//! policy's registry Secret cannot be used. `kube_source` implements them with watches; the
-//! routes, the background scan and the CLI know only these.
+//! The seams the admission pipeline reads the cluster through (defined by the engine, whose
+//! `pipeline` calls them), and what `kube_source`, which implements them with watches, says
+//! when a policy's registry Secret cannot be used.
 
-use futures::future::BoxFuture;
-use ivory_policy::types::Credentials;
-use serde_json::Value;
-use tokio::time::Instant;
+pub use ivory_engine::pipeline::{CredentialProblem, CredentialSource, NamespaceSource};
 
 /// Secret type read for registry credentials.
 pub(crate) const DOCKER_CONFIG_TYPE: &str = "kubernetes.io/dockerconfigjson";
 /// Key of the docker config in such a Secret.
 pub(crate) const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
-/// Where `namespaceObject` comes from (the Namespace reflector with `--kube`). Without one, or
-/// when it cannot tell, the server synthesizes the object with [`namespace_object`](crate::namespace_object) and leaves
-/// namespaceSelectors to the API server (see `AdmissionRequest::namespace_labels_unknown`).
-pub trait NamespaceSource: Send + Sync {
-    /// The Namespace object named `name` as the API server has it, found by `deadline`, or
-    /// `None` when its labels cannot be known in time.
-    fn namespace<'a>(&'a self, name: &'a str, deadline: Instant) -> BoxFuture<'a, Option<Value>>;
-}
-
-/// Where the Secrets of a policy's `credentials` come from (the Kubernetes API with `--kube`).
-pub trait CredentialSource: Send + Sync {
-    /// Makes every Secret `credentials` names available to the verifier's credentials resolver
-    /// by `deadline`, or says which one cannot be used and why. `policy_namespace` is the
-    /// namespace of a NamespacedImageValidatingPolicy (`None` for a cluster policy).
-    fn prepare<'a>(
-        &'a self,
-        policy_namespace: Option<&'a str>,
-        credentials: &'a Credentials,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<(), CredentialError>>;
-}
 
 /// Why a Secret named by a policy's `credentials.secrets` cannot be used for a request: the
 /// policy's failurePolicy decides what the request gets.

@@ -20,6 +20,7 @@
 //! * `dogfood`: ivory's own image (scripts/image.sh), signed and attested, judged by ivory.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
 //!   (`cli_util`: running them, pushing fixtures).
+//! * `cli_pipeline`: a malformed review refused alike by `apply` and `serve` (one pipeline).
 //! * `cli_cluster_resources`: `--cluster-resources` for `resource.Get` in `verify` and `apply`.
 //! * `cli_cache`: the persistent verification cache of the one-shot commands (`--cache-dir`).
 //! * `cli_completions`: `ivory completions bash|zsh|fish`.
@@ -39,6 +40,7 @@ mod cli_cluster_resources;
 mod cli_completions;
 mod cli_convert;
 mod cli_exceptions;
+mod cli_pipeline;
 mod cli_registries;
 mod cli_test_suites;
 mod cli_util;

@@ -577,6 +577,24 @@ fn select_policies_by_route() {
     );
     let err = select_policies(&all, namespaced, &names(&["b"]), Some("default")).unwrap_err();
     assert_eq!(err.names, names(&["b"]));
+
+    // Every policy of a route, as the one-shot commands take them.
+    assert_eq!(
+        describe(route_policies(&all, cluster, Some("default"))),
+        vec![
+            "ImageValidatingPolicy:-:a:-",
+            "ImageValidatingPolicy:-:a:defaults",
+            "ImageValidatingPolicy:-:b:-",
+        ]
+    );
+    assert_eq!(
+        describe(route_policies(&all, namespaced, Some("default"))),
+        vec![
+            "NamespacedImageValidatingPolicy:default:a:-",
+            "NamespacedImageValidatingPolicy:default:n:-",
+        ]
+    );
+    assert!(route_policies(&all, namespaced, None).is_empty());
 }
 
 #[test]

@@ -1,9 +1,6 @@
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use base64::Engine as _;
-use futures::future::BoxFuture;
 use ivory_policy::compiled::CompiledPolicy;
 use ivory_policy::types::{Credentials, FailurePolicy, PolicySpec, ValidationAction};
 use serde_json::json;
@@ -13,109 +10,31 @@ use super::*;
 use crate::admission::testutil::{condition, glob, pod_rule, policy, request, rule};
 use crate::admission::{response_from_decision, review_response};
 use crate::decision::{PatchOp, Status};
-use crate::verifier::{ImagePlatform, ImageVerifier, Verification, VerifyRequest};
+use crate::resources::NoResources;
+use crate::testing::{FakeVerifier, Mode};
 
 fn digest(c: char) -> String {
     format!("sha256:{}", c.to_string().repeat(64))
 }
 
-/// In-memory registry: normalized image -> digest, optional per-image delay or error.
-#[derive(Default)]
-struct Fake {
-    digests: HashMap<String, String>,
-    delays: HashMap<String, Duration>,
-    errors: HashMap<String, VerifyError>,
-    calls: Mutex<Vec<(String, bool)>>,
+/// The registry the mutating stage asks: five tags with known digests, every other tag
+/// unknown (the shared fake, strict about digests).
+fn standard() -> FakeVerifier {
+    FakeVerifier::new()
+        .digest("docker.io/nginx:latest", &digest('a'))
+        .digest("docker.io/busybox:1.36", &digest('b'))
+        .digest("ghcr.io/kyverno/test-verify-image:signed", &digest('c'))
+        .digest("docker.io/alpine:3.20", &digest('d'))
+        .digest("registry.example.com/team/api:1.0", &digest('e'))
+        .only_known_digests()
 }
 
-impl Fake {
-    fn standard() -> Self {
-        let mut f = Self::default();
-        f.digests
-            .insert("docker.io/nginx:latest".into(), digest('a'));
-        f.digests
-            .insert("docker.io/busybox:1.36".into(), digest('b'));
-        f.digests.insert(
-            "ghcr.io/kyverno/test-verify-image:signed".into(),
-            digest('c'),
-        );
-        f.digests
-            .insert("docker.io/alpine:3.20".into(), digest('d'));
-        f.digests
-            .insert("registry.example.com/team/api:1.0".into(), digest('e'));
-        f
-    }
-
-    fn unavailable(mut self, image: &str, message: &str) -> Self {
-        self.errors.insert(
-            image.into(),
-            VerifyError::Unavailable {
-                image: image.into(),
-                registry: "index.docker.io".into(),
-                message: message.into(),
-            },
-        );
-        self
-    }
-
-    fn slow(mut self, image: &str, delay: Duration) -> Self {
-        self.delays.insert(image.into(), delay);
-        self
-    }
-
-    fn calls(&self) -> Vec<(String, bool)> {
-        let mut c = self.calls.lock().unwrap().clone();
-        c.sort();
-        c
-    }
-}
-
-impl ImageVerifier for Fake {
-    fn resolve_digest<'a>(
-        &'a self,
-        image: &'a ImageReference,
-        credentials: Option<&'a Credentials>,
-        _deadline: Instant,
-    ) -> BoxFuture<'a, Result<String, VerifyError>> {
-        let image = image.original();
-        Box::pin(async move {
-            self.calls
-                .lock()
-                .unwrap()
-                .push((image.to_owned(), credentials.is_some()));
-            if let Some(d) = self.delays.get(image) {
-                tokio::time::sleep(*d).await;
-            }
-            if let Some(e) = self.errors.get(image) {
-                return Err(e.clone());
-            }
-            self.digests
-                .get(image)
-                .cloned()
-                .ok_or_else(|| VerifyError::Unavailable {
-                    image: image.into(),
-                    registry: "test".into(),
-                    message: "manifest unknown".into(),
-                })
-        })
-    }
-
-    fn verify<'a>(
-        &'a self,
-        _request: &'a VerifyRequest,
-        _deadline: Instant,
-    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
-        panic!("the mutating stage must not verify signatures")
-    }
-
-    fn image_data<'a>(
-        &'a self,
-        _image: &'a ImageReference,
-        _credentials: Option<&'a Credentials>,
-        _platform: &'a ImagePlatform,
-        _deadline: Instant,
-    ) -> BoxFuture<'a, Result<serde_json::Value, VerifyError>> {
-        panic!("the mutating stage must not fetch image data")
+/// `image` cannot be read from Docker Hub: the registry says `message`.
+fn unavailable(image: &str, message: &str) -> VerifyError {
+    VerifyError::Unavailable {
+        image: image.into(),
+        registry: "index.docker.io".into(),
+        message: message.into(),
     }
 }
 
@@ -151,13 +70,27 @@ fn later(secs: u64) -> Instant {
     Instant::now() + Duration::from_secs(secs)
 }
 
-async fn run(fake: &Fake, policies: &[&CompiledPolicy], file: &str) -> Decision {
-    mutate(fake, policies, &request(file), None, later(10)).await
+async fn run(fake: &FakeVerifier, policies: &[&CompiledPolicy], file: &str) -> Decision {
+    let d = mutate(
+        fake,
+        &NoResources,
+        policies,
+        &request(file),
+        None,
+        later(10),
+    )
+    .await;
+    assert_eq!(
+        fake.calls(),
+        0,
+        "the mutating stage neither verifies nor reads image data"
+    );
+    d
 }
 
 #[tokio::test(start_paused = true)]
 async fn pins_every_undigested_image_once() {
-    let fake = Fake::standard();
+    let fake = standard();
     let p = pod_policy("pin");
     let d = run(&fake, &[&p], "pod-create.json").await;
     assert!(d.allowed);
@@ -167,7 +100,7 @@ async fn pins_every_undigested_image_once() {
     assert_eq!(d.results.len(), 1);
     assert_eq!(d.results[0].status, Status::Pass);
     assert_eq!(
-        fake.calls(),
+        fake.resolved(),
         vec![
             ("docker.io/busybox:1.36".to_owned(), false),
             ("docker.io/nginx:latest".to_owned(), false),
@@ -179,7 +112,7 @@ async fn pins_every_undigested_image_once() {
 
 #[tokio::test(start_paused = true)]
 async fn controllers_are_pinned_in_their_template() {
-    let fake = Fake::standard();
+    let fake = standard();
     let p = policy(
         "pin",
         vec![rule(&["CREATE"], &["apps"], &["v1"], &["deployments"])],
@@ -202,9 +135,8 @@ async fn controllers_are_pinned_in_their_template() {
 
 #[tokio::test(start_paused = true)]
 async fn replication_controllers_are_pinned() {
-    let mut fake = Fake::standard();
-    fake.digests
-        .insert("docker.io/httpd:2.4".into(), digest('9'));
+    let fake = standard();
+    let fake = fake.digest("docker.io/httpd:2.4", &digest('9'));
     let p = policy(
         "rc",
         vec![rule(
@@ -226,7 +158,7 @@ async fn replication_controllers_are_pinned() {
 
 #[tokio::test(start_paused = true)]
 async fn match_image_references_use_the_normalized_string() {
-    let fake = Fake::standard();
+    let fake = standard();
     let mut p = pod_policy("docker-hub");
     p.image_matchers = vec![glob("docker.io/*")];
     let d = run(&fake, &[&p], "pod-create.json").await;
@@ -239,7 +171,7 @@ async fn match_image_references_use_the_normalized_string() {
 
 #[tokio::test(start_paused = true)]
 async fn patches_are_deduplicated_across_policies() {
-    let fake = Fake::standard();
+    let fake = standard();
     let mut nginx = pod_policy("nginx-only");
     nginx.image_matchers = vec![glob("docker.io/nginx*")];
     let all = pod_policy("all");
@@ -253,13 +185,13 @@ async fn patches_are_deduplicated_across_policies() {
             pod_pins()[2].clone()
         ]
     );
-    assert_eq!(fake.calls().len(), 3, "one lookup per distinct image");
+    assert_eq!(fake.resolved().len(), 3, "one lookup per distinct image");
     assert_eq!(d.results.len(), 2);
 }
 
 #[tokio::test(start_paused = true)]
 async fn different_credentials_are_looked_up_separately() {
-    let fake = Fake::standard();
+    let fake = standard();
     let plain = pod_policy("plain");
     let mut creds = pod_policy("creds");
     creds = creds.with_spec(PolicySpec {
@@ -271,13 +203,16 @@ async fn different_credentials_are_looked_up_separately() {
     });
     let d = run(&fake, &[&plain, &creds], "pod-create.json").await;
     assert_eq!(d.patch, pod_pins());
-    assert_eq!(fake.calls().len(), 6);
-    assert_eq!(fake.calls().iter().filter(|(_, c)| *c).count(), 3);
+    assert_eq!(fake.resolved().len(), 6);
+    assert_eq!(fake.resolved().iter().filter(|(_, c)| *c).count(), 3);
 }
 
 #[tokio::test(start_paused = true)]
 async fn resolution_failure_with_deny_denies_without_patch() {
-    let fake = Fake::standard().unavailable("docker.io/nginx:latest", "503 Service Unavailable");
+    let fake = standard().fail(
+        "docker.io/nginx:latest",
+        unavailable("docker.io/nginx:latest", "503 Service Unavailable"),
+    );
     let p = pod_policy("pin");
     let d = run(&fake, &[&p], "pod-create.json").await;
     assert!(!d.allowed);
@@ -295,9 +230,15 @@ async fn resolution_failure_with_deny_denies_without_patch() {
 
 #[tokio::test(start_paused = true)]
 async fn failures_are_joined_per_policy_and_across_policies() {
-    let fake = Fake::standard()
-        .unavailable("docker.io/nginx:latest", "boom")
-        .unavailable("docker.io/busybox:1.36", "bang");
+    let fake = standard()
+        .fail(
+            "docker.io/nginx:latest",
+            unavailable("docker.io/nginx:latest", "boom"),
+        )
+        .fail(
+            "docker.io/busybox:1.36",
+            unavailable("docker.io/busybox:1.36", "bang"),
+        );
     let a = pod_policy("a");
     let b = pod_policy("b");
     let d = run(&fake, &[&a, &b], "pod-create.json").await;
@@ -311,7 +252,10 @@ async fn failures_are_joined_per_policy_and_across_policies() {
 
 #[tokio::test(start_paused = true)]
 async fn resolution_failure_with_warn_warns_and_pins_the_rest() {
-    let fake = Fake::standard().unavailable("docker.io/nginx:latest", "503");
+    let fake = standard().fail(
+        "docker.io/nginx:latest",
+        unavailable("docker.io/nginx:latest", "503"),
+    );
     let mut p = pod_policy("pin");
     p.actions = vec![ValidationAction::Warn];
     let d = run(&fake, &[&p], "pod-create.json").await;
@@ -337,9 +281,8 @@ async fn resolution_failure_with_warn_warns_and_pins_the_rest() {
 
 #[tokio::test(start_paused = true)]
 async fn invalid_digest_from_the_registry_is_an_error() {
-    let mut fake = Fake::standard();
-    fake.digests
-        .insert("docker.io/nginx:latest".into(), "latest".into());
+    let fake = standard();
+    let fake = fake.digest("docker.io/nginx:latest", "latest");
     let p = pod_policy("pin");
     let d = run(&fake, &[&p], "pod-create.json").await;
     assert!(!d.allowed);
@@ -351,28 +294,53 @@ async fn invalid_digest_from_the_registry_is_an_error() {
 
 #[tokio::test(start_paused = true)]
 async fn lookups_run_concurrently() {
-    let fake = Fake::standard()
-        .slow("docker.io/nginx:latest", Duration::from_secs(1))
-        .slow("docker.io/busybox:1.36", Duration::from_secs(1))
-        .slow(
+    let fake = standard()
+        .image(
+            "docker.io/nginx:latest",
+            Mode::Sleep(Duration::from_secs(1)),
+        )
+        .image(
+            "docker.io/busybox:1.36",
+            Mode::Sleep(Duration::from_secs(1)),
+        )
+        .image(
             "ghcr.io/kyverno/test-verify-image:signed",
-            Duration::from_secs(1),
+            Mode::Sleep(Duration::from_secs(1)),
         );
     let p = pod_policy("pin");
     let start = Instant::now();
-    let d = mutate(&fake, &[&p], &request("pod-create.json"), None, later(5)).await;
+    let d = mutate(
+        &fake,
+        &NoResources,
+        &[&p],
+        &request("pod-create.json"),
+        None,
+        later(5),
+    )
+    .await;
     assert_eq!(start.elapsed(), Duration::from_secs(1));
     assert_eq!(d.patch, pod_pins());
 }
 
 #[tokio::test(start_paused = true)]
 async fn deadline_with_failure_policy_fail_denies() {
-    let fake = Fake::standard().slow("docker.io/nginx:latest", Duration::from_secs(30));
+    let fake = standard().image(
+        "docker.io/nginx:latest",
+        Mode::Sleep(Duration::from_secs(30)),
+    );
     let mut p = pod_policy("pin");
     p.actions = vec![ValidationAction::Warn]; // budget exhaustion denies regardless of actions
     let start = Instant::now();
     let deadline = later(2);
-    let d = mutate(&fake, &[&p], &request("pod-create.json"), None, deadline).await;
+    let d = mutate(
+        &fake,
+        &NoResources,
+        &[&p],
+        &request("pod-create.json"),
+        None,
+        deadline,
+    )
+    .await;
     assert_eq!(
         start.elapsed(),
         Duration::from_secs(2),
@@ -393,11 +361,22 @@ async fn deadline_with_failure_policy_fail_denies() {
 
 #[tokio::test(start_paused = true)]
 async fn deadline_with_failure_policy_ignore_admits_unpinned() {
-    let fake = Fake::standard().slow("docker.io/nginx:latest", Duration::from_secs(30));
+    let fake = standard().image(
+        "docker.io/nginx:latest",
+        Mode::Sleep(Duration::from_secs(30)),
+    );
     let mut p = pod_policy("pin");
     p.failure_policy = FailurePolicy::Ignore;
     let start = Instant::now();
-    let d = mutate(&fake, &[&p], &request("pod-create.json"), None, later(2)).await;
+    let d = mutate(
+        &fake,
+        &NoResources,
+        &[&p],
+        &request("pod-create.json"),
+        None,
+        later(2),
+    )
+    .await;
     assert_eq!(start.elapsed(), Duration::from_secs(2));
     assert!(d.allowed);
     assert_eq!(d.patch, vec![pod_pins()[0].clone(), pod_pins()[2].clone()]);
@@ -420,9 +399,8 @@ async fn deadline_with_failure_policy_ignore_admits_unpinned() {
 
 #[tokio::test(start_paused = true)]
 async fn verifier_deadline_error_applies_failure_policy() {
-    let mut fake = Fake::standard();
-    fake.errors.insert(
-        "docker.io/nginx:latest".into(),
+    let fake = standard().fail(
+        "docker.io/nginx:latest",
         VerifyError::DeadlineExceeded {
             image: "docker.io/nginx:latest".into(),
             registry: "index.docker.io".into(),
@@ -447,7 +425,7 @@ async fn verifier_deadline_error_applies_failure_policy() {
 
 #[tokio::test(start_paused = true)]
 async fn skipped_requests_and_policies() {
-    let fake = Fake::standard();
+    let fake = standard();
     let p = policy("pin", vec![rule(&["*"], &["*"], &["*"], &["*"])]);
     let mut off = pod_policy("off");
     off.mutate_digest = false;
@@ -470,14 +448,13 @@ async fn skipped_requests_and_policies() {
     );
     let d = run(&fake, &[&deploy_only], "pod-create.json").await;
     assert!(d.results.is_empty());
-    assert!(fake.calls().is_empty());
+    assert!(fake.resolved().is_empty());
 }
 
 #[tokio::test(start_paused = true)]
 async fn ephemeral_containers_are_pinned() {
-    let mut fake = Fake::standard();
-    fake.digests
-        .insert("docker.io/busybox:debug".into(), digest('f'));
+    let fake = standard();
+    let fake = fake.digest("docker.io/busybox:debug", &digest('f'));
     let p = policy(
         "debug",
         vec![rule(
@@ -497,7 +474,7 @@ async fn ephemeral_containers_are_pinned() {
         )]
     );
     assert_eq!(
-        fake.calls(),
+        fake.resolved(),
         vec![("docker.io/busybox:debug".to_owned(), false)]
     );
 }
@@ -527,11 +504,9 @@ fn pod_with(
 
 #[tokio::test(start_paused = true)]
 async fn canonical_spellings_are_pinned() {
-    let mut fake = Fake::standard();
-    fake.digests
-        .insert("GHCR.IO:443/acme/app:v1".into(), digest('1'));
-    fake.digests
-        .insert("index.docker.io/library/busybox:1.36".into(), digest('2'));
+    let fake = standard();
+    let fake = fake.digest("GHCR.IO:443/acme/app:v1", &digest('1'));
+    let fake = fake.digest("index.docker.io/library/busybox:1.36", &digest('2'));
     let mut p = pod_policy("p");
     p.image_matchers = vec![glob("ghcr.io/acme/*"), glob("docker.io/library/*")];
     let req = pod_with(
@@ -542,7 +517,7 @@ async fn canonical_spellings_are_pinned() {
         ],
         &[],
     );
-    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    let d = mutate(&fake, &NoResources, &[&p], &req, None, later(10)).await;
     assert!(d.allowed, "{:?}", d.message);
     assert_eq!(
         d.patch,
@@ -561,12 +536,11 @@ async fn canonical_spellings_are_pinned() {
 
 #[tokio::test(start_paused = true)]
 async fn image_volumes_are_pinned_on_create_only() {
-    let mut fake = Fake::standard();
-    fake.digests
-        .insert("ghcr.io/acme/models:v1".into(), digest('7'));
+    let fake = standard();
+    let fake = fake.digest("ghcr.io/acme/models:v1", &digest('7'));
     let p = pod_policy("p");
     let req = pod_with("pod-create.json", &[], &["ghcr.io/acme/models:v1"]);
-    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    let d = mutate(&fake, &NoResources, &[&p], &req, None, later(10)).await;
     assert_eq!(
         d.patch,
         vec![op(
@@ -576,13 +550,13 @@ async fn image_volumes_are_pinned_on_create_only() {
     );
     // Pod volumes are immutable: a Pod UPDATE cannot change them, so none is patched.
     let req = pod_with("pod-update.json", &[], &["ghcr.io/acme/models:v1"]);
-    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    let d = mutate(&fake, &NoResources, &[&p], &req, None, later(10)).await;
     assert!(d.allowed && d.patch.is_empty(), "{d:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn malformed_images_are_a_policy_error_per_failure_policy() {
-    let fake = Fake::standard();
+    let fake = standard();
     let mut p = pod_policy("pin");
     // Not matched by the glob, and still an error: Kyverno fails the whole extraction.
     p.image_matchers = vec![glob("ghcr.io/acme/*")];
@@ -591,7 +565,7 @@ async fn malformed_images_are_a_policy_error_per_failure_policy() {
         &["nginx", "GHCR.IO/Acme/App:v1"],
         &["bad image"],
     );
-    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    let d = mutate(&fake, &NoResources, &[&p], &req, None, later(10)).await;
     assert!(!d.allowed);
     assert!(d.patch.is_empty());
     assert_eq!(
@@ -606,7 +580,7 @@ async fn malformed_images_are_a_policy_error_per_failure_policy() {
     assert_eq!(d.results[0].status, Status::Error);
 
     p.failure_policy = FailurePolicy::Ignore;
-    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    let d = mutate(&fake, &NoResources, &[&p], &req, None, later(10)).await;
     assert!(d.allowed);
     assert_eq!(
         d.audit_annotations
@@ -624,7 +598,7 @@ async fn malformed_images_are_a_policy_error_per_failure_policy() {
 
 #[tokio::test(start_paused = true)]
 async fn match_conditions_gate_mutation() {
-    let fake = Fake::standard();
+    let fake = standard();
     let mut p = pod_policy("pin");
     p.match_conditions = vec![condition("only-api", "object.metadata.name == 'api'")];
     let d = run(&fake, &[&p], "pod-create.json").await;
@@ -640,15 +614,15 @@ async fn match_conditions_gate_mutation() {
     p.failure_policy = FailurePolicy::Ignore;
     let d = run(&fake, &[&p], "pod-create.json").await;
     assert!(d.allowed && d.patch.is_empty() && d.results.is_empty());
-    assert!(fake.calls().is_empty());
+    assert!(fake.resolved().is_empty());
 }
 
 #[tokio::test(start_paused = true)]
 async fn response_patch_decodes_to_the_ops() {
-    let fake = Fake::standard();
+    let fake = standard();
     let p = pod_policy("pin");
     let req = request("pod-create.json");
-    let d = mutate(&fake, &[&p], &req, None, later(10)).await;
+    let d = mutate(&fake, &NoResources, &[&p], &req, None, later(10)).await;
     let wire = review_response(&response_from_decision(&req, &d));
     assert_eq!(wire["response"]["uid"], "pod-create-uid");
     assert_eq!(wire["response"]["allowed"], true);
@@ -684,7 +658,7 @@ fn load(yaml: &str) -> Vec<std::sync::Arc<CompiledPolicy>> {
 #[tokio::test(start_paused = true)]
 async fn default_policy_pins_controllers_through_autogen() {
     use crate::matching::{Route, select_policies};
-    let fake = Fake::standard();
+    let fake = standard();
     let all = vec![std::sync::Arc::new(ivory_policy::default_policy())];
     let selected = select_policies(
         &all,
@@ -706,7 +680,7 @@ async fn default_policy_pins_controllers_through_autogen() {
 
 #[tokio::test(start_paused = true)]
 async fn loaded_policy_with_cel_image_reference() {
-    let fake = Fake::standard();
+    let fake = standard();
     let policies = load(
         r#"
 apiVersion: policies.kyverno.io/v1
@@ -732,7 +706,7 @@ spec:
     assert_eq!(p.actions, vec![ValidationAction::Warn]);
     let d = run(&fake, &[p], "pod-create.json").await;
     assert_eq!(d.patch, vec![pod_pins()[2].clone()]);
-    assert_eq!(fake.calls().len(), 1);
+    assert_eq!(fake.resolved().len(), 1);
 }
 
 /// `pod_policy` with the ivory pinning annotation, through the loader, with its autogen variants.
@@ -770,13 +744,21 @@ spec:
 }
 
 async fn run_in(
-    fake: &Fake,
+    fake: &FakeVerifier,
     policies: &[CompiledPolicy],
     file: &str,
     namespace: Option<&serde_json::Value>,
 ) -> Decision {
     let refs: Vec<&CompiledPolicy> = policies.iter().collect();
-    mutate(fake, &refs, &request(file), namespace, later(10)).await
+    mutate(
+        fake,
+        &NoResources,
+        &refs,
+        &request(file),
+        namespace,
+        later(10),
+    )
+    .await
 }
 
 #[tokio::test(start_paused = true)]
@@ -784,7 +766,7 @@ async fn pods_only_leaves_templates_as_applied_and_no_patch_pins_nothing() {
     let all = pinning_policies("all");
     let pods_only = pinning_policies("pods-only");
     let no_patch = pinning_policies("no-patch");
-    let fake = Fake::standard();
+    let fake = standard();
     assert_eq!(
         run_in(&fake, &all, "deployment-create.json", None)
             .await
@@ -798,18 +780,18 @@ async fn pods_only_leaves_templates_as_applied_and_no_patch_pins_nothing() {
         "cronjob-create.json",
         "replicaset-create.json",
     ] {
-        let fake = Fake::standard();
+        let fake = standard();
         let d = run_in(&fake, &pods_only, file, None).await;
         assert!(d.allowed && d.patch.is_empty(), "{file}: {:?}", d.patch);
-        assert!(fake.calls().is_empty(), "{file}: nothing to resolve");
+        assert!(fake.resolved().is_empty(), "{file}: nothing to resolve");
     }
-    let d = run_in(&Fake::standard(), &pods_only, "pod-create.json", None).await;
+    let d = run_in(&standard(), &pods_only, "pod-create.json", None).await;
     assert_eq!(d.patch, pod_pins(), "every Pod is still pinned");
     for file in ["pod-create.json", "deployment-create.json"] {
-        let fake = Fake::standard();
+        let fake = standard();
         let d = run_in(&fake, &no_patch, file, None).await;
         assert!(d.allowed && d.patch.is_empty(), "{file}: {:?}", d.patch);
-        assert!(d.results.is_empty() && fake.calls().is_empty(), "{file}");
+        assert!(d.results.is_empty() && fake.resolved().is_empty(), "{file}");
     }
 }
 
@@ -822,20 +804,20 @@ async fn a_namespace_label_chooses_pods_only_and_no_patch_only_with_the_policys_
     };
     let pods_only = ns("pods-only");
     let d = run_in(
-        &Fake::standard(),
+        &standard(),
         &all,
         "deployment-create.json",
         Some(&pods_only),
     )
     .await;
     assert!(d.patch.is_empty() && d.warnings.is_empty(), "{d:?}");
-    let d = run_in(&Fake::standard(), &all, "pod-create.json", Some(&pods_only)).await;
+    let d = run_in(&standard(), &all, "pod-create.json", Some(&pods_only)).await;
     assert_eq!(d.patch, pod_pins());
     // A namespace cannot switch pinning off unless the policy lets it: the template and the
     // Pod are pinned, and the ignored label named.
     let no_patch = ns("no-patch");
     for file in ["deployment-create.json", "pod-create.json"] {
-        let d = run_in(&Fake::standard(), &all, file, Some(&no_patch)).await;
+        let d = run_in(&standard(), &all, file, Some(&no_patch)).await;
         assert!(!d.patch.is_empty(), "{file}");
         assert_eq!(
             d.warnings,
@@ -847,9 +829,9 @@ async fn a_namespace_label_chooses_pods_only_and_no_patch_only_with_the_policys_
     // With the policy's consent, nothing is patched and nothing is said.
     let consenting = pinning_policies_with("all", "any");
     for file in ["deployment-create.json", "pod-create.json"] {
-        let fake = Fake::standard();
+        let fake = standard();
         let d = run_in(&fake, &consenting, file, Some(&no_patch)).await;
         assert!(d.patch.is_empty() && d.warnings.is_empty(), "{file}: {d:?}");
-        assert!(fake.calls().is_empty(), "{file}");
+        assert!(fake.resolved().is_empty(), "{file}");
     }
 }

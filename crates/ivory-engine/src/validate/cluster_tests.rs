@@ -8,11 +8,11 @@ use ivory_policy::{CompiledPolicy, ResourceRead};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::fake::FakeVerifier;
-use super::validate_with;
+use super::validate;
 use crate::admission::AdmissionRequest;
 use crate::decision::{Decision, Status};
 use crate::resources::{FileResources, NoResources, ObjectList, ResourceError, ResourceSource};
+use crate::testing::FakeVerifier;
 
 fn policy(kind: &str, failure: &str, expression: &str) -> CompiledPolicy {
     let namespace = if kind.starts_with("Namespaced") {
@@ -74,7 +74,7 @@ fn registries(namespace: &str, allowed: &str) -> Value {
 
 async fn run(source: &dyn ResourceSource, policy: &CompiledPolicy, image: &str) -> Decision {
     let deadline = Instant::now() + Duration::from_secs(10);
-    validate_with(
+    validate(
         &FakeVerifier::new(),
         source,
         &[policy],
@@ -302,17 +302,15 @@ async fn the_mutating_stage_reads_the_cluster_in_match_conditions() {
     let p = pinning_policy("Fail");
     let req = pod("ghcr.io/acme/app:1");
     let pinned =
-        crate::mutate::mutate_with(&verifier, &told("yes"), &[&p], &req, None, deadline()).await;
+        crate::mutate::mutate(&verifier, &told("yes"), &[&p], &req, None, deadline()).await;
     assert!(pinned.allowed && pinned.patch.len() == 1, "{pinned:?}");
-    let left =
-        crate::mutate::mutate_with(&verifier, &told("no"), &[&p], &req, None, deadline()).await;
+    let left = crate::mutate::mutate(&verifier, &told("no"), &[&p], &req, None, deadline()).await;
     assert!(left.allowed && left.patch.is_empty(), "{left:?}");
     // Unavailable: Fail denies, Ignore leaves the policy out; never "not matched" by accident.
-    let failed =
-        crate::mutate::mutate_with(&verifier, &Unsynced, &[&p], &req, None, deadline()).await;
+    let failed = crate::mutate::mutate(&verifier, &Unsynced, &[&p], &req, None, deadline()).await;
     assert!(!failed.allowed, "{failed:?}");
     let ignore = pinning_policy("Ignore");
     let skipped =
-        crate::mutate::mutate_with(&verifier, &Unsynced, &[&ignore], &req, None, deadline()).await;
+        crate::mutate::mutate(&verifier, &Unsynced, &[&ignore], &req, None, deadline()).await;
     assert!(skipped.allowed && skipped.patch.is_empty(), "{skipped:?}");
 }

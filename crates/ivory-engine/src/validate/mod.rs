@@ -22,8 +22,6 @@ mod response;
 #[cfg(test)]
 mod cluster_tests;
 #[cfg(test)]
-mod fake;
-#[cfg(test)]
 mod tests;
 
 use ivory_policy::compiled::CompiledPolicy;
@@ -40,8 +38,8 @@ use crate::admission::AdmissionRequest;
 use crate::bindings::RequestBindings;
 use crate::decision::{Decision, PolicyResult, Status};
 use crate::images;
+use crate::resources::ResourceSource;
 use crate::resources::host::ClusterHost;
-use crate::resources::{NoResources, ResourceSource};
 use crate::verifier::ImageVerifier;
 
 pub use self::response::{MAX_VERIFIED_ANNOTATION_BYTES, SKIPPED_ANNOTATION, VERIFIED_ANNOTATION};
@@ -49,30 +47,12 @@ pub use self::response::{MAX_VERIFIED_ANNOTATION_BYTES, SKIPPED_ANNOTATION, VERI
 /// Prefix of every evaluation error, as Kyverno words it.
 const EVAL_FAILED: &str = "failed to evaluate policy";
 
-/// Validates one AdmissionRequest against `policies` (already selected for its route). Never
-/// fails: errors become policy results, and the policies' actions and failure policies decide.
-/// Returns by `deadline` (plus CPU-bound CEL evaluation).
+/// Validates one AdmissionRequest against `policies` (already selected for its route), with
+/// the cluster objects the policies' `resource.*` and `globalContext.*` calls read answered
+/// from `resources` (a watch cache, files, or [`NoResources`](crate::resources::NoResources)).
+/// Never fails: errors become policy results, and the policies' actions and failure policies
+/// decide. Returns by `deadline` (plus CPU-bound CEL evaluation).
 pub async fn validate(
-    verifier: &dyn ImageVerifier,
-    policies: &[&CompiledPolicy],
-    req: &AdmissionRequest,
-    namespace_object: Option<&Value>,
-    deadline: Instant,
-) -> Decision {
-    validate_with(
-        verifier,
-        &NoResources,
-        policies,
-        req,
-        namespace_object,
-        deadline,
-    )
-    .await
-}
-
-/// [`validate`], with the cluster objects the policies' `resource.*` and `globalContext.*`
-/// calls read answered from `resources` (a watch cache, or files).
-pub async fn validate_with(
     verifier: &dyn ImageVerifier,
     resources: &dyn ResourceSource,
     policies: &[&CompiledPolicy],

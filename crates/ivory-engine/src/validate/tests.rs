@@ -6,10 +6,11 @@ use ivory_policy::CompiledPolicy;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::fake::{FakeVerifier, Mode};
 use super::{MAX_VERIFIED_ANNOTATION_BYTES, SKIPPED_ANNOTATION, VERIFIED_ANNOTATION, validate};
 use crate::admission::AdmissionRequest;
 use crate::decision::{Decision, Status};
+use crate::resources::NoResources;
+use crate::testing::{FakeVerifier, Mode};
 
 const SIGNED: &str = "ghcr.io/kyverno/test-verify-image:signed";
 const UNSIGNED: &str = "ghcr.io/kyverno/test-verify-image:unsigned";
@@ -141,6 +142,7 @@ async fn run(
 ) -> Decision {
     validate(
         verifier,
+        &NoResources,
         policies,
         req,
         None,
@@ -196,7 +198,7 @@ async fn admitted_requests_name_the_verified_digests_and_their_signers() {
         value,
         json!([{
             "image": SIGNED,
-            "digest": super::fake::DIGEST,
+            "digest": crate::testing::DIGEST,
             "policy": "sig",
             "attestor": "cosign",
             "key": "sha256:cosign",
@@ -1262,6 +1264,7 @@ async fn request_and_namespace_bindings() {
     let req = create(&[SIGNED]);
     let d = validate(
         &FakeVerifier::new(),
+        &NoResources,
         &[&pol],
         &req,
         Some(&namespace),
@@ -1270,7 +1273,15 @@ async fn request_and_namespace_bindings() {
     .await;
     assert_eq!(d.results[0].status, Status::Pass, "{:?}", d.results);
     // Without the Namespace object the same expression cannot evaluate.
-    let d = validate(&FakeVerifier::new(), &[&pol], &req, None, deadline).await;
+    let d = validate(
+        &FakeVerifier::new(),
+        &NoResources,
+        &[&pol],
+        &req,
+        None,
+        deadline,
+    )
+    .await;
     assert_eq!(d.results[0].status, Status::Error);
 }
 
@@ -1333,7 +1344,15 @@ async fn a_verifier_that_outlives_the_deadline_is_cut_off() {
             .mode(Mode::Sleep(Duration::from_secs(60)));
         let start = Instant::now();
         let deadline = start + Duration::from_secs(2);
-        let d = validate(&verifier, &[&pol], &create(&[SIGNED]), None, deadline).await;
+        let d = validate(
+            &verifier,
+            &NoResources,
+            &[&pol],
+            &create(&[SIGNED]),
+            None,
+            deadline,
+        )
+        .await;
         assert_eq!(
             Instant::now() - start,
             Duration::from_secs(2),
@@ -1375,6 +1394,7 @@ async fn prefetch_runs_concurrently() {
     let req = pod("CREATE", &images[..2], &images[2..], &[], json!({}));
     let d = validate(
         &verifier,
+        &NoResources,
         &[&pol],
         &req,
         None,
@@ -1556,7 +1576,14 @@ fn the_validate_future_is_send() {
     let pol = pod_policy("send", VERIFY_ALL);
     let req = create(&[SIGNED]);
     let policies = [&pol];
-    let future = validate(&verifier, &policies, &req, None, Instant::now());
+    let future = validate(
+        &verifier,
+        &NoResources,
+        &policies,
+        &req,
+        None,
+        Instant::now(),
+    );
     assert_send(&future);
 }
 
@@ -1605,10 +1632,7 @@ async fn other_spellings_of_a_matched_image_are_verified() {
         assert_eq!(d.message.as_deref(), Some(denied), "{image}");
         assert_eq!(verifier.calls(), 1, "{image}");
         // The verifier is asked about the image as written: that is what the kubelet pulls.
-        let asked = verifier.requests.lock().unwrap()[0]
-            .image
-            .original()
-            .to_owned();
+        let asked = verifier.requests()[0].image.original().to_owned();
         assert_eq!(asked, image);
     }
     // Docker Hub aliases and `library/` against a glob naming docker.io.
@@ -1785,6 +1809,7 @@ async fn cel_evaluation_stops_at_the_request_deadline() {
     let pol = pod_policy("late", &lenient(SPLIT_LIST));
     let d = validate(
         &FakeVerifier::new(),
+        &NoResources,
         &[&pol],
         &pod_with_long_list(10_000),
         None,
@@ -1832,6 +1857,7 @@ async fn judged(
     let refs: Vec<&CompiledPolicy> = policies.iter().collect();
     let d = validate(
         &verifier,
+        &NoResources,
         &refs,
         req,
         namespace,

@@ -1,11 +1,7 @@
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use futures::FutureExt as _;
-use futures::future::BoxFuture;
 use ivory_engine::decision::Status;
-use ivory_engine::verifier::{ImageVerifier, Verification, VerifyError, VerifyRequest};
-use ivory_policy::types::Credentials;
+use ivory_engine::testing::{FakeVerifier, Mode};
 use kube::runtime::watcher::Event;
 use serde_json::json;
 
@@ -20,75 +16,11 @@ fn digest(n: usize) -> String {
     format!("sha256:{n:064x}")
 }
 
-/// Records what is asked and how many verifications ran at once; digest 1 verifies.
-#[derive(Default)]
-struct Recording {
-    asked: Mutex<Vec<String>>,
-    running: AtomicUsize,
-    most: AtomicUsize,
-}
-
-impl ImageVerifier for Recording {
-    fn resolve_digest<'a>(
-        &'a self,
-        image: &'a ivory_engine::verifier::ImageReference,
-        _: Option<&'a Credentials>,
-        _: Instant,
-    ) -> BoxFuture<'a, Result<String, VerifyError>> {
-        async move {
-            Ok(image
-                .original()
-                .rsplit_once('@')
-                .map(|(_, d)| d.to_owned())
-                .unwrap_or_default())
-        }
-        .boxed()
-    }
-
-    fn verify<'a>(
-        &'a self,
-        request: &'a VerifyRequest,
-        _: Instant,
-    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
-        async move {
-            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
-            self.most.fetch_max(now, Ordering::SeqCst);
-            self.asked
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(request.image.original().to_owned());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            self.running.fetch_sub(1, Ordering::SeqCst);
-            let digest = request
-                .image
-                .original()
-                .rsplit_once('@')
-                .map(|(_, d)| d.to_owned());
-            Ok(if digest.as_deref() == Some(digest_one().as_str()) {
-                Verification::Verified {
-                    digest: digest.unwrap_or_default(),
-                    payload: None,
-                    signer: None,
-                }
-            } else {
-                Verification::NotVerified {
-                    digest,
-                    reason: ivory_engine::verifier::Rejection::NoSignatures,
-                }
-            })
-        }
-        .boxed()
-    }
-
-    fn image_data<'a>(
-        &'a self,
-        _: &'a ivory_engine::verifier::ImageReference,
-        _: Option<&'a Credentials>,
-        _: &'a ivory_engine::verifier::ImagePlatform,
-        _: Instant,
-    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
-        async { Ok(json!({})) }.boxed()
-    }
+/// Digest 1 verifies; each verification takes 20 ms, so overlapping ones are seen.
+fn recording() -> FakeVerifier {
+    FakeVerifier::new()
+        .sign_digest(&digest_one())
+        .mode(Mode::Sleep(Duration::from_millis(20)))
 }
 
 fn digest_one() -> String {
@@ -167,7 +99,7 @@ fn cluster(count: usize, verifier: Arc<dyn ImageVerifier>) -> (Store<Pod>, AppSt
 
 #[tokio::test]
 async fn a_scan_verifies_running_digests_bounded_and_reports_them() {
-    let verifier = Arc::new(Recording::default());
+    let verifier = Arc::new(recording());
     let (pods, state, sink) = cluster(6, verifier.clone());
     let settings = BackgroundSettings {
         concurrency: 2,
@@ -175,18 +107,14 @@ async fn a_scan_verifies_running_digests_bounded_and_reports_them() {
     };
     assert_eq!(scan_once(&pods, &state, &settings).await, 6);
 
-    let mut asked = verifier
-        .asked
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let mut asked: Vec<String> = verifier.requests().into_iter().map(|r| r.image.original().to_owned()).collect();
     asked.sort();
     let expected: Vec<String> = (1..=6)
         .map(|n| format!("reg.example/app:v1@{}", digest(n)))
         .collect();
     assert_eq!(asked, expected, "each Pod's running digest, not its tag");
     assert!(
-        verifier.most.load(Ordering::SeqCst) <= 2,
+        verifier.most_concurrent() <= 2,
         "at most `concurrency` at once"
     );
 
@@ -209,95 +137,17 @@ async fn a_scan_verifies_running_digests_bounded_and_reports_them() {
 }
 
 /// A verifier whose cache still says every image is verified (as after a signature was deleted
-/// from the registry); its revalidating view is `fresh`, which reads the "registry".
-#[derive(Default)]
-struct StaleCache {
-    fresh: Recording,
-    since: Mutex<Option<Instant>>,
-}
-
-/// `StaleCache`'s revalidating view.
-struct Fresh<'a>(&'a Recording);
-
-impl ImageVerifier for Fresh<'_> {
-    fn resolve_digest<'a>(
-        &'a self,
-        image: &'a ivory_engine::verifier::ImageReference,
-        credentials: Option<&'a Credentials>,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<String, VerifyError>> {
-        self.0.resolve_digest(image, credentials, deadline)
-    }
-
-    fn verify<'a>(
-        &'a self,
-        request: &'a VerifyRequest,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
-        self.0.verify(request, deadline)
-    }
-
-    fn image_data<'a>(
-        &'a self,
-        image: &'a ivory_engine::verifier::ImageReference,
-        credentials: Option<&'a Credentials>,
-        platform: &'a ivory_engine::verifier::ImagePlatform,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
-        self.0.image_data(image, credentials, platform, deadline)
-    }
-}
-
-impl ImageVerifier for StaleCache {
-    fn resolve_digest<'a>(
-        &'a self,
-        image: &'a ivory_engine::verifier::ImageReference,
-        credentials: Option<&'a Credentials>,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<String, VerifyError>> {
-        self.fresh.resolve_digest(image, credentials, deadline)
-    }
-
-    fn verify<'a>(
-        &'a self,
-        request: &'a VerifyRequest,
-        _: Instant,
-    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
-        let digest = request
-            .image
-            .original()
-            .rsplit_once('@')
-            .map(|(_, d)| d.to_owned());
-        async move {
-            Ok(Verification::Verified {
-                digest: digest.unwrap_or_default(),
-                payload: None,
-                signer: None,
-            })
-        }
-        .boxed()
-    }
-
-    fn image_data<'a>(
-        &'a self,
-        image: &'a ivory_engine::verifier::ImageReference,
-        credentials: Option<&'a Credentials>,
-        platform: &'a ivory_engine::verifier::ImagePlatform,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
-        self.fresh
-            .image_data(image, credentials, platform, deadline)
-    }
-
-    fn revalidating(&self, since: Instant) -> Option<Box<dyn ImageVerifier + '_>> {
-        *self.since.lock().unwrap_or_else(|e| e.into_inner()) = Some(since);
-        Some(Box::new(Fresh(&self.fresh)))
-    }
+/// from the registry); its revalidating view reads the "registry", where only digest 1 is signed.
+fn stale_cache() -> FakeVerifier {
+    FakeVerifier::new()
+        .sign_digest(&digest(1))
+        .sign_digest(&digest(2))
+        .revalidating_with(recording())
 }
 
 #[tokio::test]
 async fn a_scan_judges_through_the_revalidating_view_not_the_cached_verdicts() {
-    let verifier = Arc::new(StaleCache::default());
+    let verifier = Arc::new(stale_cache());
     let (pods, state, sink) = cluster(2, verifier.clone());
     let before = Instant::now();
     assert_eq!(
@@ -305,9 +155,7 @@ async fn a_scan_judges_through_the_revalidating_view_not_the_cached_verdicts() {
         2
     );
     let since = verifier
-        .since
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .revalidating_since()
         .expect("the scan asked for a revalidating view");
     assert!(since >= before && since <= Instant::now());
     let updates = sink.0.lock().unwrap_or_else(|e| e.into_inner());

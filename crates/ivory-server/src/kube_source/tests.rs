@@ -329,7 +329,9 @@ async fn credential_scope_follows_kyverno() {
     let err = source
         .prepare(None, &secrets(&["elsewhere/x"]), deadline)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .downcast::<CredentialError>()
+        .expect("the source's own error");
     assert!(
         matches!(&err.problem, SecretProblem::NotWatched { namespace } if namespace == "elsewhere"),
         "{err}"

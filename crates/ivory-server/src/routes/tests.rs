@@ -6,76 +6,32 @@ use axum::body::{Body as HttpBody, to_bytes};
 use axum::http::Request;
 use base64::Engine as _;
 use futures::future::{BoxFuture, FutureExt as _};
-use ivory_engine::verifier::{ImagePlatform, Verification, VerifyError, VerifyRequest};
+use ivory_engine::pipeline::CredentialProblem;
+use ivory_engine::testing::{DIGEST, FakeVerifier, Mode};
 use ivory_policy::types::Credentials;
 use ivory_policy::{default_policy, load_str};
+use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
 use super::*;
 use crate::sources::{CredentialError, SecretProblem};
 
-const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
-
-/// Tags resolve to [`DIGEST`]; images on host `hung.example` never answer; those on
-/// `liar.example` fail at once with a message that reads like a spent budget.
-struct FakeVerifier;
-
-impl ImageVerifier for FakeVerifier {
-    fn resolve_digest<'a>(
-        &'a self,
-        image: &'a ivory_engine::verifier::ImageReference,
-        _: Option<&'a Credentials>,
-        _: Instant,
-    ) -> BoxFuture<'a, Result<String, VerifyError>> {
-        let image = image.original();
-        async move {
-            if image.starts_with("hung.example") {
-                std::future::pending::<()>().await;
-            }
-            assert!(
-                !image.starts_with("panic.example"),
-                "the fake verifier panics for {image}"
-            );
-            if image.starts_with("liar.example") {
-                return Err(VerifyError::Unavailable {
-                    image: image.to_owned(),
-                    registry: "liar.example".into(),
-                    message: "time budget of 1ms exhausted".into(),
-                });
-            }
-            Ok(DIGEST.to_owned())
-        }
-        .boxed()
-    }
-
-    fn verify<'a>(
-        &'a self,
-        _: &'a VerifyRequest,
-        _: Instant,
-    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
-        async {
-            Ok(Verification::NotVerified {
-                digest: None,
-                reason: ivory_engine::verifier::Rejection::NoSignatures,
-            })
-        }
-        .boxed()
-    }
-
-    fn image_data<'a>(
-        &'a self,
-        _: &'a ivory_engine::verifier::ImageReference,
-        _: Option<&'a Credentials>,
-        _: &'a ImagePlatform,
-        _: Instant,
-    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
-        async { Ok(json!({})) }.boxed()
-    }
+/// Tags resolve to [`DIGEST`]; images on host `hung.example` never answer, those on
+/// `panic.example` panic, and those on `liar.example` fail at once with a message that reads
+/// like a spent budget.
+fn fake_verifier() -> FakeVerifier {
+    FakeVerifier::new()
+        .host("hung.example", Mode::Hang)
+        .host("panic.example", Mode::Panic)
+        .host(
+            "liar.example",
+            Mode::UnavailableSaying("time budget of 1ms exhausted"),
+        )
 }
 
 fn state(store: PolicyStore) -> AppState {
     AppState::new(
-        Arc::new(FakeVerifier),
+        Arc::new(fake_verifier()),
         Arc::new(store),
         Arc::new(Metrics::new()),
     )
@@ -572,7 +528,7 @@ impl CredentialSource for OnlyGood {
         policy_namespace: Option<&'a str>,
         credentials: &'a Credentials,
         _: Instant,
-    ) -> BoxFuture<'a, Result<(), CredentialError>> {
+    ) -> BoxFuture<'a, Result<(), CredentialProblem>> {
         let bad = credentials
             .secrets
             .iter()
@@ -587,7 +543,7 @@ impl CredentialSource for OnlyGood {
                     namespaced_policy: policy_namespace.is_some(),
                 },
             });
-        async move { bad.map_or(Ok(()), Err) }.boxed()
+        async move { bad.map_or(Ok(()), |e| Err(e.into())) }.boxed()
     }
 }
 

@@ -176,8 +176,15 @@ async fn apply(
     timeout: Duration,
 ) -> anyhow::Result<Applied> {
     let id = format!("{}/{}", req.kind.kind, qualified_name(&req));
-    let mutate =
-        wiring::run_routes(routes, Stage::Mutate, &req, None, Instant::now() + timeout).await;
+    let mutate = wiring::run_routes(
+        routes,
+        Stage::Mutate,
+        &mut req,
+        None,
+        Instant::now() + timeout,
+    )
+    .await
+    .with_context(|| format!("resource {id}"))?;
     let mut object = req.object.clone().unwrap_or(Value::Null);
     if mutate.allowed {
         wiring::apply_patch(&mut object, &mutate).with_context(|| format!("patching {id}"))?;
@@ -188,11 +195,12 @@ async fn apply(
         wiring::run_routes(
             routes,
             Stage::Validate,
-            &req,
+            &mut req,
             None,
             Instant::now() + timeout,
         )
         .await
+        .with_context(|| format!("resource {id}"))?
     } else {
         Decision {
             allowed: true,

@@ -206,21 +206,25 @@ impl Checker {
     pub(crate) async fn check_digest(&self, image: &str, digest: &str) -> ImageReport {
         let pinned = pinned(image, digest);
         let deadline = Instant::now() + self.timeout;
-        let req = pod_request(&pinned, &self.namespace);
+        let mut req = pod_request(&pinned, &self.namespace);
         let routes = wiring::Routes {
             verifier: self.verifier.as_ref(),
             resources: self.resources.as_ref(),
             policies: &self.policies,
             exceptions: self.exceptions.as_ref(),
         };
-        let decision = wiring::run_routes(
+        let judged = wiring::run_routes(
             &routes,
             Stage::Validate,
-            &req,
+            &mut req,
             self.namespace_object.as_ref(),
             deadline,
         )
         .await;
+        let decision = match judged {
+            Ok(decision) => decision,
+            Err(e) => return ImageReport::error(image, e.to_string()),
+        };
         let mut policies = Vec::new();
         for result in &decision.results {
             let attestors = match self.policy(&result.policy, result.namespace.as_deref()) {
@@ -550,47 +554,6 @@ mod tests {
         assert_eq!(all[0].validations.len(), 2);
     }
 
-    /// Answers every verification with one outcome; digests resolve.
-    struct OneAnswer(Result<Verification, ivory_engine::verifier::VerifyError>);
-
-    impl ImageVerifier for OneAnswer {
-        fn resolve_digest<'a>(
-            &'a self,
-            _: &'a ImageReference,
-            _: Option<&'a ivory_policy::types::Credentials>,
-            _: Instant,
-        ) -> futures::future::BoxFuture<'a, Result<String, ivory_engine::verifier::VerifyError>>
-        {
-            Box::pin(async { Ok(format!("sha256:{}", "a".repeat(64))) })
-        }
-
-        fn verify<'a>(
-            &'a self,
-            _: &'a VerifyRequest,
-            _: Instant,
-        ) -> futures::future::BoxFuture<'a, Result<Verification, ivory_engine::verifier::VerifyError>>
-        {
-            let answer = self.0.clone();
-            Box::pin(async move { answer })
-        }
-
-        fn image_data<'a>(
-            &'a self,
-            image: &'a ImageReference,
-            _: Option<&'a ivory_policy::types::Credentials>,
-            _: &'a ivory_engine::verifier::ImagePlatform,
-            _: Instant,
-        ) -> futures::future::BoxFuture<'a, Result<Value, ivory_engine::verifier::VerifyError>>
-        {
-            let err = ivory_engine::verifier::VerifyError::NotFound {
-                image: image.original().to_owned(),
-                registry: "r.test".into(),
-                message: "no image data in this test".into(),
-            };
-            Box::pin(async move { Err(err) })
-        }
-    }
-
     /// The `--key` policy with `failurePolicy`.
     fn key_policy(failure_policy: &str) -> Vec<Arc<CompiledPolicy>> {
         let dir = tempfile::tempdir().unwrap();
@@ -620,42 +583,29 @@ mod tests {
 
     #[tokio::test]
     async fn the_verdict_follows_the_answers_type_not_its_text() {
-        use ivory_engine::verifier::VerifyError;
+        use ivory_engine::testing::{FakeVerifier, Mode};
         let image = "r.test/app:1";
         // A registry failure worded like a spent budget is still a registry failure.
-        let lookalike = VerifyError::Unavailable {
-            image: image.into(),
-            registry: "r.test".into(),
-            message: "time budget of 5ms exhausted while verifying signatures".into(),
-        };
-        let deadline = VerifyError::DeadlineExceeded {
-            image: image.into(),
-            registry: "r.test".into(),
-            operation: "verifying signatures".into(),
-            budget_ms: 5,
-        };
-        let not_verified = Verification::NotVerified {
-            digest: None,
-            reason: ivory_engine::verifier::Rejection::NoSignatures,
-        };
+        let lookalike =
+            Mode::UnavailableSaying("time budget of 5ms exhausted while verifying signatures");
         let cases = [
-            // (answer, failurePolicy, verdict, policy status, attestor result)
+            // (how verifications answer, failurePolicy, verdict, policy status, attestor result)
             (
-                Ok(not_verified.clone()),
+                Mode::Answer,
                 "Fail",
                 Verdict::Fail,
                 Status::Fail,
                 AttestorResult::Failed,
             ),
             (
-                Ok(not_verified),
+                Mode::Answer,
                 "Ignore",
                 Verdict::Fail,
                 Status::Fail,
                 AttestorResult::Failed,
             ),
             (
-                Err(deadline.clone()),
+                Mode::Deadline,
                 "Fail",
                 Verdict::Error,
                 Status::Error,
@@ -663,21 +613,21 @@ mod tests {
             ),
             // Only a spent budget goes through the failurePolicy: Ignore skips the policy.
             (
-                Err(deadline),
+                Mode::Deadline,
                 "Ignore",
                 Verdict::Pass,
                 Status::Skip,
                 AttestorResult::Error,
             ),
             (
-                Err(lookalike.clone()),
+                lookalike,
                 "Fail",
                 Verdict::Error,
                 Status::Error,
                 AttestorResult::Error,
             ),
             (
-                Err(lookalike),
+                lookalike,
                 "Ignore",
                 Verdict::Error,
                 Status::Error,
@@ -687,7 +637,7 @@ mod tests {
         for (answer, failure_policy, verdict, status, attestor) in cases {
             let case = format!("{answer:?} under {failure_policy}");
             let checker = Checker {
-                verifier: Arc::new(OneAnswer(answer)),
+                verifier: Arc::new(FakeVerifier::new().verifying(answer)),
                 policies: key_policy(failure_policy),
                 timeout: Duration::from_secs(5),
                 namespace: "default".into(),

@@ -1,7 +1,7 @@
-//! What the one-shot commands (`verify`, `apply`, `audit`) share: registry flags, the
-//! verifier, policy loading, and running the engine per webhook route exactly as `ivory serve`
-//! does (cluster route with every ImageValidatingPolicy, namespaced route with the request
-//! namespace's NamespacedImageValidatingPolicies).
+//! What the one-shot commands (`verify`, `apply`, `audit`, `test`) share: registry flags, the
+//! verifier, policy loading, and running the engine's pipeline per webhook route exactly as
+//! `ivory serve` does (cluster route with every ImageValidatingPolicy, namespaced route with
+//! the request namespace's NamespacedImageValidatingPolicies).
 //! `ivory serve` takes the same registry flags ([`RegistryAccessOpts`]).
 
 use std::num::NonZeroUsize;
@@ -11,15 +11,16 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use ivory_engine::admission::AdmissionRequest;
+use ivory_engine::admission::shape::ShapeError;
 use ivory_engine::decision::Decision;
-use ivory_engine::exceptions::{self, Exceptions, Partition};
-use ivory_engine::matching::{Route, select_policies};
+use ivory_engine::exceptions::Exceptions;
+use ivory_engine::matching::{Route, route_policies};
+pub(crate) use ivory_engine::pipeline::Stage;
+use ivory_engine::pipeline::{Namespaces, Pipeline};
 use ivory_engine::resources::{FileResources, NoResources, ResourceSource};
 use ivory_engine::verifier::ImageVerifier;
-use ivory_engine::{mutate, validate};
 use ivory_l2::DiskCache;
 use ivory_policy::CompiledPolicy;
-use ivory_policy::types::PolicyKind;
 use ivory_registry::{Config as RegistryConfig, DEFAULT_PER_REGISTRY_CONCURRENCY, Registry};
 use ivory_server::budget::parse_go_duration;
 use ivory_verify::{CosignVerifier, SharedCache, VerifierConfig};
@@ -278,13 +279,6 @@ pub(crate) fn finish_load(
     Ok(report.policies.into_iter().map(Arc::new).collect())
 }
 
-/// Which admission stage to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Stage {
-    Mutate,
-    Validate,
-}
-
 /// What the engine judges a request with, on every route.
 #[derive(Clone, Copy)]
 pub(crate) struct Routes<'a> {
@@ -296,93 +290,41 @@ pub(crate) struct Routes<'a> {
 }
 
 /// Runs `stage` for `req` on each route that has policies for it, as the API server would call
-/// ivory's webhooks, and merges the answers (every route must allow). `namespace_object` is
-/// the request namespace as the cluster holds it; `None` gives the webhook's minimal form.
-/// With `exceptions`, an excepted policy is skipped (and pins nothing), as `ivory serve
-/// --enable-policy-exceptions` does.
+/// ivory's webhooks, and merges the answers (every route must allow). Each route goes through
+/// the engine's pipeline, as in `ivory serve`: an object policies cannot read is refused with
+/// the field named, and with `exceptions` an excepted policy is skipped (and pins nothing), as
+/// `ivory serve --enable-policy-exceptions` does. `namespace_object` is the request namespace
+/// as the cluster holds it; `None` gives the webhook's minimal form, judged as the
+/// Namespace's. There is no backstop (nobody gives up waiting) and no Secret to prepare
+/// (registry credentials come from `--docker-config`).
 pub(crate) async fn run_routes(
     routes: &Routes<'_>,
     stage: Stage,
-    req: &AdmissionRequest,
+    req: &mut AdmissionRequest,
     namespace_object: Option<&Value>,
     deadline: Instant,
-) -> Decision {
-    let Routes {
-        verifier,
-        resources,
-        policies,
-        exceptions,
-    } = *routes;
-    let ns_object = namespace_object
-        .cloned()
-        .or_else(|| req.namespace().map(ivory_server::namespace_object));
+) -> Result<Decision, ShapeError> {
+    let pipeline = Pipeline {
+        exceptions: routes.exceptions,
+        namespaces: Namespaces::Given(namespace_object),
+        ..Pipeline::new(routes.verifier, routes.resources)
+    };
     let mut merged = Decision {
         allowed: true,
         ..Decision::default()
     };
     for namespaced in [false, true] {
-        let selected = route_policies(policies, namespaced, req.namespace());
+        let selected = route_policies(routes.policies, Route { namespaced }, req.namespace());
         if selected.is_empty() {
             continue;
         }
-        let Partition {
-            evaluate: selected,
-            skipped,
-        } = match exceptions {
-            Some(set) => set.partition(&selected, req, ns_object.as_ref(), deadline),
-            None => Partition {
-                evaluate: selected,
-                skipped: Vec::new(),
-            },
-        };
-        let mut d = match stage {
-            Stage::Mutate => {
-                mutate::mutate_with(
-                    verifier,
-                    resources,
-                    &selected,
-                    req,
-                    ns_object.as_ref(),
-                    deadline,
-                )
-                .await
-            }
-            Stage::Validate => {
-                validate::validate_with(
-                    verifier,
-                    resources,
-                    &selected,
-                    req,
-                    ns_object.as_ref(),
-                    deadline,
-                )
-                .await
-            }
-        };
-        exceptions::merge_into(&mut d, skipped);
-        merge(&mut merged, d);
+        let judged = pipeline.judge(stage, &selected, req, deadline).await?;
+        if let Some(panic) = judged.panic {
+            tracing::error!(uid = %req.uid, %panic, "policy evaluation panicked");
+        }
+        merge(&mut merged, judged.decision);
     }
-    merged
-}
-
-/// The policies (with autogen variants) the webhook of one route would evaluate.
-fn route_policies<'a>(
-    policies: &'a [Arc<CompiledPolicy>],
-    namespaced: bool,
-    namespace: Option<&str>,
-) -> Vec<&'a CompiledPolicy> {
-    let kind = if namespaced {
-        PolicyKind::NamespacedImageValidatingPolicy
-    } else {
-        PolicyKind::ImageValidatingPolicy
-    };
-    let names: Vec<String> = policies
-        .iter()
-        .filter(|p| p.kind == kind && (!namespaced || p.namespace.as_deref() == namespace))
-        .map(|p| p.name.clone())
-        .collect();
-    // Every name comes from the loaded set, so none can be unknown.
-    select_policies(policies, Route { namespaced }, &names, namespace).unwrap_or_default()
+    Ok(merged)
 }
 
 fn merge(into: &mut Decision, d: Decision) {
@@ -475,6 +417,9 @@ pub(crate) fn read_input(path: &std::path::Path, flag: &str) -> anyhow::Result<S
     }
     std::fs::read_to_string(path).with_context(|| format!("reading {flag} {}", path.display()))
 }
+
+#[cfg(test)]
+mod parity;
 
 #[cfg(test)]
 mod tests {

@@ -98,12 +98,12 @@ pub(super) async fn namespace_object(client: &kube::Client, name: &str) -> Value
         Ok(Ok(object)) => object,
         Ok(Err(e)) => {
             tracing::warn!(namespace = name, error = %e, "namespace not serialisable; using its name only");
-            ivory_server::namespace_object(name)
+            ivory_engine::pipeline::namespace_object(name)
         }
         Err(e) => {
             tracing::warn!(namespace = name, error = %e,
                 "cannot read the namespace; namespaceSelector sees its name label only");
-            ivory_server::namespace_object(name)
+            ivory_engine::pipeline::namespace_object(name)
         }
     }
 }

@@ -176,7 +176,7 @@ pub(super) fn load(case: &TestCase, notes: &mut Vec<String>) -> anyhow::Result<L
     for selector in &values.namespace_selector {
         let ns = namespaces
             .entry(selector.name.clone())
-            .or_insert_with(|| ivory_server::namespace_object(&selector.name));
+            .or_insert_with(|| ivory_engine::pipeline::namespace_object(&selector.name));
         for (k, v) in &selector.labels {
             ns["metadata"]["labels"][k] = Value::String(v.clone());
         }

@@ -163,8 +163,9 @@ async fn evaluate(
             policies: &loaded.policies,
             exceptions: loaded.exceptions.as_ref(),
         };
-        let decision =
-            wiring::run_routes(&routes, Stage::Validate, &req, namespace, deadline).await;
+        let decision = wiring::run_routes(&routes, Stage::Validate, &mut req, namespace, deadline)
+            .await
+            .with_context(|| format!("resource {}", key.display()))?;
         out.push(Evaluated {
             key,
             results: decision.results,
@@ -193,7 +194,7 @@ async fn pin_for_legacy_rules(
         policies: &loaded.legacy.policies,
         exceptions: loaded.exceptions.as_ref(),
     };
-    let mutate = wiring::run_routes(&routes, Stage::Mutate, req, namespace, deadline).await;
+    let mutate = wiring::run_routes(&routes, Stage::Mutate, req, namespace, deadline).await?;
     if mutate.allowed
         && let Some(object) = req.object.as_mut()
     {
