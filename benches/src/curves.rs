@@ -57,10 +57,22 @@ pub(crate) async fn run(args: LoadArgs) -> Result<()> {
     let cache = crate::cache_probe::curve(sizes)?;
 
     let mut figures = serde_json::Map::new();
-    key_figures(&mut figures, "containers", &containers, "containers", WARM_KEYS);
+    key_figures(
+        &mut figures,
+        "containers",
+        &containers,
+        "containers",
+        WARM_KEYS,
+    );
     key_figures(&mut figures, "policies", &policies, "policies", WARM_KEYS);
     key_figures(&mut figures, "cold_images", &cold, "images", COLD_KEYS);
-    key_figures(&mut figures, "cached_verdicts", &cache, "verdicts", CACHE_KEYS);
+    key_figures(
+        &mut figures,
+        "cached_verdicts",
+        &cache,
+        "verdicts",
+        CACHE_KEYS,
+    );
     let details = json!({
         "quick": stack.args.quick,
         "step_s": step.as_secs_f64(),
@@ -203,10 +215,7 @@ async fn warm_point(server: &Server, target: &Target, step: Duration) -> Result<
         stats.errors
     );
     let mut point = stats.to_json();
-    point["cpu_us_per_admission"] = json!(round(
-        cpu.as_secs_f64() * 1e6 / stats.ok as f64,
-        1
-    ));
+    point["cpu_us_per_admission"] = json!(round(cpu.as_secs_f64() * 1e6 / stats.ok as f64, 1));
     point["request_bytes"] = json!(target.body.len());
     Ok(point)
 }
@@ -219,13 +228,15 @@ async fn cold_curve(stack: &Stack, pool: &[Image]) -> Result<Value> {
     for n in COLD_IMAGES {
         let (images, tail) = rest.split_at(n.min(rest.len()));
         rest = tail;
-        let ivory = stack
-            .start_ivory(&format!("ivory-serve-cold-{n}"))
-            .await?;
+        let ivory = stack.start_ivory(&format!("ivory-serve-cold-{n}")).await?;
         let validate = format!("{}/ivpol/validate/bench/fixture", ivory.url);
         let contact = pod_review("cold-first-contact", &[stack.images.fixture.pinned_ref()]);
         let first = post(&stack.client, &validate, Bytes::from(contact)).await?;
-        ensure!(first.allowed(), "first contact not admitted: {}", first.body);
+        ensure!(
+            first.allowed(),
+            "first contact not admitted: {}",
+            first.body
+        );
         let refs: Vec<String> = images.iter().map(Image::pinned_ref).collect();
         let body = Bytes::from(pod_review(&format!("cold-{n}"), &refs));
         stack.registry.reset_requests();

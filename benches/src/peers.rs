@@ -174,7 +174,10 @@ pub(crate) async fn run(args: PeersArgs) -> Result<()> {
         "kyverno_rss_mib": mib(kyverno_hwm),
     });
     let mut figures = figures;
-    for (side, points) in [("kyverno", &kyverno_containers), ("ivory", &ivory_containers)] {
+    for (side, points) in [
+        ("kyverno", &kyverno_containers),
+        ("ivory", &ivory_containers),
+    ] {
         for point in points.as_array().into_iter().flatten() {
             let n = &point["containers"];
             for field in ["p50_ms", "cpu_us_per_admission"] {

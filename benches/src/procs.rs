@@ -121,7 +121,9 @@ impl Server {
                 .with_context(|| format!("{path}: field {} unreadable", i + 3))
         };
         let total = ticks(11)? + ticks(12)?;
-        Ok(Duration::from_secs_f64(total as f64 / clock_ticks_per_second()))
+        Ok(Duration::from_secs_f64(
+            total as f64 / clock_ticks_per_second(),
+        ))
     }
 }
 

@@ -107,7 +107,11 @@ async fn a_scan_verifies_running_digests_bounded_and_reports_them() {
     };
     assert_eq!(scan_once(&pods, &state, &settings).await, 6);
 
-    let mut asked: Vec<String> = verifier.requests().into_iter().map(|r| r.image.original().to_owned()).collect();
+    let mut asked: Vec<String> = verifier
+        .requests()
+        .into_iter()
+        .map(|r| r.image.original().to_owned())
+        .collect();
     asked.sort();
     let expected: Vec<String> = (1..=6)
         .map(|n| format!("reg.example/app:v1@{}", digest(n)))
