@@ -13,6 +13,18 @@ fn joined(reasons: &[Rejection], left_out: usize) -> String {
     format!("{}{tail}", shown.join("; "))
 }
 
+impl Rejection {
+    /// True when this verdict may change as soon as background data arrives (unknown
+    /// revocation status, alone or among the reasons): it must not be cached.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::RevocationUnknown(_) => true,
+            Self::NoneMatched { reasons, .. } => reasons.iter().any(Self::is_transient),
+            _ => false,
+        }
+    }
+}
+
 /// A definite "not verified", classified once where it is decided.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Rejection {
@@ -73,6 +85,11 @@ pub enum Rejection {
     /// base64, a bundle the verifier cannot parse).
     #[error("{0}")]
     Malformed(String),
+    /// The revocation status of a certificate of the chain cannot be told from the data held
+    /// yet (none fetched, stale, unverifiable): a verdict never cached, so an admission after
+    /// the background fetch is judged on the data.
+    #[error("{0}")]
+    RevocationUnknown(String),
     /// The attestor itself cannot verify anything: unsupported kind, unusable key,
     /// certificate or trust root (whatever the image).
     #[error("{0}")]

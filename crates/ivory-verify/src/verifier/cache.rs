@@ -83,6 +83,8 @@ pub(super) struct ResultKey {
 pub(super) struct Stamped {
     pub(super) at: Instant,
     pub(super) verdict: Verification,
+    /// Not kept: see [`Loaded::transient`].
+    pub(super) transient: bool,
 }
 
 impl Stamped {
@@ -90,6 +92,33 @@ impl Stamped {
         Self {
             at: Instant::now(),
             verdict,
+            transient: false,
+        }
+    }
+
+    pub(super) fn loaded(loaded: Loaded) -> Self {
+        Self {
+            transient: loaded.transient,
+            ..Self::now(loaded.verdict)
+        }
+    }
+}
+
+/// A verdict as one load reached it.
+#[derive(Clone, Debug)]
+pub(super) struct Loaded {
+    pub(super) verdict: Verification,
+    /// Reached on data still being fetched in the background (a Notation chain's unknown
+    /// revocation status): handed to the callers waiting for this load, never cached here
+    /// or in the L2, so the next admission is judged again.
+    pub(super) transient: bool,
+}
+
+impl Loaded {
+    pub(super) fn lasting(verdict: Verification) -> Self {
+        Self {
+            verdict,
+            transient: false,
         }
     }
 }
@@ -107,7 +136,9 @@ impl Expiry<ResultKey, Stamped> for VerdictExpiry {
         v: &Stamped,
         _: std::time::Instant,
     ) -> Option<Duration> {
-        Some(if v.verdict.is_verified() {
+        Some(if v.transient {
+            Duration::ZERO
+        } else if v.verdict.is_verified() {
             self.verified
         } else {
             self.negative

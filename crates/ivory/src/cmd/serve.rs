@@ -207,7 +207,8 @@ pub(crate) async fn run(
         l2.clone()
             .map(|l2| l2 as Arc<dyn ivory_verify::SharedCache>),
     );
-    let (stats_source, cache_source) = (verifier.clone(), verifier.clone());
+    let (stats_source, cache_source, revocation_source) =
+        (verifier.clone(), verifier.clone(), verifier.clone());
     let mut metrics = Metrics::new();
     if let Some(source) = log_drops {
         metrics = metrics.with_log_drops(source);
@@ -231,6 +232,22 @@ pub(crate) async fn run(
                         coalesced: c.coalesced,
                     })
                     .collect()
+            }))
+            .with_revocation_stats(Arc::new(move || {
+                let stats = revocation_source.revocation_stats();
+                ivory_server::RevocationCounts {
+                    crls: stats
+                        .crls
+                        .into_iter()
+                        .map(|c| ivory_server::CrlCount {
+                            url: c.url,
+                            age_seconds: c.age_seconds,
+                            next_update_in_seconds: c.next_update_in_seconds,
+                        })
+                        .collect(),
+                    fetched: stats.fetched,
+                    failed: stats.failed,
+                }
             })),
     );
     let store = Arc::new(PolicyStore::default());
