@@ -35,6 +35,9 @@
 //!   `nextUpdate`, negative once passed: data past it no longer counts), and
 //!   `revocation_fetches_total{result}` (`ok`, `failed`): the background revocation data, read
 //!   at scrape time.
+//! * `resource_watch_objects{resource}`, `_bytes`, `_synced`, `_over_total_bytes` gauges: what
+//!   each watch of the policies' cluster reads holds; `_over_total_bytes` is 1 for a watch
+//!   emptied because all watches together reached `--resource-watch-max-total-bytes`.
 //! * `log_lines_dropped_total`: `ivory serve` writes its log from a thread of its own, so an
 //!   admission never waits for a slow log consumer; lines that do not fit its buffer are dropped
 //!   and counted here.
@@ -185,6 +188,8 @@ pub struct WatchStats {
     pub bytes: usize,
     /// Whether the first list completed (and the watch is within its bounds).
     pub synced: bool,
+    /// Emptied because all watches together reached the process-wide bound of bytes.
+    pub over_total: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -225,6 +230,7 @@ pub struct Metrics {
     watch_objects: Family<WatchLabels, Gauge>,
     watch_bytes: Family<WatchLabels, Gauge>,
     watch_synced: Family<WatchLabels, Gauge>,
+    watch_over_total: Family<WatchLabels, Gauge>,
     watch_source: std::sync::OnceLock<ResourceWatchStatsSource>,
     crl_age: Family<UrlLabels, Gauge>,
     crl_next_update: Family<UrlLabels, Gauge>,
@@ -281,6 +287,7 @@ impl Metrics {
             watch_objects: Family::default(),
             watch_bytes: Family::default(),
             watch_synced: Family::default(),
+            watch_over_total: Family::default(),
             watch_source: std::sync::OnceLock::new(),
             crl_age: Family::default(),
             crl_next_update: Family::default(),
@@ -416,6 +423,11 @@ impl Metrics {
             "resource_watch_synced",
             "1 when the watch of a resource policies read has listed it and is within its bounds",
             m.watch_synced.clone(),
+        );
+        registry.register(
+            "resource_watch_over_total_bytes",
+            "1 when the watch was emptied because all watches together reached --resource-watch-max-total-bytes",
+            m.watch_over_total.clone(),
         );
         registry.register(
             "log_lines_dropped",
@@ -627,6 +639,7 @@ impl Metrics {
             self.watch_objects.clear();
             self.watch_bytes.clear();
             self.watch_synced.clear();
+            self.watch_over_total.clear();
             let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
             for w in source() {
                 let labels = WatchLabels {
@@ -639,6 +652,9 @@ impl Metrics {
                 self.watch_synced
                     .get_or_create(&labels)
                     .set(i64::from(w.synced));
+                self.watch_over_total
+                    .get_or_create(&labels)
+                    .set(i64::from(w.over_total));
             }
         }
         if let Some(source) = &self.revocation_source {
@@ -789,6 +805,7 @@ mod tests {
             objects: 3,
             bytes: 1200,
             synced: true,
+            over_total: false,
         }]));
         let source = held.clone();
         let m = Metrics::new();

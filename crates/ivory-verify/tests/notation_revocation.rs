@@ -281,3 +281,36 @@ async fn crls_fetched_in_the_background_decide_revocation() {
     );
     assert!(skipped.revocation_stats().fetched + skipped.revocation_stats().failed == 0);
 }
+
+fn attestor_with_tsa(tsa_root: &str) -> Attestor {
+    let mut a = attestor(None);
+    if let Some(n) = a.notary.as_mut() {
+        n.tsa_certs = Some(StringSource {
+            value: Some(tsa_root.to_owned()),
+            expression: None,
+        });
+    }
+    a
+}
+
+/// A signature timestamped by an RSA 3072 TSA (notation CLI, `rsa-tsa`): verified to the RSA
+/// TSA's root, not to another TSA root; without `tsaCerts` the timestamp is not needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rsa_tsa_timestamps_verify_to_their_root() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let image = push(&h, "rsa-tsa").await;
+    let v = verifier(&h, None);
+    let rsa_root = std::fs::read_to_string(fixtures().join("pki/rsa-tsa-root.pem")).unwrap();
+    let ec_root = std::fs::read_to_string(fixtures().join("../notation/pki/tsa-root.pem")).unwrap();
+    let ok = verify(&v, &image, attestor_with_tsa(&rsa_root)).await;
+    assert!(ok.is_verified(), "{ok:?}");
+    let other = verify(&v, &image, attestor_with_tsa(&ec_root)).await;
+    assert!(
+        reason(&other).contains("does not verify to tsaCerts"),
+        "{other:?}"
+    );
+    let plain = verify(&v, &image, attestor(None)).await;
+    assert!(plain.is_verified(), "{plain:?}");
+}

@@ -27,6 +27,7 @@ use x509_cert::der::{Decode as _, Encode as _};
 use super::NotaryPlan;
 use super::envelope::{Algorithm, SignedEnvelope, SigningScheme};
 use super::revocation::{RevocationSource, Status, check_chain};
+use super::timestamp_rsa::RsaTokenError;
 use crate::rejection::Rejection;
 
 /// `id-kp-codeSigning` (1.3.6.1.5.5.7.3.3), DER value bytes.
@@ -392,11 +393,22 @@ fn authentic_timestamp(
 }
 
 /// The RFC 3161 countersignature's time, verified by sigstore-tsa against each `tsaCerts`
-/// root (signer among the token's certificates, message imprint = hash of the signature).
+/// root (signer among the token's certificates, message imprint = hash of the signature), or
+/// by [`super::timestamp_rsa`] when the TSA's key is RSA.
 fn timestamp_time(plan: &NotaryPlan, env: &SignedEnvelope) -> Result<Timestamp, Rejection> {
     let token = env.timestamp_token.as_ref().ok_or_else(|| {
         Rejection::Tlog("the signature has no timestamp countersignature (tsaCerts are set)".into())
     })?;
+    // An RSA TSA's token: read here (sigstore-tsa reads EC TSA keys only).
+    match super::timestamp_rsa::verify(token, &env.signature, &plan.tsa) {
+        Ok(time) => return Ok(time),
+        Err(RsaTokenError::Invalid(why)) => {
+            return Err(Rejection::Tlog(format!(
+                "the timestamp countersignature does not verify to tsaCerts: {why}"
+            )));
+        }
+        Err(RsaTokenError::NotRsa) => {}
+    }
     let embedded = embedded_certificates(token);
     let signature = SignatureBytes::from_bytes(&env.signature);
     let token = TimestampToken::new(token.clone());

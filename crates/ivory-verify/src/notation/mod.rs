@@ -6,6 +6,7 @@
 mod check;
 pub mod envelope;
 pub mod revocation;
+mod timestamp_rsa;
 
 use ivory_policy::notation::{NotationTrustPolicy, TrustStore, TrustedIdentity};
 use ivory_policy::types::Notary;
