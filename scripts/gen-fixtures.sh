@@ -28,6 +28,9 @@ if [[ "$ONLY" == "hash" ]]; then
 elif [[ "$ONLY" == "notation" || "$ONLY" == "notation-revocation" ]]; then
   needs_pkgs pip3:python3-pip # gen_notation.py installs asn1crypto and cryptography (pinned) from PyPI
   needs_tools crane notation
+  # gen_notation_revocation.py builds fixtures/gen/go-notation (notation-core-go) for its
+  # signing-authority signature.
+  if [[ "$ONLY" == "notation-revocation" ]]; then needs_cmds go; fi
 else
   needs_pkgs node:nodejs
   needs_tools crane cosign2 cosign25 cosign3 sigstore-js

@@ -2,8 +2,9 @@
 //! `fixtures/notation-revocation`, see `fixtures/gen/gen_notation_revocation.py`) with leaves
 //! whose certificates name the CRL distribution point http://127.0.0.1:39517/ivory-revocation.crl,
 //! a real registry (ivory-testkit), and a CRL server this test starts on that port, serving the
-//! CRLs the generator made (good, stale, signed by another key) or failing. One test function:
-//! the port is fixed (it is inside the signed certificates).
+//! CRLs the generator made (good, stale, signed by another key) or failing. One test function
+//! uses the port (it is fixed: it is inside the signed certificates). The same fixtures hold a
+//! signature timestamped by an RSA TSA and one of the `notary.x509.signingAuthority` scheme.
 
 // Test helpers outside #[test] fns: failing fast is the point.
 #![allow(clippy::unwrap_used)]
@@ -13,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ivory_engine::verifier::{ImageVerifier, Verification, VerifyRequest};
-use ivory_policy::notation::{Action, Check, NotationTrustPolicy};
+use ivory_policy::notation::{Action, Check, NotationTrustPolicy, TrustStore};
 use ivory_policy::types::{Attestor, Notary, StringSource};
 use ivory_registry::{Config, Registry};
 use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
@@ -313,4 +314,34 @@ async fn rsa_tsa_timestamps_verify_to_their_root() {
     );
     let plain = verify(&v, &image, attestor(None)).await;
     assert!(plain.is_verified(), "{plain:?}");
+}
+
+/// A `notary.x509.signingAuthority` signature (notation-core-go, `signing-authority`; notation
+/// verify passes it with a signingAuthority store and fails it with a ca store): verified only
+/// when the attestor's certs are a `signingAuthority` trust store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signing_authority_signatures_verify_only_under_a_signing_authority_store() {
+    let h = RegistryHarness::start(HarnessOptions::default())
+        .await
+        .unwrap();
+    let row = &manifest()["images"]["signing-authority"]["oracle"];
+    assert_eq!(row["signingAuthority-store"]["verdict"], "pass");
+    assert_eq!(row["ca-store"]["verdict"], "fail");
+    let image = push(&h, "signing-authority").await;
+    let v = verifier(&h, None);
+    let as_authority = Some(NotationTrustPolicy {
+        certs_trust_store: Some(TrustStore::SigningAuthority),
+        ..NotationTrustPolicy::default()
+    });
+    let ok = verify(&v, &image, attestor(as_authority)).await;
+    let Verification::Verified { signer, .. } = &ok else {
+        panic!("{ok:?}");
+    };
+    let subject = signer.as_ref().and_then(|s| s.subject.clone()).unwrap();
+    assert!(subject.contains("signing authority signer"), "{subject}");
+    let as_ca = verify(&v, &image, attestor(None)).await;
+    assert!(
+        reason(&as_ca).contains("needs a signingAuthority trust store"),
+        "{as_ca:?}"
+    );
 }
