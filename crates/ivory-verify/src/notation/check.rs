@@ -16,7 +16,7 @@ use ivory_policy::notation::{
     Action, Check, TrustStore, TrustedIdentity, VerifyTimestamp, parse_dn,
 };
 use jiff::Timestamp;
-use rustls_pki_types::{CertificateDer, SignatureVerificationAlgorithm, UnixTime};
+use rustls_pki_types::{CertificateDer, UnixTime};
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 use sigstore_verify::types::{DerCertificate, SignatureBytes, TimestampToken, TsaAuthority};
@@ -25,6 +25,7 @@ use x509_cert::Certificate;
 use x509_cert::der::{Decode as _, Encode as _};
 
 use super::NotaryPlan;
+use super::algorithms::CHAIN_ALGORITHMS;
 use super::envelope::{Algorithm, SignedEnvelope, SigningScheme};
 use super::revocation::{RevocationSource, Status, check_chain};
 use super::timestamp_rsa::RsaTokenError;
@@ -37,24 +38,6 @@ const EC_PUBLIC_KEY: &str = "1.2.840.10045.2.1";
 const P256: &str = "1.2.840.10045.3.1.7";
 const P384: &str = "1.3.132.0.34";
 const P521: &str = "1.3.132.0.35";
-
-/// Certificate signature algorithms of chains (the Notary Project's set: RSA PKCS#1 v1.5 and
-/// PSS, ECDSA P-256/P-384/P-521).
-pub(crate) static CHAIN_ALGORITHMS: &[&dyn SignatureVerificationAlgorithm] = &[
-    webpki::aws_lc_rs::ECDSA_P256_SHA256,
-    webpki::aws_lc_rs::ECDSA_P256_SHA384,
-    webpki::aws_lc_rs::ECDSA_P384_SHA256,
-    webpki::aws_lc_rs::ECDSA_P384_SHA384,
-    webpki::aws_lc_rs::ECDSA_P521_SHA256,
-    webpki::aws_lc_rs::ECDSA_P521_SHA384,
-    webpki::aws_lc_rs::ECDSA_P521_SHA512,
-    webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA256,
-    webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA384,
-    webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA512,
-    webpki::aws_lc_rs::RSA_PSS_2048_8192_SHA256_LEGACY_KEY,
-    webpki::aws_lc_rs::RSA_PSS_2048_8192_SHA384_LEGACY_KEY,
-    webpki::aws_lc_rs::RSA_PSS_2048_8192_SHA512_LEGACY_KEY,
-];
 
 /// The image a signature must be about: its manifest's descriptor.
 #[derive(Clone, Debug)]

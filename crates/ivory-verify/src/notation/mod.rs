@@ -3,6 +3,7 @@
 //! over an image's signatures (`evaluate`). No IO: the verifier fetches (at most
 //! [`MAX_SIGNATURE_ATTEMPTS`] signatures, each bounded) and calls in here.
 
+mod algorithms;
 mod check;
 pub mod envelope;
 pub mod revocation;

@@ -26,7 +26,7 @@ use x509_cert::der::asn1::{AnyRef, GeneralizedTime, ObjectIdentifier, OctetStrin
 use x509_cert::der::{Decode as _, Encode as _, Reader as _, SliceReader};
 use x509_cert::spki::AlgorithmIdentifierOwned;
 
-use super::check::CHAIN_ALGORITHMS;
+use super::algorithms::CHAIN_ALGORITHMS;
 
 const ID_SIGNED_DATA: &str = "1.2.840.113549.1.7.2";
 const ID_CT_TST_INFO: &str = "1.2.840.113549.1.9.16.1.4";

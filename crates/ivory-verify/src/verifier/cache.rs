@@ -16,7 +16,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
 use super::CosignVerifier;
-use super::shared::{SharedLoad, tag_name, through};
+use super::shared::{SharedLoad, SharedValue, tag_name, through};
 use crate::classify::{deadline_error, map_error};
 use crate::plan::Plan;
 
@@ -120,6 +120,18 @@ impl Loaded {
             verdict,
             transient: false,
         }
+    }
+}
+
+/// Only lasting verdicts are ever written (a transient one has a zero lifetime), so what is
+/// read back is lasting.
+impl SharedValue for Loaded {
+    fn encode(&self) -> Option<Vec<u8>> {
+        self.verdict.encode()
+    }
+
+    fn decode(bytes: &[u8], expected_digest: Option<&str>) -> Option<Self> {
+        Verification::decode(bytes, expected_digest).map(Self::lasting)
     }
 }
 

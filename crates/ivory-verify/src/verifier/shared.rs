@@ -178,18 +178,6 @@ impl SharedValue for Verification {
 }
 
 /// A resolved digest (`algorithm:hex`).
-/// Only lasting verdicts are ever written (a transient one has a zero lifetime), so what is
-/// read back is lasting.
-impl SharedValue for super::cache::Loaded {
-    fn encode(&self) -> Option<Vec<u8>> {
-        self.verdict.encode()
-    }
-
-    fn decode(bytes: &[u8], expected_digest: Option<&str>) -> Option<Self> {
-        Verification::decode(bytes, expected_digest).map(Self::lasting)
-    }
-}
-
 impl SharedValue for String {
     fn encode(&self) -> Option<Vec<u8>> {
         Some(self.as_bytes().to_vec())
