@@ -85,7 +85,9 @@ pub(crate) fn check_chain(
             continue; // not revocable
         }
         let Some(issuer) = parsed
-            .get(i + 1)
+            .iter()
+            .skip(i + 1)
+            .find(|c| c.tbs_certificate.subject == tbs.issuer)
             .cloned()
             .or_else(|| anchor_named(anchors, cert))
         else {
@@ -339,4 +341,126 @@ pub fn next_update_of(crl_der: &[u8]) -> Option<Timestamp> {
     let crl = CertificateList::from_der(crl_der).ok()?;
     let next = crl.tbs_cert_list.next_update?;
     Timestamp::from_second(i64::try_from(next.to_unix_duration().as_secs()).ok()?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject as _;
+
+    use super::*;
+    use crate::notation::algorithms::CHAIN_ALGORITHMS;
+
+    const URL: &str = "http://127.0.0.1:39517/ivory-revocation.crl";
+
+    fn fixture(path: &str) -> Vec<u8> {
+        std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../fixtures/notation-revocation")
+                .join(path),
+        )
+        .unwrap()
+    }
+
+    fn der(pem: &str) -> Vec<u8> {
+        CertificateDer::from_pem_slice(&fixture(pem))
+            .unwrap()
+            .as_ref()
+            .to_vec()
+    }
+
+    /// CRLs by URL, and the URLs asked for.
+    #[derive(Default)]
+    struct Held {
+        crls: BTreeMap<String, Arc<FetchedCrl>>,
+        asked: Mutex<Vec<String>>,
+    }
+
+    impl RevocationSource for Held {
+        fn crl(&self, url: &str) -> Option<Arc<FetchedCrl>> {
+            self.crls.get(url).cloned()
+        }
+        fn request(&self, url: &str) {
+            self.asked.lock().unwrap().push(url.to_owned());
+        }
+    }
+
+    fn holding(crl: &str) -> Held {
+        let der = fixture(&format!("crl/{crl}.crl"));
+        Held {
+            crls: [(
+                URL.to_owned(),
+                Arc::new(FetchedCrl {
+                    next_update: next_update_of(&der),
+                    der,
+                    fetched_at: Timestamp::now(),
+                }),
+            )]
+            .into(),
+            ..Held::default()
+        }
+    }
+
+    fn status(leaf: &str, held: &Held, now: Timestamp) -> Status {
+        let chain = [der(&format!("pki/leaf-{leaf}.pem")), der("pki/root.pem")];
+        check_chain(&chain, &[], held, CHAIN_ALGORITHMS, now)
+    }
+
+    #[test]
+    fn a_chain_is_judged_from_the_crls_held_and_asks_for_what_it_lacks() {
+        let now = Timestamp::now();
+        // No distribution point: not revocable, nothing asked.
+        let none = Held::default();
+        assert_eq!(status("plain", &none, now), Status::Good);
+        assert!(none.asked.lock().unwrap().is_empty());
+        // Nothing held: unknown, naming the URL, and asked for.
+        let Status::Unknown(why) = status("rev-good", &none, now) else {
+            panic!("unknown expected");
+        };
+        assert!(
+            why.contains("no CRL fetched yet from") && why.contains(URL),
+            "{why}"
+        );
+        assert_eq!(*none.asked.lock().unwrap(), [URL]);
+        // The right CRL: good and revoked.
+        let good = holding("good");
+        assert_eq!(status("rev-good", &good, now), Status::Good);
+        let Status::Revoked(why) = status("rev-revoked", &good, now) else {
+            panic!("revoked expected");
+        };
+        assert!(why.contains("rev-revoked signer"), "{why}");
+        assert!(good.asked.lock().unwrap().is_empty());
+        // Past its nextUpdate, the same CRL decides nothing and is asked for again.
+        let later = Timestamp::from_second(now.as_second() + 11 * 365 * 86_400).unwrap();
+        let Status::Unknown(why) = status("rev-revoked", &good, later) else {
+            panic!("unknown expected");
+        };
+        assert!(why.contains("is stale"), "{why}");
+        assert_eq!(*good.asked.lock().unwrap(), [URL]);
+        // Signed by another key, or stale as served: unknown, never "not revoked".
+        for (crl, says) in [
+            ("wrong-key", "does not verify with the issuer's key"),
+            ("stale", "is stale"),
+        ] {
+            let Status::Unknown(why) = status("rev-revoked", &holding(crl), now) else {
+                panic!("{crl}: unknown expected");
+            };
+            assert!(why.contains(says), "{crl}: {why}");
+        }
+        // The issuer is found by name, in the chain or among the anchors, never by position.
+        let chain = [der("pki/leaf-rev-good.pem"), der("pki/leaf-plain.pem")];
+        let Status::Unknown(why) = check_chain(&chain, &[], &good, CHAIN_ALGORITHMS, now) else {
+            panic!("unknown expected");
+        };
+        assert!(why.contains("its issuer is not in the chain"), "{why}");
+        let root = sigstore_verify::types::DerCertificate::new(der("pki/root.pem"));
+        let chain = [der("pki/leaf-rev-good.pem")];
+        assert_eq!(
+            check_chain(&chain, &[root], &good, CHAIN_ALGORITHMS, now),
+            Status::Good
+        );
+    }
 }
