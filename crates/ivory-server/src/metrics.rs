@@ -31,7 +31,7 @@
 //!   replicas (`--cache-redis`), read at scrape time. `rejected` counts entries that did not
 //!   verify (HMAC, name, size or format).
 //! * `revocation_crl_age_seconds{url}`, `revocation_crl_next_update_seconds{url}` gauges (the
-//!   age of each CRL the verifier holds for Notation chains, and the time left to its
+//!   age of each CRL the verifier holds for Notation chains, the 100 oldest, and the time left to its
 //!   `nextUpdate`, negative once passed: data past it no longer counts), and
 //!   `revocation_fetches_total{result}` (`ok`, `failed`): the background revocation data, read
 //!   at scrape time.

@@ -24,6 +24,8 @@ use crate::notation::revocation::{FetchedCrl, RevocationSource, next_update_of};
 
 /// Fetches running at once; more requests wait for a later admission to ask again.
 pub(crate) const MAX_PENDING: usize = 64;
+/// CRLs whose age [`RevocationStats`] reports (the oldest).
+pub(crate) const MAX_EXPORTED: usize = 100;
 
 /// Limits and timings of the revocation data store.
 #[derive(Clone, Debug)]
@@ -67,7 +69,7 @@ pub struct CrlAge {
 /// What the revocation store holds and did, for metrics.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RevocationStats {
-    /// The CRLs held.
+    /// The CRLs held, the oldest first, at most 100 of them.
     pub crls: Vec<CrlAge>,
     /// Fetches that brought a CRL.
     pub fetched: u64,
@@ -152,7 +154,10 @@ impl RevocationStore {
                 next_update_in_seconds: crl.next_update.map(|t| t.as_second() - now.as_second()),
             })
             .collect();
-        crls.sort_by(|a, b| a.url.cmp(&b.url));
+        // The oldest first, and only so many: URLs come from certificates, and every one
+        // would be a metric series.
+        crls.sort_by(|a, b| b.age_seconds.cmp(&a.age_seconds).then(a.url.cmp(&b.url)));
+        crls.truncate(MAX_EXPORTED);
         RevocationStats {
             crls,
             fetched: self.inner.fetched.load(Ordering::Relaxed),
