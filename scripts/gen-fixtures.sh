@@ -9,6 +9,9 @@
 #        v2.6)
 #        scripts/gen-fixtures.sh notation   only fixtures/notation/ (notation v1.3.2 signatures, a test
 #        PKI and a local RFC 3161 TSA; pip installs asn1crypto and cryptography, pinned, from PyPI)
+#        scripts/gen-fixtures.sh notation-revocation   only fixtures/notation-revocation/ (notation
+#        v1.3.2 signatures by leaves with a CRL distribution point, their CRLs, an RSA TSA; needs
+#        127.0.0.1:39517 free)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,9 +25,12 @@ source "$ROOT/scripts/lib/needs.sh"
 needs_pkgs docker-registry:docker-registry curl:curl python3:python3
 if [[ "$ONLY" == "hash" ]]; then
   needs_tools crane cosign2 cosign25
-elif [[ "$ONLY" == "notation" ]]; then
+elif [[ "$ONLY" == "notation" || "$ONLY" == "notation-revocation" ]]; then
   needs_pkgs pip3:python3-pip # gen_notation.py installs asn1crypto and cryptography (pinned) from PyPI
   needs_tools crane notation
+  # gen_notation_revocation.py builds fixtures/gen/go-notation (notation-core-go) for its
+  # signing-authority signature.
+  if [[ "$ONLY" == "notation-revocation" ]]; then needs_cmds go; fi
 else
   needs_pkgs node:nodejs
   needs_tools crane cosign2 cosign25 cosign3 sigstore-js
@@ -69,6 +75,10 @@ if [[ "$ONLY" == "hash" ]]; then
 fi
 if [[ "$ONLY" == "notation" ]]; then
   IVORY_FIXTURE_REGISTRY="127.0.0.1:$PORT" IVORY_FIXTURE_WORK="$WORK" python3 "$FIX/gen/gen_notation.py"
+  exit 0
+fi
+if [[ "$ONLY" == "notation-revocation" ]]; then
+  IVORY_FIXTURE_REGISTRY="127.0.0.1:$PORT" IVORY_FIXTURE_WORK="$WORK" python3 "$FIX/gen/gen_notation_revocation.py"
   exit 0
 fi
 

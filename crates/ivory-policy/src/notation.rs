@@ -10,13 +10,15 @@
 //!   annotations:
 //!     ivory.dev/notation-trust-policy: |
 //!       {"notary": {"level": "permissive",
-//!                   "override": {"expiry": "enforce"},
+//!                   "override": {"expiry": "enforce", "revocation": "log"},
+//!                   "verifyTimestamp": "afterCertExpiry",
 //!                   "trustedIdentities": ["x509.subject: C=US, O=Acme, CN=release"]}}
 //! ```
 //!
 //! Everything is checked at load: an unknown attestor, a cosign attestor, an unknown key or
-//! value, the `skip` level, an override of `integrity`, and any `revocation` other than `skip`
-//! (ivory never fetches OCSP or CRLs while admitting) keep the policy from loading.
+//! value, the `skip` level and an override of `integrity` keep the policy from loading.
+//! Revocation (`strict`'s default, or an override) is judged from CRLs ivory fetches in the
+//! background, never while admitting (`ivory_verify::notation::revocation`).
 
 use std::collections::BTreeMap;
 
@@ -48,6 +50,21 @@ pub struct NotationTrustPolicy {
     /// signatures, or `signingAuthority` for `notary.x509.signingAuthority` ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certs_trust_store: Option<TrustStore>,
+    /// `signatureVerification.verifyTimestamp`: when a timestamp countersignature is looked at
+    /// (with `tsaCerts`); `always` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_timestamp: Option<VerifyTimestamp>,
+}
+
+/// notation's `verifyTimestamp` option.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum VerifyTimestamp {
+    /// The timestamp is always verified (and required) when `tsaCerts` are given.
+    Always,
+    /// Only once a certificate of the chain has expired; until then the chain must be valid
+    /// at verification time and no timestamp is needed.
+    AfterCertExpiry,
 }
 
 /// A verification level of the Notary Project trust policy.
@@ -77,7 +94,7 @@ pub enum Check {
     AuthenticTimestamp,
     /// The signature's own expiry has not passed.
     Expiry,
-    /// The certificates are not revoked (ivory does not check it: only `skip` loads).
+    /// The certificates are not revoked (judged from CRLs fetched in the background).
     Revocation,
 }
 
@@ -138,13 +155,6 @@ impl NotationTrustPolicy {
                 "override.integrity".into(),
                 "integrity is always enforced".into(),
             ));
-        }
-        match self.overrides.get(&Check::Revocation) {
-            None | Some(Action::Skip) => {}
-            Some(_) => out.push((
-                "override.revocation".into(),
-                "only \"skip\" is supported: ivory fetches no OCSP response or CRL while admitting, and does not keep revocation data".into(),
-            )),
         }
         for (i, identity) in self.trusted_identities.iter().enumerate() {
             if let Err(e) = TrustedIdentity::parse(identity) {
@@ -265,12 +275,17 @@ mod tests {
         let keys: Vec<String> = p.problems().into_iter().map(|(k, _)| k).collect();
         assert_eq!(
             keys,
-            [
-                "level",
-                "override.integrity",
-                "override.revocation",
-                "trustedIdentities[0]"
-            ]
+            ["level", "override.integrity", "trustedIdentities[0]"]
+        );
+        let p: NotationTrustPolicy = serde_json::from_str(
+            r#"{"override":{"revocation":"log"},"verifyTimestamp":"afterCertExpiry"}"#,
+        )
+        .unwrap();
+        assert!(p.problems().is_empty());
+        assert_eq!(p.action(Check::Revocation), Action::Log);
+        assert_eq!(p.verify_timestamp, Some(VerifyTimestamp::AfterCertExpiry));
+        assert!(
+            serde_json::from_str::<NotationTrustPolicy>(r#"{"verifyTimestamp":"never"}"#).is_err()
         );
         assert!(serde_json::from_str::<NotationTrustPolicy>(r#"{"levle":"strict"}"#).is_err());
         assert!(serde_json::from_str::<NotationTrustPolicy>(r#"{"level":"lax"}"#).is_err());

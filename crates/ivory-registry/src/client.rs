@@ -25,6 +25,7 @@ use crate::listing::{self, NameKind, Page};
 use crate::manifest::{self, ACCEPTED_MEDIA_TYPES, Manifest};
 use crate::operation::Operation;
 use crate::stats::{RegistryStats, StatsTable};
+use crate::url_fetch::{UrlFetchError, UrlFetcher};
 
 use http::{ReadBudget, build_client, error_snippet, read_capped};
 use referrers::ReferrersApi;
@@ -32,7 +33,7 @@ use session::{Challenge, Token, TokenKey};
 
 pub(crate) mod http;
 mod referrers;
-mod resolve;
+pub(crate) mod resolve;
 mod session;
 #[cfg(test)]
 mod tests;
@@ -130,6 +131,16 @@ impl Target {
 // === impl Registry ===
 
 impl Registry {
+    /// A fetcher of URLs ivory did not choose (CRL distribution points), with this client's
+    /// trust, connect timeout, user agent and address guards, and a budget of its own of
+    /// `budget_bytes` bodies held at once.
+    pub fn url_fetcher(
+        &self,
+        budget_bytes: usize,
+    ) -> std::result::Result<UrlFetcher, UrlFetchError> {
+        UrlFetcher::new(&self.inner.config, &self.inner.roots, budget_bytes)
+    }
+
     /// Builds the client: validates the CA bundle and loads the docker config file.
     pub fn new(config: Config) -> Result<Self> {
         let roots = match &config.ca_bundle_pem {

@@ -39,6 +39,7 @@ pub use manifest::{
 pub use operation::Operation;
 pub use reference::parse_reference;
 pub use stats::RegistryStats;
+pub use url_fetch::{UrlFetchError, UrlFetcher, checked_url};
 
 mod auth;
 mod cause;
@@ -53,3 +54,4 @@ mod operation;
 mod reference;
 mod roots;
 mod stats;
+mod url_fetch;

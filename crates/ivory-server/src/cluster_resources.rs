@@ -8,12 +8,15 @@
 //! holds more than its bounds, a read fails (the policy's failurePolicy decides) instead of
 //! answering from a partial set.
 //!
-//! Memory is bounded per watch ([`WatchLimits`]: objects and bytes, `managedFields` dropped);
-//! what each holds is exported as metrics. GlobalContextEntries (`kyverno.io/v2beta1`, watched
+//! Memory is bounded per watch ([`WatchLimits`]: objects and bytes, `managedFields` dropped) and
+//! for all watches together ([`TotalBytes`]: a watch whose growth would pass the process-wide
+//! bound drops what it holds and serves errors, like one past its own bounds); what each holds
+//! is exported as metrics. GlobalContextEntries (`kyverno.io/v2beta1`, watched
 //! when a policy reads one) name the resource whose objects they answer; that resource is then
 //! watched too.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -51,6 +54,8 @@ pub struct WatchLimits {
     pub max_objects: usize,
     /// Most bytes held (the objects' JSON, without `managedFields`).
     pub max_bytes: usize,
+    /// Most bytes held by all watches together (lists in progress included).
+    pub max_total_bytes: usize,
 }
 
 impl Default for WatchLimits {
@@ -58,7 +63,52 @@ impl Default for WatchLimits {
         Self {
             max_objects: 10_000,
             max_bytes: 64 * 1024 * 1024,
+            max_total_bytes: 256 * 1024 * 1024,
         }
+    }
+}
+
+/// The bytes all watches hold together, against [`WatchLimits::max_total_bytes`]. Each watch
+/// charges what it holds (its objects and a list in progress) and gives it back when it drops
+/// them or stops.
+#[derive(Debug)]
+pub struct TotalBytes {
+    used: AtomicUsize,
+    cap: usize,
+}
+
+impl TotalBytes {
+    /// Nothing charged yet, at most `cap` bytes.
+    pub fn new(cap: usize) -> Self {
+        Self {
+            used: AtomicUsize::new(0),
+            cap,
+        }
+    }
+
+    /// Bytes charged by all watches.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Moves a watch's charge from `*charged` to `want`; false (charge unchanged) when growing
+    /// it would pass the bound.
+    fn resize(&self, charged: &mut usize, want: usize) -> bool {
+        if want <= *charged {
+            self.used.fetch_sub(*charged - want, Ordering::Relaxed);
+            *charged = want;
+            return true;
+        }
+        let more = want - *charged;
+        let grown = self
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(more).filter(|total| *total <= self.cap)
+            });
+        if grown.is_ok() {
+            *charged = want;
+        }
+        grown.is_ok()
     }
 }
 
@@ -79,16 +129,23 @@ struct Held {
     over: Option<String>,
     /// The last error of the watch (forbidden, not found), until the next success.
     error: Option<String>,
+    /// Bytes charged to [`TotalBytes`] (what it holds plus a list in progress).
+    charged: usize,
+    /// Emptied because all watches together reached [`WatchLimits::max_total_bytes`].
+    over_total: bool,
 }
 
 struct Watch {
     held: Arc<RwLock<Held>>,
     task: tokio::task::JoinHandle<()>,
+    total: Arc<TotalBytes>,
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
         self.task.abort();
+        let mut held = self.held.write().unwrap_or_else(|p| p.into_inner());
+        self.total.resize(&mut held.charged, 0);
     }
 }
 
@@ -96,6 +153,7 @@ impl Drop for Watch {
 pub struct ResourceWatches {
     client: Client,
     limits: WatchLimits,
+    total: Arc<TotalBytes>,
     watches: RwLock<BTreeMap<ResourceRead, Watch>>,
 }
 
@@ -111,6 +169,7 @@ impl ResourceWatches {
         Arc::new(Self {
             client,
             limits,
+            total: Arc::new(TotalBytes::new(limits.max_total_bytes)),
             watches: RwLock::new(BTreeMap::new()),
         })
     }
@@ -180,9 +239,14 @@ impl ResourceWatches {
             self.client.clone(),
             read,
             self.limits,
+            Arc::clone(&self.total),
             Arc::clone(&held),
         ));
-        Watch { held, task }
+        Watch {
+            held,
+            task,
+            total: Arc::clone(&self.total),
+        }
     }
 
     /// What each watch holds.
@@ -197,6 +261,7 @@ impl ResourceWatches {
                     objects: held.objects.len(),
                     bytes: held.bytes,
                     synced: held.synced && held.over.is_none(),
+                    over_total: held.over_total,
                 }
             })
             .collect()
@@ -283,6 +348,7 @@ async fn run_watch(
     client: Client,
     read: ResourceRead,
     limits: WatchLimits,
+    total: Arc<TotalBytes>,
     held: Arc<RwLock<Held>>,
 ) {
     let set_error = |e: String| {
@@ -318,21 +384,55 @@ async fn run_watch(
                 }
             };
             let mut h = held.write().unwrap_or_else(|p| p.into_inner());
-            over = apply(&mut h, &mut pending, event, &resource, limits);
+            over = apply(&mut h, &mut pending, event, &resource, limits, &total);
             if over {
                 break;
             }
         }
         if over {
+            let detail = held.read().unwrap_or_else(|p| p.into_inner()).over.clone();
             tracing::warn!(resource = %read, max_objects = limits.max_objects, max_bytes = limits.max_bytes,
+                max_total_bytes = limits.max_total_bytes, detail = detail.unwrap_or_default(),
                 "watch exceeds its bounds: serving nothing for it, listing again later");
             tokio::time::sleep(OVER_LIMIT_RETRY).await;
         }
     }
 }
 
-/// Applies one event; true when the watch went over its bounds (it then holds nothing).
+/// Applies one event; true when the watch went over its bounds or the process-wide one (it
+/// then holds nothing).
 fn apply(
+    h: &mut Held,
+    pending: &mut Option<Listing>,
+    event: watcher::Event<DynamicObject>,
+    resource: &ApiResource,
+    limits: WatchLimits,
+    total: &TotalBytes,
+) -> bool {
+    if apply_event(h, pending, event, resource, limits) {
+        total.resize(&mut h.charged, 0);
+        h.over_total = false;
+        return true;
+    }
+    let want = h.bytes + pending.as_ref().map_or(0, |(_, bytes)| *bytes);
+    if total.resize(&mut h.charged, want) {
+        // Cleared with `over` once a list completes within every bound.
+        h.over_total = h.over_total && h.over.is_some();
+        return false;
+    }
+    let detail = format!(
+        "all watches together would hold {} bytes, past the process-wide bound of {} bytes (--resource-watch-max-total-bytes)",
+        total.used().saturating_sub(h.charged) + want,
+        limits.max_total_bytes
+    );
+    exceeded(h, pending, detail);
+    total.resize(&mut h.charged, 0);
+    h.over_total = true;
+    true
+}
+
+/// [`apply`] for this watch's own bounds.
+fn apply_event(
     h: &mut Held,
     pending: &mut Option<Listing>,
     event: watcher::Event<DynamicObject>,
@@ -501,7 +601,70 @@ mod tests {
         e: watcher::Event<DynamicObject>,
         limits: WatchLimits,
     ) -> bool {
-        apply(h, pending, e, &resource(), limits)
+        apply(
+            h,
+            pending,
+            e,
+            &resource(),
+            limits,
+            &TotalBytes::new(usize::MAX),
+        )
+    }
+
+    #[test]
+    fn all_watches_together_stay_within_the_process_wide_bound() {
+        let total = TotalBytes::new(1000);
+        let limits = WatchLimits {
+            max_objects: 100,
+            max_bytes: 4096,
+            max_total_bytes: 1000,
+        };
+        let step =
+            |h: &mut Held, p: &mut Option<Listing>, e| apply(h, p, e, &resource(), limits, &total);
+        // One watch holds ~600 bytes, within its own bounds and the total.
+        let (mut a, mut pa) = (Held::default(), None);
+        step(&mut a, &mut pa, watcher::Event::Init);
+        assert!(!step(
+            &mut a,
+            &mut pa,
+            watcher::Event::InitApply(cm("a", &"x".repeat(500)))
+        ));
+        step(&mut a, &mut pa, watcher::Event::InitDone);
+        assert!(a.synced && a.charged == a.bytes && a.bytes > 500);
+        // Another, within its own bounds, would pass the total while listing: it drops what
+        // it holds, serves nothing, says why, and gives its charge back.
+        let (mut b, mut pb) = (Held::default(), None);
+        step(&mut b, &mut pb, watcher::Event::Init);
+        assert!(step(
+            &mut b,
+            &mut pb,
+            watcher::Event::InitApply(cm("b", &"y".repeat(500)))
+        ));
+        assert!(b.objects.is_empty() && !b.synced && b.over_total && b.charged == 0);
+        assert!(
+            b.over
+                .as_deref()
+                .is_some_and(|o| o.contains("process-wide bound of 1000 bytes")),
+            "{:?}",
+            b.over
+        );
+        assert!(
+            a.synced && a.over.is_none(),
+            "the first watch keeps serving"
+        );
+        assert_eq!(total.used(), a.bytes);
+        // Once the first gives bytes back, the second lists within the total again.
+        step(&mut a, &mut pa, watcher::Event::Delete(cm("a", "")));
+        assert_eq!(total.used(), 0);
+        step(&mut b, &mut pb, watcher::Event::Init);
+        assert!(!step(
+            &mut b,
+            &mut pb,
+            watcher::Event::InitApply(cm("b", &"y".repeat(500)))
+        ));
+        step(&mut b, &mut pb, watcher::Event::InitDone);
+        assert!(b.synced && b.over.is_none() && !b.over_total);
+        assert_eq!(total.used(), b.bytes);
     }
 
     #[test]
@@ -509,6 +672,7 @@ mod tests {
         let limits = WatchLimits {
             max_objects: 2,
             max_bytes: 4096,
+            max_total_bytes: usize::MAX,
         };
         let (mut h, mut pending) = (Held::default(), None);
         assert!(!step(&mut h, &mut pending, watcher::Event::Init, limits));
@@ -585,6 +749,7 @@ mod tests {
         let big = WatchLimits {
             max_objects: 10,
             max_bytes: 150,
+            max_total_bytes: usize::MAX,
         };
         let (mut h, mut pending) = (Held::default(), None);
         step(&mut h, &mut pending, watcher::Event::Init, big);

@@ -30,6 +30,14 @@
 //!   `l2_call_microseconds_total` (their sum: the mean L2 latency): the cache shared by the
 //!   replicas (`--cache-redis`), read at scrape time. `rejected` counts entries that did not
 //!   verify (HMAC, name, size or format).
+//! * `revocation_crl_age_seconds{url}`, `revocation_crl_next_update_seconds{url}` gauges (the
+//!   age of each CRL the verifier holds for Notation chains, the 100 oldest, and the time left to its
+//!   `nextUpdate`, negative once passed: data past it no longer counts), and
+//!   `revocation_fetches_total{result}` (`ok`, `failed`): the background revocation data, read
+//!   at scrape time.
+//! * `resource_watch_objects{resource}`, `_bytes`, `_synced`, `_over_total_bytes` gauges: what
+//!   each watch of the policies' cluster reads holds; `_over_total_bytes` is 1 for a watch
+//!   emptied because all watches together reached `--resource-watch-max-total-bytes`.
 //! * `log_lines_dropped_total`: `ivory serve` writes its log from a thread of its own, so an
 //!   admission never waits for a slow log consumer; lines that do not fit its buffer are dropped
 //!   and counted here.
@@ -78,6 +86,41 @@ pub struct L2Counts {
     pub calls: u64,
     /// Their total time in microseconds.
     pub call_micros: u64,
+}
+
+/// One CRL the verifier holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CrlCount {
+    /// The distribution point it was fetched from (the `url` label).
+    pub url: String,
+    /// Seconds since it was fetched.
+    pub age_seconds: i64,
+    /// Seconds until its `nextUpdate` (negative once passed; `None`: it has none).
+    pub next_update_in_seconds: Option<i64>,
+}
+
+/// The verifier's background revocation data, as the binary reads it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RevocationCounts {
+    /// The CRLs held.
+    pub crls: Vec<CrlCount>,
+    /// Fetches that brought a CRL (monotonic).
+    pub fetched: u64,
+    /// Fetches that failed (monotonic).
+    pub failed: u64,
+}
+
+/// Where the revocation data counts come from.
+pub type RevocationStatsSource = Arc<dyn Fn() -> RevocationCounts + Send + Sync>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UrlLabels {
+    url: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
 }
 
 /// Where the L2 counters come from.
@@ -145,6 +188,8 @@ pub struct WatchStats {
     pub bytes: usize,
     /// Whether the first list completed (and the watch is within its bounds).
     pub synced: bool,
+    /// Emptied because all watches together reached the process-wide bound of bytes.
+    pub over_total: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -185,7 +230,12 @@ pub struct Metrics {
     watch_objects: Family<WatchLabels, Gauge>,
     watch_bytes: Family<WatchLabels, Gauge>,
     watch_synced: Family<WatchLabels, Gauge>,
+    watch_over_total: Family<WatchLabels, Gauge>,
     watch_source: std::sync::OnceLock<ResourceWatchStatsSource>,
+    crl_age: Family<UrlLabels, Gauge>,
+    crl_next_update: Family<UrlLabels, Gauge>,
+    revocation_fetches: Family<ResultLabels, Counter>,
+    revocation_source: Option<RevocationStatsSource>,
 }
 
 impl fmt::Debug for Metrics {
@@ -237,9 +287,29 @@ impl Metrics {
             watch_objects: Family::default(),
             watch_bytes: Family::default(),
             watch_synced: Family::default(),
+            watch_over_total: Family::default(),
             watch_source: std::sync::OnceLock::new(),
+            crl_age: Family::default(),
+            crl_next_update: Family::default(),
+            revocation_fetches: Family::default(),
+            revocation_source: None,
             registry: Registry::default(),
         };
+        registry.register(
+            "revocation_crl_age_seconds",
+            "Age of each CRL held for Notation revocation checks (fetched in the background)",
+            m.crl_age.clone(),
+        );
+        registry.register(
+            "revocation_crl_next_update_seconds",
+            "Seconds until the nextUpdate of each CRL held (negative: stale, no longer used)",
+            m.crl_next_update.clone(),
+        );
+        registry.register(
+            "revocation_fetches",
+            "Background CRL fetches by result (ok, failed)",
+            m.revocation_fetches.clone(),
+        );
         registry.register(
             "http_connections_refused",
             "Connections closed by the server's bounds: over max_connections, or idle past the idle timeout",
@@ -355,6 +425,11 @@ impl Metrics {
             m.watch_synced.clone(),
         );
         registry.register(
+            "resource_watch_over_total_bytes",
+            "1 when the watch was emptied because all watches together reached --resource-watch-max-total-bytes",
+            m.watch_over_total.clone(),
+        );
+        registry.register(
             "log_lines_dropped",
             "Log lines dropped because the log consumer fell behind (admission never waits for it)",
             m.log_lines_dropped.clone(),
@@ -392,6 +467,12 @@ impl Metrics {
     /// Adds the verifier's cache counters to every scrape.
     pub fn with_cache_stats(mut self, source: CacheStatsSource) -> Self {
         self.cache_source = Some(source);
+        self
+    }
+
+    /// Adds the verifier's background revocation data to every scrape.
+    pub fn with_revocation_stats(mut self, source: RevocationStatsSource) -> Self {
+        self.revocation_source = Some(source);
         self
     }
 
@@ -558,6 +639,7 @@ impl Metrics {
             self.watch_objects.clear();
             self.watch_bytes.clear();
             self.watch_synced.clear();
+            self.watch_over_total.clear();
             let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
             for w in source() {
                 let labels = WatchLabels {
@@ -570,6 +652,30 @@ impl Metrics {
                 self.watch_synced
                     .get_or_create(&labels)
                     .set(i64::from(w.synced));
+                self.watch_over_total
+                    .get_or_create(&labels)
+                    .set(i64::from(w.over_total));
+            }
+        }
+        if let Some(source) = &self.revocation_source {
+            let counts = source();
+            // CRLs dropped from the store go with their series.
+            self.crl_age.clear();
+            self.crl_next_update.clear();
+            for crl in &counts.crls {
+                let labels = UrlLabels {
+                    url: crl.url.clone(),
+                };
+                self.crl_age.get_or_create(&labels).set(crl.age_seconds);
+                if let Some(left) = crl.next_update_in_seconds {
+                    self.crl_next_update.get_or_create(&labels).set(left);
+                }
+            }
+            for (result, n) in [("ok", counts.fetched), ("failed", counts.failed)] {
+                let labels = ResultLabels {
+                    result: result.to_owned(),
+                };
+                set(&self.revocation_fetches, &labels, n);
             }
         }
         let mut out = String::new();
@@ -654,12 +760,52 @@ mod tests {
     }
 
     #[test]
+    fn the_age_of_revocation_data_is_exported() {
+        let counts = Arc::new(Mutex::new(RevocationCounts {
+            crls: vec![CrlCount {
+                url: "http://127.0.0.1:1/a.crl".into(),
+                age_seconds: 42,
+                next_update_in_seconds: Some(-5),
+            }],
+            fetched: 3,
+            failed: 1,
+        }));
+        let source = counts.clone();
+        let m =
+            Metrics::new().with_revocation_stats(Arc::new(move || source.lock().unwrap().clone()));
+        let text = m.encode();
+        let url = r#"{url="http://127.0.0.1:1/a.crl"}"#;
+        assert_eq!(
+            line(&text, &format!("ivory_revocation_crl_age_seconds{url}")),
+            Some(42.0)
+        );
+        assert_eq!(
+            line(
+                &text,
+                &format!("ivory_revocation_crl_next_update_seconds{url}")
+            ),
+            Some(-5.0)
+        );
+        assert_eq!(
+            line(&text, r#"ivory_revocation_fetches_total{result="ok"}"#),
+            Some(3.0)
+        );
+        assert_eq!(
+            line(&text, r#"ivory_revocation_fetches_total{result="failed"}"#),
+            Some(1.0)
+        );
+        counts.lock().unwrap().crls.clear();
+        assert!(!m.encode().contains("crl_age_seconds{"));
+    }
+
+    #[test]
     fn watches_of_cluster_reads_are_exported_and_go_when_they_stop() {
         let held = Arc::new(Mutex::new(vec![WatchStats {
             resource: "v1 configmaps in namespace ivory".into(),
             objects: 3,
             bytes: 1200,
             synced: true,
+            over_total: false,
         }]));
         let source = held.clone();
         let m = Metrics::new();

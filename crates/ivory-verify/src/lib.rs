@@ -46,5 +46,6 @@ pub use plan::{KMS_UNSUPPORTED, Plan, TUF_UNSUPPORTED};
 pub use rejection::{Rejection, Sought};
 pub use trust::PUBLIC_GOOD_TRUSTED_ROOT;
 pub use verifier::{
-    CacheStats, CosignVerifier, CredentialsResolver, Lookup, SharedCache, VerifierConfig,
+    CacheStats, CosignVerifier, CredentialsResolver, CrlAge, Lookup, RevocationConfig,
+    RevocationStats, SharedCache, VerifierConfig,
 };

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ivory_engine::verifier::{ImageVerifier, Verification, VerifyRequest};
-use ivory_policy::notation::{Action, Check, Level, NotationTrustPolicy};
+use ivory_policy::notation::{Action, Check, Level, NotationTrustPolicy, VerifyTimestamp};
 use ivory_policy::types::{Attestation, Attestor, Notary, StringSource, TypeRef};
 use ivory_registry::{Config, Registry};
 use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
@@ -296,6 +296,52 @@ async fn notation_cli_signatures_through_a_real_registry() {
     assert!(
         reason(&needs_stamp).contains("no timestamp countersignature"),
         "{needs_stamp:?}"
+    );
+    // verifyTimestamp: afterCertExpiry (notation's option): while the chain is valid the
+    // timestamp is not needed; once a certificate has expired it is, and is verified.
+    let after_expiry = || {
+        Some(NotationTrustPolicy {
+            verify_timestamp: Some(VerifyTimestamp::AfterCertExpiry),
+            ..NotationTrustPolicy::default()
+        })
+    };
+    let unexpired = verify(
+        &v,
+        &images["jws"],
+        attestor(&root, Some(&tsa), after_expiry()),
+        None,
+    )
+    .await;
+    assert!(unexpired.is_verified(), "{unexpired:?}");
+    let expired_stamped = verify(
+        &v,
+        &images["expired-tsa"],
+        attestor(&root, Some(&tsa), after_expiry()),
+        None,
+    )
+    .await;
+    assert!(expired_stamped.is_verified(), "{expired_stamped:?}");
+    let expired_unstamped = verify(
+        &v,
+        &images["expired"],
+        attestor(&root, Some(&tsa), after_expiry()),
+        None,
+    )
+    .await;
+    assert!(
+        reason(&expired_unstamped).contains("no timestamp countersignature"),
+        "{expired_unstamped:?}"
+    );
+    let expired_other_tsa = verify(
+        &v,
+        &images["expired-tsa"],
+        attestor(&root, Some(&other), after_expiry()),
+        None,
+    )
+    .await;
+    assert!(
+        reason(&expired_other_tsa).contains("does not verify to tsaCerts"),
+        "{expired_other_tsa:?}"
     );
 
     // Audit level: a wrong CA is only logged; integrity still holds (tampered denied).

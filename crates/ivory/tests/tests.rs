@@ -50,6 +50,7 @@ mod dogfood;
 mod fleet;
 mod memory;
 mod notation;
+mod notation_revocation;
 mod serve;
 mod serve_bypass;
 mod serve_cel_cost;

@@ -97,6 +97,11 @@ pub enum Rejection {
     /// base64, a bundle the verifier cannot parse).
     #[error("{0}")]
     Malformed(String),
+    /// The revocation status of a certificate of the chain cannot be told from the data held
+    /// yet (none fetched, stale, unverifiable): a verdict never cached, so an admission after
+    /// the background fetch is judged on the data.
+    #[error("{0}")]
+    RevocationUnknown(String),
     /// The attestor itself cannot verify anything: unsupported kind, unusable key,
     /// certificate or trust root (whatever the image), or an attestation of a kind it cannot
     /// verify.
@@ -127,6 +132,19 @@ pub enum Rejection {
         /// Why it is not verified.
         reason: Box<Rejection>,
     },
+}
+
+impl Rejection {
+    /// True when this verdict may change as soon as background data arrives (unknown
+    /// revocation status, alone or among the reasons): it must not be cached.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::RevocationUnknown(_) => true,
+            Self::NoneMatched { reasons, .. } => reasons.iter().any(Self::is_transient),
+            Self::Platform { reason, .. } => reason.is_transient(),
+            _ => false,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -688,9 +688,9 @@ fn the_notation_trust_policy_annotation_reaches_notary_attestors_or_refuses_the_
             ),
         ),
         (
-            r#"{"notary": {"override": {"revocation": "enforce"}}}"#,
+            r#"{"notary": {"override": {"integrity": "log"}}}"#,
             format!(
-                "{field}.notary.override.revocation: Invalid value: only \"skip\" is supported: ivory fetches no OCSP response or CRL while admitting, and does not keep revocation data"
+                "{field}.notary.override.integrity: Invalid value: integrity is always enforced"
             ),
         ),
         (

@@ -318,7 +318,7 @@ fn convert_entry(
             false
         }
         "Notary" => {
-            differences.push(format!("{field}.type Notary: verified as Notation signatures at the strict level, except revocation, which ivory never checks (docs/kyverno-semantics.md §16)"));
+            differences.push(format!("{field}.type Notary: verified as Notation signatures at the strict level; revocation is judged from CRLs ivory fetches in the background, never during the admission, so until a certificate's CRL has been fetched its images are denied as of unknown revocation status (docs/kyverno-semantics.md §16)"));
             true
         }
         other => return Err(format!("{field}.type: Unsupported value: {other:?}")),

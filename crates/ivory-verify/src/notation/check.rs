@@ -4,16 +4,19 @@
 //! authenticity (the certificate chain to the attestor's trust store with the code-signing
 //! usage, and `trustedIdentities`), authentic timestamp (the chain valid at a trusted time: an
 //! RFC 3161 countersignature verified to `tsaCerts`, the signing authority's time, or now),
-//! expiry (the signature's own). A check the trust policy only logs is reported as a warning
-//! and does not fail. Revocation is not checked (see `ivory_policy::notation`). No IO.
+//! expiry (the signature's own), revocation (the chain against CRLs already held, see
+//! [`super::revocation`]). A check the trust policy only logs is reported as a warning and does
+//! not fail. No IO.
 
 use std::time::Duration;
 
 use aws_lc_rs::signature::{self, UnparsedPublicKey, VerificationAlgorithm};
 use ivory_engine::verifier::Signer;
-use ivory_policy::notation::{Action, Check, TrustStore, TrustedIdentity, parse_dn};
+use ivory_policy::notation::{
+    Action, Check, TrustStore, TrustedIdentity, VerifyTimestamp, parse_dn,
+};
 use jiff::Timestamp;
-use rustls_pki_types::{CertificateDer, SignatureVerificationAlgorithm, UnixTime};
+use rustls_pki_types::{CertificateDer, UnixTime};
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 use sigstore_verify::types::{DerCertificate, SignatureBytes, TimestampToken, TsaAuthority};
@@ -22,7 +25,10 @@ use x509_cert::Certificate;
 use x509_cert::der::{Decode as _, Encode as _};
 
 use super::NotaryPlan;
+use super::algorithms::CHAIN_ALGORITHMS;
 use super::envelope::{Algorithm, SignedEnvelope, SigningScheme};
+use super::revocation::{RevocationSource, Status, check_chain};
+use super::timestamp_rsa::RsaTokenError;
 use crate::rejection::Rejection;
 
 /// `id-kp-codeSigning` (1.3.6.1.5.5.7.3.3), DER value bytes.
@@ -32,24 +38,6 @@ const EC_PUBLIC_KEY: &str = "1.2.840.10045.2.1";
 const P256: &str = "1.2.840.10045.3.1.7";
 const P384: &str = "1.3.132.0.34";
 const P521: &str = "1.3.132.0.35";
-
-/// Certificate signature algorithms of chains (the Notary Project's set: RSA PKCS#1 v1.5 and
-/// PSS, ECDSA P-256/P-384/P-521).
-static CHAIN_ALGORITHMS: &[&dyn SignatureVerificationAlgorithm] = &[
-    webpki::aws_lc_rs::ECDSA_P256_SHA256,
-    webpki::aws_lc_rs::ECDSA_P256_SHA384,
-    webpki::aws_lc_rs::ECDSA_P384_SHA256,
-    webpki::aws_lc_rs::ECDSA_P384_SHA384,
-    webpki::aws_lc_rs::ECDSA_P521_SHA256,
-    webpki::aws_lc_rs::ECDSA_P521_SHA384,
-    webpki::aws_lc_rs::ECDSA_P521_SHA512,
-    webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA256,
-    webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA384,
-    webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA512,
-    webpki::aws_lc_rs::RSA_PSS_2048_8192_SHA256_LEGACY_KEY,
-    webpki::aws_lc_rs::RSA_PSS_2048_8192_SHA384_LEGACY_KEY,
-    webpki::aws_lc_rs::RSA_PSS_2048_8192_SHA512_LEGACY_KEY,
-];
 
 /// The image a signature must be about: its manifest's descriptor.
 #[derive(Clone, Debug)]
@@ -80,11 +68,12 @@ struct Descriptor {
     size: u64,
 }
 
-/// Verifies `env` for `target` at `now`.
+/// Verifies `env` for `target` at `now`, revocation against what `revocation` holds.
 pub(crate) fn verify(
     plan: &NotaryPlan,
     env: &SignedEnvelope,
     target: &Target<'_>,
+    revocation: &dyn RevocationSource,
     now: Timestamp,
 ) -> Result<Verified, Rejection> {
     let leaf = integrity(env, target)?;
@@ -98,12 +87,31 @@ pub(crate) fn verify(
             }
             (Action::Enforce, Err(e)) => Err(e),
         };
-    outcome(Check::Authenticity, authenticity(plan, env, &leaf))?;
+    let authentic = authenticity(plan, env, &leaf);
+    let trusted_chain = authentic.is_ok();
+    outcome(Check::Authenticity, authentic)?;
     outcome(
         Check::AuthenticTimestamp,
         authentic_timestamp(plan, env, now),
     )?;
     outcome(Check::Expiry, expiry(env, now))?;
+    if plan.policy.action(Check::Revocation) != Action::Skip {
+        // URLs are read from certificates only once their chain is trusted: an untrusted
+        // signer (under `audit`) never makes ivory fetch anything.
+        let status = if trusted_chain {
+            check_chain(&env.chain, &plan.certs, revocation, CHAIN_ALGORITHMS, now)
+        } else {
+            Status::Unknown("revocation not checked: the certificate chain is not trusted".into())
+        };
+        outcome(
+            Check::Revocation,
+            match status {
+                Status::Good => Ok(()),
+                Status::Revoked(why) => Err(Rejection::Certificate(why)),
+                Status::Unknown(why) => Err(Rejection::RevocationUnknown(why)),
+            },
+        )?;
+    }
     Ok(Verified {
         signer: signer(&leaf.certificate),
         warnings,
@@ -354,17 +362,36 @@ fn authentic_timestamp(
     let at = match env.scheme {
         SigningScheme::SigningAuthority => env.authentic_signing_time.unwrap_or(now),
         SigningScheme::X509 if plan.tsa.is_empty() => now,
+        // notation's `verifyTimestamp: afterCertExpiry`: the timestamp is looked at only once
+        // a certificate of the chain has expired; until then the chain must be valid now.
+        SigningScheme::X509
+            if plan.policy.verify_timestamp == Some(VerifyTimestamp::AfterCertExpiry)
+                && chain_valid_at(env, now).is_ok() =>
+        {
+            now
+        }
         SigningScheme::X509 => timestamp_time(plan, env)?,
     };
     chain_valid_at(env, at)
 }
 
 /// The RFC 3161 countersignature's time, verified by sigstore-tsa against each `tsaCerts`
-/// root (signer among the token's certificates, message imprint = hash of the signature).
+/// root (signer among the token's certificates, message imprint = hash of the signature), or
+/// by [`super::timestamp_rsa`] when the TSA's key is RSA.
 fn timestamp_time(plan: &NotaryPlan, env: &SignedEnvelope) -> Result<Timestamp, Rejection> {
     let token = env.timestamp_token.as_ref().ok_or_else(|| {
         Rejection::Tlog("the signature has no timestamp countersignature (tsaCerts are set)".into())
     })?;
+    // An RSA TSA's token: read here (sigstore-tsa reads EC TSA keys only).
+    match super::timestamp_rsa::verify(token, &env.signature, &plan.tsa) {
+        Ok(time) => return Ok(time),
+        Err(RsaTokenError::Invalid(why)) => {
+            return Err(Rejection::Tlog(format!(
+                "the timestamp countersignature does not verify to tsaCerts: {why}"
+            )));
+        }
+        Err(RsaTokenError::NotRsa) => {}
+    }
     let embedded = embedded_certificates(token);
     let signature = SignatureBytes::from_bytes(&env.signature);
     let token = TimestampToken::new(token.clone());

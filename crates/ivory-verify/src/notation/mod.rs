@@ -3,8 +3,11 @@
 //! over an image's signatures (`evaluate`). No IO: the verifier fetches (at most
 //! [`MAX_SIGNATURE_ATTEMPTS`] signatures, each bounded) and calls in here.
 
+mod algorithms;
 mod check;
 pub mod envelope;
+pub mod revocation;
+mod timestamp_rsa;
 
 use ivory_policy::notation::{NotationTrustPolicy, TrustStore, TrustedIdentity};
 use ivory_policy::types::Notary;
@@ -83,12 +86,14 @@ pub(crate) struct Candidate {
 }
 
 /// The first of `candidates` that verifies for `target`; `more` says signatures were left
-/// unread past [`MAX_SIGNATURE_ATTEMPTS`].
+/// unread past [`MAX_SIGNATURE_ATTEMPTS`]. Revocation is checked against what `revocation`
+/// holds.
 pub(crate) fn evaluate(
     plan: &NotaryPlan,
     target: &Target<'_>,
     candidates: &[Candidate],
     more: bool,
+    revocation: &dyn revocation::RevocationSource,
     now: Timestamp,
 ) -> Result<(Signer, Vec<String>), Rejection> {
     if candidates.is_empty() {
@@ -98,7 +103,7 @@ pub(crate) fn evaluate(
     for c in candidates {
         let outcome = envelope::parse(&c.media_type, &c.bytes)
             .map_err(|e| Rejection::Malformed(e.to_string()))
-            .and_then(|env| check::verify(plan, &env, target, now));
+            .and_then(|env| check::verify(plan, &env, target, revocation, now));
         match outcome {
             Ok(Verified { signer, warnings }) => return Ok((signer, warnings)),
             Err(e) => {
@@ -113,6 +118,8 @@ pub(crate) fn evaluate(
             "signature evaluation stopped: the limit of {MAX_SIGNATURE_ATTEMPTS} signature attempts was reached"
         )));
     }
+    // Kept whatever is cut: it is what keeps the verdict out of the caches.
+    reasons.sort_by_key(|r| !r.is_transient());
     let left_out = reasons.len().saturating_sub(5);
     reasons.truncate(5);
     Err(Rejection::NoneMatched {

@@ -16,7 +16,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
 use super::CosignVerifier;
-use super::shared::{SharedLoad, tag_name, through};
+use super::shared::{SharedLoad, SharedValue, tag_name, through};
 use crate::classify::{deadline_error, map_error};
 use crate::plan::Plan;
 
@@ -83,6 +83,8 @@ pub(super) struct ResultKey {
 pub(super) struct Stamped {
     pub(super) at: Instant,
     pub(super) verdict: Verification,
+    /// Not kept: see [`Loaded::transient`].
+    pub(super) transient: bool,
 }
 
 impl Stamped {
@@ -90,7 +92,46 @@ impl Stamped {
         Self {
             at: Instant::now(),
             verdict,
+            transient: false,
         }
+    }
+
+    pub(super) fn loaded(loaded: Loaded) -> Self {
+        Self {
+            transient: loaded.transient,
+            ..Self::now(loaded.verdict)
+        }
+    }
+}
+
+/// A verdict as one load reached it.
+#[derive(Clone, Debug)]
+pub(super) struct Loaded {
+    pub(super) verdict: Verification,
+    /// Reached on data still being fetched in the background (a Notation chain's unknown
+    /// revocation status): handed to the callers waiting for this load, never cached here
+    /// or in the L2, so the next admission is judged again.
+    pub(super) transient: bool,
+}
+
+impl Loaded {
+    pub(super) fn lasting(verdict: Verification) -> Self {
+        Self {
+            verdict,
+            transient: false,
+        }
+    }
+}
+
+/// Only lasting verdicts are ever written (a transient one has a zero lifetime), so what is
+/// read back is lasting.
+impl SharedValue for Loaded {
+    fn encode(&self) -> Option<Vec<u8>> {
+        self.verdict.encode()
+    }
+
+    fn decode(bytes: &[u8], expected_digest: Option<&str>) -> Option<Self> {
+        Verification::decode(bytes, expected_digest).map(Self::lasting)
     }
 }
 
@@ -107,7 +148,9 @@ impl Expiry<ResultKey, Stamped> for VerdictExpiry {
         v: &Stamped,
         _: std::time::Instant,
     ) -> Option<Duration> {
-        Some(if v.verdict.is_verified() {
+        Some(if v.transient {
+            Duration::ZERO
+        } else if v.verdict.is_verified() {
             self.verified
         } else {
             self.negative

@@ -23,6 +23,7 @@ mod cache;
 mod image_data;
 mod notation;
 mod platforms;
+mod revocation;
 mod shared;
 mod sources;
 
@@ -49,9 +50,11 @@ use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
 
 pub use cache::CacheStats;
 use cache::{
-    AttestorMemo, CacheCounters, Cached, ResultKey, SHARED_LOAD_CAP, Stamped, TagKey,
+    AttestorMemo, CacheCounters, Cached, Loaded, ResultKey, SHARED_LOAD_CAP, Stamped, TagKey,
     VerdictExpiry, attestor_hash, coalesced,
 };
+use revocation::RevocationStore;
+pub use revocation::{CrlAge, RevocationConfig, RevocationStats};
 pub use shared::{Lookup, SharedCache};
 use shared::{Shared, SharedLoad, hint_name, through, verdict_name};
 use sources::{Family, SignatureLocation, Source};
@@ -77,6 +80,12 @@ pub struct VerifierConfig {
     pub max_signatures: usize,
     /// The trusted root used when an attestor names none (`trusted_root.json` text).
     pub default_trusted_root: String,
+    /// The background store of revocation data (CRLs) for Notation chains.
+    pub revocation: RevocationConfig,
+    /// One-shot commands only: how long a verdict of unknown revocation status waits for the
+    /// background fetches it asked for before it is reached again (once). `None` (`ivory
+    /// serve`): never; an admission is never held for revocation data.
+    pub revocation_settle: Option<Duration>,
 }
 
 impl Default for VerifierConfig {
@@ -90,6 +99,8 @@ impl Default for VerifierConfig {
             max_signature_bytes: 4 * 1024 * 1024,
             max_signatures: 50,
             default_trusted_root: PUBLIC_GOOD_TRUSTED_ROOT.to_owned(),
+            revocation: RevocationConfig::default(),
+            revocation_settle: None,
         }
     }
 }
@@ -127,6 +138,8 @@ struct Inner {
     attestors: AttestorMemo,
     /// The cache shared with the other replicas, if any.
     shared: Shared,
+    /// CRLs fetched in the background for Notation chains.
+    revocation: RevocationStore,
 }
 
 impl CosignVerifier {
@@ -173,8 +186,10 @@ impl CosignVerifier {
             .max_capacity(config.max_tags)
             .time_to_idle(Duration::from_secs(3600))
             .build();
+        let revocation = RevocationStore::new(registry.clone(), config.revocation.clone());
         Self {
             inner: Arc::new(Inner {
+                revocation,
                 root_hash,
                 shared,
                 attestors: AttestorMemo::default(),
@@ -214,6 +229,11 @@ impl CosignVerifier {
             self.inner.tag_counters.snapshot("tags"),
             self.inner.result_counters.snapshot("results"),
         ]
+    }
+
+    /// The CRLs held for Notation chains (their age) and the fetches made, for metrics.
+    pub fn revocation_stats(&self) -> RevocationStats {
+        self.inner.revocation.stats()
     }
 
     fn plan(&self, attestor: &Attestor) -> (Arc<Result<Plan, Rejection>>, [u8; 32]) {
@@ -339,8 +359,10 @@ impl CosignVerifier {
                 None => load,
                 Some(shared) => through(
                     shared,
-                    move |v: &Verification| {
-                        if v.is_verified() {
+                    move |v: &Loaded| {
+                        if v.transient {
+                            Duration::ZERO
+                        } else if v.verdict.is_verified() {
                             verified_ttl
                         } else {
                             negative_ttl
@@ -350,7 +372,7 @@ impl CosignVerifier {
                 )
                 .boxed(),
             };
-            load.map(|verdict| verdict.map(Stamped::now)).boxed()
+            load.map(|loaded| loaded.map(Stamped::loaded)).boxed()
         };
         coalesced(
             &self.inner.results,
@@ -383,7 +405,7 @@ impl CosignVerifier {
         plan: &Result<Plan, Rejection>,
         predicate: Option<String>,
         creds: &Credentials,
-    ) -> Result<Verification, VerifyError> {
+    ) -> Result<Loaded, VerifyError> {
         let plan = plan.as_ref().map_err(|reason| VerifyError::Unavailable {
             image: image.original().to_owned(),
             registry: String::new(),
@@ -422,7 +444,7 @@ impl CosignVerifier {
             return Err(e);
         }
         let digest = at.digest.clone();
-        Ok(match verdict {
+        Ok(Loaded::lasting(match verdict {
             Ok(Accepted { statement, signer }) => {
                 tracing::debug!(%image, %digest, source = ?found, "signature verified");
                 if found != first {
@@ -441,7 +463,7 @@ impl CosignVerifier {
                     reason,
                 }
             }
-        })
+        }))
     }
 }
 

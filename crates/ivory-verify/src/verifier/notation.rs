@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::CosignVerifier;
+use super::cache::Loaded;
 use super::sources::absent_is_empty;
 use crate::classify::map_error;
 use crate::notation::envelope::{COSE_MEDIA_TYPE, JWS_MEDIA_TYPE};
@@ -45,34 +46,65 @@ impl CosignVerifier {
     /// The verdict of `plan` about `digest` in `repo`: its signatures, or (with
     /// `referrer_type`) the first referrer of that type whose own signatures verify, whose
     /// first layer is then the payload.
+    ///
+    /// A verdict of unknown revocation status is transient (never cached); with
+    /// `revocation_settle` (one-shot commands), it waits that long for the fetches it asked
+    /// for and is reached once more.
     pub(super) async fn load_notation_verdict(
         &self,
         at: &Reading<'_>,
         digest: &str,
         plan: &NotaryPlan,
         referrer_type: Option<&str>,
-    ) -> Result<Verification, VerifyError> {
+    ) -> Result<Loaded, VerifyError> {
         let image = at.image;
-        let verdict = match referrer_type {
-            None => self
-                .verify_subject(at, digest, plan)
-                .await?
-                .map(|signer| (signer, None)),
-            Some(t) => self.verify_referrers(at, digest, plan, t).await?,
-        };
-        Ok(match verdict {
+        let mut verdict = self
+            .notation_verdict(at, digest, plan, referrer_type)
+            .await?;
+        if let (Err(reason), Some(wait)) = (&verdict, self.inner.config.revocation_settle)
+            && reason.is_transient()
+        {
+            self.inner
+                .revocation
+                .settled(at.deadline.min(Instant::now() + wait))
+                .await;
+            verdict = self
+                .notation_verdict(at, digest, plan, referrer_type)
+                .await?;
+        }
+        let transient = verdict.as_ref().is_err_and(Rejection::is_transient);
+        let verdict = match verdict {
             Ok((signer, payload)) => Verification::Verified {
                 digest: digest.to_owned(),
                 payload,
                 signer: Some(signer),
             },
             Err(reason) => {
-                tracing::debug!(%image, digest, %reason, "not verified (notation)");
+                tracing::debug!(%image, digest, %reason, transient, "not verified (notation)");
                 Verification::NotVerified {
                     digest: Some(digest.to_owned()),
                     reason,
                 }
             }
+        };
+        Ok(Loaded { verdict, transient })
+    }
+
+    /// The signatures' verdict, or (with `referrer_type`) the referrers'.
+    async fn notation_verdict(
+        &self,
+        at: &Reading<'_>,
+        digest: &str,
+        plan: &NotaryPlan,
+        referrer_type: Option<&str>,
+    ) -> Result<Result<(ivory_engine::verifier::Signer, Option<Value>), Rejection>, VerifyError>
+    {
+        Ok(match referrer_type {
+            None => self
+                .verify_subject(at, digest, plan)
+                .await?
+                .map(|signer| (signer, None)),
+            Some(t) => self.verify_referrers(at, digest, plan, t).await?,
         })
     }
 
@@ -111,6 +143,7 @@ impl CosignVerifier {
             &target,
             &signatures.candidates,
             signatures.more,
+            &self.inner.revocation,
             Timestamp::now(),
         )
         .map(|(signer, warnings)| {
@@ -170,9 +203,16 @@ impl CosignVerifier {
                     let payload = self.referrer_payload(at, &referrer).await?;
                     return Ok(payload.map(|p| (signer, Some(p))));
                 }
-                Err(reason) => reasons.push(Rejection::Content(format!(
-                    "failed to verify attestation {artifact_type}, digest {referrer}: {reason}"
-                ))),
+                Err(reason) => {
+                    let text = format!(
+                        "failed to verify attestation {artifact_type}, digest {referrer}: {reason}"
+                    );
+                    reasons.push(if reason.is_transient() {
+                        Rejection::RevocationUnknown(text)
+                    } else {
+                        Rejection::Content(text)
+                    });
+                }
             }
         }
         Ok(Err(Rejection::NoneMatched {

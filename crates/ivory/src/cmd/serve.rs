@@ -71,6 +71,10 @@ pub(crate) struct Args {
     /// With --kube, most bytes (objects' JSON without managedFields) one such watch may hold.
     #[arg(long, value_name = "BYTES", default_value_t = ivory_server::cluster_resources::WatchLimits::default().max_bytes)]
     resource_watch_max_bytes: usize,
+    /// With --kube, most bytes all those watches may hold together; a watch whose growth would
+    /// pass it serves nothing (as past its own bounds) and lists again later.
+    #[arg(long, value_name = "BYTES", default_value_t = ivory_server::cluster_resources::WatchLimits::default().max_total_bytes)]
+    resource_watch_max_total_bytes: usize,
     /// Largest accepted AdmissionReview body in bytes (larger bodies get 413).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
     body_limit: usize,
@@ -207,7 +211,8 @@ pub(crate) async fn run(
         l2.clone()
             .map(|l2| l2 as Arc<dyn ivory_verify::SharedCache>),
     );
-    let (stats_source, cache_source) = (verifier.clone(), verifier.clone());
+    let (stats_source, cache_source, revocation_source) =
+        (verifier.clone(), verifier.clone(), verifier.clone());
     let mut metrics = Metrics::new();
     if let Some(source) = log_drops {
         metrics = metrics.with_log_drops(source);
@@ -231,6 +236,22 @@ pub(crate) async fn run(
                         coalesced: c.coalesced,
                     })
                     .collect()
+            }))
+            .with_revocation_stats(Arc::new(move || {
+                let stats = revocation_source.revocation_stats();
+                ivory_server::RevocationCounts {
+                    crls: stats
+                        .crls
+                        .into_iter()
+                        .map(|c| ivory_server::CrlCount {
+                            url: c.url,
+                            age_seconds: c.age_seconds,
+                            next_update_in_seconds: c.next_update_in_seconds,
+                        })
+                        .collect(),
+                    fetched: stats.fetched,
+                    failed: stats.failed,
+                }
             })),
     );
     let store = Arc::new(PolicyStore::default());
@@ -258,6 +279,7 @@ pub(crate) async fn run(
                 let limits = ivory_server::cluster_resources::WatchLimits {
                     max_objects: args.resource_watch_max_objects,
                     max_bytes: args.resource_watch_max_bytes,
+                    max_total_bytes: args.resource_watch_max_total_bytes,
                 };
                 let watches = ivory_server::cluster_resources::ResourceWatches::new(client, limits);
                 watches.follow(store.clone());

@@ -175,6 +175,7 @@ pub(crate) fn verifier_for(
         registry,
         VerifierConfig {
             tag_ttl,
+            revocation_settle: Some(ONE_SHOT_REVOCATION_WAIT),
             ..VerifierConfig::default()
         },
         CosignVerifier::anonymous_credentials(),
@@ -196,6 +197,7 @@ pub(crate) fn verifier_with_credentials(
         registry,
         VerifierConfig {
             tag_ttl,
+            revocation_settle: Some(ONE_SHOT_REVOCATION_WAIT),
             ..VerifierConfig::default()
         },
         Arc::new(move |c: Option<&ivory_policy::types::Credentials>| {
@@ -206,6 +208,11 @@ pub(crate) fn verifier_with_credentials(
         cache,
     )
 }
+
+/// How long a one-shot command (verify, apply, audit, test) waits for the CRLs a Notation
+/// chain names before judging it (`ivory serve` never waits: its admissions are judged on the
+/// data already fetched).
+pub(crate) const ONE_SHOT_REVOCATION_WAIT: Duration = Duration::from_secs(10);
 
 /// clap parser for counts that must be at least 1.
 pub(crate) fn positive(text: &str) -> Result<usize, String> {
