@@ -183,7 +183,7 @@ fn cel_validate_stage(b: Bencher<'_, '_>) {
     let req = request(&PINNED);
     let policies = selected();
     b.bench(|| {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = ivory_clock::now() + Duration::from_secs(10);
         let d = rt.block_on(validate(
             &InstantVerifier,
             &policies,
@@ -237,7 +237,7 @@ fn image_data_stage(b: Bencher<'_, '_>, scope: &str) {
     };
     let policy = image_data_policy(&glob);
     b.bench(|| {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = ivory_clock::now() + Duration::from_secs(10);
         let d = rt.block_on(validate(
             &InstantVerifier,
             &[&policy],
@@ -256,7 +256,7 @@ fn patch_building(b: Bencher<'_, '_>) {
     let req = request(&TAGGED);
     let policies = selected();
     b.bench(|| {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = ivory_clock::now() + Duration::from_secs(10);
         let d = rt.block_on(mutate(
             &InstantVerifier,
             &policies,
@@ -280,7 +280,7 @@ fn cache_lookup(b: Bencher<'_, '_>) {
         .expect("tokio runtime");
     let (_registry, verifier, request) = rt.block_on(cached_verifier());
     b.bench(|| {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = ivory_clock::now() + Duration::from_secs(10);
         let v = rt.block_on(verifier.verify(black_box(&request), deadline));
         assert!(matches!(v, Ok(Verification::Verified { .. })));
     });
@@ -330,7 +330,7 @@ async fn cached_verifier() -> (
         credentials: None,
         platforms: Default::default(),
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = ivory_clock::now() + Duration::from_secs(30);
     let first = verifier.verify(&request, deadline).await;
     assert!(
         matches!(first, Ok(Verification::Verified { .. })),

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use base64::Engine as _;
@@ -389,7 +389,7 @@ async fn wait_for_kyverno(
         .iter()
         .find(|c| c.name == "key-unsigned")
         .context("cases.json: no key-unsigned case to probe Kyverno with")?;
-    let started = Instant::now();
+    let started = ivory_clock::now();
     loop {
         let routes = [("/mutate".to_owned(), "/validate".to_owned())];
         let v = through(

@@ -3,7 +3,7 @@
 //! harness. Figures go into `target/bench/results.json` beside the load figures (keys
 //! `fleet_*`, details under `details.fleet`). See BENCHMARKS.md.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
 use axum::body::Bytes;
@@ -33,7 +33,7 @@ struct Plan {
 }
 
 pub(crate) async fn run(args: LoadArgs) -> Result<()> {
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let plan = if args.quick {
         Plan {
             cached: args.cached_images.unwrap_or(3_000),
@@ -131,7 +131,7 @@ pub(crate) async fn run(args: LoadArgs) -> Result<()> {
     let restarted = stack.start_ivory_with("fleet-2-restarted", &l2).await?;
     first_contact(&stack, &restarted).await?;
     stack.registry.reset_requests();
-    let start = Instant::now();
+    let start = ivory_clock::now();
     ensure!(
         post(
             &stack.client,
@@ -188,7 +188,7 @@ pub(crate) async fn run(args: LoadArgs) -> Result<()> {
         plan.cached
     );
     let fresh = stack.start_ivory_with("fleet-cache", &l2).await?;
-    let start = Instant::now();
+    let start = ivory_clock::now();
     admit_all(&stack, &fresh.url, &stack.images.cached, "fleet-cache").await?;
     let cache_seconds = start.elapsed().as_secs_f64();
     let (hwm, rss) = fresh.memory_kib()?;

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use axum::body::Bytes;
@@ -112,7 +112,7 @@ struct Side {
 /// Runs both webhooks through the same phases and merges the `kyverno_*` figures into
 /// `results.json`.
 pub(crate) async fn run(args: PeersArgs) -> Result<()> {
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let plan = Plan::new(&args.load);
     let machine = report::machine();
     let kube = Kube::open(&args.cluster)?;
@@ -121,7 +121,7 @@ pub(crate) async fn run(args: PeersArgs) -> Result<()> {
     prepare_cluster(&kube, &args.kyverno_crds, &stack.work.join("policies")).await?;
 
     eprintln!("peers: starting Kyverno {KYVERNO_VERSION} out of cluster…");
-    let kyverno_started = Instant::now();
+    let kyverno_started = ivory_clock::now();
     let (kyverno, kyverno_client, kyverno_flags) = start_kyverno(&args, &stack, &kube).await?;
     let ready_s = kyverno_started.elapsed().as_secs_f64();
     wait_for_policies(&stack, &kyverno_client, &kyverno.url).await?;
@@ -279,7 +279,7 @@ async fn load_harness_warm_pod(stack: &Stack, client: &reqwest::Client, base: &s
 /// Validates every image once (three per Pod, 8 Pods in flight), as the load harness's
 /// cache-memory phase does for ivory. Failures are counted, not fatal: the figure is memory.
 async fn fill_cache(client: &reqwest::Client, base: &str, images: &[Image]) -> Value {
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let validate = phases::url(base, "validate");
     let pods = images.chunks(3).enumerate().map(|(i, chunk)| {
         let refs: Vec<String> = chunk.iter().map(Image::pinned_ref).collect();
@@ -523,7 +523,7 @@ async fn wait_for_policies(stack: &Stack, client: &reqwest::Client, base: &str) 
     let host = stack.registry.host();
     let zero = format!("sha256:{}", "0".repeat(64));
     let url = phases::url(base, "validate");
-    let started = Instant::now();
+    let started = ivory_clock::now();
     for repo in ["ivory/unsigned", "bench/unsigned"] {
         let image = format!("{host}/{repo}@{zero}");
         loop {
@@ -640,7 +640,7 @@ impl Kube {
     /// Waits until the CRD `name` is Established (its API is served).
     async fn wait_established(&self, name: &str) -> Result<()> {
         let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}");
-        let started = Instant::now();
+        let started = ivory_clock::now();
         loop {
             if let Some(crd) = self.get(&path).await?
                 && crd["status"]["conditions"].as_array().is_some_and(|c| {

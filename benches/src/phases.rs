@@ -1,7 +1,7 @@
 //! The measurements, in run order, all against the same registry and binaries.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use axum::body::Bytes;
@@ -58,7 +58,7 @@ impl Plan {
 }
 
 pub(crate) async fn run(args: LoadArgs) -> Result<()> {
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let plan = Plan::new(&args);
     let machine = report::machine();
     let stack = Stack::build(args, plan.cached, plan.cosign).await?;
@@ -350,7 +350,7 @@ pub(crate) async fn hung(
         let body = Bytes::from(pod_review(&format!("hung-{i}"), &[image]));
         let client = client.clone();
         async move {
-            let start = Instant::now();
+            let start = ivory_clock::now();
             let answer = post(&client, &url, body).await;
             (
                 stage,
@@ -400,7 +400,7 @@ pub(crate) async fn hung(
 pub(crate) async fn cached_rss(stack: &Stack) -> Result<(f64, Value)> {
     let ivory = stack.start_ivory("ivory-serve-cache").await?;
     let (_, before) = ivory.memory_kib()?;
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let validate = url(&ivory.url, "validate");
     let pods = stack.images.cached.chunks(3).enumerate().map(|(i, chunk)| {
         let images: Vec<String> = chunk.iter().map(Image::pinned_ref).collect();
@@ -498,7 +498,7 @@ fn ms(d: Duration) -> f64 {
 /// Runs a verifier process to completion; it must succeed.
 async fn timed(cmd: std::process::Command, what: &str, image: &str) -> Result<Duration> {
     let mut cmd = tokio::process::Command::from(cmd);
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let out = cmd
         .output()
         .await

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 
@@ -68,7 +68,7 @@ impl Server {
         timeout: Duration,
     ) -> Result<()> {
         let url = format!("{}{path}", self.url);
-        let started = Instant::now();
+        let started = ivory_clock::now();
         loop {
             if let Some(status) = self.child.try_wait().context("polling child")? {
                 let text = std::fs::read_to_string(log).unwrap_or_default();

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use ivory_e2e::{
@@ -106,7 +106,7 @@ async fn create(
     let request = http::Request::post(uri)
         .header("content-type", "application/json")
         .body(kube::client::Body::from(serde_json::to_vec(object)?))?;
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let response = client.send(request).await?;
     let elapsed = start.elapsed();
     let status = response.status().as_u16();
@@ -509,7 +509,7 @@ impl Env {
 
     /// Waits until an unsigned dry-run pod in `ns` is denied with `message` naming its image.
     async fn wait_denial(&self, ns: &str, message: &str) -> Result<Duration> {
-        let start = Instant::now();
+        let start = ivory_clock::now();
         eventually(
             &format!("unsigned pods in {ns} denied with {message:?}"),
             PROPAGATION,
@@ -734,7 +734,7 @@ async fn scenario_3_paused(env: &Env) -> Result<()> {
     env.ivory.pause().await?;
     let result = paused_checks(env, s).await;
     env.ivory.resume().await?;
-    let resumed = Instant::now();
+    let resumed = ivory_clock::now();
     result?;
 
     let s = "8 recovery after SIGCONT";
@@ -1107,7 +1107,7 @@ async fn scenario_5_registration_removed(env: &Env, configs: &(String, String)) 
             .await?
             .is_some()
     );
-    let start = Instant::now();
+    let start = ivory_clock::now();
     eventually(
         "unsigned dry-run pods to pass without the webhooks",
         PROPAGATION,

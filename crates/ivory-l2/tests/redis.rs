@@ -47,7 +47,7 @@ async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
 }
 
 fn later() -> Instant {
-    Instant::now() + Duration::from_secs(5)
+    ivory_clock::now() + Duration::from_secs(5)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,6 +200,37 @@ async fn a_paused_or_stopped_redis_reads_as_empty_and_trips_the_breaker() {
     assert_eq!(got.as_deref(), Some(&b"w"[..]));
 }
 
+/// The cool-down is measured on tokio's clock ([`ivory_clock::now`]): with the clock paused, a
+/// test moves through an hour-long cool-down by advancing the clock, not by sleeping.
+#[tokio::test(start_paused = true)]
+async fn the_breaker_cooldown_follows_a_paused_clock() {
+    // Accepts connections (the kernel's backlog) and never answers: every call that reaches it
+    // fails at its deadline, which the paused clock reaches as soon as the runtime is idle.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", silent.local_addr().unwrap());
+    let mut config = L2Config::new(url, keys(&[KEY_A]));
+    config.cooldown = Duration::from_secs(3600);
+    let a = RedisL2::new(config).unwrap();
+    let counts = |a: &RedisL2| (a.stats().errors, a.stats().skipped);
+
+    assert_eq!(a.get("n").await, None);
+    assert_eq!(counts(&a), (1, 0), "the first call reaches the store");
+    tokio::time::advance(Duration::from_secs(3599)).await;
+    assert_eq!(a.get("n").await, None);
+    assert_eq!(
+        counts(&a),
+        (1, 1),
+        "within the cool-down the call is skipped"
+    );
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(a.get("n").await, None);
+    assert_eq!(
+        counts(&a),
+        (2, 1),
+        "past the cool-down the store is asked again"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_url_password_and_database_are_used() {
     let server = RedisServer::start().await.unwrap();
@@ -266,9 +297,9 @@ async fn planted_or_replayed_leases_cost_a_waiter_at_most_one_poll() {
     // Planted by someone with write access to Redis but not the key, with no expiry: nobody
     // waits for it, whether they see it at lookup or while waiting.
     let _: () = conn.set("n:lease", "planted").await.unwrap();
-    let start = Instant::now();
+    let start = ivory_clock::now();
     assert_eq!(b.lookup("n").await, Lookup::Alone);
-    let until = Instant::now() + Duration::from_secs(10);
+    let until = ivory_clock::now() + Duration::from_secs(10);
     assert_eq!(b.wait("n", until).await, None);
     let waited = start.elapsed();
     eprintln!("planted lease: lookup + wait returned in {waited:?} (budget 10 s)");
@@ -292,10 +323,11 @@ async fn planted_or_replayed_leases_cost_a_waiter_at_most_one_poll() {
     let old: Vec<u8> = conn.get("p:lease").await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let _: () = conn.set("p:lease", &old).await.unwrap();
-    let start = Instant::now();
+    let start = ivory_clock::now();
     assert_eq!(b.lookup("p").await, Lookup::Alone);
     assert_eq!(
-        b.wait("p", Instant::now() + Duration::from_secs(10)).await,
+        b.wait("p", ivory_clock::now() + Duration::from_secs(10))
+            .await,
         None
     );
     assert!(
@@ -306,10 +338,10 @@ async fn planted_or_replayed_leases_cost_a_waiter_at_most_one_poll() {
 
     // A live lease is waited for, but never longer than a lease lives: its holder is gone.
     assert_eq!(short.lookup("q").await, Lookup::Won);
-    let start = Instant::now();
+    let start = ivory_clock::now();
     assert_eq!(
         short
-            .wait("q", Instant::now() + Duration::from_secs(10))
+            .wait("q", ivory_clock::now() + Duration::from_secs(10))
             .await,
         None
     );

@@ -8,7 +8,6 @@ use ivory_testkit::{
     AuthMode, CaptureServer, HOSTILE_SECRET, HarnessOptions, HostileAuth, HostileOptions,
     HostileServer, RegistryHarness,
 };
-use tokio::time::Instant;
 
 use crate::util::{client_for, ok_deadline, push_simple};
 
@@ -37,7 +36,7 @@ async fn endless_and_huge_answers_are_cut_at_their_limit() {
     let h = hostile(HostileAuth::Open).await;
     let r = Registry::new(Config::default()).unwrap();
     let c = insecure();
-    let started = Instant::now();
+    let started = ivory_clock::now();
     for image in ["endless:latest", "hugelength:latest"] {
         let image = format!("{}/{image}", h.host());
         let err = r
@@ -172,9 +171,13 @@ async fn error_bodies_never_reach_the_message() {
         (500, "server error"),
     ] {
         let image = format!("{}/secret-{code}:latest", h.host());
-        let started = Instant::now();
+        let started = ivory_clock::now();
         let err = r
-            .fetch_manifest(&image, &insecure(), Instant::now() + Duration::from_secs(5))
+            .fetch_manifest(
+                &image,
+                &insecure(),
+                ivory_clock::now() + Duration::from_secs(5),
+            )
             .await
             .unwrap_err();
         assert_no_registry_text(&err);

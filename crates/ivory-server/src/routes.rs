@@ -188,13 +188,13 @@ async fn admit(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let reading = Instant::now();
+    let reading = ivory_clock::now();
     let body = match read_body(&headers, body, &state.limits, &state.body_budget).await {
         Ok(body) => body,
         Err(e) => return refuse_body(&state, call, e, reading),
     };
     // The budget starts once the body is read.
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let _guard = state.metrics.in_flight();
     let handled = AssertUnwindSafe(handle(&state, call, &names, query.as_deref(), body, start))
         .catch_unwind()
@@ -378,7 +378,7 @@ async fn answer(
             .iter()
             .for_each(|r| audit::log_result(req, r, audit::Cause::Admission)),
     }
-    if Instant::now() >= budget.deadline || budget_exhausted(&decision) {
+    if ivory_clock::now() >= budget.deadline || budget_exhausted(&decision) {
         state.metrics.deadline_expired(call.label);
     }
     let resp = response_from_decision(req, &decision);
@@ -548,7 +548,7 @@ fn budget_exhausted(d: &Decision) -> bool {
 
 /// Halfway from now to `deadline`: what a lookup before the engine may spend.
 fn halfway(deadline: Instant) -> Instant {
-    let now = Instant::now();
+    let now = ivory_clock::now();
     now + deadline.saturating_duration_since(now) / 2
 }
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::{Error, Result, io};
 use crate::pki::{TestPki, TokenSigner};
@@ -333,7 +333,7 @@ impl Harness {
     async fn wait_ready(&mut self) -> Result<()> {
         let client = self.http_client()?;
         let url = format!("{}/v2/", self.base_url());
-        let started = Instant::now();
+        let started = ivory_clock::now();
         loop {
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()

@@ -16,7 +16,6 @@ use ivory_registry::{Config, Registry};
 use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
 use ivory_verify::{CosignVerifier, VerifierConfig};
 use serde_json::Value;
-use tokio::time::Instant;
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/notation")
@@ -89,7 +88,7 @@ async fn verify(
         credentials: None,
         platforms: Default::default(),
     };
-    v.verify(&request, Instant::now() + Duration::from_secs(20))
+    v.verify(&request, ivory_clock::now() + Duration::from_secs(20))
         .await
         .unwrap()
 }

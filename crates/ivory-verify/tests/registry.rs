@@ -80,7 +80,7 @@ fn request(image: String, attestor: Attestor, attestation: Option<Attestation>) 
 }
 
 fn soon() -> Instant {
-    Instant::now() + Duration::from_secs(20)
+    ivory_clock::now() + Duration::from_secs(20)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,7 +260,7 @@ async fn key_signatures_attestations_caches_and_coalescing() {
         .await
         .unwrap();
     assert_eq!(warm, cold);
-    let started = std::time::Instant::now();
+    let started = ivory_clock::now();
     for _ in 0..1000 {
         fresh
             .verify(&request(format!("{ed}:v1"), attestor.clone(), None), soon())
@@ -411,7 +411,7 @@ async fn a_registry_that_never_answers_ends_in_a_deadline_error() {
         CosignVerifier::anonymous_credentials(),
     );
     let image = format!("{}/ivory/hung:v1", hung.host());
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let deadline = started + Duration::from_millis(800);
     let err = v
         .verify(
@@ -432,7 +432,7 @@ async fn a_registry_that_never_answers_ends_in_a_deadline_error() {
     let verdict = v
         .verify(
             &request(hung_image, notary, None),
-            Instant::now() + Duration::from_secs(5),
+            ivory_clock::now() + Duration::from_secs(5),
         )
         .await
         .unwrap();
@@ -601,13 +601,16 @@ async fn registry_errors_are_named_and_never_cached() {
 
     // 503 on every manifest: a named error, and the next call asks the registry again.
     let broken = insecure(format!("{}/unavailable@{good}", f.host()));
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = ivory_clock::now() + Duration::from_secs(5);
     let err = v.verify(&broken, deadline).await.unwrap_err();
-    assert!(!err.is_deadline() || Instant::now() >= deadline, "{err}");
+    assert!(
+        !err.is_deadline() || ivory_clock::now() >= deadline,
+        "{err}"
+    );
     assert!(err.to_string().contains("unavailable"), "{err}");
     let before = f.requests().len();
     assert!(
-        v.verify(&broken, Instant::now() + Duration::from_secs(5))
+        v.verify(&broken, ivory_clock::now() + Duration::from_secs(5))
             .await
             .is_err()
     );
@@ -616,7 +619,7 @@ async fn registry_errors_are_named_and_never_cached() {
     // 429 twice, then answers: a definite verdict inside the deadline.
     let throttled = insecure(format!("{}/throttled:latest", f.host()));
     let verdict = v
-        .verify(&throttled, Instant::now() + Duration::from_secs(10))
+        .verify(&throttled, ivory_clock::now() + Duration::from_secs(10))
         .await
         .unwrap();
     assert!(
@@ -627,7 +630,7 @@ async fn registry_errors_are_named_and_never_cached() {
     // Connection refused: a named error, quickly.
     let refused = insecure(format!("{}/x:v1", refused_host().unwrap()));
     let err = v
-        .verify(&refused, Instant::now() + Duration::from_secs(5))
+        .verify(&refused, ivory_clock::now() + Duration::from_secs(5))
         .await
         .unwrap_err();
     assert!(
@@ -823,12 +826,12 @@ async fn coalesced_callers_keep_their_own_deadlines() {
         // Cold, a verification takes 2 s and more through the proxy; warm connections and a
         // known digest, still at least two 250 ms round trips.
         let short = Duration::from_millis(if shared_cache == "tags" { 1200 } else { 400 });
-        let started = Instant::now();
+        let started = ivory_clock::now();
         let a = {
             let (v, r) = (v.clone(), request(image.clone(), attestor.clone(), None));
             tokio::spawn(async move {
                 let res = v.verify(&r, started + short).await;
-                (res, Instant::now())
+                (res, ivory_clock::now())
             })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -871,7 +874,7 @@ async fn a_load_whose_only_caller_gave_up_still_fills_the_cache() {
     let err = v
         .verify(
             &request(image.clone(), attestor.clone(), None),
-            Instant::now() + Duration::from_millis(300),
+            ivory_clock::now() + Duration::from_millis(300),
         )
         .await
         .unwrap_err();
@@ -1231,7 +1234,7 @@ async fn a_background_scan_notices_a_deleted_signature_and_admissions_follow_it(
     assert!(h.requests().is_empty());
 
     let scan = v
-        .revalidating(Instant::now())
+        .revalidating(ivory_clock::now())
         .expect("CosignVerifier caches verdicts, so it has a revalidating view");
     let rescanned = scan.verify(&req, soon()).await.unwrap();
     assert!(!rescanned.is_verified(), "{rescanned:?}");

@@ -426,7 +426,7 @@ async fn hostile_listings_are_streamed_bounded_validated_and_escaped() {
     // Endless pages of ~4000-byte names outside the grammar (and a few valid tags) in
     // `pages`: the default --max-images stops the listing; every invalid name is counted,
     // none is shown; nothing printed can drive the terminal.
-    let started = std::time::Instant::now();
+    let started = ivory_clock::now();
     let (run, peak) = ivory_with_peak(&args(&["--images-from", list.to_str().unwrap()])).await;
     let took = started.elapsed();
     assert_eq!(run.code, 2, "{}", run.stderr);

@@ -5,7 +5,6 @@
 //! not change). `--nocapture` prints the figures BENCHMARKS.md quotes.
 
 use std::path::Path;
-use std::time::Instant;
 
 use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
 use serde_json::Value;
@@ -17,7 +16,7 @@ use crate::util::{VERIFY_SIGNED, fixtures, key_attestor, policy};
 /// its wall time in milliseconds.
 async fn counted(h: &Harness, args: &[String]) -> (Run, usize, u128) {
     h.reset_requests();
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let run = ivory(args).await;
     let millis = started.elapsed().as_millis();
     (run, h.requests().len(), millis)

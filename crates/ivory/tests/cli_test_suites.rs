@@ -8,7 +8,6 @@
 //! unchanged; a second run with the persistent cache asks the registry nothing.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
 
@@ -404,7 +403,7 @@ async fn a_second_ivory_test_run_asks_the_registry_nothing() {
     let mut runs = Vec::new();
     for _ in 0..2 {
         h.reset_requests();
-        let started = Instant::now();
+        let started = ivory_clock::now();
         let run = ivory(&args).await;
         let millis = started.elapsed().as_millis();
         assert_eq!(run.code, 0, "{}", show(&run));

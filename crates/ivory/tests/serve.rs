@@ -11,7 +11,6 @@ use ivory_testkit::{
     RegistryHarness,
 };
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use crate::util::{
     Ivory, Tls, VERIFY_SIGNED, eventually, fixtures, key_attestor, pod_review, policy,
@@ -293,7 +292,7 @@ async fn hung_registry_is_answered_inside_the_api_server_timeout() {
         let review = pod_review(uid, &[&image(uid)]);
         let ivory = &ivory;
         async move {
-            let started = Instant::now();
+            let started = ivory_clock::now();
             let resp = ivory.review(&format!("{path}?timeout=3s"), &review).await;
             (resp, started.elapsed())
         }
@@ -907,7 +906,7 @@ async fn a_moved_tag_is_pinned_anew_after_the_tag_cache_ttl() {
         .review("/ivpol/mutate/pin", &pod_review("m1", &[&image]))
         .await;
     assert_eq!(pinned(&resp), format!("{image}@{first}"), "{resp}");
-    let cached_at = Instant::now();
+    let cached_at = ivory_clock::now();
 
     let second = h
         .push_oci_layout(&layout("unsigned"), "ivory/moving")

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use crate::util::{Ivory, Tls, eventually, pod_review, policy};
 
@@ -77,7 +76,7 @@ async fn costly_cel_is_stopped_per_failure_policy_and_other_requests_are_answere
         let ivory = &ivory;
         let review = review.clone();
         async move {
-            let started = Instant::now();
+            let started = ivory_clock::now();
             let resp = ivory.review(path, &review).await;
             (resp, started.elapsed())
         }

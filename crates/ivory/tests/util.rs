@@ -241,8 +241,8 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let until = tokio::time::Instant::now() + limit;
-    while tokio::time::Instant::now() < until {
+    let until = ivory_clock::now() + limit;
+    while ivory_clock::now() < until {
         if check().await {
             return true;
         }

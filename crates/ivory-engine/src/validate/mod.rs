@@ -80,7 +80,7 @@ pub async fn validate_with(
     namespace_object: Option<&Value>,
     deadline: Instant,
 ) -> Decision {
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let data = RequestBindings::new(req, req.subject(), namespace_object).with_deadline(deadline);
     let builtin = images::builtin_images(req);
     let inputs = RequestInputs {

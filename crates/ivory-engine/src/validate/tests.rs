@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use ivory_policy::CompiledPolicy;
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use super::fake::{FakeVerifier, Mode};
 use super::{MAX_VERIFIED_ANNOTATION_BYTES, SKIPPED_ANNOTATION, VERIFIED_ANNOTATION, validate};
@@ -144,7 +143,7 @@ async fn run(
         policies,
         req,
         None,
-        Instant::now() + Duration::from_secs(10),
+        ivory_clock::now() + Duration::from_secs(10),
     )
     .await
 }
@@ -1255,7 +1254,7 @@ async fn request_and_namespace_bindings() {
         ),
     );
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {"env": "prod"}}});
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = ivory_clock::now() + Duration::from_secs(10);
     let req = create(&[SIGNED]);
     let d = validate(
         &FakeVerifier::new(),
@@ -1328,11 +1327,11 @@ async fn a_verifier_that_outlives_the_deadline_is_cut_off() {
         let verifier = FakeVerifier::new()
             .sign(SIGNED, "cosign")
             .mode(Mode::Sleep(Duration::from_secs(60)));
-        let start = Instant::now();
+        let start = ivory_clock::now();
         let deadline = start + Duration::from_secs(2);
         let d = validate(&verifier, &[&pol], &create(&[SIGNED]), None, deadline).await;
         assert_eq!(
-            Instant::now() - start,
+            ivory_clock::now() - start,
             Duration::from_secs(2),
             "returns at the deadline"
         );
@@ -1368,7 +1367,7 @@ async fn prefetch_runs_concurrently() {
         .iter()
         .fold(FakeVerifier::new(), |v, i| v.sign(i, "a").sign(i, "b"))
         .mode(Mode::Sleep(Duration::from_secs(1)));
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let req = pod("CREATE", &images[..2], &images[2..], &[], json!({}));
     let d = validate(
         &verifier,
@@ -1381,7 +1380,7 @@ async fn prefetch_runs_concurrently() {
     assert!(d.allowed, "{:?}", d.message);
     assert_eq!(verifier.calls(), 6, "3 images × 2 attestors");
     assert_eq!(
-        Instant::now() - start,
+        ivory_clock::now() - start,
         Duration::from_secs(1),
         "calls overlap"
     );
@@ -1553,7 +1552,7 @@ fn the_validate_future_is_send() {
     let pol = pod_policy("send", VERIFY_ALL);
     let req = create(&[SIGNED]);
     let policies = [&pol];
-    let future = validate(&verifier, &policies, &req, None, Instant::now());
+    let future = validate(&verifier, &policies, &req, None, ivory_clock::now());
     assert_send(&future);
 }
 
@@ -1782,7 +1781,7 @@ async fn cel_evaluation_stops_at_the_request_deadline() {
         &[&pol],
         &pod_with_long_list(10_000),
         None,
-        Instant::now(),
+        ivory_clock::now(),
     )
     .await;
     assert!(!d.allowed);
@@ -1829,7 +1828,7 @@ async fn judged(
         &refs,
         req,
         namespace,
-        Instant::now() + Duration::from_secs(10),
+        ivory_clock::now() + Duration::from_secs(10),
     )
     .await;
     (d, verifier.calls(), verifier.resolves())

@@ -15,7 +15,6 @@ use ivory_engine::admission::{
 };
 use ivory_engine::decision::{Decision, Status};
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use super::output::{self, Format};
 use super::wiring::{self, RegistryOpts, Stage, duration};
@@ -176,8 +175,14 @@ async fn apply(
     timeout: Duration,
 ) -> anyhow::Result<Applied> {
     let id = format!("{}/{}", req.kind.kind, qualified_name(&req));
-    let mutate =
-        wiring::run_routes(routes, Stage::Mutate, &req, None, Instant::now() + timeout).await;
+    let mutate = wiring::run_routes(
+        routes,
+        Stage::Mutate,
+        &req,
+        None,
+        ivory_clock::now() + timeout,
+    )
+    .await;
     let mut object = req.object.clone().unwrap_or(Value::Null);
     if mutate.allowed {
         wiring::apply_patch(&mut object, &mutate).with_context(|| format!("patching {id}"))?;
@@ -190,7 +195,7 @@ async fn apply(
             Stage::Validate,
             &req,
             None,
-            Instant::now() + timeout,
+            ivory_clock::now() + timeout,
         )
         .await
     } else {
