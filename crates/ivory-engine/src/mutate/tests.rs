@@ -147,7 +147,7 @@ fn pod_policy(name: &str) -> CompiledPolicy {
 }
 
 fn later(secs: u64) -> Instant {
-    Instant::now() + Duration::from_secs(secs)
+    ivory_clock::now() + Duration::from_secs(secs)
 }
 
 async fn run(fake: &Fake, policies: &[&CompiledPolicy], file: &str) -> Decision {
@@ -358,7 +358,7 @@ async fn lookups_run_concurrently() {
             Duration::from_secs(1),
         );
     let p = pod_policy("pin");
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let d = mutate(&fake, &[&p], &request("pod-create.json"), None, later(5)).await;
     assert_eq!(start.elapsed(), Duration::from_secs(1));
     assert_eq!(d.patch, pod_pins());
@@ -369,7 +369,7 @@ async fn deadline_with_failure_policy_fail_denies() {
     let fake = Fake::standard().slow("docker.io/nginx:latest", Duration::from_secs(30));
     let mut p = pod_policy("pin");
     p.actions = vec![ValidationAction::Warn]; // budget exhaustion denies regardless of actions
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let deadline = later(2);
     let d = mutate(&fake, &[&p], &request("pod-create.json"), None, deadline).await;
     assert_eq!(
@@ -395,7 +395,7 @@ async fn deadline_with_failure_policy_ignore_admits_unpinned() {
     let fake = Fake::standard().slow("docker.io/nginx:latest", Duration::from_secs(30));
     let mut p = pod_policy("pin");
     p.failure_policy = FailurePolicy::Ignore;
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let d = mutate(&fake, &[&p], &request("pod-create.json"), None, later(2)).await;
     assert_eq!(start.elapsed(), Duration::from_secs(2));
     assert!(d.allowed);

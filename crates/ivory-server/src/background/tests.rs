@@ -8,6 +8,7 @@ use ivory_engine::verifier::{ImageVerifier, Verification, VerifyError, VerifyReq
 use ivory_policy::types::Credentials;
 use kube::runtime::watcher::Event;
 use serde_json::json;
+use tokio::time::Instant;
 
 use super::*;
 use crate::audit::{ReportSink, ReportUpdate};
@@ -290,7 +291,7 @@ impl ImageVerifier for StaleCache {
 async fn a_scan_judges_through_the_revalidating_view_not_the_cached_verdicts() {
     let verifier = Arc::new(StaleCache::default());
     let (pods, state, sink) = cluster(2, verifier.clone());
-    let before = Instant::now();
+    let before = ivory_clock::now();
     assert_eq!(
         scan_once(&pods, &state, &BackgroundSettings::default()).await,
         2
@@ -300,7 +301,7 @@ async fn a_scan_judges_through_the_revalidating_view_not_the_cached_verdicts() {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .expect("the scan asked for a revalidating view");
-    assert!(since >= before && since <= Instant::now());
+    assert!(since >= before && since <= ivory_clock::now());
     let updates = sink.0.lock().unwrap_or_else(|e| e.into_inner());
     let result_of = |uid: &str| {
         updates

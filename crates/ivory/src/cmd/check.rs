@@ -173,7 +173,7 @@ impl Checker {
     /// `allowInsecureRegistry` included), as the webhook's mutating stage resolves it. The
     /// error is one line: the image, then the registry and the root cause once.
     pub(crate) async fn resolve(&self, image: &str) -> Result<String, String> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = ivory_clock::now() + self.timeout;
         let credentials = self
             .policies
             .iter()
@@ -196,7 +196,7 @@ impl Checker {
     /// Checks `image` whose manifest digest is `digest`.
     pub(crate) async fn check_digest(&self, image: &str, digest: &str) -> ImageReport {
         let pinned = pinned(image, digest);
-        let deadline = Instant::now() + self.timeout;
+        let deadline = ivory_clock::now() + self.timeout;
         let req = pod_request(&pinned, &self.namespace);
         let routes = wiring::Routes {
             verifier: self.verifier.as_ref(),
