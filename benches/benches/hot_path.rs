@@ -25,6 +25,7 @@ use ivory_engine::verifier::{
 };
 use ivory_policy::CompiledPolicy;
 use ivory_policy::types::Credentials;
+use ivory_testkit::policy::pod_policy;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -197,27 +198,16 @@ fn cel_validate_stage(b: Bencher<'_, '_>) {
 
 /// A policy reading the image data of every container, selecting the images `glob` matches.
 fn image_data_policy(glob: &str) -> CompiledPolicy {
-    let yaml = format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: bench
-spec:
-  matchConstraints:
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE, UPDATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{glob}\"
-  validationConfigurations:
+    let yaml = pod_policy(
+        "bench",
+        glob,
+        "  validationConfigurations:
     verifyDigest: false
     required: false
   attestors: []
   validations:
     - expression: object.spec.containers.all(c, image.GetMetadata(c.image).config.os == 'linux')
-"
+",
     );
     let report = ivory_policy::load_str(&yaml, "bench.yaml");
     assert!(report.errors.is_empty(), "{:?}", report.errors);

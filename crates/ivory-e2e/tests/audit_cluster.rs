@@ -4,30 +4,21 @@
 //! evaluated in its own namespace (namespaceSelector) with its own imagePullSecrets, the cluster
 //! found through KUBECONFIG when --kubeconfig has no file.
 
-use std::path::{Path, PathBuf};
+mod setup;
+
+use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
 use ivory_e2e::{Cluster, create_namespace, run_ivory};
-use ivory_testkit::policy::{VERIFY_SIGNATURES, key_attestor_yaml};
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::policy::PodPolicy;
+use ivory_testkit::policy::VERIFY_SIGNATURES;
+use ivory_testkit::{HarnessOptions, RegistryHarness};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Pushes the fixture layout `ivory/<layout>`; returns (`host/ivory/<layout>:v1`, its digest).
-async fn push(h: &Harness, layout: &str) -> Result<(String, String)> {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&workspace().join("fixtures/oci/ivory").join(layout), &repo)
-        .await?;
-    let digest = tags.get("v1").context("fixture has no v1 tag")?.clone();
-    Ok((format!("{}/{repo}:v1", h.host()), digest))
-}
+use setup::{fixture_key_attestors, push, workspace};
 
 /// The digest `fixtures/manifest.json` records for `ivory/<layout>:v1`.
 fn manifest_digest(layout: &str) -> Result<String> {
@@ -48,28 +39,17 @@ fn manifest_digest(layout: &str) -> Result<String> {
 
 /// A key policy: the fixture cosign key must have signed every image of `host`.
 fn policy_yaml(host: &str) -> Result<String> {
-    let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))?;
-    let attestors = key_attestor_yaml(&pem);
-    Ok(format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: audit-signed
-spec:
-  matchConstraints:
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE, UPDATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{host}/*\"
-{attestors}  validations:
+    Ok(PodPolicy::new("audit-signed")
+        .glob(&format!("{host}/*"))
+        .spec(&format!(
+            "{}  validations:
     - expression: >-
         {VERIFY_SIGNATURES}
       message: unsigned image
-"
-    ))
+",
+            fixture_key_attestors()?
+        ))
+        .yaml())
 }
 
 /// Creates a one-container Pod, then sets its container status with `image_id` (what a kubelet

@@ -16,28 +16,24 @@
 
 mod setup;
 
-use std::collections::BTreeMap;
 use std::ffi::OsStr;
 
 use anyhow::{Context, Result, bail, ensure};
 use ivory_e2e::{Cluster, eventually, unique_name};
-use ivory_testkit::policy::key_attestor_yaml;
+use ivory_testkit::policy::PodPolicy;
 use ivory_testkit::{HarnessOptions, RegistryHarness};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt as _};
 use serde_json::{Value, json};
 
 use setup::{
-    PROPAGATION, apply, dynamic, install_crds, register, serve, tls, unregister, workspace,
+    IVPOL, POLICY_CRDS, PROPAGATION, apply, dynamic, fixture_key_attestors, install_crds,
+    namespace, register, serve, tls, unregister, workspace,
 };
 
-const CRDS: [&str; 2] = [
-    "deploy/crds/policies.kyverno.io_imagevalidatingpolicies.yaml",
-    "deploy/crds/policies.kyverno.io_namespacedimagevalidatingpolicies.yaml",
-];
 const MESSAGE: &str = "failed the image Signature verification";
 /// The field manager of the "GitOps tool" applying the Deployment.
 const MANAGER: &str = "e2e-gitops";
@@ -45,66 +41,28 @@ const MANAGER: &str = "e2e-gitops";
 /// A pod policy (autogen covers Deployments) verifying every image of `host` in the namespaces
 /// `namespaces`, pinning as the annotation `mode` says (`None`: no annotation).
 fn policy(name: &str, mode: Option<&str>, host: &str, namespaces: &[&str]) -> Result<String> {
-    let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))?;
-    let attestors = key_attestor_yaml(&pem);
-    let annotation = match mode {
+    let policy = match mode {
         // Namespaces may choose no-patch under this policy.
         Some("consent") => {
-            "  annotations:\n    ivory.dev/namespace-digest-pinning: any\n".to_owned()
+            PodPolicy::new(name).annotation("ivory.dev/namespace-digest-pinning", "any")
         }
-        Some(m) => format!("  annotations:\n    ivory.dev/digest-pinning: {m}\n"),
-        None => String::new(),
+        Some(m) => PodPolicy::new(name).annotation("ivory.dev/digest-pinning", m),
+        None => PodPolicy::new(name),
     };
-    Ok(format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: {name}
-{annotation}spec:
-  failurePolicy: Fail
-  matchConstraints:
-    namespaceSelector:
-      matchExpressions:
-        - key: kubernetes.io/metadata.name
-          operator: In
-          values: [{}]
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE, UPDATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{host}/*\"
-{attestors}  validations:
+    Ok(policy
+        .in_namespace(&namespaces.join(", "))
+        .glob(&format!("{host}/*"))
+        .spec(&format!(
+            "  failurePolicy: Fail
+{}  validations:
     - expression: >-
         (images.containers + images.initContainers + images.ephemeralContainers)
           .map(i, verifyImageSignatures(i, [attestors.key])).all(e, e > 0)
       message: {MESSAGE}
 ",
-        namespaces.join(", ")
-    ))
-}
-
-async fn namespace(client: &Client, prefix: &str, labels: &[(&str, &str)]) -> Result<String> {
-    let name = unique_name(prefix);
-    let mut all = BTreeMap::from([("ivory-e2e".to_owned(), "true".to_owned())]);
-    all.extend(
-        labels
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-    );
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            labels: Some(all),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
-    Ok(name)
+            fixture_key_attestors()?
+        ))
+        .yaml())
 }
 
 /// The Deployment as the Git repository holds it.
@@ -197,7 +155,7 @@ struct Case {
 async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> {
     let cluster = Cluster::shared().await?;
     let client = cluster.client().await?;
-    install_crds(&client, &CRDS).await?;
+    install_crds(&client, &POLICY_CRDS).await?;
     let registry = RegistryHarness::start(HarnessOptions::default()).await?;
     let host = registry.host().to_owned();
     let layout = |name: &str| workspace().join("fixtures/oci/ivory").join(name);
@@ -231,12 +189,6 @@ async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> 
 
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies)?;
-    let ivpol = (
-        "policies.kyverno.io",
-        "v1",
-        "ImageValidatingPolicy",
-        "imagevalidatingpolicies",
-    );
     let (all_policy, pods_policy, none_policy, consent_policy) = (
         unique_name("e2e-pin-all"),
         unique_name("e2e-pin-pods"),
@@ -260,7 +212,7 @@ async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> 
         let yaml = policy(name, mode, &host, &namespaces)?;
         std::fs::write(policies.join(format!("{name}.yaml")), &yaml)?;
         // The vendored Kyverno CRD stores the annotation as it is.
-        apply(&dynamic(&client, ivpol, None), &yaml).await?;
+        apply(&dynamic(&client, IVPOL, None), &yaml).await?;
     }
 
     let kubeconfig = cluster.kubeconfig().as_os_str().to_owned();

@@ -22,14 +22,17 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use ivory_e2e::{Cluster, create_namespace, eventually, unique_name};
-use ivory_testkit::policy::key_attestor_yaml;
+use ivory_testkit::policy::PodPolicy;
 use ivory_testkit::{HarnessOptions, RegistryHarness};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use setup::{apply, dynamic, install_crds, register, serve, tls, unregister, workspace};
+use setup::{
+    IVPOL, apply, dynamic, fixture_key_attestors, install_crds, register, serve, tls, unregister,
+    workspace,
+};
 
 const CRDS: [&str; 5] = [
     "deploy/crds/policies.kyverno.io_imagevalidatingpolicies.yaml",
@@ -46,41 +49,30 @@ const REPORTED: Duration = Duration::from_secs(45);
 /// background scans (a result from one replaces the other's for the same policy, so the test
 /// keeps them on two policies).
 fn audit_policy(name: &str, host: &str, ns: &str, background: bool) -> Result<String> {
-    let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))?;
-    let attestors = key_attestor_yaml(&pem);
-    Ok(format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: {name}
-spec:
-  validationActions: [Audit]
+    Ok(PodPolicy::new(name)
+        .namespace_selector(&format!(
+            "      matchLabels:\n        kubernetes.io/metadata.name: {ns}\n"
+        ))
+        .glob(&format!("{host}/*"))
+        .spec(&format!(
+            "  validationActions: [Audit]
   evaluation:
     background:
       enabled: {background}
-  matchConstraints:
-    namespaceSelector:
-      matchLabels:
-        kubernetes.io/metadata.name: {ns}
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE, UPDATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{host}/*\"
   validationConfigurations:
     mutateDigest: false
     verifyDigest: false
-{attestors}  validations:
+{}  validations:
     - expression: >-
         images.containers.map(i, verifyImageSignatures(i, [attestors.key])).all(e, e > 0)
       message: {MESSAGE}
   auditAnnotations:
     - key: label
       valueExpression: \"'prod'\"
-"
-    ))
+",
+            fixture_key_attestors()?
+        ))
+        .yaml())
 }
 
 fn exception(namespace: &str, policy: &str) -> String {
@@ -255,16 +247,10 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies)?;
     std::fs::write(policies.join("policy.yaml"), &yaml)?;
-    let ivpol = (
-        "policies.kyverno.io",
-        "v1",
-        "ImageValidatingPolicy",
-        "imagevalidatingpolicies",
-    );
-    apply(&dynamic(&client, ivpol, None), &yaml).await?;
+    apply(&dynamic(&client, IVPOL, None), &yaml).await?;
     // Only in the cluster, not registered as a webhook: it judges running Pods.
     apply(
-        &dynamic(&client, ivpol, None),
+        &dynamic(&client, IVPOL, None),
         &audit_policy(&scanned, &host, &ns, true)?,
     )
     .await?;

@@ -12,6 +12,8 @@
 //!   on a second port).
 //! - [`HostileRedis`]: a fake Redis answering every command with an attack on its client's
 //!   memory ([`RedisAttack`]).
+//! - [`policy`] and [`review`]: the ImageValidatingPolicy YAML and AdmissionReview JSON the
+//!   tests and benchmarks build their cases from.
 //! - [`free_port`]: ports for those servers from below the kernel's ephemeral range, so no other
 //!   socket of the test run takes one between choosing and binding it.
 
@@ -45,4 +47,5 @@ mod ports;
 mod push;
 mod redis;
 mod registry;
+pub mod review;
 mod token;

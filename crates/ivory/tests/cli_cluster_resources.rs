@@ -7,24 +7,16 @@
 use ivory_testkit::{HarnessOptions, RegistryHarness};
 
 use crate::cli_util::{ivory, push_fixture, write, write_ca};
+use ivory_testkit::policy::pod_policy;
+
 use crate::util::{Ivory, Tls, VERIFY_SIGNED, fixtures, pod_review};
 
 fn policy(glob: &str) -> String {
-    format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: key-from-configmap
-spec:
-  matchConstraints:
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE, UPDATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{glob}\"
-  variables:
+    pod_policy(
+        "key-from-configmap",
+        glob,
+        &format!(
+            "  variables:
     - name: keys
       expression: resource.Get('v1', 'configmaps', 'ivory', 'cosign-keys')
   attestors:
@@ -36,6 +28,7 @@ spec:
           insecureIgnoreTlog: true
           insecureIgnoreSCT: true
 {VERIFY_SIGNED}"
+        ),
     )
 }
 

@@ -3,6 +3,7 @@
 //! an image the mutating stage cannot parse is a policy error.
 
 use base64::Engine as _;
+use ivory_testkit::review::{self, pod_review_with};
 use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
 use serde_json::{Value, json};
 
@@ -33,41 +34,21 @@ fn review(
     ephemeral: &[&str],
     volumes: &[&str],
 ) -> Value {
-    let list = |images: &[&str]| -> Vec<Value> {
-        images
-            .iter()
-            .enumerate()
-            .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
-            .collect()
-    };
     let volumes: Vec<Value> = volumes
         .iter()
         .enumerate()
         .map(|(i, image)| json!({"name": format!("v{i}"), "image": {"reference": image}}))
         .collect();
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": "web",
-            "namespace": "default",
-            "operation": operation,
-            "userInfo": {"username": "alice"},
-            "object": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "web", "namespace": "default"},
-                "spec": {
-                    "containers": list(containers),
-                    "ephemeralContainers": list(ephemeral),
-                    "volumes": volumes,
-                },
-            },
-        },
-    })
+    pod_review_with(
+        uid,
+        operation,
+        "default",
+        json!({
+            "containers": review::containers(containers),
+            "ephemeralContainers": review::containers(ephemeral),
+            "volumes": volumes,
+        }),
+    )
 }
 
 /// `kubectl debug`: an UPDATE of the `pods/ephemeralcontainers` subresource.

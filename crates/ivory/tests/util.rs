@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ivory_testkit::TestPki;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::oneshot;
@@ -174,53 +174,10 @@ impl Ivory {
     }
 }
 
-/// A Pod CREATE review in namespace `default` with one container per image.
-pub(crate) fn pod_review(uid: &str, images: &[&str]) -> Value {
-    let containers: Vec<Value> = images
-        .iter()
-        .enumerate()
-        .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
-        .collect();
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": "web",
-            "namespace": "default",
-            "operation": "CREATE",
-            "userInfo": {"username": "alice"},
-            "object": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "web", "namespace": "default"},
-                "spec": {"containers": containers},
-            },
-        },
-    })
-}
+pub(crate) use ivory_testkit::review::pod_review;
 
 /// An ImageValidatingPolicy for pods whose images match `glob`.
-pub(crate) fn policy(name: &str, glob: &str, body: &str) -> String {
-    format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: {name}
-spec:
-  matchConstraints:
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE, UPDATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{glob}\"
-{body}"
-    )
-}
+pub(crate) use ivory_testkit::policy::pod_policy as policy;
 
 /// `attestors:` with the fixture P-256 key (signatures without transparency log).
 pub(crate) fn key_attestor() -> String {

@@ -1,28 +1,101 @@
-//! Set-up shared by the report tests: CRDs from the repository, TLS for ivory, `ivory serve`
-//! with arguments, the webhooks `ivory webhooks` prints, objects applied server-side.
+//! Set-up shared by the cluster tests: CRDs from the repository, fixture images pushed, labelled
+//! namespaces, TLS for ivory, `ivory serve` with arguments, the webhooks `ivory webhooks`
+//! prints, objects and policies applied server-side.
+// Every test binary includes this module and each uses part of it.
+#![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use ivory_e2e::{IvoryServer, eventually, run_ivory};
-use ivory_testkit::TestPki;
+use ivory_e2e::{IvoryServer, eventually, run_ivory, unique_name};
+use ivory_testkit::policy::key_attestor_yaml;
+use ivory_testkit::{Harness, TestPki};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ObjectMeta, Patch,
+    PatchParams, PostParams,
 };
 use serde_json::{Value, json};
 
 /// How long the API server may take to establish a CRD or put a webhook in its chain.
 pub(crate) const PROPAGATION: Duration = Duration::from_secs(30);
 
+/// The CRDs of the two policy kinds ivory serves.
+pub(crate) const POLICY_CRDS: [&str; 2] = [
+    "deploy/crds/policies.kyverno.io_imagevalidatingpolicies.yaml",
+    "deploy/crds/policies.kyverno.io_namespacedimagevalidatingpolicies.yaml",
+];
+/// `ImageValidatingPolicy` for [`dynamic`].
+pub(crate) const IVPOL: (&str, &str, &str, &str) = (
+    "policies.kyverno.io",
+    "v1",
+    "ImageValidatingPolicy",
+    "imagevalidatingpolicies",
+);
+/// `NamespacedImageValidatingPolicy` for [`dynamic`].
+pub(crate) const NIVPOL: (&str, &str, &str, &str) = (
+    "policies.kyverno.io",
+    "v1",
+    "NamespacedImageValidatingPolicy",
+    "namespacedimagevalidatingpolicies",
+);
+
 pub(crate) fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `spec.attestors` with the fixture cosign key `fixtures/keys/cosign-p256.pub` (see
+/// [`key_attestor_yaml`]).
+pub(crate) fn fixture_key_attestors() -> Result<String> {
+    let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))
+        .context("reading fixtures/keys/cosign-p256.pub")?;
+    Ok(key_attestor_yaml(&pem))
+}
+
+/// Pushes the fixture image `fixtures/oci/ivory/<layout>` to `ivory/<layout>` on `h`:
+/// (`host/ivory/<layout>:v1`, its digest).
+pub(crate) async fn push(h: &Harness, layout: &str) -> Result<(String, String)> {
+    let repo = format!("ivory/{layout}");
+    let tags = h
+        .push_oci_layout(&workspace().join("fixtures/oci/ivory").join(layout), &repo)
+        .await?;
+    let digest = tags.get("v1").context("fixture has no v1 tag")?.clone();
+    Ok((format!("{}/{repo}:v1", h.host()), digest))
+}
+
+/// Creates a namespace `prefix-<unique>` labelled `ivory-e2e=true` and `labels`.
+pub(crate) async fn namespace(
+    client: &Client,
+    prefix: &str,
+    labels: &[(&str, &str)],
+) -> Result<String> {
+    let name = unique_name(prefix);
+    let mut all = BTreeMap::from([("ivory-e2e".to_owned(), "true".to_owned())]);
+    all.extend(
+        labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(all),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    Ok(name)
 }
 
 /// Installs CRD files (paths relative to the workspace) and waits until each is Established.
@@ -189,4 +262,14 @@ pub(crate) async fn apply(api: &Api<DynamicObject>, yaml: &str) -> Result<()> {
     )
     .await?;
     Ok(())
+}
+
+/// Server-side applies a policy of either kind: namespaced when it names a namespace.
+pub(crate) async fn apply_policy(client: &Client, yaml: &str) -> Result<()> {
+    let object: DynamicObject = serde_json::from_value(serde_saphyr::from_str::<Value>(yaml)?)?;
+    let api = match object.metadata.namespace.as_deref() {
+        Some(ns) => dynamic(client, NIVPOL, Some(ns)),
+        None => dynamic(client, IVPOL, None),
+    };
+    apply(&api, yaml).await
 }
