@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use base64::Engine as _;
-use ivory_testkit::{HarnessOptions, RegistryHarness, TestPki};
+use ivory_testkit::{RegistryHarness, TestPki};
 use serde_json::{Value, json};
 
 use crate::peers::{self, Kube, KyvernoPaths};
@@ -83,7 +83,7 @@ pub(crate) async fn run(args: ProofArgs) -> Result<()> {
     }
     std::fs::create_dir_all(work.join("legacy"))?;
     let cases = read_cases(&args.fixtures.join("legacy/cases.json"))?;
-    let registry = RegistryHarness::start(HarnessOptions::default())
+    let registry = RegistryHarness::start_default()
         .await
         .context("starting docker-registry")?;
     let host = registry.host().to_owned();

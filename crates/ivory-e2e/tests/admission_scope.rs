@@ -115,7 +115,7 @@ async fn namespace_selector_policies_apply_to_namespaces_ivory_has_not_seen() ->
     let cluster = Cluster::shared().await?;
     let client = cluster.client().await?;
     install_crds(&client, &POLICY_CRDS).await?;
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let registry = RegistryHarness::start_default().await?;
     let (image, digest) = push(&registry, "unsigned").await?;
     let pinned = format!("{image}@{digest}");
     let dir = tempfile::tempdir()?;
@@ -375,7 +375,7 @@ async fn the_verify_platforms_annotation_reaches_ivory_through_the_api_server() 
     let cluster = Cluster::shared().await?;
     let client = cluster.client().await?;
     install_crds(&client, &POLICY_CRDS).await?;
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let registry = RegistryHarness::start_default().await?;
     let signer = ivory_testkit::CosignSigner::generate()?;
     let repo = "ivory/arm-only";
     let (_, children) = registry
@@ -483,7 +483,7 @@ async fn the_notation_trust_policy_annotation_reaches_ivory_through_the_api_serv
     let cluster = Cluster::shared().await?;
     let client = cluster.client().await?;
     install_crds(&client, &POLICY_CRDS).await?;
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let registry = RegistryHarness::start_default().await?;
     let manifest: Value = serde_json::from_str(&std::fs::read_to_string(
         workspace().join("fixtures/notation/manifest.json"),
     )?)?;

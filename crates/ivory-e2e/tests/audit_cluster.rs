@@ -105,7 +105,7 @@ fn entry<'a>(doc: &'a Value, image: &str) -> Result<&'a Value> {
 async fn audit_cluster_pods() -> Result<()> {
     let cluster = Cluster::shared().await?;
     let client = cluster.client().await?;
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let registry = RegistryHarness::start_default().await?;
     let (signed, signed_digest) = push(&registry, "sig-p256").await?;
     let (unsigned, unsigned_digest) = push(&registry, "unsigned").await?;
     let recorded = manifest_digest("sig-p256")?;

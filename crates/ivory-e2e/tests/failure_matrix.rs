@@ -420,7 +420,7 @@ async fn setup() -> Result<Env> {
     let client = cluster.client().await?;
     install_crds(&client, &POLICY_CRDS).await?;
 
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let registry = RegistryHarness::start_default().await?;
     let (signed, signed_digest) = push(&registry, "sig-p256").await?;
     let (unsigned, _) = push(&registry, "unsigned").await?;
     let hung = HungRegistry::start().await?;

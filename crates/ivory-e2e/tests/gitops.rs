@@ -21,7 +21,7 @@ use std::ffi::OsStr;
 use anyhow::{Context, Result, bail, ensure};
 use ivory_e2e::{Cluster, eventually, unique_name};
 use ivory_testkit::policy::PodPolicy;
-use ivory_testkit::{HarnessOptions, RegistryHarness};
+use ivory_testkit::RegistryHarness;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -156,7 +156,7 @@ async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> 
     let cluster = Cluster::shared().await?;
     let client = cluster.client().await?;
     install_crds(&client, &POLICY_CRDS).await?;
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let registry = RegistryHarness::start_default().await?;
     let host = registry.host().to_owned();
     let layout = |name: &str| workspace().join("fixtures/oci/ivory").join(name);
     let signed_tags = registry

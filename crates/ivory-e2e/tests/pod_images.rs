@@ -12,7 +12,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail, ensure};
 use ivory_e2e::{Cluster, eventually, run_ivory, unique_name};
 use ivory_testkit::policy::PodPolicy;
-use ivory_testkit::{HarnessOptions, RegistryHarness};
+use ivory_testkit::RegistryHarness;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
@@ -202,7 +202,7 @@ async fn register_webhooks(client: &Client, policies: &Path, url: &str, ca: &Pat
 async fn every_image_a_pod_runs_is_verified() -> Result<()> {
     let cluster = Cluster::shared().await?;
     let client = cluster.client().await?;
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let registry = RegistryHarness::start_default().await?;
     let (signed, signed_digest) = push(&registry, "sig-p256").await?;
     let (unsigned, unsigned_digest) = push(&registry, "unsigned").await?;
     let host = registry.host().to_owned();

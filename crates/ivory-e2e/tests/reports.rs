@@ -23,7 +23,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use ivory_e2e::{Cluster, create_namespace, eventually, unique_name};
 use ivory_testkit::policy::PodPolicy;
-use ivory_testkit::{HarnessOptions, RegistryHarness};
+use ivory_testkit::RegistryHarness;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -221,7 +221,7 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
     let cluster = Cluster::shared().await?;
     let client = cluster.client().await?;
     install_crds(&client, &CRDS).await?;
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let registry = RegistryHarness::start_default().await?;
     let host = registry.host().to_owned();
     let layout = |name: &str| workspace().join("fixtures/oci/ivory").join(name);
     let signed_tags = registry

@@ -13,7 +13,7 @@ use ivory_engine::verifier::{ImageVerifier, Verification, VerifyRequest};
 use ivory_l2::{Keys, L2Config, RedisL2};
 use ivory_policy::types::{Attestor, Cosign, CosignKey, Ctlog};
 use ivory_registry::{Config, Registry};
-use ivory_testkit::{Harness, HarnessOptions, RedisServer, RegistryHarness};
+use ivory_testkit::{Harness, RedisServer, RegistryHarness};
 use ivory_verify::{CosignVerifier, Lookup, SharedCache, VerifierConfig};
 use redis::AsyncCommands as _;
 use tokio::time::Instant;
@@ -447,9 +447,7 @@ fn registry_requests(h: &Harness) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_share_verdicts_and_tags_and_redis_alone_cannot_verify_an_image() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let server = RedisServer::start().await.unwrap();
     let signed = push(&h, "sig-p256").await;
     let unsigned = push(&h, "unsigned").await;
@@ -505,9 +503,7 @@ async fn replicas_share_verdicts_and_tags_and_redis_alone_cannot_verify_an_image
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_misses_on_three_replicas_cost_one_registry_request_set() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let server = RedisServer::start().await.unwrap();
     let signed = push(&h, "sig-p256").await;
     // The cost of one cold verification, on a replica of its own.

@@ -36,6 +36,11 @@ pub use registry::{
 };
 pub use token::{TOKEN_ISSUER, TOKEN_SERVICE, TOKEN_TTL_SECS};
 
+/// The repository's `fixtures/` folder: signed test images, keys, reviews (see its README).
+pub fn fixtures_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
 mod error;
 mod fault;
 mod hostile;

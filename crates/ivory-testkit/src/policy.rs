@@ -94,32 +94,22 @@ impl PodPolicy {
     /// The policy document.
     pub fn yaml(&self) -> String {
         let name = &self.name;
-        let annotations = if self.annotations.is_empty() {
-            String::new()
-        } else {
-            let lines: String = self
-                .annotations
+        let annotations = block(
+            "  annotations:",
+            self.annotations
                 .iter()
-                .map(|(k, v)| format!("    {k}: {v}\n"))
-                .collect();
-            format!("  annotations:\n{lines}")
-        };
+                .map(|(k, v)| format!("    {k}: {v}")),
+        );
         let selector = self
             .namespace_selector
             .as_deref()
             .map(|s| format!("    namespaceSelector:\n{s}"))
             .unwrap_or_default();
         let operations = &self.operations;
-        let glob = if self.globs.is_empty() {
-            String::new()
-        } else {
-            let lines: String = self
-                .globs
-                .iter()
-                .map(|g| format!("    - glob: \"{g}\"\n"))
-                .collect();
-            format!("  matchImageReferences:\n{lines}")
-        };
+        let glob = block(
+            "  matchImageReferences:",
+            self.globs.iter().map(|g| format!("    - glob: \"{g}\"")),
+        );
         format!(
             "apiVersion: policies.kyverno.io/v1
 kind: ImageValidatingPolicy
@@ -135,6 +125,16 @@ metadata:
 {glob}{spec}",
             spec = self.spec
         )
+    }
+}
+
+/// `header` and `lines`, one a line; nothing when there are no lines.
+fn block(header: &str, lines: impl Iterator<Item = String>) -> String {
+    let lines: String = lines.map(|l| format!("{l}\n")).collect();
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!("{header}\n{lines}")
     }
 }
 

@@ -103,6 +103,11 @@ pub type LoggedRequest = (String, String, u16);
 pub struct RegistryHarness;
 
 impl RegistryHarness {
+    /// [`RegistryHarness::start`] with the default options: TLS, no auth.
+    pub async fn start_default() -> Result<Harness> {
+        Self::start(HarnessOptions::default()).await
+    }
+
     /// Starts `docker-registry serve` in a temp dir on a free 127.0.0.1 port and waits
     /// until it answers; starts again on another port if it lost the race for one.
     pub async fn start(opts: HarnessOptions) -> Result<Harness> {

@@ -59,14 +59,10 @@ fn verifier(h: &Harness) -> CosignVerifier {
     )
 }
 
+/// Pushes fixture `layout` (which has a `v1` tag); returns its repository, `HOST/ivory/<layout>`.
 async fn push(h: &Harness, layout: &str) -> String {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
-        .await
-        .unwrap();
-    assert!(tags.contains_key("v1"), "{layout} has no v1 tag: {tags:?}");
-    format!("{}/{repo}", h.host())
+    let (image, _) = h.push_fixture(layout).await.unwrap();
+    image.trim_end_matches(":v1").to_owned()
 }
 
 fn request(image: String, attestor: Attestor, attestation: Option<Attestation>) -> VerifyRequest {
@@ -85,9 +81,7 @@ fn soon() -> Instant {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_signatures_attestations_caches_and_coalescing() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let v = verifier(&h);
 
     // Positive and negative key cases, legacy `.sig` format.
@@ -350,9 +344,7 @@ async fn key_signatures_attestations_caches_and_coalescing() {
 /// `.sig` tag is not asked at all. A wrong key still reads both before saying "not verified".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signature_sources_are_read_in_the_order_they_were_last_found() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let v = verifier(&h);
     let image = format!("{}:v1", push(&h, "bundle-v3").await);
     let sig_reads =
@@ -482,9 +474,7 @@ async fn fixtures_manifest_verdicts() {
     let manifest: Value =
         serde_json::from_str(&std::fs::read_to_string(fixtures().join("manifest.json")).unwrap())
             .unwrap();
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let v = verifier(&h);
     let mut failures = Vec::new();
     let mut checked = 0;
@@ -529,9 +519,7 @@ async fn fixtures_manifest_verdicts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn negative_verdicts_are_cached_briefly() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let unsigned = push(&h, "unsigned").await;
     let config = Config {
         ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
@@ -642,9 +630,7 @@ async fn registry_errors_are_named_and_never_cached() {
 /// `source.repository`: the image lives in one repository, its signatures in another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signatures_stored_in_another_repository() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let signatures = push(&h, "sig-p256").await;
     // The same image alone (no .sig) in another repository.
     let src = fixtures().join("oci/ivory/sig-p256");
@@ -712,9 +698,7 @@ async fn signatures_stored_in_another_repository() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_data_for_a_manifest_and_an_index() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let v = verifier(&h);
     let amd64 = ImagePlatform::default();
     let single = push(&h, "sig-p256").await;
@@ -810,9 +794,7 @@ impl Drop for SlowProxy {
 /// deadline without failing a longer-deadline caller waiting on the same load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coalesced_callers_keep_their_own_deadlines() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     push(&h, "sig-p384").await;
     let slow = SlowProxy::start(h.host().to_owned(), Duration::from_millis(250)).await;
     let attestor = key_attestor(&key("p384.pub"));
@@ -862,9 +844,7 @@ async fn coalesced_callers_keep_their_own_deadlines() {
 /// running, and never starts a load of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_load_whose_only_caller_gave_up_still_fills_the_cache() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     push(&h, "sig-p384").await;
     let slow = SlowProxy::start(h.host().to_owned(), Duration::from_millis(250)).await;
     let attestor = key_attestor(&key("p384.pub"));
@@ -1109,9 +1089,7 @@ async fn push_cosign_tag(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ballooning_signature_and_attestation_blobs_are_not_verified_with_the_reason() {
     use base64::Engine as _;
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let repo = "ivory/hostile-json";
     let tags = h
         .push_oci_layout(&fixtures().join("oci/ivory/unsigned"), repo)
@@ -1180,9 +1158,7 @@ async fn ballooning_signature_and_attestation_blobs_are_not_verified_with_the_re
 /// scan and the admissions that follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_background_scan_notices_a_deleted_signature_and_admissions_follow_it() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let v = verifier(&h);
     let repo = push(&h, "sig-p256").await;
     let digest = v
@@ -1259,9 +1235,7 @@ async fn a_background_scan_notices_a_deleted_signature_and_admissions_follow_it(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn platform_manifests_are_verified_each_by_digest_and_cached() {
     use ivory_engine::verifier::{PlatformScope, PlatformSet};
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let signer = ivory_testkit::CosignSigner::generate().unwrap();
     let repo = "ivory/two-platforms";
     let (index, children) = h

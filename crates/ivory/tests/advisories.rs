@@ -6,18 +6,13 @@
 //! * a cached verification skipping a deny (Kyverno #17173): the cache holds signature
 //!   verdicts only, every CEL validation runs on every admission.
 
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, Tls, VERIFY_SIGNED, fixtures, key_attestor, pod_review, policy};
+use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, pod_review, policy};
 
 async fn push(h: &Harness, layout: &str) -> String {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
-        .await
-        .unwrap();
-    format!("{}/{repo}@{}", h.host(), tags["v1"])
+    h.push_fixture(layout).await.unwrap().0
 }
 
 /// A running `ivory serve` with `policies` (file name, YAML), trusting the registry's CA.
@@ -63,9 +58,7 @@ fn forged_annotations() -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_annotations_order_and_cached_verdicts_never_admit_an_unsigned_image() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let signed = push(&h, "sig-p256").await;
     let unsigned = push(&h, "unsigned").await;
     let dir = tempfile::tempdir().unwrap();

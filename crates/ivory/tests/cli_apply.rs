@@ -3,7 +3,7 @@
 //! objects through its mutating and validating webhooks.
 
 use base64::Engine as _;
-use ivory_testkit::{HarnessOptions, RegistryHarness};
+use ivory_testkit::RegistryHarness;
 use serde_json::{Value, json};
 
 use crate::cli_util::{ivory, ivory_stdin, push_fixture, write, write_ca};
@@ -59,9 +59,7 @@ async fn through_serve(ivory: &Ivory, uid: &str, object: &Value) -> (Value, Valu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kyverno_style_test_case_matches_serve() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let (signed, signed_digest) = push_fixture(&h, "sig-p256").await;
     let (unsigned, unsigned_digest) = push_fixture(&h, "unsigned").await;
     let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use ivory_testkit::{Harness, HarnessOptions, HungRegistry, RegistryHarness, write_simple_image};
+use ivory_testkit::{Harness, HungRegistry, RegistryHarness, write_simple_image};
 use serde_json::Value;
 
 use crate::cli_util::{Run, ivory, push_fixture, retag_fixture, write, write_ca};
@@ -70,9 +70,7 @@ fn audit_args(h: &Harness, dir: &std::path::Path, extra: &[&str]) -> Vec<String>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registry_audit_counts_dedup_and_formats() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (images, signed) = corpus(&h, dir.path()).await;
     assert_eq!(images.len(), 52);
@@ -219,9 +217,7 @@ async fn registry_audit_counts_dedup_and_formats() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn images_from_file_errors_and_interrupt() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let hung = HungRegistry::start().await.unwrap();
     let (signed, signed_digest) = push_fixture(&h, "sig-p256").await;
     let dir = tempfile::tempdir().unwrap();

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::Value;
 
 use crate::cli_util::{Run, ivory, key, push_fixture, write, write_ca};
@@ -70,9 +70,7 @@ async fn push_copies(h: &Harness, layout: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_run_asks_the_registry_nothing_and_hand_edits_are_ignored() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let (signed, _) = push_fixture(&h, "sig-p256").await;
     let (unsigned, _) = push_fixture(&h, "unsigned").await;
     let mut many = push_copies(&h, "sig-p256").await;

@@ -75,12 +75,7 @@ pub(crate) async fn ivory_stdin(args: &[&str], input: &str) -> Run {
 
 /// Pushes fixture layout `layout` as `ivory/<layout>`; returns (`host/ivory/<layout>:v1`, digest).
 pub(crate) async fn push_fixture(h: &Harness, layout: &str) -> (String, String) {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
-        .await
-        .unwrap();
-    (format!("{}/{repo}:v1", h.host()), tags["v1"].clone())
+    h.push_fixture(layout).await.unwrap()
 }
 
 /// Tags the manifest `digest` of fixture `layout` (already pushed to `repo`) as `tag` too.

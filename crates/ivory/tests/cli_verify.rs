@@ -1,6 +1,6 @@
 //! `ivory verify` as a process against the real registry with the cosign-signed fixtures.
 
-use ivory_testkit::{HarnessOptions, RegistryHarness, refused_host};
+use ivory_testkit::{RegistryHarness, refused_host};
 use serde_json::Value;
 
 use crate::cli_util::{ivory, key, push_fixture, write, write_ca};
@@ -17,9 +17,7 @@ fn image<'a>(doc: &'a Value, name: &str) -> &'a Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quick_key_flags_signed_unsigned_and_wrong_key() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let (signed, signed_digest) = push_fixture(&h, "sig-p256").await;
     let (unsigned, unsigned_digest) = push_fixture(&h, "unsigned").await;
     let (wrong, _) = push_fixture(&h, "sig-wrong-key").await;
@@ -105,9 +103,7 @@ async fn quick_key_flags_signed_unsigned_and_wrong_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_files_registry_errors_and_usage() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let (signed, signed_digest) = push_fixture(&h, "sig-p256").await;
     let (unsigned, _) = push_fixture(&h, "unsigned").await;
     let dir = tempfile::tempdir().unwrap();
@@ -178,9 +174,7 @@ async fn policy_files_registry_errors_and_usage() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quick_keyless_flags_with_a_trusted_root() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let (keyless, digest) = push_fixture(&h, "keyless-cosign2").await;
     let dir = tempfile::tempdir().unwrap();
     let ca = write_ca(dir.path(), &h);

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use base64::Engine as _;
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::Value;
 
 use crate::cli_util::{ivory, write, write_ca};
@@ -180,9 +180,7 @@ async fn verify(image: &str, policy: &Path, ca: &Path) -> (i32, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ivory_verifies_its_own_signed_attested_image_and_denies_forgeries() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let ca = write_ca(dir, &h);

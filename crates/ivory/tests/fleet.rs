@@ -6,19 +6,15 @@
 use std::path::Path;
 use std::process::Command;
 
-use ivory_testkit::{Harness, HarnessOptions, RedisServer, RegistryHarness};
+use ivory_testkit::{Harness, RedisServer, RegistryHarness};
 use serde_json::Value;
 
-use crate::util::{Ivory, Tls, VERIFY_SIGNED, fixtures, key_attestor, pod_review, policy};
+use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, pod_review, policy};
 
 const L2_KEY: &str = "fleet-test-hmac-key-0123456789abcdef0123456789";
 
 async fn push(h: &Harness, layout: &str) -> String {
-    let repo = format!("ivory/{layout}");
-    h.push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
-        .await
-        .unwrap();
-    format!("{}/{repo}:v1", h.host())
+    h.push_fixture(layout).await.unwrap().0
 }
 
 /// A policy dir with `require-signed` (Deny, failurePolicy Fail) for the registry's images.
@@ -112,9 +108,7 @@ fn metric_sum(text: &str, start: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_times_32_admissions_of_a_new_image_cost_one_registry_request_set() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let signed = push(&h, "sig-p256").await;
     let redis = RedisServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -182,9 +176,7 @@ fn redis_cli(redis: &RedisServer, script: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_stopped_or_garbage_redis_changes_no_answer() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let signed = push(&h, "sig-p256").await;
     let unsigned = push(&h, "unsigned").await;
     let mut redis = RedisServer::start().await.unwrap();
@@ -227,9 +219,7 @@ async fn paused_stopped_or_garbage_redis_changes_no_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_planted_in_redis_do_not_delay_admissions() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let signed = push(&h, "sig-p256").await;
     let redis = RedisServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::Value;
 
 use crate::cli_util::{ivory, write, write_ca};
@@ -149,9 +149,7 @@ fn policies(glob: &str) -> Vec<(&'static str, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_admits_notation_signed_images_and_denies_the_bad_ones() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let images = push_all(&h).await;
     let dir = tempfile::tempdir().unwrap();
     let dir_path = dir.path();
@@ -214,9 +212,7 @@ async fn serve_admits_notation_signed_images_and_denies_the_bad_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_and_audit_judge_the_same_images() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let images = push_all(&h).await;
     let dir = tempfile::tempdir().unwrap();
     let ca = write_ca(dir.path(), &h);

@@ -7,7 +7,7 @@ use futures::StreamExt as _;
 
 use base64::Engine as _;
 use ivory_testkit::{
-    HOSTILE_SECRET, Harness, HarnessOptions, HostileOptions, HostileServer, HungRegistry,
+    HOSTILE_SECRET, Harness, HostileOptions, HostileServer, HungRegistry,
     RegistryHarness,
 };
 use serde_json::{Value, json};
@@ -17,12 +17,7 @@ use crate::util::{
 };
 
 async fn push(h: &Harness, layout: &str) -> (String, String) {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
-        .await
-        .unwrap();
-    (format!("{}/{repo}:v1", h.host()), tags["v1"].clone())
+    h.push_fixture(layout).await.unwrap()
 }
 
 fn write(dir: &std::path::Path, file: &str, text: &str) {
@@ -54,9 +49,7 @@ fn metric(text: &str, line_start: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutate_validate_warn_audit_errors_and_metrics() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let (signed, signed_digest) = push(&h, "sig-p256").await;
     let (unsigned, _) = push(&h, "unsigned").await;
     let dir = tempfile::tempdir().unwrap();
@@ -657,9 +650,7 @@ fn digest_policy(name: &str, glob: &str, failure: &str) -> String {
 /// make the policy skip, whatever its CEL reads (here: image data too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_out_of_scope_hung_registry_never_skips_the_policy() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let hung = HungRegistry::start().await.unwrap();
     let (signed, _) = push(&h, "sig-p256").await;
     let (unsigned, _) = push(&h, "unsigned").await;
@@ -715,9 +706,7 @@ async fn an_out_of_scope_hung_registry_never_skips_the_policy() {
 /// definite failure of another validation still denies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_out_of_scope_hung_registry_an_expression_reads_follows_the_failure_policy() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let hung = HungRegistry::start().await.unwrap();
     let (signed, _) = push(&h, "sig-p256").await;
     let (unsigned, _) = push(&h, "unsigned").await;
@@ -793,9 +782,7 @@ async fn an_out_of_scope_hung_registry_an_expression_reads_follows_the_failure_p
 /// pinned and is denied under either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_digest_on_an_unreachable_registry_follows_the_failure_policy() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let hung = HungRegistry::start().await.unwrap();
     let (signed, _) = push(&h, "sig-p256").await;
     let dir = tempfile::tempdir().unwrap();
@@ -862,9 +849,7 @@ async fn verify_digest_on_an_unreachable_registry_follows_the_failure_policy() {
 /// not before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_tag_is_pinned_anew_after_the_tag_cache_ttl() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let layout = |name: &str| fixtures().join("oci/ivory").join(name);
     let first = h
         .push_oci_layout(&layout("sig-p256"), "ivory/moving")

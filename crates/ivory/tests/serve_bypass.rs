@@ -3,7 +3,7 @@
 //! timeouts), namespaceSelectors are not silently skipped, and a namespaced policy cannot
 //! borrow Secrets outside its namespace. Against the real registry (ivory-testkit).
 
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
 use crate::util::{Ivory, Tls, fixtures, pod_review, policy};
@@ -24,9 +24,7 @@ fn prod_pin_policy(glob: &str) -> String {
 /// Starts the real registry with the unsigned fixture pushed, and `ivory serve` over
 /// `policies` (file name, text) trusting it. Returns ivory, the image and the harness.
 async fn serve_with(policies: &[(&str, String)]) -> (Ivory, String, Harness, tempfile::TempDir) {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let tags = h
         .push_oci_layout(&fixtures().join("oci/ivory/unsigned"), "ivory/unsigned")
         .await

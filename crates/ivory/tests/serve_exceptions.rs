@@ -3,7 +3,7 @@
 //! matching exception skips the policy in both stages (no verification, no pin), a
 //! non-matching one changes nothing, and `--exception-namespace` confines where they count.
 
-use ivory_testkit::{HarnessOptions, RegistryHarness};
+use ivory_testkit::RegistryHarness;
 use serde_json::Value;
 
 use crate::util::{Ivory, Tls, VERIFY_SIGNED, fixtures, key_attestor, pod_review, policy};
@@ -55,9 +55,7 @@ async fn start(dir: &std::path::Path, extra: &[&str]) -> Ivory {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_matching_exception_skips_the_policy_only_when_enabled() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let tags = h
         .push_oci_layout(&fixtures().join("oci/ivory/unsigned"), "ivory/unsigned")
         .await

@@ -4,18 +4,13 @@
 
 use base64::Engine as _;
 use ivory_testkit::review::{self, pod_review_with};
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, fixtures, key_attestor, policy};
+use crate::util::{Ivory, key_attestor, policy};
 
 async fn push(h: &Harness, layout: &str) -> (String, String) {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
-        .await
-        .unwrap();
-    (format!("ivory/{layout}"), tags["v1"].clone())
+    h.push_fixture(layout).await.unwrap()
 }
 
 /// Verifies every image a pod runs, as the shipped samples do.
@@ -69,9 +64,7 @@ fn patch_of(resp: &Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_image_of_a_pod_is_judged_whatever_its_spelling() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let (signed_repo, signed_digest) = push(&h, "sig-p256").await;
     let (unsigned_repo, unsigned_digest) = push(&h, "unsigned").await;
     let host = h.host().to_owned();

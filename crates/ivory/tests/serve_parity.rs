@@ -2,7 +2,7 @@
 //! cosign generations, legacy Rekor entry kinds, certificate constraints (`additionalExtensions`,
 //! `subjectExpression`) and the fields refused at load.
 
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
 use crate::util::{Ivory, Tls, fixtures, pod_review, policy};
@@ -57,9 +57,7 @@ async fn allowed(ivory: &Ivory, policy: &str, review: &Value) -> (bool, Value) {
 /// cosign v2.6.5 when `hashAlgorithm` is unset; set, only signatures with that hash verify.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p384_signatures_of_both_cosign_generations_follow_hash_algorithm() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let v25 = push(&h, "hash/oci/ivory/hash-p384-v250", "hash-p384-v250").await;
     let v26 = push(&h, "hash/oci/ivory/hash-p384-v265", "hash-p384-v265").await;
     let dir = tempfile::tempdir().unwrap();
@@ -141,9 +139,7 @@ fn labelled(uid: &str, image: &str, generator: &str) -> Value {
 /// the signing certificate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_intoto_provenance_verifies_under_certificate_constraints() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let layout = "captured/slsa-verifier/gha_generic_container";
     let v14 = push(
         &h,
@@ -329,9 +325,7 @@ fn on_node(uid: &str, image: &str, selector: Value) -> Value {
 /// when the Pod pins none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kyverno_image_data_scenario_follows_the_pods_platform() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let index = push(&h, "oci/ivory/sig-index", "sig-index").await;
     let (index_by_tag, _) = index.split_once('@').unwrap();
     let index_by_tag = format!("{index_by_tag}:v1");
@@ -398,9 +392,7 @@ async fn kyverno_image_data_scenario_follows_the_pods_platform() {
 /// so does ivory, for the Pod's platform.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kyverno_image_data_scenarios_reach_images_outside_the_globs_and_literals() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let index = push(&h, "oci/ivory/sig-index", "sig-index").await;
     let (repo, _) = index.split_once('@').unwrap();
     let index_by_tag = format!("{repo}:v1");
@@ -521,9 +513,7 @@ fn platforms_policy(name: &str, glob: &str, annotation: Option<&str>, attestor: 
 /// arm64-only or Windows-only image is verified and its image data read for its platform.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_platform_images_verify_what_the_policy_chooses() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let signer = ivory_testkit::CosignSigner::generate().unwrap();
     let host = h.host().to_owned();
     // arm64 only and Windows only: the platform manifest is signed, the index is not.

@@ -63,12 +63,7 @@ pub(crate) fn fixture_key_attestors() -> Result<String> {
 /// Pushes the fixture image `fixtures/oci/ivory/<layout>` to `ivory/<layout>` on `h`:
 /// (`host/ivory/<layout>:v1`, its digest).
 pub(crate) async fn push(h: &Harness, layout: &str) -> Result<(String, String)> {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&workspace().join("fixtures/oci/ivory").join(layout), &repo)
-        .await?;
-    let digest = tags.get("v1").context("fixture has no v1 tag")?.clone();
-    Ok((format!("{}/{repo}:v1", h.host()), digest))
+    Ok(h.push_fixture(layout).await?)
 }
 
 /// Creates a namespace `prefix-<unique>` labelled `ivory-e2e=true` and `labels`.
