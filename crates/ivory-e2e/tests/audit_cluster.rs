@@ -18,7 +18,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use setup::{fixture_key_attestors, push, workspace};
+use setup::{fixture_key_attestors, push, set_running_digest, workspace};
 
 /// The digest `fixtures/manifest.json` records for `ivory/<layout>:v1`.
 fn manifest_digest(layout: &str) -> Result<String> {
@@ -71,15 +71,7 @@ async fn pod_with_status(
     pods.create(&PostParams::default(), &pod)
         .await
         .with_context(|| format!("creating Pod {ns}/{name}"))?;
-    let status = json!({"status": {"containerStatuses": [{
-        "name": "app",
-        "image": image,
-        "imageID": image_id,
-        "ready": true,
-        "restartCount": 0,
-    }]}});
-    let patched = pods
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+    let patched = set_running_digest(client, ns, name, image, image_id)
         .await
         .with_context(|| format!("setting the status of Pod {ns}/{name}"))?;
     let stored = patched

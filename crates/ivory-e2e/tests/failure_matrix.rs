@@ -18,7 +18,8 @@ use ivory_e2e::{
 };
 use ivory_testkit::policy::PodPolicy;
 use ivory_testkit::policy::VERIFY_SIGNATURES;
-use ivory_testkit::{Harness, HarnessOptions, HungRegistry, RegistryHarness, TestPki};
+use ivory_testkit::review::{containers, deployment_object, pod_object};
+use ivory_testkit::{Harness, HarnessOptions, HungRegistry, RegistryHarness};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
@@ -28,7 +29,7 @@ use serde_json::{Value, json};
 
 use setup::{
     IVPOL, POLICY_CRDS, PROPAGATION, apply_policy, dynamic, fixture_key_attestors, install_crds,
-    namespace, push,
+    namespace, push, serve, tls,
 };
 
 /// `webhookConfiguration.timeoutSeconds` of the test policies.
@@ -136,33 +137,14 @@ async fn stored(client: &Client, path: &str) -> Result<Option<Value>> {
 }
 
 fn pod(name: &str, images: &[&str]) -> Value {
-    let containers: Vec<Value> = images
-        .iter()
-        .enumerate()
-        .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
-        .collect();
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {"containers": containers}
-    })
+    pod_object(name, json!({"containers": containers(images)}))
 }
 
 fn deployment(name: &str, image: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "app", "image": image}]}
-            }
-        }
-    })
+    deployment_object(
+        name,
+        json!({"containers": [{"name": "app", "image": image}]}),
+    )
 }
 
 fn pods_path(ns: &str) -> String {
@@ -436,15 +418,7 @@ async fn setup() -> Result<Env> {
     let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
 
     let dir = tempfile::tempdir()?;
-    let pki = TestPki::generate("ivory e2e CA")?;
-    let (cert, key, ca) = (
-        dir.path().join("tls.crt"),
-        dir.path().join("tls.key"),
-        dir.path().join("ca.pem"),
-    );
-    std::fs::write(&cert, &pki.server_chain_pem)?;
-    std::fs::write(&key, &pki.server_key_pem)?;
-    std::fs::write(&ca, &pki.ca_pem)?;
+    let (_, _, ca) = tls(dir.path())?;
     let registry_ca = dir.path().join("registry-ca.pem");
     std::fs::write(
         &registry_ca,
@@ -452,22 +426,11 @@ async fn setup() -> Result<Env> {
     )?;
 
     let kubeconfig = cluster.kubeconfig().as_os_str().to_owned();
-    let ivory = IvoryServer::start(
-        [
-            OsStr::new("--kube"),
-            OsStr::new("--tls-cert"),
-            cert.as_os_str(),
-            OsStr::new("--tls-key"),
-            key.as_os_str(),
-            OsStr::new("--registry-ca"),
-            registry_ca.as_os_str(),
-        ],
-        &[
-            ("KUBECONFIG", kubeconfig.as_os_str()),
-            ("POD_NAMESPACE", OsStr::new(&own_ns)),
-        ],
-    )
-    .await?;
+    let envs = [
+        ("KUBECONFIG", kubeconfig.as_os_str()),
+        ("POD_NAMESPACE", OsStr::new(&own_ns)),
+    ];
+    let ivory = serve(dir.path(), &registry_ca, &[OsStr::new("--kube")], &envs).await?;
     let policy_files = dir.path().join("policies");
     std::fs::create_dir(&policy_files)?;
     let hosts = (registry.host().to_owned(), hung.host());

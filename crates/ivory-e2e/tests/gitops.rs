@@ -20,8 +20,9 @@ use std::ffi::OsStr;
 
 use anyhow::{Context, Result, bail, ensure};
 use ivory_e2e::{Cluster, eventually, unique_name};
-use ivory_testkit::policy::PodPolicy;
 use ivory_testkit::RegistryHarness;
+use ivory_testkit::policy::PodPolicy;
+use ivory_testkit::review::deployment_object;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -67,19 +68,10 @@ fn policy(name: &str, mode: Option<&str>, host: &str, namespaces: &[&str]) -> Re
 
 /// The Deployment as the Git repository holds it.
 fn manifest(name: &str, image: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "app", "image": image}]},
-            },
-        },
-    })
+    deployment_object(
+        name,
+        json!({"containers": [{"name": "app", "image": image}]}),
+    )
 }
 
 /// Server-side apply of `manifest` as the GitOps tool does it.

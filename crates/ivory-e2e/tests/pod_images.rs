@@ -11,8 +11,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail, ensure};
 use ivory_e2e::{Cluster, eventually, run_ivory, unique_name};
-use ivory_testkit::policy::PodPolicy;
 use ivory_testkit::RegistryHarness;
+use ivory_testkit::policy::PodPolicy;
+use ivory_testkit::review::{self, deployment_object, pod_object};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
@@ -83,11 +84,6 @@ async fn create(client: &Client, collection: &str, object: &Value) -> Result<Ans
 
 /// Pod spec with `containers` and image `volumes`.
 fn pod_spec(containers: &[&str], volumes: &[&str]) -> Value {
-    let containers: Vec<Value> = containers
-        .iter()
-        .enumerate()
-        .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
-        .collect();
     let volumes: Vec<Value> = volumes
         .iter()
         .enumerate()
@@ -95,32 +91,15 @@ fn pod_spec(containers: &[&str], volumes: &[&str]) -> Value {
             json!({"name": format!("v{i}"), "image": {"reference": image, "pullPolicy": "IfNotPresent"}})
         })
         .collect();
-    json!({"containers": containers, "volumes": volumes})
+    json!({"containers": review::containers(containers), "volumes": volumes})
 }
 
 fn pod(name: &str, containers: &[&str], volumes: &[&str]) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": pod_spec(containers, volumes),
-    })
+    pod_object(name, pod_spec(containers, volumes))
 }
 
 fn deployment(name: &str, containers: &[&str], volumes: &[&str]) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": pod_spec(containers, volumes),
-            },
-        },
-    })
+    deployment_object(name, pod_spec(containers, volumes))
 }
 
 /// What `kubectl debug` sends: a patch of the ephemeralcontainers subresource.

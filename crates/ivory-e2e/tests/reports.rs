@@ -22,16 +22,16 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use ivory_e2e::{Cluster, create_namespace, eventually, unique_name};
-use ivory_testkit::policy::PodPolicy;
 use ivory_testkit::RegistryHarness;
+use ivory_testkit::policy::PodPolicy;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use setup::{
-    IVPOL, apply, dynamic, fixture_key_attestors, install_crds, register, serve, tls, unregister,
-    workspace,
+    IVPOL, apply, dynamic, fixture_key_attestors, install_crds, register, serve,
+    set_running_digest, tls, unregister, workspace,
 };
 
 const CRDS: [&str; 5] = [
@@ -103,27 +103,6 @@ async fn create_pod(client: &Client, ns: &str, name: &str, image: &str) -> Resul
     Ok(Api::<Pod>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &pod)
         .await?)
-}
-
-/// Sets what the kubelet would report for the Pod's one container (the test cluster has none).
-async fn set_running_digest(
-    client: &Client,
-    ns: &str,
-    pod: &str,
-    image: &str,
-    image_id: &str,
-) -> Result<()> {
-    let status = json!({"status": {"containerStatuses": [{
-        "name": "app",
-        "image": image,
-        "imageID": image_id,
-        "ready": true,
-        "restartCount": 0,
-    }]}});
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .patch_status(pod, &PatchParams::default(), &Patch::Merge(&status))
-        .await?;
-    Ok(())
 }
 
 /// The result of `policy` in the PolicyReport of the Pod with `uid`, once it is there.

@@ -35,6 +35,33 @@ pub fn pod_review_with(uid: &str, operation: &str, namespace: &str, pod_spec: Va
     })
 }
 
+/// The Pod `name` with `spec`, as a client creates it (no namespace: the request's).
+pub fn pod_object(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}
+
+/// The one-replica Deployment `name` (label `app: <name>`) whose Pods have `pod_spec`.
+pub fn deployment_object(name: &str, pod_spec: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": pod_spec,
+            },
+        },
+    })
+}
+
 /// A Pod CREATE review in namespace `default` with one container per image.
 pub fn pod_review(uid: &str, images: &[&str]) -> Value {
     pod_review_with(

@@ -9,10 +9,12 @@
 use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, pod_review, policy};
+use crate::util::{Ivory, VERIFY_SIGNED, key_attestor, pod_review, policy};
 
+/// Pushes fixture `layout`; returns `HOST/ivory/<layout>@<digest>`.
 async fn push(h: &Harness, layout: &str) -> String {
-    h.push_fixture(layout).await.unwrap().0
+    let (image, digest) = h.push_fixture(layout).await.unwrap();
+    format!("{}@{digest}", image.trim_end_matches(":v1"))
 }
 
 /// A running `ivory serve` with `policies` (file name, YAML), trusting the registry's CA.
@@ -23,17 +25,7 @@ async fn serve(h: &Harness, dir: &std::path::Path, policies: &[(&str, String)]) 
         std::fs::write(folder.join(file), yaml).unwrap();
     }
     std::fs::write(dir.join("registry-ca.pem"), h.ca_pem()).unwrap();
-    let tls = Tls::write(dir, "ivory advisories CA");
-    Ivory::start(
-        &tls,
-        &[
-            "--policies".into(),
-            folder.display().to_string(),
-            "--registry-ca".into(),
-            dir.join("registry-ca.pem").display().to_string(),
-        ],
-    )
-    .await
+    Ivory::start_with_policies(dir, &folder).await
 }
 
 fn require_signed(glob: &str, extra_validation: &str) -> String {

@@ -7,7 +7,7 @@ use ivory_testkit::RegistryHarness;
 use serde_json::{Value, json};
 
 use crate::cli_util::{ivory, ivory_stdin, push_fixture, write, write_ca};
-use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, policy};
+use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, policies_dir, policy};
 
 /// The AdmissionReview the API server would send for `object`.
 fn review(uid: &str, object: &Value) -> Value {
@@ -64,8 +64,7 @@ async fn kyverno_style_test_case_matches_serve() {
     let (unsigned, unsigned_digest) = push_fixture(&h, "unsigned").await;
     let dir = tempfile::tempdir().unwrap();
     let ca = write_ca(dir.path(), &h);
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let body = format!(
         "  validationActions: [Deny]\n{}{VERIFY_SIGNED}",
         key_attestor()

@@ -10,7 +10,7 @@ use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::Value;
 
 use crate::cli_util::{Run, ivory, key, push_fixture, write, write_ca};
-use crate::util::{VERIFY_SIGNED, fixtures, key_attestor, policy};
+use crate::util::{VERIFY_SIGNED, fixtures, key_attestor, policies_dir, policy};
 
 /// Runs `args` against the registry and returns the run, the registry requests it made and
 /// its wall time in milliseconds.
@@ -134,8 +134,7 @@ async fn a_second_run_asks_the_registry_nothing_and_hand_edits_are_ignored() {
     assert_eq!(requests, 0, "the entries written again after the edit");
 
     // apply: a policy file, a Pod; its verdicts are keyed like serve's (digest + trust).
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let body = format!(
         "  validationActions: [Deny]\n{}{VERIFY_SIGNED}",
         key_attestor()

@@ -8,7 +8,9 @@ use futures::future::join_all;
 use ivory_testkit::{HostileOptions, HostileRedis, HostileServer, RedisAttack, RedisServer};
 use serde_json::Value;
 
-use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, peak_rss_kib, pod_review, policy};
+use crate::util::{
+    Ivory, Tls, VERIFY_SIGNED, key_attestor, peak_rss_kib, pod_review, policies_dir, policy,
+};
 
 /// Bound on the extra peak memory of one hostile answer.
 const ONE_MIB_BOUND: u64 = 16;
@@ -52,8 +54,7 @@ async fn run_with(
     checks: &str,
 ) -> (u64, Vec<Value>, String) {
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let body = "  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n  attestors: []\n  validations:\n    - expression: \"true\"\n";
     std::fs::write(
         policies.join("pin.yaml"),
@@ -154,8 +155,7 @@ async fn hostile_answers_cannot_grow_ivory_memory_past_their_bounds() {
 /// store 2 s to send whatever it sends, and returns the peak RSS in KiB.
 async fn run_l2(h: &HostileServer, redis_url: &str) -> u64 {
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let body = "  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n  attestors: []\n  validations:\n    - expression: \"true\"\n";
     std::fs::write(
         policies.join("pin.yaml"),

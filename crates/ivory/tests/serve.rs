@@ -7,13 +7,12 @@ use futures::StreamExt as _;
 
 use base64::Engine as _;
 use ivory_testkit::{
-    HOSTILE_SECRET, Harness, HostileOptions, HostileServer, HungRegistry,
-    RegistryHarness,
+    HOSTILE_SECRET, Harness, HostileOptions, HostileServer, HungRegistry, RegistryHarness,
 };
 use serde_json::{Value, json};
 
 use crate::util::{
-    Ivory, Tls, VERIFY_SIGNED, eventually, fixtures, key_attestor, pod_review, policy,
+    Ivory, Tls, VERIFY_SIGNED, eventually, fixtures, key_attestor, pod_review, policies_dir, policy,
 };
 
 async fn push(h: &Harness, layout: &str) -> (String, String) {
@@ -53,8 +52,7 @@ async fn mutate_validate_warn_audit_errors_and_metrics() {
     let (signed, signed_digest) = push(&h, "sig-p256").await;
     let (unsigned, _) = push(&h, "unsigned").await;
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let glob = format!("{}/*", h.host());
     let pin_body = "  attestors: []\n  validations:\n    - expression: \"true\"\n";
     write(&policies, "pin.yaml", &policy("pin", &glob, pin_body));
@@ -252,8 +250,7 @@ async fn mutate_validate_warn_audit_errors_and_metrics() {
 async fn hung_registry_is_answered_inside_the_api_server_timeout() {
     let hung = HungRegistry::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let glob = format!("{}/*", hung.host());
     for failure in ["Fail", "Ignore"] {
         let lower = failure.to_lowercase();
@@ -347,8 +344,7 @@ async fn hung_registry_is_answered_inside_the_api_server_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_hot_reload_and_certificate_reload() {
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let deny_all = |name: &str, msg: &str| {
         policy(
             name,
@@ -655,8 +651,7 @@ async fn an_out_of_scope_hung_registry_never_skips_the_policy() {
     let (signed, _) = push(&h, "sig-p256").await;
     let (unsigned, _) = push(&h, "unsigned").await;
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let body = format!(
         "  failurePolicy: Ignore\n{NO_DIGEST_RULES}{}{VERIFY_SIGNED}    - expression: images.containers.all(i, image.GetMetadata(i).digest != '')\n",
         key_attestor()
@@ -711,8 +706,7 @@ async fn an_out_of_scope_hung_registry_an_expression_reads_follows_the_failure_p
     let (signed, _) = push(&h, "sig-p256").await;
     let (unsigned, _) = push(&h, "unsigned").await;
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let glob = format!("{}/*", h.host());
     for failure in ["Ignore", "Fail"] {
         let name = format!("arch-{}", failure.to_lowercase());
@@ -786,8 +780,7 @@ async fn verify_digest_on_an_unreachable_registry_follows_the_failure_policy() {
     let hung = HungRegistry::start().await.unwrap();
     let (signed, _) = push(&h, "sig-p256").await;
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let hung_glob = format!("{}/*", hung.host());
     for failure in ["Fail", "Ignore"] {
         let lower = failure.to_lowercase();
@@ -857,8 +850,7 @@ async fn a_moved_tag_is_pinned_anew_after_the_tag_cache_ttl() {
         .unwrap()["v1"]
         .clone();
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let pin_body = "  attestors: []\n  validations:\n    - expression: \"true\"\n";
     write(
         &policies,
@@ -928,8 +920,7 @@ async fn hostile_registry_text_never_reaches_the_response_and_forged_digests_are
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let glob = format!("{}/*", h.host());
     let insecure = "  credentials:\n    allowInsecureRegistry: true\n";
     let pin = format!(

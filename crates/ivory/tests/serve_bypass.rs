@@ -38,17 +38,7 @@ async fn serve_with(policies: &[(&str, String)]) -> (Ivory, String, Harness, tem
         std::fs::write(folder.join(file), text).unwrap();
     }
     std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(
-        &tls,
-        &[
-            "--policies".into(),
-            folder.display().to_string(),
-            "--registry-ca".into(),
-            dir.path().join("registry-ca.pem").display().to_string(),
-        ],
-    )
-    .await;
+    let ivory = Ivory::start_with_policies(dir.path(), &folder).await;
     (ivory, image, h, dir)
 }
 

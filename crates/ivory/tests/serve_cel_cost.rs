@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, Tls, eventually, pod_review, policy};
+use crate::util::{Ivory, Tls, eventually, pod_review, policies_dir, policy};
 
 /// No verification: the policies exercise CEL alone.
 const NO_VERIFICATION: &str = "  attestors: []
@@ -44,8 +44,7 @@ fn review_with_list(uid: &str, items: usize) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn costly_cel_is_stopped_per_failure_policy_and_other_requests_are_answered() {
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     for (name, failure) in [("costly-fail", "Fail"), ("costly-ignore", "Ignore")] {
         std::fs::write(
             policies.join(format!("{name}.yaml")),

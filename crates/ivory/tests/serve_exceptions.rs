@@ -6,7 +6,9 @@
 use ivory_testkit::RegistryHarness;
 use serde_json::Value;
 
-use crate::util::{Ivory, Tls, VERIFY_SIGNED, fixtures, key_attestor, pod_review, policy};
+use crate::util::{
+    Ivory, Tls, VERIFY_SIGNED, fixtures, key_attestor, pod_review, policies_dir, policy,
+};
 
 const VALIDATE: &str = "/ivpol/validate/require-signed";
 const MUTATE: &str = "/ivpol/mutate/require-signed";
@@ -64,8 +66,7 @@ async fn a_matching_exception_skips_the_policy_only_when_enabled() {
     let pinned = format!("{}/ivory/unsigned@{}", h.host(), tags["v1"]);
 
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let body = format!("{}{VERIFY_SIGNED}", key_attestor());
     let glob = format!("{}/*", h.host());
     std::fs::write(
@@ -245,8 +246,7 @@ fn reviews_of(yaml: &str) -> Vec<(String, Value)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kyvernos_exception_scenarios_replayed() {
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let pods = "{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}";
     let deployments = "{apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments]}";
     for (file, text) in [

@@ -7,10 +7,12 @@ use ivory_testkit::review::{self, pod_review_with};
 use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, key_attestor, policy};
+use crate::util::{Ivory, key_attestor, policies_dir, policy};
 
+/// Pushes fixture `layout`: (its repository `ivory/<layout>`, without the host; its digest).
 async fn push(h: &Harness, layout: &str) -> (String, String) {
-    h.push_fixture(layout).await.unwrap()
+    let (_, digest) = h.push_fixture(layout).await.unwrap();
+    (format!("ivory/{layout}"), digest)
 }
 
 /// Verifies every image a pod runs, as the shipped samples do.
@@ -75,8 +77,7 @@ async fn every_image_of_a_pod_is_judged_whatever_its_spelling() {
     let unsigned = format!("{host}/{unsigned_repo}:v1");
 
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let glob = format!("{host}/*");
     let pin = "  attestors: []\n  validations:\n    - expression: \"true\"\n";
     std::fs::write(policies.join("pin.yaml"), policy("pin", &glob, pin)).unwrap();

@@ -5,7 +5,7 @@
 use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, Tls, fixtures, pod_review, policy};
+use crate::util::{Ivory, Tls, fixtures, pod_review, policies_dir, policy};
 
 /// Pushes a layout under `fixtures/<dir>` as `ivory/<name>`; returns `host/ivory/<name>@<digest>`.
 async fn push(h: &Harness, dir: &str, name: &str) -> String {
@@ -61,8 +61,7 @@ async fn p384_signatures_of_both_cosign_generations_follow_hash_algorithm() {
     let v25 = push(&h, "hash/oci/ivory/hash-p384-v250", "hash-p384-v250").await;
     let v26 = push(&h, "hash/oci/ivory/hash-p384-v265", "hash-p384-v265").await;
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let glob = format!("{}/*", h.host());
     for (name, hash) in [
         ("p384-unset", None),
@@ -156,8 +155,7 @@ async fn legacy_intoto_provenance_verifies_under_certificate_constraints() {
     let glob = format!("{}/*", h.host());
     let generator = "https://github.com/slsa-framework/slsa-github-generator/.github/workflows/generator_container_slsa3.yml@refs/tags/";
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let any_release = format!("              subjectRegExp: '^{generator}v1\\.[0-9]+\\.0$'\n");
     let files = [
         (
@@ -332,8 +330,7 @@ async fn kyverno_image_data_scenario_follows_the_pods_platform() {
     let single = push(&h, "oci/ivory/sig-p256", "sig-p256").await;
     let glob = format!("{}/*", h.host());
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     for (name, body) in [
         ("ivpol-image-data-arch", IMAGE_DATA_ARCH),
         ("image-data-shape", IMAGE_DATA_SHAPE),
@@ -398,8 +395,7 @@ async fn kyverno_image_data_scenarios_reach_images_outside_the_globs_and_literal
     let index_by_tag = format!("{repo}:v1");
     let single = push(&h, "oci/ivory/sig-p256", "sig-p256").await;
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let lenient = "  validationConfigurations:
     verifyDigest: false
     required: false
@@ -546,8 +542,7 @@ async fn multi_platform_images_verify_what_the_policy_chooses() {
     let (arm, windows) = (&images["ivory/arm-only"], &images["ivory/windows-only"]);
 
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let glob = format!("{host}/*");
     let attestor = ivory_testkit::policy::key_attestor_yaml(&signer.public_pem);
     for (name, annotation) in [

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::util::{BIN, Ivory, Tls, pod_review};
+use crate::util::{BIN, Ivory, Tls, pod_review, policies_dir};
 
 const CLUSTER: &str = "apiVersion: policies.kyverno.io/v1
 kind: ImageValidatingPolicy
@@ -68,8 +68,7 @@ fn generated_paths(dir: &std::path::Path) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_policy_name_on_the_namespaced_route_is_denied_and_never_generated() {
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     std::fs::write(policies.join("cluster.yaml"), CLUSTER).unwrap();
     std::fs::write(policies.join("namespaced.yaml"), NAMESPACED).unwrap();
     std::fs::write(

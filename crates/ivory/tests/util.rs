@@ -176,6 +176,13 @@ impl Ivory {
 
 pub(crate) use ivory_testkit::review::pod_review;
 
+/// A new empty `policies` folder in `dir`.
+pub(crate) fn policies_dir(dir: &Path) -> PathBuf {
+    let policies = dir.join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    policies
+}
+
 /// An ImageValidatingPolicy for pods whose images match `glob`.
 pub(crate) use ivory_testkit::policy::pod_policy as policy;
 

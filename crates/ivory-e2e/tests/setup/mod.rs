@@ -16,7 +16,7 @@ use ivory_testkit::{Harness, TestPki};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{
@@ -267,4 +267,25 @@ pub(crate) async fn apply_policy(client: &Client, yaml: &str) -> Result<()> {
         None => dynamic(client, IVPOL, None),
     };
     apply(&api, yaml).await
+}
+
+/// Sets what the kubelet would report for the Pod's one container `app` (the test cluster runs
+/// no kubelet); returns the Pod as stored.
+pub(crate) async fn set_running_digest(
+    client: &Client,
+    ns: &str,
+    pod: &str,
+    image: &str,
+    image_id: &str,
+) -> Result<Pod> {
+    let status = json!({"status": {"containerStatuses": [{
+        "name": "app",
+        "image": image,
+        "imageID": image_id,
+        "ready": true,
+        "restartCount": 0,
+    }]}});
+    Ok(Api::<Pod>::namespaced(client.clone(), ns)
+        .patch_status(pod, &PatchParams::default(), &Patch::Merge(&status))
+        .await?)
 }
