@@ -30,14 +30,26 @@ pub fn unique_name(prefix: &str) -> String {
 /// Creates a namespace named `prefix-<unique suffix>` and returns its name. Namespaces carry the
 /// `kubernetes.io/metadata.name` label, which webhook `namespaceSelector`s can match.
 pub async fn create_namespace(client: &Client, prefix: &str) -> Result<String> {
+    create_labelled_namespace(client, prefix, &[]).await
+}
+
+/// [`create_namespace`] with `labels` besides `ivory-e2e=true`.
+pub async fn create_labelled_namespace(
+    client: &Client,
+    prefix: &str,
+    labels: &[(&str, &str)],
+) -> Result<String> {
     let name = unique_name(prefix);
+    let mut all = BTreeMap::from([("ivory-e2e".to_owned(), "true".to_owned())]);
+    all.extend(
+        labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
     let namespace = Namespace {
         metadata: ObjectMeta {
             name: Some(name.clone()),
-            labels: Some(BTreeMap::from([(
-                "ivory-e2e".to_owned(),
-                "true".to_owned(),
-            )])),
+            labels: Some(all),
             ..ObjectMeta::default()
         },
         ..Namespace::default()

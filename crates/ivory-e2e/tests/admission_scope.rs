@@ -26,8 +26,8 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use setup::{
-    POLICY_CRDS, PROPAGATION, apply_policy, install_crds, namespace, push, register, serve, tls,
-    unregister, workspace,
+    POLICY_CRDS, PROPAGATION, apply_policy, install_crds, ivory_dir, namespace, push, register,
+    serve, unregister, workspace,
 };
 
 const SELECT_LABEL: &str = "ivory-e2e/select";
@@ -118,10 +118,7 @@ async fn namespace_selector_policies_apply_to_namespaces_ivory_has_not_seen() ->
     let registry = RegistryHarness::start_default().await?;
     let (image, digest) = push(&registry, "unsigned").await?;
     let pinned = format!("{image}@{digest}");
-    let dir = tempfile::tempdir()?;
-    let (_, _, ca) = tls(dir.path())?;
-    let registry_ca = dir.path().join("registry-ca.pem");
-    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let (dir, ca, registry_ca) = ivory_dir(&registry)?;
     let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
     let value = unique_name("sel");
     let policy_name = unique_name("e2e-select-pin");
@@ -240,10 +237,7 @@ async fn a_namespaced_policy_cannot_use_ivorys_pull_secret() -> Result<()> {
     let registry = RegistryHarness::start(HarnessOptions::basic(AUTH_USER, AUTH_PASSWORD)).await?;
     let (image, digest) = push(&registry, "unsigned").await?;
     let pinned = format!("{image}@{digest}");
-    let dir = tempfile::tempdir()?;
-    let (_, _, ca) = tls(dir.path())?;
-    let registry_ca = dir.path().join("registry-ca.pem");
-    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let (dir, ca, registry_ca) = ivory_dir(&registry)?;
 
     // Two working Secrets: one in ivory's namespace, one in the team's.
     let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
@@ -384,10 +378,7 @@ async fn the_verify_platforms_annotation_reaches_ivory_through_the_api_server() 
     let child = children.first().context("no platform manifest")?;
     registry.push_cosign_signature(repo, child, &signer).await?;
     let image = format!("{}/{repo}:v1", registry.host());
-    let dir = tempfile::tempdir()?;
-    let (_, _, ca) = tls(dir.path())?;
-    let registry_ca = dir.path().join("registry-ca.pem");
-    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let (dir, ca, registry_ca) = ivory_dir(&registry)?;
     let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
     let value = unique_name("plat");
     let ns = namespace(&client, "e2e-platforms", &[(SELECT_LABEL, &value)]).await?;
@@ -497,10 +488,7 @@ async fn the_notation_trust_policy_annotation_reaches_ivory_through_the_api_serv
         registry.host(),
         row["digest"].as_str().context("digest")?
     );
-    let dir = tempfile::tempdir()?;
-    let (_, _, ca) = tls(dir.path())?;
-    let registry_ca = dir.path().join("registry-ca.pem");
-    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let (dir, ca, registry_ca) = ivory_dir(&registry)?;
     let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
     let value = unique_name("notation");
     let ns = namespace(&client, "e2e-notation", &[(SELECT_LABEL, &value)]).await?;

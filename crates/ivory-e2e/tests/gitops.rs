@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 
 use setup::{
     IVPOL, POLICY_CRDS, PROPAGATION, apply, dynamic, fixture_key_attestors, install_crds,
-    namespace, register, serve, tls, unregister, workspace,
+    ivory_dir, namespace, register, serve, unregister, workspace,
 };
 
 const MESSAGE: &str = "failed the image Signature verification";
@@ -161,10 +161,7 @@ async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> 
     let unsigned = format!("{host}/ivory/unsigned:v1");
     let pinned = format!("{signed}@{}", signed_tags.get("v1").context("no v1 tag")?);
 
-    let dir = tempfile::tempdir()?;
-    let (_, _, ca) = tls(dir.path())?;
-    let registry_ca = dir.path().join("registry-ca.pem");
-    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let (dir, ca, registry_ca) = ivory_dir(&registry)?;
     let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
     let default_ns = namespace(&client, "e2e-pin-all", &[]).await?;
     let labelled_ns = namespace(

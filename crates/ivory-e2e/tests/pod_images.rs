@@ -21,7 +21,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-use setup::{PROPAGATION, fixture_key_attestors, namespace, push, serve, tls, workspace};
+use setup::{PROPAGATION, fixture_key_attestors, ivory_dir, namespace, push, serve, workspace};
 
 const MESSAGE: &str = "failed the image Signature verification";
 
@@ -187,10 +187,7 @@ async fn every_image_a_pod_runs_is_verified() -> Result<()> {
     let host = registry.host().to_owned();
     let pinned_signed = format!("{signed}@{signed_digest}");
 
-    let dir = tempfile::tempdir()?;
-    let (_, _, ca) = tls(dir.path())?;
-    let registry_ca = dir.path().join("registry-ca.pem");
-    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let (dir, ca, registry_ca) = ivory_dir(&registry)?;
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies)?;
     let ns = namespace(&client, "e2e-pod-images", &[]).await?;

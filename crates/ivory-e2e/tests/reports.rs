@@ -30,8 +30,8 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use setup::{
-    IVPOL, apply, dynamic, fixture_key_attestors, install_crds, register, serve,
-    set_running_digest, tls, unregister, workspace,
+    IVPOL, apply, dynamic, fixture_key_attestors, install_crds, ivory_dir, register, serve,
+    set_running_digest, unregister, workspace,
 };
 
 const CRDS: [&str; 5] = [
@@ -213,10 +213,7 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
     let signed = format!("{host}/ivory/signed:v1");
     let unsigned = format!("{host}/ivory/unsigned:v1");
 
-    let dir = tempfile::tempdir()?;
-    let (_, _, ca) = tls(dir.path())?;
-    let registry_ca = dir.path().join("registry-ca.pem");
-    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let (dir, ca, registry_ca) = ivory_dir(&registry)?;
     let own_ns = create_namespace(&client, "e2e-ivory").await?;
     let ns = create_namespace(&client, "e2e-reports").await?;
     let exceptions_ns = create_namespace(&client, "e2e-exceptions").await?;

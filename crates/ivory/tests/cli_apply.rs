@@ -7,7 +7,7 @@ use ivory_testkit::RegistryHarness;
 use serde_json::{Value, json};
 
 use crate::cli_util::{ivory, ivory_stdin, push_fixture, write, write_ca};
-use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, policies_dir, policy};
+use crate::util::{Ivory, VERIFY_SIGNED, key_attestor, policies_dir, policy};
 
 /// The AdmissionReview the API server would send for `object`.
 fn review(uid: &str, object: &Value) -> Value {
@@ -216,9 +216,8 @@ async fn kyverno_style_test_case_matches_serve() {
     assert!(run.stderr.contains("broken.yaml"), "{}", run.stderr);
 
     // The same objects through `ivory serve`.
-    let tls = Tls::write(dir.path(), "ivory apply test CA");
-    let server = Ivory::start(
-        &tls,
+    let server = Ivory::start_in(
+        dir.path(),
         &[
             "--policies".into(),
             policies.display().to_string(),

@@ -9,7 +9,7 @@ use ivory_testkit::RegistryHarness;
 use crate::cli_util::{ivory, push_fixture, write, write_ca};
 use ivory_testkit::policy::pod_policy;
 
-use crate::util::{Ivory, Tls, VERIFY_SIGNED, fixtures, pod_review};
+use crate::util::{Ivory, VERIFY_SIGNED, fixtures, pod_review};
 
 fn policy(glob: &str) -> String {
     pod_policy(
@@ -164,9 +164,8 @@ async fn serve_in_file_mode_reads_cluster_resources_files() {
     let review = pod_review("u-1", &[&format!("{signed}@{digest}")]);
     for (key, allowed) in [("cosign-p256.pub", true), ("untrusted-p256.pub", false)] {
         let cluster = write(dir.path(), "cluster.yaml", &config_map(key));
-        let tls = Tls::write(dir.path(), "ivory test CA");
-        let ivory = Ivory::start(
-            &tls,
+        let ivory = Ivory::start_in(
+            dir.path(),
             &[
                 "--policies".into(),
                 path(&policy),
@@ -183,9 +182,8 @@ async fn serve_in_file_mode_reads_cluster_resources_files() {
         assert_eq!(resp["allowed"], allowed, "{key}: {resp}\n{}", ivory.logs());
     }
     // Without the file: the read fails, failurePolicy Fail denies, naming why.
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(
-        &tls,
+    let ivory = Ivory::start_in(
+        dir.path(),
         &[
             "--policies".into(),
             path(&policy),

@@ -69,8 +69,11 @@ async fn run_with(
         policy("verify", &format!("{}/*", h.host()), &verify),
     )
     .unwrap();
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+    let ivory = Ivory::start_in(
+        dir.path(),
+        &["--policies".into(), policies.display().to_string()],
+    )
+    .await;
     let warm = pod_review("warm", &[&format!("{}/good:warm", h.host())]);
     let resp = ivory.review(PIN, &warm).await;
     assert_eq!(resp["allowed"], true, "{resp}");

@@ -265,8 +265,11 @@ async fn hung_registry_is_answered_inside_the_api_server_timeout() {
         let verify = signed_policy(&format!("verify-{lower}"), &glob, "Deny", failure);
         write(&policies, &format!("verify-{lower}.yaml"), &verify);
     }
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+    let ivory = Ivory::start_in(
+        dir.path(),
+        &["--policies".into(), policies.display().to_string()],
+    )
+    .await;
     // Like the API server, talk over an established connection. The warm-up request also
     // makes the registry client build its (blocking, cached) HTTPS client for the hung host:
     // on a cold start concurrent first requests each pay for that build before their budget
@@ -355,8 +358,11 @@ async fn policy_hot_reload_and_certificate_reload() {
         )
     };
     write(&policies, "a.yaml", &deny_all("first", "first version"));
-    let tls = Tls::write(dir.path(), "first CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+    let ivory = Ivory::start_in(
+        dir.path(),
+        &["--policies".into(), policies.display().to_string()],
+    )
+    .await;
     let pinned = "registry.example/app@sha256:0000000000000000000000000000000000000000000000000000000000000000";
     let message = |resp: Value| resp["status"]["message"].as_str().unwrap_or("").to_owned();
 
@@ -425,7 +431,7 @@ async fn policy_hot_reload_and_certificate_reload() {
     );
 
     // A new certificate (from a new CA) is served without a restart.
-    let first_ca = tls.ca_pem.clone();
+    let first_ca = ivory.ca_pem.clone();
     let second = Tls::write(dir.path(), "second CA");
     let swapped = eventually(Duration::from_secs(10), || async {
         Ivory::client_for(&second.ca_pem)
@@ -453,9 +459,8 @@ async fn sigterm_finishes_in_flight_requests() {
     let file = dir.path().join("pin.yaml");
     let pin = "  attestors: []\n  validations:\n    - expression: \"true\"\n";
     std::fs::write(&file, policy("pin", &format!("{}/*", hung.host()), pin)).unwrap();
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let mut ivory = Ivory::start(
-        &tls,
+    let mut ivory = Ivory::start_in(
+        dir.path(),
         &[
             "--policies".into(),
             file.display().to_string(),
@@ -490,8 +495,11 @@ async fn not_ready_until_policies_load_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("p.yaml");
     std::fs::write(&file, "apiVersion: policies.kyverno.io/v1\nkind: ImageValidatingPolicy\nmetadata: {name: p}\nspec: {validations: 1}\n").unwrap();
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), file.display().to_string()]).await;
+    let ivory = Ivory::start_in(
+        dir.path(),
+        &["--policies".into(), file.display().to_string()],
+    )
+    .await;
     let (status, text) = ivory.get("/readyz").await;
     assert_eq!(status, 503, "{text}");
     assert!(
@@ -858,9 +866,8 @@ async fn a_moved_tag_is_pinned_anew_after_the_tag_cache_ttl() {
         &policy("pin", &format!("{}/*", h.host()), pin_body),
     );
     write(dir.path(), "registry-ca.pem", h.ca_pem());
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(
-        &tls,
+    let ivory = Ivory::start_in(
+        dir.path(),
         &[
             "--policies".into(),
             policies.display().to_string(),
@@ -932,8 +939,11 @@ async fn hostile_registry_text_never_reaches_the_response_and_forged_digests_are
         key_attestor()
     );
     write(&policies, "verify.yaml", &policy("verify", &glob, &verify));
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+    let ivory = Ivory::start_in(
+        dir.path(),
+        &["--policies".into(), policies.display().to_string()],
+    )
+    .await;
 
     // The control: an honest answer from the same server is pinned.
     let good = format!("{}/good:v1", h.host());

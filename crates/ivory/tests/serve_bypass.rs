@@ -6,7 +6,7 @@
 use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, Tls, fixtures, pod_review, policy};
+use crate::util::{Ivory, fixtures, pod_review, policy};
 
 /// A digest-pinning policy for `glob` applying only in namespaces labelled `tier: prod`.
 fn prod_pin_policy(glob: &str) -> String {
@@ -154,8 +154,11 @@ async fn a_namespaced_policy_naming_another_namespaces_secret_does_not_load() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("borrow.yaml");
     std::fs::write(&file, text).unwrap();
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), file.display().to_string()]).await;
+    let ivory = Ivory::start_in(
+        dir.path(),
+        &["--policies".into(), file.display().to_string()],
+    )
+    .await;
     let (status, text) = ivory.get("/readyz").await;
     assert_eq!(status, 503, "{text}");
     assert!(

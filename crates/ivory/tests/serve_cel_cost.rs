@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, Tls, eventually, pod_review, policies_dir, policy};
+use crate::util::{Ivory, eventually, pod_review, policies_dir, policy};
 
 /// No verification: the policies exercise CEL alone.
 const NO_VERIFICATION: &str = "  attestors: []
@@ -52,8 +52,11 @@ async fn costly_cel_is_stopped_per_failure_policy_and_other_requests_are_answere
         )
         .unwrap();
     }
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+    let ivory = Ivory::start_in(
+        dir.path(),
+        &["--policies".into(), policies.display().to_string()],
+    )
+    .await;
     assert_eq!(ivory.get("/readyz").await.0, 200, "{}", ivory.logs());
 
     // Small lists pass: the policies are enforced, not broken.
@@ -127,8 +130,11 @@ async fn a_costly_expression_is_refused_at_load() {
     let file = dir.path().join("cross.yaml");
     let body = format!("{NO_VERIFICATION}  validations:\n    - expression: \"{CROSS_PRODUCT}\"\n");
     std::fs::write(&file, policy("cross", "*", &body)).unwrap();
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), file.display().to_string()]).await;
+    let ivory = Ivory::start_in(
+        dir.path(),
+        &["--policies".into(), file.display().to_string()],
+    )
+    .await;
     let (status, text) = ivory.get("/readyz").await;
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("cross.yaml"), "{text}");

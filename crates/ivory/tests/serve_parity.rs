@@ -5,7 +5,7 @@
 use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, Tls, fixtures, pod_review, policies_dir, policy};
+use crate::util::{Ivory, fixtures, pod_review, policies_dir, policy};
 
 /// Pushes a layout under `fixtures/<dir>` as `ivory/<name>`; returns `host/ivory/<name>@<digest>`.
 async fn push(h: &Harness, dir: &str, name: &str) -> String {
@@ -254,8 +254,11 @@ async fn fields_ivory_cannot_honour_are_refused_at_load() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("refused.yaml");
     std::fs::write(&file, policy("refused", "*", &body)).unwrap();
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), file.display().to_string()]).await;
+    let ivory = Ivory::start_in(
+        dir.path(),
+        &["--policies".into(), file.display().to_string()],
+    )
+    .await;
     let (status, text) = ivory.get("/readyz").await;
     assert_eq!(status, 503, "{text}");
     for want in [

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::util::{BIN, Ivory, Tls, pod_review, policies_dir};
+use crate::util::{BIN, Ivory, pod_review, policies_dir};
 
 const CLUSTER: &str = "apiVersion: policies.kyverno.io/v1
 kind: ImageValidatingPolicy
@@ -98,8 +98,11 @@ async fn a_cluster_policy_name_on_the_namespaced_route_is_denied_and_never_gener
         "{paths:?}"
     );
 
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+    let ivory = Ivory::start_in(
+        dir.path(),
+        &["--policies".into(), policies.display().to_string()],
+    )
+    .await;
     // Same name on both routes: each route runs its own kind.
     let resp = ivory
         .review("/nivpol/validate/shared", &pod_review("r-1", &["nginx"]))

@@ -100,6 +100,12 @@ impl Ivory {
         }
     }
 
+    /// Starts `ivory serve` with `extra` arguments and a new test CA (and server certificate)
+    /// written to `dir`.
+    pub(crate) async fn start_in(dir: &Path, extra: &[String]) -> Self {
+        Self::start(&Tls::write(dir, "ivory test CA"), extra).await
+    }
+
     /// Starts `ivory serve --policies <policies>` with a new test CA in `dir`, trusting the
     /// registry CA the caller wrote to `dir/registry-ca.pem`.
     pub(crate) async fn start_with_policies(dir: &Path, policies: &Path) -> Self {

@@ -4,24 +4,22 @@
 // Every test binary includes this module and each uses part of it.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use ivory_e2e::{IvoryServer, eventually, run_ivory, unique_name};
+use ivory_e2e::{IvoryServer, eventually, run_ivory};
 use ivory_testkit::policy::key_attestor_yaml;
 use ivory_testkit::{Harness, TestPki};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ObjectMeta, Patch,
-    PatchParams, PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use serde_json::{Value, json};
 
@@ -72,25 +70,7 @@ pub(crate) async fn namespace(
     prefix: &str,
     labels: &[(&str, &str)],
 ) -> Result<String> {
-    let name = unique_name(prefix);
-    let mut all = BTreeMap::from([("ivory-e2e".to_owned(), "true".to_owned())]);
-    all.extend(
-        labels
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-    );
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            labels: Some(all),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
-    Ok(name)
+    Ok(ivory_e2e::create_labelled_namespace(client, prefix, labels).await?)
 }
 
 /// Installs CRD files (paths relative to the workspace) and waits until each is Established.
@@ -140,6 +120,16 @@ pub(crate) fn tls(dir: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
     std::fs::write(&files.1, &pki.server_key_pem)?;
     std::fs::write(&files.2, &pki.ca_pem)?;
     Ok(files)
+}
+
+/// A temporary folder for ivory with its TLS files (see [`tls`]) and `registry`'s CA:
+/// (folder, ivory's CA file, the registry CA file).
+pub(crate) fn ivory_dir(registry: &Harness) -> Result<(tempfile::TempDir, PathBuf, PathBuf)> {
+    let dir = tempfile::tempdir()?;
+    let (_, _, ca) = tls(dir.path())?;
+    let registry_ca = dir.path().join("registry-ca.pem");
+    std::fs::write(&registry_ca, registry.ca_pem())?;
+    Ok((dir, ca, registry_ca))
 }
 
 /// Starts `ivory serve` with the TLS files of [`tls`] in `dir`, trusting `registry_ca`.
