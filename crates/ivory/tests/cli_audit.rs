@@ -232,16 +232,7 @@ async fn images_from_file_errors_and_interrupt() {
         dir.path(),
         &["--images-from", list.to_str().unwrap(), "-o", "json"],
     );
-    let child = tokio::process::Command::new(BIN)
-        .args(&args)
-        .env("IVORY_LOG", "warn")
-        // Each run measures a cold start, as before the persistent cache.
-        .env("IVORY_NO_CACHE", "true")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let child = spawn_cold(&args);
     // Interrupt once the signed image is verified (its signature was fetched).
     let fetched = eventually(Duration::from_secs(30), || async {
         !sig_fetches(&h).is_empty()
@@ -320,10 +311,10 @@ async fn images_from_file_errors_and_interrupt() {
     assert!(run.stderr.contains("--registry"), "{}", run.stderr);
 }
 
-/// Runs `ivory <args>` to completion, sampling its peak RSS (`VmHWM`, KiB) while it runs:
-/// the last sample is within a few milliseconds of the end.
-async fn ivory_with_peak(args: &[String]) -> (Run, u64) {
-    let child = tokio::process::Command::new(BIN)
+/// Starts `ivory <args>` with its output piped and without the persistent cache: each run
+/// measures a cold start.
+fn spawn_cold(args: &[String]) -> tokio::process::Child {
+    tokio::process::Command::new(BIN)
         .args(args)
         .env("IVORY_LOG", "warn")
         .env("IVORY_NO_CACHE", "true")
@@ -331,7 +322,13 @@ async fn ivory_with_peak(args: &[String]) -> (Run, u64) {
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Runs `ivory <args>` to completion, sampling its peak RSS (`VmHWM`, KiB) while it runs:
+/// the last sample is within a few milliseconds of the end.
+async fn ivory_with_peak(args: &[String]) -> (Run, u64) {
+    let child = spawn_cold(args);
     let pid = child.id().unwrap();
     let sampler = tokio::spawn(async move {
         let mut peak = 0;

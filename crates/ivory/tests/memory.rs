@@ -47,6 +47,18 @@ async fn run(h: &HostileServer, path: &str, repos: &[String]) -> (u64, Vec<Value
 
 /// [`run`] with `checks` (attestors and validations) as the verify policy's checks; also
 /// returns ivory's logs.
+/// A `policies` folder in `dir` holding `pin`: every image of `h` pinned, nothing verified.
+fn pin_policies(dir: &std::path::Path, h: &HostileServer) -> std::path::PathBuf {
+    let policies = policies_dir(dir);
+    let body = "  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n  attestors: []\n  validations:\n    - expression: \"true\"\n";
+    std::fs::write(
+        policies.join("pin.yaml"),
+        policy("pin", &format!("{}/*", h.host()), body),
+    )
+    .unwrap();
+    policies
+}
+
 async fn run_with(
     h: &HostileServer,
     path: &str,
@@ -54,13 +66,7 @@ async fn run_with(
     checks: &str,
 ) -> (u64, Vec<Value>, String) {
     let dir = tempfile::tempdir().unwrap();
-    let policies = policies_dir(dir.path());
-    let body = "  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n  attestors: []\n  validations:\n    - expression: \"true\"\n";
-    std::fs::write(
-        policies.join("pin.yaml"),
-        policy("pin", &format!("{}/*", h.host()), body),
-    )
-    .unwrap();
+    let policies = pin_policies(dir.path(), h);
     let verify = format!(
         "  validationActions: [Deny]\n  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n  validationConfigurations:\n    mutateDigest: false\n    verifyDigest: false\n{checks}"
     );
@@ -69,11 +75,7 @@ async fn run_with(
         policy("verify", &format!("{}/*", h.host()), &verify),
     )
     .unwrap();
-    let ivory = Ivory::start_in(
-        dir.path(),
-        &["--policies".into(), policies.display().to_string()],
-    )
-    .await;
+    let ivory = Ivory::start_policies(dir.path(), &policies).await;
     let warm = pod_review("warm", &[&format!("{}/good:warm", h.host())]);
     let resp = ivory.review(PIN, &warm).await;
     assert_eq!(resp["allowed"], true, "{resp}");
@@ -158,13 +160,7 @@ async fn hostile_answers_cannot_grow_ivory_memory_past_their_bounds() {
 /// store 2 s to send whatever it sends, and returns the peak RSS in KiB.
 async fn run_l2(h: &HostileServer, redis_url: &str) -> u64 {
     let dir = tempfile::tempdir().unwrap();
-    let policies = policies_dir(dir.path());
-    let body = "  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n  attestors: []\n  validations:\n    - expression: \"true\"\n";
-    std::fs::write(
-        policies.join("pin.yaml"),
-        policy("pin", &format!("{}/*", h.host()), body),
-    )
-    .unwrap();
+    let policies = pin_policies(dir.path(), h);
     let key = dir.path().join("l2.key");
     std::fs::write(&key, "memory-test-hmac-key-0123456789abcdef0123456789").unwrap();
     let tls = Tls::write(dir.path(), "ivory test CA");

@@ -265,11 +265,7 @@ async fn hung_registry_is_answered_inside_the_api_server_timeout() {
         let verify = signed_policy(&format!("verify-{lower}"), &glob, "Deny", failure);
         write(&policies, &format!("verify-{lower}.yaml"), &verify);
     }
-    let ivory = Ivory::start_in(
-        dir.path(),
-        &["--policies".into(), policies.display().to_string()],
-    )
-    .await;
+    let ivory = Ivory::start_policies(dir.path(), &policies).await;
     // Like the API server, talk over an established connection. The warm-up request also
     // makes the registry client build its (blocking, cached) HTTPS client for the hung host:
     // on a cold start concurrent first requests each pay for that build before their budget
@@ -358,11 +354,7 @@ async fn policy_hot_reload_and_certificate_reload() {
         )
     };
     write(&policies, "a.yaml", &deny_all("first", "first version"));
-    let ivory = Ivory::start_in(
-        dir.path(),
-        &["--policies".into(), policies.display().to_string()],
-    )
-    .await;
+    let ivory = Ivory::start_policies(dir.path(), &policies).await;
     let pinned = "registry.example/app@sha256:0000000000000000000000000000000000000000000000000000000000000000";
     let message = |resp: Value| resp["status"]["message"].as_str().unwrap_or("").to_owned();
 
@@ -495,11 +487,7 @@ async fn not_ready_until_policies_load_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("p.yaml");
     std::fs::write(&file, "apiVersion: policies.kyverno.io/v1\nkind: ImageValidatingPolicy\nmetadata: {name: p}\nspec: {validations: 1}\n").unwrap();
-    let ivory = Ivory::start_in(
-        dir.path(),
-        &["--policies".into(), file.display().to_string()],
-    )
-    .await;
+    let ivory = Ivory::start_policies(dir.path(), &file).await;
     let (status, text) = ivory.get("/readyz").await;
     assert_eq!(status, 503, "{text}");
     assert!(
@@ -939,11 +927,7 @@ async fn hostile_registry_text_never_reaches_the_response_and_forged_digests_are
         key_attestor()
     );
     write(&policies, "verify.yaml", &policy("verify", &glob, &verify));
-    let ivory = Ivory::start_in(
-        dir.path(),
-        &["--policies".into(), policies.display().to_string()],
-    )
-    .await;
+    let ivory = Ivory::start_policies(dir.path(), &policies).await;
 
     // The control: an honest answer from the same server is pinned.
     let good = format!("{}/good:v1", h.host());

@@ -154,11 +154,7 @@ async fn a_namespaced_policy_naming_another_namespaces_secret_does_not_load() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("borrow.yaml");
     std::fs::write(&file, text).unwrap();
-    let ivory = Ivory::start_in(
-        dir.path(),
-        &["--policies".into(), file.display().to_string()],
-    )
-    .await;
+    let ivory = Ivory::start_policies(dir.path(), &file).await;
     let (status, text) = ivory.get("/readyz").await;
     assert_eq!(status, 503, "{text}");
     assert!(

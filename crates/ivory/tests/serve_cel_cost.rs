@@ -52,11 +52,7 @@ async fn costly_cel_is_stopped_per_failure_policy_and_other_requests_are_answere
         )
         .unwrap();
     }
-    let ivory = Ivory::start_in(
-        dir.path(),
-        &["--policies".into(), policies.display().to_string()],
-    )
-    .await;
+    let ivory = Ivory::start_policies(dir.path(), &policies).await;
     assert_eq!(ivory.get("/readyz").await.0, 200, "{}", ivory.logs());
 
     // Small lists pass: the policies are enforced, not broken.
@@ -130,11 +126,7 @@ async fn a_costly_expression_is_refused_at_load() {
     let file = dir.path().join("cross.yaml");
     let body = format!("{NO_VERIFICATION}  validations:\n    - expression: \"{CROSS_PRODUCT}\"\n");
     std::fs::write(&file, policy("cross", "*", &body)).unwrap();
-    let ivory = Ivory::start_in(
-        dir.path(),
-        &["--policies".into(), file.display().to_string()],
-    )
-    .await;
+    let ivory = Ivory::start_policies(dir.path(), &file).await;
     let (status, text) = ivory.get("/readyz").await;
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("cross.yaml"), "{text}");

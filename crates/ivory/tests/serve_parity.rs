@@ -254,11 +254,7 @@ async fn fields_ivory_cannot_honour_are_refused_at_load() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("refused.yaml");
     std::fs::write(&file, policy("refused", "*", &body)).unwrap();
-    let ivory = Ivory::start_in(
-        dir.path(),
-        &["--policies".into(), file.display().to_string()],
-    )
-    .await;
+    let ivory = Ivory::start_policies(dir.path(), &file).await;
     let (status, text) = ivory.get("/readyz").await;
     assert_eq!(status, 503, "{text}");
     for want in [

@@ -98,11 +98,7 @@ async fn a_cluster_policy_name_on_the_namespaced_route_is_denied_and_never_gener
         "{paths:?}"
     );
 
-    let ivory = Ivory::start_in(
-        dir.path(),
-        &["--policies".into(), policies.display().to_string()],
-    )
-    .await;
+    let ivory = Ivory::start_policies(dir.path(), &policies).await;
     // Same name on both routes: each route runs its own kind.
     let resp = ivory
         .review("/nivpol/validate/shared", &pod_review("r-1", &["nginx"]))

@@ -106,6 +106,11 @@ impl Ivory {
         Self::start(&Tls::write(dir, "ivory test CA"), extra).await
     }
 
+    /// Starts `ivory serve --policies <policies>` (no registry CA) with a new test CA in `dir`.
+    pub(crate) async fn start_policies(dir: &Path, policies: &Path) -> Self {
+        Self::start_in(dir, &["--policies".into(), policies.display().to_string()]).await
+    }
+
     /// Starts `ivory serve --policies <policies>` with a new test CA in `dir`, trusting the
     /// registry CA the caller wrote to `dir/registry-ca.pem`.
     pub(crate) async fn start_with_policies(dir: &Path, policies: &Path) -> Self {
