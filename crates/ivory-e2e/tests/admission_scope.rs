@@ -17,7 +17,7 @@ use std::ffi::OsStr;
 
 use anyhow::{Context, Result, bail, ensure};
 use base64::Engine as _;
-use ivory_e2e::{Cluster, eventually, unique_name};
+use ivory_e2e::{eventually, unique_name};
 use ivory_testkit::policy::PodPolicy;
 use ivory_testkit::{HarnessOptions, RegistryHarness};
 use k8s_openapi::api::core::v1::Secret;
@@ -26,8 +26,8 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use setup::{
-    POLICY_CRDS, PROPAGATION, apply_policy, install_crds, ivory_dir, namespace, push, register,
-    serve, unregister, workspace,
+    POLICY_CRDS, PROPAGATION, apply_policy, cluster_with_crds, ivory_dir, namespace,
+    push, register, serve, unregister, workspace,
 };
 
 const SELECT_LABEL: &str = "ivory-e2e/select";
@@ -112,9 +112,7 @@ async fn pinned_in_fresh_namespaces(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_selector_policies_apply_to_namespaces_ivory_has_not_seen() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client, &POLICY_CRDS).await?;
+    let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
     let registry = RegistryHarness::start_default().await?;
     let (image, digest) = push(&registry, "unsigned").await?;
     let pinned = format!("{image}@{digest}");
@@ -231,9 +229,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespaced_policy_cannot_use_ivorys_pull_secret() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client, &POLICY_CRDS).await?;
+    let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
     let registry = RegistryHarness::start(HarnessOptions::basic(AUTH_USER, AUTH_PASSWORD)).await?;
     let (image, digest) = push(&registry, "unsigned").await?;
     let pinned = format!("{image}@{digest}");
@@ -366,9 +362,7 @@ fn platforms_policy(
 /// once the annotation is removed (Kyverno's default: the index).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_verify_platforms_annotation_reaches_ivory_through_the_api_server() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client, &POLICY_CRDS).await?;
+    let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
     let registry = RegistryHarness::start_default().await?;
     let signer = ivory_testkit::CosignSigner::generate()?;
     let repo = "ivory/arm-only";
@@ -471,9 +465,7 @@ fn notation_policy(name: &str, host: &str, value: &str, trust: Option<&str>) -> 
 /// denied once the annotation is removed (Kyverno's strict level).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_notation_trust_policy_annotation_reaches_ivory_through_the_api_server() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client, &POLICY_CRDS).await?;
+    let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
     let registry = RegistryHarness::start_default().await?;
     let manifest: Value = serde_json::from_str(&std::fs::read_to_string(
         workspace().join("fixtures/notation/manifest.json"),

@@ -18,7 +18,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use setup::{fixture_key_attestors, push, set_running_digest, workspace};
+use setup::{cluster_with_crds, fixture_key_attestors, push, set_running_digest, workspace};
 
 /// The digest `fixtures/manifest.json` records for `ivory/<layout>:v1`.
 fn manifest_digest(layout: &str) -> Result<String> {
@@ -95,8 +95,7 @@ fn entry<'a>(doc: &'a Value, image: &str) -> Result<&'a Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_cluster_pods() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
+    let (cluster, client) = cluster_with_crds(&[]).await?;
     let registry = RegistryHarness::start_default().await?;
     let (signed, signed_digest) = push(&registry, "sig-p256").await?;
     let (unsigned, unsigned_digest) = push(&registry, "unsigned").await?;
@@ -257,8 +256,7 @@ async fn audit_namespace(cluster: &Cluster, ns: &str, policy: &Path, ca: &Path) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_evaluates_pods_in_their_namespace_with_their_pull_secrets() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
+    let (cluster, client) = cluster_with_crds(&[]).await?;
     let (user, password) = ("puller", "pull-secret-password");
     let registry = RegistryHarness::start(HarnessOptions::basic(user, password)).await?;
     let (signed, _) = push(&registry, "sig-p256").await?;

@@ -22,8 +22,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use setup::{
-    IVPOL, POLICY_CRDS, PROPAGATION, apply, dynamic, install_crds, register, serve, tls,
-    unregister, workspace,
+    IVPOL, POLICY_CRDS, PROPAGATION, apply, cluster_with_crds, dynamic, register,
+    serve, tls, unregister, workspace,
 };
 
 const MESSAGE: &str = "not from the registry the ConfigMap allows";
@@ -209,9 +209,7 @@ async fn ivory_metrics(base: &str, ca: &std::path::Path) -> Result<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policies_read_configmaps_from_watches_within_rbac() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client, &POLICY_CRDS).await?;
+    let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
     let own = create_namespace(&client, "e2e-reads-ivory").await?;
     let app = create_namespace(&client, "e2e-reads-app").await?;
     let forbidden = create_namespace(&client, "e2e-reads-fail").await?;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use ivory_e2e::{
-    Cluster, FailureMatrix, IvoryServer, Row, eventually, report_path, run_ivory, unique_name,
+    FailureMatrix, IvoryServer, Row, eventually, report_path, run_ivory, unique_name,
 };
 use ivory_testkit::policy::PodPolicy;
 use ivory_testkit::policy::VERIFY_SIGNATURES;
@@ -28,8 +28,8 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
 use setup::{
-    IVPOL, POLICY_CRDS, PROPAGATION, apply_policy, dynamic, fixture_key_attestors, install_crds,
-    namespace, push, serve, tls,
+    IVPOL, POLICY_CRDS, PROPAGATION, apply_policy, cluster_with_crds, dynamic,
+    fixture_key_attestors, namespace, push, serve, tls,
 };
 
 /// `webhookConfiguration.timeoutSeconds` of the test policies.
@@ -398,9 +398,7 @@ impl Env {
 }
 
 async fn setup() -> Result<Env> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client, &POLICY_CRDS).await?;
+    let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
 
     let registry = RegistryHarness::start_default().await?;
     let (signed, signed_digest) = push(&registry, "sig-p256").await?;

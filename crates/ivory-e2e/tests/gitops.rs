@@ -19,7 +19,7 @@ mod setup;
 use std::ffi::OsStr;
 
 use anyhow::{Context, Result, bail, ensure};
-use ivory_e2e::{Cluster, eventually, unique_name};
+use ivory_e2e::{eventually, unique_name};
 use ivory_testkit::RegistryHarness;
 use ivory_testkit::policy::PodPolicy;
 use ivory_testkit::review::deployment_object;
@@ -31,8 +31,7 @@ use kube::{Client, ResourceExt as _};
 use serde_json::{Value, json};
 
 use setup::{
-    IVPOL, POLICY_CRDS, PROPAGATION, apply, dynamic, fixture_key_attestors, install_crds,
-    ivory_dir, namespace, register, serve, unregister, workspace,
+    IVPOL, POLICY_CRDS, PROPAGATION, apply, cluster_with_crds, dynamic, fixture_key_attestors, ivory_dir, namespace, register, serve, unregister, workspace,
 };
 
 const MESSAGE: &str = "failed the image Signature verification";
@@ -145,9 +144,7 @@ struct Case {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client, &POLICY_CRDS).await?;
+    let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
     let registry = RegistryHarness::start_default().await?;
     let host = registry.host().to_owned();
     let layout = |name: &str| workspace().join("fixtures/oci/ivory").join(name);

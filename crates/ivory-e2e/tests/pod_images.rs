@@ -21,7 +21,10 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-use setup::{PROPAGATION, fixture_key_attestors, ivory_dir, namespace, push, serve, workspace};
+use setup::{
+    PROPAGATION, cluster_with_crds, fixture_key_attestors, ivory_dir, namespace, push, serve,
+    workspace,
+};
 
 const MESSAGE: &str = "failed the image Signature verification";
 
@@ -179,8 +182,7 @@ async fn register_webhooks(client: &Client, policies: &Path, url: &str, ca: &Pat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_image_a_pod_runs_is_verified() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
+    let (cluster, client) = cluster_with_crds(&[]).await?;
     let registry = RegistryHarness::start_default().await?;
     let (signed, signed_digest) = push(&registry, "sig-p256").await?;
     let (unsigned, unsigned_digest) = push(&registry, "unsigned").await?;

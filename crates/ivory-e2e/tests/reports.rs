@@ -21,7 +21,7 @@ use std::ffi::OsStr;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use ivory_e2e::{Cluster, create_namespace, eventually, unique_name};
+use ivory_e2e::{create_namespace, eventually, unique_name};
 use ivory_testkit::RegistryHarness;
 use ivory_testkit::policy::PodPolicy;
 use k8s_openapi::api::core::v1::Pod;
@@ -30,8 +30,8 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use setup::{
-    IVPOL, apply, dynamic, fixture_key_attestors, install_crds, ivory_dir, register, serve,
-    set_running_digest, unregister, workspace,
+    IVPOL, apply, cluster_with_crds, dynamic, fixture_key_attestors, ivory_dir,
+    register, serve, set_running_digest, unregister, workspace,
 };
 
 const CRDS: [&str; 5] = [
@@ -197,9 +197,7 @@ fn uid(pod: &Pod) -> Result<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_results_exceptions_and_background_scans_reach_policy_reports() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client, &CRDS).await?;
+    let (cluster, client) = cluster_with_crds(&CRDS).await?;
     let registry = RegistryHarness::start_default().await?;
     let host = registry.host().to_owned();
     let layout = |name: &str| workspace().join("fixtures/oci/ivory").join(name);

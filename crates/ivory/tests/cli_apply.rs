@@ -3,10 +3,9 @@
 //! objects through its mutating and validating webhooks.
 
 use base64::Engine as _;
-use ivory_testkit::RegistryHarness;
 use serde_json::{Value, json};
 
-use crate::cli_util::{ivory, ivory_stdin, push_fixture, write, write_ca};
+use crate::cli_util::{ivory, ivory_stdin, push_fixture, registry_and_ca, write};
 use crate::util::{Ivory, VERIFY_SIGNED, key_attestor, policies_dir, policy};
 
 /// The AdmissionReview the API server would send for `object`.
@@ -59,11 +58,9 @@ async fn through_serve(ivory: &Ivory, uid: &str, object: &Value) -> (Value, Valu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kyverno_style_test_case_matches_serve() {
-    let h = RegistryHarness::start_default().await.unwrap();
+    let (h, dir, ca) = registry_and_ca().await;
     let (signed, signed_digest) = push_fixture(&h, "sig-p256").await;
     let (unsigned, unsigned_digest) = push_fixture(&h, "unsigned").await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_ca(dir.path(), &h);
     let policies = policies_dir(dir.path());
     let body = format!(
         "  validationActions: [Deny]\n{}{VERIFY_SIGNED}",

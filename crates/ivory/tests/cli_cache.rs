@@ -6,10 +6,10 @@
 
 use std::path::Path;
 
-use ivory_testkit::{Harness, RegistryHarness};
+use ivory_testkit::Harness;
 use serde_json::Value;
 
-use crate::cli_util::{Run, ivory, key, push_fixture, write, write_ca};
+use crate::cli_util::{Run, ivory, key, push_fixture, registry_and_ca, write};
 use crate::util::{VERIFY_SIGNED, fixtures, key_attestor, policies_dir, policy};
 
 /// Runs `args` against the registry and returns the run, the registry requests it made and
@@ -70,13 +70,11 @@ async fn push_copies(h: &Harness, layout: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_run_asks_the_registry_nothing_and_hand_edits_are_ignored() {
-    let h = RegistryHarness::start_default().await.unwrap();
+    let (h, dir, ca) = registry_and_ca().await;
     let (signed, _) = push_fixture(&h, "sig-p256").await;
     let (unsigned, _) = push_fixture(&h, "unsigned").await;
     let mut many = push_copies(&h, "sig-p256").await;
     many.extend(push_copies(&h, "unsigned").await);
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_ca(dir.path(), &h);
     let cache = dir.path().join("cache");
     // Each command gets a cache of its own, so each first run is cold.
     let common = |command: &str| -> Vec<String> {

@@ -4,9 +4,7 @@
 //! fails and the failurePolicy decides (never an empty answer); a file ivory refuses (a
 //! Secret) is an error naming it. `ivory serve --cluster-resources` (file mode) answers the same.
 
-use ivory_testkit::RegistryHarness;
-
-use crate::cli_util::{ivory, push_fixture, write, write_ca};
+use crate::cli_util::{ivory, push_fixture, registry_and_ca, write};
 use ivory_testkit::policy::pod_policy;
 
 use crate::util::{Ivory, VERIFY_SIGNED, fixtures, pod_review};
@@ -50,10 +48,8 @@ data:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configmap_given_as_a_cluster_resource_holds_the_key() {
-    let h = RegistryHarness::start_default().await.unwrap();
+    let (h, dir, ca) = registry_and_ca().await;
     let (signed, _) = push_fixture(&h, "sig-p256").await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_ca(dir.path(), &h);
     let policy = write(
         dir.path(),
         "policy.yaml",
@@ -150,10 +146,8 @@ async fn a_configmap_given_as_a_cluster_resource_holds_the_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_in_file_mode_reads_cluster_resources_files() {
-    let h = RegistryHarness::start_default().await.unwrap();
+    let (h, dir, ca) = registry_and_ca().await;
     let (signed, digest) = push_fixture(&h, "sig-p256").await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_ca(dir.path(), &h);
     let policy = write(
         dir.path(),
         "policy.yaml",

@@ -2,9 +2,7 @@
 //! exception whose conditions hold skips the policy (no verification, no pin), one whose
 //! conditions do not changes nothing, and a broken exception file is an error naming it.
 
-use ivory_testkit::RegistryHarness;
-
-use crate::cli_util::{ivory, push_fixture, write, write_ca};
+use crate::cli_util::{ivory, push_fixture, registry_and_ca, write};
 use crate::util::{VERIFY_SIGNED, key_attestor, policy};
 
 fn exception(condition: &str) -> String {
@@ -27,10 +25,8 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_and_verify_take_exception_files() {
-    let h = RegistryHarness::start_default().await.unwrap();
+    let (h, dir, ca) = registry_and_ca().await;
     let (unsigned, _) = push_fixture(&h, "unsigned").await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_ca(dir.path(), &h);
     let body = format!("{}{VERIFY_SIGNED}", key_attestor());
     let policy = write(
         dir.path(),

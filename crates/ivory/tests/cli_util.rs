@@ -73,6 +73,28 @@ pub(crate) async fn ivory_stdin(args: &[&str], input: &str) -> Run {
     }
 }
 
+/// A harness registry (TLS, no auth) and a temporary folder holding its CA: (registry, folder,
+/// the CA file).
+pub(crate) async fn registry_and_ca() -> (Harness, tempfile::TempDir, PathBuf) {
+    let h = ivory_testkit::RegistryHarness::start_default()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = write_ca(dir.path(), &h);
+    (h, dir, ca)
+}
+
+/// `ivory verify --policy <policy> --registry-ca <ca>`'s arguments, to add images and options to.
+pub(crate) fn verify_args(policy: &Path, ca: &Path) -> Vec<String> {
+    vec![
+        "verify".to_owned(),
+        "--policy".into(),
+        policy.display().to_string(),
+        "--registry-ca".into(),
+        ca.display().to_string(),
+    ]
+}
+
 /// Pushes fixture layout `layout` as `ivory/<layout>`; returns (`host/ivory/<layout>:v1`, digest).
 pub(crate) async fn push_fixture(h: &Harness, layout: &str) -> (String, String) {
     h.push_fixture(layout).await.unwrap()

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::Value;
 
-use crate::cli_util::{ivory, write, write_ca};
+use crate::cli_util::{ivory, registry_and_ca, verify_args, write};
 use crate::util::{Ivory, fixtures, pod_review, policy};
 
 fn notation_fixtures() -> std::path::PathBuf {
@@ -212,10 +212,8 @@ async fn serve_admits_notation_signed_images_and_denies_the_bad_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_and_audit_judge_the_same_images() {
-    let h = RegistryHarness::start_default().await.unwrap();
+    let (h, dir, ca) = registry_and_ca().await;
     let images = push_all(&h).await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_ca(dir.path(), &h);
     let glob = format!("{}/*", h.host());
     let strict = policies(&glob)
         .into_iter()
@@ -232,16 +230,8 @@ async fn verify_and_audit_judge_the_same_images() {
         }
     };
 
-    let mut args = vec![
-        "verify".to_owned(),
-        "--policy".into(),
-        file.display().to_string(),
-        "--registry-ca".into(),
-        ca.display().to_string(),
-        "--no-cache".into(),
-        "-o".into(),
-        "json".into(),
-    ];
+    let mut args = verify_args(&file, &ca);
+    args.extend(["--no-cache".into(), "-o".into(), "json".into()]);
     args.extend(judged.iter().map(|c| images[*c].clone()));
     let run = ivory(args).await;
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
@@ -268,16 +258,13 @@ async fn verify_and_audit_judge_the_same_images() {
     // signature of the verified images.
     let cache = dir.path().join("cache");
     let cached = |image: &str| {
-        ivory(vec![
-            "verify".to_owned(),
-            "--policy".into(),
-            file.display().to_string(),
-            "--registry-ca".into(),
-            ca.display().to_string(),
+        let mut args = verify_args(&file, &ca);
+        args.extend([
             "--cache-dir".into(),
             cache.display().to_string(),
             image.to_owned(),
-        ])
+        ]);
+        ivory(args)
     };
     assert_eq!(cached(&images["cose"]).await.code, 0);
     h.reset_requests();

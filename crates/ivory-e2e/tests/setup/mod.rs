@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use ivory_e2e::{IvoryServer, eventually, run_ivory};
+use ivory_e2e::{Cluster, IvoryServer, eventually, run_ivory};
 use ivory_testkit::policy::key_attestor_yaml;
 use ivory_testkit::{Harness, TestPki};
 use k8s_openapi::api::admissionregistration::v1::{
@@ -71,6 +71,15 @@ pub(crate) async fn namespace(
     labels: &[(&str, &str)],
 ) -> Result<String> {
     Ok(ivory_e2e::create_labelled_namespace(client, prefix, labels).await?)
+}
+
+/// The shared test cluster and a client for it, with the CRD files `crds` installed (see
+/// [`install_crds`]).
+pub(crate) async fn cluster_with_crds(crds: &[&str]) -> Result<(&'static Cluster, Client)> {
+    let cluster = Cluster::shared().await?;
+    let client = cluster.client().await?;
+    install_crds(&client, crds).await?;
+    Ok((cluster, client))
 }
 
 /// Installs CRD files (paths relative to the workspace) and waits until each is Established.
