@@ -26,8 +26,8 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use setup::{
-    POLICY_CRDS, PROPAGATION, apply_policy, cluster_with_crds, ivory_dir, namespace,
-    push, register, serve, unregister, workspace,
+    POLICY_CRDS, PROPAGATION, apply_policy, cluster_with_crds, ivory_dir, namespace, push,
+    register, serve, unregister, workspace,
 };
 
 const SELECT_LABEL: &str = "ivory-e2e/select";

@@ -14,7 +14,7 @@ use std::ffi::OsStr;
 
 use anyhow::{Context, Result, bail, ensure};
 use ivory_e2e::{Cluster, create_namespace, eventually, unique_name};
-use ivory_testkit::policy::PodPolicy;
+use ivory_testkit::policy::{NO_IMAGE_CHECKS, PodPolicy};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use kube::Client;
@@ -22,8 +22,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use setup::{
-    IVPOL, POLICY_CRDS, PROPAGATION, apply, cluster_with_crds, dynamic, register,
-    serve, tls, unregister, workspace,
+    IVPOL, POLICY_CRDS, PROPAGATION, apply, cluster_with_crds, dynamic, register, serve, tls,
+    unregister, workspace,
 };
 
 const MESSAGE: &str = "not from the registry the ConfigMap allows";
@@ -35,12 +35,7 @@ fn policy(name: &str, failure: &str, ns: &str, expression: &str) -> String {
         .in_namespace(ns)
         .spec(&format!(
             "  failurePolicy: {failure}
-  validationConfigurations:
-    mutateDigest: false
-    verifyDigest: false
-    required: false
-  attestors: []
-  validations:
+{NO_IMAGE_CHECKS}  validations:
     - expression: >-
         {expression}
       message: {MESSAGE}

@@ -13,9 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use ivory_e2e::{
-    FailureMatrix, IvoryServer, Row, eventually, report_path, run_ivory, unique_name,
-};
+use ivory_e2e::{FailureMatrix, IvoryServer, Row, eventually, report_path, run_ivory, unique_name};
 use ivory_testkit::policy::PodPolicy;
 use ivory_testkit::policy::VERIFY_SIGNATURES;
 use ivory_testkit::review::{containers, deployment_object, pod_object};

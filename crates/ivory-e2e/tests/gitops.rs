@@ -31,7 +31,8 @@ use kube::{Client, ResourceExt as _};
 use serde_json::{Value, json};
 
 use setup::{
-    IVPOL, POLICY_CRDS, PROPAGATION, apply, cluster_with_crds, dynamic, fixture_key_attestors, ivory_dir, namespace, register, serve, unregister, workspace,
+    IVPOL, POLICY_CRDS, PROPAGATION, apply, cluster_with_crds, dynamic, fixture_key_attestors,
+    ivory_dir, namespace, push, register, serve, unregister,
 };
 
 const MESSAGE: &str = "failed the image Signature verification";
@@ -147,16 +148,9 @@ async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> 
     let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
     let registry = RegistryHarness::start_default().await?;
     let host = registry.host().to_owned();
-    let layout = |name: &str| workspace().join("fixtures/oci/ivory").join(name);
-    let signed_tags = registry
-        .push_oci_layout(&layout("sig-p256"), "ivory/signed")
-        .await?;
-    registry
-        .push_oci_layout(&layout("unsigned"), "ivory/unsigned")
-        .await?;
-    let signed = format!("{host}/ivory/signed:v1");
-    let unsigned = format!("{host}/ivory/unsigned:v1");
-    let pinned = format!("{signed}@{}", signed_tags.get("v1").context("no v1 tag")?);
+    let (signed, signed_digest) = push(&registry, "sig-p256").await?;
+    let (unsigned, _) = push(&registry, "unsigned").await?;
+    let pinned = format!("{signed}@{signed_digest}");
 
     let (dir, ca, registry_ca) = ivory_dir(&registry)?;
     let own_ns = namespace(&client, "e2e-ivory", &[]).await?;

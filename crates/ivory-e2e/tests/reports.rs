@@ -30,8 +30,8 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use setup::{
-    IVPOL, apply, cluster_with_crds, dynamic, fixture_key_attestors, ivory_dir,
-    register, serve, set_running_digest, unregister, workspace,
+    IVPOL, apply, cluster_with_crds, dynamic, fixture_key_attestors, ivory_dir, push, register,
+    serve, set_running_digest, unregister,
 };
 
 const CRDS: [&str; 5] = [
@@ -200,16 +200,9 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
     let (cluster, client) = cluster_with_crds(&CRDS).await?;
     let registry = RegistryHarness::start_default().await?;
     let host = registry.host().to_owned();
-    let layout = |name: &str| workspace().join("fixtures/oci/ivory").join(name);
-    let signed_tags = registry
-        .push_oci_layout(&layout("sig-p256"), "ivory/signed")
-        .await?;
-    let unsigned_tags = registry
-        .push_oci_layout(&layout("unsigned"), "ivory/unsigned")
-        .await?;
-    let unsigned_digest = unsigned_tags.get("v1").context("no v1 tag")?.clone();
-    let signed = format!("{host}/ivory/signed:v1");
-    let unsigned = format!("{host}/ivory/unsigned:v1");
+    let (signed, signed_digest) = push(&registry, "sig-p256").await?;
+    let (unsigned, unsigned_digest) = push(&registry, "unsigned").await?;
+    let signed_repo = signed.trim_end_matches(":v1").to_owned();
 
     let (dir, ca, registry_ca) = ivory_dir(&registry)?;
     let own_ns = create_namespace(&client, "e2e-ivory").await?;
@@ -241,14 +234,13 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
     .await?;
 
     // A Pod already running the signed image before ivory starts (no webhook yet).
-    let signed_digest = signed_tags.get("v1").context("no v1 tag")?.clone();
     create_pod(&client, &ns, "running", &signed).await?;
     set_running_digest(
         &client,
         &ns,
         "running",
         &signed,
-        &format!("{host}/ivory/signed@{signed_digest}"),
+        &format!("{signed_repo}@{signed_digest}"),
     )
     .await?;
 
@@ -438,7 +430,7 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
         &ns,
         "signed",
         &signed,
-        &format!("{host}/ivory/signed@{unsigned_digest}"),
+        &format!("{signed_repo}@{unsigned_digest}"),
     )
     .await?;
     let rescanned = eventually("the background result of what runs", REPORTED, || async {

@@ -4,6 +4,15 @@
 pub const VERIFY_SIGNATURES: &str =
     "images.containers.map(image, verifyImageSignatures(image, [attestors.key])).all(e, e > 0)";
 
+/// A spec that checks nothing about the images (no digest pinning or verification, no
+/// attestors), for policies whose validations are about something else.
+pub const NO_IMAGE_CHECKS: &str = "  validationConfigurations:
+    mutateDigest: false
+    verifyDigest: false
+    required: false
+  attestors: []
+";
+
 /// `spec.attestors` (at spec indentation) with one cosign key attestor named `key` holding
 /// `pem`, without transparency log or SCT checks.
 pub fn key_attestor_yaml(pem: &str) -> String {

@@ -3,34 +3,17 @@
 //! objects through its mutating and validating webhooks.
 
 use base64::Engine as _;
+use ivory_testkit::review::object_review;
 use serde_json::{Value, json};
 
-use crate::cli_util::{ivory, ivory_stdin, push_fixture, registry_and_ca, write};
-use crate::util::{Ivory, VERIFY_SIGNED, key_attestor, policies_dir, policy};
+use crate::cli_util::{
+    check_images_policies, ivory, ivory_stdin, push_fixture, registry_and_ca, write,
+};
+use crate::util::Ivory;
 
 /// The AdmissionReview the API server would send for `object`.
 fn review(uid: &str, object: &Value) -> Value {
-    let kind = object["kind"].as_str().unwrap();
-    let (group, resource) = match kind {
-        "Pod" => ("", "pods"),
-        "Deployment" => ("apps", "deployments"),
-        other => panic!("no resource for {other}"),
-    };
-    let version = "v1";
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": resource},
-            "name": object["metadata"]["name"],
-            "namespace": "default",
-            "operation": "CREATE",
-            "userInfo": {"username": "alice"},
-            "object": object,
-        },
-    })
+    object_review(uid, "CREATE", "default", object.clone())
 }
 
 /// Mutate, apply the patch, validate: what the API server does with ivory's two webhooks.
@@ -61,16 +44,7 @@ async fn kyverno_style_test_case_matches_serve() {
     let (h, dir, ca) = registry_and_ca().await;
     let (signed, signed_digest) = push_fixture(&h, "sig-p256").await;
     let (unsigned, unsigned_digest) = push_fixture(&h, "unsigned").await;
-    let policies = policies_dir(dir.path());
-    let body = format!(
-        "  validationActions: [Deny]\n{}{VERIFY_SIGNED}",
-        key_attestor()
-    );
-    write(
-        &policies,
-        "check-images.yaml",
-        &policy("check-images", &format!("{}/*", h.host()), &body),
-    );
+    let policies = check_images_policies(dir.path(), &h);
     // The test case: a signed Pod passes, an unsigned Deployment (autogen) fails.
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod",

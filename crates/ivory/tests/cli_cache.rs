@@ -9,8 +9,10 @@ use std::path::Path;
 use ivory_testkit::Harness;
 use serde_json::Value;
 
-use crate::cli_util::{Run, ivory, key, push_fixture, registry_and_ca, write};
-use crate::util::{VERIFY_SIGNED, fixtures, key_attestor, policies_dir, policy};
+use crate::cli_util::{
+    Run, check_images_policies, ivory, key, push_fixture, registry_and_ca, write,
+};
+use crate::util::fixtures;
 
 /// Runs `args` against the registry and returns the run, the registry requests it made and
 /// its wall time in milliseconds.
@@ -132,16 +134,7 @@ async fn a_second_run_asks_the_registry_nothing_and_hand_edits_are_ignored() {
     assert_eq!(requests, 0, "the entries written again after the edit");
 
     // apply: a policy file, a Pod; its verdicts are keyed like serve's (digest + trust).
-    let policies = policies_dir(dir.path());
-    let body = format!(
-        "  validationActions: [Deny]\n{}{VERIFY_SIGNED}",
-        key_attestor()
-    );
-    write(
-        &policies,
-        "check-images.yaml",
-        &policy("check-images", &format!("{}/*", h.host()), &body),
-    );
+    let policies = check_images_policies(dir.path(), &h);
     let pod = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: default\nspec:\n  containers:\n    - name: a\n      image: {signed}\n    - name: b\n      image: {unsigned}\n"
     );

@@ -73,6 +73,23 @@ pub(crate) async fn ivory_stdin(args: &[&str], input: &str) -> Run {
     }
 }
 
+/// A `policies` folder in `dir` holding `check-images`: every image of `h` must carry a
+/// signature by the fixture key (Deny).
+pub(crate) fn check_images_policies(dir: &Path, h: &Harness) -> PathBuf {
+    let policies = crate::util::policies_dir(dir);
+    let body = format!(
+        "  validationActions: [Deny]\n{}{}",
+        crate::util::key_attestor(),
+        crate::util::VERIFY_SIGNED
+    );
+    write(
+        &policies,
+        "check-images.yaml",
+        &crate::util::policy("check-images", &format!("{}/*", h.host()), &body),
+    );
+    policies
+}
+
 /// A harness registry (TLS, no auth) and a temporary folder holding its CA: (registry, folder,
 /// the CA file).
 pub(crate) async fn registry_and_ca() -> (Harness, tempfile::TempDir, PathBuf) {

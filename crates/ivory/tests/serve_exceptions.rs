@@ -4,6 +4,7 @@
 //! non-matching one changes nothing, and `--exception-namespace` confines where they count.
 
 use ivory_testkit::RegistryHarness;
+use ivory_testkit::policy::NO_IMAGE_CHECKS;
 use serde_json::Value;
 
 use crate::util::{
@@ -187,12 +188,7 @@ spec:
       - {resources}
 {condition}  matchImageReferences:
     - glob: ghcr.io/*
-  validationConfigurations:
-    mutateDigest: false
-    verifyDigest: false
-    required: false
-  attestors: []
-  validations:
+{NO_IMAGE_CHECKS}  validations:
     - expression: \"false\"
       message: failed to verify image with notary cert
 "

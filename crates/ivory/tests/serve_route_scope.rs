@@ -10,35 +10,42 @@ use serde_json::Value;
 
 use crate::util::{BIN, Ivory, pod_review, policies_dir};
 
-const CLUSTER: &str = "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
+/// A policy `shared` of `kind` for Pod CREATEs (`metadata` lines after the name), whose one
+/// validation is `expression`, checking nothing about images.
+fn shared(kind: &str, metadata: &str, validation: &str) -> String {
+    format!(
+        "apiVersion: policies.kyverno.io/v1
+kind: {kind}
 metadata:
   name: shared
-spec:
+{metadata}spec:
   matchConstraints:
     resourceRules:
-      - {apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}
-  validationConfigurations: {mutateDigest: false, verifyDigest: false, required: false}
+      - {{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}}
+  validationConfigurations: {{mutateDigest: false, verifyDigest: false, required: false}}
   attestors: []
   validations:
-    - expression: \"false\"
-      message: cluster policy ran
-";
+{validation}"
+    )
+}
 
-const NAMESPACED: &str = "apiVersion: policies.kyverno.io/v1
-kind: NamespacedImageValidatingPolicy
-metadata:
-  name: shared
-  namespace: default
-spec:
-  matchConstraints:
-    resourceRules:
-      - {apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}
-  validationConfigurations: {mutateDigest: false, verifyDigest: false, required: false}
-  attestors: []
-  validations:
-    - expression: \"true\"
-";
+/// The cluster policy `shared`: denies every Pod.
+fn cluster() -> String {
+    shared(
+        "ImageValidatingPolicy",
+        "",
+        "    - expression: \"false\"\n      message: cluster policy ran\n",
+    )
+}
+
+/// The NamespacedImageValidatingPolicy `shared` in `default`: admits every Pod.
+fn namespaced() -> String {
+    shared(
+        "NamespacedImageValidatingPolicy",
+        "  namespace: default\n",
+        "    - expression: \"true\"\n",
+    )
+}
 
 /// Every webhook path `ivory webhooks` generates for the policies in `dir`.
 fn generated_paths(dir: &std::path::Path) -> Vec<String> {
@@ -69,11 +76,11 @@ fn generated_paths(dir: &std::path::Path) -> Vec<String> {
 async fn a_cluster_policy_name_on_the_namespaced_route_is_denied_and_never_generated() {
     let dir = tempfile::tempdir().unwrap();
     let policies = policies_dir(dir.path());
-    std::fs::write(policies.join("cluster.yaml"), CLUSTER).unwrap();
-    std::fs::write(policies.join("namespaced.yaml"), NAMESPACED).unwrap();
+    std::fs::write(policies.join("cluster.yaml"), cluster()).unwrap();
+    std::fs::write(policies.join("namespaced.yaml"), namespaced()).unwrap();
     std::fs::write(
         policies.join("only-cluster.yaml"),
-        CLUSTER.replace("name: shared", "name: only-cluster"),
+        cluster().replace("name: shared", "name: only-cluster"),
     )
     .unwrap();
 
