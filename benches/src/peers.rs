@@ -16,7 +16,6 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail, ensure};
 use axum::body::Bytes;
 use base64::Engine as _;
-use futures::StreamExt as _;
 use serde_json::{Value, json};
 
 use crate::LoadArgs;
@@ -281,16 +280,7 @@ async fn load_harness_warm_pod(stack: &Stack, client: &reqwest::Client, base: &s
 async fn fill_cache(client: &reqwest::Client, base: &str, images: &[Image]) -> Value {
     let started = ivory_clock::now();
     let validate = phases::url(base, "validate");
-    let pods = images.chunks(3).enumerate().map(|(i, chunk)| {
-        let refs: Vec<String> = chunk.iter().map(Image::pinned_ref).collect();
-        let body = Bytes::from(pod_review(&format!("cache-{i}"), &refs));
-        let (client, url) = (client.clone(), validate.clone());
-        async move { post(&client, &url, body).await.map(|a| a.allowed()) }
-    });
-    let answers: Vec<Result<bool>> = futures::stream::iter(pods)
-        .buffer_unordered(8)
-        .collect()
-        .await;
+    let answers = phases::admit_in_pods(client, &validate, images, "cache").await;
     let allowed = answers.iter().filter(|a| matches!(a, Ok(true))).count();
     let elapsed = started.elapsed().as_secs_f64();
     json!({

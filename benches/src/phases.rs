@@ -402,16 +402,7 @@ pub(crate) async fn cached_rss(stack: &Stack) -> Result<(f64, Value)> {
     let (_, before) = ivory.memory_kib()?;
     let started = ivory_clock::now();
     let validate = url(&ivory.url, "validate");
-    let pods = stack.images.cached.chunks(3).enumerate().map(|(i, chunk)| {
-        let images: Vec<String> = chunk.iter().map(Image::pinned_ref).collect();
-        let body = Bytes::from(pod_review(&format!("cache-{i}"), &images));
-        let (client, url) = (stack.client.clone(), validate.clone());
-        async move { post(&client, &url, body).await.map(|a| a.allowed()) }
-    });
-    let answers: Vec<Result<bool>> = futures::stream::iter(pods)
-        .buffer_unordered(8)
-        .collect()
-        .await;
+    let answers = admit_in_pods(&stack.client, &validate, &stack.images.cached, "cache").await;
     let allowed = answers.iter().filter(|a| matches!(a, Ok(true))).count();
     let pods_sent = answers.len();
     ensure!(
@@ -513,4 +504,24 @@ async fn timed(cmd: std::process::Command, what: &str, image: &str) -> Result<Du
         );
     }
     Ok(elapsed)
+}
+
+/// Sends every image of `images` to the validating `url` by digest, three per Pod review
+/// (uids `<label>-<n>`), 8 reviews in flight: whether each Pod was allowed.
+pub(crate) async fn admit_in_pods(
+    client: &reqwest::Client,
+    url: &str,
+    images: &[Image],
+    label: &str,
+) -> Vec<Result<bool>> {
+    let pods = images.chunks(3).enumerate().map(|(i, chunk)| {
+        let refs: Vec<String> = chunk.iter().map(Image::pinned_ref).collect();
+        let body = Bytes::from(pod_review(&format!("{label}-{i}"), &refs));
+        let (client, url) = (client.clone(), url.to_owned());
+        async move { post(&client, &url, body).await.map(|a| a.allowed()) }
+    });
+    futures::stream::iter(pods)
+        .buffer_unordered(8)
+        .collect()
+        .await
 }
