@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 
 use setup::{
     POLICY_CRDS, PROPAGATION, apply_policy, cluster_with_crds, ivory_dir, namespace, push,
-    register, serve, unregister, workspace,
+    register, serve, serve_policies, unregister, workspace,
 };
 
 const SELECT_LABEL: &str = "ivory-e2e/select";
@@ -159,13 +159,7 @@ async fn namespace_selector_policies_apply_to_namespaces_ivory_has_not_seen() ->
 
     // File mode: no Namespace labels at all; the webhook's selector is trusted.
     let policy_file = policies.join("select.yaml");
-    let ivory = serve(
-        dir.path(),
-        &registry_ca,
-        &[OsStr::new("--policies"), policy_file.as_os_str()],
-        &[],
-    )
-    .await?;
+    let ivory = serve_policies(dir.path(), &registry_ca, &policy_file).await?;
     let hooks = register(&client, &policies, &ivory, &ca, &unique_name("file")).await?;
     let first = eventually("file mode to pin pods", PROPAGATION, || async {
         pinned_in_fresh_namespaces(&client, &value, &image, &pinned, 1).await

@@ -22,8 +22,8 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use setup::{
-    PROPAGATION, cluster_with_crds, fixture_key_attestors, ivory_dir, namespace, push, serve,
-    workspace,
+    PROPAGATION, cluster_with_crds, fixture_key_attestors, ivory_dir, namespace, push,
+    serve_policies, workspace,
 };
 
 const MESSAGE: &str = "failed the image Signature verification";
@@ -194,13 +194,7 @@ async fn every_image_a_pod_runs_is_verified() -> Result<()> {
     std::fs::create_dir(&policies)?;
     let ns = namespace(&client, "e2e-pod-images", &[]).await?;
     std::fs::write(policies.join("policy.yaml"), policy_yaml(&host, &ns))?;
-    let ivory = serve(
-        dir.path(),
-        &registry_ca,
-        &[OsStr::new("--policies"), policies.as_os_str()],
-        &[],
-    )
-    .await?;
+    let ivory = serve_policies(dir.path(), &registry_ca, &policies).await?;
     register_webhooks(&client, &policies, &ivory.base_url(), &ca).await?;
     let pods = format!("/api/v1/namespaces/{ns}/pods");
     let logs = || format!("\nivory log:\n{}", ivory.logs());

@@ -8,7 +8,9 @@ use std::time::Duration;
 use ivory_testkit::{Harness, HungRegistry, RegistryHarness, write_simple_image};
 use serde_json::Value;
 
-use crate::cli_util::{Run, ivory, push_fixture, retag_fixture, write, write_ca};
+use crate::cli_util::{
+    Run, ivory, push_fixture, retag_fixture, write, write_ca, write_require_signed,
+};
 use crate::util::{BIN, VERIFY_SIGNED, eventually, key_attestor, policy};
 
 /// Generated unsigned images: `gen/<repo>:t<n>`, 16 per repository.
@@ -51,12 +53,7 @@ fn sig_fetches(h: &Harness) -> BTreeMap<String, usize> {
 }
 
 fn audit_args(h: &Harness, dir: &std::path::Path, extra: &[&str]) -> Vec<String> {
-    let body = format!("{}{VERIFY_SIGNED}", key_attestor());
-    let policy = write(
-        dir,
-        "signed.yaml",
-        &policy("require-signed", &format!("{}/*", h.host()), &body),
-    );
+    let policy = write_require_signed(dir, "signed.yaml", &h);
     let mut args: Vec<String> = vec![
         "audit".into(),
         "--policy".into(),

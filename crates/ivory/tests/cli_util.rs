@@ -90,6 +90,22 @@ pub(crate) fn check_images_policies(dir: &Path, h: &Harness) -> PathBuf {
     policies
 }
 
+/// Writes `require-signed` to `dir/<file>`: every image of `h` must carry a signature by the
+/// fixture key; verifyDigest and mutateDigest at their defaults (true).
+pub(crate) fn write_require_signed(dir: &Path, file: &str, h: &Harness) -> PathBuf {
+    let body = format!(
+        "{}{}",
+        crate::util::key_attestor(),
+        crate::util::VERIFY_SIGNED
+    );
+    let glob = format!("{}/*", h.host());
+    write(
+        dir,
+        file,
+        &crate::util::policy("require-signed", &glob, &body),
+    )
+}
+
 /// A harness registry (TLS, no auth) and a temporary folder holding its CA: (registry, folder,
 /// the CA file).
 pub(crate) async fn registry_and_ca() -> (Harness, tempfile::TempDir, PathBuf) {

@@ -3,7 +3,9 @@
 use ivory_testkit::refused_host;
 use serde_json::Value;
 
-use crate::cli_util::{ivory, key, push_fixture, registry_and_ca, verify_args, write};
+use crate::cli_util::{
+    ivory, key, push_fixture, registry_and_ca, verify_args, write, write_require_signed,
+};
 use crate::util::{VERIFY_SIGNED, key_attestor, policy};
 
 fn image<'a>(doc: &'a Value, name: &str) -> &'a Value {
@@ -105,12 +107,7 @@ async fn policy_files_registry_errors_and_usage() {
     let (signed, signed_digest) = push_fixture(&h, "sig-p256").await;
     let (unsigned, _) = push_fixture(&h, "unsigned").await;
     // verifyDigest and mutateDigest stay at their defaults (true): tags are verified by digest.
-    let body = format!("{}{VERIFY_SIGNED}", key_attestor());
-    let file = write(
-        dir.path(),
-        "signed.yaml",
-        &policy("require-signed", &format!("{}/*", h.host()), &body),
-    );
+    let file = write_require_signed(dir.path(), "signed.yaml", &h);
     let verify = |images: Vec<String>| {
         let mut args = verify_args(&file, &ca);
         args.extend(["-o".into(), "json".into()]);

@@ -95,12 +95,7 @@ pub(crate) async fn install_crds(client: &Client, files: &[&str]) -> Result<()> 
             .context("empty CRD file")?;
         let crd: CustomResourceDefinition = serde_json::from_value(doc)?;
         let name = crd.metadata.name.clone().context("CRD without a name")?;
-        api.patch(
-            &name,
-            &PatchParams::apply("ivory-e2e").force(),
-            &Patch::Apply(&crd),
-        )
-        .await?;
+        server_side_apply(&api, &name, &crd).await?;
         eventually(&format!("CRD {name} Established"), PROPAGATION, || {
             let (api, name) = (api.clone(), name.clone());
             async move {
@@ -159,6 +154,21 @@ pub(crate) async fn serve(
     ];
     args.extend_from_slice(extra);
     Ok(IvoryServer::start(args, envs).await?)
+}
+
+/// [`serve`] in file mode: `ivory serve --policies <policies>`, without the cluster.
+pub(crate) async fn serve_policies(
+    dir: &Path,
+    registry_ca: &Path,
+    policies: &Path,
+) -> Result<IvoryServer> {
+    serve(
+        dir,
+        registry_ca,
+        &[OsStr::new("--policies"), policies.as_os_str()],
+        &[],
+    )
+    .await
 }
 
 /// Registers what `ivory webhooks` prints for `policies`, named after `tag`; returns the
@@ -249,10 +259,22 @@ pub(crate) fn dynamic(
 pub(crate) async fn apply(api: &Api<DynamicObject>, yaml: &str) -> Result<()> {
     let object: DynamicObject = serde_json::from_value(serde_saphyr::from_str::<Value>(yaml)?)?;
     let name = object.metadata.name.clone().context("object has no name")?;
+    server_side_apply(api, &name, &object).await
+}
+
+/// Server-side applies `object`, named `name`, through `api` (field manager `ivory-e2e`, forced).
+async fn server_side_apply<K>(
+    api: &Api<K>,
+    name: &str,
+    object: &(impl serde::Serialize + std::fmt::Debug),
+) -> Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     api.patch(
-        &name,
+        name,
         &PatchParams::apply("ivory-e2e").force(),
-        &Patch::Apply(&object),
+        &Patch::Apply(object),
     )
     .await?;
     Ok(())
