@@ -53,7 +53,7 @@ fn sig_fetches(h: &Harness) -> BTreeMap<String, usize> {
 }
 
 fn audit_args(h: &Harness, dir: &std::path::Path, extra: &[&str]) -> Vec<String> {
-    let policy = write_require_signed(dir, "signed.yaml", &h);
+    let policy = write_require_signed(dir, "signed.yaml", h);
     let mut args: Vec<String> = vec![
         "audit".into(),
         "--policy".into(),
