@@ -18,7 +18,10 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use setup::{cluster_with_crds, fixture_key_attestors, push, set_running_digest, workspace};
+use setup::{
+    cluster_with_crds, fixture_key_attestors, push_signed_and_unsigned, set_running_digest,
+    workspace,
+};
 
 /// The digest `fixtures/manifest.json` records for `ivory/<layout>:v1`.
 fn manifest_digest(layout: &str) -> Result<String> {
@@ -97,8 +100,8 @@ fn entry<'a>(doc: &'a Value, image: &str) -> Result<&'a Value> {
 async fn audit_cluster_pods() -> Result<()> {
     let (cluster, client) = cluster_with_crds(&[]).await?;
     let registry = RegistryHarness::start_default().await?;
-    let (signed, signed_digest) = push(&registry, "sig-p256").await?;
-    let (unsigned, unsigned_digest) = push(&registry, "unsigned").await?;
+    let ((signed, signed_digest), (unsigned, unsigned_digest)) =
+        push_signed_and_unsigned(&registry).await?;
     let recorded = manifest_digest("sig-p256")?;
     ensure!(
         recorded == signed_digest,
@@ -259,8 +262,7 @@ async fn audit_evaluates_pods_in_their_namespace_with_their_pull_secrets() -> Re
     let (cluster, client) = cluster_with_crds(&[]).await?;
     let (user, password) = ("puller", "pull-secret-password");
     let registry = RegistryHarness::start(HarnessOptions::basic(user, password)).await?;
-    let (signed, _) = push(&registry, "sig-p256").await?;
-    let (unsigned, _) = push(&registry, "unsigned").await?;
+    let ((signed, _), (unsigned, _)) = push_signed_and_unsigned(&registry).await?;
     let host = registry.host().to_owned();
 
     // The policy applies only in namespaces labelled ivory-audit=enforce.

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 
 use setup::{
     IVPOL, POLICY_CRDS, PROPAGATION, apply_policy, cluster_with_crds, dynamic,
-    fixture_key_attestors, namespace, push, serve, tls,
+    fixture_key_attestors, namespace, push, push_signed_and_unsigned, serve, tls,
 };
 
 /// `webhookConfiguration.timeoutSeconds` of the test policies.
@@ -399,8 +399,7 @@ async fn setup() -> Result<Env> {
     let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
 
     let registry = RegistryHarness::start_default().await?;
-    let (signed, signed_digest) = push(&registry, "sig-p256").await?;
-    let (unsigned, _) = push(&registry, "unsigned").await?;
+    let ((signed, signed_digest), (unsigned, _)) = push_signed_and_unsigned(&registry).await?;
     let hung = HungRegistry::start().await?;
     let hung_image = format!("{}/ivory/slow:v1", hung.host());
 

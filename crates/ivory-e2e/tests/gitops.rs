@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 
 use setup::{
     IVPOL, POLICY_CRDS, PROPAGATION, apply, cluster_with_crds, dynamic, fixture_key_attestors,
-    ivory_dir, namespace, push, register, serve, unregister,
+    ivory_dir, namespace, push_signed_and_unsigned, register, serve, unregister,
 };
 
 const MESSAGE: &str = "failed the image Signature verification";
@@ -148,8 +148,7 @@ async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> 
     let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
     let registry = RegistryHarness::start_default().await?;
     let host = registry.host().to_owned();
-    let (signed, signed_digest) = push(&registry, "sig-p256").await?;
-    let (unsigned, _) = push(&registry, "unsigned").await?;
+    let ((signed, signed_digest), (unsigned, _)) = push_signed_and_unsigned(&registry).await?;
     let pinned = format!("{signed}@{signed_digest}");
 
     let (dir, ca, registry_ca) = ivory_dir(&registry)?;

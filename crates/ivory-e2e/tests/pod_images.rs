@@ -22,8 +22,8 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use setup::{
-    PROPAGATION, cluster_with_crds, fixture_key_attestors, ivory_dir, namespace, push,
-    serve_policies, workspace,
+    PROPAGATION, cluster_with_crds, fixture_key_attestors, ivory_dir, namespace,
+    push_signed_and_unsigned, serve_policies, workspace,
 };
 
 const MESSAGE: &str = "failed the image Signature verification";
@@ -184,8 +184,8 @@ async fn register_webhooks(client: &Client, policies: &Path, url: &str, ca: &Pat
 async fn every_image_a_pod_runs_is_verified() -> Result<()> {
     let (cluster, client) = cluster_with_crds(&[]).await?;
     let registry = RegistryHarness::start_default().await?;
-    let (signed, signed_digest) = push(&registry, "sig-p256").await?;
-    let (unsigned, unsigned_digest) = push(&registry, "unsigned").await?;
+    let ((signed, signed_digest), (unsigned, unsigned_digest)) =
+        push_signed_and_unsigned(&registry).await?;
     let host = registry.host().to_owned();
     let pinned_signed = format!("{signed}@{signed_digest}");
 

@@ -30,8 +30,8 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use setup::{
-    IVPOL, apply, cluster_with_crds, dynamic, fixture_key_attestors, ivory_dir, push, register,
-    serve, set_running_digest, unregister,
+    IVPOL, apply, cluster_with_crds, dynamic, fixture_key_attestors, ivory_dir,
+    push_signed_and_unsigned, register, serve, set_running_digest, unregister,
 };
 
 const CRDS: [&str; 5] = [
@@ -200,8 +200,8 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
     let (cluster, client) = cluster_with_crds(&CRDS).await?;
     let registry = RegistryHarness::start_default().await?;
     let host = registry.host().to_owned();
-    let (signed, signed_digest) = push(&registry, "sig-p256").await?;
-    let (unsigned, unsigned_digest) = push(&registry, "unsigned").await?;
+    let ((signed, signed_digest), (unsigned, unsigned_digest)) =
+        push_signed_and_unsigned(&registry).await?;
     let signed_repo = signed.trim_end_matches(":v1").to_owned();
 
     let (dir, ca, registry_ca) = ivory_dir(&registry)?;

@@ -64,6 +64,13 @@ pub(crate) async fn push(h: &Harness, layout: &str) -> Result<(String, String)> 
     Ok(h.push_fixture(layout).await?)
 }
 
+/// [`push`]es the signed (`sig-p256`) and the unsigned fixture images: (signed, unsigned).
+pub(crate) async fn push_signed_and_unsigned(
+    h: &Harness,
+) -> Result<((String, String), (String, String))> {
+    Ok((push(h, "sig-p256").await?, push(h, "unsigned").await?))
+}
+
 /// Creates a namespace `prefix-<unique>` labelled `ivory-e2e=true` and `labels`.
 pub(crate) async fn namespace(
     client: &Client,
