@@ -9,7 +9,7 @@
 use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, VERIFY_SIGNED, key_attestor, pod_review, policy};
+use crate::util::{Ivory, VERIFY_SIGNED, assert_denied, key_attestor, pod_review, policy};
 
 /// Pushes fixture `layout`; returns `HOST/ivory/<layout>@<digest>`.
 async fn push(h: &Harness, layout: &str) -> String {
@@ -74,14 +74,7 @@ async fn forged_annotations_order_and_cached_verdicts_never_admit_an_unsigned_im
     let mut review = labelled_pod("forged", &[&unsigned]);
     review["request"]["object"]["metadata"]["annotations"] = forged_annotations();
     let resp = ivory.review(path, &review).await;
-    assert_eq!(resp["allowed"], false, "{resp}");
-    assert!(
-        resp["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("failed the image Signature verification"),
-        "{resp}"
-    );
+    assert_denied(&resp, "failed the image Signature verification");
 
     // Container order: the unsigned image is denied first, last, or between signed ones.
     for (uid, images) in [
@@ -103,14 +96,7 @@ async fn forged_annotations_order_and_cached_verdicts_never_admit_an_unsigned_im
     let resp = ivory
         .review(path, &pod_review("cached-2", &[&signed]))
         .await;
-    assert_eq!(resp["allowed"], false, "{resp}");
-    assert!(
-        resp["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("pods need a team label"),
-        "{resp}"
-    );
+    assert_denied(&resp, "pods need a team label");
     // The signed image was verified once (when first seen) and answered from the cache after.
     let metrics = ivory.metrics().await;
     let hits = metrics

@@ -187,6 +187,14 @@ impl Ivory {
 
 pub(crate) use ivory_testkit::review::pod_review;
 
+/// Asserts that the admission response `resp` denies, with a message containing `reason`.
+#[track_caller]
+pub(crate) fn assert_denied(resp: &Value, reason: &str) {
+    assert_eq!(resp["allowed"], false, "{resp}");
+    let message = resp["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(reason), "{resp}");
+}
+
 /// A new empty `policies` folder in `dir`.
 pub(crate) fn policies_dir(dir: &Path) -> PathBuf {
     let policies = dir.join("policies");
