@@ -85,11 +85,13 @@ async fn apply_deployment(client: &Client, ns: &str, manifest: &Value) -> Result
 }
 
 fn template_image(d: &Deployment) -> Option<String> {
-    let value = serde_json::to_value(d).ok()?;
-    value
-        .pointer("/spec/template/spec/containers/0/image")?
-        .as_str()
-        .map(str::to_owned)
+    string_at(d, "/spec/template/spec/containers/0/image")
+}
+
+/// The string at JSON `pointer` in `object`.
+fn string_at(object: &impl serde::Serialize, pointer: &str) -> Option<String> {
+    let value = serde_json::to_value(object).ok()?;
+    value.pointer(pointer)?.as_str().map(str::to_owned)
 }
 
 /// What the ReplicaSet controller does: a Pod from the template of `d`, with its first
@@ -118,11 +120,7 @@ async fn pod_from(client: &Client, ns: &str, d: &Deployment, image: Option<&str>
 }
 
 fn pod_image(p: &Pod) -> Option<String> {
-    let value = serde_json::to_value(p).ok()?;
-    value
-        .pointer("/spec/containers/0/image")?
-        .as_str()
-        .map(str::to_owned)
+    string_at(p, "/spec/containers/0/image")
 }
 
 /// A denial by the policy, whatever the API object: the API server's message carries ours.

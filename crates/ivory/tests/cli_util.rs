@@ -117,10 +117,11 @@ pub(crate) async fn registry_and_ca() -> (Harness, tempfile::TempDir, PathBuf) {
     (h, dir, ca)
 }
 
-/// `ivory verify --policy <policy> --registry-ca <ca>`'s arguments, to add images and options to.
-pub(crate) fn verify_args(policy: &Path, ca: &Path) -> Vec<String> {
+/// `ivory <command> --policy <policy> --registry-ca <ca>`'s arguments, to add images and
+/// options to.
+pub(crate) fn policy_args(command: &str, policy: &Path, ca: &Path) -> Vec<String> {
     vec![
-        "verify".to_owned(),
+        command.to_owned(),
         "--policy".into(),
         policy.display().to_string(),
         "--registry-ca".into(),

@@ -4,7 +4,7 @@ use ivory_testkit::refused_host;
 use serde_json::Value;
 
 use crate::cli_util::{
-    ivory, key, push_fixture, registry_and_ca, verify_args, write, write_require_signed,
+    ivory, key, policy_args, push_fixture, registry_and_ca, write, write_require_signed,
 };
 use crate::util::{VERIFY_SIGNED, key_attestor, policy};
 
@@ -109,7 +109,7 @@ async fn policy_files_registry_errors_and_usage() {
     // verifyDigest and mutateDigest stay at their defaults (true): tags are verified by digest.
     let file = write_require_signed(dir.path(), "signed.yaml", &h);
     let verify = |images: Vec<String>| {
-        let mut args = verify_args(&file, &ca);
+        let mut args = policy_args("verify", &file, &ca);
         args.extend(["-o".into(), "json".into()]);
         args.extend(images);
         ivory(args)

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::Value;
 
-use crate::cli_util::{ivory, registry_and_ca, verify_args, write};
+use crate::cli_util::{ivory, policy_args, registry_and_ca, write};
 use crate::util::{Ivory, fixtures, pod_review, policy};
 
 fn notation_fixtures() -> std::path::PathBuf {
@@ -230,7 +230,7 @@ async fn verify_and_audit_judge_the_same_images() {
         }
     };
 
-    let mut args = verify_args(&file, &ca);
+    let mut args = policy_args("verify", &file, &ca);
     args.extend(["--no-cache".into(), "-o".into(), "json".into()]);
     args.extend(judged.iter().map(|c| images[*c].clone()));
     let run = ivory(args).await;
@@ -258,7 +258,7 @@ async fn verify_and_audit_judge_the_same_images() {
     // signature of the verified images.
     let cache = dir.path().join("cache");
     let cached = |image: &str| {
-        let mut args = verify_args(&file, &ca);
+        let mut args = policy_args("verify", &file, &ca);
         args.extend([
             "--cache-dir".into(),
             cache.display().to_string(),
@@ -286,19 +286,15 @@ async fn verify_and_audit_judge_the_same_images() {
             .map(|c| format!("{}\n", images[*c]))
             .collect::<String>(),
     );
-    let run = ivory(vec![
-        "audit".to_owned(),
-        "--policy".into(),
-        file.display().to_string(),
-        "--registry-ca".into(),
-        ca.display().to_string(),
+    let mut args = policy_args("audit", &file, &ca);
+    args.extend([
         "--no-cache".into(),
         "--images-from".into(),
         list.display().to_string(),
         "-o".into(),
         "json".into(),
-    ])
-    .await;
+    ]);
+    let run = ivory(args).await;
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     let doc = run.json();
     assert_eq!(doc["summary"]["pass"], 2, "{doc}");
