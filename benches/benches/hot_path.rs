@@ -26,6 +26,7 @@ use ivory_engine::verifier::{
 };
 use ivory_policy::CompiledPolicy;
 use ivory_policy::types::Credentials;
+use ivory_testkit::policy::pod_policy;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -184,7 +185,7 @@ fn cel_validate_stage(b: Bencher<'_, '_>) {
     let req = request(&PINNED);
     let policies = selected();
     b.bench(|| {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = ivory_clock::now() + Duration::from_secs(10);
         let d = rt.block_on(validate(
             &InstantVerifier,
             &NoResources,
@@ -199,27 +200,16 @@ fn cel_validate_stage(b: Bencher<'_, '_>) {
 
 /// A policy reading the image data of every container, selecting the images `glob` matches.
 fn image_data_policy(glob: &str) -> CompiledPolicy {
-    let yaml = format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: bench
-spec:
-  matchConstraints:
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE, UPDATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{glob}\"
-  validationConfigurations:
+    let yaml = pod_policy(
+        "bench",
+        glob,
+        "  validationConfigurations:
     verifyDigest: false
     required: false
   attestors: []
   validations:
     - expression: object.spec.containers.all(c, image.GetMetadata(c.image).config.os == 'linux')
-"
+",
     );
     let report = ivory_policy::load_str(&yaml, "bench.yaml");
     assert!(report.errors.is_empty(), "{:?}", report.errors);
@@ -239,7 +229,7 @@ fn image_data_stage(b: Bencher<'_, '_>, scope: &str) {
     };
     let policy = image_data_policy(&glob);
     b.bench(|| {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = ivory_clock::now() + Duration::from_secs(10);
         let d = rt.block_on(validate(
             &InstantVerifier,
             &NoResources,
@@ -259,7 +249,7 @@ fn patch_building(b: Bencher<'_, '_>) {
     let req = request(&TAGGED);
     let policies = selected();
     b.bench(|| {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = ivory_clock::now() + Duration::from_secs(10);
         let d = rt.block_on(mutate(
             &InstantVerifier,
             &NoResources,
@@ -284,7 +274,7 @@ fn cache_lookup(b: Bencher<'_, '_>) {
         .expect("tokio runtime");
     let (_registry, verifier, request) = rt.block_on(cached_verifier());
     b.bench(|| {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = ivory_clock::now() + Duration::from_secs(10);
         let v = rt.block_on(verifier.verify(black_box(&request), deadline));
         assert!(matches!(v, Ok(Verification::Verified { .. })));
     });
@@ -334,7 +324,7 @@ async fn cached_verifier() -> (
         credentials: None,
         platforms: Default::default(),
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = ivory_clock::now() + Duration::from_secs(30);
     let first = verifier.verify(&request, deadline).await;
     assert!(
         matches!(first, Ok(Verification::Verified { .. })),

@@ -11,11 +11,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use base64::Engine as _;
-use ivory_testkit::{HarnessOptions, RegistryHarness, TestPki};
+use ivory_testkit::review::object_review;
+use ivory_testkit::{RegistryHarness, TestPki};
 use serde_json::{Value, json};
 
 use crate::peers::{self, Kube, KyvernoPaths};
@@ -83,7 +84,7 @@ pub(crate) async fn run(args: ProofArgs) -> Result<()> {
     }
     std::fs::create_dir_all(work.join("legacy"))?;
     let cases = read_cases(&args.fixtures.join("legacy/cases.json"))?;
-    let registry = RegistryHarness::start(HarnessOptions::default())
+    let registry = RegistryHarness::start_default()
         .await
         .context("starting docker-registry")?;
     let host = registry.host().to_owned();
@@ -389,7 +390,7 @@ async fn wait_for_kyverno(
         .iter()
         .find(|c| c.name == "key-unsigned")
         .context("cases.json: no key-unsigned case to probe Kyverno with")?;
-    let started = Instant::now();
+    let started = ivory_clock::now();
     loop {
         let routes = [("/mutate".to_owned(), "/validate".to_owned())];
         let v = through(
@@ -438,30 +439,16 @@ fn object(case: &Case, image: &str) -> Value {
 /// The AdmissionReview of a CREATE of `object` by `user` (the same as the main suite's
 /// `cli_convert` test sends through `ivory apply`).
 fn review(uid: &str, object: &Value, user: &str) -> Value {
-    let (group, version, kind, resource) = if object["kind"] == "Deployment" {
-        ("apps", "v1", "Deployment", "deployments")
-    } else {
-        ("", "v1", "Pod", "pods")
-    };
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": resource},
-            "requestKind": {"group": group, "version": version, "kind": kind},
-            "requestResource": {"group": group, "version": version, "resource": resource},
-            "name": object["metadata"]["name"],
-            "namespace": object["metadata"]["namespace"],
-            "operation": "CREATE",
-            "userInfo": {"username": user, "groups": ["system:authenticated"]},
-            "object": object,
-            "oldObject": null,
-            "dryRun": false,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
-        },
-    })
+    let mut review = object_review(uid, "CREATE", "", object.clone());
+    let request = &mut review["request"];
+    request["namespace"] = object["metadata"]["namespace"].clone();
+    request["requestKind"] = request["kind"].clone();
+    request["requestResource"] = request["resource"].clone();
+    request["userInfo"] = json!({"username": user, "groups": ["system:authenticated"]});
+    request["oldObject"] = Value::Null;
+    request["dryRun"] = json!(false);
+    request["options"] = json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"});
+    review
 }
 
 /// The mutating webhooks in turn, each patch applied, then the validating webhooks: the API

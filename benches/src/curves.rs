@@ -6,7 +6,7 @@
 //! [`crate::cache_probe`]'s, one fresh process per size).
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
 use axum::body::Bytes;
@@ -35,7 +35,7 @@ const WARM_CONCURRENCY: usize = 1;
 
 /// Runs every curve and adds them to the results file.
 pub(crate) async fn run(args: LoadArgs) -> Result<()> {
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let step = warm_step(args.quick);
     let warm_pool = CONTAINERS.iter().copied().max().unwrap_or(1);
     let cold_pool: usize = COLD_IMAGES.iter().sum();
@@ -241,7 +241,7 @@ async fn cold_curve(stack: &Stack, pool: &[Image]) -> Result<Value> {
         let body = Bytes::from(pod_review(&format!("cold-{n}"), &refs));
         stack.registry.reset_requests();
         let cpu_before = ivory.cpu_time()?;
-        let sent = Instant::now();
+        let sent = ivory_clock::now();
         let answer = post(&stack.client, &validate, body).await?;
         let elapsed = sent.elapsed();
         let cpu = ivory.cpu_time()?.saturating_sub(cpu_before);

@@ -3,17 +3,16 @@
 //! harness. Figures go into `target/bench/results.json` beside the load figures (keys
 //! `fleet_*`, details under `details.fleet`). See BENCHMARKS.md.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
 use axum::body::Bytes;
-use futures::StreamExt as _;
 use ivory_testkit::RedisServer;
 use serde_json::{Value, json};
 
 use crate::LoadArgs;
 use crate::loadgen::{self, Target, post, round};
-use crate::phases::{admit, mib, request_lines, url, warm_images};
+use crate::phases::{admit, admit_in_pods, mib, request_lines, url, warm_images};
 use crate::procs::Server;
 use crate::report;
 use crate::sign::Image;
@@ -33,7 +32,7 @@ struct Plan {
 }
 
 pub(crate) async fn run(args: LoadArgs) -> Result<()> {
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let plan = if args.quick {
         Plan {
             cached: args.cached_images.unwrap_or(3_000),
@@ -131,7 +130,7 @@ pub(crate) async fn run(args: LoadArgs) -> Result<()> {
     let restarted = stack.start_ivory_with("fleet-2-restarted", &l2).await?;
     first_contact(&stack, &restarted).await?;
     stack.registry.reset_requests();
-    let start = Instant::now();
+    let start = ivory_clock::now();
     ensure!(
         post(
             &stack.client,
@@ -188,7 +187,7 @@ pub(crate) async fn run(args: LoadArgs) -> Result<()> {
         plan.cached
     );
     let fresh = stack.start_ivory_with("fleet-cache", &l2).await?;
-    let start = Instant::now();
+    let start = ivory_clock::now();
     admit_all(&stack, &fresh.url, &stack.images.cached, "fleet-cache").await?;
     let cache_seconds = start.elapsed().as_secs_f64();
     let (hwm, rss) = fresh.memory_kib()?;
@@ -235,16 +234,7 @@ async fn first_contact(stack: &Stack, server: &Server) -> Result<()> {
 /// Validates `images` (pinned, three per Pod, 8 Pods in flight); every Pod must be admitted.
 async fn admit_all(stack: &Stack, base: &str, images: &[Image], label: &str) -> Result<()> {
     let validate = url(base, "validate");
-    let pods = images.chunks(3).enumerate().map(|(i, chunk)| {
-        let refs: Vec<String> = chunk.iter().map(Image::pinned_ref).collect();
-        let body = Bytes::from(pod_review(&format!("{label}-{i}"), &refs));
-        let (client, url) = (stack.client.clone(), validate.clone());
-        async move { post(&client, &url, body).await.map(|a| a.allowed()) }
-    });
-    let answers: Vec<Result<bool>> = futures::stream::iter(pods)
-        .buffer_unordered(8)
-        .collect()
-        .await;
+    let answers = admit_in_pods(&stack.client, &validate, images, label).await;
     let admitted = answers.iter().filter(|a| matches!(a, Ok(true))).count();
     ensure!(
         admitted == answers.len(),
@@ -279,16 +269,7 @@ async fn l2_events(stack: &Stack, server: &Server) -> Value {
 /// (VmHWM, VmRSS) of the redis-server process, KiB.
 fn redis_memory_kib(redis: &RedisServer) -> Result<(u64, u64)> {
     let pid = redis.pid().context("redis-server is not running")?;
-    let path = format!("/proc/{pid}/status");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    let field = |name: &str| -> Result<u64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("{name} missing in {path}"))
-    };
-    Ok((field("VmHWM:")?, field("VmRSS:")?))
+    crate::procs::memory_kib_of(pid)
 }
 
 /// Keys in the shared cache (`redis-cli DBSIZE`).

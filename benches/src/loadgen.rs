@@ -8,7 +8,6 @@ use anyhow::{Context as _, Result};
 use axum::body::Bytes;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 
 /// Per-request ceiling: anything slower is an error, not a data point.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -141,15 +140,15 @@ fn memchr(needle: &[u8], hay: &[u8]) -> bool {
 
 /// `concurrency` workers send back-to-back for `duration`.
 pub(crate) async fn closed_loop(target: &Target, concurrency: usize, duration: Duration) -> Stats {
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let until = start + duration;
     let mut set = JoinSet::new();
     for _ in 0..concurrency.max(1) {
         let t = target.clone();
         set.spawn(async move {
             let (mut lat, mut errors) = (Vec::new(), 0u64);
-            while Instant::now() < until {
-                let s = Instant::now();
+            while ivory_clock::now() < until {
+                let s = ivory_clock::now();
                 if t.once().await {
                     lat.push(s.elapsed().as_micros() as u64);
                 } else {
@@ -183,7 +182,7 @@ pub(crate) async fn closed_loop(target: &Target, concurrency: usize, duration: D
 pub(crate) async fn open_loop(target: &Target, rate: f64, duration: Duration) -> Stats {
     let connections = OPEN_LOOP_CONNECTIONS;
     let period = Duration::from_secs_f64(connections as f64 / rate.max(1.0));
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let until = start + duration;
     let mut set = JoinSet::new();
     for worker in 0..connections {
@@ -194,10 +193,10 @@ pub(crate) async fn open_loop(target: &Target, rate: f64, duration: Duration) ->
             let (mut lat, mut errors) = (Vec::new(), 0u64);
             let mut due = start + offset;
             while due < until {
-                let free = Instant::now();
+                let free = ivory_clock::now();
                 let sent = if free < due {
                     tokio::time::sleep_until(due).await;
-                    Instant::now()
+                    ivory_clock::now()
                 } else {
                     due
                 };

@@ -11,12 +11,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use axum::body::Bytes;
 use base64::Engine as _;
-use futures::StreamExt as _;
 use serde_json::{Value, json};
 
 use crate::LoadArgs;
@@ -115,7 +114,7 @@ struct Side {
 /// Runs both webhooks through the same phases and merges the `kyverno_*` figures into
 /// `results.json`.
 pub(crate) async fn run(args: PeersArgs) -> Result<()> {
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let plan = Plan::new(&args.load);
     let machine = report::machine();
     let kube = Kube::open(&args.cluster)?;
@@ -124,7 +123,7 @@ pub(crate) async fn run(args: PeersArgs) -> Result<()> {
     prepare_cluster(&kube, &args.kyverno_crds, &stack.work.join("policies")).await?;
 
     eprintln!("peers: starting Kyverno {KYVERNO_VERSION} out of cluster…");
-    let kyverno_started = Instant::now();
+    let kyverno_started = ivory_clock::now();
     let (kyverno, kyverno_client, kyverno_flags) = start_kyverno(&args, &stack, &kube).await?;
     let ready_s = kyverno_started.elapsed().as_secs_f64();
     wait_for_policies(&stack, &kyverno_client, &kyverno.url).await?;
@@ -305,18 +304,9 @@ async fn load_harness_warm_pod(stack: &Stack, client: &reqwest::Client, base: &s
 /// Validates every image once (three per Pod, 8 Pods in flight), as the load harness's
 /// cache-memory phase does for ivory. Failures are counted, not fatal: the figure is memory.
 async fn fill_cache(client: &reqwest::Client, base: &str, images: &[Image]) -> Value {
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let validate = phases::url(base, "validate");
-    let pods = images.chunks(3).enumerate().map(|(i, chunk)| {
-        let refs: Vec<String> = chunk.iter().map(Image::pinned_ref).collect();
-        let body = Bytes::from(pod_review(&format!("cache-{i}"), &refs));
-        let (client, url) = (client.clone(), validate.clone());
-        async move { post(&client, &url, body).await.map(|a| a.allowed()) }
-    });
-    let answers: Vec<Result<bool>> = futures::stream::iter(pods)
-        .buffer_unordered(8)
-        .collect()
-        .await;
+    let answers = phases::admit_in_pods(client, &validate, images, "cache").await;
     let allowed = answers.iter().filter(|a| matches!(a, Ok(true))).count();
     let elapsed = started.elapsed().as_secs_f64();
     json!({
@@ -549,7 +539,7 @@ async fn wait_for_policies(stack: &Stack, client: &reqwest::Client, base: &str) 
     let host = stack.registry.host();
     let zero = format!("sha256:{}", "0".repeat(64));
     let url = phases::url(base, "validate");
-    let started = Instant::now();
+    let started = ivory_clock::now();
     for repo in ["ivory/unsigned", "bench/unsigned"] {
         let image = format!("{host}/{repo}@{zero}");
         loop {
@@ -666,7 +656,7 @@ impl Kube {
     /// Waits until the CRD `name` is Established (its API is served).
     async fn wait_established(&self, name: &str) -> Result<()> {
         let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}");
-        let started = Instant::now();
+        let started = ivory_clock::now();
         loop {
             if let Some(crd) = self.get(&path).await?
                 && crd["status"]["conditions"].as_array().is_some_and(|c| {

@@ -1,7 +1,7 @@
 //! The measurements, in run order, all against the same registry and binaries.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use axum::body::Bytes;
@@ -58,7 +58,7 @@ impl Plan {
 }
 
 pub(crate) async fn run(args: LoadArgs) -> Result<()> {
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let plan = Plan::new(&args);
     let machine = report::machine();
     let stack = Stack::build(args, plan.cached, plan.cosign).await?;
@@ -355,7 +355,7 @@ pub(crate) async fn hung(
         let body = Bytes::from(pod_review(&format!("hung-{i}"), &[image]));
         let client = client.clone();
         async move {
-            let start = Instant::now();
+            let start = ivory_clock::now();
             let answer = post(&client, &url, body).await;
             (
                 stage,
@@ -405,18 +405,9 @@ pub(crate) async fn hung(
 pub(crate) async fn cached_rss(stack: &Stack) -> Result<(f64, Value)> {
     let ivory = stack.start_ivory("ivory-serve-cache").await?;
     let (_, before) = ivory.memory_kib()?;
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let validate = url(&ivory.url, "validate");
-    let pods = stack.images.cached.chunks(3).enumerate().map(|(i, chunk)| {
-        let images: Vec<String> = chunk.iter().map(Image::pinned_ref).collect();
-        let body = Bytes::from(pod_review(&format!("cache-{i}"), &images));
-        let (client, url) = (stack.client.clone(), validate.clone());
-        async move { post(&client, &url, body).await.map(|a| a.allowed()) }
-    });
-    let answers: Vec<Result<bool>> = futures::stream::iter(pods)
-        .buffer_unordered(8)
-        .collect()
-        .await;
+    let answers = admit_in_pods(&stack.client, &validate, &stack.images.cached, "cache").await;
     let allowed = answers.iter().filter(|a| matches!(a, Ok(true))).count();
     let pods_sent = answers.len();
     ensure!(
@@ -503,7 +494,7 @@ fn ms(d: Duration) -> f64 {
 /// Runs a verifier process to completion; it must succeed.
 async fn timed(cmd: std::process::Command, what: &str, image: &str) -> Result<Duration> {
     let mut cmd = tokio::process::Command::from(cmd);
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let out = cmd
         .output()
         .await
@@ -518,4 +509,24 @@ async fn timed(cmd: std::process::Command, what: &str, image: &str) -> Result<Du
         );
     }
     Ok(elapsed)
+}
+
+/// Sends every image of `images` to the validating `url` by digest, three per Pod review
+/// (uids `<label>-<n>`), 8 reviews in flight: whether each Pod was allowed.
+pub(crate) async fn admit_in_pods(
+    client: &reqwest::Client,
+    url: &str,
+    images: &[Image],
+    label: &str,
+) -> Vec<Result<bool>> {
+    let pods = images.chunks(3).enumerate().map(|(i, chunk)| {
+        let refs: Vec<String> = chunk.iter().map(Image::pinned_ref).collect();
+        let body = Bytes::from(pod_review(&format!("{label}-{i}"), &refs));
+        let (client, url) = (client.clone(), url.to_owned());
+        async move { post(&client, &url, body).await.map(|a| a.allowed()) }
+    });
+    futures::stream::iter(pods)
+        .buffer_unordered(8)
+        .collect()
+        .await
 }

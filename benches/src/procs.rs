@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 
@@ -68,7 +68,7 @@ impl Server {
         timeout: Duration,
     ) -> Result<()> {
         let url = format!("{}{path}", self.url);
-        let started = Instant::now();
+        let started = ivory_clock::now();
         loop {
             if let Some(status) = self.child.try_wait().context("polling child")? {
                 let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -88,16 +88,7 @@ impl Server {
 
     /// (VmHWM, VmRSS) in KiB from /proc.
     pub(crate) fn memory_kib(&self) -> Result<(u64, u64)> {
-        let path = format!("/proc/{}/status", self.child.id());
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-        let field = |name: &str| -> Result<u64> {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .with_context(|| format!("{name} missing in {path}"))
-        };
-        Ok((field("VmHWM:")?, field("VmRSS:")?))
+        memory_kib_of(self.child.id())
     }
 }
 
@@ -153,4 +144,18 @@ impl Drop for Server {
 /// the bind is released before the server takes it).
 pub(crate) fn free_port() -> Result<u16> {
     ivory_testkit::free_port().context("finding a free port")
+}
+
+/// Peak and current resident memory (`VmHWM`, `VmRSS`, KiB) of the process `pid`.
+pub(crate) fn memory_kib_of(pid: u32) -> Result<(u64, u64)> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let field = |name: &str| -> Result<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("{name} missing in {path}"))
+    };
+    Ok((field("VmHWM:")?, field("VmRSS:")?))
 }

@@ -1,6 +1,7 @@
 //! A realistic AdmissionReview: a Pod CREATE with three containers (ports, env, resources,
 //! probes, volume mounts), labels, an owner reference and a service-account user, ~4 KiB.
 
+use ivory_testkit::review::pod_review_with;
 use serde_json::{Value, json};
 
 /// The AdmissionReview JSON for a Pod running `images` (one container each).
@@ -34,28 +35,23 @@ pub fn pod_review(uid: &str, images: &[String]) -> Vec<u8> {
             ],
         },
     });
-    let review = json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": "shop",
-            "operation": "CREATE",
-            "userInfo": {
-                "username": "system:serviceaccount:kube-system:replicaset-controller",
-                "uid": "0d5c3b8e-6f2a-4c1e-9a7b-2e4f6d8c0a13",
-                "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"],
-            },
-            "object": pod,
-            "oldObject": null,
-            "dryRun": false,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
-        },
+    // ivory-testkit's Pod review, with what a controller's request carries besides.
+    let mut review = pod_review_with(uid, "CREATE", "shop", Value::Null);
+    let request = &mut review["request"];
+    request["object"] = pod;
+    if let Some(fields) = request.as_object_mut() {
+        fields.remove("name");
+    }
+    request["requestKind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
+    request["requestResource"] = json!({"group": "", "version": "v1", "resource": "pods"});
+    request["userInfo"] = json!({
+        "username": "system:serviceaccount:kube-system:replicaset-controller",
+        "uid": "0d5c3b8e-6f2a-4c1e-9a7b-2e4f6d8c0a13",
+        "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"],
     });
+    request["oldObject"] = Value::Null;
+    request["dryRun"] = json!(false);
+    request["options"] = json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"});
     review.to_string().into_bytes()
 }
 

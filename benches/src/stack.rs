@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context as _, Result};
-use ivory_testkit::{HarnessOptions, HungRegistry, RegistryHarness, TestPki};
+use ivory_testkit::{HungRegistry, RegistryHarness, TestPki};
 
 use crate::LoadArgs;
 use crate::procs::{Server, free_port};
@@ -55,7 +55,7 @@ impl Stack {
         }
         std::fs::create_dir_all(work.join("policies"))
             .with_context(|| format!("creating {}", work.display()))?;
-        let registry = RegistryHarness::start(HarnessOptions::default())
+        let registry = RegistryHarness::start_default()
             .await
             .context("starting docker-registry")?;
         let hung = HungRegistry::start()

@@ -15,7 +15,6 @@ use ivory_engine::verifier::{ImageVerifier as _, Verification, VerifyRequest};
 use ivory_policy::types::Attestor;
 use ivory_reference::ImageReference;
 use serde_json::json;
-use tokio::time::Instant;
 
 /// The same allocator as `ivory`, so that the memory per verdict is the product's.
 #[global_allocator]
@@ -87,8 +86,8 @@ async fn probe(args: &Args) -> Result<serde_json::Value> {
             })
         })
         .collect::<Result<_>>()?;
-    let deadline = Instant::now() + Duration::from_secs(3600);
-    let started = Instant::now();
+    let deadline = ivory_clock::now() + Duration::from_secs(3600);
+    let started = ivory_clock::now();
     let mut verified = 0usize;
     for request in &requests {
         if let Ok(Verification::Verified { .. }) = verifier.verify(request, deadline).await {

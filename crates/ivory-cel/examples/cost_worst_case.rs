@@ -2,8 +2,6 @@
 //! find the worst case one evaluation can take: `cargo run --release -p ivory-cel --example
 //! cost_worst_case`.
 
-use std::time::Instant;
-
 use ivory_cel::{Activation, NoHost, Scope, compile};
 use serde_json::json;
 
@@ -46,7 +44,7 @@ fn main() {
         let mut worst = std::time::Duration::ZERO;
         let mut outcome = String::new();
         for _ in 0..runs {
-            let start = Instant::now();
+            let start = ivory_clock::now();
             let result = program.evaluate(&act);
             worst = worst.max(start.elapsed());
             outcome = match result {

@@ -218,12 +218,17 @@ impl Program {
             return Ok(run());
         }
         // The interpreter recurses per tree level with large frames (tens of KiB in debug
-        // builds); run rare deep programs on a thread with a large stack.
+        // builds); run rare deep programs on a thread with a large stack. The thread enters the
+        // caller's runtime, if any, so its deadline checks read the same (possibly paused) clock.
+        let runtime = tokio::runtime::Handle::try_current().ok();
         std::thread::scope(|s| {
             std::thread::Builder::new()
                 .name("ivory-cel-eval".into())
                 .stack_size(DEEP_EVAL_STACK_SIZE)
-                .spawn_scoped(s, run)
+                .spawn_scoped(s, || {
+                    let _clock = runtime.as_ref().map(tokio::runtime::Handle::enter);
+                    run()
+                })
                 .map_err(|e| EvalError::Runtime(format!("cannot start evaluation thread: {e}")))?
                 .join()
                 .map_err(|_| EvalError::Runtime("evaluation thread panicked".into()))

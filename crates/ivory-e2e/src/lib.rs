@@ -15,7 +15,7 @@ pub use cluster::{Cluster, KEEP_ENV, KUBECONFIG_ENV};
 pub use ivory::{IvoryServer, ivory_binary, run_ivory};
 pub use matrix::{FailureMatrix, Row, report_path};
 pub use metrics::metric_value;
-pub use support::{create_namespace, eventually, unique_name};
+pub use support::{create_labelled_namespace, create_namespace, eventually, unique_name};
 
 use std::path::PathBuf;
 use std::time::Duration;

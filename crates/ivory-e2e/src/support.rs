@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ObjectMeta, PostParams};
@@ -20,7 +20,7 @@ const POLL_INTERVAL: Duration = Duration::from_millis(200);
 pub fn unique_name(prefix: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now()
+    let nanos = ivory_clock::wall()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
@@ -30,14 +30,26 @@ pub fn unique_name(prefix: &str) -> String {
 /// Creates a namespace named `prefix-<unique suffix>` and returns its name. Namespaces carry the
 /// `kubernetes.io/metadata.name` label, which webhook `namespaceSelector`s can match.
 pub async fn create_namespace(client: &Client, prefix: &str) -> Result<String> {
+    create_labelled_namespace(client, prefix, &[]).await
+}
+
+/// [`create_namespace`] with `labels` besides `ivory-e2e=true`.
+pub async fn create_labelled_namespace(
+    client: &Client,
+    prefix: &str,
+    labels: &[(&str, &str)],
+) -> Result<String> {
     let name = unique_name(prefix);
+    let mut all = BTreeMap::from([("ivory-e2e".to_owned(), "true".to_owned())]);
+    all.extend(
+        labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
     let namespace = Namespace {
         metadata: ObjectMeta {
             name: Some(name.clone()),
-            labels: Some(BTreeMap::from([(
-                "ivory-e2e".to_owned(),
-                "true".to_owned(),
-            )])),
+            labels: Some(all),
             ..ObjectMeta::default()
         },
         ..Namespace::default()
@@ -56,13 +68,13 @@ where
     Fut: Future<Output = std::result::Result<T, E>>,
     E: Display,
 {
-    let deadline = Instant::now() + timeout;
+    let deadline = ivory_clock::now() + timeout;
     loop {
         let last = match check().await {
             Ok(value) => return Ok(value),
             Err(err) => err.to_string(),
         };
-        if Instant::now() >= deadline {
+        if ivory_clock::now() >= deadline {
             return Err(Error::Timeout {
                 what: what.to_owned(),
                 timeout,

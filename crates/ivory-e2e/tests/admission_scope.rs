@@ -11,125 +11,28 @@
 //! * ivory's annotations (`ivory.dev/verify-platforms`, `ivory.dev/notation-trust-policy`) reach
 //!   `ivory serve --kube` through Kyverno's CRD.
 
-use std::collections::BTreeMap;
+mod setup;
+
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use base64::Engine as _;
-use ivory_e2e::{Cluster, IvoryServer, eventually, run_ivory, unique_name};
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness, TestPki};
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use ivory_e2e::{eventually, unique_name};
+use ivory_testkit::policy::PodPolicy;
+use ivory_testkit::{HarnessOptions, RegistryHarness};
+use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ObjectMeta, Patch,
-    PatchParams, PostParams,
-};
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-/// How long the API server may take to put a webhook configuration in its chain, and ivory to
-/// see a policy change.
-const PROPAGATION: Duration = Duration::from_secs(30);
+use setup::{
+    POLICY_CRDS, PROPAGATION, apply_policy, cluster_with_crds, ivory_dir, namespace, push,
+    register, serve, serve_policies, unregister, workspace,
+};
+
 const SELECT_LABEL: &str = "ivory-e2e/select";
 const AUTH_USER: &str = "e2e";
 const AUTH_PASSWORD: &str = "e2e-secret-password";
-
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Installs deploy/crds and waits until both are Established.
-async fn install_crds(client: &Client) -> Result<()> {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for file in [
-        "policies.kyverno.io_imagevalidatingpolicies.yaml",
-        "policies.kyverno.io_namespacedimagevalidatingpolicies.yaml",
-    ] {
-        let text = std::fs::read_to_string(workspace().join("deploy/crds").join(file))?;
-        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
-        let name = crd.metadata.name.clone().context("CRD without a name")?;
-        api.patch(
-            &name,
-            &PatchParams::apply("ivory-e2e").force(),
-            &Patch::Apply(&crd),
-        )
-        .await?;
-        eventually(&format!("CRD {name} Established"), PROPAGATION, || {
-            let (api, name) = (api.clone(), name.clone());
-            async move {
-                let crd = api.get(&name).await?;
-                let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
-                if conditions
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-                {
-                    Ok(())
-                } else {
-                    Err(anyhow::anyhow!("not established yet"))
-                }
-            }
-        })
-        .await?;
-    }
-    Ok(())
-}
-
-/// Applies a policy document of either kind (server-side apply).
-async fn apply_policy(client: &Client, yaml: &str) -> Result<()> {
-    let object: DynamicObject = serde_json::from_value(serde_saphyr::from_str::<Value>(yaml)?)?;
-    let name = object.metadata.name.clone().context("policy has no name")?;
-    let api: Api<DynamicObject> = match object.metadata.namespace.as_deref() {
-        Some(ns) => {
-            let gvk = GroupVersionKind::gvk(
-                "policies.kyverno.io",
-                "v1",
-                "NamespacedImageValidatingPolicy",
-            );
-            let resource =
-                ApiResource::from_gvk_with_plural(&gvk, "namespacedimagevalidatingpolicies");
-            Api::namespaced_with(client.clone(), ns, &resource)
-        }
-        None => {
-            let gvk = GroupVersionKind::gvk("policies.kyverno.io", "v1", "ImageValidatingPolicy");
-            let resource = ApiResource::from_gvk_with_plural(&gvk, "imagevalidatingpolicies");
-            Api::all_with(client.clone(), &resource)
-        }
-    };
-    api.patch(
-        &name,
-        &PatchParams::apply("ivory-e2e").force(),
-        &Patch::Apply(&object),
-    )
-    .await?;
-    Ok(())
-}
-
-async fn namespace(client: &Client, prefix: &str, labels: &[(&str, &str)]) -> Result<String> {
-    let name = unique_name(prefix);
-    let mut all = BTreeMap::from([("ivory-e2e".to_owned(), "true".to_owned())]);
-    all.extend(
-        labels
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-    );
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            labels: Some(all),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
-    Ok(name)
-}
 
 /// The API server's answer to a Pod CREATE: (status, body).
 async fn create_pod(client: &Client, ns: &str, image: &str, dry_run: bool) -> Result<(u16, Value)> {
@@ -161,154 +64,30 @@ fn image_of(body: &Value) -> &str {
         .unwrap_or("")
 }
 
-/// TLS material for ivory: (cert, key, CA) files in `dir`.
-fn tls(dir: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
-    let pki = TestPki::generate("ivory e2e CA")?;
-    let files = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.pem"));
-    std::fs::write(&files.0, &pki.server_chain_pem)?;
-    std::fs::write(&files.1, &pki.server_key_pem)?;
-    std::fs::write(&files.2, &pki.ca_pem)?;
-    Ok(files)
-}
-
-/// Starts `ivory serve` with TLS from `dir`, trusting `registry_ca`, plus `extra` arguments.
-async fn serve(
-    dir: &Path,
-    registry_ca: &Path,
-    extra: &[&OsStr],
-    envs: &[(&str, &OsStr)],
-) -> Result<IvoryServer> {
-    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-    let mut args: Vec<&OsStr> = vec![
-        OsStr::new("--tls-cert"),
-        cert.as_os_str(),
-        OsStr::new("--tls-key"),
-        key.as_os_str(),
-        OsStr::new("--registry-ca"),
-        registry_ca.as_os_str(),
-    ];
-    args.extend_from_slice(extra);
-    Ok(IvoryServer::start(args, envs).await?)
-}
-
-/// Registers what `ivory webhooks` prints for `policies` under configuration names prefixed
-/// with `tag` (so tests sharing the cluster do not replace each other's), returning a guard
-/// that deletes them.
-async fn register(
-    client: &Client,
-    policies: &Path,
-    ivory: &IvoryServer,
-    ca: &Path,
-    tag: &str,
-) -> Result<Registered> {
-    let domain = format!("{tag}.e2e.ivory.test");
-    let base = ivory.base_url();
-    let (code, stdout, stderr) = run_ivory(
-        [
-            OsStr::new("webhooks"),
-            OsStr::new("--policies"),
-            policies.as_os_str(),
-            OsStr::new("--url"),
-            OsStr::new(&base),
-            OsStr::new("--ca-bundle"),
-            ca.as_os_str(),
-            OsStr::new("--domain"),
-            OsStr::new(&domain),
-        ],
-        &[],
-    )
-    .await?;
-    ensure!(code == 0, "ivory webhooks failed ({code}): {stderr}");
-    let mut registered = Registered {
-        client: client.clone(),
-        names: Vec::new(),
-    };
-    for mut value in serde_saphyr::from_multiple::<Value>(&stdout)? {
-        let kind = value["kind"].as_str().unwrap_or("").to_owned();
-        let name = format!("{tag}-{}", kind.to_lowercase());
-        value["metadata"]["name"] = json!(name);
-        let params = PostParams::default();
-        match kind.as_str() {
-            "MutatingWebhookConfiguration" => {
-                let config: MutatingWebhookConfiguration = serde_json::from_value(value)?;
-                Api::<MutatingWebhookConfiguration>::all(client.clone())
-                    .create(&params, &config)
-                    .await?;
-            }
-            "ValidatingWebhookConfiguration" => {
-                let config: ValidatingWebhookConfiguration = serde_json::from_value(value)?;
-                Api::<ValidatingWebhookConfiguration>::all(client.clone())
-                    .create(&params, &config)
-                    .await?;
-            }
-            other => bail!("unexpected document kind {other:?} from ivory webhooks"),
-        }
-        registered.names.push((kind, name));
-    }
-    Ok(registered)
-}
-
-/// Webhook configurations a test registered.
-struct Registered {
-    client: Client,
-    names: Vec<(String, String)>,
-}
-
-impl Registered {
-    async fn remove(self) -> Result<()> {
-        let params = DeleteParams::default();
-        for (kind, name) in &self.names {
-            if kind == "MutatingWebhookConfiguration" {
-                Api::<MutatingWebhookConfiguration>::all(self.client.clone())
-                    .delete(name, &params)
-                    .await?;
-            } else {
-                Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
-                    .delete(name, &params)
-                    .await?;
-            }
-        }
-        Ok(())
-    }
-}
-
 /// Pins images of `host` to their digest, in namespaces labelled `SELECT_LABEL=<value>`.
 fn selected_pin_policy(name: &str, host: &str, value: &str) -> String {
-    format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: {name}
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    namespaceSelector:
-      matchLabels:
-        {SELECT_LABEL}: {value}
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{host}/*\"
+    selected(PodPolicy::new(name), host, value)
+        .spec(
+            "  failurePolicy: Fail
   validationConfigurations:
     verifyDigest: false
     required: false
   attestors: []
   validations:
     - expression: \"true\"
-"
-    )
+",
+        )
+        .yaml()
 }
 
-async fn push(h: &Harness, layout: &str) -> Result<(String, String)> {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&workspace().join("fixtures/oci/ivory").join(layout), &repo)
-        .await?;
-    let digest = tags.get("v1").context("fixture has no v1 tag")?.clone();
-    Ok((format!("{}/{repo}:v1", h.host()), digest))
+/// `policy` for Pod CREATEs of images of `host` in namespaces labelled `SELECT_LABEL=<value>`.
+fn selected(policy: PodPolicy, host: &str, value: &str) -> PodPolicy {
+    policy
+        .operations("CREATE")
+        .namespace_selector(&format!(
+            "      matchLabels:\n        {SELECT_LABEL}: {value}\n"
+        ))
+        .glob(&format!("{host}/*"))
 }
 
 /// Creates a namespace with the selected label and, at once, a Pod in it: the Pod must come
@@ -333,16 +112,11 @@ async fn pinned_in_fresh_namespaces(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_selector_policies_apply_to_namespaces_ivory_has_not_seen() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client).await?;
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
+    let registry = RegistryHarness::start_default().await?;
     let (image, digest) = push(&registry, "unsigned").await?;
     let pinned = format!("{image}@{digest}");
-    let dir = tempfile::tempdir()?;
-    let (_, _, ca) = tls(dir.path())?;
-    let registry_ca = dir.path().join("registry-ca.pem");
-    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let (dir, ca, registry_ca) = ivory_dir(&registry)?;
     let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
     let value = unique_name("sel");
     let policy_name = unique_name("e2e-select-pin");
@@ -361,7 +135,7 @@ async fn namespace_selector_policies_apply_to_namespaces_ivory_has_not_seen() ->
     ];
     let ivory = serve(dir.path(), &registry_ca, &[OsStr::new("--kube")], &envs).await?;
     let hooks = register(&client, &policies, &ivory, &ca, &unique_name("kube")).await?;
-    let hook = &hooks.names;
+    let hook = &hooks;
     let first = eventually("the selector policy to pin pods", PROPAGATION, || async {
         pinned_in_fresh_namespaces(&client, &value, &image, &pinned, 1).await
     })
@@ -380,18 +154,12 @@ async fn namespace_selector_policies_apply_to_namespaces_ivory_has_not_seen() ->
     // Whether the watch or the API read answered depends on timing; both must pin.
     let read = ivory.logs().matches("read from the API").count();
     eprintln!("namespaces read from the API instead of the watch: {read} of 6+");
-    hooks.remove().await?;
+    unregister(&client, &hooks).await?;
     drop(ivory);
 
     // File mode: no Namespace labels at all; the webhook's selector is trusted.
     let policy_file = policies.join("select.yaml");
-    let ivory = serve(
-        dir.path(),
-        &registry_ca,
-        &[OsStr::new("--policies"), policy_file.as_os_str()],
-        &[],
-    )
-    .await?;
+    let ivory = serve_policies(dir.path(), &registry_ca, &policy_file).await?;
     let hooks = register(&client, &policies, &ivory, &ca, &unique_name("file")).await?;
     let first = eventually("file mode to pin pods", PROPAGATION, || async {
         pinned_in_fresh_namespaces(&client, &value, &image, &pinned, 1).await
@@ -406,7 +174,7 @@ async fn namespace_selector_policies_apply_to_namespaces_ivory_has_not_seen() ->
         status == 201 && image_of(&body) == image,
         "outside the selector: {status} {body}"
     );
-    hooks.remove().await?;
+    unregister(&client, &hooks).await?;
     Ok(())
 }
 
@@ -455,16 +223,11 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespaced_policy_cannot_use_ivorys_pull_secret() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client).await?;
+    let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
     let registry = RegistryHarness::start(HarnessOptions::basic(AUTH_USER, AUTH_PASSWORD)).await?;
     let (image, digest) = push(&registry, "unsigned").await?;
     let pinned = format!("{image}@{digest}");
-    let dir = tempfile::tempdir()?;
-    let (_, _, ca) = tls(dir.path())?;
-    let registry_ca = dir.path().join("registry-ca.pem");
-    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let (dir, ca, registry_ca) = ivory_dir(&registry)?;
 
     // Two working Secrets: one in ivory's namespace, one in the team's.
     let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
@@ -557,7 +320,7 @@ async fn a_namespaced_policy_cannot_use_ivorys_pull_secret() -> Result<()> {
     if let Err(e) = rejected {
         bail!("{e}\nivory log:\n{}", ivory.logs());
     }
-    hooks.remove().await?;
+    unregister(&client, &hooks).await?;
     Ok(())
 }
 
@@ -570,33 +333,20 @@ fn platforms_policy(
     platforms: Option<&str>,
     attestor: &str,
 ) -> String {
-    let annotation = platforms
-        .map(|p| format!("  annotations:\n    ivory.dev/verify-platforms: {p}\n"))
-        .unwrap_or_default();
-    format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: {name}
-{annotation}spec:
-  failurePolicy: Fail
-  matchConstraints:
-    namespaceSelector:
-      matchLabels:
-        {SELECT_LABEL}: {value}
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{host}/*\"
+    let policy = match platforms {
+        Some(p) => PodPolicy::new(name).annotation("ivory.dev/verify-platforms", p),
+        None => PodPolicy::new(name),
+    };
+    selected(policy, host, value)
+        .spec(&format!(
+            "  failurePolicy: Fail
 {attestor}  validations:
     - expression: >-
         images.containers.map(image, verifyImageSignatures(image, [attestors.key])).all(e, e > 0)
       message: failed the image Signature verification
 "
-    )
+        ))
+        .yaml()
 }
 
 /// ivory's multi-platform choice travels through the real API server: Kyverno's CRD prunes
@@ -606,10 +356,8 @@ metadata:
 /// once the annotation is removed (Kyverno's default: the index).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_verify_platforms_annotation_reaches_ivory_through_the_api_server() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client).await?;
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
+    let registry = RegistryHarness::start_default().await?;
     let signer = ivory_testkit::CosignSigner::generate()?;
     let repo = "ivory/arm-only";
     let (_, children) = registry
@@ -618,10 +366,7 @@ async fn the_verify_platforms_annotation_reaches_ivory_through_the_api_server() 
     let child = children.first().context("no platform manifest")?;
     registry.push_cosign_signature(repo, child, &signer).await?;
     let image = format!("{}/{repo}:v1", registry.host());
-    let dir = tempfile::tempdir()?;
-    let (_, _, ca) = tls(dir.path())?;
-    let registry_ca = dir.path().join("registry-ca.pem");
-    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let (dir, ca, registry_ca) = ivory_dir(&registry)?;
     let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
     let value = unique_name("plat");
     let ns = namespace(&client, "e2e-platforms", &[(SELECT_LABEL, &value)]).await?;
@@ -676,7 +421,7 @@ async fn the_verify_platforms_annotation_reaches_ivory_through_the_api_server() 
     if let Err(e) = denied {
         bail!("{e}\nivory --kube log:\n{}", ivory.logs());
     }
-    hooks.remove().await?;
+    unregister(&client, &hooks).await?;
     Ok(())
 }
 
@@ -684,28 +429,16 @@ async fn the_verify_platforms_annotation_reaches_ivory_through_the_api_server() 
 /// trust policy `trust` (none: Kyverno's strict level).
 fn notation_policy(name: &str, host: &str, value: &str, trust: Option<&str>) -> Result<String> {
     let root = std::fs::read_to_string(workspace().join("fixtures/notation/pki/root.pem"))?;
-    let annotation = trust
-        .map(|t| format!("  annotations:\n    ivory.dev/notation-trust-policy: '{t}'\n"))
-        .unwrap_or_default();
+    let policy = match trust {
+        Some(t) => {
+            PodPolicy::new(name).annotation("ivory.dev/notation-trust-policy", &format!("'{t}'"))
+        }
+        None => PodPolicy::new(name),
+    };
     let certs: String = root.lines().map(|l| format!("            {l}\n")).collect();
-    Ok(format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: {name}
-{annotation}spec:
-  failurePolicy: Fail
-  matchConstraints:
-    namespaceSelector:
-      matchLabels:
-        {SELECT_LABEL}: {value}
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{host}/*\"
+    Ok(selected(policy, host, value)
+        .spec(&format!(
+            "  failurePolicy: Fail
   attestors:
     - name: notary
       notary:
@@ -716,7 +449,8 @@ metadata:
         images.containers.map(image, verifyImageSignatures(image, [attestors.notary])).all(e, e > 0)
       message: failed to verify image with notary cert
 "
-    ))
+        ))
+        .yaml())
 }
 
 /// A Kyverno policy with a `notary` attestor goes through Kyverno's CRD, and ivory's Notation
@@ -725,10 +459,8 @@ metadata:
 /// denied once the annotation is removed (Kyverno's strict level).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_notation_trust_policy_annotation_reaches_ivory_through_the_api_server() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client).await?;
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
+    let registry = RegistryHarness::start_default().await?;
     let manifest: Value = serde_json::from_str(&std::fs::read_to_string(
         workspace().join("fixtures/notation/manifest.json"),
     )?)?;
@@ -742,10 +474,7 @@ async fn the_notation_trust_policy_annotation_reaches_ivory_through_the_api_serv
         registry.host(),
         row["digest"].as_str().context("digest")?
     );
-    let dir = tempfile::tempdir()?;
-    let (_, _, ca) = tls(dir.path())?;
-    let registry_ca = dir.path().join("registry-ca.pem");
-    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let (dir, ca, registry_ca) = ivory_dir(&registry)?;
     let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
     let value = unique_name("notation");
     let ns = namespace(&client, "e2e-notation", &[(SELECT_LABEL, &value)]).await?;
@@ -798,6 +527,6 @@ async fn the_notation_trust_policy_annotation_reaches_ivory_through_the_api_serv
     if let Err(e) = denied {
         bail!("{e}\nivory --kube log:\n{}", ivory.logs());
     }
-    hooks.remove().await?;
+    unregister(&client, &hooks).await?;
     Ok(())
 }

@@ -4,30 +4,24 @@
 //! evaluated in its own namespace (namespaceSelector) with its own imagePullSecrets, the cluster
 //! found through KUBECONFIG when --kubeconfig has no file.
 
-use std::path::{Path, PathBuf};
+mod setup;
+
+use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
 use ivory_e2e::{Cluster, create_namespace, run_ivory};
-use ivory_testkit::policy::{VERIFY_SIGNATURES, key_attestor_yaml};
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::policy::PodPolicy;
+use ivory_testkit::policy::VERIFY_SIGNATURES;
+use ivory_testkit::{HarnessOptions, RegistryHarness};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Pushes the fixture layout `ivory/<layout>`; returns (`host/ivory/<layout>:v1`, its digest).
-async fn push(h: &Harness, layout: &str) -> Result<(String, String)> {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&workspace().join("fixtures/oci/ivory").join(layout), &repo)
-        .await?;
-    let digest = tags.get("v1").context("fixture has no v1 tag")?.clone();
-    Ok((format!("{}/{repo}:v1", h.host()), digest))
-}
+use setup::{
+    cluster_with_crds, fixture_key_attestors, push_signed_and_unsigned, set_running_digest,
+    workspace,
+};
 
 /// The digest `fixtures/manifest.json` records for `ivory/<layout>:v1`.
 fn manifest_digest(layout: &str) -> Result<String> {
@@ -48,28 +42,17 @@ fn manifest_digest(layout: &str) -> Result<String> {
 
 /// A key policy: the fixture cosign key must have signed every image of `host`.
 fn policy_yaml(host: &str) -> Result<String> {
-    let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))?;
-    let attestors = key_attestor_yaml(&pem);
-    Ok(format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: audit-signed
-spec:
-  matchConstraints:
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE, UPDATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{host}/*\"
-{attestors}  validations:
+    Ok(PodPolicy::new("audit-signed")
+        .glob(&format!("{host}/*"))
+        .spec(&format!(
+            "{}  validations:
     - expression: >-
         {VERIFY_SIGNATURES}
       message: unsigned image
-"
-    ))
+",
+            fixture_key_attestors()?
+        ))
+        .yaml())
 }
 
 /// Creates a one-container Pod, then sets its container status with `image_id` (what a kubelet
@@ -91,15 +74,7 @@ async fn pod_with_status(
     pods.create(&PostParams::default(), &pod)
         .await
         .with_context(|| format!("creating Pod {ns}/{name}"))?;
-    let status = json!({"status": {"containerStatuses": [{
-        "name": "app",
-        "image": image,
-        "imageID": image_id,
-        "ready": true,
-        "restartCount": 0,
-    }]}});
-    let patched = pods
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+    let patched = set_running_digest(client, ns, name, image, image_id)
         .await
         .with_context(|| format!("setting the status of Pod {ns}/{name}"))?;
     let stored = patched
@@ -123,11 +98,10 @@ fn entry<'a>(doc: &'a Value, image: &str) -> Result<&'a Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_cluster_pods() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
-    let (signed, signed_digest) = push(&registry, "sig-p256").await?;
-    let (unsigned, unsigned_digest) = push(&registry, "unsigned").await?;
+    let (cluster, client) = cluster_with_crds(&[]).await?;
+    let registry = RegistryHarness::start_default().await?;
+    let ((signed, signed_digest), (unsigned, unsigned_digest)) =
+        push_signed_and_unsigned(&registry).await?;
     let recorded = manifest_digest("sig-p256")?;
     ensure!(
         recorded == signed_digest,
@@ -285,12 +259,10 @@ async fn audit_namespace(cluster: &Cluster, ns: &str, policy: &Path, ca: &Path) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_evaluates_pods_in_their_namespace_with_their_pull_secrets() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
+    let (cluster, client) = cluster_with_crds(&[]).await?;
     let (user, password) = ("puller", "pull-secret-password");
     let registry = RegistryHarness::start(HarnessOptions::basic(user, password)).await?;
-    let (signed, _) = push(&registry, "sig-p256").await?;
-    let (unsigned, _) = push(&registry, "unsigned").await?;
+    let ((signed, _), (unsigned, _)) = push_signed_and_unsigned(&registry).await?;
     let host = registry.host().to_owned();
 
     // The policy applies only in namespaces labelled ivory-audit=enforce.

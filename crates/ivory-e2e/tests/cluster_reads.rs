@@ -14,6 +14,7 @@ use std::ffi::OsStr;
 
 use anyhow::{Context, Result, bail, ensure};
 use ivory_e2e::{Cluster, create_namespace, eventually, unique_name};
+use ivory_testkit::policy::{NO_IMAGE_CHECKS, PodPolicy};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use kube::Client;
@@ -21,52 +22,26 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use setup::{
-    PROPAGATION, apply, dynamic, install_crds, register, serve, tls, unregister, workspace,
+    IVPOL, POLICY_CRDS, PROPAGATION, apply, cluster_with_crds, dynamic, register, serve, tls,
+    unregister, workspace,
 };
 
-const CRDS: [&str; 2] = [
-    "deploy/crds/policies.kyverno.io_imagevalidatingpolicies.yaml",
-    "deploy/crds/policies.kyverno.io_namespacedimagevalidatingpolicies.yaml",
-];
-const IVPOL: (&str, &str, &str, &str) = (
-    "policies.kyverno.io",
-    "v1",
-    "ImageValidatingPolicy",
-    "imagevalidatingpolicies",
-);
 const MESSAGE: &str = "not from the registry the ConfigMap allows";
 
 /// A pod policy in namespace `ns` whose single validation is `expression`.
 fn policy(name: &str, failure: &str, ns: &str, expression: &str) -> String {
-    format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: {name}
-spec:
-  failurePolicy: {failure}
-  matchConstraints:
-    namespaceSelector:
-      matchExpressions:
-        - key: kubernetes.io/metadata.name
-          operator: In
-          values: [{ns}]
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE]
-        resources: [pods]
-  validationConfigurations:
-    mutateDigest: false
-    verifyDigest: false
-    required: false
-  attestors: []
-  validations:
+    PodPolicy::new(name)
+        .operations("CREATE")
+        .in_namespace(ns)
+        .spec(&format!(
+            "  failurePolicy: {failure}
+{NO_IMAGE_CHECKS}  validations:
     - expression: >-
         {expression}
       message: {MESSAGE}
 "
-    )
+        ))
+        .yaml()
 }
 
 /// Applies the ServiceAccount and RBAC of `deploy/base` in namespace `own` (cluster-wide names
@@ -229,9 +204,7 @@ async fn ivory_metrics(base: &str, ca: &std::path::Path) -> Result<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policies_read_configmaps_from_watches_within_rbac() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client, &CRDS).await?;
+    let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
     let own = create_namespace(&client, "e2e-reads-ivory").await?;
     let app = create_namespace(&client, "e2e-reads-app").await?;
     let forbidden = create_namespace(&client, "e2e-reads-fail").await?;

@@ -6,32 +6,30 @@
 //! A policy that exists is not a webhook that is registered, and a registered webhook is not
 //! one that answers: each layer is checked through the API server itself.
 
-use std::collections::BTreeMap;
+mod setup;
+
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use ivory_e2e::{
-    Cluster, FailureMatrix, IvoryServer, Row, eventually, report_path, run_ivory, unique_name,
-};
-use ivory_testkit::policy::{VERIFY_SIGNATURES, key_attestor_yaml};
-use ivory_testkit::{Harness, HarnessOptions, HungRegistry, RegistryHarness, TestPki};
+use ivory_e2e::{FailureMatrix, IvoryServer, Row, eventually, report_path, run_ivory, unique_name};
+use ivory_testkit::policy::PodPolicy;
+use ivory_testkit::policy::VERIFY_SIGNATURES;
+use ivory_testkit::review::{containers, deployment_object, pod_object};
+use ivory_testkit::{Harness, HarnessOptions, HungRegistry, RegistryHarness};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ObjectMeta, Patch,
-    PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
-/// How long the API server may take to put a webhook configuration change in its chain, and
-/// ivory to see a policy change.
-const PROPAGATION: Duration = Duration::from_secs(30);
+use setup::{
+    IVPOL, POLICY_CRDS, PROPAGATION, apply_policy, cluster_with_crds, dynamic,
+    fixture_key_attestors, namespace, push, push_signed_and_unsigned, serve, tls,
+};
+
 /// `webhookConfiguration.timeoutSeconds` of the test policies.
 const WEBHOOK_TIMEOUT_SECS: u64 = 5;
 /// The message of the test policies' validation; their `messageExpression` appends the images
@@ -43,10 +41,6 @@ const AUTH_USER: &str = "e2e";
 const AUTH_PASSWORD: &str = "e2e-secret-password";
 /// The `kubernetes.io/dockerconfigjson` Secret the auth policy names.
 const PULL_SECRET: &str = "e2e-regcred";
-
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// The API server's answer to one request.
 #[derive(Debug)]
@@ -106,7 +100,7 @@ async fn create(
     let request = http::Request::post(uri)
         .header("content-type", "application/json")
         .body(kube::client::Body::from(serde_json::to_vec(object)?))?;
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let response = client.send(request).await?;
     let elapsed = start.elapsed();
     let status = response.status().as_u16();
@@ -141,33 +135,14 @@ async fn stored(client: &Client, path: &str) -> Result<Option<Value>> {
 }
 
 fn pod(name: &str, images: &[&str]) -> Value {
-    let containers: Vec<Value> = images
-        .iter()
-        .enumerate()
-        .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
-        .collect();
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {"containers": containers}
-    })
+    pod_object(name, json!({"containers": containers(images)}))
 }
 
 fn deployment(name: &str, image: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "app", "image": image}]}
-            }
-        }
-    })
+    deployment_object(
+        name,
+        json!({"containers": [{"name": "app", "image": image}]}),
+    )
 }
 
 fn pods_path(ns: &str) -> String {
@@ -191,142 +166,29 @@ fn policy_yaml(
     message: &str,
     verify_digest: bool,
 ) -> String {
-    let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))
-        .unwrap_or_default();
-    let attestors = key_attestor_yaml(&pem);
+    let attestors = fixture_key_attestors().unwrap_or_default();
     // A CEL string literal inside a YAML block scalar.
     let literal = message.replace('\\', "\\\\").replace('\'', "\\'");
-    let globs: String = hosts
+    let policy = hosts
         .iter()
-        .map(|h| format!("    - glob: \"{h}/*\"\n"))
-        .collect();
-    format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: {name}
-spec:
-  failurePolicy: {failure}
+        .fold(PodPolicy::new(name), |p, h| p.glob(&format!("{h}/*")));
+    policy
+        .namespace_selector(&format!("      matchLabels:\n        {TIER_LABEL}: {tier}\n"))
+        .spec(&format!(
+            "  failurePolicy: {failure}
   validationConfigurations:
     verifyDigest: {verify_digest}
   webhookConfiguration:
     timeoutSeconds: {WEBHOOK_TIMEOUT_SECS}
-  matchConstraints:
-    namespaceSelector:
-      matchLabels:
-        {TIER_LABEL}: {tier}
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE, UPDATE]
-        resources: [pods]
-  matchImageReferences:
-{globs}{attestors}  validations:
+{attestors}  validations:
     - expression: >-
         {VERIFY_SIGNATURES}
       message: {message}
       messageExpression: >-
         '{literal}: ' + images.containers.filter(i, verifyImageSignatures(i, [attestors.key]) == 0).join(', ')
 "
-    )
-}
-
-fn policy_api(client: &Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("policies.kyverno.io", "v1", "ImageValidatingPolicy");
-    let resource = ApiResource::from_gvk_with_plural(&gvk, "imagevalidatingpolicies");
-    Api::all_with(client.clone(), &resource)
-}
-
-async fn apply_policy(client: &Client, yaml: &str) -> Result<()> {
-    let value: Value = serde_saphyr::from_str(yaml)?;
-    let object: DynamicObject = serde_json::from_value(value)?;
-    let name = object.metadata.name.clone().context("policy has no name")?;
-    policy_api(client)
-        .patch(
-            &name,
-            &PatchParams::apply("ivory-e2e").force(),
-            &Patch::Apply(&object),
-        )
-        .await?;
-    Ok(())
-}
-
-/// Installs deploy/crds and waits until both are Established.
-async fn install_crds(client: &Client) -> Result<()> {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let dir = workspace().join("deploy/crds");
-    let mut names = Vec::new();
-    for file in [
-        "policies.kyverno.io_imagevalidatingpolicies.yaml",
-        "policies.kyverno.io_namespacedimagevalidatingpolicies.yaml",
-    ] {
-        let text = std::fs::read_to_string(dir.join(file))?;
-        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
-        let name = crd.metadata.name.clone().context("CRD without a name")?;
-        api.patch(
-            &name,
-            &PatchParams::apply("ivory-e2e").force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .with_context(|| format!("applying {file}"))?;
-        names.push(name);
-    }
-    for name in names {
-        eventually(
-            &format!("CRD {name} to be Established"),
-            PROPAGATION,
-            || {
-                let api = api.clone();
-                let name = name.clone();
-                async move {
-                    let crd = api.get(&name).await?;
-                    let established = crd
-                        .status
-                        .and_then(|s| s.conditions)
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True");
-                    if established {
-                        Ok(())
-                    } else {
-                        Err(anyhow::anyhow!("not established yet"))
-                    }
-                }
-            },
-        )
-        .await?;
-    }
-    Ok(())
-}
-
-async fn labelled_namespace(client: &Client, prefix: &str, tier: Option<&str>) -> Result<String> {
-    let name = unique_name(prefix);
-    let mut labels = BTreeMap::from([("ivory-e2e".to_owned(), "true".to_owned())]);
-    if let Some(tier) = tier {
-        labels.insert(TIER_LABEL.to_owned(), tier.to_owned());
-    }
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            labels: Some(labels),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
-    Ok(name)
-}
-
-async fn push(h: &Harness, layout: &str) -> Result<(String, String)> {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&workspace().join("fixtures/oci/ivory").join(layout), &repo)
-        .await?;
-    let digest = tags.get("v1").context("fixture has no v1 tag")?.clone();
-    Ok((format!("{}/{repo}:v1", h.host()), digest))
+        ))
+        .yaml()
 }
 
 /// Registers the configurations `ivory webhooks` prints for `policies`, replacing older ones.
@@ -509,7 +371,7 @@ impl Env {
 
     /// Waits until an unsigned dry-run pod in `ns` is denied with `message` naming its image.
     async fn wait_denial(&self, ns: &str, message: &str) -> Result<Duration> {
-        let start = Instant::now();
+        let start = ivory_clock::now();
         eventually(
             &format!("unsigned pods in {ns} denied with {message:?}"),
             PROPAGATION,
@@ -534,35 +396,24 @@ impl Env {
 }
 
 async fn setup() -> Result<Env> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client).await?;
+    let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
 
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
-    let (signed, signed_digest) = push(&registry, "sig-p256").await?;
-    let (unsigned, _) = push(&registry, "unsigned").await?;
+    let registry = RegistryHarness::start_default().await?;
+    let ((signed, signed_digest), (unsigned, _)) = push_signed_and_unsigned(&registry).await?;
     let hung = HungRegistry::start().await?;
     let hung_image = format!("{}/ivory/slow:v1", hung.host());
 
     let auth_registry =
         RegistryHarness::start(HarnessOptions::basic(AUTH_USER, AUTH_PASSWORD)).await?;
     let auth_signed = push(&auth_registry, "sig-p256").await?;
-    let auth_ns = labelled_namespace(&client, "e2e-auth", Some("auth")).await?;
-    let fail_ns = labelled_namespace(&client, "e2e-fail", Some("fail")).await?;
-    let ignore_ns = labelled_namespace(&client, "e2e-ignore", Some("ignore")).await?;
-    let control_ns = labelled_namespace(&client, "e2e-control", None).await?;
-    let own_ns = labelled_namespace(&client, "e2e-ivory", None).await?;
+    let auth_ns = namespace(&client, "e2e-auth", &[(TIER_LABEL, "auth")]).await?;
+    let fail_ns = namespace(&client, "e2e-fail", &[(TIER_LABEL, "fail")]).await?;
+    let ignore_ns = namespace(&client, "e2e-ignore", &[(TIER_LABEL, "ignore")]).await?;
+    let control_ns = namespace(&client, "e2e-control", &[]).await?;
+    let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
 
     let dir = tempfile::tempdir()?;
-    let pki = TestPki::generate("ivory e2e CA")?;
-    let (cert, key, ca) = (
-        dir.path().join("tls.crt"),
-        dir.path().join("tls.key"),
-        dir.path().join("ca.pem"),
-    );
-    std::fs::write(&cert, &pki.server_chain_pem)?;
-    std::fs::write(&key, &pki.server_key_pem)?;
-    std::fs::write(&ca, &pki.ca_pem)?;
+    let (_, _, ca) = tls(dir.path())?;
     let registry_ca = dir.path().join("registry-ca.pem");
     std::fs::write(
         &registry_ca,
@@ -570,22 +421,11 @@ async fn setup() -> Result<Env> {
     )?;
 
     let kubeconfig = cluster.kubeconfig().as_os_str().to_owned();
-    let ivory = IvoryServer::start(
-        [
-            OsStr::new("--kube"),
-            OsStr::new("--tls-cert"),
-            cert.as_os_str(),
-            OsStr::new("--tls-key"),
-            key.as_os_str(),
-            OsStr::new("--registry-ca"),
-            registry_ca.as_os_str(),
-        ],
-        &[
-            ("KUBECONFIG", kubeconfig.as_os_str()),
-            ("POD_NAMESPACE", OsStr::new(&own_ns)),
-        ],
-    )
-    .await?;
+    let envs = [
+        ("KUBECONFIG", kubeconfig.as_os_str()),
+        ("POD_NAMESPACE", OsStr::new(&own_ns)),
+    ];
+    let ivory = serve(dir.path(), &registry_ca, &[OsStr::new("--kube")], &envs).await?;
     let policy_files = dir.path().join("policies");
     std::fs::create_dir(&policy_files)?;
     let hosts = (registry.host().to_owned(), hung.host());
@@ -734,7 +574,7 @@ async fn scenario_3_paused(env: &Env) -> Result<()> {
     env.ivory.pause().await?;
     let result = paused_checks(env, s).await;
     env.ivory.resume().await?;
-    let resumed = Instant::now();
+    let resumed = ivory_clock::now();
     result?;
 
     let s = "8 recovery after SIGCONT";
@@ -1102,12 +942,12 @@ async fn scenario_5_registration_removed(env: &Env, configs: &(String, String)) 
         .delete(&configs.1, &DeleteParams::default())
         .await?;
     ensure!(
-        policy_api(&env.client)
+        dynamic(&env.client, IVPOL, None)
             .get_opt("e2e-require-signed-fail")
             .await?
             .is_some()
     );
-    let start = Instant::now();
+    let start = ivory_clock::now();
     eventually(
         "unsigned dry-run pods to pass without the webhooks",
         PROPAGATION,

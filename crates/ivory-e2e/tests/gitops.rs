@@ -16,28 +16,25 @@
 
 mod setup;
 
-use std::collections::BTreeMap;
 use std::ffi::OsStr;
 
 use anyhow::{Context, Result, bail, ensure};
-use ivory_e2e::{Cluster, eventually, unique_name};
-use ivory_testkit::policy::key_attestor_yaml;
-use ivory_testkit::{HarnessOptions, RegistryHarness};
+use ivory_e2e::{eventually, unique_name};
+use ivory_testkit::RegistryHarness;
+use ivory_testkit::policy::PodPolicy;
+use ivory_testkit::review::deployment_object;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt as _};
 use serde_json::{Value, json};
 
 use setup::{
-    PROPAGATION, apply, dynamic, install_crds, register, serve, tls, unregister, workspace,
+    IVPOL, POLICY_CRDS, PROPAGATION, apply, cluster_with_crds, dynamic, fixture_key_attestors,
+    ivory_dir, namespace, push_signed_and_unsigned, register, serve, unregister,
 };
 
-const CRDS: [&str; 2] = [
-    "deploy/crds/policies.kyverno.io_imagevalidatingpolicies.yaml",
-    "deploy/crds/policies.kyverno.io_namespacedimagevalidatingpolicies.yaml",
-];
 const MESSAGE: &str = "failed the image Signature verification";
 /// The field manager of the "GitOps tool" applying the Deployment.
 const MANAGER: &str = "e2e-gitops";
@@ -45,83 +42,36 @@ const MANAGER: &str = "e2e-gitops";
 /// A pod policy (autogen covers Deployments) verifying every image of `host` in the namespaces
 /// `namespaces`, pinning as the annotation `mode` says (`None`: no annotation).
 fn policy(name: &str, mode: Option<&str>, host: &str, namespaces: &[&str]) -> Result<String> {
-    let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))?;
-    let attestors = key_attestor_yaml(&pem);
-    let annotation = match mode {
+    let policy = match mode {
         // Namespaces may choose no-patch under this policy.
         Some("consent") => {
-            "  annotations:\n    ivory.dev/namespace-digest-pinning: any\n".to_owned()
+            PodPolicy::new(name).annotation("ivory.dev/namespace-digest-pinning", "any")
         }
-        Some(m) => format!("  annotations:\n    ivory.dev/digest-pinning: {m}\n"),
-        None => String::new(),
+        Some(m) => PodPolicy::new(name).annotation("ivory.dev/digest-pinning", m),
+        None => PodPolicy::new(name),
     };
-    Ok(format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: {name}
-{annotation}spec:
-  failurePolicy: Fail
-  matchConstraints:
-    namespaceSelector:
-      matchExpressions:
-        - key: kubernetes.io/metadata.name
-          operator: In
-          values: [{}]
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE, UPDATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{host}/*\"
-{attestors}  validations:
+    Ok(policy
+        .in_namespace(&namespaces.join(", "))
+        .glob(&format!("{host}/*"))
+        .spec(&format!(
+            "  failurePolicy: Fail
+{}  validations:
     - expression: >-
         (images.containers + images.initContainers + images.ephemeralContainers)
           .map(i, verifyImageSignatures(i, [attestors.key])).all(e, e > 0)
       message: {MESSAGE}
 ",
-        namespaces.join(", ")
-    ))
-}
-
-async fn namespace(client: &Client, prefix: &str, labels: &[(&str, &str)]) -> Result<String> {
-    let name = unique_name(prefix);
-    let mut all = BTreeMap::from([("ivory-e2e".to_owned(), "true".to_owned())]);
-    all.extend(
-        labels
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-    );
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            labels: Some(all),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
-    Ok(name)
+            fixture_key_attestors()?
+        ))
+        .yaml())
 }
 
 /// The Deployment as the Git repository holds it.
 fn manifest(name: &str, image: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "app", "image": image}]},
-            },
-        },
-    })
+    deployment_object(
+        name,
+        json!({"containers": [{"name": "app", "image": image}]}),
+    )
 }
 
 /// Server-side apply of `manifest` as the GitOps tool does it.
@@ -135,11 +85,13 @@ async fn apply_deployment(client: &Client, ns: &str, manifest: &Value) -> Result
 }
 
 fn template_image(d: &Deployment) -> Option<String> {
-    let value = serde_json::to_value(d).ok()?;
-    value
-        .pointer("/spec/template/spec/containers/0/image")?
-        .as_str()
-        .map(str::to_owned)
+    string_at(d, "/spec/template/spec/containers/0/image")
+}
+
+/// The string at JSON `pointer` in `object`.
+fn string_at(object: &impl serde::Serialize, pointer: &str) -> Option<String> {
+    let value = serde_json::to_value(object).ok()?;
+    value.pointer(pointer)?.as_str().map(str::to_owned)
 }
 
 /// What the ReplicaSet controller does: a Pod from the template of `d`, with its first
@@ -168,11 +120,7 @@ async fn pod_from(client: &Client, ns: &str, d: &Deployment, image: Option<&str>
 }
 
 fn pod_image(p: &Pod) -> Option<String> {
-    let value = serde_json::to_value(p).ok()?;
-    value
-        .pointer("/spec/containers/0/image")?
-        .as_str()
-        .map(str::to_owned)
+    string_at(p, "/spec/containers/0/image")
 }
 
 /// A denial by the policy, whatever the API object: the API server's message carries ours.
@@ -195,26 +143,13 @@ struct Case {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client, &CRDS).await?;
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let (cluster, client) = cluster_with_crds(&POLICY_CRDS).await?;
+    let registry = RegistryHarness::start_default().await?;
     let host = registry.host().to_owned();
-    let layout = |name: &str| workspace().join("fixtures/oci/ivory").join(name);
-    let signed_tags = registry
-        .push_oci_layout(&layout("sig-p256"), "ivory/signed")
-        .await?;
-    registry
-        .push_oci_layout(&layout("unsigned"), "ivory/unsigned")
-        .await?;
-    let signed = format!("{host}/ivory/signed:v1");
-    let unsigned = format!("{host}/ivory/unsigned:v1");
-    let pinned = format!("{signed}@{}", signed_tags.get("v1").context("no v1 tag")?);
+    let ((signed, signed_digest), (unsigned, _)) = push_signed_and_unsigned(&registry).await?;
+    let pinned = format!("{signed}@{signed_digest}");
 
-    let dir = tempfile::tempdir()?;
-    let (_, _, ca) = tls(dir.path())?;
-    let registry_ca = dir.path().join("registry-ca.pem");
-    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let (dir, ca, registry_ca) = ivory_dir(&registry)?;
     let own_ns = namespace(&client, "e2e-ivory", &[]).await?;
     let default_ns = namespace(&client, "e2e-pin-all", &[]).await?;
     let labelled_ns = namespace(
@@ -231,12 +166,6 @@ async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> 
 
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies)?;
-    let ivpol = (
-        "policies.kyverno.io",
-        "v1",
-        "ImageValidatingPolicy",
-        "imagevalidatingpolicies",
-    );
     let (all_policy, pods_policy, none_policy, consent_policy) = (
         unique_name("e2e-pin-all"),
         unique_name("e2e-pin-pods"),
@@ -260,7 +189,7 @@ async fn gitops_modes_on_a_deployment_applied_twice_server_side() -> Result<()> 
         let yaml = policy(name, mode, &host, &namespaces)?;
         std::fs::write(policies.join(format!("{name}.yaml")), &yaml)?;
         // The vendored Kyverno CRD stores the annotation as it is.
-        apply(&dynamic(&client, ivpol, None), &yaml).await?;
+        apply(&dynamic(&client, IVPOL, None), &yaml).await?;
     }
 
     let kubeconfig = cluster.kubeconfig().as_os_str().to_owned();

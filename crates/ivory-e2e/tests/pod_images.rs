@@ -4,30 +4,29 @@
 //! image volumes (autogen), and images written in another spelling of the policy's registry.
 //! The policy lists only `pods`, as most policies do.
 
-use std::collections::BTreeMap;
+mod setup;
+
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use anyhow::{Context, Result, bail, ensure};
-use ivory_e2e::{Cluster, IvoryServer, eventually, run_ivory, unique_name};
-use ivory_testkit::policy::key_attestor_yaml;
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness, TestPki};
+use ivory_e2e::{Cluster, eventually, run_ivory, unique_name};
+use ivory_testkit::RegistryHarness;
+use ivory_testkit::policy::PodPolicy;
+use ivory_testkit::review::{self, deployment_object, pod_object};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-/// How long the API server may take to put a new webhook configuration in its chain.
-const PROPAGATION: Duration = Duration::from_secs(30);
-const MESSAGE: &str = "failed the image Signature verification";
+use setup::{
+    PROPAGATION, cluster_with_crds, fixture_key_attestors, ivory_dir, namespace,
+    push_signed_and_unsigned, serve_policies, workspace,
+};
 
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+const MESSAGE: &str = "failed the image Signature verification";
 
 /// The API server's answer: status and body.
 #[derive(Debug)]
@@ -88,11 +87,6 @@ async fn create(client: &Client, collection: &str, object: &Value) -> Result<Ans
 
 /// Pod spec with `containers` and image `volumes`.
 fn pod_spec(containers: &[&str], volumes: &[&str]) -> Value {
-    let containers: Vec<Value> = containers
-        .iter()
-        .enumerate()
-        .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
-        .collect();
     let volumes: Vec<Value> = volumes
         .iter()
         .enumerate()
@@ -100,32 +94,15 @@ fn pod_spec(containers: &[&str], volumes: &[&str]) -> Value {
             json!({"name": format!("v{i}"), "image": {"reference": image, "pullPolicy": "IfNotPresent"}})
         })
         .collect();
-    json!({"containers": containers, "volumes": volumes})
+    json!({"containers": review::containers(containers), "volumes": volumes})
 }
 
 fn pod(name: &str, containers: &[&str], volumes: &[&str]) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": pod_spec(containers, volumes),
-    })
+    pod_object(name, pod_spec(containers, volumes))
 }
 
 fn deployment(name: &str, containers: &[&str], volumes: &[&str]) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": pod_spec(containers, volumes),
-            },
-        },
-    })
+    deployment_object(name, pod_spec(containers, volumes))
 }
 
 /// What `kubectl debug` sends: a patch of the ephemeralcontainers subresource.
@@ -146,45 +123,20 @@ async fn debug(client: &Client, ns: &str, pod: &str, image: &str) -> Result<Answ
 /// Verifies every image of the registry at `host` in namespace `ns` (selected by the label every
 /// namespace has: ivory runs without a Namespace informer here); the rule names only `pods`.
 fn policy_yaml(host: &str, ns: &str) -> String {
-    let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))
-        .unwrap_or_default();
-    let attestors = key_attestor_yaml(&pem);
-    format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: e2e-pod-images
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    namespaceSelector:
-      matchExpressions:
-        - key: kubernetes.io/metadata.name
-          operator: In
-          values: [{ns}]
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE, UPDATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{host}/*\"
-{attestors}  validations:
+    PodPolicy::new("e2e-pod-images")
+        .in_namespace(ns)
+        .glob(&format!("{host}/*"))
+        .spec(&format!(
+            "  failurePolicy: Fail
+{}  validations:
     - expression: >-
         (images.containers + images.initContainers + images.ephemeralContainers
           + images.imageVolumes).map(i, verifyImageSignatures(i, [attestors.key])).all(e, e > 0)
       message: {MESSAGE}
-"
-    )
-}
-
-async fn push(h: &Harness, layout: &str) -> Result<(String, String)> {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&workspace().join("fixtures/oci/ivory").join(layout), &repo)
-        .await?;
-    let digest = tags.get("v1").context("fixture has no v1 tag")?.clone();
-    Ok((repo, digest))
+",
+            fixture_key_attestors().unwrap_or_default()
+        ))
+        .yaml()
 }
 
 /// Registers what `ivory webhooks` prints for the policies in `policies`.
@@ -228,67 +180,21 @@ async fn register_webhooks(client: &Client, policies: &Path, url: &str, ca: &Pat
     Ok(())
 }
 
-async fn namespace(client: &Client) -> Result<String> {
-    let name = unique_name("e2e-pod-images");
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            labels: Some(BTreeMap::from([(
-                "ivory-e2e".to_owned(),
-                "true".to_owned(),
-            )])),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
-    Ok(name)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_image_a_pod_runs_is_verified() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
-    let (signed_repo, signed_digest) = push(&registry, "sig-p256").await?;
-    let (unsigned_repo, unsigned_digest) = push(&registry, "unsigned").await?;
+    let (cluster, client) = cluster_with_crds(&[]).await?;
+    let registry = RegistryHarness::start_default().await?;
+    let ((signed, signed_digest), (unsigned, unsigned_digest)) =
+        push_signed_and_unsigned(&registry).await?;
     let host = registry.host().to_owned();
-    let signed = format!("{host}/{signed_repo}:v1");
-    let unsigned = format!("{host}/{unsigned_repo}:v1");
     let pinned_signed = format!("{signed}@{signed_digest}");
 
-    let dir = tempfile::tempdir()?;
-    let pki = TestPki::generate("ivory e2e CA")?;
-    let (cert, key, ca) = (
-        dir.path().join("tls.crt"),
-        dir.path().join("tls.key"),
-        dir.path().join("ca.pem"),
-    );
-    std::fs::write(&cert, &pki.server_chain_pem)?;
-    std::fs::write(&key, &pki.server_key_pem)?;
-    std::fs::write(&ca, &pki.ca_pem)?;
-    let registry_ca = dir.path().join("registry-ca.pem");
-    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let (dir, ca, registry_ca) = ivory_dir(&registry)?;
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies)?;
-    let ns = namespace(&client).await?;
+    let ns = namespace(&client, "e2e-pod-images", &[]).await?;
     std::fs::write(policies.join("policy.yaml"), policy_yaml(&host, &ns))?;
-    let ivory = IvoryServer::start(
-        [
-            OsStr::new("--policies"),
-            policies.as_os_str(),
-            OsStr::new("--tls-cert"),
-            cert.as_os_str(),
-            OsStr::new("--tls-key"),
-            key.as_os_str(),
-            OsStr::new("--registry-ca"),
-            registry_ca.as_os_str(),
-        ],
-        &[],
-    )
-    .await?;
+    let ivory = serve_policies(dir.path(), &registry_ca, &policies).await?;
     register_webhooks(&client, &policies, &ivory.base_url(), &ca).await?;
     let pods = format!("/api/v1/namespaces/{ns}/pods");
     let logs = || format!("\nivory log:\n{}", ivory.logs());
@@ -371,7 +277,7 @@ async fn every_image_a_pod_runs_is_verified() -> Result<()> {
         .rsplit(':')
         .next()
         .context("registry host without port")?;
-    let respelled = format!("127.0.0.1:0{port}/{unsigned_repo}@{unsigned_digest}");
+    let respelled = format!("127.0.0.1:0{port}/ivory/unsigned@{unsigned_digest}");
     let answer = create(&client, &pods, &pod("respelled", &[&respelled], &[])).await?;
     ensure!(
         answer.denied_by_policy(),

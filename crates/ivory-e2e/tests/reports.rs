@@ -21,15 +21,18 @@ use std::ffi::OsStr;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use ivory_e2e::{Cluster, create_namespace, eventually, unique_name};
-use ivory_testkit::policy::key_attestor_yaml;
-use ivory_testkit::{HarnessOptions, RegistryHarness};
+use ivory_e2e::{create_namespace, eventually, unique_name};
+use ivory_testkit::RegistryHarness;
+use ivory_testkit::policy::PodPolicy;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-use setup::{apply, dynamic, install_crds, register, serve, tls, unregister, workspace};
+use setup::{
+    IVPOL, apply, cluster_with_crds, dynamic, fixture_key_attestors, ivory_dir,
+    push_signed_and_unsigned, register, serve, set_running_digest, unregister,
+};
 
 const CRDS: [&str; 5] = [
     "deploy/crds/policies.kyverno.io_imagevalidatingpolicies.yaml",
@@ -46,41 +49,30 @@ const REPORTED: Duration = Duration::from_secs(45);
 /// background scans (a result from one replaces the other's for the same policy, so the test
 /// keeps them on two policies).
 fn audit_policy(name: &str, host: &str, ns: &str, background: bool) -> Result<String> {
-    let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))?;
-    let attestors = key_attestor_yaml(&pem);
-    Ok(format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: {name}
-spec:
-  validationActions: [Audit]
+    Ok(PodPolicy::new(name)
+        .namespace_selector(&format!(
+            "      matchLabels:\n        kubernetes.io/metadata.name: {ns}\n"
+        ))
+        .glob(&format!("{host}/*"))
+        .spec(&format!(
+            "  validationActions: [Audit]
   evaluation:
     background:
       enabled: {background}
-  matchConstraints:
-    namespaceSelector:
-      matchLabels:
-        kubernetes.io/metadata.name: {ns}
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE, UPDATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{host}/*\"
   validationConfigurations:
     mutateDigest: false
     verifyDigest: false
-{attestors}  validations:
+{}  validations:
     - expression: >-
         images.containers.map(i, verifyImageSignatures(i, [attestors.key])).all(e, e > 0)
       message: {MESSAGE}
   auditAnnotations:
     - key: label
       valueExpression: \"'prod'\"
-"
-    ))
+",
+            fixture_key_attestors()?
+        ))
+        .yaml())
 }
 
 fn exception(namespace: &str, policy: &str) -> String {
@@ -111,27 +103,6 @@ async fn create_pod(client: &Client, ns: &str, name: &str, image: &str) -> Resul
     Ok(Api::<Pod>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &pod)
         .await?)
-}
-
-/// Sets what the kubelet would report for the Pod's one container (the test cluster has none).
-async fn set_running_digest(
-    client: &Client,
-    ns: &str,
-    pod: &str,
-    image: &str,
-    image_id: &str,
-) -> Result<()> {
-    let status = json!({"status": {"containerStatuses": [{
-        "name": "app",
-        "image": image,
-        "imageID": image_id,
-        "ready": true,
-        "restartCount": 0,
-    }]}});
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .patch_status(pod, &PatchParams::default(), &Patch::Merge(&status))
-        .await?;
-    Ok(())
 }
 
 /// The result of `policy` in the PolicyReport of the Pod with `uid`, once it is there.
@@ -226,26 +197,14 @@ fn uid(pod: &Pod) -> Result<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_results_exceptions_and_background_scans_reach_policy_reports() -> Result<()> {
-    let cluster = Cluster::shared().await?;
-    let client = cluster.client().await?;
-    install_crds(&client, &CRDS).await?;
-    let registry = RegistryHarness::start(HarnessOptions::default()).await?;
+    let (cluster, client) = cluster_with_crds(&CRDS).await?;
+    let registry = RegistryHarness::start_default().await?;
     let host = registry.host().to_owned();
-    let layout = |name: &str| workspace().join("fixtures/oci/ivory").join(name);
-    let signed_tags = registry
-        .push_oci_layout(&layout("sig-p256"), "ivory/signed")
-        .await?;
-    let unsigned_tags = registry
-        .push_oci_layout(&layout("unsigned"), "ivory/unsigned")
-        .await?;
-    let unsigned_digest = unsigned_tags.get("v1").context("no v1 tag")?.clone();
-    let signed = format!("{host}/ivory/signed:v1");
-    let unsigned = format!("{host}/ivory/unsigned:v1");
+    let ((signed, signed_digest), (unsigned, unsigned_digest)) =
+        push_signed_and_unsigned(&registry).await?;
+    let signed_repo = signed.trim_end_matches(":v1").to_owned();
 
-    let dir = tempfile::tempdir()?;
-    let (_, _, ca) = tls(dir.path())?;
-    let registry_ca = dir.path().join("registry-ca.pem");
-    std::fs::write(&registry_ca, registry.ca_pem())?;
+    let (dir, ca, registry_ca) = ivory_dir(&registry)?;
     let own_ns = create_namespace(&client, "e2e-ivory").await?;
     let ns = create_namespace(&client, "e2e-reports").await?;
     let exceptions_ns = create_namespace(&client, "e2e-exceptions").await?;
@@ -255,16 +214,10 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies)?;
     std::fs::write(policies.join("policy.yaml"), &yaml)?;
-    let ivpol = (
-        "policies.kyverno.io",
-        "v1",
-        "ImageValidatingPolicy",
-        "imagevalidatingpolicies",
-    );
-    apply(&dynamic(&client, ivpol, None), &yaml).await?;
+    apply(&dynamic(&client, IVPOL, None), &yaml).await?;
     // Only in the cluster, not registered as a webhook: it judges running Pods.
     apply(
-        &dynamic(&client, ivpol, None),
+        &dynamic(&client, IVPOL, None),
         &audit_policy(&scanned, &host, &ns, true)?,
     )
     .await?;
@@ -281,14 +234,13 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
     .await?;
 
     // A Pod already running the signed image before ivory starts (no webhook yet).
-    let signed_digest = signed_tags.get("v1").context("no v1 tag")?.clone();
     create_pod(&client, &ns, "running", &signed).await?;
     set_running_digest(
         &client,
         &ns,
         "running",
         &signed,
-        &format!("{host}/ivory/signed@{signed_digest}"),
+        &format!("{signed_repo}@{signed_digest}"),
     )
     .await?;
 
@@ -478,7 +430,7 @@ async fn audit_results_exceptions_and_background_scans_reach_policy_reports() ->
         &ns,
         "signed",
         &signed,
-        &format!("{host}/ivory/signed@{unsigned_digest}"),
+        &format!("{signed_repo}@{unsigned_digest}"),
     )
     .await?;
     let rescanned = eventually("the background result of what runs", REPORTED, || async {

@@ -21,7 +21,7 @@ pub(crate) struct RequestBindings<'r> {
     request: LazyJson<'r>,
     namespace_object: LazyJson<'r>,
     /// No evaluation against these bindings runs past it.
-    deadline: Option<std::time::Instant>,
+    deadline: Option<Instant>,
 }
 
 impl<'r> RequestBindings<'r> {
@@ -43,7 +43,7 @@ impl<'r> RequestBindings<'r> {
 
     /// Stops every evaluation against these bindings at the request's `deadline`.
     pub(crate) fn with_deadline(mut self, deadline: Instant) -> Self {
-        self.deadline = Some(deadline.into_std());
+        self.deadline = Some(deadline);
         self
     }
 

@@ -12,7 +12,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use ivory_cel::{Activation, NoHost};
 use ivory_policy::CompiledException;
@@ -54,7 +53,7 @@ impl Exceptions {
             .iter()
             .map(Arc::as_ref)
             .filter(|e| e.refers_to(policy.kind, &policy.name))
-            .filter(|e| !e.is_expired(SystemTime::now()))
+            .filter(|e| !e.is_expired(ivory_clock::wall()))
             .filter(|e| self.namespace.as_ref().is_none_or(|ns| &e.namespace == ns))
             .filter(|e| match policy.kind {
                 PolicyKind::ImageValidatingPolicy => true,

@@ -100,7 +100,7 @@ pub async fn mutate(
         })
         .collect();
     let lookups = distinct_lookups(&plans);
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let resolved = join_all(lookups.iter().map(|(reference, credentials)| {
         resolve(verifier, reference, *credentials, deadline, started)
     }))

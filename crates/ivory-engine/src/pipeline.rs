@@ -276,7 +276,7 @@ fn same(a: &CompiledPolicy, b: &CompiledPolicy) -> bool {
 
 /// Halfway from now to `deadline`: what a lookup before the stage may spend.
 fn halfway(deadline: Instant) -> Instant {
-    let now = Instant::now();
+    let now = ivory_clock::now();
     now + deadline.saturating_duration_since(now) / 2
 }
 

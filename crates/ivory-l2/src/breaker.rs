@@ -3,7 +3,9 @@
 //! per call. After the cool-down calls go through again; the first failure reopens it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// Open/closed state, lock-free (every L2 call reads it).
 #[derive(Debug)]
@@ -18,7 +20,7 @@ impl Breaker {
     /// A closed breaker that stays open `cooldown` after each failure.
     pub(crate) fn new(cooldown: Duration) -> Self {
         Self {
-            origin: Instant::now(),
+            origin: ivory_clock::now(),
             cooldown,
             open_until_ms: AtomicU64::new(0),
         }

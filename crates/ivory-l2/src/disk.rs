@@ -439,7 +439,7 @@ fn scan(dir: &Path) -> Vec<EntryFile> {
     let Ok(read) = fs::read_dir(dir) else {
         return Vec::new();
     };
-    let stale = SystemTime::now()
+    let stale = ivory_clock::wall()
         .checked_sub(Duration::from_secs(60))
         .unwrap_or(UNIX_EPOCH);
     read.filter_map(Result::ok)
@@ -457,7 +457,7 @@ fn scan(dir: &Path) -> Vec<EntryFile> {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now()
+    ivory_clock::wall()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)

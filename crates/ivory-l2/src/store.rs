@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use futures::future::{BoxFuture, FutureExt as _};
 use ivory_verify::{Lookup, SharedCache};
@@ -210,8 +210,8 @@ impl RedisL2 {
     /// is written behind the commands on that connection when the call failed after sending
     /// them (see [`RedisL2::lookup_inner`]).
     async fn query(&self, commands: &[Vec<u8>], after_failure: Option<Vec<u8>>) -> Replies {
-        let start = Instant::now();
-        if !self.breaker.allows(start.into_std()) {
+        let start = ivory_clock::now();
+        if !self.breaker.allows(start) {
             bump(&self.counters.skipped);
             return None;
         }
@@ -267,7 +267,7 @@ impl RedisL2 {
 
     fn failed(&self, why: &str) {
         bump(&self.counters.errors);
-        let now = std::time::Instant::now();
+        let now = ivory_clock::now();
         if !self.breaker.is_open(now) {
             tracing::warn!(
                 error = why,
@@ -465,7 +465,7 @@ impl RedisL2 {
     async fn wait_inner(&self, name: &str, until: Instant) -> Option<Vec<u8>> {
         let lease = Self::lease_name(name);
         // No holder needs longer than a lease lives to fill a name.
-        let until = until.min(Instant::now() + self.config.lease_ttl);
+        let until = until.min(ivory_clock::now() + self.config.lease_ttl);
         let cmd = command(&[
             b"EVAL",
             WAIT_SCRIPT.as_bytes(),
@@ -492,7 +492,7 @@ impl RedisL2 {
             }
             if held.is_empty()
                 || !self.lease_is_live(&lease, held)
-                || Instant::now() + self.config.poll_interval >= until
+                || ivory_clock::now() + self.config.poll_interval >= until
             {
                 return None;
             }
@@ -511,7 +511,7 @@ impl RedisL2 {
 }
 
 fn unix_ms() -> u64 {
-    SystemTime::now()
+    ivory_clock::wall()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)

@@ -12,7 +12,6 @@ use std::time::Duration;
 use ivory_l2::{Keys, L2Config, RedisL2};
 use ivory_testkit::{HostileRedis, RedisAttack};
 use ivory_verify::{Lookup, SharedCache};
-use tokio::time::Instant;
 
 const KEY: &[u8] = b"fleet-key-A-0123456789abcdef0123456789";
 const DEADLINE: Duration = Duration::from_millis(300);
@@ -37,7 +36,7 @@ fn reset_peak() {
 }
 
 async fn eventually(limit: Duration, check: impl Fn() -> bool) -> bool {
-    let start = Instant::now();
+    let start = ivory_clock::now();
     while start.elapsed() < limit {
         if check() {
             return true;
@@ -65,7 +64,7 @@ async fn hostile_replies_fail_within_the_deadline_drop_the_connection_and_cost_n
         reset_peak();
         let base = kib("VmRSS:");
 
-        let start = Instant::now();
+        let start = ivory_clock::now();
         assert_eq!(l2.get("n").await, None, "{attack:?}");
         let took = start.elapsed();
         assert!(

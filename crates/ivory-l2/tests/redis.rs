@@ -13,7 +13,7 @@ use ivory_engine::verifier::{ImageVerifier, Verification, VerifyRequest};
 use ivory_l2::{Keys, L2Config, RedisL2};
 use ivory_policy::types::{Attestor, Cosign, CosignKey, Ctlog};
 use ivory_registry::{Config, Registry};
-use ivory_testkit::{Harness, HarnessOptions, RedisServer, RegistryHarness};
+use ivory_testkit::{Harness, RedisServer, RegistryHarness};
 use ivory_verify::{CosignVerifier, Lookup, SharedCache, VerifierConfig};
 use redis::AsyncCommands as _;
 use tokio::time::Instant;
@@ -47,7 +47,7 @@ async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
 }
 
 fn later() -> Instant {
-    Instant::now() + Duration::from_secs(5)
+    ivory_clock::now() + Duration::from_secs(5)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,6 +200,31 @@ async fn a_paused_or_stopped_redis_reads_as_empty_and_trips_the_breaker() {
     assert_eq!(got.as_deref(), Some(&b"w"[..]));
 }
 
+/// The cool-down is measured on tokio's clock ([`ivory_clock::now`]): with the clock paused, a
+/// test moves through an hour-long cool-down by advancing the clock, not by sleeping.
+#[tokio::test(start_paused = true)]
+async fn the_breaker_cooldown_follows_a_paused_clock() {
+    // Accepts connections (the kernel's backlog) and never answers: every call that reaches it
+    // fails at its deadline, which the paused clock reaches as soon as the runtime is idle.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", silent.local_addr().unwrap());
+    let mut config = L2Config::new(url, keys(&[KEY_A]));
+    config.cooldown = Duration::from_secs(3600);
+    let a = RedisL2::new(config).unwrap();
+    // (clock advanced by, then (errors, skipped) after one more call, why)
+    let steps = [
+        (0, (1, 0), "the first call reaches the store"),
+        (3599, (1, 1), "within the cool-down the call is skipped"),
+        (1, (2, 1), "past the cool-down the store is asked again"),
+    ];
+    for (seconds, counts, why) in steps {
+        tokio::time::advance(Duration::from_secs(seconds)).await;
+        assert_eq!(a.get("n").await, None);
+        let stats = a.stats();
+        assert_eq!((stats.errors, stats.skipped), counts, "{why}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_url_password_and_database_are_used() {
     let server = RedisServer::start().await.unwrap();
@@ -266,9 +291,9 @@ async fn planted_or_replayed_leases_cost_a_waiter_at_most_one_poll() {
     // Planted by someone with write access to Redis but not the key, with no expiry: nobody
     // waits for it, whether they see it at lookup or while waiting.
     let _: () = conn.set("n:lease", "planted").await.unwrap();
-    let start = Instant::now();
+    let start = ivory_clock::now();
     assert_eq!(b.lookup("n").await, Lookup::Alone);
-    let until = Instant::now() + Duration::from_secs(10);
+    let until = ivory_clock::now() + Duration::from_secs(10);
     assert_eq!(b.wait("n", until).await, None);
     let waited = start.elapsed();
     eprintln!("planted lease: lookup + wait returned in {waited:?} (budget 10 s)");
@@ -292,10 +317,11 @@ async fn planted_or_replayed_leases_cost_a_waiter_at_most_one_poll() {
     let old: Vec<u8> = conn.get("p:lease").await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let _: () = conn.set("p:lease", &old).await.unwrap();
-    let start = Instant::now();
+    let start = ivory_clock::now();
     assert_eq!(b.lookup("p").await, Lookup::Alone);
     assert_eq!(
-        b.wait("p", Instant::now() + Duration::from_secs(10)).await,
+        b.wait("p", ivory_clock::now() + Duration::from_secs(10))
+            .await,
         None
     );
     assert!(
@@ -306,10 +332,10 @@ async fn planted_or_replayed_leases_cost_a_waiter_at_most_one_poll() {
 
     // A live lease is waited for, but never longer than a lease lives: its holder is gone.
     assert_eq!(short.lookup("q").await, Lookup::Won);
-    let start = Instant::now();
+    let start = ivory_clock::now();
     assert_eq!(
         short
-            .wait("q", Instant::now() + Duration::from_secs(10))
+            .wait("q", ivory_clock::now() + Duration::from_secs(10))
             .await,
         None
     );
@@ -415,9 +441,7 @@ fn registry_requests(h: &Harness) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_share_verdicts_and_tags_and_redis_alone_cannot_verify_an_image() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let server = RedisServer::start().await.unwrap();
     let signed = push(&h, "sig-p256").await;
     let unsigned = push(&h, "unsigned").await;
@@ -473,9 +497,7 @@ async fn replicas_share_verdicts_and_tags_and_redis_alone_cannot_verify_an_image
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_misses_on_three_replicas_cost_one_registry_request_set() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let server = RedisServer::start().await.unwrap();
     let signed = push(&h, "sig-p256").await;
     // The cost of one cold verification, on a replica of its own.

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use ivory_registry::{Config, Credentials, Error, Platform, Registry};
 use ivory_testkit::{FaultOptions, FaultServer, HungRegistry, refused_host};
-use tokio::time::Instant;
 
 use crate::util::ok_deadline;
 use crate::util::reference;
@@ -31,7 +30,7 @@ async fn hung_registry_ends_in_deadline_exceeded_on_time() {
     let r = Registry::new(Config::default()).unwrap();
     let budget = Duration::from_millis(800);
     for op in ["resolve", "manifest", "blob"] {
-        let started = Instant::now();
+        let started = ivory_clock::now();
         let deadline = started + budget;
         let image = format!("{}/app:v1", hung.host());
         let err = match op {
@@ -73,7 +72,7 @@ async fn concurrent_cold_calls_keep_their_deadline() {
     let hung = HungRegistry::start().await.unwrap();
     let r = Registry::new(Config::default()).unwrap();
     let budget = Duration::from_secs(1);
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let deadline = started + budget;
     let image = format!("{}/app:v1", hung.host());
     let calls: Vec<_> = (0..48)
@@ -91,7 +90,7 @@ async fn concurrent_cold_calls_keep_their_deadline() {
                     .resolve_digest(&reference(&image), &creds, deadline)
                     .await
                     .unwrap_err();
-                (err, Instant::now())
+                (err, ivory_clock::now())
             })
         })
         .collect();
@@ -116,7 +115,7 @@ async fn a_cold_client_build_respects_the_deadline() {
     let hung = HungRegistry::start().await.unwrap();
     let r = Registry::new(Config::default()).unwrap();
     let budget = Duration::from_millis(200);
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let err = r
         .resolve_digest(
             &reference(&format!("{}/app:v1", hung.host())),
@@ -195,7 +194,7 @@ async fn concurrency_cap_queues_calls_per_registry() {
     })
     .unwrap();
     // Long enough for the first client build on a loaded machine, so one call does get a permit.
-    let deadline = Instant::now() + Duration::from_secs(2);
+    let deadline = ivory_clock::now() + Duration::from_secs(2);
     let image = format!("{}/app:v1", hung.host());
     let creds = Credentials::anonymous();
     let image = reference(&image);
@@ -249,7 +248,7 @@ async fn persistent_503_gives_up_before_the_deadline() {
     let f = FaultServer::start(FaultOptions::default()).await.unwrap();
     let r = Registry::new(Config::default()).unwrap();
     let budget = Duration::from_millis(1500);
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let err = r
         .resolve_digest(
             &reference(&format!("{}/unavailable:latest", f.host())),
@@ -320,7 +319,7 @@ async fn oversized_manifests_and_blobs_are_refused() {
 async fn self_referencing_and_deep_indexes_end_in_errors() {
     let f = FaultServer::start(FaultOptions::default()).await.unwrap();
     let r = Registry::new(Config::default()).unwrap();
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let err = r
         .fetch_platform_manifest(
             &reference(&format!("{}/loop:latest", f.host())),

@@ -8,7 +8,6 @@ use ivory_testkit::{
     AuthMode, CaptureServer, HOSTILE_SECRET, HarnessOptions, HostileAuth, HostileOptions,
     HostileServer, RegistryHarness,
 };
-use tokio::time::Instant;
 
 use crate::util::reference;
 use crate::util::{client_for, ok_deadline, push_simple};
@@ -38,7 +37,7 @@ async fn endless_and_huge_answers_are_cut_at_their_limit() {
     let h = hostile(HostileAuth::Open).await;
     let r = Registry::new(Config::default()).unwrap();
     let c = insecure();
-    let started = Instant::now();
+    let started = ivory_clock::now();
     for image in ["endless:latest", "hugelength:latest"] {
         let image = format!("{}/{image}", h.host());
         let err = r
@@ -177,12 +176,12 @@ async fn error_bodies_never_reach_the_message() {
         (500, "server error"),
     ] {
         let image = format!("{}/secret-{code}:latest", h.host());
-        let started = Instant::now();
+        let started = ivory_clock::now();
         let err = r
             .fetch_manifest(
                 &reference(&image),
                 &insecure(),
-                Instant::now() + Duration::from_secs(5),
+                ivory_clock::now() + Duration::from_secs(5),
             )
             .await
             .unwrap_err();

@@ -71,9 +71,7 @@ async fn plain_http_on_loopback_by_default_and_with_allow_http() {
 
 #[tokio::test]
 async fn a_self_signed_registry_is_reached_with_allow_insecure_and_its_tls_error_kept_otherwise() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let img = push_simple(&h, "app", "v1", "tls").await;
     let image = format!("{}/app:v1", h.host());
     let anonymous = Credentials::anonymous();

@@ -7,7 +7,7 @@ use ivory_testkit::{AuthMode, Harness, HarnessOptions, RegistryHarness, SimpleIm
 use tokio::time::Instant;
 
 pub(crate) fn deadline(d: Duration) -> Instant {
-    Instant::now() + d
+    ivory_clock::now() + d
 }
 
 /// Generous budget for calls that should succeed on a loaded 2-core machine.

@@ -37,7 +37,6 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::Value;
-use tokio::time::Instant;
 
 use crate::audit;
 use crate::routes::AppState;
@@ -90,7 +89,7 @@ async fn scan_forever(pods: Store<Pod>, state: AppState, settings: BackgroundSet
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let started = Instant::now();
+        let started = ivory_clock::now();
         let scanned = scan_once(&pods, &state, &settings).await;
         tracing::info!(
             pods = scanned,
@@ -125,7 +124,7 @@ pub async fn scan_once(
     let count = requests.len();
     // Verdicts cached before this scan are reached again: a scan is how a signature removed
     // from the registry shows up before its cached verdict expires.
-    let revalidating = state.verifier.revalidating(Instant::now());
+    let revalidating = state.verifier.revalidating(ivory_clock::now());
     let verifier = revalidating.as_deref().unwrap_or(state.verifier.as_ref());
     futures::stream::iter(requests)
         .for_each_concurrent(settings.concurrency.max(1), |req| {
@@ -154,7 +153,7 @@ async fn judge(
     req: &AdmissionRequest,
     budget: Duration,
 ) {
-    let deadline = Instant::now() + budget;
+    let deadline = ivory_clock::now() + budget;
     let in_scope: Vec<&CompiledPolicy> = policies
         .iter()
         .map(Arc::as_ref)

@@ -143,7 +143,7 @@ mod tests {
 
     #[test]
     fn huge_timeouts_are_capped_without_overflow() {
-        let now = Instant::now();
+        let now = ivory_clock::now();
         let query = Some("timeout=10000000000000000000s");
         let b = Budget::new(now, timeout_from_query(query), None);
         assert_eq!(b.timeout, MAX_TIMEOUT);
@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn margins() {
-        let now = Instant::now();
+        let now = ivory_clock::now();
         let b = Budget::new(now, Some(Duration::from_secs(3)), None);
         assert_eq!(b.budget, Duration::from_millis(2700));
         assert_eq!(b.deadline, now + Duration::from_millis(2700));
@@ -195,7 +195,7 @@ mod tests {
     /// parses but lies beyond the clock's range panicked when the deadline was computed.
     #[test]
     fn fuzz_crash_83ba8886_timeout_beyond_the_clock_does_not_panic() {
-        let now = Instant::now();
+        let now = ivory_clock::now();
         let timeout = timeout_from_query(Some("timeout=14854662320090116365s"));
         assert!(timeout.is_some());
         let b = Budget::new(now, timeout, None);

@@ -60,7 +60,7 @@ where
             inner: stream,
             in_flight: in_flight.clone(),
             idle: self.idle,
-            last: Instant::now(),
+            last: ivory_clock::now(),
             deadline: Box::pin(tokio::time::sleep(self.idle)),
             metrics: self.metrics.clone(),
             _slot: slot,
@@ -90,7 +90,7 @@ pub struct WatchedIo<I> {
 
 impl<I> WatchedIo<I> {
     fn active(&mut self) {
-        self.last = Instant::now();
+        self.last = ivory_clock::now();
     }
 
     /// Called when a read found nothing to read: an error once idle for too long.
@@ -264,7 +264,7 @@ mod tests {
             inner: ours,
             in_flight: in_flight.clone(),
             idle,
-            last: Instant::now(),
+            last: ivory_clock::now(),
             deadline: Box::pin(tokio::time::sleep(idle)),
             metrics: acceptor.metrics.clone(),
             _slot: slot,
@@ -278,7 +278,7 @@ mod tests {
         client.write_all(b"x").await.unwrap();
         let mut buf = [0u8; 8];
         assert_eq!(io.read(&mut buf).await.unwrap(), 1);
-        let started = Instant::now();
+        let started = ivory_clock::now();
         let err = io.read(&mut buf).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert_eq!(started.elapsed(), Duration::from_secs(5));
@@ -292,7 +292,7 @@ mod tests {
         let read = tokio::time::timeout(Duration::from_secs(60), io.read(&mut buf)).await;
         assert!(read.is_err(), "the read still waits after 60 s: {read:?}");
         in_flight.store(0, Ordering::Release);
-        let started = Instant::now();
+        let started = ivory_clock::now();
         let err = io.read(&mut buf).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert_eq!(
@@ -307,7 +307,7 @@ mod tests {
         let (mut io, _client, in_flight) = watched(Duration::from_secs(5));
         // Even with a request in flight: the answer is what cannot be delivered.
         in_flight.store(1, Ordering::Release);
-        let started = Instant::now();
+        let started = ivory_clock::now();
         let chunk = [0u8; 16];
         let err = loop {
             match io.write(&chunk).await {

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures::StreamExt as _;
 use kube::Client;
@@ -82,7 +82,7 @@ async fn write_loop(
     while let Some(first) = updates.recv().await {
         let mut batch: BTreeMap<String, ReportUpdate> = BTreeMap::new();
         merge(&mut batch, first);
-        let until = tokio::time::Instant::now() + BATCH_WINDOW;
+        let until = ivory_clock::now() + BATCH_WINDOW;
         while batch.len() < BATCH_MAX {
             match tokio::time::timeout_at(until, updates.recv()).await {
                 Ok(Some(update)) => merge(&mut batch, update),
@@ -165,10 +165,7 @@ async fn write(client: &Client, update: &ReportUpdate) -> Result<(), kube::Error
             .unwrap_or_default(),
         None => Vec::new(),
     };
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default();
+    let now = ivory_clock::unix_seconds();
     let mut results = kept;
     results.extend(update.results.iter().map(|r| result_json(r, now)));
     let report = report_json(kind, subject, results);

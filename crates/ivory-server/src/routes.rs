@@ -180,13 +180,13 @@ async fn admit(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let reading = Instant::now();
+    let reading = ivory_clock::now();
     let body = match read_body(&headers, body, &state.limits, &state.body_budget).await {
         Ok(body) => body,
         Err(e) => return refuse_body(&state, call, e, reading),
     };
     // The budget starts once the body is read.
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let _guard = state.metrics.in_flight();
     let handled = AssertUnwindSafe(handle(&state, call, &names, query.as_deref(), body, start))
         .catch_unwind()
@@ -351,7 +351,7 @@ async fn answer(
             .iter()
             .for_each(|r| audit::log_result(&req, r, audit::Cause::Admission)),
     }
-    if Instant::now() >= budget.deadline || decision.budget_exhausted {
+    if ivory_clock::now() >= budget.deadline || decision.budget_exhausted {
         state.metrics.deadline_expired(call.label);
     }
     let resp = response_from_decision(&req, &decision);

@@ -12,6 +12,8 @@
 //!   on a second port).
 //! - [`HostileRedis`]: a fake Redis answering every command with an attack on its client's
 //!   memory ([`RedisAttack`]).
+//! - [`policy`] and [`review`]: the ImageValidatingPolicy YAML and AdmissionReview JSON the
+//!   tests and benchmarks build their cases from.
 //! - [`free_port`]: ports for those servers from below the kernel's ephemeral range, so no other
 //!   socket of the test run takes one between choosing and binding it.
 
@@ -34,6 +36,11 @@ pub use registry::{
 };
 pub use token::{TOKEN_ISSUER, TOKEN_SERVICE, TOKEN_TTL_SECS};
 
+/// The repository's `fixtures/` folder: signed test images, keys, reviews (see its README).
+pub fn fixtures_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
 mod error;
 mod fault;
 mod hostile;
@@ -45,4 +52,5 @@ mod ports;
 mod push;
 mod redis;
 mod registry;
+pub mod review;
 mod token;

@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 use std::net::TcpListener;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use crate::error::{Error, Result};
 
@@ -68,7 +68,7 @@ fn ephemeral_start() -> u16 {
 
 /// Differs between processes and between calls, so parallel test binaries spread out.
 fn seed() -> u64 {
-    let nanos = SystemTime::now()
+    let nanos = ivory_clock::wall()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     (nanos ^ (u64::from(std::process::id()) << 32)) | 1

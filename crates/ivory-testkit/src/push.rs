@@ -184,6 +184,19 @@ impl Harness {
         Ok((digest, children))
     }
 
+    /// Pushes the committed fixture image `fixtures/oci/ivory/<layout>` (see
+    /// [`crate::fixtures_dir`]) as `ivory/<layout>`: (`HOST/ivory/<layout>:v1`, its digest).
+    pub async fn push_fixture(&self, layout: &str) -> Result<(String, String)> {
+        let repo = format!("ivory/{layout}");
+        let dir = crate::fixtures_dir().join("oci/ivory").join(layout);
+        let tags = self.push_oci_layout(&dir, &repo).await?;
+        let digest = tags.get("v1").cloned().ok_or_else(|| Error::Layout {
+            path: dir.display().to_string(),
+            detail: "no v1 tag".into(),
+        })?;
+        Ok((format!("{}/{repo}:v1", self.host()), digest))
+    }
+
     /// Pushes an OCI image layout: every blob, then every manifest (children before
     /// parents, by digest), then a tag for each `index.json` entry annotated with
     /// `org.opencontainers.image.ref.name`. A `cosign save` layout names its entries by a

@@ -7,7 +7,7 @@
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::{Error, Result, io};
 use crate::pki::TestPki;
@@ -122,7 +122,7 @@ impl RedisServer {
             )))?;
         let pid = child.id();
         self.child = Some(child);
-        let start = Instant::now();
+        let start = ivory_clock::now();
         while start.elapsed() < STARTUP_TIMEOUT {
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()

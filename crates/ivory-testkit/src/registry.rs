@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::{Error, Result, io};
 use crate::pki::{TestPki, TokenSigner};
@@ -103,6 +103,11 @@ pub type LoggedRequest = (String, String, u16);
 pub struct RegistryHarness;
 
 impl RegistryHarness {
+    /// [`RegistryHarness::start`] with the default options: TLS, no auth.
+    pub async fn start_default() -> Result<Harness> {
+        Self::start(HarnessOptions::default()).await
+    }
+
     /// Starts `docker-registry serve` in a temp dir on a free 127.0.0.1 port and waits
     /// until it answers; starts again on another port if it lost the race for one.
     pub async fn start(opts: HarnessOptions) -> Result<Harness> {
@@ -333,7 +338,7 @@ impl Harness {
     async fn wait_ready(&mut self) -> Result<()> {
         let client = self.http_client()?;
         let url = format!("{}/v2/", self.base_url());
-        let started = Instant::now();
+        let started = ivory_clock::now();
         loop {
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()

@@ -3,7 +3,6 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -42,10 +41,7 @@ impl TokenState {
 
     /// Mints a token granting `scopes` (`type:name:actions`).
     pub(crate) fn mint(&self, subject: &str, scopes: &[String]) -> Result<String> {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or_default();
+        let now = ivory_clock::unix_seconds();
         let access: Vec<serde_json::Value> = scopes.iter().filter_map(|s| parse_scope(s)).collect();
         let claims = json!({
             "iss": TOKEN_ISSUER,

@@ -344,10 +344,7 @@ fn verify_keyless_offline(
         Some(c) => parse_certificates(c, ANNOTATION_CHAIN)?,
         None => Vec::new(),
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let now = ivory_clock::unix_seconds();
     crate::chain::verify_to_anchors(&leaf, &chain, &plan.ca_certs, now)?;
     let info = sigstore_verify::crypto::parse_certificate_info(&leaf).map_err(|e| {
         Rejection::Certificate(format!("signing certificate cannot be parsed: {e}"))

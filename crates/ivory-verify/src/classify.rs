@@ -18,7 +18,7 @@ pub(crate) fn map_error(
     let registry = registry_of(&e);
     let budget = match &e {
         E::DeadlineExceeded { budget, .. } => Some(*budget),
-        _ if Instant::now() >= deadline => Some(std::time::Duration::ZERO),
+        _ if ivory_clock::now() >= deadline => Some(std::time::Duration::ZERO),
         _ => None,
     };
     if let Some(budget) = budget {
@@ -111,7 +111,7 @@ mod tests {
     }
 
     fn later() -> Instant {
-        Instant::now() + Duration::from_secs(60)
+        ivory_clock::now() + Duration::from_secs(60)
     }
 
     fn kind(e: RegistryError, deadline: Instant) -> ErrorKind {
@@ -276,7 +276,7 @@ mod tests {
     #[test]
     fn any_failure_after_the_deadline_is_a_spent_budget() {
         let (image, registry, detail) = at("reset");
-        let past = Instant::now();
+        let past = ivory_clock::now();
         let e = RegistryError::Transport {
             op: ivory_registry::Operation::FetchManifest,
             image,

@@ -13,10 +13,9 @@ use ivory_engine::verifier::{ImageVerifier, Verification, VerifyRequest};
 use ivory_policy::notation::{Action, Check, Level, NotationTrustPolicy, VerifyTimestamp};
 use ivory_policy::types::{Attestation, Attestor, Notary, StringSource, TypeRef};
 use ivory_registry::{Config, Registry};
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::{Harness, RegistryHarness};
 use ivory_verify::{CosignVerifier, VerifierConfig};
 use serde_json::Value;
-use tokio::time::Instant;
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/notation")
@@ -89,7 +88,7 @@ async fn verify(
         credentials: None,
         platforms: Default::default(),
     };
-    v.verify(&request, Instant::now() + Duration::from_secs(20))
+    v.verify(&request, ivory_clock::now() + Duration::from_secs(20))
         .await
         .unwrap()
 }
@@ -103,9 +102,7 @@ fn reason(v: &Verification) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notation_cli_signatures_through_a_real_registry() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let v = verifier(&h);
     let (root, other, tsa) = (pem("root.pem"), pem("other-root.pem"), pem("tsa-root.pem"));
     let mut images = std::collections::BTreeMap::new();
@@ -420,9 +417,7 @@ async fn notation_cli_signatures_through_a_real_registry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notation_signed_sbom_referrers_are_attestations() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let v = verifier(&h);
     let root = pem("root.pem");
     let signed = push(&h, "sbom").await;
@@ -491,9 +486,7 @@ async fn notation_signed_sbom_referrers_are_attestations() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notation_verdicts_are_cached_and_concurrent_misses_coalesced() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let v = verifier(&h);
     let root = pem("root.pem");
     let image = push(&h, "cose").await;

@@ -21,7 +21,6 @@ use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
 use ivory_verify::{CosignVerifier, RevocationConfig, VerifierConfig};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::time::Instant;
 
 const CRL_ADDR: &str = "127.0.0.1:39517";
 const CRL_URL: &str = "http://127.0.0.1:39517/ivory-revocation.crl";
@@ -141,7 +140,7 @@ async fn verify(v: &CosignVerifier, image: &str, attestor: Attestor) -> Verifica
         credentials: None,
         platforms: Default::default(),
     };
-    v.verify(&request, Instant::now() + Duration::from_secs(20))
+    v.verify(&request, ivory_clock::now() + Duration::from_secs(20))
         .await
         .unwrap()
 }
@@ -156,12 +155,12 @@ fn reason(v: &Verification) -> String {
 /// Verifies until the verdict is not "unknown" any more (the background fetch landed), at
 /// most 10 s; returns the last verdict.
 async fn once_known(v: &CosignVerifier, image: &str, attestor: &Attestor) -> Verification {
-    let until = Instant::now() + Duration::from_secs(10);
+    let until = ivory_clock::now() + Duration::from_secs(10);
     loop {
         let got = verify(v, image, attestor.clone()).await;
         let unknown =
             matches!(&got, Verification::NotVerified { reason, .. } if reason.is_transient());
-        if !unknown || Instant::now() > until {
+        if !unknown || ivory_clock::now() > until {
             return got;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -176,8 +175,8 @@ async fn after_fetch(v: &CosignVerifier, image: &str, attestor: &Attestor) -> Ve
     };
     let before = count(v);
     let first = verify(v, image, attestor.clone()).await;
-    let until = Instant::now() + Duration::from_secs(10);
-    while count(v) == before && Instant::now() < until {
+    let until = ivory_clock::now() + Duration::from_secs(10);
+    while count(v) == before && ivory_clock::now() < until {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(count(v) > before, "no fetch after {first:?}");
@@ -240,9 +239,9 @@ async fn crls_fetched_in_the_background_decide_revocation() {
         "{why}"
     );
     *served.lock().unwrap() = Some(crl("good"));
-    let until = Instant::now() + Duration::from_secs(10);
+    let until = ivory_clock::now() + Duration::from_secs(10);
     let mut now_good = verify(&v, &good, strict.clone()).await;
-    while !now_good.is_verified() && Instant::now() < until {
+    while !now_good.is_verified() && ivory_clock::now() < until {
         tokio::time::sleep(Duration::from_millis(200)).await;
         now_good = verify(&v, &good, strict.clone()).await;
     }

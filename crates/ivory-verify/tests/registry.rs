@@ -61,14 +61,10 @@ fn verifier(h: &Harness) -> CosignVerifier {
     )
 }
 
+/// Pushes fixture `layout` (which has a `v1` tag); returns its repository, `HOST/ivory/<layout>`.
 async fn push(h: &Harness, layout: &str) -> String {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
-        .await
-        .unwrap();
-    assert!(tags.contains_key("v1"), "{layout} has no v1 tag: {tags:?}");
-    format!("{}/{repo}", h.host())
+    let (image, _) = h.push_fixture(layout).await.unwrap();
+    image.trim_end_matches(":v1").to_owned()
 }
 
 /// `image` parsed, as the engine hands images to the verifier.
@@ -87,14 +83,12 @@ fn request(image: String, attestor: Attestor, attestation: Option<Attestation>) 
 }
 
 fn soon() -> Instant {
-    Instant::now() + Duration::from_secs(20)
+    ivory_clock::now() + Duration::from_secs(20)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_signatures_attestations_caches_and_coalescing() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let v = verifier(&h);
 
     // Positive and negative key cases, legacy `.sig` format.
@@ -267,7 +261,7 @@ async fn key_signatures_attestations_caches_and_coalescing() {
         .await
         .unwrap();
     assert_eq!(warm, cold);
-    let started = std::time::Instant::now();
+    let started = ivory_clock::now();
     for _ in 0..1000 {
         fresh
             .verify(&request(format!("{ed}:v1"), attestor.clone(), None), soon())
@@ -357,9 +351,7 @@ async fn key_signatures_attestations_caches_and_coalescing() {
 /// `.sig` tag is not asked at all. A wrong key still reads both before saying "not verified".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signature_sources_are_read_in_the_order_they_were_last_found() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let v = verifier(&h);
     let image = format!("{}:v1", push(&h, "bundle-v3").await);
     let sig_reads =
@@ -418,7 +410,7 @@ async fn a_registry_that_never_answers_ends_in_a_deadline_error() {
         CosignVerifier::anonymous_credentials(),
     );
     let image = format!("{}/ivory/hung:v1", hung.host());
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let deadline = started + Duration::from_millis(800);
     let err = v
         .verify(
@@ -439,7 +431,7 @@ async fn a_registry_that_never_answers_ends_in_a_deadline_error() {
     let verdict = v
         .verify(
             &request(hung_image, notary, None),
-            Instant::now() + Duration::from_secs(5),
+            ivory_clock::now() + Duration::from_secs(5),
         )
         .await
         .unwrap();
@@ -489,9 +481,7 @@ async fn fixtures_manifest_verdicts() {
     let manifest: Value =
         serde_json::from_str(&std::fs::read_to_string(fixtures().join("manifest.json")).unwrap())
             .unwrap();
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let v = verifier(&h);
     let mut failures = Vec::new();
     let mut checked = 0;
@@ -536,9 +526,7 @@ async fn fixtures_manifest_verdicts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn negative_verdicts_are_cached_briefly() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let unsigned = push(&h, "unsigned").await;
     let config = Config {
         ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
@@ -608,13 +596,16 @@ async fn registry_errors_are_named_and_never_cached() {
 
     // 503 on every manifest: a named error, and the next call asks the registry again.
     let broken = insecure(format!("{}/unavailable@{good}", f.host()));
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = ivory_clock::now() + Duration::from_secs(5);
     let err = v.verify(&broken, deadline).await.unwrap_err();
-    assert!(!err.is_deadline() || Instant::now() >= deadline, "{err}");
+    assert!(
+        !err.is_deadline() || ivory_clock::now() >= deadline,
+        "{err}"
+    );
     assert!(err.to_string().contains("unavailable"), "{err}");
     let before = f.requests().len();
     assert!(
-        v.verify(&broken, Instant::now() + Duration::from_secs(5))
+        v.verify(&broken, ivory_clock::now() + Duration::from_secs(5))
             .await
             .is_err()
     );
@@ -623,7 +614,7 @@ async fn registry_errors_are_named_and_never_cached() {
     // 429 twice, then answers: a definite verdict inside the deadline.
     let throttled = insecure(format!("{}/throttled:latest", f.host()));
     let verdict = v
-        .verify(&throttled, Instant::now() + Duration::from_secs(10))
+        .verify(&throttled, ivory_clock::now() + Duration::from_secs(10))
         .await
         .unwrap();
     assert!(
@@ -635,7 +626,7 @@ async fn registry_errors_are_named_and_never_cached() {
     // grammar: before references were parsed at the seam, this asked nothing at all.)
     let refused = insecure(format!("{}/xx:v1", refused_host().unwrap()));
     let err = v
-        .verify(&refused, Instant::now() + Duration::from_secs(5))
+        .verify(&refused, ivory_clock::now() + Duration::from_secs(5))
         .await
         .unwrap_err();
     assert!(
@@ -647,9 +638,7 @@ async fn registry_errors_are_named_and_never_cached() {
 /// `source.repository`: the image lives in one repository, its signatures in another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signatures_stored_in_another_repository() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let signatures = push(&h, "sig-p256").await;
     // The same image alone (no .sig) in another repository.
     let src = fixtures().join("oci/ivory/sig-p256");
@@ -717,9 +706,7 @@ async fn signatures_stored_in_another_repository() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_data_for_a_manifest_and_an_index() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let v = verifier(&h);
     let amd64 = ImagePlatform::default();
     let single = push(&h, "sig-p256").await;
@@ -815,9 +802,7 @@ impl Drop for SlowProxy {
 /// deadline without failing a longer-deadline caller waiting on the same load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coalesced_callers_keep_their_own_deadlines() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     push(&h, "sig-p384").await;
     let slow = SlowProxy::start(h.host().to_owned(), Duration::from_millis(250)).await;
     let attestor = key_attestor(&key("p384.pub"));
@@ -833,12 +818,12 @@ async fn coalesced_callers_keep_their_own_deadlines() {
         // Cold, a verification takes 2 s and more through the proxy; warm connections and a
         // known digest, still at least two 250 ms round trips.
         let short = Duration::from_millis(if shared_cache == "tags" { 1200 } else { 400 });
-        let started = Instant::now();
+        let started = ivory_clock::now();
         let a = {
             let (v, r) = (v.clone(), request(image.clone(), attestor.clone(), None));
             tokio::spawn(async move {
                 let res = v.verify(&r, started + short).await;
-                (res, Instant::now())
+                (res, ivory_clock::now())
             })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -869,9 +854,7 @@ async fn coalesced_callers_keep_their_own_deadlines() {
 /// running, and never starts a load of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_load_whose_only_caller_gave_up_still_fills_the_cache() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     push(&h, "sig-p384").await;
     let slow = SlowProxy::start(h.host().to_owned(), Duration::from_millis(250)).await;
     let attestor = key_attestor(&key("p384.pub"));
@@ -881,7 +864,7 @@ async fn a_load_whose_only_caller_gave_up_still_fills_the_cache() {
     let err = v
         .verify(
             &request(image.clone(), attestor.clone(), None),
-            Instant::now() + Duration::from_millis(300),
+            ivory_clock::now() + Duration::from_millis(300),
         )
         .await
         .unwrap_err();
@@ -1116,9 +1099,7 @@ async fn push_cosign_tag(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ballooning_signature_and_attestation_blobs_are_not_verified_with_the_reason() {
     use base64::Engine as _;
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let repo = "ivory/hostile-json";
     let tags = h
         .push_oci_layout(&fixtures().join("oci/ivory/unsigned"), repo)
@@ -1188,9 +1169,7 @@ async fn ballooning_signature_and_attestation_blobs_are_not_verified_with_the_re
 /// scan and the admissions that follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_background_scan_notices_a_deleted_signature_and_admissions_follow_it() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let v = verifier(&h);
     let repo = push(&h, "sig-p256").await;
     let digest = v
@@ -1242,7 +1221,7 @@ async fn a_background_scan_notices_a_deleted_signature_and_admissions_follow_it(
     assert!(h.requests().is_empty());
 
     let scan = v
-        .revalidating(Instant::now())
+        .revalidating(ivory_clock::now())
         .expect("CosignVerifier caches verdicts, so it has a revalidating view");
     let rescanned = scan.verify(&req, soon()).await.unwrap();
     assert!(!rescanned.is_verified(), "{rescanned:?}");
@@ -1267,9 +1246,7 @@ async fn a_background_scan_notices_a_deleted_signature_and_admissions_follow_it(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn platform_manifests_are_verified_each_by_digest_and_cached() {
     use ivory_engine::verifier::{PlatformScope, PlatformSet};
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let signer = ivory_testkit::CosignSigner::generate().unwrap();
     let repo = "ivory/two-platforms";
     let (index, children) = h

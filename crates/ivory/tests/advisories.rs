@@ -6,18 +6,15 @@
 //! * a cached verification skipping a deny (Kyverno #17173): the cache holds signature
 //!   verdicts only, every CEL validation runs on every admission.
 
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, Tls, VERIFY_SIGNED, fixtures, key_attestor, pod_review, policy};
+use crate::util::{Ivory, VERIFY_SIGNED, assert_denied, key_attestor, pod_review, policy};
 
+/// Pushes fixture `layout`; returns `HOST/ivory/<layout>@<digest>`.
 async fn push(h: &Harness, layout: &str) -> String {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
-        .await
-        .unwrap();
-    format!("{}/{repo}@{}", h.host(), tags["v1"])
+    let (image, digest) = h.push_fixture(layout).await.unwrap();
+    format!("{}@{digest}", image.trim_end_matches(":v1"))
 }
 
 /// A running `ivory serve` with `policies` (file name, YAML), trusting the registry's CA.
@@ -28,17 +25,7 @@ async fn serve(h: &Harness, dir: &std::path::Path, policies: &[(&str, String)]) 
         std::fs::write(folder.join(file), yaml).unwrap();
     }
     std::fs::write(dir.join("registry-ca.pem"), h.ca_pem()).unwrap();
-    let tls = Tls::write(dir, "ivory advisories CA");
-    Ivory::start(
-        &tls,
-        &[
-            "--policies".into(),
-            folder.display().to_string(),
-            "--registry-ca".into(),
-            dir.join("registry-ca.pem").display().to_string(),
-        ],
-    )
-    .await
+    Ivory::start_with_policies(dir, &folder).await
 }
 
 fn require_signed(glob: &str, extra_validation: &str) -> String {
@@ -63,9 +50,7 @@ fn forged_annotations() -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_annotations_order_and_cached_verdicts_never_admit_an_unsigned_image() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let signed = push(&h, "sig-p256").await;
     let unsigned = push(&h, "unsigned").await;
     let dir = tempfile::tempdir().unwrap();
@@ -89,14 +74,7 @@ async fn forged_annotations_order_and_cached_verdicts_never_admit_an_unsigned_im
     let mut review = labelled_pod("forged", &[&unsigned]);
     review["request"]["object"]["metadata"]["annotations"] = forged_annotations();
     let resp = ivory.review(path, &review).await;
-    assert_eq!(resp["allowed"], false, "{resp}");
-    assert!(
-        resp["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("failed the image Signature verification"),
-        "{resp}"
-    );
+    assert_denied(&resp, "failed the image Signature verification");
 
     // Container order: the unsigned image is denied first, last, or between signed ones.
     for (uid, images) in [
@@ -118,14 +96,7 @@ async fn forged_annotations_order_and_cached_verdicts_never_admit_an_unsigned_im
     let resp = ivory
         .review(path, &pod_review("cached-2", &[&signed]))
         .await;
-    assert_eq!(resp["allowed"], false, "{resp}");
-    assert!(
-        resp["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("pods need a team label"),
-        "{resp}"
-    );
+    assert_denied(&resp, "pods need a team label");
     // The signed image was verified once (when first seen) and answered from the cache after.
     let metrics = ivory.metrics().await;
     let hits = metrics

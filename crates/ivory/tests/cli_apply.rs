@@ -3,35 +3,17 @@
 //! objects through its mutating and validating webhooks.
 
 use base64::Engine as _;
-use ivory_testkit::{HarnessOptions, RegistryHarness};
+use ivory_testkit::review::object_review;
 use serde_json::{Value, json};
 
-use crate::cli_util::{ivory, ivory_stdin, push_fixture, write, write_ca};
-use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, policy};
+use crate::cli_util::{
+    check_images_policies, ivory, ivory_stdin, push_fixture, registry_and_ca, write,
+};
+use crate::util::Ivory;
 
 /// The AdmissionReview the API server would send for `object`.
 fn review(uid: &str, object: &Value) -> Value {
-    let kind = object["kind"].as_str().unwrap();
-    let (group, resource) = match kind {
-        "Pod" => ("", "pods"),
-        "Deployment" => ("apps", "deployments"),
-        other => panic!("no resource for {other}"),
-    };
-    let version = "v1";
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": resource},
-            "name": object["metadata"]["name"],
-            "namespace": "default",
-            "operation": "CREATE",
-            "userInfo": {"username": "alice"},
-            "object": object,
-        },
-    })
+    object_review(uid, "CREATE", "default", object.clone())
 }
 
 /// Mutate, apply the patch, validate: what the API server does with ivory's two webhooks.
@@ -59,24 +41,10 @@ async fn through_serve(ivory: &Ivory, uid: &str, object: &Value) -> (Value, Valu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kyverno_style_test_case_matches_serve() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let (h, dir, ca) = registry_and_ca().await;
     let (signed, signed_digest) = push_fixture(&h, "sig-p256").await;
     let (unsigned, unsigned_digest) = push_fixture(&h, "unsigned").await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_ca(dir.path(), &h);
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    let body = format!(
-        "  validationActions: [Deny]\n{}{VERIFY_SIGNED}",
-        key_attestor()
-    );
-    write(
-        &policies,
-        "check-images.yaml",
-        &policy("check-images", &format!("{}/*", h.host()), &body),
-    );
+    let policies = check_images_policies(dir.path(), &h);
     // The test case: a signed Pod passes, an unsigned Deployment (autogen) fails.
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -219,9 +187,8 @@ async fn kyverno_style_test_case_matches_serve() {
     assert!(run.stderr.contains("broken.yaml"), "{}", run.stderr);
 
     // The same objects through `ivory serve`.
-    let tls = Tls::write(dir.path(), "ivory apply test CA");
-    let server = Ivory::start(
-        &tls,
+    let server = Ivory::start_in(
+        dir.path(),
         &[
             "--policies".into(),
             policies.display().to_string(),

@@ -5,10 +5,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use ivory_testkit::{Harness, HarnessOptions, HungRegistry, RegistryHarness, write_simple_image};
+use ivory_testkit::{Harness, HungRegistry, RegistryHarness, write_simple_image};
 use serde_json::Value;
 
-use crate::cli_util::{Run, ivory, push_fixture, retag_fixture, write, write_ca};
+use crate::cli_util::{
+    Run, ivory, push_fixture, retag_fixture, write, write_ca, write_require_signed,
+};
 use crate::util::{BIN, VERIFY_SIGNED, eventually, key_attestor, policy};
 
 /// Generated unsigned images: `gen/<repo>:t<n>`, 16 per repository.
@@ -51,12 +53,7 @@ fn sig_fetches(h: &Harness) -> BTreeMap<String, usize> {
 }
 
 fn audit_args(h: &Harness, dir: &std::path::Path, extra: &[&str]) -> Vec<String> {
-    let body = format!("{}{VERIFY_SIGNED}", key_attestor());
-    let policy = write(
-        dir,
-        "signed.yaml",
-        &policy("require-signed", &format!("{}/*", h.host()), &body),
-    );
+    let policy = write_require_signed(dir, "signed.yaml", h);
     let mut args: Vec<String> = vec![
         "audit".into(),
         "--policy".into(),
@@ -70,9 +67,7 @@ fn audit_args(h: &Harness, dir: &std::path::Path, extra: &[&str]) -> Vec<String>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registry_audit_counts_dedup_and_formats() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (images, signed) = corpus(&h, dir.path()).await;
     assert_eq!(images.len(), 52);
@@ -219,9 +214,7 @@ async fn registry_audit_counts_dedup_and_formats() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn images_from_file_errors_and_interrupt() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let hung = HungRegistry::start().await.unwrap();
     let (signed, signed_digest) = push_fixture(&h, "sig-p256").await;
     let dir = tempfile::tempdir().unwrap();
@@ -236,16 +229,7 @@ async fn images_from_file_errors_and_interrupt() {
         dir.path(),
         &["--images-from", list.to_str().unwrap(), "-o", "json"],
     );
-    let child = tokio::process::Command::new(BIN)
-        .args(&args)
-        .env("IVORY_LOG", "warn")
-        // Each run measures a cold start, as before the persistent cache.
-        .env("IVORY_NO_CACHE", "true")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let child = spawn_cold(&args);
     // Interrupt once the signed image is verified (its signature was fetched).
     let fetched = eventually(Duration::from_secs(30), || async {
         !sig_fetches(&h).is_empty()
@@ -324,10 +308,10 @@ async fn images_from_file_errors_and_interrupt() {
     assert!(run.stderr.contains("--registry"), "{}", run.stderr);
 }
 
-/// Runs `ivory <args>` to completion, sampling its peak RSS (`VmHWM`, KiB) while it runs:
-/// the last sample is within a few milliseconds of the end.
-async fn ivory_with_peak(args: &[String]) -> (Run, u64) {
-    let child = tokio::process::Command::new(BIN)
+/// Starts `ivory <args>` with its output piped and without the persistent cache: each run
+/// measures a cold start.
+fn spawn_cold(args: &[String]) -> tokio::process::Child {
+    tokio::process::Command::new(BIN)
         .args(args)
         .env("IVORY_LOG", "warn")
         .env("IVORY_NO_CACHE", "true")
@@ -335,7 +319,13 @@ async fn ivory_with_peak(args: &[String]) -> (Run, u64) {
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Runs `ivory <args>` to completion, sampling its peak RSS (`VmHWM`, KiB) while it runs:
+/// the last sample is within a few milliseconds of the end.
+async fn ivory_with_peak(args: &[String]) -> (Run, u64) {
+    let child = spawn_cold(args);
     let pid = child.id().unwrap();
     let sampler = tokio::spawn(async move {
         let mut peak = 0;
@@ -426,7 +416,7 @@ async fn hostile_listings_are_streamed_bounded_validated_and_escaped() {
     // Endless pages of ~4000-byte names outside the grammar (and a few valid tags) in
     // `pages`: the default --max-images stops the listing; every invalid name is counted,
     // none is shown; nothing printed can drive the terminal.
-    let started = std::time::Instant::now();
+    let started = ivory_clock::now();
     let (run, peak) = ivory_with_peak(&args(&["--images-from", list.to_str().unwrap()])).await;
     let took = started.elapsed();
     assert_eq!(run.code, 2, "{}", run.stderr);

@@ -5,19 +5,20 @@
 //! not change). `--nocapture` prints the figures BENCHMARKS.md quotes.
 
 use std::path::Path;
-use std::time::Instant;
 
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::Harness;
 use serde_json::Value;
 
-use crate::cli_util::{Run, ivory, key, push_fixture, write, write_ca};
-use crate::util::{VERIFY_SIGNED, fixtures, key_attestor, policy};
+use crate::cli_util::{
+    Run, check_images_policies, ivory, key, push_fixture, registry_and_ca, write,
+};
+use crate::util::fixtures;
 
 /// Runs `args` against the registry and returns the run, the registry requests it made and
 /// its wall time in milliseconds.
 async fn counted(h: &Harness, args: &[String]) -> (Run, usize, u128) {
     h.reset_requests();
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let run = ivory(args).await;
     let millis = started.elapsed().as_millis();
     (run, h.requests().len(), millis)
@@ -71,15 +72,11 @@ async fn push_copies(h: &Harness, layout: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_run_asks_the_registry_nothing_and_hand_edits_are_ignored() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let (h, dir, ca) = registry_and_ca().await;
     let (signed, _) = push_fixture(&h, "sig-p256").await;
     let (unsigned, _) = push_fixture(&h, "unsigned").await;
     let mut many = push_copies(&h, "sig-p256").await;
     many.extend(push_copies(&h, "unsigned").await);
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_ca(dir.path(), &h);
     let cache = dir.path().join("cache");
     // Each command gets a cache of its own, so each first run is cold.
     let common = |command: &str| -> Vec<String> {
@@ -137,17 +134,7 @@ async fn a_second_run_asks_the_registry_nothing_and_hand_edits_are_ignored() {
     assert_eq!(requests, 0, "the entries written again after the edit");
 
     // apply: a policy file, a Pod; its verdicts are keyed like serve's (digest + trust).
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    let body = format!(
-        "  validationActions: [Deny]\n{}{VERIFY_SIGNED}",
-        key_attestor()
-    );
-    write(
-        &policies,
-        "check-images.yaml",
-        &policy("check-images", &format!("{}/*", h.host()), &body),
-    );
+    let policies = check_images_policies(dir.path(), &h);
     let pod = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: default\nspec:\n  containers:\n    - name: a\n      image: {signed}\n    - name: b\n      image: {unsigned}\n"
     );

@@ -4,27 +4,17 @@
 //! fails and the failurePolicy decides (never an empty answer); a file ivory refuses (a
 //! Secret) is an error naming it. `ivory serve --cluster-resources` (file mode) answers the same.
 
-use ivory_testkit::{HarnessOptions, RegistryHarness};
+use crate::cli_util::{ivory, push_fixture, registry_and_ca, write};
+use ivory_testkit::policy::pod_policy;
 
-use crate::cli_util::{ivory, push_fixture, write, write_ca};
-use crate::util::{Ivory, Tls, VERIFY_SIGNED, fixtures, pod_review};
+use crate::util::{Ivory, VERIFY_SIGNED, fixtures, pod_review};
 
 fn policy(glob: &str) -> String {
-    format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: key-from-configmap
-spec:
-  matchConstraints:
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE, UPDATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{glob}\"
-  variables:
+    pod_policy(
+        "key-from-configmap",
+        glob,
+        &format!(
+            "  variables:
     - name: keys
       expression: resource.Get('v1', 'configmaps', 'ivory', 'cosign-keys')
   attestors:
@@ -36,6 +26,7 @@ spec:
           insecureIgnoreTlog: true
           insecureIgnoreSCT: true
 {VERIFY_SIGNED}"
+        ),
     )
 }
 
@@ -57,12 +48,8 @@ data:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configmap_given_as_a_cluster_resource_holds_the_key() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let (h, dir, ca) = registry_and_ca().await;
     let (signed, _) = push_fixture(&h, "sig-p256").await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_ca(dir.path(), &h);
     let policy = write(
         dir.path(),
         "policy.yaml",
@@ -159,12 +146,8 @@ async fn a_configmap_given_as_a_cluster_resource_holds_the_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_in_file_mode_reads_cluster_resources_files() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let (h, dir, ca) = registry_and_ca().await;
     let (signed, digest) = push_fixture(&h, "sig-p256").await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_ca(dir.path(), &h);
     let policy = write(
         dir.path(),
         "policy.yaml",
@@ -175,9 +158,8 @@ async fn serve_in_file_mode_reads_cluster_resources_files() {
     let review = pod_review("u-1", &[&format!("{signed}@{digest}")]);
     for (key, allowed) in [("cosign-p256.pub", true), ("untrusted-p256.pub", false)] {
         let cluster = write(dir.path(), "cluster.yaml", &config_map(key));
-        let tls = Tls::write(dir.path(), "ivory test CA");
-        let ivory = Ivory::start(
-            &tls,
+        let ivory = Ivory::start_in(
+            dir.path(),
             &[
                 "--policies".into(),
                 path(&policy),
@@ -194,9 +176,8 @@ async fn serve_in_file_mode_reads_cluster_resources_files() {
         assert_eq!(resp["allowed"], allowed, "{key}: {resp}\n{}", ivory.logs());
     }
     // Without the file: the read fails, failurePolicy Fail denies, naming why.
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(
-        &tls,
+    let ivory = Ivory::start_in(
+        dir.path(),
         &[
             "--policies".into(),
             path(&policy),

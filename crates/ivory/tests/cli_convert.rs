@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use ivory_testkit::{HarnessOptions, RegistryHarness};
+use ivory_testkit::RegistryHarness;
 use serde_json::{Value, json};
 
 use crate::cli_util::{ivory, write, write_ca};
@@ -61,9 +61,7 @@ fn json_file(path: &str) -> Value {
 /// policies, as `scripts/convert-proof.sh` recorded it in `fixtures/legacy/verdicts.json`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_converted_corpus_gives_the_verdicts_kyverno_gave() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let host = h.host().to_owned();
     let cases = json_file("legacy/cases.json");
     let verdicts = json_file("legacy/verdicts.json");

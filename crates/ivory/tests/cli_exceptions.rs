@@ -2,10 +2,7 @@
 //! exception whose conditions hold skips the policy (no verification, no pin), one whose
 //! conditions do not changes nothing, and a broken exception file is an error naming it.
 
-use ivory_testkit::{HarnessOptions, RegistryHarness};
-
-use crate::cli_util::{ivory, push_fixture, write, write_ca};
-use crate::util::{VERIFY_SIGNED, key_attestor, policy};
+use crate::cli_util::{ivory, push_fixture, registry_and_ca, write, write_require_signed};
 
 fn exception(condition: &str) -> String {
     format!(
@@ -27,18 +24,9 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_and_verify_take_exception_files() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let (h, dir, ca) = registry_and_ca().await;
     let (unsigned, _) = push_fixture(&h, "unsigned").await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_ca(dir.path(), &h);
-    let body = format!("{}{VERIFY_SIGNED}", key_attestor());
-    let policy = write(
-        dir.path(),
-        "policy.yaml",
-        &policy("require-signed", &format!("{}/*", h.host()), &body),
-    );
+    let policy = write_require_signed(dir.path(), "policy.yaml", &h);
     let pod = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: debug\nspec:\n  containers:\n    - name: c\n      image: {unsigned}\n"
     );

@@ -253,8 +253,7 @@ async fn an_untrusted_certificate_is_one_line_naming_image_registry_and_cause() 
     );
 
     // serve: the denial keeps Kyverno's prefix and names the image once.
-    let tls = Tls::write(s.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".to_owned(), policy]).await;
+    let ivory = Ivory::start_in(s.path(), &["--policies".to_owned(), policy]).await;
     let review = pod_review("e-1", &[&s.signed, &s.unsigned]);
     let resp = ivory.review("/ivpol/mutate/check-images", &review).await;
     assert_eq!(resp["allowed"], false, "{resp}");

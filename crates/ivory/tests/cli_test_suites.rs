@@ -8,9 +8,8 @@
 //! unchanged; a second run with the persistent cache asks the registry nothing.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::{Harness, RegistryHarness};
 
 use crate::cli_util::{Run, ivory, retag_fixture, write_ca};
 use crate::util::fixtures;
@@ -22,9 +21,7 @@ fn suites() -> PathBuf {
 /// The harness with the fixture images our suites name: `ghcr.io/ivory-test/signed:v1`
 /// (cosign, P-256 key) and `ghcr.io/ivory-test/unsigned:v1`.
 async fn registry() -> Harness {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     for (layout, repo) in [
         ("sig-p256", "ivory-test/signed"),
         ("unsigned", "ivory-test/unsigned"),
@@ -308,9 +305,7 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
 /// folder does not hold, and cannot be run (nor can Kyverno run it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kyverno_ivpol_cli_suites_run_unchanged() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let repo = "kyverno/test-verify-image";
     let tags = h
         .push_oci_layout(&fixtures().join("oci/ivory/unsigned"), repo)
@@ -404,7 +399,7 @@ async fn a_second_ivory_test_run_asks_the_registry_nothing() {
     let mut runs = Vec::new();
     for _ in 0..2 {
         h.reset_requests();
-        let started = Instant::now();
+        let started = ivory_clock::now();
         let run = ivory(&args).await;
         let millis = started.elapsed().as_millis();
         assert_eq!(run.code, 0, "{}", show(&run));

@@ -73,14 +73,65 @@ pub(crate) async fn ivory_stdin(args: &[&str], input: &str) -> Run {
     }
 }
 
-/// Pushes fixture layout `layout` as `ivory/<layout>`; returns (`host/ivory/<layout>:v1`, digest).
-pub(crate) async fn push_fixture(h: &Harness, layout: &str) -> (String, String) {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
+/// A `policies` folder in `dir` holding `check-images`: every image of `h` must carry a
+/// signature by the fixture key (Deny).
+pub(crate) fn check_images_policies(dir: &Path, h: &Harness) -> PathBuf {
+    let policies = crate::util::policies_dir(dir);
+    let body = format!(
+        "  validationActions: [Deny]\n{}{}",
+        crate::util::key_attestor(),
+        crate::util::VERIFY_SIGNED
+    );
+    write(
+        &policies,
+        "check-images.yaml",
+        &crate::util::policy("check-images", &format!("{}/*", h.host()), &body),
+    );
+    policies
+}
+
+/// Writes `require-signed` to `dir/<file>`: every image of `h` must carry a signature by the
+/// fixture key; verifyDigest and mutateDigest at their defaults (true).
+pub(crate) fn write_require_signed(dir: &Path, file: &str, h: &Harness) -> PathBuf {
+    let body = format!(
+        "{}{}",
+        crate::util::key_attestor(),
+        crate::util::VERIFY_SIGNED
+    );
+    let glob = format!("{}/*", h.host());
+    write(
+        dir,
+        file,
+        &crate::util::policy("require-signed", &glob, &body),
+    )
+}
+
+/// A harness registry (TLS, no auth) and a temporary folder holding its CA: (registry, folder,
+/// the CA file).
+pub(crate) async fn registry_and_ca() -> (Harness, tempfile::TempDir, PathBuf) {
+    let h = ivory_testkit::RegistryHarness::start_default()
         .await
         .unwrap();
-    (format!("{}/{repo}:v1", h.host()), tags["v1"].clone())
+    let dir = tempfile::tempdir().unwrap();
+    let ca = write_ca(dir.path(), &h);
+    (h, dir, ca)
+}
+
+/// `ivory <command> --policy <policy> --registry-ca <ca>`'s arguments, to add images and
+/// options to.
+pub(crate) fn policy_args(command: &str, policy: &Path, ca: &Path) -> Vec<String> {
+    vec![
+        command.to_owned(),
+        "--policy".into(),
+        policy.display().to_string(),
+        "--registry-ca".into(),
+        ca.display().to_string(),
+    ]
+}
+
+/// Pushes fixture layout `layout` as `ivory/<layout>`; returns (`host/ivory/<layout>:v1`, digest).
+pub(crate) async fn push_fixture(h: &Harness, layout: &str) -> (String, String) {
+    h.push_fixture(layout).await.unwrap()
 }
 
 /// Tags the manifest `digest` of fixture `layout` (already pushed to `repo`) as `tag` too.

@@ -1,9 +1,11 @@
 //! `ivory verify` as a process against the real registry with the cosign-signed fixtures.
 
-use ivory_testkit::{HarnessOptions, RegistryHarness, refused_host};
+use ivory_testkit::refused_host;
 use serde_json::Value;
 
-use crate::cli_util::{ivory, key, push_fixture, write, write_ca};
+use crate::cli_util::{
+    ivory, key, policy_args, push_fixture, registry_and_ca, write, write_require_signed,
+};
 use crate::util::{VERIFY_SIGNED, key_attestor, policy};
 
 fn image<'a>(doc: &'a Value, name: &str) -> &'a Value {
@@ -17,14 +19,10 @@ fn image<'a>(doc: &'a Value, name: &str) -> &'a Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quick_key_flags_signed_unsigned_and_wrong_key() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let (h, _dir, ca) = registry_and_ca().await;
     let (signed, signed_digest) = push_fixture(&h, "sig-p256").await;
     let (unsigned, unsigned_digest) = push_fixture(&h, "unsigned").await;
     let (wrong, _) = push_fixture(&h, "sig-wrong-key").await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_ca(dir.path(), &h);
     let base = |images: &[&str], output: &str| {
         let mut args = vec![
             "verify".to_owned(),
@@ -105,30 +103,14 @@ async fn quick_key_flags_signed_unsigned_and_wrong_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_files_registry_errors_and_usage() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let (h, dir, ca) = registry_and_ca().await;
     let (signed, signed_digest) = push_fixture(&h, "sig-p256").await;
     let (unsigned, _) = push_fixture(&h, "unsigned").await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_ca(dir.path(), &h);
     // verifyDigest and mutateDigest stay at their defaults (true): tags are verified by digest.
-    let body = format!("{}{VERIFY_SIGNED}", key_attestor());
-    let file = write(
-        dir.path(),
-        "signed.yaml",
-        &policy("require-signed", &format!("{}/*", h.host()), &body),
-    );
+    let file = write_require_signed(dir.path(), "signed.yaml", &h);
     let verify = |images: Vec<String>| {
-        let mut args = vec![
-            "verify".to_owned(),
-            "--policy".into(),
-            file.display().to_string(),
-            "--registry-ca".into(),
-            ca.display().to_string(),
-            "-o".into(),
-            "json".into(),
-        ];
+        let mut args = policy_args("verify", &file, &ca);
+        args.extend(["-o".into(), "json".into()]);
         args.extend(images);
         ivory(args)
     };
@@ -178,12 +160,8 @@ async fn policy_files_registry_errors_and_usage() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quick_keyless_flags_with_a_trusted_root() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let (h, _dir, ca) = registry_and_ca().await;
     let (keyless, digest) = push_fixture(&h, "keyless-cosign2").await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_ca(dir.path(), &h);
     let root = crate::util::fixtures().join("keyless/trusted_root.json");
     let issuer = "https://token.actions.githubusercontent.com";
     let subject = "https://github.com/ivory-test/app/.github/workflows/release.yml@refs/heads/main";

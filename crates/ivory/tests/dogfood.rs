@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use base64::Engine as _;
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::Value;
 
 use crate::cli_util::{ivory, write, write_ca};
@@ -73,6 +73,16 @@ async fn image_sh(dir: &Path, args: &[&str], epoch: Option<&str>) -> String {
         cmd.env("SOURCE_DATE_EPOCH", e);
     }
     check(&format!("image.sh {args:?}"), cmd.output().await.unwrap())
+}
+
+/// `cosign sign` of `image` with the options `sign`, then `cosign attest` of each
+/// (predicate type, predicate file) of `predicates` with the same options.
+async fn sign_and_attest(dir: &Path, sign: &[&str], image: &str, predicates: &[(&str, &String)]) {
+    cosign(dir, &[&["sign"][..], sign, &[image]].concat()).await;
+    for (kind, predicate) in predicates {
+        let attest = ["--type", kind, "--predicate", predicate.as_str(), image];
+        cosign(dir, &[&["attest"][..], sign, &attest].concat()).await;
+    }
 }
 
 async fn cosign(dir: &Path, args: &[&str]) -> String {
@@ -180,9 +190,7 @@ async fn verify(image: &str, policy: &Path, ca: &Path) -> (i32, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ivory_verifies_its_own_signed_attested_image_and_denies_forgeries() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let ca = write_ca(dir, &h);
@@ -275,21 +283,13 @@ async fn ivory_verifies_its_own_signed_attested_image_and_denies_forgeries() {
     let sbom_path = dir.join("a/sbom.cdx.json").display().to_string();
     let prov_path = dir.join("a/provenance.json").display().to_string();
     let sign = ["--key", &key, "--tlog-upload=false"];
-    cosign(dir, &[&["sign"][..], &sign, &[tampered.as_str()]].concat()).await;
-    for (kind, predicate) in [("cyclonedx", &sbom_path), ("slsaprovenance1", &prov_path)] {
-        let args = [
-            &["attest"][..],
-            &sign,
-            &[
-                "--type",
-                kind,
-                "--predicate",
-                predicate.as_str(),
-                tampered.as_str(),
-            ],
-        ];
-        cosign(dir, &args.concat()).await;
-    }
+    sign_and_attest(
+        dir,
+        &sign,
+        &tampered,
+        &[("cyclonedx", &sbom_path), ("slsaprovenance1", &prov_path)],
+    )
+    .await;
     tamper_sbom(&h, tampered_repo, digest).await;
 
     // The same image, signed and attested, with a provenance for another commit.
@@ -304,24 +304,16 @@ async fn ivory_verifies_its_own_signed_attested_image_and_denies_forgeries() {
     let foreign_path = write(dir, "foreign.json", &foreign.to_string())
         .display()
         .to_string();
-    cosign(dir, &[&["sign"][..], &sign, &[other.as_str()]].concat()).await;
-    for (kind, predicate) in [
-        ("cyclonedx", &sbom_path),
-        ("slsaprovenance1", &foreign_path),
-    ] {
-        let args = [
-            &["attest"][..],
-            &sign,
-            &[
-                "--type",
-                kind,
-                "--predicate",
-                predicate.as_str(),
-                other.as_str(),
-            ],
-        ];
-        cosign(dir, &args.concat()).await;
-    }
+    sign_and_attest(
+        dir,
+        &sign,
+        &other,
+        &[
+            ("cyclonedx", &sbom_path),
+            ("slsaprovenance1", &foreign_path),
+        ],
+    )
+    .await;
 
     // ivory verify: the real image passes, each forgery fails with its reason.
     let policy = policy(dir, &h);

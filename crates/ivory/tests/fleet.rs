@@ -3,22 +3,18 @@
 //! same answers when Redis is paused, stopped or full of garbage, and no wait for leases planted
 //! in it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ivory_testkit::{Harness, HarnessOptions, RedisServer, RegistryHarness};
+use ivory_testkit::{Harness, RedisServer, RegistryHarness};
 use serde_json::Value;
 
-use crate::util::{Ivory, Tls, VERIFY_SIGNED, fixtures, key_attestor, pod_review, policy};
+use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, pod_review, policy};
 
 const L2_KEY: &str = "fleet-test-hmac-key-0123456789abcdef0123456789";
 
 async fn push(h: &Harness, layout: &str) -> String {
-    let repo = format!("ivory/{layout}");
-    h.push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
-        .await
-        .unwrap();
-    format!("{}/{repo}:v1", h.host())
+    h.push_fixture(layout).await.unwrap().0
 }
 
 /// A policy dir with `require-signed` (Deny, failurePolicy Fail) for the registry's images.
@@ -39,6 +35,25 @@ fn setup(dir: &Path, h: &Harness) -> (std::path::PathBuf, Tls) {
     std::fs::write(dir.join("registry-ca.pem"), h.ca_pem()).unwrap();
     std::fs::write(dir.join("l2.key"), L2_KEY).unwrap();
     (policies, Tls::write(dir, "ivory fleet test CA"))
+}
+
+/// What each fleet test starts from: (the registry with the signed fixture, that image, a
+/// Redis, a folder with the policies, the registry's CA, the L2 key and ivory's TLS (see
+/// [`setup`]), the policies folder, the TLS).
+async fn fleet() -> (
+    Harness,
+    String,
+    RedisServer,
+    tempfile::TempDir,
+    PathBuf,
+    Tls,
+) {
+    let h = RegistryHarness::start_default().await.unwrap();
+    let signed = push(&h, "sig-p256").await;
+    let redis = RedisServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (policies, tls) = setup(dir.path(), &h);
+    (h, signed, redis, dir, policies, tls)
 }
 
 async fn replica(dir: &Path, policies: &Path, tls: &Tls, redis: Option<&RedisServer>) -> Ivory {
@@ -112,13 +127,7 @@ fn metric_sum(text: &str, start: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_times_32_admissions_of_a_new_image_cost_one_registry_request_set() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
-    let signed = push(&h, "sig-p256").await;
-    let redis = RedisServer::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let (policies, tls) = setup(dir.path(), &h);
+    let (h, signed, redis, dir, policies, tls) = fleet().await;
 
     // What one replica without the L2 asks the registry for one admission of the image.
     let lone = replica(dir.path(), &policies, &tls, None).await;
@@ -182,14 +191,8 @@ fn redis_cli(redis: &RedisServer, script: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_stopped_or_garbage_redis_changes_no_answer() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
-    let signed = push(&h, "sig-p256").await;
+    let (h, signed, mut redis, dir, policies, tls) = fleet().await;
     let unsigned = push(&h, "unsigned").await;
-    let mut redis = RedisServer::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let (policies, tls) = setup(dir.path(), &h);
     let warm = replica(dir.path(), &policies, &tls, Some(&redis)).await;
     answers_are_right(&warm, &signed, &unsigned).await;
 
@@ -227,13 +230,7 @@ async fn paused_stopped_or_garbage_redis_changes_no_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_planted_in_redis_do_not_delay_admissions() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
-    let signed = push(&h, "sig-p256").await;
-    let redis = RedisServer::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let (policies, tls) = setup(dir.path(), &h);
+    let (_h, signed, redis, dir, policies, tls) = fleet().await;
     let first = replica(dir.path(), &policies, &tls, Some(&redis)).await;
     assert!(admit(&first, &signed, 1).await[0].0);
     // Someone with write access to Redis (not the key) empties every name the fleet wrote and
@@ -244,7 +241,7 @@ async fn leases_planted_in_redis_do_not_delay_admissions() {
          redis.call('DEL', k) redis.call('SET', k .. ':lease', 'planted') end",
     );
     let fresh = replica(dir.path(), &policies, &tls, Some(&redis)).await;
-    let start = std::time::Instant::now();
+    let start = ivory_clock::now();
     let answers = admit(&fresh, &signed, 1).await;
     let took = start.elapsed();
     eprintln!("admission with planted leases: {took:?} (budget 8 s)");

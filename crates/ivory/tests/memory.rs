@@ -8,7 +8,9 @@ use futures::future::join_all;
 use ivory_testkit::{HostileOptions, HostileRedis, HostileServer, RedisAttack, RedisServer};
 use serde_json::Value;
 
-use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, peak_rss_kib, pod_review, policy};
+use crate::util::{
+    Ivory, Tls, VERIFY_SIGNED, key_attestor, peak_rss_kib, pod_review, policies_dir, policy,
+};
 
 /// Bound on the extra peak memory of one hostile answer.
 const ONE_MIB_BOUND: u64 = 16;
@@ -45,6 +47,18 @@ async fn run(h: &HostileServer, path: &str, repos: &[String]) -> (u64, Vec<Value
 
 /// [`run`] with `checks` (attestors and validations) as the verify policy's checks; also
 /// returns ivory's logs.
+/// A `policies` folder in `dir` holding `pin`: every image of `h` pinned, nothing verified.
+fn pin_policies(dir: &std::path::Path, h: &HostileServer) -> std::path::PathBuf {
+    let policies = policies_dir(dir);
+    let body = "  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n  attestors: []\n  validations:\n    - expression: \"true\"\n";
+    std::fs::write(
+        policies.join("pin.yaml"),
+        policy("pin", &format!("{}/*", h.host()), body),
+    )
+    .unwrap();
+    policies
+}
+
 async fn run_with(
     h: &HostileServer,
     path: &str,
@@ -52,14 +66,7 @@ async fn run_with(
     checks: &str,
 ) -> (u64, Vec<Value>, String) {
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    let body = "  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n  attestors: []\n  validations:\n    - expression: \"true\"\n";
-    std::fs::write(
-        policies.join("pin.yaml"),
-        policy("pin", &format!("{}/*", h.host()), body),
-    )
-    .unwrap();
+    let policies = pin_policies(dir.path(), h);
     let verify = format!(
         "  validationActions: [Deny]\n  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n  validationConfigurations:\n    mutateDigest: false\n    verifyDigest: false\n{checks}"
     );
@@ -68,8 +75,7 @@ async fn run_with(
         policy("verify", &format!("{}/*", h.host()), &verify),
     )
     .unwrap();
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+    let ivory = Ivory::start_policies(dir.path(), &policies).await;
     let warm = pod_review("warm", &[&format!("{}/good:warm", h.host())]);
     let resp = ivory.review(PIN, &warm).await;
     assert_eq!(resp["allowed"], true, "{resp}");
@@ -154,14 +160,7 @@ async fn hostile_answers_cannot_grow_ivory_memory_past_their_bounds() {
 /// store 2 s to send whatever it sends, and returns the peak RSS in KiB.
 async fn run_l2(h: &HostileServer, redis_url: &str) -> u64 {
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    let body = "  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n  attestors: []\n  validations:\n    - expression: \"true\"\n";
-    std::fs::write(
-        policies.join("pin.yaml"),
-        policy("pin", &format!("{}/*", h.host()), body),
-    )
-    .unwrap();
+    let policies = pin_policies(dir.path(), h);
     let key = dir.path().join("l2.key");
     std::fs::write(&key, "memory-test-hmac-key-0123456789abcdef0123456789").unwrap();
     let tls = Tls::write(dir.path(), "ivory test CA");

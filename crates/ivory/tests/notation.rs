@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::Value;
 
-use crate::cli_util::{ivory, write, write_ca};
+use crate::cli_util::{ivory, policy_args, registry_and_ca, write};
 use crate::util::{Ivory, fixtures, pod_review, policy};
 
 fn notation_fixtures() -> std::path::PathBuf {
@@ -149,9 +149,7 @@ fn policies(glob: &str) -> Vec<(&'static str, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_admits_notation_signed_images_and_denies_the_bad_ones() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let images = push_all(&h).await;
     let dir = tempfile::tempdir().unwrap();
     let dir_path = dir.path();
@@ -214,12 +212,8 @@ async fn serve_admits_notation_signed_images_and_denies_the_bad_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_and_audit_judge_the_same_images() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let (h, dir, ca) = registry_and_ca().await;
     let images = push_all(&h).await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_ca(dir.path(), &h);
     let glob = format!("{}/*", h.host());
     let strict = policies(&glob)
         .into_iter()
@@ -236,16 +230,8 @@ async fn verify_and_audit_judge_the_same_images() {
         }
     };
 
-    let mut args = vec![
-        "verify".to_owned(),
-        "--policy".into(),
-        file.display().to_string(),
-        "--registry-ca".into(),
-        ca.display().to_string(),
-        "--no-cache".into(),
-        "-o".into(),
-        "json".into(),
-    ];
+    let mut args = policy_args("verify", &file, &ca);
+    args.extend(["--no-cache".into(), "-o".into(), "json".into()]);
     args.extend(judged.iter().map(|c| images[*c].clone()));
     let run = ivory(args).await;
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
@@ -272,16 +258,13 @@ async fn verify_and_audit_judge_the_same_images() {
     // signature of the verified images.
     let cache = dir.path().join("cache");
     let cached = |image: &str| {
-        ivory(vec![
-            "verify".to_owned(),
-            "--policy".into(),
-            file.display().to_string(),
-            "--registry-ca".into(),
-            ca.display().to_string(),
+        let mut args = policy_args("verify", &file, &ca);
+        args.extend([
             "--cache-dir".into(),
             cache.display().to_string(),
             image.to_owned(),
-        ])
+        ]);
+        ivory(args)
     };
     assert_eq!(cached(&images["cose"]).await.code, 0);
     h.reset_requests();
@@ -303,19 +286,15 @@ async fn verify_and_audit_judge_the_same_images() {
             .map(|c| format!("{}\n", images[*c]))
             .collect::<String>(),
     );
-    let run = ivory(vec![
-        "audit".to_owned(),
-        "--policy".into(),
-        file.display().to_string(),
-        "--registry-ca".into(),
-        ca.display().to_string(),
+    let mut args = policy_args("audit", &file, &ca);
+    args.extend([
         "--no-cache".into(),
         "--images-from".into(),
         list.display().to_string(),
         "-o".into(),
         "json".into(),
-    ])
-    .await;
+    ]);
+    let run = ivory(args).await;
     assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
     let doc = run.json();
     assert_eq!(doc["summary"]["pass"], 2, "{doc}");

@@ -7,23 +7,16 @@ use futures::StreamExt as _;
 
 use base64::Engine as _;
 use ivory_testkit::{
-    HOSTILE_SECRET, Harness, HarnessOptions, HostileOptions, HostileServer, HungRegistry,
-    RegistryHarness,
+    HOSTILE_SECRET, Harness, HostileOptions, HostileServer, HungRegistry, RegistryHarness,
 };
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use crate::util::{
-    Ivory, Tls, VERIFY_SIGNED, eventually, fixtures, key_attestor, pod_review, policy,
+    Ivory, Tls, VERIFY_SIGNED, eventually, fixtures, key_attestor, pod_review, policies_dir, policy,
 };
 
 async fn push(h: &Harness, layout: &str) -> (String, String) {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
-        .await
-        .unwrap();
-    (format!("{}/{repo}:v1", h.host()), tags["v1"].clone())
+    h.push_fixture(layout).await.unwrap()
 }
 
 fn write(dir: &std::path::Path, file: &str, text: &str) {
@@ -55,14 +48,11 @@ fn metric(text: &str, line_start: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutate_validate_warn_audit_errors_and_metrics() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let (signed, signed_digest) = push(&h, "sig-p256").await;
     let (unsigned, _) = push(&h, "unsigned").await;
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let glob = format!("{}/*", h.host());
     let pin_body = "  attestors: []\n  validations:\n    - expression: \"true\"\n";
     write(&policies, "pin.yaml", &policy("pin", &glob, pin_body));
@@ -260,8 +250,7 @@ async fn mutate_validate_warn_audit_errors_and_metrics() {
 async fn hung_registry_is_answered_inside_the_api_server_timeout() {
     let hung = HungRegistry::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let glob = format!("{}/*", hung.host());
     for failure in ["Fail", "Ignore"] {
         let lower = failure.to_lowercase();
@@ -276,8 +265,7 @@ async fn hung_registry_is_answered_inside_the_api_server_timeout() {
         let verify = signed_policy(&format!("verify-{lower}"), &glob, "Deny", failure);
         write(&policies, &format!("verify-{lower}.yaml"), &verify);
     }
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+    let ivory = Ivory::start_policies(dir.path(), &policies).await;
     // Like the API server, talk over an established connection. The warm-up request also
     // makes the registry client build its (blocking, cached) HTTPS client for the hung host:
     // on a cold start concurrent first requests each pay for that build before their budget
@@ -293,7 +281,7 @@ async fn hung_registry_is_answered_inside_the_api_server_timeout() {
         let review = pod_review(uid, &[&image(uid)]);
         let ivory = &ivory;
         async move {
-            let started = Instant::now();
+            let started = ivory_clock::now();
             let resp = ivory.review(&format!("{path}?timeout=3s"), &review).await;
             (resp, started.elapsed())
         }
@@ -355,8 +343,7 @@ async fn hung_registry_is_answered_inside_the_api_server_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_hot_reload_and_certificate_reload() {
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let deny_all = |name: &str, msg: &str| {
         policy(
             name,
@@ -367,8 +354,7 @@ async fn policy_hot_reload_and_certificate_reload() {
         )
     };
     write(&policies, "a.yaml", &deny_all("first", "first version"));
-    let tls = Tls::write(dir.path(), "first CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+    let ivory = Ivory::start_policies(dir.path(), &policies).await;
     let pinned = "registry.example/app@sha256:0000000000000000000000000000000000000000000000000000000000000000";
     let message = |resp: Value| resp["status"]["message"].as_str().unwrap_or("").to_owned();
 
@@ -437,7 +423,7 @@ async fn policy_hot_reload_and_certificate_reload() {
     );
 
     // A new certificate (from a new CA) is served without a restart.
-    let first_ca = tls.ca_pem.clone();
+    let first_ca = ivory.ca_pem.clone();
     let second = Tls::write(dir.path(), "second CA");
     let swapped = eventually(Duration::from_secs(10), || async {
         Ivory::client_for(&second.ca_pem)
@@ -465,9 +451,8 @@ async fn sigterm_finishes_in_flight_requests() {
     let file = dir.path().join("pin.yaml");
     let pin = "  attestors: []\n  validations:\n    - expression: \"true\"\n";
     std::fs::write(&file, policy("pin", &format!("{}/*", hung.host()), pin)).unwrap();
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let mut ivory = Ivory::start(
-        &tls,
+    let mut ivory = Ivory::start_in(
+        dir.path(),
         &[
             "--policies".into(),
             file.display().to_string(),
@@ -502,8 +487,7 @@ async fn not_ready_until_policies_load_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("p.yaml");
     std::fs::write(&file, "apiVersion: policies.kyverno.io/v1\nkind: ImageValidatingPolicy\nmetadata: {name: p}\nspec: {validations: 1}\n").unwrap();
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), file.display().to_string()]).await;
+    let ivory = Ivory::start_policies(dir.path(), &file).await;
     let (status, text) = ivory.get("/readyz").await;
     assert_eq!(status, 503, "{text}");
     assert!(
@@ -658,15 +642,12 @@ fn digest_policy(name: &str, glob: &str, failure: &str) -> String {
 /// make the policy skip, whatever its CEL reads (here: image data too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_out_of_scope_hung_registry_never_skips_the_policy() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let hung = HungRegistry::start().await.unwrap();
     let (signed, _) = push(&h, "sig-p256").await;
     let (unsigned, _) = push(&h, "unsigned").await;
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let body = format!(
         "  failurePolicy: Ignore\n{NO_DIGEST_RULES}{}{VERIFY_SIGNED}    - expression: images.containers.all(i, image.GetMetadata(i).digest != '')\n",
         key_attestor()
@@ -716,15 +697,12 @@ async fn an_out_of_scope_hung_registry_never_skips_the_policy() {
 /// definite failure of another validation still denies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_out_of_scope_hung_registry_an_expression_reads_follows_the_failure_policy() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let hung = HungRegistry::start().await.unwrap();
     let (signed, _) = push(&h, "sig-p256").await;
     let (unsigned, _) = push(&h, "unsigned").await;
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let glob = format!("{}/*", h.host());
     for failure in ["Ignore", "Fail"] {
         let name = format!("arch-{}", failure.to_lowercase());
@@ -794,14 +772,11 @@ async fn an_out_of_scope_hung_registry_an_expression_reads_follows_the_failure_p
 /// pinned and is denied under either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_digest_on_an_unreachable_registry_follows_the_failure_policy() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let hung = HungRegistry::start().await.unwrap();
     let (signed, _) = push(&h, "sig-p256").await;
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let hung_glob = format!("{}/*", hung.host());
     for failure in ["Fail", "Ignore"] {
         let lower = failure.to_lowercase();
@@ -863,9 +838,7 @@ async fn verify_digest_on_an_unreachable_registry_follows_the_failure_policy() {
 /// not before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_tag_is_pinned_anew_after_the_tag_cache_ttl() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let layout = |name: &str| fixtures().join("oci/ivory").join(name);
     let first = h
         .push_oci_layout(&layout("sig-p256"), "ivory/moving")
@@ -873,8 +846,7 @@ async fn a_moved_tag_is_pinned_anew_after_the_tag_cache_ttl() {
         .unwrap()["v1"]
         .clone();
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let pin_body = "  attestors: []\n  validations:\n    - expression: \"true\"\n";
     write(
         &policies,
@@ -882,9 +854,8 @@ async fn a_moved_tag_is_pinned_anew_after_the_tag_cache_ttl() {
         &policy("pin", &format!("{}/*", h.host()), pin_body),
     );
     write(dir.path(), "registry-ca.pem", h.ca_pem());
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(
-        &tls,
+    let ivory = Ivory::start_in(
+        dir.path(),
         &[
             "--policies".into(),
             policies.display().to_string(),
@@ -907,7 +878,7 @@ async fn a_moved_tag_is_pinned_anew_after_the_tag_cache_ttl() {
         .review("/ivpol/mutate/pin", &pod_review("m1", &[&image]))
         .await;
     assert_eq!(pinned(&resp), format!("{image}@{first}"), "{resp}");
-    let cached_at = Instant::now();
+    let cached_at = ivory_clock::now();
 
     let second = h
         .push_oci_layout(&layout("unsigned"), "ivory/moving")
@@ -944,8 +915,7 @@ async fn hostile_registry_text_never_reaches_the_response_and_forged_digests_are
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let glob = format!("{}/*", h.host());
     let insecure = "  credentials:\n    allowInsecureRegistry: true\n";
     let pin = format!(
@@ -957,8 +927,7 @@ async fn hostile_registry_text_never_reaches_the_response_and_forged_digests_are
         key_attestor()
     );
     write(&policies, "verify.yaml", &policy("verify", &glob, &verify));
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+    let ivory = Ivory::start_policies(dir.path(), &policies).await;
 
     // The control: an honest answer from the same server is pinned.
     let good = format!("{}/good:v1", h.host());

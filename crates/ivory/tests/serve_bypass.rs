@@ -3,10 +3,10 @@
 //! timeouts), namespaceSelectors are not silently skipped, and a namespaced policy cannot
 //! borrow Secrets outside its namespace. Against the real registry (ivory-testkit).
 
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, Tls, fixtures, pod_review, policy};
+use crate::util::{Ivory, fixtures, pod_review, policy};
 
 /// A digest-pinning policy for `glob` applying only in namespaces labelled `tier: prod`.
 fn prod_pin_policy(glob: &str) -> String {
@@ -24,9 +24,7 @@ fn prod_pin_policy(glob: &str) -> String {
 /// Starts the real registry with the unsigned fixture pushed, and `ivory serve` over
 /// `policies` (file name, text) trusting it. Returns ivory, the image and the harness.
 async fn serve_with(policies: &[(&str, String)]) -> (Ivory, String, Harness, tempfile::TempDir) {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let tags = h
         .push_oci_layout(&fixtures().join("oci/ivory/unsigned"), "ivory/unsigned")
         .await
@@ -40,17 +38,7 @@ async fn serve_with(policies: &[(&str, String)]) -> (Ivory, String, Harness, tem
         std::fs::write(folder.join(file), text).unwrap();
     }
     std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(
-        &tls,
-        &[
-            "--policies".into(),
-            folder.display().to_string(),
-            "--registry-ca".into(),
-            dir.path().join("registry-ca.pem").display().to_string(),
-        ],
-    )
-    .await;
+    let ivory = Ivory::start_with_policies(dir.path(), &folder).await;
     (ivory, image, h, dir)
 }
 
@@ -166,8 +154,7 @@ async fn a_namespaced_policy_naming_another_namespaces_secret_does_not_load() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("borrow.yaml");
     std::fs::write(&file, text).unwrap();
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), file.display().to_string()]).await;
+    let ivory = Ivory::start_policies(dir.path(), &file).await;
     let (status, text) = ivory.get("/readyz").await;
     assert_eq!(status, 503, "{text}");
     assert!(

@@ -6,9 +6,8 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
-use crate::util::{Ivory, Tls, eventually, pod_review, policy};
+use crate::util::{Ivory, eventually, pod_review, policies_dir, policy};
 
 /// No verification: the policies exercise CEL alone.
 const NO_VERIFICATION: &str = "  attestors: []
@@ -45,8 +44,7 @@ fn review_with_list(uid: &str, items: usize) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn costly_cel_is_stopped_per_failure_policy_and_other_requests_are_answered() {
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     for (name, failure) in [("costly-fail", "Fail"), ("costly-ignore", "Ignore")] {
         std::fs::write(
             policies.join(format!("{name}.yaml")),
@@ -54,8 +52,7 @@ async fn costly_cel_is_stopped_per_failure_policy_and_other_requests_are_answere
         )
         .unwrap();
     }
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+    let ivory = Ivory::start_policies(dir.path(), &policies).await;
     assert_eq!(ivory.get("/readyz").await.0, 200, "{}", ivory.logs());
 
     // Small lists pass: the policies are enforced, not broken.
@@ -77,7 +74,7 @@ async fn costly_cel_is_stopped_per_failure_policy_and_other_requests_are_answere
         let ivory = &ivory;
         let review = review.clone();
         async move {
-            let started = Instant::now();
+            let started = ivory_clock::now();
             let resp = ivory.review(path, &review).await;
             (resp, started.elapsed())
         }
@@ -129,8 +126,7 @@ async fn a_costly_expression_is_refused_at_load() {
     let file = dir.path().join("cross.yaml");
     let body = format!("{NO_VERIFICATION}  validations:\n    - expression: \"{CROSS_PRODUCT}\"\n");
     std::fs::write(&file, policy("cross", "*", &body)).unwrap();
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), file.display().to_string()]).await;
+    let ivory = Ivory::start_policies(dir.path(), &file).await;
     let (status, text) = ivory.get("/readyz").await;
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("cross.yaml"), "{text}");

@@ -3,10 +3,13 @@
 //! matching exception skips the policy in both stages (no verification, no pin), a
 //! non-matching one changes nothing, and `--exception-namespace` confines where they count.
 
-use ivory_testkit::{HarnessOptions, RegistryHarness};
+use ivory_testkit::RegistryHarness;
+use ivory_testkit::policy::NO_IMAGE_CHECKS;
 use serde_json::Value;
 
-use crate::util::{Ivory, Tls, VERIFY_SIGNED, fixtures, key_attestor, pod_review, policy};
+use crate::util::{
+    Ivory, Tls, VERIFY_SIGNED, fixtures, key_attestor, pod_review, policies_dir, policy,
+};
 
 const VALIDATE: &str = "/ivpol/validate/require-signed";
 const MUTATE: &str = "/ivpol/mutate/require-signed";
@@ -55,9 +58,7 @@ async fn start(dir: &std::path::Path, extra: &[&str]) -> Ivory {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_matching_exception_skips_the_policy_only_when_enabled() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let tags = h
         .push_oci_layout(&fixtures().join("oci/ivory/unsigned"), "ivory/unsigned")
         .await
@@ -66,8 +67,7 @@ async fn a_matching_exception_skips_the_policy_only_when_enabled() {
     let pinned = format!("{}/ivory/unsigned@{}", h.host(), tags["v1"]);
 
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let body = format!("{}{VERIFY_SIGNED}", key_attestor());
     let glob = format!("{}/*", h.host());
     std::fs::write(
@@ -188,12 +188,7 @@ spec:
       - {resources}
 {condition}  matchImageReferences:
     - glob: ghcr.io/*
-  validationConfigurations:
-    mutateDigest: false
-    verifyDigest: false
-    required: false
-  attestors: []
-  validations:
+{NO_IMAGE_CHECKS}  validations:
     - expression: \"false\"
       message: failed to verify image with notary cert
 "
@@ -247,8 +242,7 @@ fn reviews_of(yaml: &str) -> Vec<(String, Value)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kyvernos_exception_scenarios_replayed() {
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let pods = "{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}";
     let deployments = "{apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments]}";
     for (file, text) in [

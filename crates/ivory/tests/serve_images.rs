@@ -3,18 +3,16 @@
 //! an image the mutating stage cannot parse is a policy error.
 
 use base64::Engine as _;
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::review::{self, pod_review_with};
+use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, fixtures, key_attestor, policy};
+use crate::util::{Ivory, key_attestor, policies_dir, policy};
 
+/// Pushes fixture `layout`: (its repository `ivory/<layout>`, without the host; its digest).
 async fn push(h: &Harness, layout: &str) -> (String, String) {
-    let repo = format!("ivory/{layout}");
-    let tags = h
-        .push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
-        .await
-        .unwrap();
-    (format!("ivory/{layout}"), tags["v1"].clone())
+    let (_, digest) = h.push_fixture(layout).await.unwrap();
+    (format!("ivory/{layout}"), digest)
 }
 
 /// Verifies every image a pod runs, as the shipped samples do.
@@ -33,41 +31,21 @@ fn review(
     ephemeral: &[&str],
     volumes: &[&str],
 ) -> Value {
-    let list = |images: &[&str]| -> Vec<Value> {
-        images
-            .iter()
-            .enumerate()
-            .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
-            .collect()
-    };
     let volumes: Vec<Value> = volumes
         .iter()
         .enumerate()
         .map(|(i, image)| json!({"name": format!("v{i}"), "image": {"reference": image}}))
         .collect();
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": "web",
-            "namespace": "default",
-            "operation": operation,
-            "userInfo": {"username": "alice"},
-            "object": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "web", "namespace": "default"},
-                "spec": {
-                    "containers": list(containers),
-                    "ephemeralContainers": list(ephemeral),
-                    "volumes": volumes,
-                },
-            },
-        },
-    })
+    pod_review_with(
+        uid,
+        operation,
+        "default",
+        json!({
+            "containers": review::containers(containers),
+            "ephemeralContainers": review::containers(ephemeral),
+            "volumes": volumes,
+        }),
+    )
 }
 
 /// `kubectl debug`: an UPDATE of the `pods/ephemeralcontainers` subresource.
@@ -88,9 +66,7 @@ fn patch_of(resp: &Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_image_of_a_pod_is_judged_whatever_its_spelling() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let (signed_repo, signed_digest) = push(&h, "sig-p256").await;
     let (unsigned_repo, unsigned_digest) = push(&h, "unsigned").await;
     let host = h.host().to_owned();
@@ -101,8 +77,7 @@ async fn every_image_of_a_pod_is_judged_whatever_its_spelling() {
     let unsigned = format!("{host}/{unsigned_repo}:v1");
 
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let glob = format!("{host}/*");
     let pin = "  attestors: []\n  validations:\n    - expression: \"true\"\n";
     std::fs::write(policies.join("pin.yaml"), policy("pin", &glob, pin)).unwrap();

@@ -3,7 +3,7 @@
 //! connections to the real `ivory serve`; memory is the process's peak RSS (`VmHWM`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -123,7 +123,7 @@ async fn hold_partial_body(
 /// whether it closed.
 async fn read_until_closed(s: &mut TlsStream<TcpStream>, limit: Duration) -> (String, bool) {
     let mut out = Vec::new();
-    let until = tokio::time::Instant::now() + limit;
+    let until = ivory_clock::now() + limit;
     let mut buf = [0u8; 4096];
     loop {
         match tokio::time::timeout_at(until, s.read(&mut buf)).await {
@@ -150,7 +150,7 @@ async fn partial_bodies_cannot_pin_memory_past_the_body_budget() {
     let (review, pid, base) = warm(&ivory).await;
 
     let tls = connector(&ivory.ca_pem, &[b"http/1.1"]);
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let mut held = Vec::new();
     for i in 0..HELD_BODIES {
         if let Some(s) = hold_partial_body(&ivory, &tls, i % 2 == 1).await {
@@ -177,7 +177,7 @@ async fn partial_bodies_cannot_pin_memory_past_the_body_budget() {
 
     // While the budget is nearly spent, a small review still fits and is judged at once; a
     // large one does not fit and is answered at once with a 503 naming the budget.
-    let asked = Instant::now();
+    let asked = ivory_clock::now();
     assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
     let mut large = review.clone();
     large["request"]["object"]["metadata"]["annotations"] =
@@ -226,7 +226,7 @@ async fn header_trickles_and_idle_connections_are_closed() {
         .write_all(b"POST /ivpol/validate/noop HTTP/1.1\r\n")
         .await
         .unwrap();
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let mut closed_after = None;
     for byte in b"x-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
         .iter()
@@ -255,7 +255,7 @@ async fn header_trickles_and_idle_connections_are_closed() {
     idle.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
         .await
         .unwrap();
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let (_, closed) = read_until_closed(&mut idle, Duration::from_secs(10)).await;
     let after = started.elapsed();
     eprintln!("idle HTTP/2 connection closed after {after:?} (idle timeout 2 s)");
@@ -409,7 +409,7 @@ async fn multiplexed_partial_bodies_share_the_same_budget() {
     );
     // With the budget spent, another client's review is answered at once (503: the API server
     // applies the failurePolicy), never left waiting.
-    let asked = Instant::now();
+    let asked = ivory_clock::now();
     let (status, text) = ivory.post(VALIDATE, review.to_string()).await;
     assert!(status == 503 || status == 200, "{status} {text}");
     assert!(
@@ -444,7 +444,7 @@ async fn a_client_that_reads_no_answers_cannot_hold_a_connection() {
         .unwrap();
     // Pipelined: thousands of /metrics answers (kilobytes each) that nobody reads.
     let request = b"GET /metrics HTTP/1.1\r\nhost: ivory\r\n\r\n".repeat(100);
-    let started = Instant::now();
+    let started = ivory_clock::now();
     for _ in 0..40 {
         match tokio::time::timeout(Duration::from_secs(2), s.write_all(&request)).await {
             Ok(Ok(())) => {}
@@ -507,7 +507,7 @@ async fn rapid_reset_streams_cost_nothing_lasting() {
         "+{} KiB",
         peak - base
     );
-    let asked = Instant::now();
+    let asked = ivory_clock::now();
     assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
     assert!(
         asked.elapsed() < Duration::from_secs(2),

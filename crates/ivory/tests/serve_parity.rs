@@ -2,10 +2,10 @@
 //! cosign generations, legacy Rekor entry kinds, certificate constraints (`additionalExtensions`,
 //! `subjectExpression`) and the fields refused at load.
 
-use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
+use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, Tls, fixtures, pod_review, policy};
+use crate::util::{Ivory, fixtures, pod_review, policies_dir, policy};
 
 /// Pushes a layout under `fixtures/<dir>` as `ivory/<name>`; returns `host/ivory/<name>@<digest>`.
 async fn push(h: &Harness, dir: &str, name: &str) -> String {
@@ -57,14 +57,11 @@ async fn allowed(ivory: &Ivory, policy: &str, review: &Value) -> (bool, Value) {
 /// cosign v2.6.5 when `hashAlgorithm` is unset; set, only signatures with that hash verify.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p384_signatures_of_both_cosign_generations_follow_hash_algorithm() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let v25 = push(&h, "hash/oci/ivory/hash-p384-v250", "hash-p384-v250").await;
     let v26 = push(&h, "hash/oci/ivory/hash-p384-v265", "hash-p384-v265").await;
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let glob = format!("{}/*", h.host());
     for (name, hash) in [
         ("p384-unset", None),
@@ -141,9 +138,7 @@ fn labelled(uid: &str, image: &str, generator: &str) -> Value {
 /// the signing certificate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_intoto_provenance_verifies_under_certificate_constraints() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let layout = "captured/slsa-verifier/gha_generic_container";
     let v14 = push(
         &h,
@@ -160,8 +155,7 @@ async fn legacy_intoto_provenance_verifies_under_certificate_constraints() {
     let glob = format!("{}/*", h.host());
     let generator = "https://github.com/slsa-framework/slsa-github-generator/.github/workflows/generator_container_slsa3.yml@refs/tags/";
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let any_release = format!("              subjectRegExp: '^{generator}v1\\.[0-9]+\\.0$'\n");
     let files = [
         (
@@ -260,8 +254,7 @@ async fn fields_ivory_cannot_honour_are_refused_at_load() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("refused.yaml");
     std::fs::write(&file, policy("refused", "*", &body)).unwrap();
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), file.display().to_string()]).await;
+    let ivory = Ivory::start_policies(dir.path(), &file).await;
     let (status, text) = ivory.get("/readyz").await;
     assert_eq!(status, 503, "{text}");
     for want in [
@@ -329,17 +322,14 @@ fn on_node(uid: &str, image: &str, selector: Value) -> Value {
 /// when the Pod pins none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kyverno_image_data_scenario_follows_the_pods_platform() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let index = push(&h, "oci/ivory/sig-index", "sig-index").await;
     let (index_by_tag, _) = index.split_once('@').unwrap();
     let index_by_tag = format!("{index_by_tag}:v1");
     let single = push(&h, "oci/ivory/sig-p256", "sig-p256").await;
     let glob = format!("{}/*", h.host());
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     for (name, body) in [
         ("ivpol-image-data-arch", IMAGE_DATA_ARCH),
         ("image-data-shape", IMAGE_DATA_SHAPE),
@@ -398,16 +388,13 @@ async fn kyverno_image_data_scenario_follows_the_pods_platform() {
 /// so does ivory, for the Pod's platform.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kyverno_image_data_scenarios_reach_images_outside_the_globs_and_literals() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let index = push(&h, "oci/ivory/sig-index", "sig-index").await;
     let (repo, _) = index.split_once('@').unwrap();
     let index_by_tag = format!("{repo}:v1");
     let single = push(&h, "oci/ivory/sig-p256", "sig-p256").await;
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let lenient = "  validationConfigurations:
     verifyDigest: false
     required: false
@@ -521,9 +508,7 @@ fn platforms_policy(name: &str, glob: &str, annotation: Option<&str>, attestor: 
 /// arm64-only or Windows-only image is verified and its image data read for its platform.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_platform_images_verify_what_the_policy_chooses() {
-    let h = RegistryHarness::start(HarnessOptions::default())
-        .await
-        .unwrap();
+    let h = RegistryHarness::start_default().await.unwrap();
     let signer = ivory_testkit::CosignSigner::generate().unwrap();
     let host = h.host().to_owned();
     // arm64 only and Windows only: the platform manifest is signed, the index is not.
@@ -556,8 +541,7 @@ async fn multi_platform_images_verify_what_the_policy_chooses() {
     let (arm, windows) = (&images["ivory/arm-only"], &images["ivory/windows-only"]);
 
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let glob = format!("{host}/*");
     let attestor = ivory_testkit::policy::key_attestor_yaml(&signer.public_pem);
     for (name, annotation) in [

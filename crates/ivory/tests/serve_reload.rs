@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::util::{Ivory, Tls, eventually, pod_review, policy};
+use crate::util::{Ivory, Tls, eventually, pod_review, policies_dir, policy};
 
 const VALIDATE: &str = "/ivpol/validate/guard";
 
@@ -39,8 +39,7 @@ fn bad_pod(uid: &str) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_file_is_never_enforced_half_written() {
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
+    let policies = policies_dir(dir.path());
     let file = policies.join("guard.yaml");
     std::fs::write(&file, guard("bad pods are denied (v1)")).unwrap();
     let tls = Tls::write(dir.path(), "ivory test CA");

@@ -8,37 +8,44 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::util::{BIN, Ivory, Tls, pod_review};
+use crate::util::{BIN, Ivory, pod_review, policies_dir};
 
-const CLUSTER: &str = "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
+/// A policy `shared` of `kind` for Pod CREATEs (`metadata` lines after the name), whose one
+/// validation is `expression`, checking nothing about images.
+fn shared(kind: &str, metadata: &str, validation: &str) -> String {
+    format!(
+        "apiVersion: policies.kyverno.io/v1
+kind: {kind}
 metadata:
   name: shared
-spec:
+{metadata}spec:
   matchConstraints:
     resourceRules:
-      - {apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}
-  validationConfigurations: {mutateDigest: false, verifyDigest: false, required: false}
+      - {{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}}
+  validationConfigurations: {{mutateDigest: false, verifyDigest: false, required: false}}
   attestors: []
   validations:
-    - expression: \"false\"
-      message: cluster policy ran
-";
+{validation}"
+    )
+}
 
-const NAMESPACED: &str = "apiVersion: policies.kyverno.io/v1
-kind: NamespacedImageValidatingPolicy
-metadata:
-  name: shared
-  namespace: default
-spec:
-  matchConstraints:
-    resourceRules:
-      - {apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}
-  validationConfigurations: {mutateDigest: false, verifyDigest: false, required: false}
-  attestors: []
-  validations:
-    - expression: \"true\"
-";
+/// The cluster policy `shared`: denies every Pod.
+fn cluster() -> String {
+    shared(
+        "ImageValidatingPolicy",
+        "",
+        "    - expression: \"false\"\n      message: cluster policy ran\n",
+    )
+}
+
+/// The NamespacedImageValidatingPolicy `shared` in `default`: admits every Pod.
+fn namespaced() -> String {
+    shared(
+        "NamespacedImageValidatingPolicy",
+        "  namespace: default\n",
+        "    - expression: \"true\"\n",
+    )
+}
 
 /// Every webhook path `ivory webhooks` generates for the policies in `dir`.
 fn generated_paths(dir: &std::path::Path) -> Vec<String> {
@@ -68,13 +75,12 @@ fn generated_paths(dir: &std::path::Path) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_policy_name_on_the_namespaced_route_is_denied_and_never_generated() {
     let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    std::fs::write(policies.join("cluster.yaml"), CLUSTER).unwrap();
-    std::fs::write(policies.join("namespaced.yaml"), NAMESPACED).unwrap();
+    let policies = policies_dir(dir.path());
+    std::fs::write(policies.join("cluster.yaml"), cluster()).unwrap();
+    std::fs::write(policies.join("namespaced.yaml"), namespaced()).unwrap();
     std::fs::write(
         policies.join("only-cluster.yaml"),
-        CLUSTER.replace("name: shared", "name: only-cluster"),
+        cluster().replace("name: shared", "name: only-cluster"),
     )
     .unwrap();
 
@@ -99,8 +105,7 @@ async fn a_cluster_policy_name_on_the_namespaced_route_is_denied_and_never_gener
         "{paths:?}"
     );
 
-    let tls = Tls::write(dir.path(), "ivory test CA");
-    let ivory = Ivory::start(&tls, &["--policies".into(), policies.display().to_string()]).await;
+    let ivory = Ivory::start_policies(dir.path(), &policies).await;
     // Same name on both routes: each route runs its own kind.
     let resp = ivory
         .review("/nivpol/validate/shared", &pod_review("r-1", &["nginx"]))

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rustix::process::{Pid, Signal, kill_process};
 
-use crate::util::{Ivory, Tls, eventually};
+use crate::util::{Ivory, eventually};
 
 /// The serving process started by the supervising process `parent` (`ppid` field of
 /// `/proc/PID/stat`), if there is one.
@@ -27,8 +27,7 @@ fn serving_child(parent: u32) -> Option<i32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_serving_process_is_replaced_without_refusing_a_connection() {
     let dir = tempfile::tempdir().unwrap();
-    let tls = Tls::write(dir.path(), "supervise");
-    let mut ivory = Ivory::start(&tls, &["--supervise".into()]).await;
+    let mut ivory = Ivory::start_in(dir.path(), &["--supervise".into()]).await;
     let parent = ivory.child.id().unwrap();
     let first = serving_child(parent).expect("a serving process");
     kill_process(Pid::from_raw(first).unwrap(), Signal::KILL).unwrap();

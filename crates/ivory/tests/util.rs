@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ivory_testkit::TestPki;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::oneshot;
@@ -100,6 +100,17 @@ impl Ivory {
         }
     }
 
+    /// Starts `ivory serve` with `extra` arguments and a new test CA (and server certificate)
+    /// written to `dir`.
+    pub(crate) async fn start_in(dir: &Path, extra: &[String]) -> Self {
+        Self::start(&Tls::write(dir, "ivory test CA"), extra).await
+    }
+
+    /// Starts `ivory serve --policies <policies>` (no registry CA) with a new test CA in `dir`.
+    pub(crate) async fn start_policies(dir: &Path, policies: &Path) -> Self {
+        Self::start_in(dir, &["--policies".into(), policies.display().to_string()]).await
+    }
+
     /// Starts `ivory serve --policies <policies>` with a new test CA in `dir`, trusting the
     /// registry CA the caller wrote to `dir/registry-ca.pem`.
     pub(crate) async fn start_with_policies(dir: &Path, policies: &Path) -> Self {
@@ -174,53 +185,25 @@ impl Ivory {
     }
 }
 
-/// A Pod CREATE review in namespace `default` with one container per image.
-pub(crate) fn pod_review(uid: &str, images: &[&str]) -> Value {
-    let containers: Vec<Value> = images
-        .iter()
-        .enumerate()
-        .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
-        .collect();
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": "web",
-            "namespace": "default",
-            "operation": "CREATE",
-            "userInfo": {"username": "alice"},
-            "object": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "web", "namespace": "default"},
-                "spec": {"containers": containers},
-            },
-        },
-    })
+pub(crate) use ivory_testkit::review::pod_review;
+
+/// Asserts that the admission response `resp` denies, with a message containing `reason`.
+#[track_caller]
+pub(crate) fn assert_denied(resp: &Value, reason: &str) {
+    assert_eq!(resp["allowed"], false, "{resp}");
+    let message = resp["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(reason), "{resp}");
+}
+
+/// A new empty `policies` folder in `dir`.
+pub(crate) fn policies_dir(dir: &Path) -> PathBuf {
+    let policies = dir.join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    policies
 }
 
 /// An ImageValidatingPolicy for pods whose images match `glob`.
-pub(crate) fn policy(name: &str, glob: &str, body: &str) -> String {
-    format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: {name}
-spec:
-  matchConstraints:
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE, UPDATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"{glob}\"
-{body}"
-    )
-}
+pub(crate) use ivory_testkit::policy::pod_policy as policy;
 
 /// `attestors:` with the fixture P-256 key (signatures without transparency log).
 pub(crate) fn key_attestor() -> String {
@@ -241,8 +224,8 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let until = tokio::time::Instant::now() + limit;
-    while tokio::time::Instant::now() < until {
+    let until = ivory_clock::now() + limit;
+    while ivory_clock::now() < until {
         if check().await {
             return true;
         }

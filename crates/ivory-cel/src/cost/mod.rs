@@ -16,7 +16,7 @@ pub(crate) mod instrument;
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use tokio::time::Instant;
 
 /// Largest input an expression can see: ivory-server's default request body limit. Lists and
 /// strings from the request are sized by it, as Kubernetes sizes unbounded lists by its
@@ -257,7 +257,10 @@ pub(crate) fn charge(units: u64) -> Result<(), Exceeded> {
         let exceeded = if meter.used > meter.limits.limit {
             Some(meter.limits.on_limit)
         } else if meter.charges % CHARGES_PER_CLOCK_READ == 0
-            && meter.limits.deadline.is_some_and(|d| Instant::now() >= d)
+            && meter
+                .limits
+                .deadline
+                .is_some_and(|d| ivory_clock::now() >= d)
         {
             Some(Exceeded::Deadline)
         } else {

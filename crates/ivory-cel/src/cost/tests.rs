@@ -1,5 +1,5 @@
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
@@ -201,7 +201,7 @@ fn a_shared_budget_is_spent_across_evaluations() {
 fn an_evaluation_does_not_outlive_its_deadline() {
     let past = || {
         Arc::new(CostBudget::for_policy(Some(
-            Instant::now() - Duration::from_millis(1),
+            ivory_clock::now() - Duration::from_millis(1),
         )))
     };
     let object = object_with_items(10_000);
@@ -221,6 +221,32 @@ fn an_evaluation_does_not_outlive_its_deadline() {
     act.bind_json("object", &small);
     act.set_budget(past());
     assert!(p.evaluate(&act).is_ok(), "{:?}", p.evaluate(&act));
+}
+
+/// The deadline is read on tokio's clock ([`ivory_clock::now`]): with the clock paused, an
+/// evaluation never reaches it however slow the machine, and passes it once the test advances
+/// the clock, on the worker and on the large-stack thread of deep programs alike.
+#[tokio::test(start_paused = true)]
+async fn the_deadline_follows_a_paused_clock() {
+    let object = object_with_items(10_000);
+    let shallow = "object.items.all(x, x >= 0)";
+    let deep = format!("{}{shallow}{}", "[".repeat(30), "]".repeat(30));
+    for src in [shallow, deep.as_str()] {
+        let p = accepted(src);
+        let mut act = Activation::new(&NoHost);
+        act.bind_json("object", &object);
+        let deadline = ivory_clock::deadline_in(Duration::from_secs(1));
+        act.set_budget(Arc::new(CostBudget::for_policy(Some(deadline))));
+        let before = p.evaluate(&act);
+        assert!(before.is_ok(), "{src}: {before:?}");
+
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let after = p.evaluate(&act);
+        assert!(
+            matches!(&after, Err(EvalError::CostExceeded { reason, .. }) if reason.contains("deadline")),
+            "{src}: {after:?}"
+        );
+    }
 }
 
 #[test]
@@ -255,7 +281,7 @@ async fn an_evaluation_outgrowing_its_inline_slice_is_finished_off_the_worker() 
             (
                 result,
                 crate::POLICY_BUDGET - budget.remaining(),
-                Instant::now(),
+                ivory_clock::now(),
             )
         })
     };
@@ -270,7 +296,7 @@ async fn an_evaluation_outgrowing_its_inline_slice_is_finished_off_the_worker() 
         "lists.range(400).all(a, lists.range(400).all(b, lists.range(400).all(c, a + b + c >= 0)))",
     );
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let cheap = tokio::spawn(async { Instant::now() });
+    let cheap = tokio::spawn(async { ivory_clock::now() });
     let cheap_done = cheap.await.unwrap();
     let (result, _, costly_done) = costly.await.unwrap();
     assert!(

@@ -1,16 +1,21 @@
-//! Set-up shared by the report tests: CRDs from the repository, TLS for ivory, `ivory serve`
-//! with arguments, the webhooks `ivory webhooks` prints, objects applied server-side.
+//! Set-up shared by the cluster tests: CRDs from the repository, fixture images pushed, labelled
+//! namespaces, TLS for ivory, `ivory serve` with arguments, the webhooks `ivory webhooks`
+//! prints, objects and policies applied server-side.
+// Every test binary includes this module and each uses part of it.
+#![allow(dead_code)]
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use ivory_e2e::{IvoryServer, eventually, run_ivory};
-use ivory_testkit::TestPki;
+use ivory_e2e::{Cluster, IvoryServer, eventually, run_ivory};
+use ivory_testkit::policy::key_attestor_yaml;
+use ivory_testkit::{Harness, TestPki};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{
@@ -21,8 +26,67 @@ use serde_json::{Value, json};
 /// How long the API server may take to establish a CRD or put a webhook in its chain.
 pub(crate) const PROPAGATION: Duration = Duration::from_secs(30);
 
+/// The CRDs of the two policy kinds ivory serves.
+pub(crate) const POLICY_CRDS: [&str; 2] = [
+    "deploy/crds/policies.kyverno.io_imagevalidatingpolicies.yaml",
+    "deploy/crds/policies.kyverno.io_namespacedimagevalidatingpolicies.yaml",
+];
+/// `ImageValidatingPolicy` for [`dynamic`].
+pub(crate) const IVPOL: (&str, &str, &str, &str) = (
+    "policies.kyverno.io",
+    "v1",
+    "ImageValidatingPolicy",
+    "imagevalidatingpolicies",
+);
+/// `NamespacedImageValidatingPolicy` for [`dynamic`].
+pub(crate) const NIVPOL: (&str, &str, &str, &str) = (
+    "policies.kyverno.io",
+    "v1",
+    "NamespacedImageValidatingPolicy",
+    "namespacedimagevalidatingpolicies",
+);
+
 pub(crate) fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `spec.attestors` with the fixture cosign key `fixtures/keys/cosign-p256.pub` (see
+/// [`key_attestor_yaml`]).
+pub(crate) fn fixture_key_attestors() -> Result<String> {
+    let pem = std::fs::read_to_string(workspace().join("fixtures/keys/cosign-p256.pub"))
+        .context("reading fixtures/keys/cosign-p256.pub")?;
+    Ok(key_attestor_yaml(&pem))
+}
+
+/// Pushes the fixture image `fixtures/oci/ivory/<layout>` to `ivory/<layout>` on `h`:
+/// (`host/ivory/<layout>:v1`, its digest).
+pub(crate) async fn push(h: &Harness, layout: &str) -> Result<(String, String)> {
+    Ok(h.push_fixture(layout).await?)
+}
+
+/// [`push`]es the signed (`sig-p256`) and the unsigned fixture images: (signed, unsigned).
+pub(crate) async fn push_signed_and_unsigned(
+    h: &Harness,
+) -> Result<((String, String), (String, String))> {
+    Ok((push(h, "sig-p256").await?, push(h, "unsigned").await?))
+}
+
+/// Creates a namespace `prefix-<unique>` labelled `ivory-e2e=true` and `labels`.
+pub(crate) async fn namespace(
+    client: &Client,
+    prefix: &str,
+    labels: &[(&str, &str)],
+) -> Result<String> {
+    Ok(ivory_e2e::create_labelled_namespace(client, prefix, labels).await?)
+}
+
+/// The shared test cluster and a client for it, with the CRD files `crds` installed (see
+/// [`install_crds`]).
+pub(crate) async fn cluster_with_crds(crds: &[&str]) -> Result<(&'static Cluster, Client)> {
+    let cluster = Cluster::shared().await?;
+    let client = cluster.client().await?;
+    install_crds(&client, crds).await?;
+    Ok((cluster, client))
 }
 
 /// Installs CRD files (paths relative to the workspace) and waits until each is Established.
@@ -38,12 +102,7 @@ pub(crate) async fn install_crds(client: &Client, files: &[&str]) -> Result<()> 
             .context("empty CRD file")?;
         let crd: CustomResourceDefinition = serde_json::from_value(doc)?;
         let name = crd.metadata.name.clone().context("CRD without a name")?;
-        api.patch(
-            &name,
-            &PatchParams::apply("ivory-e2e").force(),
-            &Patch::Apply(&crd),
-        )
-        .await?;
+        server_side_apply(&api, &name, &crd).await?;
         eventually(&format!("CRD {name} Established"), PROPAGATION, || {
             let (api, name) = (api.clone(), name.clone());
             async move {
@@ -74,6 +133,16 @@ pub(crate) fn tls(dir: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
     Ok(files)
 }
 
+/// A temporary folder for ivory with its TLS files (see [`tls`]) and `registry`'s CA:
+/// (folder, ivory's CA file, the registry CA file).
+pub(crate) fn ivory_dir(registry: &Harness) -> Result<(tempfile::TempDir, PathBuf, PathBuf)> {
+    let dir = tempfile::tempdir()?;
+    let (_, _, ca) = tls(dir.path())?;
+    let registry_ca = dir.path().join("registry-ca.pem");
+    std::fs::write(&registry_ca, registry.ca_pem())?;
+    Ok((dir, ca, registry_ca))
+}
+
 /// Starts `ivory serve` with the TLS files of [`tls`] in `dir`, trusting `registry_ca`.
 pub(crate) async fn serve(
     dir: &Path,
@@ -92,6 +161,21 @@ pub(crate) async fn serve(
     ];
     args.extend_from_slice(extra);
     Ok(IvoryServer::start(args, envs).await?)
+}
+
+/// [`serve`] in file mode: `ivory serve --policies <policies>`, without the cluster.
+pub(crate) async fn serve_policies(
+    dir: &Path,
+    registry_ca: &Path,
+    policies: &Path,
+) -> Result<IvoryServer> {
+    serve(
+        dir,
+        registry_ca,
+        &[OsStr::new("--policies"), policies.as_os_str()],
+        &[],
+    )
+    .await
 }
 
 /// Registers what `ivory webhooks` prints for `policies`, named after `tag`; returns the
@@ -182,11 +266,54 @@ pub(crate) fn dynamic(
 pub(crate) async fn apply(api: &Api<DynamicObject>, yaml: &str) -> Result<()> {
     let object: DynamicObject = serde_json::from_value(serde_saphyr::from_str::<Value>(yaml)?)?;
     let name = object.metadata.name.clone().context("object has no name")?;
+    server_side_apply(api, &name, &object).await
+}
+
+/// Server-side applies `object`, named `name`, through `api` (field manager `ivory-e2e`, forced).
+async fn server_side_apply<K>(
+    api: &Api<K>,
+    name: &str,
+    object: &(impl serde::Serialize + std::fmt::Debug),
+) -> Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     api.patch(
-        &name,
+        name,
         &PatchParams::apply("ivory-e2e").force(),
-        &Patch::Apply(&object),
+        &Patch::Apply(object),
     )
     .await?;
     Ok(())
+}
+
+/// Server-side applies a policy of either kind: namespaced when it names a namespace.
+pub(crate) async fn apply_policy(client: &Client, yaml: &str) -> Result<()> {
+    let object: DynamicObject = serde_json::from_value(serde_saphyr::from_str::<Value>(yaml)?)?;
+    let api = match object.metadata.namespace.as_deref() {
+        Some(ns) => dynamic(client, NIVPOL, Some(ns)),
+        None => dynamic(client, IVPOL, None),
+    };
+    apply(&api, yaml).await
+}
+
+/// Sets what the kubelet would report for the Pod's one container `app` (the test cluster runs
+/// no kubelet); returns the Pod as stored.
+pub(crate) async fn set_running_digest(
+    client: &Client,
+    ns: &str,
+    pod: &str,
+    image: &str,
+    image_id: &str,
+) -> Result<Pod> {
+    let status = json!({"status": {"containerStatuses": [{
+        "name": "app",
+        "image": image,
+        "imageID": image_id,
+        "ready": true,
+        "restartCount": 0,
+    }]}});
+    Ok(Api::<Pod>::namespaced(client.clone(), ns)
+        .patch_status(pod, &PatchParams::default(), &Patch::Merge(&status))
+        .await?)
 }

@@ -54,7 +54,7 @@ spec:
 }
 
 fn deadline() -> Instant {
-    Instant::now() + Duration::from_secs(5)
+    ivory_clock::now() + Duration::from_secs(5)
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use crate::admission::testutil::{condition, pod_rule, policy, request, rule};
 use crate::admission::{AdmissionRequest, GroupVersionResource};
 
 fn later() -> tokio::time::Instant {
-    tokio::time::Instant::now() + std::time::Duration::from_secs(10)
+    ivory_clock::now() + std::time::Duration::from_secs(10)
 }
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

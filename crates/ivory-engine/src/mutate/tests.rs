@@ -67,7 +67,7 @@ fn pod_policy(name: &str) -> CompiledPolicy {
 }
 
 fn later(secs: u64) -> Instant {
-    Instant::now() + Duration::from_secs(secs)
+    ivory_clock::now() + Duration::from_secs(secs)
 }
 
 async fn run(fake: &FakeVerifier, policies: &[&CompiledPolicy], file: &str) -> Decision {
@@ -308,7 +308,7 @@ async fn lookups_run_concurrently() {
             Mode::Sleep(Duration::from_secs(1)),
         );
     let p = pod_policy("pin");
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let d = mutate(
         &fake,
         &NoResources,
@@ -330,7 +330,7 @@ async fn deadline_with_failure_policy_fail_denies() {
     );
     let mut p = pod_policy("pin");
     p.actions = vec![ValidationAction::Warn]; // budget exhaustion denies regardless of actions
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let deadline = later(2);
     let d = mutate(
         &fake,
@@ -367,7 +367,7 @@ async fn deadline_with_failure_policy_ignore_admits_unpinned() {
     );
     let mut p = pod_policy("pin");
     p.failure_policy = FailurePolicy::Ignore;
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let d = mutate(
         &fake,
         &NoResources,

@@ -63,7 +63,7 @@ fn pod(image: Value) -> AdmissionRequest {
 }
 
 fn soon() -> Instant {
-    Instant::now() + Duration::from_secs(5)
+    ivory_clock::now() + Duration::from_secs(5)
 }
 
 async fn judge(
@@ -154,11 +154,11 @@ async fn the_backstop_answers_for_a_stage_that_overruns_by_the_failure_policy() 
     for (failure, allowed) in [("Fail", false), ("Ignore", true)] {
         let p = policy("hung", failure, "");
         pipeline.backstop = Some(Backstop {
-            at: Instant::now() + budget,
+            at: ivory_clock::now() + budget,
             budget,
         });
         // The deadline is later than the backstop: only the backstop can answer in time.
-        let deadline = Instant::now() + Duration::from_secs(3600);
+        let deadline = ivory_clock::now() + Duration::from_secs(3600);
         let mut req = pod(json!("reg.example/app:1"));
         let judged = pipeline
             .judge(Stage::Validate, &[&p], &mut req, deadline)

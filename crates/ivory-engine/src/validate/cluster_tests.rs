@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use ivory_policy::{CompiledPolicy, ResourceRead};
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use super::validate;
 use crate::admission::AdmissionRequest;
@@ -73,7 +72,7 @@ fn registries(namespace: &str, allowed: &str) -> Value {
 }
 
 async fn run(source: &dyn ResourceSource, policy: &CompiledPolicy, image: &str) -> Decision {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = ivory_clock::now() + Duration::from_secs(10);
     validate(
         &FakeVerifier::new(),
         source,
@@ -297,7 +296,7 @@ async fn the_mutating_stage_reads_the_cluster_in_match_conditions() {
             "metadata": {"name": "pinning", "namespace": "ivory"}, "data": {"pin": pin}})])
         .unwrap()
     };
-    let deadline = || Instant::now() + Duration::from_secs(10);
+    let deadline = || ivory_clock::now() + Duration::from_secs(10);
     let verifier = FakeVerifier::new();
     let p = pinning_policy("Fail");
     let req = pod("ghcr.io/acme/app:1");

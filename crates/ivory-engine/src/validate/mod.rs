@@ -60,7 +60,7 @@ pub async fn validate(
     namespace_object: Option<&Value>,
     deadline: Instant,
 ) -> Decision {
-    let started = Instant::now();
+    let started = ivory_clock::now();
     let data = RequestBindings::new(req, req.subject(), namespace_object).with_deadline(deadline);
     let builtin = images::builtin_images(req);
     let inputs = RequestInputs {

@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use ivory_policy::CompiledPolicy;
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use super::{MAX_VERIFIED_ANNOTATION_BYTES, SKIPPED_ANNOTATION, VERIFIED_ANNOTATION, validate};
 use crate::admission::AdmissionRequest;
@@ -146,7 +145,7 @@ async fn run(
         policies,
         req,
         None,
-        Instant::now() + Duration::from_secs(10),
+        ivory_clock::now() + Duration::from_secs(10),
     )
     .await
 }
@@ -1260,7 +1259,7 @@ async fn request_and_namespace_bindings() {
         ),
     );
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {"env": "prod"}}});
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = ivory_clock::now() + Duration::from_secs(10);
     let req = create(&[SIGNED]);
     let d = validate(
         &FakeVerifier::new(),
@@ -1342,7 +1341,7 @@ async fn a_verifier_that_outlives_the_deadline_is_cut_off() {
         let verifier = FakeVerifier::new()
             .sign(SIGNED, "cosign")
             .mode(Mode::Sleep(Duration::from_secs(60)));
-        let start = Instant::now();
+        let start = ivory_clock::now();
         let deadline = start + Duration::from_secs(2);
         let d = validate(
             &verifier,
@@ -1354,7 +1353,7 @@ async fn a_verifier_that_outlives_the_deadline_is_cut_off() {
         )
         .await;
         assert_eq!(
-            Instant::now() - start,
+            ivory_clock::now() - start,
             Duration::from_secs(2),
             "returns at the deadline"
         );
@@ -1390,7 +1389,7 @@ async fn prefetch_runs_concurrently() {
         .iter()
         .fold(FakeVerifier::new(), |v, i| v.sign(i, "a").sign(i, "b"))
         .mode(Mode::Sleep(Duration::from_secs(1)));
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let req = pod("CREATE", &images[..2], &images[2..], &[], json!({}));
     let d = validate(
         &verifier,
@@ -1404,7 +1403,7 @@ async fn prefetch_runs_concurrently() {
     assert!(d.allowed, "{:?}", d.message);
     assert_eq!(verifier.calls(), 6, "3 images × 2 attestors");
     assert_eq!(
-        Instant::now() - start,
+        ivory_clock::now() - start,
         Duration::from_secs(1),
         "calls overlap"
     );
@@ -1582,7 +1581,7 @@ fn the_validate_future_is_send() {
         &policies,
         &req,
         None,
-        Instant::now(),
+        ivory_clock::now(),
     );
     assert_send(&future);
 }
@@ -1813,7 +1812,7 @@ async fn cel_evaluation_stops_at_the_request_deadline() {
         &[&pol],
         &pod_with_long_list(10_000),
         None,
-        Instant::now(),
+        ivory_clock::now(),
     )
     .await;
     assert!(!d.allowed);
@@ -1861,7 +1860,7 @@ async fn judged(
         &refs,
         req,
         namespace,
-        Instant::now() + Duration::from_secs(10),
+        ivory_clock::now() + Duration::from_secs(10),
     )
     .await;
     (d, verifier.calls(), verifier.resolves())

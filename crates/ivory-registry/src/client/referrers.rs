@@ -33,13 +33,13 @@ impl ReferrersApi {
         let hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
         hosts
             .get(host)
-            .filter(|(_, until)| Instant::now() < *until)
+            .filter(|(_, until)| ivory_clock::now() < *until)
             .map(|(present, _)| *present)
     }
 
     pub(super) fn set(&self, host: &str, present: bool) {
         let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
-        hosts.insert(host.to_string(), (present, Instant::now() + self.ttl));
+        hosts.insert(host.to_string(), (present, ivory_clock::now() + self.ttl));
     }
 }
 

@@ -235,7 +235,7 @@ impl Registry {
             auth: t.auth.clone(),
         };
         if let Some(tok) = self.inner.tokens.get(&key).await
-            && Instant::now() < tok.until
+            && ivory_clock::now() < tok.until
         {
             return Ok(tok.value);
         }
@@ -276,7 +276,7 @@ impl Registry {
             .expires_in
             .unwrap_or(DEFAULT_TOKEN_SECS)
             .min(MAX_TOKEN_SECS);
-        let until = Instant::now() + Duration::from_secs(secs).saturating_sub(TOKEN_MARGIN);
+        let until = ivory_clock::now() + Duration::from_secs(secs).saturating_sub(TOKEN_MARGIN);
         self.inner
             .tokens
             .insert(

@@ -1,7 +1,5 @@
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use super::http::{BodyError, ReadBudget, read_capped};
 use super::transport::backoff;
 use super::*;
@@ -49,7 +47,7 @@ async fn digest_refs_and_bad_input_need_no_network() {
     let r = Registry::new(Config::default()).unwrap();
     let c = Credentials::anonymous();
     let d = format!("sha256:{}", "a".repeat(64));
-    let deadline = Instant::now() + Duration::from_secs(1);
+    let deadline = ivory_clock::now() + Duration::from_secs(1);
     let reference = |image: &str| parse_reference(image).unwrap();
     let got = r
         .resolve_digest(

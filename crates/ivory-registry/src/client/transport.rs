@@ -42,7 +42,7 @@ impl Registry {
         F: Fn(Conn) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let budget = deadline.saturating_duration_since(Instant::now());
+        let budget = deadline.saturating_duration_since(ivory_clock::now());
         let site = t.site(op);
         let counters = self.inner.stats.for_host(&t.host);
         let gate = self.gate(&t.host);
@@ -117,7 +117,7 @@ impl Registry {
             };
             counters.throttled();
             let delay = backoff(attempts);
-            if attempts < MAX_ATTEMPTS && Instant::now() + delay < deadline {
+            if attempts < MAX_ATTEMPTS && ivory_clock::now() + delay < deadline {
                 tracing::debug!(registry = %t.host, image = %t.image, status, attempts, ?delay, "retrying");
                 tokio::time::sleep(delay).await;
                 continue;
@@ -154,7 +154,7 @@ impl Registry {
             Err(_) => return Err(site.deadline(budget)),
         };
         // The permit can arrive exactly at the deadline; do not start a doomed request.
-        if Instant::now() >= deadline {
+        if ivory_clock::now() >= deadline {
             return Err(site.deadline(budget));
         }
         // The host's auth probe (once per origin) is a request of its own. A failed probe
@@ -167,7 +167,7 @@ impl Registry {
             return Err(site.deadline(budget));
         }
         counters.request();
-        let started = Instant::now();
+        let started = ivory_clock::now();
         let res = timeout_at(deadline, fut).await;
         counters.latency(started.elapsed());
         let res = res.unwrap_or_else(|_| Err(site.deadline(budget)));

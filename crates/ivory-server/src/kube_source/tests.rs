@@ -165,7 +165,7 @@ async fn namespaces_carry_their_real_labels_and_unknown_ones_are_unknown() {
         ..Namespace::default()
     };
     let source = source_with(vec![ns], vec![]).namespace_source();
-    let deadline = Instant::now() + std::time::Duration::from_secs(1);
+    let deadline = ivory_clock::now() + std::time::Duration::from_secs(1);
     let value = source.namespace("team", deadline).await.unwrap();
     assert_eq!(value["metadata"]["labels"]["tier"], "prod");
     assert_eq!(value["kind"], "Namespace");
@@ -204,12 +204,12 @@ async fn namespaces_the_watch_has_not_seen_are_read_from_the_api_within_the_dead
     let mut source = source_with(vec![], vec![]);
     source.client = Some(fake_api());
     let namespaces = source.namespace_source();
-    let deadline = Instant::now() + std::time::Duration::from_secs(5);
+    let deadline = ivory_clock::now() + std::time::Duration::from_secs(5);
     let fresh = namespaces.namespace("fresh", deadline).await.unwrap();
     assert_eq!(fresh["metadata"]["labels"]["tier"], "prod");
     assert_eq!(fresh["kind"], "Namespace");
     assert_eq!(namespaces.namespace("missing", deadline).await, None);
-    let start = Instant::now();
+    let start = ivory_clock::now();
     let short = start + std::time::Duration::from_millis(200);
     assert_eq!(namespaces.namespace("hung", short).await, None);
     assert!(start.elapsed() < std::time::Duration::from_secs(2));
@@ -276,7 +276,7 @@ async fn credential_scope_follows_kyverno() {
             docker_secret("team", "team-pull", "registry.test"),
         ],
     );
-    let deadline = Instant::now() + std::time::Duration::from_secs(1);
+    let deadline = ivory_clock::now() + std::time::Duration::from_secs(1);
     let prepare = |ns: Option<&'static str>, names: &'static [&'static str]| {
         let source = source.clone();
         async move { source.prepare(ns, &secrets(names), deadline).await }

@@ -294,7 +294,7 @@ fn default_policy_text() -> String {
 async fn hung_registry_is_answered_inside_the_timeout() {
     for (failure, allowed) in [("Fail", false), ("Ignore", true)] {
         let s = state(PolicyStore::with_policies(vec![hung_policy(failure)]));
-        let started = Instant::now();
+        let started = ivory_clock::now();
         let body = pod_review("u-h", "hung.example/app:v1").to_string();
         let (status, bytes) = post(&s, "/ivpol/mutate/ivory-pin-digests?timeout=1s", body).await;
         let elapsed = started.elapsed();

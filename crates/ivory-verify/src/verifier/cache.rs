@@ -90,7 +90,7 @@ pub(super) struct Stamped {
 impl Stamped {
     pub(super) fn now(verdict: Verification) -> Self {
         Self {
-            at: Instant::now(),
+            at: ivory_clock::now(),
             verdict,
             transient: false,
         }
@@ -185,7 +185,7 @@ impl CosignVerifier {
             let registry = self.inner.registry.clone();
             let (image, creds) = (reference.clone(), creds.clone());
             let load = async move {
-                let shared = Instant::now() + SHARED_LOAD_CAP;
+                let shared = ivory_clock::now() + SHARED_LOAD_CAP;
                 registry
                     .resolve_digest(&image, &creds, shared)
                     .await
@@ -252,7 +252,7 @@ where
     K: Clone + std::hash::Hash + Eq + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    let budget = deadline.saturating_duration_since(Instant::now());
+    let budget = deadline.saturating_duration_since(ivory_clock::now());
     if let Some(v) = cache.get(&key).await {
         let class = classify(&v);
         if class != Cached::Stale {
@@ -479,7 +479,7 @@ mod tests {
             attestor: [0; 32],
             attestation: None,
         };
-        let now = std::time::Instant::now();
+        let now = ivory_clock::now().into_std();
         let yes = Stamped::now(Verification::Verified {
             digest: "d".into(),
             payload: None,

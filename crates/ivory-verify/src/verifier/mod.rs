@@ -411,7 +411,7 @@ impl CosignVerifier {
             registry: String::new(),
             message: reason.to_string(),
         })?;
-        let shared = Instant::now() + SHARED_LOAD_CAP;
+        let shared = ivory_clock::now() + SHARED_LOAD_CAP;
         if let Authority::Notary(notary) = &plan.authority {
             let referrer = predicate
                 .as_deref()
@@ -566,7 +566,7 @@ async fn bounded<T>(
     deadline: Instant,
     fut: impl std::future::Future<Output = Result<T, VerifyError>>,
 ) -> Result<T, VerifyError> {
-    let budget = deadline.saturating_duration_since(Instant::now());
+    let budget = deadline.saturating_duration_since(ivory_clock::now());
     match tokio::time::timeout_at(deadline, fut).await {
         Ok(r) => r,
         Err(_) => Err(deadline_error(image, operation, budget)),

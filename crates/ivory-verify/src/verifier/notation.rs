@@ -66,7 +66,7 @@ impl CosignVerifier {
         {
             self.inner
                 .revocation
-                .settled(at.deadline.min(Instant::now() + wait))
+                .settled(at.deadline.min(ivory_clock::now() + wait))
                 .await;
             verdict = self
                 .notation_verdict(at, digest, plan, referrer_type)

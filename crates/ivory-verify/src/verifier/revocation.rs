@@ -191,7 +191,7 @@ impl RevocationStore {
                 .get(
                     &url,
                     config.max_crl_bytes,
-                    Instant::now() + config.fetch_timeout,
+                    ivory_clock::now() + config.fetch_timeout,
                 )
                 .await
                 .map_err(|e| e.to_string())

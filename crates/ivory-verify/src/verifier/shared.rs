@@ -253,7 +253,7 @@ pub(super) async fn through<V: SharedValue>(
         },
         Lookup::Won => true,
         Lookup::Held => {
-            let now = Instant::now();
+            let now = ivory_clock::now();
             let until = now + deadline.saturating_duration_since(now) / 2;
             if let Some(v) = l2.wait(&name, until).await.and_then(decode) {
                 return Ok(v);

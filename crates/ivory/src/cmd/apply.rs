@@ -15,7 +15,6 @@ use ivory_engine::admission::{
 };
 use ivory_engine::decision::{Decision, Status};
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use super::output::{self, Format};
 use super::wiring::{self, RegistryOpts, Stage, duration};
@@ -181,7 +180,7 @@ async fn apply(
         Stage::Mutate,
         &mut req,
         None,
-        Instant::now() + timeout,
+        ivory_clock::now() + timeout,
     )
     .await
     .with_context(|| format!("resource {id}"))?;
@@ -197,7 +196,7 @@ async fn apply(
             Stage::Validate,
             &mut req,
             None,
-            Instant::now() + timeout,
+            ivory_clock::now() + timeout,
         )
         .await
         .with_context(|| format!("resource {id}"))?

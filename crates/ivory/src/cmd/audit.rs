@@ -27,7 +27,7 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
 use ivory_engine::verifier::ImageVerifier;
@@ -37,7 +37,6 @@ use ivory_verify::SharedCache;
 use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 
 use super::check::{self, Checker, ImageReport, QuickPolicy};
 use super::output::{self, AuditFormat, Counts};
@@ -476,7 +475,7 @@ async fn list_registry(
     let mut invalid = 0;
     let mut more = true;
     while let Some(page) = catalog
-        .next_page(Instant::now() + args.timeout)
+        .next_page(ivory_clock::now() + args.timeout)
         .await
         .map_err(failed)?
     {
@@ -547,7 +546,7 @@ async fn list_repository(
     let mut invalid = 0;
     let mut more = true;
     'pages: loop {
-        let page = match tags.next_page(Instant::now() + args.timeout).await {
+        let page = match tags.next_page(ivory_clock::now() + args.timeout).await {
             Ok(Some(page)) => page,
             Ok(None) => break,
             Err(e) => {
@@ -671,7 +670,7 @@ fn print(args: &Args, finished: &Finished, interrupted: bool) -> anyhow::Result<
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes())?;
     if let Some(path) = &args.policy_report {
-        let now = SystemTime::now()
+        let now = ivory_clock::wall()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         let now = (now.as_secs(), now.subsec_nanos());

@@ -175,7 +175,7 @@ impl Checker {
     /// `allowInsecureRegistry` included), as the webhook's mutating stage resolves it. The
     /// error is one line: the image, then the registry and the root cause once.
     pub(crate) async fn resolve(&self, image: &str) -> Result<String, String> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = ivory_clock::now() + self.timeout;
         // Parsed once, where the image enters from the command line.
         let reference = ImageReference::parse(image).map_err(|e| {
             format!(
@@ -205,7 +205,7 @@ impl Checker {
     /// Checks `image` whose manifest digest is `digest`.
     pub(crate) async fn check_digest(&self, image: &str, digest: &str) -> ImageReport {
         let pinned = pinned(image, digest);
-        let deadline = Instant::now() + self.timeout;
+        let deadline = ivory_clock::now() + self.timeout;
         let mut req = pod_request(&pinned, &self.namespace);
         let routes = wiring::Routes {
             verifier: self.verifier.as_ref(),

@@ -23,7 +23,6 @@ use rustix::io::{FdFlags, fcntl_setfd};
 use rustix::process::{Pid, Signal, kill_process};
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::time::Instant;
 
 /// A serving process that lived at least this long is started again at once; one that died
 /// sooner is started again after a delay that doubles up to [`MAX_BACKOFF`] (a configuration
@@ -40,7 +39,7 @@ pub(super) async fn run(addr: SocketAddr, serve_args: Vec<String>) -> anyhow::Re
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut backoff = Duration::ZERO;
     loop {
-        let started = Instant::now();
+        let started = ivory_clock::now();
         let mut child = Command::new(&exe)
             .args(&serve_args)
             .env("LISTEN_FDS", "1")

@@ -153,7 +153,7 @@ async fn evaluate(
         let mut req = admission_request(object, op, loaded.user.as_ref())
             .with_context(|| format!("resource {}", key.display()))?;
         let namespace = loaded.namespaces.get(&key.namespace);
-        let deadline = Instant::now() + timeout;
+        let deadline = ivory_clock::now() + timeout;
         pin_for_legacy_rules(loaded, verifier, &mut req, namespace, deadline)
             .await
             .with_context(|| format!("resource {}", key.display()))?;

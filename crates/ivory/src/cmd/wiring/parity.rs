@@ -104,7 +104,7 @@ async fn through_cli(
         policies,
         exceptions: None,
     };
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = ivory_clock::now() + Duration::from_secs(5);
     let d = run_routes(&routes, Stage::Validate, &mut req.clone(), None, deadline)
         .await
         .expect("well formed");
