@@ -9,10 +9,10 @@
 //! * The library (k8s + Kyverno functions) is built once per process.
 
 mod activation;
-mod check;
 mod convert;
 mod cost;
 mod error;
+mod static_check;
 /// Image references (go-containerregistry rules), also used by the registry client.
 pub use ivory_reference as image;
 mod library;
@@ -94,7 +94,7 @@ pub fn compile(source: &str, scope: &Scope) -> Result<Program, CompileError> {
                     .parser()
                     .parse(source)
                     .map_err(|e| CompileError::Parse(truncate(e.to_string())))?;
-                let mut analysis = check::analyze(&mut expr, scope, lib)?;
+                let mut analysis = static_check::analyze(&mut expr, scope, lib)?;
                 analysis.max_depth = cost::instrument::instrument(&mut expr, lib);
                 let estimated = cost::estimate::estimate(&expr, scope);
                 if estimated > STATIC_COST_LIMIT {

@@ -15,10 +15,10 @@ use crate::compiled::{
     VERIFY_PLATFORMS_ANNOTATION, VerifyPlatforms,
 };
 use crate::error::{Errors, PolicyError, location};
+use crate::spec_checks;
 use crate::types::{
     API_GROUP, API_VERSIONS, Attestor, NamedExpression, PolicyDocument, PolicyKind, PolicySpec,
 };
-use crate::validate;
 use crate::{autogen, ephemeral};
 
 mod notation_trust;
@@ -55,10 +55,10 @@ pub fn compile(doc: &PolicyDocument, origin: Origin) -> Result<CompiledPolicy, V
     let mut errs = Errors::default();
     let kind = header(doc, &mut errs);
     if let Some(kind) = kind {
-        validate::metadata(kind, &doc.metadata, &mut errs);
-        validate::credentials_scope(kind, &doc.metadata, &doc.spec, &mut errs);
+        spec_checks::metadata(kind, &doc.metadata, &mut errs);
+        spec_checks::credentials_scope(kind, &doc.metadata, &doc.spec, &mut errs);
     }
-    validate::spec(&doc.spec, &mut errs);
+    spec_checks::spec(&doc.spec, &mut errs);
     let pinning = pinning(doc, &mut errs);
     let namespace_may_skip_pinning = namespace_pinning(doc, &mut errs);
     let Some(kind) = kind else {

@@ -19,9 +19,9 @@ mod load;
 pub mod notation;
 pub mod pem;
 mod refs;
+mod spec_checks;
 pub mod types;
 mod unknown;
-mod validate;
 pub mod yaml;
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::Value;
 
-use crate::audit;
+use crate::policy_results;
 use crate::routes::AppState;
 
 /// How a background scan runs.
@@ -187,7 +187,7 @@ async fn judge(
             if let Some(panic) = panic {
                 tracing::error!(pod = %req.name, namespace = %req.namespace, %panic, "background evaluation panicked");
             }
-            audit::after_background(
+            policy_results::after_background(
                 &state.metrics,
                 state.reports.as_ref(),
                 &req,

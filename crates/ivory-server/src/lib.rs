@@ -4,7 +4,6 @@
 //! graceful shutdown; [`policies`] holds the hot-reloaded policy set; [`webhooks`] renders the
 //! webhook configurations that point the API server at those routes.
 
-pub mod audit;
 pub mod background;
 pub mod budget;
 pub mod cluster_resources;
@@ -14,6 +13,7 @@ pub mod kube_source;
 pub mod limits;
 pub mod metrics;
 pub mod policies;
+pub mod policy_results;
 pub mod reports;
 mod routes;
 mod serve;

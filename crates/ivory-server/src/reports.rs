@@ -18,8 +18,8 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchP
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use crate::audit::{REPORT_SOURCE, ReportResult, ReportSink, ReportUpdate, Subject};
 use crate::metrics::Metrics;
+use crate::policy_results::{REPORT_SOURCE, ReportResult, ReportSink, ReportUpdate, Subject};
 
 /// API group of the reports.
 pub const REPORT_GROUP: &str = "wgpolicyk8s.io";

@@ -35,11 +35,11 @@ use ivory_policy::CompiledPolicy;
 use ivory_policy::types::PolicyKind;
 use tokio::time::Instant;
 
-use crate::audit::{self, ReportSink};
 use crate::budget::{Budget, timeout_from_query};
 use crate::limits::{BodyBudget, BodyError, HttpLimits, ReadBody, read_body};
 use crate::metrics::Metrics;
 use crate::policies::PolicyStore;
+use crate::policy_results::{self, ReportSink};
 use crate::sources::{CredentialSource, NamespaceSource};
 
 /// Shared state of every handler; cheap to clone.
@@ -340,7 +340,7 @@ async fn answer(
         tracing::error!(route = call.label, uid = %req.uid, %panic, "policy evaluation panicked");
     }
     match call.stage {
-        Stage::Validate => audit::after_validation(
+        Stage::Validate => policy_results::after_validation(
             &state.metrics,
             state.reports.as_ref(),
             &req,
@@ -349,7 +349,7 @@ async fn answer(
         Stage::Mutate => decision
             .results
             .iter()
-            .for_each(|r| audit::log_result(&req, r, audit::Cause::Admission)),
+            .for_each(|r| policy_results::log_result(&req, r, policy_results::Cause::Admission)),
     }
     if ivory_clock::now() >= budget.deadline || decision.budget_exhausted {
         state.metrics.deadline_expired(call.label);

@@ -88,13 +88,18 @@ mod tests {
     #[test]
     fn ports_are_distinct_bindable_and_below_the_ephemeral_range() {
         let start = ephemeral_start();
-        let ports: Vec<u16> = (0..50).map(|_| free_port().unwrap()).collect();
-        let distinct: HashSet<u16> = ports.iter().copied().collect();
-        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
-        for port in ports {
+        // Each port is bound the moment it is handed out and held: checking all of them only
+        // after drawing fifty left a window in which another test's server took one.
+        let mut held = Vec::new();
+        for _ in 0..50 {
+            let port = free_port().unwrap();
             assert!((FLOOR..start.max(FLOOR + 1_000)).contains(&port), "{port}");
-            assert!(TcpListener::bind(("127.0.0.1", port)).is_ok(), "{port}");
+            let listener = TcpListener::bind(("127.0.0.1", port));
+            assert!(listener.is_ok(), "{port}: {listener:?}");
+            held.push((port, listener));
         }
+        let distinct: HashSet<u16> = held.iter().map(|(port, _)| *port).collect();
+        assert_eq!(distinct.len(), held.len());
     }
 
     #[test]

@@ -29,12 +29,12 @@ use x509_cert::der::{Decode as _, Encode as _};
 use x509_cert::ext::pkix::SignedCertificateTimestampList;
 use x509_cert::ext::pkix::sct::{HashAlgorithm, SignatureAlgorithm, SignedCertificateTimestamp};
 
+use crate::attestor_plan::{Authority, Plan};
 use crate::envelope::{
     ANNOTATION_CERTIFICATE, ANNOTATION_CHAIN, Envelope, Legacy, RawDsse, RekorBundle,
     parse_signed_json,
 };
 use crate::keys::{PublicKey, parse_certificates};
-use crate::plan::{Authority, Plan};
 use crate::rejection::Rejection;
 use ivory_engine::verifier::Signer;
 

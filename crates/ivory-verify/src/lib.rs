@@ -27,24 +27,24 @@
 //! named in `source.PullSecrets` are neither read nor used, so a signature repository that
 //! needs them is read anonymously (or with those other credentials) and fails if refused.
 
+pub mod attestor_plan;
 mod chain;
-pub mod check;
 mod classify;
 pub mod envelope;
 mod keys;
 mod legacy_tlog;
 pub mod notation;
-pub mod plan;
 mod rejection;
 mod signer;
 pub mod trust;
+pub mod verdict;
 mod verifier;
 
-pub use check::{Accepted, NO_ATTESTATIONS, NO_SIGNATURES, TLOG_FAILED, evaluate};
+pub use attestor_plan::{KMS_UNSUPPORTED, Plan, TUF_UNSUPPORTED};
 pub use envelope::{Envelope, Legacy};
-pub use plan::{KMS_UNSUPPORTED, Plan, TUF_UNSUPPORTED};
 pub use rejection::{Rejection, Sought};
 pub use trust::PUBLIC_GOOD_TRUSTED_ROOT;
+pub use verdict::{Accepted, NO_ATTESTATIONS, NO_SIGNATURES, TLOG_FAILED, evaluate};
 pub use verifier::{
     CacheStats, CosignVerifier, CredentialsResolver, CrlAge, Lookup, RevocationConfig,
     RevocationStats, SharedCache, VerifierConfig,

@@ -20,9 +20,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod cmd {
     pub(crate) mod apply;
     pub(crate) mod audit;
-    pub(crate) mod check;
     pub(crate) mod convert;
     pub(crate) mod doctor;
+    pub(crate) mod image_report;
     pub(crate) mod output;
     pub(crate) mod serve;
     pub(crate) mod test;

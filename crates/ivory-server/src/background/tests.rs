@@ -6,9 +6,9 @@ use kube::runtime::watcher::Event;
 use serde_json::json;
 
 use super::*;
-use crate::audit::{ReportSink, ReportUpdate};
 use crate::metrics::Metrics;
 use crate::policies::PolicyStore;
+use crate::policy_results::{ReportSink, ReportUpdate};
 
 const KEY: &str = include_str!("../../../../fixtures/keys/cosign-p256.pub");
 

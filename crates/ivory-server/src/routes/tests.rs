@@ -604,10 +604,10 @@ async fn the_deadline_metric_follows_the_error_type_not_its_text() {
 
 /// Records every report update the router hands over.
 #[derive(Default)]
-struct RecordingSink(std::sync::Mutex<Vec<crate::audit::ReportUpdate>>);
+struct RecordingSink(std::sync::Mutex<Vec<crate::policy_results::ReportUpdate>>);
 
-impl crate::audit::ReportSink for RecordingSink {
-    fn submit(&self, update: crate::audit::ReportUpdate) {
+impl crate::policy_results::ReportSink for RecordingSink {
+    fn submit(&self, update: crate::policy_results::ReportUpdate) {
         self.0.lock().unwrap().push(update);
     }
 }

@@ -10,10 +10,10 @@ use serde_json::{Value, json};
 use sha2::Digest as _;
 use sigstore_verify::crypto::KeyPair;
 
-use crate::check::evaluate;
+use crate::attestor_plan::Plan;
 use crate::envelope::{Envelope, Legacy};
-use crate::plan::Plan;
 use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
+use crate::verdict::evaluate;
 
 const GHA: &str = "https://token.actions.githubusercontent.com";
 const SLSA_PREDICATE: &str = "https://slsa.dev/provenance/v0.2";

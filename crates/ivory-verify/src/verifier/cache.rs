@@ -17,8 +17,8 @@ use tokio::time::Instant;
 
 use super::CosignVerifier;
 use super::shared::{SharedLoad, SharedValue, tag_name, through};
+use crate::attestor_plan::Plan;
 use crate::classify::{deadline_error, map_error};
-use crate::plan::Plan;
 
 /// Longest a shared (coalesced) load runs: the Kubernetes maximum webhook timeout. Why a load
 /// has its own cap and not a caller's deadline: rule 2 at [`coalesced`].

@@ -42,11 +42,11 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
-use crate::check::{Accepted, evaluate};
+use crate::attestor_plan::{Authority, Plan};
 use crate::classify::deadline_error;
-use crate::plan::{Authority, Plan};
 use crate::rejection::Rejection;
 use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
+use crate::verdict::{Accepted, evaluate};
 
 pub use cache::CacheStats;
 use cache::{

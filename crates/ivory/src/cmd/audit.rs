@@ -38,7 +38,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::check::{self, Checker, ImageReport, QuickPolicy};
+use super::image_report::{self, Checker, ImageReport, QuickPolicy};
 use super::output::{self, AuditFormat, Counts};
 use super::wiring::{self, RegistryOpts, duration, positive};
 
@@ -128,7 +128,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             "nothing to audit: give --registry HOST, --images-from FILE and/or --kubeconfig FILE"
         );
     }
-    let policies = check::policies(&args.policies, &args.quick)?;
+    let policies = image_report::policies(&args.policies, &args.quick)?;
     let mut config = args.registry.config()?;
     config.page_size = args.page_size;
     let cache = args.registry.cache.open();

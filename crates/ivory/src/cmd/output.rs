@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use super::check::{ImageReport, Verdict};
+use super::image_report::{ImageReport, Verdict};
 
 /// `--output` of `verify` and `apply`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -261,7 +261,7 @@ pub(crate) fn cluster_policy_report(reports: &[ImageReport], name: &str, now: (u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::check::PolicyOutcome;
+    use crate::cmd::image_report::PolicyOutcome;
     use ivory_engine::decision::Status;
 
     fn report(image: &str, verdict: Verdict, result: Status) -> ImageReport {
@@ -307,10 +307,10 @@ mod tests {
         r.policies[0].message = "bad\nPASS   r/c:1  sha256:00".into();
         r.policies[0]
             .attestors
-            .push(crate::cmd::check::AttestorOutcome {
+            .push(crate::cmd::image_report::AttestorOutcome {
                 attestor: "k\x1b]0;t\x07".into(),
                 attestation: Some("sbom\r".into()),
-                result: crate::cmd::check::AttestorResult::Failed,
+                result: crate::cmd::image_report::AttestorResult::Failed,
                 reason: "nope\u{2066}".into(),
             });
         let error = ImageReport::error("x\ny", "x\ny: down\r\nPASS".into());

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::check::{self, Checker, ImageReport, QuickPolicy};
+use super::image_report::{self, Checker, ImageReport, QuickPolicy};
 use super::output::{self, Counts, Format};
 use super::wiring::{RegistryOpts, duration};
 
@@ -57,7 +57,7 @@ pub(crate) struct Args {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let policies = check::policies(&args.policies, &args.quick)?;
+    let policies = image_report::policies(&args.policies, &args.quick)?;
     let checker = Checker {
         verifier: Arc::new(args.registry.verifier()?),
         policies,

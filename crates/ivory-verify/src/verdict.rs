@@ -8,11 +8,11 @@ use sigstore_verify::types::bundle::TimestampVerificationData;
 use sigstore_verify::types::{Bundle, Sha256Hash, SignatureBytes, SignatureContent};
 use sigstore_verify::{PublicKeyVerificationPolicy, TimestampError, VerificationPolicy};
 
+use crate::attestor_plan::{Authority, KeylessRules, Plan};
 use crate::envelope::{
     ANNOTATION_CERTIFICATE, ANNOTATION_CHAIN, Envelope, RawDsse, SimpleSigning, parse_signed_json,
 };
 use crate::keys::{PublicKey, parse_certificates};
-use crate::plan::{Authority, KeylessRules, Plan};
 use crate::rejection::{Rejection, Sought};
 use crate::signer;
 use ivory_engine::verifier::Signer;
