@@ -2,14 +2,14 @@
 //! implements the engine's [`ivory_engine::verifier::ImageVerifier`] seam over
 //! `ivory_registry::Registry`, with ivory's own caches.
 //!
-//! * [`check`]: the synchronous core (no IO). Legacy cosign `.sig` (simple signing, several
+//! * [`verdict`]: the synchronous core (no IO). Legacy cosign `.sig` (simple signing, several
 //!   signatures per manifest) and `.att` (DSSE in-toto) layers are rewritten as v0.1 Sigstore
 //!   bundles, so sigstore-verify checks every format alike (Fulcio chain, SCT, Rekor SET and
 //!   inclusion proof, Rekor v2, RFC 3161 timestamps, tlog-body consistency); Sigstore bundles
 //!   v0.1–v0.3 from OCI referrers go in as they are. Layers whose Rekor entry is of a kind
 //!   sigstore-verify does not read (`rekord/0.0.1`, `intoto/0.0.1`) get the same checks in
 //!   `legacy_tlog`.
-//! * [`plan`]: an attestor turned into a key, a certificate or keyless identities, plus its
+//! * [`attestor_plan`]: an attestor turned into a key, a certificate or keyless identities, plus its
 //!   trust root ([`trust`]: the embedded public-good `trusted_root.json`, `trustedRoot`,
 //!   `keyless.roots` and `ctlog` keys).
 //! * [`envelope`]: signature material as registries store it.
