@@ -46,8 +46,9 @@ elif [[ "${1:-}" == "--peers" ]]; then
 fi
 # shellcheck source=scripts/lib/needs.sh
 source scripts/lib/needs.sh
-# Every mode: the registry harness of ivory-bench (crates/ivory-testkit).
-needs_pkgs docker-registry:docker-registry htpasswd:apache2-utils kill:procps
+# Every mode: the registry harness of ivory-bench (crates/ivory-testkit); getconf: the clock tick of
+# the servers' CPU time (benches/src/procs.rs).
+needs_pkgs docker-registry:docker-registry htpasswd:apache2-utils kill:procps getconf:libc-bin
 case $mode in
     # ivory-bench load compares cold verification with cosign v2 (.tools/bin/cosign2).
     load) needs_tools cosign2 ;;
