@@ -41,6 +41,7 @@ pub fn fixtures_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
 }
 
+pub mod crl;
 mod error;
 mod fault;
 mod hostile;

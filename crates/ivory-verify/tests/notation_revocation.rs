@@ -17,12 +17,11 @@ use ivory_engine::verifier::{ImageVerifier, Verification, VerifyRequest};
 use ivory_policy::notation::{Action, Check, NotationTrustPolicy, TrustStore};
 use ivory_policy::types::{Attestor, Notary, StringSource};
 use ivory_registry::{Config, Registry};
+use ivory_testkit::crl::{ServedCrl, crl_server};
 use ivory_testkit::{Harness, HarnessOptions, RegistryHarness};
 use ivory_verify::{CosignVerifier, RevocationConfig, VerifierConfig};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-const CRL_ADDR: &str = "127.0.0.1:39517";
 const CRL_URL: &str = "http://127.0.0.1:39517/ivory-revocation.crl";
 
 fn fixtures() -> PathBuf {
@@ -36,45 +35,6 @@ fn manifest() -> Value {
 
 fn crl(name: &str) -> Vec<u8> {
     std::fs::read(fixtures().join("crl").join(format!("{name}.crl"))).unwrap()
-}
-
-/// What the CRL server answers: a CRL, or 503.
-type Served = Arc<Mutex<Option<Vec<u8>>>>;
-
-/// A minimal HTTP/1.1 server on [`CRL_ADDR`] answering every request with what `served` holds;
-/// stops when the returned handle is aborted (the port then refuses connections).
-async fn crl_server(served: Served) -> tokio::task::JoinHandle<()> {
-    let listener = tokio::net::TcpListener::bind(CRL_ADDR)
-        .await
-        .expect("the CRL port 127.0.0.1:39517 (named in the fixtures' certificates) must be free");
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut conn, _)) = listener.accept().await else {
-                continue;
-            };
-            let body = served.lock().unwrap().clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let mut got = Vec::new();
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => got.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let (status, body) = match body {
-                    Some(b) => ("200 OK", b),
-                    None => ("503 Service Unavailable", Vec::new()),
-                };
-                let head = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: application/pkix-crl\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = conn.write_all(head.as_bytes()).await;
-                let _ = conn.write_all(&body).await;
-            });
-        }
-    })
 }
 
 fn attestor(trust: Option<NotationTrustPolicy>) -> Attestor {
@@ -192,7 +152,7 @@ async fn crls_fetched_in_the_background_decide_revocation() {
     let good = push(&h, "rev-good").await;
     let revoked = push(&h, "rev-revoked").await;
     let strict = attestor(None);
-    let served: Served = Arc::new(Mutex::new(Some(crl("good"))));
+    let served: ServedCrl = Arc::new(Mutex::new(Some(crl("good"))));
     let server = crl_server(served.clone()).await;
 
     // Strict (Kyverno's level) checks revocation. The first admission finds no data: denied

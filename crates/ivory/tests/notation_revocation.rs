@@ -8,52 +8,15 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ivory_testkit::crl::crl_server;
 use ivory_testkit::{HarnessOptions, RegistryHarness};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::cli_util::{ivory, write, write_ca};
 use crate::util::{Ivory, eventually, fixtures, pod_review, policy};
 
-const CRL_ADDR: &str = "127.0.0.1:39517";
-
 fn dir() -> std::path::PathBuf {
     fixtures().join("notation-revocation")
-}
-
-/// Answers every request with the CRL `served` holds (none: 503).
-async fn crl_server(served: Arc<Mutex<Option<Vec<u8>>>>) -> tokio::task::JoinHandle<()> {
-    let listener = tokio::net::TcpListener::bind(CRL_ADDR)
-        .await
-        .expect("the CRL port 127.0.0.1:39517 (named in the fixtures' certificates) must be free");
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut conn, _)) = listener.accept().await else {
-                continue;
-            };
-            let body = served.lock().unwrap().clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let mut got = Vec::new();
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => got.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let (status, body) = match body {
-                    Some(b) => ("200 OK", b),
-                    None => ("503 Service Unavailable", Vec::new()),
-                };
-                let head = format!(
-                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = conn.write_all(head.as_bytes()).await;
-                let _ = conn.write_all(&body).await;
-            });
-        }
-    })
 }
 
 fn notary_policy(glob: &str) -> String {
