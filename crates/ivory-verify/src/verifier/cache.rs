@@ -77,6 +77,23 @@ pub(super) struct ResultKey {
     pub(super) attestation: Option<String>,
 }
 
+impl ResultKey {
+    /// The key of the verdict about the signatures at `at` under the attestor hashed `attestor`
+    /// (`attestation`: the predicate key, `None` for signatures).
+    pub(super) fn at(
+        at: &super::sources::SignatureLocation,
+        attestor: [u8; 32],
+        attestation: Option<String>,
+    ) -> Self {
+        Self {
+            digest: at.digest.clone(),
+            signature_repo: at.repo_key(),
+            attestor,
+            attestation,
+        }
+    }
+}
+
 /// A cached verdict and when it was reached: a background scan reaches again a verdict
 /// reached before it started ([`CosignVerifier::verify_request`]'s `fresh_since`).
 #[derive(Clone, Debug)]
@@ -401,12 +418,7 @@ impl CosignVerifier {
                 digest: digest.clone(),
                 family: super::sources::Family::Signatures,
             };
-            let key = ResultKey {
-                digest: digest.clone(),
-                signature_repo: at.repo_key(),
-                attestor: hash,
-                attestation: None,
-            };
+            let key = ResultKey::at(&at, hash, None);
             let verdict = Verification::Verified {
                 digest: digest.clone(),
                 payload: None,

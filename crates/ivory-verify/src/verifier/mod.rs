@@ -329,12 +329,7 @@ impl CosignVerifier {
             digest,
             family,
         };
-        let key = ResultKey {
-            digest: at.digest.clone(),
-            signature_repo: at.repo_key(),
-            attestor: hash,
-            attestation: predicate.clone(),
-        };
+        let key = ResultKey::at(&at, hash, predicate.clone());
         let (verified_ttl, negative_ttl) = (
             self.inner.config.verified_ttl,
             self.inner.config.negative_ttl,
