@@ -164,7 +164,7 @@ fn image_extraction(b: Bencher<'_, '_>) {
 #[divan::bench]
 fn cel_expression(b: Bencher<'_, '_>) {
     let req = request(&PINNED);
-    let object = req.object.clone().expect("pod object");
+    let object = req.object.as_ref().expect("pod object").value().clone();
     let program = ivory_cel::compile(
         "object.spec.containers.map(c, c.image).all(i, i.startsWith('registry.example:5000/'))",
         &Scope::new(["object"]),

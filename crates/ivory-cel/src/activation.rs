@@ -115,6 +115,16 @@ enum LazySource<'a> {
     Borrowed(&'a serde_json::Value),
     /// Built on first read too (e.g. the whole `request`, which copies the object).
     Built(Box<dyn Fn() -> serde_json::Value + Send + Sync + 'a>),
+    /// Borrowed from a JSON tree that itself exists only once asked for (an admitted object
+    /// kept as raw JSON).
+    Deferred(&'a dyn JsonSource),
+}
+
+/// Something that can produce a JSON tree on demand and keep it (an admitted object kept as
+/// raw JSON, parsed on first read).
+pub trait JsonSource: Send + Sync {
+    /// The tree, built on the first call.
+    fn json(&self) -> &serde_json::Value;
 }
 
 impl<'a> LazyJson<'a> {
@@ -134,6 +144,14 @@ impl<'a> LazyJson<'a> {
         }
     }
 
+    /// A value borrowed from `source`, whose tree is asked for only if an expression reads it.
+    pub fn deferred(source: &'a dyn JsonSource) -> Self {
+        Self {
+            source: LazySource::Deferred(source),
+            val: OnceLock::new(),
+        }
+    }
+
     /// Whether the value has been converted (some expression read it).
     pub fn is_converted(&self) -> bool {
         self.val.get().is_some()
@@ -144,6 +162,7 @@ impl<'a> LazyJson<'a> {
             .get_or_init(|| match &self.source {
                 LazySource::Borrowed(json) => json_to_val(json),
                 LazySource::Built(make) => json_to_val(&make()),
+                LazySource::Deferred(source) => json_to_val(source.json()),
             })
             .as_ref()
     }

@@ -20,7 +20,7 @@ mod library;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-pub use activation::{Activation, Host, LazyJson, NoHost, ResourceQuery};
+pub use activation::{Activation, Host, JsonSource, LazyJson, NoHost, ResourceQuery};
 pub use cel::Value;
 pub use convert::{json_to_value, value_to_json};
 pub use cost::{
@@ -117,6 +117,7 @@ pub fn compile(source: &str, scope: &Scope) -> Result<Program, CompileError> {
             variable_refs: analysis.variable_refs,
             dynamic_variables: analysis.dynamic_variables,
             functions: analysis.functions,
+            globals: analysis.globals,
             literal_args: analysis.literal_args,
             namespaced_calls: analysis.namespaced_calls,
             depth: analysis.max_depth,
@@ -162,6 +163,7 @@ struct Inner {
     variable_refs: Vec<String>,
     dynamic_variables: bool,
     functions: BTreeSet<String>,
+    globals: BTreeSet<String>,
     literal_args: BTreeMap<String, BTreeSet<String>>,
     namespaced_calls: BTreeMap<String, Vec<Vec<Option<String>>>>,
     depth: usize,
@@ -291,6 +293,12 @@ impl Program {
     /// (e.g. `variables[expr]` or passing `variables` itself); then bind every variable.
     pub fn uses_variables_dynamically(&self) -> bool {
         self.inner.dynamic_variables
+    }
+
+    /// The declared variables the expression reads (`object`, `images`, `variables`, ...),
+    /// wherever it reads them; comprehension variables are not among them.
+    pub fn globals(&self) -> impl Iterator<Item = &str> {
+        self.inner.globals.iter().map(String::as_str)
     }
 
     /// Whether the expression calls function `name` (global, member or namespaced name).

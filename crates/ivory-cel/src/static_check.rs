@@ -18,6 +18,9 @@ pub(crate) struct Analysis {
     pub variable_refs: Vec<String>,
     pub dynamic_variables: bool,
     pub functions: BTreeSet<String>,
+    /// The declared variables the expression reads (`object`, `images`, `variables`, ...):
+    /// what its value can depend on besides its function calls.
+    pub globals: BTreeSet<String>,
     /// String literals passed directly as arguments, by called function.
     pub literal_args: BTreeMap<String, BTreeSet<String>>,
     /// Each call of a namespaced function (`resource.Get`), its arguments in order: the
@@ -63,6 +66,7 @@ impl Walker<'_> {
     }
 
     fn add_variable_ref(&mut self, name: &str) {
+        self.out.globals.insert(VARIABLES.to_owned());
         if !self.out.variable_refs.iter().any(|r| r == name) {
             self.out.variable_refs.push(name.to_owned());
         }
@@ -154,6 +158,9 @@ impl Walker<'_> {
         if self.is_bound(name) {
             return Ok(());
         }
+        if self.scope.contains(name) {
+            self.out.globals.insert(name.to_owned());
+        }
         if name == VARIABLES && self.scope.contains(name) {
             // `variables` used as a whole value: its keys are not known statically.
             self.out.dynamic_variables = true;
@@ -200,7 +207,10 @@ impl Walker<'_> {
                     let name = s.inner().to_owned();
                     self.add_variable_ref(&name);
                 }
-                _ => self.out.dynamic_variables = true,
+                _ => {
+                    self.out.globals.insert(VARIABLES.to_owned());
+                    self.out.dynamic_variables = true;
+                }
             }
             return self.walk(&mut call.args[1]);
         }

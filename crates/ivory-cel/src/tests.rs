@@ -375,6 +375,29 @@ fn variable_refs_are_detected() {
 }
 
 #[test]
+fn globals_are_every_declared_variable_read_and_no_comprehension_variable() {
+    let globals = |source: &str| -> Vec<String> {
+        compile(source, &scope())
+            .unwrap()
+            .globals()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        globals("images.containers.all(i, i.startsWith('a')) && has(object.spec)"),
+        ["images", "object"]
+    );
+    assert_eq!(globals("variables.a == 1"), ["variables"]);
+    assert_eq!(
+        globals("variables[request.name] == 1"),
+        ["request", "variables"]
+    );
+    // `object` here is the comprehension's own variable.
+    assert_eq!(globals("[1].all(object, object > 0)"), Vec::<String>::new());
+    assert_eq!(globals("[1].all(x, x > 0) || object == null"), ["object"]);
+}
+
+#[test]
 fn calls_function_reports_called_functions() {
     let p = compile(
         "images.containers.map(i, verifyImageSignatures(i, [attestors.cosign])).all(e, e > 0) && 'a'.matches('a') && image.GetMetadata('x') != null",

@@ -174,11 +174,11 @@ pub struct AdmissionRequest {
     #[serde(default)]
     pub user_info: UserInfo,
     /// `None` when absent or `null` (DELETE).
-    #[serde(default, deserialize_with = "null_as_none")]
-    pub object: Option<Value>,
+    #[serde(default, deserialize_with = "object::null_as_none")]
+    pub object: Option<AdmittedObject>,
     /// `None` when absent or `null` (CREATE, CONNECT).
-    #[serde(default, deserialize_with = "null_as_none")]
-    pub old_object: Option<Value>,
+    #[serde(default, deserialize_with = "object::null_as_none")]
+    pub old_object: Option<AdmittedObject>,
     /// True when nothing will be persisted (`kubectl --dry-run=server`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<bool>,
@@ -213,7 +213,7 @@ impl AdmissionRequest {
     }
 
     /// The object policies look at: `object`, or `oldObject` when there is none (DELETE).
-    pub fn subject(&self) -> Option<&Value> {
+    pub fn subject(&self) -> Option<&AdmittedObject> {
         self.object.as_ref().or(self.old_object.as_ref())
     }
 
@@ -355,7 +355,10 @@ pub fn review_response(resp: &AdmissionResponse) -> Value {
     })
 }
 
+pub mod object;
 pub mod shape;
+
+pub use self::object::AdmittedObject;
 
 #[cfg(test)]
 pub(crate) mod testutil;

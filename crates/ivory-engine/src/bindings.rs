@@ -11,7 +11,7 @@ use ivory_cel::{Activation, CostBudget, LazyJson};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::admission::AdmissionRequest;
+use crate::admission::{AdmissionRequest, AdmittedObject};
 
 static NULL: Value = Value::Null;
 
@@ -29,12 +29,12 @@ impl<'r> RequestBindings<'r> {
     /// matchConditions, the subject (`oldObject` on DELETE) for validations.
     pub(crate) fn new(
         req: &'r AdmissionRequest,
-        object: Option<&'r Value>,
+        object: Option<&'r AdmittedObject>,
         namespace_object: Option<&'r Value>,
     ) -> Self {
         Self {
-            object: LazyJson::borrowed(object.unwrap_or(&NULL)),
-            old_object: LazyJson::borrowed(req.old_object.as_ref().unwrap_or(&NULL)),
+            object: admitted(object),
+            old_object: admitted(req.old_object.as_ref()),
             request: LazyJson::built(move || req.to_json()),
             namespace_object: LazyJson::borrowed(namespace_object.unwrap_or(&NULL)),
             deadline: None,
@@ -63,6 +63,14 @@ impl<'r> RequestBindings<'r> {
     #[cfg(test)]
     pub(crate) fn request_converted(&self) -> bool {
         self.request.is_converted()
+    }
+}
+
+/// An admitted object for CEL: its tree is built only if an expression reads it.
+fn admitted(object: Option<&AdmittedObject>) -> LazyJson<'_> {
+    match object {
+        Some(object) => LazyJson::deferred(object),
+        None => LazyJson::borrowed(&NULL),
     }
 }
 

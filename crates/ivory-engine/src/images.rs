@@ -22,7 +22,7 @@ use ivory_cel::{Activation, NoHost};
 use ivory_policy::compiled::{CompiledPolicy, ImageMatcher};
 use serde_json::Value;
 
-use crate::admission::{AdmissionRequest, GroupVersionResource};
+use crate::admission::{AdmissionRequest, AdmittedObject, GroupVersionResource};
 use crate::matching::MatchError;
 
 /// Key of the images mounted as volumes (`spec.volumes[].image.reference`).
@@ -86,6 +86,7 @@ pub fn builtin_images(req: &AdmissionRequest) -> BTreeMap<String, Vec<String>> {
         .iter()
         .map(|field| {
             let images = images_in(req.subject(), spec, field)
+                .into_iter()
                 .map(|(_, image)| image.to_owned())
                 .collect();
             ((*field).to_owned(), images)
@@ -106,7 +107,7 @@ pub struct ImageAt {
 
 /// Every container and image-volume image of `object` (of kind `kind`) with its JSON pointer,
 /// for digest pinning. Unknown kinds have none. Entries without a string image are skipped.
-pub fn image_pointers(object: &Value, kind: &str) -> Vec<ImageAt> {
+pub fn image_pointers(object: &AdmittedObject, kind: &str) -> Vec<ImageAt> {
     let Some(spec) = pod_spec_for_kind(kind) else {
         return Vec::new();
     };
@@ -114,7 +115,8 @@ pub fn image_pointers(object: &Value, kind: &str) -> Vec<ImageAt> {
         .iter()
         .flat_map(|field| {
             let (list, inner) = location(field);
-            images_in(Some(object), spec, field).map(move |(index, image)| ImageAt {
+            let found = images_in(Some(object), spec, field);
+            found.into_iter().map(move |(index, image)| ImageAt {
                 pointer: format!("{spec}/{}/{index}{inner}", escape_pointer_token(list)),
                 image: image.to_owned(),
                 field,
@@ -133,15 +135,34 @@ fn location(field: &'static str) -> (&'static str, &'static str) {
 }
 
 /// `(index, image)` of each entry of `<spec>/<list>` that has a string image; the index is the
-/// entry's position in the list (volumes without an image still count).
+/// entry's position in the list (volumes without an image still count). Read from the
+/// object's summary, or from its tree when it has none.
 fn images_in<'v>(
-    object: Option<&'v Value>,
+    object: Option<&'v AdmittedObject>,
     spec: &str,
     field: &'static str,
-) -> impl Iterator<Item = (usize, &'v str)> {
+) -> Vec<(usize, &'v str)> {
+    let Some(object) = object else {
+        return Vec::new();
+    };
+    match object.summary() {
+        Some(summary) => summary
+            .pod_spec(spec)
+            .map(|pod| pod.images(field))
+            .unwrap_or_default(),
+        None => images_in_tree(object.value(), spec, field),
+    }
+}
+
+/// [`images_in`] read from the JSON tree, leniently: a field of another type reads as absent.
+pub(crate) fn images_in_tree<'v>(
+    object: &'v Value,
+    spec: &str,
+    field: &'static str,
+) -> Vec<(usize, &'v str)> {
     let (list, inner) = location(field);
     object
-        .and_then(|o| o.pointer(spec))
+        .pointer(spec)
         .and_then(|s| s.get(list))
         .and_then(Value::as_array)
         .into_iter()
@@ -153,6 +174,7 @@ fn images_in<'v>(
                 .and_then(Value::as_str)
                 .map(|image| (i, image))
         })
+        .collect()
 }
 
 /// RFC 6901 escaping of one reference token.

@@ -14,7 +14,7 @@ use serde_json::Value;
 use thiserror::Error;
 use tokio::time::Instant;
 
-use crate::admission::{AdmissionRequest, GroupVersionResource, Operation};
+use crate::admission::{AdmissionRequest, AdmittedObject, GroupVersionResource, Operation};
 use crate::bindings::RequestBindings;
 
 /// Why matching could not decide.
@@ -202,7 +202,9 @@ fn namespace_selector_matches(
     let labels = if namespace_request && req.sub_resource().is_empty() {
         // A Namespace being created or updated is judged by its own (new) labels; on DELETE
         // the object being deleted is the current state.
-        object_labels(req.subject())
+        req.subject()
+            .map(AdmittedObject::labels)
+            .unwrap_or_default()
     } else if req.namespace_labels_unknown {
         // The API server only called this policy's webhook because its namespaceSelector,
         // which that webhook carries, matched the labels ivory cannot see.
@@ -233,7 +235,7 @@ fn object_selector_matches(constraints: &MatchResources, req: &AdmissionRequest)
         .into_iter()
         .flatten()
     {
-        if selector_matches(selector, &object_labels(Some(object)), FIELD)? {
+        if selector_matches(selector, &object.labels(), FIELD)? {
             return Ok(true);
         }
     }

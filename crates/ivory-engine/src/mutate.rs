@@ -78,10 +78,7 @@ pub async fn mutate(
     let Some(object) = req.object.as_ref() else {
         return allow;
     };
-    let kind = object
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or(&req.kind.kind);
+    let kind = object.kind().unwrap_or(&req.kind.kind);
     let pointers = pinnable(image_pointers(object, kind), req, kind);
 
     let plans: Vec<Plan<'_>> = policies

@@ -43,6 +43,7 @@ use crate::admission::shape::{ShapeError, check_shape};
 use crate::decision::Decision;
 use crate::exceptions::{self, Exceptions, Partition};
 use crate::resources::ResourceSource;
+use crate::validate::DecisionMemo;
 use crate::verifier::ImageVerifier;
 use crate::{mutate, validate};
 
@@ -97,6 +98,9 @@ pub struct Pipeline<'a> {
     pub exceptions: Option<&'a Exceptions>,
     /// `None`: the stage's own deadline is the only bound.
     pub backstop: Option<Backstop>,
+    /// Kept results of policies that read only their images and verification answers
+    /// (`None`: every policy is evaluated afresh).
+    pub memo: Option<&'a DecisionMemo>,
 }
 
 /// The pipeline's answer.
@@ -118,6 +122,7 @@ impl<'a> Pipeline<'a> {
             credentials: None,
             exceptions: None,
             backstop: None,
+            memo: None,
         }
     }
 
@@ -236,15 +241,17 @@ impl<'a> Pipeline<'a> {
         ns_object: Option<&Value>,
         deadline: Instant,
     ) -> Judged {
-        let (verifier, resources) = (self.verifier, self.resources);
+        let (verifier, resources, memo) = (self.verifier, self.resources, self.memo);
         let engine = async move {
             match stage {
                 Stage::Mutate => {
                     mutate::mutate(verifier, resources, selected, req, ns_object, deadline).await
                 }
                 Stage::Validate => {
-                    validate::validate(verifier, resources, selected, req, ns_object, deadline)
-                        .await
+                    validate::validate_memoized(
+                        verifier, resources, selected, req, ns_object, deadline, memo,
+                    )
+                    .await
                 }
             }
         };

@@ -177,6 +177,7 @@ async fn judge(
         exceptions,
         // Nobody waits on a scan: the per-Pod deadline is bound enough.
         backstop: None,
+        memo: Some(state.memo.as_ref()),
     };
     let mut req = req.clone();
     match pipeline
@@ -232,7 +233,7 @@ pub fn request_for(pod: &Pod) -> Option<AdmissionRequest> {
         name,
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         operation: Operation::Create,
-        object: Some(object),
+        object: Some(object.into()),
         ..AdmissionRequest::default()
     })
 }
@@ -349,7 +350,7 @@ mod unit {
         let images: Vec<&str> = req
             .object
             .as_ref()
-            .and_then(|o| o.pointer("/spec/containers"))
+            .and_then(|o| o.value().pointer("/spec/containers"))
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -368,7 +369,7 @@ mod unit {
         assert!(
             req.object
                 .as_ref()
-                .is_some_and(|o| o.get("status").is_none())
+                .is_some_and(|o| o.value().get("status").is_none())
         );
     }
 }

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use ivory_engine::admission::{AdmissionRequest, Operation};
 use ivory_engine::decision::{PolicyResult, Status};
 use ivory_engine::exceptions::EXCEPTIONS_PROPERTY;
-use serde_json::Value;
 
 use crate::metrics::Metrics;
 
@@ -61,14 +60,7 @@ impl Subject {
     /// The object of an AdmissionRequest (`None` when it has no UID to key a report by).
     pub fn of_request(req: &AdmissionRequest) -> Option<Self> {
         let object = req.subject()?;
-        let text = |pointer: &str| {
-            object
-                .pointer(pointer)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let uid = text("/metadata/uid");
+        let uid = object.uid().unwrap_or_default().to_owned();
         if uid.is_empty() {
             return None;
         }
@@ -82,7 +74,7 @@ impl Subject {
             kind: req.kind.kind.clone(),
             namespace: req.namespace.clone(),
             name: if req.name.is_empty() {
-                text("/metadata/name")
+                object.name().unwrap_or_default().to_owned()
             } else {
                 req.name.clone()
             },

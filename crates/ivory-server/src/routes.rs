@@ -30,6 +30,7 @@ use ivory_engine::decision::Decision;
 use ivory_engine::exceptions::Exceptions;
 use ivory_engine::matching::{Route, UnknownPolicies, select_policies};
 use ivory_engine::pipeline::{Backstop, Judged, Namespaces, Pipeline, Stage};
+use ivory_engine::validate::DecisionMemo;
 use ivory_engine::verifier::ImageVerifier;
 use ivory_policy::CompiledPolicy;
 use ivory_policy::types::PolicyKind;
@@ -67,6 +68,9 @@ pub struct AppState {
     /// Cluster objects for the policies' `resource.*` / `globalContext.*` calls: watch caches
     /// (`--kube`), `--cluster-resources` files, or nothing ([`NoResources`]: such reads fail).
     pub resources: Arc<dyn ResourceSource>,
+    /// Kept results of policies that read only their images and verification answers,
+    /// shared by the admission routes and the background scan.
+    pub memo: Arc<DecisionMemo>,
 }
 
 /// Where PolicyExceptions may come from once they are enabled.
@@ -94,6 +98,7 @@ impl AppState {
             exceptions: None,
             reports: None,
             resources: Arc::new(NoResources),
+            memo: Arc::new(DecisionMemo::default()),
         }
     }
 }
@@ -389,6 +394,7 @@ fn pipeline<'a>(
             at: budget.deadline + (budget.timeout - budget.budget) / 2,
             budget: budget.budget,
         }),
+        memo: Some(state.memo.as_ref()),
     }
 }
 

@@ -285,7 +285,7 @@ fn allowed_response_carries_base64_json_patch() {
         ])
     );
     // The patch applies cleanly to the request object.
-    let mut object = req.object.clone().unwrap();
+    let mut object = req.object.as_ref().unwrap().value().clone();
     let parsed: json_patch::Patch = serde_json::from_value(patch).unwrap();
     json_patch::patch(&mut object, &parsed).unwrap();
     assert_eq!(

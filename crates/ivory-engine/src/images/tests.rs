@@ -32,7 +32,7 @@ fn with_image_volumes(
         {"name": "broken", "image": {}},
     ]);
     let object = req.object.as_mut().unwrap();
-    object.pointer_mut(spec).unwrap()["volumes"] = volumes;
+    object.edit(|o| o.pointer_mut(spec).unwrap()["volumes"] = volumes);
     req
 }
 
@@ -54,7 +54,7 @@ fn image_volumes_are_extracted_like_containers() {
             "{file}"
         );
         let object = req.object.unwrap();
-        let kind = object["kind"].as_str().unwrap().to_owned();
+        let kind = object.kind().unwrap().to_owned();
         let volumes: Vec<(String, String, &str)> = image_pointers(&object, &kind)
             .into_iter()
             .filter(|at| at.field == IMAGE_VOLUMES)
@@ -171,7 +171,7 @@ fn builtin_images_by_gvr_not_kind() {
 fn pointers(file: &str) -> Vec<(String, String)> {
     let req = request(file);
     let object = req.object.unwrap();
-    let kind = object["kind"].as_str().unwrap().to_owned();
+    let kind = object.kind().unwrap().to_owned();
     image_pointers(&object, &kind)
         .into_iter()
         .map(|at| (at.pointer, at.image))
@@ -285,9 +285,10 @@ fn image_pointers_per_kind() {
 
 #[test]
 fn image_pointers_skip_containers_without_image() {
-    let pod = json!({"kind": "Pod", "spec": {"containers": [
+    let pod: AdmittedObject = json!({"kind": "Pod", "spec": {"containers": [
         {"name": "a"}, {"name": "b", "image": 3}, {"name": "c", "image": "nginx"}
-    ], "initContainers": "not-a-list"}});
+    ], "initContainers": "not-a-list"}})
+    .into();
     let got = image_pointers(&pod, "Pod");
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].pointer, "/spec/containers/2/image");

@@ -357,12 +357,13 @@ fn object_selector_uses_object_or_old_object() {
     assert!(matches_constraints(&p, &request("pod-delete.json"), None).unwrap());
 
     let mut relabelled = request("pod-update.json");
-    relabelled.object.as_mut().unwrap()["metadata"]["labels"] = json!({"app": "other"});
+    (relabelled.object.as_mut().unwrap())
+        .edit(|o| o["metadata"]["labels"] = json!({"app": "other"}));
     assert!(
         matches_constraints(&p, &relabelled, None).unwrap(),
         "old object still matches"
     );
-    relabelled.old_object.as_mut().unwrap()["metadata"]["labels"] = json!({});
+    (relabelled.old_object.as_mut().unwrap()).edit(|o| o["metadata"]["labels"] = json!({}));
     assert!(!matches_constraints(&p, &relabelled, None).unwrap());
 
     p.match_constraints.object_selector = Some(selector(&[("app", "api")], vec![]));

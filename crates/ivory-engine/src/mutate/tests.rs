@@ -487,18 +487,20 @@ fn pod_with(
     volumes: &[&str],
 ) -> crate::admission::AdmissionRequest {
     let mut req = request(file);
-    let spec = req.object.as_mut().unwrap().pointer_mut("/spec").unwrap();
-    spec["initContainers"] = json!([]);
-    spec["containers"] = containers
-        .iter()
-        .enumerate()
-        .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
-        .collect();
-    spec["volumes"] = volumes
-        .iter()
-        .enumerate()
-        .map(|(i, image)| json!({"name": format!("v{i}"), "image": {"reference": image}}))
-        .collect();
+    req.object.as_mut().unwrap().edit(|object| {
+        let spec = object.pointer_mut("/spec").unwrap();
+        spec["initContainers"] = json!([]);
+        spec["containers"] = containers
+            .iter()
+            .enumerate()
+            .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
+            .collect();
+        spec["volumes"] = volumes
+            .iter()
+            .enumerate()
+            .map(|(i, image)| json!({"name": format!("v{i}"), "image": {"reference": image}}))
+            .collect();
+    });
     req
 }
 

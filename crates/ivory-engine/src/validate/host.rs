@@ -110,6 +110,19 @@ impl Evidence {
             .extend(signers);
     }
 
+    /// A copy of what was learnt, to be merged again later ([`Evidence::merge`]).
+    pub(super) fn snapshot(&self) -> Evidence {
+        Evidence {
+            images: Mutex::new(self.images().clone()),
+            signers: Mutex::new(
+                self.signers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone(),
+            ),
+        }
+    }
+
     /// Every verification that verified and was read, in a stable order.
     pub(super) fn verified(&self) -> Vec<VerifiedBy> {
         let signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());

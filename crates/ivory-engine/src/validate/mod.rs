@@ -14,6 +14,7 @@ mod context;
 mod evaluate;
 mod host;
 mod late;
+mod memo;
 mod outcome;
 mod plan;
 mod prefetch;
@@ -42,6 +43,7 @@ use crate::resources::ResourceSource;
 use crate::resources::host::ClusterHost;
 use crate::verifier::ImageVerifier;
 
+pub use self::memo::DecisionMemo;
 pub use self::response::{MAX_VERIFIED_ANNOTATION_BYTES, SKIPPED_ANNOTATION, VERIFIED_ANNOTATION};
 
 /// Prefix of every evaluation error, as Kyverno words it.
@@ -59,6 +61,29 @@ pub async fn validate(
     req: &AdmissionRequest,
     namespace_object: Option<&Value>,
     deadline: Instant,
+) -> Decision {
+    validate_memoized(
+        verifier,
+        resources,
+        policies,
+        req,
+        namespace_object,
+        deadline,
+        None,
+    )
+    .await
+}
+
+/// [`validate`], reusing the results `memo` kept of policies that read only their images and
+/// verification answers, and keeping new ones ([`DecisionMemo`]).
+pub async fn validate_memoized(
+    verifier: &dyn ImageVerifier,
+    resources: &dyn ResourceSource,
+    policies: &[&CompiledPolicy],
+    req: &AdmissionRequest,
+    namespace_object: Option<&Value>,
+    deadline: Instant,
+    memo: Option<&DecisionMemo>,
 ) -> Decision {
     let started = ivory_clock::now();
     let data = RequestBindings::new(req, req.subject(), namespace_object).with_deadline(deadline);
@@ -112,12 +137,30 @@ pub async fn validate(
             // Past the deadline too: the fetch then answers "budget spent" at once, and the
             // failurePolicy decides for an expression that needed it.
             let can_ask = round < late::MAX_ROUNDS && plan.can_evaluate_again();
+            let memoizable = memo.and_then(|_| memo::memoizable(&plan));
+            if let (Some(memo), Some(key)) = (memo, &memoizable)
+                && let Some((done, recorded)) = memo.get(key, &plan, &prefetched)
+            {
+                evidence.merge(recorded);
+                if let Some(slot) = evaluated.get_mut(position) {
+                    *slot = Some(done);
+                }
+                continue;
+            }
             // A policy that may be evaluated again records into evidence of its own, kept
-            // only from its final evaluation; any other records directly.
+            // only from its final evaluation; one whose result may be kept too (the memo keeps
+            // what it recorded); any other records directly.
             let scratch = Evidence::default();
-            let records = if can_ask { &scratch } else { &evidence };
+            let records = if can_ask || memoizable.is_some() {
+                &scratch
+            } else {
+                &evidence
+            };
             match evaluate::run(&mut plan, &prefetched, records, can_ask) {
                 Run::Done(done) => {
+                    if let (Some(memo), Some(key)) = (memo, memoizable) {
+                        memo.put(key, &plan, &prefetched, &done, &scratch);
+                    }
                     evidence.merge(scratch);
                     if let Some(slot) = evaluated.get_mut(position) {
                         *slot = Some(done);

@@ -9,7 +9,7 @@ use crate::decision::{PolicyResult, Status};
 use crate::verifier::VerifyError;
 
 /// One policy's result plus what `required` and the response need.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct Evaluated {
     pub(super) result: PolicyResult,
     /// `validationConfigurations.required` of a policy that reached evaluation.

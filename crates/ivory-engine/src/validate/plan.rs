@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ivory_cel::{CostBudget, Program};
+use ivory_policy::VerifyPlatforms;
 use ivory_policy::compiled::{CompiledAttestor, CompiledPolicy};
 use ivory_policy::types::{Attestor, FailurePolicy};
 use serde_json::Value as Json;
@@ -14,7 +15,7 @@ use super::context::{Evaluator, ExprError};
 use super::outcome::{self, Evaluated};
 use super::prefetch::{Job, JobSet, LateImageData, Outcome, VerifyKey};
 use super::{EVAL_FAILED, result};
-use crate::admission::AdmissionRequest;
+use crate::admission::{AdmissionRequest, AdmittedObject};
 use crate::bindings::RequestBindings;
 use crate::decision::{PolicyResult, Status};
 use crate::resources::host::ClusterHost;
@@ -42,6 +43,8 @@ pub(super) struct Plan<'a> {
     pub(super) eval: Option<Evaluator<'a>>,
     /// What a later evaluation of a policy that reads image data is built from.
     pub(super) again: Option<Again<'a>>,
+    /// The `images` binding: images after matchImageReferences, by extractor.
+    pub(super) images: BTreeMap<String, Vec<String>>,
     /// Images after matchImageReferences, flat, first occurrence order.
     pub(super) matched: Vec<String>,
     /// Each of `matched` parsed, once: what crosses into the verifier, or why it cannot.
@@ -62,7 +65,6 @@ pub(super) struct Again<'a> {
     data: &'a RequestBindings<'a>,
     /// The workload's platform: which manifest of an index image data describes.
     platform: ImagePlatform,
-    images: BTreeMap<String, Vec<String>>,
     attestors: Json,
     budget: Option<Arc<CostBudget>>,
 }
@@ -90,7 +92,7 @@ impl<'a> Plan<'a> {
             eval.share_budget(Arc::clone(budget));
         }
         eval.bind_policy(
-            &again.images,
+            &self.images,
             again.attestors.clone(),
             self.policy.attestations.iter().map(|a| a.name.clone()),
         );
@@ -243,9 +245,8 @@ pub(super) fn prepare<'a>(
     );
     let again = kept_attestors.map(|attestors| Again {
         data: inputs.data,
-        platform: ImagePlatform::of_workload(inputs.req.object.as_ref()),
+        platform: ImagePlatform::of_workload(inputs.req.object.as_ref().map(AdmittedObject::value)),
         budget: eval.shared_budget(),
-        images,
         attestors,
     });
 
@@ -259,6 +260,7 @@ pub(super) fn prepare<'a>(
             .filter(|(a, _)| a.notary.is_some())
             .map(|(a, _)| a.name.clone())
             .collect(),
+        images,
         matched,
         references,
         keys: BTreeMap::new(),
@@ -266,7 +268,12 @@ pub(super) fn prepare<'a>(
         undigested,
         late_image_data: BTreeMap::new(),
     };
-    let platforms = PlatformScope::of_policy(policy.verify_platforms, inputs.req.object.as_ref());
+    // Only `podPlatform` reads the workload, and only then is its tree built.
+    let workload = match policy.verify_platforms {
+        VerifyPlatforms::PodPlatform => inputs.req.object.as_ref().map(AdmittedObject::value),
+        VerifyPlatforms::Index | VerifyPlatforms::AllPlatforms => None,
+    };
+    let platforms = PlatformScope::of_policy(policy.verify_platforms, workload);
     plan_jobs(&mut plan, &attestors, &platforms, jobs);
     Prepared::Ready(Box::new(plan))
 }
@@ -280,8 +287,7 @@ fn demands_digest(policy: &CompiledPolicy, inputs: &RequestInputs<'_>) -> bool {
     let kind = inputs
         .req
         .subject()
-        .and_then(|o| o.get("kind"))
-        .and_then(Json::as_str)
+        .and_then(AdmittedObject::kind)
         .unwrap_or(&inputs.req.kind.kind);
     policy.pinning_for(inputs.namespace_object).pins(kind)
 }
@@ -502,7 +508,7 @@ fn set_pointer(root: &mut Json, pointer: &str, value: Json) -> Result<(), Pointe
 }
 
 /// Every program of the policy that runs after the prefetch.
-fn programs(policy: &CompiledPolicy) -> impl Iterator<Item = &Program> {
+pub(super) fn programs(policy: &CompiledPolicy) -> impl Iterator<Item = &Program> {
     policy
         .validations
         .iter()

@@ -1659,16 +1659,14 @@ async fn other_spellings_of_a_matched_image_are_verified() {
 /// A Pod CREATE with `app` containers and `volumes` as image volumes.
 fn pod_with_volumes(app: &[&str], volumes: &[&str]) -> AdmissionRequest {
     let mut req = create(app);
-    let spec = req
-        .object
-        .as_mut()
-        .and_then(|o| o.pointer_mut("/spec"))
-        .expect("spec");
-    spec["volumes"] = volumes
-        .iter()
-        .enumerate()
-        .map(|(i, image)| json!({"name": format!("v{i}"), "image": {"reference": image}}))
-        .collect();
+    req.object.as_mut().expect("object").edit(|object| {
+        let spec = object.pointer_mut("/spec").expect("spec");
+        spec["volumes"] = volumes
+            .iter()
+            .enumerate()
+            .map(|(i, image)| json!({"name": format!("v{i}"), "image": {"reference": image}}))
+            .collect();
+    });
     req
 }
 

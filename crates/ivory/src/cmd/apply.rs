@@ -184,13 +184,16 @@ async fn apply(
     )
     .await
     .with_context(|| format!("resource {id}"))?;
-    let mut object = req.object.clone().unwrap_or(Value::Null);
+    let mut object = req
+        .object
+        .as_ref()
+        .map_or(Value::Null, |o| o.value().clone());
     if mutate.allowed {
         wiring::apply_patch(&mut object, &mutate).with_context(|| format!("patching {id}"))?;
     }
     let validate = if mutate.allowed {
         // The API server sends the validating webhooks the object as mutated.
-        req.object = Some(object.clone());
+        req.object = Some(object.clone().into());
         wiring::run_routes(
             routes,
             Stage::Validate,
@@ -323,8 +326,8 @@ pub(crate) fn request(
             username: "ivory-cli".to_owned(),
             ..UserInfo::default()
         },
-        old_object: (op == Op::Update).then(|| object.clone()),
-        object: Some(object),
+        old_object: (op == Op::Update).then(|| object.clone().into()),
+        object: Some(object.into()),
         ..AdmissionRequest::default()
     })
 }

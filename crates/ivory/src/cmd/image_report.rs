@@ -391,7 +391,7 @@ pub(crate) fn pod_request(image: &str, namespace: &str) -> AdmissionRequest {
             username: "ivory-cli".to_owned(),
             ..Default::default()
         },
-        object: Some(pod),
+        object: Some(pod.into()),
         ..Default::default()
     }
 }

@@ -198,7 +198,9 @@ async fn pin_for_legacy_rules(
     if mutate.allowed
         && let Some(object) = req.object.as_mut()
     {
-        wiring::apply_patch(object, &mutate)?;
+        let mut patched = object.value().clone();
+        wiring::apply_patch(&mut patched, &mutate)?;
+        *object = patched.into();
     }
     Ok(())
 }

@@ -1,0 +1,196 @@
+//! Memoized policy evaluations: a policy whose expressions read only its `images`, its
+//! attestors and attestations, its variables and the verification answers (Kyverno's common
+//! shape) comes to the same result whenever those are the same. Such a result is kept, keyed
+//! by the policy version (its hash: kind, namespace, name and spec) and its `images`, and
+//! reused only while every verification answer it read is the same answer, compared whole.
+//!
+//! So a result is invalidated by exactly what can change it: a policy reload changes the hash,
+//! a verdict that expires or is evicted is asked again and compared again, and an answer that
+//! is an error (an unreachable registry, a spent budget) is never part of a kept result: such a
+//! policy is evaluated afresh. PolicyExceptions are applied before policies reach this stage.
+//! Results the budget or the deadline shaped, and errors, are never kept.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ivory_cel::Program;
+
+use super::host::Evidence;
+use super::outcome::Evaluated;
+use super::plan::{IMAGE_DATA_FUNCTIONS, Plan, programs};
+use super::prefetch::{Outcome, Prefetched, VerifyKey};
+use crate::decision::Status;
+use crate::verifier::Verification;
+
+/// What an expression of a memoizable policy may read.
+const PURE_INPUTS: [&str; 4] = ["images", "attestors", "attestations", "variables"];
+/// Results kept, over all policies (an entry is a few hundred bytes plus its answers).
+const DEFAULT_ENTRIES: u64 = 4096;
+/// Larger requests are evaluated afresh: their key would cost more to compare than it saves.
+const MAX_IMAGES: usize = 64;
+const MAX_ANSWERS: usize = 256;
+
+/// Kept policy results, shared by every request a server or CLI run judges.
+pub struct DecisionMemo {
+    entries: moka::sync::Cache<MemoKey, Arc<Entry>>,
+    hits: AtomicU64,
+}
+
+impl Default for DecisionMemo {
+    fn default() -> Self {
+        Self::with_capacity(DEFAULT_ENTRIES)
+    }
+}
+
+impl std::fmt::Debug for DecisionMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecisionMemo")
+            .field("entries", &self.entries.entry_count())
+            .finish()
+    }
+}
+
+impl DecisionMemo {
+    /// A memo holding at most `entries` policy results.
+    pub fn with_capacity(entries: u64) -> Self {
+        Self {
+            entries: moka::sync::Cache::new(entries),
+            hits: AtomicU64::new(0),
+        }
+    }
+
+    /// How many policy results were reused instead of evaluated.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct MemoKey {
+    /// The policy version.
+    policy: String,
+    /// Autogen variants share the hash of the policy they come from.
+    autogen: Option<String>,
+    images: BTreeMap<String, Vec<String>>,
+}
+
+struct Entry {
+    /// Every verification answer the policy could read, in key order.
+    answers: Vec<(VerifyKey, Verification)>,
+    evaluated: Evaluated,
+    evidence: Evidence,
+}
+
+/// A plan whose result may be kept or reused, with its key.
+pub(super) struct Memoizable {
+    key: MemoKey,
+}
+
+/// Whether `plan`'s result is a function of its key and verification answers alone.
+pub(super) fn memoizable(plan: &Plan<'_>) -> Option<Memoizable> {
+    let policy = plan.policy;
+    let pure = policy.attestors.iter().all(|a| a.fields.is_empty())
+        && policy.cluster_reads.is_empty()
+        && plan.undigested.is_empty()
+        && plan.image_data.is_empty()
+        && plan.late_image_data.is_empty()
+        && !plan.can_evaluate_again()
+        && plan.matched.len() <= MAX_IMAGES
+        && plan.keys.len() <= MAX_ANSWERS
+        && programs(policy).all(reads_only_pure_inputs);
+    pure.then(|| Memoizable {
+        key: MemoKey {
+            policy: policy.hash.clone(),
+            autogen: policy.autogen_config.clone(),
+            images: plan.images.clone(),
+        },
+    })
+    .filter(|_| !policy.hash.is_empty())
+}
+
+fn reads_only_pure_inputs(program: &Program) -> bool {
+    let cluster = ivory_cel::cluster_functions::RESOURCE_GET
+        .iter()
+        .chain(&ivory_cel::cluster_functions::RESOURCE_LIST)
+        .chain(&ivory_cel::cluster_functions::GLOBAL_CONTEXT_GET);
+    program.globals().all(|g| PURE_INPUTS.contains(&g))
+        && !IMAGE_DATA_FUNCTIONS
+            .iter()
+            .chain(cluster)
+            .any(|f| program.calls_function(f))
+}
+
+/// The verification answers `plan` could read, or `None` when one is not a verdict.
+fn answers<'p>(
+    plan: &'p Plan<'_>,
+    prefetched: &'p Prefetched,
+) -> Option<Vec<(&'p VerifyKey, &'p Verification)>> {
+    plan.keys
+        .iter()
+        .map(|(key, index)| match prefetched.outcome(*index) {
+            Some(Outcome::Verify(Ok(verification))) => Some((key, verification)),
+            _ => None,
+        })
+        .collect()
+}
+
+impl DecisionMemo {
+    /// The kept result of `plan` with the evidence its evaluation recorded, when every answer
+    /// it could read is the one it was kept with.
+    pub(super) fn get(
+        &self,
+        memoizable: &Memoizable,
+        plan: &Plan<'_>,
+        prefetched: &Prefetched,
+    ) -> Option<(Evaluated, Evidence)> {
+        let entry = self.entries.get(&memoizable.key)?;
+        let now = answers(plan, prefetched)?;
+        let same = now.len() == entry.answers.len()
+            && now
+                .iter()
+                .zip(&entry.answers)
+                .all(|((k, v), (kept_k, kept_v))| *k == kept_k && *v == kept_v);
+        if !same {
+            return None;
+        }
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        Some((entry.evaluated.clone(), entry.evidence.snapshot()))
+    }
+
+    /// Keeps `evaluated` (with the `evidence` it recorded) for `plan`, unless the budget, the
+    /// deadline or an error shaped it, or an answer it could read was not a verdict.
+    pub(super) fn put(
+        &self,
+        memoizable: Memoizable,
+        plan: &Plan<'_>,
+        prefetched: &Prefetched,
+        evaluated: &Evaluated,
+        evidence: &Evidence,
+    ) {
+        let decided = matches!(evaluated.result.status, Status::Pass | Status::Fail)
+            && !evaluated.budget_exhausted
+            && evaluated.skipped.is_empty();
+        let Some(answers) = answers(plan, prefetched).filter(|_| decided) else {
+            return;
+        };
+        let entry = Entry {
+            answers: answers
+                .into_iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            evaluated: evaluated.clone(),
+            evidence: evidence.snapshot(),
+        };
+        self.entries.insert(memoizable.key, Arc::new(entry));
+    }
+}
+
+/// Whether the policy's expressions (those run after the prefetch) read only pure inputs.
+#[cfg(test)]
+fn policy_is_pure(policy: &ivory_policy::compiled::CompiledPolicy) -> bool {
+    programs(policy).all(reads_only_pure_inputs)
+}
+
+#[cfg(test)]
+mod tests;
