@@ -25,8 +25,9 @@ use crate::verifier::Verification;
 
 /// What an expression of a memoizable policy may read.
 const PURE_INPUTS: [&str; 4] = ["images", "attestors", "attestations", "variables"];
-/// Results kept, over all policies (an entry is a few hundred bytes plus its answers).
-const DEFAULT_ENTRIES: u64 = 4096;
+/// Bytes of kept results, over all policies: entries are weighed by their strings and the
+/// attestation statements they hold, so a few large statements cannot grow memory unbounded.
+const DEFAULT_BYTES: u64 = 32 << 20;
 /// Larger requests are evaluated afresh: their key would cost more to compare than it saves.
 const MAX_IMAGES: usize = 64;
 const MAX_ANSWERS: usize = 256;
@@ -39,7 +40,7 @@ pub struct DecisionMemo {
 
 impl Default for DecisionMemo {
     fn default() -> Self {
-        Self::with_capacity(DEFAULT_ENTRIES)
+        Self::with_byte_budget(DEFAULT_BYTES)
     }
 }
 
@@ -52,10 +53,15 @@ impl std::fmt::Debug for DecisionMemo {
 }
 
 impl DecisionMemo {
-    /// A memo holding at most `entries` policy results.
-    pub fn with_capacity(entries: u64) -> Self {
+    /// A memo holding policy results of about `bytes` in all.
+    pub fn with_byte_budget(bytes: u64) -> Self {
         Self {
-            entries: moka::sync::Cache::new(entries),
+            entries: moka::sync::Cache::builder()
+                .max_capacity(bytes)
+                .weigher(|key: &MemoKey, entry: &Arc<Entry>| {
+                    u32::try_from(key.bytes().saturating_add(entry.bytes)).unwrap_or(u32::MAX)
+                })
+                .build(),
             hits: AtomicU64::new(0),
         }
     }
@@ -75,7 +81,21 @@ struct MemoKey {
     images: BTreeMap<String, Vec<String>>,
 }
 
+impl MemoKey {
+    /// Roughly what the key holds, for the byte budget.
+    fn bytes(&self) -> usize {
+        let images: usize = self.images.iter().map(|(k, v)| k.len() + strings(v)).sum();
+        self.policy.len() + images
+    }
+}
+
+fn strings(list: &[String]) -> usize {
+    list.iter().map(|s| s.len() + 24).sum()
+}
+
 struct Entry {
+    /// Roughly what the entry holds (answers, statements, messages), for the byte budget.
+    bytes: usize,
     /// Every verification answer the policy could read, in key order.
     answers: Vec<(VerifyKey, Verification)>,
     evaluated: Evaluated,
@@ -174,7 +194,26 @@ impl DecisionMemo {
         let Some(answers) = answers(plan, prefetched).filter(|_| decided) else {
             return;
         };
+        let answer_bytes: usize = answers
+            .iter()
+            .map(|(key, verification)| {
+                let payload = match verification {
+                    Verification::Verified {
+                        payload: Some(statement),
+                        ..
+                    } => serde_json::to_vec(statement).map_or(0, |b| b.len()),
+                    _ => 0,
+                };
+                key.image.len() + key.attestor.len() + 256 + payload
+            })
+            .sum();
+        let result = &evaluated.result;
         let entry = Entry {
+            bytes: 512
+                + answer_bytes
+                + result.message.len()
+                + strings(&result.images)
+                + strings(&evaluated.skipped),
             answers: answers
                 .into_iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
