@@ -1,5 +1,6 @@
 //! Per-evaluation bindings and the bridge from CEL functions to the engine's [`Host`].
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use cel::common::types::Type;
@@ -7,7 +8,7 @@ use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
 use cel::{ExecutionError, IdedExpr, Value};
 
-use crate::convert::{json_to_val, json_to_value, value_to_json};
+use crate::convert::{json_to_val, json_to_value, string_lists_to_val, value_to_json};
 use crate::{CostBudget, EvalError, HostError};
 
 /// Implemented by the engine: answers the Kyverno verification / image-data functions.
@@ -176,10 +177,30 @@ impl std::fmt::Debug for LazyJson<'_> {
     }
 }
 
-/// A bound variable: owned by the activation, or shared with others through a [`LazyJson`].
+/// A JSON value converted once to the interpreter's representation and bound by reference
+/// into any number of activations: what does not change between requests (a policy's static
+/// attestors and attestations) is converted once per policy version, not once per request.
+pub struct ConvertedJson(Box<dyn Val>);
+
+impl ConvertedJson {
+    /// `value`, converted.
+    pub fn new(value: &serde_json::Value) -> Self {
+        Self(json_to_val(value))
+    }
+}
+
+impl std::fmt::Debug for ConvertedJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ConvertedJson").field(&self.0).finish()
+    }
+}
+
+/// A bound variable: owned by the activation, or shared with others through a [`LazyJson`]
+/// or a [`ConvertedJson`].
 enum Bound<'a> {
     Owned(Box<dyn Val>),
     Lazy(&'a LazyJson<'a>),
+    Converted(Arc<ConvertedJson>),
 }
 
 /// Per-evaluation bindings, and the cost budget evaluations against them are charged to.
@@ -232,6 +253,17 @@ impl<'a> Activation<'a> {
         self.bind_val(name, val);
     }
 
+    /// Binds `name` to a map of string lists (the `images` variable), built straight in the
+    /// interpreter's representation. Rebinding replaces.
+    pub fn bind_string_lists(&mut self, name: &str, map: &BTreeMap<String, Vec<String>>) {
+        self.bind_val(name, string_lists_to_val(map));
+    }
+
+    /// Binds `name` to a value converted once and shared with other activations.
+    pub fn bind_converted(&mut self, name: &str, value: Arc<ConvertedJson>) {
+        self.bind(name, Bound::Converted(value));
+    }
+
     /// Binds `name` to a value shared with other activations, converted on first read.
     pub fn bind_lazy(&mut self, name: &str, value: &'a LazyJson<'a>) {
         self.bind(name, Bound::Lazy(value));
@@ -275,6 +307,7 @@ impl VariableResolver for Activation<'_> {
             .map(|(_, bound)| match bound {
                 Bound::Owned(v) => CowVal::Borrowed(v.as_ref()),
                 Bound::Lazy(lazy) => CowVal::Borrowed(lazy.val()),
+                Bound::Converted(converted) => CowVal::Borrowed(converted.0.as_ref()),
             })
     }
 }

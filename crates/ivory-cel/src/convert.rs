@@ -34,6 +34,27 @@ pub(crate) fn json_to_val(v: &serde_json::Value) -> Box<dyn Val> {
     }
 }
 
+/// A map of string lists → CEL runtime value, without a JSON tree in between (the same value
+/// [`json_to_val`] makes of the map's JSON).
+pub(crate) fn string_lists_to_val(
+    map: &std::collections::BTreeMap<String, Vec<String>>,
+) -> Box<dyn Val> {
+    let map: HashMap<CelMapKey<'static>, Box<dyn Val>> = map
+        .iter()
+        .map(|(key, list)| {
+            let items: Vec<Box<dyn Val>> = list
+                .iter()
+                .map(|s| Box::new(CelString::from(s.clone())) as Box<dyn Val>)
+                .collect();
+            (
+                CelMapKey::from(key.clone()),
+                Box::new(CelList::from(items)) as Box<dyn Val>,
+            )
+        })
+        .collect();
+    Box::new(CelMap::from(map))
+}
+
 fn number_val(n: &serde_json::Number) -> Box<dyn Val> {
     if let Some(i) = n.as_i64() {
         Box::new(CelInt::from(i))

@@ -20,7 +20,9 @@ mod library;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-pub use activation::{Activation, Host, JsonSource, LazyJson, NoHost, ResourceQuery};
+pub use activation::{
+    Activation, ConvertedJson, Host, JsonSource, LazyJson, NoHost, ResourceQuery,
+};
 pub use cel::Value;
 pub use convert::{json_to_value, value_to_json};
 pub use cost::{

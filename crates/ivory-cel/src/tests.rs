@@ -1,6 +1,6 @@
 use super::*;
 use serde_json::json;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 fn scope() -> Scope {
     Scope::new([
@@ -809,4 +809,38 @@ fn token_soup_never_panics() {
         }
     }
     assert!(internal.is_empty(), "{internal:#?}");
+}
+
+#[test]
+fn string_lists_and_converted_values_read_as_their_json_does() {
+    let images: std::collections::BTreeMap<String, Vec<String>> = [
+        (
+            "containers".to_owned(),
+            vec!["a:1".to_owned(), "b@sha256:00".to_owned()],
+        ),
+        ("initContainers".to_owned(), Vec::new()),
+    ]
+    .into_iter()
+    .collect();
+    let attestors = json!({"k": {"name": "k", "cosign": {"key": {"data": "PEM"}}}});
+    let converted = Arc::new(ConvertedJson::new(&attestors));
+    let mut direct = Activation::new(&NoHost);
+    direct.bind_string_lists("images", &images);
+    direct.bind_converted("attestors", converted);
+    let mut via_json = Activation::new(&NoHost);
+    via_json.bind_json("images", &serde_json::to_value(&images).unwrap_or_default());
+    via_json.bind_json("attestors", &attestors);
+    for src in [
+        "images",
+        "attestors",
+        "images.containers.size() == 2 && images.initContainers.size() == 0",
+        "images.containers.map(i, i + attestors.k.cosign.key.data)",
+        "'containers' in images && !('ephemeralContainers' in images)",
+    ] {
+        let program = compile(src, &scope()).unwrap_or_else(|e| panic!("compile {src}: {e}"));
+        let a = program.evaluate(&direct).map_err(|e| e.to_string());
+        let b = program.evaluate(&via_json).map_err(|e| e.to_string());
+        assert_eq!(a, b, "{src}");
+        assert!(a.is_ok(), "{src}: {a:?}");
+    }
 }

@@ -247,15 +247,41 @@ struct RawReview {
     request: Option<AdmissionRequest>,
 }
 
+impl RawReview {
+    /// Tells objects summarized in place where their raw JSON is.
+    fn attach_body(&mut self, bytes: &[u8]) {
+        let Some(request) = self.request.as_mut() else {
+            return;
+        };
+        if request.object.is_none() && request.old_object.is_none() {
+            return;
+        }
+        let body: std::sync::Arc<[u8]> = std::sync::Arc::from(bytes);
+        if let Some(object) = request.object.as_mut() {
+            object.attach_body(&body, object::Which::Object);
+        }
+        if let Some(object) = request.old_object.as_mut() {
+            object.attach_body(&body, object::Which::OldObject);
+        }
+    }
+}
+
 impl AdmissionReview {
     /// Parses a request body. Only `admission.k8s.io/v1` is accepted.
     pub fn parse(bytes: &[u8]) -> Result<Self> {
-        let raw: RawReview =
-            serde_json::from_slice(bytes).map_err(|e| AdmissionError::InvalidJson {
+        let raw = match object::summarizing_in_place(|| serde_json::from_slice::<RawReview>(bytes))
+        {
+            Ok(mut review) => {
+                review.attach_body(bytes);
+                review
+            }
+            // Invalid, or an object the summary refuses: read as raw JSON, which says which.
+            Err(_) => serde_json::from_slice(bytes).map_err(|e| AdmissionError::InvalidJson {
                 line: e.line(),
                 column: e.column(),
                 message: e.to_string(),
-            })?;
+            })?,
+        };
         let version = raw.api_version.unwrap_or_default();
         if version != API_VERSION {
             return Err(AdmissionError::UnsupportedVersion { found: version });

@@ -240,11 +240,20 @@ pub fn filter_images(
     policy: &CompiledPolicy,
     images: &BTreeMap<String, Vec<String>>,
 ) -> Result<BTreeMap<String, Vec<String>>, MatchError> {
+    filter_images_by(images, |image| matches_image(policy, image))
+}
+
+/// [`filter_images`] with the policy's selection answered by `selects` (which may remember
+/// its answers).
+pub(crate) fn filter_images_by(
+    images: &BTreeMap<String, Vec<String>>,
+    mut selects: impl FnMut(&str) -> Result<bool, MatchError>,
+) -> Result<BTreeMap<String, Vec<String>>, MatchError> {
     let mut out = BTreeMap::new();
     for (key, list) in images {
         let mut kept = Vec::with_capacity(list.len());
         for image in list {
-            if matches_image(policy, image)? {
+            if selects(image)? {
                 kept.push(image.clone());
             }
         }

@@ -338,9 +338,12 @@ fn targets(req: &AdmissionRequest, exact: bool) -> Vec<Target<'_>> {
         resource: &req.resource,
         sub_resource: req.sub_resource(),
     };
-    let same =
-        converted.resource == original.resource && converted.sub_resource == original.sub_resource;
-    if same {
+    let (a, b) = (converted.resource, original.resource);
+    let unchanged = same(&a.group, &b.group)
+        && same(&a.version, &b.version)
+        && same(&a.resource, &b.resource)
+        && same(converted.sub_resource, original.sub_resource);
+    if unchanged {
         vec![converted]
     } else {
         vec![converted, original]
@@ -363,11 +366,11 @@ fn rule_matches(rule: &NamedRuleWithOperations, req: &AdmissionRequest, t: &Targ
 }
 
 fn exact_or_wildcard(items: &[String], requested: &str) -> bool {
-    items.iter().any(|i| i == "*" || i == requested)
+    items.iter().any(|i| i == "*" || same(i, requested))
 }
 
 fn operation_matches(ops: &[String], op: Operation) -> bool {
-    ops.iter().any(|o| o == "*" || o == op.as_str())
+    ops.iter().any(|o| o == "*" || same(o, op.as_str()))
 }
 
 /// `pods` matches only the main resource, `pods/ephemeralcontainers` only that sub-resource,
@@ -376,8 +379,19 @@ fn operation_matches(ops: &[String], op: Operation) -> bool {
 fn resource_matches(resources: &[String], resource: &str, sub_resource: &str) -> bool {
     resources.iter().any(|r| {
         let (res, sub) = r.split_once('/').unwrap_or((r.as_str(), ""));
-        (res == "*" || res == resource) && (sub == "*" || sub == sub_resource)
+        (res == "*" || same(res, resource)) && (sub == "*" || same(sub, sub_resource))
     })
+}
+
+/// `a == b` without a call to libc's `memcmp`: these are a few bytes long and compared about a
+/// hundred times per admission, and that call (glibc's AVX-512 variant, on this machine) was a
+/// tenth of a warm admission's cycles (BENCHMARKS.md, "What changed"). The loop does not stop
+/// at the first difference, so the compiler does not turn it back into that call.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(true, |equal, (x, y)| equal & (x == y))
 }
 
 fn scope_matches(

@@ -294,6 +294,7 @@ fn compile_spec(
         autogen_config: autogen_config.map(str::to_owned),
         autogen: Vec::new(),
         cluster_reads,
+        derived: crate::DerivedSlot::default(),
         spec,
     }
 }

@@ -295,6 +295,8 @@ pub struct CompiledPolicy {
     /// What its expressions read from the cluster (`resource.Get`/`List`,
     /// `globalContext.Get`): what ivory must watch for it.
     pub cluster_reads: crate::cluster_reads::ClusterReads,
+    /// What the engine derives from this policy once per policy version (empty on a clone).
+    pub derived: crate::DerivedSlot,
 }
 
 impl CompiledPolicy {
@@ -330,6 +332,7 @@ impl CompiledPolicy {
             autogen_config: None,
             autogen: Vec::new(),
             cluster_reads: crate::cluster_reads::ClusterReads::default(),
+            derived: crate::DerivedSlot::default(),
         }
     }
 

@@ -10,6 +10,7 @@ mod blind_spots;
 pub mod cluster_reads;
 mod compile;
 pub mod compiled;
+mod derived;
 pub mod ephemeral;
 mod error;
 pub mod exception;
@@ -36,6 +37,7 @@ pub use compiled::{
     NAMESPACE_PINNING_ANNOTATION, NAMESPACE_PINNING_LABEL, NamedProgram, Origin,
     PINNING_ANNOTATION, Pinning, VERIFY_PLATFORMS_ANNOTATION, VerifyPlatforms,
 };
+pub use derived::DerivedSlot;
 pub use error::{PolicyError, Result};
 pub use exception::CompiledException;
 pub use glob::{GlobError, compile_image_glob};

@@ -4,6 +4,7 @@
 //! ([`canonical`]).
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -80,9 +81,13 @@ pub enum Reason {
 /// The result of parsing an image reference.
 pub type Result<T> = std::result::Result<T, ImageRefError>;
 
-/// A parsed image reference (tag or digest form).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ImageReference {
+/// A parsed image reference (tag or digest form). Cloning it is cheap (its parts are shared):
+/// one parsed reference travels with every verification job and cache lookup of its image.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ImageReference(Arc<Parts>);
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Parts {
     original: String,
     /// Canonical registry host (`index.docker.io` for Docker Hub).
     registry: String,
@@ -127,7 +132,7 @@ impl ImageReference {
         };
         let (kyverno_registry, kyverno_path) = kyverno_split(repo_part);
         let original_tag = tag.clone();
-        Ok(Self {
+        Ok(Self(Arc::new(Parts {
             original: s.to_owned(),
             registry,
             repository,
@@ -140,39 +145,40 @@ impl ImageReference {
             digest,
             kyverno_registry,
             kyverno_path,
-        })
+        })))
     }
 
     /// The string this reference was parsed from.
     pub fn original(&self) -> &str {
-        &self.original
+        &self.0.original
     }
 
     /// ggcr `RegistryStr()`: `index.docker.io` for Docker Hub names.
     pub fn registry(&self) -> &str {
-        &self.registry
+        &self.0.registry
     }
 
     /// ggcr `RepositoryStr()`: `library/nginx` for `nginx`.
     pub fn repository(&self) -> &str {
-        &self.repository
+        &self.0.repository
     }
 
     /// Tag of a tag reference (implicit `latest`); `None` for digest references.
     pub fn tag(&self) -> Option<&str> {
-        self.tag.as_deref()
+        self.0.tag.as_deref()
     }
 
     /// `sha256:…` for digest references.
     pub fn digest(&self) -> Option<&str> {
-        self.digest.as_deref()
+        self.0.digest.as_deref()
     }
 
     /// Tag or digest (ggcr `Identifier()`).
     pub fn identifier(&self) -> &str {
-        self.digest
+        self.0
+            .digest
             .as_deref()
-            .or(self.tag.as_deref())
+            .or(self.0.tag.as_deref())
             .unwrap_or(DEFAULT_TAG)
     }
 
@@ -180,7 +186,7 @@ impl ImageReference {
     /// `:<tag>` (an implicit `latest` written out) for a tag reference. One spelling per image,
     /// so `nginx` and `index.docker.io/library/nginx:latest` share cache entries.
     pub fn name(&self) -> String {
-        match &self.digest {
+        match &self.0.digest {
             Some(digest) => format!("{}@{digest}", self.repository_name()),
             None => format!("{}:{}", self.repository_name(), self.identifier()),
         }
@@ -188,24 +194,24 @@ impl ImageReference {
 
     /// ggcr `Repository.Name()`: `<registry>/<repository>` (`index.docker.io/library/nginx`).
     pub fn repository_name(&self) -> String {
-        format!("{}/{}", self.registry, self.repository)
+        format!("{}/{}", self.0.registry, self.0.repository)
     }
 
     /// Tag as written, also in `repo:tag@digest`; `None` when no tag was written.
     pub fn original_tag(&self) -> Option<&str> {
-        self.original_tag.as_deref()
+        self.0.original_tag.as_deref()
     }
 
     /// Kyverno `GetImageInfo().String()`: `docker.io/nginx:latest` for `nginx`,
     /// `reg/path@sha256:…` for digest references (the tag is dropped then).
     pub fn kyverno_normalized(&self) -> String {
-        match &self.digest {
-            Some(d) => format!("{}/{}@{d}", self.kyverno_registry, self.kyverno_path),
+        match &self.0.digest {
+            Some(d) => format!("{}/{}@{d}", self.0.kyverno_registry, self.0.kyverno_path),
             None => format!(
                 "{}/{}:{}",
-                self.kyverno_registry,
-                self.kyverno_path,
-                self.original_tag.as_deref().unwrap_or(DEFAULT_TAG)
+                self.0.kyverno_registry,
+                self.0.kyverno_path,
+                self.0.original_tag.as_deref().unwrap_or(DEFAULT_TAG)
             ),
         }
     }
@@ -213,23 +219,39 @@ impl ImageReference {
     /// The canonical spelling of this reference (see [`canonical`]): lower-case host without a
     /// default port, Docker Hub spelled `docker.io` with `library/`, tag and digest as written.
     pub fn canonical_string(&self) -> Cow<'_, str> {
-        canonical(&self.original)
+        canonical(&self.0.original)
     }
 
     /// Pinned form: `<registry>/<path>:<tag>@<digest>` (tag kept, `latest` when absent).
     pub fn with_digest(&self, digest: &str) -> String {
         format!(
             "{}/{}:{}@{digest}",
-            self.kyverno_registry,
-            self.kyverno_path,
-            self.original_tag.as_deref().unwrap_or(DEFAULT_TAG)
+            self.0.kyverno_registry,
+            self.0.kyverno_path,
+            self.0.original_tag.as_deref().unwrap_or(DEFAULT_TAG)
         )
+    }
+}
+
+impl std::fmt::Debug for ImageReference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = &self.0;
+        f.debug_struct("ImageReference")
+            .field("original", &p.original)
+            .field("registry", &p.registry)
+            .field("repository", &p.repository)
+            .field("tag", &p.tag)
+            .field("original_tag", &p.original_tag)
+            .field("digest", &p.digest)
+            .field("kyverno_registry", &p.kyverno_registry)
+            .field("kyverno_path", &p.kyverno_path)
+            .finish()
     }
 }
 
 impl std::fmt::Display for ImageReference {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.original)
+        f.write_str(&self.0.original)
     }
 }
 

@@ -223,17 +223,18 @@ pub fn log_result(req: &AdmissionRequest, result: &PolicyResult, cause: Cause) {
     tracing::info!(
         target: "ivory::audit",
         cause = cause.label(),
-        uid = %req.uid,
-        kind = %req.kind.kind,
-        namespace = %req.namespace,
-        name = %req.name,
+        // `&str` values are recorded as they are; `%` would format each into a new string.
+        uid = req.uid.as_str(),
+        kind = req.kind.kind.as_str(),
+        namespace = req.namespace.as_str(),
+        name = req.name.as_str(),
         operation = req.operation.as_str(),
-        policy = %result.policy,
+        policy = result.policy.as_str(),
         policy_namespace = result.namespace.as_deref().unwrap_or_default(),
         result = result.status.as_str(),
-        message = %result.message,
-        properties = %properties.join(","),
-        images = %result.images.join(","),
+        message = result.message.as_str(),
+        properties = properties.join(",").as_str(),
+        images = result.images.join(",").as_str(),
         "policy result"
     );
 }

@@ -409,10 +409,10 @@ fn log_admission(
     let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     tracing::info!(
         route = call.label,
-        uid = %req.uid,
-        kind = %req.kind.kind,
-        namespace = %req.namespace,
-        name = %req.name,
+        uid = req.uid.as_str(),
+        kind = req.kind.kind.as_str(),
+        namespace = req.namespace.as_str(),
+        name = req.name.as_str(),
         operation = req.operation.as_str(),
         dry_run = req.dry_run.unwrap_or(false),
         outcome,

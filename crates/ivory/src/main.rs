@@ -17,6 +17,9 @@ use tracing_subscriber::fmt::writer::BoxMakeWriter;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod json_log;
+mod log_writer;
+
 mod cmd {
     pub(crate) mod apply;
     pub(crate) mod audit;
@@ -136,19 +139,20 @@ fn default_log_format(serve: bool, stderr_is_terminal: bool) -> LogFormat {
     }
 }
 
-/// Lines of the serve log that may wait for the log consumer before new ones are dropped.
-const SERVE_LOG_BUFFERED_LINES: usize = 8192;
+/// What of the serve log may wait for the log consumer before new lines are dropped.
+const SERVE_LOG_BOUNDS: log_writer::Bounds = log_writer::Bounds {
+    lines: 8192,
+    bytes: 16 << 20,
+};
 
-/// The serve log's writer thread: its guard (flushes on drop) and its dropped-line counter.
+/// The serve log's writer thread (writes out what is buffered when dropped).
 struct ServeLog {
-    _guard: tracing_appender::non_blocking::WorkerGuard,
-    dropped: tracing_appender::non_blocking::ErrorCounter,
+    log: log_writer::BatchedLog,
 }
 
 impl ServeLog {
     fn drops(&self) -> ivory_server::LogDropsSource {
-        let dropped = self.dropped.clone();
-        std::sync::Arc::new(move || dropped.dropped_lines() as u64)
+        std::sync::Arc::new(self.log.dropped())
     }
 }
 
@@ -159,18 +163,9 @@ fn init_tracing(format: LogFormat, level: &str, serve: bool) -> anyhow::Result<O
     let filter = EnvFilter::try_new(level)
         .map_err(|e| anyhow::anyhow!("invalid --log-level {level:?}: {e}"))?;
     let (writer, log) = if serve {
-        let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-            .buffered_lines_limit(SERVE_LOG_BUFFERED_LINES)
-            .lossy(true)
-            .finish(std::io::stderr());
-        let dropped = writer.error_counter();
-        (
-            BoxMakeWriter::new(writer),
-            Some(ServeLog {
-                _guard: guard,
-                dropped,
-            }),
-        )
+        let (log, sink) = log_writer::BatchedLog::start(std::io::stderr(), SERVE_LOG_BOUNDS)
+            .map_err(|e| anyhow::anyhow!("starting the log writer thread: {e}"))?;
+        (BoxMakeWriter::new(sink), Some(ServeLog { log }))
     } else {
         (BoxMakeWriter::new(std::io::stderr), None)
     };
@@ -179,7 +174,11 @@ fn init_tracing(format: LogFormat, level: &str, serve: bool) -> anyhow::Result<O
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(writer);
     match format {
-        LogFormat::Json => builder.json().with_current_span(false).init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(false)
+            .event_format(json_log::JsonLines::new())
+            .init(),
         LogFormat::Text => builder.init(),
     }
     Ok(log)

@@ -13,10 +13,11 @@
 //! An object it refuses has no summary, and every reader falls back to the tree, so an unusual
 //! object costs time, never a different answer (`summary_agrees_with_the_tree`).
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{MapAccess, Visitor};
@@ -26,24 +27,94 @@ use serde_json::value::RawValue;
 
 /// One admitted object: its raw JSON, its summary and its tree, each read once at most.
 pub struct AdmittedObject {
-    raw: Box<RawValue>,
+    /// Set when read as raw JSON; taken from `body` on first use when summarized in place.
+    raw: OnceLock<Box<RawValue>>,
+    /// The review this object was summarized from in the review's own parse, and which of its
+    /// objects it is: where the raw JSON is taken from if something reads it.
+    body: Option<(Arc<[u8]>, Which)>,
     summary: OnceLock<Option<ObjectSummary>>,
     tree: OnceLock<Value>,
 }
 
+/// `request.object` or `request.oldObject`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Which {
+    Object,
+    OldObject,
+}
+
+thread_local! {
+    /// Set while [`summarizing_in_place`] parses a review on this thread.
+    static IN_PLACE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `parse` (a review's parse) with its objects summarized in place: one pass over the
+/// review instead of one to keep each object's raw JSON and another to summarize it. Such an
+/// object has no raw JSON until [`AdmittedObject::attach_body`] says where it is. The typed
+/// summary refuses unusual objects, which fails `parse`: the caller then parses the usual
+/// way, so an unusual object costs time, never a different answer.
+pub(crate) fn summarizing_in_place<T>(parse: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            IN_PLACE.with(|flag| flag.set(false));
+        }
+    }
+    IN_PLACE.with(|flag| flag.set(true));
+    let _reset = Reset;
+    parse()
+}
+
+/// The objects of a review body, as raw JSON.
+#[derive(Deserialize)]
+struct BodyObjects {
+    request: BodyRequest,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BodyRequest {
+    #[serde(default)]
+    object: Option<Box<RawValue>>,
+    #[serde(default)]
+    old_object: Option<Box<RawValue>>,
+}
+
 impl AdmittedObject {
+    /// Where an object summarized in place came from ([`summarizing_in_place`]).
+    pub(crate) fn attach_body(&mut self, body: &Arc<[u8]>, which: Which) {
+        if self.raw.get().is_none() {
+            self.body = Some((Arc::clone(body), which));
+        }
+    }
+
+    fn raw_value(&self) -> &RawValue {
+        self.raw.get_or_init(|| {
+            // The body was read as a review holding this object, without duplicate fields, so
+            // reading it again finds the same text; null is what a failure would mean.
+            let found = self.body.as_ref().and_then(|(body, which)| {
+                let objects: BodyObjects = serde_json::from_slice(body).ok()?;
+                match which {
+                    Which::Object => objects.request.object,
+                    Which::OldObject => objects.request.old_object,
+                }
+            });
+            found.unwrap_or_else(null_raw)
+        })
+    }
+
     /// The JSON tree, parsed from the raw JSON on the first call.
     pub fn value(&self) -> &Value {
         self.tree.get_or_init(|| {
             // The raw text was accepted as one JSON value when the review was read; parsing
             // it again cannot fail, and the shape check refuses a null object regardless.
-            serde_json::from_str(self.raw.get()).unwrap_or(Value::Null)
+            serde_json::from_str(self.raw()).unwrap_or(Value::Null)
         })
     }
 
     /// The raw JSON as received.
     pub fn raw(&self) -> &str {
-        self.raw.get()
+        self.raw_value().get()
     }
 
     /// What the warm path reads, or `None` when the object is unusual enough that only the
@@ -51,7 +122,7 @@ impl AdmittedObject {
     pub fn summary(&self) -> Option<&ObjectSummary> {
         self.summary
             .get_or_init(|| {
-                serde_json::from_str::<ObjectOnly<ObjectSummary>>(self.raw.get())
+                serde_json::from_str::<ObjectOnly<ObjectSummary>>(self.raw())
                     .ok()
                     .map(|o| o.0)
             })
@@ -118,13 +189,12 @@ impl ivory_cel::JsonSource for AdmittedObject {
 impl From<Value> for AdmittedObject {
     fn from(value: Value) -> Self {
         // Serializing a tree with string keys cannot fail; null is what a failure would mean.
-        let raw = serde_json::value::to_raw_value(&value).unwrap_or_default();
-        let tree = OnceLock::new();
-        let _ = tree.set(value);
+        let raw = serde_json::value::to_raw_value(&value).unwrap_or_else(|_| null_raw());
         Self {
-            raw,
+            raw: OnceLock::from(raw),
+            body: None,
             summary: OnceLock::new(),
-            tree,
+            tree: OnceLock::from(value),
         }
     }
 }
@@ -133,6 +203,7 @@ impl Clone for AdmittedObject {
     fn clone(&self) -> Self {
         Self {
             raw: self.raw.clone(),
+            body: self.body.clone(),
             summary: self.summary.clone(),
             tree: self.tree.clone(),
         }
@@ -141,30 +212,26 @@ impl Clone for AdmittedObject {
 
 impl PartialEq for AdmittedObject {
     fn eq(&self, other: &Self) -> bool {
-        self.raw.get() == other.raw.get() || self.value() == other.value()
+        self.raw() == other.raw() || self.value() == other.value()
     }
 }
 
 impl fmt::Debug for AdmittedObject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.raw.get())
+        f.write_str(self.raw())
     }
 }
 
 impl Serialize for AdmittedObject {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.raw.serialize(s)
+        self.raw_value().serialize(s)
     }
 }
 
 impl<'de> Deserialize<'de> for AdmittedObject {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = Box::<RawValue>::deserialize(d)?;
-        Ok(Self {
-            raw,
-            summary: OnceLock::new(),
-            tree: OnceLock::new(),
-        })
+        Ok(Self::from_raw(raw))
     }
 }
 
@@ -173,12 +240,34 @@ pub(crate) fn null_as_none<'de, D>(d: D) -> Result<Option<AdmittedObject>, D::Er
 where
     D: Deserializer<'de>,
 {
+    if IN_PLACE.with(Cell::get) {
+        let summary = Option::<ObjectOnly<ObjectSummary>>::deserialize(d)?;
+        return Ok(summary.map(|summary| AdmittedObject {
+            raw: OnceLock::new(),
+            body: None,
+            summary: OnceLock::from(Some(summary.0)),
+            tree: OnceLock::new(),
+        }));
+    }
     let raw = Option::<Box<RawValue>>::deserialize(d)?;
-    Ok(raw.filter(|r| r.get() != "null").map(|raw| AdmittedObject {
-        raw,
-        summary: OnceLock::new(),
-        tree: OnceLock::new(),
-    }))
+    Ok(raw
+        .filter(|r| r.get() != "null")
+        .map(AdmittedObject::from_raw))
+}
+
+impl AdmittedObject {
+    fn from_raw(raw: Box<RawValue>) -> Self {
+        Self {
+            raw: OnceLock::from(raw),
+            body: None,
+            summary: OnceLock::new(),
+            tree: OnceLock::new(),
+        }
+    }
+}
+
+fn null_raw() -> Box<RawValue> {
+    RawValue::from_string("null".to_owned()).unwrap_or_default()
 }
 
 /// `kind`, `metadata.labels` and the pod specs of an object, read strictly.

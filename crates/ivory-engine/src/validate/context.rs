@@ -4,10 +4,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use ivory_cel::{Activation, CostBudget, EvalError, Host, Program, Value};
+use ivory_cel::{Activation, ConvertedJson, CostBudget, EvalError, Host, Program, Value};
 use ivory_policy::compiled::{CompiledPolicy, NamedProgram};
 use serde_json::Value as Json;
 
+use super::plan::AttestorsBinding;
 use crate::bindings::RequestBindings;
 
 /// Why a program of the policy could not be evaluated; its text becomes the policy result's
@@ -63,18 +64,17 @@ impl<'a> Evaluator<'a> {
     pub(super) fn bind_policy(
         &mut self,
         images: &BTreeMap<String, Vec<String>>,
-        attestors: Json,
-        attestation_names: impl IntoIterator<Item = String>,
+        attestors: &AttestorsBinding,
+        attestations: Arc<ConvertedJson>,
     ) {
-        let attestations: serde_json::Map<String, Json> = attestation_names
-            .into_iter()
-            .map(|n| (n.clone(), Json::String(n)))
-            .collect();
-        let images = serde_json::to_value(images).unwrap_or(Json::Null);
-        self.act.bind_json("images", &images);
-        self.act.bind_json("attestors", &attestors);
-        self.act
-            .bind_json("attestations", &Json::Object(attestations));
+        self.act.bind_string_lists("images", images);
+        match attestors {
+            AttestorsBinding::Shared(shared) => {
+                self.act.bind_converted("attestors", Arc::clone(shared));
+            }
+            AttestorsBinding::Json(json) => self.act.bind_json("attestors", json),
+        }
+        self.act.bind_converted("attestations", attestations);
     }
 
     /// The same evaluator with another host (the verification host after prefetch); the

@@ -13,7 +13,6 @@ use super::plan::Plan;
 use super::prefetch::{Outcome, Prefetched};
 use super::{EVAL_FAILED, result};
 use crate::decision::Status;
-use crate::images;
 use crate::verifier::ErrorKind;
 
 /// What one evaluation of a prepared policy came to.
@@ -48,7 +47,8 @@ pub(super) fn run(
             plan.matched.clone(),
         )));
     };
-    let matches = |image: &str| images::matches_image(policy, image).unwrap_or(false);
+    let facts = std::sync::Arc::clone(&plan.facts);
+    let matches = |image: &str| facts.matches_image(policy, image).unwrap_or(false);
     let host = PolicyHost {
         policy,
         matches: &matches,

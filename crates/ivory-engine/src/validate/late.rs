@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use tokio::time::Instant;
 
 use super::plan::Plan;
-use super::prefetch::{self, Job, JobSet, LateImageData, Outcome};
+use super::prefetch::{self, JobSet, LateImageData, Outcome};
 use crate::verifier::{ImageReference, ImageVerifier};
 
 /// Rounds of late fetches per request: one for what the first evaluation names, one more for
@@ -48,11 +48,12 @@ pub(super) async fn fetch(
                     continue;
                 }
             };
-            let job = jobs.add(Job::ImageData {
-                image: reference,
-                credentials: plan.policy.credentials().cloned(),
-                platform: platform.clone(),
-            });
+            let job = jobs.image_data(
+                reference,
+                plan.policy.credentials().cloned(),
+                &plan.facts.credentials_key,
+                platform.clone(),
+            );
             asked.push((index, image, job));
         }
     }

@@ -18,7 +18,7 @@ use ivory_cel::Program;
 
 use super::host::Evidence;
 use super::outcome::Evaluated;
-use super::plan::{IMAGE_DATA_FUNCTIONS, Plan, programs};
+use super::plan::{IMAGE_DATA_FUNCTIONS, Plan};
 use super::prefetch::{Outcome, Prefetched, VerifyKey};
 use crate::decision::Status;
 use crate::verifier::Verification;
@@ -110,15 +110,13 @@ pub(super) struct Memoizable {
 /// Whether `plan`'s result is a function of its key and verification answers alone.
 pub(super) fn memoizable(plan: &Plan<'_>) -> Option<Memoizable> {
     let policy = plan.policy;
-    let pure = policy.attestors.iter().all(|a| a.fields.is_empty())
-        && policy.cluster_reads.is_empty()
+    let pure = plan.facts.pure
         && plan.undigested.is_empty()
         && plan.image_data.is_empty()
         && plan.late_image_data.is_empty()
         && !plan.can_evaluate_again()
         && plan.matched.len() <= MAX_IMAGES
-        && plan.keys.len() <= MAX_ANSWERS
-        && programs(policy).all(reads_only_pure_inputs);
+        && plan.keys.len() <= MAX_ANSWERS;
     pure.then(|| Memoizable {
         key: MemoKey {
             policy: policy.hash.clone(),
@@ -129,7 +127,9 @@ pub(super) fn memoizable(plan: &Plan<'_>) -> Option<Memoizable> {
     .filter(|_| !policy.hash.is_empty())
 }
 
-fn reads_only_pure_inputs(program: &Program) -> bool {
+/// Whether `program` reads only what a memoizable policy may read, and calls no image-data or
+/// cluster function.
+pub(super) fn reads_only_pure_inputs(program: &Program) -> bool {
     let cluster = ivory_cel::cluster_functions::RESOURCE_GET
         .iter()
         .chain(&ivory_cel::cluster_functions::RESOURCE_LIST)
@@ -228,7 +228,7 @@ impl DecisionMemo {
 /// Whether the policy's expressions (those run after the prefetch) read only pure inputs.
 #[cfg(test)]
 fn policy_is_pure(policy: &ivory_policy::compiled::CompiledPolicy) -> bool {
-    programs(policy).all(reads_only_pure_inputs)
+    super::plan::programs(policy).all(reads_only_pure_inputs)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 
 mod context;
 mod evaluate;
+mod facts;
 mod host;
 mod late;
 mod memo;

@@ -2,18 +2,20 @@
 //! extraction and filtering, `verifyDigest`, attestor CEL fields, and the list of
 //! verification questions to prefetch.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ivory_cel::{CostBudget, Program};
+use ivory_cel::{ConvertedJson, CostBudget, Program};
 use ivory_policy::VerifyPlatforms;
 use ivory_policy::compiled::{CompiledAttestor, CompiledPolicy};
 use ivory_policy::types::{Attestor, FailurePolicy};
 use serde_json::Value as Json;
 
 use super::context::{Evaluator, ExprError};
+use super::facts::{PolicyFacts, fingerprint};
 use super::outcome::{self, Evaluated};
-use super::prefetch::{Job, JobSet, LateImageData, Outcome, VerifyKey};
+use super::prefetch::{JobSet, LateImageData, Outcome, VerifyKey, VerifyPrints};
 use super::{EVAL_FAILED, result};
 use crate::admission::{AdmissionRequest, AdmittedObject};
 use crate::bindings::RequestBindings;
@@ -23,8 +25,9 @@ use crate::verifier::{ImagePlatform, ImageRefError, ImageReference, PlatformScop
 use crate::{images, matching};
 
 /// CEL functions that need signature verdicts / attestation verdicts / image metadata.
-const SIGNATURE_FUNCTIONS: [&str; 1] = ["verifyImageSignatures"];
-const ATTESTATION_FUNCTIONS: [&str; 2] = ["verifyAttestationSignatures", "extractPayload"];
+pub(super) const SIGNATURE_FUNCTIONS: [&str; 1] = ["verifyImageSignatures"];
+pub(super) const ATTESTATION_FUNCTIONS: [&str; 2] =
+    ["verifyAttestationSignatures", "extractPayload"];
 pub(super) const IMAGE_DATA_FUNCTIONS: [&str; 5] = [
     "getImageData",
     "image.GetMetadata",
@@ -36,13 +39,23 @@ pub(super) const IMAGE_DATA_FUNCTIONS: [&str; 5] = [
 /// A policy that matched and is ready for evaluation once the prefetch is done.
 pub(super) struct Plan<'a> {
     pub(super) policy: &'a CompiledPolicy,
+    /// What is derived from the policy once per policy version.
+    pub(super) facts: Arc<PolicyFacts>,
     /// Answers the policy's cluster reads (`resource.*`, `globalContext.*`).
     pub(super) cluster: &'a ClusterHost<'a>,
-    /// Holds the policy's `images`/`attestors`/`attestations` bindings; taken by the first
-    /// evaluation ([`Plan::evaluator`] builds the next).
-    pub(super) eval: Option<Evaluator<'a>>,
-    /// What a later evaluation of a policy that reads image data is built from.
-    pub(super) again: Option<Again<'a>>,
+    /// The request's bindings, shared by every policy.
+    data: &'a RequestBindings<'a>,
+    /// The evaluator that ran the policy's CEL before the prefetch, if any did; the first
+    /// evaluation continues with it (and its cost budget), or builds one.
+    eval: Option<Evaluator<'a>>,
+    /// Whether the first evaluation has taken its evaluator.
+    evaluated: bool,
+    /// The cost budget of the first evaluation, charged again by later ones.
+    budget: Option<Arc<CostBudget>>,
+    /// The `attestors` binding of this request.
+    attestors: AttestorsBinding,
+    /// What a later evaluation of a policy that reads image data needs.
+    pub(super) again: Option<Again>,
     /// The `images` binding: images after matchImageReferences, by extractor.
     pub(super) images: BTreeMap<String, Vec<String>>,
     /// Images after matchImageReferences, flat, first occurrence order.
@@ -59,14 +72,22 @@ pub(super) struct Plan<'a> {
     pub(super) late_image_data: BTreeMap<String, LateImageData>,
 }
 
-/// The bindings of a policy's evaluator, kept to evaluate it again after more image data was
-/// fetched: charged to the same cost budget, so evaluating again buys no extra CEL.
-pub(super) struct Again<'a> {
-    data: &'a RequestBindings<'a>,
+/// What a policy that reads image data is evaluated again with, after more image data was
+/// fetched (charged to the first evaluation's cost budget, so evaluating again buys no extra
+/// CEL).
+pub(super) struct Again {
     /// The workload's platform: which manifest of an index image data describes.
     platform: ImagePlatform,
-    attestors: Json,
-    budget: Option<Arc<CostBudget>>,
+}
+
+/// The `attestors` binding of one request: shared by every request when all attestors are
+/// static, built per request otherwise.
+#[derive(Clone)]
+pub(super) enum AttestorsBinding {
+    /// Converted once per policy version.
+    Shared(Arc<ConvertedJson>),
+    /// With the CEL-sourced fields of this request filled in.
+    Json(Json),
 }
 
 impl<'a> Plan<'a> {
@@ -80,23 +101,54 @@ impl<'a> Plan<'a> {
         self.again.as_ref().map(|again| &again.platform)
     }
 
-    /// The evaluator of the policy's next evaluation; `None` when it was evaluated and cannot
-    /// be again ([`Plan::can_evaluate_again`]).
+    /// The evaluator of the policy's next evaluation, with `images`, `attestors` and
+    /// `attestations` bound; `None` when it was evaluated and cannot be again
+    /// ([`Plan::can_evaluate_again`]). Built only here, so a policy whose result the memo
+    /// answers never builds one.
     pub(super) fn evaluator(&mut self) -> Option<Evaluator<'a>> {
-        if let Some(eval) = self.eval.take() {
-            return Some(eval);
-        }
-        let again = self.again.as_ref()?;
-        let mut eval = Evaluator::new(again.data, self.policy, self.cluster);
-        if let Some(budget) = &again.budget {
-            eval.share_budget(Arc::clone(budget));
-        }
+        let mut eval = if self.evaluated {
+            self.again.as_ref()?;
+            let mut eval = Evaluator::new(self.data, self.policy, self.cluster);
+            if let Some(budget) = &self.budget {
+                eval.share_budget(Arc::clone(budget));
+            }
+            eval
+        } else {
+            self.evaluated = true;
+            let eval = self
+                .eval
+                .take()
+                .unwrap_or_else(|| Evaluator::new(self.data, self.policy, self.cluster));
+            self.budget = eval.shared_budget();
+            eval
+        };
         eval.bind_policy(
             &self.images,
-            again.attestors.clone(),
-            self.policy.attestations.iter().map(|a| a.name.clone()),
+            &self.attestors,
+            Arc::clone(&self.facts.attestations),
         );
         Some(eval)
+    }
+}
+
+/// A policy's evaluator before the prefetch, built the first time its CEL is needed: most
+/// policies need none there (no matchConditions, image extractors or CEL attestor fields).
+struct LazyEvaluator<'a> {
+    data: &'a RequestBindings<'a>,
+    policy: &'a CompiledPolicy,
+    cluster: &'a ClusterHost<'a>,
+    eval: Option<Evaluator<'a>>,
+}
+
+impl<'a> LazyEvaluator<'a> {
+    fn get(&mut self) -> &mut Evaluator<'a> {
+        self.eval
+            .get_or_insert_with(|| Evaluator::new(self.data, self.policy, self.cluster))
+    }
+
+    /// Why an evaluation stopped on the cost limits or the deadline, if one did.
+    fn over_budget(&self) -> Option<&str> {
+        self.eval.as_ref().and_then(Evaluator::over_budget)
     }
 }
 
@@ -143,7 +195,13 @@ pub(super) fn prepare<'a>(
             }
         }
     }
-    let mut eval = Evaluator::new(inputs.data, policy, cluster);
+    let facts = PolicyFacts::of(policy);
+    let mut eval = LazyEvaluator {
+        data: inputs.data,
+        policy,
+        cluster,
+        eval: None,
+    };
     // A cluster read that could not be answered before verification (in a variable an
     // attestor or extractor reads) leaves the policy to its failurePolicy.
     let cluster_failed = |images: &[String]| {
@@ -151,7 +209,7 @@ pub(super) fn prepare<'a>(
             Prepared::Evaluated(outcome::cluster_unavailable(policy, &err, images.to_vec()))
         })
     };
-    let over_budget = |eval: &Evaluator<'_>, images: &[String]| {
+    let over_budget = |eval: &LazyEvaluator<'_>, images: &[String]| {
         eval.over_budget()
             .map(|why| Prepared::Evaluated(outcome::over_budget(policy, why, images.to_vec())))
     };
@@ -172,17 +230,16 @@ pub(super) fn prepare<'a>(
                 .unwrap_or_else(|| fail(Status::Error, format!("{EVAL_FAILED}: {message}"), &[]));
         }
     };
-    let images = match images::filter_images(policy, &extracted) {
-        Ok(images) => images,
-        Err(e) => return fail(Status::Error, format!("{EVAL_FAILED}: {e}"), &[]),
-    };
+    let images =
+        match images::filter_images_by(&extracted, |image| facts.matches_image(policy, image)) {
+            Ok(images) => images,
+            Err(e) => return fail(Status::Error, format!("{EVAL_FAILED}: {e}"), &[]),
+        };
     let matched = flatten(&images);
     // Parsed once, here, where the images leave the request: every later step (verifyDigest,
     // the verifier, the registry) takes the parsed reference.
-    let references: Vec<Result<ImageReference, ImageRefError>> = matched
-        .iter()
-        .map(|image| ImageReference::parse(image))
-        .collect();
+    let references: Vec<Result<ImageReference, ImageRefError>> =
+        matched.iter().map(|image| facts.reference(image)).collect();
     let mut undigested: Vec<(&String, Option<&ImageReference>)> =
         if policy.verify_digest && demands_digest(policy, inputs) {
             matched
@@ -211,15 +268,13 @@ pub(super) fn prepare<'a>(
     let undigested: Vec<(String, usize)> = resolvable
         .into_iter()
         .map(|(image, reference)| {
-            let job = jobs.add(Job::Resolve {
-                image: reference,
-                credentials: policy.credentials().cloned(),
-            });
+            let credentials = policy.credentials().cloned();
+            let job = jobs.resolve(reference, credentials, &facts.credentials_key);
             (image, job)
         })
         .collect();
 
-    let attestors = match evaluate_attestors(&policy.attestors, &mut eval) {
+    let attestors = match evaluate_attestors(policy, &facts, &mut eval) {
         Ok(attestors) => attestors,
         Err(message) => {
             return over_budget(&eval, &matched)
@@ -229,33 +284,23 @@ pub(super) fn prepare<'a>(
                 });
         }
     };
-    let attestor_map = Json::Object(
-        attestors
-            .iter()
-            .map(|(a, json)| (a.name.clone(), json.clone()))
-            .collect(),
-    );
-    // Only a policy that reads image data needs the workload's platform or a second evaluation,
-    // so only its attestor bindings are kept (a copy per request otherwise).
-    let kept_attestors = calls_any(policy, &IMAGE_DATA_FUNCTIONS).then(|| attestor_map.clone());
-    eval.bind_policy(
-        &images,
-        attestor_map,
-        policy.attestations.iter().map(|a| a.name.clone()),
-    );
-    let again = kept_attestors.map(|attestors| Again {
-        data: inputs.data,
+    // Only a policy that reads image data needs the workload's platform or a second evaluation.
+    let again = facts.reads_image_data.then(|| Again {
         platform: ImagePlatform::of_workload(inputs.req.object.as_ref().map(AdmittedObject::value)),
-        budget: eval.shared_budget(),
-        attestors,
     });
 
     let mut plan = Plan {
         policy,
+        facts,
         cluster,
-        eval: Some(eval),
+        data: inputs.data,
+        eval: eval.eval,
+        evaluated: false,
+        budget: None,
+        attestors: attestors.binding,
         again,
         notary_attestors: attestors
+            .list
             .iter()
             .filter(|(a, _)| a.notary.is_some())
             .map(|(a, _)| a.name.clone())
@@ -274,7 +319,7 @@ pub(super) fn prepare<'a>(
         VerifyPlatforms::Index | VerifyPlatforms::AllPlatforms => None,
     };
     let platforms = PlatformScope::of_policy(policy.verify_platforms, workload);
-    plan_jobs(&mut plan, &attestors, &platforms, jobs);
+    plan_jobs(&mut plan, &attestors.list, &platforms, jobs);
     Prepared::Ready(Box::new(plan))
 }
 
@@ -296,11 +341,11 @@ fn demands_digest(policy: &CompiledPolicy, inputs: &RequestInputs<'_>) -> bool {
 /// error is "not matched" under `failurePolicy: Ignore` and a policy error under `Fail`.
 fn match_conditions(
     policy: &CompiledPolicy,
-    eval: &mut Evaluator<'_>,
+    eval: &mut LazyEvaluator<'_>,
 ) -> Result<bool, matching::MatchError> {
     let mut first_error = None;
     for condition in &policy.match_conditions {
-        match eval.bool(&condition.program) {
+        match eval.get().bool(&condition.program) {
             Ok(true) => {}
             Ok(false) => return Ok(false),
             Err(e) => {
@@ -368,26 +413,30 @@ enum PointerError {
 }
 
 /// Built-in extractors (Kubernetes mode only), then `spec.images` (same name overrides).
-fn extract_images(
+fn extract_images<'b>(
     policy: &CompiledPolicy,
-    builtin: &BTreeMap<String, Vec<String>>,
-    eval: &mut Evaluator<'_>,
-) -> Result<BTreeMap<String, Vec<String>>, PrepareError> {
+    builtin: &'b BTreeMap<String, Vec<String>>,
+    eval: &mut LazyEvaluator<'_>,
+) -> Result<Cow<'b, BTreeMap<String, Vec<String>>>, PrepareError> {
+    if policy.image_extractors.is_empty() && !policy.json_mode {
+        return Ok(Cow::Borrowed(builtin));
+    }
     let mut images = if policy.json_mode {
         BTreeMap::new()
     } else {
         builtin.clone()
     };
     for extractor in &policy.image_extractors {
-        let value = eval
-            .json(&extractor.program)
-            .map_err(|source| PrepareError::Extractor {
-                extractor: extractor.name.clone(),
-                source,
-            })?;
+        let value =
+            eval.get()
+                .json(&extractor.program)
+                .map_err(|source| PrepareError::Extractor {
+                    extractor: extractor.name.clone(),
+                    source,
+                })?;
         images.insert(extractor.name.clone(), string_list(&extractor.name, value)?);
     }
-    Ok(images)
+    Ok(Cow::Owned(images))
 }
 
 fn string_list(name: &str, value: Json) -> Result<Vec<String>, PrepareError> {
@@ -424,51 +473,82 @@ fn has_digest(reference: &Result<ImageReference, ImageRefError>) -> bool {
     reference.as_ref().is_ok_and(|r| r.digest().is_some())
 }
 
-/// Evaluates each attestor's CEL-sourced fields into place: (attestor, its JSON for CEL).
-fn evaluate_attestors(
-    attestors: &[CompiledAttestor],
+/// A policy's attestors for one request.
+struct Attestors<'p> {
+    /// Each attestor with its CEL-sourced fields filled in, and its fingerprint.
+    list: Vec<(Cow<'p, Attestor>, Arc<str>)>,
+    /// The `attestors` binding (name → object).
+    binding: AttestorsBinding,
+}
+
+/// Evaluates each attestor's CEL-sourced fields into place. Static attestors (the usual case)
+/// are borrowed from the policy, with the binding and fingerprints made once per policy version.
+fn evaluate_attestors<'p>(
+    policy: &'p CompiledPolicy,
+    facts: &PolicyFacts,
+    eval: &mut LazyEvaluator<'_>,
+) -> Result<Attestors<'p>, PrepareError> {
+    let mut list = Vec::with_capacity(policy.attestors.len());
+    let mut binding = serde_json::Map::new();
+    for (compiled, key) in policy.attestors.iter().zip(&facts.attestor_keys) {
+        let (attestor, json) = match key {
+            Some(key) => (
+                (Cow::Borrowed(&compiled.attestor), Arc::clone(key)),
+                Cow::Borrowed(&compiled.json),
+            ),
+            None => {
+                let (attestor, json) = evaluate_attestor(compiled, eval.get())?;
+                let key = fingerprint(&attestor);
+                ((Cow::Owned(attestor), key), Cow::Owned(json))
+            }
+        };
+        if facts.attestors.is_none() {
+            binding.insert(compiled.attestor.name.clone(), json.into_owned());
+        }
+        list.push(attestor);
+    }
+    let binding = match &facts.attestors {
+        Some(shared) => AttestorsBinding::Shared(Arc::clone(shared)),
+        None => AttestorsBinding::Json(Json::Object(binding)),
+    };
+    Ok(Attestors { list, binding })
+}
+
+/// One attestor with its CEL-sourced fields evaluated into place, and its JSON for CEL.
+fn evaluate_attestor(
+    compiled: &CompiledAttestor,
     eval: &mut Evaluator<'_>,
-) -> Result<Vec<(Attestor, Json)>, PrepareError> {
-    let mut out = Vec::with_capacity(attestors.len());
-    for compiled in attestors {
-        let name = &compiled.attestor.name;
-        // Static attestors (the usual case) need no per-request serialization round trip.
-        if compiled.fields.is_empty() {
-            out.push((compiled.attestor.clone(), compiled.json.clone()));
-            continue;
-        }
-        let mut json = compiled.json.clone();
-        for (pointer, program) in &compiled.fields {
-            let value = eval
-                .string(program)
-                .map_err(|source| PrepareError::AttestorField {
-                    attestor: name.clone(),
-                    pointer: pointer.clone(),
-                    source,
-                })?;
-            set_pointer(&mut json, pointer, Json::String(value)).map_err(|source| {
-                PrepareError::AttestorPointer {
-                    attestor: name.clone(),
-                    source,
-                }
+) -> Result<(Attestor, Json), PrepareError> {
+    let name = &compiled.attestor.name;
+    let mut json = compiled.json.clone();
+    for (pointer, program) in &compiled.fields {
+        let value = eval
+            .string(program)
+            .map_err(|source| PrepareError::AttestorField {
+                attestor: name.clone(),
+                pointer: pointer.clone(),
+                source,
             })?;
-        }
-        let mut attestor: Attestor = serde_json::from_value(json.clone()).map_err(|source| {
-            PrepareError::AttestorDecode {
+        set_pointer(&mut json, pointer, Json::String(value)).map_err(|source| {
+            PrepareError::AttestorPointer {
                 attestor: name.clone(),
                 source,
             }
         })?;
-        // The Notation trust policy comes from an annotation, never from the attestor's JSON
-        // (which does not deserialize it): carried over as compiled.
-        if let (Some(notary), Some(compiled)) =
-            (attestor.notary.as_mut(), compiled.attestor.notary.as_ref())
-        {
-            notary.trust_policy = compiled.trust_policy.clone();
-        }
-        out.push((attestor, json));
     }
-    Ok(out)
+    let mut attestor: Attestor =
+        serde_json::from_value(json.clone()).map_err(|source| PrepareError::AttestorDecode {
+            attestor: name.clone(),
+            source,
+        })?;
+    // The Notation trust policy comes from an annotation, never from the attestor's JSON
+    // (which does not deserialize it): carried over as compiled.
+    if let (Some(notary), Some(compiled)) =
+        (attestor.notary.as_mut(), compiled.attestor.notary.as_ref())
+    {
+        notary.trust_policy = compiled.trust_policy.clone();
+    }
+    Ok((attestor, json))
 }
 
 /// Writes `value` at RFC 6901 `pointer`, creating objects on the way; a numeric token steps into
@@ -517,10 +597,6 @@ pub(super) fn programs(policy: &CompiledPolicy) -> impl Iterator<Item = &Program
         .chain(policy.audit_annotations.iter().map(|a| &a.value_expression))
 }
 
-fn calls_any(policy: &CompiledPolicy, names: &[&str]) -> bool {
-    programs(policy).any(|p| names.iter().any(|n| p.calls_function(n)))
-}
-
 /// Registers every question the policy's CEL can ask: matched images × attestors (× attestations),
 /// and image data for the matched images and the images its expressions name as literals.
 /// Nothing is prefetched for the request's other images: their image data is fetched only once
@@ -529,43 +605,58 @@ fn calls_any(policy: &CompiledPolicy, names: &[&str]) -> bool {
 /// data describes the manifest for the workload's platform.
 fn plan_jobs(
     plan: &mut Plan<'_>,
-    attestors: &[(Attestor, Json)],
+    attestors: &[(Cow<'_, Attestor>, Arc<str>)],
     platforms: &PlatformScope,
     jobs: &mut JobSet,
 ) {
     let policy = plan.policy;
+    let facts = Arc::clone(&plan.facts);
     let credentials = policy.credentials().cloned();
     let mut attestations = Vec::new();
-    if calls_any(policy, &SIGNATURE_FUNCTIONS) {
+    if facts.calls_signatures {
         attestations.push(None);
     }
-    if calls_any(policy, &ATTESTATION_FUNCTIONS) {
-        attestations.extend(policy.attestations.iter().map(Some));
+    if facts.calls_attestations {
+        attestations.extend(
+            policy
+                .attestations
+                .iter()
+                .zip(&facts.attestation_keys)
+                .map(Some),
+        );
     }
     for (image, reference) in plan.matched.iter().zip(&plan.references) {
         for attestation in &attestations {
-            for (attestor, _) in attestors {
+            for (attestor, attestor_key) in attestors {
                 // The host rejects notary × in-toto before looking anything up (Kyverno's error).
-                if attestor.notary.is_some() && attestation.is_some_and(|a| a.intoto.is_some()) {
+                if attestor.notary.is_some() && attestation.is_some_and(|(a, _)| a.intoto.is_some())
+                {
                     continue;
                 }
-                let job = match reference {
-                    Ok(reference) => Job::Verify(Box::new(VerifyRequest {
-                        image: reference.clone(),
-                        attestor: attestor.clone(),
-                        attestation: attestation.cloned(),
-                        credentials: credentials.clone(),
-                        platforms: platforms.clone(),
-                    })),
-                    Err(e) => Job::Settled(Outcome::Verify(Err(
+                let index = match reference {
+                    Ok(reference) => {
+                        let request = VerifyRequest {
+                            image: reference.clone(),
+                            attestor: attestor.as_ref().clone(),
+                            attestation: attestation.map(|(a, _)| a.clone()),
+                            credentials: credentials.clone(),
+                            platforms: platforms.clone(),
+                        };
+                        let prints = VerifyPrints {
+                            attestor: attestor_key,
+                            attestation: attestation.map(|(_, key)| key),
+                            credentials: &facts.credentials_key,
+                        };
+                        jobs.verify(request, &prints)
+                    }
+                    Err(e) => jobs.settled(Outcome::Verify(Err(
                         crate::verifier::VerifyError::invalid_reference(image, e),
                     ))),
                 };
-                let index = jobs.add(job);
                 let key = VerifyKey {
                     image: image.clone(),
                     attestor: attestor.name.clone(),
-                    attestation: attestation.map(|a| a.name.clone()),
+                    attestation: attestation.map(|(a, _)| a.name.clone()),
                 };
                 plan.keys.insert(key, index);
             }
@@ -594,16 +685,17 @@ fn plan_jobs(
         for (image, reference) in images {
             if let std::collections::btree_map::Entry::Vacant(slot) = plan.image_data.entry(image) {
                 let job = match reference {
-                    Ok(reference) => Job::ImageData {
-                        image: reference,
-                        credentials: credentials.clone(),
-                        platform: platform.clone(),
-                    },
-                    Err(e) => Job::Settled(Outcome::ImageData(Err(
+                    Ok(reference) => jobs.image_data(
+                        reference,
+                        credentials.clone(),
+                        &facts.credentials_key,
+                        platform.clone(),
+                    ),
+                    Err(e) => jobs.settled(Outcome::ImageData(Err(
                         crate::verifier::VerifyError::invalid_reference(slot.key(), &e),
                     ))),
                 };
-                slot.insert(jobs.add(job));
+                slot.insert(job);
             }
         }
     }

@@ -2,6 +2,7 @@
 //! synchronous, so the network work happens here, before evaluation, under the request deadline.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use futures::future::join_all;
 use ivory_policy::types::Credentials;
@@ -9,7 +10,8 @@ use serde_json::Value;
 use tokio::time::{Instant, timeout_at};
 
 use crate::verifier::{
-    ImagePlatform, ImageReference, ImageVerifier, Verification, VerifyError, VerifyRequest,
+    ImagePlatform, ImageReference, ImageVerifier, PlatformScope, Verification, VerifyError,
+    VerifyRequest,
 };
 
 /// One (image, attestor, attestation) question as a policy's CEL names it.
@@ -58,30 +60,39 @@ impl Job {
             Self::Settled(_) => String::new(),
         }
     }
+}
 
-    /// Identical questions from several policies are asked once.
-    fn dedupe_key(&self) -> Option<String> {
-        let value = match self {
-            Self::Verify(r) => serde_json::to_string(&(
-                "verify",
-                r.image.original(),
-                &r.attestor,
-                &r.attestation,
-                &r.credentials,
-                &r.platforms,
-            )),
-            Self::ImageData {
-                image,
-                credentials,
-                platform,
-            } => serde_json::to_string(&("image_data", image.original(), credentials, platform)),
-            Self::Resolve { image, credentials } => {
-                serde_json::to_string(&("resolve", image.original(), credentials))
-            }
-            Self::Settled(_) => return None,
-        };
-        value.ok()
-    }
+/// What makes two jobs the same question: identical questions from several policies are
+/// asked once. Attestors, attestations and credentials are compared by the fingerprints of
+/// their JSON ([`super::facts::fingerprint`]), made once per policy version.
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum JobKey {
+    Verify {
+        image: String,
+        attestor: Arc<str>,
+        attestation: Option<Arc<str>>,
+        credentials: Arc<str>,
+        platforms: PlatformScope,
+    },
+    ImageData {
+        image: String,
+        credentials: Arc<str>,
+        platform: ImagePlatform,
+    },
+    Resolve {
+        image: String,
+        credentials: Arc<str>,
+    },
+}
+
+/// The fingerprints of what a verification request carries besides its image.
+pub(super) struct VerifyPrints<'f> {
+    /// Of `attestor`.
+    pub(super) attestor: &'f Arc<str>,
+    /// Of `attestation`.
+    pub(super) attestation: Option<&'f Arc<str>>,
+    /// Of `credentials`.
+    pub(super) credentials: &'f Arc<str>,
 }
 
 /// The answer to one [`Job`].
@@ -104,13 +115,66 @@ pub(super) enum LateImageData {
 #[derive(Debug, Default)]
 pub(super) struct JobSet {
     jobs: Vec<Job>,
-    seen: HashMap<String, usize>,
+    seen: HashMap<JobKey, usize>,
 }
 
 impl JobSet {
-    /// Adds `job` (or finds its twin) and returns its index in the eventual [`Prefetched`].
-    pub(super) fn add(&mut self, job: Job) -> usize {
-        let key = job.dedupe_key();
+    /// Adds the verification `request` (whose attestor, attestation and credentials have the
+    /// fingerprints `prints`), or finds its twin; returns its index in the eventual
+    /// [`Prefetched`].
+    pub(super) fn verify(&mut self, request: VerifyRequest, prints: &VerifyPrints<'_>) -> usize {
+        let key = JobKey::Verify {
+            image: request.image.original().to_owned(),
+            attestor: Arc::clone(prints.attestor),
+            attestation: prints.attestation.cloned(),
+            credentials: Arc::clone(prints.credentials),
+            platforms: request.platforms.clone(),
+        };
+        self.add(Job::Verify(Box::new(request)), Some(key))
+    }
+
+    /// Adds a request for the image data of `image` on `platform` (pulled with `credentials`,
+    /// whose fingerprint is `credentials_key`), or finds its twin.
+    pub(super) fn image_data(
+        &mut self,
+        image: ImageReference,
+        credentials: Option<Credentials>,
+        credentials_key: &Arc<str>,
+        platform: ImagePlatform,
+    ) -> usize {
+        let key = JobKey::ImageData {
+            image: image.original().to_owned(),
+            credentials: Arc::clone(credentials_key),
+            platform: platform.clone(),
+        };
+        let job = Job::ImageData {
+            image,
+            credentials,
+            platform,
+        };
+        self.add(job, Some(key))
+    }
+
+    /// Adds a request to resolve the tag of `image`, or finds its twin.
+    pub(super) fn resolve(
+        &mut self,
+        image: ImageReference,
+        credentials: Option<Credentials>,
+        credentials_key: &Arc<str>,
+    ) -> usize {
+        let key = JobKey::Resolve {
+            image: image.original().to_owned(),
+            credentials: Arc::clone(credentials_key),
+        };
+        self.add(Job::Resolve { image, credentials }, Some(key))
+    }
+
+    /// Adds an answer settled without asking (never shared with another question).
+    pub(super) fn settled(&mut self, outcome: Outcome) -> usize {
+        self.add(Job::Settled(outcome), None)
+    }
+
+    fn add(&mut self, job: Job, key: Option<JobKey>) -> usize {
         if let Some(&index) = key.as_ref().and_then(|k| self.seen.get(k)) {
             return index;
         }

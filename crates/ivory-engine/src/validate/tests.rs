@@ -22,7 +22,7 @@ const KEY: &str = "        -----BEGIN PUBLIC KEY-----
         -----END PUBLIC KEY-----
 ";
 
-const PODS: &str = "matchConstraints:
+pub(super) const PODS: &str = "matchConstraints:
   resourceRules:
   - apiGroups: ['']
     apiVersions: ['v1']
@@ -42,7 +42,7 @@ fn key_attestor(name: &str) -> String {
     format!("- name: {name}\n  cosign:\n    key:\n      data: |\n{KEY}")
 }
 
-fn attestors(names: &[&str]) -> String {
+pub(super) fn attestors(names: &[&str]) -> String {
     let list: String = names.iter().map(|n| key_attestor(n)).collect();
     format!("attestors:\n{list}")
 }
@@ -54,7 +54,7 @@ fn load(yaml: &str) -> CompiledPolicy {
 }
 
 /// An ImageValidatingPolicy `name` whose spec is `spec` (unindented YAML).
-fn policy(name: &str, spec: &str) -> CompiledPolicy {
+pub(super) fn policy(name: &str, spec: &str) -> CompiledPolicy {
     let body: String = spec.lines().map(|l| format!("  {l}\n")).collect();
     load(&format!(
         "apiVersion: policies.kyverno.io/v1\nkind: ImageValidatingPolicy\nmetadata:\n  name: {name}\nspec:\n{body}"
@@ -1417,6 +1417,40 @@ async fn identical_questions_are_asked_once_per_request() {
     let d = run(&verifier, &[&a, &b], &create(&[SIGNED])).await;
     assert!(d.allowed);
     assert_eq!(verifier.calls(), 1);
+}
+
+#[tokio::test]
+async fn questions_that_differ_in_attestor_or_credentials_are_asked_each() {
+    let with = |name: &str, attestor_extra: &str, spec_extra: &str| {
+        policy(
+            name,
+            &format!(
+                "{PODS}matchImageReferences:\n- glob: 'ghcr.io/*'\n{spec_extra}attestors:\n{}{attestor_extra}{}",
+                key_attestor("cosign"),
+                no_digest(VERIFY_ALL)
+            ),
+        )
+    };
+    let base = with("a", "", "");
+    let twin = with("twin", "", "");
+    let annotated = with("annotated", "    annotations:\n      team: shop\n", "");
+    let credentials = with(
+        "credentials",
+        "",
+        "credentials:\n  allowInsecureRegistry: true\n",
+    );
+    for (others, calls) in [
+        (vec![&twin], 1),
+        (vec![&annotated], 2),
+        (vec![&credentials], 2),
+        (vec![&twin, &annotated, &credentials], 3),
+    ] {
+        let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+        let policies: Vec<&CompiledPolicy> = std::iter::once(&base).chain(others).collect();
+        let d = run(&verifier, &policies, &create(&[SIGNED])).await;
+        assert!(d.allowed, "{:?}", d.message);
+        assert_eq!(verifier.calls(), calls, "{}", policies.len());
+    }
 }
 
 #[tokio::test]

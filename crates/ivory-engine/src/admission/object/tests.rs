@@ -204,6 +204,48 @@ impl Gen {
     }
 }
 
+/// A review holding `object` and `old_object` (JSON texts), and its request alone.
+fn review_with(object: &str, old_object: &str) -> (String, String) {
+    let request = format!(
+        r#"{{"uid":"u","kind":{{"kind":"Pod"}},"resource":{{"version":"v1","resource":"pods"}},"operation":"UPDATE","object":{object},"oldObject":{old_object}}}"#
+    );
+    let review = format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{request}}}"#
+    );
+    (review, request)
+}
+
+/// The review's one-pass parse reads what reading each object as raw JSON and summarizing it
+/// afterwards reads: the same raw text, the same summary, the same tree. Returns whether the
+/// object was summarized in place.
+fn assert_one_pass_agrees(object: &str, old_object: &str) -> bool {
+    let (review, request) = review_with(object, old_object);
+    let Ok(parsed) = AdmissionReview::parse(review.as_bytes()) else {
+        assert!(serde_json::from_str::<crate::admission::AdmissionRequest>(&request).is_err());
+        return false;
+    };
+    let usual: crate::admission::AdmissionRequest = serde_json::from_str(&request).unwrap();
+    let mut in_place = false;
+    for (one_pass, usual) in [
+        (&parsed.request.object, &usual.object),
+        (&parsed.request.old_object, &usual.old_object),
+    ] {
+        assert_eq!(one_pass.is_some(), usual.is_some(), "{review}");
+        let (Some(one_pass), Some(usual)) = (one_pass, usual) else {
+            continue;
+        };
+        in_place |= one_pass.raw.get().is_none();
+        assert_eq!(
+            format!("{:?}", one_pass.summary()),
+            format!("{:?}", usual.summary()),
+            "{review}"
+        );
+        assert_eq!(one_pass.raw(), usual.raw(), "{review}");
+        assert_eq!(one_pass.value(), usual.value(), "{review}");
+    }
+    in_place
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(4096))]
 
@@ -213,6 +255,36 @@ proptest! {
         let text = generator.object("", 0);
         assert_agrees(&text);
     }
+
+    #[test]
+    fn the_one_pass_review_parse_reads_what_two_passes_read(seed in 1u64..) {
+        let mut generator = Gen(seed);
+        let object = generator.object("", 0);
+        let old_object = if seed % 3 == 0 { "null".to_owned() } else { generator.object("", 0) };
+        assert_one_pass_agrees(&object, &old_object);
+    }
+}
+
+#[test]
+fn the_one_pass_parse_is_taken_for_usual_objects_only() {
+    // The property above would hold vacuously if no review were read in one pass.
+    let in_place = (1..500u64)
+        .filter(|seed| {
+            let mut generator = Gen(*seed);
+            let object = generator.object("", 0);
+            assert_one_pass_agrees(&object, "null")
+        })
+        .count();
+    assert!(in_place > 50, "{in_place} of 500 reviews read in one pass");
+    // A list where an object belongs: read the usual way, same raw text, no summary.
+    let unusual = r#"{"metadata": [{"labels": {}}], "spec": {"containers": [{"image": "a"}]}}"#;
+    assert!(!assert_one_pass_agrees(unusual, "null"));
+    let (review, _) = review_with(unusual, "null");
+    let parsed = AdmissionReview::parse(review.as_bytes()).unwrap();
+    let object = parsed.request.object.unwrap();
+    assert!(object.summary().is_none());
+    assert_eq!(object.raw(), unusual);
+    assert!(parsed.request.old_object.is_none());
 }
 
 #[test]

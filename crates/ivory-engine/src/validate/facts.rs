@@ -1,0 +1,264 @@
+//! What the validating stage derives from a policy once per policy version instead of once per
+//! request: the CEL bindings of its static attestors and of its attestations, which
+//! verification functions its expressions call, whether its results may be memoized, the
+//! fingerprints that de-duplicate its verification jobs, and which images its
+//! `matchImageReferences` select (with those images parsed). Kept in the policy's [`DerivedSlot`], which a clone (an
+//! autogen variant, a policy changed field by field) never inherits, and dropped with the policy
+//! on reload.
+//!
+//! [`DerivedSlot`]: ivory_policy::DerivedSlot
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use ivory_cel::{ConvertedJson, Program};
+use ivory_policy::compiled::CompiledPolicy;
+use serde_json::Value as Json;
+use sha2::{Digest, Sha256};
+
+use super::memo::reads_only_pure_inputs;
+use super::plan::{ATTESTATION_FUNCTIONS, IMAGE_DATA_FUNCTIONS, SIGNATURE_FUNCTIONS, programs};
+use crate::images;
+use crate::matching::MatchError;
+use crate::verifier::{ImageRefError, ImageReference};
+
+/// Images whose facts are kept per policy: the images a cluster runs are few. When more are
+/// seen, the kept ones are all forgotten and derived again as they come (a cost, never a
+/// different answer).
+const KEPT_IMAGES: usize = 4096;
+/// Longer image strings are matched every time rather than kept.
+const MAX_KEPT_IMAGE_LEN: usize = 512;
+
+/// The per-policy-version facts of one policy.
+pub(super) struct PolicyFacts {
+    /// The `attestors` binding when every attestor is static (no CEL-sourced field).
+    pub(super) attestors: Option<Arc<ConvertedJson>>,
+    /// The `attestations` binding (name → name).
+    pub(super) attestations: Arc<ConvertedJson>,
+    /// For each static attestor, the fingerprint of the attestor its verification requests
+    /// carry (`None` for one with CEL fields, known per request only).
+    pub(super) attestor_keys: Vec<Option<Arc<str>>>,
+    /// For each attestation, the fingerprint of its JSON.
+    pub(super) attestation_keys: Vec<Arc<str>>,
+    /// The fingerprint of `spec.credentials`.
+    pub(super) credentials_key: Arc<str>,
+    /// Whether an expression calls `verifyImageSignatures`.
+    pub(super) calls_signatures: bool,
+    /// Whether an expression calls `verifyAttestationSignatures` or `extractPayload`.
+    pub(super) calls_attestations: bool,
+    /// Whether an expression reads image data (`image.GetMetadata` and its spellings).
+    pub(super) reads_image_data: bool,
+    /// Whether the policy's results are a function of its `images` and verification answers
+    /// alone, as far as the policy itself decides ([`super::memo::memoizable`] adds what the
+    /// request decides).
+    pub(super) pure: bool,
+    /// What is known of each image seen: both are functions of the image string alone (the
+    /// globs and expressions of `matchImageReferences` see nothing else).
+    images: RwLock<HashMap<Box<str>, Arc<ImageFacts>>>,
+}
+
+/// What a policy knows of one image.
+pub(super) struct ImageFacts {
+    /// Whether `matchImageReferences` selects it.
+    selected: bool,
+    /// The image parsed, when selected (only selected images are verified).
+    reference: Option<Result<ImageReference, ImageRefError>>,
+}
+
+impl PolicyFacts {
+    /// The facts of `policy`, derived on first use and kept with it.
+    pub(super) fn of(policy: &CompiledPolicy) -> Arc<Self> {
+        policy
+            .derived
+            .get_or_init(|| Self::derive(policy))
+            .unwrap_or_else(|| Arc::new(Self::derive(policy)))
+    }
+
+    fn derive(policy: &CompiledPolicy) -> Self {
+        let all_static = policy.attestors.iter().all(|a| a.fields.is_empty());
+        let attestors = all_static.then(|| {
+            let map = policy
+                .attestors
+                .iter()
+                .map(|a| (a.attestor.name.clone(), a.json.clone()))
+                .collect();
+            Arc::new(ConvertedJson::new(&Json::Object(map)))
+        });
+        let attestations = policy
+            .attestations
+            .iter()
+            .map(|a| (a.name.clone(), Json::String(a.name.clone())))
+            .collect();
+        let calls_any = |names: &[&str]| {
+            programs(policy).any(|p: &Program| names.iter().any(|n| p.calls_function(n)))
+        };
+        let reads_image_data = calls_any(&IMAGE_DATA_FUNCTIONS);
+        Self {
+            attestors,
+            attestations: Arc::new(ConvertedJson::new(&Json::Object(attestations))),
+            attestor_keys: policy
+                .attestors
+                .iter()
+                .map(|a| a.fields.is_empty().then(|| fingerprint(&a.attestor)))
+                .collect(),
+            attestation_keys: policy.attestations.iter().map(fingerprint).collect(),
+            credentials_key: fingerprint(&policy.credentials()),
+            calls_signatures: calls_any(&SIGNATURE_FUNCTIONS),
+            calls_attestations: calls_any(&ATTESTATION_FUNCTIONS),
+            reads_image_data,
+            pure: all_static
+                && policy.cluster_reads.is_empty()
+                && !reads_image_data
+                && programs(policy).all(reads_only_pure_inputs),
+            images: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// [`images::matches_image`], answered from the kept facts when it can be. Errors are
+    /// never kept.
+    pub(super) fn matches_image(
+        &self,
+        policy: &CompiledPolicy,
+        image: &str,
+    ) -> Result<bool, MatchError> {
+        if policy.image_matchers.is_empty() {
+            return Ok(true);
+        }
+        self.image(policy, image).map(|facts| facts.selected)
+    }
+
+    /// `image` parsed: kept for a selected image by the filter that selected it; parsed here
+    /// when not kept (too long, or forgotten in between).
+    pub(super) fn reference(&self, image: &str) -> Result<ImageReference, ImageRefError> {
+        self.kept(image)
+            .and_then(|facts| facts.reference.clone())
+            .unwrap_or_else(|| ImageReference::parse(image))
+    }
+
+    fn kept(&self, image: &str) -> Option<Arc<ImageFacts>> {
+        let images = self.images.read().ok()?;
+        images.get(image).cloned()
+    }
+
+    /// The facts of `image`, derived (and kept) on first sight.
+    fn image(&self, policy: &CompiledPolicy, image: &str) -> Result<Arc<ImageFacts>, MatchError> {
+        if let Some(facts) = self.kept(image) {
+            return Ok(facts);
+        }
+        let selected = images::matches_image(policy, image)?;
+        let facts = Arc::new(ImageFacts {
+            selected,
+            reference: selected.then(|| ImageReference::parse(image)),
+        });
+        if image.len() <= MAX_KEPT_IMAGE_LEN
+            && let Ok(mut images) = self.images.write()
+        {
+            if images.len() >= KEPT_IMAGES {
+                images.clear();
+            }
+            images.insert(Box::from(image), Arc::clone(&facts));
+        }
+        Ok(facts)
+    }
+}
+
+/// The fingerprint of a value, for de-duplicating identical questions of several policies:
+/// the hex SHA-256 of its JSON serialization (serde's field order is fixed per type).
+pub(super) fn fingerprint(value: &impl serde::Serialize) -> Arc<str> {
+    let mut hasher = Sha256::new();
+    // Writing into a hasher cannot fail; a value that cannot be serialized has none.
+    let _ = serde_json::to_writer(HashWriter(&mut hasher), value);
+    Arc::from(hex::encode(hasher.finalize()))
+}
+
+/// Serializes straight into the hasher, with no intermediate string.
+struct HashWriter<'h>(&'h mut Sha256);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::validate::tests::{PODS, attestors, policy as load};
+
+    fn policy() -> CompiledPolicy {
+        let selection = "matchImageReferences:\n- glob: 'ghcr.io/acme/*'\n- expression: ref.endsWith(':edge')\n";
+        let spec = format!(
+            "{PODS}{selection}{}validations:\n- expression: 'true'\n",
+            attestors(&["cosign"])
+        );
+        load("facts", &spec)
+    }
+
+    #[test]
+    fn kept_image_facts_are_the_fresh_ones() {
+        let policy = policy();
+        let facts = PolicyFacts::of(&policy);
+        assert!(
+            Arc::ptr_eq(&facts, &PolicyFacts::of(&policy)),
+            "derived once"
+        );
+        let digest = "@sha256:abababababababababababababababababababababababababababababababab";
+        let mut images: Vec<String> = [
+            "ghcr.io/acme/app:1",
+            "GHCR.IO/acme/app:1",
+            "ghcr.io/other/app:1",
+            "busybox:edge",
+            "docker.io/library/busybox",
+            "not a reference:edge",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        images.push(format!("ghcr.io/acme/pinned{digest}"));
+        // More distinct images than are kept: the kept ones are forgotten on the way.
+        images.extend((0..KEPT_IMAGES + 10).map(|i| format!("ghcr.io/acme/app{i}:1")));
+        for round in 0..2 {
+            for image in &images {
+                let fresh = images::matches_image(&policy, image).map_err(|e| e.to_string());
+                let kept = facts
+                    .matches_image(&policy, image)
+                    .map_err(|e| e.to_string());
+                assert_eq!(kept, fresh, "{image} (round {round})");
+                assert_eq!(
+                    format!("{:?}", facts.reference(image)),
+                    format!("{:?}", ImageReference::parse(image)),
+                    "{image}"
+                );
+            }
+            let kept = facts.images.read().map(|m| m.len()).unwrap_or(usize::MAX);
+            assert!(kept <= KEPT_IMAGES, "{kept} kept");
+        }
+        assert_eq!(
+            facts.matches_image(&policy, "busybox:edge").ok(),
+            Some(true)
+        );
+        assert_eq!(
+            facts.matches_image(&policy, "ghcr.io/other/app:1").ok(),
+            Some(false)
+        );
+    }
+
+    #[test]
+    fn a_clone_derives_its_own_facts() {
+        let policy = policy();
+        let facts = PolicyFacts::of(&policy);
+        assert!(facts.attestors.is_some() && facts.pure);
+        let mut changed = policy.clone();
+        changed.attestors.clear();
+        let changed_facts = PolicyFacts::of(&changed);
+        assert!(!Arc::ptr_eq(&facts, &changed_facts));
+        assert!(changed_facts.attestor_keys.is_empty());
+        assert_eq!(facts.attestor_keys.len(), 1);
+    }
+}

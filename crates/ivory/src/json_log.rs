@@ -1,0 +1,350 @@
+//! The JSON log line format, written in one pass into a reused buffer.
+//!
+//! The output is exactly tracing-subscriber's `json()` format without the current span
+//! (`{"timestamp":…,"level":…,"fields":{…},"target":…}`, proven by the test below). A server
+//! writes one such line per admission and one per policy result, and the stock formatter spent
+//! about a fifth of a warm admission on them (BENCHMARKS.md): it formats each value into a
+//! temporary string and validates the UTF-8 of every fragment it writes. An event inside a
+//! span (ivory opens none; a dependency might) is handed to the stock formatter, which also
+//! lists the spans.
+
+use std::cell::RefCell;
+use std::fmt;
+
+use serde::Serializer as _;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::fmt::format::{Format, Json, JsonFields, Writer};
+use tracing_subscriber::fmt::time::SystemTime;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent};
+use tracing_subscriber::registry::LookupSpan;
+
+/// Lines longer than this give their buffer back after being written.
+const KEPT_BUFFER_BYTES: usize = 64 * 1024;
+
+thread_local! {
+    static LINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// The second of the last timestamp written on this thread, and its text up to the `.`.
+    static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+}
+
+/// tracing-subscriber's JSON event format, faster for events outside spans.
+pub(crate) struct JsonLines {
+    stock: Format<Json, SystemTime>,
+}
+
+impl JsonLines {
+    /// The format `tracing_subscriber::fmt().json().with_current_span(false)` writes.
+    pub(crate) fn new() -> Self {
+        Self {
+            stock: Format::default().json().with_current_span(false),
+        }
+    }
+}
+
+impl<S> FormatEvent<S, JsonFields> for JsonLines
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, JsonFields>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let in_span = event.parent().is_some() || ctx.lookup_current().is_some();
+        if in_span {
+            return self.stock.format_event(ctx, writer, event);
+        }
+        LINE.with(|line| {
+            let Ok(mut line) = line.try_borrow_mut() else {
+                // A value's formatting logged (re-entered this thread's line): the stock way.
+                return self.stock.format_event(ctx, writer.by_ref(), event);
+            };
+            line.clear();
+            let written = write_line(&mut line, event);
+            let result = written.and_then(|()| {
+                let text = std::str::from_utf8(&line).map_err(|_| fmt::Error)?;
+                writer.write_str(text)
+            });
+            if line.capacity() > KEPT_BUFFER_BYTES {
+                *line = Vec::new();
+            }
+            result
+        })
+    }
+}
+
+/// Writes one event as a JSON line (with its newline) into `line`.
+fn write_line(line: &mut Vec<u8>, event: &Event<'_>) -> fmt::Result {
+    let meta = event.metadata();
+    line.extend_from_slice(b"{\"timestamp\":\"");
+    timestamp(line, ivory_clock::wall())?;
+    line.push(b'"');
+    line.extend_from_slice(b",\"level\":");
+    string(line, meta.level().as_str())?;
+    line.extend_from_slice(b",\"fields\":{");
+    let mut fields = Fields {
+        line,
+        first: true,
+        failed: false,
+    };
+    event.record(&mut fields);
+    if fields.failed {
+        return Err(fmt::Error);
+    }
+    line.extend_from_slice(b"},\"target\":");
+    string(line, meta.target())?;
+    line.extend_from_slice(b"}\n");
+    Ok(())
+}
+
+/// `now` as tracing-subscriber's [`SystemTime`] writes it (`2026-12-05T01:02:03.456789Z`): the
+/// date and time of day are formatted once per second and thread, the microseconds each time.
+fn timestamp(line: &mut Vec<u8>, now: std::time::SystemTime) -> fmt::Result {
+    let since_epoch = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| fmt::Error)?;
+    let seconds = since_epoch.as_secs();
+    SECOND.with(|second| {
+        let mut second = second.try_borrow_mut().map_err(|_| fmt::Error)?;
+        if second.0 != seconds {
+            let whole = std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds);
+            let text = chrono::DateTime::<chrono::Utc>::from(whole)
+                .format("%Y-%m-%dT%H:%M:%S.")
+                .to_string();
+            *second = (seconds, text);
+        }
+        line.extend_from_slice(second.1.as_bytes());
+        Ok(())
+    })?;
+    let micros = since_epoch.subsec_micros();
+    use std::io::Write as _;
+    write!(line, "{micros:06}Z").map_err(|_| fmt::Error)
+}
+
+/// A JSON string, escaped as serde_json escapes it.
+fn string(line: &mut Vec<u8>, value: &str) -> fmt::Result {
+    serde_json::Serializer::new(line)
+        .serialize_str(value)
+        .map_err(|_| fmt::Error)
+}
+
+/// The `fields` object: each field as tracing-serde records it.
+struct Fields<'l> {
+    line: &'l mut Vec<u8>,
+    first: bool,
+    failed: bool,
+}
+
+impl Fields<'_> {
+    /// Writes `"name":` and then the value `write` serializes.
+    fn entry(
+        &mut self,
+        field: &Field,
+        write: impl FnOnce(&mut serde_json::Serializer<&mut Vec<u8>>) -> Result<(), serde_json::Error>,
+    ) {
+        if self.failed {
+            return;
+        }
+        if !self.first {
+            self.line.push(b',');
+        }
+        self.first = false;
+        let written = string(self.line, field.name())
+            .map_err(|_| ())
+            .and_then(|()| {
+                self.line.push(b':');
+                write(&mut serde_json::Serializer::new(&mut *self.line)).map_err(|_| ())
+            });
+        self.failed = written.is_err();
+    }
+}
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.entry(field, |s| s.collect_str(&format_args!("{value:?}")));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.entry(field, |s| s.serialize_str(value));
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.entry(field, |s| s.serialize_bool(value));
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.entry(field, |s| s.serialize_u64(value));
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.entry(field, |s| s.serialize_i64(value));
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.entry(field, |s| s.serialize_f64(value));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::fmt::MakeWriter;
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| std::io::Error::other("poisoned"))?
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Captured {
+        type Writer = Self;
+        fn make_writer(&'a self) -> Self {
+            self.clone()
+        }
+    }
+
+    impl Captured {
+        /// The lines written, each with its timestamp replaced (the two formats run at
+        /// different instants).
+        fn lines(&self) -> Vec<serde_json::Value> {
+            let bytes = self.0.lock().map(|b| b.clone()).unwrap_or_default();
+            let text = String::from_utf8(bytes).unwrap_or_default();
+            assert!(text.ends_with('\n'), "{text}");
+            text.lines()
+                .map(|l| {
+                    let mut v: serde_json::Value =
+                        serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+                    let stamp = v["timestamp"].as_str().unwrap_or_default().to_owned();
+                    assert!(stamp.ends_with('Z') && stamp.len() >= 20, "{stamp}");
+                    v["timestamp"] = "T".into();
+                    v
+                })
+                .collect()
+        }
+
+        fn text_without_timestamps(&self) -> String {
+            self.lines()
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+    }
+
+    fn events() {
+        let error = std::io::Error::other("disk \"full\"\n");
+        tracing::info!(
+            target: "ivory::audit",
+            text = "quote \" backslash \\ tab \t é \u{1}",
+            shown = %"display ✓",
+            debugged = ?vec!["a", "b"],
+            flag = true,
+            unsigned = 18_446_744_073_709_551_615_u64,
+            negative = -7_i64,
+            float = 0.25_f64,
+            error = &error as &(dyn std::error::Error + 'static),
+            "policy result"
+        );
+        tracing::warn!(count = 3, "a message with {} and \"quotes\"", "args");
+        tracing::error!("only a message");
+    }
+
+    #[test]
+    fn lines_are_those_of_the_stock_json_format() {
+        let fast = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_current_span(false)
+            .event_format(JsonLines::new())
+            .with_writer(fast.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, events);
+        let stock = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_current_span(false)
+            .with_writer(stock.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, events);
+        assert_eq!(fast.lines().len(), 3);
+        // Byte for byte once timestamps are equal: compare the raw texts too.
+        assert_eq!(
+            fast.text_without_timestamps(),
+            stock.text_without_timestamps()
+        );
+        let raw = |c: &Captured| {
+            let bytes = c.0.lock().map(|b| b.clone()).unwrap_or_default();
+            String::from_utf8(bytes)
+                .unwrap_or_default()
+                .lines()
+                .map(|l| l.split_once(",\"level\"").map(|(_, rest)| rest.to_owned()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(raw(&fast), raw(&stock));
+    }
+
+    #[test]
+    fn timestamps_are_written_as_the_stock_format_writes_them() {
+        use tracing_subscriber::fmt::time::FormatTime as _;
+        let at = |seconds: u64, micros: u32| {
+            let mut line = Vec::new();
+            let instant =
+                std::time::UNIX_EPOCH + std::time::Duration::new(seconds, micros * 1_000 + 999);
+            timestamp(&mut line, instant).unwrap();
+            String::from_utf8(line).unwrap()
+        };
+        assert_eq!(at(1_796_000_000, 123_456), "2026-11-30T00:53:20.123456Z");
+        // A leap day, and a second written again from the same thread's cache.
+        assert_eq!(at(951_782_400, 7), "2000-02-29T00:00:00.000007Z");
+        assert_eq!(at(951_782_400, 999_999), "2000-02-29T00:00:00.999999Z");
+        assert_eq!(at(1_796_000_000, 0), "2026-11-30T00:53:20.000000Z");
+        // Against the stock format read at (almost) the same instant.
+        let same_second = (0..3).any(|_| {
+            let mut stock = String::new();
+            SystemTime
+                .format_time(&mut Writer::new(&mut stock))
+                .unwrap();
+            let mut ours = Vec::new();
+            timestamp(&mut ours, ivory_clock::wall()).unwrap();
+            let ours = String::from_utf8(ours).unwrap();
+            stock.len() == ours.len() && stock[..20] == ours[..20]
+        });
+        assert!(same_second);
+    }
+
+    #[test]
+    fn events_in_a_span_keep_the_stock_span_list() {
+        let fast = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_current_span(false)
+            .event_format(JsonLines::new())
+            .with_writer(fast.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("request", id = 7);
+            let _entered = span.enter();
+            tracing::info!("inside");
+        });
+        let lines = fast.lines();
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0]["spans"][0]["name"], "request");
+        assert_eq!(lines[0]["fields"]["message"], "inside");
+    }
+}

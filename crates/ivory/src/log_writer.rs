@@ -1,0 +1,263 @@
+//! `ivory serve`'s log writer: each formatted line is appended to a bounded buffer, and one
+//! thread writes out, in one write, every line waiting when it is free: woken by the first line
+//! after it went idle, it takes all the lines that arrived meanwhile, so a line waits no longer
+//! than the write before it, and a busy server writes many lines per system call.
+//!
+//! A log consumer that stalls (a full pipe, a slow collector) must not stall admissions, so a
+//! line that does not fit is dropped and counted (`ivory_log_lines_dropped_total`). A server
+//! writes several lines per admission: tracing-appender's channel made its writer thread spin,
+//! yield and write once per line, about a tenth of a warm admission's CPU (BENCHMARKS.md).
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use tracing_subscriber::fmt::MakeWriter;
+
+/// The bounds of what may wait for the log consumer before lines are dropped.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bounds {
+    /// Lines.
+    pub(crate) lines: usize,
+    /// Bytes.
+    pub(crate) bytes: usize,
+}
+
+/// The writer thread; dropping this writes out what is buffered and stops it.
+pub(crate) struct BatchedLog {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What tracing writes formatted lines to ([`MakeWriter`]).
+#[derive(Clone)]
+pub(crate) struct LogSink {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+    dropped: AtomicU64,
+    bounds: Bounds,
+}
+
+#[derive(Default)]
+struct Pending {
+    bytes: Vec<u8>,
+    lines: usize,
+    closed: bool,
+}
+
+impl Shared {
+    fn pending(&self) -> MutexGuard<'_, Pending> {
+        // Nothing panics while holding the lock; a poisoned buffer is still a buffer.
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn append(&self, line: &[u8]) {
+        let mut pending = self.pending();
+        let fits = pending.lines < self.bounds.lines
+            && pending.bytes.len().saturating_add(line.len()) <= self.bounds.bytes;
+        if !fits {
+            drop(pending);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        // Only the first line after a write can find the writer waiting.
+        let wake = pending.bytes.is_empty();
+        pending.bytes.extend_from_slice(line);
+        pending.lines += 1;
+        drop(pending);
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+}
+
+impl BatchedLog {
+    /// Starts the writer thread writing to `out`; lines beyond `bounds` are dropped.
+    pub(crate) fn start(
+        out: impl Write + Send + 'static,
+        bounds: Bounds,
+    ) -> std::io::Result<(Self, LogSink)> {
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+            dropped: AtomicU64::new(0),
+            bounds,
+        });
+        let writer = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("ivory-log".into())
+            .spawn(move || write_batches(&writer, out))?;
+        let sink = LogSink {
+            shared: Arc::clone(&shared),
+        };
+        Ok((
+            Self {
+                shared,
+                thread: Some(thread),
+            },
+            sink,
+        ))
+    }
+
+    /// A counter of the lines dropped so far.
+    pub(crate) fn dropped(&self) -> impl Fn() -> u64 + Send + Sync + 'static {
+        let shared = Arc::clone(&self.shared);
+        move || shared.dropped.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for BatchedLog {
+    fn drop(&mut self) {
+        self.shared.pending().closed = true;
+        self.shared.wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The writer thread: waits for a line, takes every line waiting, writes them.
+fn write_batches(shared: &Shared, mut out: impl Write) {
+    let mut batch = Vec::new();
+    loop {
+        let closed = {
+            let mut pending = shared.pending();
+            while pending.bytes.is_empty() && !pending.closed {
+                pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
+            }
+            std::mem::swap(&mut batch, &mut pending.bytes);
+            pending.lines = 0;
+            pending.closed
+        };
+        if !batch.is_empty() {
+            // Nowhere to report a failed log write; the next batch tries again.
+            let _ = out.write_all(&batch).and_then(|()| out.flush());
+            batch.clear();
+        }
+        if closed {
+            return;
+        }
+    }
+}
+
+impl<'a> MakeWriter<'a> for LogSink {
+    type Writer = SinkRef<'a>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        SinkRef(&self.shared)
+    }
+}
+
+/// One event's writer: borrows the sink, so writing a line costs no reference count.
+pub(crate) struct SinkRef<'a>(&'a Shared);
+
+impl Write for SinkRef<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.append(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// An output that records what was written, and can be made to block.
+    #[derive(Clone, Default)]
+    struct Output {
+        written: Arc<Mutex<Vec<u8>>>,
+        gate: Arc<Mutex<()>>,
+    }
+
+    impl Write for Output {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let _open = self
+                .gate
+                .lock()
+                .map_err(|_| std::io::Error::other("poisoned"))?;
+            self.written
+                .lock()
+                .map_err(|_| std::io::Error::other("poisoned"))?
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn written(output: &Output) -> String {
+        String::from_utf8(output.written.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn every_line_is_written_in_order_by_the_time_the_log_stops() {
+        let output = Output::default();
+        let bounds = Bounds {
+            lines: 10_000,
+            bytes: 1 << 20,
+        };
+        let (log, sink) = BatchedLog::start(output.clone(), bounds).unwrap();
+        let expected: String = (0..5_000).map(|i| format!("line {i}\n")).collect();
+        for line in expected.lines() {
+            sink.make_writer()
+                .write_all(format!("{line}\n").as_bytes())
+                .unwrap();
+        }
+        let dropped = log.dropped();
+        drop(log);
+        assert_eq!(written(&output), expected);
+        assert_eq!(dropped(), 0);
+    }
+
+    #[test]
+    fn lines_are_written_without_waiting_for_the_log_to_stop() {
+        let output = Output::default();
+        let bounds = Bounds {
+            lines: 10,
+            bytes: 1 << 10,
+        };
+        let (log, sink) = BatchedLog::start(output.clone(), bounds).unwrap();
+        sink.make_writer().write_all(b"soon\n").unwrap();
+        let deadline = ivory_clock::now() + Duration::from_secs(10);
+        while written(&output).is_empty() && ivory_clock::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(written(&output), "soon\n");
+        drop(log);
+    }
+
+    #[test]
+    fn a_stalled_output_drops_and_counts_what_does_not_fit_and_never_blocks_a_writer() {
+        let output = Output::default();
+        let stall = output.gate.lock().unwrap();
+        let bounds = Bounds {
+            lines: 100,
+            bytes: 1 << 20,
+        };
+        let (log, sink) = BatchedLog::start(output.clone(), bounds).unwrap();
+        let dropped = log.dropped();
+        // The first batch may be taken (and block in the output) before the rest arrive.
+        for i in 0..1_000 {
+            sink.make_writer()
+                .write_all(format!("line {i}\n").as_bytes())
+                .unwrap();
+        }
+        assert!(dropped() >= 1_000 - 2 * 100, "{} dropped", dropped());
+        drop(stall);
+        drop(log);
+        let lines = written(&output).lines().count() as u64;
+        assert_eq!(lines + dropped(), 1_000);
+    }
+}
