@@ -24,9 +24,9 @@ pub use error::{Error, Result};
 pub use kube_source::KubeSource;
 pub use limits::{DEFAULT_BODY_LIMIT, HttpLimits};
 pub use metrics::{
-    CacheCounts, CacheStatsSource, CrlCount, L2Counts, L2StatsSource, LogDropsSource, Metrics,
-    RegistryStatsSource, ResourceWatchStatsSource, RevocationCounts, RevocationStatsSource,
-    WatchStats,
+    CacheCounts, CacheStatsSource, CrlCount, IdleHook, L2Counts, L2StatsSource, LogDropsSource,
+    Metrics, RegistryStatsSource, ResourceWatchStatsSource, RevocationCounts,
+    RevocationStatsSource, WatchStats,
 };
 pub use policies::{FileSource, PolicyStore, Snapshot};
 pub use routes::{AppState, ExceptionSettings, READYZ_POLICY_ERRORS, router};

@@ -129,6 +129,10 @@ pub type L2StatsSource = Arc<dyn Fn() -> L2Counts + Send + Sync>;
 /// How many log lines were dropped because the log consumer fell behind (monotonic).
 pub type LogDropsSource = Arc<dyn Fn() -> u64 + Send + Sync>;
 
+/// Called when the last admission in flight ends: the serve log then writes the lines it
+/// gathered while admissions ran (it batches them while the server is busy).
+pub type IdleHook = Arc<dyn Fn() + Send + Sync>;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct L2Labels {
     event: String,
@@ -227,6 +231,7 @@ pub struct Metrics {
     l2_source: Option<L2StatsSource>,
     log_lines_dropped: Counter,
     log_drops_source: Option<LogDropsSource>,
+    idle_hook: Option<IdleHook>,
     watch_objects: Family<WatchLabels, Gauge>,
     watch_bytes: Family<WatchLabels, Gauge>,
     watch_synced: Family<WatchLabels, Gauge>,
@@ -284,6 +289,7 @@ impl Metrics {
             l2_source: None,
             log_lines_dropped: Counter::default(),
             log_drops_source: None,
+            idle_hook: None,
             watch_objects: Family::default(),
             watch_bytes: Family::default(),
             watch_synced: Family::default(),
@@ -461,6 +467,12 @@ impl Metrics {
     /// Adds the count of log lines the non-blocking log writer dropped to every scrape.
     pub fn with_log_drops(mut self, source: LogDropsSource) -> Self {
         self.log_drops_source = Some(source);
+        self
+    }
+
+    /// Calls `hook` whenever the last admission in flight ends.
+    pub fn with_idle_hook(mut self, hook: IdleHook) -> Self {
+        self.idle_hook = Some(hook);
         self
     }
 
@@ -690,7 +702,12 @@ pub struct InFlight(Arc<Metrics>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.dec();
+        let before = self.0.in_flight.dec();
+        if before <= 1
+            && let Some(hook) = &self.0.idle_hook
+        {
+            hook();
+        }
     }
 }
 

@@ -1,12 +1,18 @@
 //! `ivory serve`'s log writer: each formatted line is appended to a bounded buffer, and one
-//! thread writes out, in one write, every line waiting when it is free: woken by the first line
-//! after it went idle, it takes all the lines that arrived meanwhile, so a line waits no longer
-//! than the write before it, and a busy server writes many lines per system call.
+//! thread writes out every waiting line in one write. While admissions run, lines are gathered
+//! and written every [`QUIET_WAIT`] (or once [`WAKE_BYTES`] wait); when the last admission in
+//! flight ends, the server calls [`BatchedLog::flusher`] and they are written at once. A flush
+//! that comes within [`BUSY_GAP`] of the previous one finds the thread looking for flushes by
+//! itself every [`BUSY_GAP`] instead of being woken: a server whose admissions end one after
+//! another (each one at a time) would otherwise wake it once per admission. So a quiet server
+//! logs as it goes, and a busy one writes many lines per system call and wakes this thread at
+//! most every [`BUSY_GAP`].
 //!
 //! A log consumer that stalls (a full pipe, a slow collector) must not stall admissions, so a
 //! line that does not fit is dropped and counted (`ivory_log_lines_dropped_total`). A server
 //! writes several lines per admission: tracing-appender's channel made its writer thread spin,
-//! yield and write once per line, about a tenth of a warm admission's CPU (BENCHMARKS.md).
+//! yield and write once per line, and waking a thread per line or per admission cost as much,
+//! a tenth of a warm admission's CPU (BENCHMARKS.md).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +20,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use tracing_subscriber::fmt::MakeWriter;
+
+/// Longest a line waits for the writer thread while admissions run.
+const QUIET_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+/// Waiting bytes that wake the writer thread before then.
+const WAKE_BYTES: usize = 256 * 1024;
+/// How long after a flush the writer thread looks for the next one by itself.
+const BUSY_GAP: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The bounds of what may wait for the log consumer before lines are dropped.
 #[derive(Clone, Copy, Debug)]
@@ -47,6 +60,10 @@ struct Shared {
 struct Pending {
     bytes: Vec<u8>,
     lines: usize,
+    /// The lines waiting are to be written at once.
+    urgent: bool,
+    /// The writer thread looks for flushes by itself (a flush came within [`BUSY_GAP`]).
+    polling: bool,
     closed: bool,
 }
 
@@ -65,10 +82,10 @@ impl Shared {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        // Only the first line after a write can find the writer waiting.
-        let wake = pending.bytes.is_empty();
         pending.bytes.extend_from_slice(line);
         pending.lines += 1;
+        let wake = !pending.urgent && pending.bytes.len() >= WAKE_BYTES;
+        pending.urgent |= wake;
         drop(pending);
         if wake {
             self.wake.notify_one();
@@ -104,6 +121,22 @@ impl BatchedLog {
         ))
     }
 
+    /// Has the lines waiting written at once (the server calls it when the last admission in
+    /// flight ends).
+    pub(crate) fn flusher(&self) -> impl Fn() + Send + Sync + 'static {
+        let shared = Arc::clone(&self.shared);
+        move || {
+            let mut pending = shared.pending();
+            let flush = !pending.urgent && !pending.bytes.is_empty();
+            pending.urgent |= flush;
+            let wake = flush && !pending.polling;
+            drop(pending);
+            if wake {
+                shared.wake.notify_one();
+            }
+        }
+    }
+
     /// A counter of the lines dropped so far.
     pub(crate) fn dropped(&self) -> impl Fn() -> u64 + Send + Sync + 'static {
         let shared = Arc::clone(&self.shared);
@@ -121,17 +154,37 @@ impl Drop for BatchedLog {
     }
 }
 
-/// The writer thread: waits for a line, takes every line waiting, writes them.
+/// The writer thread: waits for a flush (or [`QUIET_WAIT`] with lines waiting), takes every
+/// line waiting, writes them.
 fn write_batches(shared: &Shared, mut out: impl Write) {
     let mut batch = Vec::new();
     loop {
         let closed = {
             let mut pending = shared.pending();
-            while pending.bytes.is_empty() && !pending.closed {
-                pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
+            if pending.polling {
+                pending = shared
+                    .wake
+                    .wait_timeout(pending, BUSY_GAP)
+                    .map(|(guard, _)| guard)
+                    .unwrap_or_else(|p| p.into_inner().0);
+                // No flush since the last look: back to being woken.
+                pending.polling = pending.urgent;
             }
+            while !pending.urgent && !pending.closed {
+                let (guard, waited) = shared
+                    .wake
+                    .wait_timeout(pending, QUIET_WAIT)
+                    .unwrap_or_else(|p| p.into_inner());
+                pending = guard;
+                if waited.timed_out() && !pending.bytes.is_empty() {
+                    break;
+                }
+            }
+            // After a flush, look for the next one by itself for a while.
+            pending.polling = pending.urgent;
             std::mem::swap(&mut batch, &mut pending.bytes);
             pending.lines = 0;
+            pending.urgent = false;
             pending.closed
         };
         if !batch.is_empty() {
@@ -236,6 +289,35 @@ mod tests {
         }
         assert_eq!(written(&output), "soon\n");
         drop(log);
+    }
+
+    #[test]
+    fn lines_go_out_at_a_flush_or_on_their_own() {
+        let output = Output::default();
+        let bounds = Bounds {
+            lines: 10,
+            bytes: 1 << 10,
+        };
+        let (log, sink) = BatchedLog::start(output.clone(), bounds).unwrap();
+        let flush = log.flusher();
+        let wait_for = |lines: usize| {
+            let deadline = ivory_clock::now() + Duration::from_secs(10);
+            while written(&output).lines().count() < lines && ivory_clock::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            written(&output)
+        };
+        // Without a flush, a line still goes out.
+        sink.make_writer().write_all(b"result one\n").unwrap();
+        assert_eq!(wait_for(1), "result one\n");
+        sink.make_writer().write_all(b"result two\n").unwrap();
+        sink.make_writer().write_all(b"admission\n").unwrap();
+        flush();
+        assert_eq!(wait_for(3), "result one\nresult two\nadmission\n");
+        // A flush with nothing waiting changes nothing.
+        flush();
+        drop(log);
+        assert_eq!(written(&output), "result one\nresult two\nadmission\n");
     }
 
     #[test]

@@ -103,7 +103,7 @@ async fn main() -> ExitCode {
     // reqwest, the registry client and the TLS listener must agree on one provider.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let result = match cli.command {
-        Command::Serve(args) => cmd::serve::run(args, log.as_ref().map(ServeLog::drops)).await,
+        Command::Serve(args) => cmd::serve::run(args, log.as_ref().map(ServeLog::hooks)).await,
         Command::Webhooks(args) => cmd::webhooks::run(args).await,
         Command::Verify(args) => cmd::verify::run(args).await,
         Command::Apply(args) => cmd::apply::run(args).await,
@@ -151,8 +151,12 @@ struct ServeLog {
 }
 
 impl ServeLog {
-    fn drops(&self) -> ivory_server::LogDropsSource {
-        std::sync::Arc::new(self.log.dropped())
+    /// Its count of dropped lines, and its flush for when the last admission in flight ends.
+    fn hooks(&self) -> (ivory_server::LogDropsSource, ivory_server::IdleHook) {
+        (
+            std::sync::Arc::new(self.log.dropped()),
+            std::sync::Arc::new(self.log.flusher()),
+        )
     }
 }
 

@@ -90,7 +90,7 @@ async fn run_with(
     let url = format!("{path}?timeout=10s");
     let responses = join_all(reviews.iter().map(|r| ivory.review(&url, r))).await;
     let pid = ivory.child.id().unwrap();
-    (peak_rss_kib(pid), responses, ivory.logs())
+    (peak_rss_kib(pid), responses, ivory.settled_logs().await)
 }
 
 fn all_denied(responses: &[Value]) {

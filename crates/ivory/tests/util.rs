@@ -149,6 +149,21 @@ impl Ivory {
         self.logs.lock().unwrap().join("\n")
     }
 
+    /// The logs once they stop growing for a moment (at most 2 s): a server busy with many
+    /// admissions at once writes its log in batches, up to a millisecond after the last answer.
+    pub(crate) async fn settled_logs(&self) -> String {
+        let deadline = ivory_clock::now() + Duration::from_secs(2);
+        let mut seen = self.logs.lock().unwrap().len();
+        loop {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let now = self.logs.lock().unwrap().len();
+            if now == seen || ivory_clock::now() >= deadline {
+                return self.logs();
+            }
+            seen = now;
+        }
+    }
+
     /// POSTs `body` and returns the status and the raw body.
     pub(crate) async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, String) {
         let resp = self

@@ -167,11 +167,11 @@ fn duration(text: &str) -> Result<Duration, String> {
     parse_go_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 20s or 1m30s"))
 }
 
-/// Runs the webhook until a shutdown signal; `log_drops` counts the log lines the serve log's
-/// writer dropped, for the metrics.
+/// Runs the webhook until a shutdown signal; `log` connects the serve log's writer (its count
+/// of dropped lines for the metrics, and its flush when the last admission in flight ends).
 pub(crate) async fn run(
     args: Args,
-    log_drops: Option<ivory_server::LogDropsSource>,
+    log: Option<(ivory_server::LogDropsSource, ivory_server::IdleHook)>,
 ) -> anyhow::Result<ExitCode> {
     let listen = match (&args.tls_cert, &args.tls_key, args.insecure_http) {
         (Some(cert), Some(key), false) => Listen::Tls {
@@ -214,8 +214,8 @@ pub(crate) async fn run(
     let (stats_source, cache_source, revocation_source) =
         (verifier.clone(), verifier.clone(), verifier.clone());
     let mut metrics = Metrics::new();
-    if let Some(source) = log_drops {
-        metrics = metrics.with_log_drops(source);
+    if let Some((drops, idle)) = log {
+        metrics = metrics.with_log_drops(drops).with_idle_hook(idle);
     }
     if let Some(l2) = l2 {
         l2_wiring::warm_up(&l2).await;
