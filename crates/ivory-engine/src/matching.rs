@@ -95,25 +95,39 @@ pub fn select_policies<'a>(
     } else {
         PolicyKind::ImageValidatingPolicy
     };
+    // One pass over the names and one over the policies: a path naming many policies must not
+    // compare every name with every policy (BENCHMARKS.md, "Cost curves").
+    let mut unique: Vec<&String> = Vec::with_capacity(names.len());
+    let mut position: std::collections::HashMap<&str, usize> =
+        std::collections::HashMap::with_capacity(names.len());
+    for name in names {
+        if !position.contains_key(name.as_str()) {
+            position.insert(name.as_str(), unique.len());
+            unique.push(name);
+        }
+    }
+    let mut found: Vec<(bool, Vec<&'a CompiledPolicy>)> = vec![(false, Vec::new()); unique.len()];
+    for policy in all.iter().map(Arc::as_ref) {
+        let slot = position
+            .get(policy.name.as_str())
+            .filter(|_| policy.kind == kind)
+            .and_then(|&i| found.get_mut(i));
+        let Some((known, policies)) = slot else {
+            continue;
+        };
+        *known = true;
+        let in_scope = !route.namespaced || policy.namespace.as_deref() == request_namespace;
+        if in_scope && policy.admission_enabled() {
+            policies.push(policy);
+            policies.extend(policy.autogen.iter());
+        }
+    }
     let mut unknown: Vec<String> = Vec::new();
     let mut selected: Vec<&'a CompiledPolicy> = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        if names[..i].contains(name) {
-            continue;
-        }
-        let mut known = false;
-        for policy in all.iter().map(Arc::as_ref) {
-            if policy.kind != kind || &policy.name != name {
-                continue;
-            }
-            known = true;
-            let in_scope = !route.namespaced || policy.namespace.as_deref() == request_namespace;
-            if in_scope && policy.admission_enabled() {
-                selected.push(policy);
-                selected.extend(policy.autogen.iter());
-            }
-        }
-        if !known {
+    for (name, (known, policies)) in unique.into_iter().zip(found) {
+        if known {
+            selected.extend(policies);
+        } else {
             unknown.push(name.clone());
         }
     }
