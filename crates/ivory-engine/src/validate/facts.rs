@@ -9,6 +9,7 @@
 //! [`DerivedSlot`]: ivory_policy::DerivedSlot
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use ivory_cel::{ConvertedJson, Program};
@@ -28,6 +29,12 @@ use crate::verifier::{ImageRefError, ImageReference};
 const KEPT_IMAGES: usize = 4096;
 /// Longer image strings are matched every time rather than kept.
 const MAX_KEPT_IMAGE_LEN: usize = 512;
+/// Image facts kept by all policies together (each a few hundred bytes, at most a few KiB):
+/// many policies seeing many distinct images cannot grow memory past this.
+const KEPT_IMAGES_IN_ALL: usize = 16_384;
+
+/// Image facts kept now, by all policies ([`KEPT_IMAGES_IN_ALL`]).
+static KEPT_IN_ALL: AtomicUsize = AtomicUsize::new(0);
 
 /// The per-policy-version facts of one policy.
 pub(super) struct PolicyFacts {
@@ -154,11 +161,29 @@ impl PolicyFacts {
             && let Ok(mut images) = self.images.write()
         {
             if images.len() >= KEPT_IMAGES {
+                KEPT_IN_ALL.fetch_sub(images.len(), Ordering::Relaxed);
                 images.clear();
             }
-            images.insert(Box::from(image), Arc::clone(&facts));
+            // Past the bound of all policies together, the answer is used but not kept.
+            if KEPT_IN_ALL.fetch_add(1, Ordering::Relaxed) < KEPT_IMAGES_IN_ALL {
+                if images
+                    .insert(Box::from(image), Arc::clone(&facts))
+                    .is_some()
+                {
+                    KEPT_IN_ALL.fetch_sub(1, Ordering::Relaxed);
+                }
+            } else {
+                KEPT_IN_ALL.fetch_sub(1, Ordering::Relaxed);
+            }
         }
         Ok(facts)
+    }
+}
+
+impl Drop for PolicyFacts {
+    fn drop(&mut self) {
+        let kept = self.images.get_mut().map_or(0, |images| images.len());
+        KEPT_IN_ALL.fetch_sub(kept, Ordering::Relaxed);
     }
 }
 
@@ -247,6 +272,34 @@ mod tests {
             facts.matches_image(&policy, "ghcr.io/other/app:1").ok(),
             Some(false)
         );
+    }
+
+    #[test]
+    fn all_policies_together_keep_a_bounded_number_of_images() {
+        // Enough policies that their own bounds together exceed the bound of all.
+        let policies: Vec<CompiledPolicy> = (0..KEPT_IMAGES_IN_ALL / KEPT_IMAGES + 2)
+            .map(|_| policy())
+            .collect();
+        for policy in &policies {
+            let facts = PolicyFacts::of(policy);
+            for i in 0..KEPT_IMAGES - 1 {
+                let image = format!("ghcr.io/acme/app{i}:1");
+                assert_eq!(facts.matches_image(policy, &image).ok(), Some(true));
+            }
+        }
+        let kept: usize = policies
+            .iter()
+            .map(|p| {
+                PolicyFacts::of(p)
+                    .images
+                    .read()
+                    .map(|m| m.len())
+                    .unwrap_or(0)
+            })
+            .sum();
+        assert!(kept <= KEPT_IMAGES_IN_ALL, "{kept} kept");
+        assert!(KEPT_IN_ALL.load(Ordering::Relaxed) <= KEPT_IMAGES_IN_ALL);
+        drop(policies);
     }
 
     #[test]
