@@ -24,7 +24,7 @@ pub use error::{Error, Result};
 pub use kube_source::KubeSource;
 pub use limits::{DEFAULT_BODY_LIMIT, HttpLimits};
 pub use metrics::{
-    CacheCounts, CacheStatsSource, CrlCount, IdleHook, L2Counts, L2StatsSource, LogDropsSource,
+    ActivityHook, CacheCounts, CacheStatsSource, CrlCount, L2Counts, L2StatsSource, LogDropsSource,
     Metrics, RegistryStatsSource, ResourceWatchStatsSource, RevocationCounts,
     RevocationStatsSource, WatchStats,
 };

@@ -129,9 +129,10 @@ pub type L2StatsSource = Arc<dyn Fn() -> L2Counts + Send + Sync>;
 /// How many log lines were dropped because the log consumer fell behind (monotonic).
 pub type LogDropsSource = Arc<dyn Fn() -> u64 + Send + Sync>;
 
-/// Called when the last admission in flight ends: the serve log then writes the lines it
-/// gathered while admissions ran (it batches them while the server is busy).
-pub type IdleHook = Arc<dyn Fn() + Send + Sync>;
+/// Called with `true` when an admission starts while none ran, and with `false` when the last
+/// one in flight ends: the serve log batches its lines while admissions run and writes them when
+/// none does.
+pub type ActivityHook = Arc<dyn Fn(bool) + Send + Sync>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct L2Labels {
@@ -231,7 +232,7 @@ pub struct Metrics {
     l2_source: Option<L2StatsSource>,
     log_lines_dropped: Counter,
     log_drops_source: Option<LogDropsSource>,
-    idle_hook: Option<IdleHook>,
+    activity_hook: Option<ActivityHook>,
     watch_objects: Family<WatchLabels, Gauge>,
     watch_bytes: Family<WatchLabels, Gauge>,
     watch_synced: Family<WatchLabels, Gauge>,
@@ -289,7 +290,7 @@ impl Metrics {
             l2_source: None,
             log_lines_dropped: Counter::default(),
             log_drops_source: None,
-            idle_hook: None,
+            activity_hook: None,
             watch_objects: Family::default(),
             watch_bytes: Family::default(),
             watch_synced: Family::default(),
@@ -470,9 +471,9 @@ impl Metrics {
         self
     }
 
-    /// Calls `hook` whenever the last admission in flight ends.
-    pub fn with_idle_hook(mut self, hook: IdleHook) -> Self {
-        self.idle_hook = Some(hook);
+    /// Calls `hook` when admissions start running and when they stop ([`ActivityHook`]).
+    pub fn with_activity_hook(mut self, hook: ActivityHook) -> Self {
+        self.activity_hook = Some(hook);
         self
     }
 
@@ -574,7 +575,11 @@ impl Metrics {
 
     /// Counts a request in flight until the guard drops.
     pub fn in_flight(self: &Arc<Self>) -> InFlight {
-        self.in_flight.inc();
+        if self.in_flight.inc() <= 0
+            && let Some(hook) = &self.activity_hook
+        {
+            hook(true);
+        }
         InFlight(self.clone())
     }
 
@@ -704,9 +709,9 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         let before = self.0.in_flight.dec();
         if before <= 1
-            && let Some(hook) = &self.0.idle_hook
+            && let Some(hook) = &self.0.activity_hook
         {
-            hook();
+            hook(false);
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `ivory serve`'s log writer: each formatted line is appended to a bounded buffer, and one
 //! thread writes out every waiting line in one write. While admissions run, lines are gathered
 //! and written every [`QUIET_WAIT`] (or once [`WAKE_BYTES`] wait); when the last admission in
-//! flight ends, the server calls [`BatchedLog::flusher`] and they are written at once. A flush
+//! flight ends, the server says so ([`BatchedLog::activity`]) and they are written at once, as is
+//! every line logged while no admission runs (start-up, reloads, background scans). A flush
 //! that comes within [`BUSY_GAP`] of the previous one finds the thread looking for flushes by
 //! itself every [`BUSY_GAP`] instead of being woken: a server whose admissions end one after
 //! another (each one at a time) would otherwise wake it once per admission. So a quiet server
@@ -15,7 +16,7 @@
 //! a tenth of a warm admission's CPU (BENCHMARKS.md).
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -54,6 +55,8 @@ struct Shared {
     wake: Condvar,
     dropped: AtomicU64,
     bounds: Bounds,
+    /// Admissions are running: lines are batched rather than written at once.
+    running: AtomicBool,
 }
 
 #[derive(Default)]
@@ -84,8 +87,10 @@ impl Shared {
         }
         pending.bytes.extend_from_slice(line);
         pending.lines += 1;
-        let wake = !pending.urgent && pending.bytes.len() >= WAKE_BYTES;
-        pending.urgent |= wake;
+        let batching = self.running.load(Ordering::Relaxed);
+        let flush = !pending.urgent && (pending.bytes.len() >= WAKE_BYTES || !batching);
+        pending.urgent |= flush;
+        let wake = flush && !pending.polling;
         drop(pending);
         if wake {
             self.wake.notify_one();
@@ -104,6 +109,7 @@ impl BatchedLog {
             wake: Condvar::new(),
             dropped: AtomicU64::new(0),
             bounds,
+            running: AtomicBool::new(false),
         });
         let writer = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -121,11 +127,16 @@ impl BatchedLog {
         ))
     }
 
-    /// Has the lines waiting written at once (the server calls it when the last admission in
-    /// flight ends).
-    pub(crate) fn flusher(&self) -> impl Fn() + Send + Sync + 'static {
+    /// What the server tells when admissions start running (`true`: lines are batched from
+    /// now on) and when the last one in flight ends (`false`: what waits is written at once, and
+    /// so is every line until admissions run again).
+    pub(crate) fn activity(&self) -> impl Fn(bool) + Send + Sync + 'static {
         let shared = Arc::clone(&self.shared);
-        move || {
+        move |running| {
+            shared.running.store(running, Ordering::Relaxed);
+            if running {
+                return;
+            }
             let mut pending = shared.pending();
             let flush = !pending.urgent && !pending.bytes.is_empty();
             pending.urgent |= flush;
@@ -299,7 +310,9 @@ mod tests {
             bytes: 1 << 10,
         };
         let (log, sink) = BatchedLog::start(output.clone(), bounds).unwrap();
-        let flush = log.flusher();
+        let activity = log.activity();
+        activity(true);
+        let flush = || activity(false);
         let wait_for = |lines: usize| {
             let deadline = ivory_clock::now() + Duration::from_secs(10);
             while written(&output).lines().count() < lines && ivory_clock::now() < deadline {
@@ -307,7 +320,7 @@ mod tests {
             }
             written(&output)
         };
-        // Without a flush, a line still goes out.
+        // Without a flush, a line logged while admissions run still goes out.
         sink.make_writer().write_all(b"result one\n").unwrap();
         assert_eq!(wait_for(1), "result one\n");
         sink.make_writer().write_all(b"result two\n").unwrap();

@@ -151,11 +151,11 @@ struct ServeLog {
 }
 
 impl ServeLog {
-    /// Its count of dropped lines, and its flush for when the last admission in flight ends.
-    fn hooks(&self) -> (ivory_server::LogDropsSource, ivory_server::IdleHook) {
+    /// Its count of dropped lines, and what it is told when admissions start and stop running.
+    fn hooks(&self) -> (ivory_server::LogDropsSource, ivory_server::ActivityHook) {
         (
             std::sync::Arc::new(self.log.dropped()),
-            std::sync::Arc::new(self.log.flusher()),
+            std::sync::Arc::new(self.log.activity()),
         )
     }
 }

@@ -168,10 +168,10 @@ fn duration(text: &str) -> Result<Duration, String> {
 }
 
 /// Runs the webhook until a shutdown signal; `log` connects the serve log's writer (its count
-/// of dropped lines for the metrics, and its flush when the last admission in flight ends).
+/// of dropped lines for the metrics, and when admissions run, so that it batches only then).
 pub(crate) async fn run(
     args: Args,
-    log: Option<(ivory_server::LogDropsSource, ivory_server::IdleHook)>,
+    log: Option<(ivory_server::LogDropsSource, ivory_server::ActivityHook)>,
 ) -> anyhow::Result<ExitCode> {
     let listen = match (&args.tls_cert, &args.tls_key, args.insecure_http) {
         (Some(cert), Some(key), false) => Listen::Tls {
@@ -215,7 +215,7 @@ pub(crate) async fn run(
         (verifier.clone(), verifier.clone(), verifier.clone());
     let mut metrics = Metrics::new();
     if let Some((drops, idle)) = log {
-        metrics = metrics.with_log_drops(drops).with_idle_hook(idle);
+        metrics = metrics.with_log_drops(drops).with_activity_hook(idle);
     }
     if let Some(l2) = l2 {
         l2_wiring::warm_up(&l2).await;
