@@ -247,6 +247,16 @@ mod tests {
         }
     }
 
+    /// A JSON subscriber with this module's format, writing to `into`.
+    fn fast_subscriber(into: &Captured) -> impl tracing::Subscriber + use<> {
+        tracing_subscriber::fmt()
+            .json()
+            .with_current_span(false)
+            .event_format(JsonLines::new())
+            .with_writer(into.clone())
+            .finish()
+    }
+
     fn events() {
         let error = std::io::Error::other("disk \"full\"\n");
         tracing::info!(
@@ -268,12 +278,7 @@ mod tests {
     #[test]
     fn lines_are_those_of_the_stock_json_format() {
         let fast = Captured::default();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_current_span(false)
-            .event_format(JsonLines::new())
-            .with_writer(fast.clone())
-            .finish();
+        let subscriber = fast_subscriber(&fast);
         tracing::subscriber::with_default(subscriber, events);
         let stock = Captured::default();
         let subscriber = tracing_subscriber::fmt()
@@ -331,12 +336,7 @@ mod tests {
     #[test]
     fn events_in_a_span_keep_the_stock_span_list() {
         let fast = Captured::default();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_current_span(false)
-            .event_format(JsonLines::new())
-            .with_writer(fast.clone())
-            .finish();
+        let subscriber = fast_subscriber(&fast);
         tracing::subscriber::with_default(subscriber, || {
             let span = tracing::info_span!("request", id = 7);
             let _entered = span.enter();

@@ -18,7 +18,6 @@
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 
 use tracing_subscriber::fmt::MakeWriter;
 
@@ -28,6 +27,9 @@ const QUIET_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 const WAKE_BYTES: usize = 256 * 1024;
 /// How long after a flush the writer thread looks for the next one by itself.
 const BUSY_GAP: std::time::Duration = std::time::Duration::from_millis(1);
+/// How long stopping waits for the last lines to be written: a consumer that stalls must not
+/// keep the process from exiting.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The bounds of what may wait for the log consumer before lines are dropped.
 #[derive(Clone, Copy, Debug)]
@@ -38,10 +40,12 @@ pub(crate) struct Bounds {
     pub(crate) bytes: usize,
 }
 
-/// The writer thread; dropping this writes out what is buffered and stops it.
+/// The writer thread; dropping this writes out what is buffered and stops it, waiting at most
+/// [`STOP_WAIT`].
 pub(crate) struct BatchedLog {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    /// Closed by the writer thread when it has written everything and stopped.
+    stopped: std::sync::mpsc::Receiver<()>,
 }
 
 /// What tracing writes formatted lines to ([`MakeWriter`]).
@@ -87,8 +91,14 @@ impl Shared {
         }
         pending.bytes.extend_from_slice(line);
         pending.lines += 1;
-        let batching = self.running.load(Ordering::Relaxed);
-        let flush = !pending.urgent && (pending.bytes.len() >= WAKE_BYTES || !batching);
+        let due = pending.bytes.len() >= WAKE_BYTES || !self.running.load(Ordering::Relaxed);
+        self.flush_if(pending, due);
+    }
+
+    /// Has the waiting lines written at once when `due`: wakes the writer thread unless it is
+    /// looking for flushes by itself, or was already asked.
+    fn flush_if(&self, mut pending: MutexGuard<'_, Pending>, due: bool) {
+        let flush = due && !pending.urgent && !pending.bytes.is_empty();
         pending.urgent |= flush;
         let wake = flush && !pending.polling;
         drop(pending);
@@ -112,19 +122,17 @@ impl BatchedLog {
             running: AtomicBool::new(false),
         });
         let writer = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
+        let (done, stopped) = std::sync::mpsc::channel::<()>();
+        std::thread::Builder::new()
             .name("ivory-log".into())
-            .spawn(move || write_batches(&writer, out))?;
+            .spawn(move || {
+                write_batches(&writer, out);
+                drop(done);
+            })?;
         let sink = LogSink {
             shared: Arc::clone(&shared),
         };
-        Ok((
-            Self {
-                shared,
-                thread: Some(thread),
-            },
-            sink,
-        ))
+        Ok((Self { shared, stopped }, sink))
     }
 
     /// What the server tells when admissions start running (`true`: lines are batched from
@@ -134,16 +142,8 @@ impl BatchedLog {
         let shared = Arc::clone(&self.shared);
         move |running| {
             shared.running.store(running, Ordering::Relaxed);
-            if running {
-                return;
-            }
-            let mut pending = shared.pending();
-            let flush = !pending.urgent && !pending.bytes.is_empty();
-            pending.urgent |= flush;
-            let wake = flush && !pending.polling;
-            drop(pending);
-            if wake {
-                shared.wake.notify_one();
+            if !running {
+                shared.flush_if(shared.pending(), true);
             }
         }
     }
@@ -159,9 +159,8 @@ impl Drop for BatchedLog {
     fn drop(&mut self) {
         self.shared.pending().closed = true;
         self.shared.wake.notify_one();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        // Disconnected once the thread is done; a timeout leaves it to the process's exit.
+        let _ = self.stopped.recv_timeout(STOP_WAIT);
     }
 }
 
@@ -331,6 +330,23 @@ mod tests {
         flush();
         drop(log);
         assert_eq!(written(&output), "result one\nresult two\nadmission\n");
+    }
+
+    #[test]
+    fn stopping_waits_for_a_stalled_output_only_so_long() {
+        let output = Output::default();
+        let stall = output.gate.lock().unwrap();
+        let bounds = Bounds {
+            lines: 10,
+            bytes: 1 << 10,
+        };
+        let (log, sink) = BatchedLog::start(output.clone(), bounds).unwrap();
+        sink.make_writer().write_all(b"never read\n").unwrap();
+        let started = ivory_clock::now();
+        drop(log);
+        // A liveness bound, not a speed goal: the writer thread is still stuck in its write.
+        assert!(ivory_clock::now() - started < Duration::from_secs(30));
+        drop(stall);
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! request: the CEL bindings of its static attestors and of its attestations, which
 //! verification functions its expressions call, whether its results may be memoized, the
 //! fingerprints that de-duplicate its verification jobs, and which images its
-//! `matchImageReferences` select (with those images parsed). Kept in the policy's [`DerivedSlot`], which a clone (an
-//! autogen variant, a policy changed field by field) never inherits, and dropped with the policy
-//! on reload.
+//! `matchImageReferences` select (with those images parsed). Kept in the policy's
+//! [`DerivedSlot`], which a clone (an autogen variant, a policy changed field by field) never
+//! inherits, and dropped with the policy on reload.
 //!
 //! [`DerivedSlot`]: ivory_policy::DerivedSlot
 
@@ -128,16 +128,18 @@ impl PolicyFacts {
         policy: &CompiledPolicy,
         image: &str,
     ) -> Result<bool, MatchError> {
-        if policy.image_matchers.is_empty() {
-            return Ok(true);
-        }
         self.image(policy, image).map(|facts| facts.selected)
     }
 
-    /// `image` parsed: kept for a selected image by the filter that selected it; parsed here
-    /// when not kept (too long, or forgotten in between).
-    pub(super) fn reference(&self, image: &str) -> Result<ImageReference, ImageRefError> {
-        self.kept(image)
+    /// `image` parsed: kept with a selected image's facts; parsed here for one the policy does
+    /// not select or whose selection is an error (never a verified image).
+    pub(super) fn reference(
+        &self,
+        policy: &CompiledPolicy,
+        image: &str,
+    ) -> Result<ImageReference, ImageRefError> {
+        self.image(policy, image)
+            .ok()
             .and_then(|facts| facts.reference.clone())
             .unwrap_or_else(|| ImageReference::parse(image))
     }
@@ -191,23 +193,14 @@ impl Drop for PolicyFacts {
 /// the hex SHA-256 of its JSON serialization (serde's field order is fixed per type).
 pub(super) fn fingerprint(value: &impl serde::Serialize) -> Arc<str> {
     let mut hasher = Sha256::new();
-    // Writing into a hasher cannot fail; a value that cannot be serialized has none.
-    let _ = serde_json::to_writer(HashWriter(&mut hasher), value);
+    if serde_json::to_writer(&mut hasher, value).is_err() {
+        // Plain data cannot fail to serialize; if it ever did, the value shares its
+        // fingerprint with nothing, so its question is asked on its own.
+        static UNSERIALIZABLE: AtomicUsize = AtomicUsize::new(0);
+        let n = UNSERIALIZABLE.fetch_add(1, Ordering::Relaxed);
+        return Arc::from(format!("unserializable-{n}"));
+    }
     Arc::from(hex::encode(hasher.finalize()))
-}
-
-/// Serializes straight into the hasher, with no intermediate string.
-struct HashWriter<'h>(&'h mut Sha256);
-
-impl std::io::Write for HashWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -256,7 +249,7 @@ mod tests {
                     .map_err(|e| e.to_string());
                 assert_eq!(kept, fresh, "{image} (round {round})");
                 assert_eq!(
-                    format!("{:?}", facts.reference(image)),
+                    format!("{:?}", facts.reference(&policy, image)),
                     format!("{:?}", ImageReference::parse(image)),
                     "{image}"
                 );

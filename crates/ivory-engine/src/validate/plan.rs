@@ -238,8 +238,10 @@ pub(super) fn prepare<'a>(
     let matched = flatten(&images);
     // Parsed once, here, where the images leave the request: every later step (verifyDigest,
     // the verifier, the registry) takes the parsed reference.
-    let references: Vec<Result<ImageReference, ImageRefError>> =
-        matched.iter().map(|image| facts.reference(image)).collect();
+    let references: Vec<Result<ImageReference, ImageRefError>> = matched
+        .iter()
+        .map(|image| facts.reference(policy, image))
+        .collect();
     let mut undigested: Vec<(&String, Option<&ImageReference>)> =
         if policy.verify_digest && demands_digest(policy, inputs) {
             matched
