@@ -8,8 +8,17 @@ use ivory_cel::{Activation, ConvertedJson, CostBudget, EvalError, Host, Program,
 use ivory_policy::compiled::{CompiledPolicy, NamedProgram};
 use serde_json::Value as Json;
 
-use super::plan::AttestorsBinding;
 use crate::bindings::RequestBindings;
+
+/// The `attestors` binding of one request: shared by every request when all attestors are
+/// static, built per request otherwise.
+#[derive(Clone)]
+pub(super) enum AttestorsBinding {
+    /// Converted once per policy version.
+    Shared(Arc<ConvertedJson>),
+    /// With the CEL-sourced fields of this request filled in.
+    Json(Json),
+}
 
 /// Why a program of the policy could not be evaluated; its text becomes the policy result's
 /// message (after `failed to evaluate policy: `).

@@ -17,8 +17,10 @@ use ivory_policy::compiled::CompiledPolicy;
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
 
-use super::memo::reads_only_pure_inputs;
-use super::plan::{ATTESTATION_FUNCTIONS, IMAGE_DATA_FUNCTIONS, SIGNATURE_FUNCTIONS, programs};
+use super::calls::{
+    ATTESTATION_FUNCTIONS, IMAGE_DATA_FUNCTIONS, SIGNATURE_FUNCTIONS, programs,
+    reads_only_pure_inputs,
+};
 use crate::images;
 use crate::matching::MatchError;
 use crate::verifier::{ImageRefError, ImageReference};

@@ -14,17 +14,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ivory_cel::Program;
-
 use super::host::Evidence;
 use super::outcome::Evaluated;
-use super::plan::{IMAGE_DATA_FUNCTIONS, Plan};
+use super::plan::Plan;
 use super::prefetch::{Outcome, Prefetched, VerifyKey};
 use crate::decision::Status;
 use crate::verifier::Verification;
 
-/// What an expression of a memoizable policy may read.
-const PURE_INPUTS: [&str; 4] = ["images", "attestors", "attestations", "variables"];
 /// Bytes of kept results, over all policies: entries are weighed by their strings and the
 /// attestation statements they hold, so a few large statements cannot grow memory unbounded.
 const DEFAULT_BYTES: u64 = 32 << 20;
@@ -127,20 +123,6 @@ pub(super) fn memoizable(plan: &Plan<'_>) -> Option<Memoizable> {
     .filter(|_| !policy.hash.is_empty())
 }
 
-/// Whether `program` reads only what a memoizable policy may read, and calls no image-data or
-/// cluster function.
-pub(super) fn reads_only_pure_inputs(program: &Program) -> bool {
-    let cluster = ivory_cel::cluster_functions::RESOURCE_GET
-        .iter()
-        .chain(&ivory_cel::cluster_functions::RESOURCE_LIST)
-        .chain(&ivory_cel::cluster_functions::GLOBAL_CONTEXT_GET);
-    program.globals().all(|g| PURE_INPUTS.contains(&g))
-        && !IMAGE_DATA_FUNCTIONS
-            .iter()
-            .chain(cluster)
-            .any(|f| program.calls_function(f))
-}
-
 /// The verification answers `plan` could read, or `None` when one is not a verdict.
 fn answers<'p>(
     plan: &'p Plan<'_>,
@@ -228,7 +210,7 @@ impl DecisionMemo {
 /// Whether the policy's expressions (those run after the prefetch) read only pure inputs.
 #[cfg(test)]
 fn policy_is_pure(policy: &ivory_policy::compiled::CompiledPolicy) -> bool {
-    super::plan::programs(policy).all(reads_only_pure_inputs)
+    super::calls::programs(policy).all(super::calls::reads_only_pure_inputs)
 }
 
 #[cfg(test)]

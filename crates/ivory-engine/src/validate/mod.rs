@@ -10,6 +10,7 @@
 //!
 //! Annotations on the object are never evidence: verification always happens here.
 
+mod calls;
 mod context;
 mod evaluate;
 mod facts;

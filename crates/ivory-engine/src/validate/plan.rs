@@ -6,13 +6,14 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ivory_cel::{ConvertedJson, CostBudget, Program};
+use ivory_cel::CostBudget;
 use ivory_policy::VerifyPlatforms;
 use ivory_policy::compiled::{CompiledAttestor, CompiledPolicy};
 use ivory_policy::types::{Attestor, FailurePolicy};
 use serde_json::Value as Json;
 
-use super::context::{Evaluator, ExprError};
+use super::calls::{IMAGE_DATA_FUNCTIONS, programs};
+use super::context::{AttestorsBinding, Evaluator, ExprError};
 use super::facts::{PolicyFacts, fingerprint};
 use super::outcome::{self, Evaluated};
 use super::prefetch::{JobSet, LateImageData, Outcome, VerifyKey, VerifyPrints};
@@ -23,18 +24,6 @@ use crate::decision::{PolicyResult, Status};
 use crate::resources::host::ClusterHost;
 use crate::verifier::{ImagePlatform, ImageRefError, ImageReference, PlatformScope, VerifyRequest};
 use crate::{images, matching};
-
-/// CEL functions that need signature verdicts / attestation verdicts / image metadata.
-pub(super) const SIGNATURE_FUNCTIONS: [&str; 1] = ["verifyImageSignatures"];
-pub(super) const ATTESTATION_FUNCTIONS: [&str; 2] =
-    ["verifyAttestationSignatures", "extractPayload"];
-pub(super) const IMAGE_DATA_FUNCTIONS: [&str; 5] = [
-    "getImageData",
-    "image.GetMetadata",
-    "image.getMetadata",
-    "GetMetadata",
-    "getMetadata",
-];
 
 /// A policy that matched and is ready for evaluation once the prefetch is done.
 pub(super) struct Plan<'a> {
@@ -78,16 +67,6 @@ pub(super) struct Plan<'a> {
 pub(super) struct Again {
     /// The workload's platform: which manifest of an index image data describes.
     platform: ImagePlatform,
-}
-
-/// The `attestors` binding of one request: shared by every request when all attestors are
-/// static, built per request otherwise.
-#[derive(Clone)]
-pub(super) enum AttestorsBinding {
-    /// Converted once per policy version.
-    Shared(Arc<ConvertedJson>),
-    /// With the CEL-sourced fields of this request filled in.
-    Json(Json),
 }
 
 impl<'a> Plan<'a> {
@@ -587,16 +566,6 @@ fn set_pointer(root: &mut Json, pointer: &str, value: Json) -> Result<(), Pointe
     };
     map.insert(last.clone(), value);
     Ok(())
-}
-
-/// Every program of the policy that runs after the prefetch.
-pub(super) fn programs(policy: &CompiledPolicy) -> impl Iterator<Item = &Program> {
-    policy
-        .validations
-        .iter()
-        .flat_map(|v| std::iter::once(&v.expression).chain(v.message_expression.as_ref()))
-        .chain(policy.variables.iter().map(|v| &v.program))
-        .chain(policy.audit_annotations.iter().map(|a| &a.value_expression))
 }
 
 /// Registers every question the policy's CEL can ask: matched images × attestors (× attestations),
