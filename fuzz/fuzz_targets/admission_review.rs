@@ -4,10 +4,14 @@
 //! Checked properties: every JSON pointer the pinning extractor reports addresses the image it
 //! reports, and for the built-in kinds the validating extractor (by GVR) and the pinning
 //! extractor (by kind) see the same images, so no image is pinned without being verified.
+//! Every response, with the request's own strings in its message, warnings and annotations,
+//! is written by `ReviewResponse::to_json` exactly as serde_json writes it (no string of the
+//! request can break out of its JSON string).
 #![no_main]
 
 use ivory_engine::admission::{
-    AdmissionReview, GroupVersionResource, response_from_decision, review_response,
+    AdmissionRequest, AdmissionReview, GroupVersionResource, ReviewResponse,
+    response_from_decision,
 };
 use ivory_engine::decision::{Decision, PatchOp};
 use ivory_engine::images::{IMAGE_FIELDS, builtin_images, image_pointers};
@@ -44,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
     if let Some(object) = req.subject() {
         for found in &pointers {
             assert_eq!(
-                object.pointer(&found.pointer).and_then(|v| v.as_str()),
+                object.value().pointer(&found.pointer).and_then(|v| v.as_str()),
                 Some(found.image.as_str()),
                 "pointer {} does not address the reported image",
                 found.pointer
@@ -67,12 +71,18 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let _ = req.to_json();
+    let all_images: Vec<String> = images.values().flatten().cloned().collect();
     let denied = Decision {
         allowed: false,
         message: Some(req.uid.clone()),
+        warnings: all_images.clone(),
+        audit_annotations: all_images
+            .iter()
+            .map(|image| (image.clone(), req.namespace.clone()))
+            .collect(),
         ..Decision::default()
     };
-    let _ = review_response(&response_from_decision(req, &denied)).to_string();
+    written_as_serde_writes(req, &denied);
     let pinned = Decision {
         allowed: true,
         patch: pointers
@@ -84,5 +94,12 @@ fuzz_target!(|data: &[u8]| {
             .collect(),
         ..Decision::default()
     };
-    let _ = review_response(&response_from_decision(req, &pinned)).to_string();
+    written_as_serde_writes(req, &pinned);
 });
+
+fn written_as_serde_writes(req: &AdmissionRequest, decision: &Decision) {
+    let response = response_from_decision(req, decision);
+    let review = ReviewResponse::new(&response);
+    let written = review.to_json();
+    assert_eq!(written, serde_json::to_string(&review).unwrap_or_default());
+}

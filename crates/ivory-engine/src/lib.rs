@@ -10,6 +10,7 @@ mod bindings;
 pub mod decision;
 pub mod exceptions;
 pub mod images;
+pub mod json_text;
 pub mod matching;
 pub mod mutate;
 pub mod pipeline;

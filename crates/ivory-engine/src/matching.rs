@@ -337,7 +337,8 @@ struct Target<'r> {
 /// With `Exact` only the resource the client addressed counts; with `Equivalent` (the default)
 /// the resource the API server converted the request to (what the webhook matched) counts too,
 /// e.g. `apps/v1` for a request made against `apps/v1beta1`.
-fn targets(req: &AdmissionRequest, exact: bool) -> Vec<Target<'_>> {
+/// One or two targets, without a heap allocation (rules are matched ~18 times per admission).
+fn targets(req: &AdmissionRequest, exact: bool) -> impl Iterator<Item = Target<'_>> {
     let original = Target {
         resource: req.original_resource(),
         sub_resource: req
@@ -346,7 +347,7 @@ fn targets(req: &AdmissionRequest, exact: bool) -> Vec<Target<'_>> {
             .unwrap_or(req.sub_resource()),
     };
     if exact {
-        return vec![original];
+        return std::iter::once(original).chain(None);
     }
     let converted = Target {
         resource: &req.resource,
@@ -357,17 +358,12 @@ fn targets(req: &AdmissionRequest, exact: bool) -> Vec<Target<'_>> {
         && same(&a.version, &b.version)
         && same(&a.resource, &b.resource)
         && same(converted.sub_resource, original.sub_resource);
-    if unchanged {
-        vec![converted]
-    } else {
-        vec![converted, original]
-    }
+    let second = (!unchanged).then_some(original);
+    std::iter::once(converted).chain(second)
 }
 
 fn rules_match(rules: &[NamedRuleWithOperations], req: &AdmissionRequest, exact: bool) -> bool {
-    targets(req, exact)
-        .iter()
-        .any(|t| rules.iter().any(|rule| rule_matches(rule, req, t)))
+    targets(req, exact).any(|t| rules.iter().any(|rule| rule_matches(rule, req, &t)))
 }
 
 fn rule_matches(rule: &NamedRuleWithOperations, req: &AdmissionRequest, t: &Target<'_>) -> bool {

@@ -125,9 +125,8 @@ fn timestamp(line: &mut Vec<u8>, now: std::time::SystemTime) -> fmt::Result {
 
 /// A JSON string, escaped as serde_json escapes it.
 fn string(line: &mut Vec<u8>, value: &str) -> fmt::Result {
-    serde_json::Serializer::new(line)
-        .serialize_str(value)
-        .map_err(|_| fmt::Error)
+    ivory_engine::json_text::push_string(line, value);
+    Ok(())
 }
 
 /// The `fields` object: each field as tracing-serde records it.
@@ -138,12 +137,8 @@ struct Fields<'l> {
 }
 
 impl Fields<'_> {
-    /// Writes `"name":` and then the value `write` serializes.
-    fn entry(
-        &mut self,
-        field: &Field,
-        write: impl FnOnce(&mut serde_json::Serializer<&mut Vec<u8>>) -> Result<(), serde_json::Error>,
-    ) {
+    /// Writes `"name":` and then the value `write` appends.
+    fn entry(&mut self, field: &Field, write: impl FnOnce(&mut Vec<u8>) -> fmt::Result) {
         if self.failed {
             return;
         }
@@ -151,39 +146,50 @@ impl Fields<'_> {
             self.line.push(b',');
         }
         self.first = false;
-        let written = string(self.line, field.name())
-            .map_err(|_| ())
-            .and_then(|()| {
-                self.line.push(b':');
-                write(&mut serde_json::Serializer::new(&mut *self.line)).map_err(|_| ())
-            });
+        let written = string(self.line, field.name()).and_then(|()| {
+            self.line.push(b':');
+            write(self.line)
+        });
         self.failed = written.is_err();
+    }
+
+    /// Writes `"name":` and then the value serde_json's `serialize` writes.
+    fn serialized(
+        &mut self,
+        field: &Field,
+        serialize: impl FnOnce(
+            &mut serde_json::Serializer<&mut Vec<u8>>,
+        ) -> Result<(), serde_json::Error>,
+    ) {
+        self.entry(field, |line| {
+            serialize(&mut serde_json::Serializer::new(line)).map_err(|_| fmt::Error)
+        });
     }
 }
 
 impl Visit for Fields<'_> {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.entry(field, |s| s.collect_str(&format_args!("{value:?}")));
+        self.serialized(field, |s| s.collect_str(&format_args!("{value:?}")));
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.entry(field, |s| s.serialize_str(value));
+        self.entry(field, |line| string(line, value));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.entry(field, |s| s.serialize_bool(value));
+        self.serialized(field, |s| s.serialize_bool(value));
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.entry(field, |s| s.serialize_u64(value));
+        self.serialized(field, |s| s.serialize_u64(value));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.entry(field, |s| s.serialize_i64(value));
+        self.serialized(field, |s| s.serialize_i64(value));
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.entry(field, |s| s.serialize_f64(value));
+        self.serialized(field, |s| s.serialize_f64(value));
     }
 }
 

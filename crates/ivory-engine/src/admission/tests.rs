@@ -232,6 +232,27 @@ fn bad_json_reports_line_and_column() {
     assert!(err.to_string().contains("missing field `uid`"), "{err}");
 }
 
+/// A body that is not UTF-8 is refused with where it breaks, whichever of the object's strings
+/// holds the bad byte (the one-pass parse reads text, the second pass says why it is not).
+#[test]
+fn a_body_that_is_not_utf8_is_refused_with_its_position() {
+    let good = std::fs::read(super::testutil::fixture_path("pod-create.json")).unwrap();
+    assert!(AdmissionReview::parse(&good).is_ok());
+    let at = good.windows(5).position(|w| w == b"nginx").unwrap();
+    let mut bad = good.clone();
+    bad[at] = 0xff;
+    let line = 1 + good[..at].iter().filter(|&&b| b == b'\n').count();
+    match AdmissionReview::parse(&bad).unwrap_err() {
+        AdmissionError::InvalidJson {
+            line: l, message, ..
+        } => {
+            assert_eq!(l, line, "{message}");
+            assert!(message.contains("unicode"), "{message}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
 #[test]
 fn request_json_is_the_cel_request_variable() {
     let req = request("pod-ephemeralcontainers.json");
@@ -294,6 +315,8 @@ fn allowed_response_carries_base64_json_patch() {
     );
 
     let wire = review_response(&resp);
+    // What the server writes: the same document, without the tree.
+    assert_written_as_serde_writes(&resp, &wire);
     assert_eq!(wire["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(wire["kind"], "AdmissionReview");
     assert_eq!(wire["response"]["uid"], "pod-create-uid");
@@ -318,7 +341,9 @@ fn denied_response_has_status_and_no_patch() {
     decision
         .audit_annotations
         .insert("unpinned-images".into(), "docker.io/nginx:latest".into());
-    let wire = review_response(&response_from_decision(&req, &decision));
+    let resp = response_from_decision(&req, &decision);
+    let wire = review_response(&resp);
+    assert_written_as_serde_writes(&resp, &wire);
     assert_eq!(
         wire,
         json!({
@@ -358,4 +383,43 @@ fn plain_allow_is_minimal() {
 #[test]
 fn fixtures_live_in_the_workspace() {
     assert!(fixture_path("pod-create.json").is_file());
+}
+
+/// [`ReviewResponse::to_json`] is what serde writes of it, byte for byte, and that is `wire`.
+fn assert_written_as_serde_writes(resp: &AdmissionResponse, wire: &Value) {
+    let review = ReviewResponse::new(resp);
+    let text = review.to_json();
+    assert_eq!(text, serde_json::to_string(&review).unwrap());
+    assert_eq!(&serde_json::from_str::<Value>(&text).unwrap(), wire);
+}
+
+fn text() -> impl proptest::strategy::Strategy<Value = String> {
+    proptest::string::string_regex("([a-z:/ ._-]{0,12}[\"\\\\\u{0}-\u{1f}é]?){0,4}").unwrap()
+}
+
+proptest::proptest! {
+    /// Any response, allowed or denied, with or without each optional part, is written as
+    /// serde writes it.
+    #[test]
+    fn any_response_is_written_as_serde_writes_it(
+        uid in text(),
+        allowed in proptest::bool::ANY,
+        status in proptest::option::of((text(), text(), proptest::option::of(0u16..600), proptest::option::of(text()))),
+        warnings in proptest::collection::vec(text(), 0..3),
+        audit_annotations in proptest::collection::btree_map(text(), text(), 0..3),
+        patch_type in proptest::option::of(text()),
+        patch in proptest::option::of(text()),
+    ) {
+        let resp = AdmissionResponse {
+            uid,
+            allowed,
+            status: status.map(|(status, message, code, reason)| ResponseStatus { status, message, code, reason }),
+            warnings,
+            audit_annotations,
+            patch_type,
+            patch,
+        };
+        let review = ReviewResponse::new(&resp);
+        proptest::prop_assert_eq!(review.to_json(), serde_json::to_string(&review).unwrap());
+    }
 }

@@ -2,7 +2,7 @@
 //! prefetched for the request, and records per-image evidence for `required`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use ivory_cel::{Host, HostError};
 use ivory_policy::compiled::CompiledPolicy;
@@ -22,36 +22,59 @@ pub(super) const PAYLOAD_NOT_VERIFIED: &str = "failed to get payload: intoto att
 #[derive(Debug, Default)]
 pub(super) struct Evidence {
     images: Mutex<BTreeMap<String, bool>>,
-    signers: Mutex<BTreeSet<VerifiedBy>>,
+    /// Shared: a memoized result's evidence is copied into every request it answers.
+    signers: Mutex<BTreeSet<Arc<VerifiedBy>>>,
 }
 
 /// One verification an expression read and that verified: what, by which policy and attestor,
-/// and who signed it.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
+/// and who signed it. Written as one flat JSON object ([`VerifiedBy::push_json`]).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct VerifiedBy {
     pub(super) image: String,
     pub(super) digest: String,
     pub(super) policy: String,
     pub(super) attestor: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) attestation: Option<String>,
-    #[serde(flatten)]
     pub(super) signer: SignerFields,
 }
 
 /// [`Signer`] with an order, for a deterministic annotation.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct SignerFields {
-    #[serde(skip_serializing_if = "Option::is_none")]
     key: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     subject: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     issuer: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     log_index: Option<u64>,
+}
+
+impl VerifiedBy {
+    /// Appends the entry as one flat JSON object: `{image, digest, policy, attestor,
+    /// attestation?, key?, subject?, issuer?, logIndex?}`, absent parts left out.
+    pub(super) fn push_json(&self, out: &mut String) {
+        use crate::json_text::push_string as string;
+        let signer = &self.signer;
+        let fields = [
+            ("{\"image\":", Some(&self.image)),
+            (",\"digest\":", Some(&self.digest)),
+            (",\"policy\":", Some(&self.policy)),
+            (",\"attestor\":", Some(&self.attestor)),
+            (",\"attestation\":", self.attestation.as_ref()),
+            (",\"key\":", signer.key.as_ref()),
+            (",\"subject\":", signer.subject.as_ref()),
+            (",\"issuer\":", signer.issuer.as_ref()),
+        ];
+        for (name, value) in fields {
+            if let Some(value) = value {
+                out.push_str(name);
+                string(out, value);
+            }
+        }
+        if let Some(index) = signer.log_index {
+            out.push_str(",\"logIndex\":");
+            out.push_str(&index.to_string());
+        }
+        out.push('}');
+    }
 }
 
 impl From<&Signer> for SignerFields {
@@ -85,7 +108,7 @@ impl Evidence {
         *entry |= verified;
     }
 
-    fn record_signer(&self, verified: VerifiedBy) {
+    fn record_signer(&self, verified: Arc<VerifiedBy>) {
         self.signers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -124,7 +147,7 @@ impl Evidence {
     }
 
     /// Every verification that verified and was read, in a stable order.
-    pub(super) fn verified(&self) -> Vec<VerifiedBy> {
+    pub(super) fn verified(&self) -> Vec<Arc<VerifiedBy>> {
         let signers = self.signers.lock().unwrap_or_else(|p| p.into_inner());
         signers.iter().cloned().collect()
     }
@@ -255,14 +278,14 @@ impl PolicyHost<'_> {
                 }))) => {
                     count += 1;
                     if let (Some(signer), None) = (signer, assumed) {
-                        self.evidence.record_signer(VerifiedBy {
+                        self.evidence.record_signer(Arc::new(VerifiedBy {
                             image: image.to_owned(),
                             digest: digest.clone(),
                             policy: self.policy.name.clone(),
                             attestor: name.to_owned(),
                             attestation: attestation.map(str::to_owned),
                             signer: signer.into(),
-                        });
+                        }));
                     }
                     if let (Some(att), Some(payload)) = (attestation, payload) {
                         self.payloads
@@ -417,6 +440,45 @@ mod tests {
     use super::*;
 
     const IMAGE: &str = "ghcr.io/acme/app:1";
+
+    /// The annotation's entry is one flat object in a fixed key order, with absent signer
+    /// fields left out (as the serde derive with `#[serde(flatten)]` wrote it before).
+    #[test]
+    fn a_verified_entry_is_one_flat_object_in_a_fixed_order() {
+        let keyless = Signer {
+            key: None,
+            subject: Some("ci@example.com".to_owned()),
+            issuer: Some("https://issuer.example".to_owned()),
+            log_index: Some(7),
+        };
+        let entry = |attestation: Option<&str>, signer: &Signer| VerifiedBy {
+            image: IMAGE.to_owned(),
+            digest: "sha256:abc".to_owned(),
+            policy: "p".to_owned(),
+            attestor: "a".to_owned(),
+            attestation: attestation.map(str::to_owned),
+            signer: signer.into(),
+        };
+        let json = |entry: VerifiedBy| {
+            let mut out = String::new();
+            entry.push_json(&mut out);
+            out
+        };
+        let full = json(entry(Some("sbom"), &keyless));
+        assert_eq!(
+            full,
+            r#"{"image":"ghcr.io/acme/app:1","digest":"sha256:abc","policy":"p","attestor":"a","attestation":"sbom","subject":"ci@example.com","issuer":"https://issuer.example","logIndex":7}"#
+        );
+        let key = Signer {
+            key: Some("sha256:k".to_owned()),
+            ..Signer::default()
+        };
+        let bare = json(entry(None, &key));
+        assert_eq!(
+            bare,
+            r#"{"image":"ghcr.io/acme/app:1","digest":"sha256:abc","policy":"p","attestor":"a","key":"sha256:k"}"#
+        );
+    }
 
     fn policy() -> CompiledPolicy {
         let yaml = "apiVersion: policies.kyverno.io/v1

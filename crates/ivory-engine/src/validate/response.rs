@@ -1,5 +1,7 @@
 //! `required` across all policies of the request, then the Deny/Warn/Audit response.
 
+use std::sync::Arc;
+
 use super::host::{Evidence, ImageEvidence, VerifiedBy};
 use super::outcome::Evaluated;
 use crate::decision::{Decision, Status};
@@ -24,7 +26,7 @@ const MAX_IMAGE_CHARS: usize = 256;
 
 /// [`VERIFIED_ANNOTATION`]'s value for `verified`, within [`MAX_VERIFIED_ANNOTATION_BYTES`];
 /// `None` when nothing was verified.
-pub(super) fn verified_annotation(verified: Vec<VerifiedBy>) -> Option<String> {
+pub(super) fn verified_annotation(verified: Vec<Arc<VerifiedBy>>) -> Option<String> {
     if verified.is_empty() {
         return None;
     }
@@ -35,11 +37,11 @@ pub(super) fn verified_annotation(verified: Vec<VerifiedBy>) -> Option<String> {
     let mut used = 2;
     for mut entry in verified {
         if entry.image.chars().count() > MAX_IMAGE_CHARS {
-            entry.image = entry.image.chars().take(MAX_IMAGE_CHARS).collect();
+            let cut = entry.image.chars().take(MAX_IMAGE_CHARS).collect();
+            Arc::make_mut(&mut entry).image = cut;
         }
-        let Ok(text) = serde_json::to_string(&entry) else {
-            continue;
-        };
+        let mut text = String::new();
+        entry.push_json(&mut text);
         if used + text.len() + 1 > budget {
             break;
         }

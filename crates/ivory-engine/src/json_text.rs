@@ -1,0 +1,221 @@
+//! JSON string literals written straight into text, escaped byte for byte as serde_json
+//! escapes them, eight bytes at a time where nothing needs escaping.
+//!
+//! serde_json looks every byte of a string up in a table on its own. On the warm path that was
+//! a tenth of an admission's instructions: the response, its `verified-images` annotation
+//! (JSON inside JSON, so escaped twice) and the log lines are mostly long runs of plain text
+//! (BENCHMARKS.md). The writers here are for that text only; everything else still goes
+//! through serde_json.
+
+/// Text that JSON can be appended to: a `String` or a byte buffer.
+pub trait JsonOut {
+    /// Appends `text` as it is.
+    fn push_text(&mut self, text: &str);
+    /// Makes room for `additional` more bytes.
+    fn reserve_text(&mut self, additional: usize);
+}
+
+impl JsonOut for String {
+    #[inline]
+    fn push_text(&mut self, text: &str) {
+        self.push_str(text);
+    }
+
+    #[inline]
+    fn reserve_text(&mut self, additional: usize) {
+        self.reserve(additional);
+    }
+}
+
+impl JsonOut for Vec<u8> {
+    #[inline]
+    fn push_text(&mut self, text: &str) {
+        self.extend_from_slice(text.as_bytes());
+    }
+
+    #[inline]
+    fn reserve_text(&mut self, additional: usize) {
+        self.reserve(additional);
+    }
+}
+
+/// Appends `value` as a JSON string literal, quotes included: exactly what
+/// `serde_json::to_string(value)` writes (`\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t`, other
+/// control characters as `\u00xx`, everything else as it is).
+pub fn push_string(out: &mut impl JsonOut, value: &str) {
+    let bytes = value.as_bytes();
+    out.reserve_text(bytes.len() + 2);
+    out.push_text("\"");
+    // `value[run..]` is the plain text not yet written; `run` only ever follows an escaped
+    // ASCII byte, so it is a character boundary.
+    let mut run = 0;
+    let mut from = 0;
+    while let Some(at) = next_escape(bytes, from) {
+        if let Some(escaped) = bytes.get(at).copied().and_then(escape) {
+            out.push_text(&value[run..at]);
+            out.push_text(escaped);
+            run = at + 1;
+        }
+        from = at + 1;
+    }
+    out.push_text(&value[run..]);
+    out.push_text("\"");
+}
+
+/// Where the first byte at or after `from` that needs escaping is, eight bytes at a time.
+#[inline]
+fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    while let Some(eight) = bytes.get(i..i + 8) {
+        let mask = escape_mask(word(eight));
+        if mask != 0 {
+            return Some(i + first_flagged(mask));
+        }
+        i += 8;
+    }
+    if i >= bytes.len() {
+        return None;
+    }
+    // The last few bytes: as the last eight when eight were looked at from `from` (those
+    // before `i` are plain, so they flag nothing), else padded with plain bytes.
+    let start = if i >= from + 8 { bytes.len() - 8 } else { i };
+    let mask = escape_mask(word(bytes.get(start..).unwrap_or_default()));
+    (mask != 0).then(|| start + first_flagged(mask))
+}
+
+/// The byte index, within its word, of the lowest flagged byte of a non-zero mask.
+#[inline]
+fn first_flagged(mask: u64) -> usize {
+    (mask.trailing_zeros() / 8) as usize
+}
+
+/// The first eight bytes of `bytes` as one word, the first byte lowest; a shorter slice is
+/// padded with a byte that never needs escaping.
+#[inline]
+fn word(bytes: &[u8]) -> u64 {
+    let mut eight = [b'a'; 8];
+    match bytes.get(..8) {
+        Some(first) => eight.copy_from_slice(first),
+        None => {
+            for (slot, byte) in eight.iter_mut().zip(bytes) {
+                *slot = *byte;
+            }
+        }
+    }
+    u64::from_le_bytes(eight)
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
+
+/// The high bit of each of the eight bytes of `word` (little-endian: the first byte lowest) that may be
+/// a control character, `"` or `\`; zero when none is. The lowest bit set always marks such a
+/// byte: a subtraction borrows only out of a byte below its bound, so only bytes after a true
+/// one can be marked falsely, and bytes of 0x80 and above (UTF-8 sequences) have their high
+/// bit cleared by `!word`.
+#[inline]
+fn escape_mask(word: u64) -> u64 {
+    let below = |w: u64, bound: u8| w.wrapping_sub(ONES * u64::from(bound)) & !w & HIGH_BITS;
+    let quote = word ^ (ONES * u64::from(b'"'));
+    let backslash = word ^ (ONES * u64::from(b'\\'));
+    below(word, 0x20) | below(quote, 1) | below(backslash, 1)
+}
+
+/// How serde_json escapes `byte`, or `None` when it is written as it is.
+fn escape(byte: u8) -> Option<&'static str> {
+    match byte {
+        b'"' => Some("\\\""),
+        b'\\' => Some("\\\\"),
+        0x08 => Some("\\b"),
+        0x0c => Some("\\f"),
+        b'\n' => Some("\\n"),
+        b'\r' => Some("\\r"),
+        b'\t' => Some("\\t"),
+        0..0x20 => CONTROL.get(usize::from(byte)).copied(),
+        _ => None,
+    }
+}
+
+/// `\u00xx` for each control character, in serde_json's lower-case hex.
+const CONTROL: [&str; 32] = [
+    "\\u0000", "\\u0001", "\\u0002", "\\u0003", "\\u0004", "\\u0005", "\\u0006", "\\u0007",
+    "\\u0008", "\\u0009", "\\u000a", "\\u000b", "\\u000c", "\\u000d", "\\u000e", "\\u000f",
+    "\\u0010", "\\u0011", "\\u0012", "\\u0013", "\\u0014", "\\u0015", "\\u0016", "\\u0017",
+    "\\u0018", "\\u0019", "\\u001a", "\\u001b", "\\u001c", "\\u001d", "\\u001e", "\\u001f",
+];
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn written(value: &str) -> String {
+        let mut out = String::new();
+        push_string(&mut out, value);
+        let mut bytes = Vec::new();
+        push_string(&mut bytes, value);
+        assert_eq!(out.as_bytes(), bytes.as_slice());
+        out
+    }
+
+    #[test]
+    fn every_byte_that_needs_escaping_is_escaped_as_serde_json_does() {
+        for byte in 0u8..0x80 {
+            let one = char::from(byte).to_string();
+            // Alone, at each position of a word, and past a clean word.
+            for at in 0..10 {
+                let value = format!("{}{one}{}", "a".repeat(at), "b".repeat(9 - at));
+                assert_eq!(
+                    written(&value),
+                    serde_json::to_string(&value).unwrap(),
+                    "{byte:#04x} at {at}"
+                );
+            }
+        }
+    }
+
+    /// Two bytes to escape at every pair of positions of strings up to three words long: the
+    /// scan resumes after each escape at any offset within a word, and ends in a short tail.
+    #[test]
+    fn escapes_at_every_pair_of_positions_are_written_as_serde_json_does() {
+        for len in 0..24 {
+            for first in 0..len {
+                for second in first..len {
+                    let mut value = vec![b'x'; len];
+                    value[first] = b'"';
+                    value[second] = b'\n';
+                    let value = String::from_utf8(value).unwrap();
+                    assert_eq!(written(&value), serde_json::to_string(&value).unwrap());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn text_beyond_ascii_is_written_as_it_is() {
+        for value in [
+            "",
+            "é",
+            "ünïcödé text of more than eight bytes",
+            "日本語\"の\\文字列\n",
+            "🦀🦀🦀",
+        ] {
+            assert_eq!(written(value), serde_json::to_string(value).unwrap());
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_string_is_written_as_serde_json_writes_it(value in any::<String>()) {
+            prop_assert_eq!(written(&value), serde_json::to_string(&value).unwrap());
+        }
+
+        #[test]
+        fn mostly_plain_strings_are_written_as_serde_json_writes_them(
+            value in "([a-z0-9:/@._-]{0,20}[\"\\\\\u{0}-\u{1f}\u{7f}é]?){0,12}"
+        ) {
+            prop_assert_eq!(written(&value), serde_json::to_string(&value).unwrap());
+        }
+    }
+}
