@@ -271,8 +271,8 @@ impl AdmissionReview {
     /// Parses a request body. Only `admission.k8s.io/v1` is accepted.
     pub fn parse(bytes: &[u8]) -> Result<Self> {
         // Read as text checked once: serde_json reading bytes checks every string's UTF-8 on its
-        // own (110 checks per admission, 10 k instructions); a body that is not UTF-8 is
-        // refused by the second parse below, which says where.
+        // own (BENCHMARKS.md, issue 27's third round); a body that is not UTF-8 is refused by
+        // the second parse below, which says where.
         let one_pass = std::str::from_utf8(bytes)
             .map(|text| object::summarizing_in_place(|| serde_json::from_str::<RawReview>(text)));
         let raw = match one_pass {
@@ -444,52 +444,47 @@ impl<'a> ReviewResponse<'a> {
             ",\"allowed\":false"
         });
         if let Some(status) = &r.status {
-            out.push_str(",\"status\":{\"status\":");
-            string(&mut out, &status.status);
-            out.push_str(",\"message\":");
-            string(&mut out, &status.message);
-            if let Some(code) = status.code {
-                out.push_str(",\"code\":");
-                out.push_str(&code.to_string());
-            }
-            if let Some(reason) = &status.reason {
-                out.push_str(",\"reason\":");
-                string(&mut out, reason);
-            }
-            out.push('}');
+            out.push_str(",\"status\":");
+            status.push_json(&mut out);
         }
         if !r.warnings.is_empty() {
-            out.push_str(",\"warnings\":[");
-            for (i, warning) in r.warnings.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                string(&mut out, warning);
-            }
-            out.push(']');
+            out.push_str(",\"warnings\":");
+            json_text::push_list(&mut out, &r.warnings);
         }
         if !r.audit_annotations.is_empty() {
-            out.push_str(",\"auditAnnotations\":{");
-            for (i, (key, value)) in r.audit_annotations.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                string(&mut out, key);
-                out.push(':');
+            out.push_str(",\"auditAnnotations\":");
+            json_text::push_map(&mut out, &r.audit_annotations);
+        }
+        for (name, value) in [("patchType", &r.patch_type), ("patch", &r.patch)] {
+            if let Some(value) = value {
+                out.push_str(",\"");
+                out.push_str(name);
+                out.push_str("\":");
                 string(&mut out, value);
             }
-            out.push('}');
-        }
-        if let Some(patch_type) = &r.patch_type {
-            out.push_str(",\"patchType\":");
-            string(&mut out, patch_type);
-        }
-        if let Some(patch) = &r.patch {
-            out.push_str(",\"patch\":");
-            string(&mut out, patch);
         }
         out.push_str("}}");
         out
+    }
+}
+
+impl ResponseStatus {
+    /// Appends the status as JSON, as its serde derive writes it.
+    fn push_json(&self, out: &mut String) {
+        use json_text::push_string as string;
+        out.push_str("{\"status\":");
+        string(out, &self.status);
+        out.push_str(",\"message\":");
+        string(out, &self.message);
+        if let Some(code) = self.code {
+            out.push_str(",\"code\":");
+            out.push_str(&code.to_string());
+        }
+        if let Some(reason) = &self.reason {
+            out.push_str(",\"reason\":");
+            string(out, reason);
+        }
+        out.push('}');
     }
 }
 

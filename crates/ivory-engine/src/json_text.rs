@@ -1,11 +1,10 @@
 //! JSON string literals written straight into text, escaped byte for byte as serde_json
 //! escapes them, eight bytes at a time where nothing needs escaping.
 //!
-//! serde_json looks every byte of a string up in a table on its own. On the warm path that was
-//! a tenth of an admission's instructions: the response, its `verified-images` annotation
-//! (JSON inside JSON, so escaped twice) and the log lines are mostly long runs of plain text
-//! (BENCHMARKS.md). The writers here are for that text only; everything else still goes
-//! through serde_json.
+//! serde_json looks every byte of a string up in a table on its own, and on the warm path the
+//! response, its `verified-images` annotation (JSON inside JSON, so escaped twice) and the log
+//! lines are mostly long runs of plain text (BENCHMARKS.md, issue 27's third round). The
+//! writers here are for that text only; everything else still goes through serde_json.
 
 /// Text that JSON can be appended to: a `String` or a byte buffer.
 pub trait JsonOut {
@@ -60,6 +59,32 @@ pub fn push_string(out: &mut impl JsonOut, value: &str) {
     }
     out.push_text(&value[run..]);
     out.push_text("\"");
+}
+
+/// Appends `items` as a JSON list of strings.
+pub fn push_list(out: &mut impl JsonOut, items: &[String]) {
+    out.push_text("[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_text(",");
+        }
+        push_string(out, item);
+    }
+    out.push_text("]");
+}
+
+/// Appends `map` as a JSON object of strings, in the map's order.
+pub fn push_map(out: &mut impl JsonOut, map: &std::collections::BTreeMap<String, String>) {
+    out.push_text("{");
+    for (i, (key, value)) in map.iter().enumerate() {
+        if i > 0 {
+            out.push_text(",");
+        }
+        push_string(out, key);
+        out.push_text(":");
+        push_string(out, value);
+    }
+    out.push_text("}");
 }
 
 /// Where the first byte at or after `from` that needs escaping is, eight bytes at a time.

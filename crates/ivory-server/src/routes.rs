@@ -194,7 +194,7 @@ async fn admit(
     let start = ivory_clock::now();
     let _guard = state.metrics.in_flight();
     // Boxed: the handling future is large, and axum and hyper move the handler's future several
-    // times before it first runs (4 copies, 9 k instructions of memcpy per admission unboxed).
+    // times before it first runs (BENCHMARKS.md, issue 27's third round).
     let handling = Box::pin(handle(&state, call, &names, query.as_deref(), body, start));
     let handled = AssertUnwindSafe(handling).catch_unwind().await;
     let (outcome, response) = handled.unwrap_or_else(|panic| {
