@@ -394,10 +394,10 @@ fn resource_matches(resources: &[String], resource: &str, sub_resource: &str) ->
     })
 }
 
-/// `a == b` without a call to libc's `memcmp`: these are a few bytes long and compared about a
-/// hundred times per admission, and that call (glibc's AVX-512 variant, on this machine) was a
-/// tenth of a warm admission's cycles (BENCHMARKS.md, "What changed"). The loop does not stop
-/// at the first difference, so the compiler does not turn it back into that call.
+/// `a == b` without a call to libc's `memcmp`: these are a few bytes long and compared many
+/// times per admission, where that call (glibc's AVX-512 variant) cost more than the compare
+/// (BENCHMARKS.md, issue 27's second round). The loop does not stop at the first difference,
+/// so the compiler does not turn it back into that call.
 fn same(a: &str, b: &str) -> bool {
     a.len() == b.len()
         && a.bytes()

@@ -12,8 +12,8 @@
 //! A log consumer that stalls (a full pipe, a slow collector) must not stall admissions, so a
 //! line that does not fit is dropped and counted (`ivory_log_lines_dropped_total`). A server
 //! writes several lines per admission: tracing-appender's channel made its writer thread spin,
-//! yield and write once per line, and waking a thread per line or per admission cost as much,
-//! a tenth of a warm admission's CPU (BENCHMARKS.md).
+//! yield and write once per line, and waking a thread per line or per admission cost as much
+//! (BENCHMARKS.md, issue 27's second round).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -81,6 +81,16 @@ struct BodyRequest {
 }
 
 impl AdmittedObject {
+    /// An object read as raw JSON.
+    fn from_raw(raw: Box<RawValue>) -> Self {
+        Self {
+            raw: OnceLock::from(raw),
+            body: None,
+            summary: OnceLock::new(),
+            tree: OnceLock::new(),
+        }
+    }
+
     /// Where an object summarized in place came from ([`summarizing_in_place`]).
     pub(crate) fn attach_body(&mut self, body: &Arc<[u8]>, which: Which) {
         if self.raw.get().is_none() {
@@ -253,17 +263,6 @@ where
     Ok(raw
         .filter(|r| r.get() != "null")
         .map(AdmittedObject::from_raw))
-}
-
-impl AdmittedObject {
-    fn from_raw(raw: Box<RawValue>) -> Self {
-        Self {
-            raw: OnceLock::from(raw),
-            body: None,
-            summary: OnceLock::new(),
-            tree: OnceLock::new(),
-        }
-    }
 }
 
 fn null_raw() -> Box<RawValue> {
