@@ -23,6 +23,8 @@ const HUNG_TIMEOUT: Duration = Duration::from_secs(2);
 const LATE_SLACK: Duration = Duration::from_millis(100);
 /// Concurrent admissions in the herd phase.
 const HERD: usize = 64;
+/// How long the warm throughput steps send to one server before the other's turn.
+const SLICE: Duration = Duration::from_millis(500);
 /// Requests in flight in the hung-registry phase.
 pub(crate) const HUNG_CONCURRENCY: usize = 64;
 
@@ -86,13 +88,12 @@ pub(crate) async fn run(args: LoadArgs) -> Result<()> {
         "warm Pod not admitted by ivory: {}",
         first.body
     );
-    let ivory_steps = sweep(&ivory_target, &plan).await;
     let null = stack.start_null().await?;
     let null_target = Target {
         url: format!("{}/ivpol/validate/{POLICIES}", null.url),
         ..ivory_target.clone()
     };
-    let null_steps = sweep(&null_target, &plan).await;
+    let (ivory_steps, null_steps) = sweep_in_turn(&ivory_target, &null_target, &plan).await;
     let ivory_max = max_rps(&ivory_steps);
     let null_max = max_rps(&null_steps);
     ensure!(
@@ -301,8 +302,23 @@ pub(crate) async fn herd(
 }
 
 /// Closed-loop steps at each concurrency (after a short warm-up).
-async fn sweep(target: &Target, plan: &Plan) -> Vec<(usize, Stats)> {
-    sweep_at(target, &plan.concurrencies, plan.step).await
+/// [`sweep_at`] of ivory and the null webhook together, in slices taken in turn
+/// ([`loadgen::closed_loops_in_turn`]).
+async fn sweep_in_turn(
+    ivory: &Target,
+    null: &Target,
+    plan: &Plan,
+) -> (Vec<(usize, Stats)>, Vec<(usize, Stats)>) {
+    for target in [ivory, null] {
+        loadgen::closed_loop(target, 8, Duration::from_secs(1)).await;
+    }
+    let (mut ivory_steps, mut null_steps) = (Vec::new(), Vec::new());
+    for &c in &plan.concurrencies {
+        let [i, n] = loadgen::closed_loops_in_turn([ivory, null], c, plan.step, SLICE).await;
+        ivory_steps.push((c, i));
+        null_steps.push((c, n));
+    }
+    (ivory_steps, null_steps)
 }
 
 /// Closed-loop steps of `step` at each of `concurrencies` (after a one-second warm-up).

@@ -42,23 +42,34 @@ impl JsonOut for Vec<u8> {
 /// `serde_json::to_string(value)` writes (`\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t`, other
 /// control characters as `\u00xx`, everything else as it is).
 pub fn push_string(out: &mut impl JsonOut, value: &str) {
-    let bytes = value.as_bytes();
-    out.reserve_text(bytes.len() + 2);
+    out.reserve_text(value.len() + 2);
     out.push_text("\"");
+    match next_escape(value.as_bytes(), 0) {
+        // Most strings (names, images, digests): one scan and one copy.
+        None => out.push_text(value),
+        Some(at) => push_escaped(out, value, at),
+    }
+    out.push_text("\"");
+}
+
+/// Writes `value`, whose first byte needing an escape is at `at`, escaped.
+fn push_escaped(out: &mut impl JsonOut, value: &str, mut at: usize) {
+    let bytes = value.as_bytes();
     // `value[run..]` is the plain text not yet written; `run` only ever follows an escaped
     // ASCII byte, so it is a character boundary.
     let mut run = 0;
-    let mut from = 0;
-    while let Some(at) = next_escape(bytes, from) {
+    loop {
         if let Some(escaped) = bytes.get(at).copied().and_then(escape) {
             out.push_text(&value[run..at]);
             out.push_text(escaped);
             run = at + 1;
         }
-        from = at + 1;
+        match next_escape(bytes, at + 1) {
+            Some(next) => at = next,
+            None => break,
+        }
     }
     out.push_text(&value[run..]);
-    out.push_text("\"");
 }
 
 /// Appends `items` as a JSON list of strings.

@@ -93,6 +93,8 @@ struct Parts {
     registry: String,
     /// Repository with the implicit `library/` namespace added on Docker Hub.
     repository: String,
+    /// `<registry>/<repository>`, written once: verdict-cache keys read it per lookup.
+    repository_name: String,
     /// Tag as used by ggcr: implicit `latest`; `None` for digest references.
     tag: Option<String>,
     /// Tag as written, kept even next to a digest.
@@ -134,6 +136,7 @@ impl ImageReference {
         let original_tag = tag.clone();
         Ok(Self(Arc::new(Parts {
             original: s.to_owned(),
+            repository_name: format!("{registry}/{repository}"),
             registry,
             repository,
             tag: if digest.is_some() {
@@ -193,8 +196,8 @@ impl ImageReference {
     }
 
     /// ggcr `Repository.Name()`: `<registry>/<repository>` (`index.docker.io/library/nginx`).
-    pub fn repository_name(&self) -> String {
-        format!("{}/{}", self.0.registry, self.0.repository)
+    pub fn repository_name(&self) -> &str {
+        &self.0.repository_name
     }
 
     /// Tag as written, also in `repo:tag@digest`; `None` when no tag was written.

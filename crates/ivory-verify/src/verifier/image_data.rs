@@ -23,7 +23,7 @@ impl CosignVerifier {
         let fail = |operation: &str, e| map_error(reference, operation, e, deadline);
         let digest = self.resolve(reference, creds, deadline).await?;
         let registry = &self.inner.registry;
-        let pinned = super::sibling(&reference.repository_name(), '@', &digest)
+        let pinned = super::sibling(reference.repository_name(), '@', &digest)
             .map_err(|e| fail("fetching the manifest", e))?;
         let top = registry
             .fetch_manifest(&pinned, creds, deadline)

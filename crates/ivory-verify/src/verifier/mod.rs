@@ -312,7 +312,7 @@ impl CosignVerifier {
             .and_then(|s| s.repository.as_deref())
         {
             Some(r) if !r.is_empty() => r.to_owned(),
-            _ => reference.repository_name(),
+            _ => reference.repository_name().to_owned(),
         };
         let prefix = cosign
             .and_then(|c| c.source.as_ref())

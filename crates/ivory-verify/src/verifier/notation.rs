@@ -294,7 +294,7 @@ impl CosignVerifier {
         let more = all.len() > MAX_SIGNATURE_ATTEMPTS;
         let limit = self.inner.config.max_signature_bytes;
         let fetched = join_all(all.iter().take(MAX_SIGNATURE_ATTEMPTS).map(|d| async move {
-            let reference = super::sibling(&subject.repository_name(), '@', d)?;
+            let reference = super::sibling(subject.repository_name(), '@', d)?;
             let manifest = registry.fetch_manifest(&reference, creds, deadline).await?;
             let Some(layer) = manifest.json.pointer("/layers/0") else {
                 return Ok(None);

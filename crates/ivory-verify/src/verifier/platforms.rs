@@ -86,7 +86,7 @@ impl CosignVerifier {
         let digest = self.resolve(image, &creds, deadline).await?;
         let name = image.repository_name();
         let manifest_of = |digest: &str| {
-            super::sibling(&name, '@', digest)
+            super::sibling(name, '@', digest)
                 .map_err(|e| map_error(image, "fetching the manifest", e, deadline))
         };
         let pinned = manifest_of(&digest)?;
