@@ -278,6 +278,8 @@ mod tests {
             "policy result"
         );
         tracing::warn!(count = 3, "a message with {} and \"quotes\"", "args");
+        // Names written as they are (identifiers, dotted) and one that needs escaping.
+        tracing::info!(log.kind = "dotted", "odd \"name\"\t" = 1, "names");
         tracing::error!("only a message");
     }
 
@@ -293,7 +295,7 @@ mod tests {
             .with_writer(stock.clone())
             .finish();
         tracing::subscriber::with_default(subscriber, events);
-        assert_eq!(fast.lines().len(), 3);
+        assert_eq!(fast.lines().len(), 4);
         // Byte for byte once timestamps are equal: compare the raw texts too.
         assert_eq!(
             fast.text_without_timestamps(),

@@ -27,7 +27,7 @@ pub(super) struct Evidence {
 }
 
 /// One verification an expression read and that verified: what, by which policy and attestor,
-/// and who signed it. Written as one flat JSON object ([`VerifiedBy::push_json`]).
+/// and who signed it. Written as one flat JSON object ([`VerifiedBy::json`]).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct VerifiedBy {
     pub(super) image: String,
@@ -36,6 +36,10 @@ pub(super) struct VerifiedBy {
     pub(super) attestor: String,
     pub(super) attestation: Option<String>,
     pub(super) signer: SignerFields,
+    /// The fields above as the annotation writes them, written once: a memoized result's
+    /// entries go into every request it answers. A function of the fields, so the derived
+    /// order and equality stay theirs.
+    json: Box<str>,
 }
 
 /// [`Signer`] with an order, for a deterministic annotation.
@@ -47,21 +51,57 @@ pub(super) struct SignerFields {
     log_index: Option<u64>,
 }
 
+/// Longest image string carried into the annotation.
+const MAX_IMAGE_CHARS: usize = 256;
+
 impl VerifiedBy {
-    /// Appends the entry as one flat JSON object: `{image, digest, policy, attestor,
-    /// attestation?, key?, subject?, issuer?, logIndex?}`, absent parts left out.
-    pub(super) fn push_json(&self, out: &mut String) {
+    /// The entry for `image` (at `digest`) verified by `attestor` of `policy`.
+    pub(super) fn new(
+        image: String,
+        digest: String,
+        policy: String,
+        attestor: String,
+        attestation: Option<String>,
+        signer: SignerFields,
+    ) -> Self {
+        let mut entry = Self {
+            image,
+            digest,
+            policy,
+            attestor,
+            attestation,
+            signer,
+            json: Box::default(),
+        };
+        let mut json = String::new();
+        entry.push_json(&mut json);
+        entry.json = json.into_boxed_str();
+        entry
+    }
+
+    /// One flat JSON object: `{image, digest, policy, attestor, attestation?, key?, subject?,
+    /// issuer?, logIndex?}`, absent parts left out, the image cut to [`MAX_IMAGE_CHARS`]
+    /// characters (everything else in it comes from verification).
+    pub(super) fn json(&self) -> &str {
+        &self.json
+    }
+
+    fn push_json(&self, out: &mut String) {
         use crate::json_text::push_string as string;
         let signer = &self.signer;
+        let image = match self.image.char_indices().nth(MAX_IMAGE_CHARS) {
+            Some((cut, _)) => &self.image[..cut],
+            None => &self.image,
+        };
         let fields = [
-            ("{\"image\":", Some(&self.image)),
-            (",\"digest\":", Some(&self.digest)),
-            (",\"policy\":", Some(&self.policy)),
-            (",\"attestor\":", Some(&self.attestor)),
-            (",\"attestation\":", self.attestation.as_ref()),
-            (",\"key\":", signer.key.as_ref()),
-            (",\"subject\":", signer.subject.as_ref()),
-            (",\"issuer\":", signer.issuer.as_ref()),
+            ("{\"image\":", Some(image)),
+            (",\"digest\":", Some(self.digest.as_str())),
+            (",\"policy\":", Some(self.policy.as_str())),
+            (",\"attestor\":", Some(self.attestor.as_str())),
+            (",\"attestation\":", self.attestation.as_deref()),
+            (",\"key\":", signer.key.as_deref()),
+            (",\"subject\":", signer.subject.as_deref()),
+            (",\"issuer\":", signer.issuer.as_deref()),
         ];
         for (name, value) in fields {
             if let Some(value) = value {
@@ -278,14 +318,14 @@ impl PolicyHost<'_> {
                 }))) => {
                     count += 1;
                     if let (Some(signer), None) = (signer, assumed) {
-                        self.evidence.record_signer(Arc::new(VerifiedBy {
-                            image: image.to_owned(),
-                            digest: digest.clone(),
-                            policy: self.policy.name.clone(),
-                            attestor: name.to_owned(),
-                            attestation: attestation.map(str::to_owned),
-                            signer: signer.into(),
-                        }));
+                        self.evidence.record_signer(Arc::new(VerifiedBy::new(
+                            image.to_owned(),
+                            digest.clone(),
+                            self.policy.name.clone(),
+                            name.to_owned(),
+                            attestation.map(str::to_owned),
+                            signer.into(),
+                        )));
                     }
                     if let (Some(att), Some(payload)) = (attestation, payload) {
                         self.payloads
@@ -451,19 +491,17 @@ mod tests {
             issuer: Some("https://issuer.example".to_owned()),
             log_index: Some(7),
         };
-        let entry = |attestation: Option<&str>, signer: &Signer| VerifiedBy {
-            image: IMAGE.to_owned(),
-            digest: "sha256:abc".to_owned(),
-            policy: "p".to_owned(),
-            attestor: "a".to_owned(),
-            attestation: attestation.map(str::to_owned),
-            signer: signer.into(),
+        let entry = |attestation: Option<&str>, signer: &Signer| {
+            VerifiedBy::new(
+                IMAGE.to_owned(),
+                "sha256:abc".to_owned(),
+                "p".to_owned(),
+                "a".to_owned(),
+                attestation.map(str::to_owned),
+                signer.into(),
+            )
         };
-        let json = |entry: VerifiedBy| {
-            let mut out = String::new();
-            entry.push_json(&mut out);
-            out
-        };
+        let json = |entry: VerifiedBy| entry.json().to_owned();
         let full = json(entry(Some("sbom"), &keyless));
         assert_eq!(
             full,
@@ -478,6 +516,37 @@ mod tests {
             bare,
             r#"{"image":"ghcr.io/acme/app:1","digest":"sha256:abc","policy":"p","attestor":"a","key":"sha256:k"}"#
         );
+    }
+
+    /// The image is the one part of an entry the request chose: cut to 256 characters (not
+    /// bytes, so never inside a character), while the entry itself keeps it whole.
+    #[test]
+    fn a_long_image_is_cut_to_256_characters_in_the_entry_only() {
+        let long = format!("ghcr.io/{}", "é".repeat(300));
+        let entry = VerifiedBy::new(
+            long.clone(),
+            "sha256:abc".to_owned(),
+            "p".to_owned(),
+            "a".to_owned(),
+            None,
+            (&Signer::default()).into(),
+        );
+        let value: Value = serde_json::from_str(entry.json()).unwrap();
+        let written = value["image"].as_str().unwrap();
+        assert_eq!(written.chars().count(), 256);
+        assert!(long.starts_with(written));
+        assert_eq!(entry.image, long);
+        let exact = "x".repeat(256);
+        let entry = VerifiedBy::new(
+            exact.clone(),
+            "sha256:abc".to_owned(),
+            "p".to_owned(),
+            "a".to_owned(),
+            None,
+            (&Signer::default()).into(),
+        );
+        let value: Value = serde_json::from_str(entry.json()).unwrap();
+        assert_eq!(value["image"], exact.as_str());
     }
 
     fn policy() -> CompiledPolicy {

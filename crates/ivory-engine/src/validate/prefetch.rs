@@ -2,6 +2,7 @@
 //! synchronous, so the network work happens here, before evaluation, under the request deadline.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -223,14 +224,17 @@ impl JobSet {
     }
 
     fn add(&mut self, job: Job, key: Option<JobKey>) -> usize {
-        if let Some(&index) = key.as_ref().and_then(|k| self.seen.get(k)) {
-            return index;
-        }
         let index = self.jobs.len();
-        self.jobs.push(job);
         if let Some(key) = key {
-            self.seen.insert(key, index);
+            // One hash of the key, whether it is new or a twin's.
+            match self.seen.entry(key) {
+                Entry::Occupied(twin) => return *twin.get(),
+                Entry::Vacant(slot) => {
+                    slot.insert(index);
+                }
+            }
         }
+        self.jobs.push(job);
         index
     }
 

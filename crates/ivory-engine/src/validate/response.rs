@@ -21,38 +21,42 @@ pub const VERIFIED_ANNOTATION: &str = "verified-images";
 /// Longest annotation value; entries past it are counted in a last `{"omitted": N}` entry.
 pub const MAX_VERIFIED_ANNOTATION_BYTES: usize = 8 * 1024;
 
-/// Longest image string carried into the annotation.
-const MAX_IMAGE_CHARS: usize = 256;
-
 /// [`VERIFIED_ANNOTATION`]'s value for `verified`, within [`MAX_VERIFIED_ANNOTATION_BYTES`];
 /// `None` when nothing was verified.
 pub(super) fn verified_annotation(verified: Vec<Arc<VerifiedBy>>) -> Option<String> {
     if verified.is_empty() {
         return None;
     }
-    let total = verified.len();
-    let mut entries: Vec<String> = Vec::new();
     // Room kept for the closing `{"omitted":N}` entry, brackets and commas.
     let budget = MAX_VERIFIED_ANNOTATION_BYTES - 32;
+    let mut out = String::with_capacity(
+        MAX_VERIFIED_ANNOTATION_BYTES
+            .min(verified.iter().map(|e| e.json().len() + 1).sum::<usize>() + 2),
+    );
+    out.push('[');
     let mut used = 2;
-    for mut entry in verified {
-        if entry.image.chars().count() > MAX_IMAGE_CHARS {
-            let cut = entry.image.chars().take(MAX_IMAGE_CHARS).collect();
-            Arc::make_mut(&mut entry).image = cut;
-        }
-        let mut text = String::new();
-        entry.push_json(&mut text);
-        if used + text.len() + 1 > budget {
+    let mut written = 0;
+    for entry in &verified {
+        let json = entry.json();
+        if used + json.len() + 1 > budget {
             break;
         }
-        used += text.len() + 1;
-        entries.push(text);
+        used += json.len() + 1;
+        if written > 0 {
+            out.push(',');
+        }
+        out.push_str(json);
+        written += 1;
     }
-    let omitted = total - entries.len();
+    let omitted = verified.len() - written;
     if omitted > 0 {
-        entries.push(format!("{{\"omitted\":{omitted}}}"));
+        if written > 0 {
+            out.push(',');
+        }
+        out.push_str(&format!("{{\"omitted\":{omitted}}}"));
     }
-    Some(format!("[{}]", entries.join(",")))
+    out.push(']');
+    Some(out)
 }
 
 /// `docs/kyverno-semantics.md` §2 step 7: a passing policy with `required` fails unless each of its matched

@@ -260,20 +260,23 @@ impl CosignVerifier {
         deadline: Instant,
         fresh_since: Option<Instant>,
     ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
-        // Each scope boxes its own future: the common one stays as small as it was.
+        // Each scope boxes its own future: the common one stays as small as it was. Boxed
+        // before `bounded` wraps it, so that wrapping and boxing move a pointer, not the
+        // verification's whole state.
         match &request.platforms {
             PlatformScope::Index => bounded(
                 &request.image,
                 "verifying signatures",
                 deadline,
-                self.verify_request(request, deadline, fresh_since),
+                self.verify_request(request, deadline, fresh_since).boxed(),
             )
             .boxed(),
             PlatformScope::Platforms(set) => bounded(
                 &request.image,
                 "verifying the signatures of its platform manifests",
                 deadline,
-                self.verify_platforms(request, set, deadline, fresh_since),
+                self.verify_platforms(request, set, deadline, fresh_since)
+                    .boxed(),
             )
             .boxed(),
         }
