@@ -6,6 +6,8 @@
 //! lines are mostly long runs of plain text (BENCHMARKS.md, issue 27's third round). The
 //! writers here are for that text only; everything else still goes through serde_json.
 
+use std::cell::RefCell;
+
 /// Text that JSON can be appended to: a `String` or a byte buffer.
 pub trait JsonOut {
     /// Appends `text` as it is.
@@ -47,9 +49,40 @@ pub fn push_string(out: &mut impl JsonOut, value: &str) {
     match next_escape(value.as_bytes(), 0) {
         // Most strings (names, images, digests): one scan and one copy.
         None => out.push_text(value),
+        Some(at) if REMEMBERED_LEN.contains(&value.len()) => push_remembered(out, value, at),
         Some(at) => push_escaped(out, value, at),
     }
     out.push_text("\"");
+}
+
+/// Lengths of the escaped strings whose escaped text a thread remembers: the `verified-images`
+/// annotation (JSON inside JSON, so an escape every few bytes) is the same in every answer for
+/// the same images, up to its 8 KiB. Shorter strings cost less to escape than to compare.
+const REMEMBERED_LEN: std::ops::RangeInclusive<usize> = 256..=8 * 1024 + 64;
+
+thread_local! {
+    /// The last remembered string escaped on this thread, and its escaped text (no quotes).
+    static LAST_ESCAPED: RefCell<(String, String)> = const {
+        RefCell::new((String::new(), String::new()))
+    };
+}
+
+/// [`push_escaped`] through this thread's last escaped string: reused when `value` is the
+/// same text (compared in full, so a different string is never answered with another's).
+fn push_remembered(out: &mut impl JsonOut, value: &str, at: usize) {
+    LAST_ESCAPED.with(|last| {
+        let Ok(mut last) = last.try_borrow_mut() else {
+            return push_escaped(out, value, at);
+        };
+        let (raw, escaped) = &mut *last;
+        if raw.as_str() != value {
+            raw.clear();
+            escaped.clear();
+            push_escaped(escaped, value, at);
+            raw.push_str(value);
+        }
+        out.push_text(escaped);
+    });
 }
 
 /// Writes `value`, whose first byte needing an escape is at `at`, escaped.
@@ -228,6 +261,38 @@ mod tests {
         }
     }
 
+    /// The annotation's shape, long enough to be remembered.
+    fn annotation(image: &str) -> String {
+        let entry = format!(r#"{{"image":"{image}","digest":"sha256:{}","policy":"p"}}"#, "ab".repeat(32));
+        format!("[{}]", vec![entry; 4].join(","))
+    }
+
+    /// A remembered string answers only the same text: one of the same length that differs
+    /// in its first or last byte, or a prefix of it, is escaped on its own.
+    #[test]
+    fn a_long_string_written_again_reuses_its_escaped_text_and_only_its_own() {
+        let first = annotation("ghcr.io/acme/app:1");
+        assert!(REMEMBERED_LEN.contains(&first.len()), "{}", first.len());
+        let same_length = first.replacen("ghcr", "quay", 1);
+        let last_byte = format!("{}}}", &first[..first.len() - 1]);
+        let prefix = &first[..first.len() - 1];
+        let tab_at_end = format!("{}\t", &first[..first.len() - 1]);
+        for value in [
+            first.as_str(),
+            &first,
+            &same_length,
+            &first,
+            &last_byte,
+            &last_byte,
+            prefix,
+            &first,
+            &tab_at_end,
+            &first,
+        ] {
+            assert_eq!(written(value), serde_json::to_string(value).unwrap());
+        }
+    }
+
     #[test]
     fn text_beyond_ascii_is_written_as_it_is() {
         for value in [
@@ -245,6 +310,28 @@ mod tests {
         #[test]
         fn any_string_is_written_as_serde_json_writes_it(value in any::<String>()) {
             prop_assert_eq!(written(&value), serde_json::to_string(&value).unwrap());
+        }
+
+        /// Long strings, several alike and some repeated, in any order on one thread.
+        #[test]
+        fn long_strings_in_any_order_are_written_as_serde_json_writes_them(
+            picks in proptest::collection::vec((0usize..4, any::<u8>(), 0usize..400), 1..24)
+        ) {
+            let bases = [
+                annotation("ghcr.io/acme/app:1"),
+                annotation("ghcr.io/acme/app:2"),
+                annotation("é\\\"").repeat(3),
+                "plain text ".repeat(40),
+            ];
+            for (base, byte, at) in picks {
+                let mut value = bases[base].clone().into_bytes();
+                // Now and then one byte changed (kept ASCII, so the text stays UTF-8).
+                if byte % 3 == 0 && value.get(at).is_some_and(u8::is_ascii) {
+                    value[at] = byte % 0x80;
+                }
+                let value = String::from_utf8(value).unwrap();
+                prop_assert_eq!(written(&value), serde_json::to_string(&value).unwrap());
+            }
         }
 
         #[test]
