@@ -263,7 +263,10 @@ mod tests {
 
     /// The annotation's shape, long enough to be remembered.
     fn annotation(image: &str) -> String {
-        let entry = format!(r#"{{"image":"{image}","digest":"sha256:{}","policy":"p"}}"#, "ab".repeat(32));
+        let entry = format!(
+            r#"{{"image":"{image}","digest":"sha256:{}","policy":"p"}}"#,
+            "ab".repeat(32)
+        );
         format!("[{}]", vec![entry; 4].join(","))
     }
 

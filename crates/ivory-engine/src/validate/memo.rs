@@ -74,7 +74,8 @@ struct MemoKey {
     policy: String,
     /// Autogen variants share the hash of the policy they come from.
     autogen: Option<String>,
-    images: BTreeMap<String, Vec<String>>,
+    /// The plan's own map, shared.
+    images: Arc<BTreeMap<String, Vec<String>>>,
 }
 
 impl MemoKey {
@@ -117,7 +118,7 @@ pub(super) fn memoizable(plan: &Plan<'_>) -> Option<Memoizable> {
         key: MemoKey {
             policy: policy.hash.clone(),
             autogen: policy.autogen_config.clone(),
-            images: plan.images.clone(),
+            images: Arc::clone(&plan.images),
         },
     })
     .filter(|_| !policy.hash.is_empty())

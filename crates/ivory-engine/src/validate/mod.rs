@@ -89,7 +89,7 @@ pub async fn validate_memoized(
 ) -> Decision {
     let started = ivory_clock::now();
     let data = RequestBindings::new(req, req.subject(), namespace_object).with_deadline(deadline);
-    let builtin = images::builtin_images(req);
+    let builtin = std::sync::Arc::new(images::builtin_images(req));
     let inputs = RequestInputs {
         req,
         namespace_object,

@@ -21,6 +21,7 @@ use super::{EVAL_FAILED, result};
 use crate::admission::{AdmissionRequest, AdmittedObject};
 use crate::bindings::RequestBindings;
 use crate::decision::{PolicyResult, Status};
+use crate::matching::MatchError;
 use crate::resources::host::ClusterHost;
 use crate::verifier::{ImagePlatform, ImageRefError, ImageReference, PlatformScope, VerifyRequest};
 use crate::{images, matching};
@@ -45,8 +46,9 @@ pub(super) struct Plan<'a> {
     attestors: AttestorsBinding,
     /// What a later evaluation of a policy that reads image data needs.
     pub(super) again: Option<Again>,
-    /// The `images` binding: images after matchImageReferences, by extractor.
-    pub(super) images: BTreeMap<String, Vec<String>>,
+    /// The `images` binding: images after matchImageReferences, by extractor. Shared with the
+    /// request's built-in images when the policy keeps them all, and with its memo key.
+    pub(super) images: Arc<BTreeMap<String, Vec<String>>>,
     /// Images after matchImageReferences, flat, first occurrence order.
     pub(super) matched: Vec<String>,
     /// Each of `matched` parsed, once: what crosses into the verifier, or why it cannot.
@@ -147,7 +149,7 @@ pub(super) struct RequestInputs<'a> {
     pub(super) namespace_object: Option<&'a Json>,
     pub(super) data: &'a RequestBindings<'a>,
     /// Built-in extractor output (Kubernetes mode), unfiltered.
-    pub(super) builtin: &'a BTreeMap<String, Vec<String>>,
+    pub(super) builtin: &'a Arc<BTreeMap<String, Vec<String>>>,
 }
 
 pub(super) fn prepare<'a>(
@@ -209,11 +211,10 @@ pub(super) fn prepare<'a>(
                 .unwrap_or_else(|| fail(Status::Error, format!("{EVAL_FAILED}: {message}"), &[]));
         }
     };
-    let images =
-        match images::filter_images_by(&extracted, |image| facts.matches_image(policy, image)) {
-            Ok(images) => images,
-            Err(e) => return fail(Status::Error, format!("{EVAL_FAILED}: {e}"), &[]),
-        };
+    let images = match selected_images(extracted, |image| facts.matches_image(policy, image)) {
+        Ok(images) => images,
+        Err(e) => return fail(Status::Error, format!("{EVAL_FAILED}: {e}"), &[]),
+    };
     let matched = flatten(&images);
     // Parsed once, here, where the images leave the request: every later step (verifyDigest,
     // the verifier, the registry) takes the parsed reference.
@@ -396,16 +397,16 @@ enum PointerError {
 /// Built-in extractors (Kubernetes mode only), then `spec.images` (same name overrides).
 fn extract_images<'b>(
     policy: &CompiledPolicy,
-    builtin: &'b BTreeMap<String, Vec<String>>,
+    builtin: &'b Arc<BTreeMap<String, Vec<String>>>,
     eval: &mut LazyEvaluator<'_>,
-) -> Result<Cow<'b, BTreeMap<String, Vec<String>>>, PrepareError> {
+) -> Result<Cow<'b, Arc<BTreeMap<String, Vec<String>>>>, PrepareError> {
     if policy.image_extractors.is_empty() && !policy.json_mode {
         return Ok(Cow::Borrowed(builtin));
     }
     let mut images = if policy.json_mode {
         BTreeMap::new()
     } else {
-        builtin.clone()
+        BTreeMap::clone(builtin)
     };
     for extractor in &policy.image_extractors {
         let value =
@@ -417,7 +418,27 @@ fn extract_images<'b>(
                 })?;
         images.insert(extractor.name.clone(), string_list(&extractor.name, value)?);
     }
-    Ok(Cow::Owned(images))
+    Ok(Cow::Owned(Arc::new(images)))
+}
+
+/// `images` after the policy's selection (`selects`): the same map, shared, when it selects
+/// every image (the common case: most policies select by `matchImageReferences` globs that
+/// every image of the request meets, or select all), else a filtered copy.
+fn selected_images(
+    images: Cow<'_, Arc<BTreeMap<String, Vec<String>>>>,
+    mut selects: impl FnMut(&str) -> Result<bool, MatchError>,
+) -> Result<Arc<BTreeMap<String, Vec<String>>>, MatchError> {
+    let mut all = true;
+    for image in images.values().flatten() {
+        if !selects(image)? {
+            all = false;
+            break;
+        }
+    }
+    if all {
+        return Ok(images.into_owned());
+    }
+    images::filter_images_by(&images, selects).map(Arc::new)
 }
 
 fn string_list(name: &str, value: Json) -> Result<Vec<String>, PrepareError> {
