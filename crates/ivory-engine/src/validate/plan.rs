@@ -21,10 +21,10 @@ use super::{EVAL_FAILED, result};
 use crate::admission::{AdmissionRequest, AdmittedObject};
 use crate::bindings::RequestBindings;
 use crate::decision::{PolicyResult, Status};
+use crate::matching;
 use crate::matching::MatchError;
 use crate::resources::host::ClusterHost;
 use crate::verifier::{ImagePlatform, ImageRefError, ImageReference, PlatformScope, VerifyRequest};
-use crate::{images, matching};
 
 /// A policy that matched and is ready for evaluation once the prefetch is done.
 pub(super) struct Plan<'a> {
@@ -48,7 +48,7 @@ pub(super) struct Plan<'a> {
     pub(super) again: Option<Again>,
     /// The `images` binding: images after matchImageReferences, by extractor. Shared with the
     /// request's built-in images when the policy keeps them all, and with its memo key.
-    pub(super) images: Arc<BTreeMap<String, Vec<String>>>,
+    pub(super) images: Arc<ImagesByExtractor>,
     /// Images after matchImageReferences, flat, first occurrence order.
     pub(super) matched: Vec<String>,
     /// Each of `matched` parsed, once: what crosses into the verifier, or why it cannot.
@@ -143,13 +143,17 @@ pub(super) enum Prepared<'a> {
     Ready(Box<Plan<'a>>),
 }
 
+/// Images by the extractor that found them (`containers`, `initContainers`, …, or a policy's
+/// own `spec.images` names): the `images` binding.
+pub(super) type ImagesByExtractor = BTreeMap<String, Vec<String>>;
+
 /// Inputs shared by all policies of one request.
 pub(super) struct RequestInputs<'a> {
     pub(super) req: &'a AdmissionRequest,
     pub(super) namespace_object: Option<&'a Json>,
     pub(super) data: &'a RequestBindings<'a>,
     /// Built-in extractor output (Kubernetes mode), unfiltered.
-    pub(super) builtin: &'a Arc<BTreeMap<String, Vec<String>>>,
+    pub(super) builtin: &'a Arc<ImagesByExtractor>,
 }
 
 pub(super) fn prepare<'a>(
@@ -397,9 +401,9 @@ enum PointerError {
 /// Built-in extractors (Kubernetes mode only), then `spec.images` (same name overrides).
 fn extract_images<'b>(
     policy: &CompiledPolicy,
-    builtin: &'b Arc<BTreeMap<String, Vec<String>>>,
+    builtin: &'b Arc<ImagesByExtractor>,
     eval: &mut LazyEvaluator<'_>,
-) -> Result<Cow<'b, Arc<BTreeMap<String, Vec<String>>>>, PrepareError> {
+) -> Result<Cow<'b, Arc<ImagesByExtractor>>, PrepareError> {
     if policy.image_extractors.is_empty() && !policy.json_mode {
         return Ok(Cow::Borrowed(builtin));
     }
@@ -421,24 +425,33 @@ fn extract_images<'b>(
     Ok(Cow::Owned(Arc::new(images)))
 }
 
-/// `images` after the policy's selection (`selects`): the same map, shared, when it selects
-/// every image (the common case: most policies select by `matchImageReferences` globs that
-/// every image of the request meets, or select all), else a filtered copy.
+/// `images` after the policy's selection (`selects`, asked once per image): the same map,
+/// shared, when it selects every image (a policy that selects all, or whose globs every image
+/// of the request meets), else a copy with only the selected ones.
 fn selected_images(
-    images: Cow<'_, Arc<BTreeMap<String, Vec<String>>>>,
+    images: Cow<'_, Arc<ImagesByExtractor>>,
     mut selects: impl FnMut(&str) -> Result<bool, MatchError>,
-) -> Result<Arc<BTreeMap<String, Vec<String>>>, MatchError> {
-    let mut all = true;
+) -> Result<Arc<ImagesByExtractor>, MatchError> {
+    let mut kept = Vec::new();
     for image in images.values().flatten() {
-        if !selects(image)? {
-            all = false;
-            break;
-        }
+        kept.push(selects(image)?);
     }
-    if all {
+    if kept.iter().all(|k| *k) {
         return Ok(images.into_owned());
     }
-    images::filter_images_by(&images, selects).map(Arc::new)
+    let mut kept = kept.into_iter();
+    let filtered = images
+        .iter()
+        .map(|(extractor, list)| {
+            let list = list
+                .iter()
+                .filter(|_| kept.next().unwrap_or(false))
+                .cloned()
+                .collect();
+            (extractor.clone(), list)
+        })
+        .collect();
+    Ok(Arc::new(filtered))
 }
 
 fn string_list(name: &str, value: Json) -> Result<Vec<String>, PrepareError> {
@@ -460,7 +473,7 @@ fn string_list(name: &str, value: Json) -> Result<Vec<String>, PrepareError> {
 }
 
 /// The images of all extractors (by extractor name), de-duplicated.
-fn flatten(images: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+fn flatten(images: &ImagesByExtractor) -> Vec<String> {
     let mut flat: Vec<String> = Vec::new();
     for image in images.values().flatten() {
         if !flat.contains(image) {
