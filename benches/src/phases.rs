@@ -301,9 +301,8 @@ pub(crate) async fn herd(
     Ok((sets, json!({"requests": lines.len(), "by_request": counts})))
 }
 
-/// Closed-loop steps at each concurrency (after a short warm-up).
-/// [`sweep_at`] of ivory and the null webhook together, in slices taken in turn
-/// ([`loadgen::closed_loops_in_turn`]).
+/// Closed-loop steps of ivory and of the null webhook at each concurrency, in slices taken in
+/// turn ([`loadgen::closed_loops_in_turn`]), after a short warm-up of each.
 async fn sweep_in_turn(
     ivory: &Target,
     null: &Target,

@@ -271,7 +271,7 @@ mod tests {
     }
 
     /// A remembered string answers only the same text: one of the same length that differs
-    /// in its first or last byte, or a prefix of it, is escaped on its own.
+    /// near its start or in its last byte, or a prefix of it, is escaped on its own.
     #[test]
     fn a_long_string_written_again_reuses_its_escaped_text_and_only_its_own() {
         let first = annotation("ghcr.io/acme/app:1");

@@ -278,7 +278,7 @@ mod tests {
             "policy result"
         );
         tracing::warn!(count = 3, "a message with {} and \"quotes\"", "args");
-        // Names written as they are (identifiers, dotted) and one that needs escaping.
+        // A dotted name, and a name given as a string that needs escaping.
         tracing::info!(log.kind = "dotted", "odd \"name\"\t" = 1, "names");
         tracing::error!("only a message");
     }

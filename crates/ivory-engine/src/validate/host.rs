@@ -30,15 +30,15 @@ pub(super) struct Evidence {
 /// and who signed it. Written as one flat JSON object ([`VerifiedBy::json`]).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct VerifiedBy {
-    pub(super) image: String,
-    pub(super) digest: String,
-    pub(super) policy: String,
-    pub(super) attestor: String,
-    pub(super) attestation: Option<String>,
-    pub(super) signer: SignerFields,
+    image: String,
+    digest: String,
+    policy: String,
+    attestor: String,
+    attestation: Option<String>,
+    signer: SignerFields,
     /// The fields above as the annotation writes them, written once: a memoized result's
-    /// entries go into every request it answers. A function of the fields, so the derived
-    /// order and equality stay theirs.
+    /// entries go into every request it answers. A function of the fields (private, set only
+    /// by [`VerifiedBy::new`]), so the derived order and equality stay theirs.
     json: Box<str>,
 }
 
