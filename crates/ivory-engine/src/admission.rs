@@ -398,11 +398,8 @@ pub fn response_from_decision(req: &AdmissionRequest, d: &Decision) -> Admission
 
 /// Wraps a response in `{apiVersion: admission.k8s.io/v1, kind: AdmissionReview, response}`.
 pub fn review_response(resp: &AdmissionResponse) -> Value {
-    json!({
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "response": resp,
-    })
+    // Strings, numbers and string maps always serialize; null is what a failure would mean.
+    serde_json::to_value(ReviewResponse::new(resp)).unwrap_or(Value::Null)
 }
 
 /// [`review_response`] as a type, written straight to the wire without a JSON tree

@@ -240,26 +240,37 @@ pub fn filter_images(
     policy: &CompiledPolicy,
     images: &BTreeMap<String, Vec<String>>,
 ) -> Result<BTreeMap<String, Vec<String>>, MatchError> {
-    filter_images_by(images, |image| matches_image(policy, image))
+    let filtered = filter_images_by(images, |image| matches_image(policy, image))?;
+    Ok(filtered.unwrap_or_else(|| images.clone()))
 }
 
 /// [`filter_images`] with the policy's selection answered by `selects` (which may remember
-/// its answers).
+/// its answers; asked once per image): `None` when it selects every image, so that a caller
+/// holding the map shared can keep sharing it.
 pub(crate) fn filter_images_by(
     images: &BTreeMap<String, Vec<String>>,
     mut selects: impl FnMut(&str) -> Result<bool, MatchError>,
-) -> Result<BTreeMap<String, Vec<String>>, MatchError> {
-    let mut out = BTreeMap::new();
-    for (key, list) in images {
-        let mut kept = Vec::with_capacity(list.len());
-        for image in list {
-            if selects(image)? {
-                kept.push(image.clone());
-            }
-        }
-        out.insert(key.clone(), kept);
+) -> Result<Option<BTreeMap<String, Vec<String>>>, MatchError> {
+    let mut kept = Vec::new();
+    for image in images.values().flatten() {
+        kept.push(selects(image)?);
     }
-    Ok(out)
+    if kept.iter().all(|k| *k) {
+        return Ok(None);
+    }
+    let mut kept = kept.into_iter();
+    let filtered = images
+        .iter()
+        .map(|(key, list)| {
+            let list = list
+                .iter()
+                .filter(|_| kept.next().unwrap_or(false))
+                .cloned()
+                .collect();
+            (key.clone(), list)
+        })
+        .collect();
+    Ok(Some(filtered))
 }
 
 #[cfg(test)]

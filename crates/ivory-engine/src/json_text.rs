@@ -61,7 +61,8 @@ pub fn push_string(out: &mut impl JsonOut, value: &str) {
 const REMEMBERED_LEN: std::ops::RangeInclusive<usize> = 256..=8 * 1024 + 64;
 
 thread_local! {
-    /// The last remembered string escaped on this thread, and its escaped text (no quotes).
+    /// The last remembered string escaped on this thread, and its escaped text (no quotes):
+    /// bounded by [`REMEMBERED_LEN`], and at most six times that once escaped (`\u00xx`).
     static LAST_ESCAPED: RefCell<(String, String)> = const {
         RefCell::new((String::new(), String::new()))
     };

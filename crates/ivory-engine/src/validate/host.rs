@@ -522,31 +522,28 @@ mod tests {
     /// bytes, so never inside a character), while the entry itself keeps it whole.
     #[test]
     fn a_long_image_is_cut_to_256_characters_in_the_entry_only() {
+        let signed = |image: &str| {
+            VerifiedBy::new(
+                image.to_owned(),
+                "sha256:abc".to_owned(),
+                "p".to_owned(),
+                "a".to_owned(),
+                None,
+                (&Signer::default()).into(),
+            )
+        };
+        let written = |entry: &VerifiedBy| {
+            let value: Value = serde_json::from_str(entry.json()).unwrap();
+            value["image"].as_str().unwrap().to_owned()
+        };
         let long = format!("ghcr.io/{}", "é".repeat(300));
-        let entry = VerifiedBy::new(
-            long.clone(),
-            "sha256:abc".to_owned(),
-            "p".to_owned(),
-            "a".to_owned(),
-            None,
-            (&Signer::default()).into(),
-        );
-        let value: Value = serde_json::from_str(entry.json()).unwrap();
-        let written = value["image"].as_str().unwrap();
-        assert_eq!(written.chars().count(), 256);
-        assert!(long.starts_with(written));
+        let entry = signed(&long);
+        let cut = written(&entry);
+        assert_eq!(cut.chars().count(), 256);
+        assert!(long.starts_with(&cut));
         assert_eq!(entry.image, long);
         let exact = "x".repeat(256);
-        let entry = VerifiedBy::new(
-            exact.clone(),
-            "sha256:abc".to_owned(),
-            "p".to_owned(),
-            "a".to_owned(),
-            None,
-            (&Signer::default()).into(),
-        );
-        let value: Value = serde_json::from_str(entry.json()).unwrap();
-        assert_eq!(value["image"], exact.as_str());
+        assert_eq!(written(&signed(&exact)), exact);
     }
 
     fn policy() -> CompiledPolicy {

@@ -10,13 +10,12 @@
 //! policy is evaluated afresh. PolicyExceptions are applied before policies reach this stage.
 //! Results the budget or the deadline shaped, and errors, are never kept.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::host::Evidence;
 use super::outcome::Evaluated;
-use super::plan::Plan;
+use super::plan::{ImagesByExtractor, Plan};
 use super::prefetch::{Outcome, Prefetched, VerifyKey};
 use crate::decision::Status;
 use crate::verifier::Verification;
@@ -75,7 +74,7 @@ struct MemoKey {
     /// Autogen variants share the hash of the policy they come from.
     autogen: Option<String>,
     /// The plan's own map, shared.
-    images: Arc<BTreeMap<String, Vec<String>>>,
+    images: Arc<ImagesByExtractor>,
 }
 
 impl MemoKey {

@@ -21,10 +21,10 @@ use super::{EVAL_FAILED, result};
 use crate::admission::{AdmissionRequest, AdmittedObject};
 use crate::bindings::RequestBindings;
 use crate::decision::{PolicyResult, Status};
-use crate::matching;
 use crate::matching::MatchError;
 use crate::resources::host::ClusterHost;
 use crate::verifier::{ImagePlatform, ImageRefError, ImageReference, PlatformScope, VerifyRequest};
+use crate::{images, matching};
 
 /// A policy that matched and is ready for evaluation once the prefetch is done.
 pub(super) struct Plan<'a> {
@@ -425,33 +425,17 @@ fn extract_images<'b>(
     Ok(Cow::Owned(Arc::new(images)))
 }
 
-/// `images` after the policy's selection (`selects`, asked once per image): the same map,
-/// shared, when it selects every image (a policy that selects all, or whose globs every image
-/// of the request meets), else a copy with only the selected ones.
+/// `images` after the policy's selection (`selects`): the same map, shared, when it selects
+/// every image (a policy that selects all, or whose globs every image of the request meets),
+/// else a copy with only the selected ones ([`images::filter_images_by`]).
 fn selected_images(
     images: Cow<'_, Arc<ImagesByExtractor>>,
-    mut selects: impl FnMut(&str) -> Result<bool, MatchError>,
+    selects: impl FnMut(&str) -> Result<bool, MatchError>,
 ) -> Result<Arc<ImagesByExtractor>, MatchError> {
-    let mut kept = Vec::new();
-    for image in images.values().flatten() {
-        kept.push(selects(image)?);
-    }
-    if kept.iter().all(|k| *k) {
-        return Ok(images.into_owned());
-    }
-    let mut kept = kept.into_iter();
-    let filtered = images
-        .iter()
-        .map(|(extractor, list)| {
-            let list = list
-                .iter()
-                .filter(|_| kept.next().unwrap_or(false))
-                .cloned()
-                .collect();
-            (extractor.clone(), list)
-        })
-        .collect();
-    Ok(Arc::new(filtered))
+    Ok(match images::filter_images_by(&images, selects)? {
+        Some(filtered) => Arc::new(filtered),
+        None => images.into_owned(),
+    })
 }
 
 fn string_list(name: &str, value: Json) -> Result<Vec<String>, PrepareError> {
