@@ -259,17 +259,16 @@ pub(crate) fn filter_images_by(
         return Ok(None);
     }
     let mut kept = kept.into_iter();
-    let filtered = images
-        .iter()
-        .map(|(key, list)| {
-            let list = list
-                .iter()
-                .filter(|_| kept.next().unwrap_or(false))
-                .cloned()
-                .collect();
-            (key.clone(), list)
-        })
-        .collect();
+    // Inserted one by one: the keys come sorted, and collecting would sort them again.
+    let mut filtered = BTreeMap::new();
+    for (key, list) in images {
+        let list = list
+            .iter()
+            .filter(|_| kept.next().unwrap_or(false))
+            .cloned()
+            .collect();
+        filtered.insert(key.clone(), list);
+    }
     Ok(Some(filtered))
 }
 

@@ -11,6 +11,7 @@ pub mod decision;
 pub mod exceptions;
 pub mod images;
 pub mod json_text;
+pub mod keyed;
 pub mod matching;
 pub mod mutate;
 pub mod pipeline;

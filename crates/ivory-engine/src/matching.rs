@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::admission::{AdmissionRequest, AdmittedObject, GroupVersionResource, Operation};
 use crate::bindings::RequestBindings;
+use crate::keyed::{KeyedMap, keyed_state};
 
 /// Why matching could not decide.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -98,8 +99,8 @@ pub fn select_policies<'a>(
     // One pass over the names and one over the policies: a path naming many policies must not
     // compare every name with every policy (BENCHMARKS.md, "Cost curves").
     let mut unique: Vec<&String> = Vec::with_capacity(names.len());
-    let mut position: std::collections::HashMap<&str, usize> =
-        std::collections::HashMap::with_capacity(names.len());
+    let mut position: KeyedMap<&str, usize> =
+        KeyedMap::with_capacity_and_hasher(names.len(), keyed_state());
     for name in names {
         if !position.contains_key(name.as_str()) {
             position.insert(name.as_str(), unique.len());

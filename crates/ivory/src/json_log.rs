@@ -118,9 +118,16 @@ fn timestamp(line: &mut Vec<u8>, now: std::time::SystemTime) -> fmt::Result {
         line.extend_from_slice(second.1.as_bytes());
         Ok(())
     })?;
-    let micros = since_epoch.subsec_micros();
-    use std::io::Write as _;
-    write!(line, "{micros:06}Z").map_err(|_| fmt::Error)
+    // Six digits by hand: `write!` with a width costs more than the rest of the timestamp.
+    let mut micros = since_epoch.subsec_micros();
+    let mut digits = [b'0'; 6];
+    for digit in digits.iter_mut().rev() {
+        *digit = b'0' + (micros % 10) as u8;
+        micros /= 10;
+    }
+    line.extend_from_slice(&digits);
+    line.push(b'Z');
+    Ok(())
 }
 
 /// A JSON string, escaped as serde_json escapes it.

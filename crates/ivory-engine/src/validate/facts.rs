@@ -8,7 +8,6 @@
 //!
 //! [`DerivedSlot`]: ivory_policy::DerivedSlot
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -22,6 +21,7 @@ use super::calls::{
     reads_only_pure_inputs,
 };
 use crate::images;
+use crate::keyed::KeyedMap;
 use crate::matching::MatchError;
 use crate::verifier::{ImageRefError, ImageReference};
 
@@ -63,7 +63,7 @@ pub(super) struct PolicyFacts {
     pub(super) pure: bool,
     /// What is known of each image seen: both are functions of the image string alone (the
     /// globs and expressions of `matchImageReferences` see nothing else).
-    images: RwLock<HashMap<Box<str>, Arc<ImageFacts>>>,
+    images: RwLock<KeyedMap<Box<str>, Arc<ImageFacts>>>,
 }
 
 /// What a policy knows of one image.
@@ -119,7 +119,7 @@ impl PolicyFacts {
                 && policy.cluster_reads.is_empty()
                 && !reads_image_data
                 && programs(policy).all(reads_only_pure_inputs),
-            images: RwLock::new(HashMap::new()),
+            images: RwLock::new(KeyedMap::default()),
         }
     }
 

@@ -18,6 +18,7 @@ use super::outcome::Evaluated;
 use super::plan::{ImagesByExtractor, Plan};
 use super::prefetch::{Outcome, Prefetched, VerifyKey};
 use crate::decision::Status;
+use crate::keyed::{KeyedState, keyed_state};
 use crate::verifier::Verification;
 
 /// Bytes of kept results, over all policies: entries are weighed by their strings and the
@@ -29,7 +30,7 @@ const MAX_ANSWERS: usize = 256;
 
 /// Kept policy results, shared by every request a server or CLI run judges.
 pub struct DecisionMemo {
-    entries: moka::sync::Cache<MemoKey, Arc<Entry>>,
+    entries: moka::sync::Cache<MemoKey, Arc<Entry>, KeyedState>,
     hits: AtomicU64,
 }
 
@@ -56,7 +57,7 @@ impl DecisionMemo {
                 .weigher(|key: &MemoKey, entry: &Arc<Entry>| {
                     u32::try_from(key.bytes().saturating_add(entry.bytes)).unwrap_or(u32::MAX)
                 })
-                .build(),
+                .build_with_hasher(keyed_state()),
             hits: AtomicU64::new(0),
         }
     }

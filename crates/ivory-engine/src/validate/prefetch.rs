@@ -1,7 +1,6 @@
 //! Concurrent prefetch of every verification answer a policy's CEL can ask for. cel-rust is
 //! synchronous, so the network work happens here, before evaluation, under the request deadline.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -11,6 +10,7 @@ use ivory_policy::types::Credentials;
 use serde_json::Value;
 use tokio::time::{Instant, timeout_at};
 
+use crate::keyed::KeyedMap;
 use crate::verifier::{
     ImagePlatform, ImageReference, ImageVerifier, PlatformScope, Verification, VerifyError,
     VerifyRequest,
@@ -164,7 +164,7 @@ pub(super) enum LateImageData {
 #[derive(Debug, Default)]
 pub(super) struct JobSet {
     jobs: Vec<Job>,
-    seen: HashMap<JobKey, usize>,
+    seen: KeyedMap<JobKey, usize>,
 }
 
 impl JobSet {

@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt as _};
+use ivory_engine::keyed::KeyedState;
 use ivory_engine::verifier::{Verification, VerifyError};
 use ivory_policy::types::Attestor;
 use ivory_reference::ImageReference;
@@ -19,6 +20,10 @@ use super::CosignVerifier;
 use super::shared::{SharedLoad, SharedValue, tag_name, through};
 use crate::attestor_plan::Plan;
 use crate::classify::{deadline_error, map_error};
+
+/// A verifier cache keyed by request-chosen data (images, signature repositories), hashed
+/// with a random key of its own ([`ivory_engine::keyed`]).
+pub(super) type KeyedCache<K, V> = Cache<K, V, KeyedState>;
 
 /// Longest a shared (coalesced) load runs: the Kubernetes maximum webhook timeout. Why a load
 /// has its own cap and not a caller's deadline: rule 2 at [`coalesced`].
@@ -257,7 +262,7 @@ pub(super) enum Cached {
 ///    what this admission's own budget allows; past its deadline it gets a deadline error.
 ///    Proven by `a_caller_that_joined_a_failed_load_retries_once_with_its_own` (same file).
 pub(super) async fn coalesced<K, V>(
-    cache: &Cache<K, V>,
+    cache: &KeyedCache<K, V>,
     counters: &Arc<CacheCounters>,
     key: K,
     deadline: Instant,
@@ -315,7 +320,7 @@ where
 /// One `try_get_with` on `key`; also says whether this call's own `load` ran (a miss) or it
 /// joined another caller's (coalesced).
 async fn shared_load<K, V>(
-    cache: Cache<K, V>,
+    cache: KeyedCache<K, V>,
     counters: Arc<CacheCounters>,
     key: K,
     load: BoxFuture<'static, Result<V, VerifyError>>,

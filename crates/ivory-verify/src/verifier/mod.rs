@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt as _};
+use ivory_engine::keyed::{KeyedState, keyed_state};
 use ivory_engine::verifier::{
     ImagePlatform, ImageVerifier, PlatformScope, Verification, VerifyError, VerifyRequest,
 };
@@ -50,8 +51,8 @@ use crate::verdict::{Accepted, evaluate};
 
 pub use cache::CacheStats;
 use cache::{
-    AttestorMemo, CacheCounters, Cached, Loaded, ResultKey, SHARED_LOAD_CAP, Stamped, TagKey,
-    VerdictExpiry, attestor_hash, coalesced,
+    AttestorMemo, CacheCounters, Cached, KeyedCache, Loaded, ResultKey, SHARED_LOAD_CAP, Stamped,
+    TagKey, VerdictExpiry, attestor_hash, coalesced,
 };
 use revocation::RevocationStore;
 pub use revocation::{CrlAge, RevocationConfig, RevocationStats};
@@ -121,17 +122,17 @@ struct Inner {
     registry: Registry,
     config: VerifierConfig,
     credentials: CredentialsResolver,
-    tags: Cache<TagKey, String>,
-    results: Cache<ResultKey, Stamped>,
+    tags: KeyedCache<TagKey, String>,
+    results: KeyedCache<ResultKey, Stamped>,
     plans: moka::sync::Cache<[u8; 32], Arc<Result<Plan, Rejection>>>,
     tag_counters: Arc<CacheCounters>,
     result_counters: Arc<CacheCounters>,
     /// Per signature repository and family, the source whose signature last verified when it
     /// was not the one read first. Only an ordering hint: it never decides a verdict.
-    found_in: moka::sync::Cache<(String, Family), Source>,
+    found_in: moka::sync::Cache<(String, Family), Source, KeyedState>,
     /// The runnable children of an index (`None`: a single manifest), by digest reference and
     /// credential set (`ivory.dev/verify-platforms`).
-    indexes: moka::sync::Cache<TagKey, Option<Arc<Vec<platforms::Child>>>>,
+    indexes: moka::sync::Cache<TagKey, Option<Arc<Vec<platforms::Child>>>, KeyedState>,
     /// SHA-256 of `config.default_trusted_root`, part of every attestor hash.
     root_hash: [u8; 32],
     /// Recent attestors' hashes and plans (see [`AttestorMemo`]).
@@ -167,11 +168,11 @@ impl CosignVerifier {
                 verified: config.verified_ttl,
                 negative: config.negative_ttl,
             })
-            .build();
+            .build_with_hasher(keyed_state());
         let tags = Cache::builder()
             .max_capacity(config.max_tags)
             .time_to_live(config.tag_ttl)
-            .build();
+            .build_with_hasher(keyed_state());
         let plans = moka::sync::Cache::builder().max_capacity(1_000).build();
         let root_hash = Sha256::digest(config.default_trusted_root.as_bytes()).into();
         // Weighed by children, so the bound is on what is held, not on the number of indexes.
@@ -185,7 +186,7 @@ impl CosignVerifier {
             )
             .max_capacity(config.max_tags)
             .time_to_idle(Duration::from_secs(3600))
-            .build();
+            .build_with_hasher(keyed_state());
         let revocation = RevocationStore::new(registry.clone(), config.revocation.clone());
         Self {
             inner: Arc::new(Inner {
@@ -205,7 +206,7 @@ impl CosignVerifier {
                 found_in: moka::sync::Cache::builder()
                     .max_capacity(FOUND_IN_CAPACITY)
                     .time_to_idle(Duration::from_secs(3600))
-                    .build(),
+                    .build_with_hasher(keyed_state()),
             }),
         }
     }
