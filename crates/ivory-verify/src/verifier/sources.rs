@@ -52,7 +52,7 @@ pub(super) struct SignatureLocation {
 impl SignatureLocation {
     /// Repository and tag prefix: where signatures of any digest of the image are looked up.
     pub(super) fn repo_key(&self) -> String {
-        // Joined by hand: `format!` costs more than the rest of a cached verdict's key.
+        // Joined by hand: `format!` walks its template at run time, on every verdict lookup.
         let mut key = String::with_capacity(self.repo.len() + 1 + self.prefix.len());
         key.push_str(&self.repo);
         key.push('|');
