@@ -457,6 +457,15 @@ pub trait ImageVerifier: Send + Sync {
         deadline: Instant,
     ) -> BoxFuture<'a, Result<Verification, VerifyError>>;
 
+    /// The answer to `request` when this verifier already holds it (a kept verdict, reused as
+    /// [`ImageVerifier::verify`] would reuse it), without waiting; `None` otherwise, and
+    /// `verify` answers. The warm path then needs no future, deadline or box per question.
+    /// The default holds nothing.
+    fn verify_known(&self, request: &VerifyRequest) -> Option<Verification> {
+        let _ = request;
+        None
+    }
+
     /// Image metadata for `getImageData` / `image.GetMetadata`, in the shape of Kyverno's
     /// image data loader: `{image, resolvedImage, registry, repository, identifier, tag,
     /// digest, imageIndex, manifest, config}` with empty `tag` and absent `imageIndex`

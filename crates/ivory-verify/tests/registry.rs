@@ -1322,3 +1322,73 @@ async fn platform_manifests_are_verified_each_by_digest_and_cached() {
         .collect();
     assert!(asked.is_empty(), "a warm verification asked {asked:?}");
 }
+
+/// `verify_known` answers from the verdict cache under the key `verify` uses, counts a hit as
+/// `verify` would, and leaves to `verify` what it cannot answer at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_verdict_is_known_at_once_under_the_key_verify_keeps_it_by() {
+    use ivory_engine::verifier::{PlatformScope, PlatformSet};
+    let h = RegistryHarness::start_default().await.unwrap();
+    let v = verifier(&h);
+    let repo = push(&h, "sig-p256").await;
+    let tag = format!("{repo}:v1");
+    let digest = v
+        .resolve_digest(&reference(&tag), None, soon())
+        .await
+        .unwrap();
+    let pinned = format!("{repo}@{digest}");
+    let trusted = request(pinned.clone(), key_attestor(&key("cosign-p256.pub")), None);
+    let untrusted = request(
+        pinned.clone(),
+        key_attestor(&key("untrusted-p256.pub")),
+        None,
+    );
+    let results = |v: &CosignVerifier| {
+        let r = v.cache_stats()[1].clone();
+        (r.hits, r.negative_hits)
+    };
+
+    assert_eq!(v.verify_known(&trusted), None, "nothing kept yet");
+    let verified = v.verify(&trusted, soon()).await.unwrap();
+    assert!(verified.is_verified(), "{verified:?}");
+    let refused = v.verify(&untrusted, soon()).await.unwrap();
+    assert!(!refused.is_verified(), "{refused:?}");
+    assert_eq!(results(&v), (0, 0));
+
+    h.reset_requests();
+    assert_eq!(v.verify_known(&trusted), Some(verified));
+    assert_eq!(v.verify_known(&untrusted), Some(refused));
+    assert_eq!(results(&v), (2, 1), "counted as verify counts its hits");
+    assert!(h.requests().is_empty(), "{:?}", h.requests());
+
+    // Other questions about the same digest have verdicts of their own.
+    let slsa = Attestation {
+        name: "slsa".into(),
+        intoto: Some(TypeRef {
+            type_: "https://slsa.dev/provenance/v1".into(),
+        }),
+        referrer: None,
+    };
+    let attested = request(
+        pinned.clone(),
+        key_attestor(&key("cosign-p256.pub")),
+        Some(slsa),
+    );
+    assert_eq!(v.verify_known(&attested), None);
+    // A tag is resolved first, and the index's platform manifests are verified one by one:
+    // both are left to `verify`, even with the index's own verdict kept.
+    let by_tag = request(tag, key_attestor(&key("cosign-p256.pub")), None);
+    assert!(v.verify(&by_tag, soon()).await.unwrap().is_verified());
+    assert_eq!(v.verify_known(&by_tag), None);
+    let platforms = VerifyRequest {
+        platforms: PlatformScope::Platforms(PlatformSet::default()),
+        ..trusted.clone()
+    };
+    assert_eq!(v.verify_known(&platforms), None);
+    assert_eq!(
+        results(&v).0,
+        3,
+        "only the tag's own verification hit: {:?}",
+        results(&v)
+    );
+}

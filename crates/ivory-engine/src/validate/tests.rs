@@ -177,6 +177,89 @@ async fn signed_and_unsigned_images() {
     }
 }
 
+/// Answers every verification at once from [`FakeVerifier`]'s tables, as a verifier whose
+/// cache holds the verdicts does; its `verify` fails, and counts how often it was asked.
+struct Knowing {
+    tables: FakeVerifier,
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+impl crate::verifier::ImageVerifier for Knowing {
+    fn resolve_digest<'a>(
+        &'a self,
+        image: &'a crate::verifier::ImageReference,
+        credentials: Option<&'a ivory_policy::types::Credentials>,
+        deadline: tokio::time::Instant,
+    ) -> futures::future::BoxFuture<'a, Result<String, crate::verifier::VerifyError>> {
+        self.tables.resolve_digest(image, credentials, deadline)
+    }
+
+    fn verify<'a>(
+        &'a self,
+        request: &'a crate::verifier::VerifyRequest,
+        _deadline: tokio::time::Instant,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<crate::verifier::Verification, crate::verifier::VerifyError>,
+    > {
+        use futures::FutureExt as _;
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let failed = crate::verifier::VerifyError::Unavailable {
+            image: request.image.original().to_owned(),
+            registry: String::new(),
+            message: "asked although the answer was known".into(),
+        };
+        async move { Err(failed) }.boxed()
+    }
+
+    fn verify_known(
+        &self,
+        request: &crate::verifier::VerifyRequest,
+    ) -> Option<crate::verifier::Verification> {
+        use futures::FutureExt as _;
+        let deadline = ivory_clock::now() + Duration::from_secs(10);
+        self.tables.verify(request, deadline).now_or_never()?.ok()
+    }
+
+    fn image_data<'a>(
+        &'a self,
+        image: &'a crate::verifier::ImageReference,
+        credentials: Option<&'a ivory_policy::types::Credentials>,
+        platform: &'a crate::verifier::ImagePlatform,
+        deadline: tokio::time::Instant,
+    ) -> futures::future::BoxFuture<'a, Result<Value, crate::verifier::VerifyError>> {
+        self.tables
+            .image_data(image, credentials, platform, deadline)
+    }
+}
+
+/// A verdict the verifier knows at once is the prefetch's answer: `verify` is not asked, and
+/// the decision is the one the same verdicts reached through `verify` give.
+#[tokio::test]
+async fn verdicts_known_at_once_decide_as_verified_ones_without_asking_again() {
+    let pol = pod_policy("sig", &no_digest(VERIFY_ALL));
+    for images in [&[SIGNED][..], &[UNSIGNED], &[SIGNED, UNSIGNED]] {
+        let req = create(images);
+        let fresh = run(&FakeVerifier::new().sign(SIGNED, "cosign"), &[&pol], &req).await;
+        let knowing = Knowing {
+            tables: FakeVerifier::new().sign(SIGNED, "cosign"),
+            asked: Default::default(),
+        };
+        let known = validate(
+            &knowing,
+            &NoResources,
+            &[&pol],
+            &req,
+            None,
+            ivory_clock::now() + Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(known, fresh, "{images:?}");
+        assert_eq!(knowing.asked.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert_eq!(knowing.tables.calls(), images.len(), "{images:?}");
+    }
+}
+
 /// An admitted request carries who signed what it verified (`verified-images`), from the
 /// verifier's answers only: a forged annotation on the Pod is not evidence, a denied request
 /// gets none, and the value is bounded however many images a Pod names.

@@ -53,6 +53,14 @@ pub(super) struct CacheCounters {
 }
 
 impl CacheCounters {
+    /// Counts a value found kept (`negative`: a verdict that did not verify).
+    pub(super) fn count_hit(&self, negative: bool) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        if negative {
+            self.negative_hits.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     pub(super) fn snapshot(&self, cache: &'static str) -> CacheStats {
         CacheStats {
             cache,
@@ -278,10 +286,7 @@ where
     if let Some(v) = cache.get(&key).await {
         let class = classify(&v);
         if class != Cached::Stale {
-            counters.hits.fetch_add(1, Ordering::Relaxed);
-            if class == Cached::Negative {
-                counters.negative_hits.fetch_add(1, Ordering::Relaxed);
-            }
+            counters.count_hit(class == Cached::Negative);
             return Ok(v);
         }
         // Callers that find the stale value before the load below replaces it reach the verdict

@@ -308,31 +308,8 @@ impl CosignVerifier {
             }
         };
         let creds = (self.inner.credentials)(request.credentials.as_ref());
-        let reference = &request.image;
-        let digest = self.resolve(reference, &creds, deadline).await?;
-        let cosign = request.attestor.cosign.as_ref();
-        let signature_repo = match cosign
-            .and_then(|c| c.source.as_ref())
-            .and_then(|s| s.repository.as_deref())
-        {
-            Some(r) if !r.is_empty() => r.to_owned(),
-            _ => reference.repository_name().to_owned(),
-        };
-        let prefix = cosign
-            .and_then(|c| c.source.as_ref())
-            .and_then(|s| s.tag_prefix.clone())
-            .unwrap_or_default();
-        let family = if predicate.is_some() {
-            Family::Attestations
-        } else {
-            Family::Signatures
-        };
-        let at = SignatureLocation {
-            repo: signature_repo,
-            prefix,
-            digest,
-            family,
-        };
+        let digest = self.resolve(&request.image, &creds, deadline).await?;
+        let at = signature_location(request, digest, predicate.as_deref());
         let key = ResultKey::at(&at, hash, predicate.clone());
         let (verified_ttl, negative_ttl) = (
             self.inner.config.verified_ttl,
@@ -392,6 +369,29 @@ impl CosignVerifier {
         )
         .await
         .map(|v| v.verdict)
+    }
+
+    /// [`ImageVerifier::verify_known`]: the kept verdict of a digest reference verified over
+    /// the index, found under the key [`CosignVerifier::verify_request`] would look up and
+    /// counted as its hit. Anything else (a tag to resolve, platform manifests, an attestor
+    /// that cannot be planned, a verdict not kept or not at hand) is left to `verify`.
+    fn known_verdict(&self, request: &VerifyRequest) -> Option<Verification> {
+        if request.platforms != PlatformScope::Index {
+            return None;
+        }
+        let digest = request.image.digest()?;
+        let (plan, hash) = self.plan(&request.attestor);
+        let Ok(planned) = plan.as_ref() else {
+            return None;
+        };
+        let predicate = attestation_key(planned, request.attestation.as_ref()).ok()?;
+        let at = signature_location(request, digest.to_owned(), predicate.as_deref());
+        let key = ResultKey::at(&at, hash, predicate);
+        let kept = self.inner.results.get(&key).now_or_never()??;
+        self.inner
+            .result_counters
+            .count_hit(!kept.verdict.is_verified());
+        Some(kept.verdict)
     }
 
     /// Fetches and checks signatures for one cache miss. The source where this repository's
@@ -559,6 +559,39 @@ fn attestation_type(a: Option<&Attestation>) -> Result<Option<String>, Unverifia
 }
 
 /// Runs `fut` until `deadline`; past it, a named deadline error instead of a hang.
+/// Where the signatures of `request`'s image at `digest` are read: the attestor's
+/// `source.repository` (else the image's own repository) and tag prefix, and the family
+/// (`predicate`: the attestation's key; `None` for signatures).
+fn signature_location(
+    request: &VerifyRequest,
+    digest: String,
+    predicate: Option<&str>,
+) -> SignatureLocation {
+    let source = request
+        .attestor
+        .cosign
+        .as_ref()
+        .and_then(|c| c.source.as_ref());
+    let repo = match source.and_then(|s| s.repository.as_deref()) {
+        Some(r) if !r.is_empty() => r.to_owned(),
+        _ => request.image.repository_name().to_owned(),
+    };
+    let prefix = source
+        .and_then(|s| s.tag_prefix.clone())
+        .unwrap_or_default();
+    let family = if predicate.is_some() {
+        Family::Attestations
+    } else {
+        Family::Signatures
+    };
+    SignatureLocation {
+        repo,
+        prefix,
+        digest,
+        family,
+    }
+}
+
 async fn bounded<T>(
     image: &ImageReference,
     operation: &str,
@@ -598,6 +631,10 @@ impl ImageVerifier for CosignVerifier {
         deadline: Instant,
     ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
         self.verify_scoped(request, deadline, None)
+    }
+
+    fn verify_known(&self, request: &VerifyRequest) -> Option<Verification> {
+        self.known_verdict(request)
     }
 
     fn image_data<'a>(
