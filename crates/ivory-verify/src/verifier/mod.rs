@@ -558,7 +558,6 @@ fn attestation_type(a: Option<&Attestation>) -> Result<Option<String>, Unverifia
     }
 }
 
-/// Runs `fut` until `deadline`; past it, a named deadline error instead of a hang.
 /// Where the signatures of `request`'s image at `digest` are read: the attestor's
 /// `source.repository` (else the image's own repository) and tag prefix, and the family
 /// (`predicate`: the attestation's key; `None` for signatures).
@@ -592,6 +591,7 @@ fn signature_location(
     }
 }
 
+/// Runs `fut` until `deadline`; past it, a named deadline error instead of a hang.
 async fn bounded<T>(
     image: &ImageReference,
     operation: &str,
