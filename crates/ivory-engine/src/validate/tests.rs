@@ -1,15 +1,23 @@
 //! Table-driven tests of the validating stage against an in-memory verifier.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
 use ivory_policy::CompiledPolicy;
+use ivory_policy::types::Credentials;
 use serde_json::{Value, json};
+use tokio::time::Instant;
 
 use super::{MAX_VERIFIED_ANNOTATION_BYTES, SKIPPED_ANNOTATION, VERIFIED_ANNOTATION, validate};
 use crate::admission::AdmissionRequest;
 use crate::decision::{Decision, Status};
 use crate::resources::NoResources;
 use crate::testing::{FakeVerifier, Mode};
+use crate::verifier::{
+    ImagePlatform, ImageReference, ImageVerifier, Verification, VerifyError, VerifyRequest,
+};
 
 const SIGNED: &str = "ghcr.io/kyverno/test-verify-image:signed";
 const UNSIGNED: &str = "ghcr.io/kyverno/test-verify-image:unsigned";
@@ -181,30 +189,26 @@ async fn signed_and_unsigned_images() {
 /// cache holds the verdicts does; its `verify` fails, and counts how often it was asked.
 struct Knowing {
     tables: FakeVerifier,
-    asked: std::sync::atomic::AtomicUsize,
+    asked: AtomicUsize,
 }
 
-impl crate::verifier::ImageVerifier for Knowing {
+impl ImageVerifier for Knowing {
     fn resolve_digest<'a>(
         &'a self,
-        image: &'a crate::verifier::ImageReference,
-        credentials: Option<&'a ivory_policy::types::Credentials>,
-        deadline: tokio::time::Instant,
-    ) -> futures::future::BoxFuture<'a, Result<String, crate::verifier::VerifyError>> {
+        image: &'a ImageReference,
+        credentials: Option<&'a Credentials>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<String, VerifyError>> {
         self.tables.resolve_digest(image, credentials, deadline)
     }
 
     fn verify<'a>(
         &'a self,
-        request: &'a crate::verifier::VerifyRequest,
-        _deadline: tokio::time::Instant,
-    ) -> futures::future::BoxFuture<
-        'a,
-        Result<crate::verifier::Verification, crate::verifier::VerifyError>,
-    > {
-        use futures::FutureExt as _;
-        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let failed = crate::verifier::VerifyError::Unavailable {
+        request: &'a VerifyRequest,
+        _deadline: Instant,
+    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        let failed = VerifyError::Unavailable {
             image: request.image.original().to_owned(),
             registry: String::new(),
             message: "asked although the answer was known".into(),
@@ -212,22 +216,18 @@ impl crate::verifier::ImageVerifier for Knowing {
         async move { Err(failed) }.boxed()
     }
 
-    fn verify_known(
-        &self,
-        request: &crate::verifier::VerifyRequest,
-    ) -> Option<crate::verifier::Verification> {
-        use futures::FutureExt as _;
+    fn verify_known(&self, request: &VerifyRequest) -> Option<Verification> {
         let deadline = ivory_clock::now() + Duration::from_secs(10);
         self.tables.verify(request, deadline).now_or_never()?.ok()
     }
 
     fn image_data<'a>(
         &'a self,
-        image: &'a crate::verifier::ImageReference,
-        credentials: Option<&'a ivory_policy::types::Credentials>,
-        platform: &'a crate::verifier::ImagePlatform,
-        deadline: tokio::time::Instant,
-    ) -> futures::future::BoxFuture<'a, Result<Value, crate::verifier::VerifyError>> {
+        image: &'a ImageReference,
+        credentials: Option<&'a Credentials>,
+        platform: &'a ImagePlatform,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
         self.tables
             .image_data(image, credentials, platform, deadline)
     }
@@ -255,7 +255,7 @@ async fn verdicts_known_at_once_decide_as_verified_ones_without_asking_again() {
         )
         .await;
         assert_eq!(known, fresh, "{images:?}");
-        assert_eq!(knowing.asked.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert_eq!(knowing.asked.load(Ordering::SeqCst), 0);
         assert_eq!(knowing.tables.calls(), images.len(), "{images:?}");
     }
 }
