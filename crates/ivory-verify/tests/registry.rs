@@ -1323,6 +1323,154 @@ async fn platform_manifests_are_verified_each_by_digest_and_cached() {
     assert!(asked.is_empty(), "a warm verification asked {asked:?}");
 }
 
+/// `ivory.dev/verify-platforms` reads an index as containerd does when a node picks its manifest:
+/// an entry without `platform` is placed by its image config, and `linux/x86_64` and
+/// `Linux/AMD64` are linux/amd64 (containerd runs the first entry that matches, so an unsigned
+/// one listed before the signed one is what runs). The unsigned manifest a node would run is
+/// not verified; once signed, the image is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn platform_manifests_are_placed_as_containerd_places_them() {
+    use ivory_engine::verifier::{PlatformScope, PlatformSet};
+    use serde_json::json;
+    let h = RegistryHarness::start_default().await.unwrap();
+    let signer = ivory_testkit::CosignSigner::generate().unwrap();
+    let repo = "ivory/containerd-platforms";
+    let (_, children) = h
+        .push_platform_index(
+            repo,
+            "parts",
+            &[
+                ("linux", "amd64"),
+                ("linux", "arm64"),
+                ("linux", "x86_64"),
+                ("Linux", "AMD64"),
+            ],
+        )
+        .await
+        .unwrap();
+    let [amd64, arm64, x86_64, upper] = [0, 1, 2, 3].map(|n| children[n].clone());
+    h.push_cosign_signature(repo, &amd64, &signer)
+        .await
+        .unwrap();
+    let entry = |digest: &str, platform: Option<(&str, &str)>| {
+        let mut entry = json!({
+            "mediaType": ivory_testkit::OCI_MANIFEST,
+            "digest": digest,
+            "size": 1,
+        });
+        if let Some((os, architecture)) = platform {
+            entry["platform"] = json!({"os": os, "architecture": architecture});
+        }
+        entry
+    };
+    for (tag, entries) in [
+        (
+            "no-platform",
+            vec![entry(&amd64, Some(("linux", "amd64"))), entry(&arm64, None)],
+        ),
+        (
+            "x86_64",
+            vec![
+                entry(&x86_64, Some(("linux", "x86_64"))),
+                entry(&amd64, Some(("linux", "amd64"))),
+            ],
+        ),
+        (
+            "upper",
+            vec![
+                entry(&upper, Some(("Linux", "AMD64"))),
+                entry(&amd64, Some(("linux", "amd64"))),
+            ],
+        ),
+    ] {
+        let index = json!({
+            "schemaVersion": 2,
+            "mediaType": ivory_testkit::OCI_INDEX,
+            "manifests": entries,
+        });
+        h.push_manifest(
+            repo,
+            tag,
+            ivory_testkit::OCI_INDEX,
+            index.to_string().as_bytes(),
+        )
+        .await
+        .unwrap();
+    }
+    let pod = |os: &str, architecture: &str| PlatformSet {
+        os: Some([os.to_owned()].into()),
+        architecture: Some([architecture.to_owned()].into()),
+    };
+    let scoped = |tag: &str, set: PlatformSet| VerifyRequest {
+        platforms: PlatformScope::Platforms(set),
+        ..request(
+            format!("{}/{repo}:{tag}", h.host()),
+            key_attestor(&signer.public_pem),
+            None,
+        )
+    };
+    let denied = |verification: Verification, platform: &str, digest: &str| {
+        let Verification::NotVerified { reason, .. } = &verification else {
+            panic!("the unsigned {platform} manifest {digest} was admitted: {verification:?}")
+        };
+        let reason = reason.to_string();
+        assert!(
+            reason.starts_with(&format!("platform {platform} ({digest}): ")),
+            "{reason}"
+        );
+    };
+    let questions = [
+        (
+            scoped("no-platform", PlatformSet::default()),
+            "linux/arm64",
+            &arm64,
+        ),
+        (
+            scoped("no-platform", pod("linux", "arm64")),
+            "linux/arm64",
+            &arm64,
+        ),
+        (
+            scoped("x86_64", pod("linux", "amd64")),
+            "linux/amd64",
+            &x86_64,
+        ),
+        (
+            scoped("x86_64", PlatformSet::default()),
+            "linux/amd64",
+            &x86_64,
+        ),
+        (
+            scoped("upper", pod("linux", "amd64")),
+            "linux/amd64",
+            &upper,
+        ),
+    ];
+    let v = verifier(&h);
+    for (question, platform, digest) in &questions {
+        denied(v.verify(question, soon()).await.unwrap(), platform, digest);
+    }
+    let elsewhere = v
+        .verify(&scoped("no-platform", pod("linux", "amd64")), soon())
+        .await
+        .unwrap();
+    assert!(
+        elsewhere.is_verified(),
+        "its config places the entry on arm64, where an amd64 node does not run it: {elsewhere:?}"
+    );
+
+    for digest in [&arm64, &x86_64, &upper] {
+        h.push_cosign_signature(repo, digest, &signer)
+            .await
+            .unwrap();
+    }
+    let v = verifier(&h);
+    for (question, platform, _) in &questions {
+        let verdict = v.verify(question, soon()).await.unwrap();
+        assert!(verdict.is_verified(), "{platform}: {verdict:?}");
+    }
+}
+
 /// `verify_known` answers from the verdict cache under the key `verify` uses, counts a hit as
 /// `verify` would, and leaves to `verify` what it cannot answer at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

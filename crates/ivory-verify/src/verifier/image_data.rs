@@ -84,21 +84,34 @@ impl CosignVerifier {
 /// Windows-only image on a Pod that does not pin another platform: the kubelet can pull
 /// nothing else); else `platform`, which the index lacks (an error naming it).
 fn described_platform(index: &Value, platform: &ImagePlatform) -> (String, String) {
-    let children = super::platforms::runnable_children(index);
-    let has = |os: &str, arch: &str| {
-        children
-            .iter()
-            .any(|c| c.os == os && c.architecture == arch)
-    };
+    let written = written_platforms(index);
+    let has = |os: &str, arch: &str| written.iter().any(|&(o, a)| o == os && a == arch);
     if !has(&platform.os, &platform.architecture) {
-        let mut possible = children
+        let mut possible = written
             .iter()
-            .filter(|c| platform.allowed.contains(&c.os, &c.architecture));
-        if let (Some(only), None) = (possible.next(), possible.next()) {
-            return (only.os.clone(), only.architecture.clone());
+            .filter(|(os, arch)| platform.allowed.contains(os, arch));
+        if let (Some((os, arch)), None) = (possible.next(), possible.next()) {
+            return ((*os).to_owned(), (*arch).to_owned());
         }
     }
     (platform.os.clone(), platform.architecture.clone())
+}
+
+/// The platforms an index's entries name, as written: image data picks a manifest by them as
+/// go-containerregistry (so Kyverno) does, by exact value. BuildKit's `unknown` attestation
+/// manifests are left out. (What must verify is read as containerd reads it: `platforms`.)
+fn written_platforms(index: &Value) -> Vec<(&str, &str)> {
+    index
+        .get("manifests")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let part = |key: &str| entry.get("platform")?.get(key)?.as_str();
+            let (os, architecture) = (part("os")?, part("architecture")?);
+            (os != "unknown" && architecture != "unknown").then_some((os, architecture))
+        })
+        .collect()
 }
 
 /// Kyverno's image data shape (SDK `imagedataloader.ImageDescriptor`): a digest reference
