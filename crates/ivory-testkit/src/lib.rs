@@ -35,6 +35,7 @@ pub use registry::{
     AuthMode, Harness, HarnessOptions, LoggedRequest, REGISTRY_BINARY, RegistryHarness,
 };
 pub use token::{TOKEN_ISSUER, TOKEN_SERVICE, TOKEN_TTL_SECS};
+pub use tsa::{OpensslTsa, TsaKey};
 
 /// The repository's `fixtures/` folder: signed test images, keys, reviews (see its README).
 pub fn fixtures_dir() -> std::path::PathBuf {
@@ -55,3 +56,4 @@ mod redis;
 mod registry;
 pub mod review;
 mod token;
+mod tsa;

@@ -36,6 +36,7 @@ mod legacy_tlog;
 pub mod notation;
 mod rejection;
 mod signer;
+mod timestamp_token;
 pub mod trust;
 pub mod verdict;
 mod verifier;

@@ -4,8 +4,10 @@
 use base64::Engine as _;
 use serde_json::Value;
 use sigstore_verify::crypto::CertificateInfo;
-use sigstore_verify::types::bundle::TimestampVerificationData;
-use sigstore_verify::types::{Bundle, Sha256Hash, SignatureBytes, SignatureContent};
+use sigstore_verify::types::bundle::{Rfc3161Timestamp, TimestampVerificationData};
+use sigstore_verify::types::{
+    Bundle, Sha256Hash, SignatureBytes, SignatureContent, TimestampToken,
+};
 use sigstore_verify::{PublicKeyVerificationPolicy, TimestampError, VerificationPolicy};
 
 use crate::attestor_plan::{Authority, KeylessRules, Plan};
@@ -370,6 +372,8 @@ fn run<'a>(
     artifact: impl Into<sigstore_verify::types::Artifact<'a>> + Clone,
     bundle: &Bundle,
 ) -> Result<Option<CertificateInfo>, Rejection> {
+    let distinct = with_distinct_timestamp_certificates(bundle);
+    let bundle = distinct.as_ref().unwrap_or(bundle);
     match run_once(plan, verifier, artifact.clone(), bundle) {
         Err(e @ sigstore_verify::Error::Timestamp(TimestampError::Invalid(_)))
             if !plan.ignore_tlog && has_promised_entry(bundle) =>
@@ -381,6 +385,37 @@ fn run<'a>(
         }
         other => other.map_err(describe),
     }
+}
+
+/// `bundle` with each RFC 3161 timestamp's certificates once (OpenSSL's TSA repeats its own, as
+/// sigstore-go reads them: `timestamp_token`); `None` when no token repeats one.
+fn with_distinct_timestamp_certificates(bundle: &Bundle) -> Option<Bundle> {
+    let timestamps = &bundle
+        .verification_material
+        .timestamp_verification_data
+        .rfc3161_timestamps;
+    let mut changed = false;
+    let distinct: Vec<Rfc3161Timestamp> = timestamps
+        .iter()
+        .map(|t| {
+            match crate::timestamp_token::without_repeated_certificates(
+                t.signed_timestamp.as_bytes(),
+            ) {
+                Some(token) => {
+                    changed = true;
+                    Rfc3161Timestamp::new(TimestampToken::new(token))
+                }
+                None => t.clone(),
+            }
+        })
+        .collect();
+    if !changed {
+        return None;
+    }
+    let mut with = bundle.clone();
+    with.verification_material.timestamp_verification_data =
+        TimestampVerificationData::new(distinct);
+    Some(with)
 }
 
 /// `bundle` without its RFC 3161 timestamps whose `genTime` has fractional seconds; `None`

@@ -516,3 +516,97 @@ async fn notation_verdicts_are_cached_and_concurrent_misses_coalesced() {
     assert!(verify(&v, &image, audit, None).await.is_verified());
     assert!(!h.requests().is_empty());
 }
+
+/// Gives the `jws` image's Notation signature the timestamp `stamp` makes over its signature
+/// bytes (the countersignature is in the JWS unprotected header, which the signature does not
+/// cover, as `notation sign --timestamp-url` puts it there): the envelope, its signature
+/// manifest and the referrers fallback index pushed again. Returns the image.
+async fn push_jws_stamped_by(h: &Harness, tsa: &ivory_testkit::OpensslTsa) -> String {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    let image = push(h, "jws").await;
+    let repo = manifest()["images"]["jws"]["repo"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let blobs = fixtures().join("oci").join(&repo).join("blobs/sha256");
+    let blob = |digest: &str| -> Value {
+        let hex = digest.trim_start_matches("sha256:");
+        serde_json::from_slice(&std::fs::read(blobs.join(hex)).unwrap()).unwrap()
+    };
+    let subject = image.rsplit_once('@').unwrap().1;
+    let fallback_tag = subject.replace(':', "-");
+    let layout_index: Value =
+        serde_json::from_slice(&std::fs::read(blobs.join("../../index.json")).unwrap()).unwrap();
+    let fallback_digest = layout_index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == fallback_tag.as_str())
+        .unwrap()["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut fallback = blob(&fallback_digest);
+    let mut signature = blob(fallback["manifests"][0]["digest"].as_str().unwrap());
+    let mut envelope = blob(signature["layers"][0]["digest"].as_str().unwrap());
+    let signed = URL_SAFE_NO_PAD
+        .decode(envelope["signature"].as_str().unwrap())
+        .unwrap();
+    let token = tsa.token(&signed).unwrap();
+    envelope["header"]["io.cncf.notary.timestampSignature"] = STANDARD.encode(token).into();
+    let envelope = envelope.to_string();
+    let layer = h.push_blob(&repo, envelope.as_bytes()).await.unwrap();
+    signature["layers"][0]["digest"] = layer.into();
+    signature["layers"][0]["size"] = envelope.len().into();
+    let signature = signature.to_string();
+    let digest = ivory_testkit::sha256_digest(signature.as_bytes());
+    h.push_manifest(
+        &repo,
+        &digest,
+        ivory_testkit::OCI_MANIFEST,
+        signature.as_bytes(),
+    )
+    .await
+    .unwrap();
+    fallback["manifests"][0]["digest"] = digest.into();
+    fallback["manifests"][0]["size"] = signature.len().into();
+    h.push_manifest(
+        &repo,
+        &fallback_tag,
+        ivory_testkit::OCI_INDEX,
+        fallback.to_string().as_bytes(),
+    )
+    .await
+    .unwrap();
+    image
+}
+
+/// A timestamp made by OpenSSL's own TSA (`openssl ts -reply` with its `certs` chain file, so
+/// the token repeats the TSA certificate), RSA and ECDSA, as `notation verify` accepts it:
+/// verified to the TSA's root; a token whose signer does not chain to `tsaCerts` (another
+/// OpenSSL TSA's root, the fixtures' TSA root) stays refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openssl_tsa_timestamps_verify_as_notation_verifies_them() {
+    use ivory_testkit::{OpensslTsa, TsaKey};
+    let root = pem("root.pem");
+    let other = OpensslTsa::new(TsaKey::EcP256).unwrap();
+    for key in [TsaKey::Rsa, TsaKey::EcP256] {
+        let h = RegistryHarness::start_default().await.unwrap();
+        let tsa = OpensslTsa::new(key).unwrap();
+        let image = push_jws_stamped_by(&h, &tsa).await;
+        let v = verifier(&h);
+        let stamped = verify(&v, &image, attestor(&root, Some(&tsa.root_pem), None), None).await;
+        assert!(stamped.is_verified(), "{key:?}: {stamped:?}");
+        for (name, untrusted) in [
+            ("another TSA", &other.root_pem),
+            ("fixtures' TSA", &pem("tsa-root.pem")),
+        ] {
+            let refused = verify(&v, &image, attestor(&root, Some(untrusted), None), None).await;
+            assert!(
+                reason(&refused).contains("does not verify to tsaCerts"),
+                "{key:?}, {name}: {refused:?}"
+            );
+        }
+    }
+}
