@@ -573,3 +573,6 @@ mod tests;
 
 #[cfg(test)]
 mod balloon_tests;
+
+#[cfg(test)]
+mod openssl_tsa_tests;
