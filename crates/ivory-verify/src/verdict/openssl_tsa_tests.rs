@@ -235,12 +235,12 @@ fn a_bundle_timestamped_by_openssls_ecdsa_tsa_verifies_to_that_tsa_only() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A fresh directory of this test process (removed by the test).
 fn tempdir() -> std::path::PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    let dir = std::env::temp_dir().join(format!("ivory-keyless-{}-{nanos}", std::process::id()));
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("ivory-keyless-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
