@@ -1324,10 +1324,11 @@ async fn platform_manifests_are_verified_each_by_digest_and_cached() {
 }
 
 /// `ivory.dev/verify-platforms` reads an index as containerd does when a node picks its manifest:
-/// an entry without `platform` is placed by its image config, and `linux/x86_64` and
-/// `Linux/AMD64` are linux/amd64 (containerd runs the first entry that matches, so an unsigned
-/// one listed before the signed one is what runs). The unsigned manifest a node would run is
-/// not verified; once signed, the image is.
+/// an entry without `platform` is placed by its image config, `linux/x86_64` and `Linux/AMD64`
+/// are linux/amd64 (containerd runs the first entry that matches, so an unsigned one listed
+/// before the signed one is what runs), and a nested index is descended into (its own signature
+/// vouches for none of its manifests). The unsigned manifest a node would run is not verified;
+/// once signed, the image is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn platform_manifests_are_placed_as_containerd_places_them() {
     use ivory_engine::verifier::{PlatformScope, PlatformSet};
@@ -1363,7 +1364,26 @@ async fn platform_manifests_are_placed_as_containerd_places_them() {
         }
         entry
     };
+    // An index nested in the index, signed as a whole: containerd descends into it and runs
+    // its arm64 manifest, which is unsigned.
+    let mut nested = entry(&arm64, Some(("linux", "arm64")));
+    let inner =
+        json!({"schemaVersion": 2, "mediaType": ivory_testkit::OCI_INDEX, "manifests": [nested]})
+            .to_string();
+    let inner_digest = h
+        .push_manifest(repo, "inner", ivory_testkit::OCI_INDEX, inner.as_bytes())
+        .await
+        .unwrap();
+    h.push_cosign_signature(repo, &inner_digest, &signer)
+        .await
+        .unwrap();
+    nested = entry(&inner_digest, Some(("linux", "arm64")));
+    nested["mediaType"] = ivory_testkit::OCI_INDEX.into();
     for (tag, entries) in [
+        (
+            "nested",
+            vec![entry(&amd64, Some(("linux", "amd64"))), nested],
+        ),
         (
             "no-platform",
             vec![entry(&amd64, Some(("linux", "amd64"))), entry(&arm64, None)],
@@ -1439,6 +1459,16 @@ async fn platform_manifests_are_placed_as_containerd_places_them() {
             scoped("x86_64", PlatformSet::default()),
             "linux/amd64",
             &x86_64,
+        ),
+        (
+            scoped("nested", PlatformSet::default()),
+            "linux/arm64",
+            &arm64,
+        ),
+        (
+            scoped("nested", pod("linux", "arm64")),
+            "linux/arm64",
+            &arm64,
         ),
         (
             scoped("upper", pod("linux", "amd64")),

@@ -9,7 +9,7 @@
 //! (`x86_64` is `amd64`, `aarch64` is `arm64`, ...), and an entry without a `platform` placed by
 //! its image config. What ivory cannot place counts as every platform, so it must verify.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -17,7 +17,9 @@ use futures::StreamExt;
 use ivory_engine::verifier::{
     ImageReference, PlatformScope, PlatformSet, Verification, VerifyError, VerifyRequest,
 };
-use ivory_registry::{Credentials, JsonLimits, parse_json_bounded};
+use ivory_registry::{
+    Credentials, DOCKER_MANIFEST_LIST, JsonLimits, MAX_INDEX_DEPTH, OCI_INDEX, parse_json_bounded,
+};
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
@@ -152,11 +154,13 @@ pub(super) const MAX_PLATFORM_MANIFESTS: usize = 64;
 const CONFIGS_AT_ONCE: usize = 8;
 
 /// An index entry a node may run: its digest and its written platform, `None` when the entry
-/// has none (containerd then places it by its image config).
+/// has none (containerd then places it by its image config); `nested` when its descriptor says
+/// it is an index (containerd descends into it).
 #[derive(Debug)]
 struct Entry {
     digest: String,
     written: Option<Platform>,
+    nested: bool,
 }
 
 /// The entries of an index a kubelet can pick: all but those whose platform says `unknown`
@@ -178,9 +182,11 @@ fn candidate_entries(index: &Value) -> Vec<Entry> {
             if written.as_ref().is_some_and(Platform::is_unknown) {
                 return None;
             }
+            let media_type = entry.get("mediaType").and_then(Value::as_str);
             Some(Entry {
                 digest: digest.to_owned(),
                 written,
+                nested: media_type.is_some_and(|t| t == OCI_INDEX || t == DOCKER_MANIFEST_LIST),
             })
         })
         .take(MAX_PLATFORM_MANIFESTS + 1)
@@ -320,7 +326,9 @@ impl CosignVerifier {
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<Vec<Child>, VerifyError> {
-        let entries = candidate_entries(index);
+        let entries = self
+            .flattened_entries(image, index, creds, deadline)
+            .await?;
         if entries.len() > MAX_PLATFORM_MANIFESTS {
             return Ok(entries
                 .into_iter()
@@ -355,6 +363,63 @@ impl CosignVerifier {
             }
         }
         Ok(children)
+    }
+
+    /// The entries of `index` and, as containerd descends into nested indexes, theirs (an
+    /// index signed as a whole vouches for none of its platforms). Each nested index counts
+    /// against [`MAX_PLATFORM_MANIFESTS`] as an entry would, so that past it the result holds
+    /// more than that many (the image is then not verified) and no more are fetched; nesting
+    /// deeper than [`MAX_INDEX_DEPTH`] is refused as hostile.
+    async fn flattened_entries(
+        &self,
+        image: &ImageReference,
+        index: &Value,
+        creds: &Credentials,
+        deadline: Instant,
+    ) -> Result<Vec<Entry>, VerifyError> {
+        let mut entries = Vec::new();
+        let mut nested = Vec::new();
+        let mut seen = HashSet::new();
+        let mut pending = vec![(candidate_entries(index), 0)];
+        while let Some((level, depth)) = pending.pop() {
+            for entry in level {
+                if entries.len() + nested.len() > MAX_PLATFORM_MANIFESTS {
+                    entries.append(&mut nested);
+                    return Ok(entries);
+                }
+                if !entry.nested {
+                    entries.push(entry);
+                    continue;
+                }
+                if depth >= MAX_INDEX_DEPTH {
+                    return Err(VerifyError::Hostile {
+                        image: image.original().to_owned(),
+                        registry: image.registry().to_owned(),
+                        message: format!("image index nesting deeper than {MAX_INDEX_DEPTH}"),
+                    });
+                }
+                if !seen.insert(entry.digest.clone()) {
+                    continue;
+                }
+                let fail = |e| map_error(image, "fetching a nested image index", e, deadline);
+                let reference =
+                    super::sibling(image.repository_name(), '@', &entry.digest).map_err(fail)?;
+                let manifest = self
+                    .inner
+                    .registry
+                    .fetch_manifest(&reference, creds, deadline)
+                    .await
+                    .map_err(fail)?;
+                if manifest.is_index() {
+                    pending.push((candidate_entries(&manifest.json), depth + 1));
+                    nested.push(entry);
+                } else {
+                    // Not an index after all (containerd refuses it): verified as itself.
+                    entries.push(entry);
+                }
+            }
+        }
+        Ok(entries)
     }
 
     /// Where containerd places the index entry `digest` that has no `platform`: the `os`,
