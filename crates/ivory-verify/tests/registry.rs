@@ -1353,11 +1353,27 @@ async fn platform_manifests_are_placed_as_containerd_places_them() {
     h.push_cosign_signature(repo, &amd64, &signer)
         .await
         .unwrap();
+    // Descriptors as containerd checks them: the size of what the digest names.
+    let registry = Registry::new(Config {
+        ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
+        ..Config::default()
+    })
+    .unwrap();
+    let mut sizes = std::collections::HashMap::new();
+    for digest in &children {
+        let pinned = reference(&format!("{}/{repo}@{digest}", h.host()));
+        let anonymous = ivory_registry::Credentials::anonymous();
+        let manifest = registry
+            .fetch_manifest(&pinned, &anonymous, soon())
+            .await
+            .unwrap();
+        sizes.insert(digest.clone(), manifest.bytes.len());
+    }
     let entry = |digest: &str, platform: Option<(&str, &str)>| {
         let mut entry = json!({
             "mediaType": ivory_testkit::OCI_MANIFEST,
             "digest": digest,
-            "size": 1,
+            "size": sizes.get(digest).copied().unwrap_or_default(),
         });
         if let Some((os, architecture)) = platform {
             entry["platform"] = json!({"os": os, "architecture": architecture});
@@ -1379,6 +1395,7 @@ async fn platform_manifests_are_placed_as_containerd_places_them() {
         .unwrap();
     nested = entry(&inner_digest, Some(("linux", "arm64")));
     nested["mediaType"] = ivory_testkit::OCI_INDEX.into();
+    nested["size"] = inner.len().into();
     for (tag, entries) in [
         (
             "nested",

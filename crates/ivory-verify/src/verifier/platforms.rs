@@ -6,8 +6,9 @@
 //!
 //! Platforms are read as containerd reads them when it picks the manifest a node runs
 //! (`containerd/platforms`' `Normalize`): case-insensitive, architecture aliases folded
-//! (`x86_64` is `amd64`, `aarch64` is `arm64`, ...), and an entry without a `platform` placed by
-//! its image config. What ivory cannot place counts as every platform, so it must verify.
+//! (`x86_64` is `amd64`, `aarch64` is `arm64`, ...), an entry without a `platform` placed by its
+//! image config, nested indexes descended into. What ivory cannot place counts as every
+//! platform, so it must verify.
 
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
@@ -32,9 +33,9 @@ use crate::rejection::Rejection;
 /// it, which matches any value (an entry ivory cannot place must verify whatever the Pod runs).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Platform {
-    pub(super) os: Option<String>,
-    pub(super) architecture: Option<String>,
-    pub(super) variant: Option<String>,
+    os: Option<String>,
+    architecture: Option<String>,
+    variant: Option<String>,
 }
 
 impl Platform {
