@@ -170,6 +170,31 @@ mod tests {
         }
     }
 
+    /// Every truncation and every single-byte change of a real token (the bytes a registry or a
+    /// signer controls): no panic, and a rewrite only ever drops repeated certificates (it is
+    /// shorter than what it was made from, and repeats nothing).
+    #[test]
+    fn damaged_tokens_are_rewritten_only_by_dropping_repeats() {
+        let tsa = OpensslTsa::new(TsaKey::EcP256).unwrap();
+        let token = tsa.token(b"signature").unwrap();
+        let check = |bytes: &[u8]| {
+            if let Some(rewritten) = without_repeated_certificates(bytes) {
+                assert!(rewritten.len() < bytes.len());
+                assert_eq!(without_repeated_certificates(&rewritten), None);
+            }
+        };
+        for end in 0..token.len() {
+            check(&token[..end]);
+        }
+        for at in 0..token.len() {
+            for flip in [0x01, 0x80, 0xff] {
+                let mut damaged = token.clone();
+                damaged[at] ^= flip;
+                check(&damaged);
+            }
+        }
+    }
+
     /// A token that repeats nothing is left as it is, and what is not a token is not touched.
     #[test]
     fn tokens_without_repeats_and_other_bytes_are_left_alone() {
