@@ -1524,6 +1524,91 @@ async fn platform_manifests_are_placed_as_containerd_places_them() {
     }
 }
 
+/// Nested indexes a registry serves to make one admission fetch without end: more nested
+/// indexes than the platform cap allows are not verified (and not all fetched), and nesting
+/// deeper than `MAX_INDEX_DEPTH` is refused as hostile, naming the image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_indexes_are_bounded_in_number_and_depth() {
+    use ivory_engine::verifier::{ErrorKind, PlatformScope, PlatformSet};
+    use serde_json::json;
+    let h = RegistryHarness::start_default().await.unwrap();
+    let signer = ivory_testkit::CosignSigner::generate().unwrap();
+    let repo = "ivory/nested-indexes";
+    let (_, children) = h
+        .push_platform_index(repo, "parts", &[("linux", "amd64")])
+        .await
+        .unwrap();
+    let index_of = |entries: Vec<serde_json::Value>| {
+        json!({"schemaVersion": 2, "mediaType": ivory_testkit::OCI_INDEX, "manifests": entries})
+            .to_string()
+    };
+    let nested_entry = |digest: &str, size: usize| json!({"mediaType": ivory_testkit::OCI_INDEX, "digest": digest, "size": size});
+    let all = |tag: &str| VerifyRequest {
+        platforms: PlatformScope::Platforms(PlatformSet::default()),
+        ..request(
+            format!("{}/{repo}:{tag}", h.host()),
+            key_attestor(&signer.public_pem),
+            None,
+        )
+    };
+
+    // 100 distinct nested indexes, each holding the one manifest.
+    let mut wide = Vec::new();
+    for n in 0..100 {
+        let entry = json!({"mediaType": ivory_testkit::OCI_MANIFEST, "digest": children[0], "size": 1, "annotations": {"n": n.to_string()}});
+        let inner = index_of(vec![entry]);
+        let digest = h
+            .push_manifest(
+                repo,
+                &format!("inner-{n}"),
+                ivory_testkit::OCI_INDEX,
+                inner.as_bytes(),
+            )
+            .await
+            .unwrap();
+        wide.push(nested_entry(&digest, inner.len()));
+    }
+    let wide = index_of(wide);
+    h.push_manifest(repo, "wide", ivory_testkit::OCI_INDEX, wide.as_bytes())
+        .await
+        .unwrap();
+    let v = verifier(&h);
+    h.reset_requests();
+    let verdict = v.verify(&all("wide"), soon()).await.unwrap();
+    let Verification::NotVerified { reason, .. } = &verdict else {
+        panic!("{verdict:?}")
+    };
+    assert_eq!(
+        reason.to_string(),
+        "the image index lists more than 64 platform manifests; ivory verifies at most 64"
+    );
+    let fetched = h
+        .requests()
+        .into_iter()
+        .filter(|(method, path, _)| method == "GET" && path.contains("/manifests/sha256:"))
+        .count();
+    assert!(fetched <= 66, "{fetched} manifests fetched");
+
+    // Six levels of nesting.
+    let (mut digest, mut size) = (children[0].clone(), 1);
+    for level in 0..6 {
+        let inner = index_of(vec![nested_entry(&digest, size)]);
+        digest = h
+            .push_manifest(
+                repo,
+                &format!("deep-{level}"),
+                ivory_testkit::OCI_INDEX,
+                inner.as_bytes(),
+            )
+            .await
+            .unwrap();
+        size = inner.len();
+    }
+    let err = v.verify(&all("deep-5"), soon()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Hostile, "{err}");
+    assert!(err.to_string().contains("nesting deeper than 4"), "{err}");
+}
+
 /// `verify_known` answers from the verdict cache under the key `verify` uses, counts a hit as
 /// `verify` would, and leaves to `verify` what it cannot answer at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
