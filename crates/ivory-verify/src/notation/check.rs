@@ -383,8 +383,8 @@ fn timestamp_time(plan: &NotaryPlan, env: &SignedEnvelope) -> Result<Timestamp, 
         Rejection::Tlog("the signature has no timestamp countersignature (tsaCerts are set)".into())
     })?;
     // OpenSSL's TSA repeats its certificate; notation-go reads such a token, and so does ivory.
-    let token = &crate::timestamp_token::without_repeated_certificates(token)
-        .unwrap_or_else(|| token.clone());
+    let distinct = crate::timestamp_token::without_repeated_certificates(token);
+    let token = distinct.as_ref().unwrap_or(token);
     // An RSA TSA's token: read here (sigstore-tsa reads EC TSA keys only).
     match super::timestamp_rsa::verify(token, &env.signature, &plan.tsa) {
         Ok(time) => return Ok(time),

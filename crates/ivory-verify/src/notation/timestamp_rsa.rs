@@ -1,6 +1,7 @@
 //! RFC 3161 timestamp tokens signed by an RSA timestamp authority, which sigstore-tsa (used for
 //! every other token) does not read. The same checks, on the same crates: `cms` and `x509-cert`
-//! for the structures (DER, strict), aws-lc-rs for the RSA PKCS#1 v1.5 signature, rustls-webpki
+//! for the structures (DER, strict, once `timestamp_token` has dropped repeated certificates),
+//! aws-lc-rs for the RSA PKCS#1 v1.5 signature, rustls-webpki
 //! for the TSA chain to a `tsaCerts` root with the timestamping usage, at the token's time.
 //!
 //! Checked: a SignedData whose content is a TSTInfo; its message imprint is the hash of the
