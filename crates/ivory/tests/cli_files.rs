@@ -324,6 +324,18 @@ async fn names_with_escape_sequences_reach_terminals_and_junit_visibly() {
         "{xml}"
     );
 
+    // `-o json`: the same names as JSON escapes, the document unchanged for a parser.
+    let run = ivory_in(dir.path(), &["test", "suite", "-o", "json"]).await;
+    assert_eq!(run.code, 1, "{}", show(&run));
+    assert_eq!(
+        raw_controls(&run.stdout),
+        Vec::<char>::new(),
+        "{}",
+        show(&run)
+    );
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(doc[0]["RULE"], "r\u{1b}[2J\u{202e}", "{}", show(&run));
+
     // `ivory convert`'s report names the input's policies and rules.
     let input = dir.path().join("evil.yaml");
     let evil = legacy_policy()

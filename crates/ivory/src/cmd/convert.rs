@@ -75,7 +75,10 @@ fn read(file: &Path) -> anyhow::Result<(String, String)> {
 fn print_report(conversions: &[Conversion], json: bool) -> anyhow::Result<()> {
     if json {
         let reports: Vec<_> = conversions.iter().flat_map(|c| c.reports.iter()).collect();
-        eprintln!("{}", serde_json::to_string_pretty(&reports)?);
+        eprintln!(
+            "{}",
+            output::json_for_terminal(serde_json::to_string_pretty(&reports)?)
+        );
         return Ok(());
     }
     // Policy and rule names are the input's: every line shown with its control characters
