@@ -135,14 +135,62 @@ pub(crate) fn write_replacing(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 /// Opens `path` for reading: a final link is not followed and a FIFO or device does not
 /// block the open; anything but a regular file is refused, naming the path.
 pub(crate) fn open_regular(path: &Path) -> anyhow::Result<File> {
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::LOOP) => {
-            bail!("{}: a symbolic link (not followed)", path.display())
-        }
-        Err(e) => bail!("{}: {}", path.display(), std::io::Error::from(e)),
+    match rustix::fs::open(path, READ_PLAIN, Mode::empty()) {
+        Ok(fd) => regular(fd, path),
+        Err(e) => Err(not_opened(path, e)),
+    }
+}
+
+/// Opens `path`, an absolute path without links or `..` (as `fs::canonicalize` gives it),
+/// one component at a time from `/`, following no link: a folder swapped for a link after
+/// the path was resolved and checked is refused, never followed. The last component is
+/// opened as [`open_regular`] opens a file.
+pub(crate) fn open_resolved(path: &Path) -> anyhow::Result<File> {
+    use std::path::Component;
+    let mut components = path.components();
+    if components.next() != Some(Component::RootDir) {
+        bail!("{}: not an absolute path", path.display());
+    }
+    let names = components
+        .map(|c| match c {
+            Component::Normal(name) => Ok(name),
+            _ => Err(anyhow::anyhow!("{}: not a resolved path", path.display())),
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let Some((last, folders)) = names.split_last() else {
+        bail!("{}: not a regular file (a folder): refused", path.display());
     };
+    // O_PATH: a folder is passed through as a lookup would, without read permission.
+    let through = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut dir = rustix::fs::open("/", through, Mode::empty()).map_err(|e| not_opened(path, e))?;
+    for name in folders {
+        dir = rustix::fs::openat(&dir, *name, through, Mode::empty())
+            .map_err(|e| not_opened(path, e))?;
+    }
+    match rustix::fs::openat(&dir, *last, READ_PLAIN, Mode::empty()) {
+        Ok(fd) => regular(fd, path),
+        Err(e) => Err(not_opened(path, e)),
+    }
+}
+
+/// Read-only, no link followed, no wait for a writer (FIFO) or a device.
+const READ_PLAIN: OFlags = OFlags::RDONLY
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::NONBLOCK)
+    .union(OFlags::CLOEXEC);
+
+fn not_opened(path: &Path, errno: rustix::io::Errno) -> anyhow::Error {
+    match errno {
+        rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => anyhow::anyhow!(
+            "{}: a symbolic link or not a folder on the way (not followed)",
+            path.display()
+        ),
+        e => anyhow::anyhow!("{}: {}", path.display(), std::io::Error::from(e)),
+    }
+}
+
+/// `fd` as a file when `fstat` of the opened handle says it is a regular file.
+fn regular(fd: OwnedFd, path: &Path) -> anyhow::Result<File> {
     let stat = rustix::fs::fstat(&fd).with_context(|| format!("{}", path.display()))?;
     let kind = FileType::from_raw_mode(stat.st_mode);
     if kind != FileType::RegularFile {
@@ -231,5 +279,28 @@ mod tests {
         assert!(err.contains("a FIFO"), "{err}");
         let err = open_regular(dir.path()).unwrap_err().to_string();
         assert!(err.contains("a folder"), "{err}");
+    }
+
+    #[test]
+    fn resolved_paths_are_opened_without_following_any_link_on_the_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(base.join("suite")).unwrap();
+        std::fs::write(base.join("suite/r.yaml"), "inside").unwrap();
+        std::fs::create_dir(base.join("outside")).unwrap();
+        std::fs::write(base.join("outside/r.yaml"), "secret").unwrap();
+        let checked = base.join("suite/r.yaml");
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut open_resolved(&checked).unwrap(), &mut text).unwrap();
+        assert_eq!(text, "inside");
+        // The folder swapped for a link out after the path was checked.
+        std::fs::rename(base.join("suite"), base.join("moved")).unwrap();
+        std::os::unix::fs::symlink(base.join("outside"), base.join("suite")).unwrap();
+        let err = open_resolved(&checked).unwrap_err().to_string();
+        assert!(err.contains("not followed"), "{err}");
+        assert!(std::fs::read_to_string(&checked).unwrap() == "secret");
+        for bad in ["relative/r.yaml", "/a/../r.yaml", "/"] {
+            assert!(open_resolved(Path::new(bad)).is_err(), "{bad}");
+        }
     }
 }

@@ -200,8 +200,8 @@ fn load_resources(case: &TestCase) -> anyhow::Result<Vec<Value>> {
     let mut seen = BTreeSet::new();
     for file in &case.test.resources {
         let path = case.input("resources", file)?;
-        let text =
-            suite::read(&path).with_context(|| format!("{}: resources", case.path.display()))?;
+        let text = suite::read_input(&path)
+            .with_context(|| format!("{}: resources", case.path.display()))?;
         for mut object in suite::objects(&path, &text)
             .with_context(|| format!("{}: resources", case.path.display()))?
         {
@@ -279,8 +279,8 @@ fn policy_inputs(
         .iter()
         .map(|file| {
             let file = case.confine(field, file)?;
-            let text =
-                suite::read(&file).with_context(|| format!("{}: {field}", case.path.display()))?;
+            let text = suite::read_input(&file)
+                .with_context(|| format!("{}: {field}", case.path.display()))?;
             Ok((file, text))
         })
         .collect()

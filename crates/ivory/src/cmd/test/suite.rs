@@ -406,6 +406,14 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<String> {
     crate::cmd::wiring::read_bounded(file, &path.display().to_string(), MAX_FILE_BYTES)
 }
 
+/// Reads a file a test names, resolved and checked by [`TestCase::confine`]: opened along
+/// that very path without following any link (one swapped in since is refused), a regular
+/// file, at most [`MAX_FILE_BYTES`].
+pub(crate) fn read_input(path: &Path) -> anyhow::Result<String> {
+    let file = crate::cmd::files::open_resolved(path)?;
+    crate::cmd::wiring::read_bounded(file, &path.display().to_string(), MAX_FILE_BYTES)
+}
+
 /// The tests of one file, one per YAML document; `confined`: their inputs must be under the
 /// root they were found in.
 pub(crate) fn load(found: &Found, confined: bool) -> anyhow::Result<Vec<TestCase>> {
@@ -487,7 +495,7 @@ pub(crate) fn objects(path: &Path, text: &str) -> anyhow::Result<Vec<Value>> {
 
 /// The single object document of a file.
 fn single(path: &Path, what: &str) -> anyhow::Result<Value> {
-    let text = read(path)?;
+    let text = read_input(path)?;
     let mut docs = objects(path, &text)?;
     match docs.len() {
         1 => Ok(docs.remove(0)),
