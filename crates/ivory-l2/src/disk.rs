@@ -10,6 +10,13 @@
 //!   0600, in a 0700 directory). A file edited or copied to another name by hand does not open
 //!   and is deleted; an expired one too. The key protects against edits by tools and other
 //!   users, not against the user themselves: anyone who can read the key can seal.
+//! * **Owned**: the folder, its `entries` folder and the key are trusted only when owned by
+//!   the user running ivory (or root) and writable by no one else (the key: readable by no
+//!   one else). Each is opened once without following a symbolic link and checked on the
+//!   opened handle; every later file operation is relative to that handle, so a path swapped
+//!   after the check changes nothing. Otherwise the command runs without the cache and says
+//!   so: root running `ivory verify --cache-dir` on a folder another user owns would else take
+//!   that user's forged verdicts.
 //! * **Bounded**: entries larger than [`MAX_ENTRY_BYTES`] are neither written nor read, and
 //!   when the files pass `max_bytes` in total the oldest (by modification time) are deleted
 //!   until a quarter of the bound is free again.
@@ -17,9 +24,11 @@
 //!   and is counted; the command then asks the registry as it would without a cache.
 //!   Concurrent runs are safe: entries are written to a temporary file and renamed.
 
-use std::fs::{self, DirBuilder, OpenOptions};
+use std::ffi::{CStr, CString};
+use std::fs::{DirBuilder, File};
 use std::io::{Read as _, Write as _};
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +38,7 @@ use aws_lc_rs::rand::{SecureRandom as _, SystemRandom};
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use ivory_verify::{Lookup, SharedCache};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use tokio::time::Instant;
 
 use crate::entry::{Keys, MIN_KEY_BYTES, SEAL_OVERHEAD};
@@ -66,6 +76,28 @@ pub enum DiskError {
         /// Its permission bits.
         mode: u32,
     },
+    /// The folder or the key belongs to another user (not the one running ivory, not root):
+    /// they could have sealed any verdict with it.
+    #[error(
+        "{path}: owned by uid {owner}, not by the user running ivory (uid {me}) or root: another user could have forged its entries"
+    )]
+    Owner {
+        /// The file or directory.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// The user running ivory (effective uid).
+        me: u32,
+    },
+    /// The folder or the key is a symbolic link or not the kind of file expected: never
+    /// followed, as its target could be anyone's.
+    #[error("{path}: {what}")]
+    NotPlain {
+        /// The file or directory.
+        path: PathBuf,
+        /// What it is instead.
+        what: &'static str,
+    },
     /// The key file does not hold a key (truncated, or not made by ivory).
     #[error("{path}: not an ivory cache key ({len} bytes); delete it to start a new cache")]
     BadKey {
@@ -101,7 +133,10 @@ pub struct DiskCache {
 }
 
 struct Inner {
+    /// The `entries` folder, for messages.
     entries: PathBuf,
+    /// The `entries` folder as opened and checked: every entry is named relative to it.
+    entries_dir: OwnedFd,
     keys: Keys,
     max_bytes: u64,
     /// What this process believes the entries take; recomputed from the files on eviction.
@@ -125,19 +160,35 @@ impl std::fmt::Debug for DiskCache {
 
 impl DiskCache {
     /// Opens (creating when missing) the cache in `dir`, keeping the entries under `max_bytes`.
+    /// The folder, its `entries` folder and its key must be owned by the user running ivory
+    /// (or root), writable by no one else and no symbolic link (see the module's doc).
     pub fn open(dir: &Path, max_bytes: u64) -> Result<Self, DiskError> {
-        private_dir(dir)?;
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| DiskError::Io {
+                path: dir.to_owned(),
+                source,
+            })?;
+        let top = private_dir(rustix::fs::CWD, dir, dir)?;
         let entries = dir.join(ENTRIES_DIR);
-        private_dir(&entries)?;
-        let key = read_or_create_key(&dir.join(KEY_FILE))?;
+        match rustix::fs::mkdirat(&top, ENTRIES_DIR, Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(io_error(&entries, e)),
+        }
+        let entries_dir = private_dir(&top, Path::new(ENTRIES_DIR), &entries)?;
+        let key_path = dir.join(KEY_FILE);
+        let key = read_or_create_key(&top, &key_path)?;
         let keys = Keys::new(&[(KEY_FILE.to_owned(), key)]).map_err(|_| DiskError::BadKey {
-            path: dir.join(KEY_FILE),
+            path: key_path,
             len: 0,
         })?;
-        let total = scan(&entries).iter().map(|e| e.len).sum();
+        let total = scan(&entries_dir).iter().map(|e| e.len).sum();
         Ok(Self {
             inner: Arc::new(Inner {
                 entries,
+                entries_dir,
                 keys,
                 max_bytes,
                 total: AtomicU64::new(total),
@@ -224,10 +275,16 @@ impl SharedCache for DiskCache {
 }
 
 impl Inner {
-    /// File of `name`: names hold `:` and may be long, so the file is named by their SHA-256.
-    fn path(&self, name: &str) -> PathBuf {
+    /// File name of `name` in the entries folder: names hold `:` and may be long, so the
+    /// file is named by their SHA-256.
+    fn file_name(name: &str) -> String {
         let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, name.as_bytes());
-        self.entries.join(hex::encode(digest.as_ref()))
+        hex::encode(digest.as_ref())
+    }
+
+    /// Path of `name`'s file, for messages (and tests).
+    fn path(&self, name: &str) -> PathBuf {
+        self.entries.join(Self::file_name(name))
     }
 
     fn count(counter: &AtomicU64) {
@@ -235,8 +292,8 @@ impl Inner {
     }
 
     fn get(&self, name: &str) -> Option<Vec<u8>> {
-        let path = self.path(name);
-        let bytes = match read_bounded(&path, MAX_ENTRY_BYTES + SEAL_OVERHEAD) {
+        let file = Self::file_name(name);
+        let bytes = match read_entry(&self.entries_dir, &file, MAX_ENTRY_BYTES + SEAL_OVERHEAD) {
             Ok(Some(bytes)) => bytes,
             Ok(None) => {
                 Self::count(&self.misses);
@@ -254,10 +311,10 @@ impl Inner {
                 Some(value.to_vec())
             }
             Err(why) => {
-                tracing::debug!(entry = %path.display(), ?why, "cache entry ignored and deleted");
+                tracing::debug!(entry = %self.path(name).display(), ?why, "cache entry ignored and deleted");
                 Self::count(&self.rejected);
                 Self::count(&self.misses);
-                self.remove(&path);
+                self.remove(&file);
                 None
             }
         }
@@ -269,9 +326,9 @@ impl Inner {
         }
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let sealed = self.keys.seal(name, value, now_ms().saturating_add(ttl_ms));
-        let path = self.path(name);
-        let replaced = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        match write_atomically(&self.entries, &path, &sealed) {
+        let file = Self::file_name(name);
+        let replaced = entry_len(&self.entries_dir, &file).unwrap_or(0);
+        match write_atomically(&self.entries_dir, &file, &sealed) {
             Ok(()) => {
                 Self::count(&self.writes);
                 let len = sealed.len() as u64;
@@ -286,7 +343,7 @@ impl Inner {
                 }
             }
             Err(e) => {
-                tracing::debug!(entry = %path.display(), error = %e, "cache entry not written");
+                tracing::debug!(entry = %self.path(name).display(), error = %e, "cache entry not written");
                 Self::count(&self.errors);
             }
         }
@@ -295,7 +352,7 @@ impl Inner {
     /// Deletes the oldest entries until at most three quarters of the bound is used, so a
     /// full cache does not scan its folder on every write.
     fn evict(&self) {
-        let mut files = scan(&self.entries);
+        let mut files = scan(&self.entries_dir);
         files.sort_by_key(|f| f.modified);
         let mut total: u64 = files.iter().map(|f| f.len).sum();
         let target = self.max_bytes / 4 * 3;
@@ -303,7 +360,9 @@ impl Inner {
             if total <= target {
                 break;
             }
-            if fs::remove_file(&file.path).is_ok() {
+            if rustix::fs::unlinkat(&self.entries_dir, file.name.as_c_str(), AtFlags::empty())
+                .is_ok()
+            {
                 total = total.saturating_sub(file.len);
                 Self::count(&self.evictions);
             }
@@ -311,11 +370,10 @@ impl Inner {
         self.total.store(total, Ordering::Relaxed);
     }
 
-    fn remove(&self, path: &Path) {
-        if let Ok(meta) = fs::metadata(path)
-            && fs::remove_file(path).is_ok()
+    fn remove(&self, file: &str) {
+        if let Some(len) = entry_len(&self.entries_dir, file)
+            && rustix::fs::unlinkat(&self.entries_dir, file, AtFlags::empty()).is_ok()
         {
-            let len = meta.len();
             let _ = self
                 .total
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
@@ -325,29 +383,78 @@ impl Inner {
     }
 }
 
-/// Creates `dir` (0700) when missing; refuses one that other users may write (they could
-/// replace the key). One they may only read is used: entries are not secret, the key is.
-fn private_dir(dir: &Path) -> Result<(), DiskError> {
-    let io = |source| DiskError::Io {
-        path: dir.to_owned(),
-        source,
-    };
-    match DirBuilder::new().recursive(true).mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) => return Err(io(e)),
+fn io_error(path: &Path, errno: rustix::io::Errno) -> DiskError {
+    DiskError::Io {
+        path: path.to_owned(),
+        source: errno.into(),
     }
-    let mode = fs::metadata(dir).map_err(io)?.permissions().mode() & 0o777;
-    if mode & 0o022 != 0 {
+}
+
+/// The effective uid: whose files may feed the cache (besides root's).
+fn me() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// Refuses a file other users could have written: owned by someone else than the user
+/// running ivory or root, or with any of the `forbidden` permission bits.
+fn check_owner(stat: &Stat, path: &Path, forbidden: u32) -> Result<(), DiskError> {
+    let me = me();
+    if stat.st_uid != me && stat.st_uid != 0 {
+        return Err(DiskError::Owner {
+            path: path.to_owned(),
+            owner: stat.st_uid,
+            me,
+        });
+    }
+    let mode = stat.st_mode & 0o7777;
+    if mode & forbidden != 0 {
         return Err(DiskError::Permissions {
-            path: dir.to_owned(),
-            mode,
+            path: path.to_owned(),
+            mode: mode & 0o777,
         });
     }
     Ok(())
 }
 
-/// The key in `path`, made (32 random bytes, 0600, never overwritten) when missing.
-fn read_or_create_key(path: &Path) -> Result<Vec<u8>, DiskError> {
+/// Why `name` (in `at`) did not open without following a link: a symbolic link, or not the
+/// kind of file expected, refused by name; any other failure as it came.
+fn not_followed(
+    at: impl AsFd,
+    name: impl rustix::path::Arg,
+    path: &Path,
+    errno: rustix::io::Errno,
+) -> DiskError {
+    use rustix::io::Errno;
+    if !matches!(errno, Errno::LOOP | Errno::NOTDIR) {
+        return io_error(path, errno);
+    }
+    let link = rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Symlink);
+    DiskError::NotPlain {
+        path: path.to_owned(),
+        what: if link {
+            "a symbolic link (not followed: its target could be anyone's)"
+        } else {
+            "not a folder"
+        },
+    }
+}
+
+/// Opens the folder `name` (relative to `at`) without following a link, and checks the
+/// opened handle: owned by the user or root, writable by no one else. Readable by others
+/// is allowed: entries are not secret, the key is.
+fn private_dir(at: impl AsFd, name: &Path, path: &Path) -> Result<OwnedFd, DiskError> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let dir = rustix::fs::openat(at.as_fd(), name, flags, Mode::empty())
+        .map_err(|e| not_followed(at.as_fd(), name, path, e))?;
+    let stat = rustix::fs::fstat(&dir).map_err(|e| io_error(path, e))?;
+    check_owner(&stat, path, 0o022)?;
+    Ok(dir)
+}
+
+/// The key in `dir` (32 random bytes, 0600, never overwritten), made when missing; an
+/// existing one must be a plain file of the user or root that no one else can read or write.
+fn read_or_create_key(dir: &OwnedFd, path: &Path) -> Result<Vec<u8>, DiskError> {
     let io = |source| DiskError::Io {
         path: path.to_owned(),
         source,
@@ -356,31 +463,30 @@ fn read_or_create_key(path: &Path) -> Result<Vec<u8>, DiskError> {
     SystemRandom::new()
         .fill(&mut key)
         .map_err(|_| io(std::io::Error::other("no system randomness")))?;
-    // `create_new`: two first runs at once keep one key (the loser reads the winner's).
-    let created = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path);
-    match created {
-        Ok(mut file) => {
+    // O_EXCL: two first runs at once keep one key (the loser reads the winner's), and a
+    // planted link is never written through.
+    let create =
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat(dir, KEY_FILE, create, Mode::from_raw_mode(0o600)) {
+        Ok(fd) => {
+            let mut file = File::from(fd);
             file.write_all(&key).map_err(io)?;
             file.sync_all().map_err(io)?;
             return Ok(key);
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io(e)),
+        Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(io_error(path, e)),
     }
-    let mode = fs::metadata(path).map_err(io)?.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(DiskError::Permissions {
+    let fd = open_plain(dir, KEY_FILE).map_err(|e| not_followed(dir, KEY_FILE, path, e))?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| io_error(path, e))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(DiskError::NotPlain {
             path: path.to_owned(),
-            mode,
+            what: "not a regular file",
         });
     }
-    let bytes = read_bounded(path, MIN_KEY_BYTES + 1)
-        .map_err(io)?
-        .unwrap_or_default();
+    check_owner(&stat, path, 0o077)?;
+    let bytes = read_limited(File::from(fd), MIN_KEY_BYTES + 1).map_err(io)?;
     if bytes.len() != MIN_KEY_BYTES {
         return Err(DiskError::BadKey {
             path: path.to_owned(),
@@ -390,53 +496,78 @@ fn read_or_create_key(path: &Path) -> Result<Vec<u8>, DiskError> {
     Ok(bytes)
 }
 
-/// The file's bytes, `None` when it does not exist; an error when it is larger than `limit`
-/// (read no further: a planted huge file costs nothing).
-fn read_bounded(path: &Path, limit: usize) -> std::io::Result<Option<Vec<u8>>> {
-    let file = match fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
+/// Opens `name` in `dir` for reading: never through a link, never waiting (a FIFO opens at
+/// once and is then refused as not a regular file).
+fn open_plain(dir: &OwnedFd, name: impl rustix::path::Arg) -> rustix::io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    rustix::fs::openat(dir, name, flags, Mode::empty())
+}
+
+/// At most `limit` bytes of `file`; an error when it holds more (read no further: a planted
+/// huge file costs nothing).
+fn read_limited(file: File, limit: usize) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     file.take(limit as u64 + 1).read_to_end(&mut bytes)?;
     if bytes.len() > limit {
         return Err(std::io::Error::other("larger than any entry"));
     }
-    Ok(Some(bytes))
+    Ok(bytes)
 }
 
-/// Writes `bytes` to a new temporary file in `dir` (0600) and renames it over `path`, so a
-/// reader (another run) sees the old entry or the new one, never a part.
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// The entry file `name`'s bytes, `None` when it does not exist; an error when it is not a
+/// regular file or is larger than `limit`.
+fn read_entry(dir: &OwnedFd, name: &str, limit: usize) -> std::io::Result<Option<Vec<u8>>> {
+    let fd = match open_plain(dir, name) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let stat = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    read_limited(File::from(fd), limit).map(Some)
+}
+
+/// Size of the entry file `name`, if there is one (a link is not followed).
+fn entry_len(dir: &OwnedFd, name: &str) -> Option<u64> {
+    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .ok()
+        .map(|s| u64::try_from(s.st_size).unwrap_or(0))
+}
+
+/// Writes `bytes` to a new temporary file in `dir` (0600, created: never through a link) and
+/// renames it over `name`, so a reader (another run) sees the old entry or the new one,
+/// never a part.
+fn write_atomically(dir: &OwnedFd, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let mut suffix = [0u8; 8];
     SystemRandom::new()
         .fill(&mut suffix)
         .map_err(|_| std::io::Error::other("no system randomness"))?;
-    let temp = dir.join(format!("{TEMP_PREFIX}{}", hex::encode(suffix)));
-    let written = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&temp)
-        .and_then(|mut f| f.write_all(bytes));
-    let renamed = written.and_then(|()| fs::rename(&temp, path));
+    let temp = format!("{TEMP_PREFIX}{}", hex::encode(suffix));
+    let create =
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(dir, temp.as_str(), create, Mode::from_raw_mode(0o600))?;
+    let written = File::from(fd).write_all(bytes);
+    let renamed = written.and_then(|()| {
+        rustix::fs::renameat(dir, temp.as_str(), dir, name).map_err(std::io::Error::from)
+    });
     if renamed.is_err() {
-        let _ = fs::remove_file(&temp);
+        let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
     }
     renamed
 }
 
 struct EntryFile {
-    path: PathBuf,
+    name: CString,
     len: u64,
     modified: SystemTime,
 }
 
 /// The entry files of `dir` (temporary files older than a minute count too, so a crashed
 /// writer's leftovers are evicted like entries).
-fn scan(dir: &Path) -> Vec<EntryFile> {
-    let Ok(read) = fs::read_dir(dir) else {
+fn scan(dir: &OwnedFd) -> Vec<EntryFile> {
+    let Ok(read) = rustix::fs::Dir::read_from(dir) else {
         return Vec::new();
     };
     let stale = ivory_clock::wall()
@@ -444,16 +575,27 @@ fn scan(dir: &Path) -> Vec<EntryFile> {
         .unwrap_or(UNIX_EPOCH);
     read.filter_map(Result::ok)
         .filter_map(|e| {
-            let meta = e.metadata().ok()?;
-            let modified = meta.modified().unwrap_or(UNIX_EPOCH);
-            let temp = e.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
-            (meta.is_file() && (!temp || modified < stale)).then(|| EntryFile {
-                path: e.path(),
-                len: meta.len(),
+            let name: &CStr = e.file_name();
+            let stat = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+            let modified = modified(&stat);
+            let temp = name.to_bytes().starts_with(TEMP_PREFIX.as_bytes());
+            let regular = FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile;
+            (regular && (!temp || modified < stale)).then(|| EntryFile {
+                name: name.to_owned(),
+                len: u64::try_from(stat.st_size).unwrap_or(0),
                 modified,
             })
         })
         .collect()
+}
+
+/// A file's modification time (the epoch when before it).
+fn modified(stat: &Stat) -> SystemTime {
+    let secs = u64::try_from(stat.st_mtime).unwrap_or(0);
+    let nanos = u32::try_from(stat.st_mtime_nsec)
+        .unwrap_or(0)
+        .min(999_999_999);
+    UNIX_EPOCH + Duration::new(secs, nanos)
 }
 
 fn now_ms() -> u64 {

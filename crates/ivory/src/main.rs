@@ -25,6 +25,7 @@ mod cmd {
     pub(crate) mod audit;
     pub(crate) mod convert;
     pub(crate) mod doctor;
+    pub(crate) mod files;
     pub(crate) mod image_report;
     pub(crate) mod output;
     pub(crate) mod serve;

@@ -2,15 +2,17 @@
 //! registry, counted in its access log: a second `ivory verify`, `apply` or `audit` over the
 //! same images asks the registry nothing and gives the same verdicts; entries edited by hand
 //! are ignored (the registry is asked again, as often as on a cold run, and the verdicts do
-//! not change). `--nocapture` prints the figures BENCHMARKS.md quotes.
+//! not change); a folder another local user owns is not trusted at all. `--nocapture` prints
+//! the figures BENCHMARKS.md quotes.
 
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::Path;
 
 use ivory_testkit::Harness;
 use serde_json::Value;
 
 use crate::cli_util::{
-    Run, check_images_policies, ivory, key, push_fixture, registry_and_ca, write,
+    Run, check_images_policies, ivory, key, push_fixture, registry_and_ca, write, write_ca,
 };
 use crate::util::fixtures;
 
@@ -186,4 +188,126 @@ async fn a_second_run_asks_the_registry_nothing_and_hand_edits_are_ignored() {
     uncached.push("--no-cache".into());
     let (_, requests, _) = counted(&h, &uncached).await;
     assert!(requests > 0);
+}
+
+/// A uid no account of this machine has: the test's other local user.
+fn unused_uid() -> u32 {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let used: Vec<u32> = passwd
+        .lines()
+        .filter_map(|l| l.split(':').nth(2)?.parse().ok())
+        .collect();
+    (40_000..60_000).find(|u| !used.contains(u)).unwrap()
+}
+
+/// Runs `ivory <args>` as `uid` (and gid `uid`, no supplementary groups) with `setpriv`.
+async fn ivory_as(uid: u32, home: &Path, args: &[String]) -> Run {
+    let out = tokio::process::Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .arg("--clear-groups")
+        .arg("--")
+        .arg(crate::util::BIN)
+        .args(args)
+        .env("IVORY_LOG", "warn")
+        .env("HOME", home)
+        .env_remove("IVORY_CACHE_DIR")
+        .output()
+        .await
+        .unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// root's `ivory verify --cache-dir` over a folder another local user made (with ivory, as
+/// that user, so the folder, the key and a positive verdict sealed with it are theirs): the
+/// folder is not trusted, said once on stderr, and the registry is asked. The image's
+/// signature has since been replaced by one from another key, so trusting the folder would
+/// pass an image that no longer verifies, with no registry request at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_folder_another_user_owns_is_not_trusted() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!(
+            "SKIPPED a_cache_folder_another_user_owns_is_not_trusted: acting as another user (setpriv) needs root; CI runs as root"
+        );
+        return;
+    }
+    let (h, _dir, _) = registry_and_ca().await;
+    let (_, digest) = push_fixture(&h, "unsigned").await;
+    let image = format!("{}/ivory/unsigned@{digest}", h.host());
+    let signer = ivory_testkit::CosignSigner::generate().unwrap();
+    h.push_cosign_signature("ivory/unsigned", &digest, &signer)
+        .await
+        .unwrap();
+    // Files the other user can read, and a home of theirs to keep the cache in.
+    let uid = unused_uid();
+    let shared = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ca = write_ca(shared.path(), &h);
+    let public = write(shared.path(), "key.pub", &signer.public_pem);
+    for file in [&ca, &public] {
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let home = shared.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(uid), Some(uid)).unwrap();
+    let cache = home.join("cache");
+    let args: Vec<String> = vec![
+        "verify".into(),
+        "--registry-ca".into(),
+        ca.display().to_string(),
+        "--key".into(),
+        public.display().to_string(),
+        "--insecure-ignore-tlog".into(),
+        "--cache-dir".into(),
+        cache.display().to_string(),
+        image.clone(),
+    ];
+
+    // The other user's own cache serves them: a second run asks the registry nothing.
+    let first = ivory_as(uid, &home, &args).await;
+    assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
+    h.reset_requests();
+    let warm = ivory_as(uid, &home, &args).await;
+    assert_eq!(warm.code, 0, "{}\n{}", warm.stdout, warm.stderr);
+    assert_eq!(h.requests().len(), 0, "{:?}", h.requests());
+    let owner = std::fs::metadata(cache.join("key")).unwrap().uid();
+    assert_eq!(owner, uid, "the key is the other user's");
+
+    // The signature replaced: the image is no longer signed by the key.
+    let other = ivory_testkit::CosignSigner::generate().unwrap();
+    h.push_cosign_signature("ivory/unsigned", &digest, &other)
+        .await
+        .unwrap();
+
+    // root, over the other user's folder: not trusted, said once, the registry asked.
+    h.reset_requests();
+    let run = ivory(&args).await;
+    assert_eq!(
+        run.code, 1,
+        "an entry of another user's folder was trusted\n{}\n{}",
+        run.stdout, run.stderr
+    );
+    assert!(!h.requests().is_empty());
+    let said = run
+        .stderr
+        .matches("running without the verification cache")
+        .count();
+    assert_eq!(said, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "owned by uid {uid}, not by the user running ivory (uid 0) or root"
+        )),
+        "{}",
+        run.stderr
+    );
+    // Nothing of root's was written there.
+    let owners: Vec<u32> = std::fs::read_dir(cache.join("entries"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().uid())
+        .collect();
+    assert!(owners.iter().all(|&o| o == uid), "{owners:?}");
 }

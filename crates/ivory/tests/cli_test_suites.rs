@@ -152,7 +152,12 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
     let run = ivory(test_args(
         &h,
         dir.path(),
-        &[&wrong, "--junit", &junit.display().to_string()],
+        &[
+            &wrong,
+            "--allow-outside-root",
+            "--junit",
+            &junit.display().to_string(),
+        ],
     ))
     .await;
     assert_eq!(run.code, 1, "{}", show(&run));
@@ -171,7 +176,12 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
     );
 
     // --fail-only: the failures alone, after Kyverno's other summary line.
-    let run = ivory(test_args(&h, dir.path(), &[&wrong, "--fail-only"])).await;
+    let run = ivory(test_args(
+        &h,
+        dir.path(),
+        &[&wrong, "--allow-outside-root", "--fail-only"],
+    ))
+    .await;
     assert_eq!(run.code, 1, "{}", show(&run));
     assert!(
         run.stdout.contains("Test Summary: 1 out of 2 tests failed")
@@ -244,7 +254,7 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
     let run = ivory(test_args(
         &h,
         dir.path(),
-        &[&payloads.display().to_string()],
+        &[&payloads.display().to_string(), "--allow-outside-root"],
     ))
     .await;
     assert_eq!(run.code, 2, "{}", show(&run));
@@ -258,7 +268,12 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
     // rows answered by the policy written for their rule (tags pinned first, as Kyverno's
     // legacy rules pin them).
     let legacy = suites().join("legacy").display().to_string();
-    let run = ivory(test_args(&h, dir.path(), &[&legacy, "--detailed-results"])).await;
+    let run = ivory(test_args(
+        &h,
+        dir.path(),
+        &[&legacy, "--allow-outside-root", "--detailed-results"],
+    ))
+    .await;
     assert_eq!(run.code, 0, "{}", show(&run));
     for pod in ["signed-pod", "unsigned-pod"] {
         let row = line(&run, pod);
@@ -277,7 +292,12 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
 
     // A legacy rule the converter refuses is never judged by nothing: the test cannot run.
     let refused = suites().join("legacy-refused").display().to_string();
-    let run = ivory(test_args(&h, dir.path(), &[&refused])).await;
+    let run = ivory(test_args(
+        &h,
+        dir.path(),
+        &[&refused, "--allow-outside-root"],
+    ))
+    .await;
     assert_eq!(run.code, 2, "{}", show(&run));
     assert!(
         run.stderr.contains("rule verify-with-kms: refused") && run.stderr.contains("kms"),

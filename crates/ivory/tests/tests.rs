@@ -22,7 +22,10 @@
 //!   (`cli_util`: running them, pushing fixtures).
 //! * `cli_pipeline`: a malformed review refused alike by `apply` and `serve` (one pipeline).
 //! * `cli_cluster_resources`: `--cluster-resources` for `resource.Get` in `verify` and `apply`.
-//! * `cli_cache`: the persistent verification cache of the one-shot commands (`--cache-dir`).
+//! * `cli_cache`: the persistent verification cache of the one-shot commands (`--cache-dir`),
+//!   and a cache folder of another user refused.
+//! * `cli_files`: `convert -o` and `ivory test` against hostile folders and suites (planted
+//!   links, paths out of the suite, FIFOs) and names with escape sequences.
 //! * `cli_completions`: `ivory completions bash|zsh|fish`.
 //! * `cli_registries`: every command against a plain-HTTP loopback registry and a self-signed
 //!   one; the one-line error form.
@@ -40,6 +43,7 @@ mod cli_cluster_resources;
 mod cli_completions;
 mod cli_convert;
 mod cli_exceptions;
+mod cli_files;
 mod cli_pipeline;
 mod cli_registries;
 mod cli_test_suites;

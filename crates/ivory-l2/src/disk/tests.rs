@@ -1,3 +1,4 @@
+use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 
 use super::*;
@@ -152,4 +153,99 @@ fn a_key_or_folder_open_to_others_is_refused() {
     fs::write(&key, b"short").unwrap();
     let err = DiskCache::open(&cache_dir, DEFAULT_MAX_BYTES).unwrap_err();
     assert!(matches!(err, DiskError::BadKey { len: 5, .. }), "{err}");
+}
+
+#[test]
+fn a_linked_folder_key_or_entries_folder_is_never_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    drop(open(&real));
+    // The folder itself a link (to a folder that would otherwise be trusted).
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let err = DiskCache::open(&link, DEFAULT_MAX_BYTES).unwrap_err();
+    assert!(matches!(err, DiskError::NotPlain { .. }), "{err}");
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    // The key a link to another cache's key.
+    let other = dir.path().join("other");
+    fs::create_dir(&other).unwrap();
+    fs::set_permissions(&other, fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink(real.join(KEY_FILE), other.join(KEY_FILE)).unwrap();
+    let err = DiskCache::open(&other, DEFAULT_MAX_BYTES).unwrap_err();
+    assert!(matches!(err, DiskError::NotPlain { .. }), "{err}");
+    // The entries folder a link.
+    fs::remove_file(other.join(KEY_FILE)).unwrap();
+    fs::remove_dir(other.join(ENTRIES_DIR)).unwrap();
+    std::os::unix::fs::symlink(real.join(ENTRIES_DIR), other.join(ENTRIES_DIR)).unwrap();
+    let err = DiskCache::open(&other, DEFAULT_MAX_BYTES).unwrap_err();
+    assert!(matches!(err, DiskError::NotPlain { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn an_entry_that_is_a_link_or_a_fifo_is_a_miss_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open(dir.path());
+    let secret = dir.path().join("elsewhere");
+    fs::write(&secret, b"not an entry").unwrap();
+    std::os::unix::fs::symlink(&secret, cache.inner.path(NAME)).unwrap();
+    assert_eq!(cache.get(NAME).await, None);
+    let status = std::process::Command::new("mkfifo")
+        .arg(cache.inner.path(OTHER))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Would block forever without O_NONBLOCK: no writer ever opens the FIFO.
+    let got = tokio::time::timeout(Duration::from_secs(20), cache.get(OTHER)).await;
+    assert_eq!(got, Ok(None));
+    assert_eq!(cache.stats().errors, 2, "{:?}", cache.stats());
+    // A write replaces the link itself, never its target.
+    cache.put(NAME, b"verified".to_vec(), HOUR).await;
+    assert_eq!(fs::read(&secret).unwrap(), b"not an entry");
+    assert_eq!(cache.get(NAME).await.as_deref(), Some(&b"verified"[..]));
+}
+
+/// A uid that no account on this machine has (the test's "other user").
+fn unused_uid() -> u32 {
+    let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let used: Vec<u32> = passwd
+        .lines()
+        .filter_map(|l| l.split(':').nth(2)?.parse().ok())
+        .collect();
+    (40_000..60_000).find(|u| !used.contains(u)).unwrap()
+}
+
+#[test]
+fn a_folder_or_key_of_another_user_is_refused() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIPPED: giving files to another user needs root (CI runs as root)");
+        return;
+    }
+    let other = unused_uid();
+    let dir = tempfile::tempdir().unwrap();
+    let cache_dir = dir.path().join("ivory");
+    drop(open(&cache_dir));
+    let chown = |p: &Path| std::os::unix::fs::chown(p, Some(other), Some(other)).unwrap();
+    let unchown = |p: &Path| std::os::unix::fs::chown(p, Some(0), Some(0)).unwrap();
+    for (what, path) in [
+        ("folder", cache_dir.clone()),
+        ("entries", cache_dir.join(ENTRIES_DIR)),
+        ("key", cache_dir.join(KEY_FILE)),
+    ] {
+        chown(&path);
+        let err = DiskCache::open(&cache_dir, DEFAULT_MAX_BYTES).unwrap_err();
+        assert!(
+            matches!(&err, DiskError::Owner { owner, me: 0, path: p } if *owner == other && *p == path),
+            "{what}: {err}"
+        );
+        unchown(&path);
+    }
+    drop(open(&cache_dir));
+    // Group-writable folders are refused too (the group could replace the key).
+    let entries = cache_dir.join(ENTRIES_DIR);
+    fs::set_permissions(&entries, fs::Permissions::from_mode(0o770)).unwrap();
+    let err = DiskCache::open(&cache_dir, DEFAULT_MAX_BYTES).unwrap_err();
+    assert!(
+        matches!(err, DiskError::Permissions { mode: 0o770, .. }),
+        "{err}"
+    );
 }

@@ -689,7 +689,7 @@ fn print(args: &Args, finished: &Finished, interrupted: bool) -> anyhow::Result<
         if path.as_os_str() == "-" {
             stdout.write_all(format!("---\n{yaml}").as_bytes())?;
         } else {
-            std::fs::write(path, yaml)
+            super::files::write_replacing(path, yaml.as_bytes())
                 .with_context(|| format!("writing --policy-report {}", path.display()))?;
         }
     }

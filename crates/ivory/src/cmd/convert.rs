@@ -11,6 +11,8 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use ivory_policy::legacy::{Conversion, MAX_INPUT_BYTES, convert_str};
 
+use super::files::OutputDir;
+use super::output;
 use super::wiring::read_bounded;
 
 #[derive(clap::Args)]
@@ -19,8 +21,9 @@ pub(crate) struct Args {
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
     /// Write one `<policy>.yaml` per converted policy into this folder (created if missing;
-    /// files are written under temporary names and renamed once all are written) instead of
-    /// printing one YAML stream on standard output.
+    /// files are created new under temporary names and renamed once all are written, so a
+    /// link planted in the folder is replaced, never written through) instead of printing one
+    /// YAML stream on standard output.
     #[arg(long, short = 'o', value_name = "DIR")]
     output: Option<PathBuf>,
     /// Print the per-rule report as JSON on standard error instead of text.
@@ -72,15 +75,22 @@ fn read(file: &Path) -> anyhow::Result<(String, String)> {
 fn print_report(conversions: &[Conversion], json: bool) -> anyhow::Result<()> {
     if json {
         let reports: Vec<_> = conversions.iter().flat_map(|c| c.reports.iter()).collect();
-        eprintln!("{}", serde_json::to_string_pretty(&reports)?);
+        eprintln!(
+            "{}",
+            output::json_for_terminal(serde_json::to_string_pretty(&reports)?)
+        );
         return Ok(());
     }
+    // Policy and rule names are the input's: every line shown with its control characters
+    // visible (no escape sequence reaches the terminal).
     for c in conversions {
         for line in &c.skipped {
-            eprintln!("{line}");
+            eprintln!("{}", output::terminal(line));
         }
         for r in &c.reports {
-            eprintln!("{r}");
+            for line in r.to_string().lines() {
+                eprintln!("{}", output::terminal(line));
+            }
         }
     }
     Ok(())
@@ -123,9 +133,10 @@ fn check_unique(conversions: &[Conversion]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes every policy into `dir`: each file created new under a temporary name beside its
+/// target (never through a link planted in the folder), then all renamed over their targets.
 fn write_dir(dir: &Path, conversions: &[Conversion]) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut staged = Vec::new();
+    let mut staged = OutputDir::open(dir, true)?;
     for c in conversions {
         for policy in &c.policies {
             let text = ivory_policy::yaml::to_string(policy).context("writing YAML")?;
@@ -133,18 +144,11 @@ fn write_dir(dir: &Path, conversions: &[Conversion]) -> anyhow::Result<()> {
                 Some(ns) => format!("{ns}-{}.yaml", policy.metadata.name),
                 None => format!("{}.yaml", policy.metadata.name),
             };
-            let target = dir.join(&name);
-            let tmp = dir.join(format!(".{name}.tmp"));
-            std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-            staged.push((tmp, target));
+            staged.stage(&name, text.as_bytes())?;
         }
     }
-    for (tmp, target) in &staged {
-        std::fs::rename(tmp, target)
-            .with_context(|| format!("renaming {} to {}", tmp.display(), target.display()))?;
-    }
-    for (_, target) in &staged {
-        eprintln!("wrote {}", target.display());
+    for target in staged.commit()? {
+        eprintln!("wrote {}", output::terminal(&target.display().to_string()));
     }
     Ok(())
 }

@@ -63,8 +63,30 @@ pub(crate) fn render(doc: &Value, yaml: bool) -> anyhow::Result<String> {
     if yaml {
         Ok(ivory_policy::yaml::to_string(doc)?)
     } else {
-        Ok(format!("{}\n", serde_json::to_string_pretty(doc)?))
+        Ok(format!(
+            "{}\n",
+            json_for_terminal(serde_json::to_string_pretty(doc)?)
+        ))
     }
+}
+
+/// JSON text with the control characters serde_json leaves raw (DEL, C1 controls, bidi
+/// controls, line and paragraph separators) written as `\uXXXX` escapes: the same document
+/// to a parser, and nothing that reorders or drives a terminal it is printed to. Outside
+/// strings, JSON holds no such character (its pretty layout uses line feeds and spaces only).
+pub(crate) fn json_for_terminal(json: String) -> String {
+    if !json.chars().any(|c| c != '\n' && is_control(c)) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if c != '\n' && is_control(c) {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Whether `c` must not reach a terminal as is: C0 controls (CR, LF, ESC, …), DEL, C1
@@ -298,6 +320,21 @@ mod tests {
             let shown = terminal(&c.to_string()).into_owned();
             assert!(!shown.chars().any(is_control), "{:x}", c as u32);
         }
+    }
+
+    #[test]
+    fn json_documents_escape_what_serde_json_leaves_raw() {
+        let doc = json!({"name": "a\u{1b}]0;t\u{7}\u{7f}\u{9b}\u{202e}\u{2028}b", "n": 1});
+        let text = render(&doc, false).unwrap();
+        assert!(
+            !text.chars().any(|c| c != '\n' && is_control(c)),
+            "{text:?}"
+        );
+        assert!(
+            text.contains(r#""a\u001b]0;t\u0007\u007f\u009b\u202e\u2028b""#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), doc);
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub(super) fn convert<'a>(files: impl IntoIterator<Item = &'a Path>) -> anyhow::
     let mut converted = Converted::default();
     for file in files {
         let origin = file.display().to_string();
-        let text = suite::read(file)?;
+        let text = suite::read_input(file)?;
         let conversion = ivory_policy::legacy::convert_str(&text, &origin)
             .with_context(|| format!("converting legacy policies of {origin}"))?;
         if conversion.refused() {

@@ -134,7 +134,7 @@ pub(super) fn load(case: &TestCase, notes: &mut Vec<String>) -> anyhow::Result<L
     let t = &case.test;
     let where_ = case.path.display();
     let values = match &t.variables {
-        Some(file) => suite::load_values(&case.file(file))?,
+        Some(file) => suite::load_values(&case.input("variables", file)?)?,
         None => t.values.clone().unwrap_or_default(),
     };
     let operation = operation_of(&values).with_context(|| format!("{where_}: values"))?;
@@ -144,7 +144,7 @@ pub(super) fn load(case: &TestCase, notes: &mut Vec<String>) -> anyhow::Result<L
         ));
     }
     let user = match &t.userinfo {
-        Some(file) => Some(suite::load_user_info(&case.file(file))?),
+        Some(file) => Some(suite::load_user_info(&case.input("userinfo", file)?)?),
         None => None,
     };
     // Resources first, as a missing resource file is the first thing Kyverno reports too.
@@ -161,7 +161,7 @@ pub(super) fn load(case: &TestCase, notes: &mut Vec<String>) -> anyhow::Result<L
     let mut namespaces = BTreeMap::new();
     let mut cluster_objects = Vec::new();
     for file in &t.cluster_resources {
-        for object in suite::load_cluster_resources(&case.file(file))? {
+        for object in suite::load_cluster_resources(&case.input("clusterResources", file)?)? {
             if object["kind"] == "Namespace" {
                 add_namespace(&mut namespaces, object.clone());
             }
@@ -199,11 +199,11 @@ fn load_resources(case: &TestCase) -> anyhow::Result<Vec<Value>> {
     let mut resources = Vec::new();
     let mut seen = BTreeSet::new();
     for file in &case.test.resources {
-        let path = case.file(file);
-        let text =
-            suite::read(&path).with_context(|| format!("{}: resources", case.path.display()))?;
-        for mut object in
-            documents(&text).with_context(|| format!("resources {}", path.display()))?
+        let path = case.input("resources", file)?;
+        let text = suite::read_input(&path)
+            .with_context(|| format!("{}: resources", case.path.display()))?;
+        for mut object in suite::objects(&path, &text)
+            .with_context(|| format!("{}: resources", case.path.display()))?
         {
             default_namespace(&mut object);
             if seen.insert(ResourceKey::of(&object)) {
@@ -245,16 +245,11 @@ fn load_policies(case: &TestCase) -> anyhow::Result<(Vec<Arc<CompiledPolicy>>, O
     let mut report = ivory_policy::LoadReport::default();
     let mut others = BTreeMap::new();
     for file in &case.test.policies {
-        let path = case.file(file);
-        if !path.exists() {
-            bail!(
-                "{}: policies: {}: no such file or directory",
-                case.path.display(),
-                path.display()
-            );
+        let files = policy_inputs(case, "policies", file)?;
+        for (path, text) in &files {
+            scan_other_policies(path, text, &mut others);
         }
-        scan_other_policies(&path, &mut others)?;
-        report.merge(ivory_policy::load_path(&path));
+        report.merge(policy_files(files).load());
     }
     if !report.errors.is_empty() {
         let errors: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
@@ -267,32 +262,46 @@ fn load_policies(case: &TestCase) -> anyhow::Result<(Vec<Arc<CompiledPolicy>>, O
     Ok((report.policies.into_iter().map(Arc::new).collect(), others))
 }
 
-/// Records every policy document that is not an image policy (files of a folder included).
-fn scan_other_policies(
-    path: &Path,
-    others: &mut BTreeMap<String, OtherPolicy>,
-) -> anyhow::Result<()> {
-    if path.is_dir() {
-        let mut entries: Vec<_> = std::fs::read_dir(path)
-            .with_context(|| format!("reading folder {}", path.display()))?
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .collect();
-        entries.sort();
-        for entry in entries {
-            let policy_file = entry
-                .extension()
-                .is_some_and(|e| e == "yaml" || e == "yml" || e == "json");
-            if policy_file && entry.is_file() {
-                scan_other_policies(&entry, others)?;
-            }
-        }
-        return Ok(());
+/// The policy files `relative` names (a file, or the `*.yaml`, `*.yml` and `*.json` below a
+/// folder, as `ivory_policy::policy_files` lists them), each confined to the suite's root and
+/// read as a suite file.
+fn policy_inputs(
+    case: &TestCase,
+    field: &str,
+    relative: &str,
+) -> anyhow::Result<Vec<(PathBuf, String)>> {
+    let path = case.input(field, relative)?;
+    let (files, errors) = ivory_policy::policy_files(&path);
+    if let Some(e) = errors.first() {
+        bail!("{}: {field}: {e}", case.path.display());
     }
-    let text = suite::read(path)?;
+    files
+        .iter()
+        .map(|file| {
+            let file = case.confine(field, file)?;
+            let text = suite::read_input(&file)
+                .with_context(|| format!("{}: {field}", case.path.display()))?;
+            Ok((file, text))
+        })
+        .collect()
+}
+
+/// Files read by [`policy_inputs`], as the policy loader takes them.
+fn policy_files(files: Vec<(PathBuf, String)>) -> ivory_policy::PolicyFiles {
+    ivory_policy::PolicyFiles {
+        files: files
+            .into_iter()
+            .map(|(path, text)| (path, text.into_bytes()))
+            .collect(),
+        errors: Vec::new(),
+    }
+}
+
+/// Records every policy document of `text` (the file `path`) that is not an image policy.
+fn scan_other_policies(path: &Path, text: &str, others: &mut BTreeMap<String, OtherPolicy>) {
     // Syntax errors are the policy loader's to report, with its messages.
-    let Ok(docs) = documents(&text) else {
-        return Ok(());
+    let Ok(docs) = documents(text) else {
+        return;
     };
     for doc in docs {
         let kind = doc["kind"].as_str().unwrap_or_default();
@@ -321,7 +330,6 @@ fn scan_other_policies(
             },
         );
     }
-    Ok(())
 }
 
 fn load_exceptions(case: &TestCase) -> anyhow::Result<Option<Exceptions>> {
@@ -330,15 +338,7 @@ fn load_exceptions(case: &TestCase) -> anyhow::Result<Option<Exceptions>> {
     }
     let mut report = ivory_policy::LoadReport::default();
     for file in &case.test.exceptions {
-        let path = case.file(file);
-        if !path.exists() {
-            bail!(
-                "{}: exceptions: {}: no such file or directory",
-                case.path.display(),
-                path.display()
-            );
-        }
-        report.merge(ivory_policy::load_path(&path));
+        report.merge(policy_files(policy_inputs(case, "exceptions", file)?).load());
     }
     if !report.errors.is_empty() {
         let errors: Vec<String> = report.errors.iter().map(ToString::to_string).collect();

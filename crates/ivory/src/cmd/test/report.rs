@@ -225,24 +225,30 @@ pub(super) fn junit(rows: &[Row], unrun: &[Unrun], detailed: bool) -> String {
     out
 }
 
-/// Text as XML character data or attribute value; characters XML 1.0 cannot hold become
-/// U+FFFD.
+/// Text as XML character data or attribute value: first as a terminal shows it (every
+/// control character, C1 and bidi override written visibly, so a CI log printing the report
+/// is not retitled or reordered and a record stays one line), then XML-escaped; characters
+/// XML 1.0 cannot hold become U+FFFD.
 fn xml(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
+    let shown = output::terminal(text);
+    let mut out = String::with_capacity(shown.len());
+    for c in shown.chars() {
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&apos;"),
-            '\n' => out.push_str("&#10;"),
-            '\t' | '\r' => out.push(c),
-            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => out.push('\u{FFFD}'),
-            c => out.push(c),
+            c if xml_char(c) => out.push(c),
+            _ => out.push('\u{FFFD}'),
         }
     }
     out
+}
+
+/// XML 1.0's `Char` production (surrogates cannot be in a `str`).
+fn xml_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{fffd}' | '\u{10000}'..)
 }
 
 #[cfg(test)]
@@ -296,6 +302,32 @@ mod tests {
             xml.contains("<testsuite name=\"t&lt;1&gt;\" tests=\"1\" failures=\"1\""),
             "{xml}"
         );
-        assert!(xml.contains("<failure message=\"Want pass, got fail\">image &quot;x&quot; &amp; &lt;y&gt;\u{FFFD}</failure>"), "{xml}");
+        assert!(xml.contains("<failure message=\"Want pass, got fail\">image &quot;x&quot; &amp; &lt;y&gt;\\x1b</failure>"), "{xml}");
+    }
+
+    #[test]
+    fn junit_shows_controls_visibly_and_holds_only_xml_characters() {
+        let rows = vec![Row {
+            test: "t\u{1b}]0;title\u{7}".into(),
+            policy: "p\u{9b}31m".into(),
+            rule: "r\u{202e}".into(),
+            resource: "v1/Pod/default/a\r\n\u{fffe}".into(),
+            outcome: Outcome::Pass,
+            reason: "Ok".into(),
+            message: "m\u{2066}".into(),
+        }];
+        let xml = junit(&rows, &[], true);
+        assert!(
+            xml.contains("name=\"t\\x1b]0;title\\x07\"")
+                && xml.contains("classname=\"p\\u{9b}31m\"")
+                && xml.contains("name=\"v1/Pod/default/a\\x0d\\x0a\u{fffd} (r\\u{202e})\"")
+                && xml.contains("<system-out>m\\u{2066}</system-out>"),
+            "{xml}"
+        );
+        assert!(
+            xml.chars()
+                .all(|c| c == '\n' || (!c.is_control() && xml_char(c))),
+            "{xml}"
+        );
     }
 }

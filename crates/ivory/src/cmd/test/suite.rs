@@ -3,6 +3,11 @@
 //! `apiVersion`/`kind`), with the files they name (`Values`, `UserInfo`, `ClusterResource`).
 //! An unknown or mistyped field is an error naming the file and the field's path, as
 //! Kyverno's strict decoding refuses it.
+//!
+//! A suite is data from wherever it came (a pull request in CI): the files it names must
+//! resolve inside its root (the folder given to `ivory test`, or a given test file's folder)
+//! unless `--allow-outside-root`, must be regular files (a FIFO would hang the run, a device
+//! never end), are read under [`MAX_FILE_BYTES`], and errors name them, never quote them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +28,9 @@ const MAX_DEPTH: usize = 32;
 pub(crate) struct TestCase {
     /// The test file.
     pub path: PathBuf,
+    /// The folder (links resolved) every file the test names must be in; `None` with
+    /// `--allow-outside-root`.
+    pub root: Option<PathBuf>,
     /// Its document number (from 1), for files holding several tests.
     pub document: usize,
     pub test: TestDoc,
@@ -45,9 +53,28 @@ impl TestCase {
             .unwrap_or_else(|| self.path.display().to_string())
     }
 
-    /// A path the test names, relative to its folder.
-    pub(crate) fn file(&self, relative: &str) -> PathBuf {
-        self.dir().join(relative)
+    /// A path the test names in `field`, relative to its folder: the file it resolves to
+    /// (links followed), refused when that is outside the suite's root.
+    pub(crate) fn input(&self, field: &str, relative: &str) -> anyhow::Result<PathBuf> {
+        self.confine(field, &self.dir().join(relative))
+    }
+
+    /// `path` resolved (links followed), refused when outside the suite's root.
+    pub(crate) fn confine(&self, field: &str, path: &Path) -> anyhow::Result<PathBuf> {
+        let resolved = std::fs::canonicalize(path).map_err(|e| {
+            anyhow::anyhow!("{}: {field}: {}: {e}", self.path.display(), path.display())
+        })?;
+        if let Some(root) = &self.root
+            && !resolved.starts_with(root)
+        {
+            bail!(
+                "{}: {field}: {}: outside the suite's folder {} (not read; --allow-outside-root reads it)",
+                self.path.display(),
+                path.display(),
+                root.display()
+            );
+        }
+        Ok(resolved)
     }
 }
 
@@ -311,18 +338,39 @@ struct ClusterResourceSpec {
     crds: Vec<String>,
 }
 
+/// A test file found, with the root its inputs must stay in.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Found {
+    /// The test file.
+    pub file: PathBuf,
+    /// The folder given (links resolved), or the given test file's folder.
+    pub root: PathBuf,
+}
+
 /// Every file named `file_name` at or below each path (a path that is a file is taken as
 /// is), each folder's entries in name order, hidden folders included, as Kyverno walks them.
-pub(crate) fn discover(paths: &[PathBuf], file_name: &str) -> anyhow::Result<Vec<PathBuf>> {
+pub(crate) fn discover(paths: &[PathBuf], file_name: &str) -> anyhow::Result<Vec<Found>> {
     let mut found = Vec::new();
     for path in paths {
         let meta = std::fs::metadata(path)
             .with_context(|| format!("{}: no such file or directory", path.display()))?;
-        if meta.is_file() {
-            found.push(path.clone());
+        let (folder, files) = if meta.is_file() {
+            let parent = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            (parent, vec![path.clone()])
         } else {
-            walk(path, file_name, 0, &mut found)?;
-        }
+            let mut files = Vec::new();
+            walk(path, file_name, 0, &mut files)?;
+            (path.as_path(), files)
+        };
+        let root = std::fs::canonicalize(folder)
+            .with_context(|| format!("{}: resolving the folder", folder.display()))?;
+        found.extend(files.into_iter().map(|file| Found {
+            file,
+            root: root.clone(),
+        }));
     }
     Ok(found)
 }
@@ -351,14 +399,25 @@ fn walk(dir: &Path, file_name: &str, depth: usize, found: &mut Vec<PathBuf>) -> 
     Ok(())
 }
 
-/// Reads a suite file, at most [`MAX_FILE_BYTES`].
+/// Reads a suite file: a regular file (a link as the last part of `path` is not followed,
+/// a FIFO does not block), at most [`MAX_FILE_BYTES`].
 pub(crate) fn read(path: &Path) -> anyhow::Result<String> {
-    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let file = crate::cmd::files::open_regular(path)?;
     crate::cmd::wiring::read_bounded(file, &path.display().to_string(), MAX_FILE_BYTES)
 }
 
-/// The tests of one file, one per YAML document.
-pub(crate) fn load(path: &Path) -> anyhow::Result<Vec<TestCase>> {
+/// Reads a file a test names, resolved and checked by [`TestCase::confine`]: opened along
+/// that very path without following any link (one swapped in since is refused), a regular
+/// file, at most [`MAX_FILE_BYTES`].
+pub(crate) fn read_input(path: &Path) -> anyhow::Result<String> {
+    let file = crate::cmd::files::open_resolved(path)?;
+    crate::cmd::wiring::read_bounded(file, &path.display().to_string(), MAX_FILE_BYTES)
+}
+
+/// The tests of one file, one per YAML document; `confined`: their inputs must be under the
+/// root they were found in.
+pub(crate) fn load(found: &Found, confined: bool) -> anyhow::Result<Vec<TestCase>> {
+    let path = found.file.as_path();
     let text = read(path)?;
     let docs = documents(&text).with_context(|| path.display().to_string())?;
     if docs.is_empty() {
@@ -370,6 +429,7 @@ pub(crate) fn load(path: &Path) -> anyhow::Result<Vec<TestCase>> {
         check_kind(&test, path)?;
         tests.push(TestCase {
             path: path.to_owned(),
+            root: confined.then(|| found.root.clone()),
             document: i + 1,
             test,
         });
@@ -415,10 +475,28 @@ pub(crate) fn strict<T: DeserializeOwned>(value: Value) -> anyhow::Result<T> {
     })
 }
 
+/// The objects of a file the test names. A syntax error names the file, the document, the
+/// line and the column, never the text there: the parser's own message quotes the line, and
+/// a file named by mistake (or on purpose) may hold a secret.
+pub(crate) fn objects(path: &Path, text: &str) -> anyhow::Result<Vec<Value>> {
+    documents(text).map_err(|e| {
+        let location = e
+            .downcast_ref::<ivory_policy::yaml::Error>()
+            .and_then(ivory_policy::yaml::Error::location)
+            .map(|l| format!(" at line {} column {}", l.line(), l.column()))
+            .unwrap_or_default();
+        // `documents` says which document first ("document 2"); its inner error quotes.
+        match e.downcast_ref::<ivory_policy::yaml::Error>() {
+            Some(_) => anyhow::anyhow!("{}: {e}: not valid YAML{location}", path.display()),
+            None => anyhow::anyhow!("{}: {e}", path.display()),
+        }
+    })
+}
+
 /// The single object document of a file.
 fn single(path: &Path, what: &str) -> anyhow::Result<Value> {
-    let text = read(path)?;
-    let mut docs = documents(&text).with_context(|| path.display().to_string())?;
+    let text = read_input(path)?;
+    let mut docs = objects(path, &text)?;
     match docs.len() {
         1 => Ok(docs.remove(0)),
         n => bail!(
@@ -511,11 +589,18 @@ mod tests {
         // A link back to the root would loop a walk that followed links.
         std::os::unix::fs::symlink(dir.path(), dir.path().join("a/loop")).unwrap();
         let found = discover(&[dir.path().to_owned()], "kyverno-test.yaml").unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
         assert_eq!(
             found,
             vec![
-                dir.path().join("a/.hidden/kyverno-test.yaml"),
-                dir.path().join("kyverno-test.yaml")
+                Found {
+                    file: dir.path().join("a/.hidden/kyverno-test.yaml"),
+                    root: root.clone()
+                },
+                Found {
+                    file: dir.path().join("kyverno-test.yaml"),
+                    root
+                }
             ]
         );
         let big = dir.path().join("big.yaml");
