@@ -251,7 +251,10 @@ impl Plan {
         let ignore_tlog = ctlog.insecure_ignore_tlog.unwrap_or(false);
         let ignore_sct = ctlog.insecure_ignore_sct.unwrap_or(false);
         let authority = authority(cosign)?;
-        let needs_trust = matches!(authority, Authority::Keyless(_)) || !ignore_tlog;
+        // A key without the log keeps a trusted root it names: the timestamps a blob's bundle
+        // carries are checked against it (`blob`); the image path does not read them then.
+        let needs_trust =
+            matches!(authority, Authority::Keyless(_)) || !ignore_tlog || has_trusted_root(cosign);
         if needs_trust && custom_tuf(cosign) {
             return Err(Rejection::Attestor(TUF_UNSUPPORTED.into()));
         }
@@ -319,13 +322,18 @@ fn authority(cosign: &Cosign) -> Result<Authority, Rejection> {
     ))
 }
 
-/// The attestor names its own TUF repository and no `trustedRoot`.
-fn custom_tuf(cosign: &Cosign) -> bool {
-    let has_root = cosign
+/// The attestor gives its own `trustedRoot`.
+fn has_trusted_root(cosign: &Cosign) -> bool {
+    cosign
         .trusted_root
         .as_ref()
         .and_then(|t| t.value.as_deref())
-        .is_some_and(|v| !v.trim().is_empty());
+        .is_some_and(|v| !v.trim().is_empty())
+}
+
+/// The attestor names its own TUF repository and no `trustedRoot`.
+fn custom_tuf(cosign: &Cosign) -> bool {
+    let has_root = has_trusted_root(cosign);
     let tuf = cosign.tuf.as_ref();
     let mirror = tuf
         .and_then(|t| t.mirror.as_deref())
