@@ -9,10 +9,12 @@ use std::path::Path;
 
 use serde_json::Value;
 use sigstore_verify::VerificationResult;
-use sigstore_verify::types::{Artifact, Bundle, Sha256Hash, SignatureContent};
+use sigstore_verify::crypto::{verify_signature, verify_signature_prehashed};
+use sigstore_verify::types::{Artifact, Bundle, HashAlgorithm, Sha256Hash, SignatureContent};
 
 use crate::attestor_plan::{Authority, Plan};
 use crate::envelope::Envelope;
+use crate::keys::PublicKey;
 use crate::rejection::Rejection;
 use crate::signer;
 use crate::verdict::run_with;
@@ -86,6 +88,12 @@ pub fn verify_blob(
     let bundle = Envelope::Bundle(bundle_json.to_vec())
         .to_bundle(use_key)?
         .ok_or(Rejection::Malformed("empty bundle".into()))?;
+    if let (Authority::Key(key) | Authority::Certificate(key), true) =
+        (&plan.authority, plan.ignore_tlog)
+        && has_no_time_evidence(&bundle)
+    {
+        return verify_bare(key, blob, &bundle);
+    }
     let result = run_with(plan, &bundle, |bundle, policy| match blob {
         Blob::Bytes(bytes) => verifier.verify(bytes, bundle, policy),
         Blob::Sha256(digest) => {
@@ -123,6 +131,137 @@ pub fn verify_blob(
         statement,
         evidence: evidence(&bundle, &result),
     })
+}
+
+/// Neither a log entry nor a timestamp: nothing but the signature to check.
+fn has_no_time_evidence(bundle: &Bundle) -> bool {
+    let material = &bundle.verification_material;
+    material.tlog_entries.is_empty()
+        && material
+            .timestamp_verification_data
+            .rfc3161_timestamps
+            .is_empty()
+}
+
+/// A key with `insecureIgnoreTlog` and a bundle with neither log entry nor timestamp (`cosign
+/// sign-blob` with a signing config naming no Rekor and no TSA), which sigstore-verify does not
+/// read: what cosign's `--insecure-ignore-tlog` checks, the signature with the key (tried with
+/// each of its schemes) over the artifact, its digest or the DSSE envelope, bound to the artifact.
+fn verify_bare(
+    key: &PublicKey,
+    blob: Blob<'_>,
+    bundle: &Bundle,
+) -> Result<BlobVerified, Rejection> {
+    let statement = match &bundle.content {
+        SignatureContent::MessageSignature(ms) => {
+            if let Some(declared) = &ms.message_digest {
+                let actual = artifact_digest(blob, declared.algorithm)?;
+                if declared.digest.as_bytes() != actual.as_slice() {
+                    return Err(Rejection::Content(
+                        "the bundle's message digest is not the artifact's".into(),
+                    ));
+                }
+            }
+            let verified = key
+                .schemes
+                .iter()
+                .any(|scheme| match (scheme.hash_algorithm(), blob) {
+                    (_, Blob::Bytes(bytes)) => {
+                        verify_signature(&key.der, bytes, &ms.signature, *scheme).is_ok()
+                    }
+                    (Some(algorithm), _) => artifact_digest(blob, algorithm).is_ok_and(|digest| {
+                        verify_signature_prehashed(&key.der, &digest, &ms.signature, *scheme)
+                            .is_ok()
+                    }),
+                    (None, _) => false,
+                });
+            if !verified {
+                return Err(Rejection::InvalidSignature(
+                    "the signature does not verify with the key over this artifact".into(),
+                ));
+            }
+            None
+        }
+        SignatureContent::DsseEnvelope(d) => {
+            let pae = d.pae();
+            if !key
+                .schemes
+                .iter()
+                .any(|scheme| verify_signature(&key.der, &pae, &d.signature.sig, *scheme).is_ok())
+            {
+                return Err(Rejection::InvalidSignature(
+                    "the DSSE signature does not verify with the key".into(),
+                ));
+            }
+            let statement: Value =
+                crate::envelope::parse_signed_json(d.payload.as_bytes(), "in-toto statement")?;
+            let digest = hex::encode(artifact_digest(blob, HashAlgorithm::Sha2256)?);
+            let named = statement["subject"].as_array().is_some_and(|subjects| {
+                subjects.iter().any(|s| {
+                    s.pointer("/digest/sha256").and_then(Value::as_str) == Some(digest.as_str())
+                })
+            });
+            if !named {
+                return Err(Rejection::Content(
+                    "the in-toto statement's subjects do not name the artifact".into(),
+                ));
+            }
+            Some(statement)
+        }
+        _ => return Err(Rejection::Malformed("the bundle has no signature".into())),
+    };
+    Ok(BlobVerified {
+        signer: signer::of_key(key, None),
+        statement,
+        evidence: vec![
+            format!("bundle {}", bundle.media_type),
+            "signature verified with the key; no transparency log entry or timestamp (--insecure-ignore-tlog)".into(),
+        ],
+    })
+}
+
+/// The artifact's digest by `algorithm`: hashed from its bytes or its file, or the given SHA-256.
+fn artifact_digest(blob: Blob<'_>, algorithm: HashAlgorithm) -> Result<Vec<u8>, Rejection> {
+    match (blob, algorithm) {
+        (Blob::Sha256(digest), HashAlgorithm::Sha2256) => Ok(digest.to_vec()),
+        (Blob::Sha256(_), other) => Err(Rejection::Content(format!(
+            "the signature needs the artifact's {other} digest; only its SHA-256 was given"
+        ))),
+        (_, HashAlgorithm::Sha2256) => hash::<sha2::Sha256>(blob),
+        (_, HashAlgorithm::Sha2384) => hash::<sha2::Sha384>(blob),
+        (_, HashAlgorithm::Sha2512) => hash::<sha2::Sha512>(blob),
+        (_, other) => Err(Rejection::Content(format!(
+            "the bundle's digest algorithm {other} is not supported"
+        ))),
+    }
+}
+
+/// `blob`'s bytes or file hashed with `D` (a file read a buffer at a time).
+fn hash<D: sha2::Digest>(blob: Blob<'_>) -> Result<Vec<u8>, Rejection> {
+    use std::io::Read as _;
+    let unreadable =
+        |e: std::io::Error| Rejection::Content(format!("the artifact cannot be read: {e}"));
+    let mut hasher = D::new();
+    match blob {
+        Blob::Bytes(bytes) => hasher.update(bytes),
+        Blob::File(path) => {
+            let mut file = std::fs::File::open(path).map_err(unreadable)?;
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = file.read(&mut buf).map_err(unreadable)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+            }
+        }
+        Blob::Sha256(_) => {
+            return Err(Rejection::Content(
+                "only the artifact's SHA-256 digest was given".into(),
+            ));
+        }
+    }
+    Ok(hasher.finalize().to_vec())
 }
 
 /// One line per check that established the signature.

@@ -137,3 +137,48 @@ fn digest_text_is_sha256_and_64_hex_digits_only() {
     assert!(Blob::sha256_digest(&format!("sha256:{}", &hex[1..])).is_none());
     assert!(Blob::sha256_digest(&format!("sha256:{hex}00")).is_none());
 }
+
+/// cosign v3 `sign-blob` with a signing config naming neither Rekor nor a TSA: what cosign's
+/// `--insecure-ignore-tlog` accepts, as bytes, file and digest; never another artifact or key,
+/// and never without the flag.
+#[test]
+fn bare_key_bundle_verifies_only_without_the_log_and_for_its_artifact_and_key() {
+    let dir = fixtures().join("blob");
+    let key = String::from_utf8(read(dir.join("key.pub"))).unwrap();
+    let other = String::from_utf8(read(dir.join("other.pub"))).unwrap();
+    let bundle = read(dir.join("plain/artifact.txt.sigstore.json"));
+    let path = dir.join("artifact.txt");
+    let artifact = read(path.clone());
+    let digest: [u8; 32] = Sha256::digest(&artifact).into();
+    let ignoring = |key: &str| {
+        plan(json!({ "key": { "data": key }, "ctlog": { "insecureIgnoreTlog": true } }))
+    };
+    for blob in [
+        Blob::Bytes(&artifact),
+        Blob::File(&path),
+        Blob::Sha256(digest),
+    ] {
+        let verified = verify_blob(&ignoring(&key), blob, &bundle).unwrap();
+        assert!(verified.signer.key.is_some());
+        assert_eq!(verified.signer.log_index, None);
+    }
+    let mut tampered = artifact.clone();
+    tampered.push(b'!');
+    let err = verify_blob(&ignoring(&key), Blob::Bytes(&tampered), &bundle).unwrap_err();
+    assert!(matches!(err, Rejection::Content(_)), "{err}");
+    let err = verify_blob(&ignoring(&key), Blob::Sha256([0; 32]), &bundle).unwrap_err();
+    assert!(matches!(err, Rejection::Content(_)), "{err}");
+    let err = verify_blob(&ignoring(&other), Blob::Bytes(&artifact), &bundle).unwrap_err();
+    assert!(matches!(err, Rejection::InvalidSignature(_)), "{err}");
+    // The bundle's digest rewritten to the tampered artifact's: the signature still refuses it.
+    let mut doc: serde_json::Value = serde_json::from_slice(&bundle).unwrap();
+    use base64::Engine as _;
+    doc["messageSignature"]["messageDigest"]["digest"] =
+        json!(base64::engine::general_purpose::STANDARD.encode(Sha256::digest(&tampered)));
+    let forged = serde_json::to_vec(&doc).unwrap();
+    let err = verify_blob(&ignoring(&key), Blob::Bytes(&tampered), &forged).unwrap_err();
+    assert!(matches!(err, Rejection::InvalidSignature(_)), "{err}");
+    let with_log = plan(json!({ "key": { "data": key } }));
+    let err = verify_blob(&with_log, Blob::Bytes(&artifact), &bundle).unwrap_err();
+    assert!(matches!(err, Rejection::Tlog(_)), "{err}");
+}
