@@ -190,6 +190,8 @@ fn identity_digest_json_and_exit_codes() {
 
     let missing = run(&exact, "no-such-file.txt");
     assert_eq!(missing.status.code(), Some(2), "{}", text(&missing));
+    let folder = run(&exact, "happy-path-v0.3");
+    assert_eq!(folder.status.code(), Some(2), "{}", text(&folder));
     let no_issuer = run(&["--certificate-identity", identity], "a.txt");
     assert_eq!(no_issuer.status.code(), Some(2), "{}", text(&no_issuer));
     let bad_root = run(

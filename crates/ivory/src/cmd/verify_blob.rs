@@ -79,6 +79,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         _ => {
             // Said here, so an unreadable file is a usage error and not a verdict.
             std::fs::File::open(path).with_context(|| format!("reading {}", args.blob))?;
+            if !path.is_file() {
+                bail!("{} is not a file", args.blob);
+            }
             Blob::File(path)
         }
     };
