@@ -238,6 +238,16 @@ impl std::fmt::Debug for Plan {
 impl Plan {
     /// Builds the plan for `attestor`; `Err` is the NotVerified reason.
     pub fn new(attestor: &Attestor, default_root: &str) -> Result<Self, Rejection> {
+        Self::build(attestor, default_root, false)
+    }
+
+    /// [`Plan::new`], keeping the trust root even for a key without the log: a blob's bundle
+    /// (`blob`) has its timestamps checked whatever the log flag says.
+    pub fn with_trust_root(attestor: &Attestor, default_root: &str) -> Result<Self, Rejection> {
+        Self::build(attestor, default_root, true)
+    }
+
+    fn build(attestor: &Attestor, default_root: &str, keep_trust: bool) -> Result<Self, Rejection> {
         let Some(cosign) = &attestor.cosign else {
             return match &attestor.notary {
                 Some(notary) => Ok(Self::notary(crate::notation::NotaryPlan::new(notary)?)),
@@ -251,10 +261,7 @@ impl Plan {
         let ignore_tlog = ctlog.insecure_ignore_tlog.unwrap_or(false);
         let ignore_sct = ctlog.insecure_ignore_sct.unwrap_or(false);
         let authority = authority(cosign)?;
-        // A key without the log keeps a trusted root it names: the timestamps a blob's bundle
-        // carries are checked against it (`blob`); the image path does not read them then.
-        let needs_trust =
-            matches!(authority, Authority::Keyless(_)) || !ignore_tlog || has_trusted_root(cosign);
+        let needs_trust = keep_trust || matches!(authority, Authority::Keyless(_)) || !ignore_tlog;
         if needs_trust && custom_tuf(cosign) {
             return Err(Rejection::Attestor(TUF_UNSUPPORTED.into()));
         }
@@ -322,18 +329,13 @@ fn authority(cosign: &Cosign) -> Result<Authority, Rejection> {
     ))
 }
 
-/// The attestor gives its own `trustedRoot`.
-fn has_trusted_root(cosign: &Cosign) -> bool {
-    cosign
+/// The attestor names its own TUF repository and no `trustedRoot`.
+fn custom_tuf(cosign: &Cosign) -> bool {
+    let has_root = cosign
         .trusted_root
         .as_ref()
         .and_then(|t| t.value.as_deref())
-        .is_some_and(|v| !v.trim().is_empty())
-}
-
-/// The attestor names its own TUF repository and no `trustedRoot`.
-fn custom_tuf(cosign: &Cosign) -> bool {
-    let has_root = has_trusted_root(cosign);
+        .is_some_and(|v| !v.trim().is_empty());
     let tuf = cosign.tuf.as_ref();
     let mirror = tuf
         .and_then(|t| t.mirror.as_deref())

@@ -28,7 +28,7 @@ const ACTIONS: &str = "https://token.actions.githubusercontent.com";
 fn plan(cosign: serde_json::Value) -> Plan {
     let attestor: Attestor =
         serde_json::from_value(json!({ "name": "blob", "cosign": cosign })).unwrap();
-    Plan::new(&attestor, PUBLIC_GOOD_TRUSTED_ROOT).unwrap()
+    Plan::with_trust_root(&attestor, PUBLIC_GOOD_TRUSTED_ROOT).unwrap()
 }
 
 fn keyless(subject: &str, root: Option<PathBuf>) -> Plan {

@@ -126,7 +126,7 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
     }
     let attestor: Attestor = serde_json::from_value(json!({ "name": "blob", "cosign": cosign }))
         .context("building the attestor from the flags")?;
-    Ok(Plan::new(&attestor, PUBLIC_GOOD_TRUSTED_ROOT)?)
+    Ok(Plan::with_trust_root(&attestor, PUBLIC_GOOD_TRUSTED_ROOT)?)
 }
 
 /// Reads `path` whole, refusing it when it holds more than `max` bytes.
