@@ -202,3 +202,53 @@ fn identity_digest_json_and_exit_codes() {
     let neither = verify_blob(&case, &["--bundle", bundle, "a.txt"]);
     assert_eq!(neither.status.code(), Some(2), "{}", text(&neither));
 }
+
+/// The conformance client speaks only the verification half of the protocol: signing is refused,
+/// and `--staging` (whose trusted root ivory does not embed) only with `--trusted-root`.
+#[test]
+fn conformance_client_refuses_signing_and_staging_without_a_root() {
+    let case = fixtures().join("sigstore-conformance/test/assets/bundle-verify");
+    let client = |args: &[&str]| {
+        Command::new(repo_root().join("scripts/sigstore-conformance-client"))
+            .args(args)
+            .env("IVORY_BIN", BIN)
+            .current_dir(&case)
+            .output()
+            .unwrap()
+    };
+    let keyless = [
+        "--bundle",
+        "happy-path-v0.3/bundle.sigstore.json",
+        "--certificate-identity",
+        "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/.github/workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main",
+        "--certificate-oidc-issuer",
+        "https://token.actions.githubusercontent.com",
+    ];
+    let out = client(&[&["verify-bundle"][..], &keyless, &["a.txt"]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = client(&[
+        "sign-bundle",
+        "--identity-token",
+        "t",
+        "--bundle",
+        "b.json",
+        "a.txt",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let out = client(&[&["verify-bundle", "--staging"][..], &keyless, &["a.txt"]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("--staging needs --trusted-root"),
+        "{}",
+        text(&out)
+    );
+    let out = client(
+        &[
+            &["verify-bundle", "--unknown", "x"][..],
+            &keyless,
+            &["a.txt"],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
