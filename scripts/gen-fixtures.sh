@@ -9,6 +9,8 @@
 #        v2.6)
 #        scripts/gen-fixtures.sh notation   only fixtures/notation/ (notation v1.3.2 signatures, a test
 #        PKI and a local RFC 3161 TSA; pip installs asn1crypto and cryptography, pinned, from PyPI)
+#        scripts/gen-fixtures.sh blob       only fixtures/blob/ (cosign v3 sign-blob --bundle with a key, a
+#        local openssl TSA; no network but loopback)
 #        scripts/gen-fixtures.sh notation-revocation   only fixtures/notation-revocation/ (notation
 #        v1.3.2 signatures by leaves with a CRL distribution point, their CRLs, an RSA TSA; needs
 #        127.0.0.1:39517 free)
@@ -23,7 +25,10 @@ ONLY="${1:-all}"
 source "$ROOT/scripts/lib/needs.sh"
 # fixtures/gen/*.py run crane, cosign and (gen.py) node with sigstore-js.
 needs_pkgs docker-registry:docker-registry curl:curl python3:python3
-if [[ "$ONLY" == "hash" ]]; then
+if [[ "$ONLY" == "blob" ]]; then
+  needs_pkgs openssl:openssl unshare:util-linux ip:iproute2
+  needs_tools cosign3
+elif [[ "$ONLY" == "hash" ]]; then
   needs_tools crane cosign2 cosign25
 elif [[ "$ONLY" == "notation" || "$ONLY" == "notation-revocation" ]]; then
   needs_pkgs pip3:python3-pip # gen_notation.py installs asn1crypto and cryptography (pinned) from PyPI
@@ -36,6 +41,14 @@ else
   needs_tools crane cosign2 cosign25 cosign3 sigstore-js
 fi
 needs_done
+
+if [[ "$ONLY" == "blob" ]]; then
+  # A network namespace of its own, only loopback up: cosign asks the public TUF repository for a
+  # trusted root at start-up, and must reach nothing but the generator's own TSA.
+  # shellcheck disable=SC2016 # $1 is the inner shell's argument
+  unshare -rn bash -c 'ip link set lo up && exec python3 "$1"' gen-blob "$FIX/gen/gen_blob.py"
+  exit 0
+fi
 
 WORK="$(mktemp -d -t ivory-fixtures.XXXXXX)"
 REGISTRY_PID=""

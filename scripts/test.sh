@@ -13,6 +13,9 @@ source scripts/lib/needs.sh
 # and deploy/certs/make-certs.sh, run by tests. script_needs.rs checks this list against them.
 needs_pkgs docker-registry:docker-registry htpasswd:apache2-utils redis-server:redis-server \
   redis-cli:redis-tools openssl:openssl jq:jq curl:curl git:git python3:python3 kill:procps
+# scripts/sigstore-conformance.sh (the Sigstore conformance suite, run by a test) installs the suite's
+# pinned Python packages from PyPI with pip.
+needs_pkgs pip3:python3-pip
 # The review of the shell scripts.
 needs_pkgs shellcheck:shellcheck
 # kustomize + helm for the deploy/ tests; crane, cosign v2, cargo-cyclonedx for the dogfood test

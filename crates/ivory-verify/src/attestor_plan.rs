@@ -238,6 +238,16 @@ impl std::fmt::Debug for Plan {
 impl Plan {
     /// Builds the plan for `attestor`; `Err` is the NotVerified reason.
     pub fn new(attestor: &Attestor, default_root: &str) -> Result<Self, Rejection> {
+        Self::build(attestor, default_root, false)
+    }
+
+    /// [`Plan::new`], keeping the trust root even for a key without the log: a blob's bundle
+    /// (`blob`) has its timestamps checked whatever the log flag says.
+    pub fn with_trust_root(attestor: &Attestor, default_root: &str) -> Result<Self, Rejection> {
+        Self::build(attestor, default_root, true)
+    }
+
+    fn build(attestor: &Attestor, default_root: &str, keep_trust: bool) -> Result<Self, Rejection> {
         let Some(cosign) = &attestor.cosign else {
             return match &attestor.notary {
                 Some(notary) => Ok(Self::notary(crate::notation::NotaryPlan::new(notary)?)),
@@ -251,7 +261,7 @@ impl Plan {
         let ignore_tlog = ctlog.insecure_ignore_tlog.unwrap_or(false);
         let ignore_sct = ctlog.insecure_ignore_sct.unwrap_or(false);
         let authority = authority(cosign)?;
-        let needs_trust = matches!(authority, Authority::Keyless(_)) || !ignore_tlog;
+        let needs_trust = keep_trust || matches!(authority, Authority::Keyless(_)) || !ignore_tlog;
         if needs_trust && custom_tuf(cosign) {
             return Err(Rejection::Attestor(TUF_UNSUPPORTED.into()));
         }

@@ -28,6 +28,7 @@
 //! needs them is read anonymously (or with those other credentials) and fails if refused.
 
 pub mod attestor_plan;
+pub mod blob;
 mod chain;
 mod classify;
 pub mod envelope;

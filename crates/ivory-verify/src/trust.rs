@@ -108,6 +108,14 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust,
     })
 }
 
+/// A verifier of the embedded public-good root alone.
+pub(crate) fn public_good_verifier() -> Result<Verifier, Rejection> {
+    let root = TrustedRoot::from_json(PUBLIC_GOOD_TRUSTED_ROOT)
+        .map_err(|e| Rejection::Attestor(format!("trusted root cannot be used: {e}")))?;
+    Verifier::new(&root)
+        .map_err(|e| Rejection::Attestor(format!("trusted root cannot be used: {e}")))
+}
+
 /// `ctlog.url` names the Rekor instance Kyverno would query. ivory never queries it: log
 /// entries are verified offline against the trust root's log keys. With the public-good root,
 /// the URL must name one of its logs (or the policy gives the log's key as

@@ -8,7 +8,9 @@ use sigstore_verify::types::bundle::{Rfc3161Timestamp, TimestampVerificationData
 use sigstore_verify::types::{
     Bundle, Sha256Hash, SignatureBytes, SignatureContent, TimestampToken,
 };
-use sigstore_verify::{PublicKeyVerificationPolicy, TimestampError, VerificationPolicy};
+use sigstore_verify::{
+    Policy, PublicKeyVerificationPolicy, TimestampError, VerificationPolicy, VerificationResult,
+};
 
 use crate::attestor_plan::{Authority, KeylessRules, Plan};
 use crate::envelope::{
@@ -372,14 +374,27 @@ fn run<'a>(
     artifact: impl Into<sigstore_verify::types::Artifact<'a>> + Clone,
     bundle: &Bundle,
 ) -> Result<Option<CertificateInfo>, Rejection> {
+    run_with(plan, bundle, |bundle, policy| {
+        verifier.verify(artifact.clone(), bundle, policy)
+    })
+    .map(|result| result.certificate().cloned())
+}
+
+/// [`run`] over any way of reading the artifact: `check` verifies the artifact against a
+/// bundle under a policy (a file is read again for the retry).
+pub(crate) fn run_with(
+    plan: &Plan,
+    bundle: &Bundle,
+    check: impl Fn(&Bundle, &dyn Policy) -> Result<VerificationResult, sigstore_verify::Error>,
+) -> Result<VerificationResult, Rejection> {
     let distinct = with_distinct_timestamp_certificates(bundle);
     let bundle = distinct.as_ref().unwrap_or(bundle);
-    match run_once(plan, verifier, artifact.clone(), bundle) {
+    match run_once(plan, bundle, &check) {
         Err(e @ sigstore_verify::Error::Timestamp(TimestampError::Invalid(_)))
             if !plan.ignore_tlog && has_promised_entry(bundle) =>
         {
             match without_fractional_timestamps(bundle) {
-                Some(without) => run_once(plan, verifier, artifact, &without).map_err(describe),
+                Some(without) => run_once(plan, &without, &check).map_err(describe),
                 None => Err(describe(e)),
             }
         }
@@ -448,16 +463,19 @@ fn has_promised_entry(bundle: &Bundle) -> bool {
         .any(|e| e.inclusion_promise.is_some() && e.integrated_time.is_some())
 }
 
-fn run_once<'a>(
+/// The plan's authority as a sigstore-verify policy, then `check`.
+fn run_once(
     plan: &Plan,
-    verifier: &sigstore_verify::Verifier,
-    artifact: impl Into<sigstore_verify::types::Artifact<'a>>,
     bundle: &Bundle,
-) -> Result<Option<CertificateInfo>, sigstore_verify::Error> {
+    check: &impl Fn(&Bundle, &dyn Policy) -> Result<VerificationResult, sigstore_verify::Error>,
+) -> Result<VerificationResult, sigstore_verify::Error> {
     match &plan.authority {
         Authority::Key(key) | Authority::Certificate(key) => {
-            let policy = PublicKeyVerificationPolicy::new(key.der.clone());
-            verifier.verify(artifact, bundle, &policy).map(|_| None)
+            let mut policy = PublicKeyVerificationPolicy::new(key.der.clone());
+            if plan.ignore_tlog {
+                policy = policy.skip_tlog_unsafe();
+            }
+            check(bundle, &policy)
         }
         Authority::Notary(_) => Err(sigstore_verify::Error::SignatureInvalid(
             "not a cosign attestor".into(),
@@ -470,14 +488,12 @@ fn run_once<'a>(
             if plan.ignore_tlog {
                 policy = policy.skip_tlog_unsafe();
             }
-            verifier
-                .verify(artifact, bundle, &policy)
-                .map(|r| r.certificate().cloned())
+            check(bundle, &policy)
         }
     }
 }
 
-fn describe(e: sigstore_verify::Error) -> Rejection {
+pub(crate) fn describe(e: sigstore_verify::Error) -> Rejection {
     use sigstore_verify::Error as E;
     match e {
         E::TransparencyLog(_) | E::Timestamp(_) | E::Bundle(_) => Rejection::Tlog(e.to_string()),

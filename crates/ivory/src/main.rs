@@ -31,6 +31,7 @@ mod cmd {
     pub(crate) mod serve;
     pub(crate) mod test;
     pub(crate) mod verify;
+    pub(crate) mod verify_blob;
     pub(crate) mod webhooks;
     pub(crate) mod wiring;
 }
@@ -57,6 +58,8 @@ enum Command {
     Webhooks(cmd::webhooks::Args),
     /// Verify images against policies (or --key / keyless flags) and report per attestor.
     Verify(cmd::verify::Args),
+    /// Verify a file or a sha256 digest against a Sigstore bundle (cosign verify-blob's flags).
+    VerifyBlob(cmd::verify_blob::Args),
     /// Run the mutating then the validating stage on resource files, as the webhook would.
     Apply(cmd::apply::Args),
     /// Verify every image of a registry or an image list; table, JSON, YAML, SARIF, PolicyReport.
@@ -107,6 +110,7 @@ async fn main() -> ExitCode {
         Command::Serve(args) => cmd::serve::run(args, log.as_ref().map(ServeLog::hooks)).await,
         Command::Webhooks(args) => cmd::webhooks::run(args).await,
         Command::Verify(args) => cmd::verify::run(args).await,
+        Command::VerifyBlob(args) => cmd::verify_blob::run(args),
         Command::Apply(args) => cmd::apply::run(args).await,
         Command::Audit(args) => cmd::audit::run(args).await,
         Command::Test(args) => cmd::test::run(args).await,

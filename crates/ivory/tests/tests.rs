@@ -20,6 +20,9 @@
 //! * `dogfood`: ivory's own image (scripts/image.sh), signed and attested, judged by ivory.
 //! * `cli_verify`, `cli_apply`, `cli_audit`: the one-shot commands against the real registry
 //!   (`cli_util`: running them, pushing fixtures).
+//! * `cli_verify_blob`: `ivory verify-blob` on cosign v3 blob bundles (as `cosign verify-blob`
+//!   answered), and the official Sigstore conformance suite's 140 verification cases
+//!   (`scripts/sigstore-conformance.sh`).
 //! * `cli_pipeline`: a malformed review refused alike by `apply` and `serve` (one pipeline).
 //! * `cli_cluster_resources`: `--cluster-resources` for `resource.Get` in `verify` and `apply`.
 //! * `cli_cache`: the persistent verification cache of the one-shot commands (`--cache-dir`),
@@ -49,6 +52,7 @@ mod cli_registries;
 mod cli_test_suites;
 mod cli_util;
 mod cli_verify;
+mod cli_verify_blob;
 mod demo;
 mod dogfood;
 mod fleet;

@@ -1,0 +1,184 @@
+use std::path::PathBuf;
+
+use ivory_policy::types::Attestor;
+use serde_json::json;
+use sha2::{Digest as _, Sha256};
+
+use super::*;
+use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
+/// A conformance case folder (fixtures/sigstore-conformance).
+fn case(name: &str) -> PathBuf {
+    fixtures()
+        .join("sigstore-conformance/test/assets/bundle-verify")
+        .join(name)
+}
+
+fn read(path: PathBuf) -> Vec<u8> {
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+const BEACON: &str = "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/.github/workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main";
+const ACTIONS: &str = "https://token.actions.githubusercontent.com";
+
+fn plan(cosign: serde_json::Value) -> Plan {
+    let attestor: Attestor =
+        serde_json::from_value(json!({ "name": "blob", "cosign": cosign })).unwrap();
+    Plan::with_trust_root(&attestor, PUBLIC_GOOD_TRUSTED_ROOT).unwrap()
+}
+
+fn keyless(subject: &str, root: Option<PathBuf>) -> Plan {
+    let mut cosign =
+        json!({ "keyless": { "identities": [{ "subject": subject, "issuer": ACTIONS }] } });
+    if let Some(root) = root {
+        cosign["trustedRoot"] = json!({ "value": String::from_utf8(read(root)).unwrap() });
+    }
+    plan(cosign)
+}
+
+#[test]
+fn rekor_v2_bundle_verifies_as_file_bytes_and_digest_and_names_its_evidence() {
+    let dir = case("rekor2-happy-path");
+    let plan = keyless(BEACON, Some(dir.join("trusted_root.json")));
+    let bundle = read(dir.join("bundle.sigstore.json"));
+    let artifact_path = case("a.txt");
+    let artifact = read(artifact_path.clone());
+    let digest: [u8; 32] = Sha256::digest(&artifact).into();
+    for blob in [
+        Blob::File(&artifact_path),
+        Blob::Bytes(&artifact),
+        Blob::Sha256(digest),
+    ] {
+        let verified = verify_blob(&plan, blob, &bundle).unwrap();
+        assert_eq!(verified.signer.subject.as_deref(), Some(BEACON));
+        assert!(
+            verified
+                .evidence
+                .iter()
+                .any(|l| l.contains("hashedrekord/0.0.2") && l.contains("checkpoint")),
+            "{:?}",
+            verified.evidence
+        );
+        assert!(verified.evidence.iter().any(|l| l.contains("RFC 3161")));
+    }
+}
+
+#[test]
+fn another_artifact_identity_or_trust_root_is_refused() {
+    let dir = case("rekor2-happy-path");
+    let root = Some(dir.join("trusted_root.json"));
+    let bundle = read(dir.join("bundle.sigstore.json"));
+    let artifact = read(case("a.txt"));
+    let mut other = artifact.clone();
+    other.push(b'!');
+    let good = keyless(BEACON, root.clone());
+    let err = verify_blob(&good, Blob::Bytes(&other), &bundle).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Rejection::InvalidSignature(_) | Rejection::Content(_) | Rejection::Tlog(_)
+        ),
+        "{err}"
+    );
+    let wrong_identity = keyless("https://github.com/someone/else", root);
+    let err = verify_blob(&wrong_identity, Blob::Bytes(&artifact), &bundle).unwrap_err();
+    assert!(matches!(err, Rejection::Identity { .. }), "{err}");
+    // The embedded public-good root does not know this instance's TSA or log.
+    let public_good = keyless(BEACON, None);
+    let err = verify_blob(&public_good, Blob::Bytes(&artifact), &bundle).unwrap_err();
+    assert!(
+        matches!(err, Rejection::Tlog(_) | Rejection::Certificate(_)),
+        "{err}"
+    );
+}
+
+#[test]
+fn key_without_the_log_keeps_the_trusted_root_it_names_for_timestamps() {
+    let dir = fixtures().join("blob");
+    let key = String::from_utf8(read(dir.join("key.pub"))).unwrap();
+    let root = String::from_utf8(read(dir.join("tsa/trusted_root.json"))).unwrap();
+    let bundle = read(dir.join("tsa/artifact.txt.sigstore.json"));
+    let artifact = read(dir.join("artifact.txt"));
+    let with_root = plan(json!({
+        "key": { "data": key },
+        "ctlog": { "insecureIgnoreTlog": true },
+        "trustedRoot": { "value": root },
+    }));
+    let verified = verify_blob(&with_root, Blob::Bytes(&artifact), &bundle).unwrap();
+    assert!(verified.signer.key.is_some());
+    assert!(verified.evidence.iter().any(|l| l.contains("RFC 3161")));
+    // Without it the timestamp is still checked, against the public-good TSA, and fails.
+    let without_root =
+        plan(json!({ "key": { "data": key }, "ctlog": { "insecureIgnoreTlog": true } }));
+    let err = verify_blob(&without_root, Blob::Bytes(&artifact), &bundle).unwrap_err();
+    assert!(matches!(err, Rejection::Tlog(_)), "{err}");
+}
+
+#[test]
+fn oversized_or_malformed_bundles_are_refused_before_parsing() {
+    let plan = keyless(BEACON, None);
+    let huge = vec![b' '; MAX_BUNDLE_BYTES + 1];
+    let err = verify_blob(&plan, Blob::Bytes(b"x"), &huge).unwrap_err();
+    assert!(matches!(err, Rejection::Malformed(_)), "{err}");
+    let err = verify_blob(&plan, Blob::Bytes(b"x"), b"{").unwrap_err();
+    assert!(matches!(err, Rejection::Malformed(_)), "{err}");
+}
+
+#[test]
+fn digest_text_is_sha256_and_64_hex_digits_only() {
+    let hex = "a0cfc71271d6e278e57cd332ff957c3f7043fdda354c4cbb190a30d56efa01bf";
+    assert!(Blob::sha256_digest(&format!("sha256:{hex}")).is_some());
+    assert!(Blob::sha256_digest(hex).is_none());
+    assert!(Blob::sha256_digest(&format!("sha512:{hex}")).is_none());
+    assert!(Blob::sha256_digest(&format!("sha256:{}", &hex[1..])).is_none());
+    assert!(Blob::sha256_digest(&format!("sha256:{hex}00")).is_none());
+}
+
+/// cosign v3 `sign-blob` with a signing config naming neither Rekor nor a TSA: what cosign's
+/// `--insecure-ignore-tlog` accepts, as bytes, file and digest; never another artifact or key,
+/// and never without the flag.
+#[test]
+fn bare_key_bundle_verifies_only_without_the_log_and_for_its_artifact_and_key() {
+    let dir = fixtures().join("blob");
+    let key = String::from_utf8(read(dir.join("key.pub"))).unwrap();
+    let other = String::from_utf8(read(dir.join("other.pub"))).unwrap();
+    let bundle = read(dir.join("plain/artifact.txt.sigstore.json"));
+    let path = dir.join("artifact.txt");
+    let artifact = read(path.clone());
+    let digest: [u8; 32] = Sha256::digest(&artifact).into();
+    let ignoring = |key: &str| {
+        plan(json!({ "key": { "data": key }, "ctlog": { "insecureIgnoreTlog": true } }))
+    };
+    for blob in [
+        Blob::Bytes(&artifact),
+        Blob::File(&path),
+        Blob::Sha256(digest),
+    ] {
+        let verified = verify_blob(&ignoring(&key), blob, &bundle).unwrap();
+        assert!(verified.signer.key.is_some());
+        assert_eq!(verified.signer.log_index, None);
+    }
+    let mut tampered = artifact.clone();
+    tampered.push(b'!');
+    let err = verify_blob(&ignoring(&key), Blob::Bytes(&tampered), &bundle).unwrap_err();
+    assert!(matches!(err, Rejection::Content(_)), "{err}");
+    let err = verify_blob(&ignoring(&key), Blob::Sha256([0; 32]), &bundle).unwrap_err();
+    assert!(matches!(err, Rejection::Content(_)), "{err}");
+    let err = verify_blob(&ignoring(&other), Blob::Bytes(&artifact), &bundle).unwrap_err();
+    assert!(matches!(err, Rejection::InvalidSignature(_)), "{err}");
+    // The bundle's digest rewritten to the tampered artifact's: the signature still refuses it.
+    let mut doc: serde_json::Value = serde_json::from_slice(&bundle).unwrap();
+    use base64::Engine as _;
+    doc["messageSignature"]["messageDigest"]["digest"] =
+        json!(base64::engine::general_purpose::STANDARD.encode(Sha256::digest(&tampered)));
+    let forged = serde_json::to_vec(&doc).unwrap();
+    let err = verify_blob(&ignoring(&key), Blob::Bytes(&tampered), &forged).unwrap_err();
+    assert!(matches!(err, Rejection::InvalidSignature(_)), "{err}");
+    let with_log = plan(json!({ "key": { "data": key } }));
+    let err = verify_blob(&with_log, Blob::Bytes(&artifact), &bundle).unwrap_err();
+    assert!(matches!(err, Rejection::Tlog(_)), "{err}");
+}
