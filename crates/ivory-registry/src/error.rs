@@ -569,7 +569,7 @@ impl Site<'_> {
     pub(crate) fn transport_via(&self, e: reqwest::Error, other: EgressVia) -> Error {
         let e = e.without_url();
         if let Some(refused) = AddressRefused::of(&e) {
-            let via = if host_of(self.registry) == refused.host {
+            let via = if host_of(self.registry).eq_ignore_ascii_case(&refused.host) {
                 EgressVia::Registry
             } else {
                 other
