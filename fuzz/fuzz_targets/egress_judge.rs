@@ -46,9 +46,7 @@ fn ranges(data: &[u8]) {
     assert!(cidr.contains(network), "{text:?}");
     let other = match network {
         IpAddr::V4(v4) if shown.ends_with("/32") => IpAddr::V4(Ipv4Addr::from(u32::from(v4) ^ 1)),
-        IpAddr::V6(v6) if shown.ends_with("/128") => {
-            IpAddr::V6(Ipv6Addr::from(u128::from(v6) ^ 1))
-        }
+        IpAddr::V6(v6) if shown.ends_with("/128") => IpAddr::V6(Ipv6Addr::from(u128::from(v6) ^ 1)),
         _ => return,
     };
     assert!(!cidr.contains(other), "{text:?}");
@@ -70,7 +68,11 @@ fn addresses(data: &[u8]) {
             private: PrivateNetworks::Deny,
             ..EgressRule::default()
         };
-        assert_eq!(deny.judge(ip).is_err(), class != AddressClass::Public, "{ip}");
+        assert_eq!(
+            deny.judge(ip).is_err(),
+            class != AddressClass::Public,
+            "{ip}"
+        );
     }
     let class = AddressClass::of(IpAddr::V4(v4));
     let bits = u32::from(v4);

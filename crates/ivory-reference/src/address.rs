@@ -263,6 +263,14 @@ pub struct EgressRefusal {
 }
 
 fn remedy(class: AddressClass, ip: IpAddr) -> String {
+    // An IPv6 form judged as its IPv4 address is allowed by naming that address, which
+    // allows all its forms.
+    let ip = match ip {
+        IpAddr::V6(v6) => embedded_v4(v6)
+            .filter(|v4| AddressClass::of_v4(*v4) == class)
+            .map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    };
     match class {
         AddressClass::Loopback | AddressClass::Private => {
             format!("{EGRESS_PRIVATE_FLAG}=allow or {EGRESS_ALLOW_FLAG} {ip}")
@@ -394,6 +402,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(text.contains("--egress-allow 169.254.169.254"), "{text}");
+        let text = EgressRule::default()
+            .judge(ip("::ffff:169.254.169.254"))
+            .unwrap_err()
+            .to_string();
+        assert!(text.ends_with("--egress-allow 169.254.169.254"), "{text}");
     }
 
     #[test]
