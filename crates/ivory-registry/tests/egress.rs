@@ -52,8 +52,10 @@ fn assert_refused(err: &Error, via: EgressVia, image: &str) {
 
 /// The registry host spelt every way the URL parser or the system resolver reads as the
 /// metadata address.
-const METADATA_HOSTS: [&str; 15] = [
+const METADATA_HOSTS: [&str; 17] = [
     "169.254.169.254",
+    "169.254.169.254.",
+    "%31%36%39.254.169.254",
     "2852039166",
     "0xa9fea9fe",
     "169.254.43518",
@@ -118,6 +120,8 @@ async fn redirects_to_the_metadata_address_are_refused_even_through_an_allowed_h
         "169.254.169.254",
         "2852039166",
         "0xa9fea9fe",
+        "169.254.169.254.",
+        "%31%36%39.254.169.254",
         "[::ffff:169.254.169.254]",
         "[64:ff9b::a9fe:a9fe]",
         "metadata.ivory.test",

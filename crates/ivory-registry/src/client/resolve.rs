@@ -128,6 +128,16 @@ mod tests {
             "http://[fd00:ec2::254]/",
             "http://0/",
             "http://[::]/",
+            "http://169.254.169.254./",
+            "http://%31%36%39.254.169.254/",
+            "http://169\u{3002}254\u{3002}169\u{3002}254/",
+            "http://\u{ff11}\u{ff16}\u{ff19}.254.169.254/",
+            "http://[::ffff:a9fe:a9fe]/",
+            "http://[0:0:0:0:0:ffff:169.254.169.254]/",
+            "http://[2002:a9fe:a9fe::]/",
+            "http://[64:ff9b:1::a9fe:a9fe]/",
+            "http://224.0.0.1/",
+            "http://255.255.255.255/",
         ] {
             let parsed = Url::parse(url).unwrap();
             assert!(judge_literal(&rule, &parsed).is_err(), "{url}");
