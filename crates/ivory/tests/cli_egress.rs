@@ -1,7 +1,8 @@
-//! The egress rule through the binary: `ivory verify` under a policy whose glob selects every
-//! image, asked about the metadata address in other spellings (in a private network namespace
-//! with a stand-in there, see `ivory_testkit::in_metadata_netns`), and `--egress-private deny`
-//! and `--egress-allow` against the real registry.
+//! The egress rule through the binary: `ivory verify` and `ivory serve` under a policy whose
+//! glob selects every image, or that reads image data, asked about the metadata address in
+//! other spellings (in a private network namespace with a stand-in there, see
+//! `ivory_testkit::in_metadata_netns`), and `--egress-private deny` and `--egress-allow`
+//! against the real registry.
 
 use serde_json::Value;
 
@@ -10,7 +11,7 @@ use ivory_testkit::{MetadataListener, in_metadata_netns};
 use crate::cli_util::{
     Run, ivory, policy_args, push_fixture, registry_and_ca, write, write_require_signed,
 };
-use crate::util::{VERIFY_SIGNED, key_attestor, policy};
+use crate::util::{Ivory, VERIFY_SIGNED, key_attestor, pod_review, policies_dir, policy};
 
 /// The message of `name`'s entry in `verify -o json`'s answer.
 fn message(run: &Run, name: &str) -> String {
@@ -82,4 +83,55 @@ async fn private_addresses_are_refused_under_deny_unless_allow_listed() {
     let run = verify(&["--egress-allow", "2852039166"]).await;
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("2852039166"), "{}", run.stderr);
+}
+
+/// A Pod naming the metadata address, before `ivory serve`: under a broad glob (verification)
+/// and to a policy that reads every container's image data (a late fetch outside its glob).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_never_reaches_the_metadata_address() {
+    if !in_metadata_netns("cli_egress::the_webhook_never_reaches_the_metadata_address") {
+        return;
+    }
+    let metadata = MetadataListener::bind();
+    let dir = tempfile::tempdir().unwrap();
+    let policies = policies_dir(dir.path());
+    let verify = format!("{}{VERIFY_SIGNED}", key_attestor());
+    let image_data = "  validationConfigurations:
+    verifyDigest: false
+    required: false
+  attestors: []
+  validations:
+    - expression: >-
+        object.spec.containers.all(c, image.GetMetadata(c.image).config.os == 'linux')
+";
+    for (name, glob, body) in [
+        ("everything", "*", verify.as_str()),
+        ("image-data", "nothing.example/*", image_data),
+    ] {
+        let path = policies.join(format!("{name}.yaml"));
+        std::fs::write(path, policy(name, glob, body)).unwrap();
+    }
+    let ivory = Ivory::start_policies(dir.path(), &policies).await;
+    for image in [
+        "2852039166:80/latest/meta-data:1",
+        "0xa9fea9fe:80/latest/meta-data:1",
+        "metadata.ivory.test:80/latest/meta-data:1",
+    ] {
+        for route in ["everything", "image-data"] {
+            let review = pod_review("u-1", &[image]);
+            let resp = ivory
+                .review(&format!("/ivpol/validate/{route}"), &review)
+                .await;
+            assert_eq!(resp["allowed"], false, "{route} {image}: {resp}");
+            let said = resp["status"]["message"].as_str().unwrap_or_default();
+            for part in [image, "169.254.169.254", "--egress-allow 169.254.169.254"] {
+                assert!(said.contains(part), "{route} {image}: {part} not in {said}");
+            }
+        }
+    }
+    assert_eq!(
+        metadata.connections(),
+        0,
+        "ivory serve connected to the stand-in"
+    );
 }

@@ -26,8 +26,9 @@
 //! * `cli_completions`: `ivory completions bash|zsh|fish`.
 //! * `cli_registries`: every command against a plain-HTTP loopback registry and a self-signed
 //!   one; the one-line error form.
-//! * `cli_egress`: the egress rule through `verify`: the metadata address in other spellings
-//!   under a broad glob (in a private network namespace), `--egress-private`, `--egress-allow`.
+//! * `cli_egress`: the egress rule through `verify` and `serve`: the metadata address in other
+//!   spellings under a broad glob and in image data (in a private network namespace),
+//!   `--egress-private`, `--egress-allow`.
 //! * `demo`: `scripts/demo.sh` and the story it prints.
 //! * `util`: process startup, HTTPS clients, review and policy builders.
 
