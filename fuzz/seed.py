@@ -170,6 +170,24 @@ def resp_replies():
         put("resp_reply", head + r)
 
 
+def egress():
+    # Mode 0: ranges an operator writes; mode 1: IPv4 + IPv6 bytes; mode 2: URL hosts in the
+    # spellings the metadata address was attacked with.
+    for r in ["10.0.0.0/8", "169.254.169.254/32", "169.254.169.254", "fd00:ec2::/32", "::/0",
+              "0.0.0.0/0", "10.0.0.0/33", "2852039166", "1.2.3.4/08"]:
+        put("egress_judge", b"\0" + r.encode())
+    for v4, v6 in [("169.254.169.254", "::ffff:169.254.169.254"), ("10.0.0.1", "64:ff9b::a9fe:a9fe"),
+                   ("0.0.0.1", "::1"), ("100.100.100.200", "fd00:ec2::254"),
+                   ("8.8.8.8", "2002:a9fe:a9fe::1")]:
+        a = bytes(int(x) for x in v4.split("."))
+        put("egress_judge", b"\1" + a + __import__("ipaddress").IPv6Address(v6).packed)
+    for h in ["169.254.169.254", "2852039166", "0xa9fea9fe", "169.254.43518",
+              "0251.0376.0251.0376", "0xA9.0xfe.43518", "169.254.169.254.", "[::ffff:169.254.169.254]",
+              "[::169.254.169.254]", "[64:ff9b::a9fe:a9fe]", "[fd00:ec2::254]", "[fe80::1%25lo]",
+              "metadata.google.internal", "127.0.0.1:5000", "0", "%31%36%39.254.169.254"]:
+        put("egress_judge", b"\2" + h.encode())
+
+
 for step in (admission, images, policies, envelopes, bundles, notation, manifests, durations,
-             resp_replies):
+             resp_replies, egress):
     step()

@@ -11,7 +11,10 @@ use thiserror::Error;
 mod address;
 mod canonical;
 
-pub use address::is_metadata_or_unspecified;
+pub use address::{
+    AddressClass, Cidr, CidrError, EGRESS_ALLOW_FLAG, EGRESS_PRIVATE_FLAG, EgressRefusal,
+    EgressRule, PrivateNetworks, is_metadata_or_unspecified,
+};
 pub use canonical::{CANONICAL_DOCKER_HUB, alternative_spellings, canonical, canonical_host};
 
 /// Docker Hub's canonical registry host (`RegistryStr()` of a bare name).

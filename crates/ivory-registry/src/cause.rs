@@ -14,8 +14,8 @@ use std::io;
 pub enum TransportCause {
     /// The registry's host name did not resolve.
     DnsLookupFailed,
-    /// The registry's host name resolves only to addresses ivory never connects to
-    /// (link-local, unspecified, cloud metadata).
+    /// The registry's host resolves only to addresses ivory's egress rule refuses
+    /// (link-local, cloud metadata, unspecified, ...).
     AddressRefused,
     /// Nothing listens on the registry's port.
     ConnectionRefused,
@@ -60,9 +60,7 @@ impl TransportCause {
     pub fn describe(self) -> &'static str {
         match self {
             TransportCause::DnsLookupFailed => "DNS lookup failed",
-            TransportCause::AddressRefused => {
-                "the name resolves to a link-local or metadata address, which ivory never connects to"
-            }
+            TransportCause::AddressRefused => "the address is refused by ivory's egress rule",
             TransportCause::ConnectionRefused => "connection refused",
             TransportCause::TimedOut => "connection timed out",
             TransportCause::ConnectionReset => "connection reset",
@@ -95,17 +93,45 @@ pub struct LookupFailed {
     pub source: io::Error,
 }
 
-/// ivory's resolver refused a host whose every address is link-local, unspecified or a cloud
-/// metadata address.
+/// The egress rule refused every address of a host (a name's resolved addresses, or a literal
+/// redirect target).
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "{host} resolves to {ip}, a link-local, unspecified or metadata address: ivory does not connect there"
-)]
+#[error("{host} is at {ip}, {class}: ivory does not connect there")]
 pub struct AddressRefused {
-    /// The host name.
+    /// The host name (or the literal address).
     pub host: String,
-    /// The first refused address it resolved to.
+    /// The first refused address.
     pub ip: std::net::IpAddr,
+    /// Its class.
+    pub class: ivory_reference::AddressClass,
+}
+
+impl AddressRefused {
+    pub(crate) fn new(host: String, refusal: ivory_reference::EgressRefusal) -> Self {
+        Self {
+            host,
+            ip: refusal.ip,
+            class: refusal.class,
+        }
+    }
+
+    /// The egress rule's refusal this error carries.
+    pub fn refusal(&self) -> ivory_reference::EgressRefusal {
+        ivory_reference::EgressRefusal {
+            ip: self.ip,
+            class: self.class,
+        }
+    }
+
+    /// The refusal in `err`'s chain, if any.
+    pub(crate) fn of<'e>(err: &'e (dyn StdError + 'static)) -> Option<&'e AddressRefused> {
+        let mut found = None;
+        walk(err, &mut |layer| {
+            found = layer.downcast_ref::<AddressRefused>();
+            found.is_some()
+        });
+        found
+    }
 }
 
 /// Why ivory's redirect policy refused to follow a registry's redirect.
@@ -137,7 +163,10 @@ impl RedirectRefusal {
 /// Calls `visit` on every layer of `err`'s chain until it returns true. An `io::Error`
 /// wrapping another error hides that error from `source()` (it answers the inner error's
 /// source instead), so the walk steps into the wrapped error itself.
-fn walk(err: &(dyn StdError + 'static), visit: &mut dyn FnMut(&(dyn StdError + 'static)) -> bool) {
+fn walk<'e>(
+    err: &'e (dyn StdError + 'static),
+    visit: &mut dyn FnMut(&'e (dyn StdError + 'static)) -> bool,
+) {
     let mut current = Some(err);
     while let Some(layer) = current {
         if visit(layer) {
@@ -284,6 +313,7 @@ mod tests {
         let metadata = AddressRefused {
             host: "metadata.internal".into(),
             ip: "169.254.169.254".parse().unwrap(),
+            class: ivory_reference::AddressClass::LinkLocal,
         };
         assert_eq!(
             TransportCause::of(&Outer(Box::new(metadata))),

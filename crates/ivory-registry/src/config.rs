@@ -67,6 +67,10 @@ pub struct Config {
     /// is trusted more than the original's answer would be: digests are checked against
     /// bodies and signatures are verified as usual.
     pub mirrors: std::collections::BTreeMap<String, String>,
+    /// Which addresses any connection may go to (registry, redirect target, token realm,
+    /// URL a certificate names), judged on the address connected to: literal hosts before
+    /// the request, names on the resolver's answer.
+    pub egress: ivory_reference::EgressRule,
 }
 
 impl Default for Config {
@@ -87,6 +91,7 @@ impl Default for Config {
             allow_http: false,
             plain_http_loopback: true,
             mirrors: std::collections::BTreeMap::new(),
+            egress: ivory_reference::EgressRule::default(),
         }
     }
 }

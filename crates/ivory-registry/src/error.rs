@@ -4,7 +4,9 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
-use crate::cause::{RedirectRefusal, TransportCause};
+use ivory_reference::EgressRefusal;
+
+use crate::cause::{AddressRefused, RedirectRefusal, TransportCause};
 use crate::client::http::BodyError;
 use crate::digest::DigestProblem;
 use crate::operation::Operation;
@@ -140,6 +142,25 @@ pub enum Error {
         /// Why ivory refused it.
         reason: RedirectRefusal,
     },
+    /// ivory's egress rule refused the address a connection would have gone to: the
+    /// registry's host, a redirect target or a token realm, named by an address in any
+    /// spelling or by a name that resolves there. No connection was made. Definite: the same
+    /// request is refused again.
+    #[error(
+        "{op} for image {image} on registry {registry}: ivory refuses to connect to the {via}: {refusal}"
+    )]
+    EgressRefused {
+        /// What was being done.
+        op: Operation,
+        /// The image the operation was for.
+        image: String,
+        /// The registry host.
+        registry: String,
+        /// Which connection was refused.
+        via: EgressVia,
+        /// The address and why (the flag that would allow it included).
+        refusal: EgressRefusal,
+    },
     /// The registry's token realm is not usable without risking credentials: plain HTTP
     /// for a registry reached over TLS, or not an http(s) URL at all.
     #[error("registry {registry} (image {image}) names a token realm that ivory refuses: {reason}")]
@@ -230,6 +251,27 @@ pub enum Error {
     },
 }
 
+/// Which connection of a registry call the egress rule refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EgressVia {
+    /// The registry host of the image (or its mirror).
+    Registry,
+    /// A redirect the registry answered with.
+    Redirect,
+    /// The token realm the registry's challenge named.
+    TokenRealm,
+}
+
+impl std::fmt::Display for EgressVia {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EgressVia::Registry => "registry host",
+            EgressVia::Redirect => "registry's redirect target",
+            EgressVia::TokenRealm => "registry's token realm",
+        })
+    }
+}
+
 /// `HTTP 404 (client error)`: the status and its class, nothing the registry wrote.
 fn http(status: u16) -> String {
     let class = match status {
@@ -277,6 +319,7 @@ impl Error {
             | Error::DigestMismatch { .. } => StatusClass::Success,
             Error::DeadlineExceeded { .. }
             | Error::Transport { .. }
+            | Error::EgressRefused { .. }
             | Error::InvalidReference { .. }
             | Error::InvalidCredentials { .. }
             | Error::Config { .. } => StatusClass::NoAnswer,
@@ -362,6 +405,12 @@ impl Error {
             Error::RedirectRefused {
                 registry, reason, ..
             } => format!("{registry} redirected where ivory does not follow ({reason})"),
+            Error::EgressRefused {
+                registry,
+                via,
+                refusal,
+                ..
+            } => format!("{registry}: ivory refuses to connect to the {via}: {refusal}"),
             Error::TokenRealmRefused {
                 registry, reason, ..
             } => format!("{registry} names a token realm that ivory refuses ({reason})"),
@@ -392,6 +441,14 @@ impl Error {
             Error::InvalidCredentials { .. } | Error::Config { .. } => self.to_string(),
         }
     }
+}
+
+/// The host of a `host[:port]` registry, as the resolver is asked for it.
+fn host_of(registry: &str) -> &str {
+    if registry.starts_with('[') {
+        return registry;
+    }
+    registry.split(':').next().unwrap_or(registry)
 }
 
 /// The innermost layer of a transport error's text, where an unclassified cause is named.
@@ -504,7 +561,21 @@ impl Site<'_> {
     /// A reqwest failure: a refused redirect, or a transport error classified by the types
     /// in its chain, its text kept without URLs (a redirect target is the registry's text).
     pub(crate) fn transport(&self, e: reqwest::Error) -> Error {
+        self.transport_via(e, EgressVia::Redirect)
+    }
+
+    /// As [`Site::transport`]; an egress refusal of a host other than the registry's is
+    /// blamed on `other` (a redirect target, or the token realm).
+    pub(crate) fn transport_via(&self, e: reqwest::Error, other: EgressVia) -> Error {
         let e = e.without_url();
+        if let Some(refused) = AddressRefused::of(&e) {
+            let via = if host_of(self.registry).eq_ignore_ascii_case(&refused.host) {
+                EgressVia::Registry
+            } else {
+                other
+            };
+            return self.egress(via, refused.refusal());
+        }
         let detail = chain(&e);
         if let Some(reason) = RedirectRefusal::of(&e) {
             tracing::warn!(registry = %self.registry, image = %self.image, op = self.op.as_str(),
@@ -522,6 +593,19 @@ impl Site<'_> {
             registry: self.registry(),
             cause: TransportCause::of(&e),
             detail,
+        }
+    }
+
+    /// The egress rule refused the `via` connection.
+    pub(crate) fn egress(&self, via: EgressVia, refusal: EgressRefusal) -> Error {
+        tracing::warn!(registry = %self.registry, image = %self.image, op = self.op.as_str(),
+            %via, ip = %refusal.ip, class = %refusal.class, "connection refused by the egress rule");
+        Error::EgressRefused {
+            op: self.op,
+            image: self.image(),
+            registry: self.registry(),
+            via,
+            refusal,
         }
     }
 

@@ -27,7 +27,8 @@ pub use config::{
     is_loopback_host,
 };
 pub use digest::DigestProblem;
-pub use error::{Error, Result};
+pub use error::{EgressVia, Error, Result};
+pub use ivory_reference::{AddressClass, Cidr, EgressRefusal, EgressRule, PrivateNetworks};
 pub use json::{
     JsonLimits, JsonShape, OBJECT_COST_BYTES, ShapeError, VALUE_COST_BYTES, json_shape,
     parse_json_bounded,

@@ -1,16 +1,18 @@
 //! One bounded GET of a URL ivory did not choose (a CRL distribution point named in a
 //! certificate), with the registry client's guards: `http`/`https` only, no credentials, no
-//! redirects, names resolved without link-local, unspecified or metadata addresses (and a
-//! literal such address refused before any connection), the body streamed under a cap and a
-//! budget shared by every fetch of one [`UrlFetcher`], and a deadline on the whole exchange.
+//! redirects, the registry client's egress rule (names judged on the resolver's answer, a
+//! literal address before any connection), the body streamed under a cap and a budget shared
+//! by every fetch of one [`UrlFetcher`], and a deadline on the whole exchange.
 
-use std::net::IpAddr;
+use std::sync::Arc;
+
+use ivory_reference::{EgressRefusal, EgressRule};
 
 use reqwest::redirect::Policy;
 use tokio::time::{Instant, timeout_at};
 
 use crate::client::http::{BodyError, ReadBudget, read_capped};
-use crate::client::resolve::GuardedResolver;
+use crate::client::resolve::{GuardedResolver, judge_literal};
 use crate::config::Config;
 
 /// Why a [`UrlFetcher::get`] brought nothing back. Never carries the server's words.
@@ -19,9 +21,9 @@ pub enum UrlFetchError {
     /// The URL does not parse or is not `http`/`https`.
     #[error("{0:?} is not an http(s) URL")]
     NotHttp(String),
-    /// The URL names (or its host resolves only to) an address ivory never connects to.
-    #[error("{0} is a link-local, unspecified or metadata address")]
-    AddressRefused(IpAddr),
+    /// The URL names (or its host resolves only to) an address the egress rule refuses.
+    #[error("the URL's host is refused: {0}")]
+    AddressRefused(EgressRefusal),
     /// The server answered with another status than 200.
     #[error("the server answered HTTP {0}")]
     Status(u16),
@@ -41,6 +43,7 @@ pub enum UrlFetchError {
 pub struct UrlFetcher {
     client: reqwest::Client,
     budget: ReadBudget,
+    rule: Arc<EgressRule>,
 }
 
 impl UrlFetcher {
@@ -55,17 +58,19 @@ impl UrlFetcher {
             .map(reqwest::Certificate::from_der)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| UrlFetchError::Transport(e.to_string()))?;
+        let rule = Arc::new(config.egress.clone());
         let client = reqwest::Client::builder()
             .tls_certs_only(certs)
             .connect_timeout(config.connect_timeout)
             .user_agent(config.user_agent.clone())
             .redirect(Policy::none())
-            .dns_resolver(GuardedResolver)
+            .dns_resolver(GuardedResolver::new(rule.clone()))
             .build()
             .map_err(|e| UrlFetchError::Transport(e.to_string()))?;
         Ok(Self {
             client,
             budget: ReadBudget::new(budget_bytes),
+            rule,
         })
     }
 
@@ -77,6 +82,7 @@ impl UrlFetcher {
         deadline: Instant,
     ) -> Result<Vec<u8>, UrlFetchError> {
         let parsed = checked_url(url)?;
+        judge_literal(&self.rule, &parsed).map_err(UrlFetchError::AddressRefused)?;
         let exchange = async {
             let resp = self
                 .client
@@ -102,8 +108,9 @@ impl UrlFetcher {
     }
 }
 
-/// `url` parsed, if it is `http`/`https` without credentials and does not name a forbidden
-/// address literally (names are checked by the resolver when connected to).
+/// `url` parsed, if it is `http`/`https` without credentials and does not name an address
+/// literally that the default egress rule refuses (the fetcher judges again by its own rule;
+/// names are judged by the resolver when connected to).
 pub fn checked_url(url: &str) -> Result<reqwest::Url, UrlFetchError> {
     let parsed = reqwest::Url::parse(url).map_err(|_| UrlFetchError::NotHttp(url.to_owned()))?;
     if !matches!(parsed.scheme(), "http" | "https")
@@ -112,15 +119,10 @@ pub fn checked_url(url: &str) -> Result<reqwest::Url, UrlFetchError> {
     {
         return Err(UrlFetchError::NotHttp(url.to_owned()));
     }
-    let ip = match parsed.host() {
-        Some(url::Host::Ipv4(v4)) => Some(IpAddr::V4(v4)),
-        Some(url::Host::Ipv6(v6)) => Some(IpAddr::V6(v6)),
-        Some(url::Host::Domain(_)) => None,
-        None => return Err(UrlFetchError::NotHttp(url.to_owned())),
-    };
-    if let Some(ip) = ip.filter(|ip| ivory_reference::is_metadata_or_unspecified(*ip)) {
-        return Err(UrlFetchError::AddressRefused(ip));
+    if parsed.host().is_none() {
+        return Err(UrlFetchError::NotHttp(url.to_owned()));
     }
+    judge_literal(&EgressRule::default(), &parsed).map_err(UrlFetchError::AddressRefused)?;
     Ok(parsed)
 }
 
@@ -129,12 +131,8 @@ fn transport(e: &reqwest::Error) -> UrlFetchError {
     if e.is_timeout() {
         return UrlFetchError::Timeout;
     }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if let Some(refused) = s.downcast_ref::<crate::cause::AddressRefused>() {
-            return UrlFetchError::AddressRefused(refused.ip);
-        }
-        source = s.source();
+    if let Some(refused) = crate::cause::AddressRefused::of(e) {
+        return UrlFetchError::AddressRefused(refused.refusal());
     }
     UrlFetchError::Transport(if e.is_connect() {
         "cannot connect".to_owned()
@@ -166,6 +164,11 @@ mod tests {
             "http://169.254.169.254/latest",
             "http://[fd00:ec2::254]/x",
             "http://0.0.0.0/x",
+            "http://2852039166/x",
+            "http://0xa9fea9fe/x",
+            "http://169.254.43518/x",
+            "http://[::ffff:169.254.169.254]/x",
+            "http://[64:ff9b::a9fe:a9fe]/x",
         ] {
             assert!(
                 matches!(checked_url(bad), Err(UrlFetchError::AddressRefused(_))),

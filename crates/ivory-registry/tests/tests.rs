@@ -6,6 +6,9 @@
 //! - `tls`: custom CA, missing CA, allowInsecureRegistry, mirrors.
 //! - `fetch`: manifests, blobs, limits, platforms, referrers fallback.
 //! - `listing`: tag and catalog pagination.
+//! - `egress`: the egress rule on the registry host in every spelling, redirects (chained
+//!   through an allowed host), token realms and CRL URLs at the metadata address, in a private
+//!   network namespace; loopback under `--egress-private deny` and the allow-list.
 //! - `faults`: deadlines, refusals, 429/503, malformed and looping manifests, concurrency cap.
 //! - `hostile`: endless bodies, echoed error bodies, credential-collecting redirects,
 //!   plain-HTTP token realms, forged digests.
@@ -15,6 +18,7 @@
 
 mod auth;
 mod budget;
+mod egress;
 mod faults;
 mod fetch;
 mod hostile;

@@ -50,6 +50,9 @@ pub enum HostileAuth {
     /// `/v2/` answers 401 with a Bearer challenge whose realm is this server's `/token`,
     /// which streams an endless answer.
     EndlessToken,
+    /// `/v2/` answers 401 with a Bearer challenge whose realm is this URL (where a client
+    /// should never go: a metadata address, a name resolving there).
+    Realm(String),
 }
 
 /// Options for [`HostileServer::start`].
@@ -341,6 +344,16 @@ fn listing(path: &str, query: &str) -> Option<Response> {
     ))
 }
 
+/// 401 with a Bearer challenge naming `realm`.
+fn bearer(realm: &str) -> Response {
+    let challenge = format!(r#"Bearer realm="{realm}",service="hostile""#);
+    plain(
+        StatusCode::UNAUTHORIZED,
+        &[("WWW-Authenticate", challenge.as_str())],
+        Vec::new(),
+    )
+}
+
 fn route(state: &HostileState, method: &Method, path: &str) -> Response {
     let self_host = state
         .self_host
@@ -348,22 +361,15 @@ fn route(state: &HostileState, method: &Method, path: &str) -> Response {
         .unwrap_or_else(|p| p.into_inner())
         .clone();
     if path == "/v2/" || path == "/v2" {
-        return match state.opts.auth {
+        return match &state.opts.auth {
             HostileAuth::Open => plain(StatusCode::OK, &[], b"{}".to_vec()),
             HostileAuth::Basic => plain(
                 StatusCode::UNAUTHORIZED,
                 &[("WWW-Authenticate", r#"Basic realm="hostile""#)],
                 Vec::new(),
             ),
-            HostileAuth::EndlessToken => {
-                let challenge =
-                    format!(r#"Bearer realm="http://{self_host}/token",service="hostile""#);
-                plain(
-                    StatusCode::UNAUTHORIZED,
-                    &[("WWW-Authenticate", challenge.as_str())],
-                    Vec::new(),
-                )
-            }
+            HostileAuth::EndlessToken => bearer(&format!("http://{self_host}/token")),
+            HostileAuth::Realm(realm) => bearer(realm),
         };
     }
     if path == "/token" {

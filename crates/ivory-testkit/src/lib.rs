@@ -14,6 +14,8 @@
 //!   memory ([`RedisAttack`]).
 //! - [`policy`] and [`review`]: the ImageValidatingPolicy YAML and AdmissionReview JSON the
 //!   tests and benchmarks build their cases from.
+//! - [`in_metadata_netns`], [`MetadataListener`]: a private network namespace where
+//!   169.254.169.254 is a local stand-in, for tests whose failure would connect there.
 //! - [`free_port`]: ports for those servers from below the kernel's ephemeral range, so no other
 //!   socket of the test run takes one between choosing and binding it.
 
@@ -27,6 +29,10 @@ pub use hostile_redis::{HOSTILE_REDIS_CAP, HostileRedis, RedisAttack};
 pub use layout::{
     Descriptor, OCI_CONFIG, OCI_INDEX, OCI_LAYER, OCI_MANIFEST, OciLayout, REF_NAME, SimpleImage,
     sha256_digest, write_simple_image,
+};
+pub use netns::{
+    METADATA_HOSTS, METADATA_PORT, METADATA_SECRET, METADATA_V4, METADATA_V6, MetadataListener,
+    in_metadata_netns,
 };
 pub use pki::{CosignSigner, TestPki, TokenSigner};
 pub use ports::{free_port, is_port_taken};
@@ -48,6 +54,7 @@ mod fault;
 mod hostile;
 mod hostile_redis;
 mod layout;
+mod netns;
 mod pki;
 pub mod policy;
 mod ports;

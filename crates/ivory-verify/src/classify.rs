@@ -41,6 +41,7 @@ pub(crate) fn map_error(
         | E::InvalidDigest { .. }
         | E::DigestMismatch { .. }
         | E::RedirectRefused { .. }
+        | E::EgressRefused { .. }
         | E::TokenRealmRefused { .. }
         | E::InvalidReference { .. } => VerifyError::Hostile {
             image,
@@ -83,6 +84,7 @@ fn registry_of(e: &RegistryError) -> String {
         | E::TooLarge { registry, .. }
         | E::ReadBudgetExhausted { registry, .. }
         | E::RedirectRefused { registry, .. }
+        | E::EgressRefused { registry, .. }
         | E::TokenRealmRefused { registry, .. }
         | E::InvalidDigest { registry, .. }
         | E::Throttled { registry, .. }
@@ -212,6 +214,18 @@ mod tests {
                     image: image.clone(),
                     registry: registry.clone(),
                     reason: ivory_registry::RedirectRefusal::TooMany,
+                },
+                ErrorKind::Hostile,
+            ),
+            (
+                RegistryError::EgressRefused {
+                    op: ivory_registry::Operation::FetchManifest,
+                    image: image.clone(),
+                    registry: registry.clone(),
+                    via: ivory_registry::EgressVia::Redirect,
+                    refusal: ivory_registry::EgressRule::default()
+                        .judge("169.254.169.254".parse().unwrap())
+                        .unwrap_err(),
                 },
                 ErrorKind::Hostile,
             ),

@@ -32,6 +32,9 @@
 //! * `cli_completions`: `ivory completions bash|zsh|fish`.
 //! * `cli_registries`: every command against a plain-HTTP loopback registry and a self-signed
 //!   one; the one-line error form.
+//! * `cli_egress`: the egress rule through `verify` and `serve`: the metadata address in other
+//!   spellings under a broad glob and in image data (in a private network namespace),
+//!   `--egress-private`, `--egress-allow`.
 //! * `demo`: `scripts/demo.sh` and the story it prints.
 //! * `util`: process startup, HTTPS clients, review and policy builders.
 
@@ -45,6 +48,7 @@ mod cli_cache;
 mod cli_cluster_resources;
 mod cli_completions;
 mod cli_convert;
+mod cli_egress;
 mod cli_exceptions;
 mod cli_files;
 mod cli_pipeline;

@@ -81,11 +81,16 @@ pub(super) async fn fetch(
 fn admitted(image: &str, seen: &mut BTreeSet<String>) -> Result<ImageReference, String> {
     let reference = ImageReference::parse(image)
         .map_err(|e| format!("invalid image reference {image}: {}", e.reason))?;
+    // The registry client judges every address it connects to (any spelling, resolved names,
+    // redirects) by the operator's egress rule; this refuses the plain literals early, with
+    // the expression's error, and whatever the allow-list says: a request never chooses them.
     if let Some(ip) = host_ip(reference.registry())
         && ivory_reference::is_metadata_or_unspecified(ip)
     {
+        let class = ivory_reference::AddressClass::of(ip);
         return Err(format!(
-            "image {image} names a link-local or unspecified address ({ip}); ivory fetches image data from there only for the policy's own images"
+            "image {image} names {ip}, {class}: ivory never fetches image data a request chooses from there ({} widens only the policy's own images)",
+            ivory_reference::EGRESS_ALLOW_FLAG
         ));
     }
     if !seen.contains(image) && seen.len() >= MAX_LATE_IMAGES {
@@ -123,7 +128,7 @@ mod tests {
             "[::]:5000/xx:1",
         ] {
             let why = admitted(image, &mut seen).err().unwrap_or_default();
-            assert!(why.contains("link-local or unspecified"), "{image}: {why}");
+            assert!(why.contains("ivory never fetches"), "{image}: {why}");
         }
         assert!(seen.is_empty());
         assert!(admitted("not a reference!", &mut seen).is_err());

@@ -12,8 +12,10 @@ use std::sync::Arc;
 use reqwest::redirect::{Attempt, Policy};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::cause::RedirectRefusal;
-use crate::client::resolve::GuardedResolver;
+use ivory_reference::EgressRule;
+
+use crate::cause::{AddressRefused, RedirectRefusal};
+use crate::client::resolve::{GuardedResolver, judge_literal};
 use crate::config::Config;
 
 /// Redirects followed per request. Registries redirect blob downloads to a CDN once;
@@ -144,18 +146,21 @@ pub(crate) fn build_client(
     let certs = crate::roots::trust_anchors(roots)
         .map(reqwest::Certificate::from_der)
         .collect::<Result<Vec<_>, _>>()?;
+    let rule = Arc::new(config.egress.clone());
+    let resolver_rule = rule.clone();
     reqwest::Client::builder()
         .danger_accept_invalid_certs(insecure)
         .tls_certs_only(certs)
         .connect_timeout(config.connect_timeout)
         .user_agent(user_agent)
-        .redirect(Policy::custom(redirect))
-        .dns_resolver(GuardedResolver)
+        .redirect(Policy::custom(move |attempt| redirect(&rule, attempt)))
+        .dns_resolver(GuardedResolver::new(resolver_rule))
         .build()
 }
 
-/// At most [`MAX_REDIRECTS`] hops, only to http(s), and never from TLS to plain HTTP.
-fn redirect(attempt: Attempt<'_>) -> reqwest::redirect::Action {
+/// At most [`MAX_REDIRECTS`] hops, only to http(s), never from TLS to plain HTTP, and never to
+/// an address literal the egress rule refuses (a name is judged by the resolver).
+fn redirect(rule: &EgressRule, attempt: Attempt<'_>) -> reqwest::redirect::Action {
     let from_tls = attempt
         .previous()
         .last()
@@ -167,6 +172,8 @@ fn redirect(attempt: Attempt<'_>) -> reqwest::redirect::Action {
         attempt.error(RedirectRefusal::NotHttp)
     } else if from_tls && scheme == "http" {
         attempt.error(RedirectRefusal::Downgrade)
+    } else if let Err(refusal) = judge_literal(rule, attempt.url()) {
+        attempt.error(AddressRefused::new(refusal.ip.to_string(), refusal))
     } else {
         attempt.follow()
     }

@@ -11,9 +11,10 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use super::http::{MAX_TOKEN_BYTES, error_snippet, read_capped};
+use super::resolve::judge_literal;
 use super::{Registry, Target};
 use crate::auth::RegistryAuth;
-use crate::error::{Error, Result, Site, truncate};
+use crate::error::{EgressVia, Error, Result, Site, truncate};
 use crate::stats::{Counters, StatusClass};
 
 /// Token lifetime when the realm does not say (the distribution spec's default).
@@ -131,6 +132,7 @@ impl Registry {
         accept: Option<&str>,
     ) -> Result<reqwest::Response> {
         let url = Url::parse(url).map_err(|e| site.rejected(None, format!("bad URL: {e}")))?;
+        self.judge_literal(site, EgressVia::Registry, &url)?;
         let auth = self.authorization(conn, t, site, &url).await?;
         let mut req = conn.client.request(method, url);
         if let Some(a) = accept {
@@ -146,6 +148,12 @@ impl Registry {
             return Err(site.by_status(401, &snippet));
         }
         Ok(resp)
+    }
+
+    /// `url`'s host judged by the egress rule when it is an address literal: reqwest connects
+    /// to a literal without asking the resolver, which judges names.
+    fn judge_literal(&self, site: Site<'_>, via: EgressVia, url: &Url) -> Result<()> {
+        judge_literal(&self.inner.config.egress, url).map_err(|refusal| site.egress(via, refusal))
     }
 
     /// The `Authorization` value for `url`, if the registry asks for one and may have it.
@@ -193,8 +201,11 @@ impl Registry {
         site: Site<'_>,
         counters: &Counters,
     ) -> Result<Challenge> {
+        let url = Url::parse(&conn.url(&t.host, ""))
+            .map_err(|e| site.rejected(None, format!("bad URL: {e}")))?;
+        self.judge_literal(site, EgressVia::Registry, &url)?;
         counters.request();
-        let res = conn.client.get(conn.url(&t.host, "")).send().await;
+        let res = conn.client.get(url).send().await;
         let resp = match res {
             Ok(r) => r,
             Err(e) => {
@@ -240,11 +251,15 @@ impl Registry {
             return Ok(tok.value);
         }
         let realm_url = self.realm_url(conn, t, site, realm, service)?;
+        self.judge_literal(site, EgressVia::TokenRealm, &realm_url)?;
         let mut req = conn.client.get(realm_url);
         if let RegistryAuth::Basic(u, p) = &t.auth {
             req = req.header(AUTHORIZATION, basic(u, p));
         }
-        let resp = req.send().await.map_err(|e| site.transport(e))?;
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| site.transport_via(e, EgressVia::TokenRealm))?;
         let status = resp.status();
         if !status.is_success() {
             let snippet = error_snippet(resp).await;
@@ -384,6 +399,13 @@ fn clone_error(e: &Error, site: Site<'_>) -> Error {
             image,
             registry,
             reason: *reason,
+        },
+        Error::EgressRefused { via, refusal, .. } => Error::EgressRefused {
+            op,
+            image,
+            registry,
+            via: *via,
+            refusal: *refusal,
         },
         Error::Unauthorized { status, .. } => Error::Unauthorized {
             op,

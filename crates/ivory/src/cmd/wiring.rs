@@ -42,6 +42,50 @@ pub(crate) struct RegistryAccessOpts {
     pub registry_concurrency: NonZeroUsize,
     #[command(flatten)]
     pub insecure: InsecureOpts,
+    #[command(flatten)]
+    pub egress: EgressOpts,
+}
+
+/// Which addresses ivory connects to when a request, a registry or a certificate chooses the
+/// host: registries, redirect targets, token realms, CRL distribution points, image data.
+/// Judged on the address connected to, whatever the spelling or DNS answer.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub(crate) struct EgressOpts {
+    /// An address range (ADDRESS or ADDRESS/PREFIX) connected to whatever its class: a
+    /// registry on a link-local address, or loopback and private ranges under
+    /// `--egress-private deny`. Repeatable. Link-local (169.254.0.0/16, fe80::/10), cloud
+    /// metadata (fd00:ec2::254, ...), unspecified, multicast, broadcast and reserved
+    /// addresses are refused otherwise, in any IPv6 form.
+    #[arg(long = "egress-allow", value_name = "CIDR")]
+    pub egress_allow: Vec<ivory_registry::Cidr>,
+    /// Loopback and private addresses (127/8, ::1, 10/8, 172.16/12, 192.168/16, 100.64/10,
+    /// fc00::/7): allowed by default, since in-cluster registries and mirrors live there and
+    /// the kubelet pulls from them too; `deny` refuses them unless `--egress-allow` names them.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "allow")]
+    pub egress_private: EgressPrivate,
+}
+
+/// `--egress-private`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum EgressPrivate {
+    /// Connect to loopback and private addresses.
+    #[default]
+    Allow,
+    /// Refuse them unless `--egress-allow` names them.
+    Deny,
+}
+
+impl EgressOpts {
+    /// The egress rule these flags give.
+    pub(crate) fn rule(&self) -> ivory_registry::EgressRule {
+        ivory_registry::EgressRule {
+            allow: self.egress_allow.clone(),
+            private: match self.egress_private {
+                EgressPrivate::Allow => ivory_registry::PrivateNetworks::Allow,
+                EgressPrivate::Deny => ivory_registry::PrivateNetworks::Deny,
+            },
+        }
+    }
 }
 
 impl RegistryAccessOpts {
@@ -63,6 +107,7 @@ impl RegistryAccessOpts {
             ca_bundle_pem,
             docker_config: self.docker_config.clone(),
             per_registry_concurrency: self.registry_concurrency,
+            egress: self.egress.rule(),
             ..RegistryConfig::default()
         };
         self.insecure.apply(&mut config);
