@@ -27,6 +27,9 @@
 //! * `cli_registries`: every command against a plain-HTTP loopback registry and a self-signed
 //!   one; the one-line error form.
 //! * `demo`: `scripts/demo.sh` and the story it prints.
+//! * `discovery`: cosign v3 signatures behind the referrers fallback index however its
+//!   descriptors are labelled, in another repository, and another image's bundles (denied),
+//!   through `serve` and `verify`.
 //! * `util`: process startup, HTTPS clients, review and policy builders.
 
 // Test helpers outside #[test] fns: failing fast is the point.
@@ -46,6 +49,7 @@ mod cli_test_suites;
 mod cli_util;
 mod cli_verify;
 mod demo;
+mod discovery;
 mod dogfood;
 mod fleet;
 mod memory;

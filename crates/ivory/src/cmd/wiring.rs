@@ -42,6 +42,25 @@ pub(crate) struct RegistryAccessOpts {
     pub registry_concurrency: NonZeroUsize,
     #[command(flatten)]
     pub insecure: InsecureOpts,
+    /// Repository cosign signatures, attestations and Sigstore bundles are read from, for
+    /// every cosign attestor without its own `source.repository` (cosign's COSIGN_REPOSITORY,
+    /// whose value is taken when the flag is not given); e.g. `ghcr.io/acme/signatures`.
+    /// Default: each image's own repository.
+    #[arg(long, value_name = "REPOSITORY", env = "COSIGN_REPOSITORY", value_parser = signature_repository)]
+    pub signature_repository: Option<String>,
+}
+
+/// clap parser for `--signature-repository`: a repository name without tag or digest, kept
+/// in its full spelling (`index.docker.io/acme/sigs` for `acme/sigs`).
+fn signature_repository(text: &str) -> Result<String, String> {
+    let parsed = ivory_registry::parse_reference(text)
+        .map_err(|e| format!("{text:?} is not a repository: {e}"))?;
+    if parsed.original_tag().is_some() || parsed.digest().is_some() {
+        return Err(format!(
+            "{text:?} names a tag or digest; give the repository alone"
+        ));
+    }
+    Ok(parsed.repository_name().to_owned())
 }
 
 impl RegistryAccessOpts {
@@ -159,15 +178,22 @@ impl RegistryOpts {
     /// The cosign verifier over a registry client built from these flags, behind the
     /// persistent cache unless it is off.
     pub(crate) fn verifier(&self) -> anyhow::Result<CosignVerifier> {
-        verifier_for(self.config()?, self.tag_cache_ttl, self.cache.open())
+        verifier_for(
+            self.config()?,
+            self.tag_cache_ttl,
+            self.access.signature_repository.clone(),
+            self.cache.open(),
+        )
     }
 }
 
 /// The cosign verifier over a registry client with `config`, reusing resolved tags for
-/// `tag_ttl`, behind `cache` when given.
+/// `tag_ttl`, reading signatures from `signature_repository` when given, behind `cache` when
+/// given.
 pub(crate) fn verifier_for(
     config: RegistryConfig,
     tag_ttl: Duration,
+    signature_repository: Option<String>,
     cache: Option<Arc<dyn SharedCache>>,
 ) -> anyhow::Result<CosignVerifier> {
     let registry = Registry::new(config).context("creating registry client")?;
@@ -176,6 +202,7 @@ pub(crate) fn verifier_for(
         VerifierConfig {
             tag_ttl,
             revocation_settle: Some(ONE_SHOT_REVOCATION_WAIT),
+            signature_repository,
             ..VerifierConfig::default()
         },
         CosignVerifier::anonymous_credentials(),
@@ -190,6 +217,7 @@ pub(crate) fn verifier_for(
 pub(crate) fn verifier_with_credentials(
     registry: Registry,
     tag_ttl: Duration,
+    signature_repository: Option<String>,
     credentials: ivory_registry::Credentials,
     cache: Option<Arc<dyn SharedCache>>,
 ) -> CosignVerifier {
@@ -198,6 +226,7 @@ pub(crate) fn verifier_with_credentials(
         VerifierConfig {
             tag_ttl,
             revocation_settle: Some(ONE_SHOT_REVOCATION_WAIT),
+            signature_repository,
             ..VerifierConfig::default()
         },
         Arc::new(move |c: Option<&ivory_policy::types::Credentials>| {
