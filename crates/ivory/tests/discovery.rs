@@ -10,7 +10,7 @@ use ivory_testkit::Harness;
 use serde_json::Value;
 
 use crate::cli_util::{ivory, registry_and_ca, write};
-use crate::util::{Ivory, fixtures, pod_review, policies_dir, policy};
+use crate::util::{BIN, Ivory, fixtures, pod_review, policies_dir, policy};
 
 const SLSA1: &str = "https://slsa.dev/provenance/v1";
 
@@ -172,6 +172,36 @@ async fn serve_admits_cosign_v3_behind_any_fallback_index_and_in_another_reposit
             );
         }
     }
+
+    // `--signature-repository` names that repository for every cosign attestor without a
+    // `source.repository` of its own, in place of the image's (as COSIGN_REPOSITORY does).
+    drop(ivory);
+    let served = tempfile::tempdir().unwrap();
+    let ivory = Ivory::start_in(
+        served.path(),
+        &[
+            "--policies".into(),
+            policies.display().to_string(),
+            "--registry-ca".into(),
+            dir.path().join("registry-ca.pem").display().to_string(),
+            "--signature-repository".into(),
+            elsewhere.clone(),
+        ],
+    )
+    .await;
+    for (i, (name, want)) in [("discovery-elsewhere", true), ("discovery-labelled", false)]
+        .into_iter()
+        .enumerate()
+    {
+        let review = pod_review(&format!("f-{i}"), &[pushed.image(name)]);
+        let resp = ivory.review("/ivpol/validate/discovery", &review).await;
+        assert_eq!(
+            resp["allowed"].as_bool(),
+            Some(want),
+            "{name}: {resp}\n{}",
+            ivory.logs()
+        );
+    }
 }
 
 /// Every attestor reason `ivory verify -o json` gives for `image`, joined.
@@ -281,6 +311,22 @@ async fn verify_finds_cosign_v3_signatures_everywhere_and_says_where_it_looked()
     let repository = format!("{}/ivory/discovery-signatures", h.host());
     let run = ivory(args(&["--signature-repository", &repository], &[elsewhere])).await;
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    // cosign's own variable gives the flag's value.
+    let cache = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(BIN)
+        .args(args(&[], &[elsewhere]))
+        .env("IVORY_LOG", "warn")
+        .env("IVORY_CACHE_DIR", cache.path())
+        .env("COSIGN_REPOSITORY", &repository)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let run = ivory(args(&["--signature-repository", "bad repo"], &[elsewhere])).await;
     assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
     assert!(
