@@ -295,6 +295,27 @@ async fn verify_finds_cosign_v3_signatures_everywhere_and_says_where_it_looked()
         "{why}"
     );
 
+    // `-o json` lists the same layouts per attestor.
+    let looked = doc["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["image"] == crossed)
+        .map(|i| i["policies"][0]["attestors"][0]["looked"].clone())
+        .unwrap();
+    assert_eq!(
+        looked,
+        serde_json::json!([
+            format!(".sig tag {}.sig: absent", pushed.hex("discovery-crossed")),
+            "referrers API: unsupported (404)",
+            format!(
+                "fallback tag {}: 2 manifests, 2 Sigstore bundles, 0 others",
+                pushed.hex("discovery-crossed")
+            ),
+        ]),
+        "{doc:#}"
+    );
+
     // Signatures in another repository: not found beside the image (and the account says
     // where it looked), found with --signature-repository, or cosign's COSIGN_REPOSITORY.
     let elsewhere = pushed.image("discovery-elsewhere");
@@ -308,6 +329,25 @@ async fn verify_finds_cosign_v3_signatures_everywhere_and_says_where_it_looked()
         )),
         "{why}"
     );
+    // --explain: the reason alone, then one row per layout read.
+    let mut explained = args(&["--explain"], &[elsewhere]);
+    explained.retain(|a| a != "-o" && a != "json");
+    let run = ivory(explained).await;
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let rows: Vec<&str> = run.stdout.lines().map(str::trim).collect();
+    for row in [
+        "attestor key (signature) failed: signatures not found".to_owned(),
+        format!("looked at .sig tag {hex}.sig: absent"),
+        "looked at referrers API: unsupported (404)".to_owned(),
+        format!("looked at fallback tag {hex}: absent"),
+        format!("looked at .att tag {hex}.att: absent"),
+    ] {
+        assert!(
+            rows.contains(&row.as_str()),
+            "{row:?} not in\n{}",
+            run.stdout
+        );
+    }
     let repository = format!("{}/ivory/discovery-signatures", h.host());
     let run = ivory(args(&["--signature-repository", &repository], &[elsewhere])).await;
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
