@@ -4,7 +4,8 @@
 //! Request floor, once the registry host is known (auth probed once per host; a registry
 //! without the referrers API, such as Distribution 2.8, remembered as such): a cold tag costs
 //! HEAD, then the `.sig`/`.att` tag, then its signature blobs in parallel; a digest skips the
-//! HEAD. The OCI referrers (API or `sha256-<hex>` tag schema, plus one manifest GET per bundle)
+//! HEAD. The OCI referrers (API or `sha256-<hex>` tag schema, plus one manifest GET per listed
+//! referrer, at most `max_signatures`, and one blob GET per Sigstore bundle among them)
 //! are read only when the cosign tag holds nothing that verifies, or first where a
 //! repository's signatures were last found there. A warm (digest, attestor set, attestation)
 //! costs nothing; concurrent identical misses share one fetch set.

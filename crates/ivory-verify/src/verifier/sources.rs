@@ -1,5 +1,7 @@
 //! Where an image's signatures live and how they are read: cosign's `.sig`/`.att` tag (layers
-//! fetched in parallel) and Sigstore bundles among the OCI referrers. Reading is bounded by
+//! fetched in parallel) and Sigstore bundles among the OCI referrers (every listed manifest,
+//! judged by itself, whatever its descriptor says), and what each layout held (the account a
+//! negative verdict carries, `Rejection::Searched`). Reading is bounded by
 //! `VerifierConfig::max_signatures` and `max_signature_bytes`; which source is read first is
 //! the verifier's decision (`CosignVerifier::load_verdict`).
 
