@@ -1466,8 +1466,8 @@ async fn the_fallback_index_is_read_whatever_its_labels_within_the_count_cap() {
         );
     }
     // The index: the SBOMs first, then cosign's two bundles labelled `label` (None: unlabelled).
-    let put_index = |label: Option<&'static str>| {
-        let mut manifests = sboms.clone();
+    let put_index = |sboms: &[Value], label: Option<&'static str>| {
+        let mut manifests = sboms.to_vec();
         for d in cosign_index["manifests"].as_array().unwrap() {
             let mut d = d.clone();
             let o = d.as_object_mut().unwrap();
@@ -1513,7 +1513,7 @@ async fn the_fallback_index_is_read_whatever_its_labels_within_the_count_cap() {
     };
 
     for label in [Some(EMPTY), None] {
-        put_index(label).await;
+        put_index(&sboms, label).await;
         // Three manifests read, all SBOMs: no signature, and the answer says so.
         h.reset_requests();
         let capped = with_cap(3)
@@ -1544,10 +1544,34 @@ async fn the_fallback_index_is_read_whatever_its_labels_within_the_count_cap() {
         assert!(!log.iter().any(|(_, p, _)| *p == sbom_blob), "{log:?}");
     }
     // Labelled as bundles, cosign's descriptors are read first: found within a cap of 3.
-    put_index(Some(BUNDLE)).await;
+    put_index(&sboms, Some(BUNDLE)).await;
     let labelled = with_cap(3)
         .verify(&request(pinned.clone(), attestor.clone(), None), soon())
         .await
         .unwrap();
     assert!(labelled.is_verified(), "{labelled:?}");
+
+    // A referrer listed but deleted since is no evidence and no failed read: a "not verified"
+    // reached (cached like any), saying so.
+    put_index(&sboms[..1], None).await;
+    let url = format!(
+        "{}/v2/{repo}/manifests/{}",
+        h.base_url(),
+        sboms[0]["digest"].as_str().unwrap()
+    );
+    let deleted = h.http_client().unwrap().delete(&url).send().await.unwrap();
+    assert_eq!(deleted.status().as_u16(), 202, "{url}");
+    let gone = with_cap(1)
+        .verify(&request(pinned.clone(), attestor.clone(), None), soon())
+        .await
+        .unwrap();
+    let Verification::NotVerified { reason, .. } = &gone else {
+        panic!("{gone:?}")
+    };
+    assert!(
+        reason.to_string().ends_with(&format!(
+            "fallback tag {tag}: 3 manifests, 0 Sigstore bundles, 0 others, 1 missing (the first 1 read))"
+        )),
+        "{reason}"
+    );
 }

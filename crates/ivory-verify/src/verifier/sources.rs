@@ -92,6 +92,8 @@ impl Read {
 enum Referrer {
     Bundle(Envelope),
     Other,
+    /// Listed, but the registry no longer has it.
+    Missing,
 }
 
 impl CosignVerifier {
@@ -253,6 +255,13 @@ impl CosignVerifier {
                 }
                 (index, vec![unsupported], layout)
             }
+            Err(RegistryError::NotFound { .. }) => {
+                return Read {
+                    envelopes: Vec::new(),
+                    error: None,
+                    looked: vec![format!("referrers{place}: absent")],
+                };
+            }
             Err(e) => return Read::failed(format!("referrers{place}"), e),
         };
         let listed = candidates(&index);
@@ -263,9 +272,13 @@ impl CosignVerifier {
             .collect();
         let limit = self.inner.config.max_signature_bytes;
         let results = join_all(refs.iter().map(|d| async move {
-            let m = registry
+            let fetched = registry
                 .fetch_manifest(&super::sibling(repo, '@', d)?, creds, deadline)
-                .await?;
+                .await;
+            // A listed manifest since deleted is no evidence either way, not a failed read.
+            let Some(m) = absent_is_empty(fetched)? else {
+                return Ok(Referrer::Missing);
+            };
             let Some(layer) = bundle_layer(&m.json) else {
                 return Ok(Referrer::Other);
             };
@@ -275,18 +288,24 @@ impl CosignVerifier {
             Ok(Referrer::Bundle(Envelope::Bundle(blob)))
         }))
         .await;
-        let (mut envelopes, mut others, mut error) = (Vec::new(), 0, None);
+        let (mut envelopes, mut others, mut missing, mut error) = (Vec::new(), 0, 0, None);
         for r in results {
             match r {
                 Ok(Referrer::Bundle(e)) => envelopes.push(e),
                 Ok(Referrer::Other) => others += 1,
+                Ok(Referrer::Missing) => missing += 1,
                 Err(e) => {
                     error.get_or_insert(e);
                 }
             }
         }
+        let missing = if missing > 0 {
+            format!(", {missing} missing")
+        } else {
+            String::new()
+        };
         looked.push(format!(
-            "{layout}: {}, {}, {}{}",
+            "{layout}: {}, {}, {}{missing}{}",
             counted(listed.len(), "manifest"),
             counted(envelopes.len(), "Sigstore bundle"),
             counted_other(others),
