@@ -351,22 +351,25 @@ async fn verify_finds_cosign_v3_signatures_everywhere_and_says_where_it_looked()
     let repository = format!("{}/ivory/discovery-signatures", h.host());
     let run = ivory(args(&["--signature-repository", &repository], &[elsewhere])).await;
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    // cosign's own variable gives the flag's value.
-    let cache = tempfile::tempdir().unwrap();
-    let out = tokio::process::Command::new(BIN)
-        .args(args(&[], &[elsewhere]))
-        .env("IVORY_LOG", "warn")
-        .env("IVORY_CACHE_DIR", cache.path())
-        .env("COSIGN_REPOSITORY", &repository)
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    // cosign's own variable gives the flag's value; empty, it is no repository (as for cosign).
+    for (value, want) in [(repository.as_str(), 0), ("", 1)] {
+        let cache = tempfile::tempdir().unwrap();
+        let out = tokio::process::Command::new(BIN)
+            .args(args(&[], &[elsewhere]))
+            .env("IVORY_LOG", "warn")
+            .env("IVORY_CACHE_DIR", cache.path())
+            .env("COSIGN_REPOSITORY", value)
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(want),
+            "COSIGN_REPOSITORY={value:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let run = ivory(args(&["--signature-repository", "bad repo"], &[elsewhere])).await;
     assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
     assert!(

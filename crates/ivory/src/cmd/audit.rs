@@ -135,7 +135,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let verifier = wiring::verifier_for(
         config,
         args.registry.tag_cache_ttl,
-        args.registry.access.signature_repository.clone(),
+        args.registry.access.signature_repository(),
         cache.clone(),
     )?;
     let registry = verifier.registry().clone();
@@ -278,7 +278,7 @@ async fn audit_cluster(
             Arc::new(wiring::verifier_with_credentials(
                 registry.clone(),
                 args.registry.tag_cache_ttl,
-                args.registry.access.signature_repository.clone(),
+                args.registry.access.signature_repository(),
                 credentials,
                 cache.clone(),
             ))

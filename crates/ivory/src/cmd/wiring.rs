@@ -46,13 +46,17 @@ pub(crate) struct RegistryAccessOpts {
     /// every cosign attestor without its own `source.repository` (cosign's COSIGN_REPOSITORY,
     /// whose value is taken when the flag is not given); e.g. `ghcr.io/acme/signatures`.
     /// Default: each image's own repository.
-    #[arg(long, value_name = "REPOSITORY", env = "COSIGN_REPOSITORY", value_parser = signature_repository)]
+    #[arg(long, value_name = "REPOSITORY", env = "COSIGN_REPOSITORY", value_parser = parse_signature_repository)]
     pub signature_repository: Option<String>,
 }
 
 /// clap parser for `--signature-repository`: a repository name without tag or digest, kept
-/// in its full spelling (`index.docker.io/acme/sigs` for `acme/sigs`).
-fn signature_repository(text: &str) -> Result<String, String> {
+/// in its full spelling (`index.docker.io/acme/sigs` for `acme/sigs`); empty (an empty
+/// COSIGN_REPOSITORY, which cosign ignores) stays empty and means none.
+fn parse_signature_repository(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Ok(String::new());
+    }
     let parsed = ivory_registry::parse_reference(text)
         .map_err(|e| format!("{text:?} is not a repository: {e}"))?;
     if parsed.original_tag().is_some() || parsed.digest().is_some() {
@@ -64,6 +68,12 @@ fn signature_repository(text: &str) -> Result<String, String> {
 }
 
 impl RegistryAccessOpts {
+    /// The repository `--signature-repository` (or COSIGN_REPOSITORY) names; `None` when unset
+    /// or empty.
+    pub(crate) fn signature_repository(&self) -> Option<String> {
+        self.signature_repository.clone().filter(|r| !r.is_empty())
+    }
+
     /// The registry client configuration these flags give; a named file that cannot be read
     /// is an error naming its flag.
     pub(crate) fn config(&self) -> anyhow::Result<RegistryConfig> {
@@ -181,7 +191,7 @@ impl RegistryOpts {
         verifier_for(
             self.config()?,
             self.tag_cache_ttl,
-            self.access.signature_repository.clone(),
+            self.access.signature_repository(),
             self.cache.open(),
         )
     }
@@ -462,6 +472,28 @@ mod tests {
     use super::*;
     use ivory_engine::decision::PatchOp;
     use serde_json::json;
+
+    #[test]
+    fn a_signature_repository_is_a_repository_alone() {
+        assert_eq!(
+            parse_signature_repository("acme/sigs").as_deref(),
+            Ok("index.docker.io/acme/sigs")
+        );
+        assert_eq!(
+            parse_signature_repository("127.0.0.1:5000/ivory/sigs").as_deref(),
+            Ok("127.0.0.1:5000/ivory/sigs")
+        );
+        // An empty COSIGN_REPOSITORY is no repository, as for cosign.
+        assert_eq!(parse_signature_repository("").as_deref(), Ok(""));
+        for bad in [
+            "ghcr.io/acme/sigs:v1",
+            "ghcr.io/acme/sigs@sha256:00",
+            "bad repo",
+            "UP/case",
+        ] {
+            assert!(parse_signature_repository(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn patches_replace_images() {
