@@ -14,6 +14,9 @@
 #        scripts/gen-fixtures.sh notation-revocation   only fixtures/notation-revocation/ (notation
 #        v1.3.2 signatures by leaves with a CRL distribution point, their CRLs, an RSA TSA; needs
 #        127.0.0.1:39517 free)
+#        scripts/gen-fixtures.sh discovery  only fixtures/discovery/ (cosign v3 signatures and
+#        attestations behind the referrers fallback tag, as written and relabelled, in another
+#        repository, and under another image's tag)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,6 +33,8 @@ if [[ "$ONLY" == "blob" ]]; then
   needs_tools cosign3
 elif [[ "$ONLY" == "hash" ]]; then
   needs_tools crane cosign2 cosign25
+elif [[ "$ONLY" == "discovery" ]]; then
+  needs_tools crane cosign3
 elif [[ "$ONLY" == "notation" || "$ONLY" == "notation-revocation" ]]; then
   needs_pkgs pip3:python3-pip # gen_notation.py installs asn1crypto and cryptography (pinned) from PyPI
   needs_tools crane notation
@@ -86,6 +91,10 @@ if [[ "$ONLY" == "hash" ]]; then
   IVORY_FIXTURE_REGISTRY="127.0.0.1:$PORT" IVORY_FIXTURE_WORK="$WORK" python3 "$FIX/gen/gen_hash.py"
   exit 0
 fi
+if [[ "$ONLY" == "discovery" ]]; then
+  IVORY_FIXTURE_REGISTRY="127.0.0.1:$PORT" IVORY_FIXTURE_WORK="$WORK" python3 "$FIX/gen/gen_discovery.py"
+  exit 0
+fi
 if [[ "$ONLY" == "notation" ]]; then
   IVORY_FIXTURE_REGISTRY="127.0.0.1:$PORT" IVORY_FIXTURE_WORK="$WORK" python3 "$FIX/gen/gen_notation.py"
   exit 0
@@ -104,4 +113,5 @@ fi
 
 IVORY_FIXTURE_REGISTRY="127.0.0.1:$PORT" IVORY_FIXTURE_WORK="$WORK" python3 "$FIX/gen/gen.py"
 IVORY_FIXTURE_REGISTRY="127.0.0.1:$PORT" IVORY_FIXTURE_WORK="$WORK" python3 "$FIX/gen/gen_hash.py"
+IVORY_FIXTURE_REGISTRY="127.0.0.1:$PORT" IVORY_FIXTURE_WORK="$WORK" python3 "$FIX/gen/gen_discovery.py"
 du -sh "$FIX" --exclude=node_modules >&2

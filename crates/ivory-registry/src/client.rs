@@ -29,6 +29,7 @@ use crate::url_fetch::{UrlFetchError, UrlFetcher};
 
 use http::{ReadBudget, build_client, error_snippet, read_capped};
 use referrers::ReferrersApi;
+pub use referrers::{Referrers, ReferrersVia};
 use session::{Challenge, Token, TokenKey};
 
 pub(crate) mod http;
@@ -386,6 +387,20 @@ impl Registry {
         creds: &Credentials,
         deadline: Instant,
     ) -> Result<serde_json::Value> {
+        self.referrers_located(image_at_digest, artifact_type, creds, deadline)
+            .await
+            .map(|r| r.index)
+    }
+
+    /// [`Registry::referrers`], and which layout answered: the referrers API, or the
+    /// `sha256-<hex>` fallback tag (present or not) where the host has no referrers API.
+    pub async fn referrers_located(
+        &self,
+        image_at_digest: &ImageReference,
+        artifact_type: Option<&str>,
+        creds: &Credentials,
+        deadline: Instant,
+    ) -> Result<Referrers> {
         let t = self.target(image_at_digest, creds);
         let Some(digest) = t.reference.digest().map(str::to_owned) else {
             return Err(Error::InvalidReference {
@@ -399,9 +414,21 @@ impl Registry {
         } else {
             self.referrers_api(&t, &digest, creds, deadline).await?
         };
-        let mut index = match index {
-            Some(index) => index,
-            None => self.referrers_by_tag(&t, &digest, creds, deadline).await?,
+        let (mut index, via) = match index {
+            Some(index) => (index, ReferrersVia::Api),
+            None => {
+                let tag = digest.replace(':', "-");
+                match self.referrers_by_tag(&t, &tag, creds, deadline).await? {
+                    Some(index) => (index, ReferrersVia::FallbackTag { tag, present: true }),
+                    None => (
+                        referrers::empty_index(),
+                        ReferrersVia::FallbackTag {
+                            tag,
+                            present: false,
+                        },
+                    ),
+                }
+            }
         };
         let site = t.site(Operation::Referrers);
         let entries = index
@@ -418,7 +445,7 @@ impl Registry {
                 .ok_or_else(|| site.invalid_manifest("referrers entry without a digest"))?;
             site.checked_digest("referrers entry", d)?;
         }
-        Ok(index)
+        Ok(Referrers { index, via })
     }
 
     /// The referrers API answer; `None` when the host has no referrers API (404).

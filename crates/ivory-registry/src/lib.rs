@@ -19,7 +19,7 @@
 
 pub use auth::Credentials;
 pub use cause::{AddressRefused, LookupFailed, RedirectRefusal, TransportCause};
-pub use client::{Listing, MAX_INDEX_DEPTH, Platform, Registry};
+pub use client::{Listing, MAX_INDEX_DEPTH, Platform, Referrers, ReferrersVia, Registry};
 pub use config::{
     Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BLOB_BYTES, DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_PAGES, DEFAULT_PAGE_SIZE,

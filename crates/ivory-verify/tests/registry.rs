@@ -133,7 +133,7 @@ async fn key_signatures_attestations_caches_and_coalescing() {
         .await
         .unwrap();
     assert!(
-        matches!(&none, Verification::NotVerified { reason, .. } if *reason == ivory_verify::Rejection::NoSignatures),
+        matches!(&none, Verification::NotVerified { reason, .. } if *reason.unsearched() == ivory_verify::Rejection::NoSignatures),
         "{none:?}"
     );
 
@@ -618,7 +618,7 @@ async fn registry_errors_are_named_and_never_cached() {
         .await
         .unwrap();
     assert!(
-        matches!(&verdict, Verification::NotVerified { reason, .. } if *reason == ivory_verify::Rejection::NoSignatures),
+        matches!(&verdict, Verification::NotVerified { reason, .. } if *reason.unsearched() == ivory_verify::Rejection::NoSignatures),
         "{verdict:?}"
     );
 
@@ -687,7 +687,7 @@ async fn signatures_stored_in_another_repository() {
         .await
         .unwrap();
     assert!(
-        matches!(&plain, Verification::NotVerified { reason, .. } if *reason == ivory_verify::Rejection::NoSignatures),
+        matches!(&plain, Verification::NotVerified { reason, .. } if *reason.unsearched() == ivory_verify::Rejection::NoSignatures),
         "{plain:?}"
     );
     let mut attestor = key_attestor(&key("cosign-p256.pub"));
@@ -1676,5 +1676,188 @@ async fn a_kept_verdict_is_known_at_once_under_the_key_verify_keeps_it_by() {
         3,
         "only the tag's own verification hit: {:?}",
         results(&v)
+    );
+}
+
+/// cosign v3's fallback index for `bundle-v3` (image digest, the index), from its fixture layout.
+fn bundle_v3_fallback() -> (String, Value) {
+    let dir = fixtures().join("oci/ivory/bundle-v3");
+    let layout: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
+    let tag_of = |e: &&Value| {
+        e["annotations"]["org.opencontainers.image.ref.name"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let entries = layout["manifests"].as_array().unwrap();
+    let image = entries
+        .iter()
+        .find(|e| tag_of(e).as_deref() == Some("v1"))
+        .unwrap();
+    let digest = image["digest"].as_str().unwrap().to_owned();
+    let fallback = entries
+        .iter()
+        .find(|e| tag_of(e) == Some(digest.replace(':', "-")))
+        .unwrap();
+    let hex = fallback["digest"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("sha256:");
+    let index = serde_json::from_slice(&std::fs::read(dir.join("blobs/sha256").join(hex)).unwrap())
+        .unwrap();
+    (digest, index)
+}
+
+/// The referrers fallback index is read whatever its descriptors say, within the count cap: at
+/// most `max_signatures` manifests are fetched, those labelled as bundles first, and a
+/// manifest that is not a Sigstore bundle (an SBOM here) costs its manifest only, never a blob.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fallback_index_is_read_whatever_its_labels_within_the_count_cap() {
+    const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+    const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+    const EMPTY: &str = "application/vnd.oci.empty.v1+json";
+    const BUNDLE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
+    let h = RegistryHarness::start_default().await.unwrap();
+    let image = push(&h, "bundle-v3").await;
+    let repo = "ivory/bundle-v3";
+    let (digest, cosign_index) = bundle_v3_fallback();
+    let tag = digest.replace(':', "-");
+    // Five SBOM referrers, unlabelled in the index.
+    let empty = h.push_blob(repo, b"{}").await.unwrap();
+    let sbom = h
+        .push_blob(repo, br#"{"spdxVersion":"SPDX-2.3"}"#)
+        .await
+        .unwrap();
+    let mut sboms = Vec::new();
+    for i in 0..5 {
+        let manifest = serde_json::json!({
+            "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": "application/spdx+json",
+            "config": {"mediaType": EMPTY, "digest": empty, "size": 2},
+            "layers": [{"mediaType": "application/spdx+json", "digest": sbom, "size": 26}],
+            "subject": {"mediaType": OCI_MANIFEST, "digest": digest, "size": 401},
+            "annotations": {"n": i.to_string()},
+        })
+        .to_string();
+        let d = h
+            .push_manifest(
+                repo,
+                &format!("sbom-{i}"),
+                OCI_MANIFEST,
+                manifest.as_bytes(),
+            )
+            .await
+            .unwrap();
+        sboms.push(
+            serde_json::json!({"mediaType": OCI_MANIFEST, "digest": d, "size": manifest.len()}),
+        );
+    }
+    // The index: the SBOMs first, then cosign's two bundles labelled `label` (None: unlabelled).
+    let put_index = |sboms: &[Value], label: Option<&'static str>| {
+        let mut manifests = sboms.to_vec();
+        for d in cosign_index["manifests"].as_array().unwrap() {
+            let mut d = d.clone();
+            let o = d.as_object_mut().unwrap();
+            o.remove("artifactType");
+            if let Some(label) = label {
+                o.insert("artifactType".into(), label.into());
+            }
+            manifests.push(d);
+        }
+        let index =
+            serde_json::json!({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests})
+                .to_string();
+        let (h, tag) = (&h, &tag);
+        async move {
+            h.push_manifest(repo, tag, OCI_INDEX, index.as_bytes())
+                .await
+                .unwrap();
+        }
+    };
+    let with_cap = |max_signatures: usize| {
+        let config = Config {
+            ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
+            ..Config::default()
+        };
+        CosignVerifier::new(
+            Registry::new(config).unwrap(),
+            VerifierConfig {
+                max_signatures,
+                ..VerifierConfig::default()
+            },
+            CosignVerifier::anonymous_credentials(),
+        )
+    };
+    let attestor = key_attestor(&key("cosign-p256.pub"));
+    let pinned = format!("{image}@{digest}");
+    let sbom_blob = format!("/v2/{repo}/blobs/{sbom}");
+    let manifest_gets = |log: &[(String, String, u16)]| {
+        log.iter()
+            .filter(|(m, p, _)| {
+                m == "GET" && p.starts_with(&format!("/v2/{repo}/manifests/sha256:"))
+            })
+            .count()
+    };
+
+    for label in [Some(EMPTY), None] {
+        put_index(&sboms, label).await;
+        // Three manifests read, all SBOMs: no signature, and the answer says so.
+        h.reset_requests();
+        let capped = with_cap(3)
+            .verify(&request(pinned.clone(), attestor.clone(), None), soon())
+            .await
+            .unwrap();
+        let Verification::NotVerified { reason, .. } = &capped else {
+            panic!("{label:?}: {capped:?}")
+        };
+        assert!(
+            reason.to_string().ends_with(&format!(
+                "fallback tag {tag}: 7 manifests, 0 Sigstore bundles, 3 others (the first 3 read))"
+            )),
+            "{label:?}: {reason}"
+        );
+        let log = h.requests();
+        assert_eq!(manifest_gets(&log), 3, "{label:?}: {log:?}");
+        assert!(!log.iter().any(|(_, p, _)| *p == sbom_blob), "{log:?}");
+        // Within the default cap every manifest is read; the bundles verify.
+        h.reset_requests();
+        let found = verifier(&h)
+            .verify(&request(pinned.clone(), attestor.clone(), None), soon())
+            .await
+            .unwrap();
+        assert!(found.is_verified(), "{label:?}: {found:?}");
+        let log = h.requests();
+        assert_eq!(manifest_gets(&log), 7, "{label:?}: {log:?}");
+        assert!(!log.iter().any(|(_, p, _)| *p == sbom_blob), "{log:?}");
+    }
+    // Labelled as bundles, cosign's descriptors are read first: found within a cap of 3.
+    put_index(&sboms, Some(BUNDLE)).await;
+    let labelled = with_cap(3)
+        .verify(&request(pinned.clone(), attestor.clone(), None), soon())
+        .await
+        .unwrap();
+    assert!(labelled.is_verified(), "{labelled:?}");
+
+    // A referrer listed but deleted since is no evidence and no failed read: a "not verified"
+    // reached (cached like any), saying so.
+    put_index(&sboms[..1], None).await;
+    let url = format!(
+        "{}/v2/{repo}/manifests/{}",
+        h.base_url(),
+        sboms[0]["digest"].as_str().unwrap()
+    );
+    let deleted = h.http_client().unwrap().delete(&url).send().await.unwrap();
+    assert_eq!(deleted.status().as_u16(), 202, "{url}");
+    let gone = with_cap(1)
+        .verify(&request(pinned.clone(), attestor.clone(), None), soon())
+        .await
+        .unwrap();
+    let Verification::NotVerified { reason, .. } = &gone else {
+        panic!("{gone:?}")
+    };
+    assert!(
+        reason.to_string().ends_with(&format!(
+            "fallback tag {tag}: 3 manifests, 0 Sigstore bundles, 0 others, 1 missing (the first 1 read))"
+        )),
+        "{reason}"
     );
 }

@@ -36,6 +36,9 @@
 //!   spellings under a broad glob and in image data (in a private network namespace),
 //!   `--egress-private`, `--egress-allow`.
 //! * `demo`: `scripts/demo.sh` and the story it prints.
+//! * `discovery`: cosign v3 signatures behind the referrers fallback index however its
+//!   descriptors are labelled, in another repository, and another image's bundles (denied),
+//!   through `serve` and `verify`.
 //! * `util`: process startup, HTTPS clients, review and policy builders.
 
 // Test helpers outside #[test] fns: failing fast is the point.
@@ -58,6 +61,7 @@ mod cli_util;
 mod cli_verify;
 mod cli_verify_blob;
 mod demo;
+mod discovery;
 mod dogfood;
 mod fleet;
 mod memory;

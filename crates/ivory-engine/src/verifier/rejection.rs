@@ -122,6 +122,17 @@ pub enum Rejection {
         /// The platforms asked for, `os/arch` (`*` for any).
         platforms: String,
     },
+    /// A verdict reached after reading the registry, with where signatures were looked for
+    /// and what each place held (`referrers API: unsupported; fallback tag sha256-…: 3
+    /// manifests, 2 Sigstore bundles, 1 other; .sig tag: absent`), so that "not found" is
+    /// never the whole answer.
+    #[error("{reason} (looked at: {})", looked.join("; "))]
+    Searched {
+        /// The verdict's reason.
+        reason: Box<Rejection>,
+        /// Each layout read and what it held, in the order read.
+        looked: Vec<String>,
+    },
     /// One platform manifest of an index is not verified.
     #[error("platform {platform} ({digest}): {reason}")]
     Platform {
@@ -141,8 +152,16 @@ impl Rejection {
         match self {
             Self::RevocationUnknown(_) => true,
             Self::NoneMatched { reasons, .. } => reasons.iter().any(Self::is_transient),
-            Self::Platform { reason, .. } => reason.is_transient(),
+            Self::Platform { reason, .. } | Self::Searched { reason, .. } => reason.is_transient(),
             _ => false,
+        }
+    }
+
+    /// The reason without the account of where signatures were looked for.
+    pub fn unsearched(&self) -> &Rejection {
+        match self {
+            Self::Searched { reason, .. } => reason.unsearched(),
+            other => other,
         }
     }
 }
@@ -176,7 +195,19 @@ mod tests {
                 .starts_with("platform linux/arm64 (sha256:ab): no matching signatures: "),
             "{platform}"
         );
-        for rejection in [none, platform, Rejection::NoAttestations] {
+        let searched = Rejection::Searched {
+            reason: Box::new(Rejection::NoSignatures),
+            looked: vec![
+                ".sig tag sha256-ab.sig: absent".into(),
+                "fallback tag sha256-ab: 3 manifests, 2 Sigstore bundles, 1 other".into(),
+            ],
+        };
+        assert_eq!(
+            searched.to_string(),
+            "signatures not found (looked at: .sig tag sha256-ab.sig: absent; fallback tag sha256-ab: 3 manifests, 2 Sigstore bundles, 1 other)"
+        );
+        assert_eq!(searched.unsearched(), &Rejection::NoSignatures);
+        for rejection in [none, platform, searched, Rejection::NoAttestations] {
             let bytes = serde_json::to_vec(&rejection).unwrap();
             let back: Rejection = serde_json::from_slice(&bytes).unwrap();
             assert_eq!(back, rejection);

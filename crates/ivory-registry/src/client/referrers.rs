@@ -46,17 +46,16 @@ impl ReferrersApi {
 // === impl Registry ===
 
 impl Registry {
-    /// The OCI referrers tag schema: the index tagged `sha256-<hex>`; no such tag means no
-    /// referrers.
+    /// The OCI referrers tag schema: the index tagged `tag` (`sha256-<hex>`); `None` when no
+    /// such tag exists (no referrers).
     pub(super) async fn referrers_by_tag(
         &self,
         t: &Target,
-        digest: &str,
+        tag: &str,
         creds: &Credentials,
         deadline: Instant,
-    ) -> Result<serde_json::Value> {
-        let tag = digest.replace(':', "-");
-        let reference = sibling(&t.reference, ':', &tag)?;
+    ) -> Result<Option<serde_json::Value>> {
+        let reference = sibling(&t.reference, ':', tag)?;
         let fallback = Target {
             image: reference.name(),
             reference,
@@ -65,7 +64,7 @@ impl Registry {
         };
         let m = match self.fetch_manifest_target(&fallback, creds, deadline).await {
             Ok(m) => m,
-            Err(Error::NotFound { .. }) => return Ok(empty_index()),
+            Err(Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(e),
         };
         if !m.is_index() {
@@ -73,11 +72,35 @@ impl Registry {
                 .site(Operation::Referrers)
                 .invalid_manifest("referrers tag holds an image manifest, not an index"));
         }
-        Ok(m.json)
+        Ok(Some(m.json))
     }
 }
 
-fn empty_index() -> serde_json::Value {
+/// The referrers of a digest and the layout they were read from.
+#[derive(Debug, Clone)]
+pub struct Referrers {
+    /// An OCI index listing them (empty when there are none).
+    pub index: serde_json::Value,
+    /// Where they were read.
+    pub via: ReferrersVia,
+}
+
+/// Which referrers layout answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReferrersVia {
+    /// The OCI 1.1 referrers API (`/v2/<repo>/referrers/<digest>`).
+    Api,
+    /// The host has no referrers API: the fallback tag `tag` (`sha256-<hex>`), `present` or
+    /// not.
+    FallbackTag {
+        /// `sha256-<hex>`.
+        tag: String,
+        /// False when no such tag exists.
+        present: bool,
+    },
+}
+
+pub(super) fn empty_index() -> serde_json::Value {
     serde_json::json!({
         "schemaVersion": 2,
         "mediaType": OCI_INDEX,

@@ -4,7 +4,8 @@
 //! Request floor, once the registry host is known (auth probed once per host; a registry
 //! without the referrers API, such as Distribution 2.8, remembered as such): a cold tag costs
 //! HEAD, then the `.sig`/`.att` tag, then its signature blobs in parallel; a digest skips the
-//! HEAD. The OCI referrers (API or `sha256-<hex>` tag schema, plus one manifest GET per bundle)
+//! HEAD. The OCI referrers (API or `sha256-<hex>` tag schema, plus one manifest GET per listed
+//! referrer, at most `max_signatures`, and one blob GET per Sigstore bundle among them)
 //! are read only when the cosign tag holds nothing that verifies, or first where a
 //! repository's signatures were last found there. A warm (digest, attestor set, attestation)
 //! costs nothing; concurrent identical misses share one fetch set.
@@ -83,6 +84,9 @@ pub struct VerifierConfig {
     pub default_trusted_root: String,
     /// The background store of revocation data (CRLs) for Notation chains.
     pub revocation: RevocationConfig,
+    /// The repository cosign signatures are read from when an attestor names none
+    /// (`source.repository`), as cosign's `COSIGN_REPOSITORY`; `None`: the image's own.
+    pub signature_repository: Option<String>,
     /// One-shot commands only: how long a verdict of unknown revocation status waits for the
     /// background fetches it asked for before it is reached again (once). `None` (`ivory
     /// serve`): never; an admission is never held for revocation data.
@@ -102,6 +106,7 @@ impl Default for VerifierConfig {
             default_trusted_root: PUBLIC_GOOD_TRUSTED_ROOT.to_owned(),
             revocation: RevocationConfig::default(),
             revocation_settle: None,
+            signature_repository: None,
         }
     }
 }
@@ -309,7 +314,12 @@ impl CosignVerifier {
         };
         let creds = (self.inner.credentials)(request.credentials.as_ref());
         let digest = self.resolve(&request.image, &creds, deadline).await?;
-        let at = signature_location(request, digest, predicate.as_deref());
+        let at = signature_location(
+            request,
+            self.inner.config.signature_repository.as_deref(),
+            digest,
+            predicate.as_deref(),
+        );
         let key = ResultKey::at(&at, hash, predicate.clone());
         let (verified_ttl, negative_ttl) = (
             self.inner.config.verified_ttl,
@@ -385,7 +395,12 @@ impl CosignVerifier {
             return None;
         };
         let predicate = attestation_key(planned, request.attestation.as_ref()).ok()?;
-        let at = signature_location(request, digest.to_owned(), predicate.as_deref());
+        let at = signature_location(
+            request,
+            self.inner.config.signature_repository.as_deref(),
+            digest.to_owned(),
+            predicate.as_deref(),
+        );
         let key = ResultKey::at(&at, hash, predicate);
         let kept = self.inner.results.get(&key).now_or_never()??;
         self.inner
@@ -434,6 +449,7 @@ impl CosignVerifier {
             let second = self.fetch(image, at, first.other(), creds, shared).await;
             fetched.envelopes.extend(second.envelopes);
             fetched.error = fetched.error.or(second.error);
+            fetched.looked.extend(second.looked);
             verdict = evaluate(plan, &at.digest, &fetched.envelopes, predicate.as_deref());
             found = first.other();
         }
@@ -456,6 +472,10 @@ impl CosignVerifier {
                 }
             }
             Err(reason) => {
+                let reason = Rejection::Searched {
+                    reason: Box::new(reason),
+                    looked: fetched.looked,
+                };
                 tracing::debug!(%image, %digest, %reason, "not verified");
                 Verification::NotVerified {
                     digest: Some(digest),
@@ -559,10 +579,12 @@ fn attestation_type(a: Option<&Attestation>) -> Result<Option<String>, Unverifia
 }
 
 /// Where the signatures of `request`'s image at `digest` are read: the attestor's
-/// `source.repository` (else the image's own repository) and tag prefix, and the family
-/// (`predicate`: the attestation's key; `None` for signatures).
+/// `source.repository`, else the configured `default_repository` (`--signature-repository`),
+/// else the image's own repository; the tag prefix; and the family (`predicate`: the
+/// attestation's key; `None` for signatures).
 fn signature_location(
     request: &VerifyRequest,
+    default_repository: Option<&str>,
     digest: String,
     predicate: Option<&str>,
 ) -> SignatureLocation {
@@ -571,10 +593,13 @@ fn signature_location(
         .cosign
         .as_ref()
         .and_then(|c| c.source.as_ref());
+    // The default is cosign's (COSIGN_REPOSITORY): Notation signatures stay with the image.
+    let default_repository = default_repository.filter(|_| request.attestor.cosign.is_some());
     let repo = match source.and_then(|s| s.repository.as_deref()) {
-        Some(r) if !r.is_empty() => r.to_owned(),
-        _ => request.image.repository_name().to_owned(),
-    };
+        Some(r) if !r.is_empty() => r,
+        _ => default_repository.unwrap_or(request.image.repository_name()),
+    }
+    .to_owned();
     let prefix = source
         .and_then(|s| s.tag_prefix.clone())
         .unwrap_or_default();

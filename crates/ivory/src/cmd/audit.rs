@@ -132,7 +132,12 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut config = args.registry.config()?;
     config.page_size = args.page_size;
     let cache = args.registry.cache.open();
-    let verifier = wiring::verifier_for(config, args.registry.tag_cache_ttl, cache.clone())?;
+    let verifier = wiring::verifier_for(
+        config,
+        args.registry.tag_cache_ttl,
+        args.registry.access.signature_repository(),
+        cache.clone(),
+    )?;
     let registry = verifier.registry().clone();
     let checker = Arc::new(Checker {
         verifier: Arc::new(verifier),
@@ -273,6 +278,7 @@ async fn audit_cluster(
             Arc::new(wiring::verifier_with_credentials(
                 registry.clone(),
                 args.registry.tag_cache_ttl,
+                args.registry.access.signature_repository(),
                 credentials,
                 cache.clone(),
             ))

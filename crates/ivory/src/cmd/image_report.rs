@@ -16,7 +16,7 @@ use anyhow::{Context as _, bail};
 use ivory_engine::admission::AdmissionRequest;
 use ivory_engine::decision::{Decision, Status};
 use ivory_engine::verifier::{
-    ImageReference, ImageVerifier, Verification, VerifyError, VerifyRequest,
+    ImageReference, ImageVerifier, Rejection, Verification, VerifyError, VerifyRequest,
 };
 use ivory_policy::CompiledPolicy;
 use serde_json::{Value, json};
@@ -74,7 +74,31 @@ pub(crate) struct AttestorOutcome {
     /// `None`: the image signature; else the attestation name.
     pub attestation: Option<String>,
     pub result: AttestorResult,
+    /// Why it failed, as the denial says it (with where signatures were looked for).
     pub reason: String,
+    /// The reason alone, without the account of where signatures were looked for.
+    pub brief: String,
+    /// Each signature layout read and what it held (`--explain`), in the order read.
+    pub looked: Vec<String>,
+}
+
+impl AttestorOutcome {
+    /// An outcome whose reason has no account of the layouts read.
+    fn plain(
+        attestor: String,
+        attestation: Option<String>,
+        result: AttestorResult,
+        reason: String,
+    ) -> Self {
+        Self {
+            attestor,
+            attestation,
+            result,
+            brief: reason.clone(),
+            reason,
+            looked: Vec::new(),
+        }
+    }
 }
 
 /// One policy's result for one image.
@@ -128,6 +152,7 @@ impl ImageReport {
                             "attestation": a.attestation,
                             "result": a.result.as_str(),
                             "reason": a.reason,
+                            "looked": a.looked,
                         })
                     })
                     .collect();
@@ -276,25 +301,24 @@ impl Checker {
                 let attestation_name = attestation.map(|a| a.name.clone());
                 if !compiled.fields.is_empty() {
                     // CEL-sourced fields depend on the request; only the engine evaluates them.
-                    out.push(AttestorOutcome {
-                        attestor: name,
-                        attestation: attestation_name,
-                        result: AttestorResult::NotChecked,
-                        reason:
-                            "the attestor takes fields from CEL expressions; see the policy result"
-                                .to_owned(),
-                    });
+                    out.push(AttestorOutcome::plain(
+                        name,
+                        attestation_name,
+                        AttestorResult::NotChecked,
+                        "the attestor takes fields from CEL expressions; see the policy result"
+                            .to_owned(),
+                    ));
                     continue;
                 }
                 let reference = match &reference {
                     Ok(reference) => reference.clone(),
                     Err(e) => {
-                        out.push(AttestorOutcome {
-                            attestor: name,
-                            attestation: attestation_name,
-                            result: AttestorResult::Error,
-                            reason: e.reason(),
-                        });
+                        out.push(AttestorOutcome::plain(
+                            name,
+                            attestation_name,
+                            AttestorResult::Error,
+                            e.reason(),
+                        ));
                         continue;
                     }
                 };
@@ -308,18 +332,22 @@ impl Checker {
                         None,
                     ),
                 };
-                let (result, reason) = match self.verifier.verify(&request, deadline).await {
-                    Ok(Verification::Verified { .. }) => (AttestorResult::Verified, String::new()),
-                    Ok(Verification::NotVerified { reason, .. }) => {
-                        (AttestorResult::Failed, reason.to_string())
-                    }
-                    Err(e) => (AttestorResult::Error, e.reason()),
+                let outcome = |result, reason| {
+                    AttestorOutcome::plain(name.clone(), attestation_name.clone(), result, reason)
                 };
-                out.push(AttestorOutcome {
-                    attestor: name,
-                    attestation: attestation_name,
-                    result,
-                    reason,
+                out.push(match self.verifier.verify(&request, deadline).await {
+                    Ok(Verification::Verified { .. }) => {
+                        outcome(AttestorResult::Verified, String::new())
+                    }
+                    Ok(Verification::NotVerified { reason, .. }) => AttestorOutcome {
+                        brief: reason.unsearched().to_string(),
+                        looked: match &reason {
+                            Rejection::Searched { looked, .. } => looked.clone(),
+                            _ => Vec::new(),
+                        },
+                        ..outcome(AttestorResult::Failed, reason.to_string())
+                    },
+                    Err(e) => outcome(AttestorResult::Error, e.reason()),
                 });
             }
         }

@@ -131,6 +131,12 @@ pub(crate) fn terminal(s: &str) -> Cow<'_, str> {
 /// The image table: one row per image, then one indented row per policy and attestor.
 /// Every text in it goes through [`terminal`].
 pub(crate) fn image_table(reports: &[ImageReport]) -> String {
+    image_table_explained(reports, false)
+}
+
+/// [`image_table`]; with `explain`, each attestor's reason is given alone and followed by one
+/// row per signature layout read and what it held (`ivory verify --explain`).
+pub(crate) fn image_table_explained(reports: &[ImageReport], explain: bool) -> String {
     let t = terminal;
     let mut out = String::new();
     for r in reports {
@@ -164,16 +170,20 @@ pub(crate) fn image_table(reports: &[ImageReport]) -> String {
                     Some(att) => format!("attestation {}", t(att)),
                     None => "signature".to_owned(),
                 };
-                let reason = if a.reason.is_empty() {
+                let text = if explain { &a.brief } else { &a.reason };
+                let reason = if text.is_empty() {
                     String::new()
                 } else {
-                    format!(": {}", t(&a.reason))
+                    format!(": {}", t(text))
                 };
                 out.push_str(&format!(
                     "         attestor {} ({what}) {}{reason}\n",
                     t(&a.attestor),
                     a.result.as_str()
                 ));
+                for layout in a.looked.iter().filter(|_| explain) {
+                    out.push_str(&format!("           looked at {}\n", t(layout)));
+                }
             }
         }
         if !r.policies.is_empty()
@@ -349,6 +359,8 @@ mod tests {
                 attestation: Some("sbom\r".into()),
                 result: crate::cmd::image_report::AttestorResult::Failed,
                 reason: "nope\u{2066}".into(),
+                brief: "nope\u{2066}".into(),
+                looked: Vec::new(),
             });
         let error = ImageReport::error("x\ny", "x\ny: down\r\nPASS".into());
         let table = image_table(&[r, error]);

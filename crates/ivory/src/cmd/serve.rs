@@ -205,6 +205,7 @@ pub(crate) async fn run(
         registry,
         VerifierConfig {
             tag_ttl: args.tag_cache_ttl,
+            signature_repository: args.registry.signature_repository(),
             ..VerifierConfig::default()
         },
         kube_wiring::credentials_resolver(kube_slot.clone()),

@@ -216,6 +216,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let verifier = super::wiring::verifier_for(
         config,
         args.registry_opts.tag_cache_ttl,
+        args.registry_opts.access.signature_repository(),
         args.registry_opts.cache.open(),
     )?;
     let ran = run_all(&args, &console, &selector, &cases, &verifier).await;

@@ -43,9 +43,14 @@ pub(crate) struct Args {
     #[arg(long = "cluster-resources", value_name = "FILE")]
     cluster_resources: Vec<PathBuf>,
     /// Output format. `json` is stable: {"summary": {images, pass, fail, error},
-    /// "images": [{image, digest, verdict, policies, message}]}.
+    /// "images": [{image, digest, verdict, policies, message}]}; each attestor's `looked` lists
+    /// the signature layouts read and what each held.
     #[arg(long, short, value_enum, default_value_t = Format::Table)]
     output: Format,
+    /// In the table, give each failed attestor's reason alone, then one row per signature
+    /// layout read (`.sig`/`.att` tag, referrers API, fallback tag) and what it held.
+    #[arg(long)]
+    explain: bool,
     /// Namespace of the synthetic Pod the policies are evaluated on.
     #[arg(long, default_value = "default")]
     namespace: String,
@@ -71,15 +76,15 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     for image in &args.images {
         reports.push(checker.check(image).await);
     }
-    print(&reports, args.output)?;
+    print(&reports, args.output, args.explain)?;
     Ok(exit_code(&reports))
 }
 
-fn print(reports: &[ImageReport], format: Format) -> anyhow::Result<()> {
+fn print(reports: &[ImageReport], format: Format, explain: bool) -> anyhow::Result<()> {
     let counts = Counts::of(reports);
     let text = match format {
         Format::Table => {
-            let mut text = output::image_table(reports);
+            let mut text = output::image_table_explained(reports, explain);
             text.push_str(&summary_line(&counts));
             text
         }

@@ -44,6 +44,12 @@ pub(crate) struct RegistryAccessOpts {
     pub insecure: InsecureOpts,
     #[command(flatten)]
     pub egress: EgressOpts,
+    /// Repository cosign signatures, attestations and Sigstore bundles are read from, for
+    /// every cosign attestor without its own `source.repository` (cosign's COSIGN_REPOSITORY,
+    /// whose value is taken when the flag is not given); e.g. `ghcr.io/acme/signatures`.
+    /// Default: each image's own repository.
+    #[arg(long, value_name = "REPOSITORY", env = "COSIGN_REPOSITORY", value_parser = parse_signature_repository)]
+    pub signature_repository: Option<String>,
 }
 
 /// Which addresses ivory connects to when a request, a registry or a certificate chooses the
@@ -88,7 +94,30 @@ impl EgressOpts {
     }
 }
 
+/// clap parser for `--signature-repository`: a repository name without tag or digest, kept
+/// in its full spelling (`index.docker.io/acme/sigs` for `acme/sigs`); empty (an empty
+/// COSIGN_REPOSITORY, which cosign ignores) stays empty and means none.
+fn parse_signature_repository(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Ok(String::new());
+    }
+    let parsed = ivory_registry::parse_reference(text)
+        .map_err(|e| format!("{text:?} is not a repository: {e}"))?;
+    if parsed.original_tag().is_some() || parsed.digest().is_some() {
+        return Err(format!(
+            "{text:?} names a tag or digest; give the repository alone"
+        ));
+    }
+    Ok(parsed.repository_name().to_owned())
+}
+
 impl RegistryAccessOpts {
+    /// The repository `--signature-repository` (or COSIGN_REPOSITORY) names; `None` when unset
+    /// or empty.
+    pub(crate) fn signature_repository(&self) -> Option<String> {
+        self.signature_repository.clone().filter(|r| !r.is_empty())
+    }
+
     /// The registry client configuration these flags give; a named file that cannot be read
     /// is an error naming its flag.
     pub(crate) fn config(&self) -> anyhow::Result<RegistryConfig> {
@@ -204,15 +233,22 @@ impl RegistryOpts {
     /// The cosign verifier over a registry client built from these flags, behind the
     /// persistent cache unless it is off.
     pub(crate) fn verifier(&self) -> anyhow::Result<CosignVerifier> {
-        verifier_for(self.config()?, self.tag_cache_ttl, self.cache.open())
+        verifier_for(
+            self.config()?,
+            self.tag_cache_ttl,
+            self.access.signature_repository(),
+            self.cache.open(),
+        )
     }
 }
 
 /// The cosign verifier over a registry client with `config`, reusing resolved tags for
-/// `tag_ttl`, behind `cache` when given.
+/// `tag_ttl`, reading signatures from `signature_repository` when given, behind `cache` when
+/// given.
 pub(crate) fn verifier_for(
     config: RegistryConfig,
     tag_ttl: Duration,
+    signature_repository: Option<String>,
     cache: Option<Arc<dyn SharedCache>>,
 ) -> anyhow::Result<CosignVerifier> {
     let registry = Registry::new(config).context("creating registry client")?;
@@ -221,6 +257,7 @@ pub(crate) fn verifier_for(
         VerifierConfig {
             tag_ttl,
             revocation_settle: Some(ONE_SHOT_REVOCATION_WAIT),
+            signature_repository,
             ..VerifierConfig::default()
         },
         CosignVerifier::anonymous_credentials(),
@@ -235,6 +272,7 @@ pub(crate) fn verifier_for(
 pub(crate) fn verifier_with_credentials(
     registry: Registry,
     tag_ttl: Duration,
+    signature_repository: Option<String>,
     credentials: ivory_registry::Credentials,
     cache: Option<Arc<dyn SharedCache>>,
 ) -> CosignVerifier {
@@ -243,6 +281,7 @@ pub(crate) fn verifier_with_credentials(
         VerifierConfig {
             tag_ttl,
             revocation_settle: Some(ONE_SHOT_REVOCATION_WAIT),
+            signature_repository,
             ..VerifierConfig::default()
         },
         Arc::new(move |c: Option<&ivory_policy::types::Credentials>| {
@@ -478,6 +517,28 @@ mod tests {
     use super::*;
     use ivory_engine::decision::PatchOp;
     use serde_json::json;
+
+    #[test]
+    fn a_signature_repository_is_a_repository_alone() {
+        assert_eq!(
+            parse_signature_repository("acme/sigs").as_deref(),
+            Ok("index.docker.io/acme/sigs")
+        );
+        assert_eq!(
+            parse_signature_repository("127.0.0.1:5000/ivory/sigs").as_deref(),
+            Ok("127.0.0.1:5000/ivory/sigs")
+        );
+        // An empty COSIGN_REPOSITORY is no repository, as for cosign.
+        assert_eq!(parse_signature_repository("").as_deref(), Ok(""));
+        for bad in [
+            "ghcr.io/acme/sigs:v1",
+            "ghcr.io/acme/sigs@sha256:00",
+            "bad repo",
+            "UP/case",
+        ] {
+            assert!(parse_signature_repository(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn patches_replace_images() {
