@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use axum::http::{HeaderValue, Request, Response, StatusCode, header};
+use axum::http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use axum_server::accept::Accept;
 use bytes::{Buf, Bytes};
 use futures::future::BoxFuture;
@@ -375,13 +375,19 @@ fn header_bytes<B>(request: &Request<B>) -> usize {
     fields + target
 }
 
-/// A 503 answer naming the budget that refused the request (charged to no budget: it is a few
-/// dozen bytes, and HTTP/2 streams bound how many a connection holds).
-fn refused<B>(text: String) -> Response<AnswerBody<B>> {
+/// `GET /healthz` or `GET /readyz`.
+fn is_probe<B>(request: &Request<B>) -> bool {
+    request.method() == Method::GET && matches!(request.uri().path(), "/healthz" | "/readyz")
+}
+
+/// A 503 answer naming the budget that refused the request: charged to no budget (it is a few
+/// dozen bytes, and HTTP/2 streams bound how many a connection holds), but pending like any
+/// answer, so a client that leaves refusals unread is closed all the same.
+fn refused<B>(text: String, conn: &Arc<ConnState>) -> Response<AnswerBody<B>> {
     let mut response = Response::new(AnswerBody {
         inner: None,
         rest: Bytes::from(text),
-        lease: ChunkLease::None,
+        lease: ChunkLease::Own(Lease::uncharged(conn)),
     });
     *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
     response.headers_mut().insert(
@@ -408,14 +414,18 @@ where
 
     fn call(&mut self, request: Request<RB>) -> Self::Future {
         let shared = &self.conn.shared;
-        let bytes = header_bytes(&request);
+        // The kubelet's probes are never refused for a budget others spent (a refused liveness
+        // probe would let an attacker restart ivory); their heads and answers are tiny, and
+        // HTTP/2 streams bound how many a connection holds.
+        let probe = is_probe(&request);
+        let bytes = if probe { 0 } else { header_bytes(&request) };
         if !charge(&shared.header_bytes, bytes, shared.header_budget) {
             shared.metrics.request_refused("header_budget_exhausted");
             let text = format!(
                 "ivory: request headers being judged exceed the server's budget of {} bytes; try again",
                 shared.header_budget
             );
-            return Box::pin(std::future::ready(Ok(refused(text))));
+            return Box::pin(std::future::ready(Ok(refused(text, &self.conn))));
         }
         let headers = HeaderCharge {
             shared: shared.clone(),
@@ -429,7 +439,7 @@ where
             let _guard = guard;
             let response = answer.await;
             drop(headers);
-            Ok(AnswerBody::charged(response?, &conn))
+            Ok(AnswerBody::charged(response?, &conn, probe))
         })
     }
 }
@@ -463,6 +473,18 @@ impl Lease {
             conn: conn.clone(),
             bytes,
         })
+    }
+}
+
+impl Lease {
+    /// A pending answer that takes nothing from the budgets.
+    fn uncharged(conn: &Arc<ConnState>) -> Self {
+        conn.touch();
+        conn.answers.fetch_add(1, Ordering::AcqRel);
+        Self {
+            conn: conn.clone(),
+            bytes: 0,
+        }
     }
 }
 
@@ -508,18 +530,27 @@ pub struct AnswerBody<B> {
 }
 
 impl<B: Body> AnswerBody<B> {
-    /// `response` with its body charged to `conn`'s budgets, or a 503 if they cannot cover it.
-    fn charged(response: Response<B>, conn: &Arc<ConnState>) -> Response<Self> {
+    /// `response` with its body charged to `conn`'s budgets, or a 503 if they cannot cover it;
+    /// a probe's answer is pending but never charged or refused.
+    fn charged(response: Response<B>, conn: &Arc<ConnState>, probe: bool) -> Response<Self> {
         let hint = response.body().size_hint();
         let declared = hint.exact().unwrap_or(hint.lower());
         let bytes = usize::try_from(declared).unwrap_or(usize::MAX);
-        let Some(lease) = Lease::take(conn, bytes) else {
+        let lease = if probe {
+            Some(Lease::uncharged(conn))
+        } else {
+            Lease::take(conn, bytes)
+        };
+        let Some(lease) = lease else {
             let shared = &conn.shared;
             shared.metrics.request_refused("answer_budget_exhausted");
-            return refused(format!(
-                "ivory: answers not yet read exceed the server's budget ({} bytes per connection, {} in all); try again",
-                shared.answer_budget_per_connection, shared.answer_budget
-            ));
+            return refused(
+                format!(
+                    "ivory: answers not yet read exceed the server's budget ({} bytes per connection, {} in all); try again",
+                    shared.answer_budget_per_connection, shared.answer_budget
+                ),
+                conn,
+            );
         };
         response.map(|inner| Self {
             inner: Some(inner),
@@ -721,7 +752,7 @@ mod tests {
         let shared = conn.shared.clone();
         let big = 3 * ANSWER_CHUNK + 10;
         let answer = Response::new(axum::body::Body::from(vec![7u8; big]));
-        let mut body = AnswerBody::charged(answer, &conn).into_body();
+        let mut body = AnswerBody::charged(answer, &conn, false).into_body();
         assert_eq!(conn.answer_bytes.load(Ordering::Acquire), big);
         assert_eq!(shared.answer_bytes.load(Ordering::Acquire), big);
         let mut pieces = Vec::new();
@@ -755,19 +786,26 @@ mod tests {
         let a = Arc::new(ConnState::new(acceptor.shared.clone()));
         let b = Arc::new(ConnState::new(acceptor.shared.clone()));
         let answer = |n: usize| Response::new(axum::body::Body::from(vec![1u8; n]));
-        let first = AnswerBody::charged(answer(50), &a);
+        let first = AnswerBody::charged(answer(50), &a, false);
         assert_eq!(first.status(), StatusCode::OK);
         // Past the connection's budget, though the process-wide one has room.
-        let over = AnswerBody::charged(answer(20), &a);
+        let over = AnswerBody::charged(answer(20), &a, false);
         assert_eq!(over.status(), StatusCode::SERVICE_UNAVAILABLE);
-        let second = AnswerBody::charged(answer(50), &b);
+        let second = AnswerBody::charged(answer(50), &b, false);
         assert_eq!(second.status(), StatusCode::OK);
         // Past the process-wide budget, though this connection's has room.
-        let third = AnswerBody::charged(answer(5), &b);
+        let third = AnswerBody::charged(answer(5), &b, false);
         assert_eq!(third.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // A refusal is pending like any answer (the answer timeout applies to it)...
+        assert_eq!(b.answers.load(Ordering::Acquire), 2);
+        drop(third);
+        // ...and a probe is answered whatever the budgets hold.
+        let probe = AnswerBody::charged(answer(5), &b, true);
+        assert_eq!(probe.status(), StatusCode::OK);
+        drop(probe);
         drop(first);
         assert_eq!(
-            AnswerBody::charged(answer(5), &b).status(),
+            AnswerBody::charged(answer(5), &b, false).status(),
             StatusCode::OK,
             "a dropped answer returns its bytes"
         );
@@ -779,7 +817,7 @@ mod tests {
     async fn a_pending_answer_closes_a_chatty_connection_after_the_answer_timeout() {
         let (mut io, mut client, conn) = watched(Duration::from_secs(5));
         let answer = Response::new(axum::body::Body::from(vec![1u8; 10]));
-        let held = AnswerBody::charged(answer, &conn);
+        let held = AnswerBody::charged(answer, &conn, false);
         let started = ivory_clock::now();
         let mut buf = [0u8; 8];
         // The client keeps the connection busy (HTTP/2 pings) without taking the answer.
