@@ -315,6 +315,10 @@ pub(crate) async fn run(
         args.body_budget,
         args.body_limit
     );
+    anyhow::ensure!(
+        !args.answer_timeout.is_zero(),
+        "--answer-timeout must be longer than 0s: every answer would close its connection"
+    );
     let limits = HttpLimits {
         body_limit: args.body_limit,
         body_budget: args.body_budget,
