@@ -19,11 +19,11 @@ use crate::error::{Error, Result};
 use crate::limits::HttpLimits;
 use crate::metrics::Metrics;
 
-/// HTTP/2 streams one connection may have open at once: RFC 9113's recommended minimum (the
-/// API server multiplexes its webhook calls and opens another connection past it). Each open
-/// stream may hold a header list and an answer, so this times the connection cap is what the
-/// header and answer budgets ([`HttpLimits`]) have to cut down.
-const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
+/// HTTP/2 streams one connection may have open at once. Each open stream costs a few KiB of
+/// state while its answer waits or its body stalls, whatever the budgets charge, so this times
+/// the connection cap bounds that memory (docs/SECURITY.md); the API server opens another
+/// connection once a connection's streams are all in use.
+const H2_MAX_CONCURRENT_STREAMS: u32 = 32;
 /// Largest HTTP/2 header list (an admission call's headers are a few hundred bytes, a bearer
 /// token a few KiB); hyper's default.
 const H2_MAX_HEADER_LIST: u32 = 16 * 1024;

@@ -573,15 +573,15 @@ async fn statuses(
     out
 }
 
-/// Many HTTP/2 connections, each opening every stream it may with a header list just under
+/// Many HTTP/2 connections, each opening every stream it may (32) with a header list just under
 /// the server's limit and then sending no body: every stream's request waits for its body,
 /// its headers held. The process-wide header budget (default 8 MiB) answers the streams past
 /// it with 503 at once, so memory stays under the ceiling of docs/SECURITY.md. (Before it,
 /// 32 connections x 255 streams added 0.5 GiB.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_http2_streams_cannot_pin_header_memory_past_the_header_budget() {
-    const CONNECTIONS: usize = 64;
-    const STREAMS: usize = 100;
+    const CONNECTIONS: usize = 200;
+    const STREAMS: usize = 32;
     /// Just under the 16 KiB header list the server accepts, larger than the 4 KiB HPACK
     /// table, so every stream's header is sent and decoded whole.
     const PAD: usize = 15 * 1024;
@@ -674,8 +674,8 @@ async fn stalled_http2_streams_cannot_pin_header_memory_past_the_header_budget()
 /// long as they pinged.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_nobody_reads_cannot_pin_memory_and_their_connections_are_closed() {
-    const CONNECTIONS: usize = 6;
-    const STREAMS: usize = 40;
+    const CONNECTIONS: usize = 8;
+    const STREAMS: usize = 30;
     const UID: usize = 1024 * 1024;
     const ANSWER_BUDGET_MIB: u64 = 16;
     /// The answer budget the test gives the server, plus what judging 1 MiB reviews one at a
@@ -837,4 +837,73 @@ async fn registry_hosts_chosen_by_pods_cannot_grow_the_metrics() {
     assert!(hosts.contains("other"), "{metrics}");
     assert!(hosts.len() <= NAMED + 1, "{} registry labels", hosts.len());
     assert!(hosts.len() > NAMED / 2, "{} registry labels", hosts.len());
+}
+
+/// The state of open HTTP/2 streams, whatever their answers weigh: clients that grant no
+/// window ask for many small answers on many connections, each stream held open until the
+/// answer timeout. At most 32 streams per connection, so this memory is bounded by the
+/// connection cap times 32 streams (docs/SECURITY.md). (With the earlier 256 streams, the
+/// same clients held 100 streams per connection, over three times as much.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_streams_per_connection_are_bounded() {
+    const CONNECTIONS: usize = 100;
+    const TRIED: usize = 100;
+    const ALLOWED: usize = 32;
+    /// 100 connections' state and 32 streams of each, at the SECURITY.md allowance of 4 KiB
+    /// per open stream and 32 KiB per connection.
+    const CEILING_KIB: u64 = (CONNECTIONS * (32 + ALLOWED * 4)) as u64;
+    let dir = tempfile::tempdir().unwrap();
+    let ivory = start(dir.path(), &["--answer-timeout", "60s"]).await;
+    let (review, pid, base) = warm(&ivory).await;
+    let body = bytes::Bytes::from(review.to_string());
+    let mut builder = h2::client::Builder::new();
+    builder.initial_window_size(0);
+    let mut drivers = Vec::new();
+    let mut answers = Vec::new();
+    let mut most = 0;
+    for _ in 0..CONNECTIONS {
+        let (client, driver) = h2_client(&ivory, &builder).await;
+        drivers.push(driver);
+        let mut responses = Vec::new();
+        for _ in 0..TRIED {
+            // A stream past the server's limit waits for a free one: the attacker moves on.
+            let Ok(Ok(mut ready)) =
+                tokio::time::timeout(Duration::from_millis(300), client.clone().ready()).await
+            else {
+                break;
+            };
+            let request = http::Request::post(format!("https://127.0.0.1{VALIDATE}?timeout=10s"))
+                .body(())
+                .unwrap();
+            let Ok((response, mut stream)) = ready.send_request(request, false) else {
+                break;
+            };
+            let _ = stream.send_data(body.clone(), true);
+            responses.push(response);
+        }
+        most = most.max(responses.len());
+        for response in responses {
+            if let Ok(Ok(answer)) = tokio::time::timeout(Duration::from_secs(5), response).await {
+                answers.push(answer);
+            }
+        }
+    }
+    let peak = peak_rss_kib(pid);
+    let extra_kib = peak.saturating_sub(base);
+    eprintln!(
+        "{CONNECTIONS} HTTP/2 connections granting no window: {} answers held, at most {most} streams on one connection; \
+         peak RSS {base} KiB -> {peak} KiB (+{extra_kib} KiB, ceiling {CEILING_KIB} KiB)",
+        answers.len()
+    );
+    assert!(most <= ALLOWED, "{most} streams open on one connection");
+    assert!(
+        answers.len() >= CONNECTIONS * ALLOWED / 2,
+        "{}",
+        answers.len()
+    );
+    assert!(extra_kib < CEILING_KIB, "+{extra_kib} KiB");
+    drop(answers);
+    for driver in drivers {
+        driver.abort();
+    }
 }
