@@ -39,7 +39,7 @@ pub use manifest::{
 };
 pub use operation::Operation;
 pub use reference::parse_reference;
-pub use stats::RegistryStats;
+pub use stats::{MAX_NAMED_HOSTS, OTHER_HOSTS, RegistryStats};
 pub use url_fetch::{UrlFetchError, UrlFetcher, checked_url};
 
 mod auth;

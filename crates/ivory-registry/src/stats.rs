@@ -104,25 +104,46 @@ impl Counters {
     }
 }
 
-/// Counters per registry host.
+/// Registry hosts counted under their own name; calls to any later host count under
+/// [`OTHER_HOSTS`]. Hosts come from the images requests name, so without this bound every
+/// Pod naming a new registry would add counters (and metric series) that are never released.
+/// The first hosts keep their slots for the process's life, so every series stays monotonic.
+pub const MAX_NAMED_HOSTS: usize = 100;
+
+/// The `registry` of the counters shared by the hosts past [`MAX_NAMED_HOSTS`] (no registry
+/// host parses as this: a host has a dot, a port or is `localhost`).
+pub const OTHER_HOSTS: &str = "other";
+
+/// Counters per registry host: at most [`MAX_NAMED_HOSTS`] of them, then one shared bucket.
 #[derive(Default)]
 pub(crate) struct StatsTable {
     hosts: Mutex<HashMap<String, Arc<Counters>>>,
+    other: Arc<Counters>,
 }
 
 impl StatsTable {
     pub(crate) fn for_host(&self, host: &str) -> Arc<Counters> {
         // A poisoned lock only means another thread panicked mid-insert; the map is still usable.
         let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(counters) = hosts.get(host) {
+            return counters.clone();
+        }
+        if hosts.len() >= MAX_NAMED_HOSTS {
+            return self.other.clone();
+        }
         hosts.entry(host.to_string()).or_default().clone()
     }
 
     pub(crate) fn snapshot(&self) -> Vec<RegistryStats> {
         let hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+        let other =
+            (self.other.requests.load(Ordering::Relaxed) > 0).then_some((OTHER_HOSTS, &self.other));
         let mut out: Vec<RegistryStats> = hosts
             .iter()
+            .map(|(host, c)| (host.as_str(), c))
+            .chain(other)
             .map(|(host, c)| RegistryStats {
-                registry: host.clone(),
+                registry: host.to_string(),
                 requests: c.requests.load(Ordering::Relaxed),
                 statuses: StatusClass::ALL
                     .iter()
@@ -182,5 +203,25 @@ mod tests {
             .collect();
         assert_eq!(statuses, [("2xx", 1), ("4xx", 1)]);
         assert_eq!(StatusClass::of_code(503), StatusClass::Server);
+    }
+
+    #[test]
+    fn hosts_past_the_bound_share_one_bucket() {
+        let t = StatsTable::default();
+        for i in 0..MAX_NAMED_HOSTS + 500 {
+            t.for_host(&format!("r{i}.example:5000")).request();
+        }
+        // A named host keeps its own counters after the bound is reached.
+        t.for_host("r0.example:5000").request();
+        let snap = t.snapshot();
+        assert_eq!(snap.len(), MAX_NAMED_HOSTS + 1);
+        let other = snap.iter().find(|s| s.registry == OTHER_HOSTS).unwrap();
+        assert_eq!(other.requests, 500);
+        let first = snap
+            .iter()
+            .find(|s| s.registry == "r0.example:5000")
+            .unwrap();
+        assert_eq!(first.requests, 2);
+        assert!(t.hosts.lock().unwrap().len() <= MAX_NAMED_HOSTS);
     }
 }

@@ -1,6 +1,7 @@
 //! What one client may cost the server before ivory has judged anything: request bodies are
 //! read against a per-request cap, a process-wide budget of body bytes in flight and a
-//! deadline; connections against a cap and idle, header and handshake timeouts
+//! deadline; connections against a cap, idle, header, answer and handshake timeouts, and
+//! process-wide budgets of header bytes and of answer bytes not yet sent
 //! ([`crate::connection`]). Anyone who can open a connection to the webhook port can reach
 //! this code, so nothing here waits without a deadline or buffers without a bound.
 
@@ -38,6 +39,19 @@ pub struct HttpLimits {
     pub handshake_timeout: Duration,
     /// Open connections at once; a connection past it is closed as soon as it is accepted.
     pub max_connections: usize,
+    /// Header bytes (counted as HTTP/2 counts a header list) all requests being judged may
+    /// hold at once (503 past it): the sum that per-connection stream and header-list bounds
+    /// times the connection cap leave far too large.
+    pub header_budget: usize,
+    /// Answer bytes not yet handed to the socket that all connections together may hold (503
+    /// past it).
+    pub answer_budget: usize,
+    /// Answer bytes not yet handed to the socket that one connection may hold (503 past it).
+    pub answer_budget_per_connection: usize,
+    /// A connection whose pending answers move no byte for this long, or whose writes wait
+    /// this long for a peer that reads nothing, is closed: an answer nobody reads cannot hold
+    /// memory or a slot for long.
+    pub answer_timeout: Duration,
 }
 
 impl Default for HttpLimits {
@@ -50,6 +64,10 @@ impl Default for HttpLimits {
             idle_timeout: Duration::from_secs(120),
             handshake_timeout: Duration::from_secs(10),
             max_connections: 1024,
+            header_budget: 8 * 1024 * 1024,
+            answer_budget: 64 * 1024 * 1024,
+            answer_budget_per_connection: 16 * 1024 * 1024,
+            answer_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -14,7 +14,9 @@
 //! * `registry_requests_total{registry, status}` (status class `2xx`, `4xx`, `5xx`, or `none`
 //!   when no HTTP answer came), `registry_errors_total{registry}`,
 //!   `registry_throttled_total{registry}`: read from the registry client's counters at scrape
-//!   time.
+//!   time. Registry hosts are chosen by the images requests name, so the client keeps its own
+//!   counters for the first `ivory_registry::MAX_NAMED_HOSTS` hosts it calls and counts every
+//!   later one under `registry="other"`: the series stay bounded and monotonic.
 //! * `policy_results_total{policy_name, policy_namespace, rule_result, rule_execution_cause}`:
 //!   one per policy result (Kyverno's `kyverno_policy_results_total`); `rule_result` is `pass`,
 //!   `fail`, `error` or `skip`, the cause `admission_request` or `background_scan`.

@@ -12,7 +12,9 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use crate::util::{Ivory, Tls, eventually, peak_rss_kib, pod_review, policy};
+use crate::util::{
+    Ivory, Tls, VERIFY_SIGNED, eventually, key_attestor, peak_rss_kib, pod_review, policy,
+};
 
 /// Largest body the server takes by default (`--body-limit`).
 const BODY_LIMIT: usize = 3 * 1024 * 1024;
@@ -428,12 +430,12 @@ async fn multiplexed_partial_bodies_share_the_same_budget() {
 }
 
 /// A client that sends requests and never reads the answers: once the socket buffers are full,
-/// the server's writes wait, and the connection (with its slot) is closed after the idle
-/// timeout instead of being held forever.
+/// the server's writes wait, and the connection (with its slot) is closed after the answer
+/// timeout, well before the idle timeout (120 s), instead of being held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_reads_no_answers_cannot_hold_a_connection() {
     let dir = tempfile::tempdir().unwrap();
-    let ivory = start(dir.path(), &["--idle-timeout", "2s"]).await;
+    let ivory = start(dir.path(), &["--answer-timeout", "2s"]).await;
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let tcp = socket.connect(ivory.addr).await.unwrap();
@@ -514,4 +516,394 @@ async fn rapid_reset_streams_cost_nothing_lasting() {
         "{:?}",
         asked.elapsed()
     );
+}
+
+/// An h2 client over TLS to `ivory` with `builder`'s settings; the connection is driven by a
+/// task whose end (the server closed the connection) the returned handle reports.
+async fn h2_client(
+    ivory: &Ivory,
+    builder: &h2::client::Builder,
+) -> (
+    h2::client::SendRequest<bytes::Bytes>,
+    tokio::task::JoinHandle<()>,
+) {
+    let tls = connect(ivory, &connector(&ivory.ca_pem, &[b"h2"]))
+        .await
+        .unwrap();
+    let (client, mut connection) = builder.handshake::<_, bytes::Bytes>(tls).await.unwrap();
+    let pings = connection.ping_pong();
+    let driver = tokio::spawn(async move {
+        // Pings keep the connection busy, so no idle timeout can be what closes it.
+        if let Some(mut pings) = pings {
+            let keepalive = async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    if pings.ping(h2::Ping::opaque()).await.is_err() {
+                        break;
+                    }
+                }
+            };
+            tokio::select! {
+                _ = connection => {}
+                () = keepalive => {}
+            }
+        } else {
+            let _ = connection.await;
+        }
+    });
+    (client, driver)
+}
+
+/// Status of each answer whose head arrived within `wait` (HEADERS frames are not flow
+/// controlled, so a client that grants no window still sees them).
+async fn statuses(
+    responses: Vec<h2::client::ResponseFuture>,
+    wait: Duration,
+) -> std::collections::BTreeMap<u16, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    let until = ivory_clock::now() + wait;
+    for response in responses {
+        let status = match tokio::time::timeout_at(until, response).await {
+            Ok(Ok(r)) => r.status().as_u16(),
+            Ok(Err(_)) => 1,
+            Err(_) => 0,
+        };
+        *out.entry(status).or_insert(0) += 1;
+    }
+    out
+}
+
+/// Many HTTP/2 connections, each opening every stream it may (32) with a header list just under
+/// the server's limit and then sending no body: every stream's request waits for its body,
+/// its headers held. The process-wide header budget (default 8 MiB) answers the streams past
+/// it with 503 at once, so memory stays under the ceiling of docs/SECURITY.md. (Before it,
+/// 32 connections x 255 streams added 0.5 GiB.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_http2_streams_cannot_pin_header_memory_past_the_header_budget() {
+    const CONNECTIONS: usize = 200;
+    const STREAMS: usize = 32;
+    /// Just under the 16 KiB header list the server accepts, larger than the 4 KiB HPACK
+    /// table, so every stream's header is sent and decoded whole.
+    const PAD: usize = 15 * 1024;
+    /// Documented ceiling (docs/SECURITY.md) for the default 8 MiB header budget.
+    const CEILING_MIB: u64 = 48;
+    let dir = tempfile::tempdir().unwrap();
+    let ivory = start(dir.path(), &["--body-timeout", "60s"]).await;
+    let (review, pid, base) = warm(&ivory).await;
+
+    let mut held = Vec::new();
+    let mut drivers = Vec::new();
+    let mut responses = Vec::new();
+    for c in 0..CONNECTIONS {
+        let (client, driver) = h2_client(&ivory, &h2::client::Builder::new()).await;
+        for i in 0..STREAMS {
+            let Ok(Ok(mut ready)) =
+                tokio::time::timeout(Duration::from_secs(5), client.clone().ready()).await
+            else {
+                break;
+            };
+            let pad = format!("{c}-{i}-{}", "p".repeat(PAD));
+            let request = http::Request::post(format!("https://127.0.0.1{VALIDATE}?timeout=10s"))
+                .header("content-type", "application/json")
+                .header("x-pad", pad)
+                .body(())
+                .unwrap();
+            let Ok((response, body)) = ready.send_request(request, false) else {
+                break;
+            };
+            responses.push(response);
+            held.push(body);
+        }
+        drivers.push(driver);
+    }
+    let opened = responses.len();
+    let answered = statuses(responses, Duration::from_secs(3)).await;
+    let peak = peak_rss_kib(pid);
+    let extra_mib = peak.saturating_sub(base) / 1024;
+    eprintln!(
+        "{CONNECTIONS} HTTP/2 connections, {opened} streams with {PAD}-byte headers and no body; \
+         answers by status (0: none yet) {answered:?}; peak RSS {base} KiB -> {peak} KiB (+{extra_mib} MiB, ceiling {CEILING_MIB} MiB)"
+    );
+    assert!(
+        opened >= CONNECTIONS * STREAMS / 2,
+        "only {opened} streams opened"
+    );
+    assert!(
+        answered.get(&503).copied().unwrap_or(0) > 0,
+        "no stream was refused: {answered:?}"
+    );
+    assert!(extra_mib < CEILING_MIB, "+{extra_mib} MiB");
+    // Another client is answered at once (judged, or 503 while the budget is spent).
+    let asked = ivory_clock::now();
+    let (status, text) = ivory.post(VALIDATE, review.to_string()).await;
+    assert!(status == 503 || status == 200, "{status} {text}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    // The kubelet's probes are never refused for a budget an attacker spent.
+    assert_eq!(ivory.get("/healthz").await.0, 200);
+    // The attackers go: their headers return to the budget and reviews are judged again.
+    drop(held);
+    for driver in drivers {
+        driver.abort();
+    }
+    let judged = eventually(Duration::from_secs(20), || async {
+        ivory.post(VALIDATE, review.to_string()).await.0 == 200
+    })
+    .await;
+    assert!(judged, "{}", ivory.logs());
+    // Counted (read once the attack is gone: /metrics is no probe, its headers are charged).
+    let metrics = ivory.metrics().await;
+    assert!(
+        counter(
+            &metrics,
+            "ivory_http_requests_refused_total",
+            "header_budget_exhausted"
+        ) > 0,
+        "{metrics}"
+    );
+}
+
+/// HTTP/2 clients that grant no flow-control window (SETTINGS_INITIAL_WINDOW_SIZE 0) and ping
+/// all the time: every answer waits in the server, each as large as the request's uid (1 MiB).
+/// Requests go one at a time (so the body budget refuses none); the answer budgets answer
+/// those past them with 503, and each connection is closed once its answers have not moved
+/// for the answer timeout, freeing them. (Before, two such connections held +0.6 GiB for as
+/// long as they pinged.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_nobody_reads_cannot_pin_memory_and_their_connections_are_closed() {
+    const CONNECTIONS: usize = 8;
+    const STREAMS: usize = 30;
+    const UID: usize = 1024 * 1024;
+    const ANSWER_BUDGET_MIB: u64 = 16;
+    /// The answer budget the test gives the server, plus what judging 1 MiB reviews one at a
+    /// time and the connections' state cost beyond it (docs/SECURITY.md).
+    const CEILING_MIB: u64 = ANSWER_BUDGET_MIB + 48;
+    let dir = tempfile::tempdir().unwrap();
+    let answer_budget = (ANSWER_BUDGET_MIB * 1024 * 1024).to_string();
+    let per_connection = (ANSWER_BUDGET_MIB * 1024 * 1024 / 4).to_string();
+    let ivory = start(
+        dir.path(),
+        &[
+            "--answer-budget",
+            &answer_budget,
+            "--answer-budget-per-connection",
+            &per_connection,
+            "--answer-timeout",
+            "3s",
+        ],
+    )
+    .await;
+    let (review, pid, base) = warm(&ivory).await;
+    let mut big = review.clone();
+    big["request"]["uid"] = serde_json::json!("u".repeat(UID));
+    let big = bytes::Bytes::from(big.to_string());
+
+    let mut builder = h2::client::Builder::new();
+    builder.initial_window_size(0);
+    let started = ivory_clock::now();
+    let mut drivers = Vec::new();
+    let mut answers = Vec::new();
+    let mut statuses = std::collections::BTreeMap::new();
+    for _ in 0..CONNECTIONS {
+        let (client, driver) = h2_client(&ivory, &builder).await;
+        drivers.push(driver);
+        for _ in 0..STREAMS {
+            let Ok(Ok(mut ready)) =
+                tokio::time::timeout(Duration::from_secs(5), client.clone().ready()).await
+            else {
+                break;
+            };
+            let request = http::Request::post(format!("https://127.0.0.1{VALIDATE}?timeout=10s"))
+                .header("content-type", "application/json")
+                .body(())
+                .unwrap();
+            let Ok((response, mut body)) = ready.send_request(request, false) else {
+                break;
+            };
+            body.reserve_capacity(big.len());
+            if body.send_data(big.clone(), true).is_err() {
+                break;
+            }
+            // The answer's head arrives (HEADERS are not flow controlled); its body cannot.
+            let Ok(Ok(answer)) = tokio::time::timeout(Duration::from_secs(10), response).await
+            else {
+                break;
+            };
+            *statuses.entry(answer.status().as_u16()).or_insert(0) += 1;
+            // Kept, not dropped: dropping it would reset the stream and free the answer.
+            answers.push(answer);
+        }
+    }
+    let peak = peak_rss_kib(pid);
+    let extra_mib = peak.saturating_sub(base) / 1024;
+    eprintln!(
+        "{CONNECTIONS} HTTP/2 connections granting no window, up to {STREAMS} streams each with {UID}-byte answers; \
+         answers by status {statuses:?}; peak RSS {base} KiB -> {peak} KiB (+{extra_mib} MiB, ceiling {CEILING_MIB} MiB)"
+    );
+    assert!(
+        statuses.get(&200).copied().unwrap_or(0) > 0,
+        "no answer was judged: {statuses:?}"
+    );
+    assert!(extra_mib < CEILING_MIB, "+{extra_mib} MiB");
+
+    // Every connection is closed by the server though the client keeps pinging: answers that
+    // have not moved for the answer timeout (3 s) close their connection.
+    for driver in drivers {
+        let closed = tokio::time::timeout(Duration::from_secs(60), driver).await;
+        assert!(
+            closed.is_ok(),
+            "a connection that reads no answer is still open"
+        );
+    }
+    eprintln!("all closed after {:?}", started.elapsed());
+    drop(answers);
+    let metrics = ivory.metrics().await;
+    assert!(
+        counter(
+            &metrics,
+            "ivory_http_connections_refused_total",
+            "answer_unread"
+        ) >= CONNECTIONS as u64,
+        "{metrics}"
+    );
+    // Their answers' bytes are back: a review is judged at once.
+    assert_eq!(ivory.review(VALIDATE, &review).await["allowed"], true);
+}
+
+/// Pods naming 300 registries (loopback ports where no registry listens, each a host of its
+/// own): `/metrics` names the first hosts the server called, at most
+/// `ivory_registry::MAX_NAMED_HOSTS` (100), and counts the rest under `registry="other"`, so
+/// its series and the counters behind them stay bounded. (Before, 20,000 registries made
+/// 60,000 series, a 3.7 MB `/metrics`, never released.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_hosts_chosen_by_pods_cannot_grow_the_metrics() {
+    const REGISTRIES: u16 = 300;
+    const PER_POD: u16 = 50;
+    const NAMED: usize = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir_all(&policies).unwrap();
+    let body = format!(
+        "  failurePolicy: Fail\n  credentials:\n    allowInsecureRegistry: true\n{}{VERIFY_SIGNED}",
+        key_attestor()
+    );
+    std::fs::write(
+        policies.join("verify.yaml"),
+        policy("verify", "127.0.0.1:*", &body),
+    )
+    .unwrap();
+    let tls = Tls::write(dir.path(), "ivory test CA");
+    let ivory = Ivory::start(
+        &tls,
+        &["--policies".to_string(), policies.display().to_string()],
+    )
+    .await;
+    // Privileged ports: no test registry listens there, so each call fails at once.
+    let images: Vec<String> = (1..=REGISTRIES)
+        .map(|port| format!("127.0.0.1:{port}/app:v1"))
+        .collect();
+    let reviews: Vec<serde_json::Value> = images
+        .chunks(usize::from(PER_POD))
+        .enumerate()
+        .map(|(i, chunk)| {
+            let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            pod_review(&format!("many-{i}"), &refs)
+        })
+        .collect();
+    for review in &reviews {
+        let answer = ivory
+            .review("/ivpol/validate/verify?timeout=10s", review)
+            .await;
+        assert_eq!(answer["allowed"], false, "{answer}");
+    }
+    let metrics = ivory.metrics().await;
+    let hosts: std::collections::BTreeSet<&str> = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("ivory_registry_requests_total{registry=\""))
+        .filter_map(|l| l.split('"').next())
+        .collect();
+    let series = metrics
+        .lines()
+        .filter(|l| l.starts_with("ivory_registry_"))
+        .count();
+    eprintln!(
+        "{REGISTRIES} registries named by Pods: {} registry labels, {series} registry series, /metrics {} bytes",
+        hosts.len(),
+        metrics.len()
+    );
+    assert!(hosts.contains("other"), "{metrics}");
+    assert!(hosts.len() <= NAMED + 1, "{} registry labels", hosts.len());
+    assert!(hosts.len() > NAMED / 2, "{} registry labels", hosts.len());
+}
+
+/// The state of open HTTP/2 streams, whatever their answers weigh: clients that grant no
+/// window ask for many small answers on many connections, each stream held open until the
+/// answer timeout. At most 32 streams per connection, so this memory is bounded by the
+/// connection cap times 32 streams (docs/SECURITY.md). (With the earlier 256 streams, the
+/// same clients held 100 streams per connection, over three times as much.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_streams_per_connection_are_bounded() {
+    const CONNECTIONS: usize = 100;
+    const TRIED: usize = 100;
+    const ALLOWED: usize = 32;
+    /// 100 connections' state and 32 streams of each, at the SECURITY.md allowance of 4 KiB
+    /// per open stream and 32 KiB per connection.
+    const CEILING_KIB: u64 = (CONNECTIONS * (32 + ALLOWED * 4)) as u64;
+    let dir = tempfile::tempdir().unwrap();
+    let ivory = start(dir.path(), &["--answer-timeout", "60s"]).await;
+    let (review, pid, base) = warm(&ivory).await;
+    let body = bytes::Bytes::from(review.to_string());
+    let mut builder = h2::client::Builder::new();
+    builder.initial_window_size(0);
+    let mut drivers = Vec::new();
+    let mut answers = Vec::new();
+    let mut most = 0;
+    for _ in 0..CONNECTIONS {
+        let (client, driver) = h2_client(&ivory, &builder).await;
+        drivers.push(driver);
+        let mut responses = Vec::new();
+        for _ in 0..TRIED {
+            // A stream past the server's limit waits for a free one: the attacker moves on.
+            let Ok(Ok(mut ready)) =
+                tokio::time::timeout(Duration::from_millis(300), client.clone().ready()).await
+            else {
+                break;
+            };
+            let request = http::Request::post(format!("https://127.0.0.1{VALIDATE}?timeout=10s"))
+                .body(())
+                .unwrap();
+            let Ok((response, mut stream)) = ready.send_request(request, false) else {
+                break;
+            };
+            let _ = stream.send_data(body.clone(), true);
+            responses.push(response);
+        }
+        most = most.max(responses.len());
+        for response in responses {
+            if let Ok(Ok(answer)) = tokio::time::timeout(Duration::from_secs(5), response).await {
+                answers.push(answer);
+            }
+        }
+    }
+    let peak = peak_rss_kib(pid);
+    let extra_kib = peak.saturating_sub(base);
+    eprintln!(
+        "{CONNECTIONS} HTTP/2 connections granting no window: {} answers held, at most {most} streams on one connection; \
+         peak RSS {base} KiB -> {peak} KiB (+{extra_kib} KiB, ceiling {CEILING_KIB} KiB)",
+        answers.len()
+    );
+    assert!(most <= ALLOWED, "{most} streams open on one connection");
+    assert!(
+        answers.len() >= CONNECTIONS * ALLOWED / 2,
+        "{}",
+        answers.len()
+    );
+    assert!(extra_kib < CEILING_KIB, "+{extra_kib} KiB");
+    drop(answers);
+    for driver in drivers {
+        driver.abort();
+    }
 }

@@ -100,6 +100,22 @@ pub(crate) struct Args {
     /// Connections open at once; one past it is closed as soon as it is accepted.
     #[arg(long, value_name = "N", default_value = "1024")]
     max_connections: std::num::NonZeroUsize,
+    /// Header bytes all requests being judged may hold at once (as HTTP/2 counts a header
+    /// list); a request past it gets 503. Bounds what stalled requests' headers can pin.
+    #[arg(long, value_name = "BYTES", default_value_t = HttpLimits::default().header_budget)]
+    header_budget: usize,
+    /// Answer bytes not yet sent that all connections together may hold; an answer past it is
+    /// replaced by a 503. Bounds what clients that never read their answers can pin.
+    #[arg(long, value_name = "BYTES", default_value_t = HttpLimits::default().answer_budget)]
+    answer_budget: usize,
+    /// Answer bytes not yet sent that one connection may hold; an answer past it is replaced
+    /// by a 503.
+    #[arg(long, value_name = "BYTES", default_value_t = HttpLimits::default().answer_budget_per_connection)]
+    answer_budget_per_connection: usize,
+    /// A connection whose pending answers move no byte for this long (an HTTP/2 client that
+    /// grants no window, an HTTP/1.1 client that reads nothing) is closed (Go duration).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    answer_timeout: Duration,
     /// Time in-flight requests get to finish after SIGTERM/SIGINT (Go duration).
     #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = duration)]
     grace_period: Duration,
@@ -300,6 +316,10 @@ pub(crate) async fn run(
         args.body_budget,
         args.body_limit
     );
+    anyhow::ensure!(
+        !args.answer_timeout.is_zero(),
+        "--answer-timeout must be longer than 0s: every answer would close its connection"
+    );
     let limits = HttpLimits {
         body_limit: args.body_limit,
         body_budget: args.body_budget,
@@ -308,6 +328,10 @@ pub(crate) async fn run(
         idle_timeout: args.idle_timeout,
         handshake_timeout: args.handshake_timeout,
         max_connections: args.max_connections.get(),
+        header_budget: args.header_budget,
+        answer_budget: args.answer_budget,
+        answer_budget_per_connection: args.answer_budget_per_connection,
+        answer_timeout: args.answer_timeout,
     };
     state = state.with_limits(limits.clone());
     if !args.disable_policy_reports
