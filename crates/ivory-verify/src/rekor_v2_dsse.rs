@@ -18,6 +18,7 @@
 
 use base64::Engine as _;
 use jiff::Timestamp;
+use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 use sigstore_verify::crypto::VerificationKey;
@@ -142,58 +143,40 @@ pub(crate) fn check_entry(
             "a dsse/0.0.2 log entry cannot log a message signature".into(),
         ));
     };
-    let body: Value = parse_signed_json(&entry.body, "dsse/0.0.2 log entry body")?;
-    let field = |pointer: &str| {
-        body.pointer(pointer)
-            .and_then(Value::as_str)
-            .ok_or_else(|| Rejection::LogEntry(format!("dsse/0.0.2 body has no {pointer}")))
-    };
-    if field("/kind")? != "dsse" || field("/apiVersion")? != "0.0.2" {
+    // Typed, so a body repeating a field is refused rather than read one way here and
+    // another elsewhere.
+    let body: Body = parse_signed_json(&entry.body, "dsse/0.0.2 log entry body")?;
+    if body.kind != "dsse" || body.api_version != "0.0.2" {
         return Err(Rejection::LogEntry(
             "the log entry body is not of kind dsse/0.0.2".into(),
         ));
     }
-    let spec = "/spec/dsseV002";
-    if field(&format!("{spec}/payloadHash/algorithm"))? != "SHA2_256" {
+    let spec = body.spec.dsse_v002;
+    if spec.payload_hash.algorithm != "SHA2_256" {
         return Err(Rejection::LogEntry(
             "dsse/0.0.2 body hashes the payload with another algorithm than SHA2_256".into(),
         ));
     }
-    let logged_hash = decode_b64(
-        field(&format!("{spec}/payloadHash/digest"))?,
-        "dsse/0.0.2 payload hash",
-    )?;
+    let logged_hash = decode_b64(&spec.payload_hash.digest, "dsse/0.0.2 payload hash")?;
     if logged_hash != Sha256::digest(envelope.payload.as_bytes()).as_slice() {
         return Err(Rejection::LogEntry(
             "dsse/0.0.2 log entry logs another payload than the envelope's".into(),
         ));
     }
-    let signatures = body
-        .pointer(&format!("{spec}/signatures"))
-        .and_then(Value::as_array)
-        .ok_or(Rejection::LogEntry(
-            "dsse/0.0.2 body has no signatures".into(),
-        ))?;
     // sigstore-types reads an envelope with exactly one signature; the entry must log that
     // one and nothing else.
-    let [logged] = signatures.as_slice() else {
+    let [logged] = spec.signatures.as_slice() else {
         return Err(Rejection::LogEntry(format!(
             "dsse/0.0.2 log entry logs {} signatures, the envelope carries one",
-            signatures.len()
+            spec.signatures.len()
         )));
     };
-    let content = logged
-        .get("content")
-        .and_then(Value::as_str)
-        .ok_or(Rejection::LogEntry(
-            "dsse/0.0.2 signature has no content".into(),
-        ))?;
-    if decode_b64(content, "dsse/0.0.2 signature")? != envelope.signature.sig.as_bytes() {
+    if decode_b64(&logged.content, "dsse/0.0.2 signature")? != envelope.signature.sig.as_bytes() {
         return Err(Rejection::LogEntry(
             "dsse/0.0.2 log entry logs another signature than the envelope's".into(),
         ));
     }
-    if !names_verifier(logged, verifier)? {
+    if !names_verifier(&logged.verifier, verifier)? {
         return Err(Rejection::LogEntry(match verifier {
             Verifier::Certificate(_) => {
                 "dsse/0.0.2 log entry names another certificate than the bundle's".into()
@@ -204,18 +187,66 @@ pub(crate) fn check_entry(
     check_inclusion(entry)
 }
 
-/// The logged signature's verifier is `verifier`: the same certificate, or the same key (given
-/// as a key or as a certificate for it).
-fn names_verifier(logged: &Value, verifier: &Verifier<'_>) -> Result<bool, Rejection> {
-    let raw = |pointer: &str| {
-        logged
-            .pointer(pointer)
-            .and_then(Value::as_str)
-            .map(|t| decode_b64(t, "dsse/0.0.2 verifier"))
+/// The `dsse/0.0.2` canonicalized body (Rekor v2's `DSSELogEntryV002`); `keyDetails` is not
+/// read: the key's algorithm comes from the key.
+#[derive(Deserialize)]
+struct Body {
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    kind: String,
+    spec: Spec,
+}
+
+#[derive(Deserialize)]
+struct Spec {
+    #[serde(rename = "dsseV002")]
+    dsse_v002: DsseV002,
+}
+
+#[derive(Deserialize)]
+struct DsseV002 {
+    #[serde(rename = "payloadHash")]
+    payload_hash: LoggedHash,
+    signatures: Vec<LoggedSignature>,
+}
+
+#[derive(Deserialize)]
+struct LoggedHash {
+    algorithm: String,
+    digest: String,
+}
+
+#[derive(Deserialize)]
+struct LoggedSignature {
+    content: String,
+    verifier: LoggedVerifier,
+}
+
+#[derive(Deserialize)]
+struct LoggedVerifier {
+    #[serde(rename = "x509Certificate")]
+    x509_certificate: Option<RawBytes>,
+    #[serde(rename = "publicKey")]
+    public_key: Option<RawBytes>,
+}
+
+#[derive(Deserialize)]
+struct RawBytes {
+    #[serde(rename = "rawBytes")]
+    raw_bytes: String,
+}
+
+/// The logged verifier is `verifier`: the same certificate, or the same key (given as a key
+/// or as a certificate for it).
+fn names_verifier(logged: &LoggedVerifier, verifier: &Verifier<'_>) -> Result<bool, Rejection> {
+    let raw = |field: &Option<RawBytes>| {
+        field
+            .as_ref()
+            .map(|r| decode_b64(&r.raw_bytes, "dsse/0.0.2 verifier"))
             .transpose()
     };
-    let certificate = raw("/verifier/x509Certificate/rawBytes")?;
-    let key = raw("/verifier/publicKey/rawBytes")?;
+    let certificate = raw(&logged.x509_certificate)?;
+    let key = raw(&logged.public_key)?;
     Ok(match (verifier, certificate, key) {
         (Verifier::Certificate(der), Some(logged), None) => logged == *der,
         (Verifier::Key(der), None, Some(logged)) => logged == der.as_bytes(),

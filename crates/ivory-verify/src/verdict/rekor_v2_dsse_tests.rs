@@ -306,6 +306,16 @@ fn a_dsse_v002_entry_for_another_payload_signature_or_certificate_never_counts()
         k.check(k.entry(relabelled.as_bytes())),
         "not of kind dsse/0.0.2",
     );
+    // A body that names a field twice, the second time rightly: refused, not read as its last.
+    let repeated = String::from_utf8(k.att.body()).unwrap().replacen(
+        "\"payloadHash\":",
+        "\"payloadHash\":{\"algorithm\":\"SHA2_256\",\"digest\":\"AAAA\"},\"payloadHash\":",
+        1,
+    );
+    refused(
+        k.check(k.entry(repeated.as_bytes())),
+        "malformed dsse/0.0.2 log entry body",
+    );
     let _ = std::fs::remove_dir_all(&other_dir);
 }
 
