@@ -191,9 +191,9 @@ impl Envelope {
     /// `None` when a legacy layer has no Rekor entry (only key-based verification without the
     /// transparency log can use it). `use_key` marks the material as a public key (key and
     /// certificate attestors) rather than the layer's certificate. A DSSE payload is
-    /// shape-checked here, before sigstore-verify or ivory parses it. A Sigstore bundle whose log entry is of the Rekor v2 kind `dsse/0.0.2` (which
-    /// sigstore-verify does not read) comes back without that entry, returned beside it for
-    /// [`crate::rekor_v2_dsse`] to check.
+    /// shape-checked here, before sigstore-verify or ivory parses it. A Sigstore bundle whose
+    /// log entry is of the Rekor v2 kind `dsse/0.0.2` (which sigstore-verify does not read)
+    /// comes back without that entry, returned beside it for [`crate::rekor_v2_dsse`] to check.
     pub(crate) fn to_bundle(
         &self,
         use_key: bool,
