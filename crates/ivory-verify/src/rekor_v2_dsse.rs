@@ -76,31 +76,37 @@ pub(crate) fn take_entry(doc: &mut Value) -> Result<Option<Entry>, Rejection> {
             "a bundle with a dsse/0.0.2 log entry must carry no other entry".into(),
         ));
     }
-    let raw = entries.remove(0);
-    read_entry(&raw).map(Some)
+    read_entry(entries.remove(0)).map(Some)
 }
 
-fn read_entry(raw: &Value) -> Result<Entry, Rejection> {
+fn read_entry(mut raw: Value) -> Result<Entry, Rejection> {
+    let proof = raw
+        .get_mut("inclusionProof")
+        .map(Value::take)
+        .ok_or(Rejection::Tlog(
+            "dsse/0.0.2 log entry has no inclusion proof".into(),
+        ))
+        .and_then(|p| {
+            serde_json::from_value::<InclusionProof>(p).map_err(|e| {
+                Rejection::Malformed(format!("malformed dsse/0.0.2 inclusion proof: {e}"))
+            })
+        })?;
     let text = |pointer: &str| {
         raw.pointer(pointer)
             .and_then(Value::as_str)
             .ok_or_else(|| Rejection::Malformed(format!("dsse/0.0.2 log entry has no {pointer}")))
     };
-    let log_index = text("/logIndex")?
-        .parse::<u64>()
-        .map_err(|e| Rejection::Malformed(format!("malformed dsse/0.0.2 logIndex: {e}")))?;
+    // protojson writes 64-bit integers as strings; a number is read too.
+    let log_index = match raw.get("logIndex") {
+        Some(Value::Number(n)) => n.as_u64(),
+        Some(Value::String(s)) => s.parse::<u64>().ok(),
+        _ => None,
+    }
+    .ok_or(Rejection::Malformed(
+        "dsse/0.0.2 log entry has no valid logIndex".into(),
+    ))?;
     let log_key_id = decode_b64(text("/logId/keyId")?, "dsse/0.0.2 logId")?;
     let body = decode_b64(text("/canonicalizedBody")?, "dsse/0.0.2 canonicalizedBody")?;
-    let proof = raw
-        .get("inclusionProof")
-        .ok_or(Rejection::Tlog(
-            "dsse/0.0.2 log entry has no inclusion proof".into(),
-        ))
-        .and_then(|p| {
-            serde_json::from_value::<InclusionProof>(p.clone()).map_err(|e| {
-                Rejection::Malformed(format!("malformed dsse/0.0.2 inclusion proof: {e}"))
-            })
-        })?;
     Ok(Entry {
         log_index,
         log_key_id,

@@ -329,6 +329,9 @@ fn a_corrupted_inclusion_proof_or_a_checkpoint_of_another_key_is_refused() {
     hash[0] ^= 1;
     entry["inclusionProof"]["hashes"][0] = json!(STANDARD.encode(hash));
     refused(k.check(entry), "inclusion proof does not verify");
+    let mut entry = k.entry(&body);
+    entry.as_object_mut().unwrap().remove("inclusionProof");
+    refused(k.check(entry), "has no inclusion proof");
     // Another index than the one proven.
     let mut entry = k.entry(&body);
     entry["logIndex"] = json!((LOGGED_INDEX - 1).to_string());
