@@ -8,6 +8,8 @@
 //! - [`HostileServer`], [`CaptureServer`]: registries that attack their clients.
 //! - The `ivory-testkit-registry` binary: the harness registry with OCI layouts pushed, kept
 //!   running for `scripts/demo.sh` and people trying ivory by hand.
+//! - [`RekorV2Log`] / [`dsse_v002_body`]: Rekor v2 log entries (`dsse/0.0.2` and others) with
+//!   inclusion proofs and Ed25519-signed checkpoints, and the trusted-root entry of their log.
 //! - [`RedisServer`]: the real `redis-server` on loopback (pause, stop, restart on demand; TLS
 //!   on a second port).
 //! - [`HostileRedis`]: a fake Redis answering every command with an attack on its client's
@@ -40,6 +42,7 @@ pub use redis::{REDIS_BINARY, RedisServer};
 pub use registry::{
     AuthMode, Harness, HarnessOptions, LoggedRequest, REGISTRY_BINARY, RegistryHarness,
 };
+pub use rekor_v2::{DsseVerifier, LOGGED_INDEX, RekorV2Log, TREE_SIZE, dsse_v002_body};
 pub use token::{TOKEN_ISSUER, TOKEN_SERVICE, TOKEN_TTL_SECS};
 pub use tsa::{OpensslTsa, TsaKey};
 
@@ -61,6 +64,7 @@ mod ports;
 mod push;
 mod redis;
 mod registry;
+mod rekor_v2;
 pub mod review;
 mod token;
 mod tsa;

@@ -17,7 +17,7 @@ use crate::envelope::Envelope;
 use crate::keys::PublicKey;
 use crate::rejection::Rejection;
 use crate::signer;
-use crate::verdict::run_with;
+use crate::verdict::run_with_entry;
 use ivory_engine::verifier::Signer;
 
 /// The largest bundle read, as the largest signature layer an image may carry.
@@ -85,7 +85,7 @@ pub fn verify_blob(
         }
     };
     let use_key = !matches!(plan.authority, Authority::Keyless(_));
-    let bundle = Envelope::Bundle(bundle_json.to_vec())
+    let (bundle, dsse_v002) = Envelope::Bundle(bundle_json.to_vec())
         .to_bundle(use_key)?
         .ok_or(Rejection::Malformed("empty bundle".into()))?;
     if let (Authority::Key(key) | Authority::Certificate(key), true) =
@@ -94,20 +94,35 @@ pub fn verify_blob(
     {
         return verify_bare(key, blob, &bundle);
     }
-    let result = run_with(plan, &bundle, |bundle, policy| match blob {
-        Blob::Bytes(bytes) => verifier.verify(bytes, bundle, policy),
-        Blob::Sha256(digest) => {
-            verifier.verify(Artifact::from(Sha256Hash::new(digest)), bundle, policy)
-        }
-        Blob::File(path) => {
-            let file = std::fs::File::open(path).map_err(sigstore_verify::Error::ArtifactRead)?;
-            verifier.verify_reader(std::io::BufReader::new(file), bundle, policy)
-        }
-    })?;
+    let result = run_with_entry(
+        plan,
+        &bundle,
+        dsse_v002.as_ref(),
+        |bundle, policy| match blob {
+            Blob::Bytes(bytes) => verifier.verify(bytes, bundle, policy),
+            Blob::Sha256(digest) => {
+                verifier.verify(Artifact::from(Sha256Hash::new(digest)), bundle, policy)
+            }
+            Blob::File(path) => {
+                let file =
+                    std::fs::File::open(path).map_err(sigstore_verify::Error::ArtifactRead)?;
+                verifier.verify_reader(std::io::BufReader::new(file), bundle, policy)
+            }
+        },
+    )?;
+    let dsse_v002 = dsse_v002.filter(|_| !plan.ignore_tlog);
     let log_index = (!plan.ignore_tlog)
-        .then(|| bundle.verification_material.tlog_entries.first())
-        .flatten()
-        .map(|e| e.log_index.get());
+        .then(|| {
+            bundle
+                .verification_material
+                .tlog_entries
+                .first()
+                .map(|e| e.log_index.get())
+                .or(dsse_v002
+                    .as_ref()
+                    .map(crate::rekor_v2_dsse::Entry::log_index))
+        })
+        .flatten();
     let signer = match &plan.authority {
         Authority::Keyless(rules) => {
             let info = result.certificate().ok_or(Rejection::Malformed(
@@ -129,7 +144,7 @@ pub fn verify_blob(
     Ok(BlobVerified {
         signer,
         statement,
-        evidence: evidence(&bundle, &result),
+        evidence: evidence(&bundle, &result, log_index.filter(|_| dsse_v002.is_some())),
     })
 }
 
@@ -265,8 +280,14 @@ fn hash<D: sha2::Digest>(blob: Blob<'_>) -> Result<Vec<u8>, Rejection> {
 }
 
 /// One line per check that established the signature.
-fn evidence(bundle: &Bundle, result: &VerificationResult) -> Vec<String> {
+/// `dsse_v002` is the index of a Rekor v2 `dsse/0.0.2` entry ivory checked itself.
+fn evidence(bundle: &Bundle, result: &VerificationResult, dsse_v002: Option<u64>) -> Vec<String> {
     let mut lines = vec![format!("bundle {}", bundle.media_type)];
+    if let Some(index) = dsse_v002 {
+        lines.push(format!(
+            "transparency log entry dsse/0.0.2 at index {index}: inclusion proof and signed checkpoint verified"
+        ));
+    }
     if result.certificate_verified() {
         lines.push("signing certificate chains to the trusted root at every verified time".into());
     }

@@ -191,25 +191,26 @@ impl Envelope {
     /// `None` when a legacy layer has no Rekor entry (only key-based verification without the
     /// transparency log can use it). `use_key` marks the material as a public key (key and
     /// certificate attestors) rather than the layer's certificate. A DSSE payload is
-    /// shape-checked here, before sigstore-verify or ivory parses it.
-    pub(crate) fn to_bundle(&self, use_key: bool) -> Result<Option<Bundle>, Rejection> {
-        let bundle = self.read_bundle(use_key)?;
-        if let Some(SignatureContent::DsseEnvelope(d)) = bundle.as_ref().map(|b| &b.content) {
+    /// shape-checked here, before sigstore-verify or ivory parses it. A Sigstore bundle whose
+    /// log entry is of the Rekor v2 kind `dsse/0.0.2` (which sigstore-verify does not read)
+    /// comes back without that entry, returned beside it for [`crate::rekor_v2_dsse`] to check.
+    pub(crate) fn to_bundle(
+        &self,
+        use_key: bool,
+    ) -> Result<Option<(Bundle, Option<crate::rekor_v2_dsse::Entry>)>, Rejection> {
+        let parts = self.read_bundle(use_key)?;
+        if let Some(SignatureContent::DsseEnvelope(d)) = parts.as_ref().map(|(b, _)| &b.content) {
             check_signed_shape(d.payload.as_bytes(), "in-toto statement")?;
         }
-        Ok(bundle)
+        Ok(parts)
     }
 
-    fn read_bundle(&self, use_key: bool) -> Result<Option<Bundle>, Rejection> {
+    fn read_bundle(
+        &self,
+        use_key: bool,
+    ) -> Result<Option<(Bundle, Option<crate::rekor_v2_dsse::Entry>)>, Rejection> {
         let (legacy, content) = match self {
-            Self::Bundle(json) => {
-                check_signed_shape(json, "Sigstore bundle")?;
-                let text = std::str::from_utf8(json)
-                    .map_err(|e| Rejection::Malformed(format!("bundle is not UTF-8: {e}")))?;
-                return Bundle::from_json(text)
-                    .map(Some)
-                    .map_err(|e| Rejection::Malformed(format!("malformed Sigstore bundle: {e}")));
-            }
+            Self::Bundle(json) => return read_sigstore_bundle(json).map(Some),
             Self::SimpleSigning(l) => {
                 let sig = l.signature.as_deref().ok_or(Rejection::Malformed(
                     "signature layer has no signature annotation".into(),
@@ -238,10 +239,36 @@ impl Envelope {
         if let (Some(doc), Some(content)) = (doc.as_object_mut(), content.as_object()) {
             doc.extend(content.clone());
         }
-        Bundle::from_json(&doc.to_string()).map(Some).map_err(|e| {
-            Rejection::Malformed(format!("cannot read cosign signature as a bundle: {e}"))
-        })
+        Bundle::from_json(&doc.to_string())
+            .map(|b| Some((b, None)))
+            .map_err(|e| {
+                Rejection::Malformed(format!("cannot read cosign signature as a bundle: {e}"))
+            })
     }
+}
+
+/// A Sigstore bundle document; one sigstore-verify cannot read only for its `dsse/0.0.2` log
+/// entry is read without it (the entry returned beside it). Any other bundle is read once, as
+/// before.
+fn read_sigstore_bundle(
+    json: &[u8],
+) -> Result<(Bundle, Option<crate::rekor_v2_dsse::Entry>), Rejection> {
+    check_signed_shape(json, "Sigstore bundle")?;
+    let text = std::str::from_utf8(json)
+        .map_err(|e| Rejection::Malformed(format!("bundle is not UTF-8: {e}")))?;
+    let unreadable = match Bundle::from_json(text) {
+        Ok(bundle) => return Ok((bundle, None)),
+        Err(e) => Rejection::Malformed(format!("malformed Sigstore bundle: {e}")),
+    };
+    let Ok(mut doc) = parse_signed_json::<Value>(json, "Sigstore bundle") else {
+        return Err(unreadable);
+    };
+    let Some(entry) = crate::rekor_v2_dsse::take_entry(&mut doc)? else {
+        return Err(unreadable);
+    };
+    let bundle = serde_json::from_value::<Bundle>(doc)
+        .map_err(|e| Rejection::Malformed(format!("malformed Sigstore bundle: {e}")))?;
+    Ok((bundle, Some(entry)))
 }
 
 /// The simple-signing payload cosign signs for `.sig` signatures.
@@ -304,7 +331,8 @@ mod tests {
         let bundle = Envelope::SimpleSigning(ratify_keyless())
             .to_bundle(false)
             .unwrap()
-            .unwrap();
+            .unwrap()
+            .0;
         assert!(bundle.has_inclusion_promise());
         assert_eq!(bundle.verification_material.tlog_entries.len(), 1);
         assert!(bundle.signing_certificate().is_some());

@@ -36,6 +36,7 @@ mod keys;
 mod legacy_tlog;
 pub mod notation;
 mod rejection;
+mod rekor_v2_dsse;
 mod signer;
 mod timestamp_token;
 pub mod trust;

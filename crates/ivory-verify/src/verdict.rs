@@ -3,7 +3,6 @@
 
 use base64::Engine as _;
 use serde_json::Value;
-use sigstore_verify::crypto::CertificateInfo;
 use sigstore_verify::types::bundle::{Rfc3161Timestamp, TimestampVerificationData};
 use sigstore_verify::types::{
     Bundle, Sha256Hash, SignatureBytes, SignatureContent, TimestampToken,
@@ -232,7 +231,8 @@ fn verify_offline(key: &PublicKey, digest: &str, env: &Envelope) -> Result<Conte
             statement_content(&raw.payload_type, &payload, digest)
         }
         Envelope::Bundle(_) => {
-            let bundle = env
+            // Without the log, a dsse/0.0.2 entry is no evidence: it is left unread.
+            let (bundle, _) = env
                 .to_bundle(true)?
                 .ok_or(Rejection::Content("empty bundle".into()))?;
             match &bundle.content {
@@ -270,8 +270,7 @@ fn verify_with_sigstore(
         return verify_offline(&key, digest, env).map(|c| (c, signer));
     }
     let use_key = !matches!(plan.authority, Authority::Keyless(_));
-    let bundle = env.to_bundle(use_key)?;
-    let Some(bundle) = bundle else {
+    let Some((bundle, dsse_v002)) = env.to_bundle(use_key)? else {
         if let (Authority::Keyless(rules), true) = (&plan.authority, plan.ignore_tlog) {
             return verify_keyless_offline(plan, rules, digest, env);
         }
@@ -280,11 +279,14 @@ fn verify_with_sigstore(
         ));
     };
     let image_hash = image_digest(digest)?;
+    let entry = dsse_v002.as_ref();
     let result = match (&plan.authority, &bundle.content, env) {
         (_, SignatureContent::MessageSignature(_), Envelope::SimpleSigning(l)) => {
-            run(plan, verifier, &l.blob[..], &bundle)?
+            run(plan, verifier, &l.blob[..], &bundle, entry)?
         }
-        (_, SignatureContent::DsseEnvelope(_), _) => run(plan, verifier, image_hash, &bundle)?,
+        (_, SignatureContent::DsseEnvelope(_), _) => {
+            run(plan, verifier, image_hash, &bundle, entry)?
+        }
         _ => {
             return Err(Rejection::Content(
                 "bundle does not sign this image (message signature over a blob)".into(),
@@ -293,12 +295,18 @@ fn verify_with_sigstore(
     };
     // With insecureIgnoreTlog the entry was not checked, so it is no evidence either.
     let log_index = (!plan.ignore_tlog)
-        .then(|| bundle.verification_material.tlog_entries.first())
-        .flatten()
-        .map(|e| e.log_index.get());
+        .then(|| {
+            bundle
+                .verification_material
+                .tlog_entries
+                .first()
+                .map(|e| e.log_index.get())
+                .or(entry.map(crate::rekor_v2_dsse::Entry::log_index))
+        })
+        .flatten();
     let signer = match &plan.authority {
         Authority::Keyless(rules) => {
-            let info = result.ok_or(Rejection::Malformed(
+            let info = result.certificate().cloned().ok_or(Rejection::Malformed(
                 "keyless signature has no certificate".into(),
             ))?;
             rules.check(&info)?;
@@ -373,28 +381,75 @@ fn run<'a>(
     verifier: &sigstore_verify::Verifier,
     artifact: impl Into<sigstore_verify::types::Artifact<'a>> + Clone,
     bundle: &Bundle,
-) -> Result<Option<CertificateInfo>, Rejection> {
-    run_with(plan, bundle, |bundle, policy| {
+    dsse_v002: Option<&crate::rekor_v2_dsse::Entry>,
+) -> Result<VerificationResult, Rejection> {
+    run_with_entry(plan, bundle, dsse_v002, |bundle, policy| {
         verifier.verify(artifact.clone(), bundle, policy)
     })
-    .map(|result| result.certificate().cloned())
+}
+
+/// [`run_with_log`] for a bundle read by [`Envelope::to_bundle`]: with a Rekor v2
+/// `dsse/0.0.2` entry (taken out of `bundle`), ivory checks the entry and its log
+/// ([`crate::rekor_v2_dsse`]) and sigstore-verify everything else, its log step skipped. With
+/// `insecureIgnoreTlog` the entry is no evidence and is not looked at.
+pub(crate) fn run_with_entry(
+    plan: &Plan,
+    bundle: &Bundle,
+    dsse_v002: Option<&crate::rekor_v2_dsse::Entry>,
+    check: impl Fn(&Bundle, &dyn Policy) -> Result<VerificationResult, sigstore_verify::Error>,
+) -> Result<VerificationResult, Rejection> {
+    use crate::rekor_v2_dsse::{Verifier, check_entry, check_log};
+    let Some(entry) = dsse_v002.filter(|_| !plan.ignore_tlog) else {
+        return run_with_log(plan, bundle, LogCheck::Sigstore, check);
+    };
+    let root = plan.trusted_root.as_deref().ok_or(Rejection::Attestor(
+        "attestor has no trust root for the dsse/0.0.2 log entry".into(),
+    ))?;
+    let verifier = match &plan.authority {
+        Authority::Keyless(_) => Verifier::Certificate(
+            bundle
+                .signing_certificate()
+                .ok_or(Rejection::Malformed(
+                    "keyless signature has no certificate".into(),
+                ))?
+                .as_bytes(),
+        ),
+        Authority::Key(key) | Authority::Certificate(key) => Verifier::Key(&key.der),
+        Authority::Notary(_) => return Err(Rejection::Attestor("not a cosign attestor".into())),
+    };
+    check_entry(entry, bundle, &verifier)?;
+    let result = run_with_log(plan, bundle, LogCheck::Ivory, check)?;
+    check_log(entry, root, result.verified_timestamps())?;
+    Ok(result)
+}
+
+/// Who checks the bundle's log entry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LogCheck {
+    /// sigstore-verify, unless the attestor ignores the log.
+    Sigstore,
+    /// ivory, for an entry kind sigstore-verify does not read (taken out of the bundle).
+    Ivory,
 }
 
 /// [`run`] over any way of reading the artifact: `check` verifies the artifact against a
-/// bundle under a policy (a file is read again for the retry).
-pub(crate) fn run_with(
+/// bundle under a policy (a file is read again for the retry); `log` says who checks the
+/// bundle's log entry.
+fn run_with_log(
     plan: &Plan,
     bundle: &Bundle,
+    log: LogCheck,
     check: impl Fn(&Bundle, &dyn Policy) -> Result<VerificationResult, sigstore_verify::Error>,
 ) -> Result<VerificationResult, Rejection> {
     let distinct = with_distinct_timestamp_certificates(bundle);
     let bundle = distinct.as_ref().unwrap_or(bundle);
-    match run_once(plan, bundle, &check) {
+    let skip_log = plan.ignore_tlog || log == LogCheck::Ivory;
+    match run_once(plan, bundle, skip_log, &check) {
         Err(e @ sigstore_verify::Error::Timestamp(TimestampError::Invalid(_)))
-            if !plan.ignore_tlog && has_promised_entry(bundle) =>
+            if !skip_log && has_promised_entry(bundle) =>
         {
             match without_fractional_timestamps(bundle) {
-                Some(without) => run_once(plan, &without, &check).map_err(describe),
+                Some(without) => run_once(plan, &without, skip_log, &check).map_err(describe),
                 None => Err(describe(e)),
             }
         }
@@ -463,16 +518,18 @@ fn has_promised_entry(bundle: &Bundle) -> bool {
         .any(|e| e.inclusion_promise.is_some() && e.integrated_time.is_some())
 }
 
-/// The plan's authority as a sigstore-verify policy, then `check`.
+/// The plan's authority as a sigstore-verify policy (its log step skipped when `skip_log`),
+/// then `check`.
 fn run_once(
     plan: &Plan,
     bundle: &Bundle,
+    skip_log: bool,
     check: &impl Fn(&Bundle, &dyn Policy) -> Result<VerificationResult, sigstore_verify::Error>,
 ) -> Result<VerificationResult, sigstore_verify::Error> {
     match &plan.authority {
         Authority::Key(key) | Authority::Certificate(key) => {
             let mut policy = PublicKeyVerificationPolicy::new(key.der.clone());
-            if plan.ignore_tlog {
+            if skip_log {
                 policy = policy.skip_tlog_unsafe();
             }
             check(bundle, &policy)
@@ -485,7 +542,7 @@ fn run_once(
             if plan.ignore_sct {
                 policy = policy.skip_sct();
             }
-            if plan.ignore_tlog {
+            if skip_log {
                 policy = policy.skip_tlog_unsafe();
             }
             check(bundle, &policy)
@@ -592,3 +649,6 @@ mod balloon_tests;
 
 #[cfg(test)]
 mod openssl_tsa_tests;
+
+#[cfg(test)]
+mod rekor_v2_dsse_tests;

@@ -182,3 +182,94 @@ fn bare_key_bundle_verifies_only_without_the_log_and_for_its_artifact_and_key() 
     let err = verify_blob(&with_log, Blob::Bytes(&artifact), &bundle).unwrap_err();
     assert!(matches!(err, Rejection::Tlog(_)), "{err}");
 }
+
+/// A key-signed DSSE bundle over `blob`'s digest, its envelope logged in a test Rekor v2 log
+/// as `dsse/0.0.2`, timestamped by an OpenSSL TSA; and the trusted root of that log and TSA.
+fn dsse_v002_blob_bundle(signer: &ivory_testkit::CosignSigner, blob: &[u8]) -> (Vec<u8>, String) {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    let der = |pem: &str| -> String {
+        pem.lines()
+            .skip_while(|l| !l.starts_with("-----BEGIN"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("-----END"))
+            .collect()
+    };
+    let statement = json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "blob", "digest": {"sha256": hex::encode(Sha256::digest(blob))}}],
+        "predicateType": "https://slsa.dev/provenance/v1",
+        "predicate": {},
+    })
+    .to_string();
+    let payload_type = "application/vnd.in-toto+json";
+    let pae = sigstore_verify::types::dsse::pae(payload_type, statement.as_bytes());
+    let signature = signer.sign(&pae).unwrap();
+    let key = STANDARD.decode(der(&signer.public_pem)).unwrap();
+    let log = ivory_testkit::RekorV2Log::generate("log2025-test.rekor.ivory.test").unwrap();
+    let tsa = ivory_testkit::OpensslTsa::new(ivory_testkit::TsaKey::EcP256).unwrap();
+    let body = ivory_testkit::dsse_v002_body(
+        statement.as_bytes(),
+        &signature,
+        ivory_testkit::DsseVerifier::PublicKey(&key),
+    );
+    let bundle = json!({
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": {
+            "publicKey": {"hint": "test-key"},
+            "tlogEntries": [log.entry("dsse", "0.0.2", &body)],
+            "timestampVerificationData": {"rfc3161Timestamps": [
+                {"signedTimestamp": STANDARD.encode(tsa.response(&signature).unwrap())}
+            ]},
+        },
+        "dsseEnvelope": {
+            "payload": STANDARD.encode(&statement),
+            "payloadType": payload_type,
+            "signatures": [{"sig": STANDARD.encode(&signature), "keyid": ""}],
+        },
+    });
+    let root = json!({
+        "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
+        "tlogs": [log.trusted_root_tlog("2020-01-01T00:00:00Z", None)],
+        "certificateAuthorities": [],
+        "ctlogs": [],
+        "timestampAuthorities": [{
+            "subject": {"organization": "ivory", "commonName": "tsa"},
+            "certChain": {"certificates": [
+                {"rawBytes": der(&tsa.tsa_pem)}, {"rawBytes": der(&tsa.root_pem)}
+            ]},
+            "validFor": {"start": "2020-01-01T00:00:00Z"},
+        }],
+    });
+    (bundle.to_string().into_bytes(), root.to_string())
+}
+
+#[test]
+fn a_blob_attested_in_rekor_v2_as_dsse_v002_verifies_for_that_blob_only() {
+    let signer = ivory_testkit::CosignSigner::generate().unwrap();
+    let blob = b"release artefact";
+    let (bundle, root) = dsse_v002_blob_bundle(&signer, blob);
+    let key_plan = plan(json!({
+        "key": { "data": signer.public_pem },
+        "trustedRoot": { "value": root },
+    }));
+    let verified =
+        verify_blob(&key_plan, Blob::Bytes(blob), &bundle).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        verified
+            .evidence
+            .iter()
+            .any(|l| l.contains("dsse/0.0.2") && l.contains("signed checkpoint")),
+        "{:?}",
+        verified.evidence
+    );
+    assert_eq!(verified.signer.log_index, Some(ivory_testkit::LOGGED_INDEX));
+    let other = verify_blob(&key_plan, Blob::Bytes(b"another artefact"), &bundle)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        other.contains("artifact hash does not match any subject"),
+        "{other}"
+    );
+}

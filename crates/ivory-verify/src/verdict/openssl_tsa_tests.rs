@@ -14,11 +14,11 @@ use serde_json::json;
 
 use super::*;
 
-const ISSUER: &str = "https://issuer.ivory.test";
-const SUBJECT: &str = "signer@ivory.test";
-const PREDICATE: &str = "https://slsa.dev/provenance/v1";
+pub(super) const ISSUER: &str = "https://issuer.ivory.test";
+pub(super) const SUBJECT: &str = "signer@ivory.test";
+pub(super) const PREDICATE: &str = "https://slsa.dev/provenance/v1";
 
-fn openssl(dir: &Path, args: &[&str]) {
+pub(super) fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
         .args(args)
         .current_dir(dir)
@@ -32,13 +32,13 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 /// The DER of the PEM certificate `name` in `dir`, base64.
-fn der_b64(dir: &Path, name: &str) -> String {
+pub(super) fn der_b64(dir: &Path, name: &str) -> String {
     let pem = std::fs::read_to_string(dir.join(name)).unwrap();
     der_of_pem(&pem)
 }
 
 /// The base64 body of the first PEM block of `pem`: its DER, base64.
-fn der_of_pem(pem: &str) -> String {
+pub(super) fn der_of_pem(pem: &str) -> String {
     pem.lines()
         .skip_while(|l| !l.starts_with("-----BEGIN"))
         .skip(1)
@@ -47,7 +47,7 @@ fn der_of_pem(pem: &str) -> String {
 }
 
 /// A Fulcio-like CA and a 10-minute signing certificate for [`SUBJECT`] from [`ISSUER`].
-fn keyless_signer(dir: &Path) {
+pub(super) fn keyless_signer(dir: &Path) {
     openssl(
         dir,
         &[
@@ -236,7 +236,7 @@ fn a_bundle_timestamped_by_openssls_ecdsa_tsa_verifies_to_that_tsa_only() {
 }
 
 /// A fresh directory of this test process (removed by the test).
-fn tempdir() -> std::path::PathBuf {
+pub(super) fn tempdir() -> std::path::PathBuf {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("ivory-keyless-{}-{n}", std::process::id()));
