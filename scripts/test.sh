@@ -36,7 +36,9 @@ cargo fmt --all -- --check
 # Unused dependencies of every crate, fuzz/ included (a crate's source never names them;
 # [package.metadata.cargo-machete] lists, with the reason, those it names otherwise).
 .tools/bin/cargo-machete
-# No import circles between the modules of a crate (what a module names through crate::/super::).
+# No import circles between the modules of a crate (what a module names, followed through
+# re-exports to the module that defines it), and the gate's own tests.
+python3 -m unittest discover -s scripts/review -p 'test_*.py'
 scripts/review/module-cycles.py
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings # --all-features: ivory-e2e's e2e tests too
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked # broken intra-doc links, bad doc markup

@@ -2,10 +2,13 @@
 """Import circles between the modules of each crate: `scripts/review/module-cycles.py [CRATE_DIR…]`.
 
 A module's edges are the modules its non-test code names through `crate::…`, `super::…` or
-`self::…` paths (in `use` trees, braces expanded, and in expressions). An edge to one of the
-module's own ancestors or descendants is left out: a parent declares its children, and a child
-may use what its parent defines. What remains must be acyclic; each strongly connected group
-of two or more modules is printed, and the exit status is 1 when there is one.
+`self::…` paths, or paths from one of its child modules (in `use` trees, braces expanded, and in
+expressions). A name is followed to the module that defines it, as a reader does: through the
+re-exports (`pub use`, `pub(crate) use`, globs included) of the modules on its way, so a circle
+that passes through a parent's re-export is still a circle. An edge to one of the module's own
+ancestors or descendants is left out: a parent declares its children, and a child may use what
+its parent defines. What remains must be acyclic; each strongly connected group of two or more
+modules is printed, and the exit status is 1 when there is one.
 """
 
 import pathlib
@@ -16,8 +19,10 @@ IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 # Test code may use anything: a `#[cfg(test)]` item at the top level ends a file's production code.
 TEST_START = re.compile(r"^#\[cfg\(test\)\]", re.M)
 COMMENT = re.compile(r"//[^\n]*")
-USE = re.compile(r"\buse\s+((?:crate|super|self)\s*::[^;]*);", re.S)
+USE = re.compile(r"\b(pub\s*(?:\([^)]*\)\s*)?)?use\s+([^;]*);", re.S)
 PATH = re.compile(rf"\b((?:crate|super|self)(?:\s*::\s*{IDENT})+)")
+# An item a module defines itself, by name.
+DEFINES = r"\b(?:fn|struct|enum|trait|type|const|static|mod|union|macro_rules!)\s+{}\b"
 
 
 def module_path(src: pathlib.Path, file: pathlib.Path) -> tuple:
@@ -29,8 +34,9 @@ def module_path(src: pathlib.Path, file: pathlib.Path) -> tuple:
 
 
 def expand(tree: str) -> list:
-    """`crate::{a::B, c::{d, e}}` → `crate::a::B`, `crate::c::d`, `crate::c::e`."""
-    tree = re.sub(r"\s+", "", tree)
+    """`crate::{a::B, c::{d, e as f}}` → `crate::a::B`, `crate::c::d`, `crate::c::e@f` (`@` marks a
+    rename)."""
+    tree = re.sub(r"\s+", "", re.sub(r"\s+as\s+", "@", tree))
     brace = tree.find("{")
     if brace < 0:
         return [tree]
@@ -52,24 +58,97 @@ def expand(tree: str) -> list:
     return out
 
 
-def resolve(current: tuple, path: str, modules: set):
-    """The deepest known module a `crate::`/`super::`/`self::` path lands in."""
-    segments = path.split("::")
+def anchor(current: tuple, segments: list, modules: set):
+    """Where a path starts: `crate::`, `super::`/`self::` from `current`, or one of `current`'s
+    child modules (a 2018 relative path); `None` for another crate's path."""
     base = list(current)
     if segments[0] == "crate":
-        base, segments = [], segments[1:]
-    else:
+        return [], segments[1:]
+    if segments[0] in ("super", "self"):
         while segments and segments[0] in ("super", "self"):
             if segments[0] == "super" and base:
                 base.pop()
             segments = segments[1:]
-    target = tuple(base)
-    for seg in segments:
-        if target + (seg,) in modules:
-            target += (seg,)
-        else:
-            break
-    return target
+        return base, segments
+    if tuple(base) + (segments[0],) in modules:
+        return base, segments
+    return None
+
+
+class Crate:
+    """One crate's modules, their production code and their re-exports."""
+
+    def __init__(self, src: pathlib.Path):
+        self.src = src
+        self.files = {module_path(src, f): f for f in sorted(src.rglob("*.rs"))}
+        self.modules = set(self.files) | {m[:i] for m in self.files for i in range(len(m))}
+        self.code = {}
+        # module -> name -> path (the module it was written in, its `::` segments)
+        self.reexports = {m: {} for m in self.modules}
+        # module -> [(module it was written in, segments of the glob's module)]
+        self.globs = {m: [] for m in self.modules}
+        for module, file in self.files.items():
+            text = file.read_text(encoding="utf-8")
+            test = TEST_START.search(text)
+            self.code[module] = COMMENT.sub("", text[: test.start()] if test else text)
+            for public, tree in USE.findall(self.code[module]):
+                if public:
+                    for path in expand(tree):
+                        self._reexport(module, path)
+
+    def _reexport(self, module: tuple, path: str):
+        path, _, alias = path.partition("@")
+        segments = path.split("::")
+        if segments[-1] == "*":
+            self.globs[module].append(segments[:-1])
+        elif segments[-1] != "self":
+            self.reexports[module][alias or segments[-1]] = segments
+
+    def resolve(self, current: tuple, path: str, seen=frozenset()):
+        """The module that defines what a path names, following re-exports (or the deepest
+        module on the path when the name is not found); `None` when it leaves the crate."""
+        start = anchor(current, path.split("::"), self.modules)
+        if start is None:
+            return None
+        base, rest = start
+        target = tuple(base)
+        while rest and target + (rest[0],) in self.modules:
+            target, rest = target + (rest[0],), rest[1:]
+        if not rest:
+            return target
+        return self.lookup(target, rest[0], seen) or target
+
+    def lookup(self, module: tuple, name: str, seen=frozenset()):
+        """The module that defines `name` as seen from `module`: the module itself, or where
+        its re-export (named or glob) leads; `None` when `module` has no such name."""
+        if (module, name) in seen:
+            return None
+        seen = seen | {(module, name)}
+        if re.search(DEFINES.format(re.escape(name)), self.code.get(module, "")):
+            return module
+        if name in self.reexports.get(module, {}):
+            return self.resolve(module, "::".join(self.reexports[module][name]), seen)
+        for glob in self.globs.get(module, []):
+            inner = self.resolve(module, "::".join(glob), seen)
+            found = inner is not None and self.lookup(inner, name, seen)
+            if found:
+                return found
+        return None
+
+    def edges(self) -> dict:
+        edges = {m: set() for m in self.modules}
+        for module, file in self.files.items():
+            if file.name == "tests.rs" or "tests" in file.relative_to(self.src).parts[:-1]:
+                continue
+            code = self.code[module]
+            paths = [p for _, tree in USE.findall(code) for p in expand(tree)]
+            paths += [re.sub(r"\s+", "", p) for p in PATH.findall(USE.sub("", code))]
+            for path in paths:
+                path = path.partition("@")[0]
+                target = self.resolve(module, path)
+                if target is not None and not related(module, target):
+                    edges[module].add(target)
+        return edges
 
 
 def related(a: tuple, b: tuple) -> bool:
@@ -77,22 +156,7 @@ def related(a: tuple, b: tuple) -> bool:
 
 
 def cycles(src: pathlib.Path) -> list:
-    files = {module_path(src, f): f for f in sorted(src.rglob("*.rs"))}
-    modules = set(files) | {m[:i] for m in files for i in range(len(m))}
-    edges = {m: set() for m in modules}
-    for module, file in files.items():
-        if file.name == "tests.rs" or "tests" in file.relative_to(src).parts[:-1]:
-            continue
-        text = file.read_text(encoding="utf-8")
-        test = TEST_START.search(text)
-        code = COMMENT.sub("", text[: test.start()] if test else text)
-        paths = [p for tree in USE.findall(code) for p in expand(tree)]
-        paths += [re.sub(r"\s+", "", p) for p in PATH.findall(USE.sub("", code))]
-        for path in paths:
-            target = resolve(module, path, modules)
-            if not related(module, target):
-                edges[module].add(target)
-    return strongly_connected(edges)
+    return strongly_connected(Crate(src).edges())
 
 
 def strongly_connected(edges: dict) -> list:

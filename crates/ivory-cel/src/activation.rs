@@ -76,6 +76,51 @@ pub struct ResourceQuery {
     pub labels: std::collections::BTreeMap<String, String>,
 }
 
+/// The query of a `resource.Get`/`resource.List` call, `None` when the arguments fit no
+/// overload.
+pub(crate) fn resource_query(op: HostOp, args: &[Value]) -> Option<ResourceQuery> {
+    use Value::{Map, String as S};
+    let query = |v: &str, r: &str, ns: Option<&str>, name: Option<&str>, labels| ResourceQuery {
+        api_version: v.to_owned(),
+        resource: r.to_owned(),
+        namespace: ns.map(str::to_owned),
+        name: name.map(str::to_owned),
+        labels,
+    };
+    match (op, args) {
+        (HostOp::ResourceGet, [S(v), S(r), S(ns), S(n)]) => {
+            Some(query(v, r, Some(ns), Some(n), BTreeMap::new()))
+        }
+        (HostOp::ResourceGet, [S(v), S(r), S(n)]) => {
+            Some(query(v, r, None, Some(n), BTreeMap::new()))
+        }
+        (HostOp::ResourceList, [S(v), S(r), S(ns)]) => {
+            Some(query(v, r, Some(ns), None, BTreeMap::new()))
+        }
+        (HostOp::ResourceList, [S(v), S(r), S(ns), Map(l)]) => {
+            Some(query(v, r, Some(ns), None, query_labels(l)?))
+        }
+        (HostOp::ResourceList, [S(v), S(r)]) => Some(query(v, r, None, None, BTreeMap::new())),
+        (HostOp::ResourceList, [S(v), S(r), Map(l)]) => {
+            Some(query(v, r, None, None, query_labels(l)?))
+        }
+        _ => None,
+    }
+}
+
+/// A `map<string, string>` label selector.
+fn query_labels(map: &cel::objects::Map) -> Option<BTreeMap<String, String>> {
+    map.map
+        .iter()
+        .map(|(k, v)| match (k, v) {
+            (cel::objects::Key::String(k), Value::String(v)) => {
+                Some((k.as_str().to_owned(), v.as_str().to_owned()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// A host for contexts without registry access: every call errors.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoHost;
@@ -455,14 +500,14 @@ fn dispatch(host: &dyn Host, op: HostOp, args: &[Value]) -> Result<Value, Execut
             .map(|j| json_to_value(&j))
             .map_err(fail),
         (HostOp::ResourceGet, args) => {
-            let query = crate::library::resource_query(op, args).ok_or_else(bad)?;
+            let query = resource_query(op, args).ok_or_else(bad)?;
             match host.resource_get(&query).map_err(fail)? {
                 Some(object) => Ok(json_to_value(&object)),
                 None => Ok(Value::Null),
             }
         }
         (HostOp::ResourceList, args) => {
-            let query = crate::library::resource_query(op, args).ok_or_else(bad)?;
+            let query = resource_query(op, args).ok_or_else(bad)?;
             host.resource_list(&query)
                 .map(|j| json_to_value(&j))
                 .map_err(fail)

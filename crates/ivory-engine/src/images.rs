@@ -25,8 +25,7 @@ use serde_json::Value;
 use crate::admission::{AdmissionRequest, AdmittedObject, GroupVersionResource};
 use crate::matching::MatchError;
 
-/// Key of the images mounted as volumes (`spec.volumes[].image.reference`).
-pub const IMAGE_VOLUMES: &str = "imageVolumes";
+pub use crate::admission::object::IMAGE_VOLUMES;
 
 /// Keys of the image map, in the order pointers are reported.
 pub const IMAGE_FIELDS: [&str; 4] = [

@@ -14,6 +14,7 @@ use serde_json::Value;
 use thiserror::Error;
 use tokio::time::Instant;
 
+use crate::admission::object::object_labels;
 use crate::admission::{AdmissionRequest, AdmittedObject, GroupVersionResource, Operation};
 use crate::bindings::RequestBindings;
 use crate::keyed::{KeyedMap, keyed_state};
@@ -257,19 +258,6 @@ fn object_selector_matches(constraints: &MatchResources, req: &AdmissionRequest)
     // Still surface a malformed selector even when there is nothing to match it against.
     selector_matches(selector, &BTreeMap::new(), FIELD)?;
     Ok(false)
-}
-
-/// `metadata.labels` of an object (empty when absent or not strings).
-pub fn object_labels(object: Option<&Value>) -> BTreeMap<String, String> {
-    object
-        .and_then(|o| o.pointer("/metadata/labels"))
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn selector_is_empty(selector: &LabelSelector) -> bool {

@@ -135,7 +135,7 @@ pub fn verify_blob(
         Authority::Notary(_) => return Err(Rejection::Attestor("not a cosign attestor".into())),
     };
     let statement = match &bundle.content {
-        SignatureContent::DsseEnvelope(d) => Some(crate::envelope::parse_signed_json::<Value>(
+        SignatureContent::DsseEnvelope(d) => Some(crate::signed_json::parse_signed_json::<Value>(
             d.payload.as_bytes(),
             "in-toto statement",
         )?),
@@ -209,7 +209,7 @@ fn verify_bare(
                 ));
             }
             let statement: Value =
-                crate::envelope::parse_signed_json(d.payload.as_bytes(), "in-toto statement")?;
+                crate::signed_json::parse_signed_json(d.payload.as_bytes(), "in-toto statement")?;
             let digest = hex::encode(artifact_digest(blob, HashAlgorithm::Sha2256)?);
             let named = statement["subject"].as_array().is_some_and(|subjects| {
                 subjects.iter().any(|s| {

@@ -6,15 +6,14 @@
 //! consistency) on all formats alike.
 
 use base64::Engine as _;
-use ivory_registry::{JsonLimits, ShapeError, json_shape, parse_json_bounded};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 use sigstore_verify::types::{Bundle, SignatureContent};
 
 use crate::keys::parse_certificates;
 use crate::rejection::Rejection;
+use crate::signed_json::{check_signed_shape, parse_signed_json};
 
 /// cosign layer annotation holding the base64 signature of a simple-signing payload.
 pub const ANNOTATION_SIGNATURE: &str = "dev.cosignproject.cosign/signature";
@@ -30,39 +29,6 @@ pub const SIMPLE_SIGNING_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesi
 pub const DSSE_MEDIA_TYPE: &str = "application/vnd.dsse.envelope.v1+json";
 /// Prefix of every Sigstore bundle media type (v0.1 to v0.3).
 pub const BUNDLE_MEDIA_TYPE_PREFIX: &str = "application/vnd.dev.sigstore.bundle";
-
-/// Parses JSON read from a signature or attestation blob under [`JsonLimits::SIGNATURE`], so
-/// no blob can make ivory build a tree far larger than its bytes. `what` names the document
-/// in the reason; the blob's text never appears in it.
-pub(crate) fn parse_signed_json<T: DeserializeOwned>(
-    bytes: &[u8],
-    what: &str,
-) -> Result<T, Rejection> {
-    parse_json_bounded(bytes, &JsonLimits::SIGNATURE).map_err(|e| shape_reason(what, &e))
-}
-
-/// Refuses `bytes` when their JSON shape breaks [`JsonLimits::SIGNATURE`], for documents a
-/// library parses itself.
-pub(crate) fn check_signed_shape(bytes: &[u8], what: &str) -> Result<(), Rejection> {
-    let shape = json_shape(bytes);
-    if shape.fits(&JsonLimits::SIGNATURE) {
-        return Ok(());
-    }
-    let e = ShapeError::TooComplex {
-        shape,
-        limits: JsonLimits::SIGNATURE,
-    };
-    Err(shape_reason(what, &e))
-}
-
-fn shape_reason(what: &str, e: &ShapeError) -> Rejection {
-    if e.is_too_complex() {
-        tracing::warn!(document = what, error = %e, "signature blob refused for its JSON shape");
-        Rejection::Malformed(format!("{what} refused as hostile: it {e}"))
-    } else {
-        Rejection::Malformed(format!("malformed {what}: it {e}"))
-    }
-}
 
 const BUNDLE_V01: &str = "application/vnd.dev.sigstore.bundle+json;version=0.1";
 

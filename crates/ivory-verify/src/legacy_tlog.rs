@@ -32,10 +32,10 @@ use x509_cert::ext::pkix::sct::{HashAlgorithm, SignatureAlgorithm, SignedCertifi
 use crate::attestor_plan::{Authority, Plan};
 use crate::envelope::{
     ANNOTATION_CERTIFICATE, ANNOTATION_CHAIN, Envelope, Legacy, RawDsse, RekorBundle,
-    parse_signed_json,
 };
 use crate::keys::{PublicKey, parse_certificates};
 use crate::rejection::Rejection;
+use crate::signed_json::parse_signed_json;
 use ivory_engine::verifier::Signer;
 
 /// `1.3.6.1.4.1.11129.2.4.2`, the embedded SCT list (RFC 6962 §3.3).

@@ -37,6 +37,7 @@ mod legacy_tlog;
 pub mod notation;
 mod rejection;
 mod rekor_v2_dsse;
+mod signed_json;
 mod signer;
 mod timestamp_token;
 pub mod trust;

@@ -26,8 +26,8 @@ use sigstore_verify::trust_root::TrustedRoot;
 use sigstore_verify::types::bundle::InclusionProof;
 use sigstore_verify::types::{Bundle, DerPublicKey, SignatureContent};
 
-use crate::envelope::parse_signed_json;
 use crate::rejection::Rejection;
+use crate::signed_json::parse_signed_json;
 
 /// A `dsse/0.0.2` log entry taken out of a bundle document.
 #[derive(Debug)]

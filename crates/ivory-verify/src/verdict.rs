@@ -12,11 +12,10 @@ use sigstore_verify::{
 };
 
 use crate::attestor_plan::{Authority, KeylessRules, Plan};
-use crate::envelope::{
-    ANNOTATION_CERTIFICATE, ANNOTATION_CHAIN, Envelope, RawDsse, SimpleSigning, parse_signed_json,
-};
+use crate::envelope::{ANNOTATION_CERTIFICATE, ANNOTATION_CHAIN, Envelope, RawDsse, SimpleSigning};
 use crate::keys::{PublicKey, parse_certificates};
 use crate::rejection::{Rejection, Sought};
+use crate::signed_json::parse_signed_json;
 use crate::signer;
 use ivory_engine::verifier::Signer;
 

@@ -22,7 +22,6 @@ use cel::parser::Parser;
 use cel::{Context, Env, ExecutionError, FunctionContext, IdedExpr, Value};
 
 pub(crate) use registry::{Func, Handler, Ordered, Registry};
-pub(crate) use resources::resource_query;
 
 /// The names of the cluster-read functions (re-exported by the crate).
 pub(crate) mod resources_names {

@@ -4,13 +4,11 @@
 //! (`resource.Get(apiVersion, resource, name)`: its own namespace); the policy compiler checks
 //! which form a policy may use, the functions accept both.
 
-use std::collections::BTreeMap;
-
 use cel::common::value::CowVal;
 use cel::{ExecutionError, FunctionContext, Value};
 
 use super::{Registry, call_values, no_overload};
-use crate::activation::{HostOp, ResourceQuery, call_host};
+use crate::activation::{HostOp, call_host, resource_query};
 
 /// The names Kyverno declares for each operation (PascalCase, and camelCase since 1.18).
 pub const RESOURCE_GET: [&str; 2] = ["resource.Get", "resource.get"];
@@ -29,49 +27,6 @@ pub(super) fn register(r: &mut Registry) {
     for name in GLOBAL_CONTEXT_GET {
         r.add_raw(name, host_fn(name, HostOp::GlobalContext));
     }
-}
-
-/// The query of a `resource.Get`/`resource.List` call, `None` when the arguments fit no
-/// overload.
-pub(crate) fn resource_query(op: HostOp, args: &[Value]) -> Option<ResourceQuery> {
-    use Value::{Map, String as S};
-    let query = |v: &str, r: &str, ns: Option<&str>, name: Option<&str>, labels| ResourceQuery {
-        api_version: v.to_owned(),
-        resource: r.to_owned(),
-        namespace: ns.map(str::to_owned),
-        name: name.map(str::to_owned),
-        labels,
-    };
-    match (op, args) {
-        (HostOp::ResourceGet, [S(v), S(r), S(ns), S(n)]) => {
-            Some(query(v, r, Some(ns), Some(n), BTreeMap::new()))
-        }
-        (HostOp::ResourceGet, [S(v), S(r), S(n)]) => {
-            Some(query(v, r, None, Some(n), BTreeMap::new()))
-        }
-        (HostOp::ResourceList, [S(v), S(r), S(ns)]) => {
-            Some(query(v, r, Some(ns), None, BTreeMap::new()))
-        }
-        (HostOp::ResourceList, [S(v), S(r), S(ns), Map(l)]) => {
-            Some(query(v, r, Some(ns), None, labels(l)?))
-        }
-        (HostOp::ResourceList, [S(v), S(r)]) => Some(query(v, r, None, None, BTreeMap::new())),
-        (HostOp::ResourceList, [S(v), S(r), Map(l)]) => Some(query(v, r, None, None, labels(l)?)),
-        _ => None,
-    }
-}
-
-/// A `map<string, string>` label selector.
-fn labels(map: &cel::objects::Map) -> Option<BTreeMap<String, String>> {
-    map.map
-        .iter()
-        .map(|(k, v)| match (k, v) {
-            (cel::objects::Key::String(k), Value::String(v)) => {
-                Some((k.as_str().to_owned(), v.as_str().to_owned()))
-            }
-            _ => None,
-        })
-        .collect()
 }
 
 fn signature_ok(op: HostOp, args: &[Value]) -> bool {

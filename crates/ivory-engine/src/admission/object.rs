@@ -25,6 +25,23 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+/// Key of the images mounted as volumes (`spec.volumes[].image.reference`), beside the
+/// container lists' own names.
+pub const IMAGE_VOLUMES: &str = "imageVolumes";
+
+/// `metadata.labels` of an object (empty when absent or not strings).
+pub fn object_labels(object: Option<&Value>) -> BTreeMap<String, String> {
+    object
+        .and_then(|o| o.pointer("/metadata/labels"))
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// One admitted object: its raw JSON, its summary and its tree, each read once at most.
 pub struct AdmittedObject {
     /// Set when read as raw JSON; taken from `body` on first use when summarized in place.
@@ -155,7 +172,7 @@ impl AdmittedObject {
     pub fn labels(&self) -> BTreeMap<String, String> {
         match self.summary() {
             Some(summary) => summary.labels().clone(),
-            None => crate::matching::object_labels(Some(self.value())),
+            None => object_labels(Some(self.value())),
         }
     }
 
@@ -361,7 +378,7 @@ impl PodSpec {
             "initContainers" => container_images(&self.init_containers),
             "containers" => container_images(&self.containers),
             "ephemeralContainers" => container_images(&self.ephemeral_containers),
-            crate::images::IMAGE_VOLUMES => self
+            IMAGE_VOLUMES => self
                 .volumes
                 .iter()
                 .flatten()

@@ -162,7 +162,7 @@ fn integrity(env: &SignedEnvelope, target: &Target<'_>) -> Result<Leaf, Rejectio
                 "the signature does not verify with the signing certificate's key".into(),
             )
         })?;
-    let payload: Payload = crate::envelope::parse_signed_json(&env.payload, "Notary payload")?;
+    let payload: Payload = crate::signed_json::parse_signed_json(&env.payload, "Notary payload")?;
     let got = &payload.target_artifact;
     if got.digest != target.digest {
         return Err(Rejection::Content(format!(

@@ -8,7 +8,6 @@ use super::*;
 use crate::admission::AdmissionReview;
 use crate::admission::shape::check_object;
 use crate::images::{IMAGE_FIELDS, images_in_tree};
-use crate::matching::object_labels;
 
 const POD_SPECS: [&str; 3] = [
     "/spec",
