@@ -256,7 +256,7 @@ impl CosignVerifier {
             .await
             .map_err(|e| map_error(image, "reading an attestation", e, deadline))?;
         // Bounded like every signed document: an SBOM of tiny objects cannot balloon.
-        Ok(crate::envelope::parse_signed_json(
+        Ok(crate::signed_json::parse_signed_json(
             &blob,
             &format!("attestation {referrer}"),
         ))
