@@ -49,6 +49,8 @@ source scripts/lib/needs.sh
 # Every mode: the registry harness of ivory-bench (crates/ivory-testkit); getconf: the clock tick of
 # the servers' CPU time (benches/src/procs.rs).
 needs_pkgs docker-registry:docker-registry htpasswd:apache2-utils kill:procps getconf:libc-bin
+# The testkit's private network namespaces (crates/ivory-testkit/src/netns.rs), linked by ivory-bench.
+needs_pkgs unshare:util-linux
 case $mode in
     # ivory-bench load compares cold verification with cosign v2 (.tools/bin/cosign2).
     load) needs_tools cosign2 ;;

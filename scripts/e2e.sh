@@ -25,6 +25,8 @@ source scripts/lib/needs.sh
 # script_needs.rs checks this list against them.
 needs_pkgs openssl:openssl curl:curl ss:iproute2 docker-registry:docker-registry \
   htpasswd:apache2-utils redis-server:redis-server kill:procps
+# The egress tests' private network namespaces (crates/ivory-testkit/src/netns.rs).
+needs_pkgs unshare:util-linux
 needs_cmds go
 needs_done
 

@@ -16,6 +16,10 @@ needs_pkgs docker-registry:docker-registry htpasswd:apache2-utils redis-server:r
 # scripts/sigstore-conformance.sh (the Sigstore conformance suite, run by a test) installs the suite's
 # pinned Python packages from PyPI with pip.
 needs_pkgs pip3:python3-pip
+# The hardening tests: a FIFO for the CLI's refusal of non-regular files (mkfifo), another local user
+# for the disk cache's ownership checks (setpriv), private network namespaces with a metadata-address
+# listener for the egress rule (unshare).
+needs_pkgs mkfifo:coreutils setpriv:util-linux unshare:util-linux
 # The review of the shell scripts.
 needs_pkgs shellcheck:shellcheck
 # kustomize + helm for the deploy/ tests; crane, cosign v2, cargo-cyclonedx for the dogfood test

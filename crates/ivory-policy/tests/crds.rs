@@ -776,7 +776,7 @@ fn assert_hardened(deployment: &Value, args: &[&str]) {
     assert_eq!(volume["secret"]["secretName"], "ivory-tls");
 }
 
-const KUBE_ARGS: [&str; 13] = [
+const KUBE_ARGS: [&str; 17] = [
     "serve",
     "--kube",
     "--listen=0.0.0.0:8443",
@@ -791,6 +791,10 @@ const KUBE_ARGS: [&str; 13] = [
     "--idle-timeout=120s",
     "--handshake-timeout=10s",
     "--max-connections=1024",
+    "--header-budget=8388608",
+    "--answer-budget=67108864",
+    "--answer-budget-per-connection=16777216",
+    "--answer-timeout=10s",
 ];
 
 #[test]
