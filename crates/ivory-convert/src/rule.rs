@@ -10,7 +10,7 @@ use super::matching;
 use super::model::{Attestor, AttestorSet, ImageVerification, Keyless, Rule, Spec, StaticKey};
 use super::report::{Outcome, RuleReport};
 use super::{Conversion, LegacyError, conditions};
-use crate::types::{
+use ivory_policy::types::{
     Attestation, Autogen, Credentials, Enabled, Evaluation, MatchImageReference, NamedExpression,
     ObjectMeta, PodControllers, PolicyDocument, PolicySpec, TypeRef, Validation,
     ValidationConfigurations, WebhookConfiguration,
@@ -760,8 +760,8 @@ fn autogen(
 /// The converted policy must load in ivory; if it does not (a CEL program over the cost limit,
 /// say), the rule is refused with ivory's reason instead of being written.
 fn loads(doc: &PolicyDocument) -> Result<(), String> {
-    let text = crate::yaml::to_string(doc).map_err(|e| format!("cannot write YAML: {e}"))?;
-    let report = crate::load_str(&text, "converted");
+    let text = ivory_policy::yaml::to_string(doc).map_err(|e| format!("cannot write YAML: {e}"))?;
+    let report = ivory_policy::load_str(&text, "converted");
     match report.errors.first() {
         None => Ok(()),
         Some(e) => Err(format!(

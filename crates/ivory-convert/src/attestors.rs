@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use super::model::{self, AttestorSet, CtLog, Rekor};
-use crate::types::{
+use ivory_policy::types::{
     Attestor, Cosign, CosignCertificate, CosignKey, Ctlog, Identity, Keyless, Notary, Source,
     StringSource,
 };

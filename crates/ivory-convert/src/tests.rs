@@ -4,7 +4,7 @@ use super::*;
 
 fn convert_ok(text: &str) -> Conversion {
     let conversion = convert_str(text, "test.yaml").unwrap_or_else(|e| panic!("{e}"));
-    let report = crate::load_str(&conversion.yaml, "converted.yaml");
+    let report = ivory_policy::load_str(&conversion.yaml, "converted.yaml");
     assert!(
         report.errors.is_empty(),
         "{:?}\n{}",

@@ -3,7 +3,7 @@
 //! (`policies.kyverno.io/v1`).
 //!
 //! [`convert_str`] reads one file's text and returns every converted policy as YAML that
-//! [`crate::load_str`] loads, with a report per rule: converted exactly, converted with
+//! [`ivory_policy::load_str`] loads, with a report per rule: converted exactly, converted with
 //! documented differences, refused (and why), or skipped (not a `verifyImages` rule). Nothing is
 //! approximated silently: a field, match form or condition without an exact equivalent is
 //! refused, naming the policy, rule and field. The mapping and every difference are in
@@ -30,7 +30,7 @@
 //!               DLYNHXITZkhIzfE+apcxDjCCkDPcJ3A3zvhPATYOIsCxYPch7Q2JdJLsDQ==
 //!               -----END PUBLIC KEY-----
 //! "#;
-//! let conversion = ivory_policy::legacy::convert_str(legacy, "policy.yaml").unwrap();
+//! let conversion = ivory_convert::convert_str(legacy, "policy.yaml").unwrap();
 //! assert!(!conversion.refused());
 //! let loaded = ivory_policy::load_str(&conversion.yaml, "converted.yaml");
 //! assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
@@ -49,7 +49,7 @@ use serde_json::Value;
 
 pub use report::{Outcome, RuleReport};
 
-use crate::types::PolicyDocument;
+use ivory_policy::types::PolicyDocument;
 
 /// Largest legacy file accepted, in bytes: policies are small; this bounds parsing work on
 /// input a user (or a CI job) hands over.
@@ -132,7 +132,7 @@ pub fn convert_str(text: &str, origin: &str) -> Result<Conversion, LegacyError> 
 fn render(policies: &[PolicyDocument]) -> Result<String, String> {
     let mut yaml = String::new();
     for p in policies {
-        let text = crate::yaml::to_string(p).map_err(|e| format!("cannot write YAML: {e}"))?;
+        let text = ivory_policy::yaml::to_string(p).map_err(|e| format!("cannot write YAML: {e}"))?;
         yaml.push_str("---\n");
         yaml.push_str(&text);
         if !text.ends_with('\n') {
@@ -161,9 +161,9 @@ fn parse_documents(text: &str, origin: &str) -> Result<Vec<(usize, Value)>, Lega
     }
     let mut docs = Vec::new();
     for (i, chunk) in split_documents(text).into_iter().enumerate() {
-        let value: Value = crate::yaml::from_str(&chunk).map_err(|e| LegacyError {
+        let value: Value = ivory_policy::yaml::from_str(&chunk).map_err(|e| LegacyError {
             location: format!("{origin} (doc {})", i + 1),
-            message: format!("YAML syntax error: {}", crate::yaml::describe(&e, 1)),
+            message: format!("YAML syntax error: {}", ivory_policy::yaml::describe(&e, 1)),
         })?;
         if !value.is_null() {
             docs.push((i + 1, value));

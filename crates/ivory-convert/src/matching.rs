@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::conditions::{self, Segment};
 use super::images::{cel_string, cel_string_list, has_wildcard, wildcard_to_regex};
 use super::model::{MatchResources, ResourceDescription, ResourceFilter, Subject};
-use crate::types::{LabelSelector, MatchResources as Constraints, NamedRuleWithOperations};
+use ivory_policy::types::{LabelSelector, MatchResources as Constraints, NamedRuleWithOperations};
 
 /// What a rule's match, exclude and preconditions became.
 #[derive(Debug, Default)]
