@@ -1,19 +1,30 @@
 //! One legacy policy's `verifyImages` rules → ImageValidatingPolicies (one per entry).
+//!
+//! Each entry is converted in passes, in the order the legacy fields are read: the entry's
+//! own fields ([`read_entry`]), the rule's match ([`matching::convert`]), the action and
+//! digest flags ([`read_settings`]), the attestors ([`build_attestors`]), the image references
+//! ([`image_references`]), the validations ([`build_validations`]), the webhook settings
+//! ([`build_admission`]), and the policy ([`assemble`]). The first pass that refuses names the
+//! refusal, as the single function before them did.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
 use super::attestors::{self, Converted, Inherited, SetCheck};
+use super::error::{ConvertError, ErrorKind};
 use super::images;
 use super::matching;
-use super::model::{Attestor, AttestorSet, ImageVerification, Keyless, Rule, Spec, StaticKey};
+use super::model::{
+    self, Attestor, AttestorSet, ImageVerification, Keyless, Rule, Spec, StaticKey,
+};
 use super::report::{Outcome, RuleReport};
 use super::{Conversion, LegacyError, conditions};
 use ivory_policy::types::{
-    Attestation, Autogen, Credentials, Enabled, Evaluation, MatchImageReference, NamedExpression,
-    ObjectMeta, PodControllers, PolicyDocument, PolicySpec, TypeRef, Validation,
-    ValidationConfigurations, WebhookConfiguration,
+    Attestation, Attestor as PolicyAttestor, Autogen, Credentials, Enabled, Evaluation,
+    MatchImageReference, MatchResources as Constraints, NamedExpression, ObjectMeta,
+    PodControllers, PolicyDocument, PolicySpec, TypeRef, Validation, ValidationConfigurations,
+    WebhookConfiguration,
 };
 
 /// Annotation naming the legacy rule a converted policy came from.
@@ -29,8 +40,13 @@ struct PolicyContext<'a> {
     spec: Spec,
     autogen_annotation: Option<String>,
     location: &'a str,
+    /// `ClusterPolicy/<name>` or `Policy/<namespace>/<name>`, for the reports.
+    label: String,
 }
 
+/// Converts every `verifyImages` entry of one ClusterPolicy / Policy, adding a report per
+/// entry (and per other rule) and the converted policies to `out`. Refused entries are
+/// reported; only a policy that cannot be read at all is an error.
 pub(crate) fn convert_policy(
     doc: &Value,
     kind: &str,
@@ -38,16 +54,92 @@ pub(crate) fn convert_policy(
     location: &str,
     out: &mut Conversion,
 ) -> Result<(), LegacyError> {
+    let ctx = policy_context(doc, kind, name, location)?;
+    let rules = ctx.spec.rules.clone();
+    let policy_refusal = policy_refusal(&ctx.spec);
+    // Kyverno generates pod-controller rules only when every rule of the policy allows it
+    // (`CanAutoGen`: no names, selector or annotations, only Pod kinds, in any rule).
+    let autogen_everywhere = rules.iter().all(rule_allows_autogen);
+    // Reports in input order; converted policies are finished once all rules are seen.
+    let mut lines: Vec<Result<ConvertedEntry, RuleReport>> = Vec::new();
+    for (rule_index, rule) in rules.iter().enumerate() {
+        if rule.verify_images.is_empty() {
+            lines.push(Err(report(
+                &ctx,
+                &rule.name,
+                None,
+                Outcome::Skipped {
+                    reason: "not a verifyImages rule (only verifyImages rules are converted)"
+                        .to_owned(),
+                },
+            )));
+            continue;
+        }
+        let many = rule.verify_images.len() > 1;
+        for (i, entry) in rule.verify_images.iter().enumerate() {
+            let rule_label = if many {
+                format!("{}[{i}]", rule.name)
+            } else {
+                rule.name.clone()
+            };
+            let result = match &policy_refusal {
+                Some(refusal) => Err(refusal.clone()),
+                None => convert_entry(&ctx, rule, entry, i, many),
+            };
+            let result = result.and_then(|(mut doc, differences)| {
+                if !autogen_everywhere {
+                    doc.spec.autogen = Some(no_autogen());
+                }
+                loads(&doc).map(|()| (doc, differences))
+            });
+            lines.push(match result {
+                Ok((doc, differences)) => Ok((rule_label, doc, differences)),
+                Err(error) => {
+                    let reason = error.in_rule(rule_index).to_string();
+                    Err(report(&ctx, &rule_label, None, Outcome::Refused { reason }))
+                }
+            });
+        }
+    }
+    for line in lines {
+        let (rule_label, doc, differences) = match line {
+            Ok(converted) => converted,
+            Err(line) => {
+                out.reports.push(line);
+                continue;
+            }
+        };
+        let outcome = if differences.is_empty() {
+            Outcome::Exact
+        } else {
+            Outcome::WithDifferences { differences }
+        };
+        let to = Some(doc.metadata.name.clone());
+        out.reports.push(report(&ctx, &rule_label, to, outcome));
+        out.policies.push(doc);
+    }
+    Ok(())
+}
+
+/// The policy-wide settings: name, namespace, `spec` and the autogen annotation. A policy
+/// without a name or `spec`, or whose `spec` does not fit the schema, cannot be read at all.
+fn policy_context<'a>(
+    doc: &Value,
+    kind: &'a str,
+    name: &'a str,
+    location: &'a str,
+) -> Result<PolicyContext<'a>, LegacyError> {
     let label = match doc.pointer("/metadata/namespace").and_then(Value::as_str) {
         Some(ns) if kind == "Policy" => format!("Policy/{ns}/{name}"),
         _ => format!("{kind}/{name}"),
     };
-    let err = |message: String| LegacyError {
+    let err = |error: ConvertError| LegacyError {
         location: format!("{location}: {label}"),
-        message,
+        error,
     };
+    let required = |field: &str| err(ConvertError::document(field, invalid("Required value")));
     if name.is_empty() {
-        return Err(err("metadata.name: Required value".to_owned()));
+        return Err(required("metadata.name"));
     }
     let namespace = doc
         .pointer("/metadata/namespace")
@@ -69,15 +161,17 @@ pub(crate) fn convert_policy(
     };
     let spec_value = doc.get("spec").cloned().unwrap_or(Value::Null);
     if spec_value.is_null() {
-        return Err(err("spec: Required value".to_owned()));
+        return Err(required("spec"));
     }
-    let spec: Spec = serde_path_to_error::deserialize(spec_value)
-        .map_err(|e| err(format!("spec.{}: {}", e.path(), e.inner())))?;
+    let spec: Spec = serde_path_to_error::deserialize(spec_value).map_err(|e| {
+        let kind = ErrorKind::Schema(e.inner().to_string());
+        err(ConvertError::document(format!("spec.{}", e.path()), kind))
+    })?;
     let autogen_annotation = doc
         .pointer("/metadata/annotations/pod-policies.kyverno.io~1autogen-controllers")
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let ctx = PolicyContext {
+    Ok(PolicyContext {
         kind,
         name,
         namespace: if kind == "Policy" { namespace } else { None },
@@ -85,80 +179,13 @@ pub(crate) fn convert_policy(
         spec,
         autogen_annotation,
         location,
-    };
-    let rules = ctx.spec.rules.clone();
-    let policy_refusal = policy_refusal(&ctx.spec);
-    // Kyverno generates pod-controller rules only when every rule of the policy allows it
-    // (`CanAutoGen`: no names, selector or annotations, only Pod kinds, in any rule).
-    let autogen_everywhere = rules.iter().all(rule_allows_autogen);
-    // Reports in input order; converted policies are finished once all rules are seen.
-    let mut lines: Vec<Result<ConvertedEntry, RuleReport>> = Vec::new();
-    for rule in &rules {
-        if rule.verify_images.is_empty() {
-            lines.push(Err(report(
-                &ctx,
-                &label,
-                &rule.name,
-                None,
-                Outcome::Skipped {
-                    reason: "not a verifyImages rule (only verifyImages rules are converted)"
-                        .to_owned(),
-                },
-            )));
-            continue;
-        }
-        let many = rule.verify_images.len() > 1;
-        for (i, entry) in rule.verify_images.iter().enumerate() {
-            let rule_label = if many {
-                format!("{}[{i}]", rule.name)
-            } else {
-                rule.name.clone()
-            };
-            let result = match &policy_refusal {
-                Some(reason) => Err(reason.clone()),
-                None => convert_entry(&ctx, rule, entry, i, many),
-            };
-            let result = result.and_then(|(mut doc, differences)| {
-                if !autogen_everywhere {
-                    doc.spec.autogen = Some(no_autogen());
-                }
-                loads(&doc).map(|()| (doc, differences))
-            });
-            lines.push(match result {
-                Ok((doc, differences)) => Ok((rule_label, doc, differences)),
-                Err(reason) => Err(report(
-                    &ctx,
-                    &label,
-                    &rule_label,
-                    None,
-                    Outcome::Refused { reason },
-                )),
-            });
-        }
-    }
-    for line in lines {
-        let (rule_label, doc, differences) = match line {
-            Ok(converted) => converted,
-            Err(line) => {
-                out.reports.push(line);
-                continue;
-            }
-        };
-        let outcome = if differences.is_empty() {
-            Outcome::Exact
-        } else {
-            Outcome::WithDifferences { differences }
-        };
-        out.reports.push(report(
-            &ctx,
-            &label,
-            &rule_label,
-            Some(doc.metadata.name.clone()),
-            outcome,
-        ));
-        out.policies.push(doc);
-    }
-    Ok(())
+        label,
+    })
+}
+
+/// [`ErrorKind::Invalid`] with `reason`.
+fn invalid(reason: &str) -> ErrorKind {
+    ErrorKind::Invalid(reason.to_owned())
 }
 
 /// Kyverno's `checkAutogenSupport` over a rule's match and exclude.
@@ -181,32 +208,27 @@ fn rule_allows_autogen(rule: &Rule) -> bool {
     })
 }
 
-fn report(
-    ctx: &PolicyContext<'_>,
-    label: &str,
-    rule: &str,
-    to: Option<String>,
-    outcome: Outcome,
-) -> RuleReport {
+fn report(ctx: &PolicyContext<'_>, rule: &str, to: Option<String>, outcome: Outcome) -> RuleReport {
     RuleReport {
         location: ctx.location.to_owned(),
-        policy: label.to_owned(),
+        policy: ctx.label.clone(),
         rule: rule.to_owned(),
         converted_to: to,
         outcome,
     }
 }
 
-fn policy_refusal(spec: &Spec) -> Option<String> {
+/// Policy-wide settings no converted rule can keep: every `verifyImages` rule is refused.
+fn policy_refusal(spec: &Spec) -> Option<ConvertError> {
     if spec
         .validation_failure_action_overrides
         .as_ref()
         .is_some_and(|o| !o.is_empty())
     {
-        return Some(
-            "spec.validationFailureActionOverrides: per-namespace actions are not converted"
-                .to_owned(),
-        );
+        return Some(ConvertError::document(
+            "spec.validationFailureActionOverrides",
+            ErrorKind::Unsupported("per-namespace actions are not converted".to_owned()),
+        ));
     }
     let verify_rules = spec
         .rules
@@ -214,7 +236,10 @@ fn policy_refusal(spec: &Spec) -> Option<String> {
         .filter(|r| !r.verify_images.is_empty())
         .count();
     if spec.apply_rules.as_deref() == Some("One") && spec.rules.len() > 1 && verify_rules > 0 {
-        return Some("spec.applyRules: One with several rules is not converted".to_owned());
+        return Some(ConvertError::document(
+            "spec.applyRules",
+            ErrorKind::Unsupported("One with several rules is not converted".to_owned()),
+        ));
     }
     None
 }
@@ -228,7 +253,7 @@ fn no_autogen() -> Autogen {
 }
 
 /// A DNS-1123 name from the policy and rule names.
-fn policy_name(policy: &str, rule: &str, index: Option<usize>) -> Result<String, String> {
+fn policy_name(policy: &str, rule: &str, index: Option<usize>) -> Result<String, ConvertError> {
     let mut raw = format!("{policy}-{rule}");
     if let Some(i) = index {
         raw.push_str(&format!("-{i}"));
@@ -244,50 +269,116 @@ fn policy_name(policy: &str, rule: &str, index: Option<usize>) -> Result<String,
     }
     let name = name.trim_matches(|c| c == '-' || c == '.').to_owned();
     if name.is_empty() || name.len() > 253 {
-        return Err(format!(
-            "cannot make a policy name from {raw:?} (at most 253 characters)"
-        ));
+        // The names come from the rule (and policy): the error concerns the rule as a whole.
+        return Err(ConvertError::new("", ErrorKind::Unnameable { raw }));
     }
     Ok(name)
 }
 
+/// A converted entry: the policy and its documented differences.
 type Entry = (PolicyDocument, Vec<String>);
 
 /// A converted entry: its report label, the policy and its documented differences.
 type ConvertedEntry = (String, PolicyDocument, Vec<String>);
 
+/// Converts `verifyImages[index]` of `rule`, pass by pass (see the module's doc). Errors name
+/// the field from the rule down (or from the document's root, for policy-wide fields).
 fn convert_entry(
     ctx: &PolicyContext<'_>,
     rule: &Rule,
     entry: &Value,
     index: usize,
     many: bool,
-) -> Result<Entry, String> {
+) -> Result<Entry, ConvertError> {
     let field = format!("verifyImages[{index}]");
-    let iv: ImageVerification = serde_path_to_error::deserialize(entry.clone())
-        .map_err(|e| format!("{field}.{}: {}", e.path(), e.inner()))?;
-    if !rule.context.is_empty() {
-        return Err(
-            "context: context entries (ConfigMaps, API calls, image data) are not converted"
-                .to_owned(),
-        );
-    }
-    if rule.image_extractors.as_ref().is_some_and(|v| !v.is_null()) {
-        return Err("imageExtractors: custom image extractors are not converted".to_owned());
-    }
-    if iv.validate.as_ref().is_some_and(|v| !v.is_null()) {
-        return Err(format!(
-            "{field}.validate: deny conditions over verifyImages are not converted"
-        ));
-    }
     let mut differences = ctx.notes.clone();
-    let iv = legacy_defaults(iv, &field, &mut differences)?;
+    let iv = read_entry(rule, entry, &field, &mut differences)?;
     let matched = matching::convert(
         rule.match_.as_ref(),
         rule.exclude.as_ref(),
         rule.preconditions.as_ref(),
     )?;
+    let settings = read_settings(ctx, &iv, &field, &mut differences)?;
+    let verification = build_attestors(&iv, &field, settings.notary, &mut differences)?;
+    let images = image_references(&iv, &field, &mut differences)?;
+    let validations = build_validations(&verification, images.skip.as_ref());
+    let verifies =
+        !verification.signature_checks.is_empty() || !verification.attestation_checks.is_empty();
+    // Kyverno's `required` looks for this rule's own pass; a rule that verifies fails by itself
+    // when an image it selects does not verify, and passes images it skips, so `required`
+    // would add nothing but a denial of skipped images. A rule that verifies nothing never
+    // passes its own `required`.
+    let required = settings.legacy_required && !verifies;
+    if required {
+        differences.push(format!("{field}.required: the rule verifies nothing, so Kyverno denies every image it selects (\"unverified image\"); ivory denies them too unless another policy of the request verified the image"));
+    }
+    let admission = build_admission(ctx, rule, matched.conditions, &iv, &field, &mut differences)?;
+    let parts = Parts {
+        settings,
+        constraints: matched.constraints,
+        verification,
+        include: images.include,
+        validations,
+        required,
+        admission,
+    };
+    let name_index = many.then_some(index);
+    let doc = assemble(ctx, &rule.name, name_index, parts, &mut differences)?;
+    Ok((doc, differences))
+}
 
+/// Pass 1: the entry read into the model, the rule-level fields no entry converts refused,
+/// and Kyverno's defaults for the deprecated entry fields applied.
+fn read_entry(
+    rule: &Rule,
+    entry: &Value,
+    field: &str,
+    differences: &mut Vec<String>,
+) -> Result<ImageVerification, ConvertError> {
+    let iv: ImageVerification = serde_path_to_error::deserialize(entry.clone()).map_err(|e| {
+        let kind = ErrorKind::Schema(e.inner().to_string());
+        ConvertError::new(format!("{field}.{}", e.path()), kind)
+    })?;
+    if !rule.context.is_empty() {
+        return Err(ConvertError::unsupported(
+            "context",
+            "context entries (ConfigMaps, API calls, image data) are not converted",
+        ));
+    }
+    if rule.image_extractors.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err(ConvertError::unsupported(
+            "imageExtractors",
+            "custom image extractors are not converted",
+        ));
+    }
+    if iv.validate.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err(ConvertError::unsupported(
+            format!("{field}.validate"),
+            "deny conditions over verifyImages are not converted",
+        ));
+    }
+    Ok(legacy_defaults(iv, field, differences))
+}
+
+/// The entry's action, digest flags and signature type.
+struct Settings {
+    /// `Enforce` (deny) rather than `Audit`.
+    enforce: bool,
+    mutate_digest: bool,
+    verify_digest: bool,
+    /// `required` as written (the CRD defaults it to `true`).
+    legacy_required: bool,
+    /// `type: Notary`: the attestors are Notary certificates.
+    notary: bool,
+}
+
+/// Pass 3: the failure action, the digest flags and the signature type.
+fn read_settings(
+    ctx: &PolicyContext<'_>,
+    iv: &ImageVerification,
+    field: &str,
+    differences: &mut Vec<String>,
+) -> Result<Settings, ConvertError> {
     let action = iv
         .failure_action
         .clone()
@@ -297,20 +388,20 @@ fn convert_entry(
         "enforce" => true,
         "audit" => false,
         _ => {
-            return Err(format!(
-                "{field}.failureAction: Unsupported value: {action:?}: supported values: \"Audit\", \"Enforce\""
+            return Err(ConvertError::invalid(
+                format!("{field}.failureAction"),
+                format!("Unsupported value: {action:?}: supported values: \"Audit\", \"Enforce\""),
             ));
         }
     };
     let mutate_digest = iv.mutate_digest.unwrap_or(true);
-    let verify_digest = iv.verify_digest.unwrap_or(true);
-    let legacy_required = iv.required.unwrap_or(true);
     if !enforce && mutate_digest {
-        return Err(format!(
-            "{field}.mutateDigest: mutateDigest must be set to false for ‘Audit’ failure action (Kyverno refuses this policy)"
+        return Err(ConvertError::invalid(
+            format!("{field}.mutateDigest"),
+            "mutateDigest must be set to false for ‘Audit’ failure action (Kyverno refuses this \
+             policy)",
         ));
     }
-
     let notary = match iv.type_.as_deref().unwrap_or("Cosign") {
         "Cosign" => false,
         "SigstoreBundle" => {
@@ -321,11 +412,54 @@ fn convert_entry(
             differences.push(format!("{field}.type Notary: verified as Notation signatures at the strict level; revocation is judged from CRLs ivory fetches in the background, never during the admission, so until a certificate's CRL has been fetched its images are denied as of unknown revocation status (docs/kyverno-semantics.md §16)"));
             true
         }
-        other => return Err(format!("{field}.type: Unsupported value: {other:?}")),
+        other => {
+            return Err(ConvertError::invalid(
+                format!("{field}.type"),
+                format!("Unsupported value: {other:?}"),
+            ));
+        }
     };
     if iv.cosign_oci11 == Some(true) {
         differences.push(format!("{field}.cosignOCI11: ivory reads OCI 1.1 referrers and cosign tags alike; the flag has no equivalent"));
     }
+    Ok(Settings {
+        enforce,
+        mutate_digest,
+        verify_digest: iv.verify_digest.unwrap_or(true),
+        legacy_required: iv.required.unwrap_or(true),
+        notary,
+    })
+}
+
+/// What an entry verifies: its attestors, and the checks over them.
+struct Verification {
+    /// Every attestor of the entry (signatures' and attestations').
+    attestors: Vec<PolicyAttestor>,
+    /// One check per `attestors[]` set: image signatures.
+    signature_checks: Vec<SetCheck>,
+    /// The in-toto types of `attestations[]`, named `a<i>`.
+    attestations: Vec<Attestation>,
+    /// One per `attestations[]` entry.
+    attestation_checks: Vec<AttestationCheck>,
+}
+
+/// The checks of one `attestations[]` entry.
+struct AttestationCheck {
+    /// The attestation's name (`a<i>`).
+    name: String,
+    /// One per attestor set.
+    checks: Vec<SetCheck>,
+    /// `conditions` as CEL over `predicate`.
+    condition: Option<String>,
+}
+
+/// Pass 4: the signature attestor sets and the attestations, as attestors and checks.
+fn build_attestors(
+    iv: &ImageVerification,
+    field: &str,
+    notary: bool,
+    differences: &mut Vec<String>,
+) -> Result<Verification, ConvertError> {
     let inherited = Inherited {
         repository: iv.repository.clone(),
         annotations: iv.annotations.clone(),
@@ -342,62 +476,108 @@ fn convert_entry(
     )?;
     let signature_checks = std::mem::take(&mut converted.checks);
     let mut attestations = Vec::new();
-    let mut attestation_checks: Vec<(String, Vec<SetCheck>, Option<String>)> = Vec::new();
+    let mut attestation_checks = Vec::new();
     for (a, att) in iv.attestations.iter().enumerate() {
         let at = format!("{field}.attestations[{a}]");
-        let type_ = att
-            .type_
-            .clone()
-            .filter(|t| !t.is_empty())
-            .or_else(|| att.predicate_type.clone().filter(|t| !t.is_empty()))
-            .ok_or_else(|| format!("{at}: missing type"))?;
-        if att.attestors.is_empty() {
-            return Err(format!(
-                "{at}.attestors: an attestation without attestors is not converted (Kyverno then accepts any keyless signer)"
-            ));
-        }
-        if notary {
-            return Err(format!(
-                "{at}: Notary attestations (referrers) are not converted"
-            ));
-        }
-        let name = format!("a{a}");
-        let attestation_inherited = Inherited {
-            expand_keys: false,
-            ..inherited.clone()
-        };
-        attestors::convert_sets(
-            &att.attestors,
-            &format!("{at}.attestors"),
-            &name,
-            &attestation_inherited,
-            &mut converted,
-        )?;
-        let checks = std::mem::take(&mut converted.checks);
-        let condition = if att.conditions.is_empty() {
-            None
-        } else {
-            let predicate = |path: &str| conditions::path_to_cel("predicate", path);
-            let cel = conditions::translate_blocks(&att.conditions, &predicate)
-                .map_err(|e| format!("{at}.conditions{e}"))?;
-            Some(cel)
-        };
-        if condition.is_some() {
-            differences.push(format!("{at}.conditions: checked on the verified statement extractPayload returns; Kyverno checks every statement of that type each attestor verifies (they differ only when an image has several attestations of one type)"));
-        }
-        attestations.push(Attestation {
-            name: name.clone(),
-            intoto: Some(TypeRef { type_ }),
-            referrer: None,
-        });
-        attestation_checks.push((name, checks, condition));
+        let (attestation, check) =
+            build_attestation(att, a, &at, &inherited, &mut converted, differences)?;
+        attestations.push(attestation);
+        attestation_checks.push(check);
     }
+    // The attestors' differences follow the conditions', as they always have in the report.
     differences.append(&mut converted.differences);
+    Ok(Verification {
+        attestors: converted.attestors,
+        signature_checks,
+        attestations,
+        attestation_checks,
+    })
+}
 
+/// `attestations[a]` (at `at`): its type, its attestors (added to `converted`) and its
+/// conditions as CEL.
+fn build_attestation(
+    att: &model::Attestation,
+    a: usize,
+    at: &str,
+    inherited: &Inherited,
+    converted: &mut Converted,
+    differences: &mut Vec<String>,
+) -> Result<(Attestation, AttestationCheck), ConvertError> {
+    let type_ = att
+        .type_
+        .clone()
+        .filter(|t| !t.is_empty())
+        .or_else(|| att.predicate_type.clone().filter(|t| !t.is_empty()))
+        .ok_or_else(|| ConvertError::invalid(at, "missing type"))?;
+    if att.attestors.is_empty() {
+        return Err(ConvertError::unsupported(
+            format!("{at}.attestors"),
+            "an attestation without attestors is not converted (Kyverno then accepts any \
+             keyless signer)",
+        ));
+    }
+    if inherited.notary {
+        return Err(ConvertError::unsupported(
+            at,
+            "Notary attestations (referrers) are not converted",
+        ));
+    }
+    let name = format!("a{a}");
+    // Kyverno does not expand multi-key PEMs in attestations.
+    let attestation_inherited = Inherited {
+        expand_keys: false,
+        ..inherited.clone()
+    };
+    attestors::convert_sets(
+        &att.attestors,
+        &format!("{at}.attestors"),
+        &name,
+        &attestation_inherited,
+        converted,
+    )?;
+    let checks = std::mem::take(&mut converted.checks);
+    let condition = if att.conditions.is_empty() {
+        None
+    } else {
+        let predicate = |path: &str| conditions::path_to_cel("predicate", path);
+        let cel = conditions::translate_blocks(&att.conditions, &predicate)
+            .map_err(|e| e.under(&format!("{at}.conditions")))?;
+        differences.push(format!("{at}.conditions: checked on the verified statement extractPayload returns; Kyverno checks every statement of that type each attestor verifies (they differ only when an image has several attestations of one type)"));
+        Some(cel)
+    };
+    let attestation = Attestation {
+        name: name.clone(),
+        intoto: Some(TypeRef { type_ }),
+        referrer: None,
+    };
+    let check = AttestationCheck {
+        name,
+        checks,
+        condition,
+    };
+    Ok((attestation, check))
+}
+
+/// The images an entry selects, and those whose verification it skips.
+struct Images {
+    /// `imageReferences`: wildcard patterns.
+    include: Vec<String>,
+    /// CEL: `image` matches a `skipImageReferences` pattern (none when there are none).
+    skip: Option<String>,
+}
+
+/// Pass 5: `imageReferences` and `skipImageReferences`.
+fn image_references(
+    iv: &ImageVerification,
+    field: &str,
+    differences: &mut Vec<String>,
+) -> Result<Images, ConvertError> {
     let include = iv.image_references.clone();
     if include.is_empty() {
-        return Err(format!(
-            "{field}.imageReferences: An image reference is required"
+        return Err(ConvertError::invalid(
+            format!("{field}.imageReferences"),
+            "An image reference is required",
         ));
     }
     if include
@@ -405,8 +585,9 @@ fn convert_entry(
         .chain(&iv.skip_image_references)
         .any(|p| p.contains("{{"))
     {
-        return Err(format!(
-            "{field}.imageReferences: {{{{ }}}} variables are not converted"
+        return Err(ConvertError::variable(
+            format!("{field}.imageReferences"),
+            "{{ }} variables are not converted",
         ));
     }
     if include.iter().any(|p| pattern_may_select_more(p)) {
@@ -418,9 +599,16 @@ fn convert_entry(
     }
     // Skipped images are still selected (Kyverno pins them and demands their digest); only
     // their verification is skipped.
-    let skip_cel = (!skip.is_empty()).then(|| images::matches_any("image", skip));
+    Ok(Images {
+        include,
+        skip: (!skip.is_empty()).then(|| images::matches_any("image", skip)),
+    })
+}
+
+/// Pass 6: one validation per check and image list; skipped images pass each.
+fn build_validations(verification: &Verification, skip: Option<&String>) -> Vec<Validation> {
     let mut validations = Vec::new();
-    for (i, check) in signature_checks.iter().enumerate() {
+    for (i, check) in verification.signature_checks.iter().enumerate() {
         let check_cel = format!(
             "verifyImageSignatures(image, {}) >= {}",
             attestor_list(&check.names),
@@ -431,11 +619,12 @@ fn convert_entry(
             check.count,
             check.names.len()
         );
-        validations_for(&check_cel, skip_cel.as_ref(), message, &mut validations);
+        validations_for(&check_cel, skip, message, &mut validations);
     }
-    for (name, checks, condition) in &attestation_checks {
-        let type_ = type_of(&attestations, name);
-        for (i, check) in checks.iter().enumerate() {
+    for attestation in &verification.attestation_checks {
+        let name = &attestation.name;
+        let type_ = type_of(&verification.attestations, name);
+        for (i, check) in attestation.checks.iter().enumerate() {
             let check_cel = format!(
                 "verifyAttestationSignatures(image, attestations.{name}, {}) >= {}",
                 attestor_list(&check.names),
@@ -446,120 +635,158 @@ fn convert_entry(
                 check.count,
                 check.names.len()
             );
-            validations_for(&check_cel, skip_cel.as_ref(), message, &mut validations);
+            validations_for(&check_cel, skip, message, &mut validations);
         }
-        if let Some(condition) = condition {
+        if let Some(condition) = &attestation.condition {
             let check_cel = format!(
                 "cel.bind(predicate, extractPayload(image, attestations.{name}).predicate, {condition})"
             );
             let message = format!("attestation checks failed for predicate {type_}");
-            validations_for(&check_cel, skip_cel.as_ref(), message, &mut validations);
+            validations_for(&check_cel, skip, message, &mut validations);
         }
     }
-    let verifies = !signature_checks.is_empty() || !attestation_checks.is_empty();
-    // Kyverno's `required` looks for this rule's own pass; a rule that verifies fails by itself
-    // when an image it selects does not verify, and passes images it skips, so `required`
-    // would add nothing but a denial of skipped images. A rule that verifies nothing never
-    // passes its own `required`.
-    let required = legacy_required && !verifies;
-    if required {
-        differences.push(format!("{field}.required: the rule verifies nothing, so Kyverno denies every image it selects (\"unverified image\"); ivory denies them too unless another policy of the request verified the image"));
-    }
+    validations
+}
 
-    let mut match_conditions: Vec<NamedExpression> = Vec::new();
-    if let Some(wc) = &ctx.spec.webhook_configuration {
-        for c in &wc.match_conditions {
-            match_conditions.push(NamedExpression {
-                name: c.name.clone(),
-                expression: c.expression.clone(),
-            });
-        }
-    }
-    for c in &rule.cel_preconditions {
-        match_conditions.push(NamedExpression {
-            name: c.name.clone(),
-            expression: c.expression.clone(),
-        });
-    }
-    for (name, expression) in matched.conditions {
-        match_conditions.push(NamedExpression { name, expression });
-    }
+/// How the webhook calls the converted policy.
+struct Admission {
+    /// The webhook's, the rule's CEL preconditions, then match's, exclude's and
+    /// preconditions' translations.
+    match_conditions: Vec<NamedExpression>,
+    failure_policy: Option<String>,
+    timeout: Option<i32>,
+    credentials: Option<Credentials>,
+    evaluation: Option<Evaluation>,
+}
 
-    let failure_policy = ctx
-        .spec
-        .webhook_configuration
-        .as_ref()
+/// Pass 7: match conditions, failure policy, timeout, registry credentials and evaluation
+/// modes.
+fn build_admission(
+    ctx: &PolicyContext<'_>,
+    rule: &Rule,
+    matched: Vec<(String, String)>,
+    iv: &ImageVerification,
+    field: &str,
+    differences: &mut Vec<String>,
+) -> Result<Admission, ConvertError> {
+    let webhook = ctx.spec.webhook_configuration.as_ref();
+    let cel = webhook
+        .map(|wc| wc.match_conditions.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .chain(&rule.cel_preconditions)
+        .map(|c| (c.name.clone(), c.expression.clone()));
+    let match_conditions = cel
+        .chain(matched)
+        .map(|(name, expression)| NamedExpression { name, expression })
+        .collect();
+    let failure_policy = webhook
         .and_then(|w| w.failure_policy.clone())
         .or_else(|| ctx.spec.failure_policy.clone());
     if let Some(fp) = &failure_policy
         && !matches!(fp.as_str(), "Fail" | "Ignore")
     {
-        return Err(format!(
-            "spec.failurePolicy: Unsupported value: {fp:?}: supported values: \"Fail\", \"Ignore\""
+        // Policy-wide: named from the document's root, not under the rule.
+        return Err(ConvertError::document(
+            "spec.failurePolicy",
+            ErrorKind::Invalid(format!(
+                "Unsupported value: {fp:?}: supported values: \"Fail\", \"Ignore\""
+            )),
         ));
     }
-    let timeout = ctx
-        .spec
-        .webhook_configuration
-        .as_ref()
+    let timeout = webhook
         .and_then(|w| w.timeout_seconds)
         .or(ctx.spec.webhook_timeout_seconds);
+    let credentials = credentials(iv, field, differences)?;
+    let disabled = |b: Option<bool>| b.filter(|b| !b).map(|b| Enabled { enabled: Some(b) });
+    let background = disabled(ctx.spec.background);
+    let admission = disabled(ctx.spec.admission);
+    let evaluation = (background.is_some() || admission.is_some()).then_some(Evaluation {
+        mode: None,
+        admission,
+        background,
+    });
+    Ok(Admission {
+        match_conditions,
+        failure_policy,
+        timeout,
+        credentials,
+        evaluation,
+    })
+}
 
-    let credentials = match &iv.image_registry_credentials {
-        None => None,
-        Some(c) => {
-            for p in &c.providers {
-                if !matches!(
-                    p.as_str(),
-                    "default" | "amazon" | "azure" | "google" | "github"
-                ) {
-                    return Err(format!(
-                        "{field}.imageRegistryCredentials.providers: Unsupported value: {p:?}"
-                    ));
-                }
-            }
-            differences.push(format!("{field}.imageRegistryCredentials: the Pod's imagePullSecrets, which Kyverno's legacy rules also use, are not used by ImageValidatingPolicies (name every Secret here)"));
-            Some(Credentials {
-                allow_insecure_registry: c.allow_insecure_registry.filter(|b| *b),
-                providers: c.providers.clone(),
-                secrets: c.secrets.clone(),
-            })
+/// `imageRegistryCredentials` as the policy's `credentials`.
+fn credentials(
+    iv: &ImageVerification,
+    field: &str,
+    differences: &mut Vec<String>,
+) -> Result<Option<Credentials>, ConvertError> {
+    let Some(c) = &iv.image_registry_credentials else {
+        return Ok(None);
+    };
+    for p in &c.providers {
+        if !matches!(
+            p.as_str(),
+            "default" | "amazon" | "azure" | "google" | "github"
+        ) {
+            return Err(ConvertError::invalid(
+                format!("{field}.imageRegistryCredentials.providers"),
+                format!("Unsupported value: {p:?}"),
+            ));
         }
-    };
+    }
+    differences.push(format!("{field}.imageRegistryCredentials: the Pod's imagePullSecrets, which Kyverno's legacy rules also use, are not used by ImageValidatingPolicies (name every Secret here)"));
+    Ok(Some(Credentials {
+        allow_insecure_registry: c.allow_insecure_registry.filter(|b| *b),
+        providers: c.providers.clone(),
+        secrets: c.secrets.clone(),
+    }))
+}
 
-    let evaluation = {
-        let background = ctx
-            .spec
-            .background
-            .filter(|b| !b)
-            .map(|b| Enabled { enabled: Some(b) });
-        let admission = ctx
-            .spec
-            .admission
-            .filter(|b| !b)
-            .map(|b| Enabled { enabled: Some(b) });
-        (background.is_some() || admission.is_some()).then_some(Evaluation {
-            mode: None,
-            admission,
-            background,
-        })
-    };
+/// What the passes made of one entry, for [`assemble`].
+struct Parts {
+    settings: Settings,
+    constraints: Constraints,
+    verification: Verification,
+    /// `imageReferences`.
+    include: Vec<String>,
+    validations: Vec<Validation>,
+    /// `validationConfigurations.required`.
+    required: bool,
+    admission: Admission,
+}
 
-    let autogen = autogen(ctx, &mut differences)?;
-    let (out_kind, name) = (
-        if ctx.kind == "Policy" {
-            "NamespacedImageValidatingPolicy"
-        } else {
-            "ImageValidatingPolicy"
-        },
-        policy_name(ctx.name, &rule.name, many.then_some(index))?,
-    );
+/// Pass 8: the ImageValidatingPolicy (namespaced for a Policy), named after the policy and
+/// rule (and entry, when the rule has several), with its autogen.
+fn assemble(
+    ctx: &PolicyContext<'_>,
+    rule_name: &str,
+    name_index: Option<usize>,
+    parts: Parts,
+    differences: &mut Vec<String>,
+) -> Result<PolicyDocument, ConvertError> {
+    let autogen = autogen(ctx, differences)?;
+    let out_kind = if ctx.kind == "Policy" {
+        "NamespacedImageValidatingPolicy"
+    } else {
+        "ImageValidatingPolicy"
+    };
+    let name = policy_name(ctx.name, rule_name, name_index)?;
     let mut annotations = BTreeMap::new();
     annotations.insert(
         SOURCE_ANNOTATION.to_owned(),
-        format!("{}/{}#{}", ctx.kind, ctx.name, rule.name),
+        format!("{}/{}#{}", ctx.kind, ctx.name, rule_name),
     );
-    let doc = PolicyDocument {
+    let Parts {
+        settings,
+        constraints,
+        verification,
+        include,
+        validations,
+        required,
+        admission,
+    } = parts;
+    Ok(PolicyDocument {
         api_version: "policies.kyverno.io/v1".to_owned(),
         kind: out_kind.to_owned(),
         metadata: ObjectMeta {
@@ -569,8 +796,8 @@ fn convert_entry(
             ..ObjectMeta::default()
         },
         spec: PolicySpec {
-            match_constraints: Some(matched.constraints),
-            match_conditions,
+            match_constraints: Some(constraints),
+            match_conditions: admission.match_conditions,
             match_image_references: include
                 .iter()
                 .map(|p| MatchImageReference {
@@ -578,26 +805,25 @@ fn convert_entry(
                     expression: None,
                 })
                 .collect(),
-            validation_actions: vec![if enforce { "Deny" } else { "Audit" }.to_owned()],
-            failure_policy,
+            validation_actions: vec![if settings.enforce { "Deny" } else { "Audit" }.to_owned()],
+            failure_policy: admission.failure_policy,
             validations: Some(validations),
-            webhook_configuration: timeout.map(|t| WebhookConfiguration {
+            webhook_configuration: admission.timeout.map(|t| WebhookConfiguration {
                 timeout_seconds: Some(t),
             }),
-            evaluation,
+            evaluation: admission.evaluation,
             validation_configurations: Some(ValidationConfigurations {
-                mutate_digest: Some(mutate_digest),
-                verify_digest: Some(verify_digest),
+                mutate_digest: Some(settings.mutate_digest),
+                verify_digest: Some(settings.verify_digest),
                 required: Some(required),
             }),
-            credentials,
-            attestors: Some(converted.attestors),
-            attestations,
+            credentials: admission.credentials,
+            attestors: Some(verification.attestors),
+            attestations: verification.attestations,
             autogen,
             ..PolicySpec::default()
         },
-    };
-    Ok((doc, differences))
+    })
 }
 
 fn type_of(attestations: &[Attestation], name: &str) -> String {
@@ -660,7 +886,7 @@ fn legacy_defaults(
     mut iv: ImageVerification,
     field: &str,
     differences: &mut Vec<String>,
-) -> Result<ImageVerification, String> {
+) -> ImageVerification {
     if iv
         .additional_extensions
         .as_ref()
@@ -681,7 +907,7 @@ fn legacy_defaults(
                 "{field}.subject/roots: ignored without issuer, as Kyverno ignores them"
             ));
         }
-        return Ok(iv);
+        return iv;
     }
     let attestor = Attestor {
         keys: key.map(|k| StaticKey {
@@ -712,13 +938,14 @@ fn legacy_defaults(
             a.attestors.push(set.clone());
         }
     }
-    Ok(iv)
+    iv
 }
 
+/// The autogen annotation as the policy's `autogen`.
 fn autogen(
     ctx: &PolicyContext<'_>,
     differences: &mut Vec<String>,
-) -> Result<Option<Autogen>, String> {
+) -> Result<Option<Autogen>, ConvertError> {
     let Some(annotation) = ctx.autogen_annotation.as_deref() else {
         return Ok(None);
     };
@@ -743,8 +970,9 @@ fn autogen(
                 continue;
             }
             other => {
-                return Err(format!(
-                    "metadata.annotations[pod-policies.kyverno.io/autogen-controllers]: unknown controller {other:?}"
+                return Err(ConvertError::document(
+                    "metadata.annotations[pod-policies.kyverno.io/autogen-controllers]",
+                    ErrorKind::Invalid(format!("unknown controller {other:?}")),
                 ));
             }
         };
@@ -759,14 +987,98 @@ fn autogen(
 
 /// The converted policy must load in ivory; if it does not (a CEL program over the cost limit,
 /// say), the rule is refused with ivory's reason instead of being written.
-fn loads(doc: &PolicyDocument) -> Result<(), String> {
-    let text = ivory_policy::yaml::to_string(doc).map_err(|e| format!("cannot write YAML: {e}"))?;
+/// Its errors concern the rule as a whole (the field they name is the converted policy's).
+fn loads(doc: &PolicyDocument) -> Result<(), ConvertError> {
+    let text = ivory_policy::yaml::to_string(doc)
+        .map_err(|e| ConvertError::new("", ErrorKind::Unwritable(e.to_string())))?;
     let report = ivory_policy::load_str(&text, "converted");
     match report.errors.first() {
         None => Ok(()),
-        Some(e) => Err(format!(
-            "the converted policy does not load in ivory: {}: {}",
-            e.field, e.reason
+        Some(e) => Err(ConvertError::new(
+            "",
+            ErrorKind::UnloadableOutput {
+                field: e.field.to_string(),
+                reason: e.reason.to_string(),
+            },
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::FieldPath;
+    use serde_json::json;
+
+    /// The error convert_policy reports for rule 0's first entry, placed under the rule.
+    fn refusal(policy: Value) -> ConvertError {
+        let ctx = policy_context(&policy, "ClusterPolicy", "p", "t.yaml").unwrap();
+        let rule = &ctx.spec.rules[0];
+        convert_entry(&ctx, rule, &rule.verify_images[0], 0, false)
+            .unwrap_err()
+            .in_rule(0)
+    }
+
+    fn policy(spec: Value) -> Value {
+        json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+               "metadata": {"name": "p"}, "spec": spec})
+    }
+
+    #[test]
+    fn refusals_carry_the_full_field_path_and_what_is_wrong() {
+        let e = refusal(policy(
+            json!({"validationFailureAction": "Enforce", "rules": [{
+            "name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "verifyImages": [{"imageReferences": ["*"],
+                              "attestors": [{"entries": [{"keys": {"kms": "awskms:///k"}}]}]}]}]}),
+        ));
+        assert_eq!(
+            e.path.to_string(),
+            "spec.rules[0].verifyImages[0].attestors[0].entries[0].keys.kms"
+        );
+        assert!(matches!(e.kind, ErrorKind::Unsupported(_)), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with("verifyImages[0].attestors[0].entries[0].keys.kms: KMS keys"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn policy_wide_fields_stay_rooted_at_the_document() {
+        let e = refusal(policy(json!({"validationFailureAction": "Enforce",
+            "failurePolicy": "Sometimes", "rules": [{
+            "name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "verifyImages": [{"imageReferences": ["*"], "required": false}]}]})));
+        assert_eq!(e.path, FieldPath::Document("spec.failurePolicy".to_owned()));
+        assert!(matches!(e.kind, ErrorKind::Invalid(_)), "{e:?}");
+    }
+
+    #[test]
+    fn condition_operands_name_the_operator() {
+        let e = refusal(policy(
+            json!({"validationFailureAction": "Enforce", "rules": [{
+            "name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "verifyImages": [{"imageReferences": ["*"], "attestations": [{"type": "t",
+                "attestors": [{"entries": [{"keyless": {"roots": "r"}}]}],
+                "conditions": [{"all": [{"key": "{{ a }}", "operator": "Equals",
+                                         "value": "{{ b }}"}]}]}]}]}]}),
+        ));
+        assert_eq!(
+            e.path.to_string(),
+            "spec.rules[0].verifyImages[0].attestations[0].conditions[0].all[0]"
+        );
+        let ErrorKind::Operator { operator, cause } = &e.kind else {
+            panic!("{e:?}");
+        };
+        assert_eq!(operator, "Equals");
+        assert!(matches!(**cause, ErrorKind::VariableNotAllowed(_)), "{e:?}");
+        assert!(
+            e.to_string().starts_with(
+                "verifyImages[0].attestations[0].conditions[0].all[0] (operator Equals): value \
+                 {{ b }}: a variable as the value is not converted"
+            ),
+            "{e}"
+        );
     }
 }

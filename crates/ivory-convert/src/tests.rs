@@ -269,3 +269,21 @@ spec:
     let c = convert_ok(&alone);
     assert_eq!(c.policies[0].spec.autogen_controllers().len(), 6);
 }
+
+#[test]
+fn errors_are_std_errors_the_binary_can_wrap() {
+    // `ivory convert` and `ivory test` wrap them in anyhow (`with_context`, `{e}`).
+    fn wrappable<E: std::error::Error + Send + Sync + 'static>() {}
+    wrappable::<LegacyError>();
+    wrappable::<ConvertError>();
+    let e = convert_str("{\"a\": ", "t.json").unwrap_err();
+    assert_eq!(e.error.path, FieldPath::Document(String::new()));
+    assert!(
+        matches!(e.error.kind, ErrorKind::Syntax { format: "JSON", .. }),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().starts_with("t.json: JSON syntax error: "),
+        "{e}"
+    );
+}
