@@ -207,7 +207,11 @@ fn certificate_entry(
             cert: value(&certs.cert),
             cert_chain: value(&certs.cert_chain),
         }),
-        ctlog: Some(ctlog(certs.rekor.as_ref(), certs.ctlog.as_ref(), at)?),
+        ctlog: Some(ctlog(
+            certs.rekor.as_ref(),
+            certs.ctlog.as_ref(),
+            &format!("{at}.certificates"),
+        )?),
         ..base
     };
     Ok(cosign_attestor(cosign))
@@ -270,7 +274,11 @@ fn keyless_entry(
             identities: vec![identity],
             roots: non_empty(&keyless.roots),
         }),
-        ctlog: Some(ctlog(keyless.rekor.as_ref(), keyless.ctlog.as_ref(), at)?),
+        ctlog: Some(ctlog(
+            keyless.rekor.as_ref(),
+            keyless.ctlog.as_ref(),
+            &format!("{at}.keyless"),
+        )?),
         ..base
     };
     Ok(cosign_attestor(cosign))
@@ -343,7 +351,11 @@ fn key_entries(
              them there)",
         ));
     }
-    let log = ctlog(keys.rekor.as_ref(), keys.ctlog.as_ref(), at)?;
+    let log = ctlog(
+        keys.rekor.as_ref(),
+        keys.ctlog.as_ref(),
+        &format!("{at}.keys"),
+    )?;
     Ok(split
         .into_iter()
         .map(|key| {
@@ -429,7 +441,8 @@ fn split_pem(pem: &str) -> Vec<String> {
     keys
 }
 
-/// Kyverno's Rekor / CT log options as `cosign.ctlog`.
+/// Kyverno's Rekor / CT log options (of the `keys`, `certificates` or `keyless` at `at`) as
+/// `cosign.ctlog`.
 fn ctlog(rekor: Option<&Rekor>, ct: Option<&CtLog>, at: &str) -> Result<Ctlog, ConvertError> {
     refuse_variables(
         rekor.and_then(|r| r.pubkey.as_deref()),
@@ -472,6 +485,36 @@ mod tests {
         assert_eq!(split_pem(one).len(), 1);
         assert_eq!(split_pem(&two).len(), 2);
         assert!(split_pem(&two)[1].starts_with("-----BEGIN"));
+    }
+
+    #[test]
+    fn rekor_refusals_name_the_attestor_kind_they_are_under() {
+        let rekor = Some(model::Rekor {
+            url: None,
+            pubkey: Some("{{ key }}".to_owned()),
+            ignore_tlog: None,
+        });
+        let keys = model::Attestor {
+            keys: Some(model::StaticKey {
+                public_keys: Some(
+                    "-----BEGIN PUBLIC KEY-----\nAAA\n-----END PUBLIC KEY-----".into(),
+                ),
+                rekor: rekor.clone(),
+                ..model::StaticKey::default()
+            }),
+            ..model::Attestor::default()
+        };
+        let keyless = model::Attestor {
+            keyless: Some(model::Keyless {
+                rekor,
+                ..model::Keyless::default()
+            }),
+            ..model::Attestor::default()
+        };
+        for (entry, field) in [(keys, "keys"), (keyless, "keyless")] {
+            let e = convert_entry(&entry, "e", &Inherited::default(), &mut Vec::new()).unwrap_err();
+            assert_eq!(e.path.field(), format!("e.{field}.rekor.pubkey"), "{e}");
+        }
     }
 
     #[test]

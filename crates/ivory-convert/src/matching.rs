@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::conditions::{self, Segment};
-use super::error::{ConvertError, ErrorKind, FieldPath};
+use super::error::{ConvertError, ErrorKind};
 use super::images::{cel_string, cel_string_list, has_wildcard, wildcard_to_regex};
 use super::model::{MatchResources, ResourceDescription, ResourceFilter, Subject};
 use ivory_policy::types::{LabelSelector, MatchResources as Constraints, NamedRuleWithOperations};
@@ -358,14 +358,10 @@ pub(crate) fn convert(
         convert_exclude(exclude, &kinds, &mut out)?;
     }
     if let Some(pre) = preconditions.filter(|p| !p.is_null()) {
-        let blocks = [pre.clone()];
-        let cel = conditions::translate_blocks(&blocks, &request_path).map_err(|mut e| {
-            // The one block's `[0]` is not named: the field is `preconditions`.
-            if let FieldPath::Relative(field) = &mut e.path {
-                *field = field.trim_start_matches("[0]").to_owned();
-            }
-            e.under("preconditions")
-        })?;
+        // `preconditions` is one block (`{any, all}`, or the older list of conditions): its
+        // errors name the field from `preconditions` down.
+        let cel = conditions::translate_block(pre, &request_path)
+            .map_err(|e| e.under("preconditions"))?;
         out.conditions.push(("preconditions".to_owned(), cel));
     }
     Ok(out)
@@ -565,6 +561,27 @@ mod tests {
             act.bind_json("request", &json!({"namespace": "other"}));
             assert!(!program.evaluate_bool(&act).unwrap(), "{cel}");
         }
+    }
+
+    #[test]
+    fn precondition_refusals_name_the_condition() {
+        let refuse = |pre: Value| {
+            let pods = m(json!({"resources": {"kinds": ["Pod"]}}));
+            convert(Some(&pods), None, Some(&pre))
+                .unwrap_err()
+                .path
+                .to_string()
+        };
+        let bad =
+            json!({"key": "{{ request.object | keys(@) }}", "operator": "Equals", "value": "a"});
+        let ok = json!({"key": "{{ request.operation }}", "operator": "Equals", "value": "CREATE"});
+        assert_eq!(
+            refuse(json!({"all": [ok, bad]})),
+            "preconditions.all[1].key"
+        );
+        // The older form, a list of conditions: each is named by its index, the first too.
+        assert_eq!(refuse(json!([bad, ok])), "preconditions[0].key");
+        assert_eq!(refuse(json!([ok, bad])), "preconditions[1].key");
     }
 
     #[test]
