@@ -15,7 +15,6 @@ pub mod ephemeral;
 mod error;
 pub mod exception;
 mod glob;
-pub mod legacy;
 mod load;
 pub mod notation;
 pub mod pem;

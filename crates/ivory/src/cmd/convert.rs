@@ -1,5 +1,5 @@
 //! `ivory convert FILE…`: Kyverno's legacy `verifyImages` rules as ImageValidatingPolicies
-//! (`ivory_policy::legacy`). Every file is converted and checked (the output must load in ivory)
+//! (`ivory_convert`). Every file is converted and checked (the output must load in ivory)
 //! before anything is written; with any refused rule or error, nothing is written.
 //!
 //! Exit codes: 0 converted (possibly with documented differences), 1 a rule was refused,
@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use ivory_policy::legacy::{Conversion, MAX_INPUT_BYTES, convert_str};
+use ivory_convert::{Conversion, MAX_INPUT_BYTES, convert_str};
 
 use super::files::OutputDir;
 use super::output;

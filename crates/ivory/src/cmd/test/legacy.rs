@@ -1,5 +1,5 @@
 //! Legacy `verifyImages` rules in a test suite: converted exactly as `ivory convert` converts
-//! them (`ivory_policy::legacy`), one ImageValidatingPolicy per rule, and each `results` row
+//! them (`ivory_convert`), one ImageValidatingPolicy per rule, and each `results` row
 //! about `<policy>`/`<rule>` answered by the policy written for that rule.
 
 use std::collections::BTreeMap;
@@ -49,7 +49,7 @@ pub(super) fn convert<'a>(files: impl IntoIterator<Item = &'a Path>) -> anyhow::
     for file in files {
         let origin = file.display().to_string();
         let text = suite::read_input(file)?;
-        let conversion = ivory_policy::legacy::convert_str(&text, &origin)
+        let conversion = ivory_convert::convert_str(&text, &origin)
             .with_context(|| format!("converting legacy policies of {origin}"))?;
         if conversion.refused() {
             let refused: Vec<String> = conversion

@@ -12,9 +12,10 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::conditions::{self, Segment};
+use super::error::{ConvertError, ErrorKind};
 use super::images::{cel_string, cel_string_list, has_wildcard, wildcard_to_regex};
 use super::model::{MatchResources, ResourceDescription, ResourceFilter, Subject};
-use crate::types::{LabelSelector, MatchResources as Constraints, NamedRuleWithOperations};
+use ivory_policy::types::{LabelSelector, MatchResources as Constraints, NamedRuleWithOperations};
 
 /// What a rule's match, exclude and preconditions became.
 #[derive(Debug, Default)]
@@ -63,11 +64,12 @@ fn filter(
     roles: &[String],
     cluster_roles: &[String],
     at: &str,
-) -> Result<Filter, String> {
+) -> Result<Filter, ConvertError> {
     if !roles.is_empty() || !cluster_roles.is_empty() {
-        return Err(format!(
-            "{at}: roles and clusterRoles are not converted (Kyverno resolves them from RBAC \
-             bindings; a CEL condition cannot)"
+        return Err(ConvertError::unsupported(
+            at,
+            "roles and clusterRoles are not converted (Kyverno resolves them from RBAC \
+             bindings; a CEL condition cannot)",
         ));
     }
     let mut out = Filter::default();
@@ -80,15 +82,19 @@ fn filter(
                     .next_back()
                     .is_some_and(|k| k.starts_with(char::is_lowercase))
             {
-                return Err(format!(
-                    "{at}.resources.kinds: {kind:?}: subresources are not converted"
+                return Err(ConvertError::unsupported(
+                    format!("{at}.resources.kinds"),
+                    format!("{kind:?}: subresources are not converted"),
                 ));
             }
             if gvr(kind).is_none() {
-                return Err(format!(
-                    "{at}.resources.kinds: {kind:?} is not converted (Pod, Deployment, \
-                     StatefulSet, DaemonSet, ReplicaSet, Job, CronJob: the kinds whose images an \
-                     ImageValidatingPolicy extracts)"
+                return Err(ConvertError::unsupported(
+                    format!("{at}.resources.kinds"),
+                    format!(
+                        "{kind:?} is not converted (Pod, Deployment, StatefulSet, DaemonSet, \
+                         ReplicaSet, Job, CronJob: the kinds whose images an \
+                         ImageValidatingPolicy extracts)"
+                    ),
                 ));
             }
             out.kinds
@@ -96,8 +102,9 @@ fn filter(
         }
         for op in &r.operations {
             if !matches!(op.as_str(), "CREATE" | "UPDATE" | "DELETE" | "CONNECT") {
-                return Err(format!(
-                    "{at}.resources.operations: unsupported value {op:?}"
+                return Err(ConvertError::invalid(
+                    format!("{at}.resources.operations"),
+                    format!("unsupported value {op:?}"),
                 ));
             }
             out.operations.insert(op.clone());
@@ -116,7 +123,10 @@ fn filter(
             ));
         }
         if r.annotations.is_some() {
-            return Err(format!("{at}.resources.annotations: not converted"));
+            return Err(ConvertError::unsupported(
+                format!("{at}.resources.annotations"),
+                "not converted",
+            ));
         }
         out.selector.clone_from(&r.selector);
         out.namespace_selector = r.namespace_selector.clone();
@@ -124,7 +134,10 @@ fn filter(
     if !subjects.is_empty() {
         let mut any = Vec::new();
         for (i, s) in subjects.iter().enumerate() {
-            any.push(subject(s).map_err(|e| format!("{at}.subjects[{i}]: {e}"))?);
+            any.push(
+                subject(s)
+                    .map_err(|kind| ConvertError::new(format!("{at}.subjects[{i}]"), kind))?,
+            );
         }
         parts.push(any.join(" || "));
     }
@@ -141,9 +154,12 @@ fn filter(
     Ok(out)
 }
 
-fn subject(s: &Subject) -> Result<String, String> {
+/// CEL: the request comes from subject `s`. The caller knows where `s` is.
+fn subject(s: &Subject) -> Result<String, ErrorKind> {
     if has_wildcard(&s.name) {
-        return Err("wildcards in subject names are not converted".to_owned());
+        return Err(ErrorKind::Unsupported(
+            "wildcards in subject names are not converted".to_owned(),
+        ));
     }
     match s.kind.as_str() {
         "User" => Ok(format!(
@@ -161,9 +177,9 @@ fn subject(s: &Subject) -> Result<String, String> {
                 cel_string(&format!("system:serviceaccount:{ns}:{}", s.name))
             ))
         }
-        other => Err(format!(
+        other => Err(ErrorKind::Invalid(format!(
             "kind {other:?}: User, Group or ServiceAccount expected"
-        )),
+        ))),
     }
 }
 
@@ -185,11 +201,14 @@ fn one_of(subject: &str, values: &[String]) -> String {
     parts.join(" || ")
 }
 
-fn filters_of(m: &MatchResources, at: &str) -> Result<(Vec<Filter>, bool), String> {
+fn filters_of(m: &MatchResources, at: &str) -> Result<(Vec<Filter>, bool), ConvertError> {
     let direct = m.resources.is_some() || !m.subjects.is_empty();
     let groups = [!m.any.is_empty(), !m.all.is_empty(), direct];
     if groups.iter().filter(|g| **g).count() > 1 {
-        return Err(format!("{at}: any, all and resources cannot be combined"));
+        return Err(ConvertError::invalid(
+            at,
+            "any, all and resources cannot be combined",
+        ));
     }
     if direct || !m.roles.is_empty() || !m.cluster_roles.is_empty() {
         let f = filter(
@@ -213,7 +232,7 @@ fn filters_of(m: &MatchResources, at: &str) -> Result<(Vec<Filter>, bool), Strin
     Ok((out, is_any))
 }
 
-fn filter_entry(f: &ResourceFilter, at: &str) -> Result<Filter, String> {
+fn filter_entry(f: &ResourceFilter, at: &str) -> Result<Filter, ConvertError> {
     filter(
         f.resources.as_ref(),
         &f.subjects,
@@ -228,11 +247,14 @@ pub(crate) fn convert(
     match_: Option<&MatchResources>,
     exclude: Option<&MatchResources>,
     preconditions: Option<&Value>,
-) -> Result<Matched, String> {
-    let match_ = match_.ok_or("match: Required value")?;
+) -> Result<Matched, ConvertError> {
+    let match_ = match_.ok_or_else(|| ConvertError::invalid("match", "Required value"))?;
     let (filters, is_any) = filters_of(match_, "match")?;
     if filters.is_empty() {
-        return Err("match: at least one filter is required".to_owned());
+        return Err(ConvertError::invalid(
+            "match",
+            "at least one filter is required",
+        ));
     }
     let mut out = Matched::default();
     let first = &filters[0];
@@ -244,19 +266,28 @@ pub(crate) fn convert(
             .collect()
     } else {
         if !same_kinds {
-            return Err("match.all: filters naming different kinds are not converted".to_owned());
+            return Err(ConvertError::unsupported(
+                "match.all",
+                "filters naming different kinds are not converted",
+            ));
         }
         first.kinds.clone()
     };
     if kinds.is_empty() {
-        return Err("match: resources.kinds: Required value".to_owned());
+        return Err(ConvertError::invalid(
+            "match",
+            "resources.kinds: Required value",
+        ));
     }
     let operations: BTreeSet<String> = filters
         .iter()
         .flat_map(|f| f.operations.iter().cloned())
         .collect();
     if filters.iter().any(|f| f.operations != first.operations) {
-        return Err("match: filters with different operations are not converted".to_owned());
+        return Err(ConvertError::unsupported(
+            "match",
+            "filters with different operations are not converted",
+        ));
     }
     let conditions: Vec<Option<String>> = filters.iter().map(|f| f.condition.clone()).collect();
     let selectors: Vec<(Option<LabelSelector>, Option<LabelSelector>)> = filters
@@ -269,11 +300,11 @@ pub(crate) fn convert(
         // `any` of filters: one OR of conditions is exact only when every filter names the
         // same kinds and no selectors (selectors cannot be OR-ed).
         if !same_kinds || selectors.iter().any(|(a, b)| a.is_some() || b.is_some()) {
-            return Err(
-                "match.any: several filters with different kinds or with selectors are not \
-                 converted (split the rule)"
-                    .to_owned(),
-            );
+            return Err(ConvertError::unsupported(
+                "match.any",
+                "several filters with different kinds or with selectors are not converted \
+                 (split the rule)",
+            ));
         }
         let ors: Vec<String> = conditions
             .iter()
@@ -297,15 +328,19 @@ pub(crate) fn convert(
         for (o, n) in selectors {
             if o.is_some() {
                 if object.is_some() {
-                    return Err("match.all: several object selectors are not converted".to_owned());
+                    return Err(ConvertError::unsupported(
+                        "match.all",
+                        "several object selectors are not converted",
+                    ));
                 }
                 object = o;
             }
             if n.is_some() {
                 if namespace.is_some() {
-                    return Err(
-                        "match.all: several namespace selectors are not converted".to_owned()
-                    );
+                    return Err(ConvertError::unsupported(
+                        "match.all",
+                        "several namespace selectors are not converted",
+                    ));
                 }
                 namespace = n;
             }
@@ -323,12 +358,10 @@ pub(crate) fn convert(
         convert_exclude(exclude, &kinds, &mut out)?;
     }
     if let Some(pre) = preconditions.filter(|p| !p.is_null()) {
-        let blocks = match pre {
-            Value::Array(_) => vec![pre.clone()],
-            other => vec![other.clone()],
-        };
-        let cel = conditions::translate_blocks(&blocks, &request_path)
-            .map_err(|e| format!("preconditions{}", e.trim_start_matches("[0]")))?;
+        // `preconditions` is one block (`{any, all}`, or the older list of conditions): its
+        // errors name the field from `preconditions` down.
+        let cel = conditions::translate_block(pre, &request_path)
+            .map_err(|e| e.under("preconditions"))?;
         out.conditions.push(("preconditions".to_owned(), cel));
     }
     Ok(out)
@@ -359,20 +392,26 @@ fn convert_exclude(
     exclude: &MatchResources,
     match_kinds: &BTreeSet<String>,
     out: &mut Matched,
-) -> Result<(), String> {
+) -> Result<(), ConvertError> {
     let (filters, is_any) = filters_of(exclude, "exclude")?;
     if !is_any && filters.len() > 1 {
-        return Err("exclude.all: several filters are not converted".to_owned());
+        return Err(ConvertError::unsupported(
+            "exclude.all",
+            "several filters are not converted",
+        ));
     }
     for (i, f) in filters.iter().enumerate() {
+        let at = format!("exclude[{i}]");
         if f.selector.is_some() || f.namespace_selector.is_some() {
-            return Err(format!(
-                "exclude[{i}]: selectors in exclude are not converted"
+            return Err(ConvertError::unsupported(
+                at,
+                "selectors in exclude are not converted",
             ));
         }
         if !f.operations.is_empty() {
-            return Err(format!(
-                "exclude[{i}]: operations in exclude are not converted"
+            return Err(ConvertError::unsupported(
+                at,
+                "operations in exclude are not converted",
             ));
         }
         let covers_all = f.kinds.is_empty() || match_kinds.is_subset(&f.kinds);
@@ -385,8 +424,9 @@ fn convert_exclude(
                 .conditions
                 .push((format!("exclude-{i}"), format!("!({c})"))),
             (None, true) => {
-                return Err(format!(
-                    "exclude[{i}]: excludes every resource the rule matches"
+                return Err(ConvertError::unsupported(
+                    at,
+                    "excludes every resource the rule matches",
                 ));
             }
             (None, false) => {
@@ -402,9 +442,10 @@ fn convert_exclude(
                     .extend(resource_rules(&kinds, &ops));
             }
             (Some(_), false) => {
-                return Err(format!(
-                    "exclude[{i}]: a filter naming some of the matched kinds and other \
-                     constraints is not converted (split the rule)"
+                return Err(ConvertError::unsupported(
+                    at,
+                    "a filter naming some of the matched kinds and other constraints is not \
+                     converted (split the rule)",
                 ));
             }
         }
@@ -413,7 +454,7 @@ fn convert_exclude(
 }
 
 /// `{{ request.… }}` paths in preconditions as CEL on the request.
-fn request_path(path: &str) -> Result<String, String> {
+fn request_path(path: &str) -> Result<String, ErrorKind> {
     let segments = conditions::split_path(path)?;
     let field = |i: usize| match segments.get(i) {
         Some(Segment::Field(f)) => Some(f.as_str()),
@@ -427,10 +468,10 @@ fn request_path(path: &str) -> Result<String, String> {
             Some("operation" | "namespace" | "name" | "userInfo" | "kind" | "dryRun"),
         ) => ("request", 1),
         _ => {
-            return Err(format!(
+            return Err(ErrorKind::Unsupported(format!(
                 "{{{{ {path} }}}}: only request.object, request.oldObject, request.operation, \
                  request.namespace, request.name, request.kind and request.userInfo are converted"
-            ));
+            )));
         }
     };
     let rest: Vec<String> = segments[skip..]
@@ -492,14 +533,16 @@ mod tests {
             None,
             None,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.starts_with("match.any[0]: roles and clusterRoles"), "{e}");
         let e = convert(
             Some(&m(json!({"any": [{"resources": {"kinds": ["Service"]}}]}))),
             None,
             None,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("\"Service\" is not converted"), "{e}");
     }
 
@@ -518,6 +561,27 @@ mod tests {
             act.bind_json("request", &json!({"namespace": "other"}));
             assert!(!program.evaluate_bool(&act).unwrap(), "{cel}");
         }
+    }
+
+    #[test]
+    fn precondition_refusals_name_the_condition() {
+        let refuse = |pre: Value| {
+            let pods = m(json!({"resources": {"kinds": ["Pod"]}}));
+            convert(Some(&pods), None, Some(&pre))
+                .unwrap_err()
+                .path
+                .to_string()
+        };
+        let bad =
+            json!({"key": "{{ request.object | keys(@) }}", "operator": "Equals", "value": "a"});
+        let ok = json!({"key": "{{ request.operation }}", "operator": "Equals", "value": "CREATE"});
+        assert_eq!(
+            refuse(json!({"all": [ok, bad]})),
+            "preconditions.all[1].key"
+        );
+        // The older form, a list of conditions: each is named by its index, the first too.
+        assert_eq!(refuse(json!([bad, ok])), "preconditions[0].key");
+        assert_eq!(refuse(json!([ok, bad])), "preconditions[1].key");
     }
 
     #[test]

@@ -7,17 +7,22 @@
 
 use serde_json::Value;
 
+use super::error::{ConvertError, ErrorKind};
 use super::images::{cel_string, has_wildcard, wildcard_to_regex};
 
-/// Translates a JMESPath path (inside `{{ }}`) to CEL paths; returns `None` when the path is
-/// not a plain one.
-pub(crate) type PathMapper<'a> = &'a dyn Fn(&str) -> Result<String, String>;
+/// Translates a JMESPath path (inside `{{ }}`) to CEL paths; an error when the path is not a
+/// plain one (the caller knows which field held it).
+pub(crate) type PathMapper<'a> = &'a dyn Fn(&str) -> Result<String, ErrorKind>;
 
 /// `conditions` (a list of `{any, all}` blocks, all of which must hold) as one CEL boolean.
-pub(crate) fn translate_blocks(blocks: &[Value], map: PathMapper<'_>) -> Result<String, String> {
+/// Errors name the field from the list down (`[0].all[1].key`).
+pub(crate) fn translate_blocks(
+    blocks: &[Value],
+    map: PathMapper<'_>,
+) -> Result<String, ConvertError> {
     let mut parts = Vec::new();
     for (i, block) in blocks.iter().enumerate() {
-        parts.push(translate_block(block, map).map_err(|e| format!("[{i}]{e}"))?);
+        parts.push(translate_block(block, map).map_err(|e| e.under(&format!("[{i}]")))?);
     }
     if parts.is_empty() {
         return Ok("true".to_owned());
@@ -27,28 +32,35 @@ pub(crate) fn translate_blocks(blocks: &[Value], map: PathMapper<'_>) -> Result<
 
 /// One `{any: [...], all: [...]}` block (or, as Kyverno's older form, a list of conditions
 /// that must all hold).
-pub(crate) fn translate_block(block: &Value, map: PathMapper<'_>) -> Result<String, String> {
+/// Errors name the field from the block down (`.all[1].key`).
+pub(crate) fn translate_block(block: &Value, map: PathMapper<'_>) -> Result<String, ConvertError> {
     let Value::Object(obj) = block else {
         if let Value::Array(items) = block {
             return translate_list(items, " && ", map, "");
         }
-        return Err(": a condition block must be an object with any/all".to_owned());
+        return Err(ConvertError::condition(
+            "",
+            "a condition block must be an object with any/all",
+        ));
     };
     for key in obj.keys() {
         if key != "any" && key != "all" {
-            return Err(format!(".{key}: unknown field (only any and all)"));
+            return Err(ConvertError::condition(
+                format!(".{key}"),
+                "unknown field (only any and all)",
+            ));
         }
     }
     let mut parts = Vec::new();
     if let Some(any) = obj.get("any") {
         let Value::Array(items) = any else {
-            return Err(".any: must be a list".to_owned());
+            return Err(ConvertError::condition(".any", "must be a list"));
         };
         parts.push(translate_list(items, " || ", map, ".any")?);
     }
     if let Some(all) = obj.get("all") {
         let Value::Array(items) = all else {
-            return Err(".all: must be a list".to_owned());
+            return Err(ConvertError::condition(".all", "must be a list"));
         };
         parts.push(translate_list(items, " && ", map, ".all")?);
     }
@@ -63,7 +75,7 @@ fn translate_list(
     joiner: &str,
     map: PathMapper<'_>,
     at: &str,
-) -> Result<String, String> {
+) -> Result<String, ConvertError> {
     if items.is_empty() {
         // Kyverno: an empty `any` is false only when present and non-nil; an empty list
         // decodes as nil, so it holds.
@@ -71,30 +83,41 @@ fn translate_list(
     }
     let mut parts = Vec::new();
     for (i, item) in items.iter().enumerate() {
-        let cel = translate_condition(item, map).map_err(|e| format!("{at}[{i}]{e}"))?;
+        let cel = translate_condition(item, map).map_err(|e| e.under(&format!("{at}[{i}]")))?;
         parts.push(format!("({cel})"));
     }
     Ok(format!("({})", parts.join(joiner)))
 }
 
-/// One `{key, operator, value, message}`.
-pub(crate) fn translate_condition(cond: &Value, map: PathMapper<'_>) -> Result<String, String> {
+/// One `{key, operator, value, message}`; errors name the field from the condition down
+/// (`.key`).
+pub(crate) fn translate_condition(
+    cond: &Value,
+    map: PathMapper<'_>,
+) -> Result<String, ConvertError> {
     let Value::Object(obj) = cond else {
-        return Err(": a condition must be an object".to_owned());
+        return Err(ConvertError::condition("", "a condition must be an object"));
     };
     for key in obj.keys() {
         if !matches!(key.as_str(), "key" | "operator" | "value" | "message") {
-            return Err(format!(".{key}: unknown field"));
+            return Err(ConvertError::condition(format!(".{key}"), "unknown field"));
         }
     }
     let operator = obj
         .get("operator")
         .and_then(Value::as_str)
-        .ok_or(".operator: Required value")?;
-    let key =
-        operand(obj.get("key").unwrap_or(&Value::Null), map).map_err(|e| format!(".key: {e}"))?;
+        .ok_or_else(|| ConvertError::condition(".operator", "Required value"))?;
+    let key = operand(obj.get("key").unwrap_or(&Value::Null), map)
+        .map_err(|kind| ConvertError::new(".key", kind))?;
     let value = obj.get("value").unwrap_or(&Value::Null);
-    let op = |e: String| format!(" (operator {operator}): {e}");
+    // The value is judged against its operator: the error names the condition and operator.
+    let op = |cause: ErrorKind| {
+        let kind = ErrorKind::Operator {
+            operator: operator.to_owned(),
+            cause: Box::new(cause),
+        };
+        ConvertError::new("", kind)
+    };
     match operator {
         "Equals" | "Equal" => equals(&key, value).map_err(op),
         "NotEquals" | "NotEqual" => equals(&key, value).map(|c| format!("!({c})")).map_err(op),
@@ -106,16 +129,19 @@ pub(crate) fn translate_condition(cond: &Value, map: PathMapper<'_>) -> Result<S
         "GreaterThanOrEquals" => numeric(&key, value, ">=").map_err(op),
         "LessThan" => numeric(&key, value, "<").map_err(op),
         "LessThanOrEquals" => numeric(&key, value, "<=").map_err(op),
-        other => Err(format!(
-            ".operator: {other:?} is not converted (supported: Equals, NotEquals, In, AnyIn, \
-             AllIn, NotIn, AnyNotIn, AllNotIn, GreaterThan, GreaterThanOrEquals, LessThan, \
-             LessThanOrEquals)"
+        other => Err(ConvertError::unsupported(
+            ".operator",
+            format!(
+                "{other:?} is not converted (supported: Equals, NotEquals, In, AnyIn, AllIn, \
+                 NotIn, AnyNotIn, AllNotIn, GreaterThan, GreaterThanOrEquals, LessThan, \
+                 LessThanOrEquals)"
+            ),
         )),
     }
 }
 
 /// The CEL of a key or value: a `{{ path }}` variable or a literal.
-fn operand(v: &Value, map: PathMapper<'_>) -> Result<String, String> {
+fn operand(v: &Value, map: PathMapper<'_>) -> Result<String, ErrorKind> {
     match v {
         Value::String(s) => match variable(s)? {
             Some(path) => map(&path),
@@ -127,7 +153,7 @@ fn operand(v: &Value, map: PathMapper<'_>) -> Result<String, String> {
 
 /// `Some(path)` for a string that is exactly one `{{ path }}`; `None` for a plain string; an
 /// error for text mixing variables and literal text.
-fn variable(s: &str) -> Result<Option<String>, String> {
+fn variable(s: &str) -> Result<Option<String>, ErrorKind> {
     let trimmed = s.trim();
     if !s.contains("{{") {
         return Ok(None);
@@ -137,7 +163,9 @@ fn variable(s: &str) -> Result<Option<String>, String> {
         .and_then(|r| r.strip_suffix("}}"))
         .filter(|inner| !inner.contains("{{") && !inner.contains("}}"))
         .ok_or_else(|| {
-            format!("{s:?}: text around or between {{{{ }}}} variables is not converted")
+            ErrorKind::VariableNotAllowed(format!(
+                "{s:?}: text around or between {{{{ }}}} variables is not converted"
+            ))
         })?;
     let inner = inner.trim();
     // Kyverno's `{{- ... }}` (shallow substitution) reads the same value.
@@ -145,9 +173,9 @@ fn variable(s: &str) -> Result<Option<String>, String> {
     Ok(Some(inner.to_owned()))
 }
 
-fn literal(v: &Value) -> Result<String, String> {
+fn literal(v: &Value) -> Result<String, ErrorKind> {
     match v {
-        Value::Null => Err("null is not converted".to_owned()),
+        Value::Null => Err(ErrorKind::Unsupported("null is not converted".to_owned())),
         Value::Bool(b) => Ok(b.to_string()),
         Value::Number(n) => {
             if n.is_f64() {
@@ -166,8 +194,13 @@ fn literal(v: &Value) -> Result<String, String> {
             let inner = items.iter().map(literal).collect::<Result<Vec<_>, _>>()?;
             Ok(format!("[{}]", inner.join(", ")))
         }
-        Value::Object(_) => Err("an object value is not converted".to_owned()),
+        Value::Object(_) => Err(object_value()),
     }
+}
+
+/// Keys and values alike: an object has no CEL literal here.
+fn object_value() -> ErrorKind {
+    ErrorKind::Unsupported("an object value is not converted".to_owned())
 }
 
 /// Go's `time.ParseDuration` grammar and Kubernetes' quantity grammar: Kyverno's Equals compares
@@ -191,19 +224,19 @@ fn duration_or_quantity(s: &str) -> bool {
 const QUANTITY_RE2: &str =
     r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$";
 
-fn equals(key: &str, value: &Value) -> Result<String, String> {
+fn equals(key: &str, value: &Value) -> Result<String, ErrorKind> {
     match value {
         Value::String(s) => {
             if let Some(path) = variable(s)? {
-                return Err(format!(
+                return Err(ErrorKind::VariableNotAllowed(format!(
                     "value {{{{ {path} }}}}: a variable as the value is not converted (Kyverno \
                      treats the value as a wildcard pattern)"
-                ));
+                )));
             }
             if duration_or_quantity(s) {
-                return Err(format!(
+                return Err(ErrorKind::Unsupported(format!(
                     "value {s:?}: Kyverno compares it as a duration or quantity, not as text"
-                ));
+                )));
             }
             if has_wildcard(s) {
                 // The guard matters only for a pattern that can match a quantity (one starting
@@ -224,8 +257,10 @@ fn equals(key: &str, value: &Value) -> Result<String, String> {
                 Ok(format!("{key} == {}", cel_string(s)))
             }
         }
-        Value::Null => Err("a null value is not converted".to_owned()),
-        Value::Object(_) => Err("an object value is not converted".to_owned()),
+        Value::Null => Err(ErrorKind::Unsupported(
+            "a null value is not converted".to_owned(),
+        )),
+        Value::Object(_) => Err(object_value()),
         other => Ok(format!("{key} == {}", literal(other)?)),
     }
 }
@@ -242,19 +277,20 @@ enum Membership {
     None,
 }
 
-fn membership(key: &str, value: &Value, kind: Membership) -> Result<String, String> {
+fn membership(key: &str, value: &Value, kind: Membership) -> Result<String, ErrorKind> {
+    let not_a_list = || ErrorKind::MalformedCondition("the value must be a list of strings".into());
     let Value::Array(items) = value else {
-        return Err("the value must be a list of strings".to_owned());
+        return Err(not_a_list());
     };
     let mut strings = Vec::with_capacity(items.len());
     for item in items {
         let Value::String(s) = item else {
-            return Err("the value must be a list of strings".to_owned());
+            return Err(not_a_list());
         };
         if has_wildcard(s) || s.contains("{{") {
-            return Err(format!(
+            return Err(ErrorKind::Unsupported(format!(
                 "value {s:?}: wildcards and variables in the list are not converted"
-            ));
+            )));
         }
         strings.push(cel_string(s));
     }
@@ -284,13 +320,13 @@ fn membership(key: &str, value: &Value, kind: Membership) -> Result<String, Stri
     ))
 }
 
-fn numeric(key: &str, value: &Value, op: &str) -> Result<String, String> {
+fn numeric(key: &str, value: &Value, op: &str) -> Result<String, ErrorKind> {
     let Value::Number(_) = value else {
-        return Err(
+        return Err(ErrorKind::Unsupported(
             "only a number value is converted (Kyverno also compares durations, quantities and \
              versions)"
                 .to_owned(),
-        );
+        ));
     };
     Ok(format!(
         "(type({key}) == int || type({key}) == uint || type({key}) == double) && {key} {op} {}",
@@ -299,7 +335,7 @@ fn numeric(key: &str, value: &Value, op: &str) -> Result<String, String> {
 }
 
 /// A plain JMESPath path as CEL, read from `root`: `a.b."c-d"[0]` → `root.a.b['c-d'][0]`.
-pub(crate) fn path_to_cel(root: &str, path: &str) -> Result<String, String> {
+pub(crate) fn path_to_cel(root: &str, path: &str) -> Result<String, ErrorKind> {
     let mut out = root.to_owned();
     let segments = split_path(path)?;
     for segment in segments {
@@ -321,14 +357,14 @@ pub(crate) fn path_to_cel(root: &str, path: &str) -> Result<String, String> {
 }
 
 /// The path's segments, for callers that map a prefix (`request.object` → `object`).
-pub(crate) fn split_path(path: &str) -> Result<Vec<Segment>, String> {
+pub(crate) fn split_path(path: &str) -> Result<Vec<Segment>, ErrorKind> {
     let mut segments = Vec::new();
     let chars: Vec<char> = path.trim().chars().collect();
     let mut i = 0;
     let bad = || {
-        format!(
+        ErrorKind::Unsupported(format!(
             "{{{{ {path} }}}}: only plain paths (fields, \"quoted\" fields, [n]) are converted, not JMESPath functions, filters or projections"
-        )
+        ))
     };
     let mut expect_field = true;
     while i < chars.len() {
@@ -432,7 +468,7 @@ mod tests {
     use ivory_cel::{Activation, NoHost, Scope};
     use serde_json::json;
 
-    fn predicate_path(path: &str) -> Result<String, String> {
+    fn predicate_path(path: &str) -> Result<String, ErrorKind> {
         path_to_cel("predicate", path)
     }
 
@@ -503,7 +539,9 @@ mod tests {
     fn unsupported_forms_are_refused_with_the_condition_named() {
         let refuse = |cond: Value| {
             let blocks = vec![json!({"all": [cond]})];
-            translate_blocks(&blocks, &predicate_path).unwrap_err()
+            translate_blocks(&blocks, &predicate_path)
+                .unwrap_err()
+                .to_string()
         };
         let e = refuse(json!({"key": "{{ length(list) }}", "operator": "Equals", "value": 2}));
         assert!(e.starts_with("[0].all[0].key: "), "{e}");

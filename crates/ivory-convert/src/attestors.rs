@@ -9,8 +9,9 @@
 
 use std::collections::BTreeMap;
 
+use super::error::ConvertError;
 use super::model::{self, AttestorSet, CtLog, Rekor};
-use crate::types::{
+use ivory_policy::types::{
     Attestor, Cosign, CosignCertificate, CosignKey, Ctlog, Identity, Keyless, Notary, Source,
     StringSource,
 };
@@ -51,7 +52,7 @@ pub(crate) fn convert_sets(
     prefix: &str,
     inherited: &Inherited,
     out: &mut Converted,
-) -> Result<(), String> {
+) -> Result<(), ConvertError> {
     for (i, set) in sets.iter().enumerate() {
         let at = format!("{field}[{i}]");
         let mut names = Vec::new();
@@ -70,17 +71,26 @@ pub(crate) fn convert_sets(
             }
         }
         if names.is_empty() {
-            return Err(format!("{at}.entries: An entry is required"));
+            return Err(ConvertError::invalid(
+                format!("{at}.entries"),
+                "An entry is required",
+            ));
         }
+        let count_at = format!("{at}.count");
         let count = match set.count {
             None | Some(0) => names.len(),
-            Some(n) if n < 0 => return Err(format!("{at}.count: must be at least 1")),
-            Some(n) => usize::try_from(n).map_err(|_| format!("{at}.count: too large"))?,
+            Some(n) if n < 0 => return Err(ConvertError::invalid(count_at, "must be at least 1")),
+            Some(n) => {
+                usize::try_from(n).map_err(|_| ConvertError::invalid(&*count_at, "too large"))?
+            }
         };
         if count > names.len() {
-            return Err(format!(
-                "{at}.count: Count cannot exceed length of entries ({count} > {})",
-                names.len()
+            return Err(ConvertError::invalid(
+                count_at,
+                format!(
+                    "Count cannot exceed length of entries ({count} > {})",
+                    names.len()
+                ),
             ));
         }
         out.checks.push(SetCheck { names, count });
@@ -88,12 +98,14 @@ pub(crate) fn convert_sets(
     Ok(())
 }
 
+/// One attestor entry (`<at>`, `attestors[i].entries[j]`) as one attestor, or one per key
+/// of a multi-key `publicKeys`.
 fn convert_entry(
     entry: &model::Attestor,
     at: &str,
     inherited: &Inherited,
     differences: &mut Vec<String>,
-) -> Result<Vec<Attestor>, String> {
+) -> Result<Vec<Attestor>, ConvertError> {
     let kinds = [
         entry.keys.is_some(),
         entry.certificates.is_some(),
@@ -101,13 +113,15 @@ fn convert_entry(
         entry.attestor.is_some(),
     ];
     if kinds.iter().filter(|k| **k).count() != 1 {
-        return Err(format!(
-            "{at}: keys, certificates, keyless, or a nested attestor is required (exactly one)"
+        return Err(ConvertError::invalid(
+            at,
+            "keys, certificates, keyless, or a nested attestor is required (exactly one)",
         ));
     }
     if entry.attestor.is_some() {
-        return Err(format!(
-            "{at}.attestor: nested attestor sets are not converted"
+        return Err(ConvertError::unsupported(
+            format!("{at}.attestor"),
+            "nested attestor sets are not converted",
         ));
     }
     let annotations = entry
@@ -136,105 +150,138 @@ fn convert_entry(
         return key_entries(keys, entry, at, base, inherited, differences);
     }
     if let Some(certs) = &entry.certificates {
-        if certs.cert.as_deref().is_none_or(str::is_empty)
-            && certs.cert_chain.as_deref().is_none_or(str::is_empty)
-        {
-            return Err(format!("{at}.certificates: cert or certChain required"));
-        }
-        refuse_variables(certs.cert.as_deref(), &format!("{at}.certificates.cert"))?;
-        refuse_variables(
-            certs.cert_chain.as_deref(),
-            &format!("{at}.certificates.certChain"),
-        )?;
-        if certs.cert.as_deref().is_none_or(str::is_empty) {
-            return Err(format!(
-                "{at}.certificates.cert: a certChain without cert is not converted (the \
-                 ImageValidatingPolicy certificate attestor needs the signing certificate)"
-            ));
-        }
-        let value = |s: &Option<String>| {
-            s.clone()
-                .filter(|s| !s.is_empty())
-                .map(|value| StringSource {
-                    value: Some(value),
-                    expression: None,
-                })
-        };
-        if certs.cert_chain.as_deref().is_some_and(|c| !c.is_empty())
-            && certs.ctlog.as_ref().and_then(|c| c.ignore_sct) == Some(true)
-        {
-            differences.push(format!(
-                "{at}.certificates.ctlog.ignoreSCT: Kyverno v1.19.1 ignores it with a certChain (a \
-                 bug: the chain is checked before the flag is set) and denies certificates without \
-                 an embedded SCT; ivory honours it"
-            ));
-        }
-        let cosign = Cosign {
-            certificate: Some(CosignCertificate {
-                cert: value(&certs.cert),
-                cert_chain: value(&certs.cert_chain),
-            }),
-            ctlog: Some(ctlog(certs.rekor.as_ref(), certs.ctlog.as_ref(), at)?),
-            ..base
-        };
-        return Ok(vec![cosign_attestor(cosign)]);
+        return certificate_entry(certs, at, base, differences).map(|a| vec![a]);
     }
     if let Some(keyless) = &entry.keyless {
-        if keyless.rekor.is_none() && keyless.roots.as_deref().is_none_or(str::is_empty) {
-            return Err(format!(
-                "{at}.keyless: Either Rekor URL or roots are required"
-            ));
-        }
-        for (value, field) in [
-            (&keyless.subject, "subject"),
-            (&keyless.issuer, "issuer"),
-            (&keyless.subject_reg_exp, "subjectRegExp"),
-            (&keyless.issuer_reg_exp, "issuerRegExp"),
-            (&keyless.roots, "roots"),
-        ] {
-            refuse_variables(value.as_deref(), &format!("{at}.keyless.{field}"))?;
-        }
-        let non_empty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
-        let identity = Identity {
-            issuer: non_empty(&keyless.issuer),
-            subject: non_empty(&keyless.subject),
-            issuer_reg_exp: non_empty(&keyless.issuer_reg_exp),
-            subject_reg_exp: non_empty(&keyless.subject_reg_exp),
-            subject_expression: None,
-        };
-        if identity == Identity::default() {
-            differences.push(format!(
-                "{at}.keyless: no subject or issuer: Kyverno accepts any identity; the converted \
-                 attestor says so with subjectRegExp and issuerRegExp '.*'"
-            ));
-        }
-        let identity = if identity == Identity::default() {
-            Identity {
-                issuer_reg_exp: Some(".*".to_owned()),
-                subject_reg_exp: Some(".*".to_owned()),
-                ..identity
-            }
-        } else {
-            identity
-        };
-        let cosign = Cosign {
-            keyless: Some(Keyless {
-                additional_extensions: keyless
-                    .additional_extensions
-                    .clone()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, serde_json::Value::String(v)))
-                    .collect(),
-                identities: vec![identity],
-                roots: non_empty(&keyless.roots),
-            }),
-            ctlog: Some(ctlog(keyless.rekor.as_ref(), keyless.ctlog.as_ref(), at)?),
-            ..base
-        };
-        return Ok(vec![cosign_attestor(cosign)]);
+        return keyless_entry(keyless, at, base, differences).map(|a| vec![a]);
     }
-    Err(format!("{at}: no attestor"))
+    Err(ConvertError::invalid(at, "no attestor"))
+}
+
+/// `certificates`: a signing certificate (and its chain) as a cosign certificate attestor.
+fn certificate_entry(
+    certs: &model::Certificates,
+    at: &str,
+    base: Cosign,
+    differences: &mut Vec<String>,
+) -> Result<Attestor, ConvertError> {
+    if certs.cert.as_deref().is_none_or(str::is_empty)
+        && certs.cert_chain.as_deref().is_none_or(str::is_empty)
+    {
+        return Err(ConvertError::invalid(
+            format!("{at}.certificates"),
+            "cert or certChain required",
+        ));
+    }
+    refuse_variables(certs.cert.as_deref(), &format!("{at}.certificates.cert"))?;
+    refuse_variables(
+        certs.cert_chain.as_deref(),
+        &format!("{at}.certificates.certChain"),
+    )?;
+    if certs.cert.as_deref().is_none_or(str::is_empty) {
+        return Err(ConvertError::unsupported(
+            format!("{at}.certificates.cert"),
+            "a certChain without cert is not converted (the ImageValidatingPolicy certificate \
+             attestor needs the signing certificate)",
+        ));
+    }
+    let value = |s: &Option<String>| {
+        s.clone()
+            .filter(|s| !s.is_empty())
+            .map(|value| StringSource {
+                value: Some(value),
+                expression: None,
+            })
+    };
+    if certs.cert_chain.as_deref().is_some_and(|c| !c.is_empty())
+        && certs.ctlog.as_ref().and_then(|c| c.ignore_sct) == Some(true)
+    {
+        differences.push(format!(
+            "{at}.certificates.ctlog.ignoreSCT: Kyverno v1.19.1 ignores it with a certChain (a \
+             bug: the chain is checked before the flag is set) and denies certificates without \
+             an embedded SCT; ivory honours it"
+        ));
+    }
+    let cosign = Cosign {
+        certificate: Some(CosignCertificate {
+            cert: value(&certs.cert),
+            cert_chain: value(&certs.cert_chain),
+        }),
+        ctlog: Some(ctlog(
+            certs.rekor.as_ref(),
+            certs.ctlog.as_ref(),
+            &format!("{at}.certificates"),
+        )?),
+        ..base
+    };
+    Ok(cosign_attestor(cosign))
+}
+
+/// `keyless`: Fulcio certificates for one identity as a cosign keyless attestor.
+fn keyless_entry(
+    keyless: &model::Keyless,
+    at: &str,
+    base: Cosign,
+    differences: &mut Vec<String>,
+) -> Result<Attestor, ConvertError> {
+    if keyless.rekor.is_none() && keyless.roots.as_deref().is_none_or(str::is_empty) {
+        return Err(ConvertError::invalid(
+            format!("{at}.keyless"),
+            "Either Rekor URL or roots are required",
+        ));
+    }
+    for (value, field) in [
+        (&keyless.subject, "subject"),
+        (&keyless.issuer, "issuer"),
+        (&keyless.subject_reg_exp, "subjectRegExp"),
+        (&keyless.issuer_reg_exp, "issuerRegExp"),
+        (&keyless.roots, "roots"),
+    ] {
+        refuse_variables(value.as_deref(), &format!("{at}.keyless.{field}"))?;
+    }
+    let non_empty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
+    let identity = Identity {
+        issuer: non_empty(&keyless.issuer),
+        subject: non_empty(&keyless.subject),
+        issuer_reg_exp: non_empty(&keyless.issuer_reg_exp),
+        subject_reg_exp: non_empty(&keyless.subject_reg_exp),
+        subject_expression: None,
+    };
+    if identity == Identity::default() {
+        differences.push(format!(
+            "{at}.keyless: no subject or issuer: Kyverno accepts any identity; the converted \
+             attestor says so with subjectRegExp and issuerRegExp '.*'"
+        ));
+    }
+    let identity = if identity == Identity::default() {
+        Identity {
+            issuer_reg_exp: Some(".*".to_owned()),
+            subject_reg_exp: Some(".*".to_owned()),
+            ..identity
+        }
+    } else {
+        identity
+    };
+    let cosign = Cosign {
+        keyless: Some(Keyless {
+            additional_extensions: keyless
+                .additional_extensions
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, serde_json::Value::String(v)))
+                .collect(),
+            identities: vec![identity],
+            roots: non_empty(&keyless.roots),
+        }),
+        ctlog: Some(ctlog(
+            keyless.rekor.as_ref(),
+            keyless.ctlog.as_ref(),
+            &format!("{at}.keyless"),
+        )?),
+        ..base
+    };
+    Ok(cosign_attestor(cosign))
 }
 
 fn key_entries(
@@ -244,28 +291,32 @@ fn key_entries(
     base: Cosign,
     inherited: &Inherited,
     differences: &mut Vec<String>,
-) -> Result<Vec<Attestor>, String> {
+) -> Result<Vec<Attestor>, ConvertError> {
     if keys.secret.is_some() {
-        return Err(format!(
-            "{at}.keys.secret: a key read from a Secret is not converted (put the PEM in publicKeys)"
+        return Err(ConvertError::unsupported(
+            format!("{at}.keys.secret"),
+            "a key read from a Secret is not converted (put the PEM in publicKeys)",
         ));
     }
     let pem = keys.public_keys.as_deref().unwrap_or_default();
     if pem.is_empty() {
         if keys.kms.as_deref().is_some_and(|k| !k.is_empty()) {
-            return Err(format!(
-                "{at}.keys.kms: KMS keys are not converted: ivory reads no KMS (put the public \
-                 key's PEM in publicKeys)"
+            return Err(ConvertError::unsupported(
+                format!("{at}.keys.kms"),
+                "KMS keys are not converted: ivory reads no KMS (put the public key's PEM in \
+                 publicKeys)",
             ));
         }
-        return Err(format!(
-            "{at}.keys: A public key, kms key or secret is required"
+        return Err(ConvertError::invalid(
+            format!("{at}.keys"),
+            "A public key, kms key or secret is required",
         ));
     }
     refuse_variables(Some(pem), &format!("{at}.keys.publicKeys"))?;
     if pem.trim_start().starts_with("k8s://") {
-        return Err(format!(
-            "{at}.keys.publicKeys: a k8s:// Secret reference is not converted"
+        return Err(ConvertError::unsupported(
+            format!("{at}.keys.publicKeys"),
+            "a k8s:// Secret reference is not converted",
         ));
     }
     // The CRD defaults keys.signatureAlgorithm to sha256, and Kyverno's verifier lets that
@@ -276,8 +327,9 @@ fn key_entries(
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "sha256".to_owned());
     if !matches!(hash.as_str(), "sha224" | "sha256" | "sha384" | "sha512") {
-        return Err(format!(
-            "{at}.keys.signatureAlgorithm: Invalid signature algorithm provided: {hash:?}"
+        return Err(ConvertError::invalid(
+            format!("{at}.keys.signatureAlgorithm"),
+            format!("Invalid signature algorithm provided: {hash:?}"),
         ));
     }
     if let Some(outer) = entry
@@ -293,12 +345,17 @@ fn key_entries(
     }
     let split = split_pem(pem);
     if split.len() > 1 && !inherited.expand_keys {
-        return Err(format!(
-            "{at}.keys.publicKeys: several keys in one attestation entry are not converted \
-             (Kyverno does not expand them there)"
+        return Err(ConvertError::unsupported(
+            format!("{at}.keys.publicKeys"),
+            "several keys in one attestation entry are not converted (Kyverno does not expand \
+             them there)",
         ));
     }
-    let log = ctlog(keys.rekor.as_ref(), keys.ctlog.as_ref(), at)?;
+    let log = ctlog(
+        keys.rekor.as_ref(),
+        keys.ctlog.as_ref(),
+        &format!("{at}.keys"),
+    )?;
     Ok(split
         .into_iter()
         .map(|key| {
@@ -315,10 +372,11 @@ fn key_entries(
         .collect())
 }
 
-fn notary_entry(entry: &model::Attestor, at: &str) -> Result<Attestor, String> {
+fn notary_entry(entry: &model::Attestor, at: &str) -> Result<Attestor, ConvertError> {
     let Some(certs) = &entry.certificates else {
-        return Err(format!(
-            "{at}: type Notary takes certificates only (keys and keyless are not allowed)"
+        return Err(ConvertError::invalid(
+            at,
+            "type Notary takes certificates only (keys and keyless are not allowed)",
         ));
     };
     let pem = [certs.cert.as_deref(), certs.cert_chain.as_deref()]
@@ -328,7 +386,10 @@ fn notary_entry(entry: &model::Attestor, at: &str) -> Result<Attestor, String> {
         .collect::<Vec<_>>()
         .join("\n");
     if pem.is_empty() {
-        return Err(format!("{at}.certificates: cert or certChain required"));
+        return Err(ConvertError::invalid(
+            format!("{at}.certificates"),
+            "cert or certChain required",
+        ));
     }
     refuse_variables(Some(&pem), &format!("{at}.certificates"))?;
     Ok(Attestor {
@@ -353,10 +414,12 @@ fn cosign_attestor(cosign: Cosign) -> Attestor {
     }
 }
 
-fn refuse_variables(value: Option<&str>, at: &str) -> Result<(), String> {
+/// `{{ }}` in `value` (at `at`): Kyverno substitutes it at admission; the conversion cannot.
+fn refuse_variables(value: Option<&str>, at: &str) -> Result<(), ConvertError> {
     if value.is_some_and(|v| v.contains("{{")) {
-        return Err(format!(
-            "{at}: {{{{ }}}} variables (ConfigMap lookups, context) are not converted"
+        return Err(ConvertError::variable(
+            at,
+            "{{ }} variables (ConfigMap lookups, context) are not converted",
         ));
     }
     Ok(())
@@ -378,8 +441,9 @@ fn split_pem(pem: &str) -> Vec<String> {
     keys
 }
 
-/// Kyverno's Rekor / CT log options as `cosign.ctlog`.
-fn ctlog(rekor: Option<&Rekor>, ct: Option<&CtLog>, at: &str) -> Result<Ctlog, String> {
+/// Kyverno's Rekor / CT log options (of the `keys`, `certificates` or `keyless` at `at`) as
+/// `cosign.ctlog`.
+fn ctlog(rekor: Option<&Rekor>, ct: Option<&CtLog>, at: &str) -> Result<Ctlog, ConvertError> {
     refuse_variables(
         rekor.and_then(|r| r.pubkey.as_deref()),
         &format!("{at}.rekor.pubkey"),
@@ -421,6 +485,36 @@ mod tests {
         assert_eq!(split_pem(one).len(), 1);
         assert_eq!(split_pem(&two).len(), 2);
         assert!(split_pem(&two)[1].starts_with("-----BEGIN"));
+    }
+
+    #[test]
+    fn rekor_refusals_name_the_attestor_kind_they_are_under() {
+        let rekor = Some(model::Rekor {
+            url: None,
+            pubkey: Some("{{ key }}".to_owned()),
+            ignore_tlog: None,
+        });
+        let keys = model::Attestor {
+            keys: Some(model::StaticKey {
+                public_keys: Some(
+                    "-----BEGIN PUBLIC KEY-----\nAAA\n-----END PUBLIC KEY-----".into(),
+                ),
+                rekor: rekor.clone(),
+                ..model::StaticKey::default()
+            }),
+            ..model::Attestor::default()
+        };
+        let keyless = model::Attestor {
+            keyless: Some(model::Keyless {
+                rekor,
+                ..model::Keyless::default()
+            }),
+            ..model::Attestor::default()
+        };
+        for (entry, field) in [(keys, "keys"), (keyless, "keyless")] {
+            let e = convert_entry(&entry, "e", &Inherited::default(), &mut Vec::new()).unwrap_err();
+            assert_eq!(e.path.field(), format!("e.{field}.rekor.pubkey"), "{e}");
+        }
     }
 
     #[test]

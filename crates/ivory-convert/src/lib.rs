@@ -3,7 +3,7 @@
 //! (`policies.kyverno.io/v1`).
 //!
 //! [`convert_str`] reads one file's text and returns every converted policy as YAML that
-//! [`crate::load_str`] loads, with a report per rule: converted exactly, converted with
+//! [`ivory_policy::load_str`] loads, with a report per rule: converted exactly, converted with
 //! documented differences, refused (and why), or skipped (not a `verifyImages` rule). Nothing is
 //! approximated silently: a field, match form or condition without an exact equivalent is
 //! refused, naming the policy, rule and field. The mapping and every difference are in
@@ -30,7 +30,7 @@
 //!               DLYNHXITZkhIzfE+apcxDjCCkDPcJ3A3zvhPATYOIsCxYPch7Q2JdJLsDQ==
 //!               -----END PUBLIC KEY-----
 //! "#;
-//! let conversion = ivory_policy::legacy::convert_str(legacy, "policy.yaml").unwrap();
+//! let conversion = ivory_convert::convert_str(legacy, "policy.yaml").unwrap();
 //! assert!(!conversion.refused());
 //! let loaded = ivory_policy::load_str(&conversion.yaml, "converted.yaml");
 //! assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
@@ -39,6 +39,7 @@
 
 mod attestors;
 mod conditions;
+mod error;
 mod images;
 mod matching;
 mod model;
@@ -47,9 +48,10 @@ mod rule;
 
 use serde_json::Value;
 
+pub use error::{ConvertError, ErrorKind, FieldPath};
 pub use report::{Outcome, RuleReport};
 
-use crate::types::PolicyDocument;
+use ivory_policy::types::PolicyDocument;
 
 /// Largest legacy file accepted, in bytes: policies are small; this bounds parsing work on
 /// input a user (or a CI job) hands over.
@@ -78,12 +80,22 @@ impl Conversion {
 /// Input that cannot be read as legacy policies at all (as opposed to a refused rule, which is
 /// reported in [`Conversion::reports`]).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{location}: {message}")]
+#[error("{location}: {error}")]
 pub struct LegacyError {
     /// `<origin>` or `<origin> (doc <n>)`, with the policy when known.
     pub location: String,
     /// What is wrong, naming the field.
-    pub message: String,
+    pub error: ConvertError,
+}
+
+impl LegacyError {
+    /// `kind` at `location`, with no field (the input as a whole).
+    fn whole(location: impl Into<String>, kind: ErrorKind) -> Self {
+        Self {
+            location: location.into(),
+            error: ConvertError::document("", kind),
+        }
+    }
 }
 
 /// Converts every `verifyImages` rule of the ClusterPolicy / Policy documents in `text`
@@ -91,13 +103,13 @@ pub struct LegacyError {
 /// name). Documents of other kinds are listed in [`Conversion::skipped`].
 pub fn convert_str(text: &str, origin: &str) -> Result<Conversion, LegacyError> {
     if text.len() > MAX_INPUT_BYTES {
-        return Err(LegacyError {
-            location: origin.to_owned(),
-            message: format!(
-                "input is {} bytes, more than the {MAX_INPUT_BYTES} accepted",
-                text.len()
-            ),
-        });
+        return Err(LegacyError::whole(
+            origin,
+            ErrorKind::TooLarge {
+                bytes: text.len(),
+                limit: MAX_INPUT_BYTES,
+            },
+        ));
     }
     let documents = parse_documents(text, origin)?;
     let mut out = Conversion::default();
@@ -113,26 +125,23 @@ pub fn convert_str(text: &str, origin: &str) -> Result<Conversion, LegacyError> 
             p.metadata.name.clone(),
         );
         if !names.insert(key) {
-            return Err(LegacyError {
-                location: origin.to_owned(),
-                message: format!(
-                    "two converted policies would both be named {:?}; rename a rule",
-                    p.metadata.name
-                ),
-            });
+            return Err(LegacyError::whole(
+                origin,
+                ErrorKind::DuplicateName {
+                    name: p.metadata.name.clone(),
+                },
+            ));
         }
     }
-    out.yaml = render(&out.policies).map_err(|message| LegacyError {
-        location: origin.to_owned(),
-        message,
-    })?;
+    out.yaml = render(&out.policies).map_err(|kind| LegacyError::whole(origin, kind))?;
     Ok(out)
 }
 
-fn render(policies: &[PolicyDocument]) -> Result<String, String> {
+fn render(policies: &[PolicyDocument]) -> Result<String, ErrorKind> {
     let mut yaml = String::new();
     for p in policies {
-        let text = crate::yaml::to_string(p).map_err(|e| format!("cannot write YAML: {e}"))?;
+        let text =
+            ivory_policy::yaml::to_string(p).map_err(|e| ErrorKind::Unwritable(e.to_string()))?;
         yaml.push_str("---\n");
         yaml.push_str(&text);
         if !text.ends_with('\n') {
@@ -143,13 +152,17 @@ fn render(policies: &[PolicyDocument]) -> Result<String, String> {
 }
 
 fn parse_documents(text: &str, origin: &str) -> Result<Vec<(usize, Value)>, LegacyError> {
-    let err = |message: String| LegacyError {
-        location: origin.to_owned(),
-        message,
-    };
     if text.trim_start().starts_with(['{', '[']) {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| err(format!("JSON syntax error: {e}")))?;
+        let value: Value = serde_json::from_str(text).map_err(|e| {
+            let reason = e.to_string();
+            LegacyError::whole(
+                origin,
+                ErrorKind::Syntax {
+                    format: "JSON",
+                    reason,
+                },
+            )
+        })?;
         return Ok(match value {
             Value::Array(items) => items
                 .into_iter()
@@ -161,9 +174,16 @@ fn parse_documents(text: &str, origin: &str) -> Result<Vec<(usize, Value)>, Lega
     }
     let mut docs = Vec::new();
     for (i, chunk) in split_documents(text).into_iter().enumerate() {
-        let value: Value = crate::yaml::from_str(&chunk).map_err(|e| LegacyError {
-            location: format!("{origin} (doc {})", i + 1),
-            message: format!("YAML syntax error: {}", crate::yaml::describe(&e, 1)),
+        let value: Value = ivory_policy::yaml::from_str(&chunk).map_err(|e| {
+            let reason = ivory_policy::yaml::describe(&e, 1);
+            let location = format!("{origin} (doc {})", i + 1);
+            LegacyError::whole(
+                location,
+                ErrorKind::Syntax {
+                    format: "YAML",
+                    reason,
+                },
+            )
         })?;
         if !value.is_null() {
             docs.push((i + 1, value));

@@ -4,7 +4,7 @@ use super::*;
 
 fn convert_ok(text: &str) -> Conversion {
     let conversion = convert_str(text, "test.yaml").unwrap_or_else(|e| panic!("{e}"));
-    let report = crate::load_str(&conversion.yaml, "converted.yaml");
+    let report = ivory_policy::load_str(&conversion.yaml, "converted.yaml");
     assert!(
         report.errors.is_empty(),
         "{:?}\n{}",
@@ -268,4 +268,22 @@ spec:
     let alone = text.replace("  - name: by-name\n    match: {any: [{resources: {kinds: [Pod], names: [\"web-*\"]}}]}\n    validate: {message: x, pattern: {}}\n", "");
     let c = convert_ok(&alone);
     assert_eq!(c.policies[0].spec.autogen_controllers().len(), 6);
+}
+
+#[test]
+fn errors_are_std_errors_the_binary_can_wrap() {
+    // `ivory convert` and `ivory test` wrap them in anyhow (`with_context`, `{e}`).
+    fn wrappable<E: std::error::Error + Send + Sync + 'static>() {}
+    wrappable::<LegacyError>();
+    wrappable::<ConvertError>();
+    let e = convert_str("{\"a\": ", "t.json").unwrap_err();
+    assert_eq!(e.error.path, FieldPath::Document(String::new()));
+    assert!(
+        matches!(e.error.kind, ErrorKind::Syntax { format: "JSON", .. }),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().starts_with("t.json: JSON syntax error: "),
+        "{e}"
+    );
 }

@@ -128,9 +128,9 @@ pub(crate) struct ResourceDescription {
     #[serde(default)]
     pub annotations: Option<BTreeMap<String, String>>,
     #[serde(default)]
-    pub selector: Option<crate::types::LabelSelector>,
+    pub selector: Option<ivory_policy::types::LabelSelector>,
     #[serde(default)]
-    pub namespace_selector: Option<crate::types::LabelSelector>,
+    pub namespace_selector: Option<ivory_policy::types::LabelSelector>,
     #[serde(default)]
     pub operations: Vec<String>,
 }
