@@ -886,10 +886,14 @@ async fn open_streams_per_connection_are_bounded() {
             asked.push((connection, response));
         }
     }
-    let waited = futures::future::join_all(asked.into_iter().map(|(connection, response)| async move {
-        (connection, tokio::time::timeout(Duration::from_secs(5), response).await)
-    }))
-    .await;
+    let waited =
+        futures::future::join_all(asked.into_iter().map(|(connection, response)| async move {
+            (
+                connection,
+                tokio::time::timeout(Duration::from_secs(5), response).await,
+            )
+        }))
+        .await;
     let mut answered = vec![0usize; CONNECTIONS];
     let mut answers = Vec::new();
     for (connection, answer) in waited {
@@ -909,7 +913,10 @@ async fn open_streams_per_connection_are_bounded() {
         answers.len()
     );
     assert!(most <= ALLOWED, "{most} streams answered on one connection");
-    assert!(fewest >= ALLOWED / 2, "{fewest} streams answered on one connection");
+    assert!(
+        fewest >= ALLOWED / 2,
+        "{fewest} streams answered on one connection"
+    );
     assert!(extra_kib < CEILING_KIB, "+{extra_kib} KiB");
     drop(answers);
     for driver in drivers {
