@@ -20,7 +20,8 @@ cd "$(dirname "$0")/.."
 
 CARGO_FUZZ_VERSION="0.13.2"
 ALL_TARGETS=(admission_review image_reference policy_load cel_compile cosign_envelope
-  sigstore_bundle oci_manifest go_duration resp_reply registry_listing notation_jws notation_cose)
+  sigstore_bundle oci_manifest go_duration resp_reply registry_listing notation_jws notation_cose
+  egress_judge)
 
 seconds=600
 parallel=1

@@ -520,7 +520,7 @@ impl ChunkLease {
 }
 
 /// An answer body whose bytes stay charged to the answer budgets until its last piece has
-/// been handed to the socket; handed to hyper [`ANSWER_CHUNK`] bytes at a time.
+/// been handed to the socket; handed to hyper `ANSWER_CHUNK` bytes at a time.
 pub struct AnswerBody<B> {
     /// `None` for a refusal written by [`CountingService`] itself.
     inner: Option<B>,

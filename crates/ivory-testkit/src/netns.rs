@@ -70,7 +70,7 @@ exec \"$@\"";
     false
 }
 
-/// The stand-in metadata service: accepts on 169.254.169.254:80 and [fd00:ec2::254]:80,
+/// The stand-in metadata service: accepts on 169.254.169.254:80 and `[fd00:ec2::254]:80`,
 /// answers every connection with a 200 that holds a fake credential, and counts connections.
 pub struct MetadataListener {
     accepted: Arc<AtomicUsize>,
