@@ -3,7 +3,45 @@
 //! Raw documents ([`types::PolicyDocument`]) go through [`compile`] exactly once and become
 //! [`CompiledPolicy`] values with every CEL program, glob and regexp checked. Loading
 //! ([`load_path`], [`load_str`]) collects every error of every document instead of stopping at the
-//! first. This crate is synchronous and does no IO besides reading policy files.
+//! first. This crate is synchronous and does no IO besides reading policy files; evaluation is
+//! the engine's.
+//!
+//! # What this crate owns
+//!
+//! * The serde model of the CRDs ([`types`]: `ImageValidatingPolicy` and
+//!   `NamespacedImageValidatingPolicy` of `policies.kyverno.io` v1alpha1, v1beta1 and v1, and the
+//!   pre-release kind name `ImageVerificationPolicy`).
+//! * Loading files and folders (multi-document YAML, JSON: [`policy_files`], [`PolicyFiles`],
+//!   [`read_policy_files`], [`LoadReport`]), validation with Kyverno's messages (the CRD's
+//!   structural checks in `spec_checks`), and compilation of every CEL program, glob and regex
+//!   once ([`compile`]).
+//! * Autogen variants for pod controllers ([`autogen_rules`], [`CompiledPolicy::autogen_eligible`]),
+//!   and the implied `pods/ephemeralcontainers` subresource of a rule selecting pods
+//!   ([`ephemeral`]), so `kubectl debug` cannot bypass a pod policy.
+//! * The ivory extension annotations: `ivory.dev/digest-pinning` ([`Pinning`]),
+//!   `ivory.dev/verify-platforms` ([`VerifyPlatforms`]) and `ivory.dev/notation-trust-policy`
+//!   ([`notation`]: the Notation trust policy of each notary attestor, checked at load).
+//! * [`CompiledPolicy`]: every program compiled once. Its written spec stays inside this crate;
+//!   other crates read it through typed accessors ([`CompiledPolicy::credentials`],
+//!   [`CompiledPolicy::allows_insecure_registry`], [`CompiledPolicy::admission_enabled`],
+//!   [`CompiledPolicy::background_enabled`], [`CompiledPolicy::timeout_seconds`],
+//!   [`CompiledPolicy::written_match_conditions`], [`CompiledPolicy::autogen_eligible`]).
+//!   [`CompiledPolicy::new`] and [`CompiledPolicy::with_spec`] start a policy built field by
+//!   field. [`CompiledPolicy::derived`] is a [`DerivedSlot`] where the engine keeps what it
+//!   derives once per policy version, empty on every clone, so an autogen variant or a policy
+//!   changed field by field never inherits another's.
+//! * The embedded default policy ([`DEFAULT_POLICY_YAML`], [`default_policy`]).
+//! * What each policy reads from the cluster ([`cluster_reads`], kept as the policy's
+//!   [`ClusterReads`]): `resource.Get`/`resource.List`/`globalContext.Get` calls found at load,
+//!   whose `apiVersion`, `resource` and entry names must be literals; Secrets, subresources,
+//!   `resource.Post` and `http` are refused. The server watches what these name; the engine
+//!   confines each read to them.
+//! * PolicyExceptions ([`exception`], [`CompiledException`]): `policyRefs` by name and kind,
+//!   `matchConditions` compiled with `object`, `oldObject`, `request`, `namespaceObject`;
+//!   `expiresAt` honoured; `images`/`allowedValues` and unknown fields refused. The engine
+//!   applies them.
+//! * CEL is bounded at load: an expression whose worst-case cost exceeds ivory-cel's static
+//!   limit is refused, naming the policy and field.
 
 mod autogen;
 mod blind_spots;
