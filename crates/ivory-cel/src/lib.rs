@@ -1,12 +1,24 @@
-//! ivory-cel: the CEL dialect of Kyverno ImageValidatingPolicy on top of the `cel` crate.
+//! ivory-cel: the CEL dialect of Kyverno ImageValidatingPolicy on top of the `cel` crate. It
+//! does no IO of any kind: what a function needs from outside it asks the [`Host`].
 //!
 //! * [`compile`] parses an expression, runs the static checks cel-rust lacks (undeclared
-//!   identifiers, unknown functions) and records which `variables.NAME` it reads.
+//!   identifiers, unknown functions: `static_check`) and records which `variables.NAME` it reads.
 //!   It also instruments the expression for cost and refuses one whose worst-case cost
 //!   exceeds [`STATIC_COST_LIMIT`] (see the `cost` module).
 //! * [`Program::evaluate`] runs it against an [`Activation`] (per-request bindings + [`Host`]),
 //!   under a per-evaluation cost limit, the activation's [`CostBudget`] and its deadline.
-//! * The library (k8s + Kyverno functions) is built once per process.
+//! * The library (k8s + Kyverno functions) is built once per process: strings, lists, sets,
+//!   regex (with a bounded cache of compiled regexes), url, quantity, ip and cidr, semver, image
+//!   references ([`image`], ivory-reference's), Kyverno's verification and image-data functions,
+//!   and `resource.Get`/`resource.List`/`globalContext.Get` ([`cluster_functions`]), the last two
+//!   groups answered through the [`Host`]. The `resource.*` query is read in `activation`
+//!   ([`ResourceQuery`]), not in the library that registers the functions.
+//! * What a program asks is known before it runs: [`Program::literal_arguments`] (the string
+//!   literals passed to a function, such as the image of `image.GetMetadata`) and
+//!   [`Program::namespaced_calls`] (every call of a namespaced function with its literal
+//!   arguments, from which ivory-policy learns what a policy reads from the cluster).
+//! * A host's error ([`HostError`]) keeps its class (not verified, registry, budget exhausted,
+//!   invalid argument, cluster data, not available) while its text is Kyverno's.
 
 mod activation;
 mod convert;
