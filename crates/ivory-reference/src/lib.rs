@@ -1,7 +1,45 @@
 //! Container image references, parsed with go-containerregistry's `name.ParseReference` rules
 //! (what Kyverno's CEL `image` library uses), plus Kyverno's `GetImageInfo().String()`
 //! normalisation used for digest pinning, and the canonical spelling policies are matched on
-//! ([`canonical`]).
+//! ([`canonical`]). No regex, so parsing needs no start-up compile (figures in BENCHMARKS.md),
+//! and no IO.
+//!
+//! The egress rule lives here too ([`EgressRule`], [`AddressClass`], [`Cidr`]): which addresses
+//! ivory connects to when others choose the host. The registry client judges every connection
+//! by it, and the engine's late image-data fetches refuse the always-refused literals early
+//! ([`is_metadata_or_unspecified`]).
+//!
+//! # Parsed once, at the first seam
+//!
+//! An image is a string only until it leaves the request, the policy or the command line; from
+//! there on it is an [`ImageReference`] (registry, repository, tag, digest, the canonical
+//! spelling, and [`ImageReference::original`], the text as written, which messages quote). The
+//! engine's verifier seam takes it (`ImageVerifier::resolve_digest`, `image_data`,
+//! `VerifyRequest::image`), and so do the registry client's calls (`Registry::resolve_digest`,
+//! `fetch_manifest`, `fetch_platform_manifest`, `fetch_blob`, `referrers_located`); the listing
+//! calls of `ivory audit` take repository and host names. Nothing downstream parses an image
+//! again, and the verifier keeps no cache of parsed references. Where each image is parsed, and
+//! what an image that does not parse gets:
+//!
+//! * a matched image of a policy (validating stage): the engine's `validate/plan.rs`, once per
+//!   image and policy; the answer is `VerifyError::invalid_reference`, read by the expression
+//!   that asks, so the failurePolicy decides (for `verifyDigest`:
+//!   `image … does not have a digest`);
+//! * an image literal in the policy's CEL (`image.GetMetadata("…")`): `validate/plan.rs`
+//!   (`plan_jobs`); not prefetched;
+//! * an image an expression names at run time: `validate/late.rs` (`admitted`);
+//!   `invalid image reference …` for that expression;
+//! * a pinnable image (mutating stage): `mutate.rs` (`normalize`, Kyverno's normalized form);
+//!   Kyverno's `invalid image '…' (…)`, a policy error under `Fail`, a warning under `Ignore`;
+//! * an image on `ivory verify`'s command line: the binary's `cmd/image_report.rs`
+//!   (`Checker::resolve`, `Checker::attestors`); `<image>: invalid image reference (…)`;
+//! * a reference ivory builds (the signature tag `sha256-<hex>.sig`/`.att`, the referrers
+//!   subject, a pinned or platform manifest) from a parsed reference's parts, an attestor's
+//!   `source.repository` or `--signature-repository`: ivory-verify's `verifier::sibling`; the
+//!   registry error `InvalidReference`, classified like any registry error.
+//!
+//! CEL's `image()` library and `parseImageReference` parse the strings an expression hands them:
+//! that is a user input of its own.
 
 use std::borrow::Cow;
 use std::sync::Arc;
