@@ -5,7 +5,9 @@
 //! (`tokio::time::pause`, `#[tokio::test(start_paused = true)]`) [`now`] is the paused time and
 //! moves only with `tokio::time::advance` or auto-advance, so a test of a deadline or a
 //! cool-down advances time instead of sleeping. Outside such a runtime it is
-//! `std::time::Instant::now`, which is what production code always sees.
+//! `std::time::Instant::now`, which is what production code always sees. Request deadlines,
+//! the CEL evaluation deadline, the L2 circuit breaker's cool-down and cache ages all follow
+//! it; there is no fake clock of ivory's own.
 //!
 //! The wall clock ([`wall`], [`unix_seconds`]) is the system's and no test controls it: code
 //! whose answer depends on the date takes the time as an argument (as
