@@ -9,6 +9,15 @@
 //! refused, naming the policy, rule and field. The mapping and every difference are in
 //! `docs/kyverno-semantics.md` §14.
 //!
+//! The legacy model is read in `model`; each rule is converted in `rule` (its entries in
+//! `rule/entry.rs`) with `matching`, `conditions`, `attestors` and `images`, and reported in
+//! `report` ([`RuleReport`]). Every converted policy is loaded by ivory-policy before it is
+//! returned, so a conversion ivory could not load (a CEL program over the cost limit, say) is a
+//! refusal with ivory's reason, never a written file. The crate serves `ivory convert` and the
+//! legacy suites of `ivory test`, and is linked only by the binary, so the webhook's policy
+//! crate carries no converter; it neither loads policies for use nor judges them (ivory-policy,
+//! ivory-engine).
+//!
 //! ```
 //! let legacy = r#"
 //! apiVersion: kyverno.io/v1
