@@ -20,6 +20,41 @@
 //!   169.254.169.254 is a local stand-in, for tests whose failure would connect there.
 //! - [`free_port`]: ports for those servers from below the kernel's ephemeral range, so no other
 //!   socket of the test run takes one between choosing and binding it.
+//!
+//! Committed fixtures are pushed by name ([`Harness::push_fixture`]); the builders the tests,
+//! the end-to-end suite and the benchmarks share are [`policy::PodPolicy`],
+//! [`review::object_review`] and [`review::pod_review`].
+//!
+//! # Tests by tier
+//!
+//! - Unit tests beside the code, with one in-memory `ImageVerifier` (ivory-engine's
+//!   `testing::FakeVerifier`, feature `test-support`) for engine, route and command logic only.
+//! - Integration tests through the real Debian `docker-registry` ([`RegistryHarness`]: TLS with a
+//!   generated CA, htpasswd, token realm, access-log request counting, hung and fault servers)
+//!   and fixtures signed by real tools; the shared cache through the real Debian `redis-server`
+//!   ([`RedisServer`]: plain and TLS, paused, stopped, restarted) and [`HostileRedis`], a fake
+//!   RESP server on loopback that attacks its client's memory.
+//! - Tests whose failure would connect to the cloud metadata address run in a private network
+//!   namespace ([`in_metadata_netns`]: the test binary runs that one test again under `unshare`
+//!   with `169.254.169.254` and `fd00:ec2::254` on its own loopback, a stand-in listener counting
+//!   connections, and a hosts file whose names resolve there), so no packet reaches the host's
+//!   network even on a regression.
+//! - The binary run as a process over HTTPS (`crates/ivory/tests`), including `dogfood`: ivory's
+//!   own image from `scripts/image.sh`, signed and attested with cosign v2, judged by
+//!   `policies/samples/verify-ivory.yaml`.
+//! - The official Sigstore conformance suite (`fixtures/sigstore-conformance`, vendored byte for
+//!   byte): `scripts/sigstore-conformance.sh` runs its 140 verification cases offline against
+//!   `ivory verify-blob` through `scripts/sigstore-conformance-client` (the suite's CLI
+//!   protocol), and the integration test `cli_verify_blob` requires all 140 to pass.
+//! - End to end on a real kube-apiserver + etcd (`crates/ivory-e2e`, `scripts/e2e.sh`), whose
+//!   audit log the tests read (the `verified-images` audit annotation).
+//! - Side by side with the real Kyverno v1.19.1, outside `scripts/test.sh`:
+//!   `scripts/bench.sh --peers` (figures) and `scripts/convert-proof.sh`
+//!   (`ivory-bench convert-proof`: the legacy corpus under Kyverno, its conversion under ivory,
+//!   verdicts recorded in `fixtures/legacy/verdicts.json`, which the main suite replays).
+//! - A one-node cluster from real parts in its own network namespace, with ivory installed from
+//!   its image by its Helm chart (`scripts/cluster.sh`, `docs/CLUSTER.md`; needs root, not in
+//!   CI).
 
 pub use error::{Error, Result};
 pub use fault::{DEEP_LEVELS, FaultOptions, FaultServer, HungRegistry, refused_host};
