@@ -3,6 +3,57 @@
 //! This file only parses the command line, sets up logging and dispatches; each subcommand
 //! lives in `cmd/<name>.rs` with its own `Args` and `run`. Adding one takes three lines: the
 //! `mod` below, a `Command` variant and a `match` arm.
+//!
+//! The binary owns the command line (clap), the wiring of the library crates, exit codes and the
+//! global allocator (mimalloc: see BENCHMARKS.md); no admission logic. `cmd/wiring.rs` builds
+//! the verifier every command shares (`verifier_for`: the registry client with its bounds, the
+//! persistent cache, `ivory_l2::DiskCache`) and `run_routes`, the engine's pipeline over every
+//! policy of each route as `ivory apply`, `ivory test`, `ivory verify` and `ivory audit` run it;
+//! `cmd/wiring/parity.rs` shows the webhook, the background scan and `run_routes` giving one
+//! verdict for one review. `cmd::image_report` is one image judged for `verify` and `audit`.
+//!
+//! `serve --supervise` (`cmd/serve/supervise.rs`): a parent process binds the listening socket,
+//! hands it to the serving process by the systemd protocol (`LISTEN_FDS`,
+//! `LISTEN_FDS_FIRST_FD`; taken with `listenfd`, whose `FromRawFd` is the one unsafe step, kept
+//! out of this workspace, which forbids `unsafe`), starts it again at once when a signal ends
+//! it, and passes SIGTERM/SIGINT on (rustix); the serving process asks for SIGTERM when its
+//! parent dies.
+//!
+//! `ivory serve` logs through `log_writer.rs` (lines appended to a bounded buffer that one
+//! thread writes out in one write: at once when the last admission in flight ends, which the
+//! server reports through `ivory_server::Metrics::with_activity_hook` before its answer leaves,
+//! and for any line logged while no admission runs, else every 50 ms; what does not fit is
+//! dropped and counted, and stopping waits at most a second for a stalled consumer) in the
+//! format of `json_log.rs` (tracing-subscriber's JSON lines, byte for byte, written in one pass
+//! with the date formatted once per second). They replace tracing-appender, whose writer thread
+//! spun, yielded and wrote once per line, and tracing-subscriber's JSON formatter, which
+//! formats each value into a temporary string: together about a tenth of a warm admission
+//! (BENCHMARKS.md).
+//!
+//! Files the one-shot commands write or read for the user go through `cmd/files.rs`: outputs
+//! (`convert -o`, `test --junit`, `audit --policy-report`) are created new
+//! (`O_CREAT|O_EXCL|O_NOFOLLOW`) beside their target in a folder opened once and renamed over
+//! it; suite inputs are resolved and checked to be inside the suite's root
+//! (`TestCase::confine`), then opened along that path component by component without following
+//! a link (`open_resolved`, `O_NONBLOCK` for the file) and must be regular files.
+//!
+//! `ivory test` runs Kyverno CLI test suites: `cmd/test.rs` is the command (flags,
+//! `--test-case-selector`, the summary line); `cmd/test/report.rs` renders the table, the `-o`
+//! documents and JUnit; `cmd/test/suite.rs` finds `kyverno-test.yaml` files (name order, hidden
+//! folders included, links not followed, 32 levels at most) and decodes them and the files they
+//! name (`Values`, `UserInfo`, `ClusterResource`) strictly through `serde_path_to_error`, so an
+//! unknown or mistyped field is reported with its file and path; `cmd/test/load.rs` loads one
+//! test: its policies through `ivory_policy::policy_files` and `PolicyFiles::load`, each file
+//! confined to the suite's root and read by `suite::read` (documents of other kinds are noted
+//! by name), its exceptions, resources, values, user info and namespaces, and its legacy
+//! `kyverno.io` ClusterPolicy/Policy `verifyImages` rules converted as `ivory convert` converts
+//! them (`cmd/test/legacy.rs`). `cmd/test/run.rs` runs it: every resource goes through
+//! `wiring::run_routes` with `Stage::Validate` (after the converted legacy policies' mutating
+//! stage, `pin_for_legacy_rules`, as Kyverno pins then verifies), once per admission operation
+//! the rows ask for, with the namespace objects the test's cluster resources and values give;
+//! each row is then checked against the engine's `PolicyResult`s read as Kyverno's report
+//! results (`docs/kyverno-semantics.md` §15). The verifier is `wiring::verifier_for`'s, so the
+//! persistent cache and every registry bound apply.
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
