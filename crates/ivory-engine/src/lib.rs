@@ -10,14 +10,17 @@
 //! * [`pipeline`]: the one path every front end takes (the webhook routes, the background scan,
 //!   the one-shot commands): the object's shape ([`admission::shape`]), `namespaceObject`,
 //!   PolicyExceptions, credentials, then the stage under an optional [`pipeline::Backstop`],
-//!   with panics contained and answered by the failurePolicy. What differs between front ends
-//!   is a field of the [`pipeline::Pipeline`], never a second copy of the steps.
+//!   with panics contained and answered by the failurePolicy, so no panic escapes a request.
+//!   A field policies read but of the wrong type is refused, naming it (400 from the webhook,
+//!   an error naming the resource from the CLI). What differs between front ends is a field of
+//!   the [`pipeline::Pipeline`], never a second copy of the steps.
 //! * [`admission`]: AdmissionReview types. `object`/`oldObject` stay raw JSON
 //!   ([`admission::object::AdmittedObject`]): kind, labels and pod-spec images come from a strict
-//!   summary taken while the review itself is parsed ([`admission::AdmissionReview::parse`]),
-//!   and the `serde_json::Value` tree is built only when something reads more (CEL reading
-//!   `object`, the CLI's patches). The response is written as text by
-//!   [`admission::ReviewResponse::to_json`], with no JSON tree.
+//!   summary taken while the review itself is parsed ([`admission::AdmissionReview::parse`]; an
+//!   object the summary refuses sends the review through the usual parse), the raw text is taken
+//!   from the kept body only if something reads it, and the `serde_json::Value` tree is built
+//!   only when something reads more (CEL reading `object`, the CLI's patches). The response is
+//!   written as text by [`admission::ReviewResponse::to_json`], with no JSON tree.
 //! * [`json_text`]: JSON string literals escaped byte for byte as serde_json escapes them, a
 //!   word at a time, a long string's escaped text remembered per thread: the response, the
 //!   `verified-images` annotation and the binary's log lines.
@@ -34,10 +37,12 @@
 //! * [`mutate`]: the mutating stage; [`validate`]: the validating stage (both below).
 //! * [`resources`]: the cluster reads of CEL (`resource.Get`/`List`, `globalContext.Get`):
 //!   answered synchronously through [`resources::ResourceSource`] ([`resources::FileResources`]
-//!   for files, [`resources::NoResources`] where there are none, GlobalContextEntries as
-//!   [`resources::GlobalContextEntry`]), with a per-policy host that confines each read to what
-//!   the policy declared (a namespaced policy: its own namespace) and records every read that
-//!   failed, so the failurePolicy decides even when CEL absorbed the error.
+//!   for `--cluster-resources` files of `serve` in file mode, `apply` and `verify`, and for
+//!   `ivory test`; ivory-server's watches with `--kube`; [`resources::NoResources`] where there
+//!   are none; GlobalContextEntries as [`resources::GlobalContextEntry`]), with a per-policy
+//!   host that confines each read to what the policy declared (a namespaced policy: its own
+//!   namespace) and records every read that failed, so the failurePolicy decides even when CEL
+//!   absorbed the error.
 //! * [`exceptions`]: PolicyExceptions (below).
 //! * `testing` (feature `test-support`, tests only): `FakeVerifier`, the in-memory
 //!   `ImageVerifier` the engine's, the server's and the binary's unit tests share.
@@ -82,9 +87,11 @@
 //! CEL validations, synchronously against those answers. A prefetched error matters only to an
 //! expression that reads it, and a validation that is false whether the missing answers would
 //! have been "verified" or "not verified" is a definite failure. After all policies,
-//! `required`; then Deny/Warn/Audit assemble the [`decision::Decision`]. An admitted one carries
-//! the [`validate::VERIFIED_ANNOTATION`] audit annotation (what was verified, by which attestor,
-//! the signer the verifier reported and the log index). Annotations on the object are never
+//! `required`, enforced across all policies of the request; then Deny/Warn/Audit assemble the
+//! [`decision::Decision`]. An admitted one carries the [`validate::VERIFIED_ANNOTATION`] audit
+//! annotation (what was verified, by which attestor, the signer the verifier reported: key
+//! fingerprint or certificate identity, and the log index), each entry written once when
+//! verified and kept with a memoized result. Annotations on the object are never
 //! evidence: verification always happens here.
 //!
 //! What does not change between requests is derived once per policy version (`validate/facts.rs`,
@@ -116,7 +123,9 @@
 //! Loaded by [`ivory_policy::exception`] (`policyRefs` by name and kind, `matchConditions`
 //! compiled with `object`, `oldObject`, `request`, `namespaceObject`; `expiresAt` honoured;
 //! `images`/`allowedValues` and unknown fields refused) and acted on only when enabled
-//! (`--enable-policy-exceptions`). Before either stage runs, [`exceptions::Exceptions::partition`]
+//! (`--enable-policy-exceptions`, Kyverno's `--enablePolicyException`). They come from the
+//! policy files (documents of kind `PolicyException` beside the policies; `ivory apply` and
+//! `ivory verify` take `--exception FILE`) or, with `--kube`, from ivory-server's watch. Before either stage runs, [`exceptions::Exceptions::partition`]
 //! takes out every selected policy (autogen variants included) that applies to the request and
 //! has an exception whose conditions all hold: it gets a `skip` result with Kyverno's message
 //! (`rule is skipped due to policy exception: <ns>/<name>`) and the property `exceptions`, is
