@@ -125,9 +125,10 @@
 //! `images`/`allowedValues` and unknown fields refused) and acted on only when enabled
 //! (`--enable-policy-exceptions`, Kyverno's `--enablePolicyException`). They come from the
 //! policy files (documents of kind `PolicyException` beside the policies; `ivory apply` and
-//! `ivory verify` take `--exception FILE`) or, with `--kube`, from ivory-server's watch. Before either stage runs, [`exceptions::Exceptions::partition`]
-//! takes out every selected policy (autogen variants included) that applies to the request and
-//! has an exception whose conditions all hold: it gets a `skip` result with Kyverno's message
+//! `ivory verify` take `--exception FILE`) or, with `--kube`, from ivory-server's watch.
+//! Before either stage runs, [`exceptions::Exceptions::partition`] takes out every selected
+//! policy (autogen variants included) that applies to the request and has an exception whose
+//! conditions all hold: it gets a `skip` result with Kyverno's message
 //! (`rule is skipped due to policy exception: <ns>/<name>`) and the property `exceptions`, is
 //! not evaluated and pins nothing. An exception condition that errs makes the policy's result
 //! an error.
