@@ -16,8 +16,9 @@
 //!   structural checks in `spec_checks`), and compilation of every CEL program, glob and regex
 //!   once ([`compile`]).
 //! * Autogen variants for pod controllers ([`autogen_rules`],
-//!   [`CompiledPolicy::autogen_eligible`]), and the implied `pods/ephemeralcontainers` subresource of a rule selecting pods
-//!   ([`ephemeral`]), so `kubectl debug` cannot bypass a pod policy.
+//!   [`CompiledPolicy::autogen_eligible`]), and the implied `pods/ephemeralcontainers`
+//!   subresource of a rule selecting pods ([`ephemeral`]), so `kubectl debug` cannot bypass a
+//!   pod policy.
 //! * The ivory extension annotations: `ivory.dev/digest-pinning` ([`Pinning`]),
 //!   `ivory.dev/verify-platforms` ([`VerifyPlatforms`]) and `ivory.dev/notation-trust-policy`
 //!   ([`notation`]: the Notation trust policy of each notary attestor, checked at load).
