@@ -27,7 +27,9 @@
 //!   failure opens a circuit breaker (`breaker`) for a second, during which the L2 is skipped.
 //!   A lookup that timed out may still run when a paused server resumes; its lease is released
 //!   by a release written right behind it on the same connection, which is then closed unread.
-//!   Start-up connects with a 2 s limit and serves without the L2 if it does not answer.
+//!   Start-up connects with a 2 s limit and serves without the L2 if it does not answer. Reads
+//!   are bounded in size by the scripts themselves (`GETRANGE`), and every outcome is counted
+//!   ([`L2Stats`]).
 //!
 //! The client is this crate's own (`client`, [`resp`]): RESP2 over tokio TCP or tokio-rustls
 //! (`rediss://`, the system roots plus an optional `--cache-redis-ca`; `AUTH` and `SELECT` from
