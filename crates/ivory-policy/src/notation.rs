@@ -158,7 +158,7 @@ impl NotationTrustPolicy {
         }
         for (i, identity) in self.trusted_identities.iter().enumerate() {
             if let Err(e) = TrustedIdentity::parse(identity) {
-                out.push((format!("trustedIdentities[{i}]"), e));
+                out.push((format!("trustedIdentities[{i}]"), e.to_string()));
             }
         }
         out
@@ -172,47 +172,93 @@ pub enum TrustedIdentity {
     Any,
     /// `x509.subject: <DN>`: attributes (short names such as `C`, `O`, `CN`) the signing
     /// certificate's subject must hold with these values.
-    Subject(BTreeMap<String, String>),
+    Subject(DistinguishedName),
 }
+
+/// A distinguished name as attribute (short name, upper case: `C`, `O`, `CN`) → value.
+pub type DistinguishedName = BTreeMap<String, String>;
 
 impl TrustedIdentity {
     /// Parses `*` or `x509.subject: C=US, O=Acme, CN=release` (no escaped commas or
     /// multi-valued attributes; an attribute named twice is refused).
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, TrustedIdentityError> {
         if text.trim() == "*" {
             return Ok(Self::Any);
         }
         let Some(dn) = text.trim().strip_prefix("x509.subject:") else {
-            return Err(format!(
-                "{text:?}: expected \"*\" or \"x509.subject: <distinguished name>\""
-            ));
+            return Err(TrustedIdentityError::NotAnIdentity {
+                entry: text.to_owned(),
+            });
         };
-        parse_dn(dn).map(Self::Subject)
+        Ok(Self::Subject(parse_dn(dn)?))
     }
 }
 
-/// `C=US, O=Acme, CN=release` as attribute → value.
-pub fn parse_dn(dn: &str) -> Result<BTreeMap<String, String>, String> {
+/// Why a `trustedIdentities` entry is refused; the text is the policy error's reason.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TrustedIdentityError {
+    /// Neither `*` nor an `x509.subject:` entry.
+    #[error("{entry:?}: expected \"*\" or \"x509.subject: <distinguished name>\"")]
+    NotAnIdentity {
+        /// The entry as written.
+        entry: String,
+    },
+    /// An `x509.subject:` entry whose distinguished name is refused.
+    #[error(transparent)]
+    Subject(#[from] DnError),
+}
+
+/// Why a distinguished name is not read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DnError {
+    /// A backslash or a `+`: escaping and multi-valued attributes are not read, so the name
+    /// would be split wrongly.
+    #[error("{dn:?}: escaped characters and multi-valued attributes are not supported")]
+    Unsupported {
+        /// The name as written.
+        dn: String,
+    },
+    /// A comma-separated part without an attribute, an `=` or a value.
+    #[error("{dn:?}: {part:?} is not attribute=value")]
+    NotAttributeValue {
+        /// The name as written.
+        dn: String,
+        /// The part, as written between commas.
+        part: String,
+    },
+    /// The same attribute twice: which value to require would be ambiguous.
+    #[error("{dn:?}: {attribute} is given twice")]
+    Repeated {
+        /// The name as written.
+        dn: String,
+        /// The attribute, upper-cased.
+        attribute: String,
+    },
+}
+
+/// `C=US, O=Acme, CN=release` as attribute → value (never empty: an empty name has one empty
+/// part, which is not attribute=value).
+pub fn parse_dn(dn: &str) -> Result<DistinguishedName, DnError> {
     if dn.contains('\\') || dn.contains('+') {
-        return Err(format!(
-            "{dn:?}: escaped characters and multi-valued attributes are not supported"
-        ));
+        return Err(DnError::Unsupported { dn: dn.to_owned() });
     }
     let mut out = BTreeMap::new();
     for part in dn.split(',') {
-        let Some((k, v)) = part.split_once('=') else {
-            return Err(format!("{dn:?}: {part:?} is not attribute=value"));
+        let not_attribute_value = || DnError::NotAttributeValue {
+            dn: dn.to_owned(),
+            part: part.to_owned(),
         };
+        let (k, v) = part.split_once('=').ok_or_else(not_attribute_value)?;
         let (k, v) = (k.trim().to_ascii_uppercase(), v.trim());
         if k.is_empty() || v.is_empty() {
-            return Err(format!("{dn:?}: {part:?} is not attribute=value"));
+            return Err(not_attribute_value());
         }
         if out.insert(k.clone(), v.to_owned()).is_some() {
-            return Err(format!("{dn:?}: {k} is given twice"));
+            return Err(DnError::Repeated {
+                dn: dn.to_owned(),
+                attribute: k,
+            });
         }
-    }
-    if out.is_empty() {
-        return Err("empty distinguished name".into());
     }
     Ok(out)
 }
@@ -264,6 +310,32 @@ mod tests {
         ] {
             assert!(TrustedIdentity::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn refused_identities_say_why_in_the_policy_error_words() {
+        let why = |text: &str| TrustedIdentity::parse(text).unwrap_err().to_string();
+        assert_eq!(
+            why("CN=x"),
+            r#""CN=x": expected "*" or "x509.subject: <distinguished name>""#
+        );
+        assert_eq!(
+            why("x509.subject: CN=a\\,b"),
+            r#"" CN=a\\,b": escaped characters and multi-valued attributes are not supported"#
+        );
+        assert_eq!(
+            why("x509.subject: C=US, CN"),
+            r#"" C=US, CN": " CN" is not attribute=value"#
+        );
+        assert_eq!(why("x509.subject:"), r#""": "" is not attribute=value"#);
+        assert_eq!(
+            why("x509.subject: c=US, C=DE"),
+            r#"" c=US, C=DE": C is given twice"#
+        );
+        assert_eq!(
+            parse_dn("O=a+b"),
+            Err(DnError::Unsupported { dn: "O=a+b".into() })
+        );
     }
 
     #[test]

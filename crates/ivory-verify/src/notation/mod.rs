@@ -67,7 +67,7 @@ impl NotaryPlan {
         let identities = policy
             .trusted_identities
             .iter()
-            .map(|i| TrustedIdentity::parse(i).map_err(Rejection::Attestor))
+            .map(|i| TrustedIdentity::parse(i).map_err(|e| Rejection::Attestor(e.to_string())))
             .collect::<Result<_, _>>()?;
         Ok(Self {
             certs,
