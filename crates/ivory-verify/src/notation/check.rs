@@ -295,9 +295,28 @@ fn key_usage(certificate: &Certificate) -> Result<(), Rejection> {
     }
 }
 
+/// Why the signing certificate does not chain to the trust store; the text follows "does not
+/// chain to the attestor's certs: " in the rejection.
+#[derive(Debug, thiserror::Error)]
+enum ChainError {
+    /// The envelope carries no certificate.
+    #[error("no certificate")]
+    NoCertificate,
+    /// rustls-webpki does not read the signing certificate.
+    #[error(transparent)]
+    Leaf(webpki::Error),
+    /// No path to an anchor that is valid at the time, with the usage.
+    #[error(transparent)]
+    Path(webpki::Error),
+}
+
 /// rustls-webpki path building from the signing certificate through the envelope's other
 /// certificates to `anchors`, with the code-signing usage (when the certificate names usages).
-fn chain_to(anchors: &[DerCertificate], env: &SignedEnvelope, at: Timestamp) -> Result<(), String> {
+fn chain_to(
+    anchors: &[DerCertificate],
+    env: &SignedEnvelope,
+    at: Timestamp,
+) -> Result<(), ChainError> {
     let anchor_ders: Vec<CertificateDer<'_>> = anchors
         .iter()
         .map(|c| CertificateDer::from(c.as_bytes()))
@@ -306,9 +325,9 @@ fn chain_to(anchors: &[DerCertificate], env: &SignedEnvelope, at: Timestamp) -> 
         .iter()
         .filter_map(|d| webpki::anchor_from_trusted_cert(d).ok())
         .collect();
-    let leaf = env.chain.first().ok_or("no certificate")?;
+    let leaf = env.chain.first().ok_or(ChainError::NoCertificate)?;
     let leaf_der = CertificateDer::from(leaf.as_slice());
-    let ee = EndEntityCert::try_from(&leaf_der).map_err(|e| e.to_string())?;
+    let ee = EndEntityCert::try_from(&leaf_der).map_err(ChainError::Leaf)?;
     let intermediates: Vec<CertificateDer<'_>> = env
         .chain
         .get(1..)
@@ -327,7 +346,7 @@ fn chain_to(anchors: &[DerCertificate], env: &SignedEnvelope, at: Timestamp) -> 
         None,
     )
     .map(|_| ())
-    .map_err(|e| e.to_string())
+    .map_err(ChainError::Path)
 }
 
 /// `trustedIdentities`: `*`, or a subject holding every attribute of one entry.
@@ -388,12 +407,12 @@ fn timestamp_time(plan: &NotaryPlan, env: &SignedEnvelope) -> Result<Timestamp, 
     // An RSA TSA's token: read here (sigstore-tsa reads EC TSA keys only).
     match super::timestamp_rsa::verify(token, &env.signature, &plan.tsa) {
         Ok(time) => return Ok(time),
-        Err(RsaTokenError::Invalid(why)) => {
+        Err(RsaTokenError::NotRsa) => {}
+        Err(why) => {
             return Err(Rejection::Tlog(format!(
                 "the timestamp countersignature does not verify to tsaCerts: {why}"
             )));
         }
-        Err(RsaTokenError::NotRsa) => {}
     }
     let embedded = embedded_certificates(token);
     let signature = SignatureBytes::from_bytes(&env.signature);

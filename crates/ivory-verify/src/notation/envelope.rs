@@ -245,7 +245,7 @@ pub fn parse_jws(bytes: &[u8]) -> Result<SignedEnvelope, EnvelopeError> {
         expiry: time(EXPIRY)?,
         crit: &crit,
     };
-    let scheme = attributes.check().map_err(jws_error)?;
+    let scheme = attributes.check().map_err(|e| jws_error(e.to_string()))?;
     if jws.header.x5c.len() > MAX_CHAIN {
         return Err(jws_error(format!(
             "x5c holds more than {MAX_CHAIN} certificates"
@@ -297,37 +297,59 @@ struct Attributes<'a> {
     crit: &'a [String],
 }
 
+/// Why the signed attributes are refused; the text follows the envelope's format in the
+/// [`EnvelopeError`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum AttributeError {
+    /// `crit` names a header whose meaning ivory does not know, so it cannot honour it.
+    #[error("critical header {header} is not supported")]
+    UnsupportedCritical { header: String },
+    /// A header the specification makes critical is not in `crit`.
+    #[error("{header} is not marked critical")]
+    NotCritical { header: &'static str },
+    /// A signing scheme other than the specification's two, or none.
+    #[error("{SIGNING_SCHEME} {scheme:?} is not supported")]
+    UnsupportedScheme { scheme: Option<String> },
+    /// The signing time the scheme needs is absent.
+    #[error("{header} is missing")]
+    MissingTime { header: &'static str },
+}
+
 impl Attributes<'_> {
-    fn check(&self) -> Result<SigningScheme, String> {
+    fn check(&self) -> Result<SigningScheme, AttributeError> {
         let critical = |key: &str| self.crit.iter().any(|c| c == key);
+        let not_critical = |header| Err(AttributeError::NotCritical { header });
         for c in self.crit {
             if !matches!(
                 c.as_str(),
                 SIGNING_SCHEME | EXPIRY | AUTHENTIC_SIGNING_TIME | "alg" | "cty" | "crit"
             ) {
-                return Err(format!("critical header {c} is not supported"));
+                return Err(AttributeError::UnsupportedCritical { header: c.clone() });
             }
         }
         if !critical(SIGNING_SCHEME) {
-            return Err(format!("{SIGNING_SCHEME} is not marked critical"));
+            return not_critical(SIGNING_SCHEME);
         }
         if self.expiry.is_some() && !critical(EXPIRY) {
-            return Err(format!("{EXPIRY} is not marked critical"));
+            return not_critical(EXPIRY);
         }
         let scheme = match self.scheme {
             Some("notary.x509") => SigningScheme::X509,
             Some("notary.x509.signingAuthority") => SigningScheme::SigningAuthority,
-            other => return Err(format!("{SIGNING_SCHEME} {other:?} is not supported")),
-        };
-        match scheme {
-            SigningScheme::X509 if self.signing_time.is_none() => {
-                Err(format!("{SIGNING_TIME} is missing"))
+            other => {
+                return Err(AttributeError::UnsupportedScheme {
+                    scheme: other.map(str::to_owned),
+                });
             }
+        };
+        let missing = |header| Err(AttributeError::MissingTime { header });
+        match scheme {
+            SigningScheme::X509 if self.signing_time.is_none() => missing(SIGNING_TIME),
             SigningScheme::SigningAuthority if self.authentic_signing_time.is_none() => {
-                Err(format!("{AUTHENTIC_SIGNING_TIME} is missing"))
+                missing(AUTHENTIC_SIGNING_TIME)
             }
             SigningScheme::SigningAuthority if !critical(AUTHENTIC_SIGNING_TIME) => {
-                Err(format!("{AUTHENTIC_SIGNING_TIME} is not marked critical"))
+                not_critical(AUTHENTIC_SIGNING_TIME)
             }
             _ => Ok(scheme),
         }
@@ -386,7 +408,7 @@ pub fn parse_cose(bytes: &[u8]) -> Result<SignedEnvelope, EnvelopeError> {
         expiry: time(EXPIRY)?,
         crit: &crit,
     };
-    let scheme = attributes.check().map_err(cose_error)?;
+    let scheme = attributes.check().map_err(|e| cose_error(e.to_string()))?;
     let mut chain = Vec::new();
     let mut timestamp_token = None;
     for (label, value) in &sign1.unprotected.rest {
@@ -508,6 +530,34 @@ mod tests {
         for (protected, want) in cases {
             let err = parse_jws(&jws_with(&protected)).unwrap_err().to_string();
             assert!(err.contains(want), "{protected}: {err}");
+        }
+        // The signed attributes' refusals, word for word as the rejection shows them.
+        for (protected, want) in [
+            (
+                good.replace(
+                    r#"["io.cncf.notary.signingScheme"]"#,
+                    r#"["io.cncf.notary.signingScheme","x-unknown"]"#,
+                ),
+                "JWS envelope: critical header x-unknown is not supported",
+            ),
+            (
+                good.replace(r#""crit":["io.cncf.notary.signingScheme"]"#, r#""crit":[]"#),
+                "JWS envelope: io.cncf.notary.signingScheme is not marked critical",
+            ),
+            (
+                good.replace("notary.x509", "notary.other"),
+                r#"JWS envelope: io.cncf.notary.signingScheme Some("notary.other") is not supported"#,
+            ),
+            (
+                good.replace(
+                    r#","io.cncf.notary.signingTime":"2026-12-04T17:46:52Z""#,
+                    "",
+                ),
+                "JWS envelope: io.cncf.notary.signingTime is missing",
+            ),
+        ] {
+            let err = parse_jws(&jws_with(&protected)).unwrap_err().to_string();
+            assert_eq!(err, want, "{protected}");
         }
         // An unprotected header the specification does not define is refused.
         let extra = String::from_utf8(jws_with(good))

@@ -15,11 +15,14 @@ use rustls_pki_types::SignatureVerificationAlgorithm;
 use sigstore_verify::types::DerCertificate;
 use x509_cert::Certificate;
 use x509_cert::crl::CertificateList;
+use x509_cert::der::asn1::ObjectIdentifier;
 use x509_cert::der::{Decode as _, Encode as _, EncodeValue as _, Reader as _, SliceReader};
 use x509_cert::ext::pkix::name::{DistributionPointName, GeneralName};
 use x509_cert::ext::pkix::{
     AuthorityInfoAccessSyntax, CrlDistributionPoints, IssuingDistributionPoint, KeyUsage,
 };
+use x509_cert::name::Name;
+use x509_cert::time::Time;
 
 /// `id-ad-ocsp` (1.3.6.1.5.5.7.48.1).
 const ID_AD_OCSP: &str = "1.3.6.1.5.5.7.48.1";
@@ -112,13 +115,28 @@ fn anchor_named(anchors: &[DerCertificate], cert: &Certificate) -> Option<Certif
         .find(|a| a.tbs_certificate.subject == cert.tbs_certificate.issuer)
 }
 
+/// Why a certificate's revocation status cannot be looked up; the text follows
+/// "certificate <subject>: " in the unknown status.
+#[derive(Debug, thiserror::Error)]
+enum PointsError {
+    /// The `cRLDistributionPoints` extension does not decode.
+    #[error("its CRL distribution points cannot be read: {0}")]
+    Unreadable(x509_cert::der::Error),
+    /// Status only by OCSP, which ivory never queries (no request-path IO).
+    #[error("it names only an OCSP responder, and ivory queries none")]
+    OnlyOcsp,
+    /// Points named, none of them ivory can fetch (`ldap:`, `file:`, scoped by reason or issuer).
+    #[error("it names CRL distribution points, none of them an http(s) URL")]
+    NoHttpPoint,
+}
+
 /// The `http(s)` CRL distribution points of `cert` (empty: not revocable). A certificate
 /// naming points but none ivory can fetch, or only an OCSP responder, is refused.
-fn distribution_points(cert: &Certificate) -> Result<Vec<String>, String> {
+fn distribution_points(cert: &Certificate) -> Result<Vec<String>, PointsError> {
     let tbs = &cert.tbs_certificate;
     let points = tbs
         .get::<CrlDistributionPoints>()
-        .map_err(|e| format!("its CRL distribution points cannot be read: {e}"))?;
+        .map_err(PointsError::Unreadable)?;
     let ocsp = tbs
         .get::<AuthorityInfoAccessSyntax>()
         .ok()
@@ -130,7 +148,7 @@ fn distribution_points(cert: &Certificate) -> Result<Vec<String>, String> {
         });
     let Some((_, points)) = points else {
         return if ocsp {
-            Err("it names only an OCSP responder, and ivory queries none".into())
+            Err(PointsError::OnlyOcsp)
         } else {
             Ok(Vec::new())
         };
@@ -152,7 +170,7 @@ fn distribution_points(cert: &Certificate) -> Result<Vec<String>, String> {
         .take(MAX_POINTS)
         .collect();
     if urls.is_empty() {
-        return Err("it names CRL distribution points, none of them an http(s) URL".into());
+        return Err(PointsError::NoHttpPoint);
     }
     Ok(urls)
 }
@@ -197,6 +215,68 @@ fn certificate_status(
     ))
 }
 
+/// Why a CRL decides nothing for a certificate (it is fetched again); the text follows "the
+/// CRL from <url> " in the unknown status.
+#[derive(Debug, thiserror::Error)]
+enum CrlError {
+    /// Not a DER CRL.
+    #[error("cannot be parsed: {0}")]
+    Unparsable(x509_cert::der::Error),
+    /// Another issuer's CRL: it says nothing of this certificate.
+    #[error("is issued by {crl_issuer}, not by the certificate's issuer {cert_issuer}")]
+    OtherIssuer {
+        /// The CRL's issuer.
+        crl_issuer: Name,
+        /// The certificate's issuer.
+        cert_issuer: Name,
+    },
+    /// The signed bytes or an algorithm identifier cannot be read back.
+    #[error("cannot be verified: malformed")]
+    Malformed,
+    /// No verifier of the chain's set for the CRL's signature and the issuer's key.
+    #[error("cannot be verified: its signature algorithm is not supported")]
+    UnsupportedAlgorithm,
+    /// Signed by another key than the issuer's: possibly forged.
+    #[error("does not verify with the issuer's key (wrong signer)")]
+    WrongSigner,
+    /// The issuer's key may not sign CRLs.
+    #[error("is signed by an issuer whose keyUsage lacks cRLSign")]
+    NoCrlSign,
+    /// A critical extension ivory does not read could narrow what the CRL covers.
+    #[error("has a critical extension ivory does not read ({oid})")]
+    UnreadCriticalExtension {
+        /// The extension's OID.
+        oid: ObjectIdentifier,
+    },
+    /// The `issuingDistributionPoint` extension does not decode.
+    #[error("has an unreadable issuingDistributionPoint: {0}")]
+    UnreadableScope(x509_cert::der::Error),
+    /// A CRL that lists only some revocations, or another issuer's, or attribute certificates.
+    #[error("is an indirect, partitioned or attribute CRL, which ivory does not read")]
+    PartialCrl,
+    /// Only CA certificates or only end-entity ones, and this certificate is the other kind.
+    #[error("does not cover this kind of certificate")]
+    OtherKind,
+    /// Scoped to a distribution point other than the URL it came from.
+    #[error("names another distribution point")]
+    OtherPoint,
+    /// Issued in the future (beyond the allowed skew).
+    #[error("is not valid yet (thisUpdate {this_update})")]
+    NotYetValid {
+        /// The CRL's `thisUpdate`.
+        this_update: Time,
+    },
+    /// No `nextUpdate`: nothing says how long it is current.
+    #[error("has no nextUpdate")]
+    NoNextUpdate,
+    /// Past its `nextUpdate`: a replayed old CRL could hide a revocation.
+    #[error("is stale (nextUpdate {next_update} has passed)")]
+    Stale {
+        /// The CRL's `nextUpdate`.
+        next_update: Time,
+    },
+}
+
 /// `Ok(None)`: `crl_der` covers `cert` and does not list it; `Ok(Some(when))`: it lists it;
 /// `Err`: it cannot be used (says why).
 fn crl_verdict(
@@ -206,37 +286,32 @@ fn crl_verdict(
     url: &str,
     algorithms: &[&dyn SignatureVerificationAlgorithm],
     now: Timestamp,
-) -> Result<Option<Timestamp>, String> {
-    let crl = CertificateList::from_der(crl_der).map_err(|e| format!("cannot be parsed: {e}"))?;
+) -> Result<Option<Timestamp>, CrlError> {
+    let crl = CertificateList::from_der(crl_der).map_err(CrlError::Unparsable)?;
     let list = &crl.tbs_cert_list;
     if list.issuer != cert.tbs_certificate.issuer {
-        return Err(format!(
-            "is issued by {}, not by the certificate's issuer {}",
-            list.issuer, cert.tbs_certificate.issuer
-        ));
+        return Err(CrlError::OtherIssuer {
+            crl_issuer: list.issuer.clone(),
+            cert_issuer: cert.tbs_certificate.issuer.clone(),
+        });
     }
     verify_crl_signature(crl_der, &crl, issuer, algorithms)?;
     if let Ok(Some((_, usage))) = issuer.tbs_certificate.get::<KeyUsage>()
         && !usage.crl_sign()
     {
-        return Err("is signed by an issuer whose keyUsage lacks cRLSign".into());
+        return Err(CrlError::NoCrlSign);
     }
     scope(&crl, cert, url)?;
-    let seconds = |t: x509_cert::time::Time| {
-        i64::try_from(t.to_unix_duration().as_secs()).unwrap_or(i64::MAX)
-    };
+    let seconds = |t: Time| i64::try_from(t.to_unix_duration().as_secs()).unwrap_or(i64::MAX);
     let this_update = seconds(list.this_update);
     if this_update > now.as_second() + SKEW_SECONDS {
-        return Err(format!(
-            "is not valid yet (thisUpdate {})",
-            list.this_update
-        ));
+        return Err(CrlError::NotYetValid {
+            this_update: list.this_update,
+        });
     }
-    let Some(next_update) = list.next_update else {
-        return Err("has no nextUpdate".into());
-    };
+    let next_update = list.next_update.ok_or(CrlError::NoNextUpdate)?;
     if seconds(next_update) <= now.as_second() {
-        return Err(format!("is stale (nextUpdate {next_update} has passed)"));
+        return Err(CrlError::Stale { next_update });
     }
     let serial = &cert.tbs_certificate.serial_number;
     Ok(list
@@ -254,27 +329,25 @@ fn verify_crl_signature(
     crl: &CertificateList,
     issuer: &Certificate,
     algorithms: &[&dyn SignatureVerificationAlgorithm],
-) -> Result<(), String> {
-    let unverifiable = |why: &str| format!("cannot be verified: {why}");
-    let signed = tbs_bytes(crl_der).ok_or_else(|| unverifiable("malformed"))?;
-    let signature_id =
-        algorithm_id_value(&crl.signature_algorithm).ok_or_else(|| unverifiable("malformed"))?;
+) -> Result<(), CrlError> {
+    let signed = tbs_bytes(crl_der).ok_or(CrlError::Malformed)?;
+    let signature_id = algorithm_id_value(&crl.signature_algorithm).ok_or(CrlError::Malformed)?;
     let spki = &issuer.tbs_certificate.subject_public_key_info;
-    let key_id = algorithm_id_value(&spki.algorithm).ok_or_else(|| unverifiable("malformed"))?;
+    let key_id = algorithm_id_value(&spki.algorithm).ok_or(CrlError::Malformed)?;
     let algorithm = algorithms
         .iter()
         .find(|a| {
             a.signature_alg_id().as_ref() == signature_id.as_slice()
                 && a.public_key_alg_id().as_ref() == key_id.as_slice()
         })
-        .ok_or_else(|| unverifiable("its signature algorithm is not supported"))?;
+        .ok_or(CrlError::UnsupportedAlgorithm)?;
     algorithm
         .verify_signature(
             spki.subject_public_key.raw_bytes(),
             signed,
             crl.signature.raw_bytes(),
         )
-        .map_err(|_| "does not verify with the issuer's key (wrong signer)".to_owned())
+        .map_err(|_| CrlError::WrongSigner)
 }
 
 /// The `tbsCertList` bytes exactly as signed.
@@ -296,24 +369,19 @@ fn algorithm_id_value(id: &x509_cert::spki::AlgorithmIdentifierOwned) -> Option<
 /// The CRL's extensions allow it to cover `cert` fetched from `url`: an issuing distribution
 /// point, when present, names `url` and a scope that includes `cert`; no other critical
 /// extension (delta CRLs and indirect CRLs are not read).
-fn scope(crl: &CertificateList, cert: &Certificate, url: &str) -> Result<(), String> {
+fn scope(crl: &CertificateList, cert: &Certificate, url: &str) -> Result<(), CrlError> {
     for ext in crl.tbs_cert_list.crl_extensions.iter().flatten() {
         if ext.extn_id.to_string() != ID_CE_ISSUING_DISTRIBUTION_POINT {
             if ext.critical {
-                return Err(format!(
-                    "has a critical extension ivory does not read ({})",
-                    ext.extn_id
-                ));
+                return Err(CrlError::UnreadCriticalExtension { oid: ext.extn_id });
             }
             continue;
         }
         let idp = IssuingDistributionPoint::from_der(ext.extn_value.as_bytes())
-            .map_err(|e| format!("has an unreadable issuingDistributionPoint: {e}"))?;
+            .map_err(CrlError::UnreadableScope)?;
         if idp.indirect_crl || idp.only_some_reasons.is_some() || idp.only_contains_attribute_certs
         {
-            return Err(
-                "is an indirect, partitioned or attribute CRL, which ivory does not read".into(),
-            );
+            return Err(CrlError::PartialCrl);
         }
         let is_ca = cert
             .tbs_certificate
@@ -322,14 +390,14 @@ fn scope(crl: &CertificateList, cert: &Certificate, url: &str) -> Result<(), Str
             .flatten()
             .is_some_and(|(_, bc)| bc.ca);
         if (idp.only_contains_ca_certs && !is_ca) || (idp.only_contains_user_certs && is_ca) {
-            return Err("does not cover this kind of certificate".into());
+            return Err(CrlError::OtherKind);
         }
         if let Some(DistributionPointName::FullName(names)) = &idp.distribution_point {
             let named = names.iter().any(
                 |n| matches!(n, GeneralName::UniformResourceIdentifier(u) if u.to_string() == url),
             );
             if !named {
-                return Err("names another distribution point".into());
+                return Err(CrlError::OtherPoint);
             }
         }
     }
@@ -461,6 +529,50 @@ mod tests {
         assert_eq!(
             check_chain(&chain, &[root], &good, CHAIN_ALGORITHMS, now),
             Status::Good
+        );
+    }
+
+    #[test]
+    fn why_a_crl_decides_nothing_reads_as_a_sentence_about_it() {
+        let now = Timestamp::now();
+        let leaf = Certificate::from_der(&der("pki/leaf-rev-revoked.pem")).unwrap();
+        let root = Certificate::from_der(&der("pki/root.pem")).unwrap();
+        let verdict = |crl: &str| {
+            crl_verdict(
+                &leaf,
+                &root,
+                &fixture(&format!("crl/{crl}.crl")),
+                URL,
+                CHAIN_ALGORITHMS,
+                now,
+            )
+        };
+        assert!(matches!(verdict("good"), Ok(Some(_))));
+        assert!(matches!(verdict("wrong-key"), Err(CrlError::WrongSigner)));
+        let Err(stale @ CrlError::Stale { .. }) = verdict("stale") else {
+            panic!("stale expected");
+        };
+        let text = stale.to_string();
+        assert!(
+            text.starts_with("is stale (nextUpdate ") && text.ends_with(" has passed)"),
+            "{text}"
+        );
+        let Err(CrlError::Unparsable(_)) =
+            crl_verdict(&leaf, &root, b"not a CRL", URL, CHAIN_ALGORITHMS, now)
+        else {
+            panic!("unparsable expected");
+        };
+        assert_eq!(
+            CrlError::WrongSigner.to_string(),
+            "does not verify with the issuer's key (wrong signer)"
+        );
+        assert_eq!(
+            CrlError::Malformed.to_string(),
+            "cannot be verified: malformed"
+        );
+        assert_eq!(
+            PointsError::OnlyOcsp.to_string(),
+            "it names only an OCSP responder, and ivory queries none"
         );
     }
 }

@@ -43,13 +43,47 @@ const SHA512: &str = "2.16.840.1.101.3.4.2.3";
 /// `id-kp-timeStamping` (1.3.6.1.5.5.7.3.8), DER value bytes.
 const ID_KP_TIME_STAMPING: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x08];
 
-/// Why an RSA token did not verify.
-#[derive(Debug, PartialEq, Eq)]
+/// Why an RSA token did not verify; but for [`RsaTokenError::NotRsa`], the text follows "does
+/// not verify to tsaCerts: " in the rejection.
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum RsaTokenError {
     /// The token's signer has no RSA key: not a token for this verifier.
+    #[error("the token's signer has no RSA key")]
     NotRsa,
     /// It is an RSA token and it does not verify: why.
+    #[error("{0}")]
     Invalid(String),
+    /// Its TSTInfo cannot be read.
+    #[error(transparent)]
+    TstInfo(#[from] TstInfoError),
+    /// Its signer does not chain to `tsaCerts`.
+    #[error(transparent)]
+    Chain(#[from] TsaChainError),
+}
+
+/// Why a TSTInfo's imprint and time cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TstInfoError {
+    /// Not the DER of a TSTInfo.
+    #[error("TSTInfo: {0}")]
+    Der(#[from] x509_cert::der::Error),
+    /// A `genTime` outside the times ivory represents.
+    #[error("TSTInfo genTime: {0}")]
+    GenTime(jiff::Error),
+}
+
+/// Why the token's signer does not chain to `tsaCerts`.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TsaChainError {
+    /// The signer's certificate does not encode back to DER.
+    #[error(transparent)]
+    Encoding(x509_cert::der::Error),
+    /// rustls-webpki does not read the signer's certificate.
+    #[error(transparent)]
+    Leaf(webpki::Error),
+    /// No path to a `tsaCerts` root valid at the token's time with the timestamping usage.
+    #[error("the TSA certificate does not chain to tsaCerts: {0}")]
+    NoPath(webpki::Error),
 }
 
 /// The time of `token` (a TimeStampToken, DER) over `signature`, if it verifies to one of
@@ -98,7 +132,7 @@ pub(crate) fn verify(
         .as_ref()
         .ok_or_else(|| invalid("the token holds no TSTInfo".into()))?
         .value();
-    let (imprint_algorithm, imprint, time) = parse_tst_info(tst_info).map_err(invalid)?;
+    let (imprint_algorithm, imprint, time) = parse_tst_info(tst_info)?;
     if digest(&imprint_algorithm, signature).as_deref() != Some(imprint.as_slice()) {
         return Err(invalid(
             "the message imprint is not the hash of the signature".into(),
@@ -144,7 +178,7 @@ pub(crate) fn verify(
         .map_err(|_| {
             invalid("the token's signature does not verify with its signer's key".into())
         })?;
-    chain(signer_cert, &certificates, roots, time).map_err(invalid)?;
+    chain(signer_cert, &certificates, roots, time)?;
     Ok(time)
 }
 
@@ -167,27 +201,25 @@ fn embedded(signed: &SignedData) -> Vec<Certificate> {
 }
 
 /// `messageImprint` (hash algorithm, hash) and `genTime` of a TSTInfo.
-fn parse_tst_info(der: &[u8]) -> Result<(String, Vec<u8>, Timestamp), String> {
-    let mut reader = SliceReader::new(der).map_err(|e| format!("TSTInfo: {e}"))?;
-    let (algorithm, imprint, time) = reader
-        .sequence(|r| {
-            let _version: AnyRef<'_> = r.decode()?;
-            let _policy: ObjectIdentifier = r.decode()?;
-            let (algorithm, imprint) = r.sequence(|m| {
-                let algorithm: AlgorithmIdentifierOwned = m.decode()?;
-                let imprint: OctetString = m.decode()?;
-                Ok((algorithm, imprint))
-            })?;
-            let _serial: AnyRef<'_> = r.decode()?;
-            let time: GeneralizedTime = r.decode()?;
-            // accuracy, ordering, nonce, tsa, extensions: not needed.
-            let rest = r.remaining_len();
-            r.read_slice(rest)?;
-            Ok((algorithm, imprint, time))
-        })
-        .map_err(|e| format!("TSTInfo: {e}"))?;
+fn parse_tst_info(der: &[u8]) -> Result<(String, Vec<u8>, Timestamp), TstInfoError> {
+    let mut reader = SliceReader::new(der)?;
+    let (algorithm, imprint, time) = reader.sequence(|r| {
+        let _version: AnyRef<'_> = r.decode()?;
+        let _policy: ObjectIdentifier = r.decode()?;
+        let (algorithm, imprint) = r.sequence(|m| {
+            let algorithm: AlgorithmIdentifierOwned = m.decode()?;
+            let imprint: OctetString = m.decode()?;
+            Ok((algorithm, imprint))
+        })?;
+        let _serial: AnyRef<'_> = r.decode()?;
+        let time: GeneralizedTime = r.decode()?;
+        // accuracy, ordering, nonce, tsa, extensions: not needed.
+        let rest = r.remaining_len();
+        r.read_slice(rest)?;
+        Ok((algorithm, imprint, time))
+    })?;
     let seconds = i64::try_from(time.to_unix_duration().as_secs()).unwrap_or(i64::MAX);
-    let time = Timestamp::from_second(seconds).map_err(|e| format!("TSTInfo genTime: {e}"))?;
+    let time = Timestamp::from_second(seconds).map_err(TstInfoError::GenTime)?;
     Ok((algorithm.oid.to_string(), imprint.as_bytes().to_vec(), time))
 }
 
@@ -231,8 +263,8 @@ fn chain(
     certificates: &[Certificate],
     roots: &[DerCertificate],
     at: Timestamp,
-) -> Result<(), String> {
-    let signer_der = signer.to_der().map_err(|e| e.to_string())?;
+) -> Result<(), TsaChainError> {
+    let signer_der = signer.to_der().map_err(TsaChainError::Encoding)?;
     let others: Vec<Vec<u8>> = certificates
         .iter()
         .filter(|c| *c != signer)
@@ -251,7 +283,7 @@ fn chain(
         .map(|d| CertificateDer::from(d.as_slice()))
         .collect();
     let leaf = CertificateDer::from(signer_der.as_slice());
-    let ee = EndEntityCert::try_from(&leaf).map_err(|e| e.to_string())?;
+    let ee = EndEntityCert::try_from(&leaf).map_err(TsaChainError::Leaf)?;
     let seconds = u64::try_from(at.as_second()).unwrap_or(0);
     ee.verify_for_usage(
         CHAIN_ALGORITHMS,
@@ -263,5 +295,5 @@ fn chain(
         None,
     )
     .map(|_| ())
-    .map_err(|e| format!("the TSA certificate does not chain to tsaCerts: {e}"))
+    .map_err(TsaChainError::NoPath)
 }
