@@ -110,19 +110,8 @@ pub fn verify_blob(
             }
         },
     )?;
+    let log_index = crate::verdict::evidence_log_index(plan, &bundle, dsse_v002.as_ref());
     let dsse_v002 = dsse_v002.filter(|_| !plan.ignore_tlog);
-    let log_index = (!plan.ignore_tlog)
-        .then(|| {
-            bundle
-                .verification_material
-                .tlog_entries
-                .first()
-                .map(|e| e.log_index.get())
-                .or(dsse_v002
-                    .as_ref()
-                    .map(crate::rekor_v2_dsse::Entry::log_index))
-        })
-        .flatten();
     let signer = match &plan.authority {
         Authority::Keyless(rules) => {
             let info = result.certificate().ok_or(Rejection::Malformed(

@@ -292,17 +292,7 @@ fn verify_with_sigstore(
             ));
         }
     };
-    // With insecureIgnoreTlog the entry was not checked, so it is no evidence either.
-    let log_index = (!plan.ignore_tlog)
-        .then(|| {
-            bundle
-                .verification_material
-                .tlog_entries
-                .first()
-                .map(|e| e.log_index.get())
-                .or(entry.map(crate::rekor_v2_dsse::Entry::log_index))
-        })
-        .flatten();
+    let log_index = evidence_log_index(plan, &bundle, entry);
     let signer = match &plan.authority {
         Authority::Keyless(rules) => {
             let info = result.certificate().cloned().ok_or(Rejection::Malformed(
@@ -385,6 +375,25 @@ fn run<'a>(
     run_with_entry(plan, bundle, dsse_v002, |bundle, policy| {
         verifier.verify(artifact.clone(), bundle, policy)
     })
+}
+
+/// The log index a verified bundle's evidence names: its first log entry's, else the Rekor v2
+/// `dsse/0.0.2` entry's; none with `insecureIgnoreTlog`, where the entry was not checked and so
+/// is no evidence either.
+pub(crate) fn evidence_log_index(
+    plan: &Plan,
+    bundle: &Bundle,
+    dsse_v002: Option<&crate::rekor_v2_dsse::Entry>,
+) -> Option<u64> {
+    if plan.ignore_tlog {
+        return None;
+    }
+    bundle
+        .verification_material
+        .tlog_entries
+        .first()
+        .map(|e| e.log_index.get())
+        .or(dsse_v002.map(crate::rekor_v2_dsse::Entry::log_index))
 }
 
 /// [`run_with_log`] for a bundle read by [`Envelope::to_bundle`]: with a Rekor v2
