@@ -25,7 +25,7 @@ MAX_FILE_LINES = 800
 
 TEST_START = re.compile(r"^#\[cfg\(test\)\]", re.M)
 FN = re.compile(r"^[ \t]*(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:async\s+)?(?:unsafe\s+)?fn\s+([A-Za-z_][A-Za-z0-9_]*)", re.M)
-STRING_RESULT = re.compile(r"Result<[^;{}]*?,\s*String\s*>")
+RESULT_OPEN = re.compile(r"Result\s*<")
 VALUE_PARSER = re.compile(r"value_parser\s*[=(]\s*(?:[A-Za-z_][A-Za-z0-9_]*::)*([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -80,6 +80,43 @@ def blank_literals(text: str) -> str:
     return "".join(out)
 
 
+def generic_args(code: str, i: int):
+    """The top-level arguments of the generic list opened just before `i` (`<` already read),
+    split at commas outside nested `<>`, `()` and `[]`; `None` when it does not close before a
+    `{`, `}` or a `;` outside brackets (then it was no type: a comparison)."""
+    args, depth, start = [], 0, i
+    while i < len(code):
+        c = code[i]
+        if c in "{}" or (c == ";" and depth == 0):
+            return None
+        if code.startswith("->", i):
+            i += 2  # a return arrow inside `Fn(..) -> T` is no closing bracket
+            continue
+        if c in "<([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c == ">" and depth == 0:
+            return args + [code[start:i].strip()]
+        elif c == ">":
+            depth -= 1
+        elif c == "," and depth == 0:
+            args.append(code[start:i].strip())
+            start = i + 1
+        i += 1
+    return None
+
+
+def string_results(code: str):
+    """Offsets of every `Result<..., String>` in `code` (literals blanked): a `Result` whose
+    last top-level generic argument is `String`. `Result<BTreeMap<String, String>>` (a
+    one-argument alias) and `Result<(u8, String), E>` are not string errors."""
+    for m in RESULT_OPEN.finditer(code):
+        args = generic_args(code, m.end())
+        if args and len(args) >= 2 and args[-1] == "String":
+            yield m.start()
+
+
 def functions(text: str):
     """(name, first line, number of lines) of every function with a body."""
     code = blank_literals(text)
@@ -116,8 +153,8 @@ def findings():
                 found[f"fn {path}::{name}"] = length
         code = blank_literals(text)
         owners = sorted((first, name) for name, first, _ in functions(text))
-        for m in STRING_RESULT.finditer(code):
-            line = code.count("\n", 0, m.start()) + 1
+        for start in string_results(code):
+            line = code.count("\n", 0, start) + 1
             owner = next((name for first, name in reversed(owners) if first <= line), "")
             if owner in parsers:
                 continue

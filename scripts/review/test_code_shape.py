@@ -48,7 +48,31 @@ class FunctionLengths(unittest.TestCase):
 class StringErrors(unittest.TestCase):
     def test_string_results_are_found_and_typed_ones_are_not(self):
         code = "fn a() -> Result<u8, String> {\n}\nfn b() -> Result<Vec<u8>, MyError> {\n}\n"
-        self.assertEqual(len(code_shape.STRING_RESULT.findall(code)), 1)
+        self.assertEqual(len(list(code_shape.string_results(code))), 1)
+
+    def test_the_error_is_the_last_top_level_argument(self):
+        found = [
+            "fn a() -> Result<BTreeMap<String, String>, String> {}",
+            "fn b() -> std::result::Result<Vec<Value>, String> {}",
+            "fn c(x: &[(&str, Result<bool, String>)]) {}",
+            "fn d() -> Result<Box<dyn Fn(u8) -> u8>, String> {}",
+            "fn e() -> Result<[u8; 32], String> {}",
+        ]
+        typed = [
+            "fn a() -> Result<BTreeMap<String, String>> {}",
+            "fn b() -> Result<BTreeMap<String, String>, MyError> {}",
+            "fn c() -> Result<(u8, String), E> {}",
+            "fn d() -> Result<Vec<String>> {}",
+            "fn e() -> Result<HashMap<String, Vec<String>>> {}",
+            "fn f() -> Result<[String; 2], E> {}",
+            "fn g() -> Result<Box<dyn Fn(u8) -> String>, E> {}",
+            "fn h() -> ParseResult<String> {}",
+            "fn i(b: u8) -> bool { Result < b; String > b }",
+        ]
+        for code in found:
+            self.assertEqual(len(list(code_shape.string_results(code))), 1, code)
+        for code in typed:
+            self.assertEqual(list(code_shape.string_results(code)), [], code)
 
     def test_value_parsers_are_named_by_their_attribute(self):
         text = '#[arg(long, value_parser = parse_duration)]\n#[arg(value_parser(cli::parse_size))]\n'
