@@ -20,7 +20,7 @@ use std::sync::Arc;
 use ivory_policy::ResourceRead;
 use serde_json::Value;
 
-pub use self::file::{FileResources, ResourceFileError, plural};
+pub use self::file::{FileResources, ResourceFileError, ResourceFileReason, plural};
 pub use self::global_context::{GlobalContextEntry, GlobalContextError};
 
 /// Objects of one kind, as a [`ResourceSource`] answers a list.

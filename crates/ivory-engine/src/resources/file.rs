@@ -13,14 +13,14 @@ use ivory_policy::ResourceRead;
 use ivory_policy::cluster_reads::split_api_version;
 use serde_json::Value;
 
-use super::{GlobalContextEntry, ObjectList, ResourceError, ResourceSource};
+use super::{GlobalContextEntry, GlobalContextError, ObjectList, ResourceError, ResourceSource};
 
 /// Objects loaded from files, kept in memory.
 #[derive(Debug, Default)]
 pub struct FileResources {
     /// (group, version, plural) → (kind, (namespace, name) → object).
     kinds: BTreeMap<(String, String, String), Kind>,
-    entries: BTreeMap<String, Result<GlobalContextEntry, String>>,
+    entries: BTreeMap<String, Result<GlobalContextEntry, GlobalContextError>>,
 }
 
 #[derive(Debug, Default)]
@@ -36,7 +36,30 @@ pub struct ResourceFileError {
     /// 1-based position among the documents given.
     pub index: usize,
     /// What is wrong with it.
-    pub reason: String,
+    pub reason: ResourceFileReason,
+}
+
+/// What is wrong with a document of a resource file ([`ResourceFileError::reason`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResourceFileReason {
+    /// An object without `apiVersion`, `kind` or `metadata.name`.
+    #[error("apiVersion, kind and metadata.name are required")]
+    MissingNames,
+    /// An `apiVersion` that is neither `version` nor `group/version`.
+    #[error("apiVersion {api_version:?} is not `version` or `group/version`")]
+    ApiVersion {
+        /// The `apiVersion` given.
+        api_version: String,
+    },
+    /// A Secret (never served to policies).
+    #[error(
+        "Secret {name}: ivory does not serve Secrets to policies (resource.Get of secrets is \
+         refused at load)"
+    )]
+    Secret {
+        /// The Secret's `metadata.name`.
+        name: String,
+    },
 }
 
 impl FileResources {
@@ -75,14 +98,14 @@ impl FileResources {
         self.len() == 0
     }
 
-    fn add(&mut self, object: Value) -> Result<(), String> {
+    fn add(&mut self, object: Value) -> Result<(), ResourceFileReason> {
         if GlobalContextEntry::is_entry(&object) {
             let name = object["metadata"]["name"]
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
-            let entry = GlobalContextEntry::parse(&object).map_err(|e| e.reason);
-            self.entries.insert(name, entry);
+            self.entries
+                .insert(name, GlobalContextEntry::parse(&object));
             return Ok(());
         }
         let text = |pointer: &str| {
@@ -94,18 +117,17 @@ impl FileResources {
         let (api_version, kind, name) =
             (text("/apiVersion"), text("/kind"), text("/metadata/name"));
         if api_version.is_empty() || kind.is_empty() || name.is_empty() {
-            return Err("apiVersion, kind and metadata.name are required".to_owned());
+            return Err(ResourceFileReason::MissingNames);
         }
         let Some((group, version)) = split_api_version(api_version) else {
-            return Err(format!(
-                "apiVersion {api_version:?} is not `version` or `group/version`"
-            ));
+            return Err(ResourceFileReason::ApiVersion {
+                api_version: api_version.to_owned(),
+            });
         };
         if group.is_empty() && kind == "Secret" {
-            return Err(format!(
-                "Secret {name}: ivory does not serve Secrets to policies (resource.Get of \
-                 secrets is refused at load)"
-            ));
+            return Err(ResourceFileReason::Secret {
+                name: name.to_owned(),
+            });
         }
         let key = (group.to_owned(), version.to_owned(), plural(kind));
         let namespace = text("/metadata/namespace").to_owned();
@@ -160,9 +182,9 @@ impl ResourceSource for FileResources {
     fn global_context(&self, entry: &str) -> Result<Option<ObjectList>, ResourceError> {
         match self.entries.get(entry) {
             None => Ok(None),
-            Some(Err(reason)) => Err(ResourceError::GlobalContext {
+            Some(Err(e)) => Err(ResourceError::GlobalContext {
                 entry: entry.to_owned(),
-                reason: reason.clone(),
+                reason: e.reason.clone(),
             }),
             Some(Ok(e)) => self.list(&e.target).map(Some),
         }
@@ -263,11 +285,19 @@ mod tests {
         let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
         let err = FileResources::new(vec![cm("a", "k"), secret]).unwrap_err();
         assert_eq!(err.index, 2);
-        assert!(err.reason.contains("does not serve Secrets"), "{err}");
+        assert_eq!(err.reason, ResourceFileReason::Secret { name: "s".into() });
+        assert!(err.to_string().contains("does not serve Secrets"), "{err}");
         let err = FileResources::new(vec![json!({"kind": "ConfigMap"})]).unwrap_err();
-        assert!(
-            err.reason.contains("apiVersion, kind and metadata.name"),
-            "{err}"
+        assert_eq!(err.reason, ResourceFileReason::MissingNames);
+        assert_eq!(
+            err.to_string(),
+            "cluster resource 1: apiVersion, kind and metadata.name are required"
+        );
+        let odd = json!({"apiVersion": "a/b/c", "kind": "ConfigMap", "metadata": {"name": "x"}});
+        let err = FileResources::new(vec![odd]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cluster resource 1: apiVersion \"a/b/c\" is not `version` or `group/version`"
         );
     }
 

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use tokio::time::Instant;
 
 use super::plan::Plan;
-use super::prefetch::{self, JobSet, LateImageData, Outcome};
+use super::prefetch::{self, JobSet, LateImageData, Outcome, Refusal};
 use crate::verifier::{ImageReference, ImageVerifier};
 
 /// Rounds of late fetches per request: one for what the first evaluation names, one more for
@@ -68,7 +68,9 @@ pub(super) async fn fetch(
     for (index, image, job) in asked {
         let answer = match outcomes.get(job) {
             Some(Outcome::ImageData(answer)) => LateImageData::Answer(answer.clone()),
-            _ => LateImageData::Refused(format!("image data of {image} was not fetched")),
+            _ => LateImageData::Refused(Refusal::NotFetched {
+                image: image.clone(),
+            }),
         };
         if let Some((plan, _)) = wants.get_mut(index) {
             plan.late_image_data.insert(image, answer);
@@ -78,25 +80,28 @@ pub(super) async fn fetch(
 
 /// `image` parsed, once, where an expression named it, and counted in `seen`; or why ivory does
 /// not fetch its data.
-fn admitted(image: &str, seen: &mut BTreeSet<String>) -> Result<ImageReference, String> {
-    let reference = ImageReference::parse(image)
-        .map_err(|e| format!("invalid image reference {image}: {}", e.reason))?;
+fn admitted(image: &str, seen: &mut BTreeSet<String>) -> Result<ImageReference, Refusal> {
+    let reference = ImageReference::parse(image).map_err(|error| Refusal::InvalidReference {
+        image: image.to_owned(),
+        error,
+    })?;
     // The registry client judges every address it connects to (any spelling, resolved names,
     // redirects) by the operator's egress rule; this refuses the plain literals early, with
     // the expression's error, and whatever the allow-list says: a request never chooses them.
     if let Some(ip) = host_ip(reference.registry())
         && ivory_reference::is_metadata_or_unspecified(ip)
     {
-        let class = ivory_reference::AddressClass::of(ip);
-        return Err(format!(
-            "image {image} names {ip}, {class}: ivory never fetches image data a request chooses from there ({} widens only the policy's own images)",
-            ivory_reference::EGRESS_ALLOW_FLAG
-        ));
+        return Err(Refusal::Address {
+            image: image.to_owned(),
+            ip,
+            class: ivory_reference::AddressClass::of(ip),
+        });
     }
     if !seen.contains(image) && seen.len() >= MAX_LATE_IMAGES {
-        return Err(format!(
-            "image {image}: ivory fetches image data for at most {MAX_LATE_IMAGES} images outside the policy's matchImageReferences per request"
-        ));
+        return Err(Refusal::TooMany {
+            image: image.to_owned(),
+            max: MAX_LATE_IMAGES,
+        });
     }
     seen.insert(image.to_owned());
     Ok(reference)
@@ -127,11 +132,25 @@ mod tests {
             "0.0.0.0:5000/xx:1",
             "[::]:5000/xx:1",
         ] {
-            let why = admitted(image, &mut seen).err().unwrap_or_default();
+            let why = admitted(image, &mut seen).err();
+            assert!(
+                matches!(why, Some(Refusal::Address { .. })),
+                "{image}: {why:?}"
+            );
+            let why = why.map(|e| e.to_string()).unwrap_or_default();
             assert!(why.contains("ivory never fetches"), "{image}: {why}");
         }
         assert!(seen.is_empty());
-        assert!(admitted("not a reference!", &mut seen).is_err());
+        let why = admitted("not a reference!", &mut seen).err();
+        assert!(
+            matches!(why, Some(Refusal::InvalidReference { .. })),
+            "{why:?}"
+        );
+        assert!(
+            why.map(|e| e.to_string())
+                .unwrap_or_default()
+                .starts_with("invalid image reference not a reference!: "),
+        );
         // Loopback, private and public hosts are asked (a kubelet pulls from them as well).
         for image in [
             "127.0.0.1:5000/xx:1",
@@ -147,6 +166,7 @@ mod tests {
         }
         let why = admitted("r.example/one-too-many:1", &mut seen)
             .err()
+            .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(
             why.contains(&format!("at most {MAX_LATE_IMAGES} images")),

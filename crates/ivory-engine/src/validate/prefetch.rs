@@ -3,6 +3,7 @@
 
 use std::collections::hash_map::Entry;
 use std::hash::{Hash, Hasher};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use futures::future::join_all;
@@ -12,8 +13,8 @@ use tokio::time::{Instant, timeout_at};
 
 use crate::keyed::KeyedMap;
 use crate::verifier::{
-    ImagePlatform, ImageReference, ImageVerifier, PlatformScope, Verification, VerifyError,
-    VerifyRequest,
+    ImagePlatform, ImageRefError, ImageReference, ImageVerifier, PlatformScope, Verification,
+    VerifyError, VerifyRequest,
 };
 
 /// One (image, attestor, attestation) question as a policy's CEL names it.
@@ -157,7 +158,34 @@ pub(super) enum Outcome {
 #[derive(Clone, Debug)]
 pub(super) enum LateImageData {
     Answer(Result<Value, VerifyError>),
-    Refused(String),
+    Refused(Refusal),
+}
+
+/// Why ivory did not fetch the data of an image an expression named late; the text is the
+/// expression's error (after `failed to get imagedata: `).
+#[derive(Clone, Debug, thiserror::Error)]
+pub(super) enum Refusal {
+    /// The name is not an image reference.
+    #[error("invalid image reference {image}: {}", .error.reason)]
+    InvalidReference { image: String, error: ImageRefError },
+    /// The registry is a metadata, link-local or unspecified address literal.
+    #[error(
+        "image {image} names {ip}, {class}: ivory never fetches image data a request chooses from there ({} widens only the policy's own images)",
+        ivory_reference::EGRESS_ALLOW_FLAG
+    )]
+    Address {
+        image: String,
+        ip: IpAddr,
+        class: ivory_reference::AddressClass,
+    },
+    /// The request already named `max` other images (`late::MAX_LATE_IMAGES`).
+    #[error(
+        "image {image}: ivory fetches image data for at most {max} images outside the policy's matchImageReferences per request"
+    )]
+    TooMany { image: String, max: usize },
+    /// Asked, but no answer came back (the request's deadline).
+    #[error("image data of {image} was not fetched")]
+    NotFetched { image: String },
 }
 
 /// The jobs of all policies of one request, de-duplicated.
