@@ -110,14 +110,63 @@ pub(crate) fn reads_cluster(program: &Program) -> bool {
         .any(|name| program.calls_function(name))
 }
 
+/// A cluster-read call ivory cannot know before the policy runs, or may not serve; its text is
+/// the policy error's reason (at the expression's field).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ClusterReadError {
+    /// The call's arguments fit none of its forms (`form` lists them).
+    #[error("{function}: found no matching overload (takes {form})")]
+    Overload {
+        function: &'static str,
+        form: &'static str,
+    },
+    /// `apiVersion` or `resource` is computed.
+    #[error(
+        "{function}: apiVersion and resource must be string literals, so that ivory knows \
+         which resources to watch from the policy alone"
+    )]
+    NotLiteral { function: &'static str },
+    /// `apiVersion` is not `version` or `group/version`.
+    #[error("{function}: apiVersion {api_version:?} is not `version` or `group/version`")]
+    ApiVersion {
+        function: &'static str,
+        api_version: String,
+    },
+    /// A subresource (`pods/log`).
+    #[error("{function}: subresources ({resource:?}) are not served from ivory's watch caches")]
+    Subresource {
+        function: &'static str,
+        resource: String,
+    },
+    /// Not a plural, lower-case resource name.
+    #[error("{function}: {resource:?} is not a resource name (plural, lower case: configmaps)")]
+    ResourceName {
+        function: &'static str,
+        resource: String,
+    },
+    /// A resource ivory never reads for policies ([`REFUSED`]).
+    #[error("{function}: reading {resource} is refused: {why}")]
+    Refused {
+        function: &'static str,
+        resource: String,
+        why: &'static str,
+    },
+    /// A `globalContext` call whose entry name is computed.
+    #[error(
+        "{function}: the entry name must be a string literal (ivory knows which \
+         GlobalContextEntries to read from the policy alone)"
+    )]
+    EntryNotLiteral { function: &'static str },
+}
+
 /// Records what `program` reads into `reads`; a call ivory cannot know before it runs, or may
-/// not serve, is returned as an error message. `policy_namespace` is set for a
+/// not serve, is returned as an error. `policy_namespace` is set for a
 /// NamespacedImageValidatingPolicy, whose calls take no namespace argument.
 pub(crate) fn record(
     program: &Program,
     policy_namespace: Option<&str>,
     reads: &mut ClusterReads,
-) -> Vec<String> {
+) -> Vec<ClusterReadError> {
     let mut errors = Vec::new();
     for (names, get) in [(RESOURCE_GET, true), (RESOURCE_LIST, false)] {
         for name in names {
@@ -131,19 +180,19 @@ pub(crate) fn record(
             }
         }
     }
-    for name in GLOBAL_CONTEXT_GET {
-        for args in program.namespaced_calls(name) {
+    for function in GLOBAL_CONTEXT_GET {
+        for args in program.namespaced_calls(function) {
             match args.first() {
                 Some(Some(entry)) if (1..=2).contains(&args.len()) => {
                     reads.global_context.insert(entry.clone());
                 }
-                Some(_) if (1..=2).contains(&args.len()) => errors.push(format!(
-                    "{name}: the entry name must be a string literal (ivory knows which \
-                     GlobalContextEntries to read from the policy alone)"
-                )),
-                _ => errors.push(format!(
-                    "{name}: found no matching overload (takes (entry) or (entry, projection))"
-                )),
+                Some(_) if (1..=2).contains(&args.len()) => {
+                    errors.push(ClusterReadError::EntryNotLiteral { function });
+                }
+                _ => errors.push(ClusterReadError::Overload {
+                    function,
+                    form: "(entry) or (entry, projection)",
+                }),
             }
         }
     }
@@ -151,11 +200,11 @@ pub(crate) fn record(
 }
 
 fn resource_read(
-    name: &str,
+    function: &'static str,
     get: bool,
     args: &[Option<String>],
     policy_namespace: Option<&str>,
-) -> Result<ResourceRead, String> {
+) -> Result<ResourceRead, ClusterReadError> {
     let form = match (get, policy_namespace.is_some()) {
         (true, false) => "(apiVersion, resource, namespace, name)",
         (true, true) => "(apiVersion, resource, name) in a NamespacedImageValidatingPolicy",
@@ -169,38 +218,42 @@ fn resource_read(
         (false, true) => (2..=3).contains(&args.len()),
     };
     if !arity_ok {
-        return Err(format!("{name}: found no matching overload (takes {form})"));
+        return Err(ClusterReadError::Overload { function, form });
     }
     let (Some(Some(api_version)), Some(Some(resource))) = (args.first(), args.get(1)) else {
-        return Err(format!(
-            "{name}: apiVersion and resource must be string literals, so that ivory knows \
-             which resources to watch from the policy alone"
-        ));
+        return Err(ClusterReadError::NotLiteral { function });
     };
     let Some((group, version)) = split_api_version(api_version) else {
-        return Err(format!(
-            "{name}: apiVersion {api_version:?} is not `version` or `group/version`"
-        ));
+        return Err(ClusterReadError::ApiVersion {
+            function,
+            api_version: api_version.clone(),
+        });
     };
     if resource.contains('/') {
-        return Err(format!(
-            "{name}: subresources ({resource:?}) are not served from ivory's watch caches"
-        ));
+        return Err(ClusterReadError::Subresource {
+            function,
+            resource: resource.clone(),
+        });
     }
     if resource.is_empty()
         || !resource
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
     {
-        return Err(format!(
-            "{name}: {resource:?} is not a resource name (plural, lower case: configmaps)"
-        ));
+        return Err(ClusterReadError::ResourceName {
+            function,
+            resource: resource.clone(),
+        });
     }
-    if let Some((_, _, why)) = REFUSED
+    if let Some(&(_, _, why)) = REFUSED
         .iter()
         .find(|(g, r, _)| *g == group && r == resource)
     {
-        return Err(format!("{name}: reading {resource} is refused: {why}"));
+        return Err(ClusterReadError::Refused {
+            function,
+            resource: resource.clone(),
+            why,
+        });
     }
     let namespace = match policy_namespace {
         Some(own) => Some(own.to_owned()),

@@ -345,7 +345,7 @@ impl CelCompiler<'_> {
     fn record_cluster_reads(&mut self, program: &Program, field: &str) {
         let namespace = self.namespace.as_deref();
         for reason in cluster_reads::record(program, namespace, &mut self.cluster_reads) {
-            self.errs.push(field, reason);
+            self.errs.push(field, reason.to_string());
         }
     }
 

@@ -182,19 +182,37 @@ pub fn load_str(text: &str, origin: &str) -> LoadReport {
 /// JSON values, in order; the first that does not parse is the error, naming its number and line.
 /// For files that hold other objects than policies (cluster resources given on the command
 /// line).
-pub fn documents(text: &str) -> std::result::Result<Vec<Value>, String> {
+pub fn documents(text: &str) -> std::result::Result<Vec<Value>, DocumentError> {
     if text.trim_start().starts_with(['{', '[']) {
         return serde_json::from_str(text)
             .map(|v| vec![v])
-            .map_err(|e| SyntaxError::from(e).to_string());
+            .map_err(|e| DocumentError::Json(SyntaxError::from(e)));
     }
     yaml_documents(text)
         .into_iter()
         .map(|doc| {
-            doc.value
-                .map_err(|e| format!("document {}: {e}", doc.number))
+            doc.value.map_err(|syntax| DocumentError::Yaml {
+                number: doc.number,
+                syntax,
+            })
         })
         .collect()
+}
+
+/// The document of a stream given to [`documents`] that does not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum DocumentError {
+    /// The text starts with `{` or `[` and is not JSON.
+    #[error(transparent)]
+    Json(SyntaxError),
+    /// A document of the YAML stream: `document <number>: <syntax error>`.
+    #[error("document {number}: {syntax}")]
+    Yaml {
+        /// 1-based position of the document in the stream.
+        number: usize,
+        /// What does not parse, with its line in the whole text.
+        syntax: SyntaxError,
+    },
 }
 
 fn read_error(path: &Path, err: &std::io::Error) -> PolicyError {
@@ -254,7 +272,7 @@ struct RawDocument {
 
 /// A document that does not parse; its text is the policy error's reason.
 #[derive(Debug, thiserror::Error)]
-enum SyntaxError {
+pub enum SyntaxError {
     /// A `.json` file that is not JSON.
     #[error("JSON syntax error: {0}")]
     Json(#[from] serde_json::Error),

@@ -352,3 +352,22 @@ fn marker_lines_with_content_and_odd_documents() {
     );
     assert_eq!(messages(&report), ["m.yaml (doc 3): spec: Required value"]);
 }
+
+#[test]
+fn documents_name_the_one_that_does_not_parse() {
+    let docs = crate::documents("a: 1\n---\nb: 2\n").unwrap();
+    assert_eq!(docs.len(), 2);
+    let err = crate::documents("a: 1\n---\nb: [\n").unwrap_err();
+    assert!(
+        matches!(err, crate::DocumentError::Yaml { number: 2, .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("document 2: YAML syntax error: "),
+        "{err}"
+    );
+    let err = crate::documents("{\"a\": ").unwrap_err();
+    assert!(matches!(err, crate::DocumentError::Json(_)), "{err:?}");
+    assert!(err.to_string().starts_with("JSON syntax error: "), "{err}");
+}
