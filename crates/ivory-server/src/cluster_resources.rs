@@ -358,7 +358,7 @@ async fn run_watch(
     let (resource, namespaced) = loop {
         match discover(&client, &read).await {
             Ok(found) => break found,
-            Err(e) => set_error(e),
+            Err(e) => set_error(e.to_string()),
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
     };
@@ -525,23 +525,43 @@ fn stored(object: DynamicObject, resource: &ApiResource) -> ((String, String), A
     (key, Arc::new(value), size)
 }
 
+/// Why the resource of a read was not found by discovery (the watch's error until it is).
+#[derive(Debug, thiserror::Error)]
+enum DiscoveryError {
+    /// The API server's discovery documents of the group version could not be read.
+    #[error("discovery of {api_version}: {source}")]
+    Failed {
+        api_version: String,
+        source: kube::Error,
+    },
+    /// The group version has no such resource.
+    #[error("the API server serves no resource {resource} in {api_version}")]
+    NotServed {
+        resource: String,
+        api_version: String,
+    },
+}
+
 /// The kind and scope of `read`'s resource, from the API server's discovery documents.
-async fn discover(client: &Client, read: &ResourceRead) -> Result<(ApiResource, bool), String> {
+async fn discover(
+    client: &Client,
+    read: &ResourceRead,
+) -> Result<(ApiResource, bool), DiscoveryError> {
     let gv = GroupVersion::gv(&read.group, &read.version);
     let group = kube::discovery::pinned_group(client, &gv)
         .await
-        .map_err(|e| format!("discovery of {}: {e}", read.api_version()))?;
+        .map_err(|source| DiscoveryError::Failed {
+            api_version: read.api_version(),
+            source,
+        })?;
     group
         .versioned_resources(&read.version)
         .into_iter()
         .find(|(ar, _)| ar.plural == read.resource)
         .map(|(ar, caps)| (ar, caps.scope == Scope::Namespaced))
-        .ok_or_else(|| {
-            format!(
-                "the API server serves no resource {} in {}",
-                read.resource,
-                read.api_version()
-            )
+        .ok_or_else(|| DiscoveryError::NotServed {
+            resource: read.resource.clone(),
+            api_version: read.api_version(),
         })
 }
 
@@ -795,5 +815,17 @@ mod tests {
         assert_eq!(forbidden_hint(&read, &error), error.to_string());
         let error = watcher::Error::NoResourceVersion;
         assert_eq!(forbidden_hint(&read, &error), error.to_string());
+    }
+
+    #[test]
+    fn a_resource_discovery_does_not_find_is_named_with_its_api_version() {
+        let error = DiscoveryError::NotServed {
+            resource: "widgets".into(),
+            api_version: "example.com/v1".into(),
+        };
+        assert_eq!(
+            error.to_string(),
+            "the API server serves no resource widgets in example.com/v1"
+        );
     }
 }
