@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
-use ivory_engine::verifier::ImageVerifier;
+use ivory_engine::verifier::{ImageVerifier, VerifyError};
 use ivory_policy::compiled::ImageMatcher;
 use ivory_registry::{Credentials, Registry};
 use ivory_verify::SharedCache;
@@ -307,7 +307,7 @@ async fn audit_cluster(
 
 /// What one task finished.
 enum Done {
-    Resolved(String, Result<String, String>),
+    Resolved(String, Result<String, VerifyError>),
     Verified(String, ImageReport),
 }
 
@@ -393,8 +393,8 @@ impl<'a> Pipeline<'a> {
         };
         let finished = &mut *self.finished;
         match joined.context("audit task failed")? {
-            Done::Resolved(image, Err(message)) => {
-                finished.reports.push(ImageReport::error(&image, message));
+            Done::Resolved(image, Err(e)) => {
+                finished.reports.push(ImageReport::unresolved(&image, &e));
                 self.progress.inc(1);
             }
             Done::Resolved(image, Ok(digest)) => {

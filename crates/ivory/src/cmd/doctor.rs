@@ -277,7 +277,7 @@ pub(crate) fn read_check(
     subject: &str,
     read: &ResourceRead,
     service_account: &str,
-    answers: &[(&str, Result<bool, String>)],
+    answers: &[(&str, Result<bool, kube::Error>)],
 ) -> Check {
     let denied: Vec<&str> = answers
         .iter()
@@ -342,8 +342,7 @@ async fn read_checks(
             let answer = api
                 .create(&PostParams::default(), &review)
                 .await
-                .map(|r| r.status.is_some_and(|s| s.allowed))
-                .map_err(|e| e.to_string());
+                .map(|r| r.status.is_some_and(|s| s.allowed));
             answers.push((verb, answer));
         }
         checks.push(read_check(&subject, &read, service_account, &answers));

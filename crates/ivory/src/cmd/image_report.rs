@@ -125,6 +125,12 @@ pub(crate) struct ImageReport {
 }
 
 impl ImageReport {
+    /// The entry of an image whose tag [`Checker::resolve`] did not resolve: one line, the
+    /// image as given, then the registry and the root cause once.
+    pub(crate) fn unresolved(image: &str, error: &VerifyError) -> Self {
+        Self::error(image, format!("{image}: {}", error.reason()))
+    }
+
     /// An image that could not be checked at all (registry or listing failure).
     pub(crate) fn error(image: &str, message: String) -> Self {
         Self {
@@ -197,17 +203,14 @@ pub(crate) struct Checker {
 
 impl Checker {
     /// Tag → digest with the credentials of the first policy that matches the image (its
-    /// `allowInsecureRegistry` included), as the webhook's mutating stage resolves it. The
-    /// error is one line: the image, then the registry and the root cause once.
-    pub(crate) async fn resolve(&self, image: &str) -> Result<String, String> {
+    /// `allowInsecureRegistry` included), as the webhook's mutating stage resolves it; an
+    /// image that is no reference is the verifier's invalid-reference error
+    /// ([`ImageReport::unresolved`] words either).
+    pub(crate) async fn resolve(&self, image: &str) -> Result<String, VerifyError> {
         let deadline = ivory_clock::now() + self.timeout;
         // Parsed once, where the image enters from the command line.
-        let reference = ImageReference::parse(image).map_err(|e| {
-            format!(
-                "{image}: {}",
-                VerifyError::invalid_reference(image, &e).reason()
-            )
-        })?;
+        let reference =
+            ImageReference::parse(image).map_err(|e| VerifyError::invalid_reference(image, &e))?;
         let credentials = self
             .policies
             .iter()
@@ -216,14 +219,13 @@ impl Checker {
         self.verifier
             .resolve_digest(&reference, credentials, deadline)
             .await
-            .map_err(|e| format!("{image}: {}", e.reason()))
     }
 
     /// Resolves and checks `image`.
     pub(crate) async fn check(&self, image: &str) -> ImageReport {
         match self.resolve(image).await {
             Ok(digest) => self.check_digest(image, &digest).await,
-            Err(e) => ImageReport::error(image, e),
+            Err(e) => ImageReport::unresolved(image, &e),
         }
     }
 

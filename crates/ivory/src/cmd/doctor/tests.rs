@@ -198,10 +198,18 @@ spec:
         "{}",
         row.detail
     );
+    let refused = kube::core::Status::failure("forbidden", "Forbidden").with_code(403);
     let unknown = [
-        ("get", Err("forbidden".to_owned())),
+        ("get", Err(kube::Error::Api(refused.boxed()))),
         ("list", Ok(true)),
         ("watch", Ok(true)),
     ];
-    assert_eq!(read_check(subject, read, sa, &unknown).status, Status::Warn);
+    let row = read_check(subject, read, sa, &unknown);
+    assert_eq!(row.status, Status::Warn);
+    assert!(
+        row.detail
+            .contains(&format!("could not ask whether {sa} may get it: ")),
+        "{}",
+        row.detail
+    );
 }
