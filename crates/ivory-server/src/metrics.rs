@@ -262,9 +262,19 @@ impl Metrics {
     /// All families registered, no registry counters.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("ivory");
+        let m = Self::unregistered();
+        m.register_results(&mut registry);
+        m.register_admission(&mut registry);
+        m.register_verification(&mut registry);
+        m.register_cluster_and_cache(&mut registry);
+        Self { registry, ..m }
+    }
+
+    /// Every family empty, none registered yet.
+    fn unregistered() -> Self {
         let admission: Family<AdmissionLabels, Histogram> =
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16)));
-        let m = Self {
+        Self {
             admission,
             in_flight: Gauge::default(),
             deadline_expiries: Family::default(),
@@ -303,162 +313,177 @@ impl Metrics {
             revocation_fetches: Family::default(),
             revocation_source: None,
             registry: Registry::default(),
-        };
+        }
+    }
+
+    /// Registers the families of revocation, refusals of the webhook port, policy results and reports.
+    fn register_results(&self, registry: &mut Registry) {
         registry.register(
             "revocation_crl_age_seconds",
             "Age of each CRL held for Notation revocation checks (fetched in the background)",
-            m.crl_age.clone(),
+            self.crl_age.clone(),
         );
         registry.register(
             "revocation_crl_next_update_seconds",
             "Seconds until the nextUpdate of each CRL held (negative: stale, no longer used)",
-            m.crl_next_update.clone(),
+            self.crl_next_update.clone(),
         );
         registry.register(
             "revocation_fetches",
             "Background CRL fetches by result (ok, failed)",
-            m.revocation_fetches.clone(),
+            self.revocation_fetches.clone(),
         );
         registry.register(
             "http_connections_refused",
             "Connections closed by the server's bounds: over max_connections, or idle past the idle timeout",
-            m.connections_refused.clone(),
+            self.connections_refused.clone(),
         );
         registry.register(
             "http_requests_refused",
             "Requests refused before judging: body too large, body budget exhausted, body too slow, unreadable",
-            m.requests_refused.clone(),
+            self.requests_refused.clone(),
         );
         registry.register(
             "policy_results",
             "Policy results by policy, result and cause (admission request or background scan)",
-            m.policy_results.clone(),
+            self.policy_results.clone(),
         );
         registry.register(
             "reports_written",
             "PolicyReports and ClusterPolicyReports written",
-            m.reports_written.clone(),
+            self.reports_written.clone(),
         );
         registry.register(
             "reports_dropped",
             "Report updates not written, by reason (queue_full, api_error)",
-            m.reports_dropped.clone(),
+            self.reports_dropped.clone(),
         );
+    }
+
+    /// Registers the families of admission latency, in-flight requests, deadlines, panics and policy loads.
+    fn register_admission(&self, registry: &mut Registry) {
         registry.register(
             "admission_duration_seconds",
             "Admission request latency by route and outcome",
-            m.admission.clone(),
+            self.admission.clone(),
         );
         registry.register(
             "admission_in_flight",
             "Admission requests being processed",
-            m.in_flight.clone(),
+            self.in_flight.clone(),
         );
         registry.register(
             "deadline_expiries",
             "Admission requests whose time budget ran out",
-            m.deadline_expiries.clone(),
+            self.deadline_expiries.clone(),
         );
         registry.register(
             "admission_panics",
             "Admission requests whose handling panicked",
-            m.panics.clone(),
+            self.panics.clone(),
         );
         registry.register(
             "policy_load_errors",
             "Errors of the latest policy load (0 when clean)",
-            m.policy_load_errors.clone(),
+            self.policy_load_errors.clone(),
         );
         registry.register(
             "policy_load_failures",
             "Policy loads that kept the previous set because of errors",
-            m.policy_load_failures.clone(),
+            self.policy_load_failures.clone(),
         );
         registry.register(
             "policies_loaded",
             "Policies in the active set",
-            m.policies_loaded.clone(),
+            self.policies_loaded.clone(),
         );
+    }
+
+    /// Registers the families of registry calls and the verifier cache.
+    fn register_verification(&self, registry: &mut Registry) {
         registry.register(
             "registry_requests",
             "Registry calls by registry host and answer class (2xx, 4xx, 5xx, none)",
-            m.registry_requests.clone(),
+            self.registry_requests.clone(),
         );
         registry.register(
             "registry_errors",
             "Registry calls that failed, by registry host",
-            m.registry_errors.clone(),
+            self.registry_errors.clone(),
         );
         registry.register(
             "registry_throttled",
             "Registry calls answered 429/503, by registry host",
-            m.registry_throttled.clone(),
+            self.registry_throttled.clone(),
         );
         for (name, help, family) in [
             (
                 "verify_cache_hits",
                 "Verifier cache lookups answered from the cache",
-                &m.cache_hits,
+                &self.cache_hits,
             ),
             (
                 "verify_cache_negative_hits",
                 "Verifier cache hits that returned a cached negative verdict",
-                &m.cache_negative_hits,
+                &self.cache_negative_hits,
             ),
             (
                 "verify_cache_misses",
                 "Verifier cache lookups that loaded the value",
-                &m.cache_misses,
+                &self.cache_misses,
             ),
             (
                 "verify_cache_coalesced",
                 "Verifier cache lookups that waited for an identical load in flight",
-                &m.cache_coalesced,
+                &self.cache_coalesced,
             ),
         ] {
             registry.register(name, help, family.clone());
         }
+    }
+
+    /// Registers the families of resource watches, dropped log lines and the shared L2 cache.
+    fn register_cluster_and_cache(&self, registry: &mut Registry) {
         registry.register(
             "resource_watch_objects",
             "Objects held by the watch of a resource policies read (resource.Get/List, globalContext)",
-            m.watch_objects.clone(),
+            self.watch_objects.clone(),
         );
         registry.register(
             "resource_watch_bytes",
             "Bytes (JSON, managedFields dropped) held by the watch of a resource policies read",
-            m.watch_bytes.clone(),
+            self.watch_bytes.clone(),
         );
         registry.register(
             "resource_watch_synced",
             "1 when the watch of a resource policies read has listed it and is within its bounds",
-            m.watch_synced.clone(),
+            self.watch_synced.clone(),
         );
         registry.register(
             "resource_watch_over_total_bytes",
             "1 when the watch was emptied because all watches together reached --resource-watch-max-total-bytes",
-            m.watch_over_total.clone(),
+            self.watch_over_total.clone(),
         );
         registry.register(
             "log_lines_dropped",
             "Log lines dropped because the log consumer fell behind (admission never waits for it)",
-            m.log_lines_dropped.clone(),
+            self.log_lines_dropped.clone(),
         );
         registry.register(
             "l2_events",
             "Shared L2 cache events (hits, misses, errors, skipped, rejected, leases_won, leases_waited, waits_answered)",
-            m.l2_events.clone(),
+            self.l2_events.clone(),
         );
         registry.register(
             "l2_calls",
             "Calls to the shared L2 cache",
-            m.l2_calls.clone(),
+            self.l2_calls.clone(),
         );
         registry.register(
             "l2_call_microseconds",
             "Total time of the calls to the shared L2 cache",
-            m.l2_call_micros.clone(),
+            self.l2_call_micros.clone(),
         );
-        Self { registry, ..m }
     }
 
     /// Adds the shared L2 cache's counters to every scrape.
