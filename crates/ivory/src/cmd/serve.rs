@@ -189,18 +189,7 @@ pub(crate) async fn run(
     args: Args,
     log: Option<(ivory_server::LogDropsSource, ivory_server::ActivityHook)>,
 ) -> anyhow::Result<ExitCode> {
-    let listen = match (&args.tls_cert, &args.tls_key, args.insecure_http) {
-        (Some(cert), Some(key), false) => Listen::Tls {
-            cert: cert.clone(),
-            key: key.clone(),
-        },
-        (None, None, true) if args.supervise => Listen::Insecure,
-        (None, None, true) => {
-            warn_insecure();
-            Listen::Insecure
-        }
-        _ => bail!("either --tls-cert FILE --tls-key FILE or --insecure-http is required"),
-    };
+    let listen = listen_mode(&args)?;
     if args.supervise {
         return supervise::run(args.listen, supervise::serve_args()).await;
     }
@@ -228,8 +217,6 @@ pub(crate) async fn run(
         l2.clone()
             .map(|l2| l2 as Arc<dyn ivory_verify::SharedCache>),
     );
-    let (stats_source, cache_source, revocation_source) =
-        (verifier.clone(), verifier.clone(), verifier.clone());
     let mut metrics = Metrics::new();
     if let Some((drops, idle)) = log {
         metrics = metrics.with_log_drops(drops).with_activity_hook(idle);
@@ -238,39 +225,7 @@ pub(crate) async fn run(
         l2_wiring::warm_up(&l2).await;
         metrics = metrics.with_l2_stats(Arc::new(move || l2_wiring::counts(&l2)));
     }
-    let metrics = Arc::new(
-        metrics
-            .with_registry_stats(Arc::new(move || stats_source.registry().stats()))
-            .with_cache_stats(Arc::new(move || {
-                cache_source
-                    .cache_stats()
-                    .into_iter()
-                    .map(|c| ivory_server::CacheCounts {
-                        cache: c.cache.to_owned(),
-                        hits: c.hits,
-                        negative_hits: c.negative_hits,
-                        misses: c.misses,
-                        coalesced: c.coalesced,
-                    })
-                    .collect()
-            }))
-            .with_revocation_stats(Arc::new(move || {
-                let stats = revocation_source.revocation_stats();
-                ivory_server::RevocationCounts {
-                    crls: stats
-                        .crls
-                        .into_iter()
-                        .map(|c| ivory_server::CrlCount {
-                            url: c.url,
-                            age_seconds: c.age_seconds,
-                            next_update_in_seconds: c.next_update_in_seconds,
-                        })
-                        .collect(),
-                    fetched: stats.fetched,
-                    failed: stats.failed,
-                }
-            })),
-    );
+    let metrics = Arc::new(with_verifier_stats(metrics, &verifier));
     let store = Arc::new(PolicyStore::default());
     let kube = if args.kube {
         let source = kube_wiring::start(&args.namespace, &store, &metrics).await?;
@@ -310,56 +265,9 @@ pub(crate) async fn run(
     state.resources = resources;
     state.namespaces = kube.as_ref().map(|k| k.namespace_source());
     state.credentials = kube.as_ref().map(|k| k.credential_source());
-    anyhow::ensure!(
-        args.body_budget >= args.body_limit,
-        "--body-budget ({}) must be at least --body-limit ({}): no body of the largest size could be read",
-        args.body_budget,
-        args.body_limit
-    );
-    anyhow::ensure!(
-        !args.answer_timeout.is_zero(),
-        "--answer-timeout must be longer than 0s: every answer would close its connection"
-    );
-    let limits = HttpLimits {
-        body_limit: args.body_limit,
-        body_budget: args.body_budget,
-        body_timeout: args.body_timeout,
-        header_timeout: args.header_timeout,
-        idle_timeout: args.idle_timeout,
-        handshake_timeout: args.handshake_timeout,
-        max_connections: args.max_connections.get(),
-        header_budget: args.header_budget,
-        answer_budget: args.answer_budget,
-        answer_budget_per_connection: args.answer_budget_per_connection,
-        answer_timeout: args.answer_timeout,
-    };
+    let limits = http_limits(&args)?;
     state = state.with_limits(limits.clone());
-    if !args.disable_policy_reports
-        && let Some(client) = kube.as_ref().and_then(|k| k.client())
-    {
-        state.reports = Some(ivory_server::reports::KubeReports::start(
-            client,
-            state.metrics.clone(),
-        ));
-    }
-    state.exceptions = args
-        .enable_policy_exceptions
-        .then(|| ivory_server::ExceptionSettings {
-            namespace: args.exception_namespace.clone(),
-        });
-    if !args.disable_background_scans
-        && let Some(client) = kube.as_ref().and_then(|k| k.client())
-    {
-        ivory_server::background::start(
-            client,
-            state.clone(),
-            ivory_server::background::BackgroundSettings {
-                interval: args.background_scan_interval,
-                concurrency: usize::from(args.background_concurrency),
-                ..Default::default()
-            },
-        );
-    }
+    start_cluster_work(&mut state, &args, kube.as_ref().and_then(|k| k.client()));
     let opts = ServeOptions {
         addr: args.listen,
         inherited,
@@ -377,6 +285,118 @@ pub(crate) async fn run(
     .await?;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where and how to listen: TLS with the given pair, or plain HTTP when asked for (with a
+/// warning, except in the supervising parent).
+fn listen_mode(args: &Args) -> anyhow::Result<Listen> {
+    Ok(match (&args.tls_cert, &args.tls_key, args.insecure_http) {
+        (Some(cert), Some(key), false) => Listen::Tls {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        (None, None, true) if args.supervise => Listen::Insecure,
+        (None, None, true) => {
+            warn_insecure();
+            Listen::Insecure
+        }
+        _ => bail!("either --tls-cert FILE --tls-key FILE or --insecure-http is required"),
+    })
+}
+
+/// `metrics` with the verifier's counters (registry calls, caches, CRLs) read at every scrape.
+fn with_verifier_stats(metrics: Metrics, verifier: &CosignVerifier) -> Metrics {
+    let (stats_source, cache_source, revocation_source) =
+        (verifier.clone(), verifier.clone(), verifier.clone());
+    metrics
+        .with_registry_stats(Arc::new(move || stats_source.registry().stats()))
+        .with_cache_stats(Arc::new(move || {
+            cache_source
+                .cache_stats()
+                .into_iter()
+                .map(|c| ivory_server::CacheCounts {
+                    cache: c.cache.to_owned(),
+                    hits: c.hits,
+                    negative_hits: c.negative_hits,
+                    misses: c.misses,
+                    coalesced: c.coalesced,
+                })
+                .collect()
+        }))
+        .with_revocation_stats(Arc::new(move || {
+            let stats = revocation_source.revocation_stats();
+            ivory_server::RevocationCounts {
+                crls: stats
+                    .crls
+                    .into_iter()
+                    .map(|c| ivory_server::CrlCount {
+                        url: c.url,
+                        age_seconds: c.age_seconds,
+                        next_update_in_seconds: c.next_update_in_seconds,
+                    })
+                    .collect(),
+                fetched: stats.fetched,
+                failed: stats.failed,
+            }
+        }))
+}
+
+/// The webhook port's bounds from the flags, refused when they contradict each other.
+fn http_limits(args: &Args) -> anyhow::Result<HttpLimits> {
+    anyhow::ensure!(
+        args.body_budget >= args.body_limit,
+        "--body-budget ({}) must be at least --body-limit ({}): no body of the largest size could be read",
+        args.body_budget,
+        args.body_limit
+    );
+    anyhow::ensure!(
+        !args.answer_timeout.is_zero(),
+        "--answer-timeout must be longer than 0s: every answer would close its connection"
+    );
+    Ok(HttpLimits {
+        body_limit: args.body_limit,
+        body_budget: args.body_budget,
+        body_timeout: args.body_timeout,
+        header_timeout: args.header_timeout,
+        idle_timeout: args.idle_timeout,
+        handshake_timeout: args.handshake_timeout,
+        max_connections: args.max_connections.get(),
+        header_budget: args.header_budget,
+        answer_budget: args.answer_budget,
+        answer_budget_per_connection: args.answer_budget_per_connection,
+        answer_timeout: args.answer_timeout,
+    })
+}
+
+/// With a cluster client: PolicyReports, the PolicyException settings and background scans,
+/// as the flags ask (the exceptions are set before the background scan takes the state).
+fn start_cluster_work(state: &mut AppState, args: &Args, client: Option<kube::Client>) {
+    if !args.disable_policy_reports
+        && let Some(client) = client.clone()
+    {
+        state.reports = Some(ivory_server::reports::KubeReports::start(
+            client,
+            state.metrics.clone(),
+        ));
+    }
+    state.exceptions = args
+        .enable_policy_exceptions
+        .then(|| ivory_server::ExceptionSettings {
+            namespace: args.exception_namespace.clone(),
+        });
+    if !args.disable_background_scans
+        && let Some(client) = client
+    {
+        ivory_server::background::start(
+            client,
+            state.clone(),
+            ivory_server::background::BackgroundSettings {
+                interval: args.background_scan_interval,
+                concurrency: usize::from(args.background_concurrency),
+                ..Default::default()
+            },
+        );
+    }
 }
 
 /// Loads the policies once (the server is not ready until a clean load), then keeps watching.
