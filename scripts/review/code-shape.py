@@ -41,6 +41,11 @@ def production_files():
             yield file.relative_to(ROOT).as_posix(), text[: test.start()] if test else text
 
 
+def starts_word(text: str, i: int) -> bool:
+    """Whether `text[i]` begins a word (no identifier character before it)."""
+    return i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")
+
+
 def blank_literals(text: str) -> str:
     """`text` with comments, strings and char literals blanked (newlines kept), so braces
     inside them are not counted."""
@@ -57,7 +62,7 @@ def blank_literals(text: str) -> str:
             j = n if j < 0 else j + 2
             out.append(re.sub(r"[^\n]", " ", text[i:j]))
             i = j
-        elif c == "r" and re.match(r'r#*"', text[i:]) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+        elif c == "r" and re.match(r'r#*"', text[i:]) and starts_word(text, i - 1 if text[i - 1 : i] == "b" else i):
             hashes = re.match(r'r(#*)"', text[i:]).group(1)
             end = text.find('"' + hashes, i + len(hashes) + 2)
             j = n if end < 0 else end + 1 + len(hashes)

@@ -33,6 +33,13 @@ class FunctionLengths(unittest.TestCase):
             [("f", 7), ("g", 2)],
         )
 
+    def test_raw_byte_strings_are_strings(self):
+        text = 'fn f() {\n    let t = br#"{"token":""#;\n    let u = br"}";\n}\nfn g() {\n}\n'
+        self.assertEqual(
+            [(name, length) for name, _, length in code_shape.functions(text)],
+            [("f", 4), ("g", 2)],
+        )
+
     def test_declarations_without_a_body_are_not_functions(self):
         text = "trait T {\n    fn declared(&self) -> u8;\n    fn given(&self) -> u8 {\n        1\n    }\n}\n"
         self.assertEqual([name for name, _, _ in code_shape.functions(text)], ["given"])
