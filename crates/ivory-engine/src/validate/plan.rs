@@ -226,39 +226,13 @@ pub(super) fn prepare<'a>(
         .iter()
         .map(|image| facts.reference(policy, image))
         .collect();
-    let mut undigested: Vec<(&String, Option<&ImageReference>)> =
-        if policy.verify_digest && demands_digest(policy, inputs) {
-            matched
-                .iter()
-                .zip(&references)
-                .filter(|(_, r)| !has_digest(r))
-                .map(|(image, r)| (image, r.as_ref().ok()))
-                .collect()
-        } else {
-            Vec::new()
-        };
-    undigested.sort_by_key(|(image, _)| *image);
-    let mut resolvable = Vec::with_capacity(undigested.len());
-    for (image, reference) in undigested {
-        // An image that is not even a reference can never be pinned: no registry to ask. The
-        // smallest offending image is named, so container order never changes the message.
-        let Some(reference) = reference else {
-            return fail(
-                Status::Fail,
-                format!("image {image} does not have a digest"),
-                &matched,
-            );
-        };
-        resolvable.push((image.clone(), reference.clone()));
-    }
-    let undigested: Vec<(String, usize)> = resolvable
-        .into_iter()
-        .map(|(image, reference)| {
-            let credentials = policy.credentials().cloned();
-            let job = jobs.resolve(reference, credentials, &facts.credentials_key);
-            (image, job)
-        })
-        .collect();
+    let undigested = match resolve_jobs(policy, &facts, inputs, &matched, &references, jobs) {
+        Ok(undigested) => undigested,
+        Err(image) => {
+            let message = format!("image {image} does not have a digest");
+            return fail(Status::Fail, message, &matched);
+        }
+    };
 
     let attestors = match evaluate_attestors(policy, &facts, &mut eval) {
         Ok(attestors) => attestors,
@@ -307,6 +281,44 @@ pub(super) fn prepare<'a>(
     let platforms = PlatformScope::of_policy(policy.verify_platforms, workload);
     plan_jobs(&mut plan, &attestors.list, &platforms, jobs);
     Prepared::Ready(Box::new(plan))
+}
+
+/// The images `verifyDigest` wants pinned and written without a digest, smallest first, each
+/// with the job that resolves its tag; `Err` names the smallest that is not even a reference
+/// (no registry to ask, so it can never be pinned; container order never changes the message).
+fn resolve_jobs<'i>(
+    policy: &CompiledPolicy,
+    facts: &PolicyFacts,
+    inputs: &RequestInputs<'_>,
+    matched: &'i [String],
+    references: &[Result<ImageReference, ImageRefError>],
+    jobs: &mut JobSet,
+) -> Result<Vec<(String, usize)>, &'i str> {
+    if !(policy.verify_digest && demands_digest(policy, inputs)) {
+        return Ok(Vec::new());
+    }
+    let mut undigested: Vec<(&String, Option<&ImageReference>)> = matched
+        .iter()
+        .zip(references)
+        .filter(|(_, r)| !has_digest(r))
+        .map(|(image, r)| (image, r.as_ref().ok()))
+        .collect();
+    undigested.sort_by_key(|(image, _)| *image);
+    let mut resolvable = Vec::with_capacity(undigested.len());
+    for (image, reference) in undigested {
+        let Some(reference) = reference else {
+            return Err(image);
+        };
+        resolvable.push((image.clone(), reference.clone()));
+    }
+    Ok(resolvable
+        .into_iter()
+        .map(|(image, reference)| {
+            let credentials = policy.credentials().cloned();
+            let job = jobs.resolve(reference, credentials, &facts.credentials_key);
+            (image, job)
+        })
+        .collect())
 }
 
 /// Whether `verifyDigest` applies to this request: only where the policy's pinning mode
