@@ -69,10 +69,14 @@ pub(crate) struct Args {
     output: Format,
 }
 
+/// Largest `--key` file: a PEM public key or certificate chain is a few KiB.
+const MAX_KEY_FILE_BYTES: u64 = 1024 * 1024;
+/// Largest `--trusted-root` file: the public-good trusted root is about 20 KiB.
+const MAX_TRUSTED_ROOT_BYTES: u64 = 4 * 1024 * 1024;
+
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let plan = plan(&args)?;
-    let bundle = read_bounded(&args.bundle, MAX_BUNDLE_BYTES)
-        .with_context(|| format!("reading --bundle {}", args.bundle.display()))?;
+    let bundle = read_flag_file(&args.bundle, "--bundle", MAX_BUNDLE_BYTES as u64)?;
     let path = Path::new(&args.blob);
     let blob = match Blob::sha256_digest(&args.blob) {
         Some(digest) if !path.exists() => Blob::Sha256(digest),
@@ -85,7 +89,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             Blob::File(path)
         }
     };
-    let verdict = verify_blob(&plan, blob, &bundle);
+    let verdict = verify_blob(&plan, blob, bundle.as_bytes());
     print(&args, &verdict)?;
     Ok(match verdict {
         Ok(_) => ExitCode::SUCCESS,
@@ -97,8 +101,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn plan(args: &Args) -> anyhow::Result<Plan> {
     let mut cosign = json!({});
     if let Some(path) = &args.key {
-        let pem = std::fs::read_to_string(path)
-            .with_context(|| format!("reading --key {}", path.display()))?;
+        let pem = read_flag_file(path, "--key", MAX_KEY_FILE_BYTES)?;
         cosign["key"] = json!({ "data": pem });
     } else {
         if args.certificate_oidc_issuer.is_none() && args.certificate_oidc_issuer_regexp.is_none() {
@@ -114,8 +117,7 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         }]});
     }
     if let Some(path) = &args.trusted_root {
-        let root = std::fs::read_to_string(path)
-            .with_context(|| format!("reading --trusted-root {}", path.display()))?;
+        let root = read_flag_file(path, "--trusted-root", MAX_TRUSTED_ROOT_BYTES)?;
         cosign["trustedRoot"] = json!({ "value": root });
     }
     if args.insecure_ignore_tlog || args.insecure_ignore_sct {
@@ -129,16 +131,12 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
     Ok(Plan::with_trust_root(&attestor, PUBLIC_GOOD_TRUSTED_ROOT)?)
 }
 
-/// Reads `path` whole, refusing it when it holds more than `max` bytes.
-fn read_bounded(path: &Path, max: usize) -> anyhow::Result<Vec<u8>> {
-    use std::io::Read as _;
-    let file = std::fs::File::open(path)?;
-    let mut bytes = Vec::new();
-    file.take(max as u64 + 1).read_to_end(&mut bytes)?;
-    if bytes.len() > max {
-        bail!("larger than {max} bytes");
-    }
-    Ok(bytes)
+/// The text of the file a flag names, read under `max` bytes by the commands' one bounded
+/// reader; errors name the flag and the path.
+fn read_flag_file(path: &Path, flag: &str, max: u64) -> anyhow::Result<String> {
+    let origin = format!("{flag} {}", path.display());
+    let file = std::fs::File::open(path).with_context(|| format!("reading {origin}"))?;
+    super::wiring::read_bounded(file, &origin, max)
 }
 
 fn print(args: &Args, verdict: &Result<BlobVerified, Rejection>) -> anyhow::Result<()> {
