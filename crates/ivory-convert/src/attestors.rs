@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use super::error::ConvertError;
+use super::identity;
 use super::model::{self, AttestorSet, CtLog, Rekor};
 use ivory_policy::types::{
     Attestor, Cosign, CosignCertificate, CosignKey, Ctlog, Identity, Keyless, Notary, Source,
@@ -240,27 +241,27 @@ fn keyless_entry(
         refuse_variables(value.as_deref(), &format!("{at}.keyless.{field}"))?;
     }
     let non_empty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
-    let identity = Identity {
-        issuer: non_empty(&keyless.issuer),
-        subject: non_empty(&keyless.subject),
-        issuer_reg_exp: non_empty(&keyless.issuer_reg_exp),
-        subject_reg_exp: non_empty(&keyless.subject_reg_exp),
-        subject_expression: None,
-    };
-    if identity == Identity::default() {
+    identity::check_extensions(keyless, &format!("{at}.keyless"))?;
+    let unconstrained = [
+        &keyless.subject,
+        &keyless.issuer,
+        &keyless.subject_reg_exp,
+        &keyless.issuer_reg_exp,
+    ]
+    .into_iter()
+    .all(|s| s.as_deref().is_none_or(str::is_empty));
+    let identities = if unconstrained {
         differences.push(format!(
             "{at}.keyless: no subject or issuer: Kyverno accepts any identity; the converted \
              attestor says so with subjectRegExp and issuerRegExp '.*'"
         ));
-    }
-    let identity = if identity == Identity::default() {
-        Identity {
+        vec![Identity {
             issuer_reg_exp: Some(".*".to_owned()),
             subject_reg_exp: Some(".*".to_owned()),
-            ..identity
-        }
+            ..Identity::default()
+        }]
     } else {
-        identity
+        identity::identities(keyless, &format!("{at}.keyless"))?
     };
     let cosign = Cosign {
         keyless: Some(Keyless {
@@ -271,7 +272,7 @@ fn keyless_entry(
                 .into_iter()
                 .map(|(k, v)| (k, serde_json::Value::String(v)))
                 .collect(),
-            identities: vec![identity],
+            identities,
             roots: non_empty(&keyless.roots),
         }),
         ctlog: Some(ctlog(

@@ -49,6 +49,7 @@
 mod attestors;
 mod conditions;
 mod error;
+mod identity;
 mod images;
 mod matching;
 mod model;
@@ -107,10 +108,33 @@ impl LegacyError {
     }
 }
 
+/// How to convert: what the user allows the converter to change in their policies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Apply the fixes Kyverno's own validation asks for instead of refusing the rule (as
+    /// `kyverno fix` would), each reported as a difference starting with [`FIXED`]: today
+    /// `mutateDigest` left on (or set) under the `Audit` failure action, which Kyverno refuses,
+    /// becomes `false`.
+    pub fix: bool,
+}
+
+/// How a difference the converter made under [`Options::fix`] starts in the report.
+pub const FIXED: &str = "fixed (--fix): ";
+
 /// Converts every `verifyImages` rule of the ClusterPolicy / Policy documents in `text`
-/// (multi-document YAML, or JSON). `origin` names the source in reports and errors (a file
-/// name). Documents of other kinds are listed in [`Conversion::skipped`].
+/// (multi-document YAML, or JSON) with the default [`Options`] (no fixes). `origin` names the
+/// source in reports and errors (a file name). Documents of other kinds are listed in
+/// [`Conversion::skipped`].
 pub fn convert_str(text: &str, origin: &str) -> Result<Conversion, LegacyError> {
+    convert_str_with(text, origin, Options::default())
+}
+
+/// [`convert_str`] with `options`.
+pub fn convert_str_with(
+    text: &str,
+    origin: &str,
+    options: Options,
+) -> Result<Conversion, LegacyError> {
     if text.len() > MAX_INPUT_BYTES {
         return Err(LegacyError::whole(
             origin,
@@ -124,7 +148,7 @@ pub fn convert_str(text: &str, origin: &str) -> Result<Conversion, LegacyError> 
     let mut out = Conversion::default();
     for (number, doc) in documents {
         let location = format!("{origin} (doc {number})");
-        convert_document(doc, &location, &mut out)?;
+        convert_document(doc, &location, options, &mut out)?;
     }
     let mut names = std::collections::BTreeSet::new();
     for p in &out.policies {
@@ -221,7 +245,12 @@ fn split_documents(text: &str) -> Vec<String> {
     out
 }
 
-fn convert_document(doc: Value, location: &str, out: &mut Conversion) -> Result<(), LegacyError> {
+fn convert_document(
+    doc: Value,
+    location: &str,
+    options: Options,
+    out: &mut Conversion,
+) -> Result<(), LegacyError> {
     let api_version = doc
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -235,7 +264,7 @@ fn convert_document(doc: Value, location: &str, out: &mut Conversion) -> Result<
     if kind == "List" {
         if let Some(Value::Array(items)) = doc.get("items") {
             for item in items.clone() {
-                convert_document(item, location, out)?;
+                convert_document(item, location, options, out)?;
             }
         }
         return Ok(());
@@ -247,7 +276,7 @@ fn convert_document(doc: Value, location: &str, out: &mut Conversion) -> Result<
         ));
         return Ok(());
     }
-    rule::convert_policy(&doc, kind, &name, location, out)
+    rule::convert_policy(&doc, kind, &name, location, options, out)
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use super::model::{
     self, Attestor, AttestorSet, ImageVerification, Keyless, Rule, Spec, StaticKey,
 };
 use super::report::{Outcome, RuleReport};
-use super::{Conversion, LegacyError, conditions};
+use super::{Conversion, FIXED, LegacyError, Options, conditions};
 use entry::{ConvertedEntry, convert_entry};
 use ivory_policy::types::{
     Attestation, Attestor as PolicyAttestor, Autogen, Credentials, Enabled, Evaluation,
@@ -39,6 +39,7 @@ struct PolicyContext<'a> {
     location: &'a str,
     /// `ClusterPolicy/<name>` or `Policy/<namespace>/<name>`, for the reports.
     label: String,
+    options: Options,
 }
 
 /// Converts every `verifyImages` entry of one ClusterPolicy / Policy, adding a report per
@@ -49,9 +50,10 @@ pub(crate) fn convert_policy(
     kind: &str,
     name: &str,
     location: &str,
+    options: Options,
     out: &mut Conversion,
 ) -> Result<(), LegacyError> {
-    let ctx = policy_context(doc, kind, name, location)?;
+    let ctx = policy_context(doc, kind, name, location, options)?;
     let rules = ctx.spec.rules.clone();
     let policy_refusal = policy_refusal(&ctx.spec);
     // Kyverno generates pod-controller rules only when every rule of the policy allows it
@@ -125,6 +127,7 @@ fn policy_context<'a>(
     kind: &'a str,
     name: &'a str,
     location: &'a str,
+    options: Options,
 ) -> Result<PolicyContext<'a>, LegacyError> {
     let label = match doc.pointer("/metadata/namespace").and_then(Value::as_str) {
         Some(ns) if kind == "Policy" => format!("Policy/{ns}/{name}"),
@@ -177,6 +180,7 @@ fn policy_context<'a>(
         autogen_annotation,
         location,
         label,
+        options,
     })
 }
 
@@ -404,7 +408,8 @@ mod tests {
 
     /// The error convert_policy reports for rule 0's first entry, placed under the rule.
     fn refusal(policy: Value) -> ConvertError {
-        let ctx = policy_context(&policy, "ClusterPolicy", "p", "t.yaml").unwrap();
+        let ctx =
+            policy_context(&policy, "ClusterPolicy", "p", "t.yaml", Options::default()).unwrap();
         let rule = &ctx.spec.rules[0];
         convert_entry(&ctx, rule, &rule.verify_images[0], 0, false)
             .unwrap_err()

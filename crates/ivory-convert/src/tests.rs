@@ -232,6 +232,19 @@ spec:
         .map(|c| c.name.as_str())
         .collect();
     assert_eq!(names, ["match", "exclude-0"]);
+    // Kyverno matches `subject` as a wildcard: the genuine workflow's signature must pass.
+    let attestors = p.spec.attestors.as_ref().unwrap();
+    let keyless = attestors[0].cosign.as_ref().unwrap().keyless.as_ref();
+    let identities = &keyless.unwrap().identities;
+    assert_eq!(identities[0].subject, None, "{identities:?}");
+    assert_eq!(
+        identities[0].subject_reg_exp.as_deref(),
+        Some(r"^https://github\.com/acme/.*$")
+    );
+    assert_eq!(
+        identities[0].issuer.as_deref(),
+        Some("https://token.actions.githubusercontent.com")
+    );
     assert!(
         p.spec.match_conditions[1]
             .expression
@@ -286,4 +299,70 @@ fn errors_are_std_errors_the_binary_can_wrap() {
         e.to_string().starts_with("t.json: JSON syntax error: "),
         "{e}"
     );
+}
+
+#[test]
+fn audit_with_mutate_digest_is_refused_unless_fixed_and_the_fix_is_reported() {
+    let key = key(14);
+    let text = format!(
+        r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {{name: audit}}
+spec:
+  validationFailureAction: Audit
+  rules:
+  - name: default-digest
+    match: {{any: [{{resources: {{kinds: [Pod]}}}}]}}
+    verifyImages:
+    - imageReferences: ["ghcr.io/acme/*"]
+      attestors:
+      - entries:
+        - keys:
+            publicKeys: |
+{key}
+  - name: explicit-digest
+    match: {{any: [{{resources: {{kinds: [Pod]}}}}]}}
+    verifyImages:
+    - imageReferences: ["ghcr.io/acme/*"]
+      mutateDigest: true
+      attestors:
+      - entries:
+        - keys:
+            publicKeys: |
+{key}
+"#
+    );
+    let refused = convert_str(&text, "t.yaml").unwrap();
+    assert!(refused.refused());
+    for report in &refused.reports {
+        assert!(
+            report.to_string().contains(
+                "refused: verifyImages[0].mutateDigest: mutateDigest must be set to false"
+            ) && report.to_string().contains("--fix"),
+            "{report}"
+        );
+    }
+    let fixed = convert_str_with(&text, "t.yaml", Options { fix: true }).unwrap();
+    assert!(!fixed.refused());
+    let loaded = ivory_policy::load_str(&fixed.yaml, "converted.yaml");
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+    for (report, written) in fixed
+        .reports
+        .iter()
+        .zip(["left at its default", "set to true"])
+    {
+        let Outcome::WithDifferences { differences } = &report.outcome else {
+            panic!("{report}");
+        };
+        let fix = &differences[0];
+        assert!(
+            fix.starts_with(FIXED) && fix.contains("mutateDigest: ") && fix.contains(written),
+            "{fix}"
+        );
+    }
+    for policy in &fixed.policies {
+        assert_eq!(policy.spec.validation_actions, ["Audit"]);
+        assert!(!policy.spec.mutate_digest(), "{}", fixed.yaml);
+    }
 }

@@ -128,13 +128,26 @@ fn read_settings(
             ));
         }
     };
-    let mutate_digest = iv.mutate_digest.unwrap_or(true);
+    let mut mutate_digest = iv.mutate_digest.unwrap_or(true);
     if !enforce && mutate_digest {
-        return Err(ConvertError::invalid(
-            format!("{field}.mutateDigest"),
-            "mutateDigest must be set to false for ‘Audit’ failure action (Kyverno refuses this \
-             policy)",
+        if !ctx.options.fix {
+            return Err(ConvertError::invalid(
+                format!("{field}.mutateDigest"),
+                "mutateDigest must be set to false for ‘Audit’ failure action (Kyverno refuses \
+                 this policy; `ivory convert --fix` sets it to false and reports it)",
+            ));
+        }
+        let written = if iv.mutate_digest.is_some() {
+            "set to true"
+        } else {
+            "left at its default (true)"
+        };
+        differences.push(format!(
+            "{FIXED}{field}.mutateDigest: {written} under the ‘Audit’ failure action, which \
+             Kyverno refuses; converted as mutateDigest: false (images are not pinned; \
+             verifyDigest still applies as written)"
         ));
+        mutate_digest = false;
     }
     let notary = match iv.type_.as_deref().unwrap_or("Cosign") {
         "Cosign" => false,

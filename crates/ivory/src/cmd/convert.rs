@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use ivory_convert::{Conversion, MAX_INPUT_BYTES, convert_str};
+use ivory_convert::{Conversion, MAX_INPUT_BYTES, Options, convert_str_with};
 
 use super::files::OutputDir;
 use super::output;
@@ -29,13 +29,20 @@ pub(crate) struct Args {
     /// Print the per-rule report as JSON on standard error instead of text.
     #[arg(long)]
     report_json: bool,
+    /// Apply the fixes Kyverno's own policy validation asks for instead of refusing the rule
+    /// (as `kyverno fix` would), each reported as "fixed (--fix)": `mutateDigest` on under the
+    /// `Audit` failure action becomes `false`.
+    #[arg(long)]
+    fix: bool,
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut conversions = Vec::new();
     for file in &args.files {
         let (text, origin) = read(file)?;
-        let conversion = convert_str(&text, &origin).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let options = Options { fix: args.fix };
+        let conversion =
+            convert_str_with(&text, &origin, options).map_err(|e| anyhow::anyhow!("{e}"))?;
         conversions.push(conversion);
     }
     print_report(&conversions, args.report_json)?;
