@@ -140,8 +140,13 @@ pub(crate) fn translate_condition(
     }
 }
 
-/// The CEL of a key or value: a `{{ path }}` variable or a literal.
+/// The CEL of a key or value: a `{{ path }}` variable, a `regex_match` call or a literal.
 fn operand(v: &Value, map: PathMapper<'_>) -> Result<String, ErrorKind> {
+    if let Value::String(s) = v
+        && let Some((pattern, path)) = regex_match_call(s)
+    {
+        return regex_match(&pattern, &path, map);
+    }
     match v {
         Value::String(s) => match variable(s)? {
             Some(path) => map(&path),
@@ -158,6 +163,9 @@ fn variable(s: &str) -> Result<Option<String>, ErrorKind> {
     if !s.contains("{{") {
         return Ok(None);
     }
+    if let Some(refusal) = function_refusal(trimmed) {
+        return Err(refusal);
+    }
     let inner = trimmed
         .strip_prefix("{{")
         .and_then(|r| r.strip_suffix("}}"))
@@ -171,6 +179,81 @@ fn variable(s: &str) -> Result<Option<String>, ErrorKind> {
     // Kyverno's `{{- ... }}` (shallow substitution) reads the same value.
     let inner = inner.strip_prefix('-').unwrap_or(inner).trim();
     Ok(Some(inner.to_owned()))
+}
+
+/// Why a `{{ function(…) }}` call other than `regex_match` is refused, naming the function.
+fn function_refusal(s: &str) -> Option<ErrorKind> {
+    let inner = s.strip_prefix("{{")?.trim_start();
+    let name_end = inner.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
+    let (name, rest) = inner.split_at(name_end);
+    if name.is_empty() || !rest.trim_start().starts_with('(') {
+        return None;
+    }
+    let why = match name {
+        "time_since" | "time_now" | "time_now_utc" => {
+            "it reads the current time, and ImageValidatingPolicy CEL has no clock (neither \
+             Kyverno's CEL libraries nor ivory's offer one), so an age check cannot be stated"
+        }
+        _ => "JMESPath functions other than regex_match are not converted",
+    };
+    Some(ErrorKind::Unsupported(format!("{s:?}: {name}(): {why}")))
+}
+
+/// `{{ regex_match('<pattern>', '{{ path }}') }}` (or with the path bare): the pattern and the
+/// path, when `s` is exactly that call (the form Kyverno's policy library uses for builder ids).
+fn regex_match_call(s: &str) -> Option<(String, String)> {
+    let inner = s.trim().strip_prefix("{{")?.strip_suffix("}}")?.trim();
+    let args = inner
+        .strip_prefix("regex_match(")?
+        .strip_suffix(')')?
+        .trim();
+    let (pattern, rest) = raw_string(args)?;
+    let rest = rest.trim_start().strip_prefix(',')?.trim();
+    let path = match raw_string(rest) {
+        // The value substituted into a raw string: `'{{ path }}'`.
+        Some((quoted, tail)) if tail.trim().is_empty() => {
+            let path = quoted.trim().strip_prefix("{{")?.strip_suffix("}}")?;
+            path.trim().to_owned()
+        }
+        Some(_) => return None,
+        None => rest.to_owned(),
+    };
+    (!path.contains("{{") && !path.contains("}}")).then_some((pattern, path))
+}
+
+/// A JMESPath raw string literal (`'…'`, `\'` for a quote) at the start of `s`, and the rest.
+fn raw_string(s: &str) -> Option<(String, &str)> {
+    let body = s.strip_prefix('\'')?;
+    let mut out = String::new();
+    let mut chars = body.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' if body[i + 1..].starts_with('\'') => {
+                out.push('\'');
+                chars.next();
+            }
+            '\'' => return Some((out, &body[i + 1..])),
+            other => out.push(other),
+        }
+    }
+    None
+}
+
+/// `regex_match(pattern, path)` as CEL. Kyverno's function is Go's `regexp.MatchString` over
+/// the value substituted as text; CEL's `matches` is the same RE2 search (unanchored). A
+/// pattern Rust's RE2-compatible engine refuses is refused here rather than failing every
+/// admission.
+fn regex_match(pattern: &str, path: &str, map: PathMapper<'_>) -> Result<String, ErrorKind> {
+    regex::Regex::new(pattern).map_err(|e| {
+        ErrorKind::Unsupported(format!(
+            "regex_match pattern {pattern:?} is not a valid RE2 regexp: {e}"
+        ))
+    })?;
+    Ok(format!(
+        "string({}).matches({})",
+        map(path)?,
+        cel_string(pattern)
+    ))
 }
 
 fn literal(v: &Value) -> Result<String, ErrorKind> {
@@ -485,6 +568,34 @@ mod tests {
     }
 
     #[test]
+    fn regex_match_over_one_variable_is_cels_matches() {
+        let p = json!({"builder": {"id": "https://github.com/slsa-framework/slsa-github-generator/.github/workflows/generator_container_slsa3.yml@refs/tags/v1.9.0"}, "n": 7});
+        let pattern = "^https://github.com/slsa-framework/slsa-github-generator/.github/workflows/generator_container_slsa3.yml@refs/tags/v[0-9].[0-9].[0-9]$";
+        let cond = |key: String, value: Value| json!([{"all": [{"key": key, "operator": "Equals", "value": value}]}]);
+        let library = format!("{{{{ regex_match('{pattern}','{{{{ builder.id}}}}') }}}}");
+        assert!(holds(cond(library.clone(), json!(true)), p.clone()));
+        assert!(!holds(cond(library, json!(false)), p.clone()));
+        let bare = "{{ regex_match('^v[0-9]+$', builder.id) }}".to_owned();
+        assert!(holds(cond(bare, json!(false)), p.clone()));
+        let number = "{{ regex_match('^7$', '{{n}}') }}".to_owned();
+        assert!(holds(cond(number, json!(true)), p.clone()));
+        let quoted = "{{ regex_match('it\\'s', '{{ builder.id }}') }}".to_owned();
+        assert_eq!(
+            regex_match_call(&quoted).map(|(p, _)| p).as_deref(),
+            Some("it's")
+        );
+        let bad = translate_blocks(
+            &[
+                json!({"all": [{"key": "{{ regex_match('(', '{{ builder.id }}') }}",
+                              "operator": "Equals", "value": true}]}),
+            ],
+            &|path| path_to_cel("predicate", path),
+        )
+        .unwrap_err();
+        assert!(bad.to_string().contains("not a valid RE2 regexp"), "{bad}");
+    }
+
+    #[test]
     fn equals_and_wildcards_follow_kyverno() {
         let p = json!({"builder": {"id": "https://ivory.test/builder@v1"}, "n": 3, "ok": true,
                        "list": ["a", "b"], "q": "10"});
@@ -545,7 +656,13 @@ mod tests {
         };
         let e = refuse(json!({"key": "{{ length(list) }}", "operator": "Equals", "value": 2}));
         assert!(e.starts_with("[0].all[0].key: "), "{e}");
+        assert!(e.contains("length(): JMESPath functions"), "{e}");
+        let e = refuse(json!({"key": "{{ a[?b=='c'].d }}", "operator": "Equals", "value": 2}));
         assert!(e.contains("only plain paths"), "{e}");
+        let e = refuse(
+            json!({"key": "{{ time_since('','{{ t }}','') }}", "operator": "LessThan", "value": "1h"}),
+        );
+        assert!(e.contains("time_since(): it reads the current time"), "{e}");
         let e = refuse(json!({"key": "{{ a }}", "operator": "DurationGreaterThan", "value": "1h"}));
         assert!(e.contains("DurationGreaterThan"), "{e}");
         let e = refuse(json!({"key": "{{ a }}", "operator": "Equals", "value": "1h"}));

@@ -212,3 +212,94 @@ async fn refused_rules_are_named_and_nothing_is_written() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("missing.yaml"), "{}", run.stderr);
 }
+
+/// What `ivory convert --fix` does with one policy of Kyverno's library
+/// (`fixtures/kyverno-library/`, the table in docs/kyverno-semantics.md §14).
+enum Library {
+    /// Converts (exactly or with documented differences); `fixed` when only `--fix` lets it.
+    Converts { fixed: bool },
+    /// Refused, naming this field.
+    Refused(&'static str),
+    /// Already an ImageValidatingPolicy: skipped by convert, loaded as it is.
+    Native,
+}
+
+/// Every image-verification policy of Kyverno's community library, as a migrating user runs
+/// it: converted with `--fix`, or refused naming the field (never a crash or an unclear error);
+/// a native ImageValidatingPolicy loads unchanged. Every failing row is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kyverno_library_policies_convert_or_are_refused_naming_the_field() {
+    use Library::{Converts, Native, Refused};
+    let conditions = "verifyImages[0].attestations[0].conditions[0].all[0].key";
+    let rows: [(&str, Library); 12] = [
+        ("flux/verify-flux-images", Converts { fixed: false }),
+        ("other/require-vulnerability-scan", Refused(conditions)),
+        ("other/verify-image-cve-2022-42889", Refused(conditions)),
+        (
+            "other/verify-image-gcpkms",
+            Refused("verifyImages[0].attestors[0].entries[0].keys.kms"),
+        ),
+        ("other/verify-image-ivpol", Native),
+        ("other/verify-image-slsa", Converts { fixed: true }),
+        ("other/verify-image-with-multi-keys", Refused("context")),
+        ("other/verify-image", Converts { fixed: false }),
+        ("other/verify-sbom-cyclonedx", Converts { fixed: true }),
+        (
+            "tekton/verify-tekton-pipeline-bundle-signatures",
+            Refused("imageExtractors"),
+        ),
+        (
+            "tekton/verify-tekton-taskrun-signatures",
+            Refused("imageExtractors"),
+        ),
+        (
+            "tekton/verify-tekton-taskrun-vuln-scan",
+            Refused("imageExtractors"),
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for (path, expected) in &rows {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let file = fixtures().join(format!("kyverno-library/{path}/{name}.yaml"));
+        let file = file.to_str().unwrap();
+        let out = dir.path().join(name);
+        let out = out.to_str().unwrap();
+        let fixed = ivory(["convert", "--fix", file, "-o", out]).await;
+        let plain = ivory(["convert", file, "-o", &format!("{out}-plain")]).await;
+        let problem = match expected {
+            Converts { fixed: needs_fix } => {
+                let ok = fixed.code == 0 && fixed.stderr.contains(" -> ");
+                let fix_reported = fixed.stderr.contains("fixed (--fix): ");
+                let plain_ok = plain.code == 0;
+                (!ok || fix_reported != *needs_fix || plain_ok == *needs_fix)
+                    .then(|| format!("converts (fix needed: {needs_fix}); got {}", fixed.stderr))
+            }
+            Refused(field) => {
+                let named = format!("refused: {field}");
+                (fixed.code != 1 || !fixed.stderr.contains(&named)).then(|| {
+                    format!(
+                        "refused naming {field}; got {}: {}",
+                        fixed.code, fixed.stderr
+                    )
+                })
+            }
+            Native => {
+                let text = std::fs::read_to_string(file).unwrap();
+                let loaded = ivory_policy::load_str(&text, file);
+                let skipped =
+                    fixed.code == 0 && fixed.stderr.contains("skipped policies.kyverno.io");
+                (!skipped || !loaded.errors.is_empty() || loaded.policies.len() != 1).then(|| {
+                    format!(
+                        "native; loaded {:?}; convert said {}",
+                        loaded.errors, fixed.stderr
+                    )
+                })
+            }
+        };
+        if let Some(problem) = problem {
+            failures.push(format!("{path}: expected {problem}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
