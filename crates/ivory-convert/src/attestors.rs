@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use super::context::ConfigMaps;
 use super::error::ConvertError;
 use super::identity;
 use super::model::{self, AttestorSet, CtLog, Rekor};
@@ -36,6 +37,8 @@ pub(crate) struct Inherited {
     /// Expand multi-key `publicKeys` into one entry per key (signatures: yes; attestations:
     /// Kyverno does not, so such an entry is refused there).
     pub expand_keys: bool,
+    /// The rule's ConfigMap `context` entries, which a key may be read from.
+    pub config_maps: ConfigMaps,
 }
 
 /// Converted attestor sets.
@@ -313,7 +316,15 @@ fn key_entries(
             "A public key, kms key or secret is required",
         ));
     }
-    refuse_variables(Some(pem), &format!("{at}.keys.publicKeys"))?;
+    let from_config_map = match inherited.config_maps.data_expression(pem) {
+        Some(expression) => Some(
+            expression.map_err(|kind| ConvertError::new(format!("{at}.keys.publicKeys"), kind))?,
+        ),
+        None => {
+            refuse_variables(Some(pem), &format!("{at}.keys.publicKeys"))?;
+            None
+        }
+    };
     if pem.trim_start().starts_with("k8s://") {
         return Err(ConvertError::unsupported(
             format!("{at}.keys.publicKeys"),
@@ -344,6 +355,27 @@ fn key_entries(
              defaults keys.signatureAlgorithm to sha256 and Kyverno uses that ({hash})"
         ));
     }
+    let log = ctlog(
+        keys.rekor.as_ref(),
+        keys.ctlog.as_ref(),
+        &format!("{at}.keys"),
+    )?;
+    if let Some(expression) = from_config_map {
+        differences.push(format!(
+            "{at}.keys.publicKeys: read from a ConfigMap by resource.Get when the request is \
+             judged; a value holding several PEM keys is not split into entries as Kyverno \
+             splits it (count counts attestors as written)"
+        ));
+        return Ok(vec![cosign_attestor(Cosign {
+            key: Some(CosignKey {
+                expression: Some(expression),
+                hash_algorithm: Some(hash),
+                ..CosignKey::default()
+            }),
+            ctlog: Some(log),
+            ..base
+        })]);
+    }
     let split = split_pem(pem);
     if split.len() > 1 && !inherited.expand_keys {
         return Err(ConvertError::unsupported(
@@ -352,11 +384,6 @@ fn key_entries(
              them there)",
         ));
     }
-    let log = ctlog(
-        keys.rekor.as_ref(),
-        keys.ctlog.as_ref(),
-        &format!("{at}.keys"),
-    )?;
     Ok(split
         .into_iter()
         .map(|key| {

@@ -417,6 +417,36 @@ fn numeric(key: &str, value: &Value, op: &str) -> Result<String, ErrorKind> {
     ))
 }
 
+/// The top-level names Kyverno's JSON context holds beside an attestation's predicate (it
+/// merges the predicate into the context of the admission): a condition path starting with one
+/// reads the admission, not the statement.
+const ADMISSION_CONTEXT: [&str; 6] = [
+    "request",
+    "images",
+    "element",
+    "elementIndex",
+    "serviceAccountName",
+    "serviceAccountNamespace",
+];
+
+/// A condition path of an attestation as CEL over `predicate`; a path that Kyverno would read
+/// from the admission context (the request, images, a rule `context` entry named by
+/// `is_context_entry`) is refused rather than read from the predicate.
+pub(crate) fn attestation_path(
+    path: &str,
+    is_context_entry: &dyn Fn(&str) -> bool,
+) -> Result<String, ErrorKind> {
+    if let Some(Segment::Field(first)) = split_path(path)?.first()
+        && (ADMISSION_CONTEXT.contains(&first.as_str()) || is_context_entry(first))
+    {
+        return Err(ErrorKind::Unsupported(format!(
+            "{{{{ {path} }}}}: reads {first:?} from Kyverno's admission context, not from the \
+             attestation's predicate; not converted"
+        )));
+    }
+    path_to_cel("predicate", path)
+}
+
 /// A plain JMESPath path as CEL, read from `root`: `a.b."c-d"[0]` → `root.a.b['c-d'][0]`.
 pub(crate) fn path_to_cel(root: &str, path: &str) -> Result<String, ErrorKind> {
     let mut out = root.to_owned();

@@ -48,6 +48,7 @@
 
 mod attestors;
 mod conditions;
+mod context;
 mod error;
 mod identity;
 mod images;

@@ -8,6 +8,7 @@
 //! refusal, as the single function before them did.
 
 use super::*;
+use crate::context::ConfigMaps;
 
 /// A converted entry: the policy and its documented differences.
 pub(super) type Entry = (PolicyDocument, Vec<String>);
@@ -33,7 +34,9 @@ pub(super) fn convert_entry(
         rule.preconditions.as_ref(),
     )?;
     let settings = read_settings(ctx, &iv, &field, &mut differences)?;
-    let verification = build_attestors(&iv, &field, settings.notary, &mut differences)?;
+    let config_maps = ConfigMaps::read(&rule.context, ctx.namespace.as_deref())?;
+    let verification =
+        build_attestors(&iv, &field, settings.notary, config_maps, &mut differences)?;
     let images = image_references(&iv, &field, &mut differences)?;
     let validations = build_validations(&verification, images.skip.as_ref());
     let verifies =
@@ -73,12 +76,6 @@ fn read_entry(
         let kind = ErrorKind::Schema(e.inner().to_string());
         ConvertError::new(format!("{field}.{}", e.path()), kind)
     })?;
-    if !rule.context.is_empty() {
-        return Err(ConvertError::unsupported(
-            "context",
-            "context entries (ConfigMaps, API calls, image data) are not converted",
-        ));
-    }
     if rule.image_extractors.as_ref().is_some_and(|v| !v.is_null()) {
         return Err(ConvertError::unsupported(
             "imageExtractors",
@@ -205,6 +202,7 @@ fn build_attestors(
     iv: &ImageVerification,
     field: &str,
     notary: bool,
+    config_maps: ConfigMaps,
     differences: &mut Vec<String>,
 ) -> Result<Verification, ConvertError> {
     let inherited = Inherited {
@@ -212,6 +210,7 @@ fn build_attestors(
         annotations: iv.annotations.clone(),
         notary,
         expand_keys: true,
+        config_maps,
     };
     let mut converted = Converted::default();
     attestors::convert_sets(
@@ -287,7 +286,8 @@ fn build_attestation(
     let condition = if att.conditions.is_empty() {
         None
     } else {
-        let predicate = |path: &str| conditions::path_to_cel("predicate", path);
+        let is_context_entry = |name: &str| inherited.config_maps.contains(name);
+        let predicate = |path: &str| conditions::attestation_path(path, &is_context_entry);
         let cel = conditions::translate_blocks(&att.conditions, &predicate)
             .map_err(|e| e.under(&format!("{at}.conditions")))?;
         differences.push(format!("{at}.conditions: checked on the verified statement extractPayload returns; Kyverno checks every statement of that type each attestor verifies (they differ only when an image has several attestations of one type)"));
