@@ -65,7 +65,7 @@ pub use json::{
     JsonLimits, JsonShape, OBJECT_COST_BYTES, ShapeError, VALUE_COST_BYTES, json_shape,
     parse_json_bounded,
 };
-pub use listing::{NameKind, Page, PageError, valid_repository, valid_tag};
+pub use listing::{NameKind, Page, PageError, is_signature_tag, valid_repository, valid_tag};
 pub use manifest::{
     ACCEPTED_MEDIA_TYPES, DOCKER_MANIFEST, DOCKER_MANIFEST_LIST, Manifest, OCI_INDEX, OCI_MANIFEST,
 };
