@@ -1,16 +1,49 @@
-//! Walking a registry for `ivory audit`: the catalog, then each repository's tags, page by
-//! page (the pages themselves are ivory-registry's `catalog_pages`/`tag_pages`), each image
-//! queued as it comes.
+//! Walking the `--registry` hosts for `ivory audit`: ivory-registry's [`Walk`] over each
+//! catalog, with the credentials the policies allow, into the audit's queue; what could not be
+//! listed becomes an error entry worded here.
 
 use std::sync::Arc;
 
 use ivory_engine::images;
 use ivory_engine::report::ImageReport;
 use ivory_policy::CompiledPolicy;
-use ivory_registry::{Credentials, Registry};
+use ivory_registry::{Credentials, ImageSink, Registry, Walk, WalkError, WalkProblem};
 
 use super::Args;
 use super::queue::ImageQueue;
+
+/// The queue as a walk's sink: images queued, problems made error entries.
+struct Sink<'q, 'a>(&'q mut ImageQueue<'a>);
+
+impl ImageSink for Sink<'_, '_> {
+    type Error = anyhow::Error;
+
+    async fn image(&mut self, image: String) -> anyhow::Result<bool> {
+        self.0.push(image).await
+    }
+
+    fn problem(&mut self, problem: WalkProblem) {
+        let (subject, message) = match problem {
+            WalkProblem::InvalidRepositories { host, count } => {
+                let message = format!(
+                    "{host}: {count} repository names outside the OCI distribution grammar skipped"
+                );
+                (host, message)
+            }
+            WalkProblem::Tags { repository, error } => {
+                let message = format!("{repository}: listing the tags: {}", error.summary());
+                (repository, message)
+            }
+            WalkProblem::InvalidTags { repository, count } => {
+                let message = format!(
+                    "{repository}: {count} tags outside the OCI distribution grammar skipped"
+                );
+                (repository, message)
+            }
+        };
+        self.0.report(ImageReport::error(&subject, message));
+    }
+}
 
 /// Queues `host/repo:tag` for every tag of every catalog repository matching `--repository`,
 /// page by page. Repository names outside the grammar become one error entry for the
@@ -31,7 +64,6 @@ pub(super) async fn list_registry(
     let insecure = policies
         .iter()
         .any(|p| p.allows_insecure_registry() && images::may_select_on_host(p, host));
-    let creds = Credentials::anonymous().allow_insecure(insecure);
     let globs = args
         .repositories
         .iter()
@@ -40,41 +72,32 @@ pub(super) async fn list_registry(
                 .map_err(|e| anyhow::anyhow!("--repository {g}: {e}"))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let failed = |e: ivory_registry::Error| {
-        tracing::debug!(registry = host, error = %e, "catalog listing failed");
-        anyhow::anyhow!("listing the catalog of registry {host}: {}", e.summary())
-    };
-    let mut catalog = registry.catalog_pages(host, &creds).map_err(failed)?;
-    let mut invalid = 0;
-    let mut more = true;
-    while let Some(page) = catalog
-        .next_page(ivory_clock::now() + args.timeout)
-        .await
-        .map_err(failed)?
-    {
-        invalid += page.invalid;
-        for repo in page
-            .names
+    let select = |repo: &str| globs.is_empty() || globs.iter().any(|g| g.is_match(repo));
+    let repository_credentials = |repository: &str| {
+        let insecure = policies
             .iter()
-            .filter(|r| globs.is_empty() || globs.iter().any(|g| g.is_match(r)))
-        {
-            more = list_repository(args, registry, policies, host, repo, queue, listed).await?;
-            if !more {
-                break;
+            .any(|p| p.allows_insecure_registry() && images::selects_repository(p, repository));
+        Credentials::anonymous().allow_insecure(insecure)
+    };
+    let walk = Walk {
+        registry,
+        host,
+        catalog_credentials: Credentials::anonymous().allow_insecure(insecure),
+        select: &select,
+        repository_credentials: &repository_credentials,
+        timeout: args.timeout,
+        max_images: args.max_images,
+    };
+    let more = match walk.run(&mut Sink(queue), listed).await {
+        Ok(more) => more,
+        Err(WalkError::Sink(e)) => return Err(e),
+        Err(e @ WalkError::Catalog { .. }) => {
+            if let WalkError::Catalog { error, .. } = &e {
+                tracing::debug!(registry = host, error = %error, "catalog listing failed");
             }
+            anyhow::bail!("{e}");
         }
-        if !more {
-            break;
-        }
-    }
-    if invalid > 0 {
-        queue.report(ImageReport::error(
-            host,
-            format!(
-                "{host}: {invalid} repository names outside the OCI distribution grammar skipped"
-            ),
-        ));
-    }
+    };
     if !more {
         queue.report(ImageReport::error(
             host,
@@ -83,69 +106,6 @@ pub(super) async fn list_registry(
                  (raise --max-images to audit them)",
                 args.max_images
             ),
-        ));
-    }
-    Ok(more)
-}
-
-/// Queues the tags of `host/repo`, page by page; false when `--max-images` stopped it.
-async fn list_repository(
-    args: &Args,
-    registry: &Registry,
-    policies: &[Arc<CompiledPolicy>],
-    host: &str,
-    repo: &str,
-    queue: &mut ImageQueue<'_>,
-    listed: &mut usize,
-) -> anyhow::Result<bool> {
-    let reference = format!("{host}/{repo}");
-    let repo_insecure = policies
-        .iter()
-        .any(|p| p.allows_insecure_registry() && images::selects_repository(p, &reference));
-    let repo_creds = Credentials::anonymous().allow_insecure(repo_insecure);
-    let failed = |e: ivory_registry::Error| {
-        ImageReport::error(
-            &reference,
-            format!("{reference}: listing the tags: {}", e.summary()),
-        )
-    };
-    let mut tags = match registry.tag_pages(&reference, &repo_creds) {
-        Ok(tags) => tags,
-        Err(e) => {
-            queue.report(failed(e));
-            return Ok(true);
-        }
-    };
-    let mut invalid = 0;
-    let mut more = true;
-    'pages: loop {
-        let page = match tags.next_page(ivory_clock::now() + args.timeout).await {
-            Ok(Some(page)) => page,
-            Ok(None) => break,
-            Err(e) => {
-                queue.report(failed(e));
-                break;
-            }
-        };
-        invalid += page.invalid;
-        for tag in page
-            .names
-            .iter()
-            .filter(|t| !ivory_registry::is_signature_tag(t))
-        {
-            if *listed >= args.max_images {
-                more = false;
-                break 'pages;
-            }
-            if queue.push(format!("{reference}:{tag}")).await? {
-                *listed += 1;
-            }
-        }
-    }
-    if invalid > 0 {
-        queue.report(ImageReport::error(
-            &reference,
-            format!("{reference}: {invalid} tags outside the OCI distribution grammar skipped"),
         ));
     }
     Ok(more)
