@@ -233,6 +233,32 @@ fn matches_spelling(
     Ok(false)
 }
 
+/// Whether the policy may select some image on `host` (a registry an audit lists): a glob
+/// whose literal start (before its first wildcard) is compatible with `host/`; an expression,
+/// or no matcher, may select any. Errs on the side of "may": it only widens what is tried.
+pub fn may_select_on_host(policy: &CompiledPolicy, host: &str) -> bool {
+    let prefix = format!("{host}/");
+    policy.image_matchers.is_empty()
+        || policy.image_matchers.iter().any(|m| match m {
+            ImageMatcher::Glob { pattern, .. } => {
+                let literal = pattern
+                    .split(['*', '?', '[', '{'])
+                    .next()
+                    .unwrap_or_default();
+                prefix.starts_with(literal) || literal.starts_with(&prefix)
+            }
+            ImageMatcher::Expression(_) => true,
+        })
+}
+
+/// Whether the policy selects images of the repository `reference` (`host/repo`), with or
+/// without a tag ([`matches_image`]; an expression that errs selects nothing).
+pub fn selects_repository(policy: &CompiledPolicy, reference: &str) -> bool {
+    [reference.to_owned(), format!("{reference}:latest")]
+        .iter()
+        .any(|image| matches_image(policy, image).unwrap_or(false))
+}
+
 /// Keeps only the images the policy selects; every key stays present (possibly empty), as the
 /// CEL `images` variable requires.
 pub fn filter_images(

@@ -8,7 +8,7 @@
 //! # What this crate owns
 //!
 //! * [`pipeline`]: the one path every front end takes (the webhook routes, the background scan,
-//!   the one-shot commands): the object's shape ([`admission::shape`]), `namespaceObject`,
+//!   the one-shot commands through [`pipeline::run_routes`]): the object's shape ([`admission::shape`]), `namespaceObject`,
 //!   PolicyExceptions, credentials, then the stage under an optional [`pipeline::Backstop`],
 //!   with panics contained and answered by the failurePolicy, so no panic escapes a request.
 //!   A field policies read but of the wrong type is refused, naming it (400 from the webhook,
@@ -35,6 +35,13 @@
 //!   ephemeralContainers, image volumes, pod templates), matched on the canonical form as well
 //!   as as written.
 //! * [`mutate`]: the mutating stage; [`validate`]: the validating stage (both below).
+//! * [`report`]: one image against the loaded policies, as `ivory verify` and `ivory audit`
+//!   report it ([`report::ImageChecker`]): the tag resolved with the credentials of the first
+//!   policy that selects it, a synthetic Pod judged on every route
+//!   ([`pipeline::run_routes`], which merges the routes' decisions), each attestor asked about
+//!   the signature and each attestation, and the verdict from the policies' statuses; plus
+//!   which hosts and repositories a policy may select ([`images::may_select_on_host`],
+//!   [`images::selects_repository`]) for an audit that lists registries. The binary renders it.
 //! * [`resources`]: the cluster reads of CEL (`resource.Get`/`List`, `globalContext.Get`):
 //!   answered synchronously through [`resources::ResourceSource`] ([`resources::FileResources`]
 //!   for `--cluster-resources` files of `serve` in file mode, `apply` and `verify`, and for
@@ -143,6 +150,7 @@ pub mod keyed;
 pub mod matching;
 pub mod mutate;
 pub mod pipeline;
+pub mod report;
 pub mod resources;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;

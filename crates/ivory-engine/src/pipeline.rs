@@ -1,7 +1,7 @@
 //! The admission pipeline: the one path every front end judges a request by. The webhook
 //! routes (`ivory-server`'s `routes`), the background scan (`ivory-server`'s `background`) and
-//! the one-shot commands (`ivory apply`, `ivory test`, `ivory verify`, `ivory audit` through
-//! the binary's `wiring::run_routes`) select policies (`crate::matching`) and then call
+//! the one-shot commands (`ivory apply`, `ivory test`, and `ivory verify`/`ivory audit` through
+//! [`crate::report`], all by [`run_routes`]) select policies (`crate::matching`) and then call
 //! [`Pipeline::judge`], which, in order:
 //!
 //! 1. refuses an object whose shape policies cannot read ([`crate::admission::shape`]), so a
@@ -22,6 +22,7 @@
 //! the decision (encode it, audit it, report it, print it) stays with the caller.
 
 mod failure;
+mod routes;
 mod sources;
 
 #[cfg(test)]
@@ -37,6 +38,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use self::failure::{Unusable, backstop_decision, credentials_verdict, panic_decision};
+pub use self::routes::{Routes, run_routes};
 pub use self::sources::{CredentialProblem, CredentialSource, NamespaceSource, namespace_object};
 use crate::admission::AdmissionRequest;
 use crate::admission::shape::{ShapeError, check_shape};

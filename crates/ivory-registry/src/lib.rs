@@ -13,7 +13,8 @@
 //! index), blobs, referrers (the API, or the `sha256-<hex>` fallback tag, [`ReferrersVia`]), and
 //! catalog and tags page by page for `ivory audit` ([`listing`]: names checked against the OCI
 //! distribution grammar before use, over-full pages cut, a `Link` header only a same-origin
-//! signal for the next page, whose URL ivory builds itself).
+//! signal for the next page, whose URL ivory builds itself), and a whole registry walked
+//! catalog → tags into an [`ImageSink`] ([`Walk`]: signature tags skipped, `max_images` bound).
 //!
 //! * **Bounded**: every answer is streamed under a hard cap and a shared read budget; JSON is
 //!   refused before parsing when its tree would balloon ([`json_shape`], [`parse_json_bounded`],
@@ -65,7 +66,7 @@ pub use json::{
     JsonLimits, JsonShape, OBJECT_COST_BYTES, ShapeError, VALUE_COST_BYTES, json_shape,
     parse_json_bounded,
 };
-pub use listing::{NameKind, Page, PageError, valid_repository, valid_tag};
+pub use listing::{NameKind, Page, PageError, is_signature_tag, valid_repository, valid_tag};
 pub use manifest::{
     ACCEPTED_MEDIA_TYPES, DOCKER_MANIFEST, DOCKER_MANIFEST_LIST, Manifest, OCI_INDEX, OCI_MANIFEST,
 };
@@ -73,6 +74,7 @@ pub use operation::Operation;
 pub use reference::parse_reference;
 pub use stats::{MAX_NAMED_HOSTS, OTHER_HOSTS, RegistryStats};
 pub use url_fetch::{UrlFetchError, UrlFetcher, checked_url};
+pub use walk::{ImageSink, Walk, WalkError, WalkProblem};
 
 mod auth;
 mod cause;
@@ -88,3 +90,4 @@ mod reference;
 mod roots;
 mod stats;
 mod url_fetch;
+mod walk;

@@ -45,6 +45,17 @@ impl NameKind {
     }
 }
 
+/// Whether `tag` holds signatures or attestations rather than an image: cosign's
+/// `sha256-<hex>.sig|.att|.sbom` tags and the OCI referrers fallback tag `sha256-<hex>`.
+/// An audit of a registry's images skips them.
+pub fn is_signature_tag(tag: &str) -> bool {
+    let Some(rest) = tag.strip_prefix("sha256-") else {
+        return false;
+    };
+    let hex = rest.split('.').next().unwrap_or(rest);
+    hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// Whether `tag` matches `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
 pub fn valid_tag(tag: &str) -> bool {
     let b = tag.as_bytes();
@@ -327,6 +338,16 @@ pub fn next_page_link(values: &[&[u8]], page_url: &Url) -> Option<Url> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signature_tags_are_not_images() {
+        let hex = "0e1dfb0e6a9d8ade72c3c7e96a1a79378d7fadba2f48659904af92517bbca5aa";
+        assert!(is_signature_tag(&format!("sha256-{hex}.sig")));
+        assert!(is_signature_tag(&format!("sha256-{hex}.att")));
+        assert!(is_signature_tag(&format!("sha256-{hex}")));
+        assert!(!is_signature_tag("sha256-latest"));
+        assert!(!is_signature_tag("v1"));
+    }
 
     #[test]
     fn tags_follow_the_grammar() {

@@ -7,10 +7,12 @@
 //! The binary owns the command line (clap), the wiring of the library crates, exit codes and the
 //! global allocator (mimalloc: see BENCHMARKS.md); no admission logic. `cmd/wiring.rs` builds
 //! the verifier every command shares (`verifier_for`: the registry client with its bounds, the
-//! persistent cache, `ivory_l2::DiskCache`) and `run_routes`, the engine's pipeline over every
-//! policy of each route as `ivory apply`, `ivory test`, `ivory verify` and `ivory audit` run it;
-//! `cmd/wiring/parity.rs` shows the webhook, the background scan and `run_routes` giving one
-//! verdict for one review. `cmd::image_report` is one image judged for `verify` and `audit`.
+//! persistent cache, `ivory_l2::DiskCache`); the commands judge through the engine's
+//! `pipeline::run_routes` (every policy of each route, as `ivory apply` and `ivory test` run
+//! it) and `report::ImageChecker` (one image, for `verify` and `audit`), and only render what
+//! those return; `cmd/wiring/parity.rs` shows the webhook, the background scan and `run_routes`
+//! giving one verdict for one review. `cmd/quick_policy.rs` turns `--key` and friends into a
+//! policy; `cmd/audit/` walks registries and clusters and queues their images.
 //!
 //! `serve --supervise` (`cmd/serve/supervise.rs`): a parent process binds the listening socket,
 //! hands it to the serving process by the systemd protocol (`LISTEN_FDS`,
@@ -48,7 +50,7 @@
 //! by name), its exceptions, resources, values, user info and namespaces, and its legacy
 //! `kyverno.io` ClusterPolicy/Policy `verifyImages` rules converted as `ivory convert` converts
 //! them (`cmd/test/legacy.rs`). `cmd/test/run.rs` runs it: every resource goes through
-//! `wiring::run_routes` with `Stage::Validate` (after the converted legacy policies' mutating
+//! `run_routes` with `Stage::Validate` (after the converted legacy policies' mutating
 //! stage, `pin_for_legacy_rules`, as Kyverno pins then verifies), once per admission operation
 //! the rows ask for, with the namespace objects the test's cluster resources and values give;
 //! each row is then checked against the engine's `PolicyResult`s read as Kyverno's report
@@ -77,8 +79,8 @@ mod cmd {
     pub(crate) mod convert;
     pub(crate) mod doctor;
     pub(crate) mod files;
-    pub(crate) mod image_report;
     pub(crate) mod output;
+    pub(crate) mod quick_policy;
     pub(crate) mod serve;
     pub(crate) mod test;
     pub(crate) mod verify;

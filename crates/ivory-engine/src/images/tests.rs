@@ -457,3 +457,21 @@ fn spellings_of_one_image_are_all_matched() {
     images.insert("containers".to_owned(), vec![cases[3].1.clone()]);
     assert_eq!(filter_images(&other, &images).unwrap(), images);
 }
+
+#[test]
+fn selection_of_hosts_and_repositories() {
+    let on_ghcr = policy_with(vec![glob("ghcr.io/acme/*")]);
+    assert!(may_select_on_host(&on_ghcr, "ghcr.io"));
+    assert!(!may_select_on_host(&on_ghcr, "quay.io"));
+    assert!(selects_repository(&on_ghcr, "ghcr.io/acme/app"));
+    assert!(!selects_repository(&on_ghcr, "ghcr.io/other/app"));
+    // A glob whose literal start is the host alone may select on it.
+    assert!(may_select_on_host(
+        &policy_with(vec![glob("ghcr*")]),
+        "ghcr.io"
+    ));
+    // No matcher, or an expression: any host.
+    assert!(may_select_on_host(&policy_with(vec![]), "quay.io"));
+    let expr = ImageMatcher::Expression(cel("ref.startsWith('ghcr.io/')", &["ref"]));
+    assert!(may_select_on_host(&policy_with(vec![expr]), "quay.io"));
+}

@@ -14,10 +14,11 @@ use ivory_engine::admission::{
     AdmissionRequest, AdmissionReview, GroupVersionKind, GroupVersionResource, Operation, UserInfo,
 };
 use ivory_engine::decision::{Decision, Status};
+use ivory_engine::pipeline::{Routes, Stage, run_routes};
 use serde_json::{Value, json};
 
 use super::output::{self, Format};
-use super::wiring::{self, RegistryOpts, Stage, duration};
+use super::wiring::{self, RegistryOpts, duration};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 #[value(rename_all = "UPPER")]
@@ -151,7 +152,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             Some(req) => req,
             None => request(object, args.operation, &args.namespace)?,
         };
-        let routes = wiring::Routes {
+        let routes = Routes {
             verifier: &verifier,
             resources: cluster.as_ref(),
             policies: &policies,
@@ -170,12 +171,12 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn apply(
-    routes: &wiring::Routes<'_>,
+    routes: &Routes<'_>,
     mut req: AdmissionRequest,
     timeout: Duration,
 ) -> anyhow::Result<Applied> {
     let id = format!("{}/{}", req.kind.kind, qualified_name(&req));
-    let mutate = wiring::run_routes(
+    let mutate = run_routes(
         routes,
         Stage::Mutate,
         &mut req,
@@ -194,7 +195,7 @@ async fn apply(
     let validate = if mutate.allowed {
         // The API server sends the validating webhooks the object as mutated.
         req.object = Some(object.clone().into());
-        wiring::run_routes(
+        run_routes(
             routes,
             Stage::Validate,
             &mut req,

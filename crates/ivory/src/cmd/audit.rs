@@ -21,7 +21,7 @@
 //! * Exit 0 when everything passed (or `--exit-zero`), 1 when anything failed, 2 when anything
 //!   could not be checked or listed.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::io::{IsTerminal as _, Write as _};
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -30,19 +30,23 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
-use ivory_engine::verifier::{ImageVerifier, VerifyError};
-use ivory_policy::compiled::ImageMatcher;
+use ivory_engine::report::{ImageChecker, ImageReport};
+use ivory_engine::verifier::ImageVerifier;
 use ivory_registry::{Credentials, Registry};
 use ivory_verify::SharedCache;
 use serde_json::json;
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
 
-use super::image_report::{self, Checker, ImageReport, QuickPolicy};
+use self::listing::list_registry;
+use self::progress::Progress;
+use self::queue::ImageQueue;
 use super::output::{self, AuditFormat, Counts};
+use super::quick_policy::{self, QuickPolicy};
 use super::wiring::{self, RegistryOpts, duration, positive};
 
 mod cluster;
+mod listing;
+mod progress;
+mod queue;
 
 /// Default of `--concurrency`: images verified at the same time.
 const DEFAULT_CONCURRENCY: NonZeroUsize = NonZeroUsize::new(8).unwrap();
@@ -128,7 +132,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             "nothing to audit: give --registry HOST, --images-from FILE and/or --kubeconfig FILE"
         );
     }
-    let policies = image_report::policies(&args.policies, &args.quick)?;
+    let policies = quick_policy::policies(&args.policies, &args.quick)?;
     let mut config = args.registry.config()?;
     config.page_size = args.page_size;
     let cache = args.registry.cache.open();
@@ -139,7 +143,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         cache.clone(),
     )?;
     let registry = verifier.registry().clone();
-    let checker = Arc::new(Checker {
+    let checker = Arc::new(ImageChecker {
         verifier: Arc::new(verifier),
         policies,
         exceptions: None,
@@ -193,27 +197,27 @@ async fn audit(
     args: &Args,
     registry: &Registry,
     cache: Option<Arc<dyn SharedCache>>,
-    checker: &Arc<Checker>,
+    checker: &Arc<ImageChecker>,
     finished: &mut Finished,
     progress: &mut Progress,
 ) -> anyhow::Result<()> {
-    let mut pipeline = Pipeline::new(args.concurrency, checker, finished, progress);
+    let mut queue = ImageQueue::new(args.concurrency, checker, finished, progress);
     for path in &args.images_from {
         for image in image_lines(&wiring::read_input(path, "--images-from")?) {
-            pipeline.push(image).await?;
+            queue.push(image).await?;
         }
     }
     let mut listed = 0;
     let mut hosts = args.registries.iter();
     for host in hosts.by_ref() {
         let policies = &checker.policies;
-        if !list_registry(args, registry, policies, host, &mut pipeline, &mut listed).await? {
-            pipeline.finished.truncated = true;
+        if !list_registry(args, registry, policies, host, &mut queue, &mut listed).await? {
+            queue.truncated();
             break;
         }
     }
     for host in hosts {
-        pipeline.report(ImageReport::error(
+        queue.report(ImageReport::error(
             host,
             format!(
                 "{host}: not listed: --max-images {} reached",
@@ -221,7 +225,7 @@ async fn audit(
             ),
         ));
     }
-    pipeline.finish().await?;
+    queue.finish().await?;
     if let Some(path) = &args.kubeconfig {
         let cluster = ClusterAudit {
             kubeconfig: path.as_deref(),
@@ -250,7 +254,7 @@ async fn audit_cluster(
         registry,
         cache,
     }: ClusterAudit<'_>,
-    base: &Checker,
+    base: &ImageChecker,
     finished: &mut Finished,
     progress: &mut Progress,
 ) -> anyhow::Result<()> {
@@ -283,7 +287,7 @@ async fn audit_cluster(
                 cache.clone(),
             ))
         };
-        let checker = Arc::new(Checker {
+        let checker = Arc::new(ImageChecker {
             verifier,
             policies: base.policies.clone(),
             exceptions: base.exceptions.clone(),
@@ -293,326 +297,16 @@ async fn audit_cluster(
             namespace_object: namespaces.get(&group.namespace).cloned(),
         });
         let before = finished.reports.len();
-        let mut pipeline = Pipeline::new(args.concurrency, &checker, finished, progress);
+        let mut queue = ImageQueue::new(args.concurrency, &checker, finished, progress);
         for image in group.images {
-            pipeline.push(image).await?;
+            queue.push(image).await?;
         }
-        pipeline.finish().await?;
+        queue.finish().await?;
         for report in &mut finished.reports[before..] {
             report.namespace = Some(group.namespace.clone());
         }
     }
     Ok(())
-}
-
-/// What one task finished.
-enum Done {
-    Resolved(String, Result<String, VerifyError>),
-    Verified(String, ImageReport),
-}
-
-/// Images of one repository@digest waiting for (or given) its single verification.
-struct Group {
-    waiting: Vec<String>,
-    report: Option<ImageReport>,
-}
-
-/// Resolves images as the sources find them and verifies each distinct repository@digest
-/// once, as soon as its first tag is resolved (a hung lookup does not hold the others back):
-/// `limit` tasks run at a time and a new image waits while `2 × limit` are queued, so a
-/// listing's pages wait for room instead of piling up.
-struct Pipeline<'a> {
-    checker: Arc<Checker>,
-    limit: usize,
-    permits: Arc<Semaphore>,
-    tasks: JoinSet<Done>,
-    groups: HashMap<String, Group>,
-    /// Images queued so far: each is audited once, however many sources name it.
-    seen: HashSet<String>,
-    finished: &'a mut Finished,
-    progress: &'a mut Progress,
-}
-
-impl<'a> Pipeline<'a> {
-    fn new(
-        limit: NonZeroUsize,
-        checker: &Arc<Checker>,
-        finished: &'a mut Finished,
-        progress: &'a mut Progress,
-    ) -> Self {
-        progress.start("verifying", 0);
-        Self {
-            checker: checker.clone(),
-            limit: limit.get(),
-            permits: Arc::new(Semaphore::new(limit.get())),
-            tasks: JoinSet::new(),
-            groups: HashMap::new(),
-            seen: HashSet::new(),
-            finished,
-            progress,
-        }
-    }
-
-    /// Queues `image` (waiting for room first); false when it was queued before.
-    async fn push(&mut self, image: String) -> anyhow::Result<bool> {
-        if !self.seen.insert(image.clone()) {
-            return Ok(false);
-        }
-        self.finished.found += 1;
-        self.progress.grow(1);
-        while self.tasks.len() >= 2 * self.limit {
-            self.join_one().await?;
-        }
-        let (checker, permits) = (self.checker.clone(), self.permits.clone());
-        self.tasks.spawn(async move {
-            let _permit = permits.acquire_owned().await;
-            let digest = checker.resolve(&image).await;
-            Done::Resolved(image, digest)
-        });
-        Ok(true)
-    }
-
-    /// An entry for something that could not be listed.
-    fn report(&mut self, report: ImageReport) {
-        self.finished.found += 1;
-        self.finished.reports.push(report);
-        self.progress.grow(1);
-        self.progress.inc(1);
-    }
-
-    /// Waits for every queued image.
-    async fn finish(mut self) -> anyhow::Result<()> {
-        while self.join_one().await? {}
-        Ok(())
-    }
-
-    /// Takes one finished task's result; false when no task is left.
-    async fn join_one(&mut self) -> anyhow::Result<bool> {
-        let Some(joined) = self.tasks.join_next().await else {
-            return Ok(false);
-        };
-        let finished = &mut *self.finished;
-        match joined.context("audit task failed")? {
-            Done::Resolved(image, Err(e)) => {
-                finished.reports.push(ImageReport::unresolved(&image, &e));
-                self.progress.inc(1);
-            }
-            Done::Resolved(image, Ok(digest)) => {
-                let key = format!("{}@{digest}", repository(&image));
-                if let Some(group) = self.groups.get_mut(&key) {
-                    match &group.report {
-                        Some(report) => {
-                            finished.reports.push(ImageReport {
-                                image,
-                                ..report.clone()
-                            });
-                            self.progress.inc(1);
-                        }
-                        None => group.waiting.push(image),
-                    }
-                    return Ok(true);
-                }
-                self.groups.insert(
-                    key.clone(),
-                    Group {
-                        waiting: vec![image.clone()],
-                        report: None,
-                    },
-                );
-                let (checker, permits) = (self.checker.clone(), self.permits.clone());
-                self.tasks.spawn(async move {
-                    let _permit = permits.acquire_owned().await;
-                    Done::Verified(key, checker.check_digest(&image, &digest).await)
-                });
-            }
-            Done::Verified(key, report) => {
-                let Some(group) = self.groups.get_mut(&key) else {
-                    return Ok(true);
-                };
-                let waiting = std::mem::take(&mut group.waiting);
-                self.progress.inc(waiting.len());
-                for image in waiting {
-                    finished.reports.push(ImageReport {
-                        image,
-                        ..report.clone()
-                    });
-                }
-                group.report = Some(report);
-                finished.digests += 1;
-            }
-        }
-        Ok(true)
-    }
-}
-
-/// Queues `host/repo:tag` for every tag of every catalog repository matching `--repository`,
-/// page by page. Repository names outside the grammar become one error entry for the
-/// registry; a repository whose tags cannot be listed, or that lists tags outside the
-/// grammar, one entry for it. False once `--max-images` images were listed: the listing
-/// stopped (and says so in an entry).
-async fn list_registry(
-    args: &Args,
-    registry: &Registry,
-    policies: &[Arc<ivory_policy::CompiledPolicy>],
-    host: &str,
-    pipeline: &mut Pipeline<'_>,
-    listed: &mut usize,
-) -> anyhow::Result<bool> {
-    // The listing may use plain HTTP or unverified TLS where a policy for this registry's
-    // images allows it, as verifying them will: the catalog when such a policy may select an
-    // image on this host, each repository's tags when it selects that repository.
-    let insecure = policies
-        .iter()
-        .any(|p| p.allows_insecure_registry() && may_select_on_host(p, host));
-    let creds = Credentials::anonymous().allow_insecure(insecure);
-    let globs = args
-        .repositories
-        .iter()
-        .map(|g| {
-            ivory_policy::compile_image_glob(g)
-                .map_err(|e| anyhow::anyhow!("--repository {g}: {e}"))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let failed = |e: ivory_registry::Error| {
-        tracing::debug!(registry = host, error = %e, "catalog listing failed");
-        anyhow::anyhow!("listing the catalog of registry {host}: {}", e.summary())
-    };
-    let mut catalog = registry.catalog_pages(host, &creds).map_err(failed)?;
-    let mut invalid = 0;
-    let mut more = true;
-    while let Some(page) = catalog
-        .next_page(ivory_clock::now() + args.timeout)
-        .await
-        .map_err(failed)?
-    {
-        invalid += page.invalid;
-        for repo in page
-            .names
-            .iter()
-            .filter(|r| globs.is_empty() || globs.iter().any(|g| g.is_match(r)))
-        {
-            more = list_repository(args, registry, policies, host, repo, pipeline, listed).await?;
-            if !more {
-                break;
-            }
-        }
-        if !more {
-            break;
-        }
-    }
-    if invalid > 0 {
-        pipeline.report(ImageReport::error(
-            host,
-            format!(
-                "{host}: {invalid} repository names outside the OCI distribution grammar skipped"
-            ),
-        ));
-    }
-    if !more {
-        pipeline.report(ImageReport::error(
-            host,
-            format!(
-                "{host}: listing stopped at --max-images {}: the registry lists more images \
-                 (raise --max-images to audit them)",
-                args.max_images
-            ),
-        ));
-    }
-    Ok(more)
-}
-
-/// Queues the tags of `host/repo`, page by page; false when `--max-images` stopped it.
-async fn list_repository(
-    args: &Args,
-    registry: &Registry,
-    policies: &[Arc<ivory_policy::CompiledPolicy>],
-    host: &str,
-    repo: &str,
-    pipeline: &mut Pipeline<'_>,
-    listed: &mut usize,
-) -> anyhow::Result<bool> {
-    let reference = format!("{host}/{repo}");
-    let repo_insecure = policies
-        .iter()
-        .any(|p| p.allows_insecure_registry() && selects_repository(p, &reference));
-    let repo_creds = Credentials::anonymous().allow_insecure(repo_insecure);
-    let failed = |e: ivory_registry::Error| {
-        ImageReport::error(
-            &reference,
-            format!("{reference}: listing the tags: {}", e.summary()),
-        )
-    };
-    let mut tags = match registry.tag_pages(&reference, &repo_creds) {
-        Ok(tags) => tags,
-        Err(e) => {
-            pipeline.report(failed(e));
-            return Ok(true);
-        }
-    };
-    let mut invalid = 0;
-    let mut more = true;
-    'pages: loop {
-        let page = match tags.next_page(ivory_clock::now() + args.timeout).await {
-            Ok(Some(page)) => page,
-            Ok(None) => break,
-            Err(e) => {
-                pipeline.report(failed(e));
-                break;
-            }
-        };
-        invalid += page.invalid;
-        for tag in page.names.iter().filter(|t| !is_signature_tag(t)) {
-            if *listed >= args.max_images {
-                more = false;
-                break 'pages;
-            }
-            if pipeline.push(format!("{reference}:{tag}")).await? {
-                *listed += 1;
-            }
-        }
-    }
-    if invalid > 0 {
-        pipeline.report(ImageReport::error(
-            &reference,
-            format!("{reference}: {invalid} tags outside the OCI distribution grammar skipped"),
-        ));
-    }
-    Ok(more)
-}
-
-/// Whether the policy may select some image on `host`: a glob whose literal start (before its
-/// first wildcard) is compatible with `host/`; an expression, or no matcher, may select any.
-fn may_select_on_host(policy: &ivory_policy::CompiledPolicy, host: &str) -> bool {
-    let prefix = format!("{host}/");
-    policy.image_matchers.is_empty()
-        || policy.image_matchers.iter().any(|m| match m {
-            ImageMatcher::Glob { pattern, .. } => {
-                let literal = pattern
-                    .split(['*', '?', '[', '{'])
-                    .next()
-                    .unwrap_or_default();
-                prefix.starts_with(literal) || literal.starts_with(&prefix)
-            }
-            ImageMatcher::Expression(_) => true,
-        })
-}
-
-/// Whether the policy selects images of the repository `reference` (`host/repo`), with or
-/// without a tag.
-fn selects_repository(policy: &ivory_policy::CompiledPolicy, reference: &str) -> bool {
-    [reference.to_owned(), format!("{reference}:latest")]
-        .iter()
-        .any(|image| ivory_engine::images::matches_image(policy, image).unwrap_or(false))
-}
-
-/// cosign's `sha256-<hex>.sig|.att|.sbom` tags and the OCI referrers fallback tag
-/// `sha256-<hex>` hold signatures and attestations, not images to audit.
-fn is_signature_tag(tag: &str) -> bool {
-    let Some(rest) = tag.strip_prefix("sha256-") else {
-        return false;
-    };
-    let hex = rest.split('.').next().unwrap_or(rest);
-    hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Image references of a list file: one per line, blank lines and `#` comments ignored.
@@ -622,15 +316,6 @@ fn image_lines(text: &str) -> Vec<String> {
         .filter(|l| !l.is_empty())
         .map(str::to_owned)
         .collect()
-}
-
-/// The repository part of a reference (`host/repo:tag@sha256:…` → `host/repo`).
-fn repository(image: &str) -> &str {
-    let no_digest = image.split('@').next().unwrap_or(image);
-    match no_digest.rfind(':') {
-        Some(i) if !no_digest[i..].contains('/') => &no_digest[..i],
-        _ => no_digest,
-    }
 }
 
 fn print(args: &Args, finished: &Finished, interrupted: bool) -> anyhow::Result<()> {
@@ -667,7 +352,7 @@ fn print(args: &Args, finished: &Finished, interrupted: bool) -> anyhow::Result<
                     "interrupted": interrupted,
                     "truncated": finished.truncated,
                 },
-                "images": reports.iter().map(ImageReport::to_json).collect::<Vec<_>>(),
+                "images": reports.iter().map(output::image_json).collect::<Vec<_>>(),
             });
             output::render(&doc, args.output == AuditFormat::Yaml)?
         }
@@ -736,101 +421,10 @@ fn policy_reports(reports: &[ImageReport], now: (u64, u32)) -> Vec<serde_json::V
     docs
 }
 
-/// A one-line progress bar on stderr, only when stderr is a terminal.
-struct Progress {
-    enabled: bool,
-    label: String,
-    total: usize,
-    done: usize,
-}
-
-impl Progress {
-    fn new(enabled: bool) -> Self {
-        Self {
-            enabled,
-            label: String::new(),
-            total: 0,
-            done: 0,
-        }
-    }
-
-    fn start(&mut self, label: &str, total: usize) {
-        self.label = label.to_owned();
-        self.total = total;
-        self.done = 0;
-        self.draw();
-    }
-
-    /// More images to do (the sources are still being listed).
-    fn grow(&mut self, n: usize) {
-        self.total += n;
-        self.draw();
-    }
-
-    fn inc(&mut self, n: usize) {
-        self.done += n;
-        self.draw();
-    }
-
-    fn draw(&self) {
-        if self.enabled {
-            eprint!("\r\x1b[2K{}", output::terminal(&self.line()));
-        }
-    }
-
-    /// `verifying     [#######            ] 12/52`
-    fn line(&self) -> String {
-        const WIDTH: usize = 30;
-        let filled = (self.done * WIDTH)
-            .checked_div(self.total)
-            .unwrap_or(WIDTH)
-            .min(WIDTH);
-        let bar = format!("{}{}", "#".repeat(filled), " ".repeat(WIDTH - filled));
-        format!("{:<13} [{bar}] {}/{}", self.label, self.done, self.total)
-    }
-
-    fn clear(&self) {
-        if self.enabled {
-            eprint!("\r\x1b[2K");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
 
     use super::*;
-
-    #[test]
-    fn repositories_of_references() {
-        assert_eq!(repository("h:5000/a/b:v1"), "h:5000/a/b");
-        assert_eq!(repository("h:5000/a/b"), "h:5000/a/b");
-        assert_eq!(repository("h:5000/a/b:v1@sha256:aa"), "h:5000/a/b");
-        assert_eq!(repository("h/a@sha256:aa"), "h/a");
-    }
-
-    #[test]
-    fn progress_line() {
-        let mut p = Progress::new(false);
-        p.start("verifying", 4);
-        p.inc(1);
-        assert_eq!(
-            p.line(),
-            format!("verifying     [{}{}] 1/4", "#".repeat(7), " ".repeat(23))
-        );
-        p.start("listing tags", 0);
-        assert_eq!(p.line(), format!("listing tags  [{}] 0/0", "#".repeat(30)));
-    }
-
-    #[test]
-    fn signature_tags_are_not_images() {
-        let hex = "0e1dfb0e6a9d8ade72c3c7e96a1a79378d7fadba2f48659904af92517bbca5aa";
-        assert!(is_signature_tag(&format!("sha256-{hex}.sig")));
-        assert!(is_signature_tag(&format!("sha256-{hex}.att")));
-        assert!(is_signature_tag(&format!("sha256-{hex}")));
-        assert!(!is_signature_tag("sha256-latest"));
-        assert!(!is_signature_tag("v1"));
-    }
 
     #[test]
     fn policy_reports_per_namespace() {

@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use super::image_report::{ImageReport, Verdict};
+use ivory_engine::report::{ImageReport, Verdict};
 
 /// `--output` of `verify` and `apply`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -196,6 +196,48 @@ pub(crate) fn image_table_explained(reports: &[ImageReport], explain: bool) -> S
     out
 }
 
+/// The stable `--output json` form of one image's report: `{image, digest, verdict,
+/// policies, message}` (plus `namespace` for a cluster Pod's image).
+pub(crate) fn image_json(report: &ImageReport) -> Value {
+    let policies: Vec<Value> = report
+        .policies
+        .iter()
+        .map(|p| {
+            let attestors: Vec<Value> = p
+                .attestors
+                .iter()
+                .map(|a| {
+                    json!({
+                        "attestor": a.attestor,
+                        "attestation": a.attestation,
+                        "result": a.result.as_str(),
+                        "reason": a.reason,
+                        "looked": a.looked,
+                    })
+                })
+                .collect();
+            json!({
+                "policy": p.policy,
+                "namespace": p.namespace,
+                "result": p.result.as_str(),
+                "message": p.message,
+                "attestors": attestors,
+            })
+        })
+        .collect();
+    let mut doc = json!({
+        "image": report.image,
+        "digest": report.digest,
+        "verdict": report.verdict.as_str(),
+        "policies": policies,
+        "message": report.message,
+    });
+    if let Some(ns) = &report.namespace {
+        doc["namespace"] = json!(ns);
+    }
+    doc
+}
+
 /// A SARIF 2.1.0 log with one result per failed or errored (image, policy).
 pub(crate) fn sarif(reports: &[ImageReport]) -> Value {
     let mut rules = BTreeSet::new();
@@ -293,8 +335,8 @@ pub(crate) fn cluster_policy_report(reports: &[ImageReport], name: &str, now: (u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::image_report::PolicyOutcome;
     use ivory_engine::decision::Status;
+    use ivory_engine::report::{AttestorOutcome, AttestorResult, PolicyOutcome};
 
     fn report(image: &str, verdict: Verdict, result: Status) -> ImageReport {
         ImageReport {
@@ -352,16 +394,14 @@ mod tests {
         let mut r = report("r/a:v1\x1b[1A\rPASS  r/b", Verdict::Fail, Status::Fail);
         r.policies[0].policy = "p\u{202e}".into();
         r.policies[0].message = "bad\nPASS   r/c:1  sha256:00".into();
-        r.policies[0]
-            .attestors
-            .push(crate::cmd::image_report::AttestorOutcome {
-                attestor: "k\x1b]0;t\x07".into(),
-                attestation: Some("sbom\r".into()),
-                result: crate::cmd::image_report::AttestorResult::Failed,
-                reason: "nope\u{2066}".into(),
-                brief: "nope\u{2066}".into(),
-                looked: Vec::new(),
-            });
+        r.policies[0].attestors.push(AttestorOutcome {
+            attestor: "k\x1b]0;t\x07".into(),
+            attestation: Some("sbom\r".into()),
+            result: AttestorResult::Failed,
+            reason: "nope\u{2066}".into(),
+            brief: "nope\u{2066}".into(),
+            looked: Vec::new(),
+        });
         let error = ImageReport::error("x\ny", "x\ny: down\r\nPASS".into());
         let table = image_table(&[r, error]);
         assert_eq!(table.lines().count(), 4, "{table}");

@@ -3,7 +3,7 @@
 //! why. Exit 0 when every image passes, 1 when any does not, 2 on usage, configuration or
 //! registry errors.
 //!
-//! Tags are resolved to digests first and verified by digest (see `check.rs`), so policies with
+//! Tags are resolved to digests first and verified by digest (`ivory_engine::report`), so policies with
 //! `verifyDigest` accept tags here as the webhook does after its mutating stage pinned them.
 
 use std::path::PathBuf;
@@ -11,10 +11,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ivory_engine::report::{ImageChecker, ImageReport};
 use serde_json::json;
 
-use super::image_report::{self, Checker, ImageReport, QuickPolicy};
 use super::output::{self, Counts, Format};
+use super::quick_policy::{self, QuickPolicy};
 use super::wiring::{RegistryOpts, duration};
 
 #[derive(clap::Args)]
@@ -62,8 +63,8 @@ pub(crate) struct Args {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let policies = image_report::policies(&args.policies, &args.quick)?;
-    let checker = Checker {
+    let policies = quick_policy::policies(&args.policies, &args.quick)?;
+    let checker = ImageChecker {
         verifier: Arc::new(args.registry.verifier()?),
         policies,
         timeout: args.timeout,
@@ -96,7 +97,7 @@ fn print(reports: &[ImageReport], format: Format, explain: bool) -> anyhow::Resu
                     "fail": counts.fail,
                     "error": counts.error,
                 },
-                "images": reports.iter().map(ImageReport::to_json).collect::<Vec<_>>(),
+                "images": reports.iter().map(output::image_json).collect::<Vec<_>>(),
             });
             output::render(&doc, format == Format::Yaml)?
         }

@@ -1,7 +1,6 @@
 //! What the one-shot commands (`verify`, `apply`, `audit`, `test`) share: registry flags, the
-//! verifier, policy loading, and running the engine's pipeline per webhook route exactly as
-//! `ivory serve` does (cluster route with every ImageValidatingPolicy, namespaced route with
-//! the request namespace's NamespacedImageValidatingPolicies).
+//! verifier, policy loading and input files. Judging a request on every webhook route is the
+//! engine's (`ivory_engine::pipeline::run_routes`).
 //! `ivory serve` takes the same registry flags ([`RegistryAccessOpts`]).
 
 use std::num::NonZeroUsize;
@@ -10,22 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use ivory_engine::admission::AdmissionRequest;
-use ivory_engine::admission::shape::ShapeError;
 use ivory_engine::decision::Decision;
 use ivory_engine::exceptions::Exceptions;
-use ivory_engine::matching::{Route, route_policies};
-pub(crate) use ivory_engine::pipeline::Stage;
-use ivory_engine::pipeline::{Namespaces, Pipeline};
 use ivory_engine::resources::{FileResources, NoResources, ResourceSource};
-use ivory_engine::verifier::ImageVerifier;
 use ivory_l2::DiskCache;
 use ivory_policy::CompiledPolicy;
 use ivory_registry::{Config as RegistryConfig, DEFAULT_PER_REGISTRY_CONCURRENCY, Registry};
 use ivory_server::budget::parse_go_duration;
 use ivory_verify::{CosignVerifier, SharedCache, VerifierConfig};
 use serde_json::Value;
-use tokio::time::Instant;
 
 /// How every command reaches registries: trust, credentials, concurrency, insecure registries
 /// (`ivory serve` and the one-shot commands alike).
@@ -370,69 +362,6 @@ pub(crate) fn finish_load(
     Ok(report.policies.into_iter().map(Arc::new).collect())
 }
 
-/// What the engine judges a request with, on every route.
-#[derive(Clone, Copy)]
-pub(crate) struct Routes<'a> {
-    pub verifier: &'a dyn ImageVerifier,
-    /// What the policies' `resource.*` / `globalContext.*` calls read.
-    pub resources: &'a dyn ResourceSource,
-    pub policies: &'a [Arc<CompiledPolicy>],
-    pub exceptions: Option<&'a Exceptions>,
-}
-
-/// Runs `stage` for `req` on each route that has policies for it, as the API server would call
-/// ivory's webhooks, and merges the answers (every route must allow). Each route goes through
-/// the engine's pipeline, as in `ivory serve`: an object policies cannot read is refused with
-/// the field named, and with `exceptions` an excepted policy is skipped (and pins nothing), as
-/// `ivory serve --enable-policy-exceptions` does. `namespace_object` is the request namespace
-/// as the cluster holds it; `None` gives the webhook's minimal form, judged as the
-/// Namespace's. There is no backstop (nobody gives up waiting) and no Secret to prepare
-/// (registry credentials come from `--docker-config`).
-pub(crate) async fn run_routes(
-    routes: &Routes<'_>,
-    stage: Stage,
-    req: &mut AdmissionRequest,
-    namespace_object: Option<&Value>,
-    deadline: Instant,
-) -> Result<Decision, ShapeError> {
-    let pipeline = Pipeline {
-        exceptions: routes.exceptions,
-        namespaces: Namespaces::Given(namespace_object),
-        ..Pipeline::new(routes.verifier, routes.resources)
-    };
-    let mut merged = Decision {
-        allowed: true,
-        ..Decision::default()
-    };
-    for namespaced in [false, true] {
-        let selected = route_policies(routes.policies, Route { namespaced }, req.namespace());
-        if selected.is_empty() {
-            continue;
-        }
-        let judged = pipeline.judge(stage, &selected, req, deadline).await?;
-        if let Some(panic) = judged.panic {
-            tracing::error!(uid = %req.uid, %panic, "policy evaluation panicked");
-        }
-        merge(&mut merged, judged.decision);
-    }
-    Ok(merged)
-}
-
-fn merge(into: &mut Decision, d: Decision) {
-    into.allowed &= d.allowed;
-    if let Some(message) = d.message {
-        into.message = Some(match into.message.take() {
-            Some(prev) => format!("{prev}; {message}"),
-            None => message,
-        });
-    }
-    into.warnings.extend(d.warnings);
-    into.audit_annotations.extend(d.audit_annotations);
-    into.patch.extend(d.patch);
-    into.results.extend(d.results);
-    into.budget_exhausted |= d.budget_exhausted;
-}
-
 /// Applies the mutating stage's `replace` operations to `object`.
 pub(crate) fn apply_patch(object: &mut Value, decision: &Decision) -> anyhow::Result<()> {
     for op in &decision.patch {
@@ -561,32 +490,5 @@ mod tests {
         };
         let err = apply_patch(&mut pod, &bad).unwrap_err().to_string();
         assert!(err.contains("/spec/initContainers/0/image"), "{err}");
-    }
-
-    #[test]
-    fn merged_decisions_need_every_route_to_allow() {
-        let mut m = Decision {
-            allowed: true,
-            ..Decision::default()
-        };
-        merge(
-            &mut m,
-            Decision {
-                allowed: false,
-                message: Some("Policy a failed: x".into()),
-                ..Decision::default()
-            },
-        );
-        merge(
-            &mut m,
-            Decision {
-                allowed: true,
-                warnings: vec!["w".into()],
-                ..Decision::default()
-            },
-        );
-        assert!(!m.allowed);
-        assert_eq!(m.message.as_deref(), Some("Policy a failed: x"));
-        assert_eq!(m.warnings, vec!["w".to_owned()]);
     }
 }

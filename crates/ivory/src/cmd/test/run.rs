@@ -1,6 +1,6 @@
 //! Running one Kyverno test case: its policies, exceptions and resources go through the
 //! validating stage exactly as `ivory apply` and the webhook run it
-//! (`wiring::run_routes`), and each `results` row is checked against what the engine
+//! (`ivory_engine::pipeline::run_routes`), and each `results` row is checked against what the engine
 //! concluded, with Kyverno 1.19's matching rules (see docs/kyverno-semantics.md).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use ivory_engine::admission::{AdmissionRequest, Operation, UserInfo};
 use ivory_engine::decision::{PolicyResult, Status};
+use ivory_engine::pipeline::{Routes, Stage, run_routes};
 use ivory_engine::verifier::ImageVerifier;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -17,7 +18,7 @@ use super::Console;
 use super::load::{Loaded, ResourceKey, load};
 use super::suite::{Expected, ResultRow, RowOperation, TestCase};
 use crate::cmd::apply::{Op, request};
-use crate::cmd::wiring::{self, Stage};
+use crate::cmd::wiring;
 
 /// How one row came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,13 +158,13 @@ async fn evaluate(
         pin_for_legacy_rules(loaded, verifier, &mut req, namespace, deadline)
             .await
             .with_context(|| format!("resource {}", key.display()))?;
-        let routes = wiring::Routes {
+        let routes = Routes {
             verifier,
             resources: &loaded.cluster,
             policies: &loaded.policies,
             exceptions: loaded.exceptions.as_ref(),
         };
-        let decision = wiring::run_routes(&routes, Stage::Validate, &mut req, namespace, deadline)
+        let decision = run_routes(&routes, Stage::Validate, &mut req, namespace, deadline)
             .await
             .with_context(|| format!("resource {}", key.display()))?;
         out.push(Evaluated {
@@ -188,13 +189,13 @@ async fn pin_for_legacy_rules(
     if loaded.legacy.policies.is_empty() || req.object.is_none() {
         return Ok(());
     }
-    let routes = wiring::Routes {
+    let routes = Routes {
         verifier,
         resources: &loaded.cluster,
         policies: &loaded.legacy.policies,
         exceptions: loaded.exceptions.as_ref(),
     };
-    let mutate = wiring::run_routes(&routes, Stage::Mutate, req, namespace, deadline).await?;
+    let mutate = run_routes(&routes, Stage::Mutate, req, namespace, deadline).await?;
     if mutate.allowed
         && let Some(object) = req.object.as_mut()
     {

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use axum::body::{Body, to_bytes};
 use http::Request;
+use ivory_engine::admission::AdmissionRequest;
 use ivory_engine::decision::Status;
+use ivory_engine::pipeline::{Routes, Stage, run_routes};
 use ivory_engine::resources::NoResources;
 use ivory_engine::testing::FakeVerifier;
 use ivory_server::background::{BackgroundSettings, request_for, scan_once};
