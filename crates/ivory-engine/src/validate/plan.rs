@@ -234,7 +234,16 @@ pub(super) fn prepare<'a>(
         }
     };
 
-    let attestors = match evaluate_attestors(policy, &facts, &mut eval) {
+    // Kyverno evaluates an attestor only when CEL reads it, which the image comprehensions of a
+    // request that selected no image never do: such a request evaluates no CEL-sourced field,
+    // so a field that cannot be evaluated for it (a key read from a ConfigMap by the request's
+    // namespace, say) decides nothing.
+    let evaluated = if matched.is_empty() {
+        Ok(unevaluated_attestors(policy, &facts))
+    } else {
+        evaluate_attestors(policy, &facts, &mut eval)
+    };
+    let attestors = match evaluated {
         Ok(attestors) => attestors,
         Err(message) => {
             return over_budget(&eval, &matched)
@@ -523,6 +532,27 @@ fn evaluate_attestors<'p>(
         None => AttestorsBinding::Json(Json::Object(binding)),
     };
     Ok(Attestors { list, binding })
+}
+
+/// The policy's attestors as written, no CEL-sourced field evaluated: for a request whose
+/// policy selected no image, so nothing is verified with them.
+fn unevaluated_attestors<'p>(policy: &'p CompiledPolicy, facts: &PolicyFacts) -> Attestors<'p> {
+    let mut list = Vec::with_capacity(policy.attestors.len());
+    let mut binding = serde_json::Map::new();
+    for (compiled, key) in policy.attestors.iter().zip(&facts.attestor_keys) {
+        let key = key
+            .clone()
+            .unwrap_or_else(|| fingerprint(&compiled.attestor));
+        if facts.attestors.is_none() {
+            binding.insert(compiled.attestor.name.clone(), compiled.json.clone());
+        }
+        list.push((Cow::Borrowed(&compiled.attestor), key));
+    }
+    let binding = match &facts.attestors {
+        Some(shared) => AttestorsBinding::Shared(Arc::clone(shared)),
+        None => AttestorsBinding::Json(Json::Object(binding)),
+    };
+    Attestors { list, binding }
 }
 
 /// One attestor with its CEL-sourced fields evaluated into place, and its JSON for CEL.

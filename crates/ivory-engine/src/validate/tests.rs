@@ -1586,6 +1586,30 @@ async fn attestor_expressions_are_evaluated_into_place() {
     assert_eq!(data.as_deref(), Some(key.as_str()));
 }
 
+#[tokio::test]
+async fn attestor_expressions_are_evaluated_only_for_requests_with_selected_images() {
+    // The key is read from an annotation the Pod may lack: Kyverno evaluates an attestor only
+    // when CEL reads it, so a Pod whose images the policy does not select is not judged by it.
+    let pol = policy(
+        "dyn",
+        &format!(
+            "{PODS}matchImageReferences:\n- glob: 'ghcr.io/*'\nattestors:\n- name: cosign\n  cosign:\n    key:\n      expression: object.metadata.annotations['key']\n{}",
+            no_digest(VERIFY_ALL)
+        ),
+    );
+    let verifier = FakeVerifier::new().sign(SIGNED, "cosign");
+    let elsewhere =
+        "quay.io/other/app@sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    let d = run(&verifier, &[&pol], &create(&[elsewhere])).await;
+    assert!(d.allowed, "{:?}", d.message);
+    assert_eq!(verifier.calls(), 0);
+    // A selected image still needs the key, and a key that cannot be read is the policy's error.
+    let d = run(&verifier, &[&pol], &create(&[SIGNED])).await;
+    assert!(!d.allowed);
+    let statuses = statuses(&d);
+    assert_eq!(statuses[0].1, Status::Error, "{statuses:?}");
+}
+
 // --- security ---------------------------------------------------------------------------
 
 #[tokio::test]
