@@ -375,12 +375,9 @@ async fn rediss_reaches_a_tls_redis_server_whose_certificate_is_from_the_given_c
     assert_eq!(untrusted.stats().errors, 1, "{:?}", untrusted.stats());
 }
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
-}
-
 fn attestor() -> Attestor {
-    let pem = std::fs::read_to_string(fixtures().join("keys/cosign-p256.pub")).unwrap();
+    let pem = std::fs::read_to_string(ivory_testkit::fixtures_dir().join("keys/cosign-p256.pub"))
+        .unwrap();
     Attestor {
         name: "key".into(),
         cosign: Some(Cosign {
@@ -413,9 +410,12 @@ fn replica(h: &Harness, l2: Arc<RedisL2>) -> CosignVerifier {
 
 async fn push(h: &Harness, layout: &str) -> String {
     let repo = format!("ivory/{layout}");
-    h.push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
-        .await
-        .unwrap();
+    h.push_oci_layout(
+        &ivory_testkit::fixtures_dir().join("oci/ivory").join(layout),
+        &repo,
+    )
+    .await
+    .unwrap();
     format!("{}/{repo}:v1", h.host())
 }
 

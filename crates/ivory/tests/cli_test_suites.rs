@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use ivory_testkit::{Harness, RegistryHarness};
 
 use crate::cli_util::{Run, ivory, retag_fixture, write_ca};
-use crate::util::fixtures;
+use ivory_testkit::fixtures_dir;
 
 fn suites() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/ivory-test-suites")
@@ -26,7 +26,7 @@ async fn registry() -> Harness {
         ("sig-p256", "ivory-test/signed"),
         ("unsigned", "ivory-test/unsigned"),
     ] {
-        h.push_oci_layout(&fixtures().join("oci/ivory").join(layout), repo)
+        h.push_oci_layout(&fixtures_dir().join("oci/ivory").join(layout), repo)
             .await
             .unwrap();
     }
@@ -328,7 +328,7 @@ async fn kyverno_ivpol_cli_suites_run_unchanged() {
     let h = RegistryHarness::start_default().await.unwrap();
     let repo = "kyverno/test-verify-image";
     let tags = h
-        .push_oci_layout(&fixtures().join("oci/ivory/unsigned"), repo)
+        .push_oci_layout(&fixtures_dir().join("oci/ivory/unsigned"), repo)
         .await
         .unwrap();
     for tag in ["signed", "unsigned"] {
@@ -336,7 +336,10 @@ async fn kyverno_ivpol_cli_suites_run_unchanged() {
     }
     let dir = tempfile::tempdir().unwrap();
     let junit = dir.path().join("junit.xml");
-    let suites = fixtures().join("kyverno-cli-tests").display().to_string();
+    let suites = fixtures_dir()
+        .join("kyverno-cli-tests")
+        .display()
+        .to_string();
     h.reset_requests();
     let run = ivory(test_args(
         &h,
