@@ -5,16 +5,13 @@
 // Test helpers outside #[test] fns: failing fast is the point.
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ivory_engine::verifier::{
     ImagePlatform, ImageReference, ImageVerifier, Verification, VerifyRequest,
 };
-use ivory_policy::types::{
-    Attestation, Attestor, Cosign, CosignKey, Credentials, Ctlog, Source, TypeRef,
-};
+use ivory_policy::types::{Attestation, Attestor, Credentials, Source, TypeRef};
 use ivory_registry::{Config, Registry};
 use ivory_testkit::{
     FaultOptions, FaultServer, Harness, HarnessOptions, HungRegistry, RegistryHarness, refused_host,
@@ -28,21 +25,7 @@ fn key(name: &str) -> String {
 }
 
 fn key_attestor(pem: &str) -> Attestor {
-    Attestor {
-        name: "key".into(),
-        cosign: Some(Cosign {
-            key: Some(CosignKey {
-                data: Some(pem.into()),
-                ..CosignKey::default()
-            }),
-            ctlog: Some(Ctlog {
-                insecure_ignore_tlog: Some(true),
-                ..Ctlog::default()
-            }),
-            ..Cosign::default()
-        }),
-        notary: None,
-    }
+    serde_json::from_value(ivory_testkit::policy::key_attestor_json(pem)).unwrap()
 }
 
 fn verifier(h: &Harness) -> CosignVerifier {
