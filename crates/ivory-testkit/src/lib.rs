@@ -83,7 +83,7 @@ pub use registry::{
 pub use rekor_v2::{DsseVerifier, LOGGED_INDEX, RekorV2Log, TREE_SIZE, dsse_v002_body};
 pub use token::{TOKEN_ISSUER, TOKEN_SERVICE, TOKEN_TTL_SECS};
 pub use tsa::{OpensslTsa, TsaKey};
-pub use wait::{Check, Timeout, eventually};
+pub use wait::{Check, NotYet, Timeout, eventually};
 
 /// The repository's `fixtures/` folder: signed test images, keys, reviews (see its README).
 pub fn fixtures_dir() -> std::path::PathBuf {

@@ -23,22 +23,27 @@ pub struct Timeout {
     pub last: String,
 }
 
+/// Why one check of [`eventually`] has not passed yet.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotYet(pub String);
+
 /// The outcome of one check of [`eventually`]: `true` or `Ok` ends the wait.
 pub trait Check {
     /// What the wait returns once the check passes.
     type Value;
     /// The value, or why the check failed this time.
-    fn passed(self) -> Result<Self::Value, String>;
+    fn passed(self) -> Result<Self::Value, NotYet>;
 }
 
 impl Check for bool {
     type Value = ();
 
-    fn passed(self) -> Result<(), String> {
+    fn passed(self) -> Result<(), NotYet> {
         if self {
             Ok(())
         } else {
-            Err("the check was still false".to_owned())
+            Err(NotYet("the check was still false".to_owned()))
         }
     }
 }
@@ -46,8 +51,8 @@ impl Check for bool {
 impl<T, E: Display> Check for Result<T, E> {
     type Value = T;
 
-    fn passed(self) -> Result<T, String> {
-        self.map_err(|err| err.to_string())
+    fn passed(self) -> Result<T, NotYet> {
+        self.map_err(|err| NotYet(err.to_string()))
     }
 }
 
@@ -69,7 +74,7 @@ where
     loop {
         let last = match check().await.passed() {
             Ok(value) => return Ok(value),
-            Err(last) => last,
+            Err(NotYet(last)) => last,
         };
         let now = ivory_clock::now();
         if now >= deadline {
