@@ -49,7 +49,8 @@
 //!   byte): `scripts/sigstore-conformance.sh` runs its 140 verification cases offline against
 //!   `ivory verify-blob` through `scripts/sigstore-conformance-client` (the suite's CLI
 //!   protocol), and the integration test `cli_verify_blob` requires all 140 to pass.
-//! - End to end on a real kube-apiserver + etcd (`crates/ivory-e2e`, `scripts/e2e.sh`), whose
+//! - End to end on a real kube-apiserver + etcd (`crates/ivory-e2e`, one test binary run by
+//!   `scripts/e2e.sh`), whose
 //!   audit log the tests read (the `verified-images` audit annotation).
 //! - Side by side with the real Kyverno v1.19.1, outside `scripts/test.sh`:
 //!   `scripts/bench.sh --peers` (figures) and `scripts/convert-proof.sh`
