@@ -3,9 +3,10 @@
 //! The binaries are built by `scripts/e2e/build.sh` (from the Go module proxy, into
 //! `~/.cache/ivory-e2e`) and the processes are started by `scripts/e2e/cluster.sh`, which this
 //! crate runs. `scripts/e2e.sh` does both and runs the cluster tests
-//! (`cargo test -p ivory-e2e --features e2e`). Their common set-up (CRDs from the repository,
-//! fixture pushes, TLS for ivory, `ivory serve`, the webhooks `ivory webhooks` prints, objects
-//! and policies applied server-side) is in `tests/setup`; the tests read the API server's audit
+//! (`cargo test -p ivory-e2e --features e2e`): one test binary, `tests/e2e/main.rs`, one module
+//! per area. Their common set-up (CRDs from the repository, fixture pushes, TLS for ivory,
+//! `ivory serve`, the webhooks `ivory webhooks` prints, objects and policies applied
+//! server-side) is in `tests/e2e/setup.rs`; the tests read the API server's audit
 //! log, where the `verified-images` annotation is the evidence of what ivory verified.
 
 mod cluster;

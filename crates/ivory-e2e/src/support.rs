@@ -12,9 +12,6 @@ use kube::{Api, Client};
 
 use crate::{Error, Result};
 
-/// Interval between attempts in [`eventually`].
-const POLL_INTERVAL: Duration = Duration::from_millis(200);
-
 /// A DNS-label name `prefix-<unique suffix>`, unique within this process and very likely across
 /// processes sharing a cluster.
 pub fn unique_name(prefix: &str) -> String {
@@ -62,27 +59,20 @@ pub async fn create_labelled_namespace(
 
 /// Runs `check` until it returns `Ok`, at most for `timeout`. For what the API server applies
 /// asynchronously, such as a new webhook configuration reaching its admission chain.
-pub async fn eventually<T, E, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+/// [`ivory_testkit::eventually`], its timeout as this crate's [`Error::Timeout`].
+pub async fn eventually<T, E, F, Fut>(what: &str, timeout: Duration, check: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = std::result::Result<T, E>>,
     E: Display,
 {
-    let deadline = ivory_clock::now() + timeout;
-    loop {
-        let last = match check().await {
-            Ok(value) => return Ok(value),
-            Err(err) => err.to_string(),
-        };
-        if ivory_clock::now() >= deadline {
-            return Err(Error::Timeout {
-                what: what.to_owned(),
-                timeout,
-                last,
-            });
-        }
-        tokio::time::sleep(POLL_INTERVAL).await;
-    }
+    ivory_testkit::eventually(what, timeout, check)
+        .await
+        .map_err(|timeout| Error::Timeout {
+            what: timeout.what,
+            timeout: timeout.timeout,
+            last: timeout.last,
+        })
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use ivory_l2::{Keys, L2Config, RedisL2};
-use ivory_testkit::{HostileRedis, RedisAttack};
+use ivory_testkit::{HostileRedis, RedisAttack, eventually};
 use ivory_verify::{Lookup, SharedCache};
 
 const KEY: &[u8] = b"fleet-key-A-0123456789abcdef0123456789";
@@ -33,17 +33,6 @@ fn kib(field: &str) -> u64 {
 /// Resets the peak RSS (`VmHWM`) to the current RSS (Linux `clear_refs` 5).
 fn reset_peak() {
     std::fs::write("/proc/self/clear_refs", "5").unwrap();
-}
-
-async fn eventually(limit: Duration, check: impl Fn() -> bool) -> bool {
-    let start = ivory_clock::now();
-    while start.elapsed() < limit {
-        if check() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    check()
 }
 
 fn l2(url: String) -> RedisL2 {
@@ -73,7 +62,13 @@ async fn hostile_replies_fail_within_the_deadline_drop_the_connection_and_cost_n
         );
         assert_eq!((l2.stats().errors, l2.stats().hits), (1, 0), "{attack:?}");
         assert!(
-            eventually(Duration::from_secs(5), || fake.closed() == 1).await,
+            eventually(
+                "the connection to be closed",
+                Duration::from_secs(5),
+                || async { fake.closed() == 1 }
+            )
+            .await
+            .is_ok(),
             "{attack:?}: the connection was kept ({} sent)",
             fake.sent()
         );
@@ -84,7 +79,13 @@ async fn hostile_replies_fail_within_the_deadline_drop_the_connection_and_cost_n
         assert_eq!(l2.lookup("n").await, Lookup::Alone, "{attack:?}");
         assert_eq!(fake.accepted(), 2, "{attack:?}");
         assert!(
-            eventually(Duration::from_secs(5), || fake.closed() == 2).await,
+            eventually(
+                "the second connection to be closed",
+                Duration::from_secs(5),
+                || async { fake.closed() == 2 }
+            )
+            .await
+            .is_ok(),
             "{attack:?}: the second connection was kept"
         );
         assert_eq!(l2.stats().errors, 2, "{attack:?}");

@@ -5,14 +5,14 @@
 // Test helpers outside #[test] fns: failing fast is the point.
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ivory_engine::verifier::{ImageVerifier, Verification, VerifyRequest};
 use ivory_l2::{Keys, L2Config, RedisL2};
-use ivory_policy::types::{Attestor, Cosign, CosignKey, Ctlog};
+use ivory_policy::types::Attestor;
 use ivory_registry::{Config, Registry};
+use ivory_testkit::policy::key_attestor_json;
 use ivory_testkit::{Harness, RedisServer, RegistryHarness};
 use ivory_verify::{CosignVerifier, Lookup, SharedCache, VerifierConfig};
 use redis::AsyncCommands as _;
@@ -375,27 +375,11 @@ async fn rediss_reaches_a_tls_redis_server_whose_certificate_is_from_the_given_c
     assert_eq!(untrusted.stats().errors, 1, "{:?}", untrusted.stats());
 }
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
-}
-
+/// The key attestor of the fixture P-256 key.
 fn attestor() -> Attestor {
-    let pem = std::fs::read_to_string(fixtures().join("keys/cosign-p256.pub")).unwrap();
-    Attestor {
-        name: "key".into(),
-        cosign: Some(Cosign {
-            key: Some(CosignKey {
-                data: Some(pem),
-                ..CosignKey::default()
-            }),
-            ctlog: Some(Ctlog {
-                insecure_ignore_tlog: Some(true),
-                ..Ctlog::default()
-            }),
-            ..Cosign::default()
-        }),
-        notary: None,
-    }
+    let pem = std::fs::read_to_string(ivory_testkit::fixtures_dir().join("keys/cosign-p256.pub"))
+        .unwrap();
+    serde_json::from_value(key_attestor_json(&pem)).unwrap()
 }
 
 fn replica(h: &Harness, l2: Arc<RedisL2>) -> CosignVerifier {
@@ -413,9 +397,12 @@ fn replica(h: &Harness, l2: Arc<RedisL2>) -> CosignVerifier {
 
 async fn push(h: &Harness, layout: &str) -> String {
     let repo = format!("ivory/{layout}");
-    h.push_oci_layout(&fixtures().join("oci/ivory").join(layout), &repo)
-        .await
-        .unwrap();
+    h.push_oci_layout(
+        &ivory_testkit::fixtures_dir().join("oci/ivory").join(layout),
+        &repo,
+    )
+    .await
+    .unwrap();
     format!("{}/{repo}:v1", h.host())
 }
 

@@ -1,3 +1,5 @@
+use ivory_testkit::cases::Failures;
+
 use super::*;
 
 const DIGEST: &str = "sha256:e2e16842c9b54d985bf1ef9242a313f36b856181f188de21313820e177002501";
@@ -16,11 +18,9 @@ type Case = (
     &'static str,
 );
 
-#[test]
-fn parses_like_go_containerregistry() {
-    let digest_ref = format!("ghcr.io/a/b@{DIGEST}");
-    let tag_digest_ref = format!("nginx:1.25@{DIGEST}");
-    let cases: Vec<Case> = vec![
+/// References as go-containerregistry parses them.
+fn parse_cases() -> Vec<Case> {
+    vec![
         (
             "nginx",
             "index.docker.io",
@@ -126,16 +126,26 @@ fn parses_like_go_containerregistry() {
             None,
             "Tag_1.2-x",
         ),
-    ];
-    for (input, registry, repository, tag, digest, identifier) in cases {
-        let r = parsed(input);
-        assert_eq!(r.registry(), registry, "{input}");
-        assert_eq!(r.repository(), repository, "{input}");
-        assert_eq!(r.tag(), tag, "{input}");
-        assert_eq!(r.digest(), digest, "{input}");
-        assert_eq!(r.identifier(), identifier, "{input}");
-        assert_eq!(r.original(), input);
+    ]
+}
+
+#[test]
+fn parses_like_go_containerregistry() {
+    let digest_ref = format!("ghcr.io/a/b@{DIGEST}");
+    let tag_digest_ref = format!("nginx:1.25@{DIGEST}");
+    let mut failures = Failures::new();
+    for (input, registry, repository, tag, digest, identifier) in parse_cases() {
+        let Some(r) = failures.check_ok(input, ImageReference::parse(input)) else {
+            continue;
+        };
+        failures.check_eq(input, "registry", r.registry(), registry);
+        failures.check_eq(input, "repository", r.repository(), repository);
+        failures.check_eq(input, "tag", r.tag(), tag);
+        failures.check_eq(input, "digest", r.digest(), digest);
+        failures.check_eq(input, "identifier", r.identifier(), identifier);
+        failures.check_eq(input, "original", r.original(), input);
     }
+    failures.assert_none();
     let r = parsed(&digest_ref);
     assert_eq!((r.registry(), r.repository()), ("ghcr.io", "a/b"));
     assert_eq!(

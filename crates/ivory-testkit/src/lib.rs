@@ -18,6 +18,9 @@
 //!   tests and benchmarks build their cases from.
 //! - [`in_metadata_netns`], [`MetadataListener`]: a private network namespace where
 //!   169.254.169.254 is a local stand-in, for tests whose failure would connect there.
+//! - [`eventually`]: the one wait for what happens asynchronously, naming what it waited for.
+//! - [`cases::Failures`]: case tables that report every failing case, not just the first.
+//! - [`fixtures_dir`]: the repository's committed fixtures, the one place their path is built.
 //! - [`free_port`]: ports for those servers from below the kernel's ephemeral range, so no other
 //!   socket of the test run takes one between choosing and binding it.
 //!
@@ -46,7 +49,8 @@
 //!   byte): `scripts/sigstore-conformance.sh` runs its 140 verification cases offline against
 //!   `ivory verify-blob` through `scripts/sigstore-conformance-client` (the suite's CLI
 //!   protocol), and the integration test `cli_verify_blob` requires all 140 to pass.
-//! - End to end on a real kube-apiserver + etcd (`crates/ivory-e2e`, `scripts/e2e.sh`), whose
+//! - End to end on a real kube-apiserver + etcd (`crates/ivory-e2e`, one test binary run by
+//!   `scripts/e2e.sh`), whose
 //!   audit log the tests read (the `verified-images` audit annotation).
 //! - Side by side with the real Kyverno v1.19.1, outside `scripts/test.sh`:
 //!   `scripts/bench.sh --peers` (figures) and `scripts/convert-proof.sh`
@@ -80,12 +84,14 @@ pub use registry::{
 pub use rekor_v2::{DsseVerifier, LOGGED_INDEX, RekorV2Log, TREE_SIZE, dsse_v002_body};
 pub use token::{TOKEN_ISSUER, TOKEN_SERVICE, TOKEN_TTL_SECS};
 pub use tsa::{OpensslTsa, TsaKey};
+pub use wait::{Check, NotYet, Timeout, eventually};
 
 /// The repository's `fixtures/` folder: signed test images, keys, reviews (see its README).
 pub fn fixtures_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
 }
 
+pub mod cases;
 pub mod crl;
 mod error;
 mod fault;
@@ -103,3 +109,4 @@ mod rekor_v2;
 pub mod review;
 mod token;
 mod tsa;
+mod wait;

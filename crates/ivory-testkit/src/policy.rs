@@ -30,6 +30,16 @@ pub fn key_attestor_yaml(pem: &str) -> String {
     )
 }
 
+/// A cosign key attestor named `key` holding `pem`, without transparency log, as the JSON of
+/// one `spec.attestors[]` entry: for tests that build ivory's `Attestor` from it
+/// (`serde_json::from_value`). Unlike [`key_attestor_yaml`] it leaves the SCT check unset.
+pub fn key_attestor_json(pem: &str) -> serde_json::Value {
+    serde_json::json!({
+        "name": "key",
+        "cosign": {"key": {"data": pem}, "ctlog": {"insecureIgnoreTlog": true}},
+    })
+}
+
 /// An ImageValidatingPolicy for Pods as YAML: the header and `matchConstraints` every test
 /// policy repeats, and the parts tests vary. Fields a test leaves unset are left out, so the
 /// policy gets Kyverno's defaults.

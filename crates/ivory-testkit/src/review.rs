@@ -58,6 +58,11 @@ pub fn pod_object(name: &str, spec: Value) -> Value {
     })
 }
 
+/// The Pod `name` with one container per image (see [`containers`]).
+pub fn pod_object_with_images(name: &str, images: &[&str]) -> Value {
+    pod_object(name, json!({"containers": containers(images)}))
+}
+
 /// The one-replica Deployment `name` (label `app: <name>`) whose Pods have `pod_spec`.
 pub fn deployment_object(name: &str, pod_spec: Value) -> Value {
     json!({
@@ -106,6 +111,16 @@ mod tests {
         );
         assert_eq!(request["resource"]["resource"], "pods");
         assert_eq!(request["name"], "web");
+    }
+
+    #[test]
+    fn a_pod_object_has_one_container_per_image() {
+        let pod = pod_object_with_images("p", &["a:1", "b:2"]);
+        assert_eq!(pod["metadata"]["name"], "p");
+        assert_eq!(
+            pod["spec"]["containers"][1],
+            json!({"name": "c1", "image": "b:2"})
+        );
     }
 
     #[test]

@@ -124,10 +124,10 @@ mod tests {
         (IMAGE.into(), "reg.example".into(), detail.into())
     }
 
-    #[test]
-    fn registry_errors_are_classified_by_variant() {
+    /// One registry error of each variant, and its kind.
+    fn registry_error_cases() -> Vec<(RegistryError, ErrorKind)> {
         let (image, registry, detail) = at("x");
-        let cases = [
+        vec![
             (
                 RegistryError::DeadlineExceeded {
                     op: ivory_registry::Operation::ResolveDigest,
@@ -246,11 +246,17 @@ mod tests {
                 },
                 ErrorKind::Unavailable,
             ),
-        ];
-        for (error, expected) in cases {
+        ]
+    }
+
+    #[test]
+    fn registry_errors_are_classified_by_variant() {
+        let mut failures = ivory_testkit::cases::Failures::new();
+        for (error, expected) in registry_error_cases() {
             let text = error.to_string();
-            assert_eq!(kind(error, later()), expected, "{text}");
+            failures.check_eq(&text, "kind", kind(error, later()), expected);
         }
+        failures.assert_none();
     }
 
     #[test]

@@ -17,17 +17,20 @@ use ivory_testkit::{Harness, RegistryHarness};
 use ivory_verify::{CosignVerifier, VerifierConfig};
 use serde_json::Value;
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/notation")
+/// The fixtures of this file's tests: `fixtures/notation`.
+fn notation_fixtures() -> PathBuf {
+    ivory_testkit::fixtures_dir().join("notation")
 }
 
 fn pem(name: &str) -> String {
-    std::fs::read_to_string(fixtures().join("pki").join(name)).unwrap()
+    std::fs::read_to_string(notation_fixtures().join("pki").join(name)).unwrap()
 }
 
 fn manifest() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(fixtures().join("manifest.json")).unwrap())
-        .unwrap()
+    serde_json::from_str(
+        &std::fs::read_to_string(notation_fixtures().join("manifest.json")).unwrap(),
+    )
+    .unwrap()
 }
 
 fn attestor(certs: &str, tsa: Option<&str>, trust: Option<NotationTrustPolicy>) -> Attestor {
@@ -69,7 +72,7 @@ fn verifier(h: &Harness) -> CosignVerifier {
 async fn push(h: &Harness, case: &str) -> String {
     let row = &manifest()["images"][case];
     let repo = row["repo"].as_str().unwrap();
-    let layout = fixtures().join("oci").join(repo);
+    let layout = notation_fixtures().join("oci").join(repo);
     let tags = h.push_oci_layout(&layout, repo).await.unwrap();
     assert!(tags.contains_key("v1"), "{case}: {tags:?}");
     format!("{}/{repo}@{}", h.host(), row["digest"].as_str().unwrap())
@@ -529,7 +532,10 @@ async fn push_jws_stamped_by(h: &Harness, tsa: &ivory_testkit::OpensslTsa) -> St
         .as_str()
         .unwrap()
         .to_owned();
-    let blobs = fixtures().join("oci").join(&repo).join("blobs/sha256");
+    let blobs = notation_fixtures()
+        .join("oci")
+        .join(&repo)
+        .join("blobs/sha256");
     let blob = |digest: &str| -> Value {
         let hex = digest.trim_start_matches("sha256:");
         serde_json::from_slice(&std::fs::read(blobs.join(hex)).unwrap()).unwrap()

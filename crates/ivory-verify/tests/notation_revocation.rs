@@ -24,21 +24,29 @@ use serde_json::Value;
 
 const CRL_URL: &str = "http://127.0.0.1:39517/ivory-revocation.crl";
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/notation-revocation")
+/// The fixtures of this file's tests: `fixtures/notation-revocation`.
+fn revocation_fixtures() -> PathBuf {
+    ivory_testkit::fixtures_dir().join("notation-revocation")
 }
 
 fn manifest() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(fixtures().join("manifest.json")).unwrap())
-        .unwrap()
+    serde_json::from_str(
+        &std::fs::read_to_string(revocation_fixtures().join("manifest.json")).unwrap(),
+    )
+    .unwrap()
 }
 
 fn crl(name: &str) -> Vec<u8> {
-    std::fs::read(fixtures().join("crl").join(format!("{name}.crl"))).unwrap()
+    std::fs::read(
+        revocation_fixtures()
+            .join("crl")
+            .join(format!("{name}.crl")),
+    )
+    .unwrap()
 }
 
 fn attestor(trust: Option<NotationTrustPolicy>) -> Attestor {
-    let root = std::fs::read_to_string(fixtures().join("pki/root.pem")).unwrap();
+    let root = std::fs::read_to_string(revocation_fixtures().join("pki/root.pem")).unwrap();
     Attestor {
         name: "notary".into(),
         cosign: None,
@@ -85,7 +93,7 @@ async fn push(h: &Harness, case: &str) -> String {
     let row = &manifest()["images"][case];
     let repo = row["repo"].as_str().unwrap();
     let tags = h
-        .push_oci_layout(&fixtures().join("oci").join(repo), repo)
+        .push_oci_layout(&revocation_fixtures().join("oci").join(repo), repo)
         .await
         .unwrap();
     assert!(tags.contains_key("v1"), "{case}: {tags:?}");
@@ -262,8 +270,11 @@ async fn rsa_tsa_timestamps_verify_to_their_root() {
         .unwrap();
     let image = push(&h, "rsa-tsa").await;
     let v = verifier(&h, None);
-    let rsa_root = std::fs::read_to_string(fixtures().join("pki/rsa-tsa-root.pem")).unwrap();
-    let ec_root = std::fs::read_to_string(fixtures().join("../notation/pki/tsa-root.pem")).unwrap();
+    let rsa_root =
+        std::fs::read_to_string(revocation_fixtures().join("pki/rsa-tsa-root.pem")).unwrap();
+    let ec_root =
+        std::fs::read_to_string(revocation_fixtures().join("../notation/pki/tsa-root.pem"))
+            .unwrap();
     let ok = verify(&v, &image, attestor_with_tsa(&rsa_root)).await;
     assert!(ok.is_verified(), "{ok:?}");
     let other = verify(&v, &image, attestor_with_tsa(&ec_root)).await;

@@ -5,16 +5,13 @@
 // Test helpers outside #[test] fns: failing fast is the point.
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ivory_engine::verifier::{
     ImagePlatform, ImageReference, ImageVerifier, Verification, VerifyRequest,
 };
-use ivory_policy::types::{
-    Attestation, Attestor, Cosign, CosignKey, Credentials, Ctlog, Source, TypeRef,
-};
+use ivory_policy::types::{Attestation, Attestor, Credentials, Source, TypeRef};
 use ivory_registry::{Config, Registry};
 use ivory_testkit::{
     FaultOptions, FaultServer, Harness, HarnessOptions, HungRegistry, RegistryHarness, refused_host,
@@ -23,30 +20,12 @@ use ivory_verify::{CosignVerifier, VerifierConfig};
 use serde_json::Value;
 use tokio::time::Instant;
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
-}
-
 fn key(name: &str) -> String {
-    std::fs::read_to_string(fixtures().join("keys").join(name)).unwrap()
+    std::fs::read_to_string(ivory_testkit::fixtures_dir().join("keys").join(name)).unwrap()
 }
 
 fn key_attestor(pem: &str) -> Attestor {
-    Attestor {
-        name: "key".into(),
-        cosign: Some(Cosign {
-            key: Some(CosignKey {
-                data: Some(pem.into()),
-                ..CosignKey::default()
-            }),
-            ctlog: Some(Ctlog {
-                insecure_ignore_tlog: Some(true),
-                ..Ctlog::default()
-            }),
-            ..Cosign::default()
-        }),
-        notary: None,
-    }
+    serde_json::from_value(ivory_testkit::policy::key_attestor_json(pem)).unwrap()
 }
 
 fn verifier(h: &Harness) -> CosignVerifier {
@@ -452,7 +431,9 @@ async fn a_registry_that_never_answers_ends_in_a_deadline_error() {
 /// A `manifest.json` attestor with file paths replaced by their contents, in Kyverno's shape.
 fn manifest_attestor(name: &str, spec: &Value) -> Attestor {
     let mut spec = spec.clone();
-    let read = |v: &Value| std::fs::read_to_string(fixtures().join(v.as_str().unwrap())).unwrap();
+    let read = |v: &Value| {
+        std::fs::read_to_string(ivory_testkit::fixtures_dir().join(v.as_str().unwrap())).unwrap()
+    };
     let c = spec.get_mut("cosign").unwrap();
     if let Some(k) = c.pointer_mut("/key/data") {
         *k = Value::from(read(k));
@@ -478,9 +459,10 @@ fn manifest_attestor(name: &str, spec: &Value) -> Attestor {
 /// cosign's own verdicts as the oracle), through the registry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fixtures_manifest_verdicts() {
-    let manifest: Value =
-        serde_json::from_str(&std::fs::read_to_string(fixtures().join("manifest.json")).unwrap())
-            .unwrap();
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(ivory_testkit::fixtures_dir().join("manifest.json")).unwrap(),
+    )
+    .unwrap();
     let h = RegistryHarness::start_default().await.unwrap();
     let v = verifier(&h);
     let mut failures = Vec::new();
@@ -641,7 +623,7 @@ async fn signatures_stored_in_another_repository() {
     let h = RegistryHarness::start_default().await.unwrap();
     let signatures = push(&h, "sig-p256").await;
     // The same image alone (no .sig) in another repository.
-    let src = fixtures().join("oci/ivory/sig-p256");
+    let src = ivory_testkit::fixtures_dir().join("oci/ivory/sig-p256");
     let index: Value =
         serde_json::from_str(&std::fs::read_to_string(src.join("index.json")).unwrap()).unwrap();
     let entry = index["manifests"]
@@ -1102,7 +1084,10 @@ async fn ballooning_signature_and_attestation_blobs_are_not_verified_with_the_re
     let h = RegistryHarness::start_default().await.unwrap();
     let repo = "ivory/hostile-json";
     let tags = h
-        .push_oci_layout(&fixtures().join("oci/ivory/unsigned"), repo)
+        .push_oci_layout(
+            &ivory_testkit::fixtures_dir().join("oci/ivory/unsigned"),
+            repo,
+        )
         .await
         .unwrap();
     let digest = tags["v1"].clone();
@@ -1681,7 +1666,7 @@ async fn a_kept_verdict_is_known_at_once_under_the_key_verify_keeps_it_by() {
 
 /// cosign v3's fallback index for `bundle-v3` (image digest, the index), from its fixture layout.
 fn bundle_v3_fallback() -> (String, Value) {
-    let dir = fixtures().join("oci/ivory/bundle-v3");
+    let dir = ivory_testkit::fixtures_dir().join("oci/ivory/bundle-v3");
     let layout: Value =
         serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
     let tag_of = |e: &&Value| {

@@ -11,7 +11,8 @@ use serde_json::Value;
 use crate::cli_util::{
     Run, ivory, push_fixture, retag_fixture, write, write_ca, write_require_signed,
 };
-use crate::util::{BIN, VERIFY_SIGNED, eventually, key_attestor, policy};
+use crate::util::{BIN, VERIFY_SIGNED, key_attestor, policy};
+use ivory_testkit::eventually;
 
 /// Generated unsigned images: `gen/<repo>:t<n>`, 16 per repository.
 const GENERATED: [&str; 3] = ["gen/alpha", "gen/beta", "team/gamma"];
@@ -231,10 +232,13 @@ async fn images_from_file_errors_and_interrupt() {
     );
     let child = spawn_cold(&args);
     // Interrupt once the signed image is verified (its signature was fetched).
-    let fetched = eventually(Duration::from_secs(30), || async {
-        !sig_fetches(&h).is_empty()
-    })
-    .await;
+    let fetched = eventually(
+        "the signed image's signature to be fetched",
+        Duration::from_secs(30),
+        || async { !sig_fetches(&h).is_empty() },
+    )
+    .await
+    .is_ok();
     assert!(fetched, "the signed image was never verified");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let pid = child.id().unwrap().to_string();

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::cli_util::{
     Run, check_images_policies, ivory, key, push_fixture, registry_and_ca, write, write_ca,
 };
-use crate::util::fixtures;
+use ivory_testkit::fixtures_dir;
 
 /// Runs `args` against the registry and returns the run, the registry requests it made and
 /// its wall time in milliseconds.
@@ -62,7 +62,7 @@ const COPIES: usize = 20;
 /// Pushes fixture `layout` as `ivory/<layout>-<i>` for `i` in `0..COPIES`: distinct
 /// repositories, so distinct signature lookups, of one digest.
 async fn push_copies(h: &Harness, layout: &str) -> Vec<String> {
-    let dir = fixtures().join("oci/ivory").join(layout);
+    let dir = fixtures_dir().join("oci/ivory").join(layout);
     let mut images = Vec::new();
     for i in 0..COPIES {
         let repo = format!("ivory/{layout}-{i}");

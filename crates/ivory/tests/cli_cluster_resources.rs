@@ -7,7 +7,8 @@
 use crate::cli_util::{ivory, push_fixture, registry_and_ca, write};
 use ivory_testkit::policy::pod_policy;
 
-use crate::util::{Ivory, VERIFY_SIGNED, fixtures, pod_review};
+use crate::util::{Ivory, VERIFY_SIGNED, pod_review};
+use ivory_testkit::fixtures_dir;
 
 fn policy(glob: &str) -> String {
     pod_policy(
@@ -32,7 +33,7 @@ fn policy(glob: &str) -> String {
 
 /// The ConfigMap holding `key` (a PEM public key) as `data.key`.
 fn config_map(key: &str) -> String {
-    let pem = std::fs::read_to_string(fixtures().join("keys").join(key)).unwrap();
+    let pem = std::fs::read_to_string(fixtures_dir().join("keys").join(key)).unwrap();
     let indented: String = pem.lines().map(|l| format!("    {l}\n")).collect();
     format!(
         "apiVersion: v1

@@ -9,7 +9,7 @@ use ivory_testkit::RegistryHarness;
 use serde_json::{Value, json};
 
 use crate::cli_util::{ivory, write, write_ca};
-use crate::util::fixtures;
+use ivory_testkit::fixtures_dir;
 
 /// The AdmissionReview `scripts/convert-proof.sh` sent Kyverno and ivory for `case` (a CREATE
 /// of a Pod, or a Deployment, by `case.user`, default alice), with `image`.
@@ -52,7 +52,7 @@ fn review(case: &Value, image: &str) -> Value {
 }
 
 fn json_file(path: &str) -> Value {
-    let text = std::fs::read_to_string(fixtures().join(path)).unwrap();
+    let text = std::fs::read_to_string(fixtures_dir().join(path)).unwrap();
     serde_json::from_str(&text).unwrap()
 }
 
@@ -74,7 +74,7 @@ async fn the_converted_corpus_gives_the_verdicts_kyverno_gave() {
             continue;
         };
         if !digests.contains_key(repo) {
-            let layout = fixtures()
+            let layout = fixtures_dir()
                 .join("oci/ivory")
                 .join(case["layout"].as_str().unwrap());
             let tags = h.push_oci_layout(&layout, repo).await.unwrap();
@@ -82,7 +82,7 @@ async fn the_converted_corpus_gives_the_verdicts_kyverno_gave() {
         }
     }
     let mut legacy = Vec::new();
-    let mut corpus: Vec<_> = std::fs::read_dir(fixtures().join("legacy/corpus"))
+    let mut corpus: Vec<_> = std::fs::read_dir(fixtures_dir().join("legacy/corpus"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
@@ -167,7 +167,7 @@ async fn the_converted_corpus_gives_the_verdicts_kyverno_gave() {
 async fn refused_rules_are_named_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("converted");
-    let input = fixtures().join("legacy/refused.yaml");
+    let input = fixtures_dir().join("legacy/refused.yaml");
     let run = ivory([
         "convert",
         input.to_str().unwrap(),
@@ -186,7 +186,7 @@ async fn refused_rules_are_named_and_nothing_is_written() {
     }
     assert!(!out.exists() || std::fs::read_dir(&out).unwrap().next().is_none());
     // Two files converting to one policy name: refused before anything is written.
-    let corpus = fixtures().join("legacy/corpus/digest-only.yaml");
+    let corpus = fixtures_dir().join("legacy/corpus/digest-only.yaml");
     let copy = write(
         dir.path(),
         "copy.yaml",

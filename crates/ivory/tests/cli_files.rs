@@ -10,7 +10,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::cli_util::Run;
-use crate::util::{BIN, fixtures};
+use crate::util::BIN;
+use ivory_testkit::fixtures_dir;
 
 /// Generous: the point is that the run ends at all (a FIFO read would block forever).
 const RUN_LIMIT: Duration = Duration::from_secs(120);
@@ -65,7 +66,7 @@ fn raw_controls(text: &str) -> Vec<char> {
 
 /// A legacy ClusterPolicy of the convert corpus, its registry placeholder filled in.
 fn legacy_policy() -> String {
-    std::fs::read_to_string(fixtures().join("legacy/corpus/key-enforce.yaml"))
+    std::fs::read_to_string(fixtures_dir().join("legacy/corpus/key-enforce.yaml"))
         .unwrap()
         .replace("REGISTRY_HOST", "127.0.0.1:5000")
 }

@@ -2,6 +2,7 @@
 //! gets the same refusal, naming the field, from `ivory apply` as from `ivory serve`'s
 //! webhooks (the engine's `pipeline::Pipeline::judge` checks the shape for both).
 
+use ivory_testkit::review::pod_review_with;
 use serde_json::{Value, json};
 
 use crate::cli_util::{ivory, write};
@@ -9,24 +10,12 @@ use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, policy};
 
 /// A Pod CREATE review whose first container's `image` is `image`.
 fn review(image: Value) -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "shape-1",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": "web",
-            "namespace": "default",
-            "operation": "CREATE",
-            "userInfo": {"username": "alice"},
-            "object": {
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "web", "namespace": "default"},
-                "spec": {"containers": [{"name": "app", "image": image}]},
-            },
-        },
-    })
+    pod_review_with(
+        "shape-1",
+        "CREATE",
+        "default",
+        json!({"containers": [{"name": "app", "image": image}]}),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

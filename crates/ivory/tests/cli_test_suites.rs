@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use ivory_testkit::{Harness, RegistryHarness};
 
 use crate::cli_util::{Run, ivory, retag_fixture, write_ca};
-use crate::util::fixtures;
+use ivory_testkit::cases::Failures;
+use ivory_testkit::fixtures_dir;
 
 fn suites() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/ivory-test-suites")
@@ -26,7 +27,7 @@ async fn registry() -> Harness {
         ("sig-p256", "ivory-test/signed"),
         ("unsigned", "ivory-test/unsigned"),
     ] {
-        h.push_oci_layout(&fixtures().join("oci/ivory").join(layout), repo)
+        h.push_oci_layout(&fixtures_dir().join("oci/ivory").join(layout), repo)
             .await
             .unwrap();
     }
@@ -56,6 +57,154 @@ fn line<'a>(run: &'a Run, resource: &str) -> &'a str {
         .lines()
         .find(|l| l.contains(resource))
         .unwrap_or_else(|| panic!("no row for {resource}\n{}", show(run)))
+}
+
+/// One `ivory test` run of a suite: its exit code, what its output must and must not contain,
+/// and what the table line of a resource must contain.
+struct SuiteRun {
+    name: &'static str,
+    args: Vec<String>,
+    allow_outside_root: bool,
+    code: i32,
+    stdout: Vec<String>,
+    not_stdout: Vec<&'static str>,
+    stderr: Vec<String>,
+    /// (resource, text): the first line naming the resource contains the text.
+    rows: Vec<(&'static str, &'static str)>,
+}
+
+impl SuiteRun {
+    fn new(name: &'static str, args: &[&str], code: i32) -> Self {
+        Self {
+            name,
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            allow_outside_root: false,
+            code,
+            stdout: Vec::new(),
+            not_stdout: Vec::new(),
+            stderr: Vec::new(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn outside_root(mut self) -> Self {
+        self.allow_outside_root = true;
+        self
+    }
+
+    fn stdout(mut self, texts: &[&str]) -> Self {
+        self.stdout = texts.iter().map(|t| (*t).to_owned()).collect();
+        self
+    }
+
+    fn not_stdout(mut self, texts: &[&'static str]) -> Self {
+        self.not_stdout = texts.to_vec();
+        self
+    }
+
+    fn stderr(mut self, texts: &[&str]) -> Self {
+        self.stderr = texts.iter().map(|t| (*t).to_owned()).collect();
+        self
+    }
+
+    fn rows(mut self, rows: &[(&'static str, &'static str)]) -> Self {
+        self.rows = rows.to_vec();
+        self
+    }
+
+    /// What `run` got wrong, if anything.
+    fn problems(&self, run: &Run) -> Vec<String> {
+        let mut problems = Vec::new();
+        if run.code != self.code {
+            problems.push(format!("exit {} instead of {}", run.code, self.code));
+        }
+        let missing = |out: &str, texts: &[String], stream: &str, problems: &mut Vec<String>| {
+            for text in texts.iter().filter(|t| !out.contains(t.as_str())) {
+                problems.push(format!("{stream} lacks {text:?}"));
+            }
+        };
+        missing(&run.stdout, &self.stdout, "stdout", &mut problems);
+        missing(&run.stderr, &self.stderr, "stderr", &mut problems);
+        for text in self.not_stdout.iter().filter(|t| run.stdout.contains(*t)) {
+            problems.push(format!("stdout has {text:?}"));
+        }
+        for (resource, text) in &self.rows {
+            match run.stdout.lines().find(|l| l.contains(resource)) {
+                Some(row) if row.contains(text) => {}
+                Some(row) => problems.push(format!("the row of {resource} lacks {text:?}: {row}")),
+                None => problems.push(format!("no row for {resource}")),
+            }
+        }
+        problems
+    }
+}
+
+/// Selection, messages, refusals and legacy rules: runs whose exit code and output say it all.
+fn suite_runs(payloads: &Path) -> Vec<SuiteRun> {
+    let dir = |name: &str| suites().join(name).display().to_string();
+    let (passing, wrong, malformed) = (dir("passing"), dir("wrong-expectation"), dir("malformed"));
+    let malformed_file = suites()
+        .join("malformed/kyverno-test.yaml")
+        .display()
+        .to_string();
+    let payloads = payloads.display().to_string();
+    vec![
+        // --fail-only: the failures alone, after Kyverno's other summary line.
+        SuiteRun::new("--fail-only", &[&wrong, "--fail-only"], 1)
+            .outside_root()
+            .stdout(&["Test Summary: 1 out of 2 tests failed"])
+            .not_stdout(&["/default/signed-pod"])
+            .rows(&[("unsigned-pod", "Want pass, got fail")]),
+        // The selector keeps the rows naming the resource; detailed results show messages.
+        SuiteRun::new(
+            "selector and detailed results",
+            &[
+                &passing,
+                "--test-case-selector",
+                "policy=require-*,resource=unsigned-pod",
+                "--detailed-results",
+            ],
+            0,
+        )
+        .stdout(&[
+            "Test Summary: 3 tests passed and 0 tests failed",
+            "│ MESSAGE",
+        ])
+        .not_stdout(&["/default/signed-pod", "excepted-pod"])
+        .rows(&[("unsigned-pod", "failed the image Signature verification")]),
+        SuiteRun::new("unknown selector key", &[&passing, "-t", "kind=Pod"], 2)
+            .stderr(&["--test-case-selector: unknown key \"kind\""]),
+        // Malformed test file: exit 2, naming the file and the field.
+        SuiteRun::new("malformed test file", &[&malformed], 2).stderr(&[
+            &malformed_file,
+            "field results[0]",
+            "reslt",
+        ]),
+        // Inputs an image policy row would need and ivory cannot give: refused, naming the
+        // field.
+        SuiteRun::new("json payloads", &[&payloads], 2)
+            .outside_root()
+            .stderr(&["field jsonPayloads: not supported"]),
+        // A legacy ClusterPolicy with verifyImages: converted as `ivory convert` converts it,
+        // the rows answered by the policy written for their rule (tags pinned first, as
+        // Kyverno's legacy rules pin them).
+        SuiteRun::new("legacy", &[&dir("legacy"), "--detailed-results"], 0)
+            .outside_root()
+            .rows(&[
+                ("signed-pod", "check-image"),
+                ("signed-pod", "verify-signature"),
+                ("signed-pod", "Ok"),
+                ("signed-pod", "success"),
+                ("unsigned-pod", "check-image"),
+                ("unsigned-pod", "verify-signature"),
+                ("unsigned-pod", "Ok"),
+                ("unsigned-pod", "failed to verify image signatures"),
+            ]),
+        // A legacy rule the converter refuses is never judged by nothing: the test cannot run.
+        SuiteRun::new("legacy rule refused", &[&dir("legacy-refused")], 2)
+            .outside_root()
+            .stderr(&["rule verify-with-kms: refused", "kms"]),
+    ]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,71 +324,6 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
         "{xml}"
     );
 
-    // --fail-only: the failures alone, after Kyverno's other summary line.
-    let run = ivory(test_args(
-        &h,
-        dir.path(),
-        &[&wrong, "--allow-outside-root", "--fail-only"],
-    ))
-    .await;
-    assert_eq!(run.code, 1, "{}", show(&run));
-    assert!(
-        run.stdout.contains("Test Summary: 1 out of 2 tests failed")
-            && !run.stdout.contains("/default/signed-pod"),
-        "{}",
-        show(&run)
-    );
-    assert!(line(&run, "unsigned-pod").contains("Want pass, got fail"));
-
-    // The selector keeps the rows naming the resource; detailed results show messages.
-    let run = ivory(test_args(
-        &h,
-        dir.path(),
-        &[
-            &passing,
-            "--test-case-selector",
-            "policy=require-*,resource=unsigned-pod",
-            "--detailed-results",
-        ],
-    ))
-    .await;
-    assert_eq!(run.code, 0, "{}", show(&run));
-    assert!(
-        run.stdout
-            .contains("Test Summary: 3 tests passed and 0 tests failed"),
-        "{}",
-        show(&run)
-    );
-    assert!(!run.stdout.contains("/default/signed-pod") && !run.stdout.contains("excepted-pod"));
-    assert!(run.stdout.contains("│ MESSAGE"), "{}", show(&run));
-    assert!(line(&run, "unsigned-pod").contains("failed the image Signature verification"));
-    let run = ivory(test_args(&h, dir.path(), &[&passing, "-t", "kind=Pod"])).await;
-    assert_eq!(run.code, 2, "{}", show(&run));
-    assert!(
-        run.stderr
-            .contains("--test-case-selector: unknown key \"kind\""),
-        "{}",
-        show(&run)
-    );
-
-    // Malformed test file: exit 2, naming the file and the field.
-    let malformed = suites().join("malformed");
-    let run = ivory(test_args(
-        &h,
-        dir.path(),
-        &[&malformed.display().to_string()],
-    ))
-    .await;
-    assert_eq!(run.code, 2, "{}", show(&run));
-    let file = malformed.join("kyverno-test.yaml").display().to_string();
-    assert!(
-        run.stderr.contains(&file)
-            && run.stderr.contains("field results[0]")
-            && run.stderr.contains("reslt"),
-        "{}",
-        show(&run)
-    );
-
     // Inputs an image policy row would need and ivory cannot give: refused, naming the field.
     let payloads = dir.path().join("payloads");
     std::fs::create_dir(&payloads).unwrap();
@@ -251,59 +335,19 @@ async fn our_suites_pass_fail_select_and_refuse_as_kyverno_test_does() {
         ),
     )
     .unwrap();
-    let run = ivory(test_args(
-        &h,
-        dir.path(),
-        &[&payloads.display().to_string(), "--allow-outside-root"],
-    ))
-    .await;
-    assert_eq!(run.code, 2, "{}", show(&run));
-    assert!(
-        run.stderr.contains("field jsonPayloads: not supported"),
-        "{}",
-        show(&run)
-    );
-
-    // A legacy ClusterPolicy with verifyImages: converted as `ivory convert` converts it, the
-    // rows answered by the policy written for their rule (tags pinned first, as Kyverno's
-    // legacy rules pin them).
-    let legacy = suites().join("legacy").display().to_string();
-    let run = ivory(test_args(
-        &h,
-        dir.path(),
-        &[&legacy, "--allow-outside-root", "--detailed-results"],
-    ))
-    .await;
-    assert_eq!(run.code, 0, "{}", show(&run));
-    for pod in ["signed-pod", "unsigned-pod"] {
-        let row = line(&run, pod);
-        assert!(
-            row.contains("check-image") && row.contains("verify-signature") && row.contains("Ok"),
-            "{pod}: {}",
-            show(&run)
-        );
+    let mut failures = Failures::new();
+    for case in suite_runs(&payloads) {
+        let mut args: Vec<&str> = case.args.iter().map(String::as_str).collect();
+        if case.allow_outside_root {
+            args.push("--allow-outside-root");
+        }
+        let run = ivory(test_args(&h, dir.path(), &args)).await;
+        let problems = case.problems(&run);
+        failures.check(case.name, problems.is_empty(), || {
+            format!("{}\n{}", problems.join("; "), show(&run))
+        });
     }
-    assert!(
-        line(&run, "unsigned-pod").contains("failed to verify image signatures")
-            && line(&run, "signed-pod").contains("success"),
-        "{}",
-        show(&run)
-    );
-
-    // A legacy rule the converter refuses is never judged by nothing: the test cannot run.
-    let refused = suites().join("legacy-refused").display().to_string();
-    let run = ivory(test_args(
-        &h,
-        dir.path(),
-        &[&refused, "--allow-outside-root"],
-    ))
-    .await;
-    assert_eq!(run.code, 2, "{}", show(&run));
-    assert!(
-        run.stderr.contains("rule verify-with-kms: refused") && run.stderr.contains("kms"),
-        "{}",
-        show(&run)
-    );
+    failures.assert_none();
 
     // No test file at all: nothing to fail, unless tests are required.
     let empty = tempfile::tempdir().unwrap();
@@ -328,7 +372,7 @@ async fn kyverno_ivpol_cli_suites_run_unchanged() {
     let h = RegistryHarness::start_default().await.unwrap();
     let repo = "kyverno/test-verify-image";
     let tags = h
-        .push_oci_layout(&fixtures().join("oci/ivory/unsigned"), repo)
+        .push_oci_layout(&fixtures_dir().join("oci/ivory/unsigned"), repo)
         .await
         .unwrap();
     for tag in ["signed", "unsigned"] {
@@ -336,7 +380,10 @@ async fn kyverno_ivpol_cli_suites_run_unchanged() {
     }
     let dir = tempfile::tempdir().unwrap();
     let junit = dir.path().join("junit.xml");
-    let suites = fixtures().join("kyverno-cli-tests").display().to_string();
+    let suites = fixtures_dir()
+        .join("kyverno-cli-tests")
+        .display()
+        .to_string();
     h.reset_requests();
     let run = ivory(test_args(
         &h,

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use ivory_testkit::Harness;
 use serde_json::Value;
 
-use crate::util::{BIN, fixtures};
+use crate::util::BIN;
+use ivory_testkit::fixtures_dir;
 
 /// Exit code, stdout and stderr of one `ivory` run.
 pub(crate) struct Run {
@@ -137,7 +138,7 @@ pub(crate) async fn push_fixture(h: &Harness, layout: &str) -> (String, String) 
 /// Tags the manifest `digest` of fixture `layout` (already pushed to `repo`) as `tag` too.
 pub(crate) async fn retag_fixture(h: &Harness, layout: &str, repo: &str, digest: &str, tag: &str) {
     let hex = digest.trim_start_matches("sha256:");
-    let dir = fixtures().join("oci/ivory").join(layout);
+    let dir = fixtures_dir().join("oci/ivory").join(layout);
     let bytes = std::fs::read(dir.join("blobs/sha256").join(hex)).unwrap();
     let manifest: Value = serde_json::from_slice(&bytes).unwrap();
     let media_type = manifest["mediaType"]
@@ -164,5 +165,5 @@ pub(crate) fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 
 /// Path of a fixture key.
 pub(crate) fn key(name: &str) -> PathBuf {
-    fixtures().join("keys").join(name)
+    fixtures_dir().join("keys").join(name)
 }

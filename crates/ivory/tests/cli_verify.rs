@@ -162,7 +162,7 @@ async fn policy_files_registry_errors_and_usage() {
 async fn quick_keyless_flags_with_a_trusted_root() {
     let (h, _dir, ca) = registry_and_ca().await;
     let (keyless, digest) = push_fixture(&h, "keyless-cosign2").await;
-    let root = crate::util::fixtures().join("keyless/trusted_root.json");
+    let root = ivory_testkit::fixtures_dir().join("keyless/trusted_root.json");
     let issuer = "https://token.actions.githubusercontent.com";
     let subject = "https://github.com/ivory-test/app/.github/workflows/release.yml@refs/heads/main";
     let verify = |subject: &str| {

@@ -8,7 +8,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::util::{BIN, fixtures};
+use crate::util::BIN;
+use ivory_testkit::fixtures_dir;
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -57,7 +58,7 @@ fn sigstore_conformance_suite_passes_all_140_verification_cases() {
 /// by cosign.
 #[test]
 fn cosign_v3_blob_bundles_verify_as_cosign_says() {
-    let dir = fixtures().join("blob");
+    let dir = fixtures_dir().join("blob");
     let manifest: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
     let work = tempfile::tempdir().unwrap();
@@ -121,7 +122,7 @@ fn cosign_v3_blob_bundles_verify_as_cosign_says() {
 /// named); a missing file, a bad flag combination or an unusable trusted root are exit 2.
 #[test]
 fn identity_digest_json_and_exit_codes() {
-    let case = fixtures().join("sigstore-conformance/test/assets/bundle-verify");
+    let case = fixtures_dir().join("sigstore-conformance/test/assets/bundle-verify");
     let identity = "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/.github/workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main";
     let issuer = "https://token.actions.githubusercontent.com";
     let bundle = "happy-path-v0.3/bundle.sigstore.json";
@@ -207,7 +208,7 @@ fn identity_digest_json_and_exit_codes() {
 /// and `--staging` (whose trusted root ivory does not embed) only with `--trusted-root`.
 #[test]
 fn conformance_client_refuses_signing_and_staging_without_a_root() {
-    let case = fixtures().join("sigstore-conformance/test/assets/bundle-verify");
+    let case = fixtures_dir().join("sigstore-conformance/test/assets/bundle-verify");
     let client = |args: &[&str]| {
         Command::new(repo_root().join("scripts/sigstore-conformance-client"))
             .args(args)

@@ -10,7 +10,8 @@ use ivory_testkit::Harness;
 use serde_json::Value;
 
 use crate::cli_util::{ivory, registry_and_ca, write};
-use crate::util::{BIN, Ivory, fixtures, pod_review, policies_dir, policy};
+use crate::util::{BIN, Ivory, pod_review, policies_dir, policy};
+use ivory_testkit::fixtures_dir;
 
 const SLSA1: &str = "https://slsa.dev/provenance/v1";
 
@@ -31,7 +32,7 @@ impl Pushed {
 }
 
 fn manifest() -> Value {
-    let text = std::fs::read_to_string(fixtures().join("discovery/manifest.json")).unwrap();
+    let text = std::fs::read_to_string(fixtures_dir().join("discovery/manifest.json")).unwrap();
     serde_json::from_str(&text).unwrap()
 }
 
@@ -43,7 +44,7 @@ async fn push_all(h: &Harness) -> Pushed {
         images: BTreeMap::new(),
         digests: BTreeMap::new(),
     };
-    let oci = fixtures().join("discovery/oci/ivory");
+    let oci = fixtures_dir().join("discovery/oci/ivory");
     let signatures = h
         .push_oci_layout(
             &oci.join("discovery-signatures"),
@@ -95,7 +96,7 @@ async fn push_all(h: &Harness) -> Pushed {
 /// The fixture key as an attestor named `key` (no transparency log), its signatures read from
 /// `repository` when given.
 fn attestor(repository: Option<&str>) -> String {
-    let pem = std::fs::read_to_string(fixtures().join("discovery/cosign.pub")).unwrap();
+    let pem = std::fs::read_to_string(fixtures_dir().join("discovery/cosign.pub")).unwrap();
     let key: String = pem.lines().map(|l| format!("            {l}\n")).collect();
     let source = repository
         .map(|r| format!("        source:\n          repository: {r}\n"))

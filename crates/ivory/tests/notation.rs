@@ -8,10 +8,11 @@ use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::Value;
 
 use crate::cli_util::{ivory, policy_args, registry_and_ca, write};
-use crate::util::{Ivory, fixtures, pod_review, policy};
+use crate::util::{Ivory, pod_review, policy};
+use ivory_testkit::fixtures_dir;
 
 fn notation_fixtures() -> std::path::PathBuf {
-    fixtures().join("notation")
+    fixtures_dir().join("notation")
 }
 
 fn pem(name: &str) -> String {

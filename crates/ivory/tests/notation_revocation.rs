@@ -13,10 +13,12 @@ use ivory_testkit::{HarnessOptions, RegistryHarness};
 use serde_json::Value;
 
 use crate::cli_util::{ivory, write, write_ca};
-use crate::util::{Ivory, eventually, fixtures, pod_review, policy};
+use crate::util::{Ivory, pod_review, policy};
+use ivory_testkit::eventually;
+use ivory_testkit::fixtures_dir;
 
 fn dir() -> std::path::PathBuf {
-    fixtures().join("notation-revocation")
+    fixtures_dir().join("notation-revocation")
 }
 
 fn notary_policy(glob: &str) -> String {
@@ -83,24 +85,34 @@ async fn revocation_data_is_fetched_in_the_background_by_serve_and_awaited_by_ve
     tokio::time::sleep(Duration::from_millis(500)).await;
     let still = serve.review(route, &review("r-1", "rev-good")).await;
     assert_eq!(still["allowed"], false, "{still}");
-    let logged = eventually(Duration::from_secs(10), || {
-        let seen = serve.logs().contains("CRL fetch failed");
-        async move { seen }
-    })
-    .await;
+    let logged = eventually(
+        "the CRL fetch failure to be logged",
+        Duration::from_secs(10),
+        || {
+            let seen = serve.logs().contains("CRL fetch failed");
+            async move { seen }
+        },
+    )
+    .await
+    .is_ok();
     assert!(logged, "{}", serve.logs());
 
     // Once the CRL is served, a later admission is admitted (the unknown verdict was never
     // cached); the revoked signer's image is denied.
     *served.lock().unwrap() = Some(good_crl);
     let mut n = 2;
-    let admitted = eventually(Duration::from_secs(30), || {
-        n += 1;
-        let r = review(&format!("r-{n}"), "rev-good");
-        let serve = &serve;
-        async move { serve.review(route, &r).await["allowed"] == true }
-    })
-    .await;
+    let admitted = eventually(
+        "the good signer's image to be admitted",
+        Duration::from_secs(30),
+        || {
+            n += 1;
+            let r = review(&format!("r-{n}"), "rev-good");
+            let serve = &serve;
+            async move { serve.review(route, &r).await["allowed"] == true }
+        },
+    )
+    .await
+    .is_ok();
     assert!(admitted, "{}", serve.logs());
     let revoked = serve.review(route, &review("r-rev", "rev-revoked")).await;
     assert_eq!(revoked["allowed"], false, "{revoked}");

@@ -11,9 +11,9 @@ use ivory_testkit::{
 };
 use serde_json::{Value, json};
 
-use crate::util::{
-    Ivory, Tls, VERIFY_SIGNED, eventually, fixtures, key_attestor, pod_review, policies_dir, policy,
-};
+use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, pod_review, policies_dir, policy};
+use ivory_testkit::eventually;
+use ivory_testkit::fixtures_dir;
 
 async fn push(h: &Harness, layout: &str) -> (String, String) {
     h.push_fixture(layout).await.unwrap()
@@ -89,7 +89,7 @@ async fn mutate_validate_warn_audit_errors_and_metrics() {
 
     // Autogen: the pod policy pins the pod template of a Deployment (captured fixture).
     let text =
-        std::fs::read_to_string(fixtures().join("admission/deployment-create.json")).unwrap();
+        std::fs::read_to_string(fixtures_dir().join("admission/deployment-create.json")).unwrap();
     let mut deployment: Value = serde_json::from_str(&text).unwrap();
     let spec = &mut deployment["request"]["object"]["spec"]["template"]["spec"];
     spec["containers"] = json!([{"name": "c0", "image": signed}]);
@@ -365,13 +365,18 @@ async fn policy_hot_reload_and_certificate_reload() {
 
     // A changed policy is picked up.
     write(&policies, "a.yaml", &deny_all("first", "second version"));
-    let reloaded = eventually(Duration::from_secs(10), || async {
-        let resp = ivory
-            .review("/ivpol/validate/first", &pod_review("r-2", &[pinned]))
-            .await;
-        message(resp) == "Policy first failed: second version"
-    })
-    .await;
+    let reloaded = eventually(
+        "the changed policy to be picked up",
+        Duration::from_secs(10),
+        || async {
+            let resp = ivory
+                .review("/ivpol/validate/first", &pod_review("r-2", &[pinned]))
+                .await;
+            message(resp) == "Policy first failed: second version"
+        },
+    )
+    .await
+    .is_ok();
     assert!(reloaded, "{}", ivory.logs());
 
     // A broken file keeps the last good set, and says so on /readyz and in the metrics.
@@ -380,10 +385,13 @@ async fn policy_hot_reload_and_certificate_reload() {
         "b.yaml",
         "apiVersion: policies.kyverno.io/v1\nkind: ImageValidatingPolicy\nmetadata: {name: broken}\nspec: {validations: 1}\n",
     );
-    let reported = eventually(Duration::from_secs(10), || async {
-        ivory.get("/readyz").await.1.contains("b.yaml")
-    })
-    .await;
+    let reported = eventually(
+        "/readyz to report b.yaml",
+        Duration::from_secs(10),
+        || async { ivory.get("/readyz").await.1.contains("b.yaml") },
+    )
+    .await
+    .is_ok();
     assert!(reported, "{}", ivory.logs());
     let (status, text) = ivory.get("/readyz").await;
     assert_eq!(status, 200, "{text}");
@@ -425,14 +433,19 @@ async fn policy_hot_reload_and_certificate_reload() {
     // A new certificate (from a new CA) is served without a restart.
     let first_ca = ivory.ca_pem.clone();
     let second = Tls::write(dir.path(), "second CA");
-    let swapped = eventually(Duration::from_secs(10), || async {
-        Ivory::client_for(&second.ca_pem)
-            .get(ivory.url("/healthz"))
-            .send()
-            .await
-            .is_ok()
-    })
-    .await;
+    let swapped = eventually(
+        "the second CA's certificate to be served",
+        Duration::from_secs(10),
+        || async {
+            Ivory::client_for(&second.ca_pem)
+                .get(ivory.url("/healthz"))
+                .send()
+                .await
+                .is_ok()
+        },
+    )
+    .await
+    .is_ok();
     assert!(swapped, "{}", ivory.logs());
     let old = Ivory::client_for(&first_ca)
         .get(ivory.url("/healthz"))
@@ -503,10 +516,11 @@ async fn not_ready_until_policies_load_cleanly() {
 
     let pin = "  attestors: []\n  validations:\n    - expression: \"true\"\n";
     std::fs::write(&file, policy("p", "*", pin)).unwrap();
-    let ready = eventually(Duration::from_secs(10), || async {
+    let ready = eventually("/readyz to be ready", Duration::from_secs(10), || async {
         ivory.get("/readyz").await.0 == 200
     })
-    .await;
+    .await
+    .is_ok();
     assert!(ready, "{}", ivory.logs());
 }
 
@@ -839,7 +853,7 @@ async fn verify_digest_on_an_unreachable_registry_follows_the_failure_policy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_tag_is_pinned_anew_after_the_tag_cache_ttl() {
     let h = RegistryHarness::start_default().await.unwrap();
-    let layout = |name: &str| fixtures().join("oci/ivory").join(name);
+    let layout = |name: &str| fixtures_dir().join("oci/ivory").join(name);
     let first = h
         .push_oci_layout(&layout("sig-p256"), "ivory/moving")
         .await

@@ -6,7 +6,8 @@
 use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, fixtures, pod_review, policy};
+use crate::util::{Ivory, pod_review, policy};
+use ivory_testkit::fixtures_dir;
 
 /// A digest-pinning policy for `glob` applying only in namespaces labelled `tier: prod`.
 fn prod_pin_policy(glob: &str) -> String {
@@ -26,7 +27,7 @@ fn prod_pin_policy(glob: &str) -> String {
 async fn serve_with(policies: &[(&str, String)]) -> (Ivory, String, Harness, tempfile::TempDir) {
     let h = RegistryHarness::start_default().await.unwrap();
     let tags = h
-        .push_oci_layout(&fixtures().join("oci/ivory/unsigned"), "ivory/unsigned")
+        .push_oci_layout(&fixtures_dir().join("oci/ivory/unsigned"), "ivory/unsigned")
         .await
         .unwrap();
     assert!(tags.contains_key("v1"));

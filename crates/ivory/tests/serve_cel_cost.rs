@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, eventually, pod_review, policies_dir, policy};
+use crate::util::{Ivory, pod_review, policies_dir, policy};
+use ivory_testkit::eventually;
 
 /// No verification: the policies exercise CEL alone.
 const NO_VERIFICATION: &str = "  attestors: []
@@ -140,9 +141,10 @@ async fn a_costly_expression_is_refused_at_load() {
     // The same policy without the cross product loads.
     let fixed = format!("{NO_VERIFICATION}{PASS_OVER_ANNOTATION}");
     std::fs::write(&file, policy("cross", "*", &fixed)).unwrap();
-    let ready = eventually(Duration::from_secs(10), || async {
+    let ready = eventually("/readyz to be ready", Duration::from_secs(10), || async {
         ivory.get("/readyz").await.0 == 200
     })
-    .await;
+    .await
+    .is_ok();
     assert!(ready, "{}", ivory.logs());
 }

@@ -7,9 +7,8 @@ use ivory_testkit::RegistryHarness;
 use ivory_testkit::policy::NO_IMAGE_CHECKS;
 use serde_json::Value;
 
-use crate::util::{
-    Ivory, Tls, VERIFY_SIGNED, fixtures, key_attestor, pod_review, policies_dir, policy,
-};
+use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, pod_review, policies_dir, policy};
+use ivory_testkit::fixtures_dir;
 
 const VALIDATE: &str = "/ivpol/validate/require-signed";
 const MUTATE: &str = "/ivpol/mutate/require-signed";
@@ -60,7 +59,7 @@ async fn start(dir: &std::path::Path, extra: &[&str]) -> Ivory {
 async fn a_matching_exception_skips_the_policy_only_when_enabled() {
     let h = RegistryHarness::start_default().await.unwrap();
     let tags = h
-        .push_oci_layout(&fixtures().join("oci/ivory/unsigned"), "ivory/unsigned")
+        .push_oci_layout(&fixtures_dir().join("oci/ivory/unsigned"), "ivory/unsigned")
         .await
         .unwrap();
     let tagged = format!("{}/ivory/unsigned:v1", h.host());
@@ -121,11 +120,16 @@ async fn a_matching_exception_skips_the_policy_only_when_enabled() {
     assert!(resp["patch"].is_string(), "{resp}");
     // The skip is logged with Kyverno's text.
     assert!(
-        crate::util::eventually(std::time::Duration::from_secs(10), || async {
-            on.logs()
-                .contains("rule is skipped due to policy exception: team/allow-web")
-        })
-        .await,
+        ivory_testkit::eventually(
+            "the exception's skip to be logged",
+            std::time::Duration::from_secs(10),
+            || async {
+                on.logs()
+                    .contains("rule is skipped due to policy exception: team/allow-web")
+            }
+        )
+        .await
+        .is_ok(),
         "{}",
         on.logs()
     );
@@ -311,10 +315,13 @@ async fn kyvernos_exception_scenarios_replayed() {
     .unwrap();
     let logs_before = ivory.logs().len();
     assert!(
-        crate::util::eventually(std::time::Duration::from_secs(10), || async {
-            ivory.logs()[logs_before..].contains("policies loaded")
-        })
-        .await,
+        ivory_testkit::eventually(
+            "the policies to be reloaded",
+            std::time::Duration::from_secs(10),
+            || async { ivory.logs()[logs_before..].contains("policies loaded") }
+        )
+        .await
+        .is_ok(),
         "{}",
         ivory.logs()
     );
@@ -347,9 +354,12 @@ async fn kyvernos_exception_scenarios_replayed() {
                     })
                     .map(str::to_owned)
             };
-            crate::util::eventually(std::time::Duration::from_secs(10), || async {
-                find().is_some()
-            })
+            // Found or not, the asserts below say what was logged.
+            let _found = ivory_testkit::eventually(
+                "the result to be logged",
+                std::time::Duration::from_secs(10),
+                || async { find().is_some() },
+            )
             .await;
             let line = find().unwrap_or_default();
             let line: Value = serde_json::from_str(&line).unwrap_or_default();

@@ -12,9 +12,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use crate::util::{
-    Ivory, Tls, VERIFY_SIGNED, eventually, key_attestor, peak_rss_kib, pod_review, policy,
-};
+use crate::util::{Ivory, Tls, VERIFY_SIGNED, key_attestor, peak_rss_kib, pod_review, policy};
+use ivory_testkit::eventually;
 
 /// Largest body the server takes by default (`--body-limit`).
 const BODY_LIMIT: usize = 3 * 1024 * 1024;
@@ -333,11 +332,16 @@ async fn connections_past_the_cap_are_closed_and_memory_stays_bounded() {
 
     // Once they are gone, slots are free again and the refusals were counted.
     held.clear();
-    let ok = eventually(Duration::from_secs(10), || async {
-        let client = Ivory::client_for(&ivory.ca_pem);
-        client.get(ivory.url("/metrics")).send().await.is_ok()
-    })
-    .await;
+    let ok = eventually(
+        "a connection slot to come free",
+        Duration::from_secs(10),
+        || async {
+            let client = Ivory::client_for(&ivory.ca_pem);
+            client.get(ivory.url("/metrics")).send().await.is_ok()
+        },
+    )
+    .await
+    .is_ok();
     assert!(ok, "no slot came free");
     let metrics = ivory.metrics().await;
     assert!(
@@ -429,10 +433,11 @@ async fn multiplexed_partial_bodies_share_the_same_budget() {
     // The attacker's connection goes: its streams end and their bytes return to the budget.
     drop(still_open);
     drop(clients);
-    let judged = eventually(Duration::from_secs(10), || async {
+    let judged = eventually("a review to be judged", Duration::from_secs(10), || async {
         ivory.post(VALIDATE, review.to_string()).await.0 == 200
     })
-    .await;
+    .await
+    .is_ok();
     assert!(judged, "{}", ivory.logs());
 }
 
@@ -461,15 +466,20 @@ async fn a_client_that_reads_no_answers_cannot_hold_a_connection() {
             _ => break,
         }
     }
-    let closed = eventually(Duration::from_secs(20), || async {
-        let metrics = ivory.metrics().await;
-        counter(
-            &metrics,
-            "ivory_http_connections_refused_total",
-            "write_stalled",
-        ) >= 1
-    })
-    .await;
+    let closed = eventually(
+        "the write-stalled connection to be closed",
+        Duration::from_secs(20),
+        || async {
+            let metrics = ivory.metrics().await;
+            counter(
+                &metrics,
+                "ivory_http_connections_refused_total",
+                "write_stalled",
+            ) >= 1
+        },
+    )
+    .await
+    .is_ok();
     eprintln!(
         "connection with unread answers closed after {:?}",
         started.elapsed()
@@ -656,10 +666,11 @@ async fn stalled_http2_streams_cannot_pin_header_memory_past_the_header_budget()
     for driver in drivers {
         driver.abort();
     }
-    let judged = eventually(Duration::from_secs(20), || async {
+    let judged = eventually("a review to be judged", Duration::from_secs(20), || async {
         ivory.post(VALIDATE, review.to_string()).await.0 == 200
     })
-    .await;
+    .await
+    .is_ok();
     assert!(judged, "{}", ivory.logs());
     // Counted (read once the attack is gone: /metrics is no probe, its headers are charged).
     let metrics = ivory.metrics().await;

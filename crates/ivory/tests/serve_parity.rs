@@ -5,13 +5,14 @@
 use ivory_testkit::{Harness, RegistryHarness};
 use serde_json::{Value, json};
 
-use crate::util::{Ivory, fixtures, pod_review, policies_dir, policy};
+use crate::util::{Ivory, pod_review, policies_dir, policy};
+use ivory_testkit::fixtures_dir;
 
 /// Pushes a layout under `fixtures/<dir>` as `ivory/<name>`; returns `host/ivory/<name>@<digest>`.
 async fn push(h: &Harness, dir: &str, name: &str) -> String {
     let repo = format!("ivory/{name}");
     let tags = h
-        .push_oci_layout(&fixtures().join(dir), &repo)
+        .push_oci_layout(&fixtures_dir().join(dir), &repo)
         .await
         .unwrap();
     format!("{}/{repo}@{}", h.host(), tags["v1"])
@@ -24,7 +25,7 @@ fn indent(text: &str, by: usize) -> String {
 
 /// A key attestor named `key` with `hash` as `hashAlgorithm` (none when `None`), no tlog.
 fn p384_attestor(hash: Option<&str>) -> String {
-    let pem = std::fs::read_to_string(fixtures().join("hash/p384.pub")).unwrap();
+    let pem = std::fs::read_to_string(fixtures_dir().join("hash/p384.pub")).unwrap();
     let hash = hash
         .map(|h| format!("          hashAlgorithm: {h}\n"))
         .unwrap_or_default();
@@ -223,7 +224,7 @@ async fn legacy_intoto_provenance_verifies_under_certificate_constraints() {
 /// Fields ivory cannot honour keep `ivory serve` from becoming ready, each named with its path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fields_ivory_cannot_honour_are_refused_at_load() {
-    let pem = std::fs::read_to_string(fixtures().join("hash/p384.pub")).unwrap();
+    let pem = std::fs::read_to_string(fixtures_dir().join("hash/p384.pub")).unwrap();
     let body = format!(
         "  credentials:
     providers: [default, amazon]

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::util::{Ivory, Tls, eventually, pod_review, policies_dir, policy};
+use crate::util::{Ivory, Tls, pod_review, policies_dir, policy};
+use ivory_testkit::eventually;
 
 const VALIDATE: &str = "/ivpol/validate/guard";
 
@@ -92,13 +93,18 @@ async fn a_policy_file_is_never_enforced_half_written() {
     drop(out);
 
     // The finished file is applied once it has stopped changing.
-    let applied = eventually(Duration::from_secs(10), || async {
-        let r = ivory.review(VALIDATE, &bad_pod("after")).await;
-        r["status"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("(v2)"))
-    })
-    .await;
+    let applied = eventually(
+        "the finished file's policy (v2) to apply",
+        Duration::from_secs(10),
+        || async {
+            let r = ivory.review(VALIDATE, &bad_pod("after")).await;
+            r["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("(v2)"))
+        },
+    )
+    .await
+    .is_ok();
     done.store(true, Ordering::Release);
     prober.await.unwrap();
     assert!(applied, "{}", ivory.logs());

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use rustix::process::{Pid, Signal, kill_process};
 
-use crate::util::{Ivory, eventually};
+use crate::util::Ivory;
+use ivory_testkit::eventually;
 
 /// The serving process started by the supervising process `parent` (`ppid` field of
 /// `/proc/PID/stat`), if there is one.
@@ -64,10 +65,13 @@ async fn a_killed_serving_process_is_replaced_without_refusing_a_connection() {
         .unwrap();
     assert!(status.success(), "{status:?}");
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            !std::path::Path::new(&format!("/proc/{second}")).exists()
-        })
-        .await,
+        eventually(
+            "the serving process to end",
+            Duration::from_secs(5),
+            || async { !std::path::Path::new(&format!("/proc/{second}")).exists() }
+        )
+        .await
+        .is_ok(),
         "the serving process ended too"
     );
 }

@@ -7,17 +7,13 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ivory_testkit::TestPki;
+use ivory_testkit::{TestPki, fixtures_dir};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::oneshot;
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_ivory");
-
-pub(crate) fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
-}
 
 /// A CA plus a 127.0.0.1 server certificate, written to `dir`.
 pub(crate) struct Tls {
@@ -222,7 +218,7 @@ pub(crate) use ivory_testkit::policy::pod_policy as policy;
 
 /// `attestors:` with the fixture P-256 key (signatures without transparency log).
 pub(crate) fn key_attestor() -> String {
-    let pem = std::fs::read_to_string(fixtures().join("keys/cosign-p256.pub")).unwrap();
+    let pem = std::fs::read_to_string(fixtures_dir().join("keys/cosign-p256.pub")).unwrap();
     ivory_testkit::policy::key_attestor_yaml(&pem)
 }
 
@@ -232,22 +228,6 @@ pub(crate) const VERIFY_SIGNED: &str = "  validations:
         images.containers.map(image, verifyImageSignatures(image, [attestors.key])).all(e, e > 0)
       message: failed the image Signature verification
 ";
-
-/// Polls `check` every 200 ms until it returns true or `limit` passes.
-pub(crate) async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let until = ivory_clock::now() + limit;
-    while ivory_clock::now() < until {
-        if check().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    false
-}
 
 /// Peak resident set of `pid` in KiB (`VmHWM`).
 pub(crate) fn peak_rss_kib(pid: u32) -> u64 {

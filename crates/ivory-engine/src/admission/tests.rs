@@ -1,14 +1,27 @@
 use base64::Engine as _;
+use ivory_testkit::cases::Failures;
 use serde_json::json;
 
 use super::testutil::{fixture_path, request};
 use super::*;
 use crate::decision::{Decision, PatchOp};
 
-#[test]
-fn parses_every_fixture() {
-    // (file, operation, kind, resource, subResource, namespace, has object, has oldObject)
-    let cases = [
+/// A fixture review and what it asks: (file, operation, kind, resource, subResource,
+/// namespace, has object, has oldObject).
+type FixtureCase = (
+    &'static str,
+    Operation,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    bool,
+);
+
+/// Every fixture review and what it asks.
+fn fixture_cases() -> Vec<FixtureCase> {
+    vec![
         (
             "pod-create.json",
             Operation::Create,
@@ -139,19 +152,25 @@ fn parses_every_fixture() {
             true,
             false,
         ),
-    ];
-    for (file, op, kind, resource, sub, ns, has_object, has_old) in cases {
+    ]
+}
+
+#[test]
+fn parses_every_fixture() {
+    let mut failures = Failures::new();
+    for (file, op, kind, resource, sub, ns, has_object, has_old) in fixture_cases() {
         let req = request(file);
-        assert_eq!(req.operation, op, "{file}");
-        assert_eq!(req.kind.kind, kind, "{file}");
-        assert_eq!(req.resource.resource, resource, "{file}");
-        assert_eq!(req.sub_resource(), sub, "{file}");
-        assert_eq!(req.namespace, ns, "{file}");
-        assert_eq!(req.object.is_some(), has_object, "{file}");
-        assert_eq!(req.old_object.is_some(), has_old, "{file}");
-        assert!(!req.uid.is_empty(), "{file}");
-        assert_eq!(req.user_info.username, "alice", "{file}");
+        failures.check_eq(file, "operation", req.operation, op);
+        failures.check_eq(file, "kind", req.kind.kind.as_str(), kind);
+        failures.check_eq(file, "resource", req.resource.resource.as_str(), resource);
+        failures.check_eq(file, "subResource", req.sub_resource(), sub);
+        failures.check_eq(file, "namespace", req.namespace.as_str(), ns);
+        failures.check_eq(file, "has object", req.object.is_some(), has_object);
+        failures.check_eq(file, "has oldObject", req.old_object.is_some(), has_old);
+        failures.check(file, !req.uid.is_empty(), || "empty uid".to_owned());
+        failures.check_eq(file, "username", req.user_info.username.as_str(), "alice");
     }
+    failures.assert_none();
 }
 
 #[test]

@@ -5,6 +5,7 @@ use ivory_policy::types::{
     FailurePolicy, LabelSelector, LabelSelectorRequirement, NamedRuleWithOperations, PolicyKind,
     PolicySpec,
 };
+use ivory_testkit::cases::Failures;
 use serde_json::{Value, json};
 
 use super::*;
@@ -45,8 +46,20 @@ fn matches_rule(r: NamedRuleWithOperations, req: &AdmissionRequest) -> bool {
     matches_constraints(&policy("p", vec![r]), req, None).unwrap()
 }
 
-#[test]
-fn resource_rule_fields() {
+/// The requests [`resource_rule_fields`] asks its rules about.
+struct RuleRequests {
+    pod: AdmissionRequest,
+    update: AdmissionRequest,
+    delete: AdmissionRequest,
+    eph: AdmissionRequest,
+    deploy: AdmissionRequest,
+    scale: AdmissionRequest,
+    ns: AdmissionRequest,
+    cm: AdmissionRequest,
+    clusterrole: AdmissionRequest,
+}
+
+fn rule_requests() -> RuleRequests {
     let pod = request("pod-create.json");
     let update = request("pod-update.json");
     let delete = request("pod-delete.json");
@@ -62,7 +75,29 @@ fn resource_rule_fields() {
     clusterrole.resource =
         GroupVersionResource::new("rbac.authorization.k8s.io", "v1", "clusterroles");
     clusterrole.request_resource = None;
+    RuleRequests {
+        pod,
+        update,
+        delete,
+        eph,
+        deploy,
+        scale,
+        ns,
+        cm,
+        clusterrole,
+    }
+}
 
+/// One case of [`resource_rule_fields`]: whether `rule` selects `request`.
+struct RuleCase<'a> {
+    name: &'static str,
+    rule: NamedRuleWithOperations,
+    request: &'a AdmissionRequest,
+    matches: bool,
+}
+
+/// Each field of a resource rule, matching and not.
+fn rule_cases(r: &RuleRequests) -> Vec<RuleCase<'_>> {
     let all = &["*"][..];
     let with_scope = |scope: &str, resources: &[&str]| NamedRuleWithOperations {
         scope: Some(scope.to_owned()),
@@ -77,180 +112,207 @@ fn resource_rule_fields() {
         (
             "create op",
             rule(&["CREATE"], &[""], &["v1"], &["pods"]),
-            &pod,
+            &r.pod,
             true,
         ),
         (
             "create op vs update",
             rule(&["CREATE"], &[""], &["v1"], &["pods"]),
-            &update,
+            &r.update,
             false,
         ),
         (
             "update op",
             rule(&["UPDATE"], &[""], &["v1"], &["pods"]),
-            &update,
+            &r.update,
             true,
         ),
         (
             "delete op",
             rule(&["DELETE"], &[""], &["v1"], &["pods"]),
-            &delete,
+            &r.delete,
             true,
         ),
         (
             "wildcard op",
             rule(all, &[""], &["v1"], &["pods"]),
-            &delete,
+            &r.delete,
             true,
         ),
-        ("no op", rule(&[], &[""], &["v1"], &["pods"]), &pod, false),
+        ("no op", rule(&[], &[""], &["v1"], &["pods"]), &r.pod, false),
         // apiGroups
-        ("core group", pod_rule(), &pod, true),
+        ("core group", pod_rule(), &r.pod, true),
         (
             "apps group vs pod",
             rule(all, &["apps"], &["v1"], &["pods"]),
-            &pod,
+            &r.pod,
             false,
         ),
         (
             "apps group",
             rule(all, &["apps"], &["v1"], &["deployments"]),
-            &deploy,
+            &r.deploy,
             true,
         ),
         (
             "wildcard group",
             rule(all, all, &["v1"], &["deployments"]),
-            &deploy,
+            &r.deploy,
             true,
         ),
         // apiVersions
         (
             "v1beta1 vs v1",
             rule(all, &[""], &["v1beta1"], &["pods"]),
-            &pod,
+            &r.pod,
             false,
         ),
         (
             "wildcard version",
             rule(all, &[""], all, &["pods"]),
-            &pod,
+            &r.pod,
             true,
         ),
         // resources and subresources
         (
             "pods vs subresource",
             rule(all, &[""], &["v1"], &["pods"]),
-            &eph,
+            &r.eph,
             false,
         ),
         (
             "explicit subresource",
             rule(all, &[""], &["v1"], &["pods/ephemeralcontainers"]),
-            &eph,
+            &r.eph,
             true,
         ),
         (
             "explicit subresource vs pod",
             rule(all, &[""], &["v1"], &["pods/ephemeralcontainers"]),
-            &pod,
+            &r.pod,
             false,
         ),
-        ("pods/*", rule(all, &[""], &["v1"], &["pods/*"]), &eph, true),
+        (
+            "pods/*",
+            rule(all, &[""], &["v1"], &["pods/*"]),
+            &r.eph,
+            true,
+        ),
         // As in k8s: a `*` sub-resource also matches the main resource.
         (
             "pods/* vs pod",
             rule(all, &[""], &["v1"], &["pods/*"]),
-            &pod,
+            &r.pod,
             true,
         ),
         (
             "pods/* vs configmap",
             rule(all, &[""], &["v1"], &["pods/*"]),
-            &cm,
+            &r.cm,
             false,
         ),
-        ("* vs pod", rule(all, all, all, &["*"]), &pod, true),
-        ("* vs subresource", rule(all, all, all, &["*"]), &eph, false),
+        ("* vs pod", rule(all, all, all, &["*"]), &r.pod, true),
+        (
+            "* vs subresource",
+            rule(all, all, all, &["*"]),
+            &r.eph,
+            false,
+        ),
         (
             "*/* vs subresource",
             rule(all, all, all, &["*/*"]),
-            &eph,
+            &r.eph,
             true,
         ),
-        ("*/* vs pod", rule(all, all, all, &["*/*"]), &pod, true),
-        ("*/scale", rule(all, all, all, &["*/scale"]), &scale, true),
+        ("*/* vs pod", rule(all, all, all, &["*/*"]), &r.pod, true),
+        ("*/scale", rule(all, all, all, &["*/scale"]), &r.scale, true),
         (
             "*/scale vs deployment",
             rule(all, all, all, &["*/scale"]),
-            &deploy,
+            &r.deploy,
             false,
         ),
         (
             "deployments/scale",
             rule(all, &["apps"], &["v1"], &["deployments/scale"]),
-            &scale,
+            &r.scale,
             true,
         ),
         (
             "deployments vs scale",
             rule(all, &["apps"], &["v1"], &["deployments"]),
-            &scale,
+            &r.scale,
             false,
         ),
         (
             "two resources",
             rule(all, all, all, &["configmaps", "pods"]),
-            &pod,
+            &r.pod,
             true,
         ),
         // scope
         (
             "Namespaced pod",
             with_scope("Namespaced", &["*"]),
-            &pod,
+            &r.pod,
             true,
         ),
-        ("Cluster pod", with_scope("Cluster", &["*"]), &pod, false),
+        ("Cluster pod", with_scope("Cluster", &["*"]), &r.pod, false),
         (
             "Cluster namespace",
             with_scope("Cluster", &["*"]),
-            &ns,
+            &r.ns,
             true,
         ),
         (
             "Namespaced namespace",
             with_scope("Namespaced", &["*"]),
-            &ns,
+            &r.ns,
             false,
         ),
         (
             "Cluster clusterrole",
             with_scope("Cluster", &["*"]),
-            &clusterrole,
+            &r.clusterrole,
             true,
         ),
         (
             "Namespaced clusterrole",
             with_scope("Namespaced", &["*"]),
-            &clusterrole,
+            &r.clusterrole,
             false,
         ),
-        ("* scope", with_scope("*", &["*"]), &clusterrole, true),
-        ("bogus scope", with_scope("Galaxy", &["*"]), &pod, false),
+        ("* scope", with_scope("*", &["*"]), &r.clusterrole, true),
+        ("bogus scope", with_scope("Galaxy", &["*"]), &r.pod, false),
         // resourceNames
         (
             "resourceNames hit",
             with_names(&["other", "web"]),
-            &pod,
+            &r.pod,
             true,
         ),
-        ("resourceNames miss", with_names(&["other"]), &pod, false),
+        ("resourceNames miss", with_names(&["other"]), &r.pod, false),
     ];
-    for (name, r, req, want) in cases {
-        assert_eq!(matches_rule(r, req), want, "{name}");
+    cases
+        .into_iter()
+        .map(|(name, rule, request, matches)| RuleCase {
+            name,
+            rule,
+            request,
+            matches,
+        })
+        .collect()
+}
+
+#[test]
+fn resource_rule_fields() {
+    let requests = rule_requests();
+    let mut failures = Failures::new();
+    for case in rule_cases(&requests) {
+        let got = matches_rule(case.rule, case.request);
+        failures.check_eq(case.name, "matches", got, case.matches);
     }
+    failures.assert_none();
 }
 
 #[test]

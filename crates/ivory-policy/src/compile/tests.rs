@@ -1,5 +1,6 @@
 //! CEL scopes per field, variable ordering, attestor field pointers, defaults and hashing.
 
+use ivory_testkit::cases::Failures;
 use serde_json::{Value, json};
 
 use crate::compiled::ImageMatcher;
@@ -12,10 +13,14 @@ fn set(pointer: &'static str, v: Value) -> Patch {
     (pointer, Some(v))
 }
 
-#[test]
-fn cel_errors_name_the_field() {
-    let cases: Vec<(Vec<Patch>, Vec<&str>)> = vec![
+/// One CEL field's error: the patch to the valid base policy and the errors it gives.
+type CelCase = (&'static str, Vec<Patch>, Vec<&'static str>);
+
+/// Each CEL field with an error, and what the error says.
+fn cel_error_cases() -> Vec<CelCase> {
+    vec![
         (
+            "a validation's expression",
             vec![set(
                 "/spec/validations/0/expression",
                 json!("imagez.containers.size() > 0"),
@@ -23,6 +28,7 @@ fn cel_errors_name_the_field() {
             vec!["spec.validations[0].expression: undeclared reference 'imagez'"],
         ),
         (
+            "a validation's messageExpression",
             vec![set(
                 "/spec/validations/0/messageExpression",
                 json!("'bad ' + nope"),
@@ -30,6 +36,7 @@ fn cel_errors_name_the_field() {
             vec!["spec.validations[0].messageExpression: undeclared reference 'nope'"],
         ),
         (
+            "a matchCondition using variables",
             vec![set(
                 "/spec/matchConditions/0/expression",
                 json!("variables.first == 'x'"),
@@ -39,6 +46,7 @@ fn cel_errors_name_the_field() {
             ],
         ),
         (
+            "a matchCondition using images",
             vec![set(
                 "/spec/matchConditions/0/expression",
                 json!("images.containers.size() > 0"),
@@ -48,6 +56,7 @@ fn cel_errors_name_the_field() {
             ],
         ),
         (
+            "a matchImageReferences expression using object",
             vec![set(
                 "/spec/matchImageReferences/0",
                 json!({"expression": "object.metadata.name == ref"}),
@@ -55,6 +64,7 @@ fn cel_errors_name_the_field() {
             vec!["spec.matchImageReferences[0].expression: undeclared reference 'object'"],
         ),
         (
+            "an images expression",
             vec![set(
                 "/spec/images",
                 json!([{"name": "x", "expression": "[objekt.a]"}]),
@@ -62,6 +72,7 @@ fn cel_errors_name_the_field() {
             vec!["spec.images[0].expression: undeclared reference 'objekt'"],
         ),
         (
+            "an auditAnnotation",
             vec![set(
                 "/spec/auditAnnotations",
                 json!([{"key": "k", "valueExpression": "nope"}]),
@@ -69,6 +80,7 @@ fn cel_errors_name_the_field() {
             vec!["spec.auditAnnotations[0].valueExpression: undeclared reference 'nope'"],
         ),
         (
+            "an attestor key expression",
             vec![set(
                 "/spec/attestors/0/cosign/key",
                 json!({"expression": "variables.nokey"}),
@@ -76,6 +88,7 @@ fn cel_errors_name_the_field() {
             vec!["spec.attestors[0].cosign.key.expression: undeclared variable 'variables.nokey'"],
         ),
         (
+            "a variable using a later one",
             vec![set(
                 "/spec/variables/0/expression",
                 json!("variables.second + 'y'"),
@@ -85,6 +98,7 @@ fn cel_errors_name_the_field() {
             ],
         ),
         (
+            "a variable using itself",
             vec![set(
                 "/spec/variables/0/expression",
                 json!("variables.first"),
@@ -94,6 +108,7 @@ fn cel_errors_name_the_field() {
             ],
         ),
         (
+            "undeclared attestor and attestation",
             vec![set(
                 "/spec/validations/0/expression",
                 json!(
@@ -106,6 +121,7 @@ fn cel_errors_name_the_field() {
             ],
         ),
         (
+            "the http library",
             vec![set(
                 "/spec/validations/0/expression",
                 json!("http.Get('https://example.com/keys').ok"),
@@ -115,6 +131,7 @@ fn cel_errors_name_the_field() {
             ],
         ),
         (
+            "resource.Post",
             vec![set(
                 "/spec/validations/0/expression",
                 json!("resource.Post('v1', 'configmaps', 'ns', {}) != null"),
@@ -124,6 +141,7 @@ fn cel_errors_name_the_field() {
             ],
         ),
         (
+            "resource.Get of secrets",
             vec![set(
                 "/spec/validations/0/expression",
                 json!("resource.Get('v1', 'secrets', object.metadata.namespace, 'k') != null"),
@@ -133,6 +151,7 @@ fn cel_errors_name_the_field() {
             ],
         ),
         (
+            "non-literal resource and globalContext names",
             vec![set(
                 "/spec/validations/0/expression",
                 json!(
@@ -145,6 +164,7 @@ fn cel_errors_name_the_field() {
             ],
         ),
         (
+            "resource in matchImageReferences",
             vec![set(
                 "/spec/matchImageReferences",
                 json!([{"expression": "ref.startsWith(resource.Get('v1', 'configmaps', 'ivory', 'r').data.prefix)"}]),
@@ -154,6 +174,7 @@ fn cel_errors_name_the_field() {
             ],
         ),
         (
+            "resource.Get overload",
             vec![set(
                 "/spec/validations/0/expression",
                 json!("resource.Get('v1', 'configmaps', 'keys') != null"),
@@ -162,10 +183,16 @@ fn cel_errors_name_the_field() {
                 "spec.validations[0].expression: resource.Get: found no matching overload (takes (apiVersion, resource, namespace, name))",
             ],
         ),
-    ];
-    for (patches, expected) in cases {
-        assert_eq!(errors_after(&patches), expected, "{patches:?}");
+    ]
+}
+
+#[test]
+fn cel_errors_name_the_field() {
+    let mut failures = Failures::new();
+    for (name, patches, expected) in cel_error_cases() {
+        failures.check_eq(name, "errors", errors_after(&patches), expected);
     }
+    failures.assert_none();
 }
 
 #[test]

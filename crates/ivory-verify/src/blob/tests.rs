@@ -7,13 +7,9 @@ use sha2::{Digest as _, Sha256};
 use super::*;
 use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
-}
-
 /// A conformance case folder (fixtures/sigstore-conformance).
 fn case(name: &str) -> PathBuf {
-    fixtures()
+    ivory_testkit::fixtures_dir()
         .join("sigstore-conformance/test/assets/bundle-verify")
         .join(name)
 }
@@ -98,7 +94,7 @@ fn another_artifact_identity_or_trust_root_is_refused() {
 
 #[test]
 fn key_without_the_log_keeps_the_trusted_root_it_names_for_timestamps() {
-    let dir = fixtures().join("blob");
+    let dir = ivory_testkit::fixtures_dir().join("blob");
     let key = String::from_utf8(read(dir.join("key.pub"))).unwrap();
     let root = String::from_utf8(read(dir.join("tsa/trusted_root.json"))).unwrap();
     let bundle = read(dir.join("tsa/artifact.txt.sigstore.json"));
@@ -143,7 +139,7 @@ fn digest_text_is_sha256_and_64_hex_digits_only() {
 /// and never without the flag.
 #[test]
 fn bare_key_bundle_verifies_only_without_the_log_and_for_its_artifact_and_key() {
-    let dir = fixtures().join("blob");
+    let dir = ivory_testkit::fixtures_dir().join("blob");
     let key = String::from_utf8(read(dir.join("key.pub"))).unwrap();
     let other = String::from_utf8(read(dir.join("other.pub"))).unwrap();
     let bundle = read(dir.join("plain/artifact.txt.sigstore.json"));

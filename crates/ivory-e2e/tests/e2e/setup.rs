@@ -1,8 +1,6 @@
 //! Set-up shared by the cluster tests: CRDs from the repository, fixture images pushed, labelled
 //! namespaces, TLS for ivory, `ivory serve` with arguments, the webhooks `ivory webhooks`
 //! prints, objects and policies applied server-side.
-// Every test binary includes this module and each uses part of it.
-#![allow(dead_code)]
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

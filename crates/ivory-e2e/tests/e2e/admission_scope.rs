@@ -11,8 +11,6 @@
 //! * ivory's annotations (`ivory.dev/verify-platforms`, `ivory.dev/notation-trust-policy`) reach
 //!   `ivory serve --kube` through Kyverno's CRD.
 
-mod setup;
-
 use std::ffi::OsStr;
 
 use anyhow::{Context, Result, bail, ensure};
@@ -25,7 +23,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-use setup::{
+use crate::setup::{
     POLICY_CRDS, PROPAGATION, apply_policy, cluster_with_crds, ivory_dir, namespace, push,
     register, serve, serve_policies, unregister, workspace,
 };

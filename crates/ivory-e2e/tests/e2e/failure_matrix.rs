@@ -6,8 +6,6 @@
 //! A policy that exists is not a webhook that is registered, and a registered webhook is not
 //! one that answers: each layer is checked through the API server itself.
 
-mod setup;
-
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,7 +14,7 @@ use anyhow::{Context, Result, bail, ensure};
 use ivory_e2e::{FailureMatrix, IvoryServer, Row, eventually, report_path, run_ivory, unique_name};
 use ivory_testkit::policy::PodPolicy;
 use ivory_testkit::policy::VERIFY_SIGNATURES;
-use ivory_testkit::review::{containers, deployment_object, pod_object};
+use ivory_testkit::review::{deployment_object, pod_object_with_images};
 use ivory_testkit::{Harness, HarnessOptions, HungRegistry, RegistryHarness};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -25,7 +23,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
-use setup::{
+use crate::setup::{
     IVPOL, POLICY_CRDS, PROPAGATION, apply_policy, cluster_with_crds, dynamic,
     fixture_key_attestors, namespace, push, push_signed_and_unsigned, serve, tls,
 };
@@ -132,10 +130,6 @@ async fn stored(client: &Client, path: &str) -> Result<Option<Value>> {
         404 => Ok(None),
         other => bail!("GET {path}: {other} {}", String::from_utf8_lossy(&bytes)),
     }
-}
-
-fn pod(name: &str, images: &[&str]) -> Value {
-    pod_object(name, json!({"containers": containers(images)}))
 }
 
 fn deployment(name: &str, image: &str) -> Value {
@@ -288,7 +282,13 @@ impl Env {
         images: &[&str],
         dry_run: bool,
     ) -> Result<(Outcome, Option<Value>)> {
-        let outcome = create(&self.client, &pods_path(ns), &pod(name, images), dry_run).await?;
+        let outcome = create(
+            &self.client,
+            &pods_path(ns),
+            &pod_object_with_images(name, images),
+            dry_run,
+        )
+        .await?;
         let kept = stored(&self.client, &format!("{}/{name}", pods_path(ns))).await?;
         let kind = if dry_run {
             "CREATE (dryRun=All)"
@@ -379,7 +379,7 @@ impl Env {
                 let outcome = create(
                     &self.client,
                     &pods_path(ns),
-                    &pod(&unique_name("probe"), &[&self.unsigned]),
+                    &pod_object_with_images(&unique_name("probe"), &[&self.unsigned]),
                     true,
                 )
                 .await?;
@@ -585,7 +585,7 @@ async fn scenario_3_paused(env: &Env) -> Result<()> {
         let outcome = create(
             &env.client,
             &pods_path(&env.fail_ns),
-            &pod(&name, &[&env.unsigned]),
+            &pod_object_with_images(&name, &[&env.unsigned]),
             false,
         )
         .await?;
@@ -955,7 +955,7 @@ async fn scenario_5_registration_removed(env: &Env, configs: &(String, String)) 
             let outcome = create(
                 &env.client,
                 &pods_path(&env.fail_ns),
-                &pod(&unique_name("probe"), &[&env.unsigned]),
+                &pod_object_with_images(&unique_name("probe"), &[&env.unsigned]),
                 true,
             )
             .await?;
@@ -1098,7 +1098,7 @@ async fn scenario_6_sidecar(env: &Env) -> Result<()> {
 }
 
 fn pod_with_sidecar(name: &str, image: &str, sidecar: &str) -> Value {
-    let mut pod = pod(name, &[image]);
+    let mut pod = pod_object_with_images(name, &[image]);
     pod["metadata"]["annotations"] = json!({SIDECAR_ANNOTATION: sidecar});
     pod
 }
@@ -1223,7 +1223,7 @@ async fn scenario_9_registry_credentials(env: &Env) -> Result<()> {
             let outcome = create(
                 &env.client,
                 &path,
-                &pod(&unique_name("probe"), &[image]),
+                &pod_object_with_images(&unique_name("probe"), &[image]),
                 true,
             )
             .await?;

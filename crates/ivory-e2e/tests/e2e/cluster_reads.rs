@@ -8,8 +8,6 @@
 //!   denied under `Fail` (the reason names the refusal), admitted under `Ignore`;
 //! * the watch shows in ivory's metrics, and stops when its policy is deleted.
 
-mod setup;
-
 use std::ffi::OsStr;
 
 use anyhow::{Context, Result, bail, ensure};
@@ -21,7 +19,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use setup::{
+use crate::setup::{
     IVPOL, POLICY_CRDS, PROPAGATION, apply, cluster_with_crds, dynamic, register, serve, tls,
     unregister, workspace,
 };

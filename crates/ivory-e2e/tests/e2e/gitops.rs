@@ -14,8 +14,6 @@
 //!   the digest the tag names;
 //! * the Namespace label `no-patch` under a policy that does not allow it: pinned as by default.
 
-mod setup;
-
 use std::ffi::OsStr;
 
 use anyhow::{Context, Result, bail, ensure};
@@ -30,7 +28,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt as _};
 use serde_json::{Value, json};
 
-use setup::{
+use crate::setup::{
     IVPOL, POLICY_CRDS, PROPAGATION, apply, cluster_with_crds, dynamic, fixture_key_attestors,
     ivory_dir, namespace, push_signed_and_unsigned, register, serve, unregister,
 };

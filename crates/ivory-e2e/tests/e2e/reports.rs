@@ -15,8 +15,6 @@
 //!   before ivory starts is verified once by the scan, and the first admission of that image is
 //!   a cache hit.
 
-mod setup;
-
 use std::ffi::OsStr;
 use std::time::Duration;
 
@@ -29,7 +27,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-use setup::{
+use crate::setup::{
     IVPOL, apply, cluster_with_crds, dynamic, fixture_key_attestors, ivory_dir,
     push_signed_and_unsigned, register, serve, set_running_digest, unregister,
 };

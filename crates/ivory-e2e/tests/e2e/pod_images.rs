@@ -4,8 +4,6 @@
 //! image volumes (autogen), and images written in another spelling of the policy's registry.
 //! The policy lists only `pods`, as most policies do.
 
-mod setup;
-
 use std::ffi::OsStr;
 use std::path::Path;
 
@@ -21,7 +19,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-use setup::{
+use crate::setup::{
     PROPAGATION, cluster_with_crds, fixture_key_attestors, ivory_dir, namespace,
     push_signed_and_unsigned, serve_policies, workspace,
 };

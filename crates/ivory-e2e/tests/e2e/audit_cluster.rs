@@ -4,8 +4,6 @@
 //! evaluated in its own namespace (namespaceSelector) with its own imagePullSecrets, the cluster
 //! found through KUBECONFIG when --kubeconfig has no file.
 
-mod setup;
-
 use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
@@ -18,7 +16,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use setup::{
+use crate::setup::{
     cluster_with_crds, fixture_key_attestors, push_signed_and_unsigned, set_running_digest,
     workspace,
 };
