@@ -21,6 +21,11 @@
 //!   answers handed to hyper 16 KiB at a time and charged until their last piece leaves).
 //! * Readiness (`/readyz`, [`READYZ_POLICY_ERRORS`]), Prometheus [`metrics`], TLS with
 //!   certificate reload, graceful shutdown, and `ivory webhooks` generation ([`webhooks`]).
+//! * `ivory doctor`'s checks ([`doctor`]): what is checked in a cluster (CRDs, policies
+//!   compiled, the webhooks that call ivory, their endpoints' `/readyz`, the service account's
+//!   reads) and the verdict of each, as typed findings; the binary only words and renders
+//!   them. Its probe of an endpoint is this crate's one outgoing HTTP request (reqwest, trusting
+//!   only the webhook's caBundle).
 //! * Results ([`policy_results`], [`reports`]) and background scans ([`background`]), below.
 //! * Policy sources ([`policies`], [`kube_source`]), below.
 //! * The cluster behind the engine's seams: [`kube_source`] implements
@@ -41,7 +46,8 @@
 //! two reads a poll apart must find the same bytes, which are then the bytes loaded
 //! ([`ivory_policy::PolicyFiles`]), so a file being written is never enforced half-way. A
 //! broken file keeps the last good set, shown on `/readyz`, counted in its
-//! [`READYZ_POLICY_ERRORS`] header (which `ivory doctor` reads) and in `ivory_policy_load_errors`.
+//! [`READYZ_POLICY_ERRORS`] header (which `ivory doctor` reads, [`doctor`]) and in
+//! `ivory_policy_load_errors`.
 //! With `--kube`, kube-rs reflectors ([`kube_source`]) watch both policy kinds, PolicyExceptions
 //! (with `--enable-policy-exceptions`: all namespaces, or only `--exception-namespace`),
 //! Namespaces (the real `namespaceObject` and namespaceSelector labels) and the
@@ -109,6 +115,7 @@ pub mod background;
 pub mod budget;
 pub mod cluster_resources;
 pub mod connection;
+pub mod doctor;
 mod error;
 pub mod kube_source;
 pub mod limits;

@@ -12,7 +12,8 @@
 //! it) and `report::ImageChecker` (one image, for `verify` and `audit`), and only render what
 //! those return; `cmd/wiring/parity.rs` shows the webhook, the background scan and `run_routes`
 //! giving one verdict for one review. `cmd/quick_policy.rs` turns `--key` and friends into a
-//! policy; `cmd/audit/` walks registries and clusters and queues their images.
+//! policy; `cmd/audit/` walks registries and clusters and queues their images; `ivory doctor`
+//! words and renders the checks `ivory_server::doctor` makes.
 //!
 //! `serve --supervise` (`cmd/serve/supervise.rs`): a parent process binds the listening socket,
 //! hands it to the serving process by the systemd protocol (`LISTEN_FDS`,

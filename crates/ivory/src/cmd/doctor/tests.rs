@@ -1,142 +1,15 @@
-use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::ServiceReference;
+use ivory_server::doctor::{read_check, reads_needed};
 
 use super::*;
 
-fn url_config(url: &str) -> WebhookClientConfig {
-    WebhookClientConfig {
-        url: Some(url.to_owned()),
-        ca_bundle: Some(ByteString(b"PEM".to_vec())),
-        ..WebhookClientConfig::default()
-    }
-}
-
-#[test]
-fn hooks_are_read_from_urls_and_services() {
-    let h = hook(
-        "cfg",
-        "ivpol.validate.x-fail",
-        &url_config("https://127.0.0.1:9443/ivpol/validate/a/b?timeout=5s"),
-        Some("Ignore"),
-    )
-    .unwrap();
-    assert_eq!(h.stage, "validate");
-    assert_eq!(h.prefix, "ivpol");
-    assert_eq!(h.policies, ["a", "b"]);
-    assert_eq!(h.failure_policy, "Ignore");
-    assert_eq!(
-        h.endpoint,
-        Endpoint::Url {
-            base: "https://127.0.0.1:9443".into(),
-            ca: b"PEM".to_vec()
-        }
-    );
-
-    let service = WebhookClientConfig {
-        service: Some(ServiceReference {
-            namespace: "ivory".into(),
-            name: "ivory".into(),
-            path: Some("/nivpol/mutate/p".into()),
-            port: None,
-        }),
-        ..WebhookClientConfig::default()
-    };
-    let h = hook("cfg", "n", &service, None).unwrap();
-    assert_eq!((h.prefix.as_str(), h.stage.as_str()), ("nivpol", "mutate"));
-    assert_eq!(h.failure_policy, "Fail", "the API server's default");
-    assert_eq!(h.endpoint.describe(), "service ivory/ivory:443");
-
-    // Webhooks of other software are not ivory's.
-    assert!(
-        hook(
-            "cfg",
-            "o",
-            &url_config("https://example.test/validate"),
-            None
-        )
-        .is_none()
-    );
-    assert!(
-        hook(
-            "cfg",
-            "o",
-            &url_config("https://example.test/ivpol/other/a"),
-            None
-        )
-        .is_none()
-    );
-}
-
-fn policy(name: &str, failure: &str) -> CompiledPolicy {
-    let text = format!(
-        "apiVersion: policies.kyverno.io/v1
-kind: ImageValidatingPolicy
-metadata:
-  name: {name}
-spec:
-  failurePolicy: {failure}
-  matchConstraints:
-    resourceRules:
-      - apiGroups: [\"\"]
-        apiVersions: [v1]
-        operations: [CREATE]
-        resources: [pods]
-  matchImageReferences:
-    - glob: \"*\"
-  attestors: []
-  validations:
-    - expression: \"true\"
-"
-    );
-    let report = ivory_policy::load_str(&text, "test");
-    assert!(report.errors.is_empty(), "{:?}", report.errors);
-    report.policies.into_iter().next().unwrap()
-}
-
-fn ivory_hook(stage: &str, names: &[&str], failure: &str) -> Hook {
-    Hook {
-        config: "cfg".into(),
-        name: format!("ivpol.{stage}"),
-        stage: stage.into(),
-        prefix: "ivpol".into(),
-        policies: names.iter().map(|n| n.to_string()).collect(),
-        failure_policy: failure.into(),
-        endpoint: Endpoint::Url {
-            base: "https://127.0.0.1:1".into(),
-            ca: Vec::new(),
-        },
-    }
-}
-
-#[test]
-fn unregistered_policies_fail_and_mismatched_failure_policies_warn() {
-    let policies = [policy("a", "Fail"), policy("b", "Ignore")];
-    let hooks = [
-        ivory_hook("validate", &["a", "b"], "Fail"),
-        ivory_hook("mutate", &["a"], "Fail"),
-    ];
-    let checks = registration_checks(&policies, &hooks);
-    let status = |subject: &str| {
-        checks
-            .iter()
-            .find(|c| c.subject == subject)
-            .map(|c| c.status)
-            .unwrap()
-    };
-    assert_eq!(status("a (validate)"), Status::Ok);
-    assert_eq!(status("a (mutate)"), Status::Ok);
-    assert_eq!(status("b (validate)"), Status::Warn);
-    assert_eq!(status("b (mutate)"), Status::Fail);
-    assert!(
-        registration_checks(&policies, &[])
-            .iter()
-            .all(|c| c.status == Status::Fail)
-    );
-}
-
 #[test]
 fn the_table_ends_with_the_verdict() {
-    let ok = [check("api", "kube-apiserver", Status::Ok, "v1.37.2")];
+    let ok = [Check::new(
+        "kube-apiserver",
+        Finding::ApiReached {
+            version: "v1.37.2".into(),
+        },
+    )];
     let text = render(&ok);
     assert!(text.starts_with("LAYER"), "{text}");
     assert!(
@@ -144,7 +17,10 @@ fn the_table_ends_with_the_verdict() {
         "{text}"
     );
     assert!(text.ends_with("all layers ok\n"), "{text}");
-    let failed = [check("registration", "p (validate)", Status::Fail, "none")];
+    let failed = [Check::new(
+        "p (validate)",
+        Finding::Unregistered { stage: "validate" },
+    )];
     assert!(render(&failed).ends_with("1 check(s) failed\n"));
 }
 
@@ -189,14 +65,14 @@ spec:
     let sa = "system:serviceaccount:ivory-system:ivory";
     let (subject, read) = &needed[0];
     let all = [("get", Ok(true)), ("list", Ok(true)), ("watch", Ok(true))];
-    assert_eq!(read_check(subject, read, sa, &all).status, Status::Ok);
+    assert_eq!(read_check(subject, read, sa, all).status(), Status::Ok);
     let no_watch = [("get", Ok(true)), ("list", Ok(false)), ("watch", Ok(false))];
-    let row = read_check(subject, read, sa, &no_watch);
-    assert_eq!(row.status, Status::Fail);
+    let row = read_check(subject, read, sa, no_watch);
+    assert_eq!(row.status(), Status::Fail);
     assert!(
-        row.detail.contains("may not list, watch it"),
+        detail(&row).contains("may not list, watch it"),
         "{}",
-        row.detail
+        detail(&row)
     );
     let refused = kube::core::Status::failure("forbidden", "Forbidden").with_code(403);
     let unknown = [
@@ -204,12 +80,67 @@ spec:
         ("list", Ok(true)),
         ("watch", Ok(true)),
     ];
-    let row = read_check(subject, read, sa, &unknown);
-    assert_eq!(row.status, Status::Warn);
+    let row = read_check(subject, read, sa, unknown);
+    assert_eq!(row.status(), Status::Warn);
     assert!(
-        row.detail
-            .contains(&format!("could not ask whether {sa} may get it: ")),
+        detail(&row).contains(&format!("could not ask whether {sa} may get it: ")),
         "{}",
-        row.detail
+        detail(&row)
     );
+}
+
+#[test]
+fn findings_are_worded_as_before_and_errors_with_their_causes() {
+    use ivory_server::doctor::{ConnectError, ProbeError};
+    let worded = |finding| detail(&Check::new("s", finding));
+    assert_eq!(worded(Finding::CrdReady), "v1 served, Established");
+    assert_eq!(
+        worded(Finding::CrdVersionNotServed),
+        "version v1 is not served"
+    );
+    assert_eq!(
+        worded(Finding::CrdNotInstalled),
+        "not installed (kubectl apply -k deploy/crds)"
+    );
+    assert_eq!(
+        worded(Finding::Unregistered { stage: "mutate" }),
+        "no mutate webhook calls ivory for this policy: it exists but is not enforced \
+         (register `ivory webhooks`)"
+    );
+    assert_eq!(
+        worded(Finding::FailurePolicyDiffers {
+            webhook: "w".into(),
+            webhook_says: "Ignore".into(),
+            policy_says: "Fail",
+        }),
+        "webhook w has failurePolicy Ignore, the policy says Fail"
+    );
+    assert_eq!(
+        worded(Finding::EndpointReady {
+            readyz: "ready\n  policies: 2\n".into(),
+            policy_errors: 0,
+        }),
+        "/readyz: ready | policies: 2"
+    );
+    assert_eq!(
+        worded(Finding::EndpointSilent {
+            timeout: ivory_server::doctor::PROBE_TIMEOUT,
+        }),
+        "no answer within 5s (the API server will time out too)"
+    );
+    assert_eq!(
+        worded(Finding::EndpointUnready(ProbeError::NotReady {
+            status: http::StatusCode::SERVICE_UNAVAILABLE,
+            text: " not ready \n".into(),
+        })),
+        "/readyz answered 503 Service Unavailable: not ready"
+    );
+    // The causes, as anyhow's `{:#}` wrote them when the binary held the errors.
+    let refused = || {
+        let status = kube::core::Status::failure("forbidden", "Forbidden").with_code(403);
+        ConnectError::Version(kube::Error::Api(status.boxed()))
+    };
+    let text = worded(Finding::ApiUnreachable(refused()));
+    assert_eq!(text, format!("{:#}", anyhow::Error::new(refused())));
+    assert!(text.starts_with("reading /version: "), "{text}");
 }

@@ -1,0 +1,288 @@
+//! What `ivory doctor` found: one [`Check`] per row, its [`Finding`] holding the facts, and
+//! the verdict ([`Status`]) decided from the finding's kind, never from a text.
+
+use std::time::Duration;
+
+use ivory_policy::{PolicyError, ResourceRead};
+
+/// The verdict of one check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// The layer works.
+    Ok,
+    /// The layer works, but not as the policies ask (or it could not be asked).
+    Warn,
+    /// The layer is broken: a policy is not enforced as written.
+    Fail,
+}
+
+impl Status {
+    /// Spelling in the report: `ok`, `WARN`, `FAIL`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Warn => "WARN",
+            Self::Fail => "FAIL",
+        }
+    }
+}
+
+/// The layer between a policy and its enforcement that a check looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    /// The kube-apiserver is reachable.
+    Api,
+    /// The policy CRDs are installed, serve `v1` and are Established.
+    Crds,
+    /// Each policy compiles.
+    Policy,
+    /// ivory's service account may watch what each policy reads.
+    Reads,
+    /// Webhooks call ivory for each policy.
+    Registration,
+    /// Each ivory endpoint of those webhooks answers `/readyz`.
+    Endpoint,
+}
+
+impl Layer {
+    /// Spelling in the report: `api`, `crds`, `policy`, `reads`, `registration`, `endpoint`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Api => "api",
+            Self::Crds => "crds",
+            Self::Policy => "policy",
+            Self::Reads => "reads",
+            Self::Registration => "registration",
+            Self::Endpoint => "endpoint",
+        }
+    }
+}
+
+/// One row of the report: what was checked and what was found.
+#[derive(Debug)]
+pub struct Check {
+    /// What was checked: a CRD, a policy, `policy (stage)`, an endpoint.
+    pub subject: String,
+    /// What was found.
+    pub finding: Finding,
+}
+
+impl Check {
+    /// A row about `subject`.
+    pub fn new(subject: impl Into<String>, finding: Finding) -> Self {
+        Self {
+            subject: subject.into(),
+            finding,
+        }
+    }
+
+    /// The layer the finding is about.
+    pub fn layer(&self) -> Layer {
+        self.finding.layer()
+    }
+
+    /// The verdict of the finding.
+    pub fn status(&self) -> Status {
+        self.finding.status()
+    }
+}
+
+/// The facts one check found; its kind decides the [`Status`].
+#[derive(Debug)]
+pub enum Finding {
+    /// The API server answered `/version`.
+    ApiReached {
+        /// Its `gitVersion`.
+        version: String,
+    },
+    /// No client, or no answer to `/version`.
+    ApiUnreachable(ConnectError),
+    /// The CRD serves [`crate::kube_source::POLICY_VERSION`] and is Established.
+    CrdReady,
+    /// The CRD does not serve [`crate::kube_source::POLICY_VERSION`].
+    CrdVersionNotServed,
+    /// The CRD serves the version but is not Established.
+    CrdNotEstablished,
+    /// The CRD does not exist.
+    CrdNotInstalled,
+    /// The CRD could not be read.
+    CrdUnreadable(kube::Error),
+    /// The policy compiles.
+    PolicyCompiles,
+    /// The policy does not compile: ivory keeps serving without it.
+    PolicyInvalid(Vec<PolicyError>),
+    /// The policies of one kind could not be listed (the subject is the kind).
+    PoliciesUnlisted(kube::Error),
+    /// Neither policy kind has an object.
+    NoPolicies,
+    /// The service account may get, list and watch what the policy reads.
+    ReadAllowed {
+        /// What the policy reads.
+        read: ResourceRead,
+        /// The user asked about (`system:serviceaccount:NS:NAME`).
+        service_account: String,
+    },
+    /// The service account may not use these watch verbs: every read of the policy fails and
+    /// its failurePolicy decides.
+    ReadDenied {
+        /// What the policy reads.
+        read: ResourceRead,
+        /// The user asked about.
+        service_account: String,
+        /// The verbs refused, in the order asked.
+        verbs: Vec<&'static str>,
+    },
+    /// A SubjectAccessReview failed, so whether the service account may read is unknown.
+    ReadUnknown {
+        /// What the policy reads.
+        read: ResourceRead,
+        /// The user asked about.
+        service_account: String,
+        /// The first verb whose review failed.
+        verb: &'static str,
+        /// Why it failed.
+        error: kube::Error,
+    },
+    /// A webhook calls ivory for the policy at this stage, with the policy's failurePolicy.
+    Registered {
+        /// The webhook's name.
+        webhook: String,
+        /// The webhook configuration holding it.
+        config: String,
+        /// Its failurePolicy.
+        failure_policy: String,
+    },
+    /// No webhook calls ivory for the policy at this stage: it exists but is not enforced.
+    Unregistered {
+        /// `validate` or `mutate`.
+        stage: &'static str,
+    },
+    /// The webhook's failurePolicy is not the policy's.
+    FailurePolicyDiffers {
+        /// The webhook's name.
+        webhook: String,
+        /// The webhook's failurePolicy.
+        webhook_says: String,
+        /// The policy's failurePolicy (`Fail` or `Ignore`).
+        policy_says: &'static str,
+    },
+    /// The webhook configurations could not be listed.
+    WebhooksUnlisted(kube::Error),
+    /// The endpoint answered `/readyz` with a success.
+    EndpointReady {
+        /// The answer's text.
+        readyz: String,
+        /// Policy load errors it counts ([`crate::READYZ_POLICY_ERRORS`]): they keep the last
+        /// good version serving, so they warn, not fail.
+        policy_errors: usize,
+    },
+    /// The endpoint failed to answer, or answered with an error.
+    EndpointUnready(ProbeError),
+    /// The endpoint did not answer in time (the API server will time out too).
+    EndpointSilent {
+        /// How long the probe waited.
+        timeout: Duration,
+    },
+}
+
+impl Finding {
+    /// The layer this kind of finding is about.
+    pub fn layer(&self) -> Layer {
+        match self {
+            Self::ApiReached { .. } | Self::ApiUnreachable(_) => Layer::Api,
+            Self::CrdReady
+            | Self::CrdVersionNotServed
+            | Self::CrdNotEstablished
+            | Self::CrdNotInstalled
+            | Self::CrdUnreadable(_) => Layer::Crds,
+            Self::PolicyCompiles
+            | Self::PolicyInvalid(_)
+            | Self::PoliciesUnlisted(_)
+            | Self::NoPolicies => Layer::Policy,
+            Self::ReadAllowed { .. } | Self::ReadDenied { .. } | Self::ReadUnknown { .. } => {
+                Layer::Reads
+            }
+            Self::Registered { .. }
+            | Self::Unregistered { .. }
+            | Self::FailurePolicyDiffers { .. }
+            | Self::WebhooksUnlisted(_) => Layer::Registration,
+            Self::EndpointReady { .. } | Self::EndpointUnready(_) | Self::EndpointSilent { .. } => {
+                Layer::Endpoint
+            }
+        }
+    }
+
+    /// The verdict: what works is ok; what works other than asked, or could not be asked,
+    /// warns; what leaves a policy unenforced or unreachable fails.
+    pub fn status(&self) -> Status {
+        match self {
+            Self::ApiReached { .. }
+            | Self::CrdReady
+            | Self::PolicyCompiles
+            | Self::ReadAllowed { .. }
+            | Self::Registered { .. } => Status::Ok,
+            Self::EndpointReady { policy_errors, .. } if *policy_errors > 0 => Status::Warn,
+            Self::EndpointReady { .. } => Status::Ok,
+            Self::NoPolicies | Self::ReadUnknown { .. } | Self::FailurePolicyDiffers { .. } => {
+                Status::Warn
+            }
+            Self::ApiUnreachable(_)
+            | Self::CrdVersionNotServed
+            | Self::CrdNotEstablished
+            | Self::CrdNotInstalled
+            | Self::CrdUnreadable(_)
+            | Self::PolicyInvalid(_)
+            | Self::PoliciesUnlisted(_)
+            | Self::ReadDenied { .. }
+            | Self::Unregistered { .. }
+            | Self::WebhooksUnlisted(_)
+            | Self::EndpointUnready(_)
+            | Self::EndpointSilent { .. } => Status::Fail,
+        }
+    }
+}
+
+/// Why the API server could not be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// No client configuration (KUBECONFIG or in-cluster).
+    #[error("connecting (KUBECONFIG or in-cluster config)")]
+    Config(#[source] kube::Error),
+    /// `/version` did not answer.
+    #[error("reading /version")]
+    Version(#[source] kube::Error),
+}
+
+/// Why an endpoint's `/readyz` did not answer with a success.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The webhook's caBundle is not PEM certificates.
+    #[error("reading the webhook's caBundle")]
+    CaBundle(#[source] reqwest::Error),
+    /// A direct (URL webhook) request failed.
+    #[error(transparent)]
+    Http(#[from] reqwest::Error),
+    /// The service proxy request could not be built.
+    #[error(transparent)]
+    Request(#[from] http::Error),
+    /// The API server's service proxy request failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    /// `/readyz` answered with an error status.
+    #[error("/readyz answered {status}: {}", text.trim())]
+    NotReady {
+        /// The answer's status.
+        status: http::StatusCode,
+        /// The answer's text.
+        text: String,
+    },
+    /// The API server's service proxy refused (no endpoints, forbidden), saying why in a
+    /// Status object.
+    #[error("{message} ({status})")]
+    Refused {
+        /// The answer's status.
+        status: http::StatusCode,
+        /// The Status object's message.
+        message: String,
+    },
+}
