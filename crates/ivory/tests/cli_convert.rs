@@ -264,7 +264,7 @@ async fn kyverno_library_policies_convert_or_are_refused_naming_the_field() {
     let mut failures = Vec::new();
     for (path, expected) in &rows {
         let name = path.rsplit('/').next().unwrap_or(path);
-        let file = fixtures().join(format!("kyverno-library/{path}/{name}.yaml"));
+        let file = fixtures_dir().join(format!("kyverno-library/{path}/{name}.yaml"));
         let file = file.to_str().unwrap();
         let out = dir.path().join(name);
         let out = out.to_str().unwrap();
