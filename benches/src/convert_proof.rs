@@ -130,6 +130,18 @@ pub(crate) async fn run(args: ProofArgs) -> Result<()> {
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "free"}});
     kube.create("/api/v1/namespaces", "application/json", ns.to_string())
         .await?;
+    // The cluster objects the corpus reads (a ConfigMap of keys): Kyverno reads them from the
+    // cluster, ivory from the same file (--cluster-resources).
+    let cluster_resources = args.fixtures.join("legacy/cluster-resources.yaml");
+    let (_, namespace, _) = identity(&std::fs::read_to_string(&cluster_resources)?)?;
+    let namespace = namespace.unwrap_or_else(|| "default".to_owned());
+    kube.create(
+        &format!("/api/v1/namespaces/{namespace}/configmaps"),
+        "application/yaml",
+        std::fs::read_to_string(&cluster_resources)?,
+    )
+    .await
+    .with_context(|| format!("creating {}", cluster_resources.display()))?;
     for file in &legacy {
         let text = std::fs::read_to_string(file)?;
         let (kind, namespace, _) = identity(&text)?;
@@ -195,7 +207,12 @@ pub(crate) async fn run(args: ProofArgs) -> Result<()> {
         work: &work,
     };
     let (kyverno, kyverno_client, _) = peers::start_kyverno_with(&paths, &kube).await?;
-    let (ivory, ivory_client) = start_ivory(&args.ivory, &work, &converted, &registry_ca).await?;
+    let ivory_files = IvoryFiles {
+        policies: &converted,
+        registry_ca: &registry_ca,
+        cluster_resources: &cluster_resources,
+    };
+    let (ivory, ivory_client) = start_ivory(&args.ivory, &work, &ivory_files).await?;
 
     let image = |case: &Case| -> String {
         if let Some(image) = &case.image {
@@ -339,11 +356,19 @@ fn sorted_yaml(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// What `ivory serve` reads in the proof.
+struct IvoryFiles<'a> {
+    /// The converted policies' folder.
+    policies: &'a Path,
+    registry_ca: &'a Path,
+    /// The cluster objects the policies read (`--cluster-resources`).
+    cluster_resources: &'a Path,
+}
+
 async fn start_ivory(
     bin: &Path,
     work: &Path,
-    policies: &Path,
-    registry_ca: &Path,
+    files: &IvoryFiles<'_>,
 ) -> Result<(Server, reqwest::Client)> {
     let pki = TestPki::generate("convert-proof webhook CA").context("webhook PKI")?;
     let cert = work.join("webhook.pem");
@@ -355,13 +380,15 @@ async fn start_ivory(
     let mut cmd = std::process::Command::new(bin);
     cmd.arg("serve")
         .arg("--policies")
-        .arg(policies)
+        .arg(files.policies)
+        .arg("--cluster-resources")
+        .arg(files.cluster_resources)
         .arg("--tls-cert")
         .arg(&cert)
         .arg("--tls-key")
         .arg(&key)
         .arg("--registry-ca")
-        .arg(registry_ca)
+        .arg(files.registry_ca)
         .arg("--listen")
         .arg(format!("127.0.0.1:{port}"));
     let url = format!("https://127.0.0.1:{port}");

@@ -101,6 +101,8 @@ async fn the_converted_corpus_gives_the_verdicts_kyverno_gave() {
     let run = ivory(&args).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
 
+    // The ConfigMap corpus/configmap-keys.yaml reads (Kyverno read it from the proof's cluster).
+    let cluster_resources = fixtures().join("legacy/cluster-resources.yaml");
     let recorded = verdicts["cases"].as_array().unwrap();
     assert_eq!(recorded.len(), cases["cases"].as_array().unwrap().len());
     for case in cases["cases"].as_array().unwrap() {
@@ -127,6 +129,8 @@ async fn the_converted_corpus_gives_the_verdicts_kyverno_gave() {
             resource.to_str().unwrap(),
             "--registry-ca",
             ca.to_str().unwrap(),
+            "--cluster-resources",
+            cluster_resources.to_str().unwrap(),
         ])
         .await;
         // A documented Kyverno bug: ivory's own recorded verdict is the expected one.
@@ -241,10 +245,7 @@ async fn kyverno_library_policies_convert_or_are_refused_naming_the_field() {
         ),
         ("other/verify-image-ivpol", Native),
         ("other/verify-image-slsa", Converts { fixed: true }),
-        (
-            "other/verify-image-with-multi-keys",
-            Converts { fixed: false },
-        ),
+        ("other/verify-image-with-multi-keys", Converts { fixed: false }),
         ("other/verify-image", Converts { fixed: false }),
         ("other/verify-sbom-cyclonedx", Converts { fixed: true }),
         (
