@@ -102,7 +102,7 @@ async fn the_converted_corpus_gives_the_verdicts_kyverno_gave() {
     assert_eq!(run.code, 0, "{}", run.stderr);
 
     // The ConfigMap corpus/configmap-keys.yaml reads (Kyverno read it from the proof's cluster).
-    let cluster_resources = fixtures().join("legacy/cluster-resources.yaml");
+    let cluster_resources = fixtures_dir().join("legacy/cluster-resources.yaml");
     let recorded = verdicts["cases"].as_array().unwrap();
     assert_eq!(recorded.len(), cases["cases"].as_array().unwrap().len());
     for case in cases["cases"].as_array().unwrap() {
