@@ -14,7 +14,7 @@ use ivory_bench::policy::key_policy;
 use ivory_bench::review::pod_review;
 use ivory_cel::{Activation, NoHost, Scope};
 use ivory_engine::admission::{
-    AdmissionRequest, AdmissionReview, response_from_decision, review_response,
+    AdmissionRequest, AdmissionReview, ReviewResponse, response_from_decision,
 };
 use ivory_engine::images::{builtin_images, image_pointers, matches_image};
 use ivory_engine::matching::{Route, matches_constraints, select_policies};
@@ -22,7 +22,7 @@ use ivory_engine::mutate::mutate;
 use ivory_engine::resources::NoResources;
 use ivory_engine::validate::validate;
 use ivory_engine::verifier::{
-    ImagePlatform, ImageVerifier, Verification, VerifyError, VerifyRequest,
+    ImagePlatform, ImageReference, ImageVerifier, Signer, Verification, VerifyError, VerifyRequest,
 };
 use ivory_policy::CompiledPolicy;
 use ivory_policy::types::Credentials;
@@ -85,7 +85,7 @@ struct InstantVerifier;
 impl ImageVerifier for InstantVerifier {
     fn resolve_digest<'a>(
         &'a self,
-        _: &'a ivory_engine::verifier::ImageReference,
+        _: &'a ImageReference,
         _: Option<&'a Credentials>,
         _: Instant,
     ) -> BoxFuture<'a, Result<String, VerifyError>> {
@@ -106,7 +106,7 @@ impl ImageVerifier for InstantVerifier {
     }
     fn image_data<'a>(
         &'a self,
-        _: &'a ivory_engine::verifier::ImageReference,
+        _: &'a ImageReference,
         _: Option<&'a Credentials>,
         _: &'a ImagePlatform,
         _: Instant,
@@ -114,6 +114,47 @@ impl ImageVerifier for InstantVerifier {
         Box::pin(async {
             Ok(serde_json::json!({"config": {"os": "linux", "architecture": "amd64"}}))
         })
+    }
+}
+
+/// [`InstantVerifier`] whose verdicts name the key that verified them, as the real verifier's
+/// do, so an admitted response carries the `verified-images` annotation.
+struct SigningVerifier;
+
+impl ImageVerifier for SigningVerifier {
+    fn resolve_digest<'a>(
+        &'a self,
+        image: &'a ImageReference,
+        credentials: Option<&'a Credentials>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<String, VerifyError>> {
+        InstantVerifier.resolve_digest(image, credentials, deadline)
+    }
+    fn verify<'a>(
+        &'a self,
+        _: &'a VerifyRequest,
+        _: Instant,
+    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
+        Box::pin(async {
+            Ok(Verification::Verified {
+                digest: DIGEST.to_owned(),
+                payload: None,
+                signer: Some(Signer {
+                    key: Some(format!("sha256:{}", "ab".repeat(32))),
+                    log_index: Some(123_456_789),
+                    ..Signer::default()
+                }),
+            })
+        })
+    }
+    fn image_data<'a>(
+        &'a self,
+        image: &'a ImageReference,
+        credentials: Option<&'a Credentials>,
+        platform: &'a ImagePlatform,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
+        InstantVerifier.image_data(image, credentials, platform, deadline)
     }
 }
 
@@ -242,7 +283,8 @@ fn image_data_stage(b: Bencher<'_, '_>, scope: &str) {
     });
 }
 
-/// Tag → digest pinning of three containers and the JSON Patch in the response review.
+/// Tag → digest pinning of three containers and the JSON Patch in the response review, written
+/// as the webhook writes it ([`ReviewResponse::to_json`]).
 #[divan::bench]
 fn patch_building(b: Bencher<'_, '_>) {
     let rt = runtime();
@@ -258,10 +300,39 @@ fn patch_building(b: Bencher<'_, '_>) {
             None,
             deadline,
         ));
-        review_response(&response_from_decision(&req, &d))
-            .to_string()
+        ReviewResponse::new(&response_from_decision(&req, &d))
+            .to_json()
             .len()
     });
+}
+
+/// The webhook's writer of the response review.
+const TEXT_WRITER: &str = "ReviewResponse::to_json (production)";
+
+/// The admitted response of the validating stage (its `verified-images` annotation included)
+/// written as text: by the webhook's writer, and, for comparison only, by serde_json from the
+/// same review's serde derive, which production does not run.
+#[divan::bench(args = [TEXT_WRITER, "serde_json::to_string (comparison)"])]
+fn response_writing(b: Bencher<'_, '_>, writer: &str) {
+    let rt = runtime();
+    let req = request(&PINNED);
+    let deadline = ivory_clock::now() + Duration::from_secs(10);
+    let d = rt.block_on(validate(
+        &SigningVerifier,
+        &NoResources,
+        &selected(),
+        &req,
+        None,
+        deadline,
+    ));
+    assert!(d.allowed && !d.audit_annotations.is_empty(), "{d:?}");
+    let response = response_from_decision(&req, &d);
+    let review = ReviewResponse::new(&response);
+    if writer == TEXT_WRITER {
+        b.bench(|| black_box(&review).to_json().len());
+    } else {
+        b.bench(|| serde_json::to_string(black_box(&review)).map_or(0, |text| text.len()));
+    }
 }
 
 /// A cached verdict from the real verifier (cold-verified once against docker-registry).

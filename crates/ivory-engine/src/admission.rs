@@ -5,12 +5,12 @@
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
+use ivory_plumbing::json_text;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use thiserror::Error;
 
 use crate::decision::{Decision, PatchOp};
-use crate::json_text;
 
 /// The only AdmissionReview version ivory accepts (the one Kyverno registers).
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -396,14 +396,9 @@ pub fn response_from_decision(req: &AdmissionRequest, d: &Decision) -> Admission
     resp
 }
 
-/// Wraps a response in `{apiVersion: admission.k8s.io/v1, kind: AdmissionReview, response}`.
-pub fn review_response(resp: &AdmissionResponse) -> Value {
-    // Strings, numbers and string maps always serialize; null is what a failure would mean.
-    serde_json::to_value(ReviewResponse::new(resp)).unwrap_or(Value::Null)
-}
-
-/// [`review_response`] as a type, written straight to the wire without a JSON tree
-/// ([`ReviewResponse::to_json`]).
+/// A response wrapped in `{apiVersion: admission.k8s.io/v1, kind: AdmissionReview, response}`,
+/// written straight to the wire without a JSON tree ([`ReviewResponse::to_json`]). Its serde
+/// derive is what the tests and the `admission_review` fuzz target hold that text to.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReviewResponse<'a> {
@@ -475,7 +470,7 @@ impl ResponseStatus {
         string(out, &self.message);
         if let Some(code) = self.code {
             out.push_str(",\"code\":");
-            out.push_str(&code.to_string());
+            json_text::push_u64(out, u64::from(code));
         }
         if let Some(reason) = &self.reason {
             out.push_str(",\"reason\":");

@@ -21,14 +21,6 @@
 //!   from the kept body only if something reads it, and the `serde_json::Value` tree is built
 //!   only when something reads more (CEL reading `object`, the CLI's patches). The response is
 //!   written as text by [`admission::ReviewResponse::to_json`], with no JSON tree.
-//! * [`json_text`]: JSON string literals escaped byte for byte as serde_json escapes them, a
-//!   word at a time, a long string's escaped text remembered per thread: the response, the
-//!   `verified-images` annotation and the binary's log lines.
-//! * [`keyed`]: the hasher of every map and cache keyed by request-chosen data, here and in the
-//!   verifier: ahash, keyed per map from the OS's random source, so no Pod can aim its keys at
-//!   one bucket. std's SipHash, keyed the same way, cost the warm path more than any other
-//!   hashing; ahash's fallback algorithm, the one this build uses, is designed to stay
-//!   collision-resistant against callers who do not know the key.
 //! * [`matching`]: routes ([`matching::select_policies`], [`matching::route_policies`]),
 //!   matchConstraints and matchConditions.
 //! * [`images`]: image extraction from every container kind (containers, initContainers,
@@ -53,6 +45,10 @@
 //! * [`exceptions`]: PolicyExceptions (below).
 //! * `testing` (feature `test-support`, tests only): `FakeVerifier`, the in-memory
 //!   `ImageVerifier` the engine's, the server's and the binary's unit tests share.
+//!
+//! The JSON text writer of the response and of the `verified-images` annotation, and the keyed
+//! hasher of every map keyed by request-chosen data, are [`ivory_plumbing`]'s, shared with the
+//! verifier and the binary's log lines.
 //!
 //! It does not talk to registries or the API server: everything external goes through
 //! [`verifier::ImageVerifier`] (which takes parsed [`ivory_reference::ImageReference`]s),
@@ -145,8 +141,6 @@ mod bindings;
 pub mod decision;
 pub mod exceptions;
 pub mod images;
-pub mod json_text;
-pub mod keyed;
 pub mod matching;
 pub mod mutate;
 pub mod pipeline;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ivory_cel::{Activation, NoHost};
+use ivory_plumbing::keyed::{KeyedMap, keyed_state};
 use ivory_policy::compiled::CompiledPolicy;
 use ivory_policy::types::{
     FailurePolicy, LabelSelector, MatchResources, NamedRuleWithOperations, PolicyKind,
@@ -17,7 +18,6 @@ use tokio::time::Instant;
 use crate::admission::object::object_labels;
 use crate::admission::{AdmissionRequest, AdmittedObject, GroupVersionResource, Operation};
 use crate::bindings::RequestBindings;
-use crate::keyed::{KeyedMap, keyed_state};
 
 /// Why matching could not decide.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

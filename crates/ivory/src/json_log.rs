@@ -132,7 +132,7 @@ fn timestamp(line: &mut Vec<u8>, now: std::time::SystemTime) -> fmt::Result {
 
 /// A JSON string, escaped as serde_json escapes it.
 fn string(line: &mut Vec<u8>, value: &str) -> fmt::Result {
-    ivory_engine::json_text::push_string(line, value);
+    ivory_plumbing::json_text::push_string(line, value);
     Ok(())
 }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use ivory_policy::compiled::{CompiledPolicy, ImageMatcher, NamedProgram};
 use ivory_policy::types::{MatchResources, NamedRuleWithOperations, PolicyKind};
 
-use super::{AdmissionRequest, AdmissionReview};
+use super::{AdmissionRequest, AdmissionResponse, AdmissionReview, ReviewResponse};
 
 /// Path of `fixtures/admission/<name>` in the workspace.
 pub(crate) fn fixture_path(name: &str) -> PathBuf {
@@ -21,6 +21,15 @@ pub(crate) fn request(name: &str) -> AdmissionRequest {
     AdmissionReview::parse(&bytes)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .request
+}
+
+/// The AdmissionReview the server sends for `resp` (the text of [`ReviewResponse::to_json`]),
+/// read back as JSON, once that text is checked to be what serde writes of the same review.
+pub(crate) fn sent(resp: &AdmissionResponse) -> serde_json::Value {
+    let review = ReviewResponse::new(resp);
+    let text = review.to_json();
+    assert_eq!(text, serde_json::to_string(&review).unwrap());
+    serde_json::from_str(&text).unwrap()
 }
 
 /// A rule over `resources` of `group`/`version` for `operations`.

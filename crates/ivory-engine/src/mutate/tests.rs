@@ -7,8 +7,8 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::*;
-use crate::admission::testutil::{condition, glob, pod_rule, policy, request, rule};
-use crate::admission::{response_from_decision, review_response};
+use crate::admission::response_from_decision;
+use crate::admission::testutil::{condition, glob, pod_rule, policy, request, rule, sent};
 use crate::decision::{PatchOp, Status};
 use crate::resources::NoResources;
 use crate::testing::{FakeVerifier, Mode};
@@ -625,7 +625,7 @@ async fn response_patch_decodes_to_the_ops() {
     let p = pod_policy("pin");
     let req = request("pod-create.json");
     let d = mutate(&fake, &NoResources, &[&p], &req, None, later(10)).await;
-    let wire = review_response(&response_from_decision(&req, &d));
+    let wire = sent(&response_from_decision(&req, &d));
     assert_eq!(wire["response"]["uid"], "pod-create-uid");
     assert_eq!(wire["response"]["allowed"], true);
     assert_eq!(wire["response"]["patchType"], "JSONPatch");

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use ivory_cel::{ConvertedJson, Program};
+use ivory_plumbing::keyed::KeyedMap;
 use ivory_policy::compiled::CompiledPolicy;
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
@@ -21,7 +22,6 @@ use super::calls::{
     reads_only_pure_inputs,
 };
 use crate::images;
-use crate::keyed::KeyedMap;
 use crate::matching::MatchError;
 use crate::verifier::{ImageRefError, ImageReference};
 

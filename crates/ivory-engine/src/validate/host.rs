@@ -87,7 +87,7 @@ impl VerifiedBy {
     }
 
     fn push_json(&self, out: &mut String) {
-        use crate::json_text::push_string as string;
+        use ivory_plumbing::json_text::push_string as string;
         let signer = &self.signer;
         let image = match self.image.char_indices().nth(MAX_IMAGE_CHARS) {
             Some((cut, _)) => &self.image[..cut],
@@ -111,7 +111,7 @@ impl VerifiedBy {
         }
         if let Some(index) = signer.log_index {
             out.push_str(",\"logIndex\":");
-            out.push_str(&index.to_string());
+            ivory_plumbing::json_text::push_u64(out, index);
         }
         out.push('}');
     }

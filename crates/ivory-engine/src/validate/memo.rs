@@ -13,12 +13,13 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use ivory_plumbing::keyed::{KeyedState, keyed_state};
+
 use super::host::Evidence;
 use super::outcome::Evaluated;
 use super::plan::{ImagesByExtractor, Plan};
 use super::prefetch::{Outcome, Prefetched, VerifyKey};
 use crate::decision::Status;
-use crate::keyed::{KeyedState, keyed_state};
 use crate::verifier::Verification;
 
 /// Bytes of kept results, over all policies: entries are weighed by their strings and the

@@ -7,11 +7,11 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use futures::future::join_all;
+use ivory_plumbing::keyed::KeyedMap;
 use ivory_policy::types::Credentials;
 use serde_json::Value;
 use tokio::time::{Instant, timeout_at};
 
-use crate::keyed::KeyedMap;
 use crate::verifier::{
     ImagePlatform, ImageRefError, ImageReference, ImageVerifier, PlatformScope, Verification,
     VerifyError, VerifyRequest,

@@ -6,8 +6,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt as _};
-use ivory_engine::keyed::KeyedState;
 use ivory_engine::verifier::{Verification, VerifyError};
+use ivory_plumbing::keyed::KeyedState;
 use ivory_policy::types::Attestor;
 use ivory_reference::ImageReference;
 use ivory_registry::Credentials;
@@ -22,7 +22,7 @@ use crate::attestor_plan::Plan;
 use crate::classify::{deadline_error, map_error};
 
 /// A verifier cache keyed by request-chosen data (images, signature repositories), hashed
-/// with a random key of its own ([`ivory_engine::keyed`]).
+/// with a random key of its own ([`ivory_plumbing::keyed`]).
 pub(super) type KeyedCache<K, V> = Cache<K, V, KeyedState>;
 
 /// Longest a shared (coalesced) load runs: the Kubernetes maximum webhook timeout. Why a load

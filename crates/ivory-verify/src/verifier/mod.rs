@@ -32,10 +32,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt as _};
-use ivory_engine::keyed::{KeyedState, keyed_state};
 use ivory_engine::verifier::{
     ImagePlatform, ImageVerifier, PlatformScope, Verification, VerifyError, VerifyRequest,
 };
+use ivory_plumbing::keyed::{KeyedState, keyed_state};
 use ivory_policy::types::{Attestation, Attestor, Credentials as PolicyCredentials};
 use ivory_reference::ImageReference;
 use ivory_registry::{Credentials, Error as RegistryError, Registry, parse_reference};

@@ -132,6 +132,24 @@ pub fn push_map(out: &mut impl JsonOut, map: &std::collections::BTreeMap<String,
     out.push_text("}");
 }
 
+/// Appends `value` as a JSON number, as serde_json writes it, without the allocation of
+/// `value.to_string()` (the response's status code, a verified entry's log index).
+pub fn push_u64(out: &mut impl JsonOut, mut value: u64) {
+    // u64::MAX has 20 digits.
+    let mut digits = [b'0'; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    // ASCII digits only, so always UTF-8.
+    out.push_text(std::str::from_utf8(&digits[at..]).unwrap_or("0"));
+}
+
 /// Where the first byte at or after `from` that needs escaping is, eight bytes at a time.
 #[inline]
 fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
@@ -310,10 +328,55 @@ mod tests {
         }
     }
 
+    #[test]
+    fn numbers_are_written_as_serde_json_writes_them() {
+        for value in [
+            0,
+            7,
+            10,
+            403,
+            99_999,
+            u64::from(u32::MAX),
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let mut out = String::new();
+            push_u64(&mut out, value);
+            assert_eq!(out, serde_json::to_string(&value).unwrap());
+        }
+    }
+
+    #[test]
+    fn lists_and_maps_of_strings_are_written_as_serde_json_writes_them() {
+        let items = vec![String::new(), "a\"b".to_owned(), "\n".to_owned()];
+        let map: std::collections::BTreeMap<String, String> = [("k\t", "v"), ("", "\u{1}")]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .into();
+        let mut out = String::new();
+        push_list(&mut out, &items);
+        assert_eq!(out, serde_json::to_string(&items).unwrap());
+        out.clear();
+        push_list(&mut out, &[]);
+        assert_eq!(out, "[]");
+        out.clear();
+        push_map(&mut out, &map);
+        assert_eq!(out, serde_json::to_string(&map).unwrap());
+        out.clear();
+        push_map(&mut out, &Default::default());
+        assert_eq!(out, "{}");
+    }
+
     proptest! {
         #[test]
         fn any_string_is_written_as_serde_json_writes_it(value in any::<String>()) {
             prop_assert_eq!(written(&value), serde_json::to_string(&value).unwrap());
+        }
+
+        #[test]
+        fn any_number_is_written_as_serde_json_writes_it(value in any::<u64>()) {
+            let mut out = Vec::new();
+            push_u64(&mut out, value);
+            prop_assert_eq!(out, serde_json::to_vec(&value).unwrap());
         }
 
         /// Long strings, several alike and some repeated, in any order on one thread.
