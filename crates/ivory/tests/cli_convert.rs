@@ -245,7 +245,10 @@ async fn kyverno_library_policies_convert_or_are_refused_naming_the_field() {
         ),
         ("other/verify-image-ivpol", Native),
         ("other/verify-image-slsa", Converts { fixed: true }),
-        ("other/verify-image-with-multi-keys", Converts { fixed: false }),
+        (
+            "other/verify-image-with-multi-keys",
+            Converts { fixed: false },
+        ),
         ("other/verify-image", Converts { fixed: false }),
         ("other/verify-sbom-cyclonedx", Converts { fixed: true }),
         (
