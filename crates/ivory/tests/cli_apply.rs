@@ -120,10 +120,10 @@ async fn kyverno_style_test_case_matches_serve() {
     );
     assert!(applied[0]["message"].is_null(), "{}", applied[0]);
 
-    // The default output is the patched resource as YAML plus the decision.
+    // The default output is the patched resource as YAML plus the decision; the policy
+    // positional, as `kyverno apply <policy>` takes it.
     let run = ivory([
         "apply",
-        "--policy",
         policies.to_str().unwrap(),
         "--resource",
         resources.to_str().unwrap(),
@@ -204,4 +204,17 @@ async fn kyverno_style_test_case_matches_serve() {
         let message = resp["status"]["message"].clone();
         assert_eq!(message, applied[i]["message"], "{resp}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_without_a_policy_is_a_usage_error_naming_both_forms() {
+    let dir = tempfile::tempdir().unwrap();
+    let resource = write(dir.path(), "pod.yaml", "apiVersion: v1\nkind: Pod\n");
+    let run = ivory(["apply", "--resource", resource.to_str().unwrap()]).await;
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("<POLICY|--policy <FILE>>"),
+        "{}",
+        run.stderr
+    );
 }

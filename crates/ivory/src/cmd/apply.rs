@@ -29,14 +29,24 @@ pub(crate) enum Op {
 
 #[derive(clap::Args)]
 #[command(
+    group(clap::ArgGroup::new("policy_input").required(true).multiple(true)),
     after_help = "Exit status: 0 every resource admitted, 1 any denied (not verified, or a validation \
 failed), 2 any policy could not be evaluated (registry failure, time budget spent under \
 failurePolicy Fail, CEL error) or a usage or configuration error. A time budget spent under \
 failurePolicy Ignore admits with a warning."
 )]
 pub(crate) struct Args {
-    /// Policy file or folder (repeatable).
-    #[arg(long = "policy", value_name = "FILE", required = true)]
+    /// Policy files or folders, as `kyverno apply <policy>…` takes them.
+    #[arg(value_name = "POLICY", group = "policy_input")]
+    positional_policies: Vec<PathBuf>,
+    /// Policy file or folder (repeatable; `--policies` is the same flag, as `ivory serve` names
+    /// it).
+    #[arg(
+        long = "policy",
+        visible_alias = "policies",
+        value_name = "FILE",
+        group = "policy_input"
+    )]
     policies: Vec<PathBuf>,
     /// PolicyException file or folder (repeatable): excepted policies are skipped for the
     /// resources their conditions select (as Kyverno's CLI `--exception`).
@@ -134,7 +144,13 @@ impl Applied {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let policies = wiring::load_policies(&args.policies)?;
+    let files: Vec<PathBuf> = args
+        .positional_policies
+        .iter()
+        .chain(&args.policies)
+        .cloned()
+        .collect();
+    let policies = wiring::load_policies(&files)?;
     let exceptions = wiring::load_exceptions(&args.exceptions)?;
     let cluster = wiring::load_cluster_resources(&args.cluster_resources)?;
     let mut objects = Vec::new();

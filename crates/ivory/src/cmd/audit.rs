@@ -61,7 +61,7 @@ printed)."
 )]
 pub(crate) struct Args {
     /// Policy file or folder (repeatable).
-    #[arg(long = "policy", value_name = "FILE")]
+    #[arg(long = "policy", visible_alias = "policies", value_name = "FILE")]
     policies: Vec<PathBuf>,
     #[command(flatten)]
     quick: QuickPolicy,

@@ -22,9 +22,10 @@ mod supervise;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// Policy file or folder (repeatable; reloaded on change). Without it the embedded default
-    /// policy is served, which pins every Pod image to its digest.
-    #[arg(long = "policies", value_name = "PATH")]
+    /// Policy file or folder (repeatable; reloaded on change; `--policy` is the same flag, as
+    /// `ivory apply`, `verify` and `audit` name it). Without it the embedded default policy is
+    /// served, which pins every Pod image to its digest.
+    #[arg(long = "policies", visible_alias = "policy", value_name = "PATH")]
     policies: Vec<PathBuf>,
     /// Address to listen on.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9443")]

@@ -30,7 +30,7 @@ pub(crate) struct Args {
     #[arg(value_name = "IMAGE", required = true)]
     images: Vec<String>,
     /// Policy file or folder (repeatable).
-    #[arg(long = "policy", value_name = "FILE")]
+    #[arg(long = "policy", visible_alias = "policies", value_name = "FILE")]
     policies: Vec<PathBuf>,
     #[command(flatten)]
     quick: QuickPolicy,
