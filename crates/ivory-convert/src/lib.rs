@@ -207,12 +207,16 @@ fn parse_documents(text: &str, origin: &str) -> Result<Vec<(usize, Value)>, Lega
         });
     }
     let mut docs = Vec::new();
-    for (i, chunk) in split_documents(text).into_iter().enumerate() {
-        let value: Value = ivory_policy::yaml::from_str(&chunk).map_err(|e| {
-            let reason = ivory_policy::yaml::describe(&e, 1);
-            let location = format!("{origin} (doc {})", i + 1);
+    for doc in ivory_policy::yaml_documents(text) {
+        let number = doc.number;
+        let value = doc.value.map_err(|e| {
+            // The parser's words alone: the format is said by the kind.
+            let reason = match e {
+                ivory_policy::SyntaxError::Yaml { message, .. } => message,
+                other => other.to_string(),
+            };
             LegacyError::whole(
-                location,
+                format!("{origin} (doc {number})"),
                 ErrorKind::Syntax {
                     format: "YAML",
                     reason,
@@ -220,30 +224,10 @@ fn parse_documents(text: &str, origin: &str) -> Result<Vec<(usize, Value)>, Lega
             )
         })?;
         if !value.is_null() {
-            docs.push((i + 1, value));
+            docs.push((number, value));
         }
     }
     Ok(docs)
-}
-
-/// Splits a YAML stream at `---` lines.
-fn split_documents(text: &str) -> Vec<String> {
-    let mut out = vec![String::new()];
-    for line in text.lines() {
-        if line == "---" || line.starts_with("--- ") || line == "..." {
-            out.push(String::new());
-            continue;
-        }
-        if let Some(last) = out.last_mut() {
-            last.push_str(line);
-            last.push('\n');
-        }
-    }
-    out.retain(|d| {
-        d.lines()
-            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
-    });
-    out
 }
 
 fn convert_document(

@@ -47,7 +47,10 @@
 //! reading a reply after its caller's deadline, into memory and with no bound on the size
 //! announced: a hostile server (or anyone on a plain `redis://` path) grew replicas by
 //! gigabytes. Its buffering cannot be bounded from outside, and the handful of single-key
-//! commands and scripts used here make a focused client small.
+//! commands and scripts used here make a focused client small. Hand-written under the rule in
+//! docs/ARCHITECTURE.md; oracle: `tests/redis.rs`, where redis-rs (a dev-dependency) reads and
+//! plants what this client wrote
+//! (`entries_round_trip_and_anything_not_sealed_for_its_name_is_ignored_and_counted`).
 //!
 //! # The persistent cache of the one-shot commands
 //!

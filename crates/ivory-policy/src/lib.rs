@@ -80,8 +80,8 @@ pub use error::{PolicyError, Result};
 pub use exception::CompiledException;
 pub use glob::{GlobError, compile_image_glob};
 pub use load::{
-    DocumentError, LoadReport, PolicyFiles, SyntaxError, documents, load_path, load_str,
-    policy_files, read_policy_files,
+    DocumentError, LoadReport, PolicyFiles, SyntaxError, YamlDocument, documents, load_path,
+    load_str, policy_files, read_policy_files, yaml_documents,
 };
 
 /// The embedded default policy (`policies/default.yaml`): pin every pod image to its digest.

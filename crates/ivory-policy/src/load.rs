@@ -13,6 +13,10 @@ use crate::exception::{CompiledException, compile_exception, is_exception};
 use crate::types::{API_GROUP, PolicyDocument, PolicyKind};
 use crate::unknown::unknown_fields;
 
+mod stream;
+
+pub use stream::{YamlDocument, yaml_documents};
+
 /// Directory recursion limit (guards against symlink loops).
 const MAX_DEPTH: usize = 16;
 
@@ -264,27 +268,28 @@ fn has_policy_extension(p: &Path) -> bool {
         .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
 }
 
-/// One parsed document: its 1-based number and its value or syntax error.
-struct RawDocument {
-    number: usize,
-    value: Result<Value, SyntaxError>,
-}
-
 /// A document that does not parse; its text is the policy error's reason.
 #[derive(Debug, thiserror::Error)]
 pub enum SyntaxError {
     /// A `.json` file that is not JSON.
     #[error("JSON syntax error: {0}")]
     Json(#[from] serde_json::Error),
-    /// The YAML error as `yaml::describe` words it (with the line in the whole file).
-    #[error("YAML syntax error: {0}")]
-    Yaml(String),
+    /// A YAML document that does not parse.
+    #[error("YAML syntax error: {message}")]
+    Yaml {
+        /// The parser's error as `yaml::describe` words it (with the line in the whole text).
+        message: String,
+        /// 1-based line of the error in the whole text, when the parser knows it.
+        line: Option<usize>,
+        /// 1-based column of the error, when the parser knows it.
+        column: Option<usize>,
+    },
 }
 
 fn load_text(text: &str, file: &Path, json: bool) -> LoadReport {
     let mut report = LoadReport::default();
     let docs = if json {
-        vec![RawDocument {
+        vec![YamlDocument {
             number: 1,
             value: serde_json::from_str(text).map_err(SyntaxError::from),
         }]
@@ -455,72 +460,6 @@ fn json_type(v: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
-}
-
-/// Splits a YAML stream at document markers and parses each document on its own, so a syntax
-/// error in one document does not hide the ones after it (a YAML parser stops at the first error).
-fn yaml_documents(text: &str) -> Vec<RawDocument> {
-    let mut docs = Vec::new();
-    for chunk in split_yaml(text) {
-        if !chunk.has_content() {
-            continue;
-        }
-        let number = docs.len() + 1;
-        let value = crate::yaml::from_str::<Value>(&chunk.text)
-            .map_err(|e| SyntaxError::Yaml(crate::yaml::describe(&e, chunk.first_line)));
-        docs.push(RawDocument { number, value });
-    }
-    docs
-}
-
-struct Chunk {
-    /// 1-based line number of the chunk's first line in the whole text.
-    first_line: usize,
-    text: String,
-}
-
-impl Chunk {
-    fn has_content(&self) -> bool {
-        self.text.lines().any(|l| {
-            let t = l.trim();
-            !t.is_empty() && !t.starts_with('#') && !t.starts_with('%')
-        })
-    }
-}
-
-fn split_yaml(text: &str) -> Vec<Chunk> {
-    let mut chunks = vec![Chunk {
-        first_line: 1,
-        text: String::new(),
-    }];
-    for (i, line) in text.lines().enumerate() {
-        let marker = ["---", "..."].iter().find(|m| {
-            line.strip_prefix(**m)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t']))
-        });
-        let current = match marker {
-            Some(m) => {
-                chunks.push(Chunk {
-                    first_line: i + 1,
-                    text: String::new(),
-                });
-                let last = chunks.len() - 1;
-                let chunk = &mut chunks[last];
-                // Keep content after `---` (e.g. `--- {a: 1}`) in place so columns still match.
-                if *m == "---" {
-                    chunk.text.push_str("   ");
-                    chunk.text.push_str(&line[3..]);
-                }
-                chunk.text.push('\n');
-                continue;
-            }
-            None => chunks.len() - 1,
-        };
-        let chunk = &mut chunks[current];
-        chunk.text.push_str(line);
-        chunk.text.push('\n');
-    }
-    chunks
 }
 
 /// `kind/[namespace/]name` of every loaded policy, in load order (for tests).

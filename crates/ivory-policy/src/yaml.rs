@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 /// A parse error; render it with [`describe`] to name the line and column.
 pub type Error = serde_saphyr::Error;
 
-fn options() -> serde_saphyr::Options {
+pub(crate) fn options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         strict_booleans: true,
         leading_zero_numbers_as_strings: true,

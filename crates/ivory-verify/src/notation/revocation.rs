@@ -7,6 +7,24 @@
 //! `nextUpdate` present and not passed); a listed serial is revoked. A certificate naming no
 //! distribution point is not revocable (notation's `nonRevokable`); one naming only an OCSP
 //! responder is of unknown status (ivory queries no OCSP responder).
+//!
+//! Hand-written (the rule in docs/ARCHITECTURE.md) beside rustls-webpki's CRL support, which
+//! the chain is already built with: webpki's public API parses a CRL and finds a serial, but
+//! checks a CRL's signature, `cRLSign`, expiry and scope only inside path building
+//! (`verify_for_usage` with `RevocationOptions`), and there it cannot express Notation's
+//! outcomes: (1) it answers one error for the whole path, `CertRevoked` or
+//! `UnknownRevocationStatus`, where Notation reports which certificate is revoked and since
+//! when, and which distribution point to fetch for the unknown one (the no-IO
+//! [`RevocationSource`] is asked for exactly that URL); (2) it does not know where a CRL came
+//! from, so a CRL of the same issuer without an issuing distribution point counts for any of
+//! its certificates, where Notation takes only a CRL fetched from the certificate's own
+//! `http(s)` points (and calls a certificate without any `nonRevokable`, one with only OCSP
+//! unknown); (3) it never reads `thisUpdate`, so a CRL issued in the future is used; (4) it
+//! keeps no keyUsage of a trust anchor, so a root without `cRLSign` signs CRLs. Oracle:
+//! `webpki_oracle::agrees_with_rustls_webpki_where_the_semantics_overlap` runs webpki's own
+//! checking on the same certificates and CRLs (good, revoked, expired CRL, wrong signer,
+//! issuing distribution point scopes) and both must agree; where they part is
+//! `webpki_oracle::where_notation_asks_more_than_rustls_webpki`.
 
 use std::sync::Arc;
 
@@ -576,3 +594,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod webpki_oracle;

@@ -242,16 +242,16 @@ fn qualified_name(req: &AdmissionRequest) -> String {
     }
 }
 
-/// Every non-empty document of a YAML/JSON stream; `kind: List` is flattened.
+/// Every non-empty document of a YAML/JSON stream (`ivory_policy::yaml_documents`, the one
+/// reader); `kind: List` is flattened. A document that does not parse is the error, as an
+/// [`ivory_policy::DocumentError`] naming its number and line.
 pub(crate) fn documents(text: &str) -> anyhow::Result<Vec<Value>> {
     let mut out = Vec::new();
-    for (i, doc) in split_documents(text).iter().enumerate() {
-        let blank = |l: &str| l.trim().is_empty() || l.trim_start().starts_with('#');
-        if doc.lines().all(blank) {
-            continue;
-        }
-        let value: Value =
-            ivory_policy::yaml::from_str(doc).with_context(|| format!("document {}", i + 1))?;
+    for doc in ivory_policy::yaml_documents(text) {
+        let number = doc.number;
+        let value = doc
+            .value
+            .map_err(|syntax| ivory_policy::DocumentError::Yaml { number, syntax })?;
         match value {
             Value::Null => {}
             Value::Object(ref map) if map.get("kind").and_then(Value::as_str) == Some("List") => {
@@ -259,27 +259,10 @@ pub(crate) fn documents(text: &str) -> anyhow::Result<Vec<Value>> {
                 out.extend(items.unwrap_or_default());
             }
             Value::Object(_) => out.push(value),
-            _ => bail!("document {} is not a Kubernetes object", i + 1),
+            _ => bail!("document {number} is not a Kubernetes object"),
         }
     }
     Ok(out)
-}
-
-/// Splits a YAML stream at `---` lines (a JSON document is one YAML document).
-fn split_documents(text: &str) -> Vec<String> {
-    let mut docs = vec![String::new()];
-    for line in text.lines() {
-        let marker = line.strip_prefix("---");
-        if marker.is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t'])) {
-            docs.push(String::new());
-            continue;
-        }
-        if let Some(doc) = docs.last_mut() {
-            doc.push_str(line);
-            doc.push('\n');
-        }
-    }
-    docs
 }
 
 /// The request of an `admission.k8s.io/v1` AdmissionReview document, used as the API server

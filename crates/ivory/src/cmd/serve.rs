@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::wiring::duration;
 use anyhow::{Context as _, bail};
 use ivory_registry::Registry;
-use ivory_server::budget::parse_go_duration;
 use ivory_server::{
     AppState, DEFAULT_BODY_LIMIT, FileSource, HttpLimits, Listen, Metrics, PolicyStore,
     ServeOptions,
@@ -178,10 +178,6 @@ pub(crate) struct Args {
     /// trusted besides the system roots (a private CA).
     #[arg(long, value_name = "FILE", requires = "cache_redis")]
     cache_redis_ca: Option<PathBuf>,
-}
-
-fn duration(text: &str) -> Result<Duration, String> {
-    parse_go_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 20s or 1m30s"))
 }
 
 /// Runs the webhook until a shutdown signal; `log` connects the serve log's writer (its count

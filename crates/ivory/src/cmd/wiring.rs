@@ -298,7 +298,8 @@ pub(crate) fn positive(text: &str) -> Result<usize, String> {
     }
 }
 
-/// clap parser for Go durations (`30s`, `1m30s`).
+/// clap parser for Go durations (`30s`, `1m30s`): the one every command's duration flag uses,
+/// over `ivory_server::budget::parse_go_duration` (whose oracle is Go's own parser).
 pub(crate) fn duration(text: &str) -> Result<Duration, String> {
     parse_go_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 30s or 1m30s"))
 }

@@ -424,8 +424,9 @@ pub(crate) fn load(found: &Found, confined: bool) -> anyhow::Result<Vec<TestCase
         bail!("{}: no test found", path.display());
     }
     let mut tests = Vec::new();
+    let count = docs.len();
     for (i, doc) in docs.into_iter().enumerate() {
-        let test: TestDoc = strict(doc).with_context(|| at(path, i + 1, docs_len(&text)))?;
+        let test: TestDoc = strict(doc).with_context(|| at(path, i + 1, count))?;
         check_kind(&test, path)?;
         tests.push(TestCase {
             path: path.to_owned(),
@@ -435,11 +436,6 @@ pub(crate) fn load(found: &Found, confined: bool) -> anyhow::Result<Vec<TestCase
         });
     }
     Ok(tests)
-}
-
-/// Rough count of documents, only to say "document n" when a file holds several.
-fn docs_len(text: &str) -> usize {
-    text.lines().filter(|l| l.trim_end() == "---").count() + 1
 }
 
 fn at(path: &Path, document: usize, documents: usize) -> String {
@@ -479,17 +475,23 @@ pub(crate) fn strict<T: DeserializeOwned>(value: Value) -> anyhow::Result<T> {
 /// line and the column, never the text there: the parser's own message quotes the line, and
 /// a file named by mistake (or on purpose) may hold a secret.
 pub(crate) fn objects(path: &Path, text: &str) -> anyhow::Result<Vec<Value>> {
-    documents(text).map_err(|e| {
-        let location = e
-            .downcast_ref::<ivory_policy::yaml::Error>()
-            .and_then(ivory_policy::yaml::Error::location)
-            .map(|l| format!(" at line {} column {}", l.line(), l.column()))
-            .unwrap_or_default();
-        // `documents` says which document first ("document 2"); its inner error quotes.
-        match e.downcast_ref::<ivory_policy::yaml::Error>() {
-            Some(_) => anyhow::anyhow!("{}: {e}: not valid YAML{location}", path.display()),
-            None => anyhow::anyhow!("{}: {e}", path.display()),
+    documents(text).map_err(|e| match e.downcast_ref::<ivory_policy::DocumentError>() {
+        // The parser's own message quotes the line: only its place is said.
+        Some(ivory_policy::DocumentError::Yaml { number, syntax }) => {
+            let location = match syntax {
+                ivory_policy::SyntaxError::Yaml {
+                    line: Some(line),
+                    column: Some(column),
+                    ..
+                } => format!(" at line {line} column {column}"),
+                _ => String::new(),
+            };
+            anyhow::anyhow!(
+                "{}: document {number}: not valid YAML{location}",
+                path.display()
+            )
         }
+        _ => anyhow::anyhow!("{}: {e}", path.display()),
     })
 }
 
