@@ -142,8 +142,10 @@ async fn the_converted_corpus_gives_the_verdicts_kyverno_gave() {
         };
         let allowed = expected == "allow";
         // `ivory apply` exits 1 for a denial and 2 for a policy that could not be evaluated (a
-        // registry that does not answer), which the webhook turns into a denial under `Deny`.
-        let want = match (allowed, case.get("image").is_some()) {
+        // registry that does not answer, a key the ConfigMap lacks), which the webhook turns
+        // into a denial under `Deny`.
+        let unevaluable = case.get("image").is_some() || case["error"] == true;
+        let want = match (allowed, unevaluable) {
             (true, _) => 0,
             (false, false) => 1,
             (false, true) => 2,
