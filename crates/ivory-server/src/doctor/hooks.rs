@@ -66,31 +66,38 @@ impl Endpoint {
 
 /// Every webhook, mutating and validating, that calls an ivory route.
 pub(super) async fn webhooks(client: &kube::Client) -> Result<Vec<Hook>, kube::Error> {
-    let mut hooks = Vec::new();
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    for config in mutating.list(&ListParams::default()).await?.items {
-        let config_name = config.metadata.name.clone().unwrap_or_default();
-        for w in config.webhooks.unwrap_or_default() {
-            hooks.extend(hook(
-                &config_name,
-                &w.name,
-                &w.client_config,
-                w.failure_policy.as_deref(),
-            ));
-        }
-    }
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    for config in validating.list(&ListParams::default()).await?.items {
-        let config_name = config.metadata.name.clone().unwrap_or_default();
+    // (configuration, webhook, clientConfig, failurePolicy) of both kinds, read alike.
+    let mut rows = Vec::new();
+    for config in mutating.list(&ListParams::default()).await?.items {
+        let config_name = config.metadata.name.unwrap_or_default();
         for w in config.webhooks.unwrap_or_default() {
-            hooks.extend(hook(
-                &config_name,
-                &w.name,
-                &w.client_config,
-                w.failure_policy.as_deref(),
+            rows.push((
+                config_name.clone(),
+                w.name,
+                w.client_config,
+                w.failure_policy,
             ));
         }
     }
+    for config in validating.list(&ListParams::default()).await?.items {
+        let config_name = config.metadata.name.unwrap_or_default();
+        for w in config.webhooks.unwrap_or_default() {
+            rows.push((
+                config_name.clone(),
+                w.name,
+                w.client_config,
+                w.failure_policy,
+            ));
+        }
+    }
+    let hooks = rows
+        .iter()
+        .filter_map(|(config, name, client_config, failure_policy)| {
+            hook(config, name, client_config, failure_policy.as_deref())
+        })
+        .collect();
     Ok(hooks)
 }
 
