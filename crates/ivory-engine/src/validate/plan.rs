@@ -238,12 +238,8 @@ pub(super) fn prepare<'a>(
     // request that selected no image never do: such a request evaluates no CEL-sourced field,
     // so a field that cannot be evaluated for it (a key read from a ConfigMap by the request's
     // namespace, say) decides nothing.
-    let evaluated = if matched.is_empty() {
-        Ok(unevaluated_attestors(policy, &facts))
-    } else {
-        evaluate_attestors(policy, &facts, &mut eval)
-    };
-    let attestors = match evaluated {
+    let evaluator = (!matched.is_empty()).then_some(&mut eval);
+    let attestors = match evaluate_attestors(policy, &facts, evaluator) {
         Ok(attestors) => attestors,
         Err(message) => {
             return over_budget(&eval, &matched)
@@ -503,24 +499,33 @@ struct Attestors<'p> {
 
 /// Evaluates each attestor's CEL-sourced fields into place. Static attestors (the usual case)
 /// are borrowed from the policy, with the binding and fingerprints made once per policy version.
+/// Without an evaluator (a request whose policy selected no image, so nothing is verified with
+/// them) the CEL-sourced fields stay as written.
 fn evaluate_attestors<'p>(
     policy: &'p CompiledPolicy,
     facts: &PolicyFacts,
-    eval: &mut LazyEvaluator<'_>,
+    mut eval: Option<&mut LazyEvaluator<'_>>,
 ) -> Result<Attestors<'p>, PrepareError> {
     let mut list = Vec::with_capacity(policy.attestors.len());
     let mut binding = serde_json::Map::new();
     for (compiled, key) in policy.attestors.iter().zip(&facts.attestor_keys) {
-        let (attestor, json) = match key {
-            Some(key) => (
+        let (attestor, json) = match (key, eval.as_deref_mut()) {
+            (Some(key), _) => (
                 (Cow::Borrowed(&compiled.attestor), Arc::clone(key)),
                 Cow::Borrowed(&compiled.json),
             ),
-            None => {
+            (None, Some(eval)) => {
                 let (attestor, json) = evaluate_attestor(compiled, eval.get())?;
                 let key = fingerprint(&attestor);
                 ((Cow::Owned(attestor), key), Cow::Owned(json))
             }
+            (None, None) => (
+                (
+                    Cow::Borrowed(&compiled.attestor),
+                    fingerprint(&compiled.attestor),
+                ),
+                Cow::Borrowed(&compiled.json),
+            ),
         };
         if facts.attestors.is_none() {
             binding.insert(compiled.attestor.name.clone(), json.into_owned());
@@ -532,27 +537,6 @@ fn evaluate_attestors<'p>(
         None => AttestorsBinding::Json(Json::Object(binding)),
     };
     Ok(Attestors { list, binding })
-}
-
-/// The policy's attestors as written, no CEL-sourced field evaluated: for a request whose
-/// policy selected no image, so nothing is verified with them.
-fn unevaluated_attestors<'p>(policy: &'p CompiledPolicy, facts: &PolicyFacts) -> Attestors<'p> {
-    let mut list = Vec::with_capacity(policy.attestors.len());
-    let mut binding = serde_json::Map::new();
-    for (compiled, key) in policy.attestors.iter().zip(&facts.attestor_keys) {
-        let key = key
-            .clone()
-            .unwrap_or_else(|| fingerprint(&compiled.attestor));
-        if facts.attestors.is_none() {
-            binding.insert(compiled.attestor.name.clone(), compiled.json.clone());
-        }
-        list.push((Cow::Borrowed(&compiled.attestor), key));
-    }
-    let binding = match &facts.attestors {
-        Some(shared) => AttestorsBinding::Shared(Arc::clone(shared)),
-        None => AttestorsBinding::Json(Json::Object(binding)),
-    };
-    Attestors { list, binding }
 }
 
 /// One attestor with its CEL-sourced fields evaluated into place, and its JSON for CEL.
