@@ -79,8 +79,15 @@ fn selected() -> Vec<&'static CompiledPolicy> {
     .expect("bench policy selected")
 }
 
-/// Answers every question positively at once (no registry, no cryptography).
-struct InstantVerifier;
+/// Answers every question positively at once (no registry, no cryptography); with `signer`,
+/// its verdicts name the key that verified them, as the real verifier's do, so an admitted
+/// response carries the `verified-images` annotation.
+struct InstantVerifier {
+    signer: Option<Signer>,
+}
+
+/// [`InstantVerifier`] without a signer.
+const INSTANT: InstantVerifier = InstantVerifier { signer: None };
 
 impl ImageVerifier for InstantVerifier {
     fn resolve_digest<'a>(
@@ -100,7 +107,7 @@ impl ImageVerifier for InstantVerifier {
             Ok(Verification::Verified {
                 digest: DIGEST.to_owned(),
                 payload: None,
-                signer: None,
+                signer: self.signer.clone(),
             })
         })
     }
@@ -114,47 +121,6 @@ impl ImageVerifier for InstantVerifier {
         Box::pin(async {
             Ok(serde_json::json!({"config": {"os": "linux", "architecture": "amd64"}}))
         })
-    }
-}
-
-/// [`InstantVerifier`] whose verdicts name the key that verified them, as the real verifier's
-/// do, so an admitted response carries the `verified-images` annotation.
-struct SigningVerifier;
-
-impl ImageVerifier for SigningVerifier {
-    fn resolve_digest<'a>(
-        &'a self,
-        image: &'a ImageReference,
-        credentials: Option<&'a Credentials>,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<String, VerifyError>> {
-        InstantVerifier.resolve_digest(image, credentials, deadline)
-    }
-    fn verify<'a>(
-        &'a self,
-        _: &'a VerifyRequest,
-        _: Instant,
-    ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
-        Box::pin(async {
-            Ok(Verification::Verified {
-                digest: DIGEST.to_owned(),
-                payload: None,
-                signer: Some(Signer {
-                    key: Some(format!("sha256:{}", "ab".repeat(32))),
-                    log_index: Some(123_456_789),
-                    ..Signer::default()
-                }),
-            })
-        })
-    }
-    fn image_data<'a>(
-        &'a self,
-        image: &'a ImageReference,
-        credentials: Option<&'a Credentials>,
-        platform: &'a ImagePlatform,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<Value, VerifyError>> {
-        InstantVerifier.image_data(image, credentials, platform, deadline)
     }
 }
 
@@ -228,7 +194,7 @@ fn cel_validate_stage(b: Bencher<'_, '_>) {
     b.bench(|| {
         let deadline = ivory_clock::now() + Duration::from_secs(10);
         let d = rt.block_on(validate(
-            &InstantVerifier,
+            &INSTANT,
             &NoResources,
             &policies,
             black_box(&req),
@@ -272,7 +238,7 @@ fn image_data_stage(b: Bencher<'_, '_>, scope: &str) {
     b.bench(|| {
         let deadline = ivory_clock::now() + Duration::from_secs(10);
         let d = rt.block_on(validate(
-            &InstantVerifier,
+            &INSTANT,
             &NoResources,
             &[&policy],
             black_box(&req),
@@ -293,7 +259,7 @@ fn patch_building(b: Bencher<'_, '_>) {
     b.bench(|| {
         let deadline = ivory_clock::now() + Duration::from_secs(10);
         let d = rt.block_on(mutate(
-            &InstantVerifier,
+            &INSTANT,
             &NoResources,
             &policies,
             black_box(&req),
@@ -318,7 +284,13 @@ fn response_writing(b: Bencher<'_, '_>, writer: &str) {
     let req = request(&PINNED);
     let deadline = ivory_clock::now() + Duration::from_secs(10);
     let d = rt.block_on(validate(
-        &SigningVerifier,
+        &InstantVerifier {
+            signer: Some(Signer {
+                key: Some(format!("sha256:{}", "ab".repeat(32))),
+                log_index: Some(123_456_789),
+                ..Signer::default()
+            }),
+        },
         &NoResources,
         &selected(),
         &req,
