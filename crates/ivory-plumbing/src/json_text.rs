@@ -134,20 +134,8 @@ pub fn push_map(out: &mut impl JsonOut, map: &std::collections::BTreeMap<String,
 
 /// Appends `value` as a JSON number, as serde_json writes it, without the allocation of
 /// `value.to_string()` (the response's status code, a verified entry's log index).
-pub fn push_u64(out: &mut impl JsonOut, mut value: u64) {
-    // u64::MAX has 20 digits.
-    let mut digits = [b'0'; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    // ASCII digits only, so always UTF-8.
-    out.push_text(std::str::from_utf8(&digits[at..]).unwrap_or("0"));
+pub fn push_u64(out: &mut impl JsonOut, value: u64) {
+    out.push_text(itoa::Buffer::new().format(value));
 }
 
 /// Where the first byte at or after `from` that needs escaping is, eight bytes at a time.
