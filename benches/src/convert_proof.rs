@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use base64::Engine as _;
-use ivory_testkit::review::object_review;
+use ivory_testkit::review::{create_review, legacy_case_image, legacy_case_object};
 use ivory_testkit::{RegistryHarness, TestPki};
 use serde_json::{Value, json};
 
@@ -54,13 +54,13 @@ pub(crate) struct ProofArgs {
 /// One case of `cases.json`.
 struct Case {
     name: String,
-    /// `Pod` or `Deployment`.
-    kind: String,
+    /// The case as written (its object: [`ivory_testkit::review::legacy_case_object`]).
+    raw: Value,
     /// `userInfo.username` of the request.
     user: String,
-    /// A documented Kyverno bug that makes Kyverno's verdict differ from ivory's on purpose.
+    /// A documented Kyverno bug, or a documented difference of the conversion, that makes
+    /// Kyverno's verdict differ from ivory's on purpose.
     kyverno_bug: Option<String>,
-    namespace: String,
     layout: String,
     repo: String,
     by_digest: bool,
@@ -127,6 +127,20 @@ pub(crate) async fn run(args: ProofArgs) -> Result<()> {
     );
     let kube = Kube::open(&args.cluster)?;
     peers::install_kyverno(&kube, &args.kyverno_crds).await?;
+    // The Tekton kinds the corpus matches, known to discovery before Kyverno starts.
+    let tekton = args.fixtures.join("legacy/tekton-crds.yaml");
+    for doc in ivory_policy::yaml_documents(&std::fs::read_to_string(&tekton)?) {
+        let crd = doc
+            .value
+            .map_err(|e| anyhow::anyhow!("{}: {e}", tekton.display()))?;
+        kube.create(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            "application/json",
+            crd.to_string(),
+        )
+        .await
+        .with_context(|| format!("creating a CRD of {}", tekton.display()))?;
+    }
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "free"}});
     kube.create("/api/v1/namespaces", "application/json", ns.to_string())
         .await?;
@@ -228,7 +242,7 @@ pub(crate) async fn run(args: ProofArgs) -> Result<()> {
     let mut rows = Vec::new();
     let mut differ = Vec::new();
     for case in &cases {
-        let object = object(case, &image(case));
+        let object = legacy_case_object(&case.raw, &image(case));
         let kyverno_routes = [("/mutate".to_owned(), "/validate".to_owned())];
         let k = through(
             &kyverno_client,
@@ -321,10 +335,12 @@ fn read_cases(path: &Path) -> Result<Vec<Case>> {
         .map(|c| {
             Ok(Case {
                 name: field(c, "name")?,
-                kind: c["kind"].as_str().unwrap_or("Pod").to_owned(),
+                raw: c.clone(),
                 user: c["user"].as_str().unwrap_or("alice").to_owned(),
-                kyverno_bug: c["kyvernoBug"].as_str().map(str::to_owned),
-                namespace: field(c, "namespace")?,
+                kyverno_bug: c["kyvernoBug"]
+                    .as_str()
+                    .or_else(|| c["difference"].as_str())
+                    .map(str::to_owned),
                 layout: c["layout"].as_str().unwrap_or_default().to_owned(),
                 repo: c["repo"].as_str().unwrap_or_default().to_owned(),
                 image: c["image"].as_str().map(str::to_owned),
@@ -424,7 +440,7 @@ async fn wait_for_kyverno(
             client,
             base,
             &routes,
-            &object(probe, &image(probe)),
+            &legacy_case_object(&probe.raw, &image(probe)),
             &probe.user,
         )
         .await?;
@@ -442,42 +458,6 @@ async fn wait_for_kyverno(
     }
 }
 
-/// The case's object: a Pod, or a Deployment whose template runs the image.
-fn object(case: &Case, image: &str) -> Value {
-    let spec = json!({"containers": [{"name": "app", "image": image}]});
-    let metadata =
-        json!({"name": case.name, "namespace": case.namespace, "labels": {"app": case.name}});
-    if case.kind == "Deployment" {
-        json!({
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": metadata,
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": {"app": case.name}},
-                "template": {"metadata": {"labels": {"app": case.name}}, "spec": spec},
-            },
-        })
-    } else {
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
-    }
-}
-
-/// The AdmissionReview of a CREATE of `object` by `user` (the same as the main suite's
-/// `cli_convert` test sends through `ivory apply`).
-fn review(uid: &str, object: &Value, user: &str) -> Value {
-    let mut review = object_review(uid, "CREATE", "", object.clone());
-    let request = &mut review["request"];
-    request["namespace"] = object["metadata"]["namespace"].clone();
-    request["requestKind"] = request["kind"].clone();
-    request["requestResource"] = request["resource"].clone();
-    request["userInfo"] = json!({"username": user, "groups": ["system:authenticated"]});
-    request["oldObject"] = Value::Null;
-    request["dryRun"] = json!(false);
-    request["options"] = json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"});
-    review
-}
-
 /// The mutating webhooks in turn, each patch applied, then the validating webhooks: the API
 /// server's order. `routes` are (mutate, validate) paths.
 async fn through(
@@ -493,7 +473,7 @@ async fn through(
         let answer = post(
             client,
             &format!("{base}{mutate}"),
-            &review(uid, &object, user),
+            &create_review(uid, &object, user),
         )
         .await?;
         let response = &answer["response"];
@@ -513,7 +493,7 @@ async fn through(
         let answer = post(
             client,
             &format!("{base}{validate}"),
-            &review(uid, &object, user),
+            &create_review(uid, &object, user),
         )
         .await?;
         let response = &answer["response"];
@@ -525,7 +505,7 @@ async fn through(
         }
     }
     Ok(Verdict {
-        image: container_image(&object),
+        image: legacy_case_image(&object),
         allowed: true,
         message: warnings.join("; "),
     })
@@ -543,21 +523,9 @@ fn identity(text: &str) -> Result<(String, Option<String>, String)> {
     Ok((kind, namespace, name))
 }
 
-fn container_image(object: &Value) -> String {
-    let spec = if object["kind"] == "Deployment" {
-        &object["spec"]["template"]["spec"]
-    } else {
-        &object["spec"]
-    };
-    spec["containers"][0]["image"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
 fn denied(response: &Value, object: &Value) -> Verdict {
     Verdict {
-        image: container_image(object),
+        image: legacy_case_image(object),
         allowed: false,
         message: response["status"]["message"]
             .as_str()

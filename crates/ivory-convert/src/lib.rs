@@ -50,6 +50,7 @@ mod attestors;
 mod conditions;
 mod context;
 mod error;
+mod extractors;
 mod identity;
 mod images;
 mod matching;

@@ -48,6 +48,88 @@ fn gvr(kind: &str) -> Option<(&'static str, &'static str, &'static str)> {
     prefix_ok.then_some((g, v, r))
 }
 
+/// A kind as Kyverno's `ParseKindSelector` reads it (`pkg/utils/kube/kind.go`): `Kind`,
+/// `version/Kind`, `group/version/Kind`, each with an optional `/subresource` or
+/// `.subresource`; `*` for what is not written.
+#[derive(Debug, PartialEq, Eq)]
+struct KindSelector<'a> {
+    group: &'a str,
+    version: &'a str,
+    kind: &'a str,
+    subresource: &'a str,
+}
+
+fn kind_selector(input: &str) -> Option<KindSelector<'_>> {
+    let mut parts: Vec<&str> = input.split('/').collect();
+    if let Some(last) = parts.pop() {
+        parts.extend(last.split('.'));
+    }
+    let version = |p: &str| {
+        p == "*" || {
+            let rest = p.strip_prefix('v').unwrap_or("");
+            let mut chars = rest.chars();
+            chars.next().is_some_and(|c| c.is_ascii_digit()) && {
+                let tail = chars.as_str();
+                tail.is_empty()
+                    || ["alpha", "beta"].iter().any(|stage| {
+                        tail.strip_prefix(stage)
+                            .is_some_and(|n| n.len() == 1 && n.chars().all(|c| c.is_ascii_digit()))
+                    })
+            }
+        }
+    };
+    let s = |group, version, kind, subresource| {
+        Some(KindSelector {
+            group,
+            version,
+            kind,
+            subresource,
+        })
+    };
+    match parts.as_slice() {
+        [kind] => s("*", "*", kind, ""),
+        ["*", "*"] => s("*", "*", "*", "*"),
+        ["*", sub] if sub.to_lowercase() == *sub => s("*", "*", "*", sub),
+        [v, kind] if version(v) => s("*", v, kind, ""),
+        [kind, sub] => s("*", "*", kind, sub),
+        [v, kind, sub] if version(v) => s("*", v, kind, sub),
+        [g, v, kind] => s(g, v, kind, ""),
+        [g, v, kind, sub] => s(g, v, kind, sub),
+        _ => None,
+    }
+}
+
+/// A kind's resource as Kubernetes guesses it (`meta.UnsafeGuessKindToResource`): lower case,
+/// `-es` after `s`, `-ies` for a final `y`, else `-s`. Kyverno reads it from discovery; a
+/// custom resource whose plural is irregular must be renamed in the converted policy.
+fn guessed_resource(kind: &str) -> String {
+    let lower = kind.to_lowercase();
+    if lower.ends_with('s') {
+        format!("{lower}es")
+    } else if let Some(stem) = lower.strip_suffix('y') {
+        format!("{stem}ies")
+    } else {
+        format!("{lower}s")
+    }
+}
+
+/// The resource rule of a kind read by a rule's own `imageExtractors` (a custom resource):
+/// any group and version unless written, as Kyverno matches a bare kind in every group.
+fn custom_resource_rule(selector: &str, ops: &[String]) -> Option<NamedRuleWithOperations> {
+    let k = kind_selector(selector)?;
+    let mut resource = guessed_resource(k.kind);
+    if !k.subresource.is_empty() {
+        resource = format!("{resource}/{}", k.subresource);
+    }
+    Some(NamedRuleWithOperations {
+        api_groups: vec![k.group.to_owned()],
+        api_versions: vec![k.version.to_owned()],
+        resources: vec![resource],
+        operations: ops.to_vec(),
+        ..NamedRuleWithOperations::default()
+    })
+}
+
 /// One filter reduced to kinds, operations, selectors and a CEL condition.
 #[derive(Debug, Default)]
 struct Filter {
@@ -64,6 +146,7 @@ fn filter(
     roles: &[String],
     cluster_roles: &[String],
     at: &str,
+    custom: &BTreeSet<String>,
 ) -> Result<Filter, ConvertError> {
     if !roles.is_empty() || !cluster_roles.is_empty() {
         return Err(ConvertError::unsupported(
@@ -76,6 +159,10 @@ fn filter(
     let mut parts = Vec::new();
     if let Some(r) = resources {
         for kind in &r.kinds {
+            if kind_selector(kind).is_some_and(|k| custom.contains(k.kind)) {
+                out.kinds.insert(kind.clone());
+                continue;
+            }
             if kind.contains('/')
                 && kind
                     .split('/')
@@ -201,7 +288,11 @@ fn one_of(subject: &str, values: &[String]) -> String {
     parts.join(" || ")
 }
 
-fn filters_of(m: &MatchResources, at: &str) -> Result<(Vec<Filter>, bool), ConvertError> {
+fn filters_of(
+    m: &MatchResources,
+    at: &str,
+    custom: &BTreeSet<String>,
+) -> Result<(Vec<Filter>, bool), ConvertError> {
     let direct = m.resources.is_some() || !m.subjects.is_empty();
     let groups = [!m.any.is_empty(), !m.all.is_empty(), direct];
     if groups.iter().filter(|g| **g).count() > 1 {
@@ -217,6 +308,7 @@ fn filters_of(m: &MatchResources, at: &str) -> Result<(Vec<Filter>, bool), Conve
             &m.roles,
             &m.cluster_roles,
             at,
+            custom,
         )?;
         return Ok((vec![f], true));
     }
@@ -227,29 +319,36 @@ fn filters_of(m: &MatchResources, at: &str) -> Result<(Vec<Filter>, bool), Conve
     };
     let mut out = Vec::new();
     for (i, f) in list.iter().enumerate() {
-        out.push(filter_entry(f, &format!("{at}.{name}[{i}]"))?);
+        out.push(filter_entry(f, &format!("{at}.{name}[{i}]"), custom)?);
     }
     Ok((out, is_any))
 }
 
-fn filter_entry(f: &ResourceFilter, at: &str) -> Result<Filter, ConvertError> {
+fn filter_entry(
+    f: &ResourceFilter,
+    at: &str,
+    custom: &BTreeSet<String>,
+) -> Result<Filter, ConvertError> {
     filter(
         f.resources.as_ref(),
         &f.subjects,
         &f.roles,
         &f.cluster_roles,
         at,
+        custom,
     )
 }
 
-/// Converts `match`, `exclude` and `preconditions`.
+/// Converts `match`, `exclude` and `preconditions`. `custom` holds the kinds the rule's own
+/// `imageExtractors` read: a rule naming one names only such kinds.
 pub(crate) fn convert(
     match_: Option<&MatchResources>,
     exclude: Option<&MatchResources>,
     preconditions: Option<&Value>,
+    custom: &BTreeSet<String>,
 ) -> Result<Matched, ConvertError> {
     let match_ = match_.ok_or_else(|| ConvertError::invalid("match", "Required value"))?;
-    let (filters, is_any) = filters_of(match_, "match")?;
+    let (filters, is_any) = filters_of(match_, "match", custom)?;
     if filters.is_empty() {
         return Err(ConvertError::invalid(
             "match",
@@ -277,6 +376,13 @@ pub(crate) fn convert(
         return Err(ConvertError::invalid(
             "match",
             "resources.kinds: Required value",
+        ));
+    }
+    if !custom.is_empty() && kinds.iter().any(|k| gvr(k).is_some()) {
+        return Err(ConvertError::unsupported(
+            "match",
+            "a rule with imageExtractors that also matches kinds whose containers an \
+             ImageValidatingPolicy extracts is not converted (split the rule)",
         ));
     }
     let operations: BTreeSet<String> = filters
@@ -355,7 +461,7 @@ pub(crate) fn convert(
     };
     out.constraints.resource_rules = resource_rules(&kinds, &ops);
     if let Some(exclude) = exclude {
-        convert_exclude(exclude, &kinds, &mut out)?;
+        convert_exclude(exclude, &kinds, &mut out, custom)?;
     }
     if let Some(pre) = preconditions.filter(|p| !p.is_null()) {
         // `preconditions` is one block (`{any, all}`, or the older list of conditions): its
@@ -370,7 +476,10 @@ pub(crate) fn convert(
 fn resource_rules(kinds: &BTreeSet<String>, ops: &[String]) -> Vec<NamedRuleWithOperations> {
     let mut rules: Vec<NamedRuleWithOperations> = Vec::new();
     for kind in kinds {
-        let Some((g, v, r)) = gvr(kind) else { continue };
+        let Some((g, v, r)) = gvr(kind) else {
+            rules.extend(custom_resource_rule(kind, ops));
+            continue;
+        };
         match rules
             .iter_mut()
             .find(|rule| rule.api_groups == [g] && rule.api_versions == [v])
@@ -392,8 +501,9 @@ fn convert_exclude(
     exclude: &MatchResources,
     match_kinds: &BTreeSet<String>,
     out: &mut Matched,
+    custom: &BTreeSet<String>,
 ) -> Result<(), ConvertError> {
-    let (filters, is_any) = filters_of(exclude, "exclude")?;
+    let (filters, is_any) = filters_of(exclude, "exclude", custom)?;
     if !is_any && filters.len() > 1 {
         return Err(ConvertError::unsupported(
             "exclude.all",
@@ -503,6 +613,7 @@ mod tests {
             Some(&m(json!({"any": [{"resources": {"kinds": ["Pod"], "namespaces": ["shop", "team-*"]}}]}))),
             Some(&m(json!({"any": [{"resources": {"namespaces": ["team-legacy"]}}]}))),
             None,
+            &BTreeSet::new(),
         )
         .unwrap();
         let rule = &out.constraints.resource_rules[0];
@@ -532,6 +643,7 @@ mod tests {
             )),
             None,
             None,
+            &BTreeSet::new(),
         )
         .unwrap_err()
         .to_string();
@@ -540,6 +652,7 @@ mod tests {
             Some(&m(json!({"any": [{"resources": {"kinds": ["Service"]}}]}))),
             None,
             None,
+            &BTreeSet::new(),
         )
         .unwrap_err()
         .to_string();
@@ -567,7 +680,7 @@ mod tests {
     fn precondition_refusals_name_the_condition() {
         let refuse = |pre: Value| {
             let pods = m(json!({"resources": {"kinds": ["Pod"]}}));
-            convert(Some(&pods), None, Some(&pre))
+            convert(Some(&pods), None, Some(&pre), &BTreeSet::new())
                 .unwrap_err()
                 .path
                 .to_string()
@@ -590,6 +703,7 @@ mod tests {
             Some(&m(json!({"resources": {"kinds": ["Pod", "apps/v1/Deployment"]}}))),
             None,
             Some(&json!({"all": [{"key": "{{ request.object.metadata.labels.team }}", "operator": "Equals", "value": "blue"}]})),
+            &BTreeSet::new(),
         )
         .unwrap();
         assert_eq!(out.constraints.resource_rules.len(), 2);
@@ -597,5 +711,83 @@ mod tests {
             out.conditions[0].1,
             "((object.metadata.labels.team == 'blue'))"
         );
+    }
+
+    /// Kyverno's `ParseKindSelector` forms, and the resource rules of kinds a rule's own
+    /// `imageExtractors` read.
+    #[test]
+    fn custom_kinds_become_resource_rules_in_any_group_unless_written() {
+        let sel = |g, v, k, s| KindSelector {
+            group: g,
+            version: v,
+            kind: k,
+            subresource: s,
+        };
+        assert_eq!(kind_selector("TaskRun"), Some(sel("*", "*", "TaskRun", "")));
+        assert_eq!(
+            kind_selector("v1/TaskRun"),
+            Some(sel("*", "v1", "TaskRun", ""))
+        );
+        assert_eq!(
+            kind_selector("tekton.dev/v1beta1/TaskRun.status"),
+            Some(sel("tekton.dev", "v1beta1", "TaskRun", "status"))
+        );
+        assert_eq!(
+            kind_selector("TaskRun/status"),
+            Some(sel("*", "*", "TaskRun", "status"))
+        );
+        assert_eq!(kind_selector("a/b/c/d/e"), None);
+        assert_eq!(guessed_resource("PipelineRun"), "pipelineruns");
+        assert_eq!(guessed_resource("Ingress"), "ingresses");
+        assert_eq!(guessed_resource("Policy"), "policies");
+
+        let custom: BTreeSet<String> = ["TaskRun".to_owned(), "PipelineRun".to_owned()].into();
+        let out = convert(
+            Some(&m(json!({"any": [{"resources": {"kinds": ["tekton.dev/v1beta1/TaskRun.status", "PipelineRun"]}}]}))),
+            None,
+            None,
+            &custom,
+        )
+        .unwrap();
+        let rules: Vec<_> = out
+            .constraints
+            .resource_rules
+            .iter()
+            .map(|r| {
+                (
+                    r.api_groups.clone(),
+                    r.api_versions.clone(),
+                    r.resources.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                (
+                    vec!["*".to_owned()],
+                    vec!["*".to_owned()],
+                    vec!["pipelineruns".to_owned()]
+                ),
+                (
+                    vec!["tekton.dev".to_owned()],
+                    vec!["v1beta1".to_owned()],
+                    vec!["taskruns/status".to_owned()]
+                ),
+            ]
+        );
+        // Without extractors for it, or beside a Pod, a custom kind is refused.
+        let refused = |kinds: Value| {
+            convert(
+                Some(&m(json!({"any": [{"resources": {"kinds": kinds}}]}))),
+                None,
+                None,
+                &custom,
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(refused(json!(["Task"])).contains("\"Task\" is not converted"));
+        assert!(refused(json!(["Pod", "TaskRun"])).contains("split the rule"));
     }
 }

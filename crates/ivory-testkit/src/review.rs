@@ -90,6 +90,67 @@ pub fn pod_review(uid: &str, images: &[&str]) -> Value {
     )
 }
 
+/// The object of a convert-proof case (`fixtures/legacy/cases.json`) running `image`: a Pod, a
+/// Deployment whose template runs it, a Tekton PipelineRun whose `pipelineRef` names it as its
+/// bundle (the case's `ref` instead, when it has one: a reference without a bundle), or a
+/// TaskRun whose one step runs it.
+pub fn legacy_case_object(case: &Value, image: &str) -> Value {
+    let name = case["name"].as_str().unwrap_or_default();
+    let metadata = json!({"name": name, "namespace": case["namespace"], "labels": {"app": name}});
+    let spec = json!({"containers": [{"name": "app", "image": image}]});
+    match case["kind"].as_str().unwrap_or("Pod") {
+        "Deployment" => json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": metadata,
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
+            },
+        }),
+        "PipelineRun" => {
+            let reference = match case.get("ref") {
+                Some(reference) => reference.clone(),
+                None => json!({"name": "build", "bundle": image}),
+            };
+            json!({"apiVersion": "tekton.dev/v1", "kind": "PipelineRun", "metadata": metadata,
+                "spec": {"pipelineRef": reference}})
+        }
+        "TaskRun" => json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "metadata": metadata,
+            "spec": {"taskSpec": {"steps": [{"name": "build", "image": image}]}}}),
+        _ => json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}),
+    }
+}
+
+/// The image a convert-proof case's object runs (after a mutating webhook's patch): where
+/// [`legacy_case_object`] put it.
+pub fn legacy_case_image(object: &Value) -> String {
+    let image = match object["kind"].as_str() {
+        Some("Deployment") => &object["spec"]["template"]["spec"]["containers"][0]["image"],
+        Some("PipelineRun") => &object["spec"]["pipelineRef"]["bundle"],
+        Some("TaskRun") => &object["spec"]["taskSpec"]["steps"][0]["image"],
+        _ => &object["spec"]["containers"][0]["image"],
+    };
+    image.as_str().unwrap_or_default().to_owned()
+}
+
+/// The AdmissionReview of a CREATE of `object` in its namespace by `user`, with every field the
+/// API server sends (`requestKind`, `userInfo.groups`, `options`…): what the convert proof sent
+/// Kyverno and ivory.
+pub fn create_review(uid: &str, object: &Value, user: &str) -> Value {
+    let mut review = object_review(uid, "CREATE", "", object.clone());
+    let request = &mut review["request"];
+    request["namespace"] = object["metadata"]["namespace"].clone();
+    request["requestKind"] = request["kind"].clone();
+    request["requestResource"] = request["resource"].clone();
+    request["userInfo"] = json!({"username": user, "groups": ["system:authenticated"]});
+    request["oldObject"] = Value::Null;
+    request["dryRun"] = json!(false);
+    request["options"] = json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"});
+    review
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

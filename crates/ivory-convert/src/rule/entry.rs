@@ -27,18 +27,31 @@ pub(super) fn convert_entry(
 ) -> Result<Entry, ConvertError> {
     let field = format!("verifyImages[{index}]");
     let mut differences = ctx.notes.clone();
-    let iv = read_entry(rule, entry, &field, &mut differences)?;
+    let iv = read_entry(entry, &field, &mut differences)?;
+    let extractors = crate::extractors::convert(rule.image_extractors.as_ref())?;
+    let custom_kinds = extractors
+        .as_ref()
+        .map(|e| e.kinds.clone())
+        .unwrap_or_default();
     let matched = matching::convert(
         rule.match_.as_ref(),
         rule.exclude.as_ref(),
         rule.preconditions.as_ref(),
+        &custom_kinds,
     )?;
     let settings = read_settings(ctx, &iv, &field, &mut differences)?;
     let config_maps = ConfigMaps::read(&rule.context, ctx.namespace.as_deref())?;
     let verification =
         build_attestors(&iv, &field, settings.notary, config_maps, &mut differences)?;
     let images = image_references(&iv, &field, &mut differences)?;
-    let validations = build_validations(&verification, images.skip.as_ref());
+    let lists = match &extractors {
+        Some(extractors) => {
+            differences.push(extractor_difference(settings.mutate_digest));
+            extractors.lists()
+        }
+        None => BUILT_IN_LISTS.iter().map(|l| (*l).to_owned()).collect(),
+    };
+    let validations = build_validations(&verification, images.skip.as_ref(), &lists);
     let verifies =
         !verification.signature_checks.is_empty() || !verification.attestation_checks.is_empty();
     // Kyverno's `required` looks for this rule's own pass; a rule that verifies fails by itself
@@ -56,6 +69,7 @@ pub(super) fn convert_entry(
         verification,
         include: images.include,
         validations,
+        extractors: extractors.map(|e| e.images).unwrap_or_default(),
         required,
         admission,
     };
@@ -64,10 +78,9 @@ pub(super) fn convert_entry(
     Ok((doc, differences))
 }
 
-/// Pass 1: the entry read into the model, the rule-level fields no entry converts refused,
-/// and Kyverno's defaults for the deprecated entry fields applied.
+/// Pass 1: the entry read into the model, the entry fields no policy converts refused, and
+/// Kyverno's defaults for the deprecated entry fields applied.
 fn read_entry(
-    rule: &Rule,
     entry: &Value,
     field: &str,
     differences: &mut Vec<String>,
@@ -76,12 +89,6 @@ fn read_entry(
         let kind = ErrorKind::Schema(e.inner().to_string());
         ConvertError::new(format!("{field}.{}", e.path()), kind)
     })?;
-    if rule.image_extractors.as_ref().is_some_and(|v| !v.is_null()) {
-        return Err(ConvertError::unsupported(
-            "imageExtractors",
-            "custom image extractors are not converted",
-        ));
-    }
     if iv.validate.as_ref().is_some_and(|v| !v.is_null()) {
         return Err(ConvertError::unsupported(
             format!("{field}.validate"),
@@ -353,7 +360,11 @@ fn image_references(
 }
 
 /// Pass 6: one validation per check and image list; skipped images pass each.
-fn build_validations(verification: &Verification, skip: Option<&String>) -> Vec<Validation> {
+fn build_validations(
+    verification: &Verification,
+    skip: Option<&String>,
+    lists: &[String],
+) -> Vec<Validation> {
     let mut validations = Vec::new();
     for (i, check) in verification.signature_checks.iter().enumerate() {
         let check_cel = format!(
@@ -366,7 +377,7 @@ fn build_validations(verification: &Verification, skip: Option<&String>) -> Vec<
             check.count,
             check.names.len()
         );
-        validations_for(&check_cel, skip, message, &mut validations);
+        validations_for(&check_cel, skip, lists, message, &mut validations);
     }
     for attestation in &verification.attestation_checks {
         let name = &attestation.name;
@@ -382,14 +393,14 @@ fn build_validations(verification: &Verification, skip: Option<&String>) -> Vec<
                 check.count,
                 check.names.len()
             );
-            validations_for(&check_cel, skip, message, &mut validations);
+            validations_for(&check_cel, skip, lists, message, &mut validations);
         }
         if let Some(condition) = &attestation.condition {
             let check_cel = format!(
                 "cel.bind(predicate, extractPayload(image, attestations.{name}).predicate, {condition})"
             );
             let message = format!("attestation checks failed for predicate {type_}");
-            validations_for(&check_cel, skip, message, &mut validations);
+            validations_for(&check_cel, skip, lists, message, &mut validations);
         }
     }
     validations
@@ -498,6 +509,8 @@ struct Parts {
     /// `imageReferences`.
     include: Vec<String>,
     validations: Vec<Validation>,
+    /// `images`: the rule's `imageExtractors`.
+    extractors: Vec<NamedExpression>,
     /// `validationConfigurations.required`.
     required: bool,
     admission: Admission,
@@ -530,6 +543,7 @@ fn assemble(
         verification,
         include,
         validations,
+        extractors,
         required,
         admission,
     } = parts;
@@ -565,6 +579,7 @@ fn assemble(
                 required: Some(required),
             }),
             credentials: admission.credentials,
+            images: extractors,
             attestors: Some(verification.attestors),
             attestations: verification.attestations,
             autogen,
@@ -587,24 +602,57 @@ fn attestor_list(names: &[String]) -> String {
     format!("[{}]", items.join(", "))
 }
 
-/// CEL, one expression per image list: `check` holds for every selected container, init
-/// container and ephemeral container image (the images Kyverno's legacy extractors read; OCI
-/// image volumes are not among them). One expression per list keeps each under the static
-/// cost limit that a comprehension over their concatenation exceeds.
-fn per_image(check: &str) -> Vec<String> {
-    ["containers", "initContainers", "ephemeralContainers"]
+/// The image lists Kyverno's legacy built-in extractors fill: containers, init containers and
+/// ephemeral containers (OCI image volumes are not among them).
+const BUILT_IN_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
+
+/// What the report says of a rule whose images come from its `imageExtractors`.
+fn extractor_difference(mutate_digest: bool) -> String {
+    let pinning = if mutate_digest {
+        "; Kyverno pins them to digests, an ImageValidatingPolicy pins container images only, \
+         so an image there written with a tag is denied by verifyDigest instead of pinned"
+    } else {
+        ""
+    };
+    format!(
+        "imageExtractors: read by the policy's `images` extractors (the resource guessed from \
+         the kind, in any group unless one is written){pinning}"
+    )
+}
+
+/// CEL, one expression per image list: `check` holds for every selected image of `list`. One
+/// expression per list keeps each under the static cost limit that a comprehension over
+/// their concatenation exceeds.
+fn per_image<'a>(check: &'a str, lists: &'a [String]) -> impl Iterator<Item = String> + 'a {
+    lists
         .iter()
-        .map(|list| format!("images.{list}.all(image, {check})"))
-        .collect()
+        .map(move |list| format!("{}.all(image, {check})", images_list(list)))
+}
+
+/// `images.<list>`, or `images['<list>']` for a name that is not a CEL identifier.
+fn images_list(list: &str) -> String {
+    let identifier = list.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && list.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if identifier {
+        format!("images.{list}")
+    } else {
+        format!("images[{}]", images::cel_string(list))
+    }
 }
 
 /// One validation per image list, with the same message.
-fn validations_for(check: &str, skip: Option<&String>, message: String, out: &mut Vec<Validation>) {
+fn validations_for(
+    check: &str,
+    skip: Option<&String>,
+    lists: &[String],
+    message: String,
+    out: &mut Vec<Validation>,
+) {
     let check = match skip {
         Some(skip) => format!("({skip}) || {check}"),
         None => check.to_owned(),
     };
-    for expression in per_image(&check) {
+    for expression in per_image(&check, lists) {
         out.push(Validation {
             expression,
             message: Some(message.clone()),
