@@ -543,7 +543,7 @@ pub(crate) enum Segment {
     Index(u64),
 }
 
-fn is_cel_identifier(name: &str) -> bool {
+pub(crate) fn is_cel_identifier(name: &str) -> bool {
     const RESERVED: [&str; 21] = [
         "in",
         "as",

@@ -52,6 +52,7 @@ mod context;
 mod error;
 mod identity;
 mod images;
+mod jmespath_cel;
 mod matching;
 mod model;
 mod report;
