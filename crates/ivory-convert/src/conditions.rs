@@ -2,13 +2,15 @@
 //!
 //! Only forms whose Kyverno meaning (`pkg/engine/variables/operator`) a CEL expression can state
 //! exactly are translated; anything else is refused with the condition named. Variables are
-//! `{{ path }}` with a plain path (fields, quoted fields, `[n]`): no functions, filters or
-//! projections. A path is read from `root` (the attestation's predicate, or the request).
+//! `{{ path }}` with a plain path (fields, quoted fields, `[n]`), read from `root` (the
+//! attestation's predicate, or the request); an attestation's variables may also be the
+//! JMESPath expressions `jmespath_cel` translates (filters, projections, `||`, `length()`…).
 
 use serde_json::Value;
 
 use super::error::{ConvertError, ErrorKind};
 use super::images::{cel_string, has_wildcard, wildcard_to_regex};
+use super::jmespath_cel;
 
 /// Translates a JMESPath path (inside `{{ }}`) to CEL paths; an error when the path is not a
 /// plain one (the caller knows which field held it).
@@ -107,8 +109,10 @@ pub(crate) fn translate_condition(
         .get("operator")
         .and_then(Value::as_str)
         .ok_or_else(|| ConvertError::condition(".operator", "Required value"))?;
-    let key = operand(obj.get("key").unwrap_or(&Value::Null), map)
-        .map_err(|kind| ConvertError::new(".key", kind))?;
+    let key_value = obj.get("key").unwrap_or(&Value::Null);
+    let key_cel = operand(key_value, map).map_err(|kind| ConvertError::new(".key", kind))?;
+    let bound = is_computed(key_value).then_some("key");
+    let key = bound.map_or_else(|| key_cel.clone(), str::to_owned);
     let value = obj.get("value").unwrap_or(&Value::Null);
     // The value is judged against its operator: the error names the condition and operator.
     let op = |cause: ErrorKind| {
@@ -118,7 +122,7 @@ pub(crate) fn translate_condition(
         };
         ConvertError::new("", kind)
     };
-    match operator {
+    let cel = match operator {
         "Equals" | "Equal" => equals(&key, value).map_err(op),
         "NotEquals" | "NotEqual" => equals(&key, value).map(|c| format!("!({c})")).map_err(op),
         "In" | "AllIn" => membership(&key, value, Membership::Every).map_err(op),
@@ -137,7 +141,11 @@ pub(crate) fn translate_condition(
                  LessThanOrEquals)"
             ),
         )),
-    }
+    }?;
+    Ok(match bound {
+        Some(name) => format!("cel.bind({name}, {key_cel}, {cel})"),
+        None => cel,
+    })
 }
 
 /// The CEL of a key or value: a `{{ path }}` variable, a `regex_match` call or a literal.
@@ -156,6 +164,14 @@ fn operand(v: &Value, map: PathMapper<'_>) -> Result<String, ErrorKind> {
     }
 }
 
+/// Whether the key `v` is a JMESPath expression other than a plain path: its CEL is bound to
+/// a name once, so the operator's several reads of it do not compute it again.
+fn is_computed(v: &Value) -> bool {
+    matches!(v, Value::String(s)
+        if regex_match_call(s).is_none()
+            && matches!(variable(s), Ok(Some(path)) if split_path(&path).is_err()))
+}
+
 /// `Some(path)` for a string that is exactly one `{{ path }}`; `None` for a plain string; an
 /// error for text mixing variables and literal text.
 fn variable(s: &str) -> Result<Option<String>, ErrorKind> {
@@ -163,13 +179,10 @@ fn variable(s: &str) -> Result<Option<String>, ErrorKind> {
     if !s.contains("{{") {
         return Ok(None);
     }
-    if let Some(refusal) = function_refusal(trimmed) {
-        return Err(refusal);
-    }
     let inner = trimmed
         .strip_prefix("{{")
         .and_then(|r| r.strip_suffix("}}"))
-        .filter(|inner| !inner.contains("{{") && !inner.contains("}}"))
+        .filter(|inner| balanced(inner))
         .ok_or_else(|| {
             ErrorKind::VariableNotAllowed(format!(
                 "{s:?}: text around or between {{{{ }}}} variables is not converted"
@@ -181,22 +194,27 @@ fn variable(s: &str) -> Result<Option<String>, ErrorKind> {
     Ok(Some(inner.to_owned()))
 }
 
-/// Why a `{{ function(…) }}` call other than `regex_match` is refused, naming the function.
-fn function_refusal(s: &str) -> Option<ErrorKind> {
-    let inner = s.strip_prefix("{{")?.trim_start();
-    let name_end = inner.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
-    let (name, rest) = inner.split_at(name_end);
-    if name.is_empty() || !rest.trim_start().starts_with('(') {
-        return None;
-    }
-    let why = match name {
-        "time_since" | "time_now" | "time_now_utc" => {
-            "it reads the current time, and ImageValidatingPolicy CEL has no clock (neither \
-             Kyverno's CEL libraries nor ivory's offer one), so an age check cannot be stated"
+/// Whether every `{{` in `inner` is closed by a later `}}` (a variable nested in the
+/// expression, as Kyverno substitutes it first), so that `inner` is one variable's text.
+fn balanced(inner: &str) -> bool {
+    let mut depth = 0usize;
+    let mut rest = inner;
+    while let Some(at) = rest.find(['{', '}']) {
+        let tail = &rest[at..];
+        if let Some(after) = tail.strip_prefix("{{") {
+            depth += 1;
+            rest = after;
+        } else if let Some(after) = tail.strip_prefix("}}") {
+            let Some(less) = depth.checked_sub(1) else {
+                return false;
+            };
+            depth = less;
+            rest = after;
+        } else {
+            rest = &tail[1..];
         }
-        _ => "JMESPath functions other than regex_match are not converted",
-    };
-    Some(ErrorKind::Unsupported(format!("{s:?}: {name}(): {why}")))
+    }
+    depth == 0
 }
 
 /// `{{ regex_match('<pattern>', '{{ path }}') }}` (or with the path bare): the pattern and the
@@ -436,13 +454,29 @@ pub(crate) fn attestation_path(
     path: &str,
     is_context_entry: &dyn Fn(&str) -> bool,
 ) -> Result<String, ErrorKind> {
-    if let Some(Segment::Field(first)) = split_path(path)?.first()
-        && (ADMISSION_CONTEXT.contains(&first.as_str()) || is_context_entry(first))
-    {
-        return Err(ErrorKind::Unsupported(format!(
-            "{{{{ {path} }}}}: reads {first:?} from Kyverno's admission context, not from the \
-             attestation's predicate; not converted"
-        )));
+    let root_field = |first: &str| {
+        if ADMISSION_CONTEXT.contains(&first) || is_context_entry(first) {
+            return Err(ErrorKind::Unsupported(format!(
+                "{{{{ {path} }}}}: reads {first:?} from Kyverno's admission context, not from \
+                 the attestation's predicate; not converted"
+            )));
+        }
+        Ok(())
+    };
+    let Ok(segments) = split_path(path) else {
+        if path.contains("{{") {
+            return Err(ErrorKind::VariableNotAllowed(format!(
+                "{{{{ {path} }}}}: a variable nested in an expression is not converted"
+            )));
+        }
+        let ctx = jmespath_cel::Context {
+            root: "predicate",
+            root_field: &root_field,
+        };
+        return jmespath_cel::to_cel(path, &ctx);
+    };
+    if let Some(Segment::Field(first)) = segments.first() {
+        root_field(first)?;
     }
     path_to_cel("predicate", path)
 }
@@ -585,6 +619,60 @@ mod tests {
         path_to_cel("predicate", path)
     }
 
+    fn attestation(path: &str) -> Result<String, ErrorKind> {
+        attestation_path(path, &|_| false)
+    }
+
+    /// The conditions' CEL on `predicate`: its verdict, or the text of its error.
+    fn verdict(conditions: &Value, predicate: &Value) -> Result<bool, String> {
+        let blocks = conditions.as_array().cloned().unwrap_or_default();
+        let cel = translate_blocks(&blocks, &attestation).unwrap();
+        let program = ivory_cel::compile(&cel, &Scope::new(["predicate"]))
+            .unwrap_or_else(|e| panic!("{cel}: {e}"));
+        let mut act = Activation::new(&NoHost);
+        act.bind_json("predicate", predicate);
+        program.evaluate_bool(&act).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_librarys_cve_condition_checks_the_filtered_versions_or_none() {
+        // other/verify-image-cve-2022-42889, as the library writes it.
+        let cond = json!([{"all": [{"key": "{{ components[?name=='commons-text'].version || 'none' }}",
+                                    "operator": "AllNotIn",
+                                    "value": ["1.5", "1.6", "1.7", "1.8", "1.9"]}]}]);
+        let sbom = |components: Value| json!({"components": components});
+        let text = |v: &str| json!({"name": "commons-text", "version": v});
+        assert_eq!(verdict(&cond, &sbom(json!([text("1.10.0")]))), Ok(true));
+        assert_eq!(
+            verdict(&cond, &sbom(json!([text("1.10.0"), text("1.9")]))),
+            Ok(false)
+        );
+        assert_eq!(
+            verdict(&cond, &sbom(json!([{"name": "x", "version": "1.9"}]))),
+            Ok(true)
+        );
+        // No component of that name, or no components at all: the key is 'none'.
+        assert_eq!(verdict(&cond, &sbom(json!([]))), Ok(true));
+        assert_eq!(verdict(&cond, &json!({})), Ok(true));
+        assert_eq!(verdict(&cond, &sbom(json!("commons-text"))), Ok(true));
+    }
+
+    #[test]
+    fn the_librarys_tekton_scan_condition_counts_nothing_against_a_string() {
+        // tekton/verify-tekton-taskrun-vuln-scan's first condition: the fork compares the
+        // number with the string '8.0' as null, so no score is ever counted.
+        let cond = json!([{"any": [{"key": "{{ matches[].vulnerability[].cvss[?metrics.impactScore > '8.0'][] | length(@) }}",
+                                    "operator": "Equals", "value": 0}]}]);
+        let scan =
+            json!({"matches": [{"vulnerability": {"cvss": [{"metrics": {"impactScore": 9.9}}]}}]});
+        assert_eq!(verdict(&cond, &scan), Ok(true));
+        let counted = json!([{"any": [{"key": "{{ matches[].vulnerability[].cvss[?metrics.impactScore > `8`][] | length(@) }}",
+                                       "operator": "Equals", "value": 0}]}]);
+        assert_eq!(verdict(&counted, &scan), Ok(false));
+        // No list of matches: length(null) fails Kyverno's substitution, and the CEL.
+        assert!(verdict(&cond, &json!({})).is_err());
+    }
+
     fn holds(conditions: Value, predicate: Value) -> bool {
         let blocks = conditions.as_array().cloned().unwrap_or_default();
         let cel = translate_blocks(&blocks, &predicate_path).unwrap();
@@ -680,19 +768,37 @@ mod tests {
     fn unsupported_forms_are_refused_with_the_condition_named() {
         let refuse = |cond: Value| {
             let blocks = vec![json!({"all": [cond]})];
-            translate_blocks(&blocks, &predicate_path)
+            translate_blocks(&blocks, &attestation)
                 .unwrap_err()
                 .to_string()
         };
-        let e = refuse(json!({"key": "{{ length(list) }}", "operator": "Equals", "value": 2}));
+        let e = refuse(json!({"key": "{{ to_upper(a) }}", "operator": "Equals", "value": "A"}));
         assert!(e.starts_with("[0].all[0].key: "), "{e}");
-        assert!(e.contains("length(): JMESPath functions"), "{e}");
-        let e = refuse(json!({"key": "{{ a[?b=='c'].d }}", "operator": "Equals", "value": 2}));
-        assert!(e.contains("only plain paths"), "{e}");
-        let e = refuse(
-            json!({"key": "{{ time_since('','{{ t }}','') }}", "operator": "LessThan", "value": "1h"}),
+        assert!(
+            e.contains("the function to_upper() is not converted"),
+            "{e}"
         );
-        assert!(e.contains("time_since(): it reads the current time"), "{e}");
+        let e = refuse(json!({"key": "{{ a.* }}", "operator": "Equals", "value": 2}));
+        assert!(
+            e.contains("the object wildcard '*' is not converted"),
+            "{e}"
+        );
+        let e = refuse(json!({"key": "{{ a[1:] }}", "operator": "Equals", "value": 2}));
+        assert!(e.contains("a slice is not converted"), "{e}");
+        let e = refuse(json!({"key": "{{ a[?b=='c' }}", "operator": "Equals", "value": 2}));
+        assert!(e.contains("not a JMESPath expression"), "{e}");
+        let e = refuse(json!({"key": "{{ length(a)[?b] }}", "operator": "Equals", "value": 0}));
+        assert!(
+            e.contains("a function call on a projection's left side"),
+            "{e}"
+        );
+        let e = refuse(
+            json!({"key": "{{ request.operation || 'x' }}", "operator": "Equals", "value": "x"}),
+        );
+        assert!(e.contains("admission context"), "{e}");
+        let e =
+            refuse(json!({"key": "{{ to_upper('{{ t }}') }}", "operator": "Equals", "value": "A"}));
+        assert!(e.contains("a variable nested in an expression"), "{e}");
         let e = refuse(json!({"key": "{{ a }}", "operator": "DurationGreaterThan", "value": "1h"}));
         assert!(e.contains("DurationGreaterThan"), "{e}");
         let e = refuse(json!({"key": "{{ a }}", "operator": "Equals", "value": "1h"}));

@@ -161,7 +161,9 @@ impl Translator<'_> {
                     return self.value(rhs, &left.cel, Mode::Lenient);
                 }
                 if !null_on_null(rhs) {
-                    return Err(self.refuse("a function or literal after '.'"));
+                    // A construct refused anywhere is named as such; what is left is a function.
+                    self.value(rhs, cur, mode)?;
+                    return Err(self.refuse("a function call after '.'"));
                 }
                 // A missing field on the left ends the sub-expression (an error passed up, or
                 // null), and the right side gives null on null: reading it from null is the same.
@@ -179,7 +181,10 @@ impl Translator<'_> {
                 let left = self.value(lhs, cur, Mode::Lenient)?;
                 let right = self.value(rhs, cur, Mode::Lenient)?;
                 Ok(Cel::any(self.bound(&left.cel, |_, v| {
-                    let left = Cel { cel: v.to_owned(), kind: left.kind };
+                    let left = Cel {
+                        cel: v.to_owned(),
+                        kind: left.kind,
+                    };
                     format!("({} ? {v} : {})", left.truthy(), right.cel)
                 })))
             }
@@ -188,7 +193,10 @@ impl Translator<'_> {
                 // The fork returns the right side's own error: a missing field is passed on.
                 let right = self.value(rhs, cur, mode)?;
                 Ok(Cel::any(self.bound(&left.cel, |_, v| {
-                    let left = Cel { cel: v.to_owned(), kind: left.kind };
+                    let left = Cel {
+                        cel: v.to_owned(),
+                        kind: left.kind,
+                    };
                     format!("({} ? {} : {v})", left.truthy(), right.cel)
                 })))
             }
@@ -295,9 +303,9 @@ impl Translator<'_> {
             (Some(keep), Some(mapped)) => format!(
                 ".filter({element}, {keep}).map({element}, {mapped}).filter({element}, {element} != null)"
             ),
-            (None, Some(mapped)) => format!(
-                ".map({element}, {mapped}).filter({element}, {element} != null)"
-            ),
+            (None, Some(mapped)) => {
+                format!(".map({element}, {mapped}).filter({element}, {element} != null)")
+            }
             (None, None) => format!(".filter({element}, {element} != null)"),
         };
         Ok(Cel::any(self.bound(&list, |_, v| {
@@ -328,9 +336,7 @@ impl Translator<'_> {
                 kind: Kind::Bool,
             });
         }
-        let non_number_literal = |ast: &Ast| {
-            matches!(ast, Ast::Literal { value, .. } if !matches!(**value, jmespath::Variable::Number(_)))
-        };
+        let non_number_literal = |ast: &Ast| matches!(ast, Ast::Literal { value, .. } if !matches!(**value, jmespath::Variable::Number(_)));
         if (non_number_literal(lhs) && !has_function(rhs))
             || (non_number_literal(rhs) && !has_function(lhs))
         {
@@ -485,8 +491,7 @@ mod tests {
                 x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same(x, y))
             }
             (Value::Object(x), Value::Object(y)) => {
-                x.len() == y.len()
-                    && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+                x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
             }
             _ => a == b,
         }
