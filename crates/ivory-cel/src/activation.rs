@@ -58,6 +58,11 @@ pub trait Host: Send + Sync {
     ) -> Result<serde_json::Value, HostError> {
         Err(HostError::NotAvailable)
     }
+
+    /// `time.now()`: the wall clock (a test's host answers the time it wants).
+    fn wall_time(&self) -> std::time::SystemTime {
+        ivory_clock::wall()
+    }
 }
 
 /// The arguments of one `resource.Get` / `resource.List` call.
@@ -438,6 +443,7 @@ pub(crate) enum HostOp {
     ResourceGet,
     ResourceList,
     GlobalContext,
+    WallTime,
 }
 
 impl HostOp {
@@ -450,6 +456,7 @@ impl HostOp {
             Self::ResourceGet => "resource.Get",
             Self::ResourceList => "resource.List",
             Self::GlobalContext => "globalContext.Get",
+            Self::WallTime => "time.now",
         }
     }
 }
@@ -522,6 +529,7 @@ fn dispatch(host: &dyn Host, op: HostOp, args: &[Value]) -> Result<Value, Execut
                 .map(|j| json_to_value(&j))
                 .map_err(fail)
         }
+        (HostOp::WallTime, []) => Ok(crate::library::timestamp(host.wall_time())),
         _ => Err(bad()),
     }
 }

@@ -351,5 +351,11 @@ pub mod cluster_functions {
     pub use crate::library::resources_names::{GLOBAL_CONTEXT_GET, RESOURCE_GET, RESOURCE_LIST};
 }
 
+/// The names of Kyverno's functions that read the wall clock (`time.now`): a program that
+/// calls one gives a different answer later for the same inputs.
+pub mod clock_functions {
+    pub use crate::library::clock_names::TIME_NOW;
+}
+
 #[cfg(test)]
 mod tests;

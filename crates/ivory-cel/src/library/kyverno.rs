@@ -85,7 +85,9 @@ fn signature_ok(op: HostOp, args: &[Value]) -> bool {
         HostOp::ExtractPayload => matches!(args, [S(_), S(_)]),
         HostOp::ImageData => matches!(args, [S(_)]),
         // Declared by the `resources` module, with their own signatures.
-        HostOp::ResourceGet | HostOp::ResourceList | HostOp::GlobalContext => false,
+        HostOp::ResourceGet | HostOp::ResourceList | HostOp::GlobalContext | HostOp::WallTime => {
+            false
+        }
     }
 }
 

@@ -10,6 +10,7 @@ pub(crate) mod registry;
 mod resources;
 mod semvers;
 mod sets;
+mod time;
 mod urls;
 
 use std::sync::{Arc, OnceLock};
@@ -27,6 +28,13 @@ pub(crate) use registry::{Func, Handler, Ordered, Registry};
 pub(crate) mod resources_names {
     pub use super::resources::{GLOBAL_CONTEXT_GET, RESOURCE_GET, RESOURCE_LIST};
 }
+
+/// The names of the functions that read the wall clock (re-exported by the crate).
+pub(crate) mod clock_names {
+    pub use super::time::TIME_NOW;
+}
+
+pub(crate) use time::timestamp;
 
 /// Name `matches` calls are rewritten to, so that they use the cached regexes.
 /// `$` keeps it out of reach of expressions.
@@ -125,6 +133,7 @@ fn build() -> Library {
     sets::register(&mut registry);
     kyverno::register(&mut registry);
     resources::register(&mut registry);
+    time::register(&mut registry);
     k8s_lists::register(&mut registry);
     crate::cost::functions::register(&mut registry);
     for (name, handlers) in registry.handlers {

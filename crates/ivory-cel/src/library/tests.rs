@@ -255,3 +255,77 @@ fn cel_bind_macro() {
     // the binding is only visible inside the body
     assert!(compile("cel.bind(y, 1, y) + y", &Scope::new(["x"])).is_err());
 }
+
+/// A host whose wall clock reads a fixed time.
+struct FixedClock(std::time::SystemTime);
+
+impl crate::Host for FixedClock {
+    fn verify_image_signatures(
+        &self,
+        _: &str,
+        _: &[serde_json::Value],
+    ) -> Result<i64, crate::HostError> {
+        Err(crate::HostError::NotAvailable)
+    }
+    fn verify_attestation_signatures(
+        &self,
+        _: &str,
+        _: &str,
+        _: &[serde_json::Value],
+    ) -> Result<i64, crate::HostError> {
+        Err(crate::HostError::NotAvailable)
+    }
+    fn extract_payload(&self, _: &str, _: &str) -> Result<serde_json::Value, crate::HostError> {
+        Err(crate::HostError::NotAvailable)
+    }
+    fn image_data(&self, _: &str) -> Result<serde_json::Value, crate::HostError> {
+        Err(crate::HostError::NotAvailable)
+    }
+    fn wall_time(&self) -> std::time::SystemTime {
+        self.0
+    }
+}
+
+#[test]
+fn time_now_reads_the_hosts_wall_clock() {
+    // 2025-01-02T03:45:27Z
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_735_789_527);
+    let host = FixedClock(at);
+    for src in [
+        "time.now() == timestamp('2025-01-02T03:45:27Z')",
+        "time.now() - timestamp('2024-12-26T03:45:27Z') == duration('168h')",
+        "time.now() - duration('3h') < time.now()",
+        "time.toCron(time.now()) == '45 3 2 1 4'",
+    ] {
+        let p = compile(src, &Scope::new(["x"])).unwrap_or_else(|e| panic!("{src}: {e}"));
+        assert_eq!(
+            p.evaluate(&Activation::new(&host)),
+            Ok(Value::Bool(true)),
+            "{src}"
+        );
+    }
+    // Without a fixed clock it is the system's: after the date this test was written.
+    assert_true(&["time.now() > timestamp('2026-12-01T00:00:00Z')"]);
+    assert_err(&[("time.now(1)", "time.now"), ("'x'.now()", "now")]);
+}
+
+/// Expected values are Go's `time.Truncate` and Kyverno's `time.toCron` (which reads Go's
+/// `Minute`, `Hour`, `Day`, `Month`, `Weekday`) on the same inputs.
+#[test]
+fn time_truncate_and_to_cron_follow_go() {
+    assert_true(&[
+        "time.truncate(timestamp('2025-01-02T03:45:27Z'), duration('1h')) == timestamp('2025-01-02T03:00:00Z')",
+        // Counted from Go's zero time, not the Unix epoch (which would give 23:20).
+        "time.truncate(timestamp('2025-01-02T03:45:27Z'), duration('7h')) == timestamp('2025-01-01T22:00:00Z')",
+        "time.truncate(timestamp('2025-01-02T03:45:27.123456789+05:30'), duration('1h')) == timestamp('2025-01-02T03:30:00+05:30')",
+        "time.truncate(timestamp('2025-01-02T03:45:27.123456789+05:30'), duration('7h13m')) == timestamp('2025-01-02T02:36:00+05:30')",
+        "time.truncate(timestamp('1969-12-31T23:59:59.5Z'), duration('1s')) == timestamp('1969-12-31T23:59:59Z')",
+        "time.truncate(timestamp('2025-01-02T03:45:27Z'), duration('-1h')) == timestamp('2025-01-02T03:45:27Z')",
+        "time.toCron(timestamp('2025-01-02T03:45:27.123456789+05:30')) == '45 3 2 1 4'",
+        "time.toCron(timestamp('1969-12-31T23:59:59.5Z')) == '59 23 31 12 3'",
+    ]);
+    assert_err(&[
+        ("time.truncate('2025', duration('1h'))", "time.truncate"),
+        ("time.toCron(1)", "time.toCron"),
+    ]);
+}

@@ -30,13 +30,14 @@ pub(super) fn programs(policy: &CompiledPolicy) -> impl Iterator<Item = &Program
         .chain(policy.audit_annotations.iter().map(|a| &a.value_expression))
 }
 
-/// Whether `program` reads only what a memoizable policy may read, and calls no image-data or
-/// cluster function.
+/// Whether `program` reads only what a memoizable policy may read, and calls no image-data,
+/// cluster or clock function (`time.now()` answers differently later for the same inputs).
 pub(super) fn reads_only_pure_inputs(program: &Program) -> bool {
     let cluster = ivory_cel::cluster_functions::RESOURCE_GET
         .iter()
         .chain(&ivory_cel::cluster_functions::RESOURCE_LIST)
-        .chain(&ivory_cel::cluster_functions::GLOBAL_CONTEXT_GET);
+        .chain(&ivory_cel::cluster_functions::GLOBAL_CONTEXT_GET)
+        .chain(&ivory_cel::clock_functions::TIME_NOW);
     program.globals().all(|g| PURE_INPUTS.contains(&g))
         && !IMAGE_DATA_FUNCTIONS
             .iter()

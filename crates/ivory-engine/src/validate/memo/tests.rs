@@ -61,17 +61,23 @@ fn policies() -> Vec<CompiledPolicy> {
     ];
     specs
         .iter()
-        .map(|(name, action, required, body)| {
-            let yaml = format!(
-                "apiVersion: policies.kyverno.io/v1\nkind: ImageValidatingPolicy\nmetadata:\n  name: {name}\nspec:\n  validationActions: [{action}]\n  matchConstraints:\n    resourceRules:\n    - apiGroups: ['']\n      apiVersions: ['v1']\n      operations: ['CREATE']\n      resources: ['pods']\n  matchImageReferences:\n  - glob: 'ghcr.io/*'\n  validationConfigurations:\n    verifyDigest: false\n    required: {required}\n  attestors:\n  - name: cosign\n    cosign:\n      key:\n        data: |\n{}{}",
-                KEY.lines().map(|l| format!("    {l}\n")).collect::<String>(),
-                body.lines().map(|l| format!("  {l}\n")).collect::<String>()
-            );
-            let report = ivory_policy::load_str(&yaml, "memo.yaml");
-            assert!(report.errors.is_empty(), "{yaml}\n{:?}", report.errors);
-            report.policies.into_iter().next().expect("one policy")
-        })
+        .map(|(name, action, required, body)| compiled(name, action, *required, body))
         .collect()
+}
+
+/// An ImageValidatingPolicy over `ghcr.io/*` Pods with one key attestor and `body` (its
+/// variables and validations).
+fn compiled(name: &str, action: &str, required: bool, body: &str) -> CompiledPolicy {
+    let yaml = format!(
+        "apiVersion: policies.kyverno.io/v1\nkind: ImageValidatingPolicy\nmetadata:\n  name: {name}\nspec:\n  validationActions: [{action}]\n  matchConstraints:\n    resourceRules:\n    - apiGroups: ['']\n      apiVersions: ['v1']\n      operations: ['CREATE']\n      resources: ['pods']\n  matchImageReferences:\n  - glob: 'ghcr.io/*'\n  validationConfigurations:\n    verifyDigest: false\n    required: {required}\n  attestors:\n  - name: cosign\n    cosign:\n      key:\n        data: |\n{}{}",
+        KEY.lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>(),
+        body.lines().map(|l| format!("  {l}\n")).collect::<String>()
+    );
+    let report = ivory_policy::load_str(&yaml, "memo.yaml");
+    assert!(report.errors.is_empty(), "{yaml}\n{:?}", report.errors);
+    report.policies.into_iter().next().expect("one policy")
 }
 
 fn pod(name: &str, containers: &[usize], init: &[usize]) -> AdmissionRequest {
@@ -223,4 +229,17 @@ fn policies_reading_the_request_are_not_pure() {
     let all = policies();
     let pure: Vec<bool> = all.iter().map(super::policy_is_pure).collect();
     assert_eq!(pure, [true, true, false, true]);
+}
+
+/// `time.now()` answers differently later for the same images and verdicts: a policy that
+/// reads it (an age check converted from Kyverno's `time_since`) is evaluated every time.
+#[test]
+fn policies_reading_the_clock_are_not_pure() {
+    let aged = compiled(
+        "aged",
+        "Deny",
+        true,
+        "validations:\n- expression: \"time.now() < timestamp('2100-01-01T00:00:00Z') && images.containers.all(i, verifyImageSignatures(i, [attestors.cosign]) > 0)\"\n",
+    );
+    assert!(!super::policy_is_pure(&aged));
 }
