@@ -4,7 +4,8 @@
 //! exactly are translated; anything else is refused with the condition named. Variables are
 //! `{{ path }}` with a plain path (fields, quoted fields, `[n]`), read from `root` (the
 //! attestation's predicate, or the request); an attestation's variables may also be the
-//! JMESPath expressions `jmespath_cel` translates (filters, projections, `||`, `length()`…).
+//! JMESPath expressions `jmespath_cel` translates (filters, projections, `||`, `length()`…), and
+//! `time_since('', '{{ path }}', '')` compared with a duration, over CEL's `time.now()`.
 
 use serde_json::Value;
 
@@ -110,6 +111,19 @@ pub(crate) fn translate_condition(
         .and_then(Value::as_str)
         .ok_or_else(|| ConvertError::condition(".operator", "Required value"))?;
     let key_value = obj.get("key").unwrap_or(&Value::Null);
+    if let Some(call) = key_value.as_str().and_then(time_since_call) {
+        let value = obj.get("value").unwrap_or(&Value::Null);
+        let timestamp = call
+            .and_then(|path| map(&path))
+            .map_err(|kind| ConvertError::new(".key", kind))?;
+        return time_since(&timestamp, operator, value).map_err(|cause| {
+            let kind = ErrorKind::Operator {
+                operator: operator.to_owned(),
+                cause: Box::new(cause),
+            };
+            ConvertError::new("", kind)
+        });
+    }
     let key_cel = operand(key_value, map).map_err(|kind| ConvertError::new(".key", kind))?;
     let bound = is_computed(key_value).then_some("key");
     let key = bound.map_or_else(|| key_cel.clone(), str::to_owned);
@@ -237,6 +251,107 @@ fn regex_match_call(s: &str) -> Option<(String, String)> {
         None => rest.to_owned(),
     };
     (!path.contains("{{") && !path.contains("}}")).then_some((pattern, path))
+}
+
+/// `{{ time_since('', '{{ path }}', '') }}` (or with the path bare): `Some` when `s` is a
+/// `time_since` call, with the timestamp's path, or why its form is not converted.
+fn time_since_call(s: &str) -> Option<Result<String, ErrorKind>> {
+    let inner = s.trim().strip_prefix("{{")?.strip_suffix("}}")?.trim();
+    let args = inner.strip_prefix("time_since(")?.strip_suffix(')')?.trim();
+    let refused = || {
+        Some(Err(ErrorKind::Unsupported(format!(
+            "{s:?}: only time_since('', '{{{{ path }}}}', '') is converted (RFC 3339, since now)"
+        ))))
+    };
+    let Some((layout, rest)) = raw_string(args) else {
+        return refused();
+    };
+    let Some(rest) = rest.trim_start().strip_prefix(',') else {
+        return refused();
+    };
+    let (path, rest) = match raw_string(rest.trim_start()) {
+        Some((quoted, tail)) => match quoted
+            .trim()
+            .strip_prefix("{{")
+            .and_then(|q| q.strip_suffix("}}"))
+        {
+            Some(path) => (path.trim().to_owned(), tail),
+            None => return refused(),
+        },
+        None => match rest.split_once(',') {
+            Some((path, tail)) => (path.trim().to_owned(), tail),
+            None => return refused(),
+        },
+    };
+    let rest = rest.trim_start();
+    let rest = rest.strip_prefix(',').unwrap_or(rest).trim_start();
+    match raw_string(rest) {
+        Some((until, tail)) if layout.is_empty() && until.is_empty() && tail.trim().is_empty() => {
+            Some(Ok(path))
+        }
+        _ => refused(),
+    }
+}
+
+/// Go's `time.Parse(time.RFC3339, …)` forms whose instant CEL's `timestamp()` reads alike:
+/// upper-case `T` and `Z` (Go refuses the lower-case ones CEL takes), fields in range, at most
+/// nanoseconds. Go also takes more fraction digits, a comma before them and the year 0: those
+/// fail here, as every other text fails both.
+const GO_RFC3339: &str = r"^(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
+
+/// Largest value converted: Kyverno compares `Duration.Seconds()` float64s, which keep every
+/// nanosecond apart below 2^22 seconds; 2^21 leaves a margin.
+const TIME_SINCE_MAX_SECONDS: u64 = 1 << 21;
+
+/// Kyverno's `time_since` (`t2.Sub(t1).String()`, `t2` now) compared with a duration by the
+/// numeric operators (`pkg/engine/variables/operator`: both sides parse as durations and
+/// compare as seconds) as CEL over `time.now()`: `now - t <= V` is `t >= now - V`, which no
+/// timestamp range overflows. A timestamp Go would not parse is an error, as Kyverno's.
+fn time_since(timestamp: &str, operator: &str, value: &Value) -> Result<String, ErrorKind> {
+    let op = match operator {
+        "LessThanOrEquals" => ">=",
+        "LessThan" => ">",
+        "GreaterThanOrEquals" => "<=",
+        "GreaterThan" => "<",
+        _ => {
+            return Err(ErrorKind::Unsupported(
+                "time_since is converted with GreaterThan, GreaterThanOrEquals, LessThan and \
+                 LessThanOrEquals only"
+                    .to_owned(),
+            ));
+        }
+    };
+    let seconds = value
+        .as_str()
+        .and_then(whole_duration_seconds)
+        .filter(|s| *s > 0 && *s <= TIME_SINCE_MAX_SECONDS)
+        .ok_or_else(|| {
+            ErrorKind::Unsupported(format!(
+                "value {value}: only a duration of whole hours, minutes and seconds (`168h`, \
+                 `1h30m`), up to {TIME_SINCE_MAX_SECONDS}s, is converted"
+            ))
+        })?;
+    Ok(format!(
+        "cel.bind(ts, {timestamp}, type(ts) == string && ts.matches({}) ? \
+         timestamp(ts) {op} time.now() - duration('{seconds}s') : \
+         timestamp('time_since: not an RFC 3339 timestamp'))",
+        cel_string(GO_RFC3339)
+    ))
+}
+
+/// `168h`, `1h30m`, `90s`: a Go duration of whole hours, minutes and seconds, in seconds.
+fn whole_duration_seconds(text: &str) -> Option<u64> {
+    static WHOLE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"^(?:([0-9]{1,7})h)?(?:([0-9]{1,9})m)?(?:([0-9]{1,11})s)?$")
+            .unwrap_or_else(|_| unreachable!("constant regex"))
+    });
+    let caps = WHOLE.captures(text)?;
+    let part = |i: usize, unit: u64| {
+        caps.get(i)
+            .map_or(Some(0), |m| m.as_str().parse::<u64>().ok())
+            .map(|n| n * unit)
+    };
+    Some(part(1, 3600)? + part(2, 60)? + part(3, 1)?)
 }
 
 /// A JMESPath raw string literal (`'…'`, `\'` for a quote) at the start of `s`, and the rest.
@@ -632,6 +747,97 @@ mod tests {
         let mut act = Activation::new(&NoHost);
         act.bind_json("predicate", predicate);
         program.evaluate_bool(&act).map_err(|e| e.to_string())
+    }
+
+    /// A host whose wall clock reads 2025-01-08T00:00:00Z.
+    struct FixedClock;
+
+    impl ivory_cel::Host for FixedClock {
+        fn verify_image_signatures(
+            &self,
+            _: &str,
+            _: &[Value],
+        ) -> Result<i64, ivory_cel::HostError> {
+            Err(ivory_cel::HostError::NotAvailable)
+        }
+        fn verify_attestation_signatures(
+            &self,
+            _: &str,
+            _: &str,
+            _: &[Value],
+        ) -> Result<i64, ivory_cel::HostError> {
+            Err(ivory_cel::HostError::NotAvailable)
+        }
+        fn extract_payload(&self, _: &str, _: &str) -> Result<Value, ivory_cel::HostError> {
+            Err(ivory_cel::HostError::NotAvailable)
+        }
+        fn image_data(&self, _: &str) -> Result<Value, ivory_cel::HostError> {
+            Err(ivory_cel::HostError::NotAvailable)
+        }
+        fn wall_time(&self) -> std::time::SystemTime {
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_736_294_400)
+        }
+    }
+
+    #[test]
+    fn the_librarys_scan_age_condition_compares_time_since_with_the_clock() {
+        // other/require-vulnerability-scan: the scan at most 168h before now (2025-01-08).
+        let check = |operator: &str, value: &str, finished: Value| {
+            let cond = json!([{"all": [{"key": "{{ time_since('','{{metadata.scanFinishedOn}}','') }}",
+                                        "operator": operator, "value": value}]}]);
+            let blocks = cond.as_array().cloned().unwrap_or_default();
+            let cel = translate_blocks(&blocks, &attestation).unwrap();
+            let program = ivory_cel::compile(&cel, &Scope::new(["predicate"]))
+                .unwrap_or_else(|e| panic!("{cel}: {e}"));
+            let mut act = Activation::new(&FixedClock);
+            act.bind_json(
+                "predicate",
+                &json!({"metadata": {"scanFinishedOn": finished}}),
+            );
+            program.evaluate_bool(&act).map_err(|e| e.to_string())
+        };
+        let le = |finished: &str| check("LessThanOrEquals", "168h", json!(finished));
+        assert_eq!(le("2025-01-01T00:00:00Z"), Ok(true)); // exactly 168h
+        assert_eq!(le("2024-12-31T23:59:59.999999999Z"), Ok(false));
+        assert_eq!(le("2025-01-01T01:00:00+01:00"), Ok(true));
+        assert_eq!(le("2025-02-01T00:00:00Z"), Ok(true)); // in the future: negative
+        assert_eq!(le("2024-01-01T00:00:00Z"), Ok(false));
+        assert_eq!(
+            check("LessThan", "168h", json!("2025-01-01T00:00:00Z")),
+            Ok(false)
+        );
+        assert_eq!(
+            check("GreaterThan", "1h30m", json!("2025-01-07T22:29:59Z")),
+            Ok(true)
+        );
+        assert_eq!(
+            check("GreaterThanOrEquals", "90m", json!("2025-01-07T22:31:00Z")),
+            Ok(false)
+        );
+        // Go's time.Parse(RFC3339) refuses these (CEL's timestamp() takes the first two), and
+        // Kyverno's substitution fails: an error here too.
+        for bad in [
+            "2025-01-01t00:00:00z",
+            "2025-01-01 00:00:00Z",
+            "2025-01-01",
+            "yesterday",
+        ] {
+            assert!(le(bad).is_err(), "{bad}");
+        }
+        assert!(check("LessThanOrEquals", "168h", json!(1_736_294_400)).is_err());
+        let refused = |cond: Value| {
+            translate_blocks(&[json!({"all": [cond]})], &attestation)
+                .unwrap_err()
+                .to_string()
+        };
+        let key = "{{ time_since('','{{ t }}','') }}";
+        let e = refused(json!({"key": key, "operator": "Equals", "value": "1h"}));
+        assert!(e.contains("GreaterThan, GreaterThanOrEquals"), "{e}");
+        let e = refused(json!({"key": key, "operator": "LessThan", "value": "1.5h"}));
+        assert!(e.contains("whole hours"), "{e}");
+        let e = refused(json!({"key": "{{ time_since('2006-01-02','{{ t }}','') }}",
+                               "operator": "LessThan", "value": "1h"}));
+        assert!(e.contains("only time_since('',"), "{e}");
     }
 
     #[test]
