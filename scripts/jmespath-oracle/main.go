@@ -2,7 +2,7 @@
 // JMESPath (pkg/engine/jmespath over github.com/kyverno/go-jmespath, with Kyverno's functions
 // registered) answers for each expression on each document below. It is the oracle that
 // ivory-convert's JMESPath-to-CEL translation is tested against (the test
-// `translations_agree_with_kyvernos_jmespath` in crates/ivory-convert/src/jmespath.rs). Run from
+// `translations_agree_with_kyvernos_jmespath` in crates/ivory-convert/src/jmespath_cel.rs). Run from
 // the repository root:
 //
 //	(cd scripts/jmespath-oracle && go run .) > fixtures/jmespath/table.json
