@@ -2,13 +2,16 @@
 //!
 //! Only forms whose Kyverno meaning (`pkg/engine/variables/operator`) a CEL expression can state
 //! exactly are translated; anything else is refused with the condition named. Variables are
-//! `{{ path }}` with a plain path (fields, quoted fields, `[n]`): no functions, filters or
-//! projections. A path is read from `root` (the attestation's predicate, or the request).
+//! `{{ path }}` with a plain path (fields, quoted fields, `[n]`), read from `root` (the
+//! attestation's predicate, or the request); an attestation's variables may also be the
+//! JMESPath expressions `jmespath_cel` translates (filters, projections, `||`, `length()`…), and
+//! `time_since('', '{{ path }}', '')` compared with a duration, over CEL's `time.now()`.
 
 use serde_json::Value;
 
 use super::error::{ConvertError, ErrorKind};
 use super::images::{cel_string, has_wildcard, wildcard_to_regex};
+use super::jmespath_cel;
 
 /// Translates a JMESPath path (inside `{{ }}`) to CEL paths; an error when the path is not a
 /// plain one (the caller knows which field held it).
@@ -107,8 +110,23 @@ pub(crate) fn translate_condition(
         .get("operator")
         .and_then(Value::as_str)
         .ok_or_else(|| ConvertError::condition(".operator", "Required value"))?;
-    let key = operand(obj.get("key").unwrap_or(&Value::Null), map)
-        .map_err(|kind| ConvertError::new(".key", kind))?;
+    let key_value = obj.get("key").unwrap_or(&Value::Null);
+    if let Some(call) = key_value.as_str().and_then(time_since_call) {
+        let value = obj.get("value").unwrap_or(&Value::Null);
+        let timestamp = call
+            .and_then(|path| map(&path))
+            .map_err(|kind| ConvertError::new(".key", kind))?;
+        return time_since(&timestamp, operator, value).map_err(|cause| {
+            let kind = ErrorKind::Operator {
+                operator: operator.to_owned(),
+                cause: Box::new(cause),
+            };
+            ConvertError::new("", kind)
+        });
+    }
+    let key_cel = operand(key_value, map).map_err(|kind| ConvertError::new(".key", kind))?;
+    let bound = is_computed(key_value).then_some("key");
+    let key = bound.map_or_else(|| key_cel.clone(), str::to_owned);
     let value = obj.get("value").unwrap_or(&Value::Null);
     // The value is judged against its operator: the error names the condition and operator.
     let op = |cause: ErrorKind| {
@@ -118,7 +136,7 @@ pub(crate) fn translate_condition(
         };
         ConvertError::new("", kind)
     };
-    match operator {
+    let cel = match operator {
         "Equals" | "Equal" => equals(&key, value).map_err(op),
         "NotEquals" | "NotEqual" => equals(&key, value).map(|c| format!("!({c})")).map_err(op),
         "In" | "AllIn" => membership(&key, value, Membership::Every).map_err(op),
@@ -137,7 +155,11 @@ pub(crate) fn translate_condition(
                  LessThanOrEquals)"
             ),
         )),
-    }
+    }?;
+    Ok(match bound {
+        Some(name) => format!("cel.bind({name}, {key_cel}, {cel})"),
+        None => cel,
+    })
 }
 
 /// The CEL of a key or value: a `{{ path }}` variable, a `regex_match` call or a literal.
@@ -156,6 +178,14 @@ fn operand(v: &Value, map: PathMapper<'_>) -> Result<String, ErrorKind> {
     }
 }
 
+/// Whether the key `v` is a JMESPath expression other than a plain path: its CEL is bound to
+/// a name once, so the operator's several reads of it do not compute it again.
+fn is_computed(v: &Value) -> bool {
+    matches!(v, Value::String(s)
+        if regex_match_call(s).is_none()
+            && matches!(variable(s), Ok(Some(path)) if split_path(&path).is_err()))
+}
+
 /// `Some(path)` for a string that is exactly one `{{ path }}`; `None` for a plain string; an
 /// error for text mixing variables and literal text.
 fn variable(s: &str) -> Result<Option<String>, ErrorKind> {
@@ -163,13 +193,10 @@ fn variable(s: &str) -> Result<Option<String>, ErrorKind> {
     if !s.contains("{{") {
         return Ok(None);
     }
-    if let Some(refusal) = function_refusal(trimmed) {
-        return Err(refusal);
-    }
     let inner = trimmed
         .strip_prefix("{{")
         .and_then(|r| r.strip_suffix("}}"))
-        .filter(|inner| !inner.contains("{{") && !inner.contains("}}"))
+        .filter(|inner| balanced(inner))
         .ok_or_else(|| {
             ErrorKind::VariableNotAllowed(format!(
                 "{s:?}: text around or between {{{{ }}}} variables is not converted"
@@ -181,22 +208,27 @@ fn variable(s: &str) -> Result<Option<String>, ErrorKind> {
     Ok(Some(inner.to_owned()))
 }
 
-/// Why a `{{ function(…) }}` call other than `regex_match` is refused, naming the function.
-fn function_refusal(s: &str) -> Option<ErrorKind> {
-    let inner = s.strip_prefix("{{")?.trim_start();
-    let name_end = inner.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
-    let (name, rest) = inner.split_at(name_end);
-    if name.is_empty() || !rest.trim_start().starts_with('(') {
-        return None;
-    }
-    let why = match name {
-        "time_since" | "time_now" | "time_now_utc" => {
-            "it reads the current time, and ImageValidatingPolicy CEL has no clock (neither \
-             Kyverno's CEL libraries nor ivory's offer one), so an age check cannot be stated"
+/// Whether every `{{` in `inner` is closed by a later `}}` (a variable nested in the
+/// expression, as Kyverno substitutes it first), so that `inner` is one variable's text.
+fn balanced(inner: &str) -> bool {
+    let mut depth = 0usize;
+    let mut rest = inner;
+    while let Some(at) = rest.find(['{', '}']) {
+        let tail = &rest[at..];
+        if let Some(after) = tail.strip_prefix("{{") {
+            depth += 1;
+            rest = after;
+        } else if let Some(after) = tail.strip_prefix("}}") {
+            let Some(less) = depth.checked_sub(1) else {
+                return false;
+            };
+            depth = less;
+            rest = after;
+        } else {
+            rest = &tail[1..];
         }
-        _ => "JMESPath functions other than regex_match are not converted",
-    };
-    Some(ErrorKind::Unsupported(format!("{s:?}: {name}(): {why}")))
+    }
+    depth == 0
 }
 
 /// `{{ regex_match('<pattern>', '{{ path }}') }}` (or with the path bare): the pattern and the
@@ -219,6 +251,107 @@ fn regex_match_call(s: &str) -> Option<(String, String)> {
         None => rest.to_owned(),
     };
     (!path.contains("{{") && !path.contains("}}")).then_some((pattern, path))
+}
+
+/// `{{ time_since('', '{{ path }}', '') }}` (or with the path bare): `Some` when `s` is a
+/// `time_since` call, with the timestamp's path, or why its form is not converted.
+fn time_since_call(s: &str) -> Option<Result<String, ErrorKind>> {
+    let inner = s.trim().strip_prefix("{{")?.strip_suffix("}}")?.trim();
+    let args = inner.strip_prefix("time_since(")?.strip_suffix(')')?.trim();
+    let refused = || {
+        Some(Err(ErrorKind::Unsupported(format!(
+            "{s:?}: only time_since('', '{{{{ path }}}}', '') is converted (RFC 3339, since now)"
+        ))))
+    };
+    let Some((layout, rest)) = raw_string(args) else {
+        return refused();
+    };
+    let Some(rest) = rest.trim_start().strip_prefix(',') else {
+        return refused();
+    };
+    let (path, rest) = match raw_string(rest.trim_start()) {
+        Some((quoted, tail)) => match quoted
+            .trim()
+            .strip_prefix("{{")
+            .and_then(|q| q.strip_suffix("}}"))
+        {
+            Some(path) => (path.trim().to_owned(), tail),
+            None => return refused(),
+        },
+        None => match rest.split_once(',') {
+            Some((path, tail)) => (path.trim().to_owned(), tail),
+            None => return refused(),
+        },
+    };
+    let rest = rest.trim_start();
+    let rest = rest.strip_prefix(',').unwrap_or(rest).trim_start();
+    match raw_string(rest) {
+        Some((until, tail)) if layout.is_empty() && until.is_empty() && tail.trim().is_empty() => {
+            Some(Ok(path))
+        }
+        _ => refused(),
+    }
+}
+
+/// Go's `time.Parse(time.RFC3339, …)` forms whose instant CEL's `timestamp()` reads alike:
+/// upper-case `T` and `Z` (Go refuses the lower-case ones CEL takes), fields in range, at most
+/// nanoseconds. Go also takes more fraction digits, a comma before them and the year 0: those
+/// fail here, as every other text fails both.
+const GO_RFC3339: &str = r"^(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$";
+
+/// Largest value converted: Kyverno compares `Duration.Seconds()` float64s, which keep every
+/// nanosecond apart below 2^22 seconds; 2^21 leaves a margin.
+const TIME_SINCE_MAX_SECONDS: u64 = 1 << 21;
+
+/// Kyverno's `time_since` (`t2.Sub(t1).String()`, `t2` now) compared with a duration by the
+/// numeric operators (`pkg/engine/variables/operator`: both sides parse as durations and
+/// compare as seconds) as CEL over `time.now()`: `now - t <= V` is `t >= now - V`, which no
+/// timestamp range overflows. A timestamp Go would not parse is an error, as Kyverno's.
+fn time_since(timestamp: &str, operator: &str, value: &Value) -> Result<String, ErrorKind> {
+    let op = match operator {
+        "LessThanOrEquals" => ">=",
+        "LessThan" => ">",
+        "GreaterThanOrEquals" => "<=",
+        "GreaterThan" => "<",
+        _ => {
+            return Err(ErrorKind::Unsupported(
+                "time_since is converted with GreaterThan, GreaterThanOrEquals, LessThan and \
+                 LessThanOrEquals only"
+                    .to_owned(),
+            ));
+        }
+    };
+    let seconds = value
+        .as_str()
+        .and_then(whole_duration_seconds)
+        .filter(|s| *s > 0 && *s <= TIME_SINCE_MAX_SECONDS)
+        .ok_or_else(|| {
+            ErrorKind::Unsupported(format!(
+                "value {value}: only a duration of whole hours, minutes and seconds (`168h`, \
+                 `1h30m`), up to {TIME_SINCE_MAX_SECONDS}s, is converted"
+            ))
+        })?;
+    Ok(format!(
+        "cel.bind(ts, {timestamp}, type(ts) == string && ts.matches({}) ? \
+         timestamp(ts) {op} time.now() - duration('{seconds}s') : \
+         timestamp('time_since: not an RFC 3339 timestamp'))",
+        cel_string(GO_RFC3339)
+    ))
+}
+
+/// `168h`, `1h30m`, `90s`: a Go duration of whole hours, minutes and seconds, in seconds.
+fn whole_duration_seconds(text: &str) -> Option<u64> {
+    static WHOLE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"^(?:([0-9]{1,7})h)?(?:([0-9]{1,9})m)?(?:([0-9]{1,11})s)?$")
+            .unwrap_or_else(|_| unreachable!("constant regex"))
+    });
+    let caps = WHOLE.captures(text)?;
+    let part = |i: usize, unit: u64| {
+        caps.get(i)
+            .map_or(Some(0), |m| m.as_str().parse::<u64>().ok())
+            .map(|n| n * unit)
+    };
+    Some(part(1, 3600)? + part(2, 60)? + part(3, 1)?)
 }
 
 /// A JMESPath raw string literal (`'…'`, `\'` for a quote) at the start of `s`, and the rest.
@@ -436,13 +569,29 @@ pub(crate) fn attestation_path(
     path: &str,
     is_context_entry: &dyn Fn(&str) -> bool,
 ) -> Result<String, ErrorKind> {
-    if let Some(Segment::Field(first)) = split_path(path)?.first()
-        && (ADMISSION_CONTEXT.contains(&first.as_str()) || is_context_entry(first))
-    {
-        return Err(ErrorKind::Unsupported(format!(
-            "{{{{ {path} }}}}: reads {first:?} from Kyverno's admission context, not from the \
-             attestation's predicate; not converted"
-        )));
+    let root_field = |first: &str| {
+        if ADMISSION_CONTEXT.contains(&first) || is_context_entry(first) {
+            return Err(ErrorKind::Unsupported(format!(
+                "{{{{ {path} }}}}: reads {first:?} from Kyverno's admission context, not from \
+                 the attestation's predicate; not converted"
+            )));
+        }
+        Ok(())
+    };
+    let Ok(segments) = split_path(path) else {
+        if path.contains("{{") {
+            return Err(ErrorKind::VariableNotAllowed(format!(
+                "{{{{ {path} }}}}: a variable nested in an expression is not converted"
+            )));
+        }
+        let ctx = jmespath_cel::Context {
+            root: "predicate",
+            root_field: &root_field,
+        };
+        return jmespath_cel::to_cel(path, &ctx);
+    };
+    if let Some(Segment::Field(first)) = segments.first() {
+        root_field(first)?;
     }
     path_to_cel("predicate", path)
 }
@@ -543,7 +692,7 @@ pub(crate) enum Segment {
     Index(u64),
 }
 
-fn is_cel_identifier(name: &str) -> bool {
+pub(crate) fn is_cel_identifier(name: &str) -> bool {
     const RESERVED: [&str; 21] = [
         "in",
         "as",
@@ -583,6 +732,151 @@ mod tests {
 
     fn predicate_path(path: &str) -> Result<String, ErrorKind> {
         path_to_cel("predicate", path)
+    }
+
+    fn attestation(path: &str) -> Result<String, ErrorKind> {
+        attestation_path(path, &|_| false)
+    }
+
+    /// The conditions' CEL on `predicate`: its verdict, or the text of its error.
+    fn verdict(conditions: &Value, predicate: &Value) -> Result<bool, String> {
+        let blocks = conditions.as_array().cloned().unwrap_or_default();
+        let cel = translate_blocks(&blocks, &attestation).unwrap();
+        let program = ivory_cel::compile(&cel, &Scope::new(["predicate"]))
+            .unwrap_or_else(|e| panic!("{cel}: {e}"));
+        let mut act = Activation::new(&NoHost);
+        act.bind_json("predicate", predicate);
+        program.evaluate_bool(&act).map_err(|e| e.to_string())
+    }
+
+    /// A host whose wall clock reads 2025-01-08T00:00:00Z.
+    struct FixedClock;
+
+    impl ivory_cel::Host for FixedClock {
+        fn verify_image_signatures(
+            &self,
+            _: &str,
+            _: &[Value],
+        ) -> Result<i64, ivory_cel::HostError> {
+            Err(ivory_cel::HostError::NotAvailable)
+        }
+        fn verify_attestation_signatures(
+            &self,
+            _: &str,
+            _: &str,
+            _: &[Value],
+        ) -> Result<i64, ivory_cel::HostError> {
+            Err(ivory_cel::HostError::NotAvailable)
+        }
+        fn extract_payload(&self, _: &str, _: &str) -> Result<Value, ivory_cel::HostError> {
+            Err(ivory_cel::HostError::NotAvailable)
+        }
+        fn image_data(&self, _: &str) -> Result<Value, ivory_cel::HostError> {
+            Err(ivory_cel::HostError::NotAvailable)
+        }
+        fn wall_time(&self) -> std::time::SystemTime {
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_736_294_400)
+        }
+    }
+
+    #[test]
+    fn the_librarys_scan_age_condition_compares_time_since_with_the_clock() {
+        // other/require-vulnerability-scan: the scan at most 168h before now (2025-01-08).
+        let check = |operator: &str, value: &str, finished: Value| {
+            let cond = json!([{"all": [{"key": "{{ time_since('','{{metadata.scanFinishedOn}}','') }}",
+                                        "operator": operator, "value": value}]}]);
+            let blocks = cond.as_array().cloned().unwrap_or_default();
+            let cel = translate_blocks(&blocks, &attestation).unwrap();
+            let program = ivory_cel::compile(&cel, &Scope::new(["predicate"]))
+                .unwrap_or_else(|e| panic!("{cel}: {e}"));
+            let mut act = Activation::new(&FixedClock);
+            act.bind_json(
+                "predicate",
+                &json!({"metadata": {"scanFinishedOn": finished}}),
+            );
+            program.evaluate_bool(&act).map_err(|e| e.to_string())
+        };
+        let le = |finished: &str| check("LessThanOrEquals", "168h", json!(finished));
+        assert_eq!(le("2025-01-01T00:00:00Z"), Ok(true)); // exactly 168h
+        assert_eq!(le("2024-12-31T23:59:59.999999999Z"), Ok(false));
+        assert_eq!(le("2025-01-01T01:00:00+01:00"), Ok(true));
+        assert_eq!(le("2025-02-01T00:00:00Z"), Ok(true)); // in the future: negative
+        assert_eq!(le("2024-01-01T00:00:00Z"), Ok(false));
+        assert_eq!(
+            check("LessThan", "168h", json!("2025-01-01T00:00:00Z")),
+            Ok(false)
+        );
+        assert_eq!(
+            check("GreaterThan", "1h30m", json!("2025-01-07T22:29:59Z")),
+            Ok(true)
+        );
+        assert_eq!(
+            check("GreaterThanOrEquals", "90m", json!("2025-01-07T22:31:00Z")),
+            Ok(false)
+        );
+        // Go's time.Parse(RFC3339) refuses these (CEL's timestamp() takes the first two), and
+        // Kyverno's substitution fails: an error here too.
+        for bad in [
+            "2025-01-01t00:00:00z",
+            "2025-01-01 00:00:00Z",
+            "2025-01-01",
+            "yesterday",
+        ] {
+            assert!(le(bad).is_err(), "{bad}");
+        }
+        assert!(check("LessThanOrEquals", "168h", json!(1_736_294_400)).is_err());
+        let refused = |cond: Value| {
+            translate_blocks(&[json!({"all": [cond]})], &attestation)
+                .unwrap_err()
+                .to_string()
+        };
+        let key = "{{ time_since('','{{ t }}','') }}";
+        let e = refused(json!({"key": key, "operator": "Equals", "value": "1h"}));
+        assert!(e.contains("GreaterThan, GreaterThanOrEquals"), "{e}");
+        let e = refused(json!({"key": key, "operator": "LessThan", "value": "1.5h"}));
+        assert!(e.contains("whole hours"), "{e}");
+        let e = refused(json!({"key": "{{ time_since('2006-01-02','{{ t }}','') }}",
+                               "operator": "LessThan", "value": "1h"}));
+        assert!(e.contains("only time_since('',"), "{e}");
+    }
+
+    #[test]
+    fn the_librarys_cve_condition_checks_the_filtered_versions_or_none() {
+        // other/verify-image-cve-2022-42889, as the library writes it.
+        let cond = json!([{"all": [{"key": "{{ components[?name=='commons-text'].version || 'none' }}",
+                                    "operator": "AllNotIn",
+                                    "value": ["1.5", "1.6", "1.7", "1.8", "1.9"]}]}]);
+        let sbom = |components: Value| json!({"components": components});
+        let text = |v: &str| json!({"name": "commons-text", "version": v});
+        assert_eq!(verdict(&cond, &sbom(json!([text("1.10.0")]))), Ok(true));
+        assert_eq!(
+            verdict(&cond, &sbom(json!([text("1.10.0"), text("1.9")]))),
+            Ok(false)
+        );
+        assert_eq!(
+            verdict(&cond, &sbom(json!([{"name": "x", "version": "1.9"}]))),
+            Ok(true)
+        );
+        // No component of that name, or no components at all: the key is 'none'.
+        assert_eq!(verdict(&cond, &sbom(json!([]))), Ok(true));
+        assert_eq!(verdict(&cond, &json!({})), Ok(true));
+        assert_eq!(verdict(&cond, &sbom(json!("commons-text"))), Ok(true));
+    }
+
+    #[test]
+    fn the_librarys_tekton_scan_condition_counts_nothing_against_a_string() {
+        // tekton/verify-tekton-taskrun-vuln-scan's first condition: the fork compares the
+        // number with the string '8.0' as null, so no score is ever counted.
+        let cond = json!([{"any": [{"key": "{{ matches[].vulnerability[].cvss[?metrics.impactScore > '8.0'][] | length(@) }}",
+                                    "operator": "Equals", "value": 0}]}]);
+        let scan =
+            json!({"matches": [{"vulnerability": {"cvss": [{"metrics": {"impactScore": 9.9}}]}}]});
+        assert_eq!(verdict(&cond, &scan), Ok(true));
+        let counted = json!([{"any": [{"key": "{{ matches[].vulnerability[].cvss[?metrics.impactScore > `8`][] | length(@) }}",
+                                       "operator": "Equals", "value": 0}]}]);
+        assert_eq!(verdict(&counted, &scan), Ok(false));
+        // No list of matches: length(null) fails Kyverno's substitution, and the CEL.
+        assert!(verdict(&cond, &json!({})).is_err());
     }
 
     fn holds(conditions: Value, predicate: Value) -> bool {
@@ -680,19 +974,37 @@ mod tests {
     fn unsupported_forms_are_refused_with_the_condition_named() {
         let refuse = |cond: Value| {
             let blocks = vec![json!({"all": [cond]})];
-            translate_blocks(&blocks, &predicate_path)
+            translate_blocks(&blocks, &attestation)
                 .unwrap_err()
                 .to_string()
         };
-        let e = refuse(json!({"key": "{{ length(list) }}", "operator": "Equals", "value": 2}));
+        let e = refuse(json!({"key": "{{ to_upper(a) }}", "operator": "Equals", "value": "A"}));
         assert!(e.starts_with("[0].all[0].key: "), "{e}");
-        assert!(e.contains("length(): JMESPath functions"), "{e}");
-        let e = refuse(json!({"key": "{{ a[?b=='c'].d }}", "operator": "Equals", "value": 2}));
-        assert!(e.contains("only plain paths"), "{e}");
-        let e = refuse(
-            json!({"key": "{{ time_since('','{{ t }}','') }}", "operator": "LessThan", "value": "1h"}),
+        assert!(
+            e.contains("the function to_upper() is not converted"),
+            "{e}"
         );
-        assert!(e.contains("time_since(): it reads the current time"), "{e}");
+        let e = refuse(json!({"key": "{{ a.* }}", "operator": "Equals", "value": 2}));
+        assert!(
+            e.contains("the object wildcard '*' is not converted"),
+            "{e}"
+        );
+        let e = refuse(json!({"key": "{{ a[1:] }}", "operator": "Equals", "value": 2}));
+        assert!(e.contains("a slice is not converted"), "{e}");
+        let e = refuse(json!({"key": "{{ a[?b=='c' }}", "operator": "Equals", "value": 2}));
+        assert!(e.contains("not a JMESPath expression"), "{e}");
+        let e = refuse(json!({"key": "{{ length(a)[?b] }}", "operator": "Equals", "value": 0}));
+        assert!(
+            e.contains("a function call on a projection's left side"),
+            "{e}"
+        );
+        let e = refuse(
+            json!({"key": "{{ request.operation || 'x' }}", "operator": "Equals", "value": "x"}),
+        );
+        assert!(e.contains("admission context"), "{e}");
+        let e =
+            refuse(json!({"key": "{{ to_upper('{{ t }}') }}", "operator": "Equals", "value": "A"}));
+        assert!(e.contains("a variable nested in an expression"), "{e}");
         let e = refuse(json!({"key": "{{ a }}", "operator": "DurationGreaterThan", "value": "1h"}));
         assert!(e.contains("DurationGreaterThan"), "{e}");
         let e = refuse(json!({"key": "{{ a }}", "operator": "Equals", "value": "1h"}));

@@ -53,6 +53,7 @@ mod error;
 mod extractors;
 mod identity;
 mod images;
+mod jmespath_cel;
 mod matching;
 mod model;
 mod report;

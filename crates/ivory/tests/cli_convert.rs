@@ -209,11 +209,15 @@ enum Library {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kyverno_library_policies_convert_or_are_refused_naming_the_field() {
     use Library::{Converts, Native, Refused};
-    let conditions = "verifyImages[0].attestations[0].conditions[0].all[0].key";
     let rows: [(&str, Library); 12] = [
         ("flux/verify-flux-images", Converts { fixed: false }),
-        ("other/require-vulnerability-scan", Refused(conditions)),
-        ("other/verify-image-cve-2022-42889", Refused(conditions)),
+        ("other/require-vulnerability-scan", Converts { fixed: true }),
+        // Its filter translates exactly, but a pass over the attestation's list inside the pass
+        // over the images exceeds ivory's static cost estimate.
+        (
+            "other/verify-image-cve-2022-42889",
+            Refused("the converted policy does not load in ivory"),
+        ),
         (
             "other/verify-image-gcpkms",
             Refused("verifyImages[0].attestors[0].entries[0].keys.kms"),

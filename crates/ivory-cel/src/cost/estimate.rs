@@ -293,7 +293,11 @@ impl Estimator<'_> {
         let whole = Bound::unknown(r.bytes);
         let share = Bound::unknown(r.bytes / r.items.max(1));
         let accu = init.bound.plus(r);
-        self.level += 1;
+        // A comprehension over `[]` (`cel.bind`'s expansion) never iterates: its result runs
+        // once for each time the comprehension itself does, so outer variables keep the share
+        // they have there.
+        let iterates = !matches!(&c.iter_range.expr, Expr::List(l) if l.elements.is_empty());
+        self.level += usize::from(iterates);
         let level = self.level;
         let bind = |name: &str, whole: Bound, share: Bound| Var {
             name: name.to_owned(),
@@ -312,7 +316,7 @@ impl Estimator<'_> {
         let step = self.walk(&c.loop_step);
         let result = self.walk(&c.result);
         self.vars.truncate(self.vars.len() - pushed);
-        self.level -= 1;
+        self.level -= usize::from(iterates);
         let per_iteration = cond.cost.saturating_add(step.cost);
         Est {
             cost: range

@@ -93,6 +93,18 @@ fn one_pass_and_passes_over_nested_lists_are_accepted() {
 }
 
 #[test]
+fn a_binding_inside_a_pass_reads_the_visited_element_once() {
+    // `cel.bind` is a comprehension over `[]`: its body runs once per element, not once per
+    // element of another list, so it costs what the same body would without the binding.
+    let plain = accepted("object.items.filter(x, x.name == 'a' ? true : x.name == 'b')");
+    let bound =
+        accepted("object.items.filter(x, cel.bind(y, x.name == 'a', y ? y : x.name == 'b'))");
+    assert!(bound.estimated_cost() < 2 * plain.estimated_cost());
+    // A pass nested in the binding's body still multiplies.
+    too_costly("object.items.all(x, cel.bind(y, x, object.items.exists(z, z == y)))");
+}
+
+#[test]
 fn a_repeated_pass_over_the_visited_element_multiplies() {
     // Inside `p`'s pass, `c.ports` is no longer `c`'s share of the list: any one container
     // may hold every port.
