@@ -307,8 +307,11 @@ fn key_entries(
         if keys.kms.as_deref().is_some_and(|k| !k.is_empty()) {
             return Err(ConvertError::unsupported(
                 format!("{at}.keys.kms"),
-                "KMS keys are not converted: ivory reads no KMS (put the public key's PEM in \
-                 publicKeys)",
+                "KMS keys are not converted: Kyverno asks the cloud's KMS API for the public \
+                 key with the webhook's ambient cloud credentials, which come from the instance \
+                 metadata address that ivory never connects to (docs/SECURITY.md); a KMS key \
+                 version's public key never changes, so export it once (`cosign public-key \
+                 --key <the kms URI>`) and give its PEM as publicKeys",
             ));
         }
         return Err(ConvertError::invalid(

@@ -288,7 +288,17 @@ impl Translator<'_> {
             other => (None, other),
         };
         let keep = match predicate {
-            Some(p) => Some(self.value(p, &element, Mode::Lenient)?.truthy()),
+            Some(p) => {
+                let kept = self.value(p, &element, Mode::Lenient)?;
+                if kept.cel == "null" || kept.cel == "false" {
+                    // A predicate that never holds (an ordering against a string literal, say)
+                    // keeps nothing: no pass over the list, whose cost would multiply.
+                    return Ok(Cel::any(
+                        self.bound(&list, |_, v| format!("(type({v}) == list ? [] : null)")),
+                    ));
+                }
+                Some(kept.truthy())
+            }
             None => None,
         };
         let mapped = match then {

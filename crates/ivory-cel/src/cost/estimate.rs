@@ -12,7 +12,7 @@ use cel::IdedExpr;
 use cel::common::ast::{CallExpr, ComprehensionExpr, EntryExpr, Expr, LiteralValue, operators};
 
 use super::functions::{ITERATION, REPLACE, SIZE};
-use super::instrument::{is_builder, is_cluster_read};
+use super::instrument::{is_builder, is_cluster_read, is_registry_read};
 use super::{
     BYTES_PER_UNIT, MAX_INPUT_BYTES, MIN_ELEMENT_BYTES, POLICY_VALUE_BYTES, POLICY_VALUE_ITEMS,
 };
@@ -45,18 +45,24 @@ struct Bound {
     items: u64,
     /// Serialized size.
     bytes: u64,
+    /// Whether the value comes from the policy or from data a host fetched (cluster objects,
+    /// attestation statements), not from the request: a list, map or string inside it is
+    /// assumed to hold at most [`POLICY_VALUE_ITEMS`] elements.
+    fetched: bool,
 }
 
 const SCALAR: Bound = Bound {
     kind: Kind::Scalar,
     items: 0,
     bytes: 8,
+    fetched: false,
 };
 
 const POLICY_VALUE: Bound = Bound {
     kind: Kind::Unknown,
     items: POLICY_VALUE_ITEMS,
     bytes: POLICY_VALUE_BYTES,
+    fetched: true,
 };
 
 /// `lists.range(n)`: the extension refuses more than a million elements.
@@ -64,12 +70,14 @@ const RANGE: Bound = Bound {
     kind: Kind::List,
     items: 1_000_000,
     bytes: 8_000_000,
+    fetched: false,
 };
 
 const REQUEST: Bound = Bound {
     kind: Kind::Unknown,
     items: MAX_INPUT_BYTES / MIN_ELEMENT_BYTES,
     bytes: MAX_INPUT_BYTES,
+    fetched: false,
 };
 
 impl Bound {
@@ -78,7 +86,19 @@ impl Bound {
             kind: Kind::Unknown,
             items: bytes / MIN_ELEMENT_BYTES,
             bytes,
+            fetched: false,
         }
+    }
+
+    /// A value of unknown kind derived from `from` alone (a field, an element, a flattened
+    /// list of it): fetched data stays fetched, its parts no larger than the assumption.
+    fn part_of(from: Self, bytes: u64) -> Self {
+        let mut bound = Self::unknown(bytes);
+        if from.fetched {
+            bound.fetched = true;
+            bound.items = bound.items.min(POLICY_VALUE_ITEMS);
+        }
+        bound
     }
 
     fn string(bytes: u64) -> Self {
@@ -86,6 +106,7 @@ impl Bound {
             kind: Kind::String,
             items: bytes,
             bytes,
+            fetched: false,
         }
     }
 
@@ -99,6 +120,7 @@ impl Bound {
             kind,
             items: self.items.saturating_add(other.items),
             bytes: self.bytes.saturating_add(other.bytes),
+            fetched: self.fetched_with(other),
         }
     }
 
@@ -111,6 +133,19 @@ impl Bound {
             },
             items: self.items.max(other.items),
             bytes: self.bytes.max(other.bytes),
+            fetched: self.fetched_with(other),
+        }
+    }
+
+    /// Whether a value made of this one and `other` is still fetched data: an empty or
+    /// scalar part (a `null` branch, `cel.bind`'s empty range) does not make it request data.
+    fn fetched_with(self, other: Self) -> bool {
+        let neutral = |b: Self| b.items == 0;
+        match (self.fetched, other.fetched) {
+            (true, true) => true,
+            (true, false) => neutral(other),
+            (false, true) => neutral(self),
+            (false, false) => false,
         }
     }
 
@@ -236,12 +271,13 @@ impl Estimator<'_> {
             operators::INDEX | operators::OPT_INDEX | operators::OPT_SELECT => (
                 0,
                 args.first()
-                    .map_or(SCALAR, |a| Bound::unknown(a.bound.bytes)),
+                    .map_or(SCALAR, |a| Bound::part_of(a.bound, a.bound.bytes)),
             ),
             "range" => (0, range(&call.args)),
-            // Cluster objects are not request data: sized like a value the policy defines
-            // (the run-time meter charges what is actually read).
-            _ if is_cluster_read(call) => (0, POLICY_VALUE),
+            // Cluster objects and registry data (attestation statements, image configs) are
+            // not request data: sized like a value the policy defines (the run-time meter
+            // charges what is actually read).
+            _ if is_cluster_read(call) || is_registry_read(call) => (0, POLICY_VALUE),
             name if yields_scalar(name) => (0, SCALAR),
             name if is_builder(name) => (
                 0,
@@ -258,7 +294,7 @@ impl Estimator<'_> {
                 inputs()
                     .map(|e| e.bound)
                     .reduce(Bound::plus)
-                    .map_or(SCALAR, |b| Bound::unknown(b.bytes)),
+                    .map_or(SCALAR, |b| Bound::part_of(b, b.bytes)),
             ),
         };
         Est {
@@ -290,8 +326,8 @@ impl Estimator<'_> {
         let range = self.walk(&c.iter_range);
         let init = self.walk(&c.accu_init);
         let r = range.bound;
-        let whole = Bound::unknown(r.bytes);
-        let share = Bound::unknown(r.bytes / r.items.max(1));
+        let whole = Bound::part_of(r, r.bytes);
+        let share = Bound::part_of(r, r.bytes / r.items.max(1));
         let accu = init.bound.plus(r);
         // A comprehension over `[]` (`cel.bind`'s expansion) never iterates: its result runs
         // once for each time the comprehension itself does, so outer variables keep the share
@@ -351,6 +387,7 @@ fn collection(parts: &[Est]) -> Est {
             bytes: parts
                 .iter()
                 .fold(n, |sum, e| sum.saturating_add(e.bound.bytes)),
+            fetched: !parts.is_empty() && parts.iter().all(|e| e.bound.fetched),
         },
     }
 }
@@ -381,6 +418,7 @@ fn range(args: &[IdedExpr]) -> Bound {
                 kind: Kind::List,
                 items,
                 bytes: items.saturating_mul(8),
+                fetched: false,
             }
         }
         _ => RANGE,

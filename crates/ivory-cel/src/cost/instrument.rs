@@ -234,6 +234,18 @@ pub(crate) fn is_cluster_read(call: &CallExpr) -> bool {
         .any(|n| *n == name)
 }
 
+/// `extractPayload`, `getImageData` and `image.GetMetadata`/`getMetadata`: registry data the
+/// verifier fetched and capped (an attestation statement, an image's config), not request data.
+pub(crate) fn is_registry_read(call: &CallExpr) -> bool {
+    match call.target.as_deref().map(|t| &t.expr) {
+        None => matches!(call.func_name.as_str(), "extractPayload" | "getImageData"),
+        Some(Expr::Ident(target)) => {
+            target == "image" && matches!(call.func_name.as_str(), "GetMetadata" | "getMetadata")
+        }
+        Some(_) => false,
+    }
+}
+
 fn inner_id(args: &[IdedExpr]) -> u64 {
     args.last().map_or(0, |a| a.id)
 }

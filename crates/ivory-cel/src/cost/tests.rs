@@ -104,6 +104,30 @@ fn a_binding_inside_a_pass_reads_the_visited_element_once() {
     too_costly("object.items.all(x, cel.bind(y, x, object.items.exists(z, z == y)))");
 }
 
+/// An attestation statement (or a cluster object) is fetched data, not request data: passes
+/// over its lists, however many and however deep, count as passes over a value the policy
+/// defines, so checking an SBOM's components for every image is one pass over request data.
+#[test]
+fn passes_over_fetched_data_for_each_image_are_one_pass_over_request_data() {
+    let sbom = "images.containers.all(image, cel.bind(p, extractPayload(image, attestations.sbom).predicate, \
+         (type(p.components) == list ? p.components.filter(c, c.name == 'x').map(c, c.version) : []).all(v, v != '1.9')))";
+    let scan = "images.containers.all(image, extractPayload(image, attestations.scan).predicate.matches\
+         .map(m, m.vulnerability.cvss).flatten().filter(c, c.metrics.score > 8.0).size() == 0)";
+    for src in [sbom, scan] {
+        accepted(src);
+    }
+    // The same shape over request data is a pass nested in another.
+    too_costly(
+        "images.containers.all(image, object.spec.containers.filter(c, c.name == 'x')\
+         .map(c, c.image).all(v, v != image))",
+    );
+    // A fetched value combined with request data is request data.
+    too_costly(
+        "images.containers.all(image, (extractPayload(image, attestations.sbom).predicate.components \
+         + object.spec.containers).all(c, c.name != 'x'))",
+    );
+}
+
 #[test]
 fn a_repeated_pass_over_the_visited_element_multiplies() {
     // Inside `p`'s pass, `c.ports` is no longer `c`'s share of the list: any one container
