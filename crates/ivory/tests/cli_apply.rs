@@ -218,3 +218,84 @@ async fn apply_without_a_policy_is_a_usage_error_naming_both_forms() {
         run.stderr
     );
 }
+
+/// The chainsaw test of Kyverno's library policy `other/verify-image-ivpol`
+/// (`fixtures/kyverno-library/other/verify-image-ivpol/.chainsaw-test/`: in a cluster, `good.yaml`
+/// is admitted and `bad.yaml` refused), run offline with `ivory apply` (both webhooks, as the
+/// API server calls them): its images are on ghcr.io, signed by a Notation test certificate
+/// whose private key is not public, so the registry harness serves, through
+/// `--registry-mirror ghcr.io=<harness>`, `ghcr.io/kyverno/test-verify-image:signed` signed by the
+/// tests' Notation PKI (`fixtures/notation`: JWS, P-256 leaf) and `:unsigned` without a
+/// signature, and the policy's `certs` is that PKI's root. The policy's other fields and the
+/// Pods are the library's, unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kyverno_library_ivpol_chainsaw_steps_pass_offline_with_the_tests_notation_signer() {
+    let library = ivory_testkit::fixtures_dir().join("kyverno-library/other/verify-image-ivpol");
+    let notation = ivory_testkit::fixtures_dir().join("notation");
+    let (h, dir, ca) = registry_and_ca().await;
+    let repo = "kyverno/test-verify-image";
+    for (layout, tag) in [
+        ("notation-jws", "signed"),
+        ("notation-unsigned", "unsigned"),
+    ] {
+        let layout = notation.join("oci/ivory").join(layout);
+        let tags = h.push_oci_layout(&layout, repo).await.unwrap();
+        crate::cli_util::retag_layout(&h, &layout, repo, &tags["v1"], tag).await;
+    }
+    let text = std::fs::read_to_string(library.join("verify-image-ivpol.yaml")).unwrap();
+    let with_root = |pem_file: &str| {
+        let (head, rest) = text
+            .split_once("        certs:\n          value: |-\n")
+            .unwrap();
+        let end = rest.find("-----END CERTIFICATE-----").unwrap() + 25;
+        let pem = std::fs::read_to_string(notation.join("pki").join(pem_file)).unwrap();
+        let indented: Vec<String> = pem
+            .trim()
+            .lines()
+            .map(|l| format!("            {l}"))
+            .collect();
+        format!(
+            "{head}        certs:\n          value: |-\n{}{}",
+            indented.join("\n"),
+            &rest[end..]
+        )
+    };
+    let mirror = format!("ghcr.io={}", h.host());
+    let apply = |policy: std::path::PathBuf, pod: &str| {
+        let pod = library.join(".chainsaw-test").join(pod);
+        let args = [
+            "apply".to_owned(),
+            "--policy".into(),
+            policy.display().to_string(),
+            "--resource".into(),
+            pod.display().to_string(),
+            "--registry-ca".into(),
+            ca.display().to_string(),
+            "--registry-mirror".into(),
+            mirror.clone(),
+            "--no-cache".into(),
+        ];
+        async move { ivory(args).await }
+    };
+    let policy = write(dir.path(), "policy.yaml", &with_root("root.pem"));
+    let good = apply(policy.clone(), "good.yaml").await;
+    assert_eq!(good.code, 0, "{}\n{}", good.stdout, good.stderr);
+    assert!(
+        good.stdout
+            .contains("ghcr.io/kyverno/test-verify-image:signed@sha256:"),
+        "{}",
+        good.stdout
+    );
+    let bad = apply(policy, "bad.yaml").await;
+    assert_eq!(bad.code, 1, "{}\n{}", bad.stdout, bad.stderr);
+    assert!(
+        bad.stdout.contains("failed the verification"),
+        "{}\n{}",
+        bad.stdout,
+        bad.stderr
+    );
+    // The signature is what admits the good Pod: another root refuses it.
+    let other = write(dir.path(), "other.yaml", &with_root("other-root.pem"));
+    let refused = apply(other, "good.yaml").await;
+    assert_eq!(refused.code, 1, "{}\n{}", refused.stdout, refused.stderr);
+}

@@ -137,8 +137,19 @@ pub(crate) async fn push_fixture(h: &Harness, layout: &str) -> (String, String) 
 
 /// Tags the manifest `digest` of fixture `layout` (already pushed to `repo`) as `tag` too.
 pub(crate) async fn retag_fixture(h: &Harness, layout: &str, repo: &str, digest: &str, tag: &str) {
+    retag_layout(
+        h,
+        &fixtures_dir().join("oci/ivory").join(layout),
+        repo,
+        digest,
+        tag,
+    )
+    .await;
+}
+
+/// Tags the manifest `digest` of the OCI layout `dir` (already pushed to `repo`) as `tag` too.
+pub(crate) async fn retag_layout(h: &Harness, dir: &Path, repo: &str, digest: &str, tag: &str) {
     let hex = digest.trim_start_matches("sha256:");
-    let dir = fixtures_dir().join("oci/ivory").join(layout);
     let bytes = std::fs::read(dir.join("blobs/sha256").join(hex)).unwrap();
     let manifest: Value = serde_json::from_slice(&bytes).unwrap();
     let media_type = manifest["mediaType"]

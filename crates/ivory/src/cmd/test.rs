@@ -79,38 +79,11 @@ pub(crate) struct Args {
     /// Accepted for `kyverno test` command lines; ivory's table has no colours.
     #[arg(long, hide = true)]
     remove_color: bool,
-    /// Fetch images of registry HOST from MIRROR instead (`ghcr.io=127.0.0.1:5000`;
-    /// repeatable). Image names, policy globs and the cache keep HOST; digests and
-    /// signatures are checked as for HOST. For air-gapped CI with mirrored images.
-    #[arg(long = "registry-mirror", value_name = "HOST=MIRROR", value_parser = mirror)]
-    mirrors: Vec<(String, String)>,
     /// Time budget per resource (Go duration), like the webhook's timeout.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
     timeout: Duration,
     #[command(flatten)]
     registry_opts: RegistryOpts,
-}
-
-/// `HOST=MIRROR`; HOST as image references name it (lower case; Docker Hub's names are
-/// `index.docker.io`, the host go-containerregistry and ivory give its images).
-fn mirror(text: &str) -> Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((from, to))
-            if !from.is_empty() && !to.is_empty() && !from.contains('/') && !to.contains('/') =>
-        {
-            let from = from.to_ascii_lowercase();
-            let from = match from.as_str() {
-                "docker.io" | "registry-1.docker.io" => {
-                    ivory_reference::DEFAULT_REGISTRY.to_owned()
-                }
-                _ => from,
-            };
-            Ok((from, to.to_owned()))
-        }
-        _ => Err(format!(
-            "{text:?} is not HOST=MIRROR (e.g. ghcr.io=127.0.0.1:5000)"
-        )),
-    }
 }
 
 /// `--test-case-selector`: globs on a row's policy, rule and resources.
@@ -211,8 +184,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     for file in &files {
         cases.extend(suite::load(file, !args.allow_outside_root)?);
     }
-    let mut config = args.registry_opts.config()?;
-    config.mirrors = args.mirrors.iter().cloned().collect();
+    let config = args.registry_opts.config()?;
     let verifier = super::wiring::verifier_for(
         config,
         args.registry_opts.tag_cache_ttl,
@@ -388,24 +360,6 @@ mod tests {
         .unwrap();
         r._kind = "Pod".into();
         r
-    }
-
-    #[test]
-    fn mirrors_are_named_by_the_host_references_carry() {
-        assert_eq!(
-            mirror("GHCR.io=127.0.0.1:5000"),
-            Ok(("ghcr.io".to_owned(), "127.0.0.1:5000".to_owned()))
-        );
-        assert_eq!(mirror("docker.io=m:5000").unwrap().0, "index.docker.io");
-        for bad in [
-            "ghcr.io",
-            "=m",
-            "ghcr.io=",
-            "ghcr.io/acme=m",
-            "ghcr.io=m/path",
-        ] {
-            assert!(mirror(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]

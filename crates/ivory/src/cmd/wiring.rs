@@ -23,6 +23,11 @@ use serde_json::Value;
 /// (`ivory serve` and the one-shot commands alike).
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct RegistryAccessOpts {
+    /// Fetch images of registry HOST from MIRROR instead (`ghcr.io=127.0.0.1:5000`;
+    /// repeatable). Image names, policy globs and the cache keep HOST; digests and
+    /// signatures are checked as for HOST. For air-gapped clusters and CI with mirrored images.
+    #[arg(long = "registry-mirror", value_name = "HOST=MIRROR", value_parser = mirror)]
+    pub mirrors: Vec<(String, String)>,
     /// Extra CA certificates (PEM) trusted for registries.
     #[arg(long, value_name = "FILE")]
     pub registry_ca: Option<PathBuf>,
@@ -129,6 +134,7 @@ impl RegistryAccessOpts {
             docker_config: self.docker_config.clone(),
             per_registry_concurrency: self.registry_concurrency,
             egress: self.egress.rule(),
+            mirrors: self.mirrors.iter().cloned().collect(),
             ..RegistryConfig::default()
         };
         self.insecure.apply(&mut config);
@@ -442,11 +448,51 @@ pub(crate) fn read_input(path: &std::path::Path, flag: &str) -> anyhow::Result<S
 #[cfg(test)]
 mod parity;
 
+/// `HOST=MIRROR`; HOST as image references name it (lower case; Docker Hub's names are
+/// `index.docker.io`, the host go-containerregistry and ivory give its images).
+fn mirror(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((from, to))
+            if !from.is_empty() && !to.is_empty() && !from.contains('/') && !to.contains('/') =>
+        {
+            let from = from.to_ascii_lowercase();
+            let from = match from.as_str() {
+                "docker.io" | "registry-1.docker.io" => {
+                    ivory_reference::DEFAULT_REGISTRY.to_owned()
+                }
+                _ => from,
+            };
+            Ok((from, to.to_owned()))
+        }
+        _ => Err(format!(
+            "{text:?} is not HOST=MIRROR (e.g. ghcr.io=127.0.0.1:5000)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use ivory_engine::decision::PatchOp;
     use serde_json::json;
+
+    #[test]
+    fn mirrors_are_named_by_the_host_references_carry() {
+        assert_eq!(
+            mirror("GHCR.io=127.0.0.1:5000"),
+            Ok(("ghcr.io".to_owned(), "127.0.0.1:5000".to_owned()))
+        );
+        assert_eq!(mirror("docker.io=m:5000").unwrap().0, "index.docker.io");
+        for bad in [
+            "ghcr.io",
+            "=m",
+            "ghcr.io=",
+            "ghcr.io/acme=m",
+            "ghcr.io=m/path",
+        ] {
+            assert!(mirror(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn a_signature_repository_is_a_repository_alone() {
