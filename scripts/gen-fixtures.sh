@@ -17,6 +17,8 @@
 #        scripts/gen-fixtures.sh discovery  only fixtures/discovery/ (cosign v3 signatures and
 #        attestations behind the referrers fallback tag, as written and relabelled, in another
 #        repository, and under another image's tag)
+#        scripts/gen-fixtures.sh tuf        only fixtures/tuf/ (TUF repository states laid out as
+#        Sigstore's, by python-tuf; pip installs tuf and securesystemslib, pinned, from PyPI)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,6 +37,8 @@ elif [[ "$ONLY" == "hash" ]]; then
   needs_tools crane cosign2 cosign25
 elif [[ "$ONLY" == "discovery" ]]; then
   needs_tools crane cosign3
+elif [[ "$ONLY" == "tuf" ]]; then
+  needs_pkgs pip3:python3-pip # gen_tuf.py installs tuf and securesystemslib (pinned) from PyPI
 elif [[ "$ONLY" == "notation" || "$ONLY" == "notation-revocation" ]]; then
   needs_pkgs pip3:python3-pip # gen_notation.py installs asn1crypto and cryptography (pinned) from PyPI
   needs_tools crane notation
@@ -56,6 +60,12 @@ if [[ "$ONLY" == "blob" ]]; then
 fi
 
 WORK="$(mktemp -d -t ivory-fixtures.XXXXXX)"
+if [[ "$ONLY" == "tuf" ]]; then
+  # No registry: the TUF repositories are files.
+  trap 'rm -rf "$WORK"' EXIT
+  IVORY_FIXTURE_WORK="$WORK" python3 "$FIX/gen/gen_tuf.py"
+  exit 0
+fi
 REGISTRY_PID=""
 cleanup() {
   if [[ -n "$REGISTRY_PID" ]]; then kill "$REGISTRY_PID" 2>/dev/null || true; wait "$REGISTRY_PID" 2>/dev/null || true; fi

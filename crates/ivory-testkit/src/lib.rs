@@ -18,6 +18,9 @@
 //!   tests and benchmarks build their cases from.
 //! - [`in_metadata_netns`], [`MetadataListener`]: a private network namespace where
 //!   169.254.169.254 is a local stand-in, for tests whose failure would connect there.
+//! - [`TufMirror`]: a TUF mirror on loopback serving one repository state of `fixtures/tuf/`
+//!   (made by python-tuf, laid out as Sigstore's), switched, taken down, hung on demand, with
+//!   requests counted by path.
 //! - [`eventually`]: the one wait for what happens asynchronously, naming what it waited for.
 //! - [`cases::Failures`]: case tables that report every failing case, not just the first.
 //! - [`fixtures_dir`]: the repository's committed fixtures, the one place their path is built.
@@ -84,6 +87,7 @@ pub use registry::{
 pub use rekor_v2::{DsseVerifier, LOGGED_INDEX, RekorV2Log, TREE_SIZE, dsse_v002_body};
 pub use token::{TOKEN_ISSUER, TOKEN_SERVICE, TOKEN_TTL_SECS};
 pub use tsa::{OpensslTsa, TsaKey};
+pub use tuf_mirror::{TUF_STATES, TufMirror, tuf_fixtures_dir};
 pub use wait::{Check, NotYet, Timeout, eventually};
 
 /// The repository's `fixtures/` folder: signed test images, keys, reviews (see its README).
@@ -109,4 +113,5 @@ mod rekor_v2;
 pub mod review;
 mod token;
 mod tsa;
+mod tuf_mirror;
 mod wait;
