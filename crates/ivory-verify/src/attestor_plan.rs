@@ -15,6 +15,7 @@ use sigstore_verify::types::DerCertificate;
 use crate::keys::{PublicKey, certificate_key, parse_certificates, parse_public_key};
 use crate::rejection::Rejection;
 use crate::trust::verifier_for;
+use crate::trust_source::RootState;
 
 /// `key.kms` without `key.data`.
 pub const KMS_UNSUPPORTED: &str = "KMS keys are not supported by ivory";
@@ -218,6 +219,8 @@ pub struct Plan {
     pub(crate) ca_certs: Vec<DerCertificate>,
     /// The trust root itself (legacy Rekor entry kinds); `None` when `verifier` is.
     pub(crate) trusted_root: Option<Arc<TrustedRoot>>,
+    /// Where the trust root came from, for a denial naming a log it does not know.
+    pub(crate) trust_described: Arc<str>,
     pub(crate) ignore_tlog: bool,
     pub(crate) ignore_sct: bool,
     pub(crate) annotations: BTreeMap<String, String>,
@@ -237,17 +240,24 @@ impl std::fmt::Debug for Plan {
 
 impl Plan {
     /// Builds the plan for `attestor`; `Err` is the NotVerified reason.
-    pub fn new(attestor: &Attestor, default_root: &str) -> Result<Self, Rejection> {
+    pub fn new(attestor: &Attestor, default_root: &RootState) -> Result<Self, Rejection> {
         Self::build(attestor, default_root, false)
     }
 
     /// [`Plan::new`], keeping the trust root even for a key without the log: a blob's bundle
     /// (`blob`) has its timestamps checked whatever the log flag says.
-    pub fn with_trust_root(attestor: &Attestor, default_root: &str) -> Result<Self, Rejection> {
+    pub fn with_trust_root(
+        attestor: &Attestor,
+        default_root: &RootState,
+    ) -> Result<Self, Rejection> {
         Self::build(attestor, default_root, true)
     }
 
-    fn build(attestor: &Attestor, default_root: &str, keep_trust: bool) -> Result<Self, Rejection> {
+    fn build(
+        attestor: &Attestor,
+        default_root: &RootState,
+        keep_trust: bool,
+    ) -> Result<Self, Rejection> {
         let Some(cosign) = &attestor.cosign else {
             return match &attestor.notary {
                 Some(notary) => Ok(Self::notary(crate::notation::NotaryPlan::new(notary)?)),
@@ -265,17 +275,23 @@ impl Plan {
         if needs_trust && custom_tuf(cosign) {
             return Err(Rejection::Attestor(TUF_UNSUPPORTED.into()));
         }
-        let (verifier, ca_certs, trusted_root) = if needs_trust {
+        let (verifier, ca_certs, trusted_root, trust_described) = if needs_trust {
             let trust = verifier_for(cosign, default_root)?;
-            (Some(trust.verifier), trust.ca_certs, Some(trust.root))
+            (
+                Some(trust.verifier),
+                trust.ca_certs,
+                Some(trust.root),
+                trust.described,
+            )
         } else {
-            (None, Vec::new(), None)
+            (None, Vec::new(), None, Arc::from("no trust root"))
         };
         Ok(Self {
             authority,
             verifier,
             ca_certs,
             trusted_root,
+            trust_described,
             ignore_tlog,
             ignore_sct,
             annotations: cosign.annotations.clone(),
@@ -290,6 +306,7 @@ impl Plan {
             authority: Authority::Notary(Box::new(plan)),
             verifier: None,
             ca_certs: Vec::new(),
+            trust_described: Arc::from("no trust root"),
             trusted_root: None,
             ignore_tlog: true,
             ignore_sct: true,
@@ -376,7 +393,7 @@ mod tests {
             notary: Some(Notary::default()),
         };
         assert_eq!(
-            Plan::new(&notary, PUBLIC_GOOD_TRUSTED_ROOT)
+            Plan::new(&notary, &RootState::embedded())
                 .unwrap_err()
                 .to_string(),
             "notary.certs holds no certificate"
@@ -389,14 +406,14 @@ mod tests {
             ..Cosign::default()
         });
         assert_eq!(
-            Plan::new(&kms, PUBLIC_GOOD_TRUSTED_ROOT)
+            Plan::new(&kms, &RootState::embedded())
                 .unwrap_err()
                 .to_string(),
             KMS_UNSUPPORTED
         );
         let empty = cosign(Cosign::default());
         assert!(
-            Plan::new(&empty, PUBLIC_GOOD_TRUSTED_ROOT)
+            Plan::new(&empty, &RootState::embedded())
                 .unwrap_err()
                 .to_string()
                 .contains("one key")
@@ -422,7 +439,7 @@ mod tests {
             ..Cosign::default()
         };
         assert_eq!(
-            Plan::new(&cosign(c.clone()), PUBLIC_GOOD_TRUSTED_ROOT)
+            Plan::new(&cosign(c.clone()), &RootState::embedded())
                 .unwrap_err()
                 .to_string(),
             TUF_UNSUPPORTED
@@ -431,7 +448,7 @@ mod tests {
             value: Some(PUBLIC_GOOD_TRUSTED_ROOT.into()),
             expression: None,
         });
-        assert!(Plan::new(&cosign(c), PUBLIC_GOOD_TRUSTED_ROOT).is_ok());
+        assert!(Plan::new(&cosign(c), &RootState::embedded()).is_ok());
     }
 
     #[test]
@@ -456,7 +473,7 @@ mod tests {
                 }),
                 ..Cosign::default()
             }),
-            PUBLIC_GOOD_TRUSTED_ROOT,
+            &RootState::embedded(),
         )
         .unwrap();
         let Authority::Keyless(rules) = &plan.authority else {
@@ -486,7 +503,7 @@ mod tests {
                     }),
                     ..Cosign::default()
                 }),
-                PUBLIC_GOOD_TRUSTED_ROOT,
+                &RootState::embedded(),
             )
             .unwrap_err()
             .to_string()

@@ -92,7 +92,7 @@ pub(crate) fn signer(
     ))?;
     let time = Timestamp::from_second(entry.integrated_time)
         .map_err(|e| Rejection::LogEntry(format!("Rekor integrated time is out of range: {e}")))?;
-    verify_set(&entry, root, time)?;
+    verify_set(&entry, root, time, &plan.trust_described)?;
     // The SET signs the index with the body: it is the checked entry's place in the log.
     let log_index = u64::try_from(entry.log_index).ok();
     let named_key = match (entry.kind, dsse) {
@@ -131,7 +131,7 @@ pub(crate) fn signer(
             crate::chain::verify_to_anchors(&leaf, &chain, &authorities, at)?;
             if !plan.ignore_sct {
                 let issuers: Vec<&DerCertificate> = chain.iter().chain(&authorities).collect();
-                verify_embedded_sct(&leaf, &issuers, root)?;
+                verify_embedded_sct(&leaf, &issuers, root, &plan.trust_described)?;
             }
             rules.check(&info)?;
             let signer = crate::signer::of_certificate(&info, log_index);
@@ -192,9 +192,21 @@ struct SetPayload<'a> {
     log_id: &'a str,
 }
 
-fn verify_set(entry: &Entry, root: &TrustedRoot, time: Timestamp) -> Result<(), Rejection> {
+fn verify_set(
+    entry: &Entry,
+    root: &TrustedRoot,
+    time: Timestamp,
+    described: &str,
+) -> Result<(), Rejection> {
     let key_id = Sha256Hash::from_hex(&entry.log_id_hex)
         .map_err(|e| Rejection::Malformed(format!("malformed Rekor logID: {e}")))?;
+    if !crate::trust::knows_tlog(root, key_id.as_bytes()) {
+        return Err(crate::trust::unknown_log(
+            "transparency log",
+            key_id.as_bytes(),
+            described,
+        ));
+    }
     let keyring = root
         .rekor_keys()
         .map_err(|e| Rejection::Attestor(format!("trust root has unusable log keys: {e}")))?;
@@ -349,6 +361,7 @@ fn verify_embedded_sct(
     leaf: &DerCertificate,
     issuers: &[&DerCertificate],
     root: &TrustedRoot,
+    described: &str,
 ) -> Result<(), Rejection> {
     let cert = Certificate::from_der(leaf.as_bytes()).map_err(|e| {
         Rejection::Certificate(format!("signing certificate cannot be parsed: {e}"))
@@ -388,6 +401,13 @@ fn verify_embedded_sct(
     let tbs = precertificate_tbs(&cert)?;
     let signature = SignatureBytes::new(sct.signature.signature.as_slice().to_vec());
     let log_id = Sha256Hash::new(sct.log_id.key_id);
+    if !crate::trust::knows_ctlog(root, log_id.as_bytes()) {
+        return Err(crate::trust::unknown_log(
+            "CT log",
+            log_id.as_bytes(),
+            described,
+        ));
+    }
     for issuer in issuers {
         let Ok(info) = parse_certificate_info(issuer) else {
             continue;

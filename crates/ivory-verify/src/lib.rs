@@ -122,6 +122,7 @@ mod signed_json;
 mod signer;
 mod timestamp_token;
 pub mod trust;
+pub mod trust_source;
 pub mod verdict;
 mod verifier;
 
@@ -129,6 +130,9 @@ pub use attestor_plan::{KMS_UNSUPPORTED, Plan, TUF_UNSUPPORTED};
 pub use envelope::{Envelope, Legacy};
 pub use rejection::{Rejection, Sought};
 pub use trust::PUBLIC_GOOD_TRUSTED_ROOT;
+pub use trust_source::{
+    RefreshConfig, RefreshStats, RootState, TrustRoots, TrustSource, TrustSourceError, TufSource,
+};
 pub use verdict::{Accepted, NO_ATTESTATIONS, NO_SIGNATURES, TLOG_FAILED, evaluate};
 pub use verifier::{
     CacheStats, CosignVerifier, CredentialsResolver, CrlAge, Lookup, RevocationConfig,

@@ -33,7 +33,7 @@ use crate::signed_json::parse_signed_json;
 #[derive(Debug)]
 pub(crate) struct Entry {
     log_index: u64,
-    log_key_id: Vec<u8>,
+    pub(crate) log_key_id: Vec<u8>,
     body: Vec<u8>,
     proof: InclusionProof,
 }

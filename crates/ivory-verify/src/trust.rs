@@ -16,6 +16,7 @@ use sigstore_verify::types::{DerCertificate, DerPublicKey};
 
 use crate::keys::parse_certificates;
 use crate::rejection::Rejection;
+use crate::trust_source::RootState;
 
 /// The embedded public-good trusted root (byte-identical to sigstore/root-signing
 /// `targets/trusted_root.json`, 2026 edition: Fulcio v1/v2, Rekor v1 + v2 `log2025-1`, CT, TSA).
@@ -32,19 +33,26 @@ pub(crate) struct Trust {
     pub(crate) ca_certs: Vec<DerCertificate>,
     /// The parsed root, for the log entry kinds sigstore-verify does not read.
     pub(crate) root: Arc<TrustedRoot>,
+    /// Where the root came from, for a denial naming a log it does not know.
+    pub(crate) described: Arc<str>,
 }
 
 /// Builds the trust for one cosign attestor. `default_root` is the process-wide root (the
 /// embedded public-good one unless configured otherwise).
-pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust, Rejection> {
+pub(crate) fn verifier_for(cosign: &Cosign, default_root: &RootState) -> Result<Trust, Rejection> {
     let own_root = cosign
         .trusted_root
         .as_ref()
         .and_then(|s| s.value.as_deref())
         .filter(|t| !t.trim().is_empty());
-    // Only the embedded public-good root is known to list every log its users name; a root the
-    // policy or the operator gives is authoritative about its own logs.
-    let public_good = own_root.is_none() && default_root == PUBLIC_GOOD_TRUSTED_ROOT;
+    // Only the public-good root (embedded or from its TUF repository) is known to list every
+    // log its users name; a root the policy or the operator gives is authoritative about its
+    // own logs.
+    let public_good = own_root.is_none() && default_root.public_good;
+    let mut described = match own_root {
+        Some(_) => "the attestor's trustedRoot".to_owned(),
+        None => format!("the trust root ({})", default_root.describe()),
+    };
     let mut root: Value = match cosign
         .trusted_root
         .as_ref()
@@ -55,13 +63,14 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust,
                 "trustedRoot is not a trusted_root.json document: {e}"
             ))
         })?,
-        _ => serde_json::from_str(default_root).map_err(|e| {
+        _ => serde_json::from_str(&default_root.json).map_err(|e| {
             Rejection::Attestor(format!("the default trusted root is not valid JSON: {e}"))
         })?,
     };
     let roots = cosign.keyless.as_ref().and_then(|k| k.roots.as_deref());
     if let Some(roots) = roots.filter(|r| !r.trim().is_empty()) {
         root["certificateAuthorities"] = json!([authority(roots, "keyless.roots")?]);
+        described.push_str(", its certificate authorities from keyless.roots");
     }
     if let Some(ctlog) = &cosign.ctlog {
         if let Some(pem) = ctlog
@@ -70,6 +79,7 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust,
             .filter(|s| !s.trim().is_empty())
         {
             root["tlogs"] = json!([log_entry(pem, "ctlog.rekorPubKey")?]);
+            described.push_str(", its transparency log from ctlog.rekorPubKey");
         }
         if let Some(pem) = ctlog
             .ct_log_pub_key
@@ -77,6 +87,7 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust,
             .filter(|s| !s.trim().is_empty())
         {
             root["ctlogs"] = json!([log_entry(pem, "ctlog.ctLogPubKey")?]);
+            described.push_str(", its CT log from ctlog.ctLogPubKey");
         }
         if let Some(pem) = ctlog
             .tsa_cert_chain
@@ -84,6 +95,7 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust,
             .filter(|s| !s.trim().is_empty())
         {
             root["timestampAuthorities"] = json!([authority(pem, "ctlog.tsaCertChain")?]);
+            described.push_str(", its timestamp authority from ctlog.tsaCertChain");
         }
     }
     if let Some(url) = cosign
@@ -105,7 +117,32 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &str) -> Result<Trust,
         verifier: Arc::new(verifier),
         ca_certs: parsed.fulcio_certs(),
         root: Arc::new(parsed),
+        described: Arc::from(described),
     })
+}
+
+/// The denial of a log entry (or SCT, or timestamp) from a log the trust root does not know:
+/// `described` says which root, from where and when, so that an operator sees a rotation or a
+/// new shard the root has not caught up with, not a bare "verification failed".
+pub(crate) fn unknown_log(kind: &str, key_id: &[u8], described: &str) -> Rejection {
+    Rejection::Tlog(format!(
+        "{kind} {} unknown to {described}",
+        hex::encode(key_id)
+    ))
+}
+
+/// Whether `root` lists a transparency log with this key id (at any time).
+pub(crate) fn knows_tlog(root: &TrustedRoot, key_id: &[u8]) -> bool {
+    root.tlogs
+        .iter()
+        .any(|l| l.log_id.key_id.as_bytes() == key_id)
+}
+
+/// Whether `root` lists a CT log with this key id (at any time).
+pub(crate) fn knows_ctlog(root: &TrustedRoot, key_id: &[u8]) -> bool {
+    root.ctlogs
+        .iter()
+        .any(|l| l.log_id.key_id.as_bytes() == key_id)
 }
 
 /// A verifier of the embedded public-good root alone.
@@ -190,7 +227,7 @@ mod tests {
 
     #[test]
     fn embedded_root_builds_offline() {
-        assert!(verifier_for(&Cosign::default(), PUBLIC_GOOD_TRUSTED_ROOT).is_ok());
+        assert!(verifier_for(&Cosign::default(), &RootState::embedded()).is_ok());
     }
 
     #[test]
@@ -203,7 +240,7 @@ mod tests {
             }),
             ..Cosign::default()
         };
-        let root = PUBLIC_GOOD_TRUSTED_ROOT;
+        let root = &RootState::embedded();
         assert!(verifier_for(&with_url("https://rekor.sigstore.dev", None), root).is_ok());
         assert!(verifier_for(&with_url("https://rekor.sigstore.dev/", None), root).is_ok());
         let Err(err) = verifier_for(&with_url("https://rekor.example.com", None), root) else {
@@ -237,7 +274,7 @@ mod tests {
             }),
             ..Cosign::default()
         };
-        assert!(verifier_for(&cosign, PUBLIC_GOOD_TRUSTED_ROOT).is_ok());
+        assert!(verifier_for(&cosign, &RootState::embedded()).is_ok());
         let bad = Cosign {
             trusted_root: Some(StringSource {
                 value: Some("{".into()),
@@ -245,7 +282,7 @@ mod tests {
             }),
             ..Cosign::default()
         };
-        let Err(err) = verifier_for(&bad, PUBLIC_GOOD_TRUSTED_ROOT) else {
+        let Err(err) = verifier_for(&bad, &RootState::embedded()) else {
             panic!("bad root accepted")
         };
         assert!(err.to_string().contains("trustedRoot"), "{err}");

@@ -425,10 +425,37 @@ pub(crate) fn run_with_entry(
         Authority::Key(key) | Authority::Certificate(key) => Verifier::Key(&key.der),
         Authority::Notary(_) => return Err(Rejection::Attestor("not a cosign attestor".into())),
     };
+    if !crate::trust::knows_tlog(root, &entry.log_key_id) {
+        return Err(crate::trust::unknown_log(
+            "transparency log",
+            &entry.log_key_id,
+            &plan.trust_described,
+        ));
+    }
     check_entry(entry, bundle, &verifier)?;
     let result = run_with_log(plan, bundle, LogCheck::Ivory, check)?;
     check_log(entry, root, result.verified_timestamps())?;
     Ok(result)
+}
+
+/// Every log entry of `bundle` is from a log the attestor's trust root lists: an entry from a
+/// log it does not know (a new shard, a rotated key the root has not caught up with) is denied
+/// naming the log and the root, before sigstore-verify's bare failure.
+fn known_logs(plan: &Plan, bundle: &Bundle) -> Result<(), Rejection> {
+    let Some(root) = plan.trusted_root.as_deref() else {
+        return Ok(());
+    };
+    for entry in &bundle.verification_material.tlog_entries {
+        let id = entry.log_id.key_id.as_bytes();
+        if !crate::trust::knows_tlog(root, id) {
+            return Err(crate::trust::unknown_log(
+                "transparency log",
+                id,
+                &plan.trust_described,
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Who checks the bundle's log entry.
@@ -452,6 +479,9 @@ fn run_with_log(
     let distinct = with_distinct_timestamp_certificates(bundle);
     let bundle = distinct.as_ref().unwrap_or(bundle);
     let skip_log = plan.ignore_tlog || log == LogCheck::Ivory;
+    if !skip_log {
+        known_logs(plan, bundle)?;
+    }
     match run_once(plan, bundle, skip_log, &check) {
         Err(e @ sigstore_verify::Error::Timestamp(TimestampError::Invalid(_)))
             if !skip_log && has_promised_entry(bundle) =>

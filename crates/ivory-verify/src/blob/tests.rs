@@ -5,7 +5,6 @@ use serde_json::json;
 use sha2::{Digest as _, Sha256};
 
 use super::*;
-use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
 
 /// A conformance case folder (fixtures/sigstore-conformance).
 fn case(name: &str) -> PathBuf {
@@ -24,7 +23,7 @@ const ACTIONS: &str = "https://token.actions.githubusercontent.com";
 fn plan(cosign: serde_json::Value) -> Plan {
     let attestor: Attestor =
         serde_json::from_value(json!({ "name": "blob", "cosign": cosign })).unwrap();
-    Plan::with_trust_root(&attestor, PUBLIC_GOOD_TRUSTED_ROOT).unwrap()
+    Plan::with_trust_root(&attestor, &crate::trust_source::RootState::embedded()).unwrap()
 }
 
 fn keyless(subject: &str, root: Option<PathBuf>) -> Plan {

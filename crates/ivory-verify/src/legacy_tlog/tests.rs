@@ -12,7 +12,6 @@ use sigstore_verify::crypto::KeyPair;
 
 use crate::attestor_plan::Plan;
 use crate::envelope::{Envelope, Legacy};
-use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
 use crate::verdict::evaluate;
 
 const GHA: &str = "https://token.actions.githubusercontent.com";
@@ -51,7 +50,7 @@ fn keyless(identity: Identity, ignore_sct: bool) -> Attestor {
 }
 
 fn plan(a: &Attestor) -> Plan {
-    Plan::new(a, PUBLIC_GOOD_TRUSTED_ROOT).unwrap()
+    Plan::new(a, &crate::trust_source::RootState::embedded()).unwrap()
 }
 
 const FLAVIO_DIR: &str = "sigstore-rs/legacy-keyless-disallow-service-nodeport";
@@ -389,7 +388,16 @@ fn sct_from_a_log_the_trust_root_does_not_know_is_rejected() {
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("embedded SCT does not verify"), "{err}");
+    // The certificate's SCT comes from the public-good CT log, which the attestor's own CT
+    // log key replaced: the denial names that log and where the attestor's trust came from.
+    assert!(
+        err.contains(": CT log ")
+            && err.contains(
+                " unknown to the trust root (embedded, built into this ivory), its CT log from \
+                 ctlog.ctLogPubKey"
+            ),
+        "{err}"
+    );
 }
 
 /// The reasons are typed where they are decided; the text is only how they read.

@@ -9,7 +9,6 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::envelope::Legacy;
-use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
 
 const DIGEST: &str = "sha256:2f3c2b1a9f0e8d7c6b5a493827161504f3e2d1c0b9a8f7e6d5c4b3a291807162";
 const SPDX: &str = "https://spdx.dev/Document";
@@ -39,7 +38,7 @@ fn key_plan(pem: &str, ignore_tlog: bool) -> Plan {
         }),
         notary: None,
     };
-    Plan::new(&attestor, PUBLIC_GOOD_TRUSTED_ROOT).unwrap()
+    Plan::new(&attestor, &crate::trust_source::RootState::embedded()).unwrap()
 }
 
 fn legacy(blob: Vec<u8>) -> Legacy {

@@ -201,7 +201,7 @@ fn keyless_plan(trusted_root: &str) -> Plan {
         }),
         notary: None,
     };
-    Plan::new(&attestor, crate::trust::PUBLIC_GOOD_TRUSTED_ROOT).unwrap()
+    Plan::new(&attestor, &crate::trust_source::RootState::embedded()).unwrap()
 }
 
 #[test]

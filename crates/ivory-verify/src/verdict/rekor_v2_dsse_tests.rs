@@ -168,7 +168,7 @@ fn keyless_plan(root: &str) -> Plan {
         }),
         notary: None,
     };
-    Plan::new(&attestor, crate::trust::PUBLIC_GOOD_TRUSTED_ROOT).unwrap()
+    Plan::new(&attestor, &crate::trust_source::RootState::embedded()).unwrap()
 }
 
 fn key_plan(pem: &str, root: &str) -> Plan {
@@ -184,7 +184,7 @@ fn key_plan(pem: &str, root: &str) -> Plan {
         }),
         notary: None,
     };
-    Plan::new(&attestor, crate::trust::PUBLIC_GOOD_TRUSTED_ROOT).unwrap()
+    Plan::new(&attestor, &crate::trust_source::RootState::embedded()).unwrap()
 }
 
 fn attest(plan: &Plan, att: &Attestation, bundle: Vec<u8>) -> Result<Accepted, Rejection> {
@@ -354,10 +354,14 @@ fn a_corrupted_inclusion_proof_or_a_checkpoint_of_another_key_is_refused() {
     let forged = format!("{note}\n\u{2014} {ORIGIN} {}\n", STANDARD.encode(&sig));
     entry["inclusionProof"]["checkpoint"]["envelope"] = json!(forged);
     refused(k.check(entry), "not signed by the named log's key");
-    // The entry names a log the trust root does not hold.
+    // The entry names a log the trust root does not hold: the denial names the log and the
+    // root, so that an operator sees a root that has not caught up (a new shard).
     refused(
         k.check(impostor.entry("dsse", "0.0.2", &body)),
-        "names a log the trust root does not hold",
+        &format!(
+            "transparency log {} unknown to the attestor's trustedRoot",
+            hex::encode(impostor.key_id())
+        ),
     );
 }
 

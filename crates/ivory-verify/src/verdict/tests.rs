@@ -9,7 +9,6 @@ use base64::Engine as _;
 
 use super::*;
 use crate::envelope::Legacy;
-use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
 
 const GHA: &str = "https://token.actions.githubusercontent.com";
 
@@ -50,7 +49,7 @@ fn keyless_attestor(subject: &str, issuer: &str) -> Attestor {
 }
 
 fn plan(a: &Attestor) -> Plan {
-    Plan::new(a, PUBLIC_GOOD_TRUSTED_ROOT).unwrap()
+    Plan::new(a, &crate::trust_source::RootState::embedded()).unwrap()
 }
 
 fn simple(dir: &str) -> (Envelope, String) {

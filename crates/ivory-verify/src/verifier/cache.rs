@@ -355,7 +355,8 @@ where
 /// than serializing and hashing it again, and policies use few distinct attestors.
 #[derive(Default)]
 pub(super) struct AttestorMemo {
-    entries: RwLock<Vec<(Attestor, AttestorPlan)>>,
+    /// Each attestor with the trust-root generation its plan was made under.
+    entries: RwLock<Vec<(Attestor, u64, AttestorPlan)>>,
     next: AtomicUsize,
 }
 
@@ -366,21 +367,22 @@ pub(super) type AttestorPlan = ([u8; 32], Arc<Result<Plan, crate::Rejection>>);
 const ATTESTOR_MEMO: usize = 32;
 
 impl AttestorMemo {
-    /// The remembered hash and plan of an attestor equal to `attestor`.
-    pub(super) fn get(&self, attestor: &Attestor) -> Option<AttestorPlan> {
+    /// The remembered hash and plan of an attestor equal to `attestor`, made under the trust
+    /// root of `generation`.
+    pub(super) fn get(&self, attestor: &Attestor, generation: u64) -> Option<AttestorPlan> {
         let entries = self.entries.read().ok()?;
         entries
             .iter()
-            .find(|(seen, _)| seen == attestor)
-            .map(|(_, plan)| (plan.0, Arc::clone(&plan.1)))
+            .find(|(seen, made_under, _)| *made_under == generation && seen == attestor)
+            .map(|(_, _, plan)| (plan.0, Arc::clone(&plan.1)))
     }
 
-    /// Remembers `attestor`'s hash and plan.
-    pub(super) fn insert(&self, attestor: &Attestor, plan: &AttestorPlan) {
+    /// Remembers `attestor`'s hash and plan, made under the trust root of `generation`.
+    pub(super) fn insert(&self, attestor: &Attestor, generation: u64, plan: &AttestorPlan) {
         let Ok(mut entries) = self.entries.write() else {
             return;
         };
-        let entry = (attestor.clone(), (plan.0, Arc::clone(&plan.1)));
+        let entry = (attestor.clone(), generation, (plan.0, Arc::clone(&plan.1)));
         if entries.len() < ATTESTOR_MEMO {
             entries.push(entry);
         } else {
@@ -476,12 +478,14 @@ mod tests {
                 Arc::new(Err(crate::Rejection::InvalidSignature(format!("plan {n}")))),
             )
         };
-        memo.insert(&key_attestor("a", "KEY1"), &plan(1));
-        let hit = memo.get(&key_attestor("a", "KEY1"));
+        memo.insert(&key_attestor("a", "KEY1"), 0, &plan(1));
+        let hit = memo.get(&key_attestor("a", "KEY1"), 0);
         assert_eq!(hit.map(|p| p.0), Some([1; 32]));
-        assert!(memo.get(&key_attestor("a", "KEY2")).is_none());
+        assert!(memo.get(&key_attestor("a", "KEY2"), 0).is_none());
+        // A plan made under another trust root is not answered.
+        assert!(memo.get(&key_attestor("a", "KEY1"), 1).is_none());
         for n in 0..=ATTESTOR_MEMO as u8 {
-            memo.insert(&key_attestor("x", &n.to_string()), &plan(n));
+            memo.insert(&key_attestor("x", &n.to_string()), 0, &plan(n));
         }
         assert_eq!(
             memo.entries.read().map(|e| e.len()).unwrap_or_default(),

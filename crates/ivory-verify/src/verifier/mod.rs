@@ -41,13 +41,12 @@ use ivory_reference::ImageReference;
 use ivory_registry::{Credentials, Error as RegistryError, Registry, parse_reference};
 use moka::future::Cache;
 use serde_json::Value;
-use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
 use crate::attestor_plan::{Authority, Plan};
 use crate::classify::deadline_error;
 use crate::rejection::Rejection;
-use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
+use crate::trust_source::TrustRoots;
 use crate::verdict::{Accepted, evaluate};
 
 pub use cache::CacheStats;
@@ -80,8 +79,9 @@ pub struct VerifierConfig {
     pub max_signature_bytes: usize,
     /// Most signature layers/referrers read per image.
     pub max_signatures: usize,
-    /// The trusted root used when an attestor names none (`trusted_root.json` text).
-    pub default_trusted_root: String,
+    /// The trusted root used when an attestor names none, kept current by its source
+    /// (`TrustRoots::spawn_refresh`).
+    pub trust_roots: TrustRoots,
     /// The background store of revocation data (CRLs) for Notation chains.
     pub revocation: RevocationConfig,
     /// The repository cosign signatures are read from when an attestor names none
@@ -103,7 +103,7 @@ impl Default for VerifierConfig {
             max_tags: 10_000,
             max_signature_bytes: 4 * 1024 * 1024,
             max_signatures: 50,
-            default_trusted_root: PUBLIC_GOOD_TRUSTED_ROOT.to_owned(),
+            trust_roots: TrustRoots::embedded(),
             revocation: RevocationConfig::default(),
             revocation_settle: None,
             signature_repository: None,
@@ -138,8 +138,6 @@ struct Inner {
     /// The runnable children of an index (`None`: a single manifest), by digest reference and
     /// credential set (`ivory.dev/verify-platforms`).
     indexes: moka::sync::Cache<TagKey, Option<Arc<Vec<platforms::Child>>>, KeyedState>,
-    /// SHA-256 of `config.default_trusted_root`, part of every attestor hash.
-    root_hash: [u8; 32],
     /// Recent attestors' hashes and plans (see [`AttestorMemo`]).
     attestors: AttestorMemo,
     /// The cache shared with the other replicas, if any.
@@ -179,7 +177,6 @@ impl CosignVerifier {
             .time_to_live(config.tag_ttl)
             .build_with_hasher(keyed_state());
         let plans = moka::sync::Cache::builder().max_capacity(1_000).build();
-        let root_hash = Sha256::digest(config.default_trusted_root.as_bytes()).into();
         // Weighed by children, so the bound is on what is held, not on the number of indexes.
         let indexes = moka::sync::Cache::builder()
             .weigher(
@@ -196,7 +193,6 @@ impl CosignVerifier {
         Self {
             inner: Arc::new(Inner {
                 revocation,
-                root_hash,
                 shared,
                 attestors: AttestorMemo::default(),
                 registry,
@@ -243,18 +239,21 @@ impl CosignVerifier {
     }
 
     fn plan(&self, attestor: &Attestor) -> (Arc<Result<Plan, Rejection>>, [u8; 32]) {
-        if let Some((hash, plan)) = self.inner.attestors.get(attestor) {
+        // A root swapped by its source changes every hash: plans and verdicts of the old root
+        // are never answered under the new one.
+        let generation = self.inner.config.trust_roots.generation();
+        if let Some((hash, plan)) = self.inner.attestors.get(attestor, generation) {
             return (plan, hash);
         }
-        let hash = attestor_hash(attestor, &self.inner.root_hash);
-        let root = &self.inner.config.default_trusted_root;
+        let root = self.inner.config.trust_roots.current();
+        let hash = attestor_hash(attestor, &root.hash);
         let plan = self
             .inner
             .plans
-            .get_with(hash, || Arc::new(Plan::new(attestor, root)));
+            .get_with(hash, || Arc::new(Plan::new(attestor, &root)));
         self.inner
             .attestors
-            .insert(attestor, &(hash, Arc::clone(&plan)));
+            .insert(attestor, generation, &(hash, Arc::clone(&plan)));
         (plan, hash)
     }
 

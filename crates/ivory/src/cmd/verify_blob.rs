@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use ivory_policy::types::Attestor;
 use ivory_verify::blob::{Blob, BlobVerified, MAX_BUNDLE_BYTES, verify_blob};
-use ivory_verify::{PUBLIC_GOOD_TRUSTED_ROOT, Plan, Rejection};
+use ivory_verify::{Plan, Rejection};
 use serde_json::{Value, json};
 
 use super::output::{self, Format};
@@ -128,7 +128,10 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
     }
     let attestor: Attestor = serde_json::from_value(json!({ "name": "blob", "cosign": cosign }))
         .context("building the attestor from the flags")?;
-    Ok(Plan::with_trust_root(&attestor, PUBLIC_GOOD_TRUSTED_ROOT)?)
+    Ok(Plan::with_trust_root(
+        &attestor,
+        &ivory_verify::RootState::embedded(),
+    )?)
 }
 
 /// The text of the file a flag names, read under `max` bytes by the commands' one bounded
