@@ -134,7 +134,7 @@ pub use limits::{DEFAULT_BODY_LIMIT, HttpLimits};
 pub use metrics::{
     ActivityHook, CacheCounts, CacheStatsSource, CrlCount, L2Counts, L2StatsSource, LogDropsSource,
     Metrics, RegistryStatsSource, ResourceWatchStatsSource, RevocationCounts,
-    RevocationStatsSource, WatchStats,
+    RevocationStatsSource, TrustRootCount, TrustRootStatsSource, WatchStats,
 };
 pub use policies::{FileSource, PolicyStore, Snapshot};
 pub use routes::{AppState, ExceptionSettings, READYZ_POLICY_ERRORS, router};

@@ -37,6 +37,9 @@
 //!   `nextUpdate`, negative once passed: data past it no longer counts), and
 //!   `revocation_fetches_total{result}` (`ok`, `failed`): the background revocation data, read
 //!   at scrape time.
+//! * `trust_root_age_seconds{source}`, `trust_root_last_refresh_success_timestamp_seconds{source}`
+//!   gauges and `trust_root_refreshes_total{source,result}`: the trusted root's freshness
+//!   (`metrics/trust_root.rs`).
 //! * `resource_watch_objects{resource}`, `_bytes`, `_synced`, `_over_total_bytes` gauges: what
 //!   each watch of the policies' cluster reads holds; `_over_total_bytes` is 1 for a watch
 //!   emptied because all watches together reached `--resource-watch-max-total-bytes`.
@@ -57,6 +60,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+mod trust_root;
+pub use trust_root::{TrustRootCount, TrustRootStatsSource};
 
 /// Where registry counters come from (the verifier's registry client).
 pub type RegistryStatsSource = Arc<dyn Fn() -> Vec<RegistryStats> + Send + Sync>;
@@ -244,6 +250,7 @@ pub struct Metrics {
     crl_next_update: Family<UrlLabels, Gauge>,
     revocation_fetches: Family<ResultLabels, Counter>,
     revocation_source: Option<RevocationStatsSource>,
+    trust_root: trust_root::TrustRootMetrics,
 }
 
 impl fmt::Debug for Metrics {
@@ -312,12 +319,14 @@ impl Metrics {
             crl_next_update: Family::default(),
             revocation_fetches: Family::default(),
             revocation_source: None,
+            trust_root: trust_root::TrustRootMetrics::default(),
             registry: Registry::default(),
         }
     }
 
     /// Registers the families of revocation, refusals of the webhook port, policy results and reports.
     fn register_results(&self, registry: &mut Registry) {
+        self.trust_root.register(registry);
         registry.register(
             "revocation_crl_age_seconds",
             "Age of each CRL held for Notation revocation checks (fetched in the background)",
@@ -507,6 +516,12 @@ impl Metrics {
     /// Adds the verifier's cache counters to every scrape.
     pub fn with_cache_stats(mut self, source: CacheStatsSource) -> Self {
         self.cache_source = Some(source);
+        self
+    }
+
+    /// Adds the trusted root's freshness per source to every scrape.
+    pub fn with_trust_root_stats(mut self, source: TrustRootStatsSource) -> Self {
+        self.trust_root.source = Some(source);
         self
     }
 
@@ -722,6 +737,7 @@ impl Metrics {
                 set(&self.revocation_fetches, &labels, n);
             }
         }
+        self.trust_root.update();
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -806,6 +822,50 @@ mod tests {
             ),
             Some(5.0)
         );
+    }
+
+    #[test]
+    fn the_trusted_roots_freshness_is_exported_per_source() {
+        let counts = Arc::new(Mutex::new(vec![TrustRootCount {
+            source: "TUF http://127.0.0.1:1".into(),
+            age_seconds: Some(30),
+            last_success_unix: Some(1_765_000_000),
+            succeeded: 4,
+            failed: 2,
+        }]));
+        let source = counts.clone();
+        let m =
+            Metrics::new().with_trust_root_stats(Arc::new(move || source.lock().unwrap().clone()));
+        let text = m.encode();
+        let src = r#"source="TUF http://127.0.0.1:1""#;
+        assert_eq!(
+            line(&text, &format!("ivory_trust_root_age_seconds{{{src}}}")),
+            Some(30.0)
+        );
+        assert_eq!(
+            line(
+                &text,
+                &format!("ivory_trust_root_last_refresh_success_timestamp_seconds{{{src}}}")
+            ),
+            Some(1_765_000_000.0)
+        );
+        assert_eq!(
+            line(
+                &text,
+                &format!("ivory_trust_root_refreshes_total{{{src},result=\"failed\"}}")
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            line(
+                &text,
+                &format!("ivory_trust_root_refreshes_total{{{src},result=\"ok\"}}")
+            ),
+            Some(4.0)
+        );
+        // Back on the root built into ivory: no age.
+        counts.lock().unwrap()[0].age_seconds = None;
+        assert!(!m.encode().contains("trust_root_age_seconds{"));
     }
 
     #[test]

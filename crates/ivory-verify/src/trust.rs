@@ -125,10 +125,11 @@ pub(crate) fn verifier_for(cosign: &Cosign, default_root: &RootState) -> Result<
 /// `described` says which root, from where and when, so that an operator sees a rotation or a
 /// new shard the root has not caught up with, not a bare "verification failed".
 pub(crate) fn unknown_log(kind: &str, key_id: &[u8], described: &str) -> Rejection {
-    Rejection::Tlog(format!(
-        "{kind} {} unknown to {described}",
-        hex::encode(key_id)
-    ))
+    Rejection::UnknownLog {
+        log: kind.to_owned(),
+        id: hex::encode(key_id),
+        root: described.to_owned(),
+    }
 }
 
 /// Whether `root` lists a transparency log with this key id (at any time).

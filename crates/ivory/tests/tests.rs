@@ -11,6 +11,7 @@
 //! * `serve_limits`: the webhook port against clients holding partial bodies, header trickles,
 //!   idle and surplus connections (body budget, timeouts, connection cap; peak RSS).
 //! * `serve_reload`: policy files rewritten non-atomically while `ivory serve` watches them.
+//! * `serve_trust_root`: `ivory serve --tuf-mirror` following a TUF repository on loopback.
 //! * `serve_supervise`: `ivory serve --supervise` replacing a serving process killed with SIGKILL.
 //! * `serve_cel_cost`: `ivory serve` against costly CEL (load-time refusal, run-time limit).
 //! * `fleet`: `ivory serve` replicas sharing a real redis-server (`--cache-redis`).
@@ -77,5 +78,6 @@ mod serve_parity;
 mod serve_reload;
 mod serve_route_scope;
 mod serve_supervise;
+mod serve_trust_root;
 mod util;
 mod webhooks;

@@ -24,6 +24,9 @@ pub(super) struct Evidence {
     images: Mutex<BTreeMap<String, bool>>,
     /// Shared: a memoized result's evidence is copied into every request it answers.
     signers: Mutex<BTreeSet<Arc<VerifiedBy>>>,
+    /// Verdicts read that name a log the trust root does not know, by image: said in a
+    /// warning when the image ends up unverified (a stale root, not a bad signature).
+    unknown_logs: Mutex<BTreeMap<String, BTreeSet<String>>>,
 }
 
 /// One verification an expression read and that verified: what, by which policy and attestor,
@@ -148,6 +151,28 @@ impl Evidence {
         *entry |= verified;
     }
 
+    fn unknown_logs(&self) -> MutexGuard<'_, BTreeMap<String, BTreeSet<String>>> {
+        self.unknown_logs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn record_unknown_log(&self, image: &str, reason: String) {
+        self.unknown_logs()
+            .entry(image.to_owned())
+            .or_default()
+            .insert(reason);
+    }
+
+    /// `image <image>: <reason>` for each image no policy verified whose verdicts named a log
+    /// the trust root does not know, in a stable order.
+    pub(super) fn unknown_log_warnings(&self) -> Vec<String> {
+        let images = self.images().clone();
+        self.unknown_logs()
+            .iter()
+            .filter(|(image, _)| images.get(*image) != Some(&true))
+            .flat_map(|(image, reasons)| reasons.iter().map(move |r| format!("image {image}: {r}")))
+            .collect()
+    }
+
     fn record_signer(&self, verified: Arc<VerifiedBy>) {
         self.signers
             .lock()
@@ -171,6 +196,14 @@ impl Evidence {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(signers);
+        let unknown = other
+            .unknown_logs
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut mine = self.unknown_logs();
+        for (image, reasons) in unknown {
+            mine.entry(image).or_default().extend(reasons);
+        }
     }
 
     /// A copy of what was learnt, to be merged again later ([`Evidence::merge`]).
@@ -183,6 +216,7 @@ impl Evidence {
                     .unwrap_or_else(|p| p.into_inner())
                     .clone(),
             ),
+            unknown_logs: Mutex::new(self.unknown_logs().clone()),
         }
     }
 
@@ -335,7 +369,11 @@ impl PolicyHost<'_> {
                             .or_insert_with(|| payload.clone());
                     }
                 }
-                Some(Outcome::Verify(Ok(Verification::NotVerified { .. }))) => {}
+                Some(Outcome::Verify(Ok(Verification::NotVerified { reason, .. }))) => {
+                    if let Some(unknown) = reason.unknown_log() {
+                        self.evidence.record_unknown_log(image, unknown.to_string());
+                    }
+                }
                 Some(Outcome::Verify(Err(err))) => match assumed {
                     Some(verified) if err.is_deadline() => count += i64::from(verified),
                     _ => return Err(self.needed(err, "")),

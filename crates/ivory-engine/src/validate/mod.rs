@@ -187,6 +187,7 @@ pub async fn validate_memoized(
     let mut evaluated: Vec<Evaluated> = evaluated.into_iter().flatten().collect();
     response::enforce_required(&mut evaluated, &evidence);
     let mut decision = response::decide(evaluated);
+    decision.warnings.extend(evidence.unknown_log_warnings());
     if decision.allowed
         && let Some(value) = response::verified_annotation(evidence.verified())
     {

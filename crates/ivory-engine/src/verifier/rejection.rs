@@ -68,6 +68,18 @@ pub enum Rejection {
     /// prefix, then the detail).
     #[error("transparency log or timestamp verification failed: {0}")]
     Tlog(String),
+    /// A log entry or SCT from a log the trust root does not list (a new shard, a rotated key
+    /// the root has not caught up with): named with the root's source and age, so that an
+    /// operator sees a stale root rather than a bad signature.
+    #[error("transparency log or timestamp verification failed: {log} {id} unknown to {root}")]
+    UnknownLog {
+        /// `transparency log` or `CT log`.
+        log: String,
+        /// The log's key id, hex.
+        id: String,
+        /// Which root, from where, and when (`the trust root (TUF https://…, updated …)`).
+        root: String,
+    },
     /// The signature bytes do not verify with the signer's key.
     #[error("invalid signature: {0}")]
     InvalidSignature(String),
@@ -154,6 +166,16 @@ impl Rejection {
             Self::NoneMatched { reasons, .. } => reasons.iter().any(Self::is_transient),
             Self::Platform { reason, .. } | Self::Searched { reason, .. } => reason.is_transient(),
             _ => false,
+        }
+    }
+
+    /// The reason naming a log the trust root does not know, alone or among the reasons.
+    pub fn unknown_log(&self) -> Option<&Rejection> {
+        match self {
+            Self::UnknownLog { .. } => Some(self),
+            Self::NoneMatched { reasons, .. } => reasons.iter().find_map(Self::unknown_log),
+            Self::Platform { reason, .. } | Self::Searched { reason, .. } => reason.unknown_log(),
+            _ => None,
         }
     }
 

@@ -19,6 +19,7 @@ use ivory_verify::{CosignVerifier, VerifierConfig};
 mod kube_wiring;
 mod l2_wiring;
 mod supervise;
+mod trust_wiring;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -47,6 +48,8 @@ pub(crate) struct Args {
     supervise: bool,
     #[command(flatten)]
     registry: super::wiring::RegistryAccessOpts,
+    #[command(flatten)]
+    trust: trust_wiring::TrustOpts,
     /// Watch ImageValidatingPolicies, NamespacedImageValidatingPolicies, Namespaces and the
     /// registry Secrets of ivory's namespace through the Kubernetes API (KUBECONFIG or
     /// in-cluster config) instead of reading --policies.
@@ -203,11 +206,16 @@ pub(crate) async fn run(
         )?),
         None => None,
     };
+    let trust_roots = args.trust.roots(&registry)?;
+    if let Some(period) = args.trust.refresh_period(args.reload_interval) {
+        trust_roots.spawn_refresh(period);
+    }
     let verifier = CosignVerifier::with_shared_cache(
         registry,
         VerifierConfig {
             tag_ttl: args.tag_cache_ttl,
             signature_repository: args.registry.signature_repository(),
+            trust_roots: trust_roots.clone(),
             ..VerifierConfig::default()
         },
         kube_wiring::credentials_resolver(kube_slot.clone()),
@@ -222,6 +230,7 @@ pub(crate) async fn run(
         l2_wiring::warm_up(&l2).await;
         metrics = metrics.with_l2_stats(Arc::new(move || l2_wiring::counts(&l2)));
     }
+    let metrics = metrics.with_trust_root_stats(trust_wiring::stats_source(&trust_roots));
     let metrics = Arc::new(with_verifier_stats(metrics, &verifier));
     let store = Arc::new(PolicyStore::default());
     let kube = if args.kube {

@@ -1,0 +1,174 @@
+//! `ivory serve --tuf-mirror`: the trusted root of attestors that name none, kept current from
+//! a TUF repository (python-tuf built, `fixtures/tuf/`, served on loopback by
+//! `ivory_testkit::TufMirror`) while the server runs. The image is signed by the tests' mock
+//! Sigstore (`keyless-cosign2`: its Rekor log is in `fixtures/keyless/trusted_root.json` and
+//! nowhere else): state 1's root lacks that log, state 2 (root keys rotated) adds it.
+
+use std::time::Duration;
+
+use ivory_testkit::eventually;
+use ivory_testkit::review::pod_review_with;
+use ivory_testkit::{RegistryHarness, TufMirror, fixtures_dir, tuf_fixtures_dir};
+use serde_json::json;
+
+use crate::util::Ivory;
+
+/// A keyless policy over the harness's images, with no `trustedRoot`: the server's root decides.
+fn policy(host: &str) -> String {
+    let identity: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures_dir().join("keyless/identity.json")).unwrap(),
+    )
+    .unwrap();
+    format!(
+        r#"apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata:
+  name: keyless
+spec:
+  validationActions: [Deny]
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+  matchImageReferences:
+  - glob: "{host}/*"
+  validationConfigurations:
+    verifyDigest: false
+  attestors:
+  - name: mock
+    cosign:
+      keyless:
+        identities:
+        - issuer: "{}"
+          subject: "{}"
+  validations:
+  - expression: "images.containers.all(i, verifyImageSignatures(i, [attestors.mock]) > 0)"
+    message: unsigned
+"#,
+        identity["issuer"].as_str().unwrap(),
+        identity["subject"].as_str().unwrap()
+    )
+}
+
+/// A keyless image is denied while the TUF-served root does not know its log, with a warning
+/// naming the log and the root's source and age; a rotation that adds the log is trusted by the running server within
+/// a refresh period; refused metadata and a mirror gone keep the root, and say so in metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_server_follows_its_tuf_root_and_names_the_log_it_does_not_know() {
+    let h = RegistryHarness::start_default().await.unwrap();
+    let (image, digest) = h.push_fixture("keyless-cosign2").await.unwrap();
+    let pinned = format!("{}@{digest}", image.rsplit_once(':').unwrap().0);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("keyless.yaml"), policy(h.host())).unwrap();
+    let mut mirror = TufMirror::start("state-1").await.unwrap();
+    let ivory = Ivory::start_in(
+        dir.path(),
+        &[
+            "--policies".into(),
+            policies.display().to_string(),
+            "--registry-ca".into(),
+            dir.path().join("registry-ca.pem").display().to_string(),
+            "--tuf-mirror".into(),
+            mirror.url(),
+            "--tuf-root".into(),
+            tuf_fixtures_dir().join("root-1.json").display().to_string(),
+            "--tuf-refresh-interval".into(),
+            "1s".into(),
+        ],
+    )
+    .await;
+    let review = pod_review_with(
+        "u1",
+        "CREATE",
+        "default",
+        json!({"containers": [{"name": "app", "image": pinned}]}),
+    );
+    let judge = || async {
+        let response = ivory.review("/ivpol/validate/keyless", &review).await;
+        let warnings: Vec<&str> = response["warnings"]
+            .as_array()
+            .map(|w| w.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        (
+            response["allowed"] == true,
+            format!(
+                "{} | {}",
+                response["status"]["message"].as_str().unwrap_or_default(),
+                warnings.join(" | ")
+            ),
+        )
+    };
+    let source = format!("TUF {}", mirror.url());
+    // State 1: denied, naming the log and the TUF source.
+    let message = eventually(
+        "a denial naming the TUF root",
+        Duration::from_secs(20),
+        || async {
+            let (allowed, message) = judge().await;
+            if !allowed
+                && message.contains(&format!("unknown to the trust root ({source}, updated "))
+            {
+                Ok(message)
+            } else {
+                Err(format!("allowed {allowed}: {message}"))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    // The denial is the policy's (Kyverno's message); the warning beside it names the log.
+    assert!(
+        message.starts_with("Policy keyless failed: unsigned | image "),
+        "{message}"
+    );
+    assert!(message.contains(": transparency log "), "{message}");
+
+    // Root keys rotated and the log added: the same server admits the image, no restart.
+    mirror.switch("state-2").unwrap();
+    eventually(
+        "the rotated root in force",
+        Duration::from_secs(20),
+        || async {
+            let (allowed, message) = judge().await;
+            if allowed { Ok(()) } else { Err(message) }
+        },
+    )
+    .await
+    .unwrap();
+
+    // Expired metadata, then the mirror gone: the root is kept, the failures counted.
+    mirror.switch("expired").unwrap();
+    let failed =
+        format!(r#"ivory_trust_root_refreshes_total{{source="{source}",result="failed"}}"#);
+    eventually("a counted refusal", Duration::from_secs(20), || async {
+        let metrics = ivory.metrics().await;
+        metrics
+            .lines()
+            .any(|l| l.starts_with(&failed) && !l.ends_with(" 0"))
+    })
+    .await
+    .unwrap();
+    mirror.down().await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (allowed, message) = judge().await;
+    assert!(allowed, "the last good root was not kept: {message}");
+    let metrics = ivory.metrics().await;
+    assert!(
+        metrics.contains(&format!(
+            r#"ivory_trust_root_age_seconds{{source="{source}"}}"#
+        )),
+        "{metrics}"
+    );
+    assert!(
+        ivory
+            .logs()
+            .contains("trusted root refresh failed; the root in force is kept"),
+        "{}",
+        ivory.logs()
+    );
+}
