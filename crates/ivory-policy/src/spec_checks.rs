@@ -402,21 +402,10 @@ fn cosign(c: &Cosign, field: &str, errs: &mut Errors) {
                 .as_deref()
                 .is_some_and(|e| !e.trim().is_empty())
     });
-    if let Some(tuf) = &c.tuf {
-        let root = tuf.root.as_ref();
-        let named = [
-            ("mirror", tuf.mirror.as_deref()),
-            ("root.data", root.and_then(|r| r.data.as_deref())),
-            ("root.path", root.and_then(|r| r.path.as_deref())),
-        ];
-        for (name, value) in named {
-            if value.is_some_and(|v| !v.is_empty()) && !has_trusted_root {
-                errs.forbidden(
-                    format!("{field}.tuf.{name}"),
-                    "not supported: ivory has no TUF client; give the trust root as trustedRoot",
-                );
-            }
-        }
+    if let Some(tuf) = &c.tuf
+        && !has_trusted_root
+    {
+        tuf_checks(tuf, &format!("{field}.tuf"), errs);
     }
     if let Some(root) = &c.trusted_root {
         let f = format!("{field}.trustedRoot");
@@ -541,6 +530,37 @@ fn string_source(src: &StringSource, field: &str, allow_base64: bool, errs: &mut
         && let Some(v) = &src.value
     {
         pem_field(v, &format!("{field}.value"), allow_base64, errs);
+    }
+}
+
+/// `cosign.tuf` as ivory fetches it (`ivory_verify::TufSources`): the mirror an http(s) URL,
+/// `root.data` base64 of a root.json, `root.path` a file or an http(s) URL.
+fn tuf_checks(tuf: &crate::types::Tuf, field: &str, errs: &mut Errors) {
+    if let Some(mirror) = tuf.mirror.as_deref().filter(|m| !m.is_empty())
+        && !(mirror.starts_with("https://") || mirror.starts_with("http://"))
+    {
+        errs.invalid(format!("{field}.mirror"), "must be an http or https URL");
+    }
+    let Some(root) = &tuf.root else {
+        return;
+    };
+    if let Some(data) = root.data.as_deref().filter(|d| !d.is_empty()) {
+        use base64::Engine as _;
+        if base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .is_err()
+        {
+            errs.invalid(format!("{field}.root.data"), "must be base64 (a root.json)");
+        }
+    }
+    if let Some(path) = root.path.as_deref().filter(|p| !p.is_empty())
+        && path.contains("://")
+        && !(path.starts_with("https://") || path.starts_with("http://"))
+    {
+        errs.invalid(
+            format!("{field}.root.path"),
+            "must be a file or an http or https URL",
+        );
     }
 }
 

@@ -21,7 +21,6 @@ use crate::trust_source::RootState;
 pub const KMS_UNSUPPORTED: &str = "KMS keys are not supported by ivory";
 /// `tuf.mirror`/`tuf.root` without `trustedRoot`: falling back to the embedded public-good root
 /// would widen the trust the policy asked for, so the attestor verifies nothing instead.
-pub const TUF_UNSUPPORTED: &str = "tuf.mirror and tuf.root are not supported by ivory (no TUF client); give the trust root as trustedRoot";
 
 /// Who may have signed.
 #[derive(Debug)]
@@ -272,9 +271,6 @@ impl Plan {
         let ignore_sct = ctlog.insecure_ignore_sct.unwrap_or(false);
         let authority = authority(cosign)?;
         let needs_trust = keep_trust || matches!(authority, Authority::Keyless(_)) || !ignore_tlog;
-        if needs_trust && custom_tuf(cosign) {
-            return Err(Rejection::Attestor(TUF_UNSUPPORTED.into()));
-        }
         let (verifier, ca_certs, trusted_root, trust_described) = if needs_trust {
             let trust = verifier_for(cosign, default_root)?;
             (
@@ -346,24 +342,6 @@ fn authority(cosign: &Cosign) -> Result<Authority, Rejection> {
     ))
 }
 
-/// The attestor names its own TUF repository and no `trustedRoot`.
-fn custom_tuf(cosign: &Cosign) -> bool {
-    let has_root = cosign
-        .trusted_root
-        .as_ref()
-        .and_then(|t| t.value.as_deref())
-        .is_some_and(|v| !v.trim().is_empty());
-    let tuf = cosign.tuf.as_ref();
-    let mirror = tuf
-        .and_then(|t| t.mirror.as_deref())
-        .is_some_and(|m| !m.is_empty());
-    let root = tuf.and_then(|t| t.root.as_ref()).is_some_and(|r| {
-        r.data.as_deref().is_some_and(|d| !d.is_empty())
-            || r.path.as_deref().is_some_and(|p| !p.is_empty())
-    });
-    !has_root && (mirror || root)
-}
-
 fn first_cert(text: &str, field: &str) -> Result<DerCertificate, Rejection> {
     parse_certificates(text, field)?
         .into_iter()
@@ -374,7 +352,6 @@ fn first_cert(text: &str, field: &str) -> Result<DerCertificate, Rejection> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
     use ivory_policy::types::{CosignKey, Notary};
 
     fn cosign(c: Cosign) -> Attestor {
@@ -418,37 +395,6 @@ mod tests {
                 .to_string()
                 .contains("one key")
         );
-    }
-
-    #[test]
-    fn custom_tuf_without_trusted_root_is_refused() {
-        let keyless = Keyless {
-            identities: vec![Identity {
-                subject: Some("s".into()),
-                issuer: Some("i".into()),
-                ..Identity::default()
-            }],
-            ..Keyless::default()
-        };
-        let mut c = Cosign {
-            keyless: Some(keyless),
-            tuf: Some(ivory_policy::types::Tuf {
-                mirror: Some("https://tuf.example".into()),
-                root: None,
-            }),
-            ..Cosign::default()
-        };
-        assert_eq!(
-            Plan::new(&cosign(c.clone()), &RootState::embedded())
-                .unwrap_err()
-                .to_string(),
-            TUF_UNSUPPORTED
-        );
-        c.trusted_root = Some(ivory_policy::types::StringSource {
-            value: Some(PUBLIC_GOOD_TRUSTED_ROOT.into()),
-            expression: None,
-        });
-        assert!(Plan::new(&cosign(c), &RootState::embedded()).is_ok());
     }
 
     #[test]

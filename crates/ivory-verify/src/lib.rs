@@ -126,12 +126,13 @@ pub mod trust_source;
 pub mod verdict;
 mod verifier;
 
-pub use attestor_plan::{KMS_UNSUPPORTED, Plan, TUF_UNSUPPORTED};
+pub use attestor_plan::{KMS_UNSUPPORTED, Plan};
 pub use envelope::{Envelope, Legacy};
 pub use rejection::{Rejection, Sought};
 pub use trust::PUBLIC_GOOD_TRUSTED_ROOT;
 pub use trust_source::{
-    RefreshConfig, RefreshStats, RootState, TrustRoots, TrustSource, TrustSourceError, TufSource,
+    Pending, RefreshConfig, RefreshStats, RootState, TrustRoots, TrustSource, TrustSourceError,
+    TufSource, TufSources,
 };
 pub use verdict::{Accepted, NO_ATTESTATIONS, NO_SIGNATURES, TLOG_FAILED, evaluate};
 pub use verifier::{

@@ -15,7 +15,10 @@
 //! never a mix, and its cache keys carry the root's hash, so verdicts reached under one root
 //! are never answered under another.
 
+pub(crate) mod attestor;
 pub(crate) mod tuf;
+
+pub use attestor::{Pending, TufSources};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -172,3 +172,65 @@ async fn a_running_server_follows_its_tuf_root_and_names_the_log_it_does_not_kno
         ivory.logs()
     );
 }
+
+/// Kyverno's `cosign.tuf` (the attestor's own repository: `mirror`, `root.data` base64 or
+/// `root.path`): no server flag needed; `ivory serve` follows it in the background (the first
+/// verifications may be answered "not fetched yet", never cached) and `ivory verify` waits for
+/// its first fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attestors_own_tuf_repository_verifies_through_serve_and_verify() {
+    use base64::Engine as _;
+    let h = RegistryHarness::start_default().await.unwrap();
+    let (image, digest) = h.push_fixture("keyless-cosign2").await.unwrap();
+    let pinned = format!("{}@{digest}", image.rsplit_once(':').unwrap().0);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
+    let mirror = TufMirror::start("state-2").await.unwrap();
+    let anchor = std::fs::read(tuf_fixtures_dir().join("root-1.json")).unwrap();
+    let tuf = format!(
+        "      tuf:\n        mirror: \"{}\"\n        root:\n          data: \"{}\"\n",
+        mirror.url(),
+        base64::engine::general_purpose::STANDARD.encode(anchor)
+    );
+    let text = policy(h.host()).replace("      keyless:\n", &format!("{tuf}      keyless:\n"));
+    assert!(text.contains("mirror:"), "{text}");
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("keyless.yaml"), &text).unwrap();
+
+    // One-shot: waits for the repository's first answer, then verifies.
+    let run = crate::cli_util::ivory([
+        "verify".to_owned(),
+        "--policy".into(),
+        policies.join("keyless.yaml").display().to_string(),
+        "--registry-ca".into(),
+        dir.path().join("registry-ca.pem").display().to_string(),
+        "--no-cache".into(),
+        pinned.clone(),
+    ])
+    .await;
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+
+    let ivory = Ivory::start_with_policies(dir.path(), &policies).await;
+    let review = pod_review_with(
+        "u2",
+        "CREATE",
+        "default",
+        json!({"containers": [{"name": "app", "image": pinned}]}),
+    );
+    eventually(
+        "the attestor's TUF root in force",
+        Duration::from_secs(20),
+        || async {
+            let response = ivory.review("/ivpol/validate/keyless", &review).await;
+            if response["allowed"] == true {
+                Ok(())
+            } else {
+                Err(response.to_string())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(mirror.total_requests() > 0);
+}

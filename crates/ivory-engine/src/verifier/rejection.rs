@@ -114,6 +114,11 @@ pub enum Rejection {
     /// the background fetch is judged on the data.
     #[error("{0}")]
     RevocationUnknown(String),
+    /// The trust root the attestor's own TUF repository (`cosign.tuf`) serves is not fetched
+    /// yet, or every fetch so far failed: a verdict never cached, so a verification after the
+    /// background fetch is judged on the root.
+    #[error("{0}")]
+    TrustPending(String),
     /// The attestor itself cannot verify anything: unsupported kind, unusable key,
     /// certificate or trust root (whatever the image), or an attestation of a kind it cannot
     /// verify.
@@ -162,7 +167,7 @@ impl Rejection {
     /// revocation status, alone or among the reasons): it must not be cached.
     pub fn is_transient(&self) -> bool {
         match self {
-            Self::RevocationUnknown(_) => true,
+            Self::RevocationUnknown(_) | Self::TrustPending(_) => true,
             Self::NoneMatched { reasons, .. } => reasons.iter().any(Self::is_transient),
             Self::Platform { reason, .. } | Self::Searched { reason, .. } => reason.is_transient(),
             _ => false,

@@ -644,14 +644,23 @@ fn attestors_cases() -> Vec<Case> {
             ],
         ),
         (
-            "tuf without trustedRoot",
+            "tuf served: a mirror and a root file",
             vec![set(
                 "/spec/attestors/0/cosign/tuf",
                 json!({"mirror": "https://tuf.example", "root": {"path": "/root.json"}}),
             )],
+            vec![],
+        ),
+        (
+            "tuf: a mirror that is not http(s), root data that is not base64, a root URL of another scheme",
+            vec![set(
+                "/spec/attestors/0/cosign/tuf",
+                json!({"mirror": "ftp://tuf.example", "root": {"data": "not base64!", "path": "file:///root.json"}}),
+            )],
             vec![
-                "spec.attestors[0].cosign.tuf.mirror: Forbidden: not supported: ivory has no TUF client; give the trust root as trustedRoot",
-                "spec.attestors[0].cosign.tuf.root.path: Forbidden: not supported: ivory has no TUF client; give the trust root as trustedRoot",
+                "spec.attestors[0].cosign.tuf.mirror: Invalid value: must be an http or https URL",
+                "spec.attestors[0].cosign.tuf.root.data: Invalid value: must be base64 (a root.json)",
+                "spec.attestors[0].cosign.tuf.root.path: Invalid value: must be a file or an http or https URL",
             ],
         ),
         (

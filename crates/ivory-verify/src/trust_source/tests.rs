@@ -193,3 +193,78 @@ fn the_root_in_force_describes_its_source_and_age() {
         "TUF http://127.0.0.1:1, updated 2025-12-06T05:46:40Z"
     );
 }
+
+fn attestor_tuf(
+    mirror: &TufMirror,
+    root: ivory_policy::types::TufRoot,
+) -> ivory_policy::types::Tuf {
+    ivory_policy::types::Tuf {
+        mirror: Some(mirror.url()),
+        root: Some(root),
+    }
+}
+
+/// An attestor's own repository (`cosign.tuf`, Kyverno's fields): its root given as base64
+/// data, a file or a URL; unknown at first (never a verdict), then followed in the background.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attestors_tuf_repository_is_followed_from_data_a_file_or_a_url() {
+    use base64::Engine as _;
+    let mirror = TufMirror::start("state-2").await.expect("mirror");
+    let sources = TufSources::new(registry(), config(), Duration::from_secs(3600), None);
+    let anchor_file = tuf_fixtures_dir().join("root-1.json");
+    let roots = [
+        ivory_policy::types::TufRoot {
+            data: Some(base64::engine::general_purpose::STANDARD.encode(anchor())),
+            path: None,
+        },
+        ivory_policy::types::TufRoot {
+            data: None,
+            path: Some(anchor_file.display().to_string()),
+        },
+        // state 2 serves its chain's first root as 1.root.json.
+        ivory_policy::types::TufRoot {
+            data: None,
+            path: Some(format!("{}/1.root.json", mirror.url())),
+        },
+    ];
+    for root in roots {
+        let tuf = attestor_tuf(&mirror, root.clone());
+        let before = sources.generation();
+        match sources.root(&tuf) {
+            Err(Pending::NotYet(why)) => assert!(why.contains("not fetched yet"), "{why}"),
+            other => panic!("{root:?}: expected not fetched yet, got {other:?}"),
+        }
+        sources
+            .settle(&tuf, ivory_clock::deadline_in(Duration::from_secs(10)))
+            .await;
+        let state = sources
+            .root(&tuf)
+            .unwrap_or_else(|e| panic!("{root:?}: {e:?}"));
+        assert!(tlogs(&state) > 0, "{root:?}");
+        assert_eq!(state.origin, format!("TUF {}", mirror.url()));
+        assert!(sources.generation() > before, "{root:?}");
+    }
+    // Root data that is not base64 is the attestor's error, not a pending fetch.
+    let bad = attestor_tuf(
+        &mirror,
+        ivory_policy::types::TufRoot {
+            data: Some("not base64!".into()),
+            path: None,
+        },
+    );
+    assert!(matches!(sources.root(&bad), Err(Pending::Invalid(_))));
+    // Without a root, the public-good anchor (Kyverno's default too): this mirror's metadata is
+    // not signed by its keys, so every fetch fails, and the answer says why.
+    let stranger = ivory_policy::types::Tuf {
+        mirror: Some(mirror.url()),
+        root: None,
+    };
+    assert!(matches!(sources.root(&stranger), Err(Pending::NotYet(_))));
+    sources
+        .settle(&stranger, ivory_clock::deadline_in(Duration::from_secs(10)))
+        .await;
+    match sources.root(&stranger) {
+        Err(Pending::NotYet(why)) => assert!(why.contains("threshold"), "{why}"),
+        other => panic!("expected a refused chain, got {other:?}"),
+    }
+}

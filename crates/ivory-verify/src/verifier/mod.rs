@@ -46,7 +46,7 @@ use tokio::time::Instant;
 use crate::attestor_plan::{Authority, Plan};
 use crate::classify::deadline_error;
 use crate::rejection::Rejection;
-use crate::trust_source::TrustRoots;
+use crate::trust_source::{Pending, RefreshConfig, TrustRoots, TufSources};
 use crate::verdict::{Accepted, evaluate};
 
 pub use cache::CacheStats;
@@ -82,6 +82,9 @@ pub struct VerifierConfig {
     /// The trusted root used when an attestor names none, kept current by its source
     /// (`TrustRoots::spawn_refresh`).
     pub trust_roots: TrustRoots,
+    /// The TUF repositories attestors name (`cosign.tuf`); `None`: followed through this
+    /// verifier's registry client, memory only, hourly.
+    pub tuf_sources: Option<TufSources>,
     /// The background store of revocation data (CRLs) for Notation chains.
     pub revocation: RevocationConfig,
     /// The repository cosign signatures are read from when an attestor names none
@@ -104,11 +107,30 @@ impl Default for VerifierConfig {
             max_signature_bytes: 4 * 1024 * 1024,
             max_signatures: 50,
             trust_roots: TrustRoots::embedded(),
+            tuf_sources: None,
             revocation: RevocationConfig::default(),
             revocation_settle: None,
             signature_repository: None,
         }
     }
+}
+
+/// The attestor's own TUF repository (`cosign.tuf`), unless it names its `trustedRoot` too
+/// (which then decides, as before the repository is asked).
+fn own_tuf(attestor: &Attestor) -> Option<&ivory_policy::types::Tuf> {
+    let cosign = attestor.cosign.as_ref()?;
+    let own_root = cosign
+        .trusted_root
+        .as_ref()
+        .and_then(|t| t.value.as_deref())
+        .is_some_and(|v| !v.trim().is_empty());
+    let tuf = cosign.tuf.as_ref()?;
+    let named = tuf.mirror.as_deref().is_some_and(|m| !m.is_empty())
+        || tuf.root.as_ref().is_some_and(|r| {
+            r.data.as_deref().is_some_and(|d| !d.is_empty())
+                || r.path.as_deref().is_some_and(|p| !p.is_empty())
+        });
+    (named && !own_root).then_some(tuf)
 }
 
 /// Signature repositories whose preferred signature source is remembered.
@@ -144,6 +166,8 @@ struct Inner {
     shared: Shared,
     /// CRLs fetched in the background for Notation chains.
     revocation: RevocationStore,
+    /// The TUF repositories attestors name.
+    tuf_sources: TufSources,
 }
 
 impl CosignVerifier {
@@ -190,9 +214,18 @@ impl CosignVerifier {
             .time_to_idle(Duration::from_secs(3600))
             .build_with_hasher(keyed_state());
         let revocation = RevocationStore::new(registry.clone(), config.revocation.clone());
+        let tuf_sources = config.tuf_sources.clone().unwrap_or_else(|| {
+            TufSources::new(
+                registry.clone(),
+                RefreshConfig::default(),
+                Duration::from_secs(3600),
+                None,
+            )
+        });
         Self {
             inner: Arc::new(Inner {
                 revocation,
+                tuf_sources,
                 shared,
                 attestors: AttestorMemo::default(),
                 registry,
@@ -241,11 +274,29 @@ impl CosignVerifier {
     fn plan(&self, attestor: &Attestor) -> (Arc<Result<Plan, Rejection>>, [u8; 32]) {
         // A root swapped by its source changes every hash: plans and verdicts of the old root
         // are never answered under the new one.
-        let generation = self.inner.config.trust_roots.generation();
+        let generation = self
+            .inner
+            .config
+            .trust_roots
+            .generation()
+            .wrapping_add(self.inner.tuf_sources.generation());
         if let Some((hash, plan)) = self.inner.attestors.get(attestor, generation) {
             return (plan, hash);
         }
-        let root = self.inner.config.trust_roots.current();
+        let root = match own_tuf(attestor) {
+            Some(tuf) => match self.inner.tuf_sources.root(tuf) {
+                Ok(root) => root,
+                // Not kept: the next verification asks again.
+                Err(pending) => {
+                    let reason = match pending {
+                        Pending::Invalid(why) => Rejection::Attestor(why),
+                        Pending::NotYet(why) => Rejection::TrustPending(why),
+                    };
+                    return (Arc::new(Err(reason)), attestor_hash(attestor, &[0; 32]));
+                }
+            },
+            None => self.inner.config.trust_roots.current(),
+        };
         let hash = attestor_hash(attestor, &root.hash);
         let plan = self
             .inner
@@ -298,7 +349,17 @@ impl CosignVerifier {
     ) -> Result<Verification, VerifyError> {
         // Verdicts that do not depend on the image (unsupported or malformed attestor, notary,
         // KMS, referrer attestations) need no registry round trip.
-        let (plan, hash) = self.plan(&request.attestor);
+        let (mut plan, mut hash) = self.plan(&request.attestor);
+        if let (Err(Rejection::TrustPending(_)), Some(wait), Some(tuf)) = (
+            plan.as_ref(),
+            self.inner.config.revocation_settle,
+            own_tuf(&request.attestor),
+        ) {
+            // A one-shot command judges with the attestor's root once its first fetch is in.
+            let until = deadline.min(ivory_clock::deadline_in(wait));
+            self.inner.tuf_sources.settle(tuf, until).await;
+            (plan, hash) = self.plan(&request.attestor);
+        }
         let wanted = match plan.as_ref() {
             Err(reason) => Err(reason.clone()),
             Ok(p) => attestation_key(p, request.attestation.as_ref())

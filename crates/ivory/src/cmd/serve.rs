@@ -207,6 +207,7 @@ pub(crate) async fn run(
         None => None,
     };
     let trust_roots = args.trust.roots(&registry)?;
+    let tuf_sources = args.trust.attestor_sources(&registry);
     if let Some(period) = args.trust.refresh_period(args.reload_interval) {
         trust_roots.spawn_refresh(period);
     }
@@ -216,6 +217,7 @@ pub(crate) async fn run(
             tag_ttl: args.tag_cache_ttl,
             signature_repository: args.registry.signature_repository(),
             trust_roots: trust_roots.clone(),
+            tuf_sources: Some(tuf_sources),
             ..VerifierConfig::default()
         },
         kube_wiring::credentials_resolver(kube_slot.clone()),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use ivory_registry::Registry;
-use ivory_verify::{RefreshConfig, TrustRoots, TrustSource, TufSource};
+use ivory_verify::{RefreshConfig, TrustRoots, TrustSource, TufSource, TufSources};
 
 use super::super::wiring::duration;
 
@@ -33,13 +33,15 @@ pub(crate) struct TrustOpts {
     #[arg(long, value_name = "FILE", requires = "tuf_mirror")]
     tuf_root: Option<PathBuf>,
     /// Where verified TUF metadata is kept between runs (a volume the chart mounts), so a
-    /// restart with the mirror down serves the last root it proves; without it, memory only.
-    #[arg(long, value_name = "DIR", requires = "tuf_mirror")]
+    /// restart with the mirror down serves the last root it proves (the repositories attestors
+    /// name in `cosign.tuf` under `attestors/`); without it, memory only.
+    #[arg(long, value_name = "DIR")]
     tuf_cache_dir: Option<PathBuf>,
-    /// How often the TUF repository is asked for a new root (Go duration). Hourly keeps a key
-    /// rotation or a new log shard under an hour behind, at two small requests when nothing
-    /// changed; Sigstore re-signs its timestamp daily, so a day would let it lapse.
-    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration, requires = "tuf_mirror")]
+    /// How often a TUF repository (--tuf-mirror's, and those attestors name in `cosign.tuf`)
+    /// is asked for a new root (Go duration). Hourly keeps a key rotation or a new log shard
+    /// under an hour behind, at two small requests when nothing changed; Sigstore re-signs its
+    /// timestamp daily, so a day would let it lapse.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration)]
     tuf_refresh_interval: Duration,
 }
 
@@ -82,6 +84,18 @@ impl TrustOpts {
         let source = self.source()?;
         TrustRoots::new(source, registry, RefreshConfig::default())
             .context("the trusted root (--trusted-root, --tuf-mirror)")
+    }
+
+    /// The TUF repositories attestors name (`cosign.tuf`), fetched through `registry`'s
+    /// guarded client, refreshed every --tuf-refresh-interval, cached under
+    /// `--tuf-cache-dir/attestors`.
+    pub(crate) fn attestor_sources(&self, registry: &Registry) -> TufSources {
+        TufSources::new(
+            registry.clone(),
+            RefreshConfig::default(),
+            self.tuf_refresh_interval,
+            self.tuf_cache_dir.as_ref().map(|d| d.join("attestors")),
+        )
     }
 
     /// How often the source is read again: a file every `reload_interval`, TUF every
