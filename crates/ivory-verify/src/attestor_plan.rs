@@ -19,8 +19,6 @@ use crate::trust_source::RootState;
 
 /// `key.kms` without `key.data`.
 pub const KMS_UNSUPPORTED: &str = "KMS keys are not supported by ivory";
-/// `tuf.mirror`/`tuf.root` without `trustedRoot`: falling back to the embedded public-good root
-/// would widen the trust the policy asked for, so the attestor verifies nothing instead.
 
 /// Who may have signed.
 #[derive(Debug)]
