@@ -519,6 +519,15 @@ impl Metrics {
         self
     }
 
+    /// The trusted root's freshness per source (empty when no source was given).
+    pub fn trust_roots(&self) -> Vec<TrustRootCount> {
+        self.trust_root
+            .source
+            .as_ref()
+            .map(|s| s())
+            .unwrap_or_default()
+    }
+
     /// Adds the trusted root's freshness per source to every scrape.
     pub fn with_trust_root_stats(mut self, source: TrustRootStatsSource) -> Self {
         self.trust_root.source = Some(source);
@@ -832,6 +841,7 @@ mod tests {
             last_success_unix: Some(1_765_000_000),
             succeeded: 4,
             failed: 2,
+            last_error: None,
         }]));
         let source = counts.clone();
         let m =

@@ -515,6 +515,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
             text.push_str(&format!("  {e}\n"));
         }
     }
+    for root in state.metrics.trust_roots() {
+        text.push_str(&root.describe());
+        text.push('\n');
+    }
     let status = if snapshot.is_ready() {
         StatusCode::OK
     } else {

@@ -171,6 +171,15 @@ async fn a_running_server_follows_its_tuf_root_and_names_the_log_it_does_not_kno
         "{}",
         ivory.logs()
     );
+    // `/readyz` (which `ivory doctor` shows for each endpoint) names the source, the root's
+    // age and the failing refreshes; the server stays ready.
+    let (status, readyz) = ivory.get("/readyz").await;
+    assert_eq!(status, 200, "{readyz}");
+    assert!(
+        readyz.contains(&format!("trusted root: {source} (read "))
+            && readyz.contains("last refresh failed, the root in force is kept: TUF "),
+        "{readyz}"
+    );
 }
 
 /// Kyverno's `cosign.tuf` (the attestor's own repository: `mirror`, `root.data` base64 or

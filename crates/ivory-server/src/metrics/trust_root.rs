@@ -25,6 +25,29 @@ pub struct TrustRootCount {
     pub succeeded: u64,
     /// Refreshes that failed, the root in force kept (monotonic).
     pub failed: u64,
+    /// Why the last refresh failed, when it did.
+    pub last_error: Option<String>,
+}
+
+impl TrustRootCount {
+    /// One line for `/readyz` (and so `ivory doctor`): the source, the root's age and how its
+    /// refreshes went.
+    pub fn describe(&self) -> String {
+        let age = match self.age_seconds {
+            Some(s) => format!("read {s}s ago"),
+            None => "the root built into ivory".to_owned(),
+        };
+        let mut line = format!(
+            "trusted root: {} ({age}; refreshes: {} ok, {} failed)",
+            self.source, self.succeeded, self.failed
+        );
+        if let Some(e) = &self.last_error {
+            line.push_str(&format!(
+                "; last refresh failed, the root in force is kept: {e}"
+            ));
+        }
+        line
+    }
 }
 
 /// Where the trust sources' counts come from.

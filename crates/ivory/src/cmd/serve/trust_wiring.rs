@@ -147,6 +147,7 @@ pub(crate) fn stats_source(roots: &TrustRoots) -> ivory_server::TrustRootStatsSo
             last_success_unix: stats.last_success.and_then(unix),
             succeeded: stats.succeeded,
             failed: stats.failed,
+            last_error: stats.last_error,
         }]
     })
 }
