@@ -243,3 +243,51 @@ async fn an_attestors_own_tuf_repository_verifies_through_serve_and_verify() {
     .unwrap();
     assert!(mirror.total_requests() > 0);
 }
+
+/// The mirror down when the server starts, no cache: the root built into ivory stays in force,
+/// the server is ready at once, and an image logged under the custom log is denied in time,
+/// the warning naming that log and the built-in root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_mirror_down_at_start_the_built_in_root_answers_in_time_naming_the_log() {
+    let h = RegistryHarness::start_default().await.unwrap();
+    let (image, digest) = h.push_fixture("keyless-cosign2").await.unwrap();
+    let pinned = format!("{}@{digest}", image.rsplit_once(':').unwrap().0);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("keyless.yaml"), policy(h.host())).unwrap();
+    let mut mirror = TufMirror::start("state-2").await.unwrap();
+    mirror.down().await;
+    let ivory = Ivory::start_in(
+        dir.path(),
+        &[
+            "--policies".into(),
+            policies.display().to_string(),
+            "--registry-ca".into(),
+            dir.path().join("registry-ca.pem").display().to_string(),
+            "--tuf-mirror".into(),
+            mirror.url(),
+            "--tuf-root".into(),
+            tuf_fixtures_dir().join("root-1.json").display().to_string(),
+        ],
+    )
+    .await;
+    let (status, _) = ivory.get("/readyz").await;
+    assert_eq!(status, 200);
+    let review = pod_review_with(
+        "u3",
+        "CREATE",
+        "default",
+        json!({"containers": [{"name": "app", "image": pinned}]}),
+    );
+    let started = ivory_clock::now();
+    let response = ivory.review("/ivpol/validate/keyless", &review).await;
+    assert!(ivory_clock::now() - started < Duration::from_secs(5));
+    assert_eq!(response["allowed"], false, "{response}");
+    let warnings = response["warnings"].to_string();
+    assert!(
+        warnings.contains("unknown to the trust root (embedded, built into this ivory)"),
+        "{response}"
+    );
+}
