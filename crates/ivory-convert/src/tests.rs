@@ -366,3 +366,39 @@ spec:
         assert!(!policy.spec.mutate_digest(), "{}", fixed.yaml);
     }
 }
+
+/// `useCache` (Kyverno: cache this rule's verification responses, default true) changes no
+/// verdict: ivory's verdict cache is always on, its keys carry the digest and a hash of the
+/// attestor and trust material. Either value converts to the same policy, exactly.
+#[test]
+fn use_cache_changes_nothing_in_the_converted_policy() {
+    let key = key(14);
+    let text = |use_cache: &str| {
+        format!(
+            r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {{name: cached}}
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: signed
+    match: {{any: [{{resources: {{kinds: [Pod]}}}}]}}
+    verifyImages:
+    - imageReferences: ["ghcr.io/acme/*"]
+{use_cache}      attestors:
+      - entries:
+        - keys:
+            publicKeys: |-
+{key}
+            rekor: {{ignoreTlog: true, url: https://rekor.sigstore.dev}}
+"#
+        )
+    };
+    let plain = convert_ok(&text(""));
+    for value in ["true", "false"] {
+        let with = convert_ok(&text(&format!("      useCache: {value}\n")));
+        assert_eq!(with.yaml, plain.yaml, "useCache: {value}");
+        assert_eq!(with.reports[0].outcome, Outcome::Exact, "useCache: {value}");
+    }
+}
