@@ -776,7 +776,7 @@ fn assert_hardened(deployment: &Value, args: &[&str]) {
     assert_eq!(volume["secret"]["secretName"], "ivory-tls");
 }
 
-const KUBE_ARGS: [&str; 17] = [
+const KUBE_ARGS: [&str; 20] = [
     "serve",
     "--kube",
     "--listen=0.0.0.0:8443",
@@ -795,6 +795,10 @@ const KUBE_ARGS: [&str; 17] = [
     "--answer-budget=67108864",
     "--answer-budget-per-connection=16777216",
     "--answer-timeout=10s",
+    // The default trusted root kept current from Sigstore's public-good TUF repository.
+    "--tuf-mirror=public-good",
+    "--tuf-cache-dir=/var/cache/ivory/tuf",
+    "--tuf-refresh-interval=1h",
 ];
 
 #[test]
@@ -1364,3 +1368,279 @@ fn helm_renders_the_registry_ca() {
     assert_eq!(mount["mountPath"], "/etc/ivory/registry-ca");
     assert_eq!(mount["readOnly"], true);
 }
+
+// --- the trusted root ---------------------------------------------------------------------------
+
+/// Where the charts mount the TUF cache and the trusted root (the paths the flags name).
+const TUF_CACHE: &str = "/var/cache/ivory/tuf";
+const TRUSTED_ROOT_DIR: &str = "/etc/ivory/trusted-root";
+
+/// The `helm template` of the chart with `extra` arguments (the release namespace set).
+fn helm_template(extra: &[&str]) -> Vec<Value> {
+    let mut cmd = Command::new(tool("helm"));
+    cmd.args([
+        "template",
+        "ivory",
+        "deploy/helm/ivory",
+        "--namespace",
+        "ivory-system",
+        "--kube-version",
+        "1.32.0",
+    ]);
+    cmd.args(extra);
+    documents(&run(&mut cmd))
+}
+
+/// What `helm template --set values` prints on stderr, asserting that it refused to render.
+fn helm_refusal(values: &str) -> String {
+    let out = Command::new(tool("helm"))
+        .args(["template", "ivory", "deploy/helm/ivory", "--set", values])
+        .current_dir(repo_root())
+        .output()
+        .expect("running helm");
+    assert!(!out.status.success(), "{values} rendered");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// ivory's Deployment among rendered documents.
+fn ivory_deployment(docs: &[Value]) -> &Value {
+    docs.iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "ivory")
+        .expect("ivory Deployment")
+}
+
+/// The container's arguments about the trusted root (`--trusted-root`, `--tuf-*`), in order.
+fn trust_args(deployment: &Value) -> Vec<String> {
+    deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|a| a.starts_with("--trusted-root") || a.starts_with("--tuf-"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The pod's volume named `name` and the container's mount of it, if any.
+fn volume_and_mount<'a>(deployment: &'a Value, name: &str) -> Option<(&'a Value, &'a Value)> {
+    let pod = &deployment["spec"]["template"]["spec"];
+    let named = |list: &'a Value| {
+        list.as_array()
+            .expect("a list")
+            .iter()
+            .find(|v| v["name"] == name)
+    };
+    let volume = named(&pod["volumes"]);
+    let mount = named(&pod["containers"][0]["volumeMounts"]);
+    assert_eq!(
+        volume.is_some(),
+        mount.is_some(),
+        "volume {name} and its mount go together"
+    );
+    volume.zip(mount)
+}
+
+/// The default TUF cache: an emptyDir the container may write, at the path the flag names.
+fn assert_tuf_cache_is_an_empty_dir(deployment: &Value) {
+    let (volume, mount) = volume_and_mount(deployment, "tuf-cache").expect("the TUF cache");
+    assert_eq!(volume["emptyDir"]["sizeLimit"], "16Mi");
+    assert_eq!(mount["mountPath"], TUF_CACHE);
+    assert_ne!(mount["readOnly"], true, "ivory writes its TUF cache");
+}
+
+/// A trusted_root.json mounted read-only as a whole volume (a subPath mount would never see an
+/// update, and ivory reads the file again every reload interval).
+fn assert_trusted_root_mounted(deployment: &Value) -> &Value {
+    let (volume, mount) = volume_and_mount(deployment, "trusted-root").expect("the trusted root");
+    assert_eq!(mount["mountPath"], TRUSTED_ROOT_DIR);
+    assert_eq!(mount["readOnly"], true);
+    assert!(mount.get("subPath").is_none(), "{mount}");
+    assert!(
+        volume_and_mount(deployment, "tuf-cache").is_none(),
+        "no TUF cache beside a file root"
+    );
+    volume
+}
+
+/// The Helm chart's `trustRoot` values: public-good TUF with an emptyDir cache by default, none,
+/// a trusted_root.json from a ConfigMap or a Secret, a site's own mirror with its root and a
+/// claim; contradictions refused.
+#[test]
+fn helm_renders_the_trusted_root() {
+    let default = helm_template(&[]);
+    let deployment = ivory_deployment(&default);
+    assert_eq!(
+        trust_args(deployment),
+        [
+            "--tuf-mirror=public-good",
+            "--tuf-cache-dir=/var/cache/ivory/tuf",
+            "--tuf-refresh-interval=1h"
+        ]
+    );
+    assert_tuf_cache_is_an_empty_dir(deployment);
+    assert!(volume_and_mount(deployment, "tuf-root").is_none());
+
+    // No TUF: the root built into ivory, nothing mounted.
+    let none = helm_template(&["--set", "trustRoot.tuf.mirror="]);
+    let deployment = ivory_deployment(&none);
+    assert!(trust_args(deployment).is_empty());
+    assert!(volume_and_mount(deployment, "tuf-cache").is_none());
+
+    // A trusted_root.json of the site's: it replaces the public-good default.
+    let file = helm_template(&["--set", "trustRoot.file.configMap=site-root"]);
+    let deployment = ivory_deployment(&file);
+    assert_eq!(
+        trust_args(deployment),
+        ["--trusted-root=/etc/ivory/trusted-root/trusted_root.json"]
+    );
+    let volume = assert_trusted_root_mounted(deployment);
+    assert_eq!(volume["configMap"]["name"], "site-root");
+
+    let secret = helm_template(&[
+        "--set",
+        "trustRoot.file.secret=site-root,trustRoot.file.key=root.json",
+    ]);
+    let deployment = ivory_deployment(&secret);
+    assert_eq!(
+        trust_args(deployment),
+        ["--trusted-root=/etc/ivory/trusted-root/root.json"]
+    );
+    let volume = assert_trusted_root_mounted(deployment);
+    assert_eq!(volume["secret"]["secretName"], "site-root");
+    let (tls, _) = volume_and_mount(deployment, "tls").expect("TLS volume");
+    assert_eq!(
+        volume["secret"]["defaultMode"], tls["secret"]["defaultMode"],
+        "read by the pod's group only, as the TLS Secret"
+    );
+
+    // A site's own mirror: its root.json from a ConfigMap, the cache on a claim.
+    let mirror = helm_template(&[
+        "--set",
+        "trustRoot.tuf.mirror=https://tuf.internal.example,trustRoot.tuf.rootConfigMap.name=tuf-root,\
+         trustRoot.tuf.cache.existingClaim=ivory-tuf,trustRoot.tuf.refreshInterval=15m",
+    ]);
+    let deployment = ivory_deployment(&mirror);
+    assert_eq!(
+        trust_args(deployment),
+        [
+            "--tuf-mirror=https://tuf.internal.example",
+            "--tuf-root=/etc/ivory/tuf-root/root.json",
+            "--tuf-cache-dir=/var/cache/ivory/tuf",
+            "--tuf-refresh-interval=15m"
+        ]
+    );
+    let (root, root_mount) = volume_and_mount(deployment, "tuf-root").expect("the TUF root");
+    assert_eq!(root["configMap"]["name"], "tuf-root");
+    assert_eq!(root_mount["mountPath"], "/etc/ivory/tuf-root");
+    assert_eq!(root_mount["readOnly"], true);
+    let (cache, cache_mount) = volume_and_mount(deployment, "tuf-cache").expect("the TUF cache");
+    assert_eq!(cache["persistentVolumeClaim"]["claimName"], "ivory-tuf");
+    assert!(cache.get("emptyDir").is_none());
+    assert_eq!(cache_mount["mountPath"], TUF_CACHE);
+
+    // What ivory serve would refuse at start is refused at render, naming the values.
+    for (values, says) in [
+        (
+            "trustRoot.file.configMap=a,trustRoot.file.secret=b",
+            "set configMap or secret, not both",
+        ),
+        (
+            "trustRoot.tuf.mirror=https://tuf.internal.example",
+            "needs trustRoot.tuf.rootConfigMap.name",
+        ),
+        (
+            "trustRoot.file.configMap=a,trustRoot.tuf.mirror=https://tuf.internal.example,trustRoot.tuf.rootConfigMap.name=r",
+            "choose one",
+        ),
+    ] {
+        let stderr = helm_refusal(values);
+        assert!(stderr.contains(says), "{values}: {stderr}");
+    }
+}
+
+/// The kustomize base's public-good TUF root, the trusted-root overlay that swaps it for a
+/// ConfigMap, and the air-gapped mirror patch deploy/README.md shows (kept identical here).
+#[test]
+fn kustomize_renders_the_trusted_root() {
+    let kustomize = tool("kustomize");
+    let base = documents(&run(Command::new(&kustomize).args(["build", "deploy"])));
+    assert_tuf_cache_is_an_empty_dir(ivory_deployment(&base));
+
+    let overlay = documents(&run(
+        Command::new(&kustomize).args(["build", "deploy/overlays/trusted-root"])
+    ));
+    let deployment = ivory_deployment(&overlay);
+    let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+    let mut want: Vec<&str> = KUBE_ARGS[..17].to_vec();
+    want.push("--trusted-root=/etc/ivory/trusted-root/trusted_root.json");
+    assert_eq!(args, &json!(want));
+    let volume = assert_trusted_root_mounted(deployment);
+    assert_eq!(volume["configMap"]["name"], "ivory-trusted-root");
+
+    let dir = tempfile::Builder::new()
+        .prefix(".kustomize-tuf-mirror-")
+        .tempdir_in(repo_root())
+        .unwrap();
+    std::fs::write(dir.path().join("kustomization.yaml"), README_MIRROR_OVERLAY).unwrap();
+    std::fs::write(dir.path().join("root.json"), "{\"signed\": {}}\n").unwrap();
+    let mirrored = documents(&run(Command::new(&kustomize).arg("build").arg(dir.path())));
+    let deployment = ivory_deployment(&mirrored);
+    assert_eq!(
+        trust_args(deployment),
+        [
+            "--tuf-mirror=https://tuf.internal.example",
+            "--tuf-root=/etc/ivory/tuf-root/root.json",
+            "--tuf-cache-dir=/var/cache/ivory/tuf",
+            "--tuf-refresh-interval=1h"
+        ]
+    );
+    let config_map = mirrored
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .expect("the generated root ConfigMap");
+    assert_eq!(config_map["data"]["root.json"], "{\"signed\": {}}\n");
+    let (root, root_mount) = volume_and_mount(deployment, "tuf-root").expect("the TUF root");
+    assert_eq!(
+        root["configMap"]["name"], config_map["metadata"]["name"],
+        "the volume follows the generated (hashed) name, so a new root.json rolls the pods"
+    );
+    assert_eq!(root_mount["readOnly"], true);
+    assert_tuf_cache_is_an_empty_dir(deployment);
+}
+
+/// The overlay of deploy/README.md, "Trusted root", for an air-gapped TUF mirror.
+const README_MIRROR_OVERLAY: &str = "\
+resources:
+  - ../deploy
+configMapGenerator:
+  - name: ivory-tuf-root
+    namespace: ivory-system
+    files:
+      - root.json
+patches:
+  - target:
+      kind: Deployment
+      name: ivory
+    patch: |-
+      - op: test
+        path: /spec/template/spec/containers/0/args/17
+        value: --tuf-mirror=public-good
+      - op: replace
+        path: /spec/template/spec/containers/0/args/17
+        value: --tuf-mirror=https://tuf.internal.example
+      - op: add
+        path: /spec/template/spec/containers/0/args/18
+        value: --tuf-root=/etc/ivory/tuf-root/root.json
+      - op: add
+        path: /spec/template/spec/containers/0/volumeMounts/-
+        value:
+          name: tuf-root
+          mountPath: /etc/ivory/tuf-root
+          readOnly: true
+      - op: add
+        path: /spec/template/spec/volumes/-
+        value:
+          name: tuf-root
+          configMap:
+            name: ivory-tuf-root
+";

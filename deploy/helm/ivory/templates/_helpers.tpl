@@ -71,3 +71,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 app.kubernetes.io/name: {{ include "ivory.name" . }}-cache
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{- /* The trusted root's source the values choose: "file", "tuf" or "" (the root built into
+ivory). `file` replaces the public-good default; with another mirror the two are refused. */ -}}
+{{- define "ivory.trustRootSource" -}}
+{{- $file := .Values.trustRoot.file -}}
+{{- $tuf := .Values.trustRoot.tuf -}}
+{{- if and $file.configMap $file.secret -}}
+{{- fail "trustRoot.file: set configMap or secret, not both" -}}
+{{- end -}}
+{{- if or $file.configMap $file.secret -}}
+{{- if and $tuf.mirror (ne $tuf.mirror "public-good") -}}
+{{- fail (printf "trustRoot.file and trustRoot.tuf.mirror %s: choose one (ivory serve takes --trusted-root or --tuf-mirror)" $tuf.mirror) -}}
+{{- end -}}
+file
+{{- else if $tuf.mirror -}}
+{{- if and (ne $tuf.mirror "public-good") (not $tuf.rootConfigMap.name) -}}
+{{- fail (printf "trustRoot.tuf.mirror %s needs trustRoot.tuf.rootConfigMap.name: the root.json its chain starts from (--tuf-root)" $tuf.mirror) -}}
+{{- end -}}
+tuf
+{{- end -}}
+{{- end -}}
