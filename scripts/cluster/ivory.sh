@@ -109,12 +109,14 @@ register() {
 }
 
 install() {
+  # The rehearsal's pod network has no route out: the chart's default TUF refresh from the
+  # public-good repository is turned off (nothing leaves the machine); the built-in root serves.
   push_image
   prerequisites
   step helm upgrade --install ivory "$ROOT/deploy/helm/ivory" -n "$NS" \
     --set image.repository="$IMAGE_REPO" --set image.digest="$IMAGE_DIGEST" \
     --set replicaCount=2 --set podDisruptionBudget.minAvailable=1 \
-    --set registryCA.configMap=registry-ca --wait --timeout 5m
+    --set registryCA.configMap=registry-ca --set trustRoot.tuf.mirror= --wait --timeout 5m
   kubectl -n "$NS" get deploy,pods,pdb,svc,endpointslices -o wide
   policy >"$STATE/policy.yaml"
   register "$STATE/policy.yaml"
