@@ -268,3 +268,52 @@ async fn an_attestors_tuf_repository_is_followed_from_data_a_file_or_a_url() {
         other => panic!("expected a refused chain, got {other:?}"),
     }
 }
+
+/// Whoever can write the cache folder can plant a link to `/dev/zero`, a FIFO or a huge file
+/// where metadata should be: refused without reading past the cap or waiting for a writer, and
+/// the root in force stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planted_cache_files_are_refused_without_hanging_or_reading_them_whole() {
+    let mut mirror = TufMirror::start("state-2").await.expect("mirror");
+    let cache = tempfile::tempdir().expect("cache");
+    assert!(
+        tuf(&mirror, Some(cache.path().to_owned()))
+            .refresh()
+            .await
+            .expect("state 2")
+    );
+    mirror.down().await;
+    let timestamp = cache.path().join("timestamp.json");
+    let plant: [(&str, &dyn Fn(&Path)); 3] = [
+        ("a link to /dev/zero", &|p| {
+            std::os::unix::fs::symlink("/dev/zero", p).expect("symlink")
+        }),
+        ("a FIFO", &|p| {
+            let status = std::process::Command::new("mkfifo")
+                .arg(p)
+                .status()
+                .expect("mkfifo");
+            assert!(status.success());
+        }),
+        ("a huge sparse file", &|p| {
+            std::fs::File::create(p)
+                .and_then(|f| f.set_len(1 << 34))
+                .expect("sparse file")
+        }),
+    ];
+    for (what, make) in plant {
+        std::fs::remove_file(&timestamp).expect("remove");
+        make(&timestamp);
+        let restarted = tuf(&mirror, Some(cache.path().to_owned()));
+        let started = ivory_clock::now();
+        let proved = tokio::time::timeout(Duration::from_secs(10), restarted.load_cached())
+            .await
+            .unwrap_or_else(|_| panic!("{what}: the cache read hung"));
+        assert!(!proved, "{what}");
+        assert!(
+            ivory_clock::now() - started < Duration::from_secs(5),
+            "{what}"
+        );
+        assert_eq!(restarted.current().origin, "embedded", "{what}");
+    }
+}

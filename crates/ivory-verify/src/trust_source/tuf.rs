@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use ivory_registry::{Registry, UrlFetchError, UrlFetcher};
-use sigstore_tuf::cache::{FileStore, StoreRepository};
+use sigstore_tuf::cache::{FileStore, MetadataStore, StoreRepository};
 use sigstore_tuf::client::Updater;
 use sigstore_tuf::transport::{FetchFuture, Repository, UpdaterConfig};
 use tokio::sync::Mutex;
@@ -30,6 +30,8 @@ const READ_BUDGET_BYTES: usize = 16 * 1024 * 1024;
 const MAX_TARGET_BYTES: u64 = 1024 * 1024;
 /// The cache file whose time says when the mirror last answered.
 const TIMESTAMP_FILE: &str = "timestamp.json";
+/// Largest cache file read back (sigstore-tuf's largest metadata limit is 5 MB).
+const MAX_CACHED_FILE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// One TUF source's client.
 pub(crate) struct TufClient {
@@ -111,7 +113,7 @@ impl TufClient {
         let Ok(meta) = std::fs::metadata(dir.join(TIMESTAMP_FILE)) else {
             return Ok(None);
         };
-        let store = FileStore::new(dir);
+        let store = CacheStore::new(dir);
         let mut updater = Updater::new(StoreRepository::new(store.clone()), &self.root)
             .map_err(|e| self.error(chain(&e)))?
             .with_config(limits())
@@ -140,9 +142,75 @@ impl TufClient {
             .map_err(|e| self.error(chain(&e)))?
             .with_config(limits());
         Ok(match &self.cache_dir {
-            Some(dir) => updater.with_store(FileStore::new(dir)),
+            Some(dir) => updater.with_store(CacheStore::new(dir)),
             None => updater,
         })
+    }
+}
+
+/// The cache folder as a TUF metadata store: written as `sigstore-tuf`'s `FileStore` writes
+/// (atomic renames), read back only from regular files of at most [`MAX_CACHED_FILE_BYTES`],
+/// opened without following a link and without blocking, so whoever can write the folder can
+/// plant neither a huge file nor a FIFO or a link to `/dev/zero` (what is read is verified from
+/// the anchor anyway).
+#[derive(Clone)]
+struct CacheStore {
+    dir: PathBuf,
+    files: FileStore,
+}
+
+impl CacheStore {
+    fn new(dir: &std::path::Path) -> Self {
+        Self {
+            dir: dir.to_owned(),
+            files: FileStore::new(dir),
+        }
+    }
+}
+
+impl MetadataStore for CacheStore {
+    fn load(&self, name: &str) -> sigstore_tuf::Result<Option<Vec<u8>>> {
+        use rustix::fs::{FileType, Mode, OFlags};
+        use std::io::Read as _;
+        if !stays_on_the_mirror(name) {
+            return Err(sigstore_tuf::Error::Malformed(format!(
+                "unsafe cache name {name:?}"
+            )));
+        }
+        let path = self.dir.join(name);
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let fd = match rustix::fs::open(&path, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(e) => {
+                return Err(sigstore_tuf::Error::io(
+                    format!("opening {}", path.display()),
+                    e.into(),
+                ));
+            }
+        };
+        let stat = rustix::fs::fstat(&fd).map_err(|e| {
+            sigstore_tuf::Error::io(format!("reading {}", path.display()), e.into())
+        })?;
+        let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile
+            || size > MAX_CACHED_FILE_BYTES
+        {
+            return Err(sigstore_tuf::Error::Malformed(format!(
+                "{} is not a regular file of at most {MAX_CACHED_FILE_BYTES} bytes",
+                path.display()
+            )));
+        }
+        let mut bytes = Vec::new();
+        std::fs::File::from(fd)
+            .take(MAX_CACHED_FILE_BYTES)
+            .read_to_end(&mut bytes)
+            .map_err(|e| sigstore_tuf::Error::io(format!("reading {}", path.display()), e))?;
+        Ok(Some(bytes))
+    }
+
+    fn store(&self, name: &str, bytes: &[u8]) -> sigstore_tuf::Result<()> {
+        self.files.store(name, bytes)
     }
 }
 
