@@ -269,6 +269,9 @@ async fn an_attestors_tuf_repository_is_followed_from_data_a_file_or_a_url() {
     }
 }
 
+/// Makes a planted file at a path.
+type Plant = dyn Fn(&Path);
+
 /// Whoever can write the cache folder can plant a link to `/dev/zero`, a FIFO or a huge file
 /// where metadata should be: refused without reading past the cap or waiting for a writer, and
 /// the root in force stays.
@@ -284,7 +287,7 @@ async fn planted_cache_files_are_refused_without_hanging_or_reading_them_whole()
     );
     mirror.down().await;
     let timestamp = cache.path().join("timestamp.json");
-    let plant: [(&str, &dyn Fn(&Path)); 3] = [
+    let plant: [(&str, &Plant); 3] = [
         ("a link to /dev/zero", &|p| {
             std::os::unix::fs::symlink("/dev/zero", p).expect("symlink")
         }),
