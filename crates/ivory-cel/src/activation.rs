@@ -529,7 +529,7 @@ fn dispatch(host: &dyn Host, op: HostOp, args: &[Value]) -> Result<Value, Execut
                 .map(|j| json_to_value(&j))
                 .map_err(fail)
         }
-        (HostOp::WallTime, []) => Ok(crate::library::timestamp(host.wall_time())),
+        (HostOp::WallTime, []) => Ok(crate::convert::wall_time_value(host.wall_time())),
         _ => Err(bad()),
     }
 }

@@ -161,6 +161,12 @@ pub(crate) fn unwrap_optional(v: Value) -> Option<Value> {
     Some(v)
 }
 
+/// A wall-clock time as a CEL timestamp (UTC).
+pub(crate) fn wall_time_value(time: std::time::SystemTime) -> Value {
+    let utc: chrono::DateTime<chrono::Utc> = time.into();
+    Value::Timestamp(utc.fixed_offset())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

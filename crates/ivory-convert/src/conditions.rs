@@ -603,7 +603,7 @@ pub(crate) fn path_to_cel(root: &str, path: &str) -> Result<String, ErrorKind> {
     for segment in segments {
         match segment {
             Segment::Field(name) => {
-                if is_cel_identifier(&name) {
+                if super::images::is_cel_identifier(&name) {
                     out.push('.');
                     out.push_str(&name);
                 } else {
@@ -690,38 +690,6 @@ pub(crate) enum Segment {
     Field(String),
     /// `[n]`.
     Index(u64),
-}
-
-pub(crate) fn is_cel_identifier(name: &str) -> bool {
-    const RESERVED: [&str; 21] = [
-        "in",
-        "as",
-        "break",
-        "const",
-        "continue",
-        "else",
-        "for",
-        "function",
-        "if",
-        "import",
-        "let",
-        "loop",
-        "package",
-        "namespace",
-        "return",
-        "var",
-        "void",
-        "while",
-        "true",
-        "false",
-        "null",
-    ];
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !RESERVED.contains(&name)
 }
 
 #[cfg(test)]

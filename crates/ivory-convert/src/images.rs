@@ -88,6 +88,40 @@ pub(crate) fn matches_any(subject: &str, patterns: &[String]) -> String {
     parts.join(" || ")
 }
 
+/// Whether `name` can be written as a CEL field selection (`x.name`): an identifier that is
+/// not a reserved word; other names are written as an index (`x['name']`).
+pub(crate) fn is_cel_identifier(name: &str) -> bool {
+    const RESERVED: [&str; 21] = [
+        "in",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
+        "true",
+        "false",
+        "null",
+    ];
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !RESERVED.contains(&name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -233,7 +233,7 @@ impl Translator<'_> {
             (self.ctx.root_field)(name)?;
         }
         let select = |v: &str| {
-            if super::conditions::is_cel_identifier(name) {
+            if super::images::is_cel_identifier(name) {
                 format!("{v}.{name}")
             } else {
                 format!("{v}[{}]", cel_string(name))

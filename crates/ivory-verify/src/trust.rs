@@ -11,16 +11,14 @@ use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 use sigstore_verify::Verifier;
 use sigstore_verify::crypto::KeyAlgorithm;
-use sigstore_verify::trust_root::{SIGSTORE_PRODUCTION_TRUSTED_ROOT, TrustedRoot};
+use sigstore_verify::trust_root::TrustedRoot;
 use sigstore_verify::types::{DerCertificate, DerPublicKey};
 
 use crate::keys::parse_certificates;
 use crate::rejection::Rejection;
 use crate::trust_source::RootState;
 
-/// The embedded public-good trusted root (byte-identical to sigstore/root-signing
-/// `targets/trusted_root.json`, 2026 edition: Fulcio v1/v2, Rekor v1 + v2 `log2025-1`, CT, TSA).
-pub const PUBLIC_GOOD_TRUSTED_ROOT: &str = SIGSTORE_PRODUCTION_TRUSTED_ROOT;
+pub use crate::trust_source::PUBLIC_GOOD_TRUSTED_ROOT;
 
 const TRUSTED_ROOT_MEDIA_TYPE: &str = "application/vnd.dev.sigstore.trustedroot+json;version=0.1";
 /// A validity start far enough back for any signature; custom keys carry no window.

@@ -5,7 +5,7 @@
 //! ConfigMap or Secret, read again on every refresh), or the `trusted_root.json` target of a
 //! TUF repository (the public-good one, or a site's own mirror), fetched through
 //! `sigstore-tuf`'s verification over the registry client's guarded, capped GET
-//! ([`tuf`]). A refresh runs in the background ([`TrustRoots::spawn_refresh`]), never during an
+//! (`trust_source/tuf.rs`). A refresh runs in the background ([`TrustRoots::spawn_refresh`]), never during an
 //! admission; one that fails keeps the root in force, counts the failure and says so in one log
 //! line. Until a TUF source has answered once, the last root its cache directory proves (the
 //! whole TUF chain verified again from the anchor, offline) or else the embedded root is in
@@ -30,8 +30,10 @@ use ivory_registry::Registry;
 use sha2::{Digest as _, Sha256};
 use sigstore_verify::trust_root::TrustedRoot;
 
-use crate::trust::PUBLIC_GOOD_TRUSTED_ROOT;
-
+/// The embedded public-good trusted root (byte-identical to sigstore/root-signing
+/// `targets/trusted_root.json`, 2026 edition: Fulcio v1/v2, Rekor v1 + v2 `log2025-1`, CT, TSA).
+pub const PUBLIC_GOOD_TRUSTED_ROOT: &str =
+    sigstore_verify::trust_root::SIGSTORE_PRODUCTION_TRUSTED_ROOT;
 /// The public-good TUF repository (Sigstore's CDN).
 pub const PUBLIC_GOOD_TUF_MIRROR: &str = "https://tuf-repo-cdn.sigstore.dev";
 /// The public-good TUF repository's root (version 16), the anchor its chain is walked from:
@@ -154,6 +156,14 @@ pub enum TrustSourceError {
         /// Where it came from.
         origin: String,
         /// What is wrong with it.
+        reason: String,
+    },
+    /// An attestor's `tuf.root.path` (a file or URL) could not be read.
+    #[error("tuf.root.path {path}: {reason}")]
+    Anchor {
+        /// The path or URL.
+        path: String,
+        /// What went wrong.
         reason: String,
     },
     /// The TUF repository's metadata or target was refused, or could not be fetched.

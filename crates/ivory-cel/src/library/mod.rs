@@ -34,8 +34,6 @@ pub(crate) mod clock_names {
     pub use super::time::TIME_NOW;
 }
 
-pub(crate) use time::timestamp;
-
 /// Name `matches` calls are rewritten to, so that they use the cached regexes.
 /// `$` keeps it out of reach of expressions.
 pub(crate) const MATCHES_CACHED: &str = "matches$cached";

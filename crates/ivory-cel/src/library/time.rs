@@ -47,12 +47,6 @@ fn now<'c, 'd>(ftx: &mut FunctionContext<'c, 'd>) -> Result<CowVal<'c, 'd>, Exec
     value.try_into().map(CowVal::Owned)
 }
 
-/// A wall-clock time as a CEL timestamp (UTC).
-pub(crate) fn timestamp(time: std::time::SystemTime) -> Value {
-    let utc: DateTime<chrono::Utc> = time.into();
-    Value::Timestamp(utc.fixed_offset())
-}
-
 /// Go's `Time.Truncate`: rounds down to a multiple of `d` counted from Go's zero time (not
 /// from the Unix epoch: they differ for durations that do not divide a day), in the
 /// timestamp's own offset; `d <= 0` leaves the time unchanged.

@@ -631,9 +631,7 @@ fn per_image<'a>(check: &'a str, lists: &'a [String]) -> impl Iterator<Item = St
 
 /// `images.<list>`, or `images['<list>']` for a name that is not a CEL identifier.
 fn images_list(list: &str) -> String {
-    let identifier = list.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-        && list.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if identifier {
+    if images::is_cel_identifier(list) {
         format!("images.{list}")
     } else {
         format!("images[{}]", images::cel_string(list))

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::{
     PUBLIC_GOOD_TUF_MIRROR, PUBLIC_GOOD_TUF_ROOT, RefreshConfig, RootState, TrustRoots,
-    TrustSource, TufSource,
+    TrustSource, TrustSourceError, TufSource,
 };
 
 /// Largest `tuf.root` read from a file or URL (Sigstore's root.json is about 6 KiB).
@@ -50,7 +50,7 @@ enum RootSpec {
 
 impl TufKey {
     /// The key of `tuf`; an error when `root.data` is not base64.
-    fn of(tuf: &Tuf) -> Result<Self, String> {
+    fn of(tuf: &Tuf) -> Result<Self, Pending> {
         let mirror = tuf
             .mirror
             .as_deref()
@@ -72,7 +72,7 @@ impl TufKey {
             (None, Some(data)) => RootSpec::Data(
                 base64::engine::general_purpose::STANDARD
                     .decode(data.trim())
-                    .map_err(|e| format!("tuf.root.data is not base64: {e}"))?,
+                    .map_err(|e| Pending::Invalid(format!("tuf.root.data is not base64: {e}")))?,
             ),
             (None, None) => RootSpec::Embedded,
         };
@@ -193,7 +193,7 @@ impl TufSources {
 
     /// The root `tuf` names, once fetched; the first call starts following it.
     pub fn root(&self, tuf: &Tuf) -> Result<Arc<RootState>, Pending> {
-        let key = TufKey::of(tuf).map_err(Pending::Invalid)?;
+        let key = TufKey::of(tuf)?;
         let slot = self.slot(&key)?;
         slot.root().ok_or_else(|| {
             let why = slot
@@ -265,7 +265,7 @@ impl TufSources {
             let roots = match sources.start(&key).await {
                 Ok(roots) => roots,
                 Err(e) => {
-                    note(&slot, e);
+                    note(&slot, e.to_string());
                     return;
                 }
             };
@@ -298,9 +298,12 @@ impl TufSources {
     }
 
     /// Reads the anchor and builds the source.
-    async fn start(&self, key: &TufKey) -> Result<TrustRoots, String> {
+    async fn start(&self, key: &TufKey) -> Result<TrustRoots, TrustSourceError> {
         let Some(registry) = &self.inner.registry else {
-            return Err("ivory fetches no TUF repository here".into());
+            return Err(TrustSourceError::Tuf {
+                mirror: key.mirror.clone(),
+                reason: "ivory fetches no TUF repository here".into(),
+            });
         };
         let root = match &key.root {
             RootSpec::Embedded => PUBLIC_GOOD_TUF_ROOT.to_vec(),
@@ -313,23 +316,30 @@ impl TufSources {
             cache_dir: self.inner.cache_root.as_ref().map(|c| c.join(key.folder())),
         };
         TrustRoots::new(TrustSource::Tuf(source), registry, self.inner.config)
-            .map_err(|e| e.to_string())
     }
 
     /// `tuf.root.path`: an http(s) URL through the guarded fetcher, else a file.
-    async fn read_anchor(&self, registry: &Registry, path: &str) -> Result<Vec<u8>, String> {
+    async fn read_anchor(
+        &self,
+        registry: &Registry,
+        path: &str,
+    ) -> Result<Vec<u8>, TrustSourceError> {
+        let fail = |reason: String| TrustSourceError::Anchor {
+            path: path.to_owned(),
+            reason,
+        };
         if path.starts_with("http://") || path.starts_with("https://") {
             let fetcher = registry
                 .url_fetcher(MAX_TUF_ROOT_BYTES)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| fail(e.to_string()))?;
             let deadline = ivory_clock::deadline_in(self.inner.config.fetch_timeout);
             return fetcher
                 .get(path, MAX_TUF_ROOT_BYTES, deadline)
                 .await
-                .map_err(|e| format!("tuf.root.path {path}: {e}"));
+                .map_err(|e| fail(e.to_string()));
         }
         super::read_capped(std::path::Path::new(path), MAX_TUF_ROOT_BYTES)
-            .map_err(|e| format!("tuf.root.path {path}: {e}"))
+            .map_err(|e| fail(e.to_string()))
     }
 }
 
