@@ -244,7 +244,7 @@ async fn fields_ivory_cannot_honour_are_refused_at_load() {
           identities:
             - subject: someone@example.com
         tuf:
-          mirror: https://tuf.example.com
+          mirror: ftp://tuf.example.com
         ctlog:
           url: https://rekor.sigstore.dev
   validations:
@@ -262,7 +262,7 @@ async fn fields_ivory_cannot_honour_are_refused_at_load() {
         "spec.credentials.providers[1]: Forbidden: \"amazon\" is not supported: use pull secrets (spec.credentials.secrets)",
         "spec.attestors[0].cosign.key.kms: Forbidden: not supported: ivory reads no KMS; give the public key as data or expression",
         "spec.attestors[1].cosign.key.hashAlgorithm: Unsupported value: \"sha224\": supported values: \"sha256\", \"sha384\", \"sha512\"",
-        "spec.attestors[2].cosign.tuf.mirror: Forbidden: not supported: ivory has no TUF client; give the trust root as trustedRoot",
+        "spec.attestors[2].cosign.tuf.mirror: Invalid value: must be an http or https URL",
     ] {
         assert!(text.contains(want), "{want} not in {text}");
     }

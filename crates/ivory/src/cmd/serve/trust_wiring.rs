@@ -130,6 +130,10 @@ fn read_root(path: &PathBuf) -> anyhow::Result<Vec<u8>> {
 pub(crate) fn stats_source(roots: &TrustRoots) -> ivory_server::TrustRootStatsSource {
     let roots = roots.clone();
     Arc::new(move || {
+        // The built-in root is never refreshed: nothing to say about it.
+        if matches!(roots.source(), TrustSource::Embedded) {
+            return Vec::new();
+        }
         let stats = roots.stats();
         let current = roots.current();
         let unix = |t: std::time::SystemTime| {
