@@ -52,34 +52,74 @@ spec:
     )
 }
 
+/// The registry with the keyless image (by digest), a folder holding its CA, and a policy
+/// folder with [`policy`].
+struct Setup {
+    h: ivory_testkit::Harness,
+    pinned: String,
+    dir: tempfile::TempDir,
+    policies: std::path::PathBuf,
+}
+
+impl Setup {
+    async fn start() -> Self {
+        let h = RegistryHarness::start_default().await.unwrap();
+        let (image, digest) = h.push_fixture("keyless-cosign2").await.unwrap();
+        let pinned = format!("{}@{digest}", image.rsplit_once(':').unwrap().0);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
+        let policies = dir.path().join("policies");
+        std::fs::create_dir(&policies).unwrap();
+        std::fs::write(policies.join("keyless.yaml"), policy(h.host())).unwrap();
+        Self {
+            h,
+            pinned,
+            dir,
+            policies,
+        }
+    }
+}
+
+/// `ivory serve` arguments: the policies, the registry CA in `dir` and `extra`.
+fn serve_args(dir: &std::path::Path, policies: &std::path::Path, extra: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "--policies".to_owned(),
+        policies.display().to_string(),
+        "--registry-ca".into(),
+        dir.join("registry-ca.pem").display().to_string(),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    args
+}
+
 /// A keyless image is denied while the TUF-served root does not know its log, with a warning
 /// naming the log and the root's source and age; a rotation that adds the log is trusted by the running server within
 /// a refresh period; refused metadata and a mirror gone keep the root, and say so in metrics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_server_follows_its_tuf_root_and_names_the_log_it_does_not_know() {
-    let h = RegistryHarness::start_default().await.unwrap();
-    let (image, digest) = h.push_fixture("keyless-cosign2").await.unwrap();
-    let pinned = format!("{}@{digest}", image.rsplit_once(':').unwrap().0);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    std::fs::write(policies.join("keyless.yaml"), policy(h.host())).unwrap();
+    let Setup {
+        h: _registry,
+        pinned,
+        dir,
+        policies,
+    } = Setup::start().await;
     let mut mirror = TufMirror::start("state-1").await.unwrap();
+    let anchor = tuf_fixtures_dir().join("root-1.json").display().to_string();
+    let url = mirror.url();
     let ivory = Ivory::start_in(
         dir.path(),
-        &[
-            "--policies".into(),
-            policies.display().to_string(),
-            "--registry-ca".into(),
-            dir.path().join("registry-ca.pem").display().to_string(),
-            "--tuf-mirror".into(),
-            mirror.url(),
-            "--tuf-root".into(),
-            tuf_fixtures_dir().join("root-1.json").display().to_string(),
-            "--tuf-refresh-interval".into(),
-            "1s".into(),
-        ],
+        &serve_args(
+            dir.path(),
+            &policies,
+            &[
+                "--tuf-mirror",
+                &url,
+                "--tuf-root",
+                &anchor,
+                "--tuf-refresh-interval",
+                "1s",
+            ],
+        ),
     )
     .await;
     let review = pod_review_with(
@@ -189,11 +229,12 @@ async fn a_running_server_follows_its_tuf_root_and_names_the_log_it_does_not_kno
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attestors_own_tuf_repository_verifies_through_serve_and_verify() {
     use base64::Engine as _;
-    let h = RegistryHarness::start_default().await.unwrap();
-    let (image, digest) = h.push_fixture("keyless-cosign2").await.unwrap();
-    let pinned = format!("{}@{digest}", image.rsplit_once(':').unwrap().0);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
+    let Setup {
+        h,
+        pinned,
+        dir,
+        policies,
+    } = Setup::start().await;
     let mirror = TufMirror::start("state-2").await.unwrap();
     let anchor = std::fs::read(tuf_fixtures_dir().join("root-1.json")).unwrap();
     let tuf = format!(
@@ -203,8 +244,6 @@ async fn an_attestors_own_tuf_repository_verifies_through_serve_and_verify() {
     );
     let text = policy(h.host()).replace("      keyless:\n", &format!("{tuf}      keyless:\n"));
     assert!(text.contains("mirror:"), "{text}");
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
     std::fs::write(policies.join("keyless.yaml"), &text).unwrap();
 
     // One-shot: waits for the repository's first answer, then verifies.
@@ -249,28 +288,23 @@ async fn an_attestors_own_tuf_repository_verifies_through_serve_and_verify() {
 /// the warning naming that log and the built-in root.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_mirror_down_at_start_the_built_in_root_answers_in_time_naming_the_log() {
-    let h = RegistryHarness::start_default().await.unwrap();
-    let (image, digest) = h.push_fixture("keyless-cosign2").await.unwrap();
-    let pinned = format!("{}@{digest}", image.rsplit_once(':').unwrap().0);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("registry-ca.pem"), h.ca_pem()).unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    std::fs::write(policies.join("keyless.yaml"), policy(h.host())).unwrap();
+    let Setup {
+        h: _registry,
+        pinned,
+        dir,
+        policies,
+    } = Setup::start().await;
     let mut mirror = TufMirror::start("state-2").await.unwrap();
     mirror.down().await;
+    let anchor = tuf_fixtures_dir().join("root-1.json").display().to_string();
+    let url = mirror.url();
     let ivory = Ivory::start_in(
         dir.path(),
-        &[
-            "--policies".into(),
-            policies.display().to_string(),
-            "--registry-ca".into(),
-            dir.path().join("registry-ca.pem").display().to_string(),
-            "--tuf-mirror".into(),
-            mirror.url(),
-            "--tuf-root".into(),
-            tuf_fixtures_dir().join("root-1.json").display().to_string(),
-        ],
+        &serve_args(
+            dir.path(),
+            &policies,
+            &["--tuf-mirror", &url, "--tuf-root", &anchor],
+        ),
     )
     .await;
     let (status, _) = ivory.get("/readyz").await;
