@@ -383,25 +383,36 @@ impl TrustRoots {
     /// failure is one log line.
     pub fn spawn_refresh(&self, period: Duration) -> tokio::task::JoinHandle<()> {
         let roots = self.clone();
-        tokio::spawn(async move {
-            if roots.load_cached().await {
-                tracing::info!(root = %roots.current().describe(), "trusted root from the TUF cache");
-            }
-            loop {
-                match roots.refresh().await {
-                    Ok(true) => {
-                        tracing::info!(root = %roots.current().describe(), "trusted root updated");
-                    }
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(
-                        error = %e,
-                        kept = %roots.current().describe(),
-                        "trusted root refresh failed; the root in force is kept"
-                    ),
+        tokio::spawn(async move { roots.refresh_every(period, |_| {}).await })
+    }
+
+    /// The loop of [`Self::spawn_refresh`], never ending: `after` sees each attempt's outcome
+    /// (the cache's proof as `Ok(true)`), for a caller that follows the source.
+    pub(crate) async fn refresh_every(
+        &self,
+        period: Duration,
+        mut after: impl FnMut(&Result<bool, TrustSourceError>),
+    ) {
+        if self.load_cached().await {
+            tracing::info!(root = %self.current().describe(), "trusted root from the TUF cache");
+            after(&Ok(true));
+        }
+        loop {
+            let outcome = self.refresh().await;
+            match &outcome {
+                Ok(true) => {
+                    tracing::info!(root = %self.current().describe(), "trusted root updated");
                 }
-                tokio::time::sleep(period).await;
+                Ok(false) => {}
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    kept = %self.current().describe(),
+                    "trusted root refresh failed; the root in force is kept"
+                ),
             }
-        })
+            after(&outcome);
+            tokio::time::sleep(period).await;
+        }
     }
 }
 

@@ -272,28 +272,21 @@ impl TufSources {
             if let Ok(mut held) = slot.roots.lock() {
                 *held = Some(roots.clone());
             }
-            if roots.load_cached().await {
-                sources.inner.generation.fetch_add(1, Ordering::AcqRel);
-            }
-            loop {
-                match roots.refresh().await {
+            let period = sources.inner.period;
+            roots
+                .refresh_every(period, |outcome| match outcome {
                     Ok(changed) => {
                         if let Ok(mut e) = slot.last_error.lock() {
                             *e = None;
                         }
-                        // The first success counts as new even when the cache proved it.
-                        if changed || roots.stats().succeeded == 1 {
+                        if *changed {
                             sources.inner.generation.fetch_add(1, Ordering::AcqRel);
                         }
                         slot.attempted.notify_waiters();
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "an attestor's TUF root refresh failed; the root in force is kept");
-                        note(&slot, e.to_string());
-                    }
-                }
-                tokio::time::sleep(sources.inner.period).await;
-            }
+                    Err(e) => note(&slot, e.to_string()),
+                })
+                .await;
         });
     }
 

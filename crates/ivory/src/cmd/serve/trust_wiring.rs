@@ -110,20 +110,9 @@ impl TrustOpts {
 }
 
 fn read_root(path: &PathBuf) -> anyhow::Result<Vec<u8>> {
-    use std::io::Read as _;
-    let file = std::fs::File::open(path)
-        .with_context(|| format!("reading --tuf-root {}", path.display()))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_TUF_ROOT_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .with_context(|| format!("reading --tuf-root {}", path.display()))?;
-    if bytes.len() as u64 > MAX_TUF_ROOT_BYTES {
-        bail!(
-            "--tuf-root {}: larger than {MAX_TUF_ROOT_BYTES} bytes",
-            path.display()
-        );
-    }
-    Ok(bytes)
+    let origin = format!("--tuf-root {}", path.display());
+    let file = std::fs::File::open(path).with_context(|| format!("reading {origin}"))?;
+    super::super::wiring::read_bounded(file, &origin, MAX_TUF_ROOT_BYTES).map(String::into_bytes)
 }
 
 /// The metrics' view of `roots`.
