@@ -158,6 +158,9 @@ pub enum TrustSourceError {
         /// What is wrong with it.
         reason: String,
     },
+    /// No guarded HTTP client to fetch with (none given, or it could not be built).
+    #[error("no HTTP client for TUF: {0}")]
+    NoClient(String),
     /// An attestor's `tuf.root.path` (a file or URL) could not be read.
     #[error("tuf.root.path {path}: {reason}")]
     Anchor {
@@ -230,13 +233,6 @@ impl TrustRoots {
         Self::with(TrustSource::Embedded, RootState::embedded(), None)
     }
 
-    /// A root read once from `json` (a one-shot command's `--trusted-root`), named `origin`.
-    pub fn fixed(json: &str, origin: &str) -> Result<Self, TrustSourceError> {
-        validate(json, origin)?;
-        let state = RootState::new(json, origin.to_owned(), Some(ivory_clock::wall()), false);
-        Ok(Self::with(TrustSource::Embedded, state, None))
-    }
-
     /// Roots from `source`. A file is read now (an unreadable or invalid one is an error: the
     /// operator named it); a TUF source starts from the embedded root until [`Self::refresh`]
     /// (or [`Self::load_cached`]) brings its own. `registry` provides the guarded HTTP client
@@ -252,15 +248,22 @@ impl TrustRoots {
                 let state = read_file(path)?;
                 Ok(Self::with(source.clone(), state, None))
             }
-            TrustSource::Tuf(tuf) => {
-                let client = tuf::TufClient::new(tuf, registry, config)?;
-                Ok(Self::with(
-                    source.clone(),
-                    RootState::embedded(),
-                    Some(client),
-                ))
-            }
+            TrustSource::Tuf(tuf) => Self::tuf(tuf, &tuf::fetcher(registry)?, config),
         }
+    }
+
+    /// Roots from the TUF repository `source`, fetched through `fetcher`.
+    pub(crate) fn tuf(
+        source: &TufSource,
+        fetcher: &ivory_registry::UrlFetcher,
+        config: RefreshConfig,
+    ) -> Result<Self, TrustSourceError> {
+        let client = tuf::TufClient::new(source, fetcher, config)?;
+        Ok(Self::with(
+            TrustSource::Tuf(source.clone()),
+            RootState::embedded(),
+            Some(client),
+        ))
     }
 
     fn with(source: TrustSource, state: RootState, tuf: Option<tuf::TufClient>) -> Self {

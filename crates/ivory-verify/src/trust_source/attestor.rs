@@ -16,14 +16,14 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use ivory_policy::types::Tuf;
-use ivory_registry::Registry;
+use ivory_registry::{Registry, UrlFetcher};
 use sha2::{Digest as _, Sha256};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::{
     PUBLIC_GOOD_TUF_MIRROR, PUBLIC_GOOD_TUF_ROOT, RefreshConfig, RootState, TrustRoots,
-    TrustSource, TrustSourceError, TufSource,
+    TrustSourceError, TufSource,
 };
 
 /// Largest `tuf.root` read from a file or URL (Sigstore's root.json is about 6 KiB).
@@ -118,7 +118,9 @@ pub struct TufSources {
 }
 
 struct Inner {
-    registry: Option<Registry>,
+    /// One guarded fetcher for every source, so their reads share one byte budget; why there
+    /// is none, without a registry client.
+    fetcher: Result<UrlFetcher, TrustSourceError>,
     config: RefreshConfig,
     period: Duration,
     cache_root: Option<PathBuf>,
@@ -139,7 +141,9 @@ impl Default for TufSources {
     /// No registry client: every attestor's repository is answered "not fetched".
     fn default() -> Self {
         Self::build(
-            None,
+            Err(TrustSourceError::NoClient(
+                "this verifier fetches no TUF repository".into(),
+            )),
             RefreshConfig::default(),
             Duration::from_secs(3600),
             None,
@@ -165,18 +169,18 @@ impl TufSources {
         period: Duration,
         cache_root: Option<PathBuf>,
     ) -> Self {
-        Self::build(Some(registry), config, period, cache_root)
+        Self::build(super::tuf::fetcher(&registry), config, period, cache_root)
     }
 
     fn build(
-        registry: Option<Registry>,
+        fetcher: Result<UrlFetcher, TrustSourceError>,
         config: RefreshConfig,
         period: Duration,
         cache_root: Option<PathBuf>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                registry,
+                fetcher,
                 config,
                 period,
                 cache_root,
@@ -292,29 +296,31 @@ impl TufSources {
 
     /// Reads the anchor and builds the source.
     async fn start(&self, key: &TufKey) -> Result<TrustRoots, TrustSourceError> {
-        let Some(registry) = &self.inner.registry else {
-            return Err(TrustSourceError::Tuf {
+        let fetcher = self
+            .inner
+            .fetcher
+            .as_ref()
+            .map_err(|why| TrustSourceError::Tuf {
                 mirror: key.mirror.clone(),
-                reason: "ivory fetches no TUF repository here".into(),
-            });
-        };
+                reason: why.to_string(),
+            })?;
         let root = match &key.root {
             RootSpec::Embedded => PUBLIC_GOOD_TUF_ROOT.to_vec(),
             RootSpec::Data(d) => d.clone(),
-            RootSpec::Path(path) => self.read_anchor(registry, path).await?,
+            RootSpec::Path(path) => self.read_anchor(fetcher, path).await?,
         };
         let source = TufSource {
             mirror: key.mirror.clone(),
             root,
             cache_dir: self.inner.cache_root.as_ref().map(|c| c.join(key.folder())),
         };
-        TrustRoots::new(TrustSource::Tuf(source), registry, self.inner.config)
+        TrustRoots::tuf(&source, fetcher, self.inner.config)
     }
 
     /// `tuf.root.path`: an http(s) URL through the guarded fetcher, else a file.
     async fn read_anchor(
         &self,
-        registry: &Registry,
+        fetcher: &UrlFetcher,
         path: &str,
     ) -> Result<Vec<u8>, TrustSourceError> {
         let fail = |reason: String| TrustSourceError::Anchor {
@@ -322,9 +328,6 @@ impl TufSources {
             reason,
         };
         if path.starts_with("http://") || path.starts_with("https://") {
-            let fetcher = registry
-                .url_fetcher(MAX_TUF_ROOT_BYTES)
-                .map_err(|e| fail(e.to_string()))?;
             let deadline = ivory_clock::deadline_in(self.inner.config.fetch_timeout);
             return fetcher
                 .get(path, MAX_TUF_ROOT_BYTES, deadline)

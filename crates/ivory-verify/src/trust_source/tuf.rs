@@ -24,8 +24,16 @@ use super::{RefreshConfig, TrustSourceError, TufSource};
 
 /// The Sigstore target holding the trusted root.
 const TRUSTED_ROOT_TARGET: &str = "trusted_root.json";
-/// Bytes of TUF bodies held at once by one source's fetches.
+/// Bytes of TUF bodies held at once by the fetches of one fetcher (the server-wide source's,
+/// or all attestors' sources together).
 const READ_BUDGET_BYTES: usize = 16 * 1024 * 1024;
+
+/// The guarded fetcher TUF sources read through, with the read budget they share.
+pub(crate) fn fetcher(registry: &Registry) -> Result<UrlFetcher, TrustSourceError> {
+    registry
+        .url_fetcher(READ_BUDGET_BYTES)
+        .map_err(|e| TrustSourceError::NoClient(e.to_string()))
+}
 /// Largest `trusted_root.json` target (its length is pinned by the targets metadata as well).
 const MAX_TARGET_BYTES: u64 = 1024 * 1024;
 /// The cache file whose time says when the mirror last answered.
@@ -44,9 +52,10 @@ pub(crate) struct TufClient {
 }
 
 impl TufClient {
+    /// The client of `source`, its fetches through `fetcher` (whose read budget it shares).
     pub(crate) fn new(
         source: &TufSource,
-        registry: &Registry,
+        fetcher: &UrlFetcher,
         config: RefreshConfig,
     ) -> Result<Self, TrustSourceError> {
         let mirror = source.mirror.trim_end_matches('/').to_owned();
@@ -58,14 +67,11 @@ impl TufClient {
         // The anchor must be a root the TUF verification accepts, before anything is fetched.
         sigstore_tuf::trusted::TrustedMetadataSet::from_root(&source.root)
             .map_err(|e| fail(format!("the TUF root is not usable: {e}")))?;
-        let fetcher = registry
-            .url_fetcher(READ_BUDGET_BYTES)
-            .map_err(|e| fail(e.to_string()))?;
         Ok(Self {
             mirror,
             root: source.root.clone(),
             cache_dir: source.cache_dir.clone(),
-            fetcher,
+            fetcher: fetcher.clone(),
             config,
             updater: Mutex::new(None),
         })
