@@ -34,8 +34,10 @@ const BUILT_IN_KINDS: [&str; 8] = [
     "CronJob",
 ];
 
-/// The `images` lists an ImageValidatingPolicy fills from containers.
-const BUILT_IN_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
+/// The `images` lists an ImageValidatingPolicy fills from containers, as Kyverno's legacy
+/// built-in extractors fill them (OCI image volumes are not among them).
+pub(crate) const BUILT_IN_LISTS: [&str; 3] =
+    ["containers", "initContainers", "ephemeralContainers"];
 
 /// One entry of `imageExtractors.<Kind>`.
 #[derive(Debug, Deserialize)]

@@ -49,7 +49,10 @@ pub(super) fn convert_entry(
             differences.push(extractor_difference(settings.mutate_digest));
             extractors.lists()
         }
-        None => BUILT_IN_LISTS.iter().map(|l| (*l).to_owned()).collect(),
+        None => crate::extractors::BUILT_IN_LISTS
+            .iter()
+            .map(|l| (*l).to_owned())
+            .collect(),
     };
     let validations = build_validations(&verification, images.skip.as_ref(), &lists);
     let verifies =
@@ -601,10 +604,6 @@ fn attestor_list(names: &[String]) -> String {
     let items: Vec<String> = names.iter().map(|n| format!("attestors.{n}")).collect();
     format!("[{}]", items.join(", "))
 }
-
-/// The image lists Kyverno's legacy built-in extractors fill: containers, init containers and
-/// ephemeral containers (OCI image volumes are not among them).
-const BUILT_IN_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
 
 /// What the report says of a rule whose images come from its `imageExtractors`.
 fn extractor_difference(mutate_digest: bool) -> String {
