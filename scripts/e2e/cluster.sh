@@ -9,6 +9,8 @@
 #   cluster.sh stop DIR    stop it (DIR and its logs are kept)
 #   cluster.sh env DIR     print KUBECONFIG=... and IVORY_E2E_* lines for a started cluster
 #
+# IVORY_E2E_ADMISSION_CONFIG=FILE starts the API server with --admission-control-config-file FILE
+# (e.g. the AdmissionConfiguration `ivory webhooks --static` writes).
 # With IVORY_E2E_OWNER_PID set, a watchdog stops the cluster and removes DIR once that process is
 # gone (DIR is kept when IVORY_E2E_KEEP is non-empty), so a test process that exits without
 # cleaning up leaves nothing running.
@@ -134,9 +136,12 @@ YAML
 }
 
 start_apiserver() {
-  local pki="$DIR/pki"
+  local pki="$DIR/pki" extra=()
   APISERVER_PORT="$(free_port)"
   write_audit_policy
+  if [ -n "${IVORY_E2E_ADMISSION_CONFIG:-}" ]; then
+    extra+=(--admission-control-config-file "$IVORY_E2E_ADMISSION_CONFIG")
+  fi
   # The service range is only an allocation range for Service objects: no traffic goes there.
   # No endpoint reconciler: it refuses a loopback advertise address, and nothing here needs the
   # `kubernetes` Service endpoints.
@@ -155,7 +160,7 @@ start_apiserver() {
     --allow-privileged=true \
     --audit-policy-file "$DIR/audit-policy.yaml" --audit-log-path "$DIR/audit.log" \
     --audit-log-mode blocking \
-    --profiling=false
+    --profiling=false "${extra[@]}"
   echo "$APISERVER_PORT" >"$DIR/apiserver.port"
 }
 

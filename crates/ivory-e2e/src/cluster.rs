@@ -39,23 +39,36 @@ static SHARED: OnceCell<Cluster> = OnceCell::const_new();
 impl Cluster {
     /// Starts a new cluster (a few seconds once the binaries are built).
     pub async fn start() -> Result<Self> {
+        Self::start_with(None).await
+    }
+
+    /// [`Self::start`] with the API server reading `admission_config` (an
+    /// `AdmissionConfiguration`, e.g. the static webhook manifests' of `ivory webhooks --static`)
+    /// through `--admission-control-config-file`.
+    pub async fn start_with_admission_config(admission_config: &Path) -> Result<Self> {
+        Self::start_with(Some(admission_config)).await
+    }
+
+    async fn start_with(admission_config: Option<&Path>) -> Result<Self> {
         let script = cluster_script();
         let dir = tempfile::Builder::new()
             .prefix("ivory-e2e-")
             .tempdir()
             .map_err(Error::TempDir)?;
-        let output = tokio::process::Command::new("bash")
+        let mut command = tokio::process::Command::new("bash");
+        command
             .arg(&script)
             .arg("start")
             .arg(dir.path())
             .env("IVORY_E2E_OWNER_PID", std::process::id().to_string())
-            .stdin(std::process::Stdio::null())
-            .output()
-            .await
-            .map_err(|source| Error::Spawn {
-                script: script.clone(),
-                source,
-            })?;
+            .stdin(std::process::Stdio::null());
+        if let Some(config) = admission_config {
+            command.env("IVORY_E2E_ADMISSION_CONFIG", config);
+        }
+        let output = command.output().await.map_err(|source| Error::Spawn {
+            script: script.clone(),
+            source,
+        })?;
         if !output.status.success() {
             let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
             text.push_str(&String::from_utf8_lossy(&output.stderr));

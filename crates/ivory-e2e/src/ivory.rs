@@ -70,9 +70,23 @@ impl IvoryServer {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
+        Self::start_listening("127.0.0.1:0", args, envs).await
+    }
+
+    /// [`Self::start`] on a given address, for webhooks written before ivory starts (static
+    /// manifests name the address the API server calls).
+    pub async fn start_listening<I, S>(
+        listen: &str,
+        args: I,
+        envs: &[(&str, &OsStr)],
+    ) -> Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
         let binary = ivory_binary();
         let mut child = Command::new(&binary)
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .args(args)
             .envs(envs.iter().copied())
             .env("IVORY_LOG_FORMAT", "json")

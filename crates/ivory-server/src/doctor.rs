@@ -4,7 +4,9 @@
 //!
 //! Layers ([`Layer`]): `api` (reachable), `crds` (installed, v1 served, Established), `policy`
 //! (each compiles), `registration` (a validating, and for digest pinning a mutating, webhook
-//! calls ivory for each policy), `endpoint` (each ivory endpoint of those webhooks answers
+//! calls ivory for each policy; from the API's configuration objects or from the static
+//! manifests the API server reads, reported apart, with whether the API server applies the
+//! static ones and where the two disagree), `endpoint` (each ivory endpoint of those webhooks answers
 //! `/readyz`), `reads` (ivory's service account may get, list and watch what each policy reads
 //! through `resource.Get`/`List` and `globalContext.Get`: a SubjectAccessReview per verb).
 //!
@@ -15,18 +17,24 @@ mod check;
 mod hooks;
 mod probe;
 mod reads;
+mod static_files;
 
 #[cfg(test)]
 mod tests;
+
+use std::path::Path;
 
 use ivory_policy::CompiledPolicy;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams};
 
 pub use self::check::{Check, ConnectError, Finding, Layer, ProbeError, Status};
-pub use self::hooks::{Endpoint, Hook, hook, registration_checks};
+pub use self::hooks::{Endpoint, Hook, Source, hook, registration_checks};
 pub use self::probe::PROBE_TIMEOUT;
 pub use self::reads::{read_check, reads_needed};
+pub use self::static_files::{
+    StaticFolder, StaticReadError, applied, loaded_hashes, read_static, static_checks,
+};
 use crate::kube_source::{POLICY_VERSION, compile_policy_object, policy_resources};
 
 /// CRDs ivory reads.
@@ -37,8 +45,9 @@ pub const CRDS: [&str; 2] = [
 
 /// Every check, in the report's order: `api` (and nothing more when it fails), `crds`,
 /// `policy`, `reads`, `registration`, `endpoint`. `service_account` is the user whose reads
-/// are checked (`system:serviceaccount:NS:NAME`).
-pub async fn examine(service_account: &str) -> Vec<Check> {
+/// are checked (`system:serviceaccount:NS:NAME`); `static_manifests` the folder `ivory
+/// webhooks --static` wrote, when ivory is registered that way too.
+pub async fn examine(service_account: &str, static_manifests: Option<&Path>) -> Vec<Check> {
     const API: &str = "kube-apiserver";
     let mut checks = Vec::new();
     let client = match connect().await {
@@ -55,8 +64,10 @@ pub async fn examine(service_account: &str) -> Vec<Check> {
     let (policies, policy_checks) = policy_checks(&client).await;
     checks.extend(policy_checks);
     checks.extend(reads::read_checks(&client, service_account, &policies).await);
+    let static_hooks = static_registration(&client, static_manifests, &mut checks).await;
     match hooks::webhooks(&client).await {
-        Ok(hooks) => {
+        Ok(mut hooks) => {
+            hooks.extend(static_hooks);
             checks.extend(registration_checks(&policies, &hooks));
             checks.extend(probe::endpoint_checks(&client, &hooks).await);
         }
@@ -66,6 +77,32 @@ pub async fn examine(service_account: &str) -> Vec<Check> {
         )),
     }
     checks
+}
+
+/// The static registration's rows, and the webhooks of the static manifests the API server
+/// applies.
+async fn static_registration(
+    client: &kube::Client,
+    folder: Option<&Path>,
+    checks: &mut Vec<Check>,
+) -> Vec<Hook> {
+    let folders = match folder.map(read_static).transpose() {
+        Ok(folders) => folders.unwrap_or_default(),
+        Err(e) => {
+            let subject = folder.map(|f| f.display().to_string()).unwrap_or_default();
+            checks.push(Check::new(subject, Finding::StaticUnreadable(e)));
+            Vec::new()
+        }
+    };
+    let loaded = static_files::read_metrics(client)
+        .await
+        .map(|text| loaded_hashes(&text));
+    checks.extend(static_checks(&folders, &loaded));
+    folders
+        .into_iter()
+        .filter(|f| applied(f, &loaded))
+        .flat_map(|f| f.hooks)
+        .collect()
 }
 
 /// A client from KUBECONFIG or the in-cluster config, and the API server's `gitVersion`.

@@ -21,6 +21,8 @@
 //! server evaluated the selector, which holds only if every call on a policy's path came
 //! through a webhook carrying exactly that policy's selector.
 
+pub mod static_manifests;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine as _;

@@ -12,3 +12,4 @@ mod gitops;
 mod pod_images;
 mod reports;
 mod setup;
+mod static_manifests;

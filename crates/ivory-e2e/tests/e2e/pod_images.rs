@@ -20,68 +20,11 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use crate::setup::{
-    PROPAGATION, cluster_with_crds, fixture_key_attestors, ivory_dir, namespace,
-    push_signed_and_unsigned, serve_policies, workspace,
+    Answer, PROPAGATION, cluster_with_crds, create, fixture_key_attestors, ivory_dir, namespace,
+    push_signed_and_unsigned, send, serve_policies, workspace,
 };
 
 const MESSAGE: &str = "failed the image Signature verification";
-
-/// The API server's answer: status and body.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    body: Value,
-}
-
-impl Answer {
-    fn ok(&self) -> bool {
-        (200..300).contains(&self.status)
-    }
-
-    fn message(&self) -> &str {
-        self.body["message"].as_str().unwrap_or("")
-    }
-
-    fn denied_by_policy(&self) -> bool {
-        !self.ok() && self.message().contains(MESSAGE)
-    }
-}
-
-async fn send(
-    client: &Client,
-    method: http::Method,
-    path: &str,
-    content_type: &str,
-    body: Option<&Value>,
-) -> Result<Answer> {
-    let bytes = match body {
-        Some(b) => serde_json::to_vec(b)?,
-        None => Vec::new(),
-    };
-    let request = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", content_type)
-        .body(kube::client::Body::from(bytes))?;
-    let response = client.send(request).await?;
-    let status = response.status().as_u16();
-    let bytes = response.into_body().collect_bytes().await?;
-    Ok(Answer {
-        status,
-        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    })
-}
-
-async fn create(client: &Client, collection: &str, object: &Value) -> Result<Answer> {
-    send(
-        client,
-        http::Method::POST,
-        collection,
-        "application/json",
-        Some(object),
-    )
-    .await
-}
 
 /// Pod spec with `containers` and image `volumes`.
 fn pod_spec(containers: &[&str], volumes: &[&str]) -> Value {
@@ -201,7 +144,7 @@ async fn every_image_a_pod_runs_is_verified() -> Result<()> {
     let ready = eventually("unsigned pods to be denied", PROPAGATION, || async {
         let probe = pod(&unique_name("probe"), &[&unsigned], &[]);
         let answer = create(&client, &format!("{pods}?dryRun=All"), &probe).await?;
-        if answer.denied_by_policy() {
+        if answer.denied_with(MESSAGE) {
             Ok(())
         } else {
             Err(anyhow::anyhow!("{}: {}", answer.status, answer.message()))
@@ -225,7 +168,7 @@ async fn every_image_a_pod_runs_is_verified() -> Result<()> {
 
     // kubectl debug with an unsigned image: denied, nothing stored.
     let answer = debug(&client, &ns, "web", &unsigned).await?;
-    ensure!(answer.denied_by_policy(), "{answer:?}{}", logs());
+    ensure!(answer.denied_with(MESSAGE), "{answer:?}{}", logs());
     let stored = send(
         &client,
         http::Method::GET,
@@ -253,7 +196,7 @@ async fn every_image_a_pod_runs_is_verified() -> Result<()> {
         &pod("vol-unsigned", &[&signed], &[&unsigned]),
     )
     .await?;
-    ensure!(answer.denied_by_policy(), "{answer:?}{}", logs());
+    ensure!(answer.denied_with(MESSAGE), "{answer:?}{}", logs());
     let answer = create(&client, &pods, &pod("vol-signed", &[&signed], &[&signed])).await?;
     ensure!(answer.ok(), "{answer:?}{}", logs());
     ensure!(
@@ -268,7 +211,7 @@ async fn every_image_a_pod_runs_is_verified() -> Result<()> {
         &deployment("vol-unsigned", &[&signed], &[&unsigned]),
     )
     .await?;
-    ensure!(answer.denied_by_policy(), "{answer:?}{}", logs());
+    ensure!(answer.denied_with(MESSAGE), "{answer:?}{}", logs());
 
     // Another spelling of the registry, with a digest so nothing pins it first.
     let port = host
@@ -278,7 +221,7 @@ async fn every_image_a_pod_runs_is_verified() -> Result<()> {
     let respelled = format!("127.0.0.1:0{port}/ivory/unsigned@{unsigned_digest}");
     let answer = create(&client, &pods, &pod("respelled", &[&respelled], &[])).await?;
     ensure!(
-        answer.denied_by_policy(),
+        answer.denied_with(MESSAGE),
         "{respelled}: {answer:?}{}",
         logs()
     );

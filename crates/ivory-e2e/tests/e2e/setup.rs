@@ -315,3 +315,67 @@ pub(crate) async fn set_running_digest(
         .patch_status(pod, &PatchParams::default(), &Patch::Merge(&status))
         .await?)
 }
+
+/// The API server's answer: status and body.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    /// The HTTP status.
+    pub(crate) status: u16,
+    /// The body, `null` when it is not JSON.
+    pub(crate) body: Value,
+}
+
+impl Answer {
+    /// A 2xx status.
+    pub(crate) fn ok(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The Status object's message (empty for an admitted object).
+    pub(crate) fn message(&self) -> &str {
+        self.body["message"].as_str().unwrap_or("")
+    }
+
+    /// Refused, with `message` in the API server's message.
+    pub(crate) fn denied_with(&self, message: &str) -> bool {
+        !self.ok() && self.message().contains(message)
+    }
+}
+
+/// Sends `body` (JSON) to `path` with `method` and `content_type`.
+pub(crate) async fn send(
+    client: &Client,
+    method: http::Method,
+    path: &str,
+    content_type: &str,
+    body: Option<&Value>,
+) -> Result<Answer> {
+    let bytes = match body {
+        Some(b) => serde_json::to_vec(b)?,
+        None => Vec::new(),
+    };
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", content_type)
+        .body(kube::client::Body::from(bytes))?;
+    let response = client.send(request).await?;
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect_bytes().await?;
+    Ok(Answer {
+        status,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    })
+}
+
+/// POSTs `object` to `collection`.
+pub(crate) async fn create(client: &Client, collection: &str, object: &Value) -> Result<Answer> {
+    send(
+        client,
+        http::Method::POST,
+        collection,
+        "application/json",
+        Some(object),
+    )
+    .await
+}

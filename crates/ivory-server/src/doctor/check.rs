@@ -1,9 +1,13 @@
 //! What `ivory doctor` found: one [`Check`] per row, its [`Finding`] holding the facts, and
 //! the verdict ([`Status`]) decided from the finding's kind, never from a text.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ivory_policy::{PolicyError, ResourceRead};
+
+use super::hooks::Source;
+use super::static_files::StaticReadError;
 
 /// The verdict of one check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,7 +155,59 @@ pub enum Finding {
         config: String,
         /// Its failurePolicy.
         failure_policy: String,
+        /// Where it comes from (a static one is named when there is one).
+        source: Source,
+        /// `webhook in configuration` of an API webhook that also registers the policy,
+        /// beside a static one.
+        also_api: Option<String>,
     },
+    /// A static and an API webhook both register the policy at this stage, differently: the
+    /// API server calls both, so the stricter decides, and deleting the API one changes what
+    /// is enforced.
+    SourcesDisagree {
+        /// The static webhook's name.
+        static_webhook: String,
+        /// The API webhook's name.
+        api_webhook: String,
+        /// What differs.
+        differences: Vec<&'static str>,
+    },
+    /// The API server applies the static manifests of this folder, as they are on disk.
+    StaticInForce {
+        /// The plugin's folder.
+        dir: PathBuf,
+        /// Their hash, as the API server reports it.
+        hash: String,
+        /// How many of their webhooks call ivory.
+        webhooks: usize,
+    },
+    /// The API server applies another version of this folder's manifests: an edit it has not
+    /// read yet, or one it refused (its log says why; it keeps the last good version).
+    StaticStale {
+        /// The plugin's folder.
+        dir: PathBuf,
+        /// The hash of the files on disk (`None`: the folder holds none).
+        on_disk: Option<String>,
+        /// The hashes the API server reports applying.
+        applied: Vec<String>,
+    },
+    /// The API server applies no static manifests for this plugin: it does not read the
+    /// folder (no `--admission-control-config-file`, or the feature gate is off), so none of
+    /// its webhooks is in force.
+    StaticNotApplied {
+        /// The plugin's folder.
+        dir: PathBuf,
+    },
+    /// The API server applies static manifests for this plugin, and no folder was given to
+    /// compare them with (`--static-manifests`).
+    StaticUnread {
+        /// The hashes it reports.
+        hashes: Vec<String>,
+    },
+    /// The API server's metrics, which say what static manifests it applies, could not be read.
+    StaticUnknown(String),
+    /// The static manifest folder given could not be read.
+    StaticUnreadable(StaticReadError),
     /// No webhook calls ivory for the policy at this stage: it exists but is not enforced.
     Unregistered {
         /// `validate` or `mutate`.
@@ -205,6 +261,13 @@ impl Finding {
             Self::Registered { .. }
             | Self::Unregistered { .. }
             | Self::FailurePolicyDiffers { .. }
+            | Self::SourcesDisagree { .. }
+            | Self::StaticInForce { .. }
+            | Self::StaticStale { .. }
+            | Self::StaticNotApplied { .. }
+            | Self::StaticUnread { .. }
+            | Self::StaticUnknown(_)
+            | Self::StaticUnreadable(_)
             | Self::WebhooksUnlisted(_) => Layer::Registration,
             Self::EndpointReady { .. } | Self::EndpointUnready(_) | Self::EndpointSilent { .. } => {
                 Layer::Endpoint
@@ -220,12 +283,17 @@ impl Finding {
             | Self::CrdReady
             | Self::PolicyCompiles
             | Self::ReadAllowed { .. }
-            | Self::Registered { .. } => Status::Ok,
+            | Self::Registered { .. }
+            | Self::StaticInForce { .. }
+            | Self::StaticUnread { .. } => Status::Ok,
             Self::EndpointReady { policy_errors, .. } if *policy_errors > 0 => Status::Warn,
             Self::EndpointReady { .. } => Status::Ok,
-            Self::NoPolicies | Self::ReadUnknown { .. } | Self::FailurePolicyDiffers { .. } => {
-                Status::Warn
-            }
+            Self::NoPolicies
+            | Self::ReadUnknown { .. }
+            | Self::FailurePolicyDiffers { .. }
+            | Self::SourcesDisagree { .. }
+            | Self::StaticStale { .. }
+            | Self::StaticUnknown(_) => Status::Warn,
             Self::ApiUnreachable(_)
             | Self::CrdVersionNotServed
             | Self::CrdNotEstablished
@@ -235,6 +303,8 @@ impl Finding {
             | Self::PoliciesUnlisted(_)
             | Self::ReadDenied { .. }
             | Self::Unregistered { .. }
+            | Self::StaticNotApplied { .. }
+            | Self::StaticUnreadable(_)
             | Self::WebhooksUnlisted(_)
             | Self::EndpointUnready(_)
             | Self::EndpointSilent { .. } => Status::Fail,

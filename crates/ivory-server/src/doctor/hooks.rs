@@ -7,8 +7,28 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use kube::api::{Api, ListParams};
+use serde_json::{Value, json};
 
 use super::check::{Check, Finding};
+
+/// Where the API server gets a webhook from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Source {
+    /// A webhook configuration object of the API (it can be deleted through the API).
+    Api,
+    /// A static manifest file the API server reads (`.static.k8s.io`, not in the API).
+    Static,
+}
+
+impl Source {
+    /// Spelling in the report: `API` or `static`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Api => "API",
+            Self::Static => "static",
+        }
+    }
+}
 
 /// One registered webhook that calls an ivory route.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +47,12 @@ pub struct Hook {
     pub failure_policy: String,
     /// Where it sends its calls.
     pub endpoint: Endpoint,
+    /// Where the API server got it from.
+    pub source: Source,
+    /// What it sends (rules, selectors, matchPolicy, matchConditions, timeout, reinvocation),
+    /// with the API server's defaults filled in, as canonical JSON: two registrations of one
+    /// policy disagree when these differ.
+    pub scope: String,
 }
 
 /// Where a webhook sends its calls.
@@ -64,41 +90,82 @@ impl Endpoint {
     }
 }
 
-/// Every webhook, mutating and validating, that calls an ivory route.
+/// Every webhook of the API's configuration objects, mutating and validating, that calls an
+/// ivory route.
 pub(super) async fn webhooks(client: &kube::Client) -> Result<Vec<Hook>, kube::Error> {
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    // (configuration, webhook, clientConfig, failurePolicy) of both kinds, read alike.
-    let mut rows = Vec::new();
-    for config in mutating.list(&ListParams::default()).await?.items {
-        let config_name = config.metadata.name.unwrap_or_default();
+    let params = ListParams::default();
+    Ok(hooks_of(
+        mutating.list(&params).await?.items,
+        validating.list(&params).await?.items,
+        Source::Api,
+    ))
+}
+
+/// The webhooks of these configurations that call an ivory route, from `source`.
+pub(super) fn hooks_of(
+    mutating: Vec<MutatingWebhookConfiguration>,
+    validating: Vec<ValidatingWebhookConfiguration>,
+    source: Source,
+) -> Vec<Hook> {
+    // (configuration, webhook as JSON) of both kinds, read alike.
+    let mut rows: Vec<(String, Value)> = Vec::new();
+    for config in mutating {
+        let name = config.metadata.name.unwrap_or_default();
         for w in config.webhooks.unwrap_or_default() {
-            rows.push((
-                config_name.clone(),
-                w.name,
-                w.client_config,
-                w.failure_policy,
-            ));
+            let mut value = serde_json::to_value(w).unwrap_or_default();
+            default_field(&mut value, "reinvocationPolicy", json!("Never"));
+            rows.push((name.clone(), value));
         }
     }
-    for config in validating.list(&ListParams::default()).await?.items {
-        let config_name = config.metadata.name.unwrap_or_default();
+    for config in validating {
+        let name = config.metadata.name.unwrap_or_default();
         for w in config.webhooks.unwrap_or_default() {
-            rows.push((
-                config_name.clone(),
-                w.name,
-                w.client_config,
-                w.failure_policy,
-            ));
+            rows.push((name.clone(), serde_json::to_value(w).unwrap_or_default()));
         }
     }
-    let hooks = rows
-        .iter()
-        .filter_map(|(config, name, client_config, failure_policy)| {
-            hook(config, name, client_config, failure_policy.as_deref())
+    rows.into_iter()
+        .filter_map(|(config, webhook)| {
+            let client: WebhookClientConfig =
+                serde_json::from_value(webhook["clientConfig"].clone()).ok()?;
+            let mut found = hook(
+                &config,
+                webhook["name"].as_str().unwrap_or(""),
+                &client,
+                webhook["failurePolicy"].as_str(),
+            )?;
+            found.source = source;
+            found.scope = scope(webhook);
+            Some(found)
         })
-        .collect();
-    Ok(hooks)
+        .collect()
+}
+
+/// A webhook's scope (see [`Hook::scope`]): its fields but name, client and failurePolicy,
+/// with the API server's defaults where unset.
+fn scope(mut webhook: Value) -> String {
+    if let Some(fields) = webhook.as_object_mut() {
+        for field in ["name", "clientConfig", "failurePolicy"] {
+            fields.remove(field);
+        }
+    }
+    default_field(&mut webhook, "matchPolicy", json!("Equivalent"));
+    default_field(&mut webhook, "namespaceSelector", json!({}));
+    default_field(&mut webhook, "objectSelector", json!({}));
+    default_field(&mut webhook, "timeoutSeconds", json!(10));
+    if let Some(rules) = webhook["rules"].as_array_mut() {
+        for rule in rules {
+            default_field(rule, "scope", json!("*"));
+        }
+    }
+    webhook.to_string()
+}
+
+fn default_field(object: &mut Value, field: &str, default: Value) {
+    if let Some(fields) = object.as_object_mut() {
+        fields.entry(field).or_insert(default);
+    }
 }
 
 /// The ivory route of a webhook's client config, if it calls one.
@@ -147,12 +214,15 @@ pub fn hook(
         // The API server's default.
         failure_policy: failure.unwrap_or("Fail").to_owned(),
         endpoint,
+        source: Source::Api,
+        scope: String::new(),
     })
 }
 
 /// For every policy: a validating webhook naming it, a mutating one when it pins digests
 /// (`mutateDigest`, and not `ivory.dev/digest-pinning: no-patch`), and
-/// a failurePolicy on the webhook that matches the policy's.
+/// a failurePolicy on the webhook that matches the policy's. A static registration is named
+/// first (the API cannot remove it); when a policy has both, a row says whether they differ.
 pub fn registration_checks(policies: &[CompiledPolicy], hooks: &[Hook]) -> Vec<Check> {
     let mut checks = Vec::new();
     for policy in policies.iter().filter(|p| p.admission_enabled()) {
@@ -169,27 +239,75 @@ pub fn registration_checks(policies: &[CompiledPolicy], hooks: &[Hook]) -> Vec<C
             stages.push("mutate");
         }
         for stage in stages {
-            let found = hooks.iter().find(|h| {
-                h.prefix == prefix && h.stage == stage && h.policies.contains(&policy.name)
-            });
-            let policy_says = failure_text(policy.failure_policy);
-            let finding = match found {
-                None => Finding::Unregistered { stage },
-                Some(h) if h.failure_policy != policy_says => Finding::FailurePolicyDiffers {
-                    webhook: h.name.clone(),
-                    webhook_says: h.failure_policy.clone(),
-                    policy_says,
-                },
-                Some(h) => Finding::Registered {
-                    webhook: h.name.clone(),
-                    config: h.config.clone(),
-                    failure_policy: h.failure_policy.clone(),
-                },
+            let from = |source: Source| {
+                hooks.iter().find(|h| {
+                    h.source == source
+                        && h.prefix == prefix
+                        && h.stage == stage
+                        && h.policies.contains(&policy.name)
+                })
             };
-            checks.push(Check::new(format!("{subject} ({stage})"), finding));
+            let (fixed, api) = (from(Source::Static), from(Source::Api));
+            let subject = format!("{subject} ({stage})");
+            checks.push(Check::new(
+                subject.clone(),
+                registration(policy, stage, fixed.or(api), fixed.and(api)),
+            ));
+            if let (Some(fixed), Some(api)) = (fixed, api) {
+                let differences = differences(fixed, api);
+                if !differences.is_empty() {
+                    let finding = Finding::SourcesDisagree {
+                        static_webhook: fixed.name.clone(),
+                        api_webhook: api.name.clone(),
+                        differences,
+                    };
+                    checks.push(Check::new(subject, finding));
+                }
+            }
         }
     }
     checks
+}
+
+/// The finding for the webhook that registers a policy at a stage (`also_api`: an API webhook
+/// besides the static one).
+fn registration(
+    policy: &CompiledPolicy,
+    stage: &'static str,
+    found: Option<&Hook>,
+    also_api: Option<&Hook>,
+) -> Finding {
+    let policy_says = failure_text(policy.failure_policy);
+    match found {
+        None => Finding::Unregistered { stage },
+        Some(h) if h.failure_policy != policy_says => Finding::FailurePolicyDiffers {
+            webhook: h.name.clone(),
+            webhook_says: h.failure_policy.clone(),
+            policy_says,
+        },
+        Some(h) => Finding::Registered {
+            webhook: h.name.clone(),
+            config: h.config.clone(),
+            failure_policy: h.failure_policy.clone(),
+            source: h.source,
+            also_api: also_api.map(|a| format!("{} in {}", a.name, a.config)),
+        },
+    }
+}
+
+/// What differs between a static and an API registration of one policy at one stage.
+fn differences(fixed: &Hook, api: &Hook) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if fixed.failure_policy != api.failure_policy {
+        out.push("failurePolicy");
+    }
+    if fixed.policies != api.policies {
+        out.push("the policies in the path");
+    }
+    if fixed.scope != api.scope {
+        out.push("rules, selectors, conditions or timeout");
+    }
+    out
 }
 
 /// A failurePolicy as the webhook configuration spells it.

@@ -108,6 +108,8 @@ fn ivory_hook(stage: &str, names: &[&str], failure: &str) -> Hook {
             base: "https://127.0.0.1:1".into(),
             ca: Vec::new(),
         },
+        source: Source::Api,
+        scope: "{}".into(),
     }
 }
 
@@ -184,4 +186,150 @@ fn endpoints_with_policy_errors_warn() {
         timeout: PROBE_TIMEOUT,
     };
     assert_eq!(silent.status(), Status::Fail);
+}
+
+fn static_hook(stage: &str, names: &[&str], failure: &str) -> Hook {
+    Hook {
+        source: Source::Static,
+        config: "ivory.static.k8s.io".into(),
+        ..ivory_hook(stage, names, failure)
+    }
+}
+
+#[test]
+fn a_static_registration_is_named_first_and_a_differing_api_one_warns() {
+    let policies = [policy("a", "Fail")];
+    let same = [
+        static_hook("validate", &["a"], "Fail"),
+        ivory_hook("validate", &["a"], "Fail"),
+    ];
+    let checks = registration_checks(&policies, &same);
+    assert_eq!(checks.len(), 2, "{checks:?}");
+    assert!(
+        matches!(
+            &checks[0].finding,
+            Finding::Registered {
+                source: Source::Static,
+                also_api: Some(_),
+                ..
+            }
+        ),
+        "{checks:?}"
+    );
+    assert_eq!(checks[0].subject, "a (validate)");
+
+    // Only the static one: registered, from the static source.
+    let only_static = registration_checks(&policies, &same[..1]);
+    assert!(matches!(
+        &only_static[0].finding,
+        Finding::Registered {
+            source: Source::Static,
+            also_api: None,
+            ..
+        }
+    ));
+
+    let mut api = ivory_hook("validate", &["a"], "Ignore");
+    api.scope = r#"{"rules":[]}"#.into();
+    let differing = [static_hook("validate", &["a"], "Fail"), api];
+    let checks = registration_checks(&policies, &differing);
+    let disagree = checks
+        .iter()
+        .find(|c| matches!(c.finding, Finding::SourcesDisagree { .. }))
+        .expect("a disagreement row");
+    assert_eq!(disagree.status(), Status::Warn);
+    assert!(
+        matches!(&disagree.finding, Finding::SourcesDisagree { differences, .. }
+            if differences == &["failurePolicy", "rules, selectors, conditions or timeout"]),
+        "{disagree:?}"
+    );
+}
+
+const STATIC_VALIDATING: &str = "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: ivory.static.k8s.io
+webhooks:
+  - name: ivpol.validate.ivory.svc-fail
+    admissionReviewVersions: [v1]
+    sideEffects: None
+    clientConfig:
+      url: https://10.0.0.10/ivpol/validate/a
+    rules:
+      - apiGroups: [\"\"]
+        apiVersions: [v1]
+        operations: [CREATE]
+        resources: [pods]
+";
+
+#[test]
+fn static_folders_are_read_hashed_and_checked_against_what_the_api_server_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("validating")).unwrap();
+    std::fs::write(dir.path().join("validating/ivory.yaml"), STATIC_VALIDATING).unwrap();
+    std::fs::write(dir.path().join("validating/.ivory.yaml.tmp"), "not read").unwrap();
+    let folders = read_static(dir.path()).unwrap();
+    let validating = &folders[0];
+    assert_eq!(validating.plugin, "ValidatingAdmissionWebhook");
+    assert_eq!(validating.hooks.len(), 1);
+    let hook = &validating.hooks[0];
+    assert_eq!(
+        (hook.source, hook.failure_policy.as_str()),
+        (Source::Static, "Fail")
+    );
+    assert!(
+        hook.scope.contains(r#""matchPolicy":"Equivalent""#),
+        "{}",
+        hook.scope
+    );
+    let hash = validating.hash.clone().unwrap();
+    assert_eq!(folders[1].hash, None, "no mutating manifests");
+
+    let metrics = |hash: &str| {
+        format!(
+            "# HELP x\napiserver_manifest_admission_config_controller_last_config_info{{apiserver_id_hash=\"sha256:1\",hash=\"{hash}\",plugin=\"ValidatingAdmissionWebhook\"}} 1\n"
+        )
+    };
+    let status = |text: &str| {
+        let loaded = Ok(loaded_hashes(text));
+        static_checks(&folders, &loaded)
+            .iter()
+            .map(|c| (c.subject.clone(), c.status()))
+            .collect::<Vec<_>>()
+    };
+    let subject = "static manifests (ValidatingAdmissionWebhook)".to_owned();
+    assert_eq!(status(&metrics(&hash)), [(subject.clone(), Status::Ok)]);
+    assert_eq!(
+        status(&metrics("sha256:old")),
+        [(subject.clone(), Status::Warn)]
+    );
+    assert_eq!(status(""), [(subject, Status::Fail)]);
+    assert!(applied(
+        &folders[0],
+        &Ok(loaded_hashes(&metrics("sha256:old")))
+    ));
+    assert!(!applied(&folders[0], &Ok(loaded_hashes(""))));
+
+    // A mutating configuration in the validating folder fails the API server's load: refused.
+    std::fs::write(
+        dir.path().join("validating/other.yaml"),
+        STATIC_VALIDATING.replace(
+            "ValidatingWebhookConfiguration",
+            "MutatingWebhookConfiguration",
+        ),
+    )
+    .unwrap();
+    assert!(matches!(
+        read_static(dir.path()),
+        Err(StaticReadError::Kind { .. })
+    ));
+    std::fs::write(
+        dir.path().join("validating/other.yaml"),
+        STATIC_VALIDATING.replace("ivory.static.k8s.io", "ivory"),
+    )
+    .unwrap();
+    assert!(matches!(
+        read_static(dir.path()),
+        Err(StaticReadError::Name { .. })
+    ));
 }

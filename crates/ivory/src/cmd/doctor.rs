@@ -4,9 +4,10 @@
 //! renders the table, and exits 1 when a check failed.
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use ivory_server::doctor::{Check, Finding, Status, examine};
+use ivory_server::doctor::{Check, Finding, Source, Status, examine};
 use ivory_server::kube_source::POLICY_VERSION;
 
 #[derive(clap::Args)]
@@ -19,6 +20,12 @@ pub(crate) struct Args {
         default_value = "ivory-system/ivory"
     )]
     service_account: String,
+    /// The folder `ivory webhooks --static DIR` wrote (its validating/ and mutating/ folders),
+    /// when ivory is registered through the API server's static manifests: their webhooks are
+    /// reported beside the API's, with whether the API server applies them (read from its
+    /// /metrics, which needs `get` on the non-resource URL /metrics) and where the two differ.
+    #[arg(long, value_name = "DIR")]
+    static_manifests: Option<PathBuf>,
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -29,7 +36,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     };
     let user = format!("system:serviceaccount:{namespace}:{name}");
-    let checks = examine(&user).await;
+    let checks = examine(&user, args.static_manifests.as_deref()).await;
     print!("{}", render(&checks));
     let failed = checks.iter().any(|c| c.status() == Status::Fail);
     Ok(if failed {
@@ -84,7 +91,66 @@ pub(crate) fn detail(check: &Check) -> String {
             webhook,
             config,
             failure_policy,
-        } => format!("webhook {webhook} in {config} (failurePolicy {failure_policy})"),
+            source,
+            also_api,
+        } => {
+            let mut text = match source {
+                Source::Api => format!("webhook {webhook} in {config}"),
+                Source::Static => format!("static webhook {webhook} in {config}"),
+            };
+            let _ = write!(text, " (failurePolicy {failure_policy})");
+            if let Some(api) = also_api {
+                let _ = write!(text, "; also API webhook {api}");
+            }
+            text
+        }
+        Finding::SourcesDisagree {
+            static_webhook,
+            api_webhook,
+            differences,
+        } => format!(
+            "static webhook {static_webhook} and API webhook {api_webhook} differ in {}: the API \
+             server calls both, so the stricter decides; make them one (ivory webhooks with the \
+             same flags) or delete the API one",
+            differences.join(", ")
+        ),
+        Finding::StaticInForce {
+            dir,
+            hash,
+            webhooks,
+        } => format!(
+            "in force: the API server applies {} as on disk ({hash}), {webhooks} webhook(s) \
+             calling ivory; the API cannot delete them",
+            dir.display()
+        ),
+        Finding::StaticStale {
+            dir,
+            on_disk,
+            applied,
+        } => format!(
+            "the API server applies {}, not {} as on disk ({}): an edit not read yet (it \
+             watches the folder, at most a minute) or refused (its log: \"reloading admission \
+             manifest config\"); the last good version stays in force",
+            applied.join(", "),
+            dir.display(),
+            on_disk.as_deref().unwrap_or("no manifests"),
+        ),
+        Finding::StaticNotApplied { dir } => format!(
+            "the API server applies no static manifests for this plugin: {} is not in force \
+             (start the API server with --admission-control-config-file pointing at ivory's \
+             admission-configuration.yaml; Kubernetes 1.37+, ManifestBasedAdmissionControlConfig)",
+            dir.display()
+        ),
+        Finding::StaticUnread { hashes } => format!(
+            "the API server applies static webhook manifests ({}); pass --static-manifests DIR \
+             to check them against the policies",
+            hashes.join(", ")
+        ),
+        Finding::StaticUnknown(e) => format!(
+            "cannot tell whether the API server applies the static manifests: reading its \
+             /metrics: {e}"
+        ),
+        Finding::StaticUnreadable(e) => chain(e),
         Finding::Unregistered { stage } => format!(
             "no {stage} webhook calls ivory for this policy: it exists but is not enforced (register `ivory webhooks`)"
         ),
@@ -151,10 +217,11 @@ pub(crate) fn render(checks: &[Check]) -> String {
             r[0], r[1], r[2], r[3]
         ));
     }
-    let failed = checks.iter().filter(|c| c.status() == Status::Fail).count();
-    out.push_str(&match failed {
-        0 => "all layers ok\n".to_owned(),
-        n => format!("{n} check(s) failed\n"),
+    let count = |status| checks.iter().filter(|c| c.status() == status).count();
+    out.push_str(&match (count(Status::Fail), count(Status::Warn)) {
+        (0, 0) => "all layers ok\n".to_owned(),
+        (0, w) => format!("no check failed; {w} warning(s)\n"),
+        (n, _) => format!("{n} check(s) failed\n"),
     });
     out
 }

@@ -22,6 +22,11 @@ fn the_table_ends_with_the_verdict() {
         Finding::Unregistered { stage: "validate" },
     )];
     assert!(render(&failed).ends_with("1 check(s) failed\n"));
+    let warned = [Check::new(
+        "ValidatingAdmissionWebhook",
+        Finding::StaticUnknown("forbidden".into()),
+    )];
+    assert!(render(&warned).ends_with("no check failed; 1 warning(s)\n"));
 }
 
 #[test]
