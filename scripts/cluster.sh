@@ -11,6 +11,8 @@
 #   scripts/cluster.sh exec CMD …  any command inside the namespace, with KUBECONFIG, REGISTRY,
 #                                  SSL_CERT_FILE (the cluster CA) and PATH (.tools/bin, kubectl)
 #   scripts/cluster.sh restart kube-apiserver    stop the API server (TERM) and start it again
+#                                  (with the static registration's AdmissionConfiguration, when
+#                                  scripts/cluster/static.sh has written it)
 #   scripts/cluster.sh registry block|unblock    drop / let through packets to the registry
 #
 # State (certificates, logs, data) lives in IVORY_CLUSTER_DIR (default ~/.cache/ivory-cluster);
@@ -392,8 +394,13 @@ start_etcd() {
     --initial-cluster ivory-cluster=http://127.0.0.1:2380 --unsafe-no-fsync --log-level warn
 }
 
+# The static registration's AdmissionConfiguration (scripts/cluster/static.sh writes it with
+# `ivory webhooks --static`): when it exists, the API server reads it at every (re)start.
+STATIC_ADMISSION="$STATE/static-webhooks/admission-configuration.yaml"
+
 start_apiserver() {
-  local pki="$STATE/pki"
+  local pki="$STATE/pki" extra=()
+  if [ -f "$STATIC_ADMISSION" ]; then extra+=(--admission-control-config-file "$STATIC_ADMISSION"); fi
   spawn kube-apiserver "$BIN/kube-apiserver" \
     --bind-address 0.0.0.0 --advertise-address "$NODE_IP" --secure-port "$API_PORT" \
     --etcd-servers http://127.0.0.1:2379 \
@@ -410,7 +417,7 @@ start_apiserver() {
     --enable-admission-plugins NodeRestriction \
     --allow-privileged=true \
     --audit-log-path "$STATE/logs/audit.log" --audit-policy-file "$STATE/audit-policy.yaml" \
-    --profiling=false
+    --profiling=false "${extra[@]}"
 }
 
 start_controllers() {

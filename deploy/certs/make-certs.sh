@@ -3,7 +3,10 @@
 # kubernetes.io/tls Secret manifest the Deployment mounts, and prints the CA bundle for
 # `ivory webhooks --ca-bundle`. See README.md beside this script.
 #
-#   deploy/certs/make-certs.sh [--out DIR] [--namespace NS] [--service NAME] [--secret NAME] [--days N]
+#   deploy/certs/make-certs.sh [--out DIR] [--namespace NS] [--service NAME] [--secret NAME] [--days N] [--ip IP]…
+#
+# --ip adds an IP address to the certificate (repeatable): the Service's fixed ClusterIP, which
+# the static webhook manifests call (they can only name a URL).
 set -euo pipefail
 
 out=./ivory-certs
@@ -12,8 +15,9 @@ service=ivory
 secret=ivory-tls
 days=365
 ca_days=3650
+ips=()
 
-usage() { sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift 2 ;;
@@ -21,6 +25,7 @@ while [ $# -gt 0 ]; do
     --service) service=$2; shift 2 ;;
     --secret) secret=$2; shift 2 ;;
     --days) days=$2; shift 2 ;;
+    --ip) ips+=("$2"); shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "make-certs.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -47,11 +52,13 @@ openssl ecparam -name prime256v1 -genkey -noout -out "$out/tls.key.ec"
 openssl pkcs8 -topk8 -nocrypt -in "$out/tls.key.ec" -out "$out/tls.key"
 rm -f "$out/tls.key.ec"
 openssl req -new -key "$out/tls.key" -subj "/CN=$host" -out "$out/tls.csr"
+ip_sans=""
+for ip in "${ips[@]}"; do ip_sans="$ip_sans,IP:$ip"; done
 cat > "$out/tls.ext" <<EXT
 basicConstraints=critical,CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=DNS:$service,DNS:$service.$namespace,DNS:$host,DNS:$host.cluster.local
+subjectAltName=DNS:$service,DNS:$service.$namespace,DNS:$host,DNS:$host.cluster.local$ip_sans
 EXT
 openssl x509 -req -in "$out/tls.csr" -CA "$out/ca.crt" -CAkey "$out/ca.key" -CAcreateserial \
   -days "$days" -sha256 -extfile "$out/tls.ext" -out "$out/tls.crt" 2>/dev/null

@@ -17,6 +17,9 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 STATE="$IVORY_CLUSTER_DIR"
 IVORY_BIN="${IVORY_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/ivory}"
 NS=ivory-system
+# ivory's Service address, fixed (the lower band of the service range, which Kubernetes keeps for
+# fixed addresses) so that the static registration (scripts/cluster/static.sh) can name it.
+SERVICE_IP=10.203.0.10
 # scripts/cluster.sh up installed these (nothing can be downloaded inside the namespace);
 # kubectl is on PATH through scripts/cluster.sh exec.
 # shellcheck source=scripts/lib/needs.sh
@@ -92,7 +95,8 @@ push_image() {
 # ivory writes reports only when they are installed before it starts).
 prerequisites() {
   kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-  step "$ROOT/deploy/certs/make-certs.sh" --out "$STATE/ivory-certs" --namespace "$NS" --service ivory >/dev/null
+  step "$ROOT/deploy/certs/make-certs.sh" --out "$STATE/ivory-certs" --namespace "$NS" --service ivory \
+    --ip "$SERVICE_IP" >/dev/null
   step kubectl apply -f "$STATE/ivory-certs/secret.yaml"
   kubectl -n "$NS" create configmap registry-ca --from-file=ca.crt="$SSL_CERT_FILE" \
     --dry-run=client -o yaml | kubectl apply -f -
@@ -115,7 +119,7 @@ install() {
   prerequisites
   step helm upgrade --install ivory "$ROOT/deploy/helm/ivory" -n "$NS" \
     --set image.repository="$IMAGE_REPO" --set image.digest="$IMAGE_DIGEST" \
-    --set replicaCount=2 --set podDisruptionBudget.minAvailable=1 \
+    --set replicaCount=2 --set podDisruptionBudget.minAvailable=1 --set service.clusterIP="$SERVICE_IP" \
     --set registryCA.configMap=registry-ca --set trustRoot.tuf.mirror= --wait --timeout 5m
   kubectl -n "$NS" get deploy,pods,pdb,svc,endpointslices -o wide
   policy >"$STATE/policy.yaml"

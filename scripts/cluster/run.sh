@@ -2,12 +2,15 @@
 # The whole real-cluster run of docs/CLUSTER.md in one command: builds what is missing (the
 # Kubernetes binaries, crane and helm, ivory's static release binary), starts the one-node cluster
 # of scripts/cluster.sh, installs ivory with kustomize (checked, then removed) and with Helm,
-# verifies signed and unsigned Deployments, the controllers' workloads, and the failures-under-load
-# matrix; writes target/cluster/matrix.md and target/cluster/run.log, then stops the cluster.
+# verifies signed and unsigned Deployments, the controllers' workloads, the failures-under-load
+# matrix, and the static registration (scripts/cluster/static.sh) with its own matrix; writes
+# target/cluster/matrix.md, target/cluster/static/matrix.md and target/cluster/run.log, then stops
+# the cluster.
 #
 #   scripts/cluster/run.sh            everything (~15 min once built; first run: builds, ~40 min)
 #   scripts/cluster/run.sh --smoke    CI's part: the image of the debug binary (which the test
-#                                     suite built), Helm install, doctor, signed/unsigned (~3 min)
+#                                     suite built), Helm install, doctor, signed/unsigned, the
+#                                     static registration without its matrix (~5 min)
 #   scripts/cluster/run.sh --keep     leave the cluster up at the end (scripts/cluster.sh down)
 #
 # IVORY_BIN: package this binary instead of building the release one. Needs root.
@@ -25,7 +28,7 @@ for arg in "$@"; do
   case "$arg" in
     --smoke) smoke=1 ;;
     --keep) keep=1 ;;
-    *) sed -n '2,14p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,17p' "$0" >&2; exit 2 ;;
   esac
 done
 OUT="$ROOT/target/cluster"
@@ -80,6 +83,10 @@ main() {
   if [ "$smoke" = 0 ]; then
     phase "workloads" in_cluster "$ROOT/scripts/cluster/workloads.sh"
     phase "failures under load" in_cluster env MATRIX_OUT="$OUT" "$ROOT/scripts/cluster/matrix.sh"
+    phase "static registration and its failure matrix" in_cluster env MATRIX_OUT="$OUT" \
+      "$ROOT/scripts/cluster/static.sh" matrix
+  else
+    phase "static registration" in_cluster "$ROOT/scripts/cluster/static.sh"
   fi
   log "all phases passed in $((SECONDS - started)) s$([ "$smoke" = 0 ] && echo "; matrix: $OUT/matrix.md")"
 }

@@ -1644,3 +1644,30 @@ patches:
           configMap:
             name: ivory-tuf-root
 ";
+
+/// `service.clusterIP` (the address static webhook manifests call): the Service keeps it and
+/// cert-manager's serving certificate carries it; unset, neither names one.
+#[test]
+fn helm_renders_the_fixed_cluster_ip_for_the_static_registration() {
+    let find = |docs: &[Value], kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+    };
+    let fixed = helm_template(&[
+        "--set",
+        "service.clusterIP=10.96.0.10,certManager.enabled=true",
+    ]);
+    assert_eq!(
+        find(&fixed, "Service", "ivory")["spec"]["clusterIP"],
+        "10.96.0.10"
+    );
+    assert_eq!(
+        find(&fixed, "Certificate", "ivory")["spec"]["ipAddresses"],
+        serde_json::json!(["10.96.0.10"])
+    );
+    let plain = helm_template(&["--set", "certManager.enabled=true"]);
+    assert!(find(&plain, "Service", "ivory")["spec"]["clusterIP"].is_null());
+    assert!(find(&plain, "Certificate", "ivory")["spec"]["ipAddresses"].is_null());
+}

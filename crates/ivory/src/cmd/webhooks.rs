@@ -178,7 +178,11 @@ fn write_static(
     ];
     for (folder, name, value) in files {
         let text = ivory_policy::yaml::to_string(value)?;
-        write_replacing(&folder, name, text.as_bytes())?;
+        std::fs::create_dir_all(&folder)
+            .with_context(|| format!("creating {}", folder.display()))?;
+        // Staged under a `.tmp` name the API server does not read, then renamed: it never
+        // loads half a file.
+        super::files::write_replacing(&folder.join(name), text.as_bytes())?;
         eprintln!("wrote {}", folder.join(name).display());
     }
     let copy = if Path::new(&apiserver_dir) == absolute {
@@ -195,23 +199,6 @@ fn write_static(
          its two plugins to the AdmissionConfiguration it already reads); it watches the folders, \
          so later edits apply without a restart (deploy/README.md, \"Static registration\")"
     );
-    Ok(())
-}
-
-/// Replaces `folder/name` atomically: a temporary file the API server does not read (its
-/// extension is not .yaml), synced, then renamed over the old one.
-fn write_replacing(folder: &Path, name: &str, bytes: &[u8]) -> anyhow::Result<()> {
-    use std::io::Write as _;
-    std::fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
-    let target = folder.join(name);
-    let temporary = folder.join(format!(".{name}.tmp"));
-    let mut file = std::fs::File::create(&temporary)
-        .with_context(|| format!("writing {}", temporary.display()))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("writing {}", temporary.display()))?;
-    std::fs::rename(&temporary, &target)
-        .with_context(|| format!("replacing {}", target.display()))?;
     Ok(())
 }
 
