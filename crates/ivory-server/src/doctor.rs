@@ -28,13 +28,13 @@ use ivory_policy::CompiledPolicy;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams};
 
-pub use self::check::{Check, ConnectError, Finding, Layer, ProbeError, Status};
-pub use self::hooks::{Endpoint, Hook, Source, hook, registration_checks};
+pub use self::check::{
+    Check, ConnectError, Finding, Layer, ProbeError, Source, StaticReadError, Status,
+};
+pub use self::hooks::{Endpoint, Hook, hook, registration_checks};
 pub use self::probe::PROBE_TIMEOUT;
 pub use self::reads::{read_check, reads_needed};
-pub use self::static_files::{
-    StaticFolder, StaticReadError, applied, loaded_hashes, read_static, static_checks,
-};
+pub use self::static_files::{StaticFolder, applied, loaded_hashes, read_static, static_checks};
 use crate::kube_source::{POLICY_VERSION, compile_policy_object, policy_resources};
 
 /// CRDs ivory reads.

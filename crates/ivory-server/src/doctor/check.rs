@@ -4,10 +4,31 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ivory_policy::{PolicyError, ResourceRead};
+use ivory_policy::{DocumentError, PolicyError, ResourceRead};
 
-use super::hooks::Source;
-use super::static_files::StaticReadError;
+use crate::webhooks::static_manifests::STATIC_SUFFIX;
+
+/// A static manifest file larger than this is refused unread (ivory writes a few KiB).
+pub(super) const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+
+/// Where the API server gets a webhook from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Source {
+    /// A webhook configuration object of the API (it can be deleted through the API).
+    Api,
+    /// A static manifest file the API server reads (`.static.k8s.io`, not in the API).
+    Static,
+}
+
+impl Source {
+    /// Spelling in the report: `API` or `static`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Api => "API",
+            Self::Static => "static",
+        }
+    }
+}
 
 /// The verdict of one check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -354,5 +375,63 @@ pub enum ProbeError {
         status: http::StatusCode,
         /// The Status object's message.
         message: String,
+    },
+}
+
+/// Why a static manifest folder could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StaticReadError {
+    /// A folder or file could not be read.
+    #[error("reading {path}")]
+    Io {
+        /// The folder or file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is larger than the limit.
+    #[error("{path}: larger than {MAX_MANIFEST_BYTES} bytes")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A file is not YAML or JSON.
+    #[error("{path}")]
+    Document {
+        /// The file.
+        path: PathBuf,
+        /// What does not parse.
+        #[source]
+        source: DocumentError,
+    },
+    /// A document is not this plugin's configuration kind (the API server refuses the folder).
+    #[error("{path}: {kind:?} in the {plugin} folder (the API server refuses the whole folder)")]
+    Kind {
+        /// The file.
+        path: PathBuf,
+        /// The document's kind.
+        kind: String,
+        /// The plugin whose folder it is in.
+        plugin: &'static str,
+    },
+    /// A configuration's fields do not decode.
+    #[error("{path}: {source}")]
+    Decode {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A configuration's name lacks the reserved suffix (the API server refuses the folder).
+    #[error(
+        "{path}: {name:?} does not end with {STATIC_SUFFIX:?} (the API server refuses the whole folder)"
+    )]
+    Name {
+        /// The file.
+        path: PathBuf,
+        /// The configuration's name.
+        name: String,
     },
 }

@@ -9,26 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
-use super::check::{Check, Finding};
-
-/// Where the API server gets a webhook from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Source {
-    /// A webhook configuration object of the API (it can be deleted through the API).
-    Api,
-    /// A static manifest file the API server reads (`.static.k8s.io`, not in the API).
-    Static,
-}
-
-impl Source {
-    /// Spelling in the report: `API` or `static`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Api => "API",
-            Self::Static => "static",
-        }
-    }
-}
+use super::check::{Check, Finding, Source};
 
 /// One registered webhook that calls an ivory route.
 #[derive(Clone, Debug, PartialEq, Eq)]

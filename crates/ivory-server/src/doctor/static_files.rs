@@ -7,20 +7,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use ivory_policy::DocumentError;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use serde_json::Value;
 
-use super::check::{Check, Finding};
-use super::hooks::{Hook, Source, hooks_of};
+use super::check::{Check, Finding, MAX_MANIFEST_BYTES, Source, StaticReadError};
+use super::hooks::{Hook, hooks_of};
 use crate::webhooks::static_manifests::{
     MUTATING_DIR, STATIC_SUFFIX, VALIDATING_DIR, directory_hash, is_manifest_name,
 };
 
-/// A manifest file larger than this is refused unread (ivory writes a few KiB).
-const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 /// The API server's metric naming the hash of the static manifests each plugin applies.
 const LAST_CONFIG_METRIC: &str = "apiserver_manifest_admission_config_controller_last_config_info";
 
@@ -35,64 +32,6 @@ pub struct StaticFolder {
     pub hash: Option<String>,
     /// The webhooks of its configurations that call ivory.
     pub hooks: Vec<Hook>,
-}
-
-/// Why a static manifest folder could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum StaticReadError {
-    /// A folder or file could not be read.
-    #[error("reading {path}")]
-    Io {
-        /// The folder or file.
-        path: PathBuf,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A file is larger than the limit.
-    #[error("{path}: larger than {MAX_MANIFEST_BYTES} bytes")]
-    TooLarge {
-        /// The file.
-        path: PathBuf,
-    },
-    /// A file is not YAML or JSON.
-    #[error("{path}")]
-    Document {
-        /// The file.
-        path: PathBuf,
-        /// What does not parse.
-        #[source]
-        source: DocumentError,
-    },
-    /// A document is not this plugin's configuration kind (the API server refuses the folder).
-    #[error("{path}: {kind:?} in the {plugin} folder (the API server refuses the whole folder)")]
-    Kind {
-        /// The file.
-        path: PathBuf,
-        /// The document's kind.
-        kind: String,
-        /// The plugin whose folder it is in.
-        plugin: &'static str,
-    },
-    /// A configuration's fields do not decode.
-    #[error("{path}: {source}")]
-    Decode {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// A configuration's name lacks the reserved suffix (the API server refuses the folder).
-    #[error(
-        "{path}: {name:?} does not end with {STATIC_SUFFIX:?} (the API server refuses the whole folder)"
-    )]
-    Name {
-        /// The file.
-        path: PathBuf,
-        /// The configuration's name.
-        name: String,
-    },
 }
 
 /// Reads `dir/validating` and `dir/mutating` (a missing folder holds nothing).
