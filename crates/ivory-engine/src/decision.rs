@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 /// The result of one policy on one request (Kyverno's rule-response statuses).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Status {
     /// The policy could not be evaluated (CEL error, registry failure, budget exhausted).
     Error,

@@ -30,7 +30,9 @@ use crate::decision::{Decision, Status};
 use crate::verifier::VerifyError;
 
 /// Overall verdict for one image.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Verdict {
     /// Every policy that applies passed (or an exception exempted the image).
     Pass,
@@ -53,7 +55,7 @@ impl Verdict {
 }
 
 /// What one attestor said about one image, decided from the verifier's answer's type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AttestorResult {
     /// A [`Verification::Verified`](crate::verifier::Verification::Verified) verdict.
     Verified,
@@ -78,7 +80,7 @@ impl AttestorResult {
 }
 
 /// One attestor's answer about one image.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct AttestorOutcome {
     /// The attestor's name in the policy.
     pub attestor: String,
@@ -114,7 +116,7 @@ impl AttestorOutcome {
 }
 
 /// One policy's result for one image.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PolicyOutcome {
     /// The policy's name.
     pub policy: String,
@@ -129,7 +131,7 @@ pub struct PolicyOutcome {
 }
 
 /// The full answer for one image.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ImageReport {
     /// The image as given.
     pub image: String,

@@ -19,7 +19,10 @@ const GENERATED: [&str; 3] = ["gen/alpha", "gen/beta", "team/gamma"];
 const PER_REPO: usize = 16;
 
 /// Pushes the audit corpus; returns (image → digest, signed images).
-async fn corpus(h: &Harness, dir: &std::path::Path) -> (BTreeMap<String, String>, Vec<String>) {
+pub(crate) async fn corpus(
+    h: &Harness,
+    dir: &std::path::Path,
+) -> (BTreeMap<String, String>, Vec<String>) {
     let mut images = BTreeMap::new();
     let (signed, signed_digest) = push_fixture(h, "sig-p256").await;
     // The same digest under a second tag: verified once.
@@ -43,7 +46,7 @@ async fn corpus(h: &Harness, dir: &std::path::Path) -> (BTreeMap<String, String>
     (images, vec![signed, signed_latest])
 }
 
-fn sig_fetches(h: &Harness) -> BTreeMap<String, usize> {
+pub(crate) fn sig_fetches(h: &Harness) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
     for (method, uri, _) in h.requests() {
         if method == "GET" && uri.contains("/manifests/sha256-") && uri.ends_with(".sig") {
@@ -53,7 +56,7 @@ fn sig_fetches(h: &Harness) -> BTreeMap<String, usize> {
     counts
 }
 
-fn audit_args(h: &Harness, dir: &std::path::Path, extra: &[&str]) -> Vec<String> {
+pub(crate) fn audit_args(h: &Harness, dir: &std::path::Path, extra: &[&str]) -> Vec<String> {
     let policy = write_require_signed(dir, "signed.yaml", h);
     let mut args: Vec<String> = vec![
         "audit".into(),

@@ -48,6 +48,7 @@
 mod advisories;
 mod cli_apply;
 mod cli_audit;
+mod cli_audit_shards;
 mod cli_cache;
 mod cli_cluster_resources;
 mod cli_completions;

@@ -20,8 +20,13 @@
 //! * Ctrl-C stops the audit and prints what finished (`summary.interrupted: true`, exit 130).
 //! * Exit 0 when everything passed (or `--exit-zero`), 1 when anything failed, 2 when anything
 //!   could not be checked or listed.
+//! * Sharded (`--shard I/N`, `shard.rs`): a shard audits the entries whose name hashes to it,
+//!   writes its part as it goes (`--shard-out DIR`, `part.rs`) and resumes from it; `--merge
+//!   DIR` joins complete parts into the report one process would have written (`merge.rs`).
+//!   `--cache-redis` shares verdicts between shards (and with the webhook) as `ivory serve`
+//!   does.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{IsTerminal as _, Write as _};
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -37,16 +42,22 @@ use ivory_verify::SharedCache;
 use serde_json::json;
 
 use self::listing::list_registry;
+use self::part::{Completion, Opened, Part};
 use self::progress::Progress;
 use self::queue::ImageQueue;
+use self::shard::Shard;
 use super::output::{self, AuditFormat, Counts};
 use super::quick_policy::{self, QuickPolicy};
 use super::wiring::{self, RegistryOpts, duration, positive};
 
 mod cluster;
+mod job;
 mod listing;
+mod merge;
+mod part;
 mod progress;
 mod queue;
+mod shard;
 
 /// Default of `--concurrency`: images verified at the same time.
 const DEFAULT_CONCURRENCY: NonZeroUsize = NonZeroUsize::new(8).unwrap();
@@ -107,8 +118,42 @@ pub(crate) struct Args {
     /// Time budget per image and per listing call (Go duration).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
     timeout: Duration,
+    /// Audit only shard I of N (0-based, `I/N`): the images and listing problems whose name
+    /// hashes to I. Every shard lists all sources, so shards agree on the split whatever order
+    /// the registry lists in; run N of them (an Indexed Job: `--shard $(JOB_COMPLETION_INDEX)/N`)
+    /// and join their parts with --merge.
+    #[arg(long, value_name = "I/N", value_parser = shard::parse, conflicts_with = "kubeconfig")]
+    shard: Option<Shard>,
+    /// With --shard: write the shard's part into DIR as it goes (shard-I-of-N.jsonl, one
+    /// report a line; shard-I-of-N.done.json when finished). A shard started again on the
+    /// same DIR resumes: its pass and fail reports are kept, the rest checked again, no image
+    /// counted twice; one already done does nothing. Exits 0 once its part is done, whatever
+    /// the verdicts: they are the merge's.
+    #[arg(long, value_name = "DIR", requires = "shard")]
+    shard_out: Option<PathBuf>,
+    /// Join the parts of a sharded audit in DIR into the one report a single process writes
+    /// (every output format, --policy-report, exit status), each shard's counts on stderr.
+    /// Refuses, naming them, when shards are missing or unfinished.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["registries", "images_from", "kubeconfig", "shard"])]
+    merge: Option<PathBuf>,
+    /// Share verdicts through this Redis/Valkey server (`redis://` or `rediss://`), as the
+    /// webhook's replicas do, instead of the local cache folder: shards then never verify
+    /// twice what another verified.
+    #[arg(long, value_name = "URL")]
+    cache_redis: Option<String>,
+    /// HMAC key file(s) of --cache-redis (the webhook's `ivory serve --cache-redis-key`).
+    #[arg(long, value_name = "FILE", requires = "cache_redis")]
+    cache_redis_key: Vec<PathBuf>,
+    /// PEM CA of a `rediss://` --cache-redis server's certificate.
+    #[arg(long, value_name = "FILE", requires = "cache_redis")]
+    cache_redis_ca: Option<PathBuf>,
+    /// Longest one call to --cache-redis may take (Go duration); slower counts as a miss.
+    #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = duration)]
+    cache_redis_timeout: Duration,
     #[command(flatten)]
     registry: RegistryOpts,
+    #[command(flatten)]
+    job: job::JobOpts,
 }
 
 /// Default of `--max-images`: a large registry's worth, a few MiB of reports.
@@ -124,18 +169,94 @@ struct Finished {
     digests: usize,
     /// Registry listings stopped at `--max-images`.
     truncated: bool,
+    /// The shard this run audits; `None`: everything.
+    shard: Option<Shard>,
+    /// Where finished reports go as they finish (`--shard-out`).
+    part: Option<Part>,
+    /// Images an earlier run of this shard finished (kept from its part).
+    resumed: HashSet<String>,
+}
+
+impl Finished {
+    /// Whether this run audits `entry` (an image, or a listing problem's subject).
+    fn owns(&self, entry: &str) -> bool {
+        self.shard.is_none_or(|shard| shard.owns(entry))
+    }
+
+    /// Keeps a finished report, and appends it to the part.
+    fn record(&mut self, report: ImageReport) {
+        if let Some(part) = &mut self.part {
+            part.append(&report);
+        }
+        self.reports.push(report);
+    }
+
+    /// Starts from a shard's earlier run: its kept reports count as found and finished.
+    fn resume(&mut self, kept: Vec<ImageReport>) {
+        self.found += kept.len();
+        self.resumed
+            .extend(kept.iter().map(|report| report.image.clone()));
+        self.reports.extend(kept);
+    }
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(dir) = &args.merge {
+        return merged(&args, dir);
+    }
+    if let Some(name) = &args.job.job_name {
+        print!("{}", job::manifests(&args, &args.job, name)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.registries.is_empty() && args.images_from.is_empty() && args.kubeconfig.is_none() {
         bail!(
             "nothing to audit: give --registry HOST, --images-from FILE and/or --kubeconfig FILE"
         );
     }
+    let mut finished = Finished {
+        shard: args.shard,
+        ..Finished::default()
+    };
+    if let (Some(dir), Some(shard)) = (&args.shard_out, args.shard) {
+        match Part::open(dir, shard)? {
+            Opened::Complete(done) => {
+                eprintln!(
+                    "shard {} is complete in {} ({} reports); `ivory audit --merge {}` joins the parts",
+                    done.shard,
+                    dir.display(),
+                    done.reports,
+                    dir.display()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            Opened::Resume { part, kept } => {
+                if !kept.is_empty() {
+                    eprintln!(
+                        "shard {}: resuming, {} images finished by an earlier run",
+                        shard.label(),
+                        kept.len()
+                    );
+                }
+                finished.part = Some(part);
+                finished.resume(kept);
+            }
+        }
+    }
     let policies = quick_policy::policies(&args.policies, &args.quick)?;
     let mut config = args.registry.config()?;
     config.page_size = args.page_size;
-    let cache = args.registry.cache.open();
+    let cache = match &args.cache_redis {
+        Some(url) => {
+            let l2 = wiring::connect_redis(
+                url,
+                &args.cache_redis_key,
+                args.cache_redis_timeout,
+                args.cache_redis_ca.as_deref(),
+            )?;
+            Some(l2 as Arc<dyn SharedCache>)
+        }
+        None => args.registry.cache.open(),
+    };
     let verifier = wiring::verifier_for(
         config,
         args.registry.tag_cache_ttl,
@@ -155,7 +276,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|| "default".to_owned()),
         namespace_object: None,
     });
-    let mut finished = Finished::default();
     let mut progress = Progress::new(std::io::stderr().is_terminal());
     let interrupted = {
         let work = audit(
@@ -175,12 +295,47 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     progress.clear();
+    let part = finished.part.take();
     finished
         .reports
         .sort_by(|a, b| (&a.image, &a.namespace).cmp(&(&b.image, &b.namespace)));
     print(&args, &finished, interrupted)?;
-    let counts = Counts::of(&finished.reports);
-    Ok(if interrupted {
+    if let (Some(part), Some(shard), false) = (part, args.shard, interrupted) {
+        let completion = Completion {
+            shard: shard.label(),
+            found: finished.found,
+            truncated: finished.truncated,
+            reports: finished.reports.len(),
+        };
+        part.complete(&completion)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    Ok(exit_status(&args, &finished.reports, interrupted))
+}
+
+/// `--merge DIR`: the joined report, printed as a single-process audit prints it.
+fn merged(args: &Args, dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let (mut finished, per_shard) = merge::merge(dir)?;
+    for (label, counts) in &per_shard {
+        eprintln!(
+            "shard {label}: {} images: {} pass, {} fail, {} error",
+            counts.total(),
+            counts.pass,
+            counts.fail,
+            counts.error
+        );
+    }
+    finished
+        .reports
+        .sort_by(|a, b| (&a.image, &a.namespace).cmp(&(&b.image, &b.namespace)));
+    print(args, &finished, false)?;
+    Ok(exit_status(args, &finished.reports, false))
+}
+
+/// 130 interrupted, 0 with --exit-zero, 2 any error, 1 any failure, else 0.
+fn exit_status(args: &Args, reports: &[ImageReport], interrupted: bool) -> ExitCode {
+    let counts = Counts::of(reports);
+    if interrupted {
         ExitCode::from(130)
     } else if args.exit_zero {
         ExitCode::SUCCESS
@@ -190,7 +345,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
-    })
+    }
 }
 
 async fn audit(

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::wiring::duration;
+use super::wiring::{self, duration};
 use anyhow::{Context as _, bail};
 use ivory_registry::Registry;
 use ivory_server::{
@@ -198,7 +198,7 @@ pub(crate) async fn run(
     let kube_slot = Arc::new(std::sync::OnceLock::new());
     let registry = Registry::new(args.registry.config()?).context("creating registry client")?;
     let l2 = match &args.cache_redis {
-        Some(url) => Some(l2_wiring::connect(
+        Some(url) => Some(wiring::connect_redis(
             url,
             &args.cache_redis_key,
             args.cache_redis_timeout,

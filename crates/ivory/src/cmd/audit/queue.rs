@@ -61,10 +61,18 @@ impl<'a> ImageQueue<'a> {
         }
     }
 
-    /// Queues `image` (waiting for room first); false when it was queued before.
+    /// Queues `image` (waiting for room first); false when it was queued before. An image
+    /// of another shard, or one this shard finished in an earlier run, counts as listed but
+    /// is not queued.
     pub(super) async fn push(&mut self, image: String) -> anyhow::Result<bool> {
+        if !self.finished.owns(&image) {
+            return Ok(true);
+        }
         if !self.seen.insert(image.clone()) {
             return Ok(false);
+        }
+        if self.finished.resumed.contains(&image) {
+            return Ok(true);
         }
         self.finished.found += 1;
         self.progress.grow(1);
@@ -80,10 +88,13 @@ impl<'a> ImageQueue<'a> {
         Ok(true)
     }
 
-    /// An entry for something that could not be listed.
+    /// An entry for something that could not be listed (when this shard owns its subject).
     pub(super) fn report(&mut self, report: ImageReport) {
+        if !self.finished.owns(&report.image) {
+            return;
+        }
         self.finished.found += 1;
-        self.finished.reports.push(report);
+        self.finished.record(report);
         self.progress.grow(1);
         self.progress.inc(1);
     }
@@ -107,7 +118,7 @@ impl<'a> ImageQueue<'a> {
         let finished = &mut *self.finished;
         match joined.context("audit task failed")? {
             Done::Resolved(image, Err(e)) => {
-                finished.reports.push(ImageReport::unresolved(&image, &e));
+                finished.record(ImageReport::unresolved(&image, &e));
                 self.progress.inc(1);
             }
             Done::Resolved(image, Ok(digest)) => {
@@ -115,7 +126,7 @@ impl<'a> ImageQueue<'a> {
                 if let Some(group) = self.groups.get_mut(&key) {
                     match &group.report {
                         Some(report) => {
-                            finished.reports.push(ImageReport {
+                            finished.record(ImageReport {
                                 image,
                                 ..report.clone()
                             });
@@ -145,7 +156,7 @@ impl<'a> ImageQueue<'a> {
                 let waiting = std::mem::take(&mut group.waiting);
                 self.progress.inc(waiting.len());
                 for image in waiting {
-                    finished.reports.push(ImageReport {
+                    finished.record(ImageReport {
                         image,
                         ..report.clone()
                     });
