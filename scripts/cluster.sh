@@ -290,6 +290,12 @@ storage:
 http:
   addr: $REGISTRY
   secret: ivory-cluster
+  # Its request counter (registry_http_requests_total), for the audit's requests per image.
+  debug:
+    addr: $NODE_IP:5001
+    prometheus:
+      enabled: true
+      path: /metrics
   tls:
     certificate: $STATE/pki/registry.crt
     key: $STATE/pki/registry.key

@@ -23,7 +23,7 @@ STATE="$IVORY_CLUSTER_DIR"
 IVORY_BIN="${IVORY_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/ivory}"
 # shellcheck source=scripts/lib/needs.sh
 source "$ROOT/scripts/lib/needs.sh"
-needs_pkgs jq:jq redis-server:redis-server redis-cli:redis-tools python3:python3 pgrep:procps
+needs_pkgs jq:jq curl:curl redis-server:redis-server redis-cli:redis-tools python3:python3 pgrep:procps
 needs_cmds kubectl
 needs_done
 # The corpus signs with the `cryptography` package (Debian's python3-cryptography).
@@ -94,17 +94,25 @@ spec:
 YAML
 }
 
+# Requests the registry has answered so far (its Prometheus counter, scripts/cluster.sh's
+# registry configuration).
+registry_requests() {
+  curl -fsS "http://$NODE_IP:5001/metrics" | awk '/^registry_http_requests_total/ { s += $NF } END { print s + 0 }'
+}
+
 audit_args() {
   echo --policy "$WORK/policy.yaml" --registry "$REGISTRY" --repository 'audit/*' \
     --registry-ca "$SSL_CERT_FILE" --max-images 20000 --timeout 60s
 }
 
 single() {
-  local started
+  local started before
+  before="$(registry_requests)"
   started="$(date +%s.%N)"
   # shellcheck disable=SC2046 # one argument per word of audit_args
   "$IVORY_BIN" audit $(audit_args) --no-cache -o json >"$OUT/single.json" 2>"$OUT/single.stderr" || true
   SINGLE_SECONDS="$(awk -v s="$started" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')"
+  SINGLE_REQUESTS=$(($(registry_requests) - before))
   log "one process: $(tail -n 1 "$OUT/single.stderr") in $SINGLE_SECONDS s"
 }
 
@@ -124,7 +132,7 @@ kill_one_shard() {
 }
 
 sharded() {
-  local image started
+  local image started before
   image="$(kubectl -n "$NS" get deployment ivory -o jsonpath='{.spec.template.spec.containers[0].image}')"
   redis-cli -h "$NODE_IP" -p "$REDIS_PORT" flushall >/dev/null
   kubectl -n "$NS" delete job "audit-$SHARDS" --ignore-not-found --wait=true >/dev/null
@@ -134,11 +142,13 @@ sharded() {
     --cache-redis-key "$WORK/cache.key" --job "audit-$SHARDS" --job-shards "$SHARDS" \
     --job-image "$image" --job-namespace "$NS" --job-parts-claim audit-parts \
     --job-registry-ca-configmap registry-ca --job-cache-key-secret audit-cache-key >"$OUT/job.yaml"
+  before="$(registry_requests)"
   started="$(date +%s.%N)"
   step kubectl apply -f "$OUT/job.yaml"
   kill_one_shard 2
   step kubectl -n "$NS" wait --for=condition=Complete "job/audit-$SHARDS" --timeout=900s
   SHARDED_SECONDS="$(awk -v s="$started" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')"
+  SHARDED_REQUESTS=$(($(registry_requests) - before))
   kubectl -n "$NS" get pods -l "app.kubernetes.io/instance=audit-$SHARDS" \
     -o custom-columns='POD:.metadata.name,INDEX:.metadata.annotations.batch\.kubernetes\.io/job-completion-index,PHASE:.status.phase' |
     tee "$OUT/pods.txt"
@@ -165,8 +175,12 @@ compare() {
     echo "images $images"
     echo "single_seconds $SINGLE_SECONDS"
     echo "sharded_seconds $SHARDED_SECONDS"
-    awk -v n="$images" -v s="$SINGLE_SECONDS" -v p="$SHARDED_SECONDS" \
-      'BEGIN { printf "single_images_per_second %.0f\nsharded_images_per_second %.0f\n", n / s, n / p }'
+    echo "single_registry_requests $SINGLE_REQUESTS"
+    echo "sharded_registry_requests $SHARDED_REQUESTS"
+    awk -v n="$images" -v s="$SINGLE_SECONDS" -v p="$SHARDED_SECONDS" -v rs="$SINGLE_REQUESTS" \
+      -v rp="$SHARDED_REQUESTS" 'BEGIN {
+        printf "single_images_per_second %.0f\nsharded_images_per_second %.0f\n", n / s, n / p
+        printf "single_requests_per_image %.2f\nsharded_requests_per_image %.2f\n", rs / n, rp / n }'
   } | tee "$OUT/results.txt"
 }
 

@@ -3,9 +3,10 @@
 # Kubernetes binaries, crane and helm, ivory's static release binary), starts the one-node cluster
 # of scripts/cluster.sh, installs ivory with kustomize (checked, then removed) and with Helm,
 # verifies signed and unsigned Deployments, the controllers' workloads, the failures-under-load
-# matrix, and the static registration (scripts/cluster/static.sh) with its own matrix; writes
-# target/cluster/matrix.md, target/cluster/static/matrix.md and target/cluster/run.log, then stops
-# the cluster.
+# matrix, the static registration (scripts/cluster/static.sh) with its own matrix, and the sharded
+# registry audit (scripts/cluster/audit.sh); writes target/cluster/matrix.md,
+# target/cluster/static/matrix.md, target/cluster/audit/ and target/cluster/run.log, then stops the
+# cluster.
 #
 #   scripts/cluster/run.sh            everything (~15 min once built; first run: builds, ~40 min)
 #   scripts/cluster/run.sh --smoke    CI's part: the image of the debug binary (which the test
@@ -28,7 +29,7 @@ for arg in "$@"; do
   case "$arg" in
     --smoke) smoke=1 ;;
     --keep) keep=1 ;;
-    *) sed -n '2,17p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,18p' "$0" >&2; exit 2 ;;
   esac
 done
 OUT="$ROOT/target/cluster"
@@ -52,12 +53,14 @@ ivory_binary() {
   if [ -n "${IVORY_BIN:-}" ]; then return; fi
   if [ "$smoke" = 1 ]; then
     IVORY_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/ivory"
-    [ -x "$IVORY_BIN" ] || (cd "$ROOT" && cargo build --locked -p ivory)
+    [ -x "$IVORY_BIN" ] || (cd "$ROOT" && cargo build --locked -p ivory) || return 1
     return
   fi
   # scripts/image.sh without --binary builds the release binary the way a release is built:
-  # static (musl) when the musl target and musl-gcc can be had, glibc otherwise.
-  "$ROOT/scripts/image.sh" --out "$OUT/image" --tag cluster >/dev/null
+  # static (musl) when the musl target and musl-gcc can be had, glibc otherwise. `phase` runs
+  # this function under `if !`, where `set -e` does not apply: a failed build must say so, or
+  # an older binary would be tested.
+  "$ROOT/scripts/image.sh" --out "$OUT/image" --tag cluster >/dev/null || return 1
   local musl="${CARGO_TARGET_DIR:-$ROOT/target}/x86_64-unknown-linux-musl/release/ivory"
   if [ -x "$musl" ] && [ "$musl" -nt "$ROOT/Cargo.lock" ]; then IVORY_BIN="$musl"
   else IVORY_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/ivory"; fi
@@ -85,6 +88,7 @@ main() {
     phase "failures under load" in_cluster env MATRIX_OUT="$OUT" "$ROOT/scripts/cluster/matrix.sh"
     phase "static registration and its failure matrix" in_cluster env MATRIX_OUT="$OUT" \
       "$ROOT/scripts/cluster/static.sh" matrix
+    phase "sharded audit" in_cluster env MATRIX_OUT="$OUT" "$ROOT/scripts/cluster/audit.sh"
   else
     phase "static registration" in_cluster "$ROOT/scripts/cluster/static.sh"
   fi
