@@ -148,6 +148,17 @@ pub(crate) async fn serve(
     extra: &[&OsStr],
     envs: &[(&str, &OsStr)],
 ) -> Result<IvoryServer> {
+    serve_listening("127.0.0.1:0", dir, registry_ca, extra, envs).await
+}
+
+/// [`serve`] on a given address (for webhooks written before ivory starts).
+pub(crate) async fn serve_listening(
+    listen: &str,
+    dir: &Path,
+    registry_ca: &Path,
+    extra: &[&OsStr],
+    envs: &[(&str, &OsStr)],
+) -> Result<IvoryServer> {
     let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
     let mut args: Vec<&OsStr> = vec![
         OsStr::new("--tls-cert"),
@@ -158,7 +169,7 @@ pub(crate) async fn serve(
         registry_ca.as_os_str(),
     ];
     args.extend_from_slice(extra);
-    Ok(IvoryServer::start(args, envs).await?)
+    Ok(IvoryServer::start_listening(listen, args, envs).await?)
 }
 
 /// [`serve`] in file mode: `ivory serve --policies <policies>`, without the cluster.

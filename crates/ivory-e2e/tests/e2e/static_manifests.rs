@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use ivory_e2e::{Cluster, IvoryServer, eventually, metric_value, run_ivory, unique_name};
+use ivory_e2e::{Cluster, eventually, metric_value, run_ivory, unique_name};
 use ivory_server::webhooks::static_manifests::{
     ADMISSION_CONFIGURATION_FILE, MANIFEST_FILE, VALIDATING_DIR, directory_hash,
 };
@@ -28,7 +28,7 @@ use serde_json::json;
 
 use crate::setup::{
     POLICY_CRDS, apply_policy, create, fixture_key_attestors, install_crds, ivory_dir,
-    push_signed_and_unsigned, register, unregister,
+    push_signed_and_unsigned, register, serve_listening, unregister,
 };
 
 const MESSAGE: &str = "failed the image Signature verification";
@@ -188,23 +188,9 @@ async fn static_registration_enforces_from_the_first_request_and_survives_the_ap
     );
 
     // 2. ivory starts: signed Pods are admitted and pinned, unsigned ones denied.
-    let key = dir.path().join("tls.key");
-    let cert = dir.path().join("tls.crt");
-    let ivory = IvoryServer::start_listening(
-        &format!("127.0.0.1:{port}"),
-        [
-            OsStr::new("--tls-cert"),
-            cert.as_os_str(),
-            OsStr::new("--tls-key"),
-            key.as_os_str(),
-            OsStr::new("--registry-ca"),
-            registry_ca.as_os_str(),
-            OsStr::new("--policies"),
-            policy.as_os_str(),
-        ],
-        &[],
-    )
-    .await?;
+    let listen = format!("127.0.0.1:{port}");
+    let policies = [OsStr::new("--policies"), policy.as_os_str()];
+    let ivory = serve_listening(&listen, dir.path(), &registry_ca, &policies, &[]).await?;
     let logs = || format!("\nivory log:\n{}", ivory.logs());
     let pinned = format!("{signed}@{signed_digest}");
     let admitted = create(&client, &pods, &pod(&signed)).await?;
