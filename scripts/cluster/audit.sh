@@ -121,7 +121,8 @@ single() {
 # index again).
 kill_one_shard() {
   local part="$PARTS/audit-$SHARDS/shard-$1-of-$SHARDS.jsonl" deadline=$((SECONDS + 300)) pid
-  until [ "$(wc -l <"$part" 2>/dev/null || echo 0)" -ge 100 ]; do
+  # The part appears once the shard's Pod has started.
+  until [ "$({ wc -l <"$part"; } 2>/dev/null || echo 0)" -ge 100 ]; do
     [ "$SECONDS" -lt "$deadline" ] || fail "shard $1 wrote no 100 reports in 300 s"
     sleep 0.2
   done
