@@ -6,6 +6,9 @@
     python3 scripts/monitoring/sync-rules.py --dashboard-rules FILE
                                                         writes the dashboard's queries as recording
                                                         rules, for `promtool check rules` to parse
+    python3 scripts/monitoring/sync-rules.py --extract-rules RENDERED FILE
+                                                        writes the rules of the PrometheusRule that
+                                                        `helm template`/`kustomize build` rendered
 
 Sources: deploy/monitoring/ivory-alerts.rules.yaml (the alerts) and
 deploy/monitoring/ivory-dashboard.json (the dashboard). Generated from them:
@@ -322,6 +325,23 @@ def generated():
     }
 
 
+def prometheus_rule_spec(rendered):
+    """The `spec:` of the one PrometheusRule in a stream of YAML documents, dedented into a rules
+    file. Both renderers write `spec:` at column 0 and its body indented by two spaces."""
+    docs = re.split(r"^---\s*$", rendered, flags=re.M)
+    rules = [d for d in docs if re.search(r"^kind: PrometheusRule\s*$", d, re.M)]
+    if len(rules) != 1:
+        raise SystemExit(f"expected one PrometheusRule, found {len(rules)}")
+    lines = rules[0].splitlines()
+    start = lines.index("spec:") + 1
+    body = []
+    for line in lines[start:]:
+        if line.strip() and not line.startswith("  "):
+            break
+        body.append(line[2:])
+    return "\n".join(body) + "\n"
+
+
 def github_anchor(heading):
     """GitHub's anchor for a Markdown heading: lower case, spaces to hyphens, punctuation dropped."""
     anchor = heading.strip().lower()
@@ -390,7 +410,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when stale or wrong")
     parser.add_argument("--dashboard-rules", metavar="FILE", help="write the dashboard queries as a rules file")
+    parser.add_argument(
+        "--extract-rules",
+        nargs=2,
+        metavar=("RENDERED", "FILE"),
+        help="write the spec of the PrometheusRule in RENDERED (helm template or kustomize build output) as a rules file",
+    )
     args = parser.parse_args()
+
+    if args.extract_rules:
+        rendered, out = args.extract_rules
+        Path(out).write_text(prometheus_rule_spec(Path(rendered).read_text(encoding="utf-8")), encoding="utf-8")
+        return 0
 
     if args.dashboard_rules:
         dashboard = json.loads(read(DASHBOARD))
