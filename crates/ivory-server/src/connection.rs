@@ -73,10 +73,14 @@ impl GuardedAcceptor {
     /// At most `limits.max_connections` at once, each bounded by `limits`' timeouts and
     /// budgets of header and answer bytes; refusals counted in `metrics`.
     pub fn new(limits: &HttpLimits, metrics: Arc<Metrics>) -> Self {
+        let max = limits.max_connections.min(Semaphore::MAX_PERMITS);
+        let slots = Arc::new(Semaphore::new(max));
+        let held = slots.clone();
+        metrics.count_open_connections(Arc::new(move || {
+            max.saturating_sub(held.available_permits())
+        }));
         Self {
-            slots: Arc::new(Semaphore::new(
-                limits.max_connections.min(Semaphore::MAX_PERMITS),
-            )),
+            slots,
             shared: Arc::new(Shared {
                 header_bytes: AtomicUsize::new(0),
                 header_budget: limits.header_budget,

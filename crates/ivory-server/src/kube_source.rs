@@ -514,7 +514,9 @@ impl Compiler {
             errors = errors.len(),
             "policies from Kubernetes published"
         );
-        metrics.policies_loaded(policies.len());
+        // The errors of every object still failing, not only of this round's: a policy that
+        // does not compile stays an error until it is fixed or deleted.
+        metrics.policies_published(policies.len(), errors.len());
         store.publish(policies, errors);
     }
 }

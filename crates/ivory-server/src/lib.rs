@@ -133,8 +133,8 @@ pub use kube_source::KubeSource;
 pub use limits::{DEFAULT_BODY_LIMIT, HttpLimits};
 pub use metrics::{
     ActivityHook, CacheCounts, CacheStatsSource, CrlCount, L2Counts, L2StatsSource, LogDropsSource,
-    Metrics, RegistryStatsSource, ResourceWatchStatsSource, RevocationCounts,
-    RevocationStatsSource, TrustRootCount, TrustRootStatsSource, WatchStats,
+    Metrics, OpenConnectionsSource, RegistryStatsSource, ResourceWatchStatsSource,
+    RevocationCounts, RevocationStatsSource, TrustRootCount, TrustRootStatsSource, WatchStats,
 };
 pub use policies::{FileSource, PolicyStore, Snapshot};
 pub use routes::{AppState, ExceptionSettings, READYZ_POLICY_ERRORS, router};

@@ -43,6 +43,9 @@
 //! * `resource_watch_objects{resource}`, `_bytes`, `_synced`, `_over_total_bytes` gauges: what
 //!   each watch of the policies' cluster reads holds; `_over_total_bytes` is 1 for a watch
 //!   emptied because all watches together reached `--resource-watch-max-total-bytes`.
+//! * `http_connections_open` gauge: client connections the webhook port holds (read at scrape).
+//! * `tls_certificate_expiry_timestamp_seconds` gauge: the serving certificate's `notAfter`, set
+//!   when it is loaded and reloaded (0 until then, and without TLS).
 //! * `log_lines_dropped_total`: `ivory serve` writes its log from a thread of its own, so an
 //!   admission never waits for a slow log consumer; lines that do not fit its buffer are dropped
 //!   and counted here.
@@ -53,7 +56,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ivory_engine::decision::Status;
-use ivory_registry::RegistryStats;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -61,65 +63,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+mod sources;
 mod trust_root;
+pub use sources::{
+    CacheCounts, CacheStatsSource, CrlCount, L2Counts, OpenConnectionsSource, RegistryStatsSource,
+    RevocationCounts, RevocationStatsSource,
+};
 pub use trust_root::{TrustRootCount, TrustRootStatsSource};
-
-/// Where registry counters come from (the verifier's registry client).
-pub type RegistryStatsSource = Arc<dyn Fn() -> Vec<RegistryStats> + Send + Sync>;
-
-/// One verifier cache's counters (monotonic), as the binary reads them from the verifier.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CacheCounts {
-    /// Cache name, the `cache` label.
-    pub cache: String,
-    /// Lookups answered from the cache.
-    pub hits: u64,
-    /// Of `hits`, cached negative verdicts.
-    pub negative_hits: u64,
-    /// Lookups that loaded the value themselves.
-    pub misses: u64,
-    /// Lookups that waited for another request's load of the same key.
-    pub coalesced: u64,
-}
-
-/// Where verifier cache counters come from.
-pub type CacheStatsSource = Arc<dyn Fn() -> Vec<CacheCounts> + Send + Sync>;
-
-/// The shared L2 cache's counters (monotonic), as the binary reads them from it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct L2Counts {
-    /// `(event, count)`: the `event` label of `l2_events_total`.
-    pub events: Vec<(&'static str, u64)>,
-    /// Calls made to the store.
-    pub calls: u64,
-    /// Their total time in microseconds.
-    pub call_micros: u64,
-}
-
-/// One CRL the verifier holds.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CrlCount {
-    /// The distribution point it was fetched from (the `url` label).
-    pub url: String,
-    /// Seconds since it was fetched.
-    pub age_seconds: i64,
-    /// Seconds until its `nextUpdate` (negative once passed; `None`: it has none).
-    pub next_update_in_seconds: Option<i64>,
-}
-
-/// The verifier's background revocation data, as the binary reads it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RevocationCounts {
-    /// The CRLs held.
-    pub crls: Vec<CrlCount>,
-    /// Fetches that brought a CRL (monotonic).
-    pub fetched: u64,
-    /// Fetches that failed (monotonic).
-    pub failed: u64,
-}
-
-/// Where the revocation data counts come from.
-pub type RevocationStatsSource = Arc<dyn Fn() -> RevocationCounts + Send + Sync>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UrlLabels {
@@ -218,6 +168,7 @@ pub struct Metrics {
     deadline_expiries: Family<RouteLabels, Counter>,
     panics: Family<RouteLabels, Counter>,
     policy_load_errors: Gauge,
+    certificate_expiry: Gauge,
     policy_load_failures: Counter,
     policies_loaded: Gauge,
     registry_requests: Family<RegistryStatusLabels, Counter>,
@@ -246,6 +197,8 @@ pub struct Metrics {
     watch_synced: Family<WatchLabels, Gauge>,
     watch_over_total: Family<WatchLabels, Gauge>,
     watch_source: std::sync::OnceLock<ResourceWatchStatsSource>,
+    connections_open: Gauge,
+    connections_source: std::sync::OnceLock<OpenConnectionsSource>,
     crl_age: Family<UrlLabels, Gauge>,
     crl_next_update: Family<UrlLabels, Gauge>,
     revocation_fetches: Family<ResultLabels, Counter>,
@@ -287,6 +240,7 @@ impl Metrics {
             deadline_expiries: Family::default(),
             panics: Family::default(),
             policy_load_errors: Gauge::default(),
+            certificate_expiry: Gauge::default(),
             policy_load_failures: Counter::default(),
             policies_loaded: Gauge::default(),
             registry_requests: Family::default(),
@@ -315,6 +269,8 @@ impl Metrics {
             watch_synced: Family::default(),
             watch_over_total: Family::default(),
             watch_source: std::sync::OnceLock::new(),
+            connections_open: Gauge::default(),
+            connections_source: std::sync::OnceLock::new(),
             crl_age: Family::default(),
             crl_next_update: Family::default(),
             revocation_fetches: Family::default(),
@@ -327,6 +283,11 @@ impl Metrics {
     /// Registers the families of revocation, refusals of the webhook port, policy results and reports.
     fn register_results(&self, registry: &mut Registry) {
         self.trust_root.register(registry);
+        registry.register(
+            "tls_certificate_expiry_timestamp_seconds",
+            "notAfter of the serving certificate in use, Unix seconds (absent without TLS)",
+            self.certificate_expiry.clone(),
+        );
         registry.register(
             "revocation_crl_age_seconds",
             "Age of each CRL held for Notation revocation checks (fetched in the background)",
@@ -346,6 +307,11 @@ impl Metrics {
             "http_connections_refused",
             "Connections closed by the server's bounds: over max_connections, or idle past the idle timeout",
             self.connections_refused.clone(),
+        );
+        registry.register(
+            "http_connections_open",
+            "Client connections the webhook port holds now (at most max_connections)",
+            self.connections_open.clone(),
         );
         registry.register(
             "http_requests_refused",
@@ -641,6 +607,25 @@ impl Metrics {
         self.policy_load_errors.set(0);
     }
 
+    /// A published set of `count` policies beside `errors` errors of objects that keep their
+    /// last good version (or none): the gauge says so for as long as they last.
+    pub fn policies_published(&self, count: usize, errors: usize) {
+        self.policies_loaded
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+        self.policy_load_errors
+            .set(i64::try_from(errors).unwrap_or(i64::MAX));
+    }
+
+    /// Reads the open connections from `source` at every scrape (the first source set stays).
+    pub fn count_open_connections(&self, source: OpenConnectionsSource) {
+        let _ = self.connections_source.set(source);
+    }
+
+    /// The serving certificate in use now expires at `not_after` (Unix seconds).
+    pub fn certificate_expires(&self, not_after: i64) {
+        self.certificate_expiry.set(not_after);
+    }
+
     /// A load with `errors` errors (the previous set stays).
     pub fn policy_load_failed(&self, errors: usize) {
         self.policy_load_errors
@@ -701,6 +686,10 @@ impl Metrics {
             self.log_lines_dropped
                 .inner()
                 .store(source(), Ordering::Relaxed);
+        }
+        if let Some(source) = self.connections_source.get() {
+            self.connections_open
+                .set(i64::try_from(source()).unwrap_or(i64::MAX));
         }
         if let Some(source) = self.watch_source.get() {
             // Watches stop when no policy reads them: their series go with them.
@@ -769,185 +758,4 @@ impl Drop for InFlight {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-    use std::sync::Mutex;
-
-    use super::*;
-
-    fn line(text: &str, start: &str) -> Option<f64> {
-        text.lines()
-            .find(|l| l.starts_with(start))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-    }
-
-    #[test]
-    fn registry_statuses_and_cache_counters_follow_their_sources() {
-        let calls = Arc::new(Mutex::new(1u64));
-        let (c1, c2) = (calls.clone(), calls.clone());
-        let m = Metrics::new()
-            .with_registry_stats(Arc::new(move || {
-                let n = *c1.lock().unwrap();
-                vec![RegistryStats {
-                    registry: "r:5000".into(),
-                    requests: n + 2,
-                    statuses: BTreeMap::from([("2xx".to_string(), n), ("4xx".to_string(), 2)]),
-                    errors: 2,
-                    ..RegistryStats::default()
-                }]
-            }))
-            .with_cache_stats(Arc::new(move || {
-                let n = *c2.lock().unwrap();
-                vec![CacheCounts {
-                    cache: "results".into(),
-                    hits: n * 10,
-                    negative_hits: n,
-                    misses: 1,
-                    coalesced: n * 3,
-                }]
-            }));
-        let text = m.encode();
-        let two = r#"ivory_registry_requests_total{registry="r:5000",status="2xx"}"#;
-        let four = r#"ivory_registry_requests_total{registry="r:5000",status="4xx"}"#;
-        let hits = r#"ivory_verify_cache_hits_total{cache="results"}"#;
-        let coalesced = r#"ivory_verify_cache_coalesced_total{cache="results"}"#;
-        assert_eq!(line(&text, two), Some(1.0), "{text}");
-        assert_eq!(line(&text, four), Some(2.0), "{text}");
-        assert_eq!(line(&text, hits), Some(10.0), "{text}");
-        assert_eq!(line(&text, coalesced), Some(3.0), "{text}");
-        assert_eq!(
-            line(&text, r#"ivory_verify_cache_misses_total{cache="results"}"#),
-            Some(1.0)
-        );
-        *calls.lock().unwrap() = 5;
-        let text = m.encode();
-        assert_eq!(line(&text, two), Some(5.0), "{text}");
-        assert_eq!(line(&text, hits), Some(50.0), "{text}");
-        assert_eq!(
-            line(
-                &text,
-                r#"ivory_verify_cache_negative_hits_total{cache="results"}"#
-            ),
-            Some(5.0)
-        );
-    }
-
-    #[test]
-    fn the_trusted_roots_freshness_is_exported_per_source() {
-        let counts = Arc::new(Mutex::new(vec![TrustRootCount {
-            source: "TUF http://127.0.0.1:1".into(),
-            age_seconds: Some(30),
-            last_success_unix: Some(1_765_000_000),
-            succeeded: 4,
-            failed: 2,
-            last_error: None,
-        }]));
-        let source = counts.clone();
-        let m =
-            Metrics::new().with_trust_root_stats(Arc::new(move || source.lock().unwrap().clone()));
-        let text = m.encode();
-        let src = r#"source="TUF http://127.0.0.1:1""#;
-        assert_eq!(
-            line(&text, &format!("ivory_trust_root_age_seconds{{{src}}}")),
-            Some(30.0)
-        );
-        assert_eq!(
-            line(
-                &text,
-                &format!("ivory_trust_root_last_refresh_success_timestamp_seconds{{{src}}}")
-            ),
-            Some(1_765_000_000.0)
-        );
-        assert_eq!(
-            line(
-                &text,
-                &format!("ivory_trust_root_refreshes_total{{{src},result=\"failed\"}}")
-            ),
-            Some(2.0)
-        );
-        assert_eq!(
-            line(
-                &text,
-                &format!("ivory_trust_root_refreshes_total{{{src},result=\"ok\"}}")
-            ),
-            Some(4.0)
-        );
-        // Back on the root built into ivory: no age.
-        counts.lock().unwrap()[0].age_seconds = None;
-        assert!(!m.encode().contains("trust_root_age_seconds{"));
-    }
-
-    #[test]
-    fn the_age_of_revocation_data_is_exported() {
-        let counts = Arc::new(Mutex::new(RevocationCounts {
-            crls: vec![CrlCount {
-                url: "http://127.0.0.1:1/a.crl".into(),
-                age_seconds: 42,
-                next_update_in_seconds: Some(-5),
-            }],
-            fetched: 3,
-            failed: 1,
-        }));
-        let source = counts.clone();
-        let m =
-            Metrics::new().with_revocation_stats(Arc::new(move || source.lock().unwrap().clone()));
-        let text = m.encode();
-        let url = r#"{url="http://127.0.0.1:1/a.crl"}"#;
-        assert_eq!(
-            line(&text, &format!("ivory_revocation_crl_age_seconds{url}")),
-            Some(42.0)
-        );
-        assert_eq!(
-            line(
-                &text,
-                &format!("ivory_revocation_crl_next_update_seconds{url}")
-            ),
-            Some(-5.0)
-        );
-        assert_eq!(
-            line(&text, r#"ivory_revocation_fetches_total{result="ok"}"#),
-            Some(3.0)
-        );
-        assert_eq!(
-            line(&text, r#"ivory_revocation_fetches_total{result="failed"}"#),
-            Some(1.0)
-        );
-        counts.lock().unwrap().crls.clear();
-        assert!(!m.encode().contains("crl_age_seconds{"));
-    }
-
-    #[test]
-    fn watches_of_cluster_reads_are_exported_and_go_when_they_stop() {
-        let held = Arc::new(Mutex::new(vec![WatchStats {
-            resource: "v1 configmaps in namespace ivory".into(),
-            objects: 3,
-            bytes: 1200,
-            synced: true,
-            over_total: false,
-        }]));
-        let source = held.clone();
-        let m = Metrics::new();
-        m.set_resource_watch_stats(Arc::new(move || source.lock().unwrap().clone()));
-        let text = m.encode();
-        let label = r#"{resource="v1 configmaps in namespace ivory"}"#;
-        assert_eq!(
-            line(&text, &format!("ivory_resource_watch_objects{label}")),
-            Some(3.0),
-            "{text}"
-        );
-        assert_eq!(
-            line(&text, &format!("ivory_resource_watch_bytes{label}")),
-            Some(1200.0),
-            "{text}"
-        );
-        assert_eq!(
-            line(&text, &format!("ivory_resource_watch_synced{label}")),
-            Some(1.0),
-            "{text}"
-        );
-        held.lock().unwrap().clear();
-        let text = m.encode();
-        assert!(!text.contains("configmaps"), "{text}");
-    }
-}
+mod tests;

@@ -105,7 +105,12 @@ pub async fn serve(
                     key: key.clone(),
                     source,
                 })?;
-            let reload = tokio::spawn(watch_certificate(config.clone(), cert, key, opts.cert_poll));
+            let reload = tokio::spawn(watch_certificate(
+                config.clone(),
+                (cert, key),
+                opts.cert_poll,
+                opts.metrics.clone(),
+            ));
             let acceptor = RustlsAcceptor::new(config)
                 .handshake_timeout(opts.limits.handshake_timeout)
                 .acceptor(guard);
@@ -140,8 +145,16 @@ fn bound<A: axum_server::Address, Acc>(server: &mut Server<A, Acc>, limits: &Htt
 
 /// Reloads the certificate when the files' contents change. A broken pair (half-written
 /// renewal) is logged and the current certificate stays until a good pair appears.
-async fn watch_certificate(config: RustlsConfig, cert: PathBuf, key: PathBuf, every: Duration) {
+async fn watch_certificate(
+    config: RustlsConfig,
+    (cert, key): (PathBuf, PathBuf),
+    every: Duration,
+    metrics: Arc<Metrics>,
+) {
     let mut last = read_pair(&cert, &key).await;
+    if let Some(not_after) = last.as_ref().and_then(|(c, _)| not_after(c)) {
+        metrics.certificate_expires(not_after);
+    }
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -155,9 +168,13 @@ async fn watch_certificate(config: RustlsConfig, cert: PathBuf, key: PathBuf, ev
             last = now;
             continue;
         };
+        let expiry = not_after(&c);
         match config.reload_from_pem(c, k).await {
             Ok(()) => {
                 tracing::info!(cert = %cert.display(), "TLS certificate reloaded");
+                if let Some(not_after) = expiry {
+                    metrics.certificate_expires(not_after);
+                }
                 last = now;
             }
             // Not recorded as seen: the next tick retries, so a key written after its
@@ -167,6 +184,22 @@ async fn watch_certificate(config: RustlsConfig, cert: PathBuf, key: PathBuf, ev
             }
         }
     }
+}
+
+/// The `notAfter` (Unix seconds) of the first certificate of a PEM chain, the one served.
+fn not_after(pem: &[u8]) -> Option<i64> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject as _;
+    use x509_cert::der::Decode as _;
+    let leaf = CertificateDer::pem_slice_iter(pem).next()?.ok()?;
+    let certificate = x509_cert::Certificate::from_der(leaf.as_ref()).ok()?;
+    let seconds = certificate
+        .tbs_certificate
+        .validity
+        .not_after
+        .to_unix_duration()
+        .as_secs();
+    i64::try_from(seconds).ok()
 }
 
 async fn read_pair(cert: &Path, key: &Path) -> Option<(Vec<u8>, Vec<u8>)> {

@@ -430,6 +430,29 @@ async fn policy_hot_reload_and_certificate_reload() {
         ivory.logs()
     );
 
+    // The served certificate's notAfter is a metric, as openssl reads it.
+    let end = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-enddate", "-dateopt", "iso_8601", "-in"])
+        .arg(dir.path().join("tls.crt"))
+        .output()
+        .unwrap();
+    let end = String::from_utf8_lossy(&end.stdout);
+    let end = end.trim().trim_start_matches("notAfter=");
+    let expected = chrono::DateTime::parse_from_rfc3339(&end.replace(' ', "T"))
+        .unwrap()
+        .timestamp() as f64;
+    assert_eq!(
+        metric(&m, "ivory_tls_certificate_expiry_timestamp_seconds "),
+        Some(expected),
+        "{m}"
+    );
+
+    // The scrape's own connection is open while the metrics are written.
+    assert!(
+        metric(&m, "ivory_http_connections_open ").is_some_and(|n| n >= 1.0),
+        "{m}"
+    );
+
     // A new certificate (from a new CA) is served without a restart.
     let first_ca = ivory.ca_pem.clone();
     let second = Tls::write(dir.path(), "second CA");

@@ -96,7 +96,10 @@ fn a_broken_update_keeps_that_policys_last_good_version_only() {
     assert_eq!(names(&store), ["a", "b", "c"]);
     assert_eq!(snapshot.errors.len(), 1, "{:?}", snapshot.errors);
     assert!(snapshot.errors[0].contains("/a"), "{:?}", snapshot.errors);
-    assert!(metrics.encode().contains("ivory_policy_load_errors"));
+    // The gauge says so, and keeps saying so while `a` stays broken.
+    assert!(metrics.encode().contains("ivory_policy_load_errors 1\n"));
+    compiler.publish(&[&reader], &store, &metrics);
+    assert!(metrics.encode().contains("ivory_policy_load_errors 1\n"));
 
     // Deleting the broken policy removes it and its error; fixing needs no restart.
     writer.apply_watcher_event(&watcher::Event::Delete(broken("a", "2")));
@@ -105,6 +108,7 @@ fn a_broken_update_keeps_that_policys_last_good_version_only() {
     compiler.publish(&[&reader], &store, &metrics);
     assert_eq!(names(&store), ["b", "c"]);
     assert!(store.snapshot().errors.is_empty());
+    assert!(metrics.encode().contains("ivory_policy_load_errors 0\n"));
 }
 
 #[test]
