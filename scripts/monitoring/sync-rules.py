@@ -83,12 +83,12 @@ IVORY_METRICS = {
     "ivory_resource_watch_synced",
     "ivory_resource_watch_over_total_bytes",
     "ivory_log_lines_dropped_total",
+    "ivory_tls_certificate_expiry_timestamp_seconds",
+    "ivory_http_connections_open",
 }
 
 # Used by a panel or an alert, not exported yet (each needs a change in ivory-server).
 PROPOSED_METRICS = {
-    "ivory_tls_certificate_expiry_timestamp_seconds": "NotAfter of the serving certificate in force (gauge, Unix seconds)",
-    "ivory_http_connections_open": "connections open on the webhook port (gauge)",
     "process_resident_memory_bytes": "the standard process collector's resident memory (gauge)",
     "process_open_fds": "the standard process collector's open file descriptors (gauge)",
 }
