@@ -22,6 +22,9 @@ needs_pkgs pip3:python3-pip
 needs_pkgs mkfifo:coreutils setpriv:util-linux unshare:util-linux
 # The review of the shell scripts.
 needs_pkgs shellcheck:shellcheck
+# The monitoring assets: promtool's checks and unit tests (scripts/monitoring-check.sh) and the
+# live Prometheus that integration::monitoring scrapes ivory with.
+needs_pkgs prometheus:prometheus promtool:prometheus
 # kustomize + helm for the deploy/ tests; crane, cosign v2, cargo-cyclonedx for the dogfood test
 # (ivory's own image); cargo-deny and cargo-machete for the dependency checks. Built from the Go
 # module proxy or crates.io into .tools/ (skipped when built; Go is needed only to build one).
@@ -47,6 +50,8 @@ scripts/review/module-cycles.py
 # Functions of at most 150 lines, files of at most 800, errors typed (no Result<_, String> outside
 # clap value parsers); what broke a rule when it came is listed in code-shape.baseline and may only shrink.
 scripts/review/code-shape.py
+# The alert rules (promtool check and unit tests), their generated copies and runbook sections.
+scripts/monitoring-check.sh
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings # --all-features: ivory-e2e's e2e tests too
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked # broken intra-doc links, bad doc markup
 cargo test --workspace --locked "$@"

@@ -1671,3 +1671,57 @@ fn helm_renders_the_fixed_cluster_ip_for_the_static_registration() {
     assert!(find(&plain, "Service", "ivory")["spec"]["clusterIP"].is_null());
     assert!(find(&plain, "Certificate", "ivory")["spec"]["ipAddresses"].is_null());
 }
+
+/// The monitoring objects: none by default; when enabled, a ServiceMonitor scraping the https
+/// port's /metrics and a PrometheusRule holding every alert of the rules file.
+#[test]
+fn helm_renders_the_monitoring_objects_only_when_asked() {
+    let kinds = |docs: &[Value]| -> Vec<String> {
+        docs.iter()
+            .filter_map(|d| d["kind"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let plain = helm_template(&[]);
+    assert!(
+        !kinds(&plain)
+            .iter()
+            .any(|k| k == "ServiceMonitor" || k == "PrometheusRule"),
+        "{:?}",
+        kinds(&plain)
+    );
+    let on = helm_template(&[
+        "--set",
+        "monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true",
+    ]);
+    let monitor = on
+        .iter()
+        .find(|d| d["kind"] == "ServiceMonitor")
+        .expect("a ServiceMonitor");
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(endpoint["path"], "/metrics");
+    let rule = on
+        .iter()
+        .find(|d| d["kind"] == "PrometheusRule")
+        .expect("a PrometheusRule");
+    let rendered: Vec<String> = rule["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap().iter())
+        .filter_map(|r| r["alert"].as_str().map(str::to_owned))
+        .collect();
+    let file: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(repo_root().join("deploy/monitoring/ivory-alerts.rules.yaml"))
+            .unwrap(),
+    )
+    .unwrap();
+    let written: Vec<String> = file["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap().iter())
+        .filter_map(|r| r["alert"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(rendered, written);
+}

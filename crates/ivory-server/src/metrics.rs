@@ -103,6 +103,14 @@ struct AdmissionLabels {
     outcome: String,
 }
 
+/// The `route` label's values: the webhook's four routes.
+const ROUTES: [&str; 4] = [
+    "ivpol_mutate",
+    "ivpol_validate",
+    "nivpol_mutate",
+    "nivpol_validate",
+];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
     route: String,
@@ -223,6 +231,15 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("ivory");
         let m = Self::unregistered();
+        // Counted per route from zero, so that rates and the alerts' ratios read 0 instead of
+        // nothing before the first expiry or panic.
+        for route in ROUTES {
+            let labels = RouteLabels {
+                route: route.to_owned(),
+            };
+            let _ = m.deadline_expiries.get_or_create(&labels);
+            let _ = m.panics.get_or_create(&labels);
+        }
         m.register_results(&mut registry);
         m.register_admission(&mut registry);
         m.register_verification(&mut registry);

@@ -67,6 +67,7 @@ mod discovery;
 mod dogfood;
 mod fleet;
 mod memory;
+mod monitoring;
 mod notation;
 mod notation_revocation;
 mod serve;
