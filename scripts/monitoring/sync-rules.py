@@ -85,12 +85,16 @@ IVORY_METRICS = {
     "ivory_log_lines_dropped_total",
     "ivory_tls_certificate_expiry_timestamp_seconds",
     "ivory_http_connections_open",
+    # The standard process collector's, unprefixed (crates/ivory-server/src/metrics/process.rs).
+    "process_resident_memory_bytes",
+    "process_cpu_seconds_total",
+    "process_open_fds",
+    "process_max_fds",
+    "process_start_time_seconds",
 }
 
 # Used by a panel or an alert, not exported yet (each needs a change in ivory-server).
 PROPOSED_METRICS = {
-    "process_resident_memory_bytes": "the standard process collector's resident memory (gauge)",
-    "process_open_fds": "the standard process collector's open file descriptors (gauge)",
 }
 
 # Label values a panel shows, not exported yet: the admission outcomes a failurePolicy or a warning

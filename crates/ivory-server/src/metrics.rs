@@ -44,8 +44,11 @@
 //!   each watch of the policies' cluster reads holds; `_over_total_bytes` is 1 for a watch
 //!   emptied because all watches together reached `--resource-watch-max-total-bytes`.
 //! * `http_connections_open` gauge: client connections the webhook port holds (read at scrape).
-//! * `tls_certificate_expiry_timestamp_seconds` gauge: the serving certificate's `notAfter`, set
-//!   when it is loaded and reloaded (0 until then, and without TLS).
+//! * Unprefixed, as every Prometheus client writes them (`metrics/process.rs`):
+//!   `process_resident_memory_bytes`, `process_cpu_seconds_total`, `process_open_fds`,
+//!   `process_max_fds`, `process_start_time_seconds`.
+//! * `tls_certificate_expiry_timestamp_seconds{file}` gauge: the serving certificate's
+//!   `notAfter`, set when it is loaded and reloaded (no series without TLS).
 //! * `log_lines_dropped_total`: `ivory serve` writes its log from a thread of its own, so an
 //!   admission never waits for a slow log consumer; lines that do not fit its buffer are dropped
 //!   and counted here.
@@ -63,6 +66,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+mod process;
 mod sources;
 mod trust_root;
 pub use sources::{
@@ -101,6 +105,11 @@ struct L2Labels {
 struct AdmissionLabels {
     route: String,
     outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CertificateLabels {
+    file: String,
 }
 
 /// The `route` label's values: the webhook's four routes.
@@ -176,7 +185,7 @@ pub struct Metrics {
     deadline_expiries: Family<RouteLabels, Counter>,
     panics: Family<RouteLabels, Counter>,
     policy_load_errors: Gauge,
-    certificate_expiry: Gauge,
+    certificate_expiry: Family<CertificateLabels, Gauge>,
     policy_load_failures: Counter,
     policies_loaded: Gauge,
     registry_requests: Family<RegistryStatusLabels, Counter>,
@@ -257,7 +266,7 @@ impl Metrics {
             deadline_expiries: Family::default(),
             panics: Family::default(),
             policy_load_errors: Gauge::default(),
-            certificate_expiry: Gauge::default(),
+            certificate_expiry: Family::default(),
             policy_load_failures: Counter::default(),
             policies_loaded: Gauge::default(),
             registry_requests: Family::default(),
@@ -302,7 +311,7 @@ impl Metrics {
         self.trust_root.register(registry);
         registry.register(
             "tls_certificate_expiry_timestamp_seconds",
-            "notAfter of the serving certificate in use, Unix seconds (absent without TLS)",
+            "notAfter of the serving certificate in use by its file, Unix seconds (none without TLS)",
             self.certificate_expiry.clone(),
         );
         registry.register(
@@ -638,9 +647,14 @@ impl Metrics {
         let _ = self.connections_source.set(source);
     }
 
-    /// The serving certificate in use now expires at `not_after` (Unix seconds).
-    pub fn certificate_expires(&self, not_after: i64) {
-        self.certificate_expiry.set(not_after);
+    /// The serving certificate in use now, read from `file`, expires at `not_after` (Unix
+    /// seconds). No series before: a server without TLS has no certificate to expire.
+    pub fn certificate_expires(&self, file: &str, not_after: i64) {
+        self.certificate_expiry
+            .get_or_create(&CertificateLabels {
+                file: file.to_owned(),
+            })
+            .set(not_after);
     }
 
     /// A load with `errors` errors (the previous set stays).
@@ -756,6 +770,12 @@ impl Metrics {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        // The unprefixed process_* families go before the closing `# EOF`.
+        if let Some(stats) = process::read()
+            && let Some(body) = out.strip_suffix("# EOF\n")
+        {
+            out = format!("{body}{}# EOF\n", process::encode(&stats));
+        }
         out
     }
 }

@@ -152,8 +152,9 @@ async fn watch_certificate(
     metrics: Arc<Metrics>,
 ) {
     let mut last = read_pair(&cert, &key).await;
+    let file = cert.display().to_string();
     if let Some(not_after) = last.as_ref().and_then(|(c, _)| not_after(c)) {
-        metrics.certificate_expires(not_after);
+        metrics.certificate_expires(&file, not_after);
     }
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -173,7 +174,7 @@ async fn watch_certificate(
             Ok(()) => {
                 tracing::info!(cert = %cert.display(), "TLS certificate reloaded");
                 if let Some(not_after) = expiry {
-                    metrics.certificate_expires(not_after);
+                    metrics.certificate_expires(&file, not_after);
                 }
                 last = now;
             }

@@ -441,11 +441,11 @@ async fn policy_hot_reload_and_certificate_reload() {
     let expected = chrono::DateTime::parse_from_rfc3339(&end.replace(' ', "T"))
         .unwrap()
         .timestamp() as f64;
-    assert_eq!(
-        metric(&m, "ivory_tls_certificate_expiry_timestamp_seconds "),
-        Some(expected),
-        "{m}"
+    let series = format!(
+        "ivory_tls_certificate_expiry_timestamp_seconds{{file=\"{}\"}} ",
+        dir.path().join("tls.crt").display()
     );
+    assert_eq!(metric(&m, &series), Some(expected), "{m}");
 
     // The scrape's own connection is open while the metrics are written.
     assert!(
