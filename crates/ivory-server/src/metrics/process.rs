@@ -130,7 +130,7 @@ mod tests {
             stats.open_fds >= 3 && stats.open_fds <= stats.max_fds,
             "{stats:?}"
         );
-        let now = std::time::SystemTime::now()
+        let now = ivory_clock::wall()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs_f64();
