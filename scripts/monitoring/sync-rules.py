@@ -97,11 +97,9 @@ IVORY_METRICS = {
 PROPOSED_METRICS = {
 }
 
-# Label values a panel shows, not exported yet: the admission outcomes a failurePolicy or a warning
-# decided (today `denied`/`allowed` cover them; error/skip policy results are the stand-in).
-PROPOSED_LABEL_VALUES = {
-    "outcome": ("failed_closed", "failed_open", "warned"),
-}
+# Label values a panel shows that ivory does not export yet (none now: the admission outcomes
+# failed_closed, failed_open and warned are exported since issue 45).
+PROPOSED_LABEL_VALUES = {}
 
 # Read from other exporters, as a Kubernetes Prometheus stack scrapes them.
 EXTERNAL_METRICS = {

@@ -3,8 +3,10 @@
 //! Families (all prefixed `ivory_`):
 //! * `admission_duration_seconds{route, outcome}` histogram; route is `ivpol_mutate`,
 //!   `ivpol_validate`, `nivpol_mutate` or `nivpol_validate`; outcome is `allowed`, `patched`,
-//!   `denied`, `unknown_policy`, `bad_request`, `not_ready` or `internal_error` (a panic before
-//!   any policy was selected).
+//!   `warned` (allowed with warnings), `denied` (a policy failed on the image's merits),
+//!   `failed_closed` (denied only because policies could not be judged), `failed_open` (allowed
+//!   although a policy could not be judged), `unknown_policy`, `bad_request`, `not_ready` or
+//!   `internal_error` (a panic before any policy was selected).
 //! * `admission_in_flight` gauge.
 //! * `deadline_expiries_total{route}`: requests whose budget ran out before the engine finished.
 //! * `admission_panics_total{route}`: requests whose handling panicked (answered by the

@@ -26,8 +26,8 @@ use ivory_engine::admission::{
     AdmissionError, AdmissionRequest, AdmissionResponse, AdmissionReview, ResponseStatus,
     ReviewResponse, response_from_decision,
 };
-use ivory_engine::decision::Decision;
-use ivory_engine::exceptions::Exceptions;
+use ivory_engine::decision::{Decision, PolicyResult, Status};
+use ivory_engine::exceptions::{EXCEPTIONS_PROPERTY, Exceptions};
 use ivory_engine::matching::{Route, UnknownPolicies, select_policies};
 use ivory_engine::pipeline::{Backstop, Judged, Namespaces, Pipeline, Stage};
 use ivory_engine::validate::DecisionMemo;
@@ -361,15 +361,32 @@ async fn answer(
         state.metrics.deadline_expired(call.label);
     }
     let resp = response_from_decision(&req, &decision);
-    let outcome = if !resp.allowed {
-        "denied"
-    } else if resp.patch.is_some() {
-        "patched"
-    } else {
-        "allowed"
-    };
+    let outcome = outcome(&decision, resp.patch.is_some());
     log_admission(call, &req, outcome, &decision, start, budget);
     (outcome, review_json(&resp))
+}
+
+/// The `outcome` label of an answered admission: `failed_closed` when it was denied only
+/// because policies could not be judged, `denied` when a policy failed on the image's merits,
+/// `failed_open` when it was let through although a policy could not be judged (failurePolicy
+/// Ignore, or an Audit/Warn action), `warned` when it was let through with warnings, else
+/// `patched` or `allowed`.
+fn outcome(decision: &Decision, patched: bool) -> &'static str {
+    // A skip a PolicyException made is a judgement (the exemption), not a failure to judge.
+    let unjudged = |r: &&PolicyResult| {
+        r.status == Status::Error
+            || (r.status == Status::Skip && !r.properties.contains_key(EXCEPTIONS_PROPERTY))
+    };
+    let failed = decision.results.iter().any(|r| r.status == Status::Fail);
+    let unjudged = decision.results.iter().any(|r| unjudged(&r));
+    match (decision.allowed, failed, unjudged) {
+        (false, false, true) => "failed_closed",
+        (false, _, _) => "denied",
+        (true, _, true) => "failed_open",
+        (true, _, false) if !decision.warnings.is_empty() => "warned",
+        (true, _, false) if patched => "patched",
+        (true, _, false) => "allowed",
+    }
 }
 
 /// The engine's pipeline as the webhook runs it: Namespaces from the watch (labels unknown

@@ -217,7 +217,9 @@ async fn mutate_validate_warn_audit_errors_and_metrics() {
     };
     assert_eq!(count("ivpol_mutate", "patched"), Some(2.0), "{m}");
     assert_eq!(count("ivpol_validate", "denied"), Some(2.0), "{m}");
-    assert_eq!(count("ivpol_validate", "allowed"), Some(3.0), "{m}");
+    // The Warn policy's failure is a warning: that admission is `warned`.
+    assert_eq!(count("ivpol_validate", "allowed"), Some(2.0), "{m}");
+    assert_eq!(count("ivpol_validate", "warned"), Some(1.0), "{m}");
     assert_eq!(count("ivpol_validate", "unknown_policy"), Some(1.0), "{m}");
     assert_eq!(count("ivpol_validate", "bad_request"), Some(3.0), "{m}");
     let registry_requests = metric(

@@ -1,5 +1,6 @@
 //! Router tests through `oneshot` with an in-memory verifier (no sockets, no registry).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::body::{Body as HttpBody, to_bytes};
@@ -668,4 +669,49 @@ async fn only_deny_policies_that_produced_a_result_suppress_the_admission_report
             assert_eq!(policies, ["audited"], "{case}");
         }
     }
+}
+
+#[test]
+fn outcomes_tell_a_failure_to_judge_from_a_judgement() {
+    let result = |status: Status, exempted: bool| PolicyResult {
+        policy: "p".into(),
+        namespace: None,
+        status,
+        message: String::new(),
+        properties: if exempted {
+            BTreeMap::from([(EXCEPTIONS_PROPERTY.to_owned(), "e".to_owned())])
+        } else {
+            BTreeMap::new()
+        },
+        images: Vec::new(),
+        deny: true,
+        warn: false,
+        audit: false,
+    };
+    let decision = |allowed: bool, results: Vec<PolicyResult>, warnings: Vec<String>| Decision {
+        allowed,
+        results,
+        warnings,
+        ..Decision::default()
+    };
+    let denied_error = decision(false, vec![result(Status::Error, false)], vec![]);
+    assert_eq!(outcome(&denied_error, false), "failed_closed");
+    let denied_both = decision(
+        false,
+        vec![result(Status::Error, false), result(Status::Fail, false)],
+        vec![],
+    );
+    assert_eq!(outcome(&denied_both, false), "denied");
+    let ignored = decision(true, vec![result(Status::Skip, false)], vec!["w".into()]);
+    assert_eq!(outcome(&ignored, true), "failed_open");
+    let exempted = decision(true, vec![result(Status::Skip, true)], vec![]);
+    assert_eq!(
+        outcome(&exempted, true),
+        "patched",
+        "an exception is a judgement"
+    );
+    let warned = decision(true, vec![result(Status::Pass, false)], vec!["w".into()]);
+    assert_eq!(outcome(&warned, false), "warned");
+    let plain = decision(true, vec![result(Status::Pass, false)], vec![]);
+    assert_eq!(outcome(&plain, false), "allowed");
 }
