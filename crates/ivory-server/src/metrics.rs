@@ -31,7 +31,8 @@
 //!   read at scrape time.
 //! * `l2_events_total{event}` (`hits`, `misses`, `errors`, `skipped`, `rejected`,
 //!   `leases_won`, `leases_waited`, `waits_answered`), `l2_calls_total` and
-//!   `l2_call_microseconds_total` (their sum: the mean L2 latency): the cache shared by the
+//!   `l2_call_seconds_total` (their sum: the mean L2 latency; `l2_call_microseconds_total`, in
+//!   microseconds, stays one release for dashboards that read it): the cache shared by the
 //!   replicas (`--cache-redis`), read at scrape time. `rejected` counts entries that did not
 //!   verify (HMAC, name, size or format).
 //! * `revocation_crl_age_seconds{url}`, `revocation_crl_next_update_seconds{url}` gauges (the
@@ -42,9 +43,10 @@
 //! * `trust_root_age_seconds{source}`, `trust_root_last_refresh_success_timestamp_seconds{source}`
 //!   gauges and `trust_root_refreshes_total{source,result}`: the trusted root's freshness
 //!   (`metrics/trust_root.rs`).
-//! * `resource_watch_objects{resource}`, `_bytes`, `_synced`, `_over_total_bytes` gauges: what
-//!   each watch of the policies' cluster reads holds; `_over_total_bytes` is 1 for a watch
-//!   emptied because all watches together reached `--resource-watch-max-total-bytes`.
+//! * `resource_watch_objects{resource}`, `_bytes`, `_synced`, `_emptied_by_total_budget` gauges:
+//!   what each watch of the policies' cluster reads holds; `_emptied_by_total_budget` is 1 for a
+//!   watch emptied because all watches together reached `--resource-watch-max-total-bytes`
+//!   (`_over_total_bytes`, the same flag under a name that said bytes, stays one release).
 //! * `http_connections_open` gauge: client connections the webhook port holds (read at scrape).
 //! * Unprefixed, as every Prometheus client writes them (`metrics/process.rs`):
 //!   `process_resident_memory_bytes`, `process_cpu_seconds_total`, `process_open_fds`,
@@ -68,6 +70,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+mod families;
 mod process;
 mod sources;
 mod trust_root;
@@ -207,6 +210,7 @@ pub struct Metrics {
     l2_events: Family<L2Labels, Counter>,
     l2_calls: Counter,
     l2_call_micros: Counter,
+    l2_call_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     l2_source: Option<L2StatsSource>,
     log_lines_dropped: Counter,
     log_drops_source: Option<LogDropsSource>,
@@ -215,6 +219,7 @@ pub struct Metrics {
     watch_bytes: Family<WatchLabels, Gauge>,
     watch_synced: Family<WatchLabels, Gauge>,
     watch_over_total: Family<WatchLabels, Gauge>,
+    watch_emptied: Family<WatchLabels, Gauge>,
     watch_source: std::sync::OnceLock<ResourceWatchStatsSource>,
     connections_open: Gauge,
     connections_source: std::sync::OnceLock<OpenConnectionsSource>,
@@ -288,6 +293,7 @@ impl Metrics {
             l2_events: Family::default(),
             l2_calls: Counter::default(),
             l2_call_micros: Counter::default(),
+            l2_call_seconds: Counter::default(),
             l2_source: None,
             log_lines_dropped: Counter::default(),
             log_drops_source: None,
@@ -296,6 +302,7 @@ impl Metrics {
             watch_bytes: Family::default(),
             watch_synced: Family::default(),
             watch_over_total: Family::default(),
+            watch_emptied: Family::default(),
             watch_source: std::sync::OnceLock::new(),
             connections_open: Gauge::default(),
             connections_source: std::sync::OnceLock::new(),
@@ -306,187 +313,6 @@ impl Metrics {
             trust_root: trust_root::TrustRootMetrics::default(),
             registry: Registry::default(),
         }
-    }
-
-    /// Registers the families of revocation, refusals of the webhook port, policy results and reports.
-    fn register_results(&self, registry: &mut Registry) {
-        self.trust_root.register(registry);
-        registry.register(
-            "tls_certificate_expiry_timestamp_seconds",
-            "notAfter of the serving certificate in use by its file, Unix seconds (none without TLS)",
-            self.certificate_expiry.clone(),
-        );
-        registry.register(
-            "revocation_crl_age_seconds",
-            "Age of each CRL held for Notation revocation checks (fetched in the background)",
-            self.crl_age.clone(),
-        );
-        registry.register(
-            "revocation_crl_next_update_seconds",
-            "Seconds until the nextUpdate of each CRL held (negative: stale, no longer used)",
-            self.crl_next_update.clone(),
-        );
-        registry.register(
-            "revocation_fetches",
-            "Background CRL fetches by result (ok, failed)",
-            self.revocation_fetches.clone(),
-        );
-        registry.register(
-            "http_connections_refused",
-            "Connections closed by the server's bounds: over max_connections, or idle past the idle timeout",
-            self.connections_refused.clone(),
-        );
-        registry.register(
-            "http_connections_open",
-            "Client connections the webhook port holds now (at most max_connections)",
-            self.connections_open.clone(),
-        );
-        registry.register(
-            "http_requests_refused",
-            "Requests refused before judging: body too large, body budget exhausted, body too slow, unreadable",
-            self.requests_refused.clone(),
-        );
-        registry.register(
-            "policy_results",
-            "Policy results by policy, result and cause (admission request or background scan)",
-            self.policy_results.clone(),
-        );
-        registry.register(
-            "reports_written",
-            "PolicyReports and ClusterPolicyReports written",
-            self.reports_written.clone(),
-        );
-        registry.register(
-            "reports_dropped",
-            "Report updates not written, by reason (queue_full, api_error)",
-            self.reports_dropped.clone(),
-        );
-    }
-
-    /// Registers the families of admission latency, in-flight requests, deadlines, panics and policy loads.
-    fn register_admission(&self, registry: &mut Registry) {
-        registry.register(
-            "admission_duration_seconds",
-            "Admission request latency by route and outcome",
-            self.admission.clone(),
-        );
-        registry.register(
-            "admission_in_flight",
-            "Admission requests being processed",
-            self.in_flight.clone(),
-        );
-        registry.register(
-            "deadline_expiries",
-            "Admission requests whose time budget ran out",
-            self.deadline_expiries.clone(),
-        );
-        registry.register(
-            "admission_panics",
-            "Admission requests whose handling panicked",
-            self.panics.clone(),
-        );
-        registry.register(
-            "policy_load_errors",
-            "Errors of the latest policy load (0 when clean)",
-            self.policy_load_errors.clone(),
-        );
-        registry.register(
-            "policy_load_failures",
-            "Policy loads that kept the previous set because of errors",
-            self.policy_load_failures.clone(),
-        );
-        registry.register(
-            "policies_loaded",
-            "Policies in the active set",
-            self.policies_loaded.clone(),
-        );
-    }
-
-    /// Registers the families of registry calls and the verifier cache.
-    fn register_verification(&self, registry: &mut Registry) {
-        registry.register(
-            "registry_requests",
-            "Registry calls by registry host and answer class (2xx, 4xx, 5xx, none)",
-            self.registry_requests.clone(),
-        );
-        registry.register(
-            "registry_errors",
-            "Registry calls that failed, by registry host",
-            self.registry_errors.clone(),
-        );
-        registry.register(
-            "registry_throttled",
-            "Registry calls answered 429/503, by registry host",
-            self.registry_throttled.clone(),
-        );
-        for (name, help, family) in [
-            (
-                "verify_cache_hits",
-                "Verifier cache lookups answered from the cache",
-                &self.cache_hits,
-            ),
-            (
-                "verify_cache_negative_hits",
-                "Verifier cache hits that returned a cached negative verdict",
-                &self.cache_negative_hits,
-            ),
-            (
-                "verify_cache_misses",
-                "Verifier cache lookups that loaded the value",
-                &self.cache_misses,
-            ),
-            (
-                "verify_cache_coalesced",
-                "Verifier cache lookups that waited for an identical load in flight",
-                &self.cache_coalesced,
-            ),
-        ] {
-            registry.register(name, help, family.clone());
-        }
-    }
-
-    /// Registers the families of resource watches, dropped log lines and the shared L2 cache.
-    fn register_cluster_and_cache(&self, registry: &mut Registry) {
-        registry.register(
-            "resource_watch_objects",
-            "Objects held by the watch of a resource policies read (resource.Get/List, globalContext)",
-            self.watch_objects.clone(),
-        );
-        registry.register(
-            "resource_watch_bytes",
-            "Bytes (JSON, managedFields dropped) held by the watch of a resource policies read",
-            self.watch_bytes.clone(),
-        );
-        registry.register(
-            "resource_watch_synced",
-            "1 when the watch of a resource policies read has listed it and is within its bounds",
-            self.watch_synced.clone(),
-        );
-        registry.register(
-            "resource_watch_over_total_bytes",
-            "1 when the watch was emptied because all watches together reached --resource-watch-max-total-bytes",
-            self.watch_over_total.clone(),
-        );
-        registry.register(
-            "log_lines_dropped",
-            "Log lines dropped because the log consumer fell behind (admission never waits for it)",
-            self.log_lines_dropped.clone(),
-        );
-        registry.register(
-            "l2_events",
-            "Shared L2 cache events (hits, misses, errors, skipped, rejected, leases_won, leases_waited, waits_answered)",
-            self.l2_events.clone(),
-        );
-        registry.register(
-            "l2_calls",
-            "Calls to the shared L2 cache",
-            self.l2_calls.clone(),
-        );
-        registry.register(
-            "l2_call_microseconds",
-            "Total time of the calls to the shared L2 cache",
-            self.l2_call_micros.clone(),
-        );
     }
 
     /// Adds the shared L2 cache's counters to every scrape.
@@ -714,6 +540,10 @@ impl Metrics {
             self.l2_call_micros
                 .inner()
                 .store(counts.call_micros, Ordering::Relaxed);
+            let seconds = counts.call_micros as f64 / 1e6;
+            self.l2_call_seconds
+                .inner()
+                .store(seconds.to_bits(), Ordering::Relaxed);
         }
         if let Some(source) = &self.log_drops_source {
             self.log_lines_dropped
@@ -730,6 +560,7 @@ impl Metrics {
             self.watch_bytes.clear();
             self.watch_synced.clear();
             self.watch_over_total.clear();
+            self.watch_emptied.clear();
             let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
             for w in source() {
                 let labels = WatchLabels {
@@ -743,6 +574,9 @@ impl Metrics {
                     .get_or_create(&labels)
                     .set(i64::from(w.synced));
                 self.watch_over_total
+                    .get_or_create(&labels)
+                    .set(i64::from(w.over_total));
+                self.watch_emptied
                     .get_or_create(&labels)
                     .set(i64::from(w.over_total));
             }

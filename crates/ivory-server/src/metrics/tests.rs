@@ -174,7 +174,34 @@ fn watches_of_cluster_reads_are_exported_and_go_when_they_stop() {
         Some(1.0),
         "{text}"
     );
+    for name in [
+        "ivory_resource_watch_emptied_by_total_budget",
+        "ivory_resource_watch_over_total_bytes",
+    ] {
+        assert_eq!(line(&text, &format!("{name}{label}")), Some(0.0), "{text}");
+    }
     held.lock().unwrap().clear();
     let text = m.encode();
     assert!(!text.contains("configmaps"), "{text}");
+}
+
+#[test]
+fn the_shared_caches_call_time_is_in_seconds_and_the_old_name_stays_one_release() {
+    let metrics = Metrics::new().with_l2_stats(Arc::new(|| L2Counts {
+        events: vec![("hits", 3)],
+        calls: 4,
+        call_micros: 2_500_000,
+    }));
+    let text = metrics.encode();
+    assert_eq!(
+        line(&text, "ivory_l2_call_seconds_total "),
+        Some(2.5),
+        "{text}"
+    );
+    assert_eq!(
+        line(&text, "ivory_l2_call_microseconds_total "),
+        Some(2_500_000.0),
+        "{text}"
+    );
+    assert_eq!(line(&text, "ivory_l2_calls_total "), Some(4.0), "{text}");
 }
