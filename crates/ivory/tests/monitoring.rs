@@ -359,6 +359,19 @@ async fn a_real_prometheus_answers_every_query_and_the_outage_alert_fires() {
     )
     .await
     .unwrap();
+    // scripts/monitoring/render-dashboard.sh: the panels drawn from this Prometheus.
+    if let Some(png) = std::env::var_os("IVORY_MONITORING_PNG") {
+        let drawn = Command::new("/usr/bin/python3")
+            .arg("scripts/monitoring/render-panels.py")
+            .arg(format!("http://127.0.0.1:{port}"))
+            .arg(png)
+            .arg("0.5")
+            .current_dir(repo_root())
+            .status()
+            .await
+            .unwrap();
+        assert!(drawn.success(), "render-panels.py failed");
+    }
     for alert in &firing {
         if alert["labels"]["alertname"] == "IvoryRegistryUnreachable" {
             assert_eq!(alert["labels"]["registry"], "127.0.0.1:1", "{alert}");
