@@ -12,7 +12,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use ivory_testkit::review::pod_review;
-use ivory_testkit::{RedisServer, RegistryHarness, eventually, free_port};
+use ivory_testkit::{
+    RedisServer, RegistryHarness, TufMirror, eventually, free_port, tuf_fixtures_dir,
+};
 use serde_json::Value;
 use tokio::process::{Child, Command};
 
@@ -216,6 +218,9 @@ async fn a_real_prometheus_answers_every_query_and_the_outage_alert_fires() {
     std::fs::write(policies.join("lenient.yaml"), lenient).unwrap();
     let key = dir.path().join("cache.key");
     std::fs::write(&key, "k".repeat(40)).unwrap();
+    // A TUF trusted root, so the trust material's panels have data.
+    let mirror = TufMirror::start("state-1").await.unwrap();
+    let anchor = tuf_fixtures_dir().join("root-1.json");
     let tls = Tls::write(dir.path(), "ivory monitoring CA");
     let ca = dir.path().join("ivory-ca.pem");
     std::fs::write(&ca, &tls.ca_pem).unwrap();
@@ -230,6 +235,12 @@ async fn a_real_prometheus_answers_every_query_and_the_outage_alert_fires() {
             redis.url(),
             "--cache-redis-key".into(),
             key.display().to_string(),
+            "--tuf-mirror".into(),
+            mirror.url(),
+            "--tuf-root".into(),
+            anchor.display().to_string(),
+            "--tuf-refresh-interval".into(),
+            "2s".into(),
         ],
     )
     .await;
@@ -240,6 +251,13 @@ async fn a_real_prometheus_answers_every_query_and_the_outage_alert_fires() {
     // Traffic for a while, the shared cache flushed half-way.
     for round in 0..12 {
         traffic(&ivory, &signed, &unsigned, round).await;
+        if round == 3 {
+            // A body over the limit: refused before it is judged.
+            let (status, _) = ivory
+                .post("/ivpol/validate/require-signed", vec![b' '; 8 << 20])
+                .await;
+            assert_eq!(status, 413);
+        }
         if round == 6 {
             let flushed = Command::new("redis-cli")
                 .args(["-p", &redis.port().to_string(), "flushall"])
