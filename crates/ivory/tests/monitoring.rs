@@ -210,7 +210,8 @@ async fn a_real_prometheus_answers_every_query_and_the_outage_alert_fires() {
         .spec(&body)
         .yaml();
     std::fs::write(policies.join("signed.yaml"), yaml).unwrap();
-    // Failing open: the unreachable registry under failurePolicy Ignore (a `skip` result).
+    // The unreachable registry under failurePolicy Ignore: as Kyverno, a refused connection is a
+    // policy error that denies (docs/kyverno-semantics.md §14), so this is `failed_closed` too.
     let lenient = PodPolicy::new("ignore-unreachable")
         .glob("127.0.0.1:1/*")
         .spec(&format!("  failurePolicy: Ignore\n{body}"))
