@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RULES = "deploy/monitoring/ivory-alerts.rules.yaml"
 PROMETHEUS_RULE = "deploy/monitoring/prometheusrule.yaml"
 CHART_RULES = "deploy/helm/ivory/files/ivory-alerts.rules.yaml"
+CHART_DASHBOARD = "deploy/helm/ivory/files/ivory-dashboard.json"
 DASHBOARD = "deploy/monitoring/ivory-dashboard.json"
 QUERIES = "deploy/monitoring/queries.json"
 RUNBOOKS = "docs/runbooks.md"
@@ -323,6 +324,8 @@ def generated():
     return {
         PROMETHEUS_RULE: prometheus_rule(rules_text),
         CHART_RULES: chart_rules(rules_text),
+        # The chart's copy for its Grafana ConfigMap, byte for byte (JSON holds no comment).
+        CHART_DASHBOARD: read(DASHBOARD),
         QUERIES: queries_json(rules_text, dashboard),
     }
 

@@ -1725,3 +1725,45 @@ fn helm_renders_the_monitoring_objects_only_when_asked() {
         .collect();
     assert_eq!(rendered, written);
 }
+
+/// The dashboard for Grafana's sidecar: a ConfigMap holding deploy/monitoring/ivory-dashboard.json
+/// as it is, from the chart when asked and from the kustomize component.
+#[test]
+fn the_dashboard_is_installable_with_helm_and_kustomize() {
+    let file = std::fs::read_to_string(repo_root().join("deploy/monitoring/ivory-dashboard.json"))
+        .unwrap();
+    let dashboard = |doc: &Value| -> Value {
+        serde_json::from_str(doc["data"]["ivory-dashboard.json"].as_str().unwrap()).unwrap()
+    };
+    let expected: Value = serde_json::from_str(&file).unwrap();
+    assert!(
+        !helm_template(&[])
+            .iter()
+            .any(|d| d["metadata"]["name"] == "ivory-dashboard")
+    );
+    let on = helm_template(&["--set", "monitoring.dashboard.enabled=true"]);
+    let map = on
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "ivory-dashboard")
+        .expect("the dashboard ConfigMap");
+    assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(dashboard(map), expected);
+
+    let out = Command::new(tool("kustomize"))
+        .args(["build", "deploy/overlays/monitoring"])
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs = documents(&String::from_utf8_lossy(&out.stdout));
+    let map = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "ivory-dashboard")
+        .expect("the kustomize component's dashboard ConfigMap");
+    assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(dashboard(map), expected);
+}
