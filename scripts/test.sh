@@ -25,6 +25,9 @@ needs_pkgs shellcheck:shellcheck
 # The monitoring assets: promtool's checks and unit tests (scripts/monitoring-check.sh) and the
 # live Prometheus that integration::monitoring scrapes ivory with.
 needs_pkgs prometheus:prometheus promtool:prometheus
+# Debian's own python3 draws the dashboard's picture when the monitoring test is asked to
+# (scripts/monitoring/render-dashboard.sh; with python3-matplotlib).
+needs_pkgs /usr/bin/python3:python3
 # kustomize + helm for the deploy/ tests; crane, cosign v2, cargo-cyclonedx for the dogfood test
 # (ivory's own image); cargo-deny and cargo-machete for the dependency checks. Built from the Go
 # module proxy or crates.io into .tools/ (skipped when built; Go is needed only to build one).

@@ -1704,26 +1704,21 @@ fn helm_renders_the_monitoring_objects_only_when_asked() {
         .iter()
         .find(|d| d["kind"] == "PrometheusRule")
         .expect("a PrometheusRule");
-    let rendered: Vec<String> = rule["spec"]["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|g| g["rules"].as_array().unwrap().iter())
-        .filter_map(|r| r["alert"].as_str().map(str::to_owned))
-        .collect();
+    let alerts = |groups: &Value| -> Vec<String> {
+        groups
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["rules"].as_array().unwrap().iter())
+            .filter_map(|r| r["alert"].as_str().map(str::to_owned))
+            .collect()
+    };
     let file: Value = serde_saphyr::from_str(
         &std::fs::read_to_string(repo_root().join("deploy/monitoring/ivory-alerts.rules.yaml"))
             .unwrap(),
     )
     .unwrap();
-    let written: Vec<String> = file["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|g| g["rules"].as_array().unwrap().iter())
-        .filter_map(|r| r["alert"].as_str().map(str::to_owned))
-        .collect();
-    assert_eq!(rendered, written);
+    assert_eq!(alerts(&rule["spec"]["groups"]), alerts(&file["groups"]));
 }
 
 /// The dashboard for Grafana's sidecar: a ConfigMap holding deploy/monitoring/ivory-dashboard.json
