@@ -1312,21 +1312,9 @@ fn kustomize_and_helm_render_the_shared_cache() {
 
 #[test]
 fn helm_renders_the_registry_ca() {
-    let helm = tool("helm");
     let render = |extra: &[&str]| {
-        let mut cmd = Command::new(&helm);
-        cmd.args([
-            "template",
-            "ivory",
-            "deploy/helm/ivory",
-            "--namespace",
-            "ivory-system",
-            "--kube-version",
-            "1.32.0",
-        ]);
-        cmd.args(extra);
-        let docs = documents(&run(&mut cmd));
-        docs.into_iter()
+        helm_template(extra)
+            .into_iter()
             .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "ivory")
             .expect("ivory Deployment")
     };
@@ -1744,17 +1732,9 @@ fn the_dashboard_is_installable_with_helm_and_kustomize() {
     assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
     assert_eq!(dashboard(map), expected);
 
-    let out = Command::new(tool("kustomize"))
-        .args(["build", "deploy/overlays/monitoring"])
-        .current_dir(repo_root())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let docs = documents(&String::from_utf8_lossy(&out.stdout));
+    let docs = documents(&run(
+        Command::new(tool("kustomize")).args(["build", "deploy/overlays/monitoring"])
+    ));
     let map = docs
         .iter()
         .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "ivory-dashboard")

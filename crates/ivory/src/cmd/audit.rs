@@ -191,6 +191,12 @@ impl Finished {
         self.reports.push(report);
     }
 
+    /// The reports in the order every output lists them: by image, then namespace.
+    fn sort(&mut self) {
+        self.reports
+            .sort_by(|a, b| (&a.image, &a.namespace).cmp(&(&b.image, &b.namespace)));
+    }
+
     /// Starts from a shard's earlier run: its kept reports count as found and finished.
     fn resume(&mut self, kept: Vec<ImageReport>) {
         self.found += kept.len();
@@ -296,9 +302,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     progress.clear();
     let part = finished.part.take();
-    finished
-        .reports
-        .sort_by(|a, b| (&a.image, &a.namespace).cmp(&(&b.image, &b.namespace)));
+    finished.sort();
     print(&args, &finished, interrupted)?;
     if let (Some(part), Some(shard), false) = (part, args.shard, interrupted) {
         let completion = Completion {
@@ -325,9 +329,7 @@ fn merged(args: &Args, dir: &std::path::Path) -> anyhow::Result<ExitCode> {
             counts.error
         );
     }
-    finished
-        .reports
-        .sort_by(|a, b| (&a.image, &a.namespace).cmp(&(&b.image, &b.namespace)));
+    finished.sort();
     print(args, &finished, false)?;
     Ok(exit_status(args, &finished.reports, false))
 }

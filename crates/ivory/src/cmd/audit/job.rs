@@ -162,31 +162,22 @@ fn refuse_unsupported(args: &Args, job: &JobOpts) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// File name → text of every policy file (a folder's `.yaml`/`.yml`/`.json` files).
+/// File name → text of every policy file the audit itself loads for these paths
+/// (`ivory_policy::read_policy_files`: a folder's files at any depth), so the Job judges with
+/// the same policies.
 fn policy_files(paths: &[PathBuf]) -> anyhow::Result<serde_json::Map<String, Value>> {
-    let mut files = Vec::new();
+    let mut files = ivory_policy::PolicyFiles::default();
     for path in paths {
-        if path.is_dir() {
-            let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-                .with_context(|| format!("reading --policy {}", path.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.extension()
-                        .and_then(|e| e.to_str())
-                        .is_some_and(|e| ["yaml", "yml", "json"].contains(&e))
-                })
-                .collect();
-            entries.sort();
-            files.extend(entries);
-        } else {
-            files.push(path.clone());
-        }
+        files.merge(ivory_policy::read_policy_files(path));
+    }
+    if let Some(error) = files.errors.first() {
+        bail!("--policy: {error}");
     }
     let mut data = serde_json::Map::new();
     let mut total = 0;
-    for file in files {
-        let text = std::fs::read_to_string(&file)
-            .with_context(|| format!("reading --policy {}", file.display()))?;
+    for (file, bytes) in files.files {
+        let text = String::from_utf8(bytes)
+            .with_context(|| format!("--policy {}: not UTF-8", file.display()))?;
         total += text.len();
         let key = file_key(&file);
         if data.insert(key.clone(), json!(text)).is_some() {
