@@ -107,7 +107,12 @@ pub(crate) async fn run(args: LoadArgs) -> Result<()> {
     let half_cpu = ivory.cpu_time()?.saturating_sub(cpu_before);
     // The server's own CPU per answered admission over the half-load step.
     let warm_cpu_us = half_cpu.as_secs_f64() * 1e6 / half.ok.max(1) as f64;
+    // The null webhook's CPU per answer over the same step at the same rate: the same TLS and
+    // HTTP work on the same machine, so ivory's figure divided by it means the same anywhere.
+    let null_cpu_before = null.cpu_time()?;
     let null_half = loadgen::open_loop(&null_target, ivory_max / 2.0, plan.step).await;
+    let null_half_cpu = null.cpu_time()?.saturating_sub(null_cpu_before);
+    let null_cpu_us = null_half_cpu.as_secs_f64() * 1e6 / null_half.ok.max(1) as f64;
     drop(null);
     details.insert(
         "warm".into(),
@@ -119,6 +124,8 @@ pub(crate) async fn run(args: LoadArgs) -> Result<()> {
             "half_load_rps": round(ivory_max / 2.0, 1),
             "ivory_half_load": half.to_json(),
             "null_half_load": null_half.to_json(),
+            "ivory_cpu_us": round(warm_cpu_us, 1),
+            "null_cpu_us": round(null_cpu_us, 1),
             "request_bytes": warm_body.len(),
         }),
     );
@@ -150,6 +157,8 @@ pub(crate) async fn run(args: LoadArgs) -> Result<()> {
         "warm_rps_ratio": round(ivory_max / null_max, 3),
         "warm_p99_ms": round(half.p99_ms, 3),
         "warm_cpu_us": round(warm_cpu_us, 1),
+        "warm_cpu_vs_null": ratio_of(warm_cpu_us, null_cpu_us),
+        "warm_p99_vs_null": ratio_of(half.p99_ms, null_half.p99_ms),
         "cold_requests_per_tag_image": tag_cold,
         "cold_requests_per_digest_image": digest_cold,
         "herd_request_sets_64": round(sets, 2),
@@ -159,6 +168,15 @@ pub(crate) async fn run(args: LoadArgs) -> Result<()> {
         "details": Value::Object(details),
     });
     report::write(&stack.args.out, &results)
+}
+
+/// `a ÷ b` to three places; `null` when `b` is not a positive figure (nothing answered).
+fn ratio_of(a: f64, b: f64) -> Value {
+    if b > 0.0 {
+        json!(round(a / b, 3))
+    } else {
+        Value::Null
+    }
 }
 
 pub(crate) fn warm_images(stack: &Stack) -> Vec<String> {

@@ -10,17 +10,27 @@ const ROWS: &[(&str, &str, &str)] = &[
     (
         "warm_rps_ratio",
         "warm req/s, ivory ÷ null webhook",
-        "≥ 0.5",
+        "≥ 0.7",
     ),
     (
         "warm_p99_ms",
         "p99 latency at half of ivory's max load (ms)",
-        "≤ 1",
+        "≤ 1.5× null",
     ),
     (
         "warm_cpu_us",
         "server CPU per warm admission at half load (µs)",
-        "≤ 50",
+        "≤ 30",
+    ),
+    (
+        "warm_cpu_vs_null",
+        "server CPU per warm admission ÷ the null webhook's per answer, same step",
+        "≤ 3",
+    ),
+    (
+        "warm_p99_vs_null",
+        "p99 at half load ÷ the null webhook's p99 at the same rate",
+        "≤ 1.5",
     ),
     (
         "cold_requests_per_tag_image",
@@ -146,7 +156,7 @@ mod tests {
     fn table_has_one_row_per_headline_key() {
         let md = table(&json!({"warm_rps_ratio": 0.9, "late_responses_hung_registry": 0}));
         assert_eq!(md.lines().count(), 2 + ROWS.len());
-        assert!(md.contains("| `warm_rps_ratio` | 0.9 | ≥ 0.5 |"));
+        assert!(md.contains("| `warm_rps_ratio` | 0.9 | ≥ 0.7 |"));
         assert!(md.contains("| `late_responses_hung_registry` | 0 | 0 |"));
         assert!(md.contains("| `rss_mib_10k_cached` | null | ≤ 64 |"));
     }
