@@ -76,21 +76,32 @@ fn pod_spec_for_kind(kind: &str) -> Option<&'static str> {
 /// `object` or, when there is none (DELETE), `oldObject`. Unknown GVRs give an empty map: only
 /// `spec.images` extractors apply to them.
 pub fn builtin_images(req: &AdmissionRequest) -> BTreeMap<String, Vec<String>> {
+    let mut map = BTreeMap::new();
+    for_each_builtin_list(req, |field, images| {
+        let images = images
+            .iter()
+            .map(|(_, image)| (*image).to_owned())
+            .collect();
+        map.insert(field.to_owned(), images);
+    });
+    map
+}
+
+/// What [`builtin_images`] holds, one extractor at a time in [`IMAGE_FIELDS`] order, without
+/// copying it: `false` (and no call) for a GVR with no pod spec.
+pub(crate) fn for_each_builtin_list<'r>(
+    req: &'r AdmissionRequest,
+    mut each: impl FnMut(&'static str, &[(usize, &'r str)]),
+) -> bool {
     let spec =
         pod_spec_for_gvr(req.original_resource()).or_else(|| pod_spec_for_gvr(&req.resource));
     let Some(spec) = spec else {
-        return BTreeMap::new();
+        return false;
     };
-    IMAGE_FIELDS
-        .iter()
-        .map(|field| {
-            let images = images_in(req.subject(), spec, field)
-                .into_iter()
-                .map(|(_, image)| image.to_owned())
-                .collect();
-            ((*field).to_owned(), images)
-        })
-        .collect()
+    for field in IMAGE_FIELDS {
+        each(field, &images_in(req.subject(), spec, field));
+    }
+    true
 }
 
 /// One image field found in an object.

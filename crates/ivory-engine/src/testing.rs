@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::verifier::{
-    ImagePlatform, ImageReference, ImageVerifier, Rejection, Signer, Verification, VerifyError,
-    VerifyRequest,
+    HeldVerdict, ImagePlatform, ImageReference, ImageVerifier, Rejection, Signer, Verification,
+    VerifyError, VerifyRequest,
 };
 
 /// The digest every tag resolves to unless [`FakeVerifier::digest`] says otherwise.
@@ -75,6 +75,8 @@ pub struct FakeVerifier {
     resolved: Mutex<Vec<(String, bool)>>,
     /// What a background scan reads through ([`ImageVerifier::revalidating`]), if anything.
     revalidated: Option<Box<FakeVerifier>>,
+    /// Whether the tables' verdicts are held like kept ones ([`ImageVerifier::hold_verdict`]).
+    holding: bool,
     revalidating_since: Mutex<Option<Instant>>,
 }
 
@@ -82,6 +84,14 @@ impl FakeVerifier {
     /// A verifier that signs nothing and resolves every tag to [`DIGEST`].
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The tables' verdicts are held like a cache's kept ones: [`ImageVerifier::hold_verdict`]
+    /// hands out handles, and [`ImageVerifier::still_holds`] says whether the tables of the
+    /// verifier asked (possibly another fake) still give the same verdict.
+    pub fn holding_verdicts(mut self) -> Self {
+        self.holding = true;
+        self
     }
 
     /// Every call behaves as `mode` (unless its image's host has its own).
@@ -259,22 +269,28 @@ impl FakeVerifier {
         let behaved = self.behave_as(mode, image, "fetching the manifest").await;
         self.running.fetch_sub(1, Ordering::SeqCst);
         behaved?;
+        Ok(self.table_answer(request))
+    }
+
+    /// The verdict the tables give `request`.
+    fn table_answer(&self, request: &VerifyRequest) -> Verification {
+        let image = request.image.original();
         // The fake holds no Notation signatures (ivory-verify's tests verify real ones).
         if request.attestor.notary.is_some() {
-            return Ok(Verification::NotVerified {
+            return Verification::NotVerified {
                 digest: None,
                 reason: Rejection::Attestor(
                     "the fake verifier holds no Notation signatures".into(),
                 ),
-            });
+            };
         }
         let pinned = image.rsplit_once('@').map(|(_, d)| d);
         if let Some(digest) = pinned.filter(|d| self.signed_digests.contains(*d)) {
-            return Ok(Verification::Verified {
+            return Verification::Verified {
                 digest: digest.to_owned(),
                 payload: None,
                 signer: Some(fake_signer(&request.attestor.name)),
-            });
+            };
         }
         let attestation = request.attestation.as_ref().map(|a| a.name.clone());
         let key = (
@@ -283,17 +299,24 @@ impl FakeVerifier {
             attestation.clone(),
         );
         if !self.verified.contains(&key) {
-            return Ok(Verification::NotVerified {
+            return Verification::NotVerified {
                 digest: Some(DIGEST.into()),
                 reason: Rejection::NoSignatures,
-            });
+            };
         }
         let payload = attestation.and_then(|a| self.payloads.get(&(image.to_owned(), a)).cloned());
-        Ok(Verification::Verified {
+        Verification::Verified {
             digest: DIGEST.into(),
             payload,
             signer: Some(fake_signer(&request.attestor.name)),
-        })
+        }
+    }
+
+    /// Whether the tables answer `request` with no mode or failure in the way.
+    fn answers_from_tables(&self, request: &VerifyRequest) -> bool {
+        let image = request.image.original();
+        let mode = self.verifying.unwrap_or_else(|| self.mode_for(image));
+        self.holding && matches!(mode, Mode::Answer) && !self.failures.contains_key(image)
     }
 }
 
@@ -328,6 +351,18 @@ impl ImageVerifier for FakeVerifier {
         _deadline: Instant,
     ) -> BoxFuture<'a, Result<Verification, VerifyError>> {
         self.answer(request).boxed()
+    }
+
+    fn hold_verdict(&self, request: &VerifyRequest, answer: &Verification) -> Option<HeldVerdict> {
+        let held = self.answers_from_tables(request) && self.table_answer(request) == *answer;
+        held.then(|| Box::new((request.clone(), answer.clone())) as HeldVerdict)
+    }
+
+    fn still_holds(&self, held: &HeldVerdict) -> bool {
+        held.downcast_ref::<(VerifyRequest, Verification)>()
+            .is_some_and(|(request, answer)| {
+                self.answers_from_tables(request) && self.table_answer(request) == *answer
+            })
     }
 
     fn image_data<'a>(

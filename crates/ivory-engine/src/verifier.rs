@@ -436,6 +436,10 @@ impl fmt::Display for VerifyError {
 
 impl std::error::Error for VerifyError {}
 
+/// A kept verdict as [`ImageVerifier::hold_verdict`] handed it out: opaque to the engine, read
+/// back only by the verifier that made it.
+pub type HeldVerdict = Box<dyn std::any::Any + Send + Sync>;
+
 /// Everything the engine needs from registries and signature verification.
 ///
 /// Each call receives the request's absolute `deadline`; implementations must return by then
@@ -464,6 +468,24 @@ pub trait ImageVerifier: Send + Sync {
     fn verify_known(&self, request: &VerifyRequest) -> Option<Verification> {
         let _ = request;
         None
+    }
+
+    /// A handle on the verdict this verifier keeps for `request` when it is `answer`, which
+    /// [`ImageVerifier::still_holds`] checks later without building the verdict's key again,
+    /// copying the verdict or waiting: what lets the validating stage reuse a route's prepared
+    /// plans and their decision (`validate::reuse`). `None` (the default): nothing is held,
+    /// and nothing is reused.
+    fn hold_verdict(&self, request: &VerifyRequest, answer: &Verification) -> Option<HeldVerdict> {
+        let _ = (request, answer);
+        None
+    }
+
+    /// Whether this verifier still keeps the very verdict `held` was taken on: not expired,
+    /// evicted, replaced or made under another trust root, and held by this verifier (a handle
+    /// another verifier made is never held; the default holds none).
+    fn still_holds(&self, held: &HeldVerdict) -> bool {
+        let _ = held;
+        false
     }
 
     /// Image metadata for `getImageData` / `image.GetMetadata`, in the shape of Kyverno's

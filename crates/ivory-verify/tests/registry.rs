@@ -1664,6 +1664,105 @@ async fn a_kept_verdict_is_known_at_once_under_the_key_verify_keeps_it_by() {
     );
 }
 
+/// A held verdict (what lets the validating stage reuse a route's decision) is held while the
+/// verifier keeps that very verdict: never by another verifier, never for another answer, and
+/// no longer once it expires or the trust roots change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_verdict_ends_with_its_expiry_its_trust_root_and_its_verifier() {
+    use ivory_verify::{TrustRoots, TrustSource};
+    let h = RegistryHarness::start_default().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root_file = dir.path().join("trusted_root.json");
+    let captured = ivory_testkit::fixtures_dir().join("captured/trust");
+    std::fs::copy(captured.join("public-good.trusted_root.json"), &root_file).unwrap();
+    let roots = TrustRoots::new(
+        TrustSource::File(root_file.clone()),
+        &Registry::new(Config::default()).unwrap(),
+        Default::default(),
+    )
+    .unwrap();
+    let built = |verified_ttl: Duration, roots: TrustRoots| {
+        let config = Config {
+            ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
+            ..Config::default()
+        };
+        CosignVerifier::new(
+            Registry::new(config).unwrap(),
+            VerifierConfig {
+                verified_ttl,
+                trust_roots: roots,
+                ..VerifierConfig::default()
+            },
+            CosignVerifier::anonymous_credentials(),
+        )
+    };
+    let v = built(Duration::from_secs(3600), roots.clone());
+    let repo = push(&h, "sig-p256").await;
+    let digest = v
+        .resolve_digest(&reference(&format!("{repo}:v1")), None, soon())
+        .await
+        .unwrap();
+    let trusted = request(
+        format!("{repo}@{digest}"),
+        key_attestor(&key("cosign-p256.pub")),
+        None,
+    );
+    assert!(
+        v.hold_verdict(
+            &trusted,
+            &Verification::Verified {
+                digest: digest.clone(),
+                payload: None,
+                signer: None,
+            }
+        )
+        .is_none(),
+        "nothing kept yet"
+    );
+    let verified = v.verify(&trusted, soon()).await.unwrap();
+    assert!(verified.is_verified(), "{verified:?}");
+    let held = v
+        .hold_verdict(&trusted, &verified)
+        .expect("the kept verdict is held");
+    h.reset_requests();
+    assert!(v.still_holds(&held));
+    assert!(
+        v.still_holds(&held),
+        "checking asks nothing and changes nothing"
+    );
+    assert!(h.requests().is_empty(), "{:?}", h.requests());
+    let refused = Verification::NotVerified {
+        digest: Some(digest.clone()),
+        reason: ivory_engine::verifier::Rejection::NoSignatures,
+    };
+    assert!(
+        v.hold_verdict(&trusted, &refused).is_none(),
+        "another answer is not held"
+    );
+
+    // Another verifier with the same registry and the same verdict kept does not hold it.
+    let other = built(Duration::from_secs(3600), roots.clone());
+    assert!(other.verify(&trusted, soon()).await.unwrap().is_verified());
+    assert!(!other.still_holds(&held));
+
+    // A new trust root: the verdict reached under the old one is no longer held.
+    std::fs::copy(
+        captured.join("github.trusted_root.kyverno.json"),
+        &root_file,
+    )
+    .unwrap();
+    assert!(roots.refresh().await.unwrap(), "the root changed");
+    assert!(!v.still_holds(&held));
+
+    // A verdict that expires.
+    let brief = built(Duration::from_millis(300), TrustRoots::embedded());
+    let kept = brief.verify(&trusted, soon()).await.unwrap();
+    let held = brief.hold_verdict(&trusted, &kept).expect("held");
+    assert!(brief.still_holds(&held));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(!brief.still_holds(&held), "expired");
+}
+
 /// cosign v3's fallback index for `bundle-v3` (image digest, the index), from its fixture layout.
 fn bundle_v3_fallback() -> (String, Value) {
     let dir = ivory_testkit::fixtures_dir().join("oci/ivory/bundle-v3");

@@ -61,6 +61,11 @@ pub(super) struct PolicyFacts {
     /// alone, as far as the policy itself decides ([`super::memo::memoizable`] adds what the
     /// request decides).
     pub(super) pure: bool,
+    /// Whether everything the policy decides for a request, from matching to its result, is
+    /// a function of the route's matching inputs and its verification answers alone
+    /// ([`super::reuse`]): a pure policy with no matchConditions, no `spec.images`
+    /// extractors, no per-workload platforms and not in JSON mode.
+    pub(super) route_pure: bool,
     /// What is known of each image seen: both are functions of the image string alone (the
     /// globs and expressions of `matchImageReferences` see nothing else).
     images: RwLock<KeyedMap<Box<str>, Arc<ImageFacts>>>,
@@ -102,6 +107,10 @@ impl PolicyFacts {
             programs(policy).any(|p: &Program| names.iter().any(|n| p.calls_function(n)))
         };
         let reads_image_data = calls_any(&IMAGE_DATA_FUNCTIONS);
+        let pure = all_static
+            && policy.cluster_reads.is_empty()
+            && !reads_image_data
+            && programs(policy).all(reads_only_pure_inputs);
         Self {
             attestors,
             attestations: Arc::new(ConvertedJson::new(&Json::Object(attestations))),
@@ -115,10 +124,13 @@ impl PolicyFacts {
             calls_signatures: calls_any(&SIGNATURE_FUNCTIONS),
             calls_attestations: calls_any(&ATTESTATION_FUNCTIONS),
             reads_image_data,
-            pure: all_static
-                && policy.cluster_reads.is_empty()
-                && !reads_image_data
-                && programs(policy).all(reads_only_pure_inputs),
+            pure,
+            route_pure: pure
+                && !policy.hash.is_empty()
+                && policy.match_conditions.is_empty()
+                && policy.image_extractors.is_empty()
+                && !policy.json_mode
+                && policy.verify_platforms != ivory_policy::VerifyPlatforms::PodPlatform,
             images: RwLock::new(KeyedMap::default()),
         }
     }

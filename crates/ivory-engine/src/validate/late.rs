@@ -61,7 +61,7 @@ pub(super) async fn fetch(
         return;
     }
     let count = jobs.len();
-    let outcomes = prefetch::run(verifier, jobs, started, deadline)
+    let outcomes = prefetch::run(verifier, &jobs, started, deadline)
         .await
         .into_outcomes();
     tracing::debug!(calls = count, elapsed = ?started.elapsed(), "late image data fetched");

@@ -19,6 +19,7 @@ use super::host::Evidence;
 use super::outcome::Evaluated;
 use super::plan::{ImagesByExtractor, Plan};
 use super::prefetch::{Outcome, Prefetched, VerifyKey};
+use super::reuse::RoutePlans;
 use crate::decision::Status;
 use crate::verifier::Verification;
 
@@ -33,6 +34,8 @@ const MAX_ANSWERS: usize = 256;
 pub struct DecisionMemo {
     entries: moka::sync::Cache<MemoKey, Arc<Entry>, KeyedState>,
     hits: AtomicU64,
+    /// Whole routes' decisions, reused for the same matching inputs ([`super::reuse`]).
+    routes: RoutePlans,
 }
 
 impl Default for DecisionMemo {
@@ -60,12 +63,22 @@ impl DecisionMemo {
                 })
                 .build_with_hasher(keyed_state()),
             hits: AtomicU64::new(0),
+            routes: RoutePlans::default(),
         }
     }
 
     /// How many policy results were reused instead of evaluated.
     pub fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
+    }
+
+    /// How many whole decisions were reused for a route's matching inputs.
+    pub fn route_hits(&self) -> u64 {
+        self.routes.hits()
+    }
+
+    pub(super) fn routes(&self) -> &RoutePlans {
+        &self.routes
     }
 }
 
@@ -172,10 +185,7 @@ impl DecisionMemo {
         evaluated: &Evaluated,
         evidence: &Evidence,
     ) {
-        let decided = matches!(evaluated.result.status, Status::Pass | Status::Fail)
-            && !evaluated.budget_exhausted
-            && evaluated.skipped.is_empty();
-        let Some(answers) = answers(plan, prefetched).filter(|_| decided) else {
+        let Some(answers) = answers(plan, prefetched).filter(|_| decided(evaluated)) else {
             return;
         };
         let answer_bytes: usize = answers
@@ -207,6 +217,14 @@ impl DecisionMemo {
         };
         self.entries.insert(memoizable.key, Arc::new(entry));
     }
+}
+
+/// Whether `evaluated` is a result the memo may keep: a pass or a fail that neither the budget
+/// nor an image it skipped shaped.
+pub(super) fn decided(evaluated: &Evaluated) -> bool {
+    matches!(evaluated.result.status, Status::Pass | Status::Fail)
+        && !evaluated.budget_exhausted
+        && evaluated.skipped.is_empty()
 }
 
 /// Whether the policy's expressions (those run after the prefetch) read only pure inputs.

@@ -21,6 +21,7 @@ mod outcome;
 mod plan;
 mod prefetch;
 mod response;
+mod reuse;
 
 #[cfg(test)]
 mod cluster_tests;
@@ -88,8 +89,17 @@ pub async fn validate_memoized(
     memo: Option<&DecisionMemo>,
 ) -> Decision {
     let started = ivory_clock::now();
-    let data = RequestBindings::new(req, req.subject(), namespace_object).with_deadline(deadline);
+    let route = memo.and_then(|memo| {
+        let key = memo.routes().key(policies, req, namespace_object)?;
+        Some((memo, key))
+    });
+    if let Some((memo, key)) = &route
+        && let Some(decision) = memo.routes().reuse(key, verifier)
+    {
+        return decision;
+    }
     let builtin = std::sync::Arc::new(images::builtin_images(req));
+    let data = RequestBindings::new(req, req.subject(), namespace_object).with_deadline(deadline);
     let inputs = RequestInputs {
         req,
         namespace_object,
@@ -110,7 +120,7 @@ pub async fn validate_memoized(
         Prefetched::default()
     } else {
         let count = jobs.len();
-        let prefetched = prefetch::run(verifier, jobs, started, deadline).await;
+        let prefetched = prefetch::run(verifier, &jobs, started, deadline).await;
         tracing::debug!(calls = count, elapsed = ?started.elapsed(), "verification prefetch done");
         prefetched
     };
@@ -118,11 +128,17 @@ pub async fn validate_memoized(
     let evidence = Evidence::default();
     let mut evaluated: Vec<Option<Evaluated>> = Vec::with_capacity(prepared.len());
     let mut pending: Vec<(usize, Box<Plan<'_>>)> = Vec::new();
+    // Whether the decision may be kept for the route: only when no policy was shaped by the
+    // budget, the deadline or an error, and each policy's result could have been memoized.
+    let mut keepable = route.is_some();
     for prepared in prepared {
         match prepared {
             Prepared::NotMatched => {}
             Prepared::Done(result) => evaluated.push(Some(Evaluated::decided(result))),
-            Prepared::Evaluated(done) => evaluated.push(Some(done)),
+            Prepared::Evaluated(done) => {
+                keepable = false;
+                evaluated.push(Some(done));
+            }
             Prepared::Ready(plan) => {
                 pending.push((evaluated.len(), plan));
                 evaluated.push(None);
@@ -140,6 +156,7 @@ pub async fn validate_memoized(
             // failurePolicy decides for an expression that needed it.
             let can_ask = round < late::MAX_ROUNDS && plan.can_evaluate_again();
             let memoizable = memo.and_then(|_| memo::memoizable(&plan));
+            keepable &= memoizable.is_some();
             if let (Some(memo), Some(key)) = (memo, &memoizable)
                 && let Some((done, recorded)) = memo.get(key, &plan, &prefetched)
             {
@@ -160,6 +177,7 @@ pub async fn validate_memoized(
             };
             match evaluate::run(&mut plan, &prefetched, records, can_ask) {
                 Run::Done(done) => {
+                    keepable &= memo::decided(&done);
                     if let (Some(memo), Some(key)) = (memo, memoizable) {
                         memo.put(key, &plan, &prefetched, &done, &scratch);
                     }
@@ -174,6 +192,7 @@ pub async fn validate_memoized(
         if wants.is_empty() {
             break;
         }
+        keepable = false;
         let mut asks: Vec<_> = wants
             .iter_mut()
             .map(|(_, plan, images)| (&mut **plan, std::mem::take(images)))
@@ -194,6 +213,10 @@ pub async fn validate_memoized(
         decision
             .audit_annotations
             .insert(VERIFIED_ANNOTATION.to_owned(), value);
+    }
+    if let (Some((memo, key)), true) = (route, keepable) {
+        memo.routes()
+            .keep(key, verifier, &jobs, &prefetched, &decision);
     }
     decision
 }

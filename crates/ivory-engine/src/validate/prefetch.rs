@@ -273,6 +273,14 @@ impl JobSet {
     pub(super) fn len(&self) -> usize {
         self.jobs.len()
     }
+
+    /// Each job's verification request, in job order (`None` for a job of another kind).
+    pub(super) fn verify_requests(&self) -> impl Iterator<Item = Option<&VerifyRequest>> {
+        self.jobs.iter().map(|job| match job {
+            Job::Verify(request) => Some(&**request),
+            _ => None,
+        })
+    }
 }
 
 /// Answers, indexed like the [`JobSet`] they came from.
@@ -302,7 +310,7 @@ impl Prefetched {
 /// budget began (for error messages).
 pub(super) async fn run(
     verifier: &dyn ImageVerifier,
-    jobs: JobSet,
+    jobs: &JobSet,
     started: Instant,
     deadline: Instant,
 ) -> Prefetched {

@@ -112,7 +112,9 @@ impl ResultKey {
 #[derive(Clone, Debug)]
 pub(super) struct Stamped {
     pub(super) at: Instant,
-    pub(super) verdict: Verification,
+    /// Shared: a hit copies a pointer, and a held verdict is this very allocation
+    /// ([`super::held`]).
+    pub(super) verdict: Arc<Verification>,
     /// Not kept: see [`Loaded::transient`].
     pub(super) transient: bool,
 }
@@ -121,7 +123,7 @@ impl Stamped {
     pub(super) fn now(verdict: Verification) -> Self {
         Self {
             at: ivory_clock::now(),
-            verdict,
+            verdict: Arc::new(verdict),
             transient: false,
         }
     }

@@ -21,6 +21,7 @@
 //! Registry errors become [`VerifyError`]s in one place, `crate::classify`.
 
 mod cache;
+mod held;
 mod image_data;
 mod notation;
 mod platforms;
@@ -33,7 +34,8 @@ use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt as _};
 use ivory_engine::verifier::{
-    ImagePlatform, ImageVerifier, PlatformScope, Verification, VerifyError, VerifyRequest,
+    HeldVerdict, ImagePlatform, ImageVerifier, PlatformScope, Verification, VerifyError,
+    VerifyRequest,
 };
 use ivory_plumbing::keyed::{KeyedState, keyed_state};
 use ivory_policy::types::{Attestation, Attestor, Credentials as PolicyCredentials};
@@ -271,15 +273,19 @@ impl CosignVerifier {
         self.inner.revocation.stats()
     }
 
-    fn plan(&self, attestor: &Attestor) -> (Arc<Result<Plan, Rejection>>, [u8; 32]) {
-        // A root swapped by its source changes every hash: plans and verdicts of the old root
-        // are never answered under the new one.
-        let generation = self
-            .inner
+    /// Which trust roots are in force: it changes whenever a source swaps one.
+    fn trust_generation(&self) -> u64 {
+        self.inner
             .config
             .trust_roots
             .generation()
-            .wrapping_add(self.inner.tuf_sources.generation());
+            .wrapping_add(self.inner.tuf_sources.generation())
+    }
+
+    fn plan(&self, attestor: &Attestor) -> (Arc<Result<Plan, Rejection>>, [u8; 32]) {
+        // A root swapped by its source changes every hash: plans and verdicts of the old root
+        // are never answered under the new one.
+        let generation = self.trust_generation();
         if let Some((hash, plan)) = self.inner.attestors.get(attestor, generation) {
             return (plan, hash);
         }
@@ -438,35 +444,7 @@ impl CosignVerifier {
             load,
         )
         .await
-        .map(|v| v.verdict)
-    }
-
-    /// [`ImageVerifier::verify_known`]: the kept verdict of a digest reference verified over
-    /// the index, found under the key [`CosignVerifier::verify_request`] would look up and
-    /// counted as its hit. Anything else (a tag to resolve, platform manifests, an attestor
-    /// that cannot be planned, a verdict not kept or not at hand) is left to `verify`.
-    fn known_verdict(&self, request: &VerifyRequest) -> Option<Verification> {
-        if request.platforms != PlatformScope::Index {
-            return None;
-        }
-        let digest = request.image.digest()?;
-        let (plan, hash) = self.plan(&request.attestor);
-        let Ok(planned) = plan.as_ref() else {
-            return None;
-        };
-        let predicate = attestation_key(planned, request.attestation.as_ref()).ok()?;
-        let at = signature_location(
-            request,
-            self.inner.config.signature_repository.as_deref(),
-            digest.to_owned(),
-            predicate.as_deref(),
-        );
-        let key = ResultKey::at(&at, hash, predicate);
-        let kept = self.inner.results.get(&key).now_or_never()??;
-        self.inner
-            .result_counters
-            .count_hit(!kept.verdict.is_verified());
-        Some(kept.verdict)
+        .map(|v| Arc::unwrap_or_clone(v.verdict))
     }
 
     /// Fetches and checks signatures for one cache miss. The source where this repository's
@@ -720,6 +698,14 @@ impl ImageVerifier for CosignVerifier {
 
     fn verify_known(&self, request: &VerifyRequest) -> Option<Verification> {
         self.known_verdict(request)
+    }
+
+    fn hold_verdict(&self, request: &VerifyRequest, answer: &Verification) -> Option<HeldVerdict> {
+        self.hold(request, answer)
+    }
+
+    fn still_holds(&self, held: &HeldVerdict) -> bool {
+        self.holds(held)
     }
 
     fn image_data<'a>(
