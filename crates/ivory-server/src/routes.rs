@@ -352,10 +352,9 @@ async fn answer(
             &req,
             &decision.results,
         ),
-        Stage::Mutate => decision
-            .results
-            .iter()
-            .for_each(|r| policy_results::log_result(&req, r, policy_results::Cause::Admission)),
+        Stage::Mutate => {
+            policy_results::log_results(&req, &decision.results, policy_results::Cause::Admission)
+        }
     }
     if ivory_clock::now() >= budget.deadline || decision.budget_exhausted {
         state.metrics.deadline_expired(call.label);
@@ -424,22 +423,38 @@ fn log_admission(
     start: Instant,
     budget: Budget,
 ) {
+    use ivory_plumbing::json_text::{push_key, push_member, push_u64};
+    if !tracing::enabled!(tracing::Level::INFO) {
+        return;
+    }
     let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    tracing::info!(
-        route = call.label,
-        uid = req.uid.as_str(),
-        kind = req.kind.kind.as_str(),
-        namespace = req.namespace.as_str(),
-        name = req.name.as_str(),
-        operation = req.operation.as_str(),
-        dry_run = req.dry_run.unwrap_or(false),
-        outcome,
-        elapsed_ms = millis(start.elapsed()),
-        budget_ms = millis(budget.budget),
-        warnings = decision.warnings.len(),
-        denial = decision.message.as_deref().unwrap_or(""),
-        "admission"
-    );
+    // Written here and put in the line as they are (as the policy-result lines, see
+    // `policy_results::log_results`): the same fields in the same order.
+    let mut line = String::with_capacity(320);
+    push_member(&mut line, true, "route", call.label);
+    push_member(&mut line, false, "uid", &req.uid);
+    push_member(&mut line, false, "kind", &req.kind.kind);
+    push_member(&mut line, false, "namespace", &req.namespace);
+    push_member(&mut line, false, "name", &req.name);
+    push_member(&mut line, false, "operation", req.operation.as_str());
+    push_key(&mut line, false, "dry_run");
+    line.push_str(if req.dry_run.unwrap_or(false) {
+        "true"
+    } else {
+        "false"
+    });
+    push_member(&mut line, false, "outcome", outcome);
+    for (key, value) in [
+        ("elapsed_ms", millis(start.elapsed())),
+        ("budget_ms", millis(budget.budget)),
+        ("warnings", decision.warnings.len() as u64),
+    ] {
+        push_key(&mut line, false, key);
+        push_u64(&mut line, value);
+    }
+    let denial = decision.message.as_deref().unwrap_or("");
+    push_member(&mut line, false, "denial", denial);
+    tracing::info!(json_members = line.as_str(), "admission");
 }
 
 /// The tightest `webhookConfiguration.timeoutSeconds` of the selected policies.

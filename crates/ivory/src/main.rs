@@ -73,6 +73,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod json_log;
 mod log_writer;
+#[cfg(test)]
+mod policy_log_lines;
 
 mod cmd {
     pub(crate) mod apply;

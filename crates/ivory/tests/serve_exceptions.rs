@@ -375,10 +375,29 @@ async fn kyvernos_exception_scenarios_replayed() {
                     "exceptions=exclude-skipped-deployment"
                 );
                 assert_eq!(
-                    line["fields"]["message"],
+                    line["fields"]["policy_message"],
                     "rule is skipped due to policy exception: default/exclude-skipped-deployment"
                 );
             }
+            // One `message` per line: the line's own.
+            assert_eq!(line["fields"]["message"], "policy result", "{line}");
+            // The admission's own line, written the same way, with its fields typed: the last
+            // one of this uid (earlier routes judged the same review), written with the result's
+            // before the answer left.
+            let admission = ivory
+                .logs()
+                .lines()
+                .rev()
+                .find(|l| l.contains("\"message\":\"admission\"") && l.contains(&uid))
+                .map(str::to_owned)
+                .unwrap_or_default();
+            let line: Value = serde_json::from_str(&admission).unwrap_or_default();
+            let fields = &line["fields"];
+            assert_eq!(fields["outcome"], "allowed", "{line}");
+            assert_eq!(fields["route"], "ivpol_validate", "{line}");
+            assert_eq!(fields["dry_run"], false, "{line}");
+            assert!(fields["elapsed_ms"].is_u64(), "{line}");
+            assert_eq!(fields["warnings"].as_u64(), Some(0), "{line}");
         }
     }
 }
