@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
-use ivory_plumbing::json_text;
+use ivory_plumbing::{json_read, json_text};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use thiserror::Error;
@@ -273,8 +273,14 @@ impl AdmissionReview {
         // Read as text checked once: serde_json reading bytes checks every string's UTF-8 on its
         // own (BENCHMARKS.md, issue 27's third round); a body that is not UTF-8 is refused by
         // the second parse below, which says where.
-        let one_pass = std::str::from_utf8(bytes)
-            .map(|text| object::summarizing_in_place(|| serde_json::from_str::<RawReview>(text)));
+        // The fast reader first (`ivory_plumbing::json_read`: what it reads, serde_json reads the
+        // same); what it leaves, serde_json.
+        let one_pass = std::str::from_utf8(bytes).map(|text| {
+            object::summarizing_in_place(|| match json_read::from_str::<RawReview>(text) {
+                Ok(review) => Ok(review),
+                Err(_) => serde_json::from_str::<RawReview>(text).map_err(|_| ()),
+            })
+        });
         let raw = match one_pass {
             Ok(Ok(mut review)) => {
                 review.attach_body(bytes);

@@ -26,5 +26,6 @@
 //! It does no IO and knows nothing of admission: what a response or an annotation holds is the
 //! engine's business.
 
+pub mod json_read;
 pub mod json_text;
 pub mod keyed;
