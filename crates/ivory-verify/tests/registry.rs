@@ -29,14 +29,34 @@ fn key_attestor(pem: &str) -> Attestor {
 }
 
 fn verifier(h: &Harness) -> CosignVerifier {
-    let config = Config {
+    verifier_with(h, VerifierConfig::default())
+}
+
+/// A verifier of `h`'s images with `config`.
+fn verifier_with(h: &Harness, config: VerifierConfig) -> CosignVerifier {
+    let registry = Config {
         ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
         ..Config::default()
     };
     CosignVerifier::new(
-        Registry::new(config).unwrap(),
-        VerifierConfig::default(),
+        Registry::new(registry).unwrap(),
+        config,
         CosignVerifier::anonymous_credentials(),
+    )
+}
+
+/// The fixture `sig-p256` pushed to `h`, as a signature question about its digest under the
+/// key that signed it.
+async fn signed_p256(h: &Harness, v: &CosignVerifier) -> VerifyRequest {
+    let repo = push(h, "sig-p256").await;
+    let digest = v
+        .resolve_digest(&reference(&format!("{repo}:v1")), None, soon())
+        .await
+        .unwrap();
+    request(
+        format!("{repo}@{digest}"),
+        key_attestor(&key("cosign-p256.pub")),
+        None,
     )
 }
 
@@ -1156,16 +1176,8 @@ async fn ballooning_signature_and_attestation_blobs_are_not_verified_with_the_re
 async fn a_background_scan_notices_a_deleted_signature_and_admissions_follow_it() {
     let h = RegistryHarness::start_default().await.unwrap();
     let v = verifier(&h);
-    let repo = push(&h, "sig-p256").await;
-    let digest = v
-        .resolve_digest(&reference(&format!("{repo}:v1")), None, soon())
-        .await
-        .unwrap();
-    let req = request(
-        format!("{repo}@{digest}"),
-        key_attestor(&key("cosign-p256.pub")),
-        None,
-    );
+    let req = signed_p256(&h, &v).await;
+    let digest = req.image.digest().unwrap_or_default().to_owned();
     assert!(v.verify(&req, soon()).await.unwrap().is_verified());
 
     // Distribution deletes a manifest by its digest only.
@@ -1682,31 +1694,16 @@ async fn a_held_verdict_ends_with_its_expiry_its_trust_root_and_its_verifier() {
     )
     .unwrap();
     let built = |verified_ttl: Duration, roots: TrustRoots| {
-        let config = Config {
-            ca_bundle_pem: Some(h.ca_pem().as_bytes().to_vec()),
-            ..Config::default()
+        let config = VerifierConfig {
+            verified_ttl,
+            trust_roots: roots,
+            ..VerifierConfig::default()
         };
-        CosignVerifier::new(
-            Registry::new(config).unwrap(),
-            VerifierConfig {
-                verified_ttl,
-                trust_roots: roots,
-                ..VerifierConfig::default()
-            },
-            CosignVerifier::anonymous_credentials(),
-        )
+        verifier_with(&h, config)
     };
     let v = built(Duration::from_secs(3600), roots.clone());
-    let repo = push(&h, "sig-p256").await;
-    let digest = v
-        .resolve_digest(&reference(&format!("{repo}:v1")), None, soon())
-        .await
-        .unwrap();
-    let trusted = request(
-        format!("{repo}@{digest}"),
-        key_attestor(&key("cosign-p256.pub")),
-        None,
-    );
+    let trusted = signed_p256(&h, &v).await;
+    let digest = trusted.image.digest().unwrap_or_default().to_owned();
     assert!(
         v.hold_verdict(
             &trusted,

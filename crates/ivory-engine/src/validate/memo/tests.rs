@@ -12,7 +12,7 @@ use crate::admission::AdmissionRequest;
 use crate::decision::Decision;
 use crate::resources::NoResources;
 use crate::testing::FakeVerifier;
-use crate::validate::{validate, validate_memoized};
+use crate::validate::validate_memoized;
 
 const IMAGES: [&str; 4] = [
     "ghcr.io/acme/app@sha256:1111111111111111111111111111111111111111111111111111111111111111",
@@ -160,21 +160,17 @@ async fn judge(
     let req = pod(name, &admission.containers, &admission.init);
     let deadline = ivory_clock::now() + Duration::from_secs(10);
     let verifier = verifier(&admission.signed);
-    match memo {
-        Some(memo) => {
-            validate_memoized(
-                &verifier,
-                &NoResources,
-                &selected,
-                &req,
-                None,
-                deadline,
-                Some(memo),
-            )
-            .await
-        }
-        None => validate(&verifier, &NoResources, &selected, &req, None, deadline).await,
-    }
+    // No memo: every policy evaluated afresh, as `validate` does.
+    validate_memoized(
+        &verifier,
+        &NoResources,
+        &selected,
+        &req,
+        None,
+        deadline,
+        memo,
+    )
+    .await
 }
 
 proptest! {

@@ -15,7 +15,7 @@ use crate::admission::AdmissionRequest;
 use crate::decision::Decision;
 use crate::resources::NoResources;
 use crate::testing::FakeVerifier;
-use crate::validate::{DecisionMemo, validate, validate_memoized};
+use crate::validate::{DecisionMemo, validate_memoized};
 
 const SIGNED: &str =
     "ghcr.io/acme/app@sha256:1111111111111111111111111111111111111111111111111111111111111111";
@@ -216,35 +216,24 @@ fn verifier() -> FakeVerifier {
 }
 
 async fn judge(spec: &Spec, memo: Option<&DecisionMemo>) -> Decision {
+    judge_by(&verifier(), spec, memo).await
+}
+
+/// `spec` judged with `verifier`'s answers (`None`: no memo, every policy evaluated afresh).
+async fn judge_by(verifier: &FakeVerifier, spec: &Spec, memo: Option<&DecisionMemo>) -> Decision {
     let (req, namespace) = spec.request();
-    let selected = spec.policies.clone();
     let deadline = ivory_clock::now() + Duration::from_secs(10);
-    let verifier = verifier();
-    match memo {
-        Some(memo) => {
-            validate_memoized(
-                &verifier,
-                &NoResources,
-                &selected,
-                &req,
-                namespace.as_ref(),
-                deadline,
-                Some(memo),
-            )
-            .await
-        }
-        None => {
-            validate(
-                &verifier,
-                &NoResources,
-                &selected,
-                &req,
-                namespace.as_ref(),
-                deadline,
-            )
-            .await
-        }
-    }
+    let (policies, namespace) = (&spec.policies, namespace.as_ref());
+    validate_memoized(
+        verifier,
+        &NoResources,
+        policies,
+        &req,
+        namespace,
+        deadline,
+        memo,
+    )
+    .await
 }
 
 /// For each input, a kept request and one that differs from it in that input alone.
@@ -444,32 +433,13 @@ fn a_verdict_that_changed_is_never_reused() {
     let allowed = runtime.block_on(judge(&spec, Some(&memo)));
     assert!(allowed.allowed, "{allowed:?}");
     // The same request, the signature gone: the verifier no longer holds the verdict.
-    let (req, namespace) = spec.request();
-    let selected = spec.policies.clone();
     let unsigned = FakeVerifier::new().holding_verdicts();
-    let deadline = ivory_clock::now() + Duration::from_secs(10);
-    let denied = runtime.block_on(validate_memoized(
-        &unsigned,
-        &NoResources,
-        &selected,
-        &req,
-        namespace.as_ref(),
-        deadline,
-        Some(&memo),
-    ));
+    let denied = runtime.block_on(judge_by(&unsigned, &spec, Some(&memo)));
     assert!(!denied.allowed, "{denied:?}");
     assert_eq!(memo.route_hits(), 0);
     // A verifier that holds nothing (a background scan's) never reuses either.
     let plain = FakeVerifier::new().sign(SIGNED, "cosign");
-    let _ = runtime.block_on(validate_memoized(
-        &plain,
-        &NoResources,
-        &selected,
-        &req,
-        namespace.as_ref(),
-        deadline,
-        Some(&memo),
-    ));
+    runtime.block_on(judge_by(&plain, &spec, Some(&memo)));
     assert_eq!(memo.route_hits(), 0);
 }
 
@@ -477,23 +447,11 @@ fn a_verdict_that_changed_is_never_reused() {
 fn an_error_is_never_kept() {
     let runtime = runtime();
     let memo = DecisionMemo::default();
-    let spec = base();
-    let (req, namespace) = spec.request();
-    let selected = spec.policies.clone();
     let down = FakeVerifier::new()
         .holding_verdicts()
         .mode(crate::testing::Mode::Unavailable);
     for _ in 0..2 {
-        let deadline = ivory_clock::now() + Duration::from_secs(10);
-        let decision = runtime.block_on(validate_memoized(
-            &down,
-            &NoResources,
-            &selected,
-            &req,
-            namespace.as_ref(),
-            deadline,
-            Some(&memo),
-        ));
+        let decision = runtime.block_on(judge_by(&down, &base(), Some(&memo)));
         assert!(!decision.allowed, "{decision:?}");
     }
     assert_eq!(memo.route_hits(), 0);
