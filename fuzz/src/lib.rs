@@ -14,7 +14,7 @@ use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair as _};
 use base64::Engine as _;
 use ivory_policy::types::{Attestor, Cosign, CosignKey, Ctlog, Identity, Keyless, StringSource};
-use ivory_verify::{PUBLIC_GOOD_TRUSTED_ROOT, Plan};
+use ivory_verify::{Plan, RootState};
 
 /// The image digest every envelope is checked against.
 pub const DIGEST: &str = "sha256:e2e16842c9b54d985bf1ef9242a313f36b856181f188de21313820e177002501";
@@ -91,7 +91,7 @@ pub fn key_plan(pem: &str, offline: bool) -> Plan {
         }),
         notary: None,
     };
-    Plan::new(&attestor, PUBLIC_GOOD_TRUSTED_ROOT).expect("key plan")
+    Plan::new(&attestor, &RootState::embedded()).expect("key plan")
 }
 
 /// A keyless attestor accepting any identity under the fixtures' trust root.
@@ -115,7 +115,7 @@ pub fn keyless_plan() -> Plan {
         }),
         notary: None,
     };
-    Plan::new(&attestor, PUBLIC_GOOD_TRUSTED_ROOT).expect("keyless plan")
+    Plan::new(&attestor, &RootState::embedded()).expect("keyless plan")
 }
 
 /// What every envelope the Notation parsers accept must hold.
