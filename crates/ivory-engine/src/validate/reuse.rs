@@ -11,8 +11,8 @@
 //! answers alone are kept ([`PolicyFacts::route_pure`]); only decisions no error, budget or
 //! deadline shaped, and whose every answer was a verdict the verifier still holds, are kept.
 //! So an entry ends with any verdict it read (expiry, eviction, replacement, another trust
-//! root: [`ImageVerifier::still_holds`]) and with any policy version (the key holds each
-//! policy's hash).
+//! root: [`ImageVerifier::still_holds`]) and with any policy version (the key names each policy
+//! object, and a reload makes new ones).
 //!
 //! A missed input would be a bypass: `tests.rs` changes each input alone and checks the
 //! decision follows it, and drops each input from the key in turn to see that test fail.
