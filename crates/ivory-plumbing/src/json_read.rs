@@ -156,6 +156,7 @@ impl<'de> Reader<'de> {
     }
 
     /// A string without escapes, borrowed (the opening quote is next).
+    #[inline(always)]
     fn plain_string(&mut self) -> Result<&'de str> {
         self.expect(b'"')?;
         let start = self.at;
@@ -170,6 +171,7 @@ impl<'de> Reader<'de> {
     }
 
     /// Skips a string, which may hold the short escapes (the opening quote is next).
+    #[inline(always)]
     fn skip_string(&mut self) -> Result<()> {
         self.at += 1;
         loop {
@@ -330,6 +332,7 @@ struct Entries<'r, 'de> {
 
 impl Entries<'_, '_> {
     /// Whether another entry follows (`close` ends the container, which is left unread).
+    #[inline]
     fn has_next(&mut self, close: u8) -> Result<bool> {
         let next = self.reader.next_token()?;
         if next == close {
