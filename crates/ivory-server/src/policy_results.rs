@@ -244,10 +244,16 @@ pub fn log_results(req: &AdmissionRequest, results: &[PolicyResult], cause: Caus
     }
 }
 
-/// `"cause":…,"uid":…,"kind":…,"namespace":…,"name":…,"operation":…`
+/// `"cause":…` and [`push_request_members`].
 fn request_members(out: &mut String, req: &AdmissionRequest, cause: Cause) {
+    ivory_plumbing::json_text::push_member(out, true, "cause", cause.label());
+    push_request_members(out, req);
+}
+
+/// `,"uid":…,"kind":…,"namespace":…,"name":…,"operation":…`: the request's fields of every
+/// line the server writes about it (its results here, the admission line in `routes`).
+pub(crate) fn push_request_members(out: &mut String, req: &AdmissionRequest) {
     use ivory_plumbing::json_text::push_member;
-    push_member(out, true, "cause", cause.label());
     push_member(out, false, "uid", &req.uid);
     push_member(out, false, "kind", &req.kind.kind);
     push_member(out, false, "namespace", &req.namespace);

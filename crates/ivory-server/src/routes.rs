@@ -432,11 +432,7 @@ fn log_admission(
     // `policy_results::log_results`): the same fields in the same order.
     let mut line = String::with_capacity(320);
     push_member(&mut line, true, "route", call.label);
-    push_member(&mut line, false, "uid", &req.uid);
-    push_member(&mut line, false, "kind", &req.kind.kind);
-    push_member(&mut line, false, "namespace", &req.namespace);
-    push_member(&mut line, false, "name", &req.name);
-    push_member(&mut line, false, "operation", req.operation.as_str());
+    policy_results::push_request_members(&mut line, req);
     push_key(&mut line, false, "dry_run");
     line.push_str(if req.dry_run.unwrap_or(false) {
         "true"
