@@ -1,6 +1,6 @@
 //! ivory-plumbing: the pieces of the hot path that are about speed and hashing, not admission.
 //!
-//! The engine, the verifier and the binary all write JSON text and key maps by data a request
+//! The engine, the verifier, the server and the binary all write JSON text and key maps by data a request
 //! chose; each piece is here once, in a crate that depends on no other ivory crate, so the
 //! response, the `verified-images` annotation and the log lines share one writer, and every
 //! request-keyed map in the engine and the verifier shares one hasher.
@@ -16,6 +16,10 @@
 //!   inside JSON, so escaped twice) and the binary's log lines are mostly long runs of plain
 //!   text (BENCHMARKS.md, issue 27's third round). Byte-exact output is what keeps a string
 //!   from breaking out of its quotes (docs/SECURITY.md, "Strings breaking out of the answer").
+//! * [`json_read`]: the admission review's JSON reader: serde's derived types read from the
+//!   subset of JSON an API server writes, strings scanned a word at a time; anything outside
+//!   the subset is refused, and the caller reads it with serde_json, whose answer stands
+//!   (BENCHMARKS.md, issue 47).
 //! * [`keyed`]: the hasher of every map and cache keyed by request-chosen data (the engine's
 //!   kept image facts, verification jobs and memoized results; the verifier's verdict, tag and
 //!   index caches): ahash, keyed per map from the OS's random source, so no Pod can aim its keys
