@@ -97,23 +97,14 @@ pub fn select_policies<'a>(
     } else {
         PolicyKind::ImageValidatingPolicy
     };
-    // One pass over the names and one over the policies: a path naming many policies must not
-    // compare every name with every policy (BENCHMARKS.md, "Cost curves").
-    let mut unique: Vec<&String> = Vec::with_capacity(names.len());
-    let mut position: KeyedMap<&str, usize> =
-        KeyedMap::with_capacity_and_hasher(names.len(), keyed_state());
-    for name in names {
-        if !position.contains_key(name.as_str()) {
-            position.insert(name.as_str(), unique.len());
-            unique.push(name);
-        }
-    }
+    let names = NameIndex::new(names);
+    let unique = names.unique();
     let mut found: Vec<(bool, Vec<&'a CompiledPolicy>)> = vec![(false, Vec::new()); unique.len()];
     for policy in all.iter().map(Arc::as_ref) {
-        let slot = position
-            .get(policy.name.as_str())
+        let slot = names
+            .position(policy.name.as_str())
             .filter(|_| policy.kind == kind)
-            .and_then(|&i| found.get_mut(i));
+            .and_then(|i| found.get_mut(i));
         let Some((known, policies)) = slot else {
             continue;
         };
@@ -126,11 +117,11 @@ pub fn select_policies<'a>(
     }
     let mut unknown: Vec<String> = Vec::new();
     let mut selected: Vec<&'a CompiledPolicy> = Vec::new();
-    for (name, (known, policies)) in unique.into_iter().zip(found) {
+    for (name, (known, policies)) in unique.iter().zip(found) {
         if known {
             selected.extend(policies);
         } else {
-            unknown.push(name.clone());
+            unknown.push((*name).to_owned());
         }
     }
     if unknown.is_empty() {
@@ -140,6 +131,56 @@ pub fn select_policies<'a>(
             kind: kind.as_str(),
             names: unknown,
         })
+    }
+}
+
+/// A path's policy names without repeats, in order, and where each is among them. One pass
+/// over the names and one over the policies: a path naming many policies must not compare every
+/// name with every policy (BENCHMARKS.md, "Cost curves"); a path naming a few (the usual
+/// webhook) compares them directly, cheaper than building and hashing into a keyed map.
+enum NameIndex<'n> {
+    Few(Vec<&'n str>),
+    Many {
+        unique: Vec<&'n str>,
+        position: KeyedMap<&'n str, usize>,
+    },
+}
+
+/// Up to this many names are looked up by comparing them all.
+const FEW_NAMES: usize = 8;
+
+impl<'n> NameIndex<'n> {
+    fn new(names: &'n [String]) -> Self {
+        let mut unique: Vec<&str> = Vec::with_capacity(names.len());
+        if names.len() <= FEW_NAMES {
+            for name in names {
+                if !unique.contains(&name.as_str()) {
+                    unique.push(name);
+                }
+            }
+            return Self::Few(unique);
+        }
+        let mut position = KeyedMap::with_capacity_and_hasher(names.len(), keyed_state());
+        for name in names {
+            if !position.contains_key(name.as_str()) {
+                position.insert(name.as_str(), unique.len());
+                unique.push(name);
+            }
+        }
+        Self::Many { unique, position }
+    }
+
+    fn unique(&self) -> &[&'n str] {
+        match self {
+            Self::Few(unique) | Self::Many { unique, .. } => unique,
+        }
+    }
+
+    fn position(&self, name: &str) -> Option<usize> {
+        match self {
+            Self::Few(unique) => unique.iter().position(|n| *n == name),
+            Self::Many { position, .. } => position.get(name).copied(),
+        }
     }
 }
 

@@ -30,6 +30,7 @@ mod tests;
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt as _;
@@ -108,8 +109,9 @@ pub struct Pipeline<'a> {
 /// The pipeline's answer.
 #[derive(Debug)]
 pub struct Judged {
-    /// What the policies decided.
-    pub decision: Decision,
+    /// What the policies decided: shared with the memo when a route's kept decision was
+    /// reused (`Arc::make_mut` before changing it).
+    pub decision: Arc<Decision>,
     /// The text of a panic the stage raised (the decision is then the failurePolicy's).
     pub panic: Option<String>,
 }
@@ -143,9 +145,10 @@ impl<'a> Pipeline<'a> {
             check_shape(req)?;
         }
         let ns_object = self.namespace_object(req, halfway(deadline)).await;
+        let ns_object = ns_object.as_deref();
         let req = &*req;
         let Partition { evaluate, skipped } = match self.exceptions {
-            Some(set) => set.partition(selected, req, ns_object.as_ref(), deadline),
+            Some(set) => set.partition(selected, req, ns_object, deadline),
             None => Partition {
                 evaluate: selected.to_vec(),
                 skipped: Vec::new(),
@@ -154,19 +157,23 @@ impl<'a> Pipeline<'a> {
         let (usable, unusable) = self.usable_credentials(evaluate, deadline).await;
         let mut judged = match credentials_verdict(&unusable) {
             Some(decision) => Judged {
-                decision,
+                decision: Arc::new(decision),
                 panic: None,
             },
             None => {
                 let mut judged = self
-                    .run_stage(stage, &usable, req, ns_object.as_ref(), deadline)
+                    .run_stage(stage, &usable, req, ns_object, deadline)
                     .await;
-                let reasons = unusable.into_iter().map(|(_, why)| why);
-                judged.decision.warnings.extend(reasons);
+                if !unusable.is_empty() {
+                    let reasons = unusable.into_iter().map(|(_, why)| why);
+                    Arc::make_mut(&mut judged.decision).warnings.extend(reasons);
+                }
                 judged
             }
         };
-        exceptions::merge_into(&mut judged.decision, skipped);
+        if !skipped.is_empty() {
+            exceptions::merge_into(Arc::make_mut(&mut judged.decision), skipped);
+        }
         Ok(judged)
     }
 
@@ -175,12 +182,12 @@ impl<'a> Pipeline<'a> {
         &self,
         req: &mut AdmissionRequest,
         deadline: Instant,
-    ) -> Option<Value> {
+    ) -> Option<Arc<Value>> {
         let source = match self.namespaces {
             Namespaces::Given(object) => {
                 return object
-                    .cloned()
-                    .or_else(|| req.namespace().map(namespace_object));
+                    .map(|o| Arc::new(o.clone()))
+                    .or_else(|| req.namespace().map(sources::shared_namespace_object));
             }
             Namespaces::Source(source) => Some(source),
             Namespaces::Unknown => None,
@@ -193,7 +200,7 @@ impl<'a> Pipeline<'a> {
         if known.is_none() {
             req.namespace_labels_unknown = true;
         }
-        Some(known.unwrap_or_else(|| namespace_object(&name)))
+        Some(known.map_or_else(|| sources::shared_namespace_object(&name), Arc::new))
     }
 
     /// Reads the Secrets every policy's `credentials` names. A policy whose Secrets cannot be
@@ -246,9 +253,9 @@ impl<'a> Pipeline<'a> {
         let (verifier, resources, memo) = (self.verifier, self.resources, self.memo);
         let engine = async move {
             match stage {
-                Stage::Mutate => {
-                    mutate::mutate(verifier, resources, selected, req, ns_object, deadline).await
-                }
+                Stage::Mutate => Arc::new(
+                    mutate::mutate(verifier, resources, selected, req, ns_object, deadline).await,
+                ),
                 Stage::Validate => {
                     validate::validate_memoized(
                         verifier, resources, selected, req, ns_object, deadline, memo,
@@ -261,7 +268,7 @@ impl<'a> Pipeline<'a> {
             match self.backstop {
                 Some(backstop) => tokio::time::timeout_at(backstop.at, engine)
                     .await
-                    .unwrap_or_else(|_| backstop_decision(selected, backstop.budget)),
+                    .unwrap_or_else(|_| Arc::new(backstop_decision(selected, backstop.budget))),
                 None => engine.await,
             }
         };
@@ -271,7 +278,7 @@ impl<'a> Pipeline<'a> {
                 panic: None,
             },
             Err(panic) => Judged {
-                decision: panic_decision(selected),
+                decision: Arc::new(panic_decision(selected)),
                 panic: Some(panic_text(panic.as_ref()).to_owned()),
             },
         }

@@ -1728,6 +1728,25 @@ async fn a_held_verdict_ends_with_its_expiry_its_trust_root_and_its_verifier() {
         "checking asks nothing and changes nothing"
     );
     assert!(h.requests().is_empty(), "{:?}", h.requests());
+
+    // Another verdict replaced in the cache: the held one is looked up once, and still held.
+    let untrusted = VerifyRequest {
+        attestor: key_attestor(&key("untrusted-p256.pub")),
+        ..trusted.clone()
+    };
+    assert!(!v.verify(&untrusted, soon()).await.unwrap().is_verified());
+    let scan = v.revalidating(ivory_clock::now()).expect("a scan");
+    assert!(!scan.verify(&untrusted, soon()).await.unwrap().is_verified());
+    assert!(v.still_holds(&held), "another key's change ends nothing");
+    // The scan verifies this image again: what it keeps is another verdict, and the held one
+    // ends as the scan returns.
+    assert!(scan.verify(&trusted, soon()).await.unwrap().is_verified());
+    assert!(!v.still_holds(&held), "replaced by the scan's verdict");
+    let held = v
+        .hold_verdict(&trusted, &verified)
+        .expect("the scan's verdict is held");
+    assert!(v.still_holds(&held));
+
     let refused = Verification::NotVerified {
         digest: Some(digest.clone()),
         reason: ivory_engine::verifier::Rejection::NoSignatures,

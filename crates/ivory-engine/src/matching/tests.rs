@@ -660,6 +660,36 @@ fn select_policies_by_route() {
     assert!(route_policies(&all, namespaced, None).is_empty());
 }
 
+/// A path naming a few policies (compared directly) and one naming many (looked up in a map)
+/// select alike: in the path's order, repeats once, unknown names reported in order.
+#[test]
+fn few_and_many_names_select_alike() {
+    use PolicyKind::ImageValidatingPolicy as Ivp;
+    let all: Vec<Arc<CompiledPolicy>> = (0..20)
+        .map(|i| Arc::new(named(Ivp, &format!("p{i}"), None)))
+        .collect();
+    let cluster = Route { namespaced: false };
+    let selected = |path: &[&str]| {
+        select_policies(&all, cluster, &names(path), None)
+            .map(|v| v.iter().map(|p| p.name.clone()).collect::<Vec<_>>())
+            .map_err(|e| e.names)
+    };
+    for many in [false, true] {
+        let mut path = vec!["p7", "p2", "p7", "p0"];
+        if many {
+            path.extend(["p11", "p12", "p13", "p14", "p15", "p2", "p19"]);
+        }
+        assert_eq!(path.len() > super::FEW_NAMES, many);
+        let mut expected = names(&["p7", "p2", "p0"]);
+        if many {
+            expected.extend(names(&["p11", "p12", "p13", "p14", "p15", "p19"]));
+        }
+        assert_eq!(selected(&path), Ok(expected), "many: {many}");
+        path.extend(["zz", "p3", "yy", "zz"]);
+        assert_eq!(selected(&path), Err(names(&["zz", "yy"])), "many: {many}");
+    }
+}
+
 #[test]
 fn match_conditions_bind_admission_variables() {
     let pod = request("pod-create.json");

@@ -65,7 +65,7 @@ pub async fn run_routes(
         if let Some(panic) = judged.panic {
             tracing::error!(uid = %req.uid, %panic, "policy evaluation panicked");
         }
-        merge(&mut merged, judged.decision);
+        merge(&mut merged, Arc::unwrap_or_clone(judged.decision));
     }
     Ok(merged)
 }

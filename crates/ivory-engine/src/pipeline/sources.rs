@@ -2,7 +2,10 @@
 //! Namespace and the Secrets a policy's `credentials` names. `ivory-server` implements them
 //! with watches (`kube_source`); the one-shot commands have neither.
 
+use std::sync::{Arc, LazyLock, RwLock};
+
 use futures::future::BoxFuture;
+use ivory_plumbing::keyed::KeyedMap;
 use ivory_policy::types::Credentials;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -45,4 +48,51 @@ pub fn namespace_object(namespace: &str) -> Value {
             "labels": {"kubernetes.io/metadata.name": namespace},
         },
     })
+}
+
+/// Synthesized Namespace objects kept at most; past that all are forgotten and built again as
+/// they come (a cost, never a different object: each is a function of its name alone).
+const MAX_SYNTHESIZED: usize = 1024;
+
+/// [`namespace_object`], built once per name and shared: building it was ~1.7 k instructions of
+/// every warm admission without a Namespace source (BENCHMARKS.md, issue 47).
+pub(crate) fn shared_namespace_object(namespace: &str) -> Arc<Value> {
+    static BUILT: LazyLock<RwLock<KeyedMap<String, Arc<Value>>>> = LazyLock::new(Default::default);
+    if let Some(object) = BUILT
+        .read()
+        .ok()
+        .and_then(|built| built.get(namespace).cloned())
+    {
+        return object;
+    }
+    let object = Arc::new(namespace_object(namespace));
+    if let Ok(mut built) = BUILT.write() {
+        if built.len() >= MAX_SYNTHESIZED {
+            built.clear();
+        }
+        built.insert(namespace.to_owned(), Arc::clone(&object));
+    }
+    object
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_synthesized_namespace_is_built_once_and_is_the_same_object() {
+        let first = shared_namespace_object("team-a");
+        assert_eq!(*first, namespace_object("team-a"));
+        assert!(Arc::ptr_eq(&first, &shared_namespace_object("team-a")));
+        assert_eq!(
+            *shared_namespace_object("team-b"),
+            namespace_object("team-b")
+        );
+        // Past the bound, all are forgotten and built again: the same object, a new allocation.
+        for n in 0..MAX_SYNTHESIZED {
+            shared_namespace_object(&format!("ns-{n}"));
+        }
+        let again = shared_namespace_object("team-a");
+        assert_eq!(again, first);
+    }
 }

@@ -1,3 +1,4 @@
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -164,7 +165,7 @@ async fn the_backstop_answers_for_a_stage_that_overruns_by_the_failure_policy() 
             .judge(Stage::Validate, &[&p], &mut req, deadline)
             .await
             .expect("well formed");
-        let d = judged.decision;
+        let d = Arc::unwrap_or_clone(judged.decision);
         assert_eq!(d.allowed, allowed, "{failure}: {d:?}");
         assert!(d.budget_exhausted, "{failure}");
         let said = d.message.or_else(|| d.warnings.first().cloned());

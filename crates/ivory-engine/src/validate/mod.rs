@@ -28,6 +28,8 @@ mod cluster_tests;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
+
 use ivory_policy::compiled::CompiledPolicy;
 use ivory_policy::types::ValidationAction;
 use serde_json::Value;
@@ -65,7 +67,7 @@ pub async fn validate(
     namespace_object: Option<&Value>,
     deadline: Instant,
 ) -> Decision {
-    validate_memoized(
+    let decision = validate_memoized(
         verifier,
         resources,
         policies,
@@ -74,11 +76,13 @@ pub async fn validate(
         deadline,
         None,
     )
-    .await
+    .await;
+    Arc::unwrap_or_clone(decision)
 }
 
 /// [`validate`], reusing the results `memo` kept of policies that read only their images and
-/// verification answers, and keeping new ones ([`DecisionMemo`]).
+/// verification answers, and keeping new ones ([`DecisionMemo`]). The decision is shared: a
+/// route's decision reused from the memo is the kept one itself, not a copy.
 pub async fn validate_memoized(
     verifier: &dyn ImageVerifier,
     resources: &dyn ResourceSource,
@@ -87,7 +91,7 @@ pub async fn validate_memoized(
     namespace_object: Option<&Value>,
     deadline: Instant,
     memo: Option<&DecisionMemo>,
-) -> Decision {
+) -> Arc<Decision> {
     let started = ivory_clock::now();
     let route = memo.and_then(|memo| {
         let key = memo.routes().key(policies, req, namespace_object)?;
@@ -98,7 +102,7 @@ pub async fn validate_memoized(
     {
         return decision;
     }
-    let builtin = std::sync::Arc::new(images::builtin_images(req));
+    let builtin = Arc::new(images::builtin_images(req));
     let data = RequestBindings::new(req, req.subject(), namespace_object).with_deadline(deadline);
     let inputs = RequestInputs {
         req,
@@ -214,6 +218,7 @@ pub async fn validate_memoized(
             .audit_annotations
             .insert(VERIFIED_ANNOTATION.to_owned(), value);
     }
+    let decision = Arc::new(decision);
     if let (Some((memo, key)), true) = (route, keepable) {
         memo.routes()
             .keep(key, verifier, &jobs, &prefetched, &decision);

@@ -109,7 +109,8 @@ struct RouteEntry {
     _policies: Vec<Arc<PolicyFacts>>,
     /// Every verdict the plans asked for, as the verifier holds it.
     held: Vec<HeldVerdict>,
-    decision: Decision,
+    /// Shared with every request it is reused for: a reuse copies a pointer.
+    decision: Arc<Decision>,
 }
 
 impl RoutePlans {
@@ -143,7 +144,11 @@ impl RoutePlans {
 
     /// The decision kept for `key`, when every verdict it read is still the one `verifier`
     /// holds.
-    pub(super) fn reuse(&self, key: &RouteKey, verifier: &dyn ImageVerifier) -> Option<Decision> {
+    pub(super) fn reuse(
+        &self,
+        key: &RouteKey,
+        verifier: &dyn ImageVerifier,
+    ) -> Option<Arc<Decision>> {
         let entry = {
             let entries = self.entries.read().ok()?;
             Arc::clone(entries.by_key.get(&key.hash)?)
@@ -153,7 +158,7 @@ impl RoutePlans {
             return None;
         }
         self.hits.fetch_add(1, Ordering::Relaxed);
-        Some(entry.decision.clone())
+        Some(Arc::clone(&entry.decision))
     }
 
     /// Keeps `decision` for `key` when every job of `jobs` was a verification answered by a
@@ -164,7 +169,7 @@ impl RoutePlans {
         verifier: &dyn ImageVerifier,
         jobs: &JobSet,
         prefetched: &Prefetched,
-        decision: &Decision,
+        decision: &Arc<Decision>,
     ) {
         let decision_size = decision_bytes(decision);
         if decision_size > MAX_DECISION_BYTES || decision.budget_exhausted {
@@ -180,7 +185,7 @@ impl RoutePlans {
             key: key.bytes,
             _policies: key.policies,
             held,
-            decision: decision.clone(),
+            decision: Arc::clone(decision),
         });
         let Ok(mut entries) = self.entries.write() else {
             return;

@@ -2,10 +2,12 @@
 //! handles [`ivory_engine::verifier::ImageVerifier::hold_verdict`] gives out so that the engine can reuse a route's
 //! decision while every verdict it read is still the one kept ([`ivory_engine::verifier::ImageVerifier::still_holds`]).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use futures::FutureExt as _;
 use ivory_engine::verifier::{HeldVerdict, PlatformScope, Verification, VerifyRequest};
+use tokio::time::Instant;
 
 use super::cache::{ResultKey, Stamped};
 use super::{CosignVerifier, Inner, attestation_key, signature_location};
@@ -18,6 +20,11 @@ struct Held {
     key: ResultKey,
     generation: u64,
     verdict: Arc<Verification>,
+    /// When the cache lets the verdict expire, at the latest: its stamp is taken before moka's.
+    expires: Instant,
+    /// `Inner::results_changes` when the verdict was last seen kept under its key: while the
+    /// count stays there, nothing has left the cache, so the verdict is still kept.
+    seen_at_change: AtomicU64,
 }
 
 impl CosignVerifier {
@@ -41,39 +48,69 @@ impl CosignVerifier {
         answer: &Verification,
     ) -> Option<HeldVerdict> {
         let generation = self.trust_generation();
+        let changes = self.results_changes();
         let (key, kept) = self.kept_verdict(request)?;
         let same = !kept.transient && *kept.verdict == *answer;
+        let config = &self.inner.config;
+        let ttl = if kept.verdict.is_verified() {
+            config.verified_ttl
+        } else {
+            config.negative_ttl
+        };
         same.then(|| {
             Box::new(Held {
                 verifier: Arc::downgrade(&self.inner),
                 key,
                 generation,
+                expires: kept.at + ttl,
                 verdict: kept.verdict,
+                seen_at_change: AtomicU64::new(changes),
             }) as HeldVerdict
         })
     }
 
     /// [`ivory_engine::verifier::ImageVerifier::still_holds`]: this verifier's handle, the same trust roots, and the
-    /// same allocation kept under its key (a hit, counted as `verify` counts one).
+    /// same allocation kept under its key (a hit, counted as `verify` counts one). While nothing
+    /// has left the cache since the verdict was last seen kept, and its lifetime has not run
+    /// out, it is still kept without looking.
     pub(super) fn holds(&self, held: &HeldVerdict) -> bool {
         let Some(held) = held.downcast_ref::<Held>() else {
             return false;
         };
         let holds = std::ptr::eq(held.verifier.as_ptr(), Arc::as_ptr(&self.inner))
             && held.generation == self.trust_generation()
-            && self
-                .inner
-                .results
-                .get(&held.key)
-                .now_or_never()
-                .flatten()
-                .is_some_and(|kept| Arc::ptr_eq(&kept.verdict, &held.verdict));
+            && ivory_clock::now() < held.expires
+            && self.still_kept(held);
         if holds {
             self.inner
                 .result_counters
                 .count_hit(!held.verdict.is_verified());
         }
         holds
+    }
+
+    /// Whether `held`'s allocation is still the one kept under its key: unchanged cache, or
+    /// found there again (then remembered as seen at the count read before looking).
+    fn still_kept(&self, held: &Held) -> bool {
+        let changes = self.results_changes();
+        if held.seen_at_change.load(Ordering::Relaxed) == changes {
+            return true;
+        }
+        let kept = self
+            .inner
+            .results
+            .get(&held.key)
+            .now_or_never()
+            .flatten()
+            .is_some_and(|kept| Arc::ptr_eq(&kept.verdict, &held.verdict));
+        if kept {
+            held.seen_at_change.fetch_max(changes, Ordering::Relaxed);
+        }
+        kept
+    }
+
+    fn results_changes(&self) -> u64 {
+        self.inner.results_changes.load(Ordering::Acquire)
     }
 
     /// The key [`CosignVerifier::verify_request`] would look `request` up under, and what is

@@ -30,6 +30,7 @@ mod shared;
 mod sources;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt as _};
@@ -153,6 +154,10 @@ struct Inner {
     credentials: CredentialsResolver,
     tags: KeyedCache<TagKey, String>,
     results: KeyedCache<ResultKey, Stamped>,
+    /// Moves whenever an entry leaves `results` (replaced, invalidated, evicted, expired):
+    /// moka calls the listener that moves it before an insert or invalidation returns, so a
+    /// held verdict whose count is unchanged is still the one kept ([`held`]).
+    results_changes: Arc<AtomicU64>,
     plans: moka::sync::Cache<[u8; 32], Arc<Result<Plan, Rejection>>>,
     tag_counters: Arc<CacheCounters>,
     result_counters: Arc<CacheCounters>,
@@ -191,8 +196,13 @@ impl CosignVerifier {
         credentials: CredentialsResolver,
         shared: Option<Arc<dyn SharedCache>>,
     ) -> Self {
+        let results_changes = Arc::new(AtomicU64::new(0));
+        let changes = Arc::clone(&results_changes);
         let results = Cache::builder()
             .max_capacity(config.max_results)
+            .eviction_listener(move |_, _, _| {
+                changes.fetch_add(1, Ordering::Release);
+            })
             .expire_after(VerdictExpiry {
                 verified: config.verified_ttl,
                 negative: config.negative_ttl,
@@ -235,6 +245,7 @@ impl CosignVerifier {
                 credentials,
                 tags,
                 results,
+                results_changes,
                 plans,
                 tag_counters: Arc::default(),
                 result_counters: Arc::default(),

@@ -233,7 +233,7 @@ fn assert_one_pass_agrees(object: &str, old_object: &str) -> bool {
         let (Some(one_pass), Some(usual)) = (one_pass, usual) else {
             continue;
         };
-        in_place |= one_pass.raw.get().is_none();
+        in_place |= one_pass.parts.raw.get().is_none();
         assert_eq!(
             format!("{:?}", one_pass.summary()),
             format!("{:?}", usual.summary()),

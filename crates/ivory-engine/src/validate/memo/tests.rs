@@ -1,6 +1,7 @@
 //! A kept result is never reused for different inputs: memoized and fresh decisions agree on
 //! random reviews, random verdicts and random policy sets.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ivory_policy::CompiledPolicy;
@@ -161,7 +162,7 @@ async fn judge(
     let deadline = ivory_clock::now() + Duration::from_secs(10);
     let verifier = verifier(&admission.signed);
     // No memo: every policy evaluated afresh, as `validate` does.
-    validate_memoized(
+    let decision = validate_memoized(
         &verifier,
         &NoResources,
         &selected,
@@ -170,7 +171,8 @@ async fn judge(
         deadline,
         memo,
     )
-    .await
+    .await;
+    Arc::unwrap_or_clone(decision)
 }
 
 proptest! {

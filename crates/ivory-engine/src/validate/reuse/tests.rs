@@ -3,7 +3,7 @@
 //! key (the mutation check) makes that fail. Random requests over every input agree too.
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use ivory_policy::CompiledPolicy;
@@ -224,7 +224,7 @@ async fn judge_by(verifier: &FakeVerifier, spec: &Spec, memo: Option<&DecisionMe
     let (req, namespace) = spec.request();
     let deadline = ivory_clock::now() + Duration::from_secs(10);
     let (policies, namespace) = (&spec.policies, namespace.as_ref());
-    validate_memoized(
+    let decision = validate_memoized(
         verifier,
         &NoResources,
         policies,
@@ -233,7 +233,8 @@ async fn judge_by(verifier: &FakeVerifier, spec: &Spec, memo: Option<&DecisionMe
         deadline,
         memo,
     )
-    .await
+    .await;
+    Arc::unwrap_or_clone(decision)
 }
 
 /// For each input, a kept request and one that differs from it in that input alone.
