@@ -7,6 +7,7 @@
 //! writers here are for that text only; everything else still goes through serde_json.
 
 use std::cell::RefCell;
+use std::sync::OnceLock;
 
 /// Text that JSON can be appended to: a `String` or a byte buffer.
 pub trait JsonOut {
@@ -50,8 +51,9 @@ pub fn push_string(out: &mut impl JsonOut, value: &str) {
     out.push_text("\"");
 }
 
-/// Appends `value` escaped as inside a JSON string literal, without the quotes.
-fn push_content(out: &mut impl JsonOut, value: &str) {
+/// Appends `value` escaped as inside a JSON string literal, without the quotes: a string
+/// written in pieces this way is escaped as [`push_string`] escapes it whole.
+pub fn push_content(out: &mut impl JsonOut, value: &str) {
     match next_escape(value.as_bytes(), 0) {
         // Most strings (names, images, digests): one scan and one copy.
         None => out.push_text(value),
@@ -82,6 +84,30 @@ pub fn push_joined<'p>(
 /// where the stock format would write one escaped string. For lines written many times per
 /// request (the policy results), whose fields cost more to visit one by one than to write.
 pub const LOG_MEMBERS_FIELD: &str = "json_members";
+
+/// Writes lines of JSON members ([`LOG_MEMBERS_FIELD`]) itself: the binary's JSON log format,
+/// which then writes them exactly as it writes such a tracing event (level INFO, the message
+/// first, then the members), without the event's dispatch and field visits (~1.2 k instructions
+/// a line, four lines an admission: BENCHMARKS.md, issue 47). The caller has asked tracing
+/// whether INFO lines of its target are enabled; directives on spans or field values, which
+/// ivory's lines do not use, are not asked.
+pub trait MembersLog: Send + Sync {
+    /// Writes one INFO line of `target` with `message` and `members`.
+    fn info(&self, target: &'static str, message: &'static str, members: &str);
+}
+
+static MEMBERS_LOG: OnceLock<Box<dyn MembersLog>> = OnceLock::new();
+
+/// Installs the process's [`MembersLog`] (once: later calls give theirs back).
+pub fn set_members_log(log: Box<dyn MembersLog>) -> Result<(), Box<dyn MembersLog>> {
+    MEMBERS_LOG.set(log)
+}
+
+/// The process's [`MembersLog`], when the binary installed one; lines go through tracing
+/// otherwise.
+pub fn members_log() -> Option<&'static dyn MembersLog> {
+    MEMBERS_LOG.get().map(Box::as_ref)
+}
 
 /// Appends `"key":` and the JSON string of `value`, after a comma unless `first`. `key` is a
 /// name written in the source, with nothing to escape ([`push_key`]).

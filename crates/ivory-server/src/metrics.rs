@@ -72,6 +72,7 @@ use prometheus_client::registry::Registry;
 
 mod families;
 mod process;
+mod series;
 mod sources;
 mod trust_root;
 pub use sources::{
@@ -112,6 +113,19 @@ struct AdmissionLabels {
     outcome: String,
 }
 
+impl series::StrLabels<2> for AdmissionLabels {
+    fn of([route, outcome]: [&str; 2]) -> Self {
+        Self {
+            route: route.to_owned(),
+            outcome: outcome.to_owned(),
+        }
+    }
+
+    fn is(&self, [route, outcome]: &[&str; 2]) -> bool {
+        self.route == *route && self.outcome == *outcome
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CertificateLabels {
     file: String,
@@ -147,6 +161,31 @@ struct PolicyResultLabels {
     policy_namespace: String,
     rule_result: String,
     rule_execution_cause: String,
+}
+
+impl series::StrLabels<4> for PolicyResultLabels {
+    fn of(
+        [
+            policy_name,
+            policy_namespace,
+            rule_result,
+            rule_execution_cause,
+        ]: [&str; 4],
+    ) -> Self {
+        Self {
+            policy_name: policy_name.to_owned(),
+            policy_namespace: policy_namespace.to_owned(),
+            rule_result: rule_result.to_owned(),
+            rule_execution_cause: rule_execution_cause.to_owned(),
+        }
+    }
+
+    fn is(&self, [policy, namespace, result, cause]: &[&str; 4]) -> bool {
+        self.policy_name == *policy
+            && self.policy_namespace == *namespace
+            && self.rule_result == *result
+            && self.rule_execution_cause == *cause
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -186,6 +225,7 @@ struct CacheLabels {
 pub struct Metrics {
     registry: Registry,
     admission: Family<AdmissionLabels, Histogram>,
+    admission_series: series::Series<AdmissionLabels, Histogram>,
     in_flight: Gauge,
     deadline_expiries: Family<RouteLabels, Counter>,
     panics: Family<RouteLabels, Counter>,
@@ -203,6 +243,7 @@ pub struct Metrics {
     cache_coalesced: Family<CacheLabels, Counter>,
     cache_source: Option<CacheStatsSource>,
     policy_results: Family<PolicyResultLabels, Counter>,
+    policy_result_series: series::Series<PolicyResultLabels, Counter>,
     reports_written: Counter,
     reports_dropped: Family<ReasonLabels, Counter>,
     connections_refused: Family<ReasonLabels, Counter>,
@@ -269,6 +310,7 @@ impl Metrics {
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16)));
         Self {
             admission,
+            admission_series: series::Series::default(),
             in_flight: Gauge::default(),
             deadline_expiries: Family::default(),
             panics: Family::default(),
@@ -286,6 +328,7 @@ impl Metrics {
             cache_coalesced: Family::default(),
             cache_source: None,
             policy_results: Family::default(),
+            policy_result_series: series::Series::default(),
             reports_written: Counter::default(),
             reports_dropped: Family::default(),
             connections_refused: Family::default(),
@@ -373,24 +416,19 @@ impl Metrics {
 
     /// Records one finished admission request.
     pub fn observe_admission(&self, route: &str, outcome: &str, elapsed: Duration) {
-        self.admission
-            .get_or_create(&AdmissionLabels {
-                route: route.to_owned(),
-                outcome: outcome.to_owned(),
-            })
+        self.admission_series
+            .get(&self.admission, [route, outcome])
             .observe(elapsed.as_secs_f64());
     }
 
     /// Counts one policy result; the `rule_result` label is the engine's status, `cause` is
     /// `admission_request` or `background_scan`.
     pub fn policy_result(&self, policy: &str, namespace: &str, result: Status, cause: &str) {
-        self.policy_results
-            .get_or_create(&PolicyResultLabels {
-                policy_name: policy.to_owned(),
-                policy_namespace: namespace.to_owned(),
-                rule_result: result.as_str().to_owned(),
-                rule_execution_cause: cause.to_owned(),
-            })
+        self.policy_result_series
+            .get(
+                &self.policy_results,
+                [policy, namespace, result.as_str(), cause],
+            )
             .inc();
     }
 

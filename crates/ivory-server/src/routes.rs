@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::get;
 use futures::future::FutureExt as _;
 use ivory_engine::admission::shape::ShapeError;
 use ivory_engine::admission::{
@@ -40,7 +40,7 @@ use crate::budget::{Budget, timeout_from_query};
 use crate::limits::{BodyBudget, BodyError, HttpLimits, ReadBody, read_body};
 use crate::metrics::Metrics;
 use crate::policies::PolicyStore;
-use crate::policy_results::{self, ReportSink};
+use crate::policy_results::{self, ReportSink, RequestFields};
 use crate::sources::{CredentialSource, NamespaceSource};
 
 /// Shared state of every handler; cheap to clone.
@@ -115,38 +115,52 @@ impl AppState {
 /// The router with all routes (bodies are read by the handlers, under [`HttpLimits`]).
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route(
-            "/ivpol/mutate/{*names}",
-            admission(Call::new(Stage::Mutate, false)),
-        )
-        .route(
-            "/ivpol/validate/{*names}",
-            admission(Call::new(Stage::Validate, false)),
-        )
-        .route(
-            "/nivpol/mutate/{*names}",
-            admission(Call::new(Stage::Mutate, true)),
-        )
-        .route(
-            "/nivpol/validate/{*names}",
-            admission(Call::new(Stage::Validate, true)),
-        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .fallback(admission_route)
         .with_state(state)
 }
 
-/// The handler of one admission route: path, query, headers and the unread body, judged as
-/// `call`.
-fn admission(call: Call) -> MethodRouter<AppState> {
-    post(
-        move |state: State<AppState>,
-              path: Path<String>,
-              query: RawQuery,
-              headers: HeaderMap,
-              body: Body| { admit(state, call, path, query, headers, body) },
-    )
+/// The admission routes, `POST /{ivpol,nivpol}/{mutate,validate}/<names>`, told apart here:
+/// axum's wildcard routes built a parameter list and a matched path for every request, ~2.5 k
+/// instructions of a warm admission (BENCHMARKS.md, issue 47), to hand over a prefix's rest.
+/// Every other path is 404, another method 405 (`Allow: POST`), and names that are not UTF-8
+/// once percent-decoded 400, as those routes answered
+/// (`tests::paths_and_methods_are_answered_as_axums_routes_answered_them`).
+async fn admission_route(
+    state: State<AppState>,
+    method: Method,
+    uri: Uri,
+    query: RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Some((call, names)) = admission_call(uri.path()) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    if method != Method::POST {
+        return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "POST")]).into_response();
+    }
+    let Ok(names) = percent_encoding::percent_decode_str(names).decode_utf8() else {
+        let text = "Invalid URL: Invalid UTF-8 in `names`";
+        return (StatusCode::BAD_REQUEST, text).into_response();
+    };
+    admit(state, call, &names, query, headers, body).await
+}
+
+/// The route `path` names and the rest of it after the route's prefix (not empty).
+fn admission_call(path: &str) -> Option<(Call, &str)> {
+    const ROUTES: [(&str, Stage, bool); 4] = [
+        ("/ivpol/mutate/", Stage::Mutate, false),
+        ("/ivpol/validate/", Stage::Validate, false),
+        ("/nivpol/mutate/", Stage::Mutate, true),
+        ("/nivpol/validate/", Stage::Validate, true),
+    ];
+    ROUTES.iter().find_map(|&(prefix, stage, namespaced)| {
+        let names = path.strip_prefix(prefix).filter(|rest| !rest.is_empty())?;
+        Some((Call::new(stage, namespaced), names))
+    })
 }
 
 /// Which route a request came in on.
@@ -180,7 +194,7 @@ type Answer = (&'static str, Response);
 async fn admit(
     State(state): State<AppState>,
     call: Call,
-    Path(names): Path<String>,
+    names: &str,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
@@ -195,7 +209,7 @@ async fn admit(
     let _guard = state.metrics.in_flight();
     // Boxed: the handling future is large, and axum and hyper move the handler's future several
     // times before it first runs (BENCHMARKS.md, issue 27's third round).
-    let handling = Box::pin(handle(&state, call, &names, query.as_deref(), body, start));
+    let handling = Box::pin(handle(&state, call, names, query.as_deref(), body, start));
     let handled = AssertUnwindSafe(handling).catch_unwind().await;
     let (outcome, response) = handled.unwrap_or_else(|panic| {
         state.metrics.panicked(call.label);
@@ -345,23 +359,26 @@ async fn answer(
         state.metrics.panicked(call.label);
         tracing::error!(route = call.label, uid = %req.uid, %panic, "policy evaluation panicked");
     }
+    let fields = RequestFields::new(&req);
     match call.stage {
         Stage::Validate => policy_results::after_validation(
             &state.metrics,
             state.reports.as_ref(),
-            &req,
+            &fields,
             &decision.results,
         ),
-        Stage::Mutate => {
-            policy_results::log_results(&req, &decision.results, policy_results::Cause::Admission)
-        }
+        Stage::Mutate => policy_results::log_results_of(
+            &fields,
+            &decision.results,
+            policy_results::Cause::Admission,
+        ),
     }
     if ivory_clock::now() >= budget.deadline || decision.budget_exhausted {
         state.metrics.deadline_expired(call.label);
     }
     let resp = response_from_decision(&req, &decision);
     let outcome = outcome(&decision, resp.patch.is_some());
-    log_admission(call, &req, outcome, &decision, start, budget);
+    log_admission(call, &fields, outcome, &decision, start, budget);
     (outcome, review_json(&resp))
 }
 
@@ -417,7 +434,7 @@ fn pipeline<'a>(
 
 fn log_admission(
     call: Call,
-    req: &AdmissionRequest,
+    fields: &RequestFields<'_>,
     outcome: &str,
     decision: &Decision,
     start: Instant,
@@ -432,7 +449,8 @@ fn log_admission(
     // `policy_results::log_results`): the same fields in the same order.
     let mut line = String::with_capacity(320);
     push_member(&mut line, true, "route", call.label);
-    policy_results::push_request_members(&mut line, req);
+    line.push_str(fields.members());
+    let req = fields.request;
     push_key(&mut line, false, "dry_run");
     line.push_str(if req.dry_run.unwrap_or(false) {
         "true"
@@ -450,7 +468,11 @@ fn log_admission(
     }
     let denial = decision.message.as_deref().unwrap_or("");
     push_member(&mut line, false, "denial", denial);
-    tracing::info!(json_members = line.as_str(), "admission");
+    // The message as a string field (see `policy_results::log_results`).
+    match ivory_plumbing::json_text::members_log() {
+        Some(log) => log.info(module_path!(), "admission", &line),
+        None => tracing::info!(message = "admission", json_members = line.as_str()),
+    }
 }
 
 /// The tightest `webhookConfiguration.timeoutSeconds` of the selected policies.

@@ -6,7 +6,9 @@
 //! lines), goes into `fields` as it is where the stock format writes one escaped string. A server
 //! writes one such line per admission and one per policy result, and the stock formatter spent
 //! about a fifth of a warm admission on them (BENCHMARKS.md): it formats each value into a
-//! temporary string and validates the UTF-8 of every fragment it writes. An event inside a
+//! temporary string and validates the UTF-8 of every fragment it writes. The line here is a
+//! `String` from the start, so nothing is validated again (that was ~780 instructions a line,
+//! issue 47), and values are written by ivory's JSON text writers, as serde_json writes them. An event inside a
 //! span (ivory opens none; a dependency might) is handed to the stock formatter, which also
 //! lists the spans.
 //!
@@ -16,22 +18,21 @@
 //! `log_line_oracle::ivory_writes_the_lines_the_stock_layer_and_appender_write`.
 
 use std::cell::RefCell;
-use std::fmt;
+use std::fmt::{self, Write as _};
 
-use ivory_plumbing::json_text::LOG_MEMBERS_FIELD;
-use serde::Serializer as _;
+use ivory_plumbing::json_text::{LOG_MEMBERS_FIELD, MembersLog, push_content, push_u64};
 use tracing::field::{Field, Visit};
-use tracing::{Event, Subscriber};
+use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::{Format, Json, JsonFields, Writer};
 use tracing_subscriber::fmt::time::SystemTime;
-use tracing_subscriber::fmt::{FmtContext, FormatEvent};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
 
 /// Lines longer than this give their buffer back after being written.
 const KEPT_BUFFER_BYTES: usize = 64 * 1024;
 
 thread_local! {
-    static LINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static LINE: RefCell<String> = const { RefCell::new(String::new()) };
     /// The second of the last timestamp written on this thread, and its text up to the `.`.
     static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
 }
@@ -70,13 +71,9 @@ where
                 return self.stock.format_event(ctx, writer.by_ref(), event);
             };
             line.clear();
-            let written = write_line(&mut line, event);
-            let result = written.and_then(|()| {
-                let text = std::str::from_utf8(&line).map_err(|_| fmt::Error)?;
-                writer.write_str(text)
-            });
+            let result = write_line(&mut line, event).and_then(|()| writer.write_str(&line));
             if line.capacity() > KEPT_BUFFER_BYTES {
-                *line = Vec::new();
+                *line = String::new();
             }
             result
         })
@@ -84,14 +81,9 @@ where
 }
 
 /// Writes one event as a JSON line (with its newline) into `line`.
-fn write_line(line: &mut Vec<u8>, event: &Event<'_>) -> fmt::Result {
+fn write_line(line: &mut String, event: &Event<'_>) -> fmt::Result {
     let meta = event.metadata();
-    line.extend_from_slice(b"{\"timestamp\":\"");
-    timestamp(line, ivory_clock::wall())?;
-    line.push(b'"');
-    line.extend_from_slice(b",\"level\":");
-    string(line, meta.level().as_str())?;
-    line.extend_from_slice(b",\"fields\":{");
+    line_head(line, meta.level())?;
     let mut fields = Fields {
         line,
         first: true,
@@ -101,15 +93,82 @@ fn write_line(line: &mut Vec<u8>, event: &Event<'_>) -> fmt::Result {
     if fields.failed {
         return Err(fmt::Error);
     }
-    line.extend_from_slice(b"},\"target\":");
-    string(line, meta.target())?;
-    line.extend_from_slice(b"}\n");
+    line_tail(line, meta.target())
+}
+
+/// `{"timestamp":"…","level":"…","fields":{`: a line up to its first field.
+fn line_head(line: &mut String, level: &Level) -> fmt::Result {
+    line.push_str("{\"timestamp\":\"");
+    timestamp(line, ivory_clock::wall())?;
+    line.push('"');
+    line.push_str(",\"level\":");
+    string(line, level.as_str())?;
+    line.push_str(",\"fields\":{");
     Ok(())
+}
+
+/// `},"target":"…"}` and the newline: a line from its last field on.
+fn line_tail(line: &mut String, target: &str) -> fmt::Result {
+    line.push_str("},\"target\":");
+    string(line, target)?;
+    line.push_str("}\n");
+    Ok(())
+}
+
+/// Writes lines of JSON members to the log's writer as [`JsonLines`] writes the tracing event
+/// `info!(target: …, message = …, json_members = …)`, without the event
+/// ([`MembersLog`]; the same bytes: `tests::members_lines_are_those_of_their_events`).
+pub(crate) struct MembersLines<W> {
+    writer: W,
+}
+
+impl<W> MembersLines<W> {
+    /// Lines written to `writer`, the writer the tracing subscriber writes to.
+    pub(crate) fn new(writer: W) -> Self {
+        Self { writer }
+    }
+}
+
+impl<W> MembersLog for MembersLines<W>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync,
+{
+    fn info(&self, target: &'static str, message: &'static str, members: &str) {
+        LINE.with(|line| {
+            let mut fresh = String::new();
+            // Taken only by a line being formatted on this thread, which never calls here.
+            let mut kept = line.try_borrow_mut();
+            let line = match kept.as_deref_mut() {
+                Ok(line) => line,
+                Err(_) => &mut fresh,
+            };
+            line.clear();
+            if members_line(line, target, message, members).is_ok() {
+                // As the tracing subscriber does, a line the writer refuses is left unwritten.
+                let _ = std::io::Write::write_all(&mut self.writer.make_writer(), line.as_bytes());
+            }
+            if line.capacity() > KEPT_BUFFER_BYTES {
+                *line = String::new();
+            }
+        });
+    }
+}
+
+/// One INFO line of `target`: `message`, then `members` as they are.
+fn members_line(line: &mut String, target: &str, message: &str, members: &str) -> fmt::Result {
+    line_head(line, &Level::INFO)?;
+    line.push_str("\"message\":");
+    string(line, message)?;
+    if !members.is_empty() {
+        line.push(',');
+        line.push_str(members);
+    }
+    line_tail(line, target)
 }
 
 /// `now` as tracing-subscriber's [`SystemTime`] writes it (`2026-12-05T01:02:03.456789Z`): the
 /// date and time of day are formatted once per second and thread, the microseconds each time.
-fn timestamp(line: &mut Vec<u8>, now: std::time::SystemTime) -> fmt::Result {
+fn timestamp(line: &mut String, now: std::time::SystemTime) -> fmt::Result {
     let since_epoch = now
         .duration_since(std::time::UNIX_EPOCH)
         .map_err(|_| fmt::Error)?;
@@ -123,7 +182,7 @@ fn timestamp(line: &mut Vec<u8>, now: std::time::SystemTime) -> fmt::Result {
                 .to_string();
             *second = (seconds, text);
         }
-        line.extend_from_slice(second.1.as_bytes());
+        line.push_str(&second.1);
         Ok(())
     })?;
     // Six digits by hand: `write!` with a width costs more than the rest of the timestamp.
@@ -133,36 +192,38 @@ fn timestamp(line: &mut Vec<u8>, now: std::time::SystemTime) -> fmt::Result {
         *digit = b'0' + (micros % 10) as u8;
         micros /= 10;
     }
-    line.extend_from_slice(&digits);
-    line.push(b'Z');
+    for digit in digits {
+        line.push(char::from(digit));
+    }
+    line.push('Z');
     Ok(())
 }
 
 /// A JSON string, escaped as serde_json escapes it.
-fn string(line: &mut Vec<u8>, value: &str) -> fmt::Result {
+fn string(line: &mut String, value: &str) -> fmt::Result {
     ivory_plumbing::json_text::push_string(line, value);
     Ok(())
 }
 
 /// The `fields` object: each field as tracing-serde records it.
 struct Fields<'l> {
-    line: &'l mut Vec<u8>,
+    line: &'l mut String,
     first: bool,
     failed: bool,
 }
 
 impl Fields<'_> {
     /// Writes `"name":` and then the value `write` appends.
-    fn entry(&mut self, field: &Field, write: impl FnOnce(&mut Vec<u8>) -> fmt::Result) {
+    fn entry(&mut self, field: &Field, write: impl FnOnce(&mut String) -> fmt::Result) {
         if self.failed {
             return;
         }
         if !self.first {
-            self.line.push(b',');
+            self.line.push(',');
         }
         self.first = false;
         let written = string(self.line, field.name()).and_then(|()| {
-            self.line.push(b':');
+            self.line.push(':');
             write(self.line)
         });
         self.failed = written.is_err();
@@ -175,29 +236,40 @@ impl Fields<'_> {
             return;
         }
         if !self.first {
-            self.line.push(b',');
+            self.line.push(',');
         }
         self.first = false;
-        self.line.extend_from_slice(members.as_bytes());
+        self.line.push_str(members);
     }
 
-    /// Writes `"name":` and then the value serde_json's `serialize` writes.
-    fn serialized(
-        &mut self,
-        field: &Field,
-        serialize: impl FnOnce(
-            &mut serde_json::Serializer<&mut Vec<u8>>,
-        ) -> Result<(), serde_json::Error>,
-    ) {
+    /// Writes `"name":` and then `value` as it is (a JSON literal or number).
+    fn literal(&mut self, field: &Field, value: &str) {
         self.entry(field, |line| {
-            serialize(&mut serde_json::Serializer::new(line)).map_err(|_| fmt::Error)
+            line.push_str(value);
+            Ok(())
         });
+    }
+}
+
+/// Escapes what is written to it into a JSON string's content, piece by piece, as serde_json's
+/// `collect_str` escapes the whole.
+struct Escaping<'l>(&'l mut String);
+
+impl fmt::Write for Escaping<'_> {
+    fn write_str(&mut self, piece: &str) -> fmt::Result {
+        push_content(self.0, piece);
+        Ok(())
     }
 }
 
 impl Visit for Fields<'_> {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.serialized(field, |s| s.collect_str(&format_args!("{value:?}")));
+        self.entry(field, |line| {
+            line.push('"');
+            write!(Escaping(line), "{value:?}")?;
+            line.push('"');
+            Ok(())
+        });
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
@@ -209,19 +281,33 @@ impl Visit for Fields<'_> {
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.serialized(field, |s| s.serialize_bool(value));
+        self.literal(field, if value { "true" } else { "false" });
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.serialized(field, |s| s.serialize_u64(value));
+        self.entry(field, |line| {
+            push_u64(line, value);
+            Ok(())
+        });
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.serialized(field, |s| s.serialize_i64(value));
+        self.entry(field, |line| {
+            if value < 0 {
+                line.push('-');
+            }
+            push_u64(line, value.unsigned_abs());
+            Ok(())
+        });
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.serialized(field, |s| s.serialize_f64(value));
+        // Rare in ivory's lines: serde_json's own text (shortest round trip, `null` when not
+        // finite).
+        match serde_json::to_string(&value) {
+            Ok(text) => self.literal(field, &text),
+            Err(_) => self.failed = true,
+        }
     }
 }
 
@@ -305,7 +391,10 @@ pub(crate) mod tests {
             flag = true,
             unsigned = 18_446_744_073_709_551_615_u64,
             negative = -7_i64,
+            least = i64::MIN,
             float = 0.25_f64,
+            not_a_number = f64::NAN,
+            escaped = ?"tab\t \u{7f} \u{1b} é \"q\"",
             error = &error as &(dyn std::error::Error + 'static),
             "policy result"
         );
@@ -344,15 +433,60 @@ pub(crate) mod tests {
         assert_eq!(raw(&fast), raw(&stock));
     }
 
+    /// A line of members written straight to the writer is the line of the tracing event the
+    /// server would otherwise log: the same bytes once the timestamps are equal.
+    #[test]
+    fn members_lines_are_those_of_their_events() {
+        let members = [
+            r#""cause":"admission_request","uid":"u-\"1\"","images":"a,b""#,
+            "",
+        ];
+        let direct = Captured::default();
+        let lines = MembersLines::new(direct.clone());
+        for m in members {
+            lines.info("ivory::audit", "policy result", m);
+            lines.info("ivory_server::routes", "admission \"quoted\"", m);
+        }
+        let through_tracing = Captured::default();
+        tracing::subscriber::with_default(fast_subscriber(&through_tracing), || {
+            for m in members {
+                tracing::info!(
+                    target: "ivory::audit",
+                    message = "policy result",
+                    json_members = m
+                );
+                tracing::info!(
+                    target: "ivory_server::routes",
+                    message = "admission \"quoted\"",
+                    json_members = m
+                );
+            }
+        });
+        assert_eq!(direct.lines().len(), 4);
+        assert_eq!(
+            direct.text_without_timestamps(),
+            through_tracing.text_without_timestamps()
+        );
+        let raw = |c: &Captured| {
+            let bytes = c.0.lock().map(|b| b.clone()).unwrap_or_default();
+            String::from_utf8(bytes)
+                .unwrap_or_default()
+                .lines()
+                .map(|l| l.split_once(",\"level\"").map(|(_, rest)| rest.to_owned()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(raw(&direct), raw(&through_tracing));
+    }
+
     #[test]
     fn timestamps_are_written_as_the_stock_format_writes_them() {
         use tracing_subscriber::fmt::time::FormatTime as _;
         let at = |seconds: u64, micros: u32| {
-            let mut line = Vec::new();
+            let mut line = String::new();
             let instant =
                 std::time::UNIX_EPOCH + std::time::Duration::new(seconds, micros * 1_000 + 999);
             timestamp(&mut line, instant).unwrap();
-            String::from_utf8(line).unwrap()
+            line
         };
         assert_eq!(at(1_796_000_000, 123_456), "2026-11-30T00:53:20.123456Z");
         // A leap day, and a second written again from the same thread's cache.
@@ -365,9 +499,8 @@ pub(crate) mod tests {
             SystemTime
                 .format_time(&mut Writer::new(&mut stock))
                 .unwrap();
-            let mut ours = Vec::new();
+            let mut ours = String::new();
             timestamp(&mut ours, ivory_clock::wall()).unwrap();
-            let ours = String::from_utf8(ours).unwrap();
             stock.len() == ours.len() && stock[..20] == ours[..20]
         });
         assert!(same_second);

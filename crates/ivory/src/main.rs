@@ -230,6 +230,11 @@ fn init_tracing(format: LogFormat, level: &str, serve: bool) -> anyhow::Result<O
     let (writer, log) = if serve {
         let (log, sink) = log_writer::BatchedLog::start(std::io::stderr(), SERVE_LOG_BOUNDS)
             .map_err(|e| anyhow::anyhow!("starting the log writer thread: {e}"))?;
+        if format == LogFormat::Json {
+            // The server's result and admission lines, written as their events would be.
+            let lines = json_log::MembersLines::new(sink.clone());
+            let _ = ivory_plumbing::json_text::set_members_log(Box::new(lines));
+        }
         (BoxMakeWriter::new(sink), Some(ServeLog { log }))
     } else {
         (BoxMakeWriter::new(std::io::stderr), None)

@@ -66,5 +66,24 @@ fn policy_result_lines_carry_their_fields_once_each() {
     let text = String::from_utf8(fast.0.lock().unwrap().clone()).unwrap();
     for line in text.lines() {
         assert_eq!(line.matches("\"message\":").count(), 1, "{line}");
+        // The message first, as a format string's message was written.
+        assert!(
+            line.contains(r#""fields":{"message":"policy result","cause":"admission_request","#),
+            "{line}"
+        );
     }
+    // The text format shows it as the line's message, not as a field.
+    let plain = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(plain.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        log_results(&req, &results[..1], Cause::Admission);
+    });
+    let text = String::from_utf8(plain.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        text.contains("ivory::audit: policy result json_members="),
+        "{text}"
+    );
 }

@@ -203,6 +203,49 @@ fn depth_up_to_the_limit_is_read() {
     assert_eq!(agree::<Value>(&text).map(|v| depth(&v)), Ok(MAX_DEPTH));
 }
 
+/// Skipped text: the same grammar and the same depth limit as text that is read.
+#[test]
+fn skipped_text_that_is_not_json_or_too_deep_is_refused() {
+    for text in [
+        "{",
+        "[",
+        "{]",
+        "[}",
+        "[1,]",
+        "[,1]",
+        "[1 2]",
+        r#"{"a":1,}"#,
+        r#"{"a" 1}"#,
+        r#"{"a":}"#,
+        r#"{1:2}"#,
+        r#"{"a":1 "b":2}"#,
+        "[[]",
+        "[]]",
+        "01",
+        "tru",
+        r#""\x""#,
+        "[{\"a\":[}]]",
+    ] {
+        let skipped = format!(r#"{{"skip": {text}, "name": "n"}}"#);
+        assert_eq!(from_str::<Few>(&skipped), Err(Outside), "{skipped}");
+        assert!(serde_json::from_str::<Few>(&skipped).is_err(), "{skipped}");
+    }
+    for (lists, read) in [(MAX_DEPTH - 1, true), (MAX_DEPTH, false)] {
+        let deep = format!(
+            "{}0{}",
+            "[{\"k\":".repeat(lists / 2),
+            "}]".repeat(lists / 2)
+        );
+        let deep = if lists % 2 == 1 {
+            format!("[{deep}]")
+        } else {
+            deep
+        };
+        let skipped = format!(r#"{{"skip": {deep}, "name": "n"}}"#);
+        assert_eq!(agree::<Few>(&skipped).is_ok(), read, "{lists} deep");
+    }
+}
+
 proptest! {
     /// A word's first run end is found exactly, whatever the bytes around it.
     #[test]

@@ -205,3 +205,47 @@ fn the_shared_caches_call_time_is_in_seconds_and_the_old_name_stays_one_release(
     );
     assert_eq!(line(&text, "ivory_l2_calls_total "), Some(4.0), "{text}");
 }
+
+/// Counts found by their label values land in the family's own series, one per label set,
+/// however many times each is counted.
+#[test]
+fn policy_results_and_admissions_count_into_their_families_series() {
+    let m = Metrics::new();
+    for _ in 0..3 {
+        m.policy_result("check", "", Status::Pass, "admission_request");
+    }
+    m.policy_result("check", "", Status::Fail, "admission_request");
+    m.policy_result("check", "team", Status::Pass, "admission_request");
+    m.policy_result("check", "", Status::Pass, "background_scan");
+    for _ in 0..2 {
+        m.observe_admission("ivpol_validate", "allowed", Duration::from_millis(2));
+    }
+    m.observe_admission("ivpol_validate", "denied", Duration::from_millis(2));
+    let text = m.encode();
+    let result = |namespace: &str, result: &str, cause: &str| {
+        line(
+            &text,
+            &format!(
+                r#"ivory_policy_results_total{{policy_name="check",policy_namespace="{namespace}",rule_result="{result}",rule_execution_cause="{cause}"}}"#
+            ),
+        )
+    };
+    assert_eq!(result("", "pass", "admission_request"), Some(3.0), "{text}");
+    assert_eq!(result("", "fail", "admission_request"), Some(1.0), "{text}");
+    assert_eq!(
+        result("team", "pass", "admission_request"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(result("", "pass", "background_scan"), Some(1.0), "{text}");
+    let admissions = |outcome: &str| {
+        line(
+            &text,
+            &format!(
+                r#"ivory_admission_duration_seconds_count{{route="ivpol_validate",outcome="{outcome}"}}"#
+            ),
+        )
+    };
+    assert_eq!(admissions("allowed"), Some(2.0), "{text}");
+    assert_eq!(admissions("denied"), Some(1.0), "{text}");
+}

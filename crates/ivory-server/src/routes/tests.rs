@@ -715,3 +715,82 @@ fn outcomes_tell_a_failure_to_judge_from_a_judgement() {
     let plain = decision(true, vec![result(Status::Pass, false)], vec![]);
     assert_eq!(outcome(&plain, false), "allowed");
 }
+
+/// What a path and method that are not an admission route get, with the routes told apart by
+/// hand: as axum's wildcard routes answered them.
+#[tokio::test]
+async fn paths_and_methods_are_answered_as_axums_routes_answered_them() {
+    let s = ready_state();
+    let cases: [(&str, &str, StatusCode, &str, &str); 10] = [
+        (
+            "GET",
+            "/ivpol/validate/x",
+            StatusCode::METHOD_NOT_ALLOWED,
+            "POST",
+            "",
+        ),
+        (
+            "PUT",
+            "/nivpol/mutate/x",
+            StatusCode::METHOD_NOT_ALLOWED,
+            "POST",
+            "",
+        ),
+        ("POST", "/ivpol/validate/", StatusCode::NOT_FOUND, "", ""),
+        ("GET", "/ivpol/validate/", StatusCode::NOT_FOUND, "", ""),
+        ("POST", "/ivpol/validate", StatusCode::NOT_FOUND, "", ""),
+        ("POST", "/ivpol/valid/x", StatusCode::NOT_FOUND, "", ""),
+        ("POST", "//ivpol/validate/x", StatusCode::NOT_FOUND, "", ""),
+        (
+            "POST",
+            "/healthz",
+            StatusCode::METHOD_NOT_ALLOWED,
+            "GET,HEAD",
+            "",
+        ),
+        (
+            "POST",
+            "/ivpol/validate/%FF",
+            StatusCode::BAD_REQUEST,
+            "",
+            "Invalid URL: Invalid UTF-8 in `names`",
+        ),
+        (
+            "POST",
+            "/ivpol/validate/x/",
+            StatusCode::OK,
+            "",
+            "{\"apiVersion\"",
+        ),
+    ];
+    for (method, path, status, allow, body) in cases {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(HttpBody::from(pod_review("p", "nginx").to_string()))
+            .unwrap();
+        let resp = router(s.clone()).oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), status, "{method} {path}");
+        let allowed = resp
+            .headers()
+            .get("allow")
+            .map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(allowed.unwrap_or_default(), allow, "{method} {path}");
+        let text = to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+        let text = String::from_utf8_lossy(&text);
+        assert!(text.starts_with(body), "{method} {path}: {text}");
+        if body.is_empty() {
+            assert!(text.is_empty(), "{method} {path}: {text}");
+        }
+    }
+    // Percent-encoded names are decoded, as the wildcard decoded them.
+    let (status, bytes) = post(
+        &s,
+        "/ivpol/validate/ivory%2Dverify%2Dimages",
+        pod_review("p", "nginx").to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(response_of(&bytes)["uid"], "p");
+}
