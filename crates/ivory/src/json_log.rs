@@ -362,6 +362,16 @@ pub(crate) mod tests {
                 .collect()
         }
 
+        /// Each line's raw text after its timestamp (from `,"level"` on).
+        fn raw_after_timestamps(&self) -> Vec<Option<String>> {
+            let bytes = self.0.lock().map(|b| b.clone()).unwrap_or_default();
+            String::from_utf8(bytes)
+                .unwrap_or_default()
+                .lines()
+                .map(|l| l.split_once(",\"level\"").map(|(_, rest)| rest.to_owned()))
+                .collect()
+        }
+
         fn text_without_timestamps(&self) -> String {
             self.lines()
                 .iter()
@@ -422,15 +432,7 @@ pub(crate) mod tests {
             fast.text_without_timestamps(),
             stock.text_without_timestamps()
         );
-        let raw = |c: &Captured| {
-            let bytes = c.0.lock().map(|b| b.clone()).unwrap_or_default();
-            String::from_utf8(bytes)
-                .unwrap_or_default()
-                .lines()
-                .map(|l| l.split_once(",\"level\"").map(|(_, rest)| rest.to_owned()))
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(raw(&fast), raw(&stock));
+        assert_eq!(fast.raw_after_timestamps(), stock.raw_after_timestamps());
     }
 
     /// A line of members written straight to the writer is the line of the tracing event the
@@ -467,15 +469,10 @@ pub(crate) mod tests {
             direct.text_without_timestamps(),
             through_tracing.text_without_timestamps()
         );
-        let raw = |c: &Captured| {
-            let bytes = c.0.lock().map(|b| b.clone()).unwrap_or_default();
-            String::from_utf8(bytes)
-                .unwrap_or_default()
-                .lines()
-                .map(|l| l.split_once(",\"level\"").map(|(_, rest)| rest.to_owned()))
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(raw(&direct), raw(&through_tracing));
+        assert_eq!(
+            direct.raw_after_timestamps(),
+            through_tracing.raw_after_timestamps()
+        );
     }
 
     #[test]

@@ -784,13 +784,29 @@ async fn paths_and_methods_are_answered_as_axums_routes_answered_them() {
             assert!(text.is_empty(), "{method} {path}: {text}");
         }
     }
-    // Percent-encoded names are decoded, as the wildcard decoded them.
+    // Percent-encoded names are decoded, as the wildcard decoded them: the default policy is
+    // found by its encoded name, and an unknown name is reported decoded.
     let (status, bytes) = post(
         &s,
-        "/ivpol/validate/ivory%2Dverify%2Dimages",
+        "/ivpol/mutate/ivory%2Dpin%2Ddigests",
         pod_review("p", "nginx").to_string(),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(response_of(&bytes)["uid"], "p");
+    let resp = response_of(&bytes);
+    assert_eq!(
+        (resp["uid"].as_str(), resp["allowed"].as_bool()),
+        (Some("p"), Some(true))
+    );
+    assert!(resp["patch"].is_string(), "{resp}");
+    let (_, bytes) = post(
+        &s,
+        "/ivpol/mutate/no%20such",
+        pod_review("q", "nginx").to_string(),
+    )
+    .await;
+    let resp = response_of(&bytes);
+    assert_eq!(resp["status"]["code"], 404, "{resp}");
+    let msg = resp["status"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("policies: no such"), "{msg}");
 }
