@@ -245,51 +245,41 @@ impl<'de> Reader<'de> {
     fn skip_value(&mut self) -> Result<()> {
         match self.next_token()? {
             b'"' => self.skip_string(),
-            b'{' => {
-                self.enter()?;
-                self.at += 1;
-                if self.next_token()? != b'}' {
-                    loop {
-                        if self.next_token()? != b'"' {
-                            return Err(Outside);
-                        }
-                        self.skip_string()?;
-                        self.expect(b':')?;
-                        self.skip_value()?;
-                        match self.next_token()? {
-                            b',' => self.at += 1,
-                            b'}' => break,
-                            _ => return Err(Outside),
-                        }
-                    }
-                }
-                self.at += 1;
-                self.depth -= 1;
-                Ok(())
-            }
-            b'[' => {
-                self.enter()?;
-                self.at += 1;
-                if self.next_token()? != b']' {
-                    loop {
-                        self.skip_value()?;
-                        match self.next_token()? {
-                            b',' => self.at += 1,
-                            b']' => break,
-                            _ => return Err(Outside),
-                        }
-                    }
-                }
-                self.at += 1;
-                self.depth -= 1;
-                Ok(())
-            }
+            b'{' => self.skip_container(b'}', true),
+            b'[' => self.skip_container(b']', false),
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
             b'n' => self.literal(b"null"),
             b'-' | b'0'..=b'9' => self.number().map(|_| ()),
             _ => Err(Outside),
         }
+    }
+
+    /// Skips the object (`keyed`) or list that opens at the next byte and ends with `close`.
+    #[inline(always)]
+    fn skip_container(&mut self, close: u8, keyed: bool) -> Result<()> {
+        self.enter()?;
+        self.at += 1;
+        if self.next_token()? != close {
+            loop {
+                if keyed {
+                    if self.next_token()? != b'"' {
+                        return Err(Outside);
+                    }
+                    self.skip_string()?;
+                    self.expect(b':')?;
+                }
+                self.skip_value()?;
+                match self.next_token()? {
+                    b',' => self.at += 1,
+                    byte if byte == close => break,
+                    _ => return Err(Outside),
+                }
+            }
+        }
+        self.at += 1;
+        self.depth -= 1;
+        Ok(())
     }
 
     /// An integer as serde_json hands it to a visitor (`u64`, or `i64` when negative).
@@ -312,13 +302,24 @@ impl<'de> Reader<'de> {
 
     /// `{`…`}` through `visitor`, which must read every entry.
     fn map<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value> {
-        self.expect(b'{')?;
+        self.within(b'{', b'}', |entries| visitor.visit_map(entries))
+    }
+
+    /// The container between `open` and `close`, its entries read by `read`.
+    #[inline(always)]
+    fn within<T>(
+        &mut self,
+        open: u8,
+        close: u8,
+        read: impl FnOnce(Entries<'_, 'de>) -> Result<T>,
+    ) -> Result<T> {
+        self.expect(open)?;
         self.enter()?;
-        let value = visitor.visit_map(Entries {
+        let value = read(Entries {
             reader: self,
             first: true,
         })?;
-        self.expect(b'}')?;
+        self.expect(close)?;
         self.depth -= 1;
         Ok(value)
     }
@@ -444,15 +445,7 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.expect(b'[')?;
-        self.enter()?;
-        let value = visitor.visit_seq(Entries {
-            reader: self,
-            first: true,
-        })?;
-        self.expect(b']')?;
-        self.depth -= 1;
-        Ok(value)
+        self.within(b'[', b']', |entries| visitor.visit_seq(entries))
     }
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
