@@ -1,8 +1,8 @@
 //! ivory-plumbing: the pieces of the hot path that are about speed and hashing, not admission.
 //!
-//! The engine, the verifier, the server and the binary all write JSON text and key maps by data a request
-//! chose; each piece is here once, in a crate that depends on no other ivory crate, so the
-//! response, the `verified-images` annotation and the log lines share one writer, and every
+//! The engine, the verifier, the server and the binary all write JSON text and key maps by data
+//! a request chose; each piece is here once, in a crate that depends on no other ivory crate, so
+//! the response, the `verified-images` annotation and the log lines share one writer, and every
 //! request-keyed map in the engine and the verifier shares one hasher.
 //!
 //! # What this crate owns

@@ -76,7 +76,8 @@
 //! ([`policy_results::after_validation`], [`policy_results::after_background`]): one structured
 //! log line per result (target `ivory::audit`, `message: "policy result"`, with the request's
 //! uid, kind, namespace, name and operation and the result's policy, policy_namespace, result,
-//! policy_message, properties and images, written by [`policy_results::log_results`]), the counter `ivory_policy_results_total` labelled by
+//! policy_message, properties and images, written by [`policy_results::log_results`]), the
+//! counter `ivory_policy_results_total` labelled by
 //! `policy_name`, `policy_namespace`, `rule_result` and `rule_execution_cause` (Kyverno's
 //! `kyverno_policy_results_total`; `ivory_admission_duration_seconds` is the counterpart of
 //! `kyverno_admission_review_duration_seconds`) and, with `--kube`, a report update through a

@@ -216,12 +216,7 @@ fn reportable(req: &AdmissionRequest, results: &[PolicyResult]) -> bool {
 }
 
 /// One structured line per result: the audit log without `--kube` (and beside the reports).
-pub fn log_result(req: &AdmissionRequest, result: &PolicyResult, cause: Cause) {
-    log_results(req, std::slice::from_ref(result), cause);
-}
-
-/// [`log_result`] for each of `results`. The line's fields are written here, the request's once
-/// for all its results, and handed over as one field of JSON members
+/// The line's fields are written here, the request's once for all its results, and handed over as one field of JSON members
 /// ([`LOG_MEMBERS_FIELD`](ivory_plumbing::json_text::LOG_MEMBERS_FIELD)) that ivory's log format
 /// puts in the line as they are: visiting twelve fields per result cost more than writing them
 /// (BENCHMARKS.md, issue 47). The result's own message is `policy_message`: as `message` it was

@@ -8,9 +8,9 @@
 //! about a fifth of a warm admission on them (BENCHMARKS.md): it formats each value into a
 //! temporary string and validates the UTF-8 of every fragment it writes. The line here is a
 //! `String` from the start, so nothing is validated again (that was ~780 instructions a line,
-//! issue 47), and values are written by ivory's JSON text writers, as serde_json writes them. An event inside a
-//! span (ivory opens none; a dependency might) is handed to the stock formatter, which also
-//! lists the spans.
+//! issue 47), and values are written by ivory's JSON text writers, as serde_json writes them.
+//! An event inside a span (ivory opens none; a dependency might) is handed to the stock
+//! formatter, which also lists the spans.
 //!
 //! Hand-written (the rule in docs/ARCHITECTURE.md), replacing tracing-subscriber's `json()`
 //! format: 6.1 k instructions a line against its 26.3 k (BENCHMARKS.md, "The log line").
