@@ -102,17 +102,19 @@ pub(crate) async fn run(args: LoadArgs) -> Result<()> {
     );
 
     eprintln!("latency at half load ({:.0} req/s)…", ivory_max / 2.0);
-    let cpu_before = ivory.cpu_time()?;
+    let cpu_before = ivory.cpu_times()?;
     let half = loadgen::open_loop(&ivory_target, ivory_max / 2.0, plan.step).await;
-    let half_cpu = ivory.cpu_time()?.saturating_sub(cpu_before);
+    let half_cpu = ivory.cpu_times()?.since(cpu_before);
     // The server's own CPU per answered admission over the half-load step.
-    let warm_cpu_us = half_cpu.as_secs_f64() * 1e6 / half.ok.max(1) as f64;
+    let per_admission = |cpu: Duration| cpu.as_secs_f64() * 1e6 / half.ok.max(1) as f64;
+    let warm_cpu_us = per_admission(half_cpu.total());
     // The null webhook's CPU per answer over the same step at the same rate: the same TLS and
     // HTTP work on the same machine, so ivory's figure divided by it means the same anywhere.
-    let null_cpu_before = null.cpu_time()?;
+    let null_cpu_before = null.cpu_times()?;
     let null_half = loadgen::open_loop(&null_target, ivory_max / 2.0, plan.step).await;
-    let null_half_cpu = null.cpu_time()?.saturating_sub(null_cpu_before);
-    let null_cpu_us = null_half_cpu.as_secs_f64() * 1e6 / null_half.ok.max(1) as f64;
+    let null_half_cpu = null.cpu_times()?.since(null_cpu_before);
+    let per_answer = |cpu: Duration| cpu.as_secs_f64() * 1e6 / null_half.ok.max(1) as f64;
+    let null_cpu_us = per_answer(null_half_cpu.total());
     drop(null);
     details.insert(
         "warm".into(),
@@ -126,6 +128,12 @@ pub(crate) async fn run(args: LoadArgs) -> Result<()> {
             "null_half_load": null_half.to_json(),
             "ivory_cpu_us": round(warm_cpu_us, 1),
             "null_cpu_us": round(null_cpu_us, 1),
+            // The same figures apart: the kernel's part (sockets, the log's writes) and the
+            // user-space part, where ivory's own work is.
+            "ivory_cpu_user_us": round(per_admission(half_cpu.user), 1),
+            "ivory_cpu_system_us": round(per_admission(half_cpu.system), 1),
+            "null_cpu_user_us": round(per_answer(null_half_cpu.user), 1),
+            "null_cpu_system_us": round(per_answer(null_half_cpu.system), 1),
             "request_bytes": warm_body.len(),
         }),
     );

@@ -93,28 +93,66 @@ impl Server {
 }
 
 impl Server {
-    /// User + system CPU time the server process has used so far (all its threads), from
-    /// `/proc/<pid>/stat` in clock ticks.
+    /// User + system CPU time the server process has used so far (all its threads).
     pub(crate) fn cpu_time(&self) -> Result<Duration> {
-        let path = format!("/proc/{}/stat", self.child.id());
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-        // Fields after the parenthesised command name (which may hold spaces): utime is the
-        // 14th field of the line, stime the 15th, i.e. the 12th and 13th after the name.
-        let after_name = text
-            .rsplit_once(')')
-            .map(|(_, rest)| rest)
-            .with_context(|| format!("{path}: no command name"))?;
-        let fields: Vec<&str> = after_name.split_whitespace().collect();
-        let ticks = |i: usize| -> Result<u64> {
-            fields
-                .get(i)
-                .and_then(|v| v.parse().ok())
-                .with_context(|| format!("{path}: field {} unreadable", i + 3))
-        };
-        let total = ticks(11)? + ticks(12)?;
+        Ok(self.cpu_times()?.total())
+    }
+
+    /// The CPU time the server process has used so far (all its threads), user and system
+    /// apart.
+    pub(crate) fn cpu_times(&self) -> Result<CpuTimes> {
+        cpu_times_of(self.child.id())
+    }
+}
+
+/// The CPU time process `pid` has used so far (all its threads), from `/proc/<pid>/stat` in
+/// clock ticks.
+pub(crate) fn cpu_times_of(pid: u32) -> Result<CpuTimes> {
+    let path = format!("/proc/{pid}/stat");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    // Fields after the parenthesised command name (which may hold spaces): utime is the 14th
+    // field of the line, stime the 15th, i.e. the 12th and 13th after the name.
+    let after_name = text
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .with_context(|| format!("{path}: no command name"))?;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |i: usize| -> Result<Duration> {
+        let count: u64 = fields
+            .get(i)
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("{path}: field {} unreadable", i + 3))?;
         Ok(Duration::from_secs_f64(
-            total as f64 / clock_ticks_per_second(),
+            count as f64 / clock_ticks_per_second(),
         ))
+    };
+    Ok(CpuTimes {
+        user: ticks(11)?,
+        system: ticks(12)?,
+    })
+}
+
+/// A process's CPU time, in user space and in the kernel on its behalf.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CpuTimes {
+    /// In user space (`utime`).
+    pub(crate) user: Duration,
+    /// In the kernel (`stime`): system calls, the network stack's work for its sockets.
+    pub(crate) system: Duration,
+}
+
+impl CpuTimes {
+    /// User and system together.
+    pub(crate) fn total(self) -> Duration {
+        self.user + self.system
+    }
+
+    /// What was used since `earlier`.
+    pub(crate) fn since(self, earlier: CpuTimes) -> CpuTimes {
+        CpuTimes {
+            user: self.user.saturating_sub(earlier.user),
+            system: self.system.saturating_sub(earlier.system),
+        }
     }
 }
 
@@ -158,4 +196,49 @@ pub(crate) fn memory_kib_of(pid: u32) -> Result<(u64, u64)> {
             .with_context(|| format!("{name} missing in {path}"))
     };
     Ok((field("VmHWM:")?, field("VmRSS:")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `work` until `grown` says the process's times since the start grew as it should, or
+    /// fails after a while; returns how they grew.
+    fn until(work: impl Fn(), grown: impl Fn(CpuTimes) -> bool) -> CpuTimes {
+        let me = std::process::id();
+        let start = cpu_times_of(me).expect("own times");
+        let deadline = ivory_clock::now() + Duration::from_secs(20);
+        loop {
+            work();
+            let used = cpu_times_of(me).expect("own times").since(start);
+            if grown(used) {
+                return used;
+            }
+            assert!(
+                ivory_clock::now() < deadline,
+                "times did not grow: {used:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn user_and_system_time_are_read_apart() {
+        // Arithmetic only: user time grows, and more than system time.
+        let spin = || {
+            let mut x = 1u64;
+            for i in 0..1_000_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i));
+            }
+        };
+        let used = until(spin, |t| t.user >= Duration::from_millis(200));
+        assert!(used.user > used.system, "{used:?}");
+        // System calls: system time grows.
+        let calls = || {
+            for _ in 0..200 {
+                let _ = std::fs::read_to_string("/proc/self/stat");
+            }
+        };
+        let used = until(calls, |t| t.system >= Duration::from_millis(100));
+        assert_eq!(used.total(), used.user + used.system);
+    }
 }
