@@ -31,8 +31,11 @@ use tracing_subscriber::fmt::MakeWriter;
 const QUIET_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 /// Waiting bytes that wake the writer thread before then.
 const WAKE_BYTES: usize = 256 * 1024;
-/// How long after a flush the writer thread looks for the next one by itself.
-const BUSY_GAP: std::time::Duration = std::time::Duration::from_millis(1);
+/// How long after a flush the writer thread looks for the next one by itself. 5 ms, not 1: the
+/// thread's own wake-ups cost 2.7 µs of kernel time per admission at 1 ms and 1.0 µs at 5 ms
+/// (BENCHMARKS.md, issue 47); a busy server's lines wait at most this long, and [`WAKE_BYTES`]
+/// still wakes the thread first when they pile up.
+const BUSY_GAP: std::time::Duration = std::time::Duration::from_millis(5);
 /// How long stopping waits for the last lines to be written: a consumer that stalls must not
 /// keep the process from exiting.
 const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
