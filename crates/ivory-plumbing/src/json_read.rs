@@ -269,7 +269,12 @@ impl<'de> Reader<'de> {
                     self.skip_string()?;
                     self.expect(b':')?;
                 }
-                self.skip_value()?;
+                // Most values of an object are strings: skipped here, without a call.
+                if self.next_token()? == b'"' {
+                    self.skip_string()?;
+                } else {
+                    self.skip_value()?;
+                }
                 match self.next_token()? {
                     b',' => self.at += 1,
                     byte if byte == close => break,
